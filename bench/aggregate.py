@@ -1,0 +1,134 @@
+"""From a run directory and the launcher's outcome to one RunRecord: status, metrics, rank map.
+
+Status rules, the same for every backend:
+- interrupted / timeout: the user or the deadline ended the run (whatever the ranks did after);
+- crashed: a rank exited non-zero or by a signal that did not come from the launcher or the harness;
+  the earliest such exit is the root cause (its rank, exit code or signal and error tail are kept);
+- failed: the launcher failed with no rank to blame, or a rank produced no result;
+- ok: the launcher exited 0 and every rank wrote its result.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench import SCHEMA_VERSION
+from bench.rundir import RunDir, tail
+from bench.stats import summarize
+
+
+def _root_cause(exits: dict[int, dict]) -> dict | None:
+    failures = [e for e in exits.values() if e["returncode"] != 0 and not e.get("terminated_by")]
+    if not failures:
+        return None
+    first = min(failures, key=lambda e: e["time"])
+    return {"rank": first["rank"], "attempt": first["attempt"], "exit_code": first["exit_code"],
+            "signal": first["signal"], "tail": first["tail"]}
+
+
+def _stuck_ranks(run_dir: RunDir, world_size: int) -> list[dict]:
+    """Where each rank was when the run was ended: the last progress it reported."""
+    progress, starts = run_dir.latest("progress"), run_dir.latest("start")
+    rows = []
+    for rank in range(world_size):
+        rows.append({"rank": rank, "started": rank in starts,
+                     "steps_reported": progress.get(rank, {}).get("steps"),
+                     "window_reported": progress.get(rank, {}).get("window")})
+    return rows
+
+
+def metrics_from_results(spec, results: dict[int, dict], launched_at: float) -> dict:
+    """Throughput and timing metrics, as DESIGN's definitions state them."""
+    ranks = sorted(results)
+    k = spec.steps_per_window
+    per_rank_windows = [results[r]["window_times"] for r in ranks]
+    window_times = [max(ws) for ws in zip(*per_rank_windows)]  # a window's time: the max over ranks
+    throughput = [spec.global_batch * k / t for t in window_times]
+    per_rank = []
+    for r in ranks:
+        res = results[r]
+        rank_thr = [spec.batch_size * k / t for t in res["window_times"]]
+        per_rank.append({
+            "rank": r,
+            "throughput": summarize(rank_thr),
+            "step_time_mean_s": sum(res["window_times"]) / (len(res["window_times"]) * k),
+            "peak_rss_bytes": res["peak_rss_bytes"],
+            "cuda_peak_bytes": res["cuda_peak_bytes"],
+            "loss_first": res["loss_first"], "loss_last": res["window_losses"][-1],
+            "param_checksum": res["param_checksum"], "threads": res["threads"],
+        })
+    times = [results[r]["times"] for r in ranks]
+    slowest = max(p["step_time_mean_s"] for p in per_rank)
+    fastest = min(p["step_time_mean_s"] for p in per_rank)
+    return {
+        "throughput": {**summarize(throughput), "unit": "samples/s", "per_window": throughput},
+        "window_times_s": window_times,
+        "step_time_s": summarize([t / k for t in window_times]),
+        "per_rank": per_rank,
+        # spread of per-rank step time: a straggler shows as a ratio well above 1
+        "straggler_ratio": slowest / fastest if fastest > 0 else None,
+        "startup": {
+            "launch_to_process_s": max(t["process_start"] for t in times) - launched_at,
+            "rendezvous_s": max(t["init_end"] - t["init_start"] for t in times),
+            "launch_to_first_step_s": max(t["first_step_end"] for t in times) - launched_at,
+        },
+        "peak_rss_bytes_max": max(p["peak_rss_bytes"] for p in per_rank),
+        "param_count": results[ranks[0]]["param_count"],
+        "loss_last": per_rank[0]["loss_last"],
+    }
+
+
+def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict) -> dict:
+    exits = run_dir.latest("exit")
+    results = run_dir.latest("result")
+    error = None
+    events = [{"time": outcome.launched_at, "kind": "launch"}]
+    for attempt_exit in sorted(run_dir.read_all("exit").values(), key=lambda e: e["time"]):
+        events.append({"time": attempt_exit["time"], "kind": "rank_exit",
+                       **{k: attempt_exit[k] for k in ("rank", "attempt", "returncode", "terminated_by")}})
+    events.append({"time": outcome.ended_at, "kind": f"launcher_{outcome.ending}",
+                   "returncode": outcome.returncode})
+    if outcome.reaped:
+        events.append({"time": outcome.ended_at, "kind": "reaped", "processes": outcome.reaped})
+
+    cause = _root_cause(exits)
+    missing = [r for r in range(spec.world_size) if r not in results]
+    if outcome.ending in ("interrupted", "timeout"):
+        status = outcome.ending
+        what = "interrupted by the user" if status == "interrupted" else f"deadline of {spec.timeout:g} s passed"
+        error = {"message": what, "ranks": _stuck_ranks(run_dir, spec.world_size),
+                 "tail": tail(run_dir.launcher_log)}
+    elif cause is not None:
+        status = "crashed"
+        how = f"signal {cause['signal']}" if cause["signal"] else f"exit code {cause['exit_code']}"
+        error = {"message": f"rank {cause['rank']} ended with {how}", **cause}
+    elif outcome.returncode != 0:
+        status = "failed"
+        error = {"message": f"launcher exited with {outcome.returncode} and no rank failed",
+                 "tail": tail(run_dir.launcher_log)}
+    elif missing:
+        status = "failed"
+        error = {"message": f"rank(s) {missing} produced no result", "tail": tail(run_dir.launcher_log)}
+    else:
+        status = "ok"
+    if outcome.survivors:
+        events.append({"time": time.time(), "kind": "survivors", "processes": outcome.survivors})
+
+    metrics = metrics_from_results(spec, results, outcome.launched_at) if status == "ok" else None
+    rank_map = list(run_dir.latest("joined").values())  # known even for ranks that later failed
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "created_at": outcome.launched_at,
+        "duration_s": outcome.ended_at - outcome.launched_at,
+        "status": status,
+        "error": error,
+        "spec": spec.to_dict(),
+        "command": None,
+        "rank_map": rank_map,
+        "metrics": metrics,
+        "allreduce": [],
+        "events": events,
+        "environment": environment,
+        "run_dir": str(run_dir.path),
+    }

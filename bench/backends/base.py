@@ -1,0 +1,75 @@
+"""The plug-in interface. A backend holds only what differs between backends.
+
+Launcher side (runs in the parent; must not import torch at module level): availability, the
+command line that starts the ranks, and how a rank reads its identity from its environment.
+Worker side (runs in each rank): init, wrap model and optimizer, barrier, shutdown.
+Timing, records, statistics and reports never branch on the backend's name.
+"""
+
+from __future__ import annotations
+
+import socket
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class RankInfo:
+    """One row of the rank map, as the launcher assigned it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    group_rank: int  # node index (torchrun's GROUP_RANK, Horovod's cross rank)
+    role_rank: int
+    restart_count: int
+    host: str
+    role: str = "worker"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+class Backend(ABC):
+    name = ""
+    summary = ""
+    max_world_size: int | None = None
+
+    # ------------------------------------------------------------ launcher side
+    def unavailable_reason(self, device: str) -> str | None:
+        """None when this backend can run on `device` here, else what is missing and how to get it."""
+        return None
+
+    def doctor_lines(self) -> list[str]:
+        """Extra facts for `bench doctor`."""
+        return []
+
+    @abstractmethod
+    def launch_command(self, spec, rank_command: list[str], run_id: str) -> list[str]:
+        """The full command that starts spec.world_size copies of rank_command."""
+
+    def launch_env(self, spec) -> dict[str, str]:
+        return {}
+
+    @abstractmethod
+    def rank_identity(self, env) -> tuple[int, int]:
+        """(global rank, attempt) of the rank started with this environment."""
+
+    # ------------------------------------------------------------ worker side
+    @abstractmethod
+    def init(self, spec) -> RankInfo:
+        """Join the group (rendezvous) and say who this rank is."""
+
+    def wrap(self, model, optimizer, spec):
+        return model, optimizer
+
+    def barrier(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass

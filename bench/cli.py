@@ -1,0 +1,259 @@
+"""`bench`: run, sweep, list, report, doctor. Bad input is one line on stderr and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from bench.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, BenchError,
+                          Interrupted, UsageError)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but its errors are one line that says where to look."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def positive_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: world sizes must be integers of 1 or more")
+    return values
+
+
+def add_store(p):
+    p.add_argument("--store", help="results store (SQLite file); default results/bench.sqlite "
+                                   "or $BENCH_STORE")
+
+
+def add_run_options(p):
+    g = p.add_argument_group("placement")
+    g.add_argument("--nproc", type=int, help="CPU worker processes (gloo); default min(2, cores)")
+    g.add_argument("--gpus", type=int, help="one worker per GPU (NCCL)")
+    g.add_argument("--threads", type=int, help="threads per worker, set for every backend alike "
+                                               "(default: cores / largest world size)")
+    g.add_argument("--cpu-bind", choices=["none", "cores"], help="pin each worker to its own cores")
+    g.add_argument("--oversubscribe", action="store_true",
+                   help="allow more worker threads than cores (measures contention)")
+    g = p.add_argument_group("measurement")
+    g.add_argument("--batch-size", type=int, help="per-worker batch (default: the workload's)")
+    g.add_argument("--warmup-steps", type=int, help="untimed steps first (default 5, at least 1)")
+    g.add_argument("--steps-per-window", type=int, help="steps timed per window (default 10)")
+    g.add_argument("--windows", type=int, help="timed windows (default 5, at least 2)")
+    g.add_argument("--seed", type=int, help="seed of the model and the data (default 0)")
+    g.add_argument("--lr", type=float, help="SGD learning rate (default 0.01, momentum 0.9)")
+    g.add_argument("--timeout", type=float, help="deadline per run in seconds (default 900)")
+    g = p.add_argument_group("data")
+    g.add_argument("--data", choices=["synthetic", "digits", "mnist"],
+                   help="synthetic (default), digits (scikit-learn's), mnist (needs --data-dir)")
+    g.add_argument("--data-dir", help="folder with MNIST's IDX files; nothing is downloaded")
+    g.add_argument("--image-size", type=int, help="input side for image models (default: the workload's "
+                                                  "CPU or GPU size)")
+    g = p.add_argument_group("testing the harness")
+    g.add_argument("--inject", metavar="KIND:RANK:STEP",
+                   help="test-only fault: hang, crash or kill rank RANK at step STEP")
+    g.add_argument("--save-params", action="store_true",
+                   help="save each rank's final parameters in the run directory")
+    add_store(p)
+    p.add_argument("--json", action="store_true", help="print the full record(s) as JSON on stdout, "
+                                                       "and nothing else there")
+
+
+SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject", "warmup_steps",
+                "steps_per_window", "windows", "seed", "lr", "timeout", "data", "data_dir",
+                "cpu_bind", "save_params")
+
+
+def spec_options(args) -> dict:
+    return {k: getattr(args, k) for k in SPEC_OPTIONS if getattr(args, k) is not None}
+
+
+def status_exit(statuses: list[str]) -> int:
+    if "interrupted" in statuses:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(s == "ok" for s in statuses) else EXIT_RUN_FAILED
+
+
+def open_store(args):
+    from bench.store import Store
+
+    return Store(args.store)
+
+
+# ---------------------------------------------------------------- verbs
+def cmd_run(args) -> int:
+    from bench.render import describe_spec, summary_lines
+    from bench.runner import execute
+    from bench.spec import build_spec, resolve_device
+
+    device, world = resolve_device(args.nproc, args.gpus)
+    spec = build_spec(backend=args.backend, workload=args.workload, world_size=world, device=device,
+                      **spec_options(args))
+    store = open_store(args)
+    print(f"bench run: {describe_spec(spec)}", file=sys.stderr, flush=True)
+    record = execute(spec, store)
+    if args.json:
+        print(json.dumps(record, indent=1))
+    else:
+        print("\n".join(summary_lines(record)))
+    print(f"stored run {record['run_id']} in {store.path}", file=sys.stderr)
+    return status_exit([record["status"]])
+
+
+def sweep_world_sizes(limit: int) -> list[int]:
+    sizes, n = [], 1
+    while n <= limit:
+        sizes.append(n)
+        n *= 2
+    if sizes[-1] != limit:
+        sizes.append(limit)
+    return sizes
+
+
+def cmd_sweep(args) -> int:
+    from bench.backends import BASELINE, COMPARED
+    from bench.render import one_line
+    from bench.runner import execute, new_run_id
+    from bench.spec import build_spec, default_threads, resolve_device
+
+    backends = args.backend.split(",") if args.backend else list(COMPARED)
+    workloads = args.workload.split(",") if args.workload else None
+    if workloads is None:
+        from workloads import WORKLOADS
+
+        workloads = list(WORKLOADS)
+    device, limit = resolve_device(args.nproc, args.gpus)
+    sizes = args.world_sizes or sweep_world_sizes(limit)
+    options = spec_options(args)
+    # One thread count for the whole sweep, so world sizes differ only in their number of workers.
+    options.setdefault("threads", default_threads(device, max(sizes)))
+    sweep_id = new_run_id()
+    plan = []
+    for workload in workloads:
+        if not args.no_baseline and BASELINE not in backends:
+            plan.append(build_spec(backend=BASELINE, workload=workload, world_size=1, device=device,
+                                   **options))
+        for backend in backends:
+            for size in sizes:
+                plan.append(build_spec(backend=backend, workload=workload, world_size=size,
+                                       device=device, **options))
+    store = open_store(args)
+    records = []
+    print(f"bench sweep {sweep_id}: {len(plan)} runs ({', '.join(backends)} x {', '.join(workloads)} "
+          f"x world sizes {', '.join(map(str, sizes))}) -> {store.path}", file=sys.stderr, flush=True)
+    for i, spec in enumerate(plan, 1):
+        spec.sweep_id = sweep_id
+        head = f"[{i}/{len(plan)}] {spec.backend} {spec.workload} world {spec.world_size}"
+        print(f"{head} ...", file=sys.stderr, flush=True)
+        record = execute(spec, store, show_progress=False)
+        records.append(record)
+        print(f"{head}: {one_line(record)}", file=sys.stderr, flush=True)
+        if record["status"] == "interrupted":
+            print(f"bench sweep: interrupted; {len(plan) - i} run(s) not started", file=sys.stderr)
+            break
+    if args.json:
+        print(json.dumps(records, indent=1))
+    failed = [r for r in records if r["status"] != "ok"]
+    print(f"bench sweep {sweep_id}: {len(records) - len(failed)} ok, {len(failed)} not ok; "
+          f"`bench list --store {store.path}` shows them", file=sys.stderr)
+    return status_exit([r["status"] for r in records])
+
+
+def cmd_list(args) -> int:
+    from bench.render import runs_table
+
+    frame = open_store(args).load()
+    if args.last:
+        frame = frame.tail(args.last)
+    if frame.empty:
+        print(f"no runs stored in {open_store(args).path}")
+        return EXIT_OK
+    print(runs_table(frame))
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    from bench.report import write_report
+
+    store = open_store(args)
+    path = write_report(store, args.output)
+    print(f"report written to {path}")
+    return EXIT_OK
+
+
+def cmd_doctor(args) -> int:
+    from bench.doctor import doctor_lines
+
+    print("\n".join(doctor_lines()))
+    return EXIT_OK
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="bench", description="Measure PyTorch Distributed Elastic vs Horovod vs a "
+                                              "parameter server, under identical conditions.")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser, metavar="VERB")
+
+    p = verbs.add_parser("run", help="one run of one backend and workload")
+    p.add_argument("--backend", default="elastic", help="elastic (default) or single")
+    p.add_argument("--workload", default="mnist_mlp", help="mnist_mlp (default) or resnet18")
+    add_run_options(p)
+    p.set_defaults(func=cmd_run)
+
+    p = verbs.add_parser("sweep", help="backends x workloads x world sizes, every run stored")
+    p.add_argument("--backend", help="comma-separated backends (default: every compared backend)")
+    p.add_argument("--workload", help="comma-separated workloads (default: all)")
+    p.add_argument("--world-sizes", type=positive_list,
+                   help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="skip the plain single-process run that scaling is also measured against")
+    add_run_options(p)
+    p.set_defaults(func=cmd_sweep)
+
+    p = verbs.add_parser("list", help="stored runs as a table")
+    add_store(p)
+    p.add_argument("--last", type=int, help="only the last N runs")
+    p.set_defaults(func=cmd_list)
+
+    p = verbs.add_parser("report", help="write a single-file HTML report")
+    add_store(p)
+    p.add_argument("-o", "--output", default=os.path.join("reports", "report.html"),
+                   help="HTML file to write (default reports/report.html)")
+    p.set_defaults(func=cmd_report)
+
+    p = verbs.add_parser("doctor", help="what this machine offers, and which backends can run")
+    p.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted()
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BenchError as exc:
+        print(f"bench {args.verb}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (KeyboardInterrupt, Interrupted):
+        print(f"bench {args.verb}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # a bug: one line, and the traceback on request
+        if os.environ.get("BENCH_DEBUG"):
+            raise
+        print(f"bench {args.verb}: internal error: {type(exc).__name__}: {exc} "
+              "(set BENCH_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 3

@@ -1,0 +1,98 @@
+"""The environment fingerprint stored with every run (DESIGN, "Records")."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+VARIABLE_PREFIXES = ("HOROVOD_", "TORCH", "NCCL_", "OMP_", "MKL_", "GLOO_", "CUDA_VISIBLE_DEVICES",
+                     "MASTER_", "OPENBLAS_", "KMP_", "PYTORCH_")
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_state() -> dict:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": dirty if commit else None}
+
+
+def torch_facts() -> dict:
+    import torch
+    import torch.distributed as dist
+
+    facts = {
+        "torch": torch.__version__,
+        "torch_cuda_build": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "gloo": dist.is_available() and dist.is_gloo_available(),
+        "nccl": dist.is_available() and dist.is_nccl_available(),
+        "mpi": dist.is_available() and dist.is_mpi_available(),
+        "nccl_version": None,
+        "cuda_devices": [],
+        "torch_threads_default": torch.get_num_threads(),
+    }
+    if torch.cuda.is_available():
+        facts["cuda_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        try:
+            facts["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # NCCL missing from this build: recorded as None
+            pass
+    return facts
+
+
+@functools.lru_cache(maxsize=None)
+def _static_fingerprint() -> dict:
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": memory,
+        **torch_facts(),
+        "packages": {name: package_version(name) for name in
+                     ("torchvision", "numpy", "horovod", "mpi4py")},
+        "git": git_state(),
+        "bench": package_version("elastic-vs-horovod-bench"),
+    }
+
+
+def fingerprint(worker_env: dict[str, str] | None = None) -> dict:
+    """Machine and software facts, plus the variables the workers saw that tune distributed runs."""
+    env = worker_env if worker_env is not None else dict(os.environ)
+    variables = {k: v for k, v in sorted(env.items()) if k.startswith(VARIABLE_PREFIXES)}
+    return {**_static_fingerprint(), "variables": variables, "python_executable": sys.executable}

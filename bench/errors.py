@@ -1,0 +1,24 @@
+"""Errors the command line turns into one line and an exit code, never a traceback."""
+
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1  # a run ended with status failed, timeout or crashed
+EXIT_BAD_INPUT = 2  # nothing was run: the request cannot be carried out as given
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: the shell's convention (128 + SIGINT)
+
+
+class BenchError(Exception):
+    """A problem the user can fix; the message says how."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class UsageError(BenchError):
+    """Bad input: unknown name, impossible size, missing files."""
+
+
+class StoreError(BenchError):
+    """The results store cannot be read or written."""
+
+
+class Interrupted(BaseException):
+    """Raised in the parent on SIGTERM so teardown runs as for Ctrl-C."""

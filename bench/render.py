@@ -1,0 +1,67 @@
+"""Plain-text views of specs and records for the terminal."""
+
+from __future__ import annotations
+
+
+def fmt_throughput(thr: dict | None) -> str:
+    if not thr or thr.get("mean") is None:
+        return "-"
+    mean, half = thr["mean"], thr.get("ci_half_width")
+    pct = f" ± {100 * half / mean:.1f}%" if half == half and half is not None and mean else ""
+    flag = " (unstable)" if thr.get("unstable") else ""
+    return f"{mean:,.0f} samples/s{pct}{flag}"
+
+
+def describe_spec(spec) -> str:
+    placement = f"{spec.world_size} GPU(s), NCCL" if spec.device == "cuda" else \
+        f"{spec.world_size} CPU process(es), gloo"
+    return (f"{spec.backend} {spec.workload}, {placement}, batch {spec.batch_size}/worker, "
+            f"{spec.threads} thread(s)/worker, {spec.data} data, {spec.image_size}px, "
+            f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
+
+
+def one_line(record: dict) -> str:
+    if record["status"] != "ok":
+        message = (record.get("error") or {}).get("message", "")
+        return f"{record['status']}: {message}"
+    return f"ok {fmt_throughput(record['metrics']['throughput'])}"
+
+
+def summary_lines(record: dict) -> list[str]:
+    lines = [f"status: {record['status']}"]
+    error = record.get("error")
+    if error:
+        lines.append(f"error: {error['message']}")
+        for row in error.get("ranks") or []:
+            lines.append(f"  rank {row['rank']}: started={row['started']} "
+                         f"steps reported={row['steps_reported']}")
+        if error.get("tail"):
+            lines.append("error output (tail):")
+            lines += ["  " + line for line in error["tail"].splitlines()]
+    m = record.get("metrics")
+    if m:
+        thr, step, start = m["throughput"], m["step_time_s"], m["startup"]
+        lines.append(f"throughput: {fmt_throughput(thr)} (95% CI {thr['ci_low']:,.0f} to "
+                     f"{thr['ci_high']:,.0f}, {thr['n']} windows)")
+        lines.append(f"step time: {1000 * step['mean']:.2f} ms (max over ranks per window)")
+        lines.append(f"startup: {start['launch_to_first_step_s']:.2f} s to first step, rendezvous "
+                     f"{start['rendezvous_s']:.2f} s")
+        lines.append(f"peak memory: {m['peak_rss_bytes_max'] / 2**20:,.0f} MiB RSS (largest rank); "
+                     f"straggler ratio {m['straggler_ratio']:.3f}")
+        for row in m["per_rank"]:
+            lines.append(f"  rank {row['rank']}: {fmt_throughput(row['throughput'])}, "
+                         f"{1000 * row['step_time_mean_s']:.2f} ms/step")
+    return lines
+
+
+def runs_table(frame) -> str:
+    rows = [("run", "when (UTC)", "status", "backend", "workload", "world", "device", "batch",
+             "threads", "throughput")]
+    for _, r in frame.iterrows():
+        thr = (r["record"].get("metrics") or {}).get("throughput")
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}!"
+        rows.append((r["run_id"], r["created_at"].strftime("%Y-%m-%d %H:%M:%S"), status, r["backend"],
+                     r["workload"], str(r["world_size"]), r["device"], str(r["batch_size"]),
+                     str(r["threads"]), fmt_throughput(thr)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -1,0 +1,82 @@
+"""The files of one run: spec, launcher log, and per-rank start/progress/result/exit files.
+
+Every rank writes its own files (atomically), so the parent can tell after any ending, clean or not,
+how far each rank got and how it ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+RANK_FILE = re.compile(r"rank(\d+)\.a(\d+)\.(\w+)(?:\.json)?$")
+
+
+def write_json_atomic(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class RunDir:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.ranks = self.path / "ranks"
+
+    def create(self) -> "RunDir":
+        self.ranks.mkdir(parents=True, exist_ok=True)
+        return self
+
+    @property
+    def spec_file(self) -> Path:
+        return self.path / "spec.json"
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.path / "launcher.log"
+
+    def rank_file(self, rank: int, attempt: int, kind: str) -> Path:
+        suffix = ".log" if kind == "log" else ".json"
+        return self.ranks / f"rank{rank}.a{attempt}.{kind}{suffix}"
+
+    def write(self, rank: int, attempt: int, kind: str, data) -> None:
+        write_json_atomic(self.rank_file(rank, attempt, kind), data)
+
+    def read_all(self, kind: str) -> dict[tuple[int, int], dict]:
+        """{(rank, attempt): data} for every readable file of this kind."""
+        found = {}
+        if not self.ranks.is_dir():
+            return found
+        for path in self.ranks.glob(f"rank*.a*.{kind}.json"):
+            match = RANK_FILE.match(path.name)
+            try:
+                found[(int(match.group(1)), int(match.group(2)))] = json.loads(path.read_text())
+            except (OSError, ValueError, AttributeError):
+                continue  # a rank killed mid-write leaves only its .tmp file, which is never read
+        return found
+
+    def latest(self, kind: str) -> dict[int, dict]:
+        """{rank: data} from each rank's last attempt."""
+        best: dict[int, tuple[int, dict]] = {}
+        for (rank, attempt), data in self.read_all(kind).items():
+            if rank not in best or attempt > best[rank][0]:
+                best[rank] = (attempt, data)
+        return {rank: data for rank, (_, data) in sorted(best.items())}
+
+
+def tail(path: Path, lines: int = 20, max_bytes: int = 16384) -> str:
+    """The last lines of a log, for error reports."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])

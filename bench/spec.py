@@ -1,0 +1,178 @@
+"""RunSpec: everything that defines a run, resolved and validated before any process starts.
+
+The harness, not the launcher, fixes threads, seed, batch, data and device placement, and the
+resolved values are recorded, so every backend runs under the same conditions.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields
+
+from bench.errors import UsageError
+
+DEFAULTS = dict(warmup_steps=5, steps_per_window=10, windows=5, seed=0, data="synthetic",
+                lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="none")
+CPU_BINDS = ("none", "cores")
+INJECT_KINDS = ("hang", "crash", "kill")
+
+
+@dataclass
+class RunSpec:
+    backend: str
+    workload: str
+    world_size: int
+    device: str  # "cpu" (gloo) or "cuda" (one process per GPU, NCCL)
+    batch_size: int  # per worker (weak scaling)
+    image_size: int
+    num_classes: int
+    threads: int  # intra-op threads per worker, also OMP_NUM_THREADS / MKL_NUM_THREADS
+    warmup_steps: int = DEFAULTS["warmup_steps"]
+    steps_per_window: int = DEFAULTS["steps_per_window"]
+    windows: int = DEFAULTS["windows"]
+    seed: int = DEFAULTS["seed"]
+    data: str = DEFAULTS["data"]
+    data_dir: str | None = None
+    lr: float = DEFAULTS["lr"]
+    momentum: float = DEFAULTS["momentum"]
+    cpu_bind: str = DEFAULTS["cpu_bind"]
+    timeout: float = DEFAULTS["timeout"]
+    backend_options: dict = field(default_factory=dict)
+    inject: dict | None = None  # test-only fault injection, see parse_inject
+    save_params: bool = False  # write each rank's final parameters into the run directory
+    sweep_id: str | None = None
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunSpec":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def cuda_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def parse_inject(text: str | None) -> dict | None:
+    """'KIND:RANK:STEP' -> dict. Test-only: makes rank RANK hang, raise, or SIGKILL itself at STEP."""
+    if not text:
+        return None
+    parts = text.split(":")
+    if len(parts) != 3 or parts[0] not in INJECT_KINDS or not all(p.isdigit() for p in parts[1:]):
+        raise UsageError(f"--inject {text!r}: expected KIND:RANK:STEP with KIND one of "
+                         f"{', '.join(INJECT_KINDS)}, for example hang:1:3")
+    return {"kind": parts[0], "rank": int(parts[1]), "step": int(parts[2])}
+
+
+def resolve_device(nproc: int | None, gpus: int | None) -> tuple[str, int]:
+    """(device, world size) from --nproc / --gpus, or a one-line error."""
+    if nproc is not None and gpus is not None:
+        raise UsageError("give either --nproc (CPU processes) or --gpus (one process per GPU), not both")
+    if gpus is not None:
+        if gpus < 1:
+            raise UsageError(f"--gpus {gpus}: the number of GPUs must be at least 1")
+        available = cuda_device_count()
+        if available == 0:
+            raise UsageError(f"--gpus {gpus}: this machine has no CUDA device; "
+                             f"use --nproc {gpus} to run {gpus} CPU processes over gloo")
+        if gpus > available:
+            raise UsageError(f"--gpus {gpus}: this machine has {available} CUDA device(s); "
+                             f"use --gpus {available} or fewer")
+        return "cuda", gpus
+    if nproc is None:
+        nproc = min(2, cpu_count())
+    if nproc < 1:
+        raise UsageError(f"--nproc {nproc}: the number of processes must be at least 1")
+    return "cpu", nproc
+
+
+def default_threads(device: str, max_world_size: int) -> int:
+    """Threads per worker so that the largest world size in play fits the cores without contention."""
+    return max(1, cpu_count() // max_world_size)
+
+
+def build_spec(*, backend: str, workload: str, world_size: int, device: str,
+               batch_size: int | None = None, image_size: int | None = None,
+               threads: int | None = None, oversubscribe: bool = False,
+               inject: str | dict | None = None, **options) -> RunSpec:
+    """Resolve defaults from the workload and the machine, and reject what cannot run."""
+    from bench.backends import get_backend
+    from workloads import WORKLOADS
+    from workloads.data import DataError, check_source, real_classes
+
+    plugin = get_backend(backend)
+    if workload not in WORKLOADS:
+        raise UsageError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
+    wl = WORKLOADS[workload]
+    size = wl.size(device)
+    if plugin.max_world_size is not None and world_size > plugin.max_world_size:
+        raise UsageError(f"backend {backend} runs at most {plugin.max_world_size} worker(s); "
+                         f"world size {world_size} is not allowed: lower --nproc or pick another backend")
+    problem = plugin.unavailable_reason(device)
+    if problem:
+        raise UsageError(f"backend {backend} cannot run here: {problem}")
+
+    for name in ("warmup_steps", "steps_per_window", "windows", "timeout", "lr"):
+        if name in options and options[name] is None:
+            del options[name]
+    spec_opts = {**DEFAULTS, **options}
+    batch_size = size.batch if batch_size is None else batch_size
+    if batch_size < 1:
+        raise UsageError(f"--batch-size {batch_size}: the per-worker batch must be at least 1")
+    if image_size is None:
+        image_size = size.image
+    elif wl.fixed_image and image_size != size.image:
+        raise UsageError(f"workload {workload} takes {size.image}x{size.image} inputs only; drop --image-size")
+    elif image_size < 16:
+        raise UsageError(f"--image-size {image_size}: use 16 pixels or more")
+    if spec_opts["warmup_steps"] < 1:
+        raise UsageError("--warmup-steps must be at least 1: the first step (lazy initialisation) is never timed")
+    if spec_opts["steps_per_window"] < 1:
+        raise UsageError("--steps-per-window must be at least 1")
+    if spec_opts["windows"] < 2:
+        raise UsageError("--windows must be at least 2: a confidence interval needs two windows or more")
+    if spec_opts["timeout"] <= 0:
+        raise UsageError("--timeout must be a positive number of seconds")
+    if spec_opts["cpu_bind"] not in CPU_BINDS:
+        raise UsageError(f"--cpu-bind {spec_opts['cpu_bind']!r}: choose one of {', '.join(CPU_BINDS)}")
+
+    cores = cpu_count()
+    threads = default_threads(device, world_size) if threads is None else threads
+    if threads < 1:
+        raise UsageError(f"--threads {threads}: each worker needs at least 1 thread")
+    if device == "cpu" and world_size * threads > cores and not oversubscribe:
+        raise UsageError(f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
+                         f"this machine has {cores}; lower --nproc or --threads, or pass --oversubscribe "
+                         "to measure contention on purpose")
+
+    try:
+        check_source(spec_opts["data"], spec_opts.get("data_dir"))
+    except DataError as exc:
+        raise UsageError(str(exc)) from None
+    if spec_opts.get("data_dir"):
+        spec_opts["data_dir"] = os.path.abspath(spec_opts["data_dir"])
+    classes = size.synthetic_classes if spec_opts["data"] == "synthetic" else real_classes(spec_opts["data"])
+
+    if isinstance(inject, str) or inject is None:
+        inject = parse_inject(inject)
+    if inject and inject["rank"] >= world_size:
+        raise UsageError(f"--inject names rank {inject['rank']}, the world has ranks 0..{world_size - 1}")
+
+    return RunSpec(backend=backend, workload=workload, world_size=world_size, device=device,
+                   batch_size=batch_size, image_size=image_size, num_classes=classes,
+                   threads=threads, inject=inject, **spec_opts)

@@ -1,0 +1,121 @@
+"""The durable results store: one SQLite file in WAL mode, one row per run.
+
+Each record is written in one transaction, so a writer killed at any moment leaves the store as it
+was before or after that record, never half-written. The table keeps the fields people filter on
+as columns and the whole record as JSON; PRAGMA user_version holds the schema version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from bench import SCHEMA_VERSION
+from bench.errors import StoreError
+
+DEFAULT_STORE = Path("results") / "bench.sqlite"
+COLUMNS = ("run_id", "created_at", "status", "backend", "workload", "world_size", "device",
+           "batch_size", "sweep_id", "throughput", "record")
+CREATE = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    status TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    world_size INTEGER NOT NULL,
+    device TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    sweep_id TEXT,
+    throughput REAL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_case ON runs (workload, backend, world_size);
+"""
+
+
+def default_store_path() -> Path:
+    return Path(os.environ.get("BENCH_STORE", DEFAULT_STORE))
+
+
+class Store:
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path else default_store_path()
+
+    def _unreadable(self, why) -> StoreError:
+        return StoreError(f"results store {self.path} cannot be read ({why}); move it aside or "
+                          "pass --store with another path")
+
+    def _connect(self, create: bool) -> sqlite3.Connection:
+        if not create and not self.path.exists():
+            raise StoreError(f"no results store at {self.path}; run `bench run` or `bench sweep` first, "
+                             "or pass --store PATH")
+        if self.path.exists() and not self.path.is_file():
+            raise self._unreadable("it is not a file")
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(self.path, timeout=30.0)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise self._unreadable(exc) from None
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise StoreError(f"results store {self.path} has schema {version}, newer than this bench "
+                             f"({SCHEMA_VERSION}); update bench or pass --store with another path")
+        if "runs" not in tables:
+            if tables:
+                conn.close()
+                raise self._unreadable("it is an SQLite file but not a bench store")
+            with conn:
+                conn.executescript(CREATE)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return conn
+
+    def run_dir(self, run_id: str) -> Path:
+        """Where a run's raw files (spec, logs, per-rank files) are kept, beside the store."""
+        return self.path.parent / "runs" / run_id
+
+    def save(self, record: dict) -> None:
+        spec = record["spec"]
+        metrics = record.get("metrics") or {}
+        row = (record["run_id"], record["created_at"], record["status"], spec["backend"], spec["workload"],
+               spec["world_size"], spec["device"], spec["batch_size"], spec.get("sweep_id"),
+               (metrics.get("throughput") or {}).get("mean"), json.dumps(record))
+        conn = self._connect(create=True)
+        try:
+            with conn:
+                conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) "
+                             f"VALUES ({', '.join('?' * len(COLUMNS))})", row)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot write to results store {self.path}: {exc}") from None
+        finally:
+            conn.close()
+
+    def records(self) -> list[dict]:
+        """Every stored record, oldest first."""
+        conn = self._connect(create=False)
+        try:
+            rows = conn.execute("SELECT run_id, record FROM runs ORDER BY created_at").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._unreadable(exc) from None
+        finally:
+            conn.close()
+        records = []
+        for run_id, text in rows:
+            try:
+                records.append(json.loads(text))
+            except ValueError:
+                raise self._unreadable(f"the record of run {run_id} is not valid JSON") from None
+        return records
+
+    def load(self):
+        """All runs as a pandas DataFrame, one row per run (see bench.frame)."""
+        from bench.frame import records_to_frame
+
+        return records_to_frame(self.records())

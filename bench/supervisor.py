@@ -1,0 +1,144 @@
+"""One way to launch a process tree and reap it, for every backend.
+
+The launcher starts in a session of its own. Every process of the run carries BENCH_RUN_TAG in its
+environment, which children inherit even when a launcher moves them into sessions of their own (as
+torchrun does with its workers) or when they are orphaned: teardown finds them by that tag as well as
+by parentage, so nothing a run started outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from bench.errors import Interrupted
+
+TAG_VARIABLE = "BENCH_RUN_TAG"
+TERM_GRACE_S = 3.0  # time given to SIGTERM before SIGKILL
+KILL_WAIT_S = 5.0
+
+
+@dataclass
+class Outcome:
+    """How the launcher ended: 'exited' (returncode set), 'timeout' or 'interrupted'."""
+
+    ending: str
+    returncode: int | None
+    launched_at: float  # wall clock, comparable with the workers' timestamps
+    ended_at: float
+    reaped: list[dict] = field(default_factory=list)  # processes teardown had to end
+    survivors: list[dict] = field(default_factory=list)  # processes that could not be ended
+
+
+def _describe(proc: psutil.Process) -> dict:
+    try:
+        return {"pid": proc.pid, "name": proc.name(), "cmdline": " ".join(proc.cmdline())[:200]}
+    except psutil.Error:
+        return {"pid": proc.pid}
+
+
+def run_processes(tag: str, root_pid: int | None = None) -> list[psutil.Process]:
+    """Every live process of the run: the launcher's descendants plus anything carrying the tag."""
+    me = os.getpid()
+    found: dict[int, psutil.Process] = {}
+    if root_pid is not None:
+        try:
+            root = psutil.Process(root_pid)
+            for proc in [root, *root.children(recursive=True)]:
+                found[proc.pid] = proc
+        except psutil.Error:
+            pass
+    for proc in psutil.process_iter():
+        if proc.pid in found or proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(TAG_VARIABLE) == tag:
+                found[proc.pid] = proc
+        except psutil.Error:
+            continue
+    alive = []
+    for proc in found.values():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.Error:
+            continue
+    return alive
+
+
+def _signal_all(procs, sig) -> None:
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def reap(tag: str, root_pid: int | None) -> tuple[list[dict], list[dict]]:
+    """End every process of the run: SIGTERM (and SIGCONT for stopped ones), then SIGKILL."""
+    procs = run_processes(tag, root_pid)
+    if not procs:
+        return [], []
+    reaped = [_describe(p) for p in procs]
+    if root_pid is not None:
+        try:
+            os.killpg(root_pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    _signal_all(procs, signal.SIGTERM)
+    _signal_all(procs, signal.SIGCONT)
+    _, alive = psutil.wait_procs(procs, timeout=TERM_GRACE_S)
+    # Processes started meanwhile (a launcher restarting a worker) are found by a second look.
+    alive = {p.pid: p for p in alive}
+    for proc in run_processes(tag, None):
+        alive.setdefault(proc.pid, proc)
+        if proc.pid not in {r["pid"] for r in reaped}:
+            reaped.append(_describe(proc))
+    _signal_all(alive.values(), signal.SIGKILL)
+    _, still = psutil.wait_procs(list(alive.values()), timeout=KILL_WAIT_S)
+    return reaped, [_describe(p) for p in still]
+
+
+def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float,
+              on_poll=None, poll_interval: float = 0.2) -> Outcome:
+    """Run cmd in its own session until it exits, the deadline passes, or the user interrupts."""
+    tag = env[TAG_VARIABLE]
+    launched_at = time.time()
+    deadline = time.monotonic() + timeout
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    ending, returncode = "exited", None
+    try:
+        while True:
+            try:
+                returncode = proc.wait(timeout=poll_interval)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() >= deadline:
+                ending = "timeout"
+                break
+            if on_poll is not None:
+                on_poll()
+    except (KeyboardInterrupt, Interrupted):
+        ending = "interrupted"
+    finally:
+        ended_at = time.time()
+        # A second Ctrl-C must not cut teardown short and leave processes behind.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            reaped, survivors = reap(tag, proc.pid)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    return Outcome(ending=ending, returncode=returncode, launched_at=launched_at, ended_at=ended_at,
+                   reaped=reaped, survivors=survivors)

@@ -1,0 +1,165 @@
+"""The one training loop every backend runs: `python -m bench.worker RUN_DIR` (started by bench.guard).
+
+Method (DESIGN, "Definitions"): W warm-up steps, never timed (the first includes lazy
+initialisation); then R windows of K steps. Before each window all ranks meet at a barrier and the
+device is synchronised, so every rank times the same K steps; a window's time is taken per rank here
+and the max over ranks is taken by the parent. Nothing but the step itself runs inside a window.
+The worker measures and writes its own files; it never decides a run's status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+import time
+
+from bench.backends import get_backend
+from bench.rundir import RunDir
+from bench.spec import RunSpec
+
+
+def peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def bind_cpus(spec, local_rank: int) -> list[int] | None:
+    """--cpu-bind cores: local rank r takes cores [r*T, (r+1)*T) of those this process may use."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if spec.cpu_bind == "cores":
+        start = (local_rank * spec.threads) % len(cores)
+        chosen = [cores[(start + i) % len(cores)] for i in range(spec.threads)]
+        os.sched_setaffinity(0, chosen)
+        return chosen
+    return cores
+
+
+def fire_fault(kind: str, step: int) -> None:
+    """Test-only faults (--inject): what a real hang, exception or OOM kill looks like to the harness."""
+    if kind == "hang":
+        while True:
+            time.sleep(1)
+    if kind == "crash":
+        raise RuntimeError(f"injected crash at step {step}")
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_process_start: float) -> dict:
+    """Run the measured loop; file_rank is the rank the launcher gave (names this rank's files)."""
+    import torch
+    import torch.nn as nn
+
+    from workloads import WORKLOADS
+    from workloads.data import open_batches
+
+    torch.set_num_threads(spec.threads)
+    backend = get_backend(spec.backend)
+    t_init_start = time.time()
+    info = backend.init(spec)  # rendezvous and process-group set-up
+    t_init_end = time.time()
+    run_dir.write(file_rank, attempt, "joined", {**info.to_dict(), "pid": os.getpid(), "time": t_init_end})
+    affinity = bind_cpus(spec, info.local_rank)
+    cuda = spec.device == "cuda"
+    device = torch.device("cuda", info.local_rank) if cuda else torch.device("cpu")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    torch.manual_seed(spec.seed)  # identical initial parameters on every rank and every backend
+    workload = WORKLOADS[spec.workload]
+    model = workload.build(spec.num_classes, spec.image_size).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+    model, optimizer = backend.wrap(model, optimizer, spec)
+    batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
+                           image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
+                           rank=info.rank, world=info.world_size, device=device, data_dir=spec.data_dir)
+    loss_fn = nn.CrossEntropyLoss()
+    inject = spec.inject if spec.inject and spec.inject["rank"] == info.rank else None
+    fault_step = inject["step"] if inject else -1
+    steps_done = 0
+
+    def step():
+        nonlocal steps_done
+        if steps_done == fault_step:
+            fire_fault(inject["kind"], steps_done)
+        x, y = next(batches)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        steps_done += 1
+        return loss
+
+    def progress(window: int):
+        run_dir.write(file_rank, attempt, "progress",
+                      {"steps": steps_done, "window": window, "time": time.time()})
+
+    loss = step()
+    sync()
+    t_first_step = time.time()
+    loss_first = loss.item()
+    for _ in range(spec.warmup_steps - 1):
+        loss = step()
+    sync()
+    progress(0)
+
+    window_times, window_losses = [], []
+    for window in range(spec.windows):
+        backend.barrier()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(spec.steps_per_window):
+            loss = step()
+        sync()
+        window_times.append(time.perf_counter() - t0)
+        window_losses.append(loss.item())
+        progress(window + 1)
+    t_end = time.time()
+
+    plain = getattr(model, "module", model)  # the model without its data-parallel wrapper
+    with torch.no_grad():
+        params = [p.detach().double() for p in plain.parameters()]
+        checksum = float(sum(p.sum() for p in params))
+        abs_checksum = float(sum(p.abs().sum() for p in params))
+    if spec.save_params:
+        state = {k: v.detach().cpu() for k, v in plain.state_dict().items()}
+        torch.save(state, run_dir.ranks / f"rank{file_rank}.a{attempt}.params.pt")
+
+    result = {
+        "rank_info": info.to_dict(),
+        "pid": os.getpid(),
+        "times": {"process_start": t_process_start, "init_start": t_init_start,
+                  "init_end": t_init_end, "first_step_end": t_first_step, "end": t_end},
+        "window_times": window_times,
+        "window_losses": window_losses,
+        "loss_first": loss_first,
+        "steps": steps_done,
+        "param_count": sum(p.numel() for p in params),
+        "param_checksum": checksum,
+        "param_abs_checksum": abs_checksum,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "cuda_peak_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
+        "threads": {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
+                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity},
+    }
+    backend.shutdown()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    t_process_start = time.time()
+    run_dir = RunDir(argv[0])
+    spec = RunSpec.from_dict(json.loads(run_dir.spec_file.read_text()))
+    rank, attempt = int(os.environ.get("BENCH_RANK", 0)), int(os.environ.get("BENCH_ATTEMPT", 0))
+    run_dir.write(rank, attempt, "start", {"pid": os.getpid(), "time": t_process_start})
+    result = train(spec, run_dir, rank, attempt, t_process_start)
+    run_dir.write(rank, attempt, "result", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

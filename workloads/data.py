@@ -1,0 +1,198 @@
+"""Data sources, identical for every backend: each rank gets the same batches under any launcher.
+
+- synthetic: seeded random tensors, generated once and held on the device, so data loading never
+  limits throughput.
+- digits: scikit-learn's 8x8 handwritten digits (1797 real images, shipped with the package), scaled
+  to the workload's input.
+- mnist: MNIST's own IDX files read from a directory the user gives; nothing is ever downloaded.
+
+Real data sets are held in memory as uint8 and sharded like DistributedSampler: each epoch is a seeded
+permutation cut to a multiple of the world size, and rank r takes every world-th sample from r.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+from pathlib import Path
+
+SOURCES = ("synthetic", "digits", "mnist")
+SYNTHETIC_BATCHES = 8  # distinct batches cycled per rank: enough that no step reuses the previous one
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
+IDX_MAGIC = {"images": 2051, "labels": 2049}
+
+
+class DataError(Exception):
+    """The data source cannot be used as asked; the message says what to do."""
+
+
+def real_classes(source: str) -> int:
+    return 10  # both real sources are handwritten digits
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    # Distinct, reproducible streams per rank that do not depend on the world size.
+    return seed * 1_000_003 + rank
+
+
+# ---------------------------------------------------------------- MNIST's IDX format
+def _open_maybe_gz(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def find_mnist(data_dir: str | os.PathLike | None) -> tuple[Path, Path]:
+    """Return the (images, labels) paths or raise DataError naming what is missing."""
+    if not data_dir:
+        raise DataError("--data mnist needs --data-dir DIR holding MNIST's IDX files "
+                        f"({MNIST_FILES[0]}[.gz], {MNIST_FILES[1]}[.gz]); nothing is downloaded")
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise DataError(f"--data-dir {root} does not exist or is not a directory; "
+                        "point it at the folder holding MNIST's IDX files")
+    found = []
+    for stem in MNIST_FILES:
+        for candidate in (root / stem, root / f"{stem}.gz", root / stem.replace("-idx", ".idx")):
+            if candidate.is_file():
+                found.append(candidate)
+                break
+        else:
+            raise DataError(f"MNIST file {stem}[.gz] not found in {root}; nothing is downloaded: "
+                            "put MNIST's training files there, or use --data synthetic or --data digits")
+    return found[0], found[1]
+
+
+def read_idx(path: Path, kind: str):
+    """Read one IDX file (images: N x rows x cols uint8, labels: N uint8) as a numpy array."""
+    import numpy as np
+
+    try:
+        with _open_maybe_gz(path) as fh:
+            header = fh.read(8)
+            if len(header) < 8:
+                raise DataError(f"{path} is too short to be an MNIST {kind} file")
+            magic, count = struct.unpack(">II", header)
+            if magic != IDX_MAGIC[kind]:
+                raise DataError(f"{path} is not an MNIST {kind} file (magic number {magic}, "
+                                f"expected {IDX_MAGIC[kind]})")
+            shape: tuple[int, ...] = (count,)
+            if kind == "images":
+                shape += struct.unpack(">II", fh.read(8))
+            data = fh.read()
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise DataError(f"cannot read {path}: {exc}") from None
+    expected = 1
+    for dim in shape:
+        expected *= dim
+    if len(data) != expected:
+        raise DataError(f"{path} holds {len(data)} bytes of data, its header promises {expected}")
+    return np.frombuffer(data, dtype=np.uint8).reshape(shape)
+
+
+def check_source(source: str, data_dir: str | None) -> None:
+    """Cheap parent-side validation, so bad input fails before any process starts."""
+    if source not in SOURCES:
+        raise DataError(f"unknown data source {source!r}; choose one of {', '.join(SOURCES)}")
+    if source == "mnist":
+        images, labels = find_mnist(data_dir)
+        n_images = read_idx(images, "images").shape[0]
+        n_labels = read_idx(labels, "labels").shape[0]
+        if n_images != n_labels:
+            raise DataError(f"MNIST files disagree: {n_images} images but {n_labels} labels")
+    if source == "digits":
+        try:
+            import sklearn.datasets  # noqa: F401
+        except ImportError:
+            raise DataError("--data digits needs scikit-learn (pip install scikit-learn)") from None
+
+
+def load_real(source: str, data_dir: str | None):
+    """(images uint8 N x H x W, labels int64 N) as numpy arrays."""
+    import numpy as np
+
+    if source == "mnist":
+        images_path, labels_path = find_mnist(data_dir)
+        return read_idx(images_path, "images"), read_idx(labels_path, "labels").astype(np.int64)
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.rint(digits.images * (255.0 / 16.0)).astype(np.uint8)  # 0..16 ink levels -> 0..255
+    return images, digits.target.astype(np.int64)
+
+
+# ---------------------------------------------------------------- batch streams
+class SyntheticBatches:
+    """A fixed set of seeded batches, already on the device, cycled forever."""
+
+    def __init__(self, *, batch, channels, image, classes, seed, rank, device):
+        import torch
+
+        gen = torch.Generator().manual_seed(rank_seed(seed, rank))
+        self.x = torch.randn(SYNTHETIC_BATCHES, batch, channels, image, image, generator=gen).to(device)
+        self.y = torch.randint(0, classes, (SYNTHETIC_BATCHES, batch), generator=gen).to(device)
+        self.i = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        i = self.i
+        self.i = (i + 1) % SYNTHETIC_BATCHES
+        return self.x[i], self.y[i]
+
+
+class ShardedBatches:
+    """Epochs over an in-memory uint8 data set, sharded by rank, converted per batch on the device."""
+
+    def __init__(self, images, labels, *, batch, channels, image, seed, rank, world, device):
+        import torch
+
+        self.images = torch.from_numpy(images.copy()).to(device)
+        self.labels = torch.from_numpy(labels.copy()).to(device)
+        n = len(self.labels) // world * world
+        self.per_rank = n // world
+        if self.per_rank < batch:
+            raise DataError(f"the data set has {len(self.labels)} samples: too few for "
+                            f"{world} workers x batch {batch}; lower --batch-size or the world size")
+        scaled = self.images.float() / 255.0
+        self.mean, self.std = scaled.mean().item(), scaled.std().item()
+        self.batch, self.channels, self.image = batch, channels, image
+        self.seed, self.rank, self.world, self.n = seed, rank, world, n
+        self.epoch, self.pos, self.order = -1, 0, None
+        self._new_epoch()
+
+    def _new_epoch(self):
+        import torch
+
+        self.epoch += 1
+        gen = torch.Generator().manual_seed(self.seed * 7919 + self.epoch)
+        perm = torch.randperm(len(self.labels), generator=gen)[: self.n]
+        self.order = perm[self.rank :: self.world].to(self.labels.device)
+        self.pos = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        import torch.nn.functional as F
+
+        if self.pos + self.batch > self.per_rank:
+            self._new_epoch()
+        idx = self.order[self.pos : self.pos + self.batch]
+        self.pos += self.batch
+        x = (self.images[idx].float().div_(255.0) - self.mean) / self.std
+        x = x.unsqueeze(1)
+        if x.shape[-1] != self.image:
+            x = F.interpolate(x, size=(self.image, self.image), mode="bilinear", align_corners=False)
+        if self.channels != 1:
+            x = x.expand(-1, self.channels, -1, -1).contiguous()
+        return x, self.labels[idx]
+
+
+def open_batches(source, *, batch, channels, image, classes, seed, rank, world, device, data_dir=None):
+    if source == "synthetic":
+        return SyntheticBatches(batch=batch, channels=channels, image=image, classes=classes,
+                                seed=seed, rank=rank, device=device)
+    images, labels = load_real(source, data_dir)
+    return ShardedBatches(images, labels, batch=batch, channels=channels, image=image, seed=seed,
+                          rank=rank, world=world, device=device)

@@ -1,0 +1,29 @@
+"""An MLP on 1x28x28 inputs with 10 classes: small compute, so communication dominates early."""
+
+from workloads.base import Size, Workload
+
+HIDDEN = (512, 512)
+
+
+def build(num_classes: int, image: int):
+    import torch.nn as nn
+
+    layers: list = [nn.Flatten()]
+    width = image * image
+    for hidden in HIDDEN:
+        layers += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    layers.append(nn.Linear(width, num_classes))
+    return nn.Sequential(*layers)
+
+
+WORKLOAD = Workload(
+    name="mnist_mlp",
+    summary="MLP 784-512-512-10 (0.67M parameters) on 1x28x28 digits",
+    channels=1,
+    # The same on both devices: the model is defined by its 28x28 input.
+    gpu=Size(batch=64, image=28, synthetic_classes=10),
+    cpu=Size(batch=64, image=28, synthetic_classes=10),
+    fixed_image=True,
+    build=build,
+)
