@@ -26,14 +26,24 @@ def _root_cause(exits: dict[int, dict]) -> dict | None:
             "signal": first["signal"], "tail": first["tail"]}
 
 
-def _stuck_ranks(run_dir: RunDir, world_size: int) -> list[dict]:
-    """Where each rank was when the run was ended: the last progress it reported."""
-    progress, starts = run_dir.latest("progress"), run_dir.latest("start")
+def _rank_states(run_dir: RunDir, world_size: int) -> list[dict]:
+    """Where each rank was when the run was ended, from the files it had written."""
+    progress, starts, joined = run_dir.latest("progress"), run_dir.latest("start"), run_dir.latest("joined")
+    results = run_dir.latest("result")
     rows = []
     for rank in range(world_size):
-        rows.append({"rank": rank, "started": rank in starts,
-                     "steps_reported": progress.get(rank, {}).get("steps"),
-                     "window_reported": progress.get(rank, {}).get("window")})
+        window = progress.get(rank, {}).get("window")
+        if rank in results:
+            state = "finished"
+        elif window is not None:
+            state = "warm-up done" if window == 0 else f"finished window {window}"
+        elif rank in joined:
+            state = "joined the group, in warm-up"
+        elif rank in starts:
+            state = "started, not yet joined the group"
+        else:
+            state = "not started"
+        rows.append({"rank": rank, "state": state, "steps_reported": progress.get(rank, {}).get("steps")})
     return rows
 
 
@@ -96,8 +106,8 @@ def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict)
     if outcome.ending in ("interrupted", "timeout"):
         status = outcome.ending
         what = "interrupted by the user" if status == "interrupted" else f"deadline of {spec.timeout:g} s passed"
-        error = {"message": what, "ranks": _stuck_ranks(run_dir, spec.world_size),
-                 "tail": tail(run_dir.launcher_log)}
+        error = {"message": what, "ranks": _rank_states(run_dir, spec.world_size),
+                 "tail": tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown)}
     elif cause is not None:
         status = "crashed"
         how = f"signal {cause['signal']}" if cause["signal"] else f"exit code {cause['exit_code']}"

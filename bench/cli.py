@@ -9,7 +9,7 @@ import signal
 import sys
 
 from bench.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, BenchError,
-                          Interrupted, UsageError)
+                          Interrupted)
 
 
 class Parser(argparse.ArgumentParser):
@@ -47,7 +47,7 @@ def add_run_options(p):
     g = p.add_argument_group("measurement")
     g.add_argument("--batch-size", type=int, help="per-worker batch (default: the workload's)")
     g.add_argument("--warmup-steps", type=int, help="untimed steps first (default 5, at least 1)")
-    g.add_argument("--steps-per-window", type=int, help="steps timed per window (default 10)")
+    g.add_argument("--steps-per-window", type=int, help="steps timed per window (default 20)")
     g.add_argument("--windows", type=int, help="timed windows (default 5, at least 2)")
     g.add_argument("--seed", type=int, help="seed of the model and the data (default 0)")
     g.add_argument("--lr", type=float, help="SGD learning rate (default 0.01, momentum 0.9)")
@@ -165,6 +165,11 @@ def cmd_sweep(args) -> int:
     failed = [r for r in records if r["status"] != "ok"]
     print(f"bench sweep {sweep_id}: {len(records) - len(failed)} ok, {len(failed)} not ok; "
           f"`bench list --store {store.path}` shows them", file=sys.stderr)
+    if args.report:
+        from bench.report import write_report_with_copy
+
+        latest, stamped = write_report_with_copy(store, args.report)
+        print(f"report written to {latest} (and {stamped})", file=sys.stderr)
     return status_exit([r["status"] for r in records])
 
 
@@ -215,6 +220,8 @@ def build_parser() -> Parser:
                    help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the plain single-process run that scaling is also measured against")
+    p.add_argument("--report", metavar="FILE",
+                   help="after the sweep, write the HTML report there, plus a timestamped copy beside it")
     add_run_options(p)
     p.set_defaults(func=cmd_sweep)
 

@@ -33,8 +33,7 @@ def summary_lines(record: dict) -> list[str]:
     if error:
         lines.append(f"error: {error['message']}")
         for row in error.get("ranks") or []:
-            lines.append(f"  rank {row['rank']}: started={row['started']} "
-                         f"steps reported={row['steps_reported']}")
+            lines.append(f"  rank {row['rank']}: {row['state']}")
         if error.get("tail"):
             lines.append("error output (tail):")
             lines += ["  " + line for line in error["tail"].splitlines()]

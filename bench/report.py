@@ -136,3 +136,11 @@ def write_report(store, output) -> Path:
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def write_report_with_copy(store, output) -> tuple[Path, Path]:
+    """Write the report to `output` and a timestamped copy beside it (report-YYYYmmdd-HHMMSS.html)."""
+    latest = write_report(store, output)
+    stamped = latest.with_name(f"report-{time.strftime('%Y%m%d-%H%M%S')}{latest.suffix}")
+    stamped.write_bytes(latest.read_bytes())
+    return latest, stamped

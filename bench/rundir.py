@@ -69,14 +69,15 @@ class RunDir:
         return {rank: data for rank, (_, data) in sorted(best.items())}
 
 
-def tail(path: Path, lines: int = 20, max_bytes: int = 16384) -> str:
-    """The last lines of a log, for error reports."""
+def tail(path: Path, lines: int = 30, max_bytes: int = 16384, upto: int | None = None) -> str:
+    """The last lines of a log (of its first `upto` bytes when given), for error reports."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            text = fh.read().decode("utf-8", "replace")
+            size = fh.tell() if upto is None else min(upto, fh.tell())
+            start = max(0, size - max_bytes)
+            fh.seek(start)
+            text = fh.read(size - start).decode("utf-8", "replace")
     except OSError:
         return ""
     return "\n".join(text.rstrip().splitlines()[-lines:])

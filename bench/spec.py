@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from bench.errors import UsageError
 
-DEFAULTS = dict(warmup_steps=5, steps_per_window=10, windows=5, seed=0, data="synthetic",
+DEFAULTS = dict(warmup_steps=5, steps_per_window=20, windows=5, seed=0, data="synthetic",
                 lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="none")
 CPU_BINDS = ("none", "cores")
 INJECT_KINDS = ("hang", "crash", "kill")

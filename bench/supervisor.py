@@ -32,6 +32,7 @@ class Outcome:
     returncode: int | None
     launched_at: float  # wall clock, comparable with the workers' timestamps
     ended_at: float
+    log_bytes_before_teardown: int | None = None  # the launcher log as it was before we ended it
     reaped: list[dict] = field(default_factory=list)  # processes teardown had to end
     survivors: list[dict] = field(default_factory=list)  # processes that could not be ended
 
@@ -131,6 +132,7 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
         ending = "interrupted"
     finally:
         ended_at = time.time()
+        log_bytes = log_path.stat().st_size if log_path.exists() else None
         # A second Ctrl-C must not cut teardown short and leave processes behind.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
@@ -141,4 +143,4 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
         finally:
             signal.signal(signal.SIGINT, previous)
     return Outcome(ending=ending, returncode=returncode, launched_at=launched_at, ended_at=ended_at,
-                   reaped=reaped, survivors=survivors)
+                   log_bytes_before_teardown=log_bytes, reaped=reaped, survivors=survivors)

@@ -1,0 +1,52 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Short runs: the tests check behaviour, not figures.
+FAST = ["--warmup-steps", "2", "--steps-per-window", "3", "--windows", "2"]
+
+
+def bench(*args, timeout=300, cwd=None):
+    """Run the real CLI in a child process, as a user would."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("BENCH_STORE", None)
+    return subprocess.run([sys.executable, "-m", "bench", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd or ROOT, env=env)
+
+
+def bench_json(*args, timeout=300):
+    proc = bench(*args, "--json", timeout=timeout)
+    try:
+        return proc, json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"stdout is not JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+
+def processes_of_run(run_id: str) -> list[psutil.Process]:
+    """Live processes that carry the run's tag (what the supervisor uses to reap)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("BENCH_RUN_TAG") == run_id and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def assert_nothing_left(record: dict) -> None:
+    assert processes_of_run(record["run_id"]) == []
+    for row in record["rank_map"]:
+        assert not psutil.pid_exists(row["pid"]) or \
+            psutil.Process(row["pid"]).status() == psutil.STATUS_ZOMBIE, f"rank {row['rank']} survived"
+
+
+@pytest.fixture
+def store(tmp_path):
+    return tmp_path / "results" / "bench.sqlite"

@@ -1,0 +1,69 @@
+"""Bad input: one line on stderr, exit 2, no traceback, nothing run."""
+
+import sqlite3
+
+import pytest
+
+from conftest import bench
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["run", "--backend", "tensorflow"], ["unknown backend 'tensorflow'", "elastic"]),
+    (["run", "--workload", "gpt5"], ["unknown workload 'gpt5'", "mnist_mlp", "resnet18"]),
+    (["run", "--gpus", "8"], ["no CUDA device", "--nproc 8"]),
+    (["run", "--nproc", "64"], ["needs 64 cores", "--oversubscribe"]),
+    (["run", "--nproc", "0"], ["at least 1"]),
+    (["run", "--nproc", "2", "--gpus", "1"], ["not both"]),
+    (["run", "--backend", "single", "--nproc", "2"], ["at most 1 worker"]),
+    (["run", "--data", "mnist"], ["--data-dir"]),
+    (["run", "--data", "mnist", "--data-dir", "/nonexistent/mnist"], ["does not exist"]),
+    (["run", "--windows", "1"], ["at least 2"]),
+    (["run", "--batch-size", "0"], ["at least 1"]),
+    (["run", "--workload", "mnist_mlp", "--image-size", "64"], ["28x28"]),
+    (["run", "--inject", "explode:1:1"], ["KIND:RANK:STEP"]),
+    (["run", "--nproc", "2", "--inject", "hang:5:1"], ["rank 5"]),
+    (["run", "--nproc", "two"], ["invalid int value"]),
+    (["sweep", "--backend", "elastic,horovd"], ["unknown backend 'horovd'"]),
+    (["sweep", "--world-sizes", "1,x"], ["comma-separated"]),
+    (["frobnicate"], ["invalid choice"]),
+])
+def test_bad_input_is_one_line_and_exit_2(args, fragments, store):
+    proc = bench(*args, "--store", store) if args[0] in ("run", "sweep") else bench(*args)
+    assert_one_line_error(proc, *fragments)
+    assert not store.exists(), "bad input must not create a store"
+
+
+def test_mnist_dir_without_files(tmp_path, store):
+    proc = bench("run", "--data", "mnist", "--data-dir", tmp_path, "--store", store)
+    assert_one_line_error(proc, "train-images-idx3-ubyte", "nothing is downloaded")
+
+
+def test_corrupt_store_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bench.sqlite"
+    bad.write_bytes(b"this is not a database, it is a text file " * 100)
+    for verb in (["list"], ["report", "-o", tmp_path / "r.html"]):
+        assert_one_line_error(bench(*verb, "--store", bad), str(bad), "--store")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path):
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    assert_one_line_error(bench("list", "--store", other), "not a bench store")
+
+
+def test_missing_store_for_list_and_report(tmp_path):
+    missing = tmp_path / "none.sqlite"
+    assert_one_line_error(bench("list", "--store", missing), "no results store")
+    assert_one_line_error(bench("report", "--store", missing, "-o", tmp_path / "r.html"), "no results store")

@@ -1,0 +1,139 @@
+"""Real runs through the CLI: torchrun, 2 gloo processes, the worker loop, the store."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FAST, ROOT, assert_nothing_left, bench, bench_json
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("workload", ["mnist_mlp", "resnet18"])
+def test_two_process_elastic_run(workload, store):
+    proc, record = bench_json("run", "--backend", "elastic", "--workload", workload, "--nproc", 2,
+                              "--store", store, *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert record["status"] == "ok" and record["error"] is None
+    spec = record["spec"]
+    assert (spec["world_size"], spec["device"], spec["threads"]) == (2, "cpu", 1)
+    assert spec["image_size"] == (28 if workload == "mnist_mlp" else 32)  # the CPU size
+    # the rank map comes from what torchrun gave each worker
+    ranks = sorted(r["rank"] for r in record["rank_map"])
+    assert ranks == [0, 1]
+    for row in record["rank_map"]:
+        assert row["local_rank"] == row["rank"] and row["group_rank"] == 0
+        assert row["restart_count"] == 0 and row["world_size"] == 2 and row["host"]
+    m = record["metrics"]
+    thr = m["throughput"]
+    assert thr["n"] == 2 and len(thr["per_window"]) == 2
+    assert thr["ci_low"] <= thr["mean"] <= thr["ci_high"]
+    # throughput is the global batch over the slowest rank's window
+    expected = [spec["batch_size"] * 2 * 3 / t for t in m["window_times_s"]]
+    assert thr["per_window"] == pytest.approx(expected)
+    assert len(m["per_rank"]) == 2 and all(r["peak_rss_bytes"] > 0 for r in m["per_rank"])
+    assert 0 < m["startup"]["rendezvous_s"] <= m["startup"]["launch_to_first_step_s"]
+    # identical parameters on both ranks: DDP kept them in sync
+    assert m["per_rank"][0]["param_checksum"] == pytest.approx(m["per_rank"][1]["param_checksum"])
+    env = record["environment"]
+    assert env["torch"].startswith("2.14.1") and env["variables"]["OMP_NUM_THREADS"] == "1"
+    assert "torch.distributed.run" in record["command"]
+    # listed from the store
+    listing = bench("list", "--store", store)
+    assert listing.returncode == 0 and record["run_id"] in listing.stdout
+    assert_nothing_left(record)
+
+
+def test_hung_worker_is_killed_at_the_deadline(store):
+    started = time.monotonic()
+    proc, record = bench_json("run", "--nproc", 2, "--inject", "hang:1:3", "--timeout", 15,
+                              "--store", store, *FAST)
+    assert proc.returncode == 1
+    assert time.monotonic() - started < 60
+    assert record["status"] == "timeout"
+    states = {row["rank"]: row["state"] for row in record["error"]["ranks"]}
+    assert set(states) == {0, 1}
+    assert_nothing_left(record)
+
+
+@pytest.mark.parametrize("kind, how", [("crash", {"exit_code": 1, "signal": None}),
+                                       ("kill", {"exit_code": None, "signal": "SIGKILL"})])
+def test_crashed_worker_names_rank_and_exit(kind, how, store):
+    proc, record = bench_json("run", "--nproc", 2, "--inject", f"{kind}:1:4", "--store", store, *FAST)
+    assert proc.returncode == 1
+    assert record["status"] == "crashed"
+    error = record["error"]
+    assert error["rank"] == 1
+    assert {k: error[k] for k in how} == how
+    if kind == "crash":
+        assert "injected crash at step 4" in error["tail"]
+    assert_nothing_left(record)
+
+
+def _run_dirs(store: Path):
+    return list((store.parent / "runs").glob("*")) if (store.parent / "runs").exists() else []
+
+
+def test_ctrl_c_ends_every_process_and_is_recorded(store):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--nproc", "2", "--inject", "hang:0:3",
+                             "--timeout", "120", "--store", str(store), "--json", *FAST],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until both ranks joined the group
+        dirs = _run_dirs(store)
+        if dirs and len(list((dirs[0] / "ranks").glob("rank*.joined.json"))) == 2:
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the ranks never joined")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    record = json.loads(out)
+    assert record["status"] == "interrupted"
+    assert_nothing_left(record)
+
+
+def test_two_runs_at_once_do_not_collide(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-m", "bench", "run", "--nproc", "1", "--threads", "1",
+                               "--store", str(tmp_path / f"s{i}.sqlite"), "--json", *FAST],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert json.loads(out)["status"] == "ok"
+
+
+def test_sweep_list_and_report(store, tmp_path):
+    report = tmp_path / "out" / "latest.html"
+    proc = bench("sweep", "--workload", "mnist_mlp", "--nproc", 2, "--store", store, "--report", report,
+                 *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "[3/3]" in proc.stderr  # baseline, world 1, world 2
+    from bench.frame import with_efficiency
+    from bench.store import Store
+
+    frame = Store(store).load()
+    assert sorted(zip(frame["backend"], frame["world_size"])) == [("elastic", 1), ("elastic", 2),
+                                                                 ("single", 1)]
+    assert frame["sweep_id"].nunique() == 1 and (frame["status"] == "ok").all()
+    assert (frame["threads"] == 1).all()  # one thread count for every world size of a sweep
+    eff = with_efficiency(frame).set_index(["backend", "world_size"])
+    assert eff.loc[("elastic", 1), "efficiency"] == pytest.approx(1.0)
+    assert 0 < eff.loc[("elastic", 2), "efficiency"] < 1.5
+    assert eff.loc[("elastic", 2), "efficiency_vs_plain"] > 0
+    page = report.read_text()
+    assert "data:image/png;base64," in page and "elastic" in page
+    assert "<script" not in page and "http" not in page.split("</style>")[0]
+    copies = list(report.parent.glob("report-*.html"))
+    assert len(copies) == 1 and copies[0].read_text() == page
