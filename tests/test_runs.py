@@ -137,3 +137,18 @@ def test_sweep_list_and_report(store, tmp_path):
     assert "<script" not in page and "http" not in page.split("</style>")[0]
     copies = list(report.parent.glob("report-*.html"))
     assert len(copies) == 1 and copies[0].read_text() == page
+
+
+@pytest.mark.parametrize("data", ["digits", "mnist"])
+def test_real_data_sources_through_the_cli(data, store, tmp_path):
+    extra = []
+    if data == "mnist":
+        from test_data import write_mnist
+
+        write_mnist(tmp_path, n=300)
+        extra = ["--data-dir", tmp_path]
+    proc, record = bench_json("run", "--nproc", 2, "--data", data, *extra, "--batch-size", 16,
+                              "--store", store, *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert record["status"] == "ok" and record["spec"]["data"] == data
+    assert record["spec"]["num_classes"] == 10

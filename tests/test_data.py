@@ -1,0 +1,101 @@
+"""Data sources: MNIST's IDX format, sharding of real data, determinism of synthetic data."""
+
+import gzip
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from workloads import WORKLOADS
+from workloads.data import DataError, ShardedBatches, SyntheticBatches, check_source, open_batches, read_idx
+
+
+def write_mnist(folder, n=50, gz=False, images_magic=2051):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
+    opener = gzip.open if gz else open
+    ext = ".gz" if gz else ""
+    with opener(folder / f"train-images-idx3-ubyte{ext}", "wb") as fh:
+        fh.write(struct.pack(">IIII", images_magic, n, 28, 28) + images.tobytes())
+    with opener(folder / f"train-labels-idx1-ubyte{ext}", "wb") as fh:
+        fh.write(struct.pack(">II", 2049, n) + labels.tobytes())
+    return images, labels
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_mnist_idx_files_are_read(tmp_path, gz):
+    images, labels = write_mnist(tmp_path, gz=gz)
+    check_source("mnist", str(tmp_path))
+    ext = ".gz" if gz else ""
+    assert (read_idx(tmp_path / f"train-images-idx3-ubyte{ext}", "images") == images).all()
+    assert (read_idx(tmp_path / f"train-labels-idx1-ubyte{ext}", "labels") == labels).all()
+
+
+def test_mnist_wrong_magic_is_refused(tmp_path):
+    write_mnist(tmp_path, images_magic=1234)
+    with pytest.raises(DataError, match="not an MNIST images file"):
+        check_source("mnist", str(tmp_path))
+
+
+def test_mnist_truncated_file_is_refused(tmp_path):
+    write_mnist(tmp_path)
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(DataError, match="header promises"):
+        check_source("mnist", str(tmp_path))
+
+
+@pytest.mark.parametrize("workload, channels, image", [("mnist_mlp", 1, 28), ("resnet18", 3, 32)])
+def test_mnist_batches_take_the_workload_shape(tmp_path, workload, channels, image):
+    write_mnist(tmp_path, n=40)
+    batches = open_batches("mnist", batch=8, channels=channels, image=image, classes=10, seed=0, rank=0,
+                           world=2, device="cpu", data_dir=str(tmp_path))
+    x, y = next(batches)
+    assert x.shape == (8, channels, image, image) and x.dtype == torch.float32 and y.shape == (8,)
+
+
+def test_real_data_shards_are_disjoint_and_cover_an_epoch():
+    from workloads.data import load_real
+
+    images, labels = load_real("digits", None)
+    assert images.shape == (1797, 8, 8) and images.dtype == np.uint8
+    world, batch = 3, 32
+    seen = []
+    for rank in range(world):
+        b = ShardedBatches(images, labels, batch=batch, channels=1, image=28, seed=5, rank=rank,
+                           world=world, device="cpu")
+        order = b.order.clone()
+        assert len(order) == 1797 // world
+        seen.append(set(order.tolist()))
+    assert not (seen[0] & seen[1]) and not (seen[1] & seen[2])
+    assert len(set().union(*seen)) == 1797 // world * world
+
+
+def test_data_set_too_small_for_the_batch():
+    from workloads.data import load_real
+
+    images, labels = load_real("digits", None)
+    with pytest.raises(DataError, match="too few"):
+        ShardedBatches(images, labels, batch=1000, channels=1, image=28, seed=0, rank=0, world=2,
+                       device="cpu")
+
+
+def test_synthetic_data_is_seeded_per_rank():
+    def first(seed, rank):
+        return next(SyntheticBatches(batch=4, channels=1, image=28, classes=10, seed=seed, rank=rank,
+                                     device="cpu"))[0]
+
+    assert torch.equal(first(1, 0), first(1, 0))
+    assert not torch.equal(first(1, 0), first(1, 1))
+    assert not torch.equal(first(1, 0), first(2, 0))
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_workload_models_take_their_cpu_inputs(name):
+    wl = WORKLOADS[name]
+    size = wl.cpu
+    model = wl.build(size.synthetic_classes, size.image)
+    out = model(torch.randn(2, wl.channels, size.image, size.image))
+    assert out.shape == (2, size.synthetic_classes)
