@@ -17,13 +17,26 @@ from bench.rundir import RunDir, tail
 from bench.stats import summarize
 
 
-def _root_cause(exits: dict[int, dict]) -> dict | None:
-    failures = [e for e in exits.values() if e["returncode"] != 0 and not e.get("terminated_by")]
+def _root_cause(exits: dict[int, dict], errors: dict[int, dict]) -> dict | None:
+    """The rank that failed first. A rank's failure time is when its exception was raised (its error
+    file) or, for a death by signal, when it exited: a rank that fails because a peer died does so
+    after the peer, even when it happens to exit sooner."""
+    # A rank the launcher terminated is a victim, unless it had already failed by itself (its error
+    # file); launchers terminate the others as soon as one rank exits non-zero.
+    failures = [e for e in exits.values()
+                if e["returncode"] != 0 and (not e.get("terminated_by") or e["rank"] in errors)]
     if not failures:
         return None
-    first = min(failures, key=lambda e: e["time"])
+
+    def failed_at(e):
+        err = errors.get(e["rank"])
+        return min(err["time"], e["time"]) if err else e["time"]
+
+    first = min(failures, key=failed_at)
+    err = errors.get(first["rank"]) or {}
     return {"rank": first["rank"], "attempt": first["attempt"], "exit_code": first["exit_code"],
-            "signal": first["signal"], "tail": first["tail"]}
+            "signal": first["signal"], "exception": err.get("type"), "exception_message": err.get("message"),
+            "tail": first["tail"]}
 
 
 def _rank_states(run_dir: RunDir, world_size: int) -> list[dict]:
@@ -57,7 +70,7 @@ def metrics_from_results(spec, results: dict[int, dict], launched_at: float) -> 
     per_rank = []
     for r in ranks:
         res = results[r]
-        rank_thr = [spec.batch_size * k / t for t in res["window_times"]]
+        rank_thr = [spec.samples_per_step * k / t for t in res["window_times"]]
         per_rank.append({
             "rank": r,
             "throughput": summarize(rank_thr),
@@ -101,7 +114,7 @@ def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict)
     if outcome.reaped:
         events.append({"time": outcome.ended_at, "kind": "reaped", "processes": outcome.reaped})
 
-    cause = _root_cause(exits)
+    cause = _root_cause(exits, run_dir.latest("error"))
     missing = [r for r in range(spec.world_size) if r not in results]
     if outcome.ending in ("interrupted", "timeout"):
         status = outcome.ending

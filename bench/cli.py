@@ -47,7 +47,7 @@ def add_run_options(p):
     g = p.add_argument_group("measurement")
     g.add_argument("--batch-size", type=int, help="per-worker batch (default: the workload's)")
     g.add_argument("--warmup-steps", type=int, help="untimed steps first (default 5, at least 1)")
-    g.add_argument("--steps-per-window", type=int, help="steps timed per window (default 20)")
+    g.add_argument("--steps-per-window", type=int, help="steps timed per window (default: the workload's, about a second of work)")
     g.add_argument("--windows", type=int, help="timed windows (default 5, at least 2)")
     g.add_argument("--seed", type=int, help="seed of the model and the data (default 0)")
     g.add_argument("--lr", type=float, help="SGD learning rate (default 0.01, momentum 0.9)")
@@ -63,9 +63,29 @@ def add_run_options(p):
                    help="test-only fault: hang, crash or kill rank RANK at step STEP")
     g.add_argument("--save-params", action="store_true",
                    help="save each rank's final parameters in the run directory")
+    add_backend_options(p)
     add_store(p)
     p.add_argument("--json", action="store_true", help="print the full record(s) as JSON on stdout, "
                                                        "and nothing else there")
+
+
+def add_backend_options(p):
+    """Each backend's own knobs, from its plug-in; a run records every value, given or default."""
+    from bench.backends import BACKEND_MODULES, get_backend
+
+    for name in BACKEND_MODULES:
+        backend = get_backend(name)
+        if not backend.options:
+            continue
+        g = p.add_argument_group(f"{name} backend options")
+        for opt in backend.options:
+            g.add_argument(opt.flag, dest=f"backend_option:{opt.name}", type=opt.type, choices=opt.choices,
+                           help=f"{opt.help} (default {opt.default})")
+
+
+def backend_options(args) -> dict:
+    prefix = "backend_option:"
+    return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
 
 
 SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject", "warmup_steps",
@@ -74,7 +94,9 @@ SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject"
 
 
 def spec_options(args) -> dict:
-    return {k: getattr(args, k) for k in SPEC_OPTIONS if getattr(args, k) is not None}
+    options = {k: getattr(args, k) for k in SPEC_OPTIONS if getattr(args, k) is not None}
+    options["backend_options"] = backend_options(args)
+    return options
 
 
 def status_exit(statuses: list[str]) -> int:
@@ -125,7 +147,18 @@ def cmd_sweep(args) -> int:
     from bench.runner import execute, new_run_id
     from bench.spec import build_spec, default_threads, resolve_device
 
-    backends = args.backend.split(",") if args.backend else list(COMPARED)
+    if args.backend:
+        backends = args.backend.split(",")
+    else:  # every compared backend that can run here; say which cannot, and why
+        from bench.backends import get_backend
+
+        backends = []
+        for name in COMPARED:
+            problem = get_backend(name).unavailable_reason("cuda" if args.gpus else "cpu")
+            if problem:
+                print(f"bench sweep: skipping {name}: {problem}", file=sys.stderr)
+            else:
+                backends.append(name)
     workloads = args.workload.split(",") if args.workload else None
     if workloads is None:
         from workloads import WORKLOADS
@@ -208,7 +241,7 @@ def build_parser() -> Parser:
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser, metavar="VERB")
 
     p = verbs.add_parser("run", help="one run of one backend and workload")
-    p.add_argument("--backend", default="elastic", help="elastic (default) or single")
+    p.add_argument("--backend", default="elastic", help="elastic (default), horovod or single")
     p.add_argument("--workload", default="mnist_mlp", help="mnist_mlp (default) or resnet18")
     add_run_options(p)
     p.set_defaults(func=cmd_run)
@@ -246,6 +279,8 @@ def _raise_interrupted(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Ctrl-C and SIGTERM end runs cleanly, even where a shell started us with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupted)
     args = build_parser().parse_args(argv)
     try:

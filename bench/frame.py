@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 FRAME_COLUMNS = ["run_id", "created_at", "status", "backend", "workload", "world_size", "device",
-                 "batch_size", "global_batch", "threads", "data", "image_size", "sweep_id",
+                 "batch_size", "backward_passes", "global_batch", "threads", "data", "image_size", "sweep_id",
                  "throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s",
                  "startup_s", "rendezvous_s", "peak_rss_mb", "error", "record"]
 # Runs are comparable only when these conditions are equal (DESIGN, "Fairness"); world size varies.
-CONDITIONS = ["workload", "device", "batch_size", "threads", "data", "image_size"]
+CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "data", "image_size"]
 
 
 def record_row(rec: dict) -> dict:
@@ -19,7 +19,9 @@ def record_row(rec: dict) -> dict:
         "run_id": rec["run_id"], "created_at": rec["created_at"], "status": rec["status"],
         "backend": spec["backend"], "workload": spec["workload"], "world_size": spec["world_size"],
         "device": spec["device"], "batch_size": spec["batch_size"],
-        "global_batch": spec["batch_size"] * spec["world_size"], "threads": spec["threads"],
+        "backward_passes": spec.get("backward_passes", 1),
+        "global_batch": spec["batch_size"] * spec.get("backward_passes", 1) * spec["world_size"],
+        "threads": spec["threads"],
         "data": spec["data"], "image_size": spec["image_size"], "sweep_id": spec.get("sweep_id"),
         "throughput": thr.get("mean"), "ci_low": thr.get("ci_low"), "ci_high": thr.get("ci_high"),
         "rel_stdev": thr.get("rel_stdev"), "unstable": thr.get("unstable"),

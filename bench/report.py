@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from bench.errors import StoreError
-from bench.frame import with_efficiency
+from bench.frame import CONDITIONS, with_efficiency
 
 TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>bench report</title>
@@ -101,8 +101,7 @@ def render_report(frame, store_label: str) -> str:
         raise StoreError(f"no runs in {store_label}: nothing to report; run `bench sweep` first")
     ok = with_efficiency(frame)
     tables = []
-    keys = ["workload", "device", "batch_size", "threads", "data", "image_size"]
-    for key, group in ok.groupby(keys, sort=True):
+    for key, group in ok.groupby(CONDITIONS, sort=True):
         latest = group.sort_values("created_at").groupby(["backend", "world_size"]).tail(1)
         latest = latest.sort_values(["backend", "world_size"])
         rows = [{
@@ -113,8 +112,10 @@ def render_report(frame, store_label: str) -> str:
             "step": _fmt(r.step_time_s * 1000 if r.step_time_s else None, ".2f"),
             "startup": _fmt(r.startup_s, ".2f"), "rss": _fmt(r.peak_rss_mb, ",.0f"), "run_id": r.run_id,
         } for r in latest.itertuples()]
-        title = (f"{key[0]} on {key[1]}: batch {key[2]}/worker, {key[3]} thread(s)/worker, "
-                 f"{key[4]} data, {key[5]}px")
+        cond = dict(zip(CONDITIONS, key))
+        passes = f" x {cond['backward_passes']} passes" if cond["backward_passes"] != 1 else ""
+        title = (f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
+                 f"{cond['threads']} thread(s)/worker, {cond['data']} data, {cond['image_size']}px")
         tables.append({"title": title, "rows": rows, "figure": _scaling_figure(latest)})
     failed = []
     for r in frame[frame["status"] != "ok"].itertuples():

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from bench.errors import UsageError
 
-DEFAULTS = dict(warmup_steps=5, steps_per_window=20, windows=5, seed=0, data="synthetic",
+DEFAULTS = dict(warmup_steps=5, windows=5, seed=0, data="synthetic",
                 lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="none")
 CPU_BINDS = ("none", "cores")
 INJECT_KINDS = ("hang", "crash", "kill")
@@ -27,8 +27,8 @@ class RunSpec:
     image_size: int
     num_classes: int
     threads: int  # intra-op threads per worker, also OMP_NUM_THREADS / MKL_NUM_THREADS
+    steps_per_window: int
     warmup_steps: int = DEFAULTS["warmup_steps"]
-    steps_per_window: int = DEFAULTS["steps_per_window"]
     windows: int = DEFAULTS["windows"]
     seed: int = DEFAULTS["seed"]
     data: str = DEFAULTS["data"]
@@ -38,13 +38,20 @@ class RunSpec:
     cpu_bind: str = DEFAULTS["cpu_bind"]
     timeout: float = DEFAULTS["timeout"]
     backend_options: dict = field(default_factory=dict)
+    backward_passes: int = 1  # micro-batches per optimizer step (gradient accumulation), from the backend
     inject: dict | None = None  # test-only fault injection, see parse_inject
     save_params: bool = False  # write each rank's final parameters into the run directory
     sweep_id: str | None = None
 
     @property
+    def samples_per_step(self) -> int:
+        """Samples one worker consumes per optimizer step."""
+        return self.batch_size * self.backward_passes
+
+    @property
     def global_batch(self) -> int:
-        return self.batch_size * self.world_size
+        """Samples all workers consume per optimizer step."""
+        return self.samples_per_step * self.world_size
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,7 +116,8 @@ def default_threads(device: str, max_world_size: int) -> int:
 def build_spec(*, backend: str, workload: str, world_size: int, device: str,
                batch_size: int | None = None, image_size: int | None = None,
                threads: int | None = None, oversubscribe: bool = False,
-               inject: str | dict | None = None, **options) -> RunSpec:
+               inject: str | dict | None = None, backend_options: dict | None = None,
+               **options) -> RunSpec:
     """Resolve defaults from the workload and the machine, and reject what cannot run."""
     from bench.backends import get_backend
     from workloads import WORKLOADS
@@ -130,7 +138,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     for name in ("warmup_steps", "steps_per_window", "windows", "timeout", "lr"):
         if name in options and options[name] is None:
             del options[name]
-    spec_opts = {**DEFAULTS, **options}
+    spec_opts = {**DEFAULTS, "steps_per_window": size.window_steps, **options}
     batch_size = size.batch if batch_size is None else batch_size
     if batch_size < 1:
         raise UsageError(f"--batch-size {batch_size}: the per-worker batch must be at least 1")
@@ -173,6 +181,11 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     if inject and inject["rank"] >= world_size:
         raise UsageError(f"--inject names rank {inject['rank']}, the world has ranks 0..{world_size - 1}")
 
+    resolved_options = plugin.resolve_options(backend_options or {})
+    problem = plugin.check_options(resolved_options, device)
+    if problem:
+        raise UsageError(f"backend {backend}: {problem}")
     return RunSpec(backend=backend, workload=workload, world_size=world_size, device=device,
                    batch_size=batch_size, image_size=image_size, num_classes=classes,
-                   threads=threads, inject=inject, **spec_opts)
+                   threads=threads, inject=inject, backend_options=resolved_options,
+                   backward_passes=plugin.backward_passes(resolved_options), **spec_opts)

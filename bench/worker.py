@@ -81,15 +81,18 @@ def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_proces
     inject = spec.inject if spec.inject and spec.inject["rank"] == info.rank else None
     fault_step = inject["step"] if inject else -1
     steps_done = 0
+    passes = spec.backward_passes  # micro-batches per optimizer step; the loss is scaled to match one big batch
+    scale = 1.0 / passes
 
     def step():
         nonlocal steps_done
         if steps_done == fault_step:
             fire_fault(inject["kind"], steps_done)
-        x, y = next(batches)
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
+        optimizer.zero_grad()  # set_to_none=True, torch's default; Horovod's wrapper takes no argument
+        for _ in range(passes):
+            x, y = next(batches)
+            loss = loss_fn(model(x), y)
+            (loss * scale if passes > 1 else loss).backward()
         optimizer.step()
         steps_done += 1
         return loss
@@ -156,7 +159,14 @@ def main(argv: list[str]) -> int:
     spec = RunSpec.from_dict(json.loads(run_dir.spec_file.read_text()))
     rank, attempt = int(os.environ.get("BENCH_RANK", 0)), int(os.environ.get("BENCH_ATTEMPT", 0))
     run_dir.write(rank, attempt, "start", {"pid": os.getpid(), "time": t_process_start})
-    result = train(spec, run_dir, rank, attempt, t_process_start)
+    try:
+        result = train(spec, run_dir, rank, attempt, t_process_start)
+    except BaseException as exc:
+        # When it failed, not when it exited: a rank that fails because a peer died fails later than the
+        # peer did, though it may exit first; the parent orders failures by this time.
+        run_dir.write(rank, attempt, "error", {"time": time.time(), "type": type(exc).__name__,
+                                               "message": str(exc)[:2000]})
+        raise
     run_dir.write(rank, attempt, "result", result)
     return 0
 

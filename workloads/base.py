@@ -13,6 +13,7 @@ class Size:
     batch: int  # per-worker batch
     image: int  # side of the square input image, in pixels
     synthetic_classes: int  # class count of the synthetic data set at this size
+    window_steps: int  # default steps per timed window: long enough (about a second) to average out noise
 
 
 @dataclass(frozen=True)

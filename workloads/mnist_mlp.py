@@ -22,8 +22,8 @@ WORKLOAD = Workload(
     summary="MLP 784-512-512-10 (0.67M parameters) on 1x28x28 digits",
     channels=1,
     # The same on both devices: the model is defined by its 28x28 input.
-    gpu=Size(batch=64, image=28, synthetic_classes=10),
-    cpu=Size(batch=64, image=28, synthetic_classes=10),
+    gpu=Size(batch=64, image=28, synthetic_classes=10, window_steps=200),
+    cpu=Size(batch=64, image=28, synthetic_classes=10, window_steps=50),
     fixed_image=True,
     build=build,
 )

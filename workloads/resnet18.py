@@ -18,8 +18,8 @@ WORKLOAD = Workload(
     name="resnet18",
     summary="torchvision ResNet18 (11.7M parameters), 3-channel images",
     channels=3,
-    gpu=Size(batch=64, image=224, synthetic_classes=1000),
-    cpu=Size(batch=32, image=32, synthetic_classes=10),
+    gpu=Size(batch=64, image=224, synthetic_classes=1000, window_steps=50),
+    cpu=Size(batch=32, image=32, synthetic_classes=10, window_steps=10),
     fixed_image=False,
     build=build,
 )

@@ -9,9 +9,10 @@ from bench.errors import UsageError
 # The distributed backends a sweep compares, and the plain loop they are all measured against.
 BACKEND_MODULES = {
     "elastic": "bench.backends.elastic",
+    "horovod": "bench.backends.horovod",
     "single": "bench.backends.single",
 }
-COMPARED = ("elastic",)
+COMPARED = ("elastic", "horovod")
 BASELINE = "single"
 
 

@@ -13,6 +13,21 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 
 
+@dataclass(frozen=True)
+class BackendOption:
+    """A knob users tune on one backend; shown in --help and recorded in spec.backend_options."""
+
+    name: str  # key in spec.backend_options; the CLI flag is --name with dashes
+    default: object
+    help: str
+    type: type = str
+    choices: tuple | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
 @dataclass
 class RankInfo:
     """One row of the rank map, as the launcher assigned it."""
@@ -39,6 +54,19 @@ class Backend(ABC):
     name = ""
     summary = ""
     max_world_size: int | None = None
+    options: tuple[BackendOption, ...] = ()
+
+    def resolve_options(self, given: dict) -> dict:
+        """Every option of this backend with its value (given or default), for the record."""
+        return {opt.name: given.get(opt.name, opt.default) for opt in self.options}
+
+    def check_options(self, options: dict, device: str) -> str | None:
+        """None when the option values can run on `device`, else what is wrong."""
+        return None
+
+    def backward_passes(self, options: dict) -> int:
+        """Backward passes (micro-batches) per optimizer step; the worker loop runs that many."""
+        return 1
 
     # ------------------------------------------------------------ launcher side
     def unavailable_reason(self, device: str) -> str | None:

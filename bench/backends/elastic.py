@@ -7,12 +7,21 @@ import os
 import sys
 from datetime import timedelta
 
-from bench.backends.base import Backend, RankInfo, hostname
+from bench.backends.base import Backend, BackendOption, RankInfo, hostname
 
 
 class ElasticBackend(Backend):
     name = "elastic"
     summary = "torchrun (elastic agent, c10d rendezvous) + DistributedDataParallel"
+    options = (
+        BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of "
+                      "Horovod's fusion threshold)", float),
+    )
+
+    def check_options(self, options, device):
+        if options["ddp_bucket_mb"] <= 0:
+            return "--ddp-bucket-mb must be positive"
+        return None
 
     def unavailable_reason(self, device):
         if importlib.util.find_spec("torch") is None:
@@ -61,7 +70,8 @@ class ElasticBackend(Backend):
     def wrap(self, model, optimizer, spec):
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model, device_ids=self._device_ids), optimizer
+        return DistributedDataParallel(model, device_ids=self._device_ids,
+                                       bucket_cap_mb=spec.backend_options["ddp_bucket_mb"]), optimizer
 
     def barrier(self):
         import torch.distributed as dist

@@ -1,0 +1,180 @@
+"""horovod: horovodrun (Gloo controller by default, MPI on request) + hvd.DistributedOptimizer.
+
+Launchers (--launcher): `gloo` = horovodrun --gloo; `mpi` = horovodrun --mpi; `mpirun` = plain
+OpenMPI mpirun in the classic form (-bind-to none -map-by slot -x VAR ...). Both MPI launchers need
+a Horovod built with MPI (`horovodrun --check-build`). Fusion threshold and cycle time go through
+HOROVOD_FUSION_THRESHOLD / HOROVOD_CYCLE_TIME, which every launcher passes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.backends.base import Backend, BackendOption, RankInfo, hostname
+
+SETUP_HINT = "run `python -m bench.horovod_build` (nox -s tests and nox -s bench do it for you)"
+LAUNCHERS = ("gloo", "mpi", "mpirun")
+# Variables mpirun must carry to the ranks (it passes the environment only to local ranks by itself):
+# those the harness always sets, and those passed on when they are set.
+MPIRUN_EXPORTS = ("BENCH_RUN_TAG", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                  "PATH")
+MPIRUN_EXPORTS_IF_SET = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "HOROVOD_FUSION_THRESHOLD",
+                         "HOROVOD_CYCLE_TIME", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def horovodrun_path() -> str | None:
+    beside = Path(sys.executable).parent / "horovodrun"
+    return str(beside) if beside.exists() else shutil.which("horovodrun")
+
+
+@functools.lru_cache(maxsize=None)
+def check_build() -> tuple[str | None, str]:
+    """(problem or None, `horovodrun --check-build` output). Imported in a child: a broken build
+    (say, one made against another torch) fails there, not in the harness."""
+    run = horovodrun_path()
+    if run is None:
+        return f"Horovod is not installed; {SETUP_HINT}", ""
+    probe = subprocess.run([sys.executable, "-c", "import horovod, horovod.torch; print(horovod.__version__)"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
+        return f"Horovod is installed but does not import with this torch ({last}); " \
+               f"rebuild it: python -m bench.horovod_build --force", ""
+    out = subprocess.run([run, "--check-build"], capture_output=True, text=True, timeout=120)
+    return None, out.stdout.strip()
+
+
+def built_with(feature: str) -> bool:
+    """Whether --check-build ticks a controller or tensor-operation line, e.g. 'MPI' or 'NCCL'."""
+    _, text = check_build()
+    for line in text.splitlines():
+        if line.strip().startswith("[X]") and line.strip()[3:].strip() == feature:
+            return True
+    return False
+
+
+def is_open_mpi(mpirun: str) -> bool:
+    try:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Open MPI" in out or "OpenRTE" in out
+
+
+class HorovodBackend(Backend):
+    name = "horovod"
+    summary = "horovodrun (Gloo or MPI controller) + hvd.DistributedOptimizer"
+    options = (
+        BackendOption("launcher", "gloo", "gloo: horovodrun --gloo; mpi: horovodrun --mpi; "
+                      "mpirun: plain mpirun", str, LAUNCHERS),
+        BackendOption("hvd_compression", "none", "gradient compression on the wire", str, ("none", "fp16")),
+        BackendOption("hvd_backward_passes", 1, "backward passes per step (local accumulation)", int),
+        BackendOption("hvd_op", "average", "gradient reduction", str, ("average", "adasum")),
+        BackendOption("hvd_fusion_mb", None, "fusion threshold in MiB (HOROVOD_FUSION_THRESHOLD; "
+                      "None keeps Horovod's own)", float),
+        BackendOption("hvd_cycle_ms", None, "cycle time in ms (HOROVOD_CYCLE_TIME; None keeps "
+                      "Horovod's own)", float),
+    )
+
+    # ------------------------------------------------------------ launcher side
+    def unavailable_reason(self, device):
+        problem, _ = check_build()
+        if problem:
+            return problem
+        if device == "cuda" and not (built_with("NCCL") or built_with("MPI")):
+            return "this Horovod has no GPU operations; rebuild with HOROVOD_GPU_OPERATIONS=NCCL " \
+                   "python -m bench.horovod_build --force on a CUDA machine"
+        return None
+
+    def check_options(self, options, device):
+        if options["hvd_backward_passes"] < 1:
+            return "--hvd-backward-passes must be at least 1"
+        for name in ("hvd_fusion_mb", "hvd_cycle_ms"):
+            if options[name] is not None and options[name] < 0:
+                return f"--{name.replace('_', '-')} must be 0 or more"
+        if options["launcher"] in ("mpi", "mpirun"):
+            if shutil.which("mpirun") is None:
+                return f"--launcher {options['launcher']} needs mpirun (apt-get install openmpi-bin libopenmpi-dev)"
+            if not built_with("MPI"):
+                return (f"--launcher {options['launcher']} needs a Horovod built with MPI; install "
+                        "libopenmpi-dev and rebuild: python -m bench.horovod_build --force")
+        return None
+
+    def doctor_lines(self):
+        problem, text = check_build()
+        if problem:
+            return []
+        return ["horovodrun --check-build:"] + ["  " + line for line in text.splitlines() if line.strip()]
+
+    def backward_passes(self, options):
+        return options["hvd_backward_passes"]
+
+    def launch_env(self, spec):
+        env = {}
+        opts = spec.backend_options
+        if opts["hvd_fusion_mb"] is not None:
+            env["HOROVOD_FUSION_THRESHOLD"] = str(int(opts["hvd_fusion_mb"] * 2**20))
+        if opts["hvd_cycle_ms"] is not None:
+            env["HOROVOD_CYCLE_TIME"] = str(opts["hvd_cycle_ms"])
+        if opts["launcher"] != "gloo" and os.geteuid() == 0:
+            # OpenMPI refuses root unless told; containers and CI often run as root.
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        return env
+
+    def launch_command(self, spec, rank_command, run_id):
+        n, launcher = spec.world_size, spec.backend_options["launcher"]
+        hosts = f"localhost:{n}"
+        if launcher in ("gloo", "mpi"):
+            return [horovodrun_path(), f"--{launcher}", "-np", str(n), "-H", hosts, *rank_command]
+        mpirun = shutil.which("mpirun")
+        command = [mpirun, "-np", str(n), "-H", hosts, "-bind-to", "none", "-map-by", "slot"]
+        if is_open_mpi(mpirun):
+            command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+        present = {*os.environ, *self.launch_env(spec)} | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set())
+        for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present):
+            command += ["-x", var]
+        return command + list(rank_command)
+
+    def rank_identity(self, env):
+        for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+            if var in env:
+                return int(env[var]), 0
+        return 0, 0
+
+    # ------------------------------------------------------------ worker side
+    def init(self, spec):
+        import horovod.torch as hvd
+        import torch
+
+        hvd.init()
+        if spec.device == "cuda":
+            torch.cuda.set_device(hvd.local_rank())
+        self.hvd = hvd
+        return RankInfo(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(),
+                        local_world_size=hvd.local_size(), group_rank=hvd.cross_rank(),
+                        role_rank=hvd.rank(), restart_count=0, host=hostname())
+
+    def wrap(self, model, optimizer, spec):
+        hvd, opts = self.hvd, spec.backend_options
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        optimizer = hvd.DistributedOptimizer(
+            optimizer, named_parameters=model.named_parameters(),
+            compression=hvd.Compression.fp16 if opts["hvd_compression"] == "fp16" else hvd.Compression.none,
+            backward_passes_per_step=opts["hvd_backward_passes"],
+            op=hvd.Adasum if opts["hvd_op"] == "adasum" else hvd.Average)
+        return model, optimizer
+
+    def barrier(self):
+        self.hvd.barrier()
+
+    def shutdown(self):
+        self.hvd.shutdown()
+
+
+BACKEND = HorovodBackend()
