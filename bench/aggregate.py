@@ -60,8 +60,13 @@ def _rank_states(run_dir: RunDir, world_size: int) -> list[dict]:
     return rows
 
 
-def metrics_from_results(spec, results: dict[int, dict], launched_at: float) -> dict:
-    """Throughput and timing metrics, as DESIGN's definitions state them."""
+def metrics_from_results(spec, all_results: dict[int, dict], launched_at: float) -> dict:
+    """Throughput and timing metrics, as DESIGN's definitions state them. Only workers count; other
+    roles (parameter servers) are reported beside them."""
+    results = {r: res for r, res in all_results.items() if res["rank_info"]["role"] == "worker"}
+    others = [{"rank": r, "role": res["rank_info"]["role"], "served": res["served"],
+               "peak_rss_bytes": res["peak_rss_bytes"]}
+              for r, res in sorted(all_results.items()) if r not in results]
     ranks = sorted(results)
     k = spec.steps_per_window
     per_rank_windows = [results[r]["window_times"] for r in ranks]
@@ -98,6 +103,7 @@ def metrics_from_results(spec, results: dict[int, dict], launched_at: float) -> 
         "peak_rss_bytes_max": max(p["peak_rss_bytes"] for p in per_rank),
         "param_count": results[ranks[0]]["param_count"],
         "loss_last": per_rank[0]["loss_last"],
+        "other_roles": others,
     }
 
 
@@ -115,11 +121,11 @@ def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict)
         events.append({"time": outcome.ended_at, "kind": "reaped", "processes": outcome.reaped})
 
     cause = _root_cause(exits, run_dir.latest("error"))
-    missing = [r for r in range(spec.world_size) if r not in results]
+    missing = [r for r in range(spec.processes) if r not in results]
     if outcome.ending in ("interrupted", "timeout"):
         status = outcome.ending
         what = "interrupted by the user" if status == "interrupted" else f"deadline of {spec.timeout:g} s passed"
-        error = {"message": what, "ranks": _rank_states(run_dir, spec.world_size),
+        error = {"message": what, "ranks": _rank_states(run_dir, spec.processes),
                  "tail": tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown)}
     elif cause is not None:
         status = "crashed"

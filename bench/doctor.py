@@ -3,6 +3,21 @@
 from __future__ import annotations
 
 
+def mpirun_version() -> str:
+    import shutil
+    import subprocess
+
+    path = shutil.which("mpirun")
+    if path is None:
+        return "not found (apt-get install openmpi-bin libopenmpi-dev)"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return f"{path} (version unknown)"
+    first = out.strip().splitlines()[0] if out.strip() else "version unknown"
+    return f"{path} ({first})"
+
+
 def doctor_lines() -> list[str]:
     from bench.backends import BACKEND_MODULES, get_backend
     from bench.environment import fingerprint
@@ -22,7 +37,7 @@ def doctor_lines() -> list[str]:
         f"NCCL        {'yes' if env['nccl'] else 'no'}" +
         (f" ({env['nccl_version']})" if env["nccl_version"] else "") +
         ("" if env["cuda_devices"] else " (no CUDA device to use it)"),
-        f"MPI         torch.distributed: {'yes' if env['mpi'] else 'no'}",
+        f"MPI         torch.distributed: {'yes' if env['mpi'] else 'no'}; mpirun: {mpirun_version()}",
         f"horovod     {env['packages']['horovod'] or 'not installed'}",
         "backends:",
     ]

@@ -39,9 +39,15 @@ class RunSpec:
     timeout: float = DEFAULTS["timeout"]
     backend_options: dict = field(default_factory=dict)
     backward_passes: int = 1  # micro-batches per optimizer step (gradient accumulation), from the backend
+    roles: dict = field(default_factory=dict)  # processes per role, e.g. {"worker": 2, "server": 1}
     inject: dict | None = None  # test-only fault injection, see parse_inject
     save_params: bool = False  # write each rank's final parameters into the run directory
     sweep_id: str | None = None
+
+    @property
+    def processes(self) -> int:
+        """Every process the launcher starts: workers plus any other role."""
+        return sum(self.roles.values()) if self.roles else self.world_size
 
     @property
     def samples_per_step(self) -> int:
@@ -176,16 +182,19 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         spec_opts["data_dir"] = os.path.abspath(spec_opts["data_dir"])
     classes = size.synthetic_classes if spec_opts["data"] == "synthetic" else real_classes(spec_opts["data"])
 
-    if isinstance(inject, str) or inject is None:
-        inject = parse_inject(inject)
-    if inject and inject["rank"] >= world_size:
-        raise UsageError(f"--inject names rank {inject['rank']}, the world has ranks 0..{world_size - 1}")
-
     resolved_options = plugin.resolve_options(backend_options or {})
     problem = plugin.check_options(resolved_options, device)
     if problem:
         raise UsageError(f"backend {backend}: {problem}")
+    roles = plugin.roles(resolved_options, world_size)
+    processes = sum(roles.values())
+
+    if isinstance(inject, str) or inject is None:
+        inject = parse_inject(inject)
+    if inject and inject["rank"] >= processes:
+        raise UsageError(f"--inject names rank {inject['rank']}, the run has ranks 0..{processes - 1}")
+
     return RunSpec(backend=backend, workload=workload, world_size=world_size, device=device,
                    batch_size=batch_size, image_size=image_size, num_classes=classes,
-                   threads=threads, inject=inject, backend_options=resolved_options,
+                   threads=threads, inject=inject, backend_options=resolved_options, roles=roles,
                    backward_passes=plugin.backward_passes(resolved_options), **spec_opts)

@@ -65,6 +65,15 @@ def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_proces
     t_init_end = time.time()
     run_dir.write(file_rank, attempt, "joined", {**info.to_dict(), "pid": os.getpid(), "time": t_init_end})
     affinity = bind_cpus(spec, info.local_rank)
+    if info.role != "worker":  # a parameter server: the backend's loop, not the training loop
+        fault = spec.inject if spec.inject and spec.inject["rank"] == info.rank else None
+        served = backend.serve(spec, info, fault)
+        result = {"rank_info": info.to_dict(), "pid": os.getpid(), "served": served,
+                  "times": {"process_start": t_process_start, "init_start": t_init_start,
+                            "init_end": t_init_end, "end": time.time()},
+                  "peak_rss_bytes": peak_rss_bytes(), "threads": {"torch": torch.get_num_threads()}}
+        backend.shutdown()
+        return result
     cuda = spec.device == "cuda"
     device = torch.device("cuda", info.local_rank) if cuda else torch.device("cpu")
     sync = torch.cuda.synchronize if cuda else (lambda: None)

@@ -127,16 +127,3 @@ def test_broken_horovod_install_is_one_line(tmp_path, store):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "python -m bench.horovod_build --force" in lines[0], proc.stderr
     assert "undefined symbol" in lines[0]
-
-
-def test_sweep_runs_both_backends_side_by_side(store, tmp_path):
-    report = tmp_path / "r.html"
-    proc = bench("sweep", "--backend", "elastic,horovod", "--workload", "mnist_mlp", "--nproc", 2,
-                 "--world-sizes", "2", "--no-baseline", "--store", store, "--report", report, *FAST)
-    assert proc.returncode == 0, proc.stderr
-    from bench.store import Store
-
-    frame = Store(store).load()
-    assert sorted(frame["backend"]) == ["elastic", "horovod"] and (frame["status"] == "ok").all()
-    page = report.read_text()
-    assert page.count(">elastic<") >= 1 and page.count(">horovod<") >= 1

@@ -116,8 +116,8 @@ def test_two_runs_at_once_do_not_collide(tmp_path):
 
 def test_sweep_list_and_report(store, tmp_path):
     report = tmp_path / "out" / "latest.html"
-    proc = bench("sweep", "--workload", "mnist_mlp", "--nproc", 2, "--store", store, "--report", report,
-                 *FAST)
+    proc = bench("sweep", "--backend", "elastic", "--workload", "mnist_mlp", "--nproc", 2, "--store", store,
+                 "--report", report, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "[3/3]" in proc.stderr  # baseline, world 1, world 2
     from bench.frame import with_efficiency

@@ -10,9 +10,10 @@ from bench.errors import UsageError
 BACKEND_MODULES = {
     "elastic": "bench.backends.elastic",
     "horovod": "bench.backends.horovod",
+    "ps": "bench.backends.ps",
     "single": "bench.backends.single",
 }
-COMPARED = ("elastic", "horovod")
+COMPARED = ("elastic", "horovod", "ps")
 BASELINE = "single"
 
 

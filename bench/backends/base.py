@@ -60,6 +60,10 @@ class Backend(ABC):
         """Every option of this backend with its value (given or default), for the record."""
         return {opt.name: given.get(opt.name, opt.default) for opt in self.options}
 
+    def roles(self, options: dict, world_size: int) -> dict[str, int]:
+        """Processes per role. Only workers train and count in throughput and world size."""
+        return {"worker": world_size}
+
     def check_options(self, options: dict, device: str) -> str | None:
         """None when the option values can run on `device`, else what is wrong."""
         return None
@@ -101,3 +105,7 @@ class Backend(ABC):
 
     def shutdown(self) -> None:
         pass
+
+    def serve(self, spec, info: RankInfo, fault: dict | None) -> dict:
+        """The loop of a process whose role is not "worker" (a parameter server); returns its result."""
+        raise RuntimeError(f"backend {self.name} has no role {info.role!r}")

@@ -10,6 +10,19 @@ from datetime import timedelta
 from bench.backends.base import Backend, BackendOption, RankInfo, hostname
 
 
+def torchrun_command(nproc: int, run_id: str, max_restarts: int, rank_command: list[str]) -> list[str]:
+    """torchrun on this node with c10d rendezvous on a free port.
+
+    `python -m torch.distributed.run` is torchrun's own entry point, run by this interpreter so the
+    workers see the same environment. Port 0 lets the agent's c10d store pick a free port, which the
+    workers then share (TORCHELASTIC_USE_AGENT_STORE): two runs at once never collide.
+    """
+    return [sys.executable, "-m", "torch.distributed.run",
+            "--nnodes", "1", "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", run_id,
+            "--max-restarts", str(max_restarts), "--no-python", *rank_command]
+
+
 class ElasticBackend(Backend):
     name = "elastic"
     summary = "torchrun (elastic agent, c10d rendezvous) + DistributedDataParallel"
@@ -37,14 +50,7 @@ class ElasticBackend(Backend):
         return None
 
     def launch_command(self, spec, rank_command, run_id):
-        # `python -m torch.distributed.run` is torchrun's own entry point, run by this interpreter so the
-        # workers see the same environment. Port 0 lets the agent's c10d store pick a free port, which
-        # the workers then share (TORCHELASTIC_USE_AGENT_STORE): two runs at once never collide.
-        return [sys.executable, "-m", "torch.distributed.run",
-                "--nnodes", "1", "--nproc-per-node", str(spec.world_size),
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", run_id,
-                "--max-restarts", str(spec.backend_options.get("max_restarts", 0)),
-                "--no-python", *rank_command]
+        return torchrun_command(spec.world_size, run_id, 0, rank_command)
 
     def rank_identity(self, env):
         return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))

@@ -1,0 +1,246 @@
+"""ps: a real parameter-server baseline.
+
+K server processes own the parameters, sharded across them balanced by bytes; N workers compute
+gradients, push each shard's gradient to its server and pull the updated shard back. Servers apply the
+same optimizer as the other backends (SGD with the run's lr and momentum) to the parameters they own.
+
+- sync (default): a server waits for all N pushes of a step, averages them, applies one update and
+  sends the result to every worker: the same math as synchronous data parallelism.
+- async: a server applies each push as it arrives (the gradient scaled by 1/N, so one round of N
+  pushes moves as far as one synchronous step) and answers that worker at once; --ps-staleness S
+  holds back the answer to a worker that is more than S pushes ahead of the slowest (stale-synchronous
+  parallel), unbounded when not given.
+
+Transport: torch.distributed point-to-point (send/recv) over gloo. Why not torch.distributed.rpc:
+the same gloo transport the elastic backend's CPU collectives use, so a difference between the two
+shows the communication pattern (each server link carries N x its shard per step, where a ring
+carries 2(N-1)/N of the model per rank), not a different transport stack with its own serialisation
+and thread pools. Processes are started by torchrun (ranks 0..N-1 workers, N..N+K-1 servers); the
+servers are their own role in the rank map and count in neither throughput nor world size. On GPU the
+workers stage gradients and parameters through host memory; servers always run on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+from bench.backends.base import Backend, BackendOption, RankInfo, hostname
+from bench.backends.elastic import torchrun_command
+
+MODES = ("sync", "async")
+
+
+def balance_by_bytes(sizes: list[int], servers: int) -> list[list[int]]:
+    """Parameter indices per server: largest first, each to the server holding the fewest bytes."""
+    shards: list[list[int]] = [[] for _ in range(servers)]
+    load = [0] * servers
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        target = min(range(servers), key=lambda s: (load[s], s))
+        shards[target].append(index)
+        load[target] += sizes[index]
+    return [sorted(shard) for shard in shards]
+
+
+class PSClient:
+    """The worker's optimizer: step() pushes gradients and pulls parameters; the servers update."""
+
+    def __init__(self, params, shards, server_ranks, device):
+        import torch
+
+        self.params, self.shards, self.server_ranks = params, shards, server_ranks
+        self.grad_bufs = [torch.zeros(sum(params[i].numel() for i in shard)) for shard in shards]
+        self.param_bufs = [torch.zeros_like(b) for b in self.grad_bufs]
+        self.device = device
+        self.pull()  # start from the servers' parameters
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    def _exchange(self, push: bool):
+        import torch.distributed as dist
+
+        requests = []
+        for shard, server, gbuf, pbuf in zip(self.shards, self.server_ranks, self.grad_bufs, self.param_bufs):
+            if push:
+                offset = 0
+                for i in shard:
+                    g = self.params[i].grad
+                    n = self.params[i].numel()
+                    if g is None:  # a parameter this step did not use
+                        gbuf[offset:offset + n].zero_()
+                    else:
+                        gbuf[offset:offset + n].copy_(g.reshape(-1))
+                    offset += n
+                requests.append(dist.isend(gbuf, dst=server))
+            requests.append(dist.irecv(pbuf, src=server))
+        for req in requests:
+            req.wait()
+        for shard, pbuf in zip(self.shards, self.param_bufs):
+            offset = 0
+            for i in shard:
+                p = self.params[i]
+                p.data.copy_(pbuf[offset:offset + p.numel()].view_as(p), non_blocking=False)
+                offset += p.numel()
+
+    def pull(self):
+        self._exchange(push=False)
+
+    def step(self):
+        self._exchange(push=True)
+
+
+class PSBackend(Backend):
+    name = "ps"
+    summary = "parameter server: K servers own sharded parameters; workers push gradients, pull parameters"
+    options = (
+        BackendOption("ps_servers", 1, "server processes (parameters sharded across them by bytes)", int),
+        BackendOption("ps_mode", "sync", "sync: one averaged update per step; async: each push applied "
+                      "as it arrives", str, MODES),
+        BackendOption("ps_staleness", None, "async only: how many pushes a worker may run ahead of the "
+                      "slowest (None = unbounded)", int),
+    )
+
+    # ------------------------------------------------------------ launcher side
+    def unavailable_reason(self, device):
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_gloo_available()):
+            return "this torch build has no gloo"
+        return None
+
+    def check_options(self, options, device):
+        if options["ps_servers"] < 1:
+            return "--ps-servers must be at least 1"
+        if options["ps_staleness"] is not None:
+            if options["ps_mode"] != "async":
+                return "--ps-staleness applies to --ps-mode async only"
+            if options["ps_staleness"] < 0:
+                return "--ps-staleness must be 0 or more"
+        return None
+
+    def roles(self, options, world_size):
+        return {"worker": world_size, "server": options["ps_servers"]}
+
+    def launch_command(self, spec, rank_command, run_id):
+        return torchrun_command(spec.processes, run_id, 0, rank_command)
+
+    def rank_identity(self, env):
+        return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
+
+    # ------------------------------------------------------------ both roles
+    def _shards(self, spec):
+        from workloads import WORKLOADS
+
+        import torch
+
+        torch.manual_seed(spec.seed)  # the same initial parameters as every worker of every backend
+        model = WORKLOADS[spec.workload].build(spec.num_classes, spec.image_size)
+        sizes = [p.numel() * p.element_size() for p in model.parameters()]
+        return model, balance_by_bytes(sizes, spec.backend_options["ps_servers"])
+
+    def init(self, spec):
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", timeout=timedelta(seconds=max(60.0, spec.timeout)))
+        rank, n = dist.get_rank(), spec.world_size
+        self.n_workers = n
+        self.server_ranks = list(range(n, n + spec.backend_options["ps_servers"]))
+        self.worker_group = dist.new_group(list(range(n)))  # every rank must take part in creating it
+        role = "worker" if rank < n else "server"
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        if role == "worker" and spec.device == "cuda":
+            torch.cuda.set_device(local_rank)
+        return RankInfo(rank=rank, world_size=n, local_rank=local_rank,
+                        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", spec.processes)),
+                        group_rank=int(os.environ.get("GROUP_RANK", 0)),
+                        role_rank=rank if role == "worker" else rank - n,
+                        restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
+                        host=hostname(), role=role)
+
+    # ------------------------------------------------------------ worker side
+    def wrap(self, model, optimizer, spec):
+        # The harness's optimizer is not used: the servers hold the optimizer state and apply updates.
+        _, shards = self._shards(spec)
+        device = next(model.parameters()).device
+        return model, PSClient(list(model.parameters()), shards, self.server_ranks, device)
+
+    def barrier(self):
+        import torch.distributed as dist
+
+        dist.barrier(group=self.worker_group)
+
+    def shutdown(self):
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # ------------------------------------------------------------ server side
+    def serve(self, spec, info, fault):
+        import torch
+        import torch.distributed as dist
+
+        from bench.worker import fire_fault
+
+        model, shards = self._shards(spec)
+        index = info.role_rank
+        params = list(model.parameters())
+        owned = torch.cat([params[i].detach().reshape(-1) for i in shards[index]]).clone()
+        weights = torch.nn.Parameter(owned)
+        optimizer = torch.optim.SGD([weights], lr=spec.lr, momentum=spec.momentum)
+        n = self.n_workers
+        steps = spec.warmup_steps + spec.windows * spec.steps_per_window
+        nbytes = owned.numel() * owned.element_size()
+        busy = 0.0
+
+        def send_all(tensor, workers):
+            for req in [dist.isend(tensor, dst=w) for w in workers]:
+                req.wait()
+
+        send_all(weights.data, range(n))  # the initial pull
+        incoming = torch.zeros_like(owned)
+        if spec.backend_options["ps_mode"] == "sync":
+            total = torch.zeros_like(owned)
+            for step in range(steps):
+                if fault and step == fault["step"]:
+                    fire_fault(fault["kind"], step)
+                total.zero_()
+                for worker in range(n):  # a fixed order: the same sum, bit for bit, on every run
+                    dist.recv(incoming, src=worker)
+                    total += incoming
+                t0 = time.perf_counter()
+                weights.grad = total / n
+                optimizer.step()
+                busy += time.perf_counter() - t0
+                send_all(weights.data, range(n))
+            pushes = steps * n
+        else:
+            bound = spec.backend_options["ps_staleness"]
+            pushed = [0] * n
+            waiting: list[int] = []  # workers whose answer is held back by the staleness bound
+            for push in range(steps * n):
+                if fault and push // n == fault["step"]:
+                    fire_fault(fault["kind"], push // n)
+                worker = dist.recv(incoming)  # from whichever worker pushes next
+                t0 = time.perf_counter()
+                weights.grad = incoming / n
+                optimizer.step()
+                busy += time.perf_counter() - t0
+                pushed[worker] += 1
+                waiting.append(worker)
+                slowest = min(c for w, c in enumerate(pushed) if c < steps) if min(pushed) < steps else steps
+                ready = [w for w in waiting if bound is None or pushed[w] - slowest <= bound or pushed[w] >= steps]
+                waiting = [w for w in waiting if w not in ready]
+                send_all(weights.data, ready)
+            send_all(weights.data, waiting)
+            pushes = steps * n
+        return {"server": index, "mode": spec.backend_options["ps_mode"], "workers": n,
+                "parameters": owned.numel(), "shard_bytes": nbytes, "pushes": pushes,
+                "bytes_in": pushes * nbytes, "bytes_out": (pushes + n) * nbytes, "update_s": busy}
+
+
+BACKEND = PSBackend()
