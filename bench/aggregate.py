@@ -107,6 +107,25 @@ def metrics_from_results(spec, all_results: dict[int, dict], launched_at: float)
     }
 
 
+def comm_metrics(spec, all_results: dict[int, dict], launched_at: float) -> tuple[dict, list[dict]]:
+    """A communication sweep's figures (bench.comm) and its table rows."""
+    from bench.backends import get_backend
+    from bench.comm import average_busbw, combine, fit_alpha_beta
+
+    workers = {r: res for r, res in all_results.items() if res["rank_info"]["role"] == "worker"}
+    rows = combine(spec, {r: res["comm_rows"] for r, res in workers.items()})
+    model, alpha_coef, beta_coef = get_backend(spec.backend).cost_model(spec)
+    fit = fit_alpha_beta([r for r in rows if r["op"] == "allreduce"], alpha_coef, beta_coef)
+    times = [res["times"] for res in all_results.values()]
+    return {
+        "comm": {"avg_busbw_gbps": {op: average_busbw(rows, op) for op in spec.comm["ops"]},
+                 "wrong": sum(r["wrong"] for r in rows), "model": model, "fit": fit},
+        "startup": {"launch_to_process_s": max(t["process_start"] for t in times) - launched_at,
+                    "rendezvous_s": max(t["init_end"] - t["init_start"] for t in times)},
+        "peak_rss_bytes_max": max(res["peak_rss_bytes"] for res in all_results.values()),
+    }, rows
+
+
 def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict) -> dict:
     exits = run_dir.latest("exit")
     results = run_dir.latest("result")
@@ -143,7 +162,15 @@ def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict)
     if outcome.survivors:
         events.append({"time": time.time(), "kind": "survivors", "processes": outcome.survivors})
 
-    metrics = metrics_from_results(spec, results, outcome.launched_at) if status == "ok" else None
+    metrics, comm_rows = None, []
+    if status == "ok" and spec.task == "comm":
+        metrics, comm_rows = comm_metrics(spec, results, outcome.launched_at)
+        if metrics["comm"]["wrong"]:
+            status = "failed"
+            error = {"message": f"{metrics['comm']['wrong']} wrong elements: a collective returned wrong "
+                                "results", "tail": ""}
+    elif status == "ok":
+        metrics = metrics_from_results(spec, results, outcome.launched_at)
     rank_map = list(run_dir.latest("joined").values())  # known even for ranks that later failed
     return {
         "schema_version": SCHEMA_VERSION,
@@ -156,7 +183,7 @@ def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict)
         "command": None,
         "rank_map": rank_map,
         "metrics": metrics,
-        "allreduce": [],
+        "allreduce": comm_rows,
         "events": events,
         "environment": environment,
         "run_dir": str(run_dir.path),

@@ -9,7 +9,7 @@ import signal
 import sys
 
 from bench.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, BenchError,
-                          Interrupted)
+                          Interrupted, UsageError)
 
 
 class Parser(argparse.ArgumentParser):
@@ -179,13 +179,19 @@ def cmd_sweep(args) -> int:
             for size in sizes:
                 plan.append(build_spec(backend=backend, workload=workload, world_size=size,
                                        device=device, **options))
+    if not args.no_comm:
+        from bench.backends import get_backend
+
+        comm_backends = [b for b in backends if get_backend(b).comm_ops]
+        plan += comm_plan(args, comm_backends, device, [n for n in sizes if n > 1], sweep_id)
     store = open_store(args)
     records = []
     print(f"bench sweep {sweep_id}: {len(plan)} runs ({', '.join(backends)} x {', '.join(workloads)} "
           f"x world sizes {', '.join(map(str, sizes))}) -> {store.path}", file=sys.stderr, flush=True)
     for i, spec in enumerate(plan, 1):
         spec.sweep_id = sweep_id
-        head = f"[{i}/{len(plan)}] {spec.backend} {spec.workload} world {spec.world_size}"
+        what = spec.workload if spec.task == "train" else "communication sweep"
+        head = f"[{i}/{len(plan)}] {spec.backend} {what} world {spec.world_size}"
         print(f"{head} ...", file=sys.stderr, flush=True)
         record = execute(spec, store, show_progress=False)
         records.append(record)
@@ -204,6 +210,68 @@ def cmd_sweep(args) -> int:
         latest, stamped = write_report_with_copy(store, args.report)
         print(f"report written to {latest} (and {stamped})", file=sys.stderr)
     return status_exit([r["status"] for r in records])
+
+
+def comm_plan(args, backends: list[str], device: str, sizes: list[int], sweep_id=None) -> list:
+    from bench.comm import parse_bytes
+    from bench.spec import build_comm_spec
+
+    try:
+        min_bytes, max_bytes = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    ops = [op for op in args.ops.split(",") if op]
+    return [build_comm_spec(backend=b, world_size=n, device=device, ops=ops, dtype=args.dtype,
+                            min_bytes=min_bytes, max_bytes=max_bytes, warmup_iters=args.warmup_iters,
+                            iters=args.iters, threads=args.threads, oversubscribe=args.oversubscribe,
+                            timeout=args.timeout, backend_options=backend_options(args), sweep_id=sweep_id)
+            for b in backends for n in sizes]
+
+
+def cmd_allreduce(args) -> int:
+    from bench.backends import COMPARED
+    from bench.comm import format_table
+    from bench.render import describe_comm
+    from bench.runner import execute
+    from bench.spec import resolve_device
+
+    device, world = resolve_device(args.nproc, args.gpus)
+    backends = list(COMPARED) if args.backend == "all" else args.backend.split(",")
+    plan = comm_plan(args, backends, device, [world])
+    store = open_store(args)
+    records = []
+    for spec in plan:
+        print(f"bench allreduce: {describe_comm(spec)}", file=sys.stderr, flush=True)
+        record = execute(spec, store)
+        records.append(record)
+        if not args.json:
+            print(f"# backend {spec.backend}, {spec.world_size} ranks ({spec.device}), status {record['status']}")
+            if record["status"] == "ok":
+                print(format_table(record["allreduce"], record["metrics"]["comm"].get("ceiling")))
+                fit = record["metrics"]["comm"]["fit"]
+                if fit:
+                    print(f"# alpha-beta fit ({record['metrics']['comm']['model']}): "
+                          f"a = {fit['alpha_s'] * 1e6:.1f} us, 1/b = {fit['bandwidth_gbps']:.2f} GB/s, "
+                          f"weighted R^2 = {fit['r2_weighted']:.3f}")
+            else:
+                print(f"# error: {record['error']['message']}")
+            print()
+        if record["status"] == "interrupted":
+            break
+    if args.json:
+        print(json.dumps(records if len(records) > 1 else records[0], indent=1))
+    return status_exit([r["status"] for r in records])
+
+
+def add_comm_options(p, max_default="64M"):
+    g = p.add_argument_group("communication sweep (nccl-tests conventions)")
+    g.add_argument("--min-bytes", default="4", help="smallest message: 4, 8K, 64M, 1G (default 4)")
+    g.add_argument("--max-bytes", default=max_default, help=f"largest message (default {max_default})")
+    g.add_argument("--dtype", default="float32", help="float32 (default), float16 or bfloat16")
+    g.add_argument("--ops", default="allreduce",
+                   help="comma-separated: allreduce (default), allgather, broadcast, reduce_scatter")
+    g.add_argument("--warmup-iters", type=int, default=5, help="untimed ops per size (default 5)")
+    g.add_argument("--iters", type=int, default=20, help="timed ops per size (default 20)")
 
 
 def cmd_list(args) -> int:
@@ -255,8 +323,25 @@ def build_parser() -> Parser:
                    help="skip the plain single-process run that scaling is also measured against")
     p.add_argument("--report", metavar="FILE",
                    help="after the sweep, write the HTML report there, plus a timestamped copy beside it")
+    p.add_argument("--no-comm", action="store_true",
+                   help="skip the short communication sweep run for each backend and world size above 1")
+    add_comm_options(p, max_default="1M")
     add_run_options(p)
     p.set_defaults(func=cmd_sweep)
+
+    p = verbs.add_parser("allreduce", help="communication sweep over message sizes, as nccl-tests prints it")
+    p.add_argument("--backend", default="all", help="elastic, horovod, ps, a comma-separated list, or all "
+                                                    "(default)")
+    p.add_argument("--nproc", type=int, help="CPU processes (gloo); default min(2, cores)")
+    p.add_argument("--gpus", type=int, help="one rank per GPU")
+    p.add_argument("--threads", type=int, help="threads per rank (default: cores / ranks)")
+    p.add_argument("--oversubscribe", action="store_true", help="allow more threads than cores")
+    p.add_argument("--timeout", type=float, help="deadline per backend in seconds (default 900)")
+    add_comm_options(p)
+    add_backend_options(p)
+    add_store(p)
+    p.add_argument("--json", action="store_true", help="print the record(s) as JSON on stdout, nothing else")
+    p.set_defaults(func=cmd_allreduce)
 
     p = verbs.add_parser("list", help="stored runs as a table")
     add_store(p)

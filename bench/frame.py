@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-FRAME_COLUMNS = ["run_id", "created_at", "status", "backend", "workload", "world_size", "device",
+FRAME_COLUMNS = ["run_id", "created_at", "status", "task", "backend", "workload", "world_size", "device",
                  "batch_size", "backward_passes", "global_batch", "threads", "data", "image_size", "sweep_id",
                  "throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s",
                  "startup_s", "rendezvous_s", "peak_rss_mb", "error", "record"]
@@ -17,6 +17,7 @@ def record_row(rec: dict) -> dict:
     rss = metrics.get("peak_rss_bytes_max")
     return {
         "run_id": rec["run_id"], "created_at": rec["created_at"], "status": rec["status"],
+        "task": spec.get("task", "train"),
         "backend": spec["backend"], "workload": spec["workload"], "world_size": spec["world_size"],
         "device": spec["device"], "batch_size": spec["batch_size"],
         "backward_passes": spec.get("backward_passes", 1),
@@ -48,7 +49,7 @@ def with_efficiency(frame, baseline_backend: str = "single"):
     """
     import pandas as pd
 
-    ok = frame[frame["status"] == "ok"].copy()
+    ok = frame[(frame["status"] == "ok") & (frame["task"] == "train")].copy()
     ok["efficiency"] = float("nan")
     ok["efficiency_vs_plain"] = float("nan")
     if ok.empty:

@@ -20,10 +20,25 @@ def describe_spec(spec) -> str:
             f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
 
 
+def describe_comm(spec) -> str:
+    c = spec.comm
+    return (f"{spec.backend}, {spec.world_size} rank(s) ({spec.device}), {', '.join(c['ops'])}, {c['dtype']}, "
+            f"{c['min_bytes']} to {c['max_bytes']} bytes, {c['warmup_iters']} warm-up + {c['iters']} timed ops")
+
+
+def fmt_busbw(metrics: dict | None) -> str:
+    if not metrics or "comm" not in metrics:
+        return "-"
+    return "avg busbw " + ", ".join(f"{op} {v:.3f} GB/s" for op, v in metrics["comm"]["avg_busbw_gbps"].items()
+                                    if v is not None)
+
+
 def one_line(record: dict) -> str:
     if record["status"] != "ok":
         message = (record.get("error") or {}).get("message", "")
         return f"{record['status']}: {message}"
+    if record["spec"].get("task") == "comm":
+        return f"ok {fmt_busbw(record['metrics'])}"
     return f"ok {fmt_throughput(record['metrics']['throughput'])}"
 
 
@@ -55,12 +70,13 @@ def summary_lines(record: dict) -> list[str]:
 
 def runs_table(frame) -> str:
     rows = [("run", "when (UTC)", "status", "backend", "workload", "world", "device", "batch",
-             "threads", "throughput")]
+             "threads", "result")]
     for _, r in frame.iterrows():
-        thr = (r["record"].get("metrics") or {}).get("throughput")
+        metrics = r["record"].get("metrics")
+        figure = fmt_busbw(metrics) if r["task"] == "comm" else fmt_throughput((metrics or {}).get("throughput"))
         status = r["status"] if r["status"] == "ok" else f"{r['status']}!"
         rows.append((r["run_id"], r["created_at"].strftime("%Y-%m-%d %H:%M:%S"), status, r["backend"],
                      r["workload"], str(r["world_size"]), r["device"], str(r["batch_size"]),
-                     str(r["threads"]), fmt_throughput(thr)))
+                     str(r["threads"]), figure))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -47,6 +47,22 @@ the plain single-process loop (backend <em>single</em>) under the same condition
 {% if table.figure %}<img alt="scaling of {{ table.title }}" src="data:image/png;base64,{{ table.figure }}">{% endif %}
 {% endfor %}
 
+<h2>Communication</h2>
+<p class="note">nccl-tests conventions: S is the whole buffer; time is the mean per op, the max over ranks;
+algbw = S / time; busbw = algbw x 2(n-1)/n for allreduce ((n-1)/n for allgather and reduce_scatter, 1 for
+broadcast); GB/s = 1e9 bytes/s. The ps backend's figure is a push+pull of S bytes through its servers. The
+alpha-beta model (ring: T = 2(n-1)a + 2(n-1)/n S b; parameter server with K servers: T = 2a + n S/K b) is
+fitted to each sweep; the limit is measured on the same run (loopback TCP on CPU, device copy on GPU).</p>
+{% if comm_rows %}<table><tr><th class="l">backend</th><th>ranks</th><th class="l">dtype</th><th class="l">op</th>
+<th>avg busbw GB/s</th><th>peak busbw GB/s</th><th>peak / limit</th><th class="l">model</th><th>a (us)</th>
+<th>1/b (GB/s)</th><th>R&sup2;</th><th class="l">run</th></tr>
+{% for r in comm_rows %}<tr><td class="l">{{ r.backend }}</td><td>{{ r.world_size }}</td><td class="l">{{ r.dtype }}</td>
+<td class="l">{{ r.op }}</td><td>{{ r.avg }}</td><td>{{ r.peak }}</td><td>{{ r.frac }}</td><td class="l">{{ r.model }}</td>
+<td>{{ r.alpha }}</td><td>{{ r.bw }}</td><td>{{ r.r2 }}</td><td class="l">{{ r.run_id }}</td></tr>{% endfor %}</table>
+{% for f in comm_figures %}<img alt="busbw vs message size" src="data:image/png;base64,{{ f }}">{% endfor %}
+{% else %}<p>No communication sweep in this store (<code>bench allreduce</code>, or a <code>bench sweep</code>
+without <code>--no-comm</code>, records one).</p>{% endif %}
+
 <h2>Failed and unstable runs</h2>
 {% if failed %}<table><tr><th class="l">run</th><th class="l">status</th><th class="l">case</th><th class="l">error</th></tr>
 {% for f in failed %}<tr><td class="l">{{ f.run_id }}</td><td class="l bad">{{ f.status }}</td><td class="l">{{ f.case }}</td>
@@ -88,10 +104,75 @@ def _scaling_figure(ok_rows) -> str | None:
         ax.legend(fontsize=8)
     ax_eff.set_ylim(bottom=0)
     fig.tight_layout()
+    return _png(fig)
+
+
+def _png(fig) -> str:
+    import matplotlib.pyplot as plt
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
+
+
+def _comm_section(frame) -> tuple[list[dict], list[str]]:
+    """The latest ok sweep per backend, world size and dtype: a table row per op, a figure per world size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    comm = frame[(frame["status"] == "ok") & (frame["task"] == "comm")]
+    if comm.empty:
+        return [], []
+    comm = comm.assign(dtype=[r["spec"]["comm"]["dtype"] for r in comm["record"]])
+    latest = comm.sort_values("created_at").groupby(["backend", "world_size", "dtype"]).tail(1)
+    rows, figures = [], []
+    for r in latest.sort_values(["world_size", "backend"]).itertuples():
+        metrics = r.record["metrics"]["comm"]
+        fit, limit = metrics.get("fit") or {}, (metrics.get("ceiling") or {}).get("limit_gbps")
+        for op, avg in metrics["avg_busbw_gbps"].items():
+            peak = max(x["busbw_gbps"] for x in r.record["allreduce"] if x["op"] == op)
+            rows.append({"backend": r.backend, "world_size": r.world_size, "dtype": r.dtype, "op": op,
+                         "avg": _fmt(avg, ".3f"), "peak": _fmt(peak, ".3f"),
+                         "frac": _fmt(peak / limit if limit else None, ".1%"),
+                         "model": metrics["model"] if op == "allreduce" and fit else "-",
+                         "alpha": _fmt(fit.get("alpha_s", float("nan")) * 1e6, ".1f") if op == "allreduce" else "-",
+                         "bw": _fmt(fit.get("bandwidth_gbps"), ".2f") if op == "allreduce" else "-",
+                         "r2": _fmt(fit.get("r2_weighted"), ".3f") if op == "allreduce" else "-",
+                         "run_id": r.run_id})
+    for (world, dtype), group in latest.groupby(["world_size", "dtype"]):
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        limits = []
+        for r in group.itertuples():
+            ar = [x for x in r.record["allreduce"] if x["op"] == "allreduce"]
+            if not ar:
+                continue
+            line, = ax.plot([x["size"] for x in ar], [x["busbw_gbps"] for x in ar], marker="o", ms=3,
+                            label=f"{r.backend} measured")
+            fit = r.record["metrics"]["comm"].get("fit")
+            if fit:
+                n = r.world_size
+                factor = 2 * (n - 1) / n
+                ax.plot([x["size"] for x in ar],
+                        [x["size"] / (t * 1e-6) / 1e9 * factor for x, t in zip(ar, fit["predicted_time_us"])],
+                        linestyle=":", color=line.get_color(), label=f"{r.backend} alpha-beta fit")
+            ceiling = r.record["metrics"]["comm"].get("ceiling")
+            if ceiling:
+                limits.append(ceiling["limit_gbps"])
+        if limits:
+            ax.axhline(sum(limits) / len(limits), color="grey", linestyle="--", linewidth=1,
+                       label=f"machine limit ({group.iloc[0]['record']['metrics']['comm']['ceiling']['limit_name']})")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size S (bytes)")
+        ax.set_ylabel("allreduce busbw (GB/s)")
+        ax.set_title(f"allreduce, {world} ranks, {dtype}", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        figures.append(_png(fig))
+    return rows, figures
 
 
 def render_report(frame, store_label: str) -> str:
@@ -123,10 +204,12 @@ def render_report(frame, store_label: str) -> str:
         failed.append({"run_id": r.run_id, "status": r.status,
                        "case": f"{r.backend} {r.workload} world {r.world_size} ({r.device})",
                        "message": err.get("message", ""), "tail": err.get("tail", "")})
+    comm_rows, comm_figures = _comm_section(frame)
     env = Environment(autoescape=True)
     return env.from_string(TEMPLATE).render(
         store=store_label, n_runs=len(frame), n_ok=int((frame["status"] == "ok").sum()),
-        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), tables=tables, failed=failed)
+        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), tables=tables, failed=failed,
+        comm_rows=comm_rows, comm_figures=comm_figures)
 
 
 def write_report(store, output) -> Path:

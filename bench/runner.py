@@ -10,6 +10,7 @@ import time
 
 from bench.aggregate import build_record
 from bench.backends import get_backend
+from bench.comm import attach_ceiling, measure_ceiling
 from bench.environment import PROJECT_ROOT, fingerprint
 from bench.rundir import RunDir
 from bench.spec import RunSpec
@@ -63,9 +64,13 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> dict:
     command = backend.launch_command(spec, rank_command, run_id)
     env = {**worker_environment(spec, tag=run_id), **backend.launch_env(spec)}
     environment = fingerprint(env)
-    progress = ProgressPrinter(spec, run_dir) if show_progress else None
+    # A sweep's ceiling is measured in the parent just before launch: same run, nothing else running.
+    ceiling = measure_ceiling(spec.device) if spec.task == "comm" else None
+    progress = ProgressPrinter(spec, run_dir) if show_progress and spec.task == "train" else None
     outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=progress)
     record = build_record(run_id, spec, run_dir, outcome, environment)
     record["command"] = command
+    if ceiling is not None:
+        attach_ceiling(record, ceiling)
     store.save(record)
     return record

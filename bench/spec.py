@@ -40,6 +40,8 @@ class RunSpec:
     backend_options: dict = field(default_factory=dict)
     backward_passes: int = 1  # micro-batches per optimizer step (gradient accumulation), from the backend
     roles: dict = field(default_factory=dict)  # processes per role, e.g. {"worker": 2, "server": 1}
+    task: str = "train"  # "train": the training loop; "comm": a communication sweep (bench.comm)
+    comm: dict | None = None  # for task "comm": ops, dtype, min_bytes, max_bytes, warmup_iters, iters
     inject: dict | None = None  # test-only fault injection, see parse_inject
     save_params: bool = False  # write each rank's final parameters into the run directory
     sweep_id: str | None = None
@@ -198,3 +200,52 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
                    batch_size=batch_size, image_size=image_size, num_classes=classes,
                    threads=threads, inject=inject, backend_options=resolved_options, roles=roles,
                    backward_passes=plugin.backward_passes(resolved_options), **spec_opts)
+
+
+def build_comm_spec(*, backend: str, world_size: int, device: str, ops: list[str], dtype: str = "float32",
+                    min_bytes: int = 4, max_bytes: int = 64 * 2**20, warmup_iters: int = 5, iters: int = 20,
+                    threads: int | None = None, oversubscribe: bool = False, timeout: float | None = None,
+                    backend_options: dict | None = None, sweep_id: str | None = None) -> RunSpec:
+    """A communication sweep: no model, the same placement, threads and launchers as training runs."""
+    from bench.backends import get_backend
+    from bench.comm import DTYPES, OPS
+
+    plugin = get_backend(backend)
+    if not plugin.comm_ops:
+        raise UsageError(f"backend {backend} has no collectives to time; choose one of the distributed backends")
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise UsageError(f"unknown op {unknown[0]!r}; choose from {', '.join(OPS)}")
+    missing = [op for op in ops if op not in plugin.comm_ops]
+    if missing:
+        raise UsageError(f"backend {backend} has no {missing[0]} (it offers {', '.join(plugin.comm_ops)}); "
+                         "drop it from --ops")
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    if dtype not in plugin.comm_dtypes:
+        raise UsageError(f"backend {backend} cannot reduce {dtype} here; use --dtype "
+                         f"{' or '.join(plugin.comm_dtypes)}")
+    if min_bytes < 1 or max_bytes < min_bytes:
+        raise UsageError(f"--min-bytes {min_bytes} and --max-bytes {max_bytes}: need 1 <= min <= max")
+    if warmup_iters < 0 or iters < 1:
+        raise UsageError("--warmup-iters must be 0 or more and --iters at least 1")
+    if plugin.max_world_size is not None and world_size > plugin.max_world_size:
+        raise UsageError(f"backend {backend} runs at most {plugin.max_world_size} worker(s)")
+    problem = plugin.unavailable_reason(device)
+    if problem:
+        raise UsageError(f"backend {backend} cannot run here: {problem}")
+    resolved = plugin.resolve_options(backend_options or {})
+    problem = plugin.check_options(resolved, device)
+    if problem:
+        raise UsageError(f"backend {backend}: {problem}")
+    cores = cpu_count()
+    threads = default_threads(device, world_size) if threads is None else threads
+    if device == "cpu" and world_size * threads > cores and not oversubscribe:
+        raise UsageError(f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
+                         f"this machine has {cores}; lower --nproc, or pass --oversubscribe")
+    return RunSpec(backend=backend, workload="comm", world_size=world_size, device=device, batch_size=0,
+                   image_size=0, num_classes=0, threads=threads, steps_per_window=0, warmup_steps=0,
+                   windows=0, timeout=timeout or DEFAULTS["timeout"], backend_options=resolved,
+                   roles=plugin.roles(resolved, world_size), task="comm", sweep_id=sweep_id,
+                   comm={"ops": list(ops), "dtype": dtype, "min_bytes": min_bytes, "max_bytes": max_bytes,
+                         "warmup_iters": warmup_iters, "iters": iters})

@@ -65,18 +65,25 @@ def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_proces
     t_init_end = time.time()
     run_dir.write(file_rank, attempt, "joined", {**info.to_dict(), "pid": os.getpid(), "time": t_init_end})
     affinity = bind_cpus(spec, info.local_rank)
-    if info.role != "worker":  # a parameter server: the backend's loop, not the training loop
-        fault = spec.inject if spec.inject and spec.inject["rank"] == info.rank else None
-        served = backend.serve(spec, info, fault)
-        result = {"rank_info": info.to_dict(), "pid": os.getpid(), "served": served,
-                  "times": {"process_start": t_process_start, "init_start": t_init_start,
-                            "init_end": t_init_end, "end": time.time()},
-                  "peak_rss_bytes": peak_rss_bytes(), "threads": {"torch": torch.get_num_threads()}}
-        backend.shutdown()
-        return result
     cuda = spec.device == "cuda"
     device = torch.device("cuda", info.local_rank) if cuda else torch.device("cpu")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def other_result(**fields):
+        """The result of a rank that does not train: a server, or any rank of a communication sweep."""
+        backend.shutdown()
+        return {"rank_info": info.to_dict(), "pid": os.getpid(), **fields,
+                "times": {"process_start": t_process_start, "init_start": t_init_start,
+                          "init_end": t_init_end, "end": time.time()},
+                "peak_rss_bytes": peak_rss_bytes(), "threads": {"torch": torch.get_num_threads()}}
+
+    if info.role != "worker":  # a parameter server: the backend's loop, not the training loop
+        fault = spec.inject if spec.inject and spec.inject["rank"] == info.rank else None
+        return other_result(served=backend.serve(spec, info, fault))
+    if spec.task == "comm":  # a communication sweep: the backend's own collectives, no model
+        from bench.comm import run_sweep
+
+        return other_result(comm_rows=run_sweep(spec, backend, info, device, sync))
 
     torch.manual_seed(spec.seed)  # identical initial parameters on every rank and every backend
     workload = WORKLOADS[spec.workload]

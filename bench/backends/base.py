@@ -55,6 +55,8 @@ class Backend(ABC):
     summary = ""
     max_world_size: int | None = None
     options: tuple[BackendOption, ...] = ()
+    comm_ops: tuple[str, ...] = ()  # collectives run_op can time (bench allreduce --ops)
+    comm_dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
 
     def resolve_options(self, given: dict) -> dict:
         """Every option of this backend with its value (given or default), for the record."""
@@ -105,6 +107,16 @@ class Backend(ABC):
 
     def shutdown(self) -> None:
         pass
+
+    def cost_model(self, spec) -> tuple[str, float, float]:
+        """(name, alpha coefficient, beta coefficient) of this backend's allreduce algorithm:
+        T = alpha_coef * a + beta_coef * S * b. Ring allreduce by default."""
+        n = spec.world_size
+        return "ring", 2.0 * (n - 1), 2.0 * (n - 1) / n
+
+    def run_op(self, op: str, inp, out):
+        """Run one collective (bench.comm.OPS) and return the tensor holding its result."""
+        raise RuntimeError(f"backend {self.name} has no collective {op!r}")
 
     def serve(self, spec, info: RankInfo, fault: dict | None) -> dict:
         """The loop of a process whose role is not "worker" (a parameter server); returns its result."""

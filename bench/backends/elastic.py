@@ -26,6 +26,7 @@ def torchrun_command(nproc: int, run_id: str, max_restarts: int, rank_command: l
 class ElasticBackend(Backend):
     name = "elastic"
     summary = "torchrun (elastic agent, c10d rendezvous) + DistributedDataParallel"
+    comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     options = (
         BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of "
                       "Horovod's fusion threshold)", float),
@@ -83,6 +84,23 @@ class ElasticBackend(Backend):
         import torch.distributed as dist
 
         dist.barrier()
+
+    def run_op(self, op, inp, out):
+        import torch.distributed as dist
+
+        if op == "allreduce":
+            dist.all_reduce(inp)
+            return inp
+        if op == "broadcast":
+            dist.broadcast(inp, 0)
+            return inp
+        if op == "allgather":  # the *_single names replace *_into_tensor / *_tensor in torch 2.14
+            (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp)
+            return out
+        if op == "reduce_scatter":
+            (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, inp)
+            return out
+        return super().run_op(op, inp, out)
 
     def shutdown(self):
         import torch.distributed as dist

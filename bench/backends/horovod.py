@@ -69,6 +69,8 @@ def is_open_mpi(mpirun: str) -> bool:
 class HorovodBackend(Backend):
     name = "horovod"
     summary = "horovodrun (Gloo or MPI controller) + hvd.DistributedOptimizer"
+    comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+    comm_dtypes = ("float32", "float16")  # 0.28.1 has no bfloat16 tensors on CPU
     options = (
         BackendOption("launcher", "gloo", "gloo: horovodrun --gloo; mpi: horovodrun --mpi; "
                       "mpirun: plain mpirun", str, LAUNCHERS),
@@ -172,6 +174,18 @@ class HorovodBackend(Backend):
 
     def barrier(self):
         self.hvd.barrier()
+
+    def run_op(self, op, inp, out):
+        hvd = self.hvd  # hvd.allreduce and friends: fusion, the controller and its cycle are measured too
+        if op == "allreduce":
+            return hvd.allreduce_(inp, op=hvd.Sum)
+        if op == "broadcast":
+            return hvd.broadcast_(inp, root_rank=0)
+        if op == "allgather":
+            return hvd.allgather(inp)
+        if op == "reduce_scatter":
+            return hvd.reducescatter(inp, op=hvd.Sum)
+        return super().run_op(op, inp, out)
 
     def shutdown(self):
         self.hvd.shutdown()

@@ -32,6 +32,17 @@ from bench.backends.elastic import torchrun_command
 MODES = ("sync", "async")
 
 
+def chunk_bounds(count: int, servers: int) -> list[tuple[int, int]]:
+    """Contiguous element ranges of a flat buffer, one per server, as even as possible."""
+    base, extra = divmod(count, servers)
+    bounds, start = [], 0
+    for s in range(servers):
+        end = start + base + (1 if s < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
 def balance_by_bytes(sizes: list[int], servers: int) -> list[list[int]]:
     """Parameter indices per server: largest first, each to the server holding the fewest bytes."""
     shards: list[list[int]] = [[] for _ in range(servers)]
@@ -95,6 +106,8 @@ class PSClient:
 class PSBackend(Backend):
     name = "ps"
     summary = "parameter server: K servers own sharded parameters; workers push gradients, pull parameters"
+    # A push+pull of S bytes through the servers returns the sum over workers: the PS's allreduce.
+    comm_ops = ("allreduce",)
     options = (
         BackendOption("ps_servers", 1, "server processes (parameters sharded across them by bytes)", int),
         BackendOption("ps_mode", "sync", "sync: one averaged update per step; async: each push applied "
@@ -179,8 +192,60 @@ class PSBackend(Backend):
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    def cost_model(self, spec):
+        # every server link carries N x S/K bytes each way; a push and a pull per op
+        return "parameter server", 2.0, spec.world_size / spec.backend_options["ps_servers"]
+
+    def run_op(self, op, inp, out):
+        """Push S bytes (split across the servers) and pull the sum back into the same buffer."""
+        import torch.distributed as dist
+
+        if op != "allreduce":
+            return super().run_op(op, inp, out)
+        bounds = chunk_bounds(inp.numel(), len(self.server_ranks))
+        for req in [dist.isend(inp[lo:hi], dst=server) for (lo, hi), server in zip(bounds, self.server_ranks)
+                    if hi > lo]:
+            req.wait()
+        for req in [dist.irecv(inp[lo:hi], src=server) for (lo, hi), server in zip(bounds, self.server_ranks)
+                    if hi > lo]:
+            req.wait()
+        return inp
+
     # ------------------------------------------------------------ server side
     def serve(self, spec, info, fault):
+        if spec.task == "comm":
+            return self._serve_comm(spec, info)
+        return self._serve_training(spec, info, fault)
+
+    def _serve_comm(self, spec, info):
+        """Sum the workers' pushes of this server's chunk and send the sum back, for every op the
+        workers' sweep makes (bench.comm.run_sweep: one checked op, warm-up, timed iterations)."""
+        import torch
+        import torch.distributed as dist
+
+        from bench.comm import OPS, element_count, sweep_sizes
+
+        comm, n = spec.comm, self.n_workers
+        dtype = getattr(torch, comm["dtype"])
+        rounds_per_size = 1 + comm["warmup_iters"] + comm["iters"]
+        pushes = 0
+        for size in sweep_sizes(comm["min_bytes"], comm["max_bytes"]):
+            count = element_count(OPS["allreduce"], size, comm["dtype"], n)
+            lo, hi = chunk_bounds(count, len(self.server_ranks))[info.role_rank]
+            if count == 0 or hi == lo:
+                continue
+            total, incoming = torch.zeros(hi - lo, dtype=dtype), torch.zeros(hi - lo, dtype=dtype)
+            for _ in range(rounds_per_size):
+                total.zero_()
+                for worker in range(n):
+                    dist.recv(incoming, src=worker)
+                    total += incoming
+                for req in [dist.isend(total, dst=w) for w in range(n)]:
+                    req.wait()
+                pushes += n
+        return {"server": info.role_rank, "task": "comm", "workers": n, "pushes": pushes}
+
+    def _serve_training(self, spec, info, fault):
         import torch
         import torch.distributed as dist
 

@@ -1,0 +1,87 @@
+"""Communication sweeps: nccl-tests' definitions, the alpha-beta fit, and real 2-rank sweeps."""
+
+import pytest
+
+from bench.comm import OPS, element_count, fit_alpha_beta, format_table, parse_bytes, sweep_sizes
+from conftest import bench, bench_json
+
+
+@pytest.mark.parametrize("op, n, factor", [("allreduce", 2, 1.0), ("allreduce", 8, 1.75),
+                                           ("allgather", 4, 0.75), ("reduce_scatter", 8, 0.875),
+                                           ("broadcast", 8, 1.0)])
+def test_bus_bandwidth_factors(op, n, factor):
+    assert OPS[op].factor(n) == pytest.approx(factor)
+
+
+def test_sizes_and_counts():
+    assert [parse_bytes(t) for t in ("4", "8K", "64M", "1G", "2kb")] == [4, 8192, 64 * 2**20, 2**30, 2048]
+    with pytest.raises(ValueError):
+        parse_bytes("12 parsecs")
+    assert sweep_sizes(4, 64) == [4, 8, 16, 32, 64]
+    assert element_count(OPS["allreduce"], 4, "float32", 2) == 1
+    assert element_count(OPS["allgather"], 12, "float32", 2) == 2  # rounded to a multiple of n
+    assert element_count(OPS["allreduce"], 4, "float16", 2) == 2
+
+
+def test_fit_recovers_known_alpha_and_beta():
+    a, b, n = 25e-6, 1 / 5e9, 4  # 25 us per step, 5 GB/s
+    alpha_coef, beta_coef = 2 * (n - 1), 2 * (n - 1) / n
+    rows = [{"size": s, "time_us": (alpha_coef * a + beta_coef * s * b) * 1e6} for s in sweep_sizes(4, 2**26)]
+    fit = fit_alpha_beta(rows, alpha_coef, beta_coef)
+    assert fit["alpha_s"] == pytest.approx(a, rel=1e-6)
+    assert fit["bandwidth_gbps"] == pytest.approx(5.0, rel=1e-6)
+    assert fit["r2_weighted"] == pytest.approx(1.0)
+    # noise of +-10% still lands near the truth
+    noisy = [dict(r, time_us=r["time_us"] * (1.1 if i % 2 else 0.9)) for i, r in enumerate(rows)]
+    fit = fit_alpha_beta(noisy, alpha_coef, beta_coef)
+    assert fit["alpha_s"] == pytest.approx(a, rel=0.15) and fit["bandwidth_gbps"] == pytest.approx(5.0, rel=0.15)
+
+
+def test_no_fit_for_one_rank():
+    assert fit_alpha_beta([{"size": 4, "time_us": 1.0}, {"size": 8, "time_us": 1.0}], 0.0, 0.0) is None
+
+
+def test_table_has_nccl_tests_columns():
+    rows = [{"op": "allreduce", "size": 1024, "count": 256, "type": "float32", "redop": "sum", "time_us": 10.0,
+             "algbw_gbps": 0.1024, "busbw_gbps": 0.1024, "wrong": 0}]
+    text = format_table(rows)
+    assert "size         count      type   redop     time   algbw   busbw  #wrong" in text
+    assert "1024           256     float     sum     10.0    0.10    0.10       0" in text
+    assert "# Avg bus bandwidth    : 0.1024" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend, ops, dtype", [
+    ("elastic", "allreduce,allgather,reduce_scatter,broadcast", "float32"),
+    ("elastic", "allreduce", "bfloat16"),
+    ("horovod", "allreduce,allgather,reduce_scatter,broadcast", "float32"),
+    ("horovod", "allreduce", "float16"),
+    ("ps", "allreduce", "float32"),
+])
+def test_real_two_rank_sweep_has_no_wrong_elements(backend, ops, dtype, store):
+    proc, record = bench_json("allreduce", "--backend", backend, "--nproc", 2, "--ops", ops, "--dtype", dtype,
+                              "--min-bytes", 4, "--max-bytes", "256K", "--warmup-iters", 1, "--iters", 3,
+                              "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    assert record["status"] == "ok" and record["spec"]["task"] == "comm"
+    rows = record["allreduce"]
+    assert {r["op"] for r in rows} == set(ops.split(","))
+    assert all(r["wrong"] == 0 for r in rows)
+    for r in rows:
+        assert r["time_us"] == pytest.approx(max(r["per_rank_time_us"]))  # max over ranks
+        assert r["algbw_gbps"] == pytest.approx(r["size"] / (r["time_us"] * 1e-6) / 1e9)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * OPS[r["op"]].factor(2))
+        assert 0 < r["busbw_fraction_of_limit"]
+    comm = record["metrics"]["comm"]
+    assert comm["ceiling"]["limit_gbps"] > 0 and comm["fit"]["bandwidth_gbps"] > 0
+    assert comm["model"] == ("parameter server" if backend == "ps" else "ring")
+
+
+def test_ops_a_backend_lacks_are_refused(store):
+    proc = bench("allreduce", "--backend", "ps", "--ops", "allgather", "--store", store)
+    assert proc.returncode == 2 and "has no allgather" in proc.stderr
+    proc = bench("allreduce", "--backend", "horovod", "--dtype", "bfloat16", "--store", store)
+    assert proc.returncode == 2 and "float32" in proc.stderr
+    proc = bench("allreduce", "--backend", "elastic", "--max-bytes", "lots", "--store", store)
+    assert proc.returncode == 2 and "not a size" in proc.stderr
+    assert not store.exists()
