@@ -291,7 +291,7 @@ def cmd_report(args) -> int:
     from bench.report import write_report
 
     store = open_store(args)
-    path = write_report(store, args.output)
+    path = write_report(store, args.output, args.where)
     print(f"report written to {path}")
     return EXIT_OK
 
@@ -352,6 +352,9 @@ def build_parser() -> Parser:
     add_store(p)
     p.add_argument("-o", "--output", default=os.path.join("reports", "report.html"),
                    help="HTML file to write (default reports/report.html)")
+    p.add_argument("--where", action="append", metavar="KEY=V1,V2",
+                   help="keep runs whose KEY (a `bench list` column: backend, workload, world_size, "
+                        "device, status, sweep_id, ...) is one of the values; repeatable")
     p.set_defaults(func=cmd_report)
 
     p = verbs.add_parser("doctor", help="what this machine offers, and which backends can run")

@@ -1,7 +1,10 @@
-"""`bench report`: one self-contained HTML page (inline CSS and figures; opens with no network).
+"""`bench report`: one self-contained HTML page that answers "elastic or Horovod?" for the hardware
+the stored runs ran on (inline CSS and figures, no script, no network).
 
-This first page holds the throughput table, a scaling-efficiency plot per workload, and every run
-that did not end ok, with its status and error. Every figure comes from the store.
+Sections, in order: Verdict (every sentence computed from the store), Throughput and scaling,
+Communication, Where the time goes, Startup and rendezvous, Elasticity, Rank map, Environment,
+Failed and unstable runs, Methodology. Runs are compared only under equal conditions (CONDITIONS);
+where the environments of compared runs differ, the page says how.
 """
 
 from __future__ import annotations
@@ -9,102 +12,141 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import time
 from pathlib import Path
 
-from bench.errors import StoreError
+from bench.errors import StoreError, UsageError
 from bench.frame import CONDITIONS, with_efficiency
 
-TEMPLATE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>bench report</title>
-<style>
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:72rem;color:#222;padding:0 1rem}
-h1{font-size:1.6rem}h2{font-size:1.25rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
-table{border-collapse:collapse;font-size:.9rem;margin:.5rem 0}
-th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}th{background:#f4f4f4}
-td.l,th.l{text-align:left}.bad{color:#b00020}.warn{color:#a15c00}
-img{max-width:100%;height:auto}pre{background:#f8f8f8;padding:.5rem;overflow-x:auto;font-size:.8rem}
-.note{color:#555;font-size:.9rem}
-</style></head><body>
-<h1>Distributed training benchmark</h1>
-<p class="note">Store {{ store }}; {{ n_runs }} runs ({{ n_ok }} ok); written {{ written }}.</p>
+PRIMARY = ("elastic", "horovod")  # the question the page answers; ps and single are reference points
+SIGNIFICANCE = 0.05
+ENV_KEYS = ("hostname", "cpu_model", "cpu_count", "platform", "python", "torch", "torch_cuda_build",
+            "cuda_devices", "nccl_version", "packages.torchvision", "packages.horovod", "git.commit",
+            "git.dirty", "bench")
 
-<h2>Throughput</h2>
-<p class="note">Throughput = global batch x steps per window / window time, a window's time being the
-max over ranks; mean over windows with its 95% confidence interval (Student's t). Runs marked
-<span class="warn">unstable</span> have a standard deviation above 10% of the mean or fewer than 3
-windows. Efficiency E(N) = thr(N) / (N x thr(1)) against the same backend at one worker, and against
-the plain single-process loop (backend <em>single</em>) under the same conditions.</p>
+TEMPLATE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>elastic or Horovod? bench report</title>
+<style>
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:74rem;color:#222;padding:0 1rem;line-height:1.45}
+h1{font-size:1.6rem}h2{font-size:1.25rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2.2rem}
+h3{font-size:1.02rem;margin-bottom:.3rem}
+table{border-collapse:collapse;font-size:.86rem;margin:.5rem 0}
+th,td{border:1px solid #ddd;padding:.22rem .45rem;text-align:right;vertical-align:top}th{background:#f4f4f4}
+td.l,th.l{text-align:left}.bad{color:#b00020}.warn{color:#a15c00;font-weight:600}.diff{background:#fff3cd}
+img{max-width:100%;height:auto;display:block;margin:.6rem 0}pre{background:#f8f8f8;padding:.5rem;overflow-x:auto;font-size:.78rem;max-width:60rem}
+.note{color:#555;font-size:.9rem}.verdict li{margin:.3rem 0}.rec{background:#eef6ee;border-left:4px solid #2e7d32;padding:.5rem 1rem}
+nav a{margin-right:.8rem;font-size:.9rem}
+</style></head><body>
+<h1>PyTorch Distributed Elastic or Horovod?</h1>
+<p class="note">Store {{ store }}: {{ n_runs }} runs ({{ n_ok }} ok){% if where %}, filtered by {{ where }}{% endif %}.
+Hardware: {{ hardware }}. Written {{ written }}.</p>
+<nav><a href="#verdict">Verdict</a><a href="#throughput">Throughput</a><a href="#comm">Communication</a>
+<a href="#time">Where the time goes</a><a href="#startup">Startup</a><a href="#elasticity">Elasticity</a>
+<a href="#ranks">Rank map</a><a href="#env">Environment</a><a href="#failed">Failed and unstable</a>
+<a href="#method">Methodology</a></nav>
+
+<h2 id="verdict">Verdict</h2>
+{% if verdicts %}<ul class="verdict">{% for v in verdicts %}<li>{{ v }}</li>{% endfor %}</ul>
+{% else %}<p>{{ no_verdict }}</p>{% endif %}
+{% for line in fairness %}<p class="warn">{{ line }}</p>{% endfor %}
+<p>{{ elasticity_summary }}</p>
+<div class="rec"><strong>Recommendation from this data.</strong>{% for r in recommendation %} {{ r }}{% endfor %}</div>
+
+<h2 id="throughput">Throughput and scaling</h2>
 {% for table in tables %}
 <h3>{{ table.title }}</h3>
 <table><tr><th class="l">backend</th><th>world</th><th>samples/s</th><th>95% CI</th><th>sd/mean</th>
-<th>efficiency</th><th>vs plain loop</th><th>step ms</th><th>startup s</th><th>peak RSS MiB</th><th class="l">run</th></tr>
+<th>efficiency</th><th>vs plain loop</th><th>step ms</th><th>straggler ratio</th><th>peak RSS MiB</th><th class="l">run</th></tr>
 {% for r in table.rows %}<tr><td class="l">{{ r.backend }}</td><td>{{ r.world_size }}</td>
-<td{% if r.unstable %} class="warn" title="unstable"{% endif %}>{{ r.thr }}{% if r.unstable %} (unstable){% endif %}</td>
+<td{% if r.unstable %} class="warn"{% endif %}>{{ r.thr }}{% if r.unstable %} (unstable){% endif %}</td>
 <td>{{ r.ci }}</td><td>{{ r.rel }}</td><td>{{ r.eff }}</td><td>{{ r.eff_plain }}</td><td>{{ r.step }}</td>
-<td>{{ r.startup }}</td><td>{{ r.rss }}</td><td class="l">{{ r.run_id }}</td></tr>
+<td>{{ r.straggler }}</td><td>{{ r.rss }}</td><td class="l">{{ r.run_id }}</td></tr>
 {% endfor %}</table>
-{% if table.figure %}<img alt="scaling of {{ table.title }}" src="data:image/png;base64,{{ table.figure }}">{% endif %}
-{% endfor %}
+{% if table.figure %}<img alt="throughput and scaling efficiency of {{ table.title }}" src="data:image/png;base64,{{ table.figure }}">{% endif %}
+{% else %}<p>No successful training run in this selection.</p>{% endfor %}
 
-<h2>Communication</h2>
-<p class="note">nccl-tests conventions: S is the whole buffer; time is the mean per op, the max over ranks;
-algbw = S / time; busbw = algbw x 2(n-1)/n for allreduce ((n-1)/n for allgather and reduce_scatter, 1 for
-broadcast); GB/s = 1e9 bytes/s. The ps backend's figure is a push+pull of S bytes through its servers. The
-alpha-beta model (ring: T = 2(n-1)a + 2(n-1)/n S b; parameter server with K servers: T = 2a + n S/K b) is
-fitted to each sweep; the limit is measured on the same run (loopback TCP on CPU, device copy on GPU).</p>
+<h2 id="comm">Communication</h2>
 {% if comm_rows %}<table><tr><th class="l">backend</th><th>ranks</th><th class="l">dtype</th><th class="l">op</th>
 <th>avg busbw GB/s</th><th>peak busbw GB/s</th><th>peak / limit</th><th class="l">model</th><th>a (us)</th>
 <th>1/b (GB/s)</th><th>R&sup2;</th><th class="l">run</th></tr>
 {% for r in comm_rows %}<tr><td class="l">{{ r.backend }}</td><td>{{ r.world_size }}</td><td class="l">{{ r.dtype }}</td>
 <td class="l">{{ r.op }}</td><td>{{ r.avg }}</td><td>{{ r.peak }}</td><td>{{ r.frac }}</td><td class="l">{{ r.model }}</td>
 <td>{{ r.alpha }}</td><td>{{ r.bw }}</td><td>{{ r.r2 }}</td><td class="l">{{ r.run_id }}</td></tr>{% endfor %}</table>
-{% for f in comm_figures %}<img alt="busbw vs message size" src="data:image/png;base64,{{ f }}">{% endfor %}
-{% else %}<p>No communication sweep in this store (<code>bench allreduce</code>, or a <code>bench sweep</code>
+{% for f in comm_figures %}<img alt="allreduce busbw vs message size" src="data:image/png;base64,{{ f }}">{% endfor %}
+{% else %}<p>No communication sweep in this selection (<code>bench allreduce</code>, or a <code>bench sweep</code>
 without <code>--no-comm</code>, records one).</p>{% endif %}
 
-<h2>Failed and unstable runs</h2>
+<h2 id="time">Where the time goes</h2>
+{% if exposed %}<table><tr><th class="l">workload</th><th class="l">backend</th><th>world</th><th>step ms</th>
+<th>plain loop step ms</th><th>exposed communication ms</th><th>share of the step</th></tr>
+{% for r in exposed %}<tr><td class="l">{{ r.workload }}</td><td class="l">{{ r.backend }}</td><td>{{ r.world_size }}</td>
+<td>{{ r.step }}</td><td>{{ r.plain }}</td><td>{{ r.exposed }}</td><td>{{ r.share }}</td></tr>{% endfor %}</table>
+{% if exposed_figure %}<img alt="exposed communication share" src="data:image/png;base64,{{ exposed_figure }}">{% endif %}
+{% else %}<p>Needs a plain single-process run (backend <em>single</em>) under the same conditions as the
+distributed runs; <code>bench sweep</code> records one unless <code>--no-baseline</code>.</p>{% endif %}
+
+<h2 id="startup">Startup and rendezvous</h2>
+{% if startup %}<table><tr><th class="l">workload</th><th class="l">backend</th><th>world</th><th>launch to processes s</th>
+<th>rendezvous s</th><th>launch to first step s</th><th class="l">run</th></tr>
+{% for r in startup %}<tr><td class="l">{{ r.workload }}</td><td class="l">{{ r.backend }}</td><td>{{ r.world_size }}</td>
+<td>{{ r.proc }}</td><td>{{ r.rdzv }}</td><td>{{ r.first }}</td><td class="l">{{ r.run_id }}</td></tr>{% endfor %}</table>
+{% else %}<p>No successful training run in this selection.</p>{% endif %}
+
+<h2 id="elasticity">Elasticity</h2>
+<p>{{ elasticity_summary }}</p>
+
+<h2 id="ranks">Rank map</h2>
+{% for m in rank_maps %}<details><summary>{{ m.title }}</summary>
+<table><tr><th class="l">role</th><th>rank</th><th>local</th><th>group</th><th>role rank</th><th>restarts</th><th class="l">host</th><th>pid</th></tr>
+{% for r in m.rows %}<tr><td class="l">{{ r.role }}</td><td>{{ r.rank }}</td><td>{{ r.local_rank }}</td><td>{{ r.group_rank }}</td>
+<td>{{ r.role_rank }}</td><td>{{ r.restart_count }}</td><td class="l">{{ r.host }}</td><td>{{ r.pid }}</td></tr>{% endfor %}
+</table></details>{% endfor %}
+
+<h2 id="env">Environment</h2>
+<p class="note">The fingerprint of the runs on this page. Rows shaded <span class="diff">like this</span>
+differ between runs: figures from such runs are not like for like.</p>
+<table><tr><th class="l">fact</th><th class="l">value</th></tr>
+{% for e in environment %}<tr{% if e.differs %} class="diff"{% endif %}><td class="l">{{ e.key }}</td><td class="l">{{ e.value }}</td></tr>{% endfor %}
+</table>
+
+<h2 id="failed">Failed and unstable runs</h2>
 {% if failed %}<table><tr><th class="l">run</th><th class="l">status</th><th class="l">case</th><th class="l">error</th></tr>
 {% for f in failed %}<tr><td class="l">{{ f.run_id }}</td><td class="l bad">{{ f.status }}</td><td class="l">{{ f.case }}</td>
 <td class="l">{{ f.message }}{% if f.tail %}<pre>{{ f.tail }}</pre>{% endif %}</td></tr>{% endfor %}</table>
-{% else %}<p>None: every stored run ended ok.</p>{% endif %}
+{% else %}<p>No failed run: every run in this selection ended ok.</p>{% endif %}
+{% if unstable %}<p>Unstable (standard deviation above 10% of the mean, or fewer than 3 windows):</p><ul>
+{% for u in unstable %}<li>{{ u }}</li>{% endfor %}</ul>{% else %}<p>No unstable result.</p>{% endif %}
+
+<h2 id="method">Methodology</h2>
+<ul>
+<li><strong>Windows.</strong> After W warm-up steps (never timed), each rank times K consecutive steps per window,
+for R windows; all ranks meet at a barrier and the device is synchronised before each window, outside the timed
+region. A window's time is the max over ranks. Throughput = global batch x K / window time (samples/s).</li>
+<li><strong>Uncertainty.</strong> Mean over windows with a 95% confidence interval of the mean (Student's t). A
+result is unstable when its standard deviation exceeds 10% of its mean or it has fewer than 3 windows (pyperf's
+rules). Two backends differ significantly when Welch's t-test on their per-window throughputs gives p &lt; {{ alpha }}.</li>
+<li><strong>Scaling.</strong> Weak scaling (fixed per-worker batch). Efficiency E(N) = thr(N) / (N x thr(1)), thr(1) the
+same backend at one worker under the same conditions; also against the plain single-process loop.</li>
+<li><strong>Exposed communication</strong> = step time at N workers - step time of the plain loop (one process, no
+wrapper) at the same per-worker batch, as a share of the step.</li>
+<li><strong>Communication</strong> follows nccl-tests: algbw = S / t, busbw = algbw x 2(n-1)/n (allreduce), t the mean
+per op and the max over ranks, GB/s = 1e9 bytes/s; each size checked for wrong elements.</li>
+<li><strong>Startup</strong>: launch to worker processes, rendezvous (process-group initialisation), launch to the end of
+the first step (max over ranks).</li>
+<li><strong>Fairness.</strong> The harness sets threads (OMP_NUM_THREADS, torch), seed, batch, data, dtype and device
+placement identically for every backend; only runs with equal conditions are compared, and the latest run of each
+case is shown. Every figure names the run it comes from (<code>bench list</code>).</li>
+</ul>
 </body></html>
 """
 
 
+# ---------------------------------------------------------------- helpers
 def _fmt(value, spec: str, missing: str = "-") -> str:
-    if value is None or value != value:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return missing
     return format(value, spec)
-
-
-def _scaling_figure(ok_rows) -> str | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    series = {b: g.sort_values("world_size") for b, g in ok_rows.groupby("backend")}
-    if not any(len(g) > 1 or g["efficiency"].notna().any() for g in series.values()):
-        return None
-    fig, (ax_thr, ax_eff) = plt.subplots(1, 2, figsize=(10, 3.6))
-    sizes = sorted(ok_rows["world_size"].unique())
-    for backend, g in series.items():
-        err = [g["throughput"] - g["ci_low"], g["ci_high"] - g["throughput"]]
-        ax_thr.errorbar(g["world_size"], g["throughput"], yerr=err, marker="o", capsize=3, label=backend)
-        if g["efficiency"].notna().any():
-            ax_eff.plot(g["world_size"], g["efficiency"], marker="o", label=backend)
-    ax_eff.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
-    for ax, title in ((ax_thr, "throughput (samples/s, 95% CI)"), (ax_eff, "scaling efficiency")):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(s) for s in sizes])
-        ax.set_xlabel("world size (workers)")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    ax_eff.set_ylim(bottom=0)
-    fig.tight_layout()
-    return _png(fig)
 
 
 def _png(fig) -> str:
@@ -116,13 +158,177 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _comm_section(frame) -> tuple[list[dict], list[str]]:
-    """The latest ok sweep per backend, world size and dtype: a table row per op, a figure per world size."""
+def _plt():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _cond_title(cond: dict) -> str:
+    passes = f" x {cond['backward_passes']} passes" if cond["backward_passes"] != 1 else ""
+    return (f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
+            f"{cond['threads']} thread(s)/worker, {cond['data']} data, {cond['image_size']}px")
+
+
+def _flat_env(env: dict) -> dict:
+    out = {}
+    for key in ENV_KEYS:
+        value = env
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        out[key] = value
+    for name, value in (env.get("variables") or {}).items():
+        out[f"${name}"] = value
+    return out
+
+
+def env_differences(records: list[dict]) -> list[str]:
+    """Fingerprint facts that differ between these runs."""
+    flats = [_flat_env(r.get("environment") or {}) for r in records]
+    keys = sorted(set().union(*flats)) if flats else []
+    return [k for k in keys if len({repr(f.get(k)) for f in flats}) > 1 and k not in ("bench",)]
+
+
+def latest_cases(ok):
+    """The latest ok run of each (conditions, backend, world size)."""
+    return ok.sort_values("created_at").groupby([*CONDITIONS, "backend", "world_size"]).tail(1)
+
+
+def compare(a_row, b_row) -> dict:
+    """Welch's t-test on two runs' per-window throughputs, and the relative difference of means."""
+    from scipy.stats import ttest_ind
+
+    a = a_row.record["metrics"]["throughput"]["per_window"]
+    b = b_row.record["metrics"]["throughput"]["per_window"]
+    p = float(ttest_ind(a, b, equal_var=False).pvalue) if len(a) > 1 and len(b) > 1 else float("nan")
+    return {"ratio": a_row.throughput / b_row.throughput, "p": p, "n": (len(a), len(b)),
+            "significant": bool(p == p and p < SIGNIFICANCE)}
+
+
+# ---------------------------------------------------------------- sections
+def verdict_section(cases) -> tuple[list[str], list[str], list[dict]]:
+    """Sentences per workload and world size, fairness notes, and the comparisons behind them."""
+    sentences, fairness, comparisons = [], [], []
+    for key, group in cases.groupby([*CONDITIONS, "world_size"], sort=True):
+        cond = dict(zip([*CONDITIONS, "world_size"], key))
+        rows = {r.backend: r for r in group.itertuples()}
+        where = (f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
+                 f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker, {cond['data']} data)")
+        if all(b in rows for b in PRIMARY):
+            e, h = rows["elastic"], rows["horovod"]
+            c = compare(e, h)
+            faster, slower = (e, h) if c["ratio"] >= 1 else (h, e)
+            pct = (max(c["ratio"], 1 / c["ratio"]) - 1) * 100
+            figures = (f"elastic {e.throughput:,.0f} vs horovod {h.throughput:,.0f} samples/s; "
+                       f"Welch's t-test p = {c['p']:.3g} over {c['n'][0]} + {c['n'][1]} windows")
+            flags = [r.backend for r in (e, h) if r.unstable]
+            caution = f" Caution: {', '.join(flags)} unstable." if flags else ""
+            if c["significant"]:
+                sentences.append(f"{where}: {faster.backend} is faster by {pct:.1f}% ({figures}).{caution}")
+            else:
+                sentences.append(f"{where}: no significant difference ({faster.backend} ahead by {pct:.1f}%, "
+                                 f"{figures}).{caution}")
+            comparisons.append({"cond": cond, "winner": faster.backend if c["significant"] else None,
+                                "pct": pct, "p": c["p"]})
+            differs = env_differences([e.record, h.record])
+            if differs:
+                fairness.append(f"{where}: the elastic and horovod runs differ in {', '.join(differs)}; "
+                                "their comparison is not like for like.")
+        if "ps" in rows:
+            best = max((rows[b] for b in PRIMARY if b in rows), key=lambda r: r.throughput, default=None)
+            if best is not None:
+                c = compare(rows["ps"], best)
+                rel = (1 - c["ratio"]) * 100
+                word = "slower" if rel > 0 else "faster"
+                sig = "" if c["significant"] else ", not a significant difference"
+                opts = rows["ps"].record["spec"]["backend_options"]
+                sentences.append(f"{where}: the parameter-server baseline ({opts['ps_servers']} server(s), "
+                                 f"{opts['ps_mode']}) is "
+                                 f"{abs(rel):.1f}% {word} than {best.backend} (p = {c['p']:.3g}{sig}).")
+    return sentences, fairness, comparisons
+
+
+def recommendation(comparisons: list[dict], cases, comm) -> list[str]:
+    lines = []
+    if not comparisons:
+        return ["Run both elastic and horovod under the same conditions (bench sweep) for a recommendation."]
+    wins = {b: [c for c in comparisons if c["winner"] == b] for b in PRIMARY}
+    ties = [c for c in comparisons if c["winner"] is None]
+    total = len(comparisons)
+    for backend, won in wins.items():
+        if won:
+            where = "; ".join(f"{c['cond']['workload']} at {c['cond']['world_size']} worker(s) (+{c['pct']:.1f}%)"
+                              for c in won)
+            lines.append(f"{backend} was significantly faster in {len(won)} of {total} comparison(s): {where}.")
+    if ties:
+        lines.append(f"{len(ties)} of {total} comparison(s) showed no significant difference.")
+    leader = max(PRIMARY, key=lambda b: len(wins[b]))
+    if len(wins[leader]) > len(wins[[b for b in PRIMARY if b != leader][0]]):
+        lines.append(f"For throughput on this hardware, choose {leader}.")
+    else:
+        lines.append("Throughput does not separate them here: choose on operations (launcher, elasticity, "
+                     "ecosystem).")
+    start = cases[cases["backend"].isin(PRIMARY)].groupby("backend")["startup_s"].median()
+    if len(start) == 2:
+        quick, slow = start.idxmin(), start.idxmax()
+        lines.append(f"{quick} reached its first step sooner (median {start[quick]:.1f} s vs "
+                     f"{start[slow]:.1f} s for {slow}).")
+    if comm:
+        best = {}
+        for r in comm:
+            if r["op"] == "allreduce" and r["backend"] in PRIMARY and r["peak_value"] is not None:
+                best[r["backend"]] = max(best.get(r["backend"], 0.0), r["peak_value"])
+        if len(best) == 2:
+            top = max(best, key=best.get)
+            other = [b for b in best if b != top][0]
+            lines.append(f"{top}'s allreduce reached the higher bus bandwidth ({best[top]:.2f} vs "
+                         f"{best[other]:.2f} GB/s peak).")
+    return lines
+
+
+def throughput_tables(ok) -> list[dict]:
+    plt = _plt()
+    tables = []
+    for key, group in ok.groupby(CONDITIONS, sort=True):
+        cond = dict(zip(CONDITIONS, key))
+        latest = group.sort_values("created_at").groupby(["backend", "world_size"]).tail(1)
+        latest = latest.sort_values(["backend", "world_size"])
+        rows = [{
+            "backend": r.backend, "world_size": r.world_size, "thr": _fmt(r.throughput, ",.0f"),
+            "ci": f"{_fmt(r.ci_low, ',.0f')} to {_fmt(r.ci_high, ',.0f')}",
+            "rel": _fmt(r.rel_stdev, ".1%"), "unstable": bool(r.unstable),
+            "eff": _fmt(r.efficiency, ".1%"), "eff_plain": _fmt(r.efficiency_vs_plain, ".1%"),
+            "step": _fmt(r.step_time_s * 1000 if r.step_time_s else None, ".2f"),
+            "straggler": _fmt(r.record["metrics"].get("straggler_ratio"), ".3f"),
+            "rss": _fmt(r.peak_rss_mb, ",.0f"), "run_id": r.run_id,
+        } for r in latest.itertuples()]
+        fig, (ax_thr, ax_eff) = plt.subplots(1, 2, figsize=(10, 3.6))
+        sizes = sorted(latest["world_size"].unique())
+        for backend, g in latest.groupby("backend"):
+            err = [g["throughput"] - g["ci_low"], g["ci_high"] - g["throughput"]]
+            ax_thr.errorbar(g["world_size"], g["throughput"], yerr=err, marker="o", capsize=3, label=backend)
+            if g["efficiency"].notna().any():
+                ax_eff.plot(g["world_size"], g["efficiency"], marker="o", label=backend)
+        ax_eff.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
+        for ax, title in ((ax_thr, "throughput (samples/s, 95% CI)"), (ax_eff, "scaling efficiency")):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sizes, [str(s) for s in sizes])
+            ax.set_xlabel("world size (workers)")
+            ax.set_title(title, fontsize=10)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+        ax_eff.set_ylim(bottom=0)
+        fig.tight_layout()
+        tables.append({"title": _cond_title(cond), "rows": rows, "figure": _png(fig)})
+    return tables
+
+
+def comm_section(frame) -> tuple[list[dict], list[str]]:
+    """The latest ok sweep per backend, world size and dtype: a row per op, a figure per world size."""
+    plt = _plt()
     comm = frame[(frame["status"] == "ok") & (frame["task"] == "comm")]
     if comm.empty:
         return [], []
@@ -134,17 +340,17 @@ def _comm_section(frame) -> tuple[list[dict], list[str]]:
         fit, limit = metrics.get("fit") or {}, (metrics.get("ceiling") or {}).get("limit_gbps")
         for op, avg in metrics["avg_busbw_gbps"].items():
             peak = max(x["busbw_gbps"] for x in r.record["allreduce"] if x["op"] == op)
+            is_ar = op == "allreduce" and bool(fit)
             rows.append({"backend": r.backend, "world_size": r.world_size, "dtype": r.dtype, "op": op,
-                         "avg": _fmt(avg, ".3f"), "peak": _fmt(peak, ".3f"),
+                         "avg": _fmt(avg, ".3f"), "peak": _fmt(peak, ".3f"), "peak_value": peak,
                          "frac": _fmt(peak / limit if limit else None, ".1%"),
-                         "model": metrics["model"] if op == "allreduce" and fit else "-",
-                         "alpha": _fmt(fit.get("alpha_s", float("nan")) * 1e6, ".1f") if op == "allreduce" else "-",
-                         "bw": _fmt(fit.get("bandwidth_gbps"), ".2f") if op == "allreduce" else "-",
-                         "r2": _fmt(fit.get("r2_weighted"), ".3f") if op == "allreduce" else "-",
-                         "run_id": r.run_id})
+                         "model": metrics["model"] if is_ar else "-",
+                         "alpha": _fmt(fit["alpha_s"] * 1e6, ".1f") if is_ar else "-",
+                         "bw": _fmt(fit["bandwidth_gbps"], ".2f") if is_ar else "-",
+                         "r2": _fmt(fit["r2_weighted"], ".3f") if is_ar else "-", "run_id": r.run_id})
     for (world, dtype), group in latest.groupby(["world_size", "dtype"]):
-        fig, ax = plt.subplots(figsize=(7, 3.6))
-        limits = []
+        fig, ax = plt.subplots(figsize=(7.5, 3.8))
+        limits, limit_name = [], ""
         for r in group.itertuples():
             ar = [x for x in r.record["allreduce"] if x["op"] == "allreduce"]
             if not ar:
@@ -153,17 +359,17 @@ def _comm_section(frame) -> tuple[list[dict], list[str]]:
                             label=f"{r.backend} measured")
             fit = r.record["metrics"]["comm"].get("fit")
             if fit:
-                n = r.world_size
-                factor = 2 * (n - 1) / n
+                factor = 2 * (world - 1) / world
                 ax.plot([x["size"] for x in ar],
                         [x["size"] / (t * 1e-6) / 1e9 * factor for x, t in zip(ar, fit["predicted_time_us"])],
-                        linestyle=":", color=line.get_color(), label=f"{r.backend} alpha-beta fit")
+                        linestyle=":", color=line.get_color(), label=f"{r.backend} alpha-beta model")
             ceiling = r.record["metrics"]["comm"].get("ceiling")
             if ceiling:
                 limits.append(ceiling["limit_gbps"])
+                limit_name = ceiling["limit_name"]
         if limits:
             ax.axhline(sum(limits) / len(limits), color="grey", linestyle="--", linewidth=1,
-                       label=f"machine limit ({group.iloc[0]['record']['metrics']['comm']['ceiling']['limit_name']})")
+                       label=f"machine limit ({limit_name})")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size S (bytes)")
         ax.set_ylabel("allreduce busbw (GB/s)")
@@ -175,45 +381,130 @@ def _comm_section(frame) -> tuple[list[dict], list[str]]:
     return rows, figures
 
 
-def render_report(frame, store_label: str) -> str:
+def exposed_section(cases) -> tuple[list[dict], str | None]:
+    plain = cases[(cases["backend"] == "single") & (cases["world_size"] == 1)].set_index(CONDITIONS)["step_time_s"]
+    rows = []
+    for r in cases[cases["backend"] != "single"].sort_values(["workload", "backend", "world_size"]).itertuples():
+        key = tuple(getattr(r, c) for c in CONDITIONS)
+        base = plain.get(key)
+        if base is None or not r.step_time_s:
+            continue
+        exposed = r.step_time_s - base
+        rows.append({"workload": r.workload, "backend": r.backend, "world_size": r.world_size,
+                     "step": _fmt(r.step_time_s * 1000, ".2f"), "plain": _fmt(base * 1000, ".2f"),
+                     "exposed": _fmt(exposed * 1000, ".2f"), "share": _fmt(exposed / r.step_time_s, ".1%"),
+                     "share_value": exposed / r.step_time_s})
+    if not rows:
+        return [], None
+    plt = _plt()
+    labels = [f"{r['workload']}\n{r['backend']} x{r['world_size']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows)), 3.6))
+    ax.bar(range(len(rows)), [100 * r["share_value"] for r in rows], color="#5b8db8")
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set_ylabel("exposed communication (% of step)")
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return rows, _png(fig)
+
+
+def failed_and_unstable(frame) -> tuple[list[dict], list[str]]:
+    failed = []
+    for r in frame[frame["status"] != "ok"].itertuples():
+        err = r.record.get("error") or {}
+        what = r.workload if r.task == "train" else "communication sweep"
+        failed.append({"run_id": r.run_id, "status": r.status,
+                       "case": f"{r.backend} {what} world {r.world_size} ({r.device})",
+                       "message": err.get("message", ""), "tail": err.get("tail", "")})
+    unstable = [f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
+                f"{r.record['metrics']['throughput']['n']} windows"
+                for r in frame[(frame["status"] == "ok") & (frame["task"] == "train") &
+                               (frame["unstable"] == True)].itertuples()]  # noqa: E712 (pandas)
+    return failed, unstable
+
+
+def environment_section(records: list[dict]) -> list[dict]:
+    flats = [_flat_env(r.get("environment") or {}) for r in records]
+    keys = [k for k in ENV_KEYS] + sorted({k for f in flats for k in f if k.startswith("$")})
+    rows = []
+    for key in keys:
+        values = [f.get(key) for f in flats]
+        distinct = list(dict.fromkeys(repr(v) for v in values))
+        if len(distinct) == 1:
+            rows.append({"key": key, "value": "-" if values[0] in (None, "", []) else str(values[0]),
+                         "differs": False})
+        else:
+            per_run = "; ".join(f"{r['run_id']}: {f.get(key)}" for r, f in zip(records, flats))
+            rows.append({"key": key, "value": per_run, "differs": True})
+    return rows
+
+
+def apply_where(frame, where: list[str] | None):
+    """--where KEY=V1,V2 (repeatable): keep runs whose column KEY is one of the values."""
+    for clause in where or []:
+        if "=" not in clause:
+            raise UsageError(f"--where {clause!r}: expected KEY=VALUE[,VALUE...], for example backend=elastic,horovod")
+        key, values = clause.split("=", 1)
+        if key not in frame.columns or key == "record":
+            allowed = ", ".join(c for c in frame.columns if c != "record")
+            raise UsageError(f"--where {clause!r}: unknown key {key!r}; use one of {allowed}")
+        wanted = set(values.split(","))
+        frame = frame[frame[key].astype(str).isin(wanted)]
+    return frame
+
+
+def render_report(frame, store_label: str, where: list[str] | None = None) -> str:
     from jinja2 import Environment
 
     if frame.empty:
         raise StoreError(f"no runs in {store_label}: nothing to report; run `bench sweep` first")
+    frame = apply_where(frame, where)
+    if frame.empty:
+        raise UsageError(f"no run in {store_label} matches --where {' '.join(where or [])}; "
+                         "`bench list` shows what is stored")
     ok = with_efficiency(frame)
-    tables = []
-    for key, group in ok.groupby(CONDITIONS, sort=True):
-        latest = group.sort_values("created_at").groupby(["backend", "world_size"]).tail(1)
-        latest = latest.sort_values(["backend", "world_size"])
-        rows = [{
-            "backend": r.backend, "world_size": r.world_size, "thr": _fmt(r.throughput, ",.0f"),
-            "ci": f"{_fmt(r.ci_low, ',.0f')} to {_fmt(r.ci_high, ',.0f')}",
-            "rel": _fmt(r.rel_stdev, ".1%"), "unstable": bool(r.unstable),
-            "eff": _fmt(r.efficiency, ".1%"), "eff_plain": _fmt(r.efficiency_vs_plain, ".1%"),
-            "step": _fmt(r.step_time_s * 1000 if r.step_time_s else None, ".2f"),
-            "startup": _fmt(r.startup_s, ".2f"), "rss": _fmt(r.peak_rss_mb, ",.0f"), "run_id": r.run_id,
-        } for r in latest.itertuples()]
-        cond = dict(zip(CONDITIONS, key))
-        passes = f" x {cond['backward_passes']} passes" if cond["backward_passes"] != 1 else ""
-        title = (f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
-                 f"{cond['threads']} thread(s)/worker, {cond['data']} data, {cond['image_size']}px")
-        tables.append({"title": title, "rows": rows, "figure": _scaling_figure(latest)})
-    failed = []
-    for r in frame[frame["status"] != "ok"].itertuples():
-        err = r.record.get("error") or {}
-        failed.append({"run_id": r.run_id, "status": r.status,
-                       "case": f"{r.backend} {r.workload} world {r.world_size} ({r.device})",
-                       "message": err.get("message", ""), "tail": err.get("tail", "")})
-    comm_rows, comm_figures = _comm_section(frame)
+    cases = latest_cases(ok) if not ok.empty else ok
+    verdicts, fairness, comparisons = verdict_section(cases) if not ok.empty else ([], [], [])
+    comm_rows, comm_figures = comm_section(frame)
+    exposed, exposed_figure = exposed_section(cases) if not ok.empty else ([], None)
+    failed, unstable = failed_and_unstable(frame)
+    shown = [r.record for r in cases.itertuples()] if not ok.empty else []
+    shown += [r.record for r in frame[(frame["status"] == "ok") & (frame["task"] == "comm")].itertuples()]
+    env_rows = environment_section(shown or list(frame["record"]))
+    hardware = "; ".join(sorted({f"{r['environment'].get('hostname')}: {r['environment'].get('cpu_model')}, "
+                                 f"{r['environment'].get('cpu_count')} CPUs, "
+                                 f"{len(r['environment'].get('cuda_devices') or [])} GPU(s)"
+                                 for r in (shown or list(frame["record"])) if r.get("environment")}))
+    startup = [{"workload": r.workload, "backend": r.backend, "world_size": r.world_size,
+                "proc": _fmt(r.record["metrics"]["startup"]["launch_to_process_s"], ".2f"),
+                "rdzv": _fmt(r.record["metrics"]["startup"]["rendezvous_s"], ".3f"),
+                "first": _fmt(r.startup_s, ".2f"), "run_id": r.run_id}
+               for r in cases.sort_values(["workload", "backend", "world_size"]).itertuples()] if not ok.empty else []
+    rank_maps = [{"title": f"{r.run_id}: {r.backend} {r.workload if r.task == 'train' else 'communication'} "
+                           f"world {r.world_size} ({r.status})",
+                  "rows": sorted(r.record.get("rank_map") or [], key=lambda x: x["rank"])}
+                 for r in frame.sort_values("created_at").itertuples()]
+    faults = frame[frame["task"] == "fault"] if "task" in frame else frame.iloc[0:0]
+    elasticity = ("No fault-injection run is stored, so this page makes no claim about recovery; "
+                  "elasticity is compared once fault runs are recorded." if faults.empty else
+                  f"{len(faults)} fault-injection run(s) stored.")
+    no_verdict = ("No workload and world size has ok runs of both elastic and horovod under the same "
+                  "conditions in this selection, so there is nothing to compare; `bench sweep --backend "
+                  "elastic,horovod` records them.")
     env = Environment(autoescape=True)
     return env.from_string(TEMPLATE).render(
-        store=store_label, n_runs=len(frame), n_ok=int((frame["status"] == "ok").sum()),
-        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), tables=tables, failed=failed,
-        comm_rows=comm_rows, comm_figures=comm_figures)
+        store=store_label, where=" ".join(where or []), n_runs=len(frame),
+        n_ok=int((frame["status"] == "ok").sum()), hardware=hardware or "unknown",
+        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), verdicts=verdicts, no_verdict=no_verdict,
+        fairness=fairness, elasticity_summary=elasticity,
+        recommendation=recommendation(comparisons, cases, comm_rows),
+        tables=throughput_tables(ok) if not ok.empty else [], comm_rows=comm_rows, comm_figures=comm_figures,
+        exposed=exposed, exposed_figure=exposed_figure, startup=startup, rank_maps=rank_maps,
+        environment=env_rows, failed=failed, unstable=unstable, alpha=SIGNIFICANCE)
 
 
-def write_report(store, output) -> Path:
-    page = render_report(store.load(), html.escape(str(store.path)))
+def write_report(store, output, where: list[str] | None = None) -> Path:
+    page = render_report(store.load(), html.escape(str(store.path)), where)
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -222,9 +513,9 @@ def write_report(store, output) -> Path:
     return path
 
 
-def write_report_with_copy(store, output) -> tuple[Path, Path]:
+def write_report_with_copy(store, output, where: list[str] | None = None) -> tuple[Path, Path]:
     """Write the report to `output` and a timestamped copy beside it (report-YYYYmmdd-HHMMSS.html)."""
-    latest = write_report(store, output)
+    latest = write_report(store, output, where)
     stamped = latest.with_name(f"report-{time.strftime('%Y%m%d-%H%M%S')}{latest.suffix}")
     stamped.write_bytes(latest.read_bytes())
     return latest, stamped

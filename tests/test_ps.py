@@ -97,7 +97,12 @@ def test_sweep_of_the_three_backends(store, tmp_path):
     from bench.store import Store
 
     frame = Store(store).load()
-    assert sorted(frame["backend"]) == ["elastic", "horovod", "ps"] and (frame["status"] == "ok").all()
+    assert (frame["status"] == "ok").all()
+    train = frame[frame["task"] == "train"]
+    assert sorted(train["backend"]) == ["elastic", "horovod", "ps"]
+    comm = frame[frame["task"] == "comm"]  # a short allreduce sweep per backend and world size
+    assert sorted(comm["backend"]) == ["elastic", "horovod", "ps"]
+    assert all(r["allreduce"] and all(x["wrong"] == 0 for x in r["allreduce"]) for r in comm["record"])
     page = report.read_text()
     for backend in ("elastic", "horovod", "ps"):
         assert f">{backend}<" in page

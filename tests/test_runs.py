@@ -119,13 +119,13 @@ def test_sweep_list_and_report(store, tmp_path):
     proc = bench("sweep", "--backend", "elastic", "--workload", "mnist_mlp", "--nproc", 2, "--store", store,
                  "--report", report, *FAST)
     assert proc.returncode == 0, proc.stderr
-    assert "[3/3]" in proc.stderr  # baseline, world 1, world 2
+    assert "[4/4]" in proc.stderr  # baseline, world 1, world 2, and the allreduce sweep at world 2
     from bench.frame import with_efficiency
     from bench.store import Store
 
     frame = Store(store).load()
-    assert sorted(zip(frame["backend"], frame["world_size"])) == [("elastic", 1), ("elastic", 2),
-                                                                 ("single", 1)]
+    assert sorted(zip(frame["task"], frame["backend"], frame["world_size"])) == [
+        ("comm", "elastic", 2), ("train", "elastic", 1), ("train", "elastic", 2), ("train", "single", 1)]
     assert frame["sweep_id"].nunique() == 1 and (frame["status"] == "ok").all()
     assert (frame["threads"] == 1).all()  # one thread count for every world size of a sweep
     eff = with_efficiency(frame).set_index(["backend", "world_size"])

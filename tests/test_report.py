@@ -1,0 +1,99 @@
+"""The decision report, built from a real CPU sweep of the three backends."""
+
+import copy
+import json
+import re
+import sqlite3
+
+import pytest
+
+from bench.report import render_report
+from bench.store import Store
+from conftest import FAST, bench
+
+pytestmark = pytest.mark.slow
+_CACHE = {}
+
+
+def populated_store(folder):
+    """A real sweep (elastic, horovod, ps; world 1 and 2; short comm sweeps) plus one crashed run.
+    Made once per test session, then copied."""
+    if "path" not in _CACHE:
+        path = folder / "sweep" / "bench.sqlite"
+        proc = bench("sweep", "--backend", "elastic,horovod,ps", "--workload", "mnist_mlp", "--nproc", 2,
+                     "--max-bytes", "64K", "--warmup-iters", 1, "--iters", 3, "--store", path, *FAST, timeout=900)
+        assert proc.returncode == 0, proc.stderr
+        proc = bench("run", "--backend", "horovod", "--nproc", 2, "--inject", "crash:1:3", "--store", path, *FAST)
+        assert proc.returncode == 1
+        _CACHE["path"] = path
+    return _CACHE["path"]
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    return populated_store(tmp_path_factory.mktemp("report"))
+
+
+def test_sections_in_order_and_verdict_computed(store_path):
+    page = render_report(Store(store_path).load(), "s")
+    headings = re.findall(r"<h2 id=\"\w+\">([^<]+)</h2>", page)
+    assert headings == ["Verdict", "Throughput and scaling", "Communication", "Where the time goes",
+                        "Startup and rendezvous", "Elasticity", "Rank map", "Environment",
+                        "Failed and unstable runs", "Methodology"]
+    verdict = page.split('id="verdict"')[1].split('id="throughput"')[0]
+    # one sentence per workload and world size, with the figures and the test behind it
+    for world in (1, 2):
+        assert f"mnist_mlp, {world} worker(s) on cpu" in verdict
+    assert verdict.count("Welch&#39;s t-test p =") >= 2
+    assert ("is faster by" in verdict) or ("no significant difference" in verdict)
+    assert "parameter-server baseline (1 server(s), sync)" in verdict
+    assert "Recommendation from this data." in verdict
+    assert "No fault-injection run is stored" in verdict
+
+
+def test_every_number_traces_to_a_stored_run(store_path):
+    frame = Store(store_path).load()
+    page = render_report(frame, "s")
+    table = page.split('id="throughput"')[1].split('id="comm"')[0]
+    for run_id in re.findall(r"\d{8}-\d{6}-[0-9a-f]{6}", table):
+        assert run_id in set(frame["run_id"])
+    for r in frame[(frame["status"] == "ok") & (frame["task"] == "train")].itertuples():
+        assert f"{r.throughput:,.0f}" in table
+
+
+def test_failed_runs_are_listed_not_dropped(store_path):
+    page = render_report(Store(store_path).load(), "s")
+    failed = page.split('id="failed"')[1].split('id="method"')[0]
+    assert "crashed" in failed and "rank 1 ended with exit code 1" in failed
+    assert "injected crash at step 3" in failed
+
+
+def test_differing_environments_are_flagged(store_path, tmp_path):
+    path = tmp_path / "altered.sqlite"
+    store = Store(path)
+    for record in Store(store_path).records():
+        if record["spec"]["backend"] == "horovod" and record["status"] == "ok":
+            record = copy.deepcopy(record)
+            record["environment"]["torch"] = "2.13.0"  # as if run under another torch
+        store.save(record)
+    page = render_report(store.load(), "s")
+    assert "differ in torch" in page and "not like for like" in page
+    assert 'class="diff"' in page
+
+
+def test_where_filters_and_rejects_unknown_keys(store_path, tmp_path):
+    out = tmp_path / "only.html"
+    proc = bench("report", "--store", store_path, "--where", "backend=elastic,single", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text()
+    assert ">horovod<" not in page and ">elastic<" in page
+    proc = bench("report", "--store", store_path, "--where", "colour=blue", "-o", out)
+    assert proc.returncode == 2 and "unknown key 'colour'" in proc.stderr
+    proc = bench("report", "--store", store_path, "--where", "backend=none", "-o", out)
+    assert proc.returncode == 2 and "matches" in proc.stderr
+
+
+def test_page_is_self_contained(store_path):
+    page = render_report(Store(store_path).load(), "s")
+    assert "<script" not in page and "src=\"http" not in page and "href=\"http" not in page
+    assert page.count("data:image/png;base64,") >= 3

@@ -1,0 +1,75 @@
+"""The report in a real browser: headless Chromium (Debian's package; CI installs it) through
+Playwright. No console errors, every figure decoded and drawn, and readable with JavaScript off."""
+
+import shutil
+
+import pytest
+
+from bench.report import write_report
+from bench.store import Store
+from test_report import populated_store
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def report_path(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("browser")
+    return write_report(Store(populated_store(folder)), folder / "report.html")
+
+
+def _launch(p):
+    assert CHROMIUM, "Chromium is needed for this test: apt-get install chromium (.ci/run does)"
+    return p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+
+
+def test_report_renders_without_errors_and_every_figure_draws(report_path, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = _launch(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(report_path.as_uri())
+        sizes = page.eval_on_selector_all("img", "imgs => imgs.map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
+        assert len(sizes) >= 3
+        assert all(done and w > 100 and h > 100 for done, w, h in sizes), sizes
+        for i, img in enumerate(page.query_selector_all("img")):
+            shot = tmp_path / f"figure{i}.png"
+            img.screenshot(path=str(shot))
+            assert not _blank(shot), f"figure {i} rendered blank"
+        page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+        assert not _blank(tmp_path / "page.png")
+        browser.close()
+    assert errors == []
+
+
+def test_report_reads_with_javascript_disabled(report_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = _launch(p)
+        context = browser.new_context(java_script_enabled=False)
+        page = context.new_page()
+        page.goto(report_path.as_uri())
+        text = page.inner_text("body")
+        for heading in ("Verdict", "Throughput and scaling", "Communication", "Where the time goes",
+                        "Startup and rendezvous", "Elasticity", "Rank map", "Environment",
+                        "Failed and unstable runs", "Methodology"):
+            assert heading in text
+        assert page.eval_on_selector_all("img", "imgs => imgs.length") >= 3
+        browser.close()
+
+
+def _blank(path) -> bool:
+    """A screenshot is blank when (nearly) every pixel has the same colour."""
+    import numpy as np
+    from matplotlib.image import imread
+
+    pixels = imread(str(path))[..., :3].reshape(-1, 3)
+    spread = pixels.max(axis=0) - pixels.min(axis=0)
+    return bool(spread.max() < 0.05)
