@@ -255,22 +255,33 @@ def recommendation(comparisons: list[dict], cases, comm) -> list[str]:
     lines = []
     if not comparisons:
         return ["Run both elastic and horovod under the same conditions (bench sweep) for a recommendation."]
-    wins = {b: [c for c in comparisons if c["winner"] == b] for b in PRIMARY}
-    ties = [c for c in comparisons if c["winner"] is None]
-    total = len(comparisons)
+    # At one worker nothing is distributed: those comparisons measure the wrappers' overhead only, so
+    # the choice rests on the multi-worker cases when there are any.
+    distributed = [c for c in comparisons if c["cond"]["world_size"] > 1]
+    single = [c for c in comparisons if c["cond"]["world_size"] == 1]
+    basis = distributed or comparisons
+    wins = {b: [c for c in basis if c["winner"] == b] for b in PRIMARY}
+    ties = [c for c in basis if c["winner"] is None]
+    total = len(basis)
+    scope = "multi-worker " if distributed else ""
     for backend, won in wins.items():
         if won:
             where = "; ".join(f"{c['cond']['workload']} at {c['cond']['world_size']} worker(s) (+{c['pct']:.1f}%)"
                               for c in won)
-            lines.append(f"{backend} was significantly faster in {len(won)} of {total} comparison(s): {where}.")
+            lines.append(f"{backend} was significantly faster in {len(won)} of {total} {scope}comparison(s): "
+                         f"{where}.")
     if ties:
-        lines.append(f"{len(ties)} of {total} comparison(s) showed no significant difference.")
-    leader = max(PRIMARY, key=lambda b: len(wins[b]))
-    if len(wins[leader]) > len(wins[[b for b in PRIMARY if b != leader][0]]):
+        lines.append(f"{len(ties)} of {total} {scope}comparison(s) showed no significant difference.")
+    leader, other = sorted(PRIMARY, key=lambda b: -len(wins[b]))
+    if len(wins[leader]) > len(wins[other]):
         lines.append(f"For throughput on this hardware, choose {leader}.")
     else:
         lines.append("Throughput does not separate them here: choose on operations (launcher, elasticity, "
                      "ecosystem).")
+    if distributed and single:
+        overhead = {b: sum(c["winner"] == b for c in single) for b in PRIMARY}
+        lines.append("At one worker, where only the wrapper's overhead is measured: " +
+                     ", ".join(f"{b} faster in {k} of {len(single)}" for b, k in overhead.items()) + ".")
     start = cases[cases["backend"].isin(PRIMARY)].groupby("backend")["startup_s"].median()
     if len(start) == 2:
         quick, slow = start.idxmin(), start.idxmax()
