@@ -3,8 +3,9 @@
 A message of S bytes; t = mean time per op over the timed iterations, the max over ranks;
 algbw = S / t; busbw = algbw x the op's bus factor; GB/s = 1e9 bytes/s. S is, as in nccl-tests, the
 size of the whole buffer: the reduced buffer for allreduce and broadcast, the gathered output for
-allgather, the input for reduce_scatter. Each size is first checked for correctness (#wrong counts
-elements that differ from the expected result, summed over ranks), then timed from zeroed buffers.
+allgather, the input for reduce_scatter. Each size is timed on freshly zeroed buffers (warm-up ops, a
+barrier, the timed ops), then checked as nccl-tests does: one more op on known data, #wrong counting
+the elements that differ from the expected result, summed over ranks.
 Each backend runs its own real path; only sizes, timing, checking and printing are shared here.
 """
 
@@ -96,12 +97,9 @@ def run_sweep(spec, backend, info, device, sync) -> list[dict]:
             count = element_count(op, size, comm["dtype"], n)
             if count == 0 or op.in_count(count, n) == 0:
                 continue
-            inp = pattern(op.in_count(count, n), info.rank, dtype).to(device)
+            # As nccl-tests: time first, on fresh buffers, then check one op on known data.
+            inp = torch.zeros(op.in_count(count, n), dtype=dtype, device=device)
             out = inp if op.in_place else torch.zeros(op.out_count(count, n), dtype=dtype, device=device)
-            result = backend.run_op(op.name, inp, out)
-            want = expected(op, count, info.rank, n, dtype).to(device)
-            wrong = int((result != want).sum().item()) if result.shape == want.shape else want.numel()
-            inp.zero_()
             for _ in range(comm["warmup_iters"]):
                 backend.run_op(op.name, inp, out)
             backend.barrier()
@@ -110,8 +108,13 @@ def run_sweep(spec, backend, info, device, sync) -> list[dict]:
             for _ in range(comm["iters"]):
                 backend.run_op(op.name, inp, out)
             sync()
+            elapsed = time.perf_counter() - t0
+            inp.copy_(pattern(inp.numel(), info.rank, dtype).to(device))
+            result = backend.run_op(op.name, inp, out)
+            want = expected(op, count, info.rank, n, dtype).to(device)
+            wrong = int((result != want).sum().item()) if result.shape == want.shape else want.numel()
             rows.append({"op": op.name, "size": count * ELEMENT_SIZE[comm["dtype"]], "count": count,
-                         "time_s": (time.perf_counter() - t0) / comm["iters"], "wrong": wrong})
+                         "time_s": elapsed / comm["iters"], "wrong": wrong})
     return rows
 
 
