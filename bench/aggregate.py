@@ -149,7 +149,14 @@ def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict)
     elif cause is not None:
         status = "crashed"
         how = f"signal {cause['signal']}" if cause["signal"] else f"exit code {cause['exit_code']}"
-        error = {"message": f"rank {cause['rank']} ended with {how}", **cause}
+        if cause["exception"]:
+            # it failed by itself first; how it then exited (a launcher may kill it while it shuts down)
+            # is secondary
+            message = (f"rank {cause['rank']} raised {cause['exception']}: {cause['exception_message']} "
+                       f"(exited with {how})")
+        else:
+            message = f"rank {cause['rank']} ended with {how}"
+        error = {"message": message, **cause}
     elif outcome.returncode != 0:
         status = "failed"
         error = {"message": f"launcher exited with {outcome.returncode} and no rank failed",

@@ -309,7 +309,7 @@ def build_parser() -> Parser:
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser, metavar="VERB")
 
     p = verbs.add_parser("run", help="one run of one backend and workload")
-    p.add_argument("--backend", default="elastic", help="elastic (default), horovod or single")
+    p.add_argument("--backend", default="elastic", help="elastic (default), horovod, ps or single")
     p.add_argument("--workload", default="mnist_mlp", help="mnist_mlp (default) or resnet18")
     add_run_options(p)
     p.set_defaults(func=cmd_run)

@@ -41,7 +41,7 @@ def records_to_frame(records: list[dict]):
     return frame
 
 
-def with_efficiency(frame, baseline_backend: str = "single"):
+def with_efficiency(frame, baseline_backend: str | None = None):
     """Add weak-scaling efficiency columns to the ok runs.
 
     efficiency = thr(N) / (N x thr(1)), thr(1) the latest ok run of the same backend at world size 1
@@ -49,6 +49,9 @@ def with_efficiency(frame, baseline_backend: str = "single"):
     """
     import pandas as pd
 
+    from bench.backends import BASELINE
+
+    baseline_backend = baseline_backend or BASELINE
     ok = frame[(frame["status"] == "ok") & (frame["task"] == "train")].copy()
     ok["efficiency"] = float("nan")
     ok["efficiency_vs_plain"] = float("nan")

@@ -16,10 +16,11 @@ import math
 import time
 from pathlib import Path
 
+from bench.backends import BASELINE
 from bench.errors import StoreError, UsageError
 from bench.frame import CONDITIONS, with_efficiency
 
-PRIMARY = ("elastic", "horovod")  # the question the page answers; ps and single are reference points
+PRIMARY = ("elastic", "horovod")  # the question the page answers; other backends are reference points
 SIGNIFICANCE = 0.05
 ENV_KEYS = ("hostname", "cpu_model", "cpu_count", "platform", "python", "torch", "torch_cuda_build",
             "cuda_devices", "nccl_version", "packages.torchvision", "packages.horovod", "git.commit",
@@ -237,17 +238,17 @@ def verdict_section(cases) -> tuple[list[str], list[str], list[dict]]:
             if differs:
                 fairness.append(f"{where}: the elastic and horovod runs differ in {', '.join(differs)}; "
                                 "their comparison is not like for like.")
-        if "ps" in rows:
+        for other in sorted(set(rows) - set(PRIMARY) - {BASELINE}):  # reference backends (the PS)
             best = max((rows[b] for b in PRIMARY if b in rows), key=lambda r: r.throughput, default=None)
-            if best is not None:
-                c = compare(rows["ps"], best)
-                rel = (1 - c["ratio"]) * 100
-                word = "slower" if rel > 0 else "faster"
-                sig = "" if c["significant"] else ", not a significant difference"
-                opts = rows["ps"].record["spec"]["backend_options"]
-                sentences.append(f"{where}: the parameter-server baseline ({opts['ps_servers']} server(s), "
-                                 f"{opts['ps_mode']}) is "
-                                 f"{abs(rel):.1f}% {word} than {best.backend} (p = {c['p']:.3g}{sig}).")
+            if best is None:
+                continue
+            c = compare(rows[other], best)
+            rel = (1 - c["ratio"]) * 100
+            word = "slower" if rel > 0 else "faster"
+            sig = "" if c["significant"] else ", not a significant difference"
+            opts = ", ".join(f"{k}={v}" for k, v in rows[other].record["spec"]["backend_options"].items())
+            sentences.append(f"{where}: the {other} baseline ({opts}) is {abs(rel):.1f}% {word} than "
+                             f"{best.backend} (p = {c['p']:.3g}{sig}).")
     return sentences, fairness, comparisons
 
 
@@ -393,9 +394,9 @@ def comm_section(frame) -> tuple[list[dict], list[str]]:
 
 
 def exposed_section(cases) -> tuple[list[dict], str | None]:
-    plain = cases[(cases["backend"] == "single") & (cases["world_size"] == 1)].set_index(CONDITIONS)["step_time_s"]
+    plain = cases[(cases["backend"] == BASELINE) & (cases["world_size"] == 1)].set_index(CONDITIONS)["step_time_s"]
     rows = []
-    for r in cases[cases["backend"] != "single"].sort_values(["workload", "backend", "world_size"]).itertuples():
+    for r in cases[cases["backend"] != BASELINE].sort_values(["workload", "backend", "world_size"]).itertuples():
         key = tuple(getattr(r, c) for c in CONDITIONS)
         base = plain.get(key)
         if base is None or not r.step_time_s:
@@ -424,9 +425,10 @@ def failed_and_unstable(frame) -> tuple[list[dict], list[str]]:
     for r in frame[frame["status"] != "ok"].itertuples():
         err = r.record.get("error") or {}
         what = r.workload if r.task == "train" else "communication sweep"
+        message = err.get("message", "")
         failed.append({"run_id": r.run_id, "status": r.status,
                        "case": f"{r.backend} {what} world {r.world_size} ({r.device})",
-                       "message": err.get("message", ""), "tail": err.get("tail", "")})
+                       "message": message, "tail": err.get("tail", "")})
     unstable = [f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
                 f"{r.record['metrics']['throughput']['n']} windows"
                 for r in frame[(frame["status"] == "ok") & (frame["task"] == "train") &

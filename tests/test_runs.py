@@ -73,6 +73,9 @@ def test_crashed_worker_names_rank_and_exit(kind, how, store):
     assert {k: error[k] for k in how} == how
     if kind == "crash":
         assert "injected crash at step 4" in error["tail"]
+        assert error["message"] == "rank 1 raised RuntimeError: injected crash at step 4 (exited with exit code 1)"
+    else:
+        assert error["message"] == "rank 1 ended with signal SIGKILL"
     assert_nothing_left(record)
 
 

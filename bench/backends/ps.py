@@ -202,13 +202,17 @@ class PSBackend(Backend):
 
         if op != "allreduce":
             return super().run_op(op, inp, out)
-        bounds = chunk_bounds(inp.numel(), len(self.server_ranks))
-        for req in [dist.isend(inp[lo:hi], dst=server) for (lo, hi), server in zip(bounds, self.server_ranks)
+        # gloo moves host memory: a GPU worker stages through it, as it does for training
+        buf = inp.cpu() if inp.is_cuda else inp
+        bounds = chunk_bounds(buf.numel(), len(self.server_ranks))
+        for req in [dist.isend(buf[lo:hi], dst=server) for (lo, hi), server in zip(bounds, self.server_ranks)
                     if hi > lo]:
             req.wait()
-        for req in [dist.irecv(inp[lo:hi], src=server) for (lo, hi), server in zip(bounds, self.server_ranks)
+        for req in [dist.irecv(buf[lo:hi], src=server) for (lo, hi), server in zip(bounds, self.server_ranks)
                     if hi > lo]:
             req.wait()
+        if buf is not inp:
+            inp.copy_(buf)
         return inp
 
     # ------------------------------------------------------------ server side
