@@ -18,21 +18,26 @@ from bench.stats import summarize
 
 
 def _root_cause(exits: dict[int, dict], errors: dict[int, dict]) -> dict | None:
-    """The rank that failed first. A rank's failure time is when its exception was raised (its error
-    file) or, for a death by signal, when it exited: a rank that fails because a peer died does so
-    after the peer, even when it happens to exit sooner."""
-    # A rank the launcher terminated is a victim, unless it had already failed by itself (its error
-    # file); launchers terminate the others as soon as one rank exits non-zero.
+    """The rank whose failure caused the others, in this order of evidence:
+    1. a rank killed by a signal that neither its launcher nor the harness sent (SIGKILL, an OOM kill,
+       a segfault): its peers then fail with "connection closed", within microseconds, sometimes before
+       its guard has even seen it die, so timestamps cannot order them; the death is the cause;
+    2. else the rank that raised first (its error file is written when the exception is raised: a rank
+       that fails because a peer died does so later, even when it happens to exit sooner);
+    3. else the first rank to exit non-zero by itself.
+    A rank its launcher terminated is a victim, unless it had already failed by itself."""
     failures = [e for e in exits.values()
                 if e["returncode"] != 0 and (not e.get("terminated_by") or e["rank"] in errors)]
     if not failures:
         return None
-
-    def failed_at(e):
-        err = errors.get(e["rank"])
-        return min(err["time"], e["time"]) if err else e["time"]
-
-    first = min(failures, key=failed_at)
+    killed = [e for e in failures if e["signal"] and not e.get("terminated_by") and e["rank"] not in errors]
+    raised = [e for e in failures if e["rank"] in errors]
+    if killed:
+        first = min(killed, key=lambda e: e["time"])
+    elif raised:
+        first = min(raised, key=lambda e: errors[e["rank"]]["time"])
+    else:
+        first = min(failures, key=lambda e: e["time"])
     err = errors.get(first["rank"]) or {}
     return {"rank": first["rank"], "attempt": first["attempt"], "exit_code": first["exit_code"],
             "signal": first["signal"], "exception": err.get("type"), "exception_message": err.get("message"),

@@ -29,3 +29,14 @@ def test_ranks_terminated_by_the_launcher_alone_are_not_causes():
     exits = {0: exit_row(0, 3.0, returncode=-15, terminated_by="SIGTERM"),
              1: exit_row(1, 3.0, returncode=-15, terminated_by="SIGTERM")}
     assert _root_cause(exits, {}) is None
+
+
+def test_killed_rank_is_blamed_though_a_peer_raised_a_moment_before_its_exit_was_seen():
+    # a server SIGKILLed: its peers raise "connection closed" 0.1 ms before its guard records the death
+    exits = {0: exit_row(0, 5.2, returncode=-15, terminated_by="SIGTERM"),
+             1: exit_row(1, 5.2, returncode=-15, terminated_by="SIGTERM"),
+             2: exit_row(2, 5.0001, returncode=-9)}
+    errors = {0: {"time": 5.0000, "type": "RuntimeError", "message": "Connection closed by peer"},
+              1: {"time": 5.0002, "type": "RuntimeError", "message": "Connection closed by peer"}}
+    cause = _root_cause(exits, errors)
+    assert cause["rank"] == 2 and cause["signal"] == "SIGKILL" and cause["exception"] is None
