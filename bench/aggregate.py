@@ -65,6 +65,14 @@ def _rank_states(run_dir: RunDir, world_size: int) -> list[dict]:
     return rows
 
 
+def _startup(times: list[dict], launched_at: float) -> dict:
+    startup = {"launch_to_process_s": max(t["process_start"] for t in times) - launched_at,
+               "rendezvous_s": max(t["init_end"] - t["init_start"] for t in times)}
+    if all("first_step_end" in t for t in times):
+        startup["launch_to_first_step_s"] = max(t["first_step_end"] for t in times) - launched_at
+    return startup
+
+
 def metrics_from_results(spec, all_results: dict[int, dict], launched_at: float) -> dict:
     """Throughput and timing metrics, as DESIGN's definitions state them. Only workers count; other
     roles (parameter servers) are reported beside them."""
@@ -100,11 +108,7 @@ def metrics_from_results(spec, all_results: dict[int, dict], launched_at: float)
         "per_rank": per_rank,
         # spread of per-rank step time: a straggler shows as a ratio well above 1
         "straggler_ratio": slowest / fastest if fastest > 0 else None,
-        "startup": {
-            "launch_to_process_s": max(t["process_start"] for t in times) - launched_at,
-            "rendezvous_s": max(t["init_end"] - t["init_start"] for t in times),
-            "launch_to_first_step_s": max(t["first_step_end"] for t in times) - launched_at,
-        },
+        "startup": _startup(times, launched_at),
         "peak_rss_bytes_max": max(p["peak_rss_bytes"] for p in per_rank),
         "param_count": results[ranks[0]]["param_count"],
         "loss_last": per_rank[0]["loss_last"],
@@ -125,8 +129,7 @@ def comm_metrics(spec, all_results: dict[int, dict], launched_at: float) -> tupl
     return {
         "comm": {"avg_busbw_gbps": {op: average_busbw(rows, op) for op in spec.comm["ops"]},
                  "wrong": sum(r["wrong"] for r in rows), "model": model, "fit": fit},
-        "startup": {"launch_to_process_s": max(t["process_start"] for t in times) - launched_at,
-                    "rendezvous_s": max(t["init_end"] - t["init_start"] for t in times)},
+        "startup": _startup(times, launched_at),
         "peak_rss_bytes_max": max(res["peak_rss_bytes"] for res in all_results.values()),
     }, rows
 

@@ -121,6 +121,32 @@ def default_threads(device: str, max_world_size: int) -> int:
     return max(1, cpu_count() // max_world_size)
 
 
+def check_placement(plugin, world_size: int, device: str, threads: int | None, oversubscribe: bool,
+                    backend_options: dict | None) -> tuple[int, dict, dict]:
+    """What every run, training or communication, must pass: world size, availability, backend options,
+    threads against cores. Returns (threads, resolved backend options, processes per role)."""
+    name = plugin.name
+    if plugin.max_world_size is not None and world_size > plugin.max_world_size:
+        raise UsageError(f"backend {name} runs at most {plugin.max_world_size} worker(s); "
+                         f"world size {world_size} is not allowed: lower --nproc or pick another backend")
+    problem = plugin.unavailable_reason(device)
+    if problem:
+        raise UsageError(f"backend {name} cannot run here: {problem}")
+    resolved = plugin.resolve_options(backend_options or {})
+    problem = plugin.check_options(resolved, device)
+    if problem:
+        raise UsageError(f"backend {name}: {problem}")
+    cores = cpu_count()
+    threads = default_threads(device, world_size) if threads is None else threads
+    if threads < 1:
+        raise UsageError(f"--threads {threads}: each worker needs at least 1 thread")
+    if device == "cpu" and world_size * threads > cores and not oversubscribe:
+        raise UsageError(f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
+                         f"this machine has {cores}; lower --nproc or --threads, or pass --oversubscribe "
+                         "to measure contention on purpose")
+    return threads, resolved, plugin.roles(resolved, world_size)
+
+
 def build_spec(*, backend: str, workload: str, world_size: int, device: str,
                batch_size: int | None = None, image_size: int | None = None,
                threads: int | None = None, oversubscribe: bool = False,
@@ -136,12 +162,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         raise UsageError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
     wl = WORKLOADS[workload]
     size = wl.size(device)
-    if plugin.max_world_size is not None and world_size > plugin.max_world_size:
-        raise UsageError(f"backend {backend} runs at most {plugin.max_world_size} worker(s); "
-                         f"world size {world_size} is not allowed: lower --nproc or pick another backend")
-    problem = plugin.unavailable_reason(device)
-    if problem:
-        raise UsageError(f"backend {backend} cannot run here: {problem}")
+    threads, resolved_options, roles = check_placement(plugin, world_size, device, threads, oversubscribe,
+                                                       backend_options)
 
     for name in ("warmup_steps", "steps_per_window", "windows", "timeout", "lr"):
         if name in options and options[name] is None:
@@ -167,15 +189,6 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     if spec_opts["cpu_bind"] not in CPU_BINDS:
         raise UsageError(f"--cpu-bind {spec_opts['cpu_bind']!r}: choose one of {', '.join(CPU_BINDS)}")
 
-    cores = cpu_count()
-    threads = default_threads(device, world_size) if threads is None else threads
-    if threads < 1:
-        raise UsageError(f"--threads {threads}: each worker needs at least 1 thread")
-    if device == "cpu" and world_size * threads > cores and not oversubscribe:
-        raise UsageError(f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
-                         f"this machine has {cores}; lower --nproc or --threads, or pass --oversubscribe "
-                         "to measure contention on purpose")
-
     try:
         check_source(spec_opts["data"], spec_opts.get("data_dir"))
     except DataError as exc:
@@ -184,11 +197,6 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         spec_opts["data_dir"] = os.path.abspath(spec_opts["data_dir"])
     classes = size.synthetic_classes if spec_opts["data"] == "synthetic" else real_classes(spec_opts["data"])
 
-    resolved_options = plugin.resolve_options(backend_options or {})
-    problem = plugin.check_options(resolved_options, device)
-    if problem:
-        raise UsageError(f"backend {backend}: {problem}")
-    roles = plugin.roles(resolved_options, world_size)
     processes = sum(roles.values())
 
     if isinstance(inject, str) or inject is None:
@@ -229,23 +237,11 @@ def build_comm_spec(*, backend: str, world_size: int, device: str, ops: list[str
         raise UsageError(f"--min-bytes {min_bytes} and --max-bytes {max_bytes}: need 1 <= min <= max")
     if warmup_iters < 0 or iters < 1:
         raise UsageError("--warmup-iters must be 0 or more and --iters at least 1")
-    if plugin.max_world_size is not None and world_size > plugin.max_world_size:
-        raise UsageError(f"backend {backend} runs at most {plugin.max_world_size} worker(s)")
-    problem = plugin.unavailable_reason(device)
-    if problem:
-        raise UsageError(f"backend {backend} cannot run here: {problem}")
-    resolved = plugin.resolve_options(backend_options or {})
-    problem = plugin.check_options(resolved, device)
-    if problem:
-        raise UsageError(f"backend {backend}: {problem}")
-    cores = cpu_count()
-    threads = default_threads(device, world_size) if threads is None else threads
-    if device == "cpu" and world_size * threads > cores and not oversubscribe:
-        raise UsageError(f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
-                         f"this machine has {cores}; lower --nproc, or pass --oversubscribe")
+    threads, resolved, roles = check_placement(plugin, world_size, device, threads, oversubscribe,
+                                               backend_options)
     return RunSpec(backend=backend, workload="comm", world_size=world_size, device=device, batch_size=0,
                    image_size=0, num_classes=0, threads=threads, steps_per_window=0, warmup_steps=0,
                    windows=0, timeout=timeout or DEFAULTS["timeout"], backend_options=resolved,
-                   roles=plugin.roles(resolved, world_size), task="comm", sweep_id=sweep_id,
+                   roles=roles, task="comm", sweep_id=sweep_id,
                    comm={"ops": list(ops), "dtype": dtype, "min_bytes": min_bytes, "max_bytes": max_bytes,
                          "warmup_iters": warmup_iters, "iters": iters})

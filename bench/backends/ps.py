@@ -144,15 +144,9 @@ class PSBackend(Backend):
         return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
 
     # ------------------------------------------------------------ both roles
-    def _shards(self, spec):
-        from workloads import WORKLOADS
-
-        import torch
-
-        torch.manual_seed(spec.seed)  # the same initial parameters as every worker of every backend
-        model = WORKLOADS[spec.workload].build(spec.num_classes, spec.image_size)
+    def _shards(self, spec, model):
         sizes = [p.numel() * p.element_size() for p in model.parameters()]
-        return model, balance_by_bytes(sizes, spec.backend_options["ps_servers"])
+        return balance_by_bytes(sizes, spec.backend_options["ps_servers"])
 
     def init(self, spec):
         import torch
@@ -177,7 +171,7 @@ class PSBackend(Backend):
     # ------------------------------------------------------------ worker side
     def wrap(self, model, optimizer, spec):
         # The harness's optimizer is not used: the servers hold the optimizer state and apply updates.
-        _, shards = self._shards(spec)
+        shards = self._shards(spec, model)
         device = next(model.parameters()).device
         return model, PSClient(list(model.parameters()), shards, self.server_ranks, device)
 
@@ -255,7 +249,11 @@ class PSBackend(Backend):
 
         from bench.worker import fire_fault
 
-        model, shards = self._shards(spec)
+        from workloads import WORKLOADS
+
+        torch.manual_seed(spec.seed)  # the same initial parameters as every worker of every backend
+        model = WORKLOADS[spec.workload].build(spec.num_classes, spec.image_size)
+        shards = self._shards(spec, model)
         index = info.role_rank
         params = list(model.parameters())
         owned = torch.cat([params[i].detach().reshape(-1) for i in shards[index]]).clone()
