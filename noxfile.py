@@ -1,4 +1,6 @@
-"""Sessions: `nox` runs the tests; `nox -s bench -- ARGS` runs `bench sweep ARGS` and writes the report.
+"""Sessions: `nox` runs the tests; `nox -s bench -- ARGS` runs `bench sweep ARGS` and writes the report;
+`nox -s regress` is the regression gate (fixed CPU/gloo matrix vs results/baselines/, exit 1 on a
+regression); `nox -s baseline` refreshes that baseline on this machine.
 
 Both sessions install the project (torch 2.14.1, torchvision 0.29.1) and Horovod 0.28.1, built once
 against that torch by `python -m bench.horovod_build` and cached outside the checkout.
@@ -27,3 +29,17 @@ def bench(session):
     """The main job: a sweep on this machine (CPU processes unless --gpus is given), then the report."""
     install(session)
     session.run("bench", "sweep", "--report", "reports/latest.html", *session.posargs)
+
+
+@nox.session
+def regress(session):
+    """The regression gate: `bench regress -- ARGS` (for instance `-- --inject-delay 20%` to see it fail)."""
+    install(session, "[test]")
+    session.run("bench", "regress", "--store", "results/regress.sqlite", *session.posargs)
+
+
+@nox.session
+def baseline(session):
+    """Refresh results/baselines/ from a run of the regression matrix on this machine (then commit it)."""
+    install(session, "[test]")
+    session.run("bench", "baseline", "--store", "results/regress.sqlite", *session.posargs)

@@ -1,4 +1,4 @@
-"""`bench`: run, sweep, list, report, doctor. Bad input is one line on stderr and exit 2."""
+"""`bench`: run, sweep, allreduce, list, report, compare, regress, baseline, doctor. Bad input is one line on stderr and exit 2."""
 
 from __future__ import annotations
 
@@ -61,6 +61,10 @@ def add_run_options(p):
     g = p.add_argument_group("testing the harness")
     g.add_argument("--inject", metavar="KIND:RANK:STEP",
                    help="test-only fault: hang, crash or kill rank RANK at step STEP")
+    g.add_argument("--inject-delay", metavar="DELAY",
+                   help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of its "
+                        "warm-up median step time (20%%) or a duration (5ms); a sweep never slows the "
+                        "plain single-process loop it measures the others against")
     g.add_argument("--save-params", action="store_true",
                    help="save each rank's final parameters in the run directory")
     add_backend_options(p)
@@ -88,13 +92,15 @@ def backend_options(args) -> dict:
     return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
 
 
-SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject", "warmup_steps",
+SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject", "inject_delay", "warmup_steps",
                 "steps_per_window", "windows", "seed", "lr", "timeout", "data", "data_dir",
                 "cpu_bind", "save_params")
 
 
 def spec_options(args) -> dict:
     options = {k: getattr(args, k) for k in SPEC_OPTIONS if getattr(args, k) is not None}
+    if "inject_delay" in options:
+        options["step_delay"] = options.pop("inject_delay")
     options["backend_options"] = backend_options(args)
     return options
 
@@ -141,55 +147,55 @@ def sweep_world_sizes(limit: int) -> list[int]:
     return sizes
 
 
-def cmd_sweep(args) -> int:
-    from bench.backends import BASELINE, COMPARED
-    from bench.render import one_line
-    from bench.runner import execute, new_run_id
-    from bench.spec import build_spec, default_threads, resolve_device
+def available_backends(device: str) -> list[str]:
+    """Every compared backend that can run here; says which cannot, and why."""
+    from bench.backends import COMPARED, get_backend
 
-    if args.backend:
-        backends = args.backend.split(",")
-    else:  # every compared backend that can run here; say which cannot, and why
-        from bench.backends import get_backend
+    backends = []
+    for name in COMPARED:
+        problem = get_backend(name).unavailable_reason(device)
+        if problem:
+            print(f"bench: skipping {name}: {problem}", file=sys.stderr)
+        else:
+            backends.append(name)
+    return backends
 
-        backends = []
-        for name in COMPARED:
-            problem = get_backend(name).unavailable_reason("cuda" if args.gpus else "cpu")
-            if problem:
-                print(f"bench sweep: skipping {name}: {problem}", file=sys.stderr)
-            else:
-                backends.append(name)
-    workloads = args.workload.split(",") if args.workload else None
-    if workloads is None:
-        from workloads import WORKLOADS
 
-        workloads = list(WORKLOADS)
-    device, limit = resolve_device(args.nproc, args.gpus)
-    sizes = args.world_sizes or sweep_world_sizes(limit)
+def plan_sweep(args, backends: list[str], workloads: list[str], device: str, sizes: list[int],
+               sweep_id: str, with_baseline: bool = True, with_comm: bool = True) -> list:
+    """Training runs (plus the plain-loop baseline) and communication sweeps, all tagged with sweep_id."""
+    from bench.backends import BASELINE, get_backend
+    from bench.spec import build_spec, default_threads
+
     options = spec_options(args)
     # One thread count for the whole sweep, so world sizes differ only in their number of workers.
     options.setdefault("threads", default_threads(device, max(sizes)))
-    sweep_id = new_run_id()
     plan = []
     for workload in workloads:
-        if not args.no_baseline and BASELINE not in backends:
-            plan.append(build_spec(backend=BASELINE, workload=workload, world_size=1, device=device,
-                                   **options))
+        if with_baseline and BASELINE not in backends:
+            # the yardstick the others are measured against: never slowed by --inject-delay
+            plain = {**options, "step_delay": None}
+            plan.append(build_spec(backend=BASELINE, workload=workload, world_size=1, device=device, **plain))
         for backend in backends:
             for size in sizes:
                 plan.append(build_spec(backend=backend, workload=workload, world_size=size,
                                        device=device, **options))
-    if not args.no_comm:
-        from bench.backends import get_backend
-
+    if with_comm:
         comm_backends = [b for b in backends if get_backend(b).comm_ops]
-        plan += comm_plan(args, comm_backends, device, [n for n in sizes if n > 1], sweep_id)
-    store = open_store(args)
-    records = []
-    print(f"bench sweep {sweep_id}: {len(plan)} runs ({', '.join(backends)} x {', '.join(workloads)} "
-          f"x world sizes {', '.join(map(str, sizes))}) -> {store.path}", file=sys.stderr, flush=True)
-    for i, spec in enumerate(plan, 1):
+        plan += comm_plan(args, comm_backends, device, [n for n in sizes if n > 1])
+    for spec in plan:
         spec.sweep_id = sweep_id
+    return plan
+
+
+def execute_plan(plan: list, store, sweep_id: str, title: str) -> list[dict]:
+    """Run a sweep's plan in order, storing every run; a progress line per run."""
+    from bench.render import one_line
+    from bench.runner import execute
+
+    records = []
+    print(f"{title} {sweep_id}: {len(plan)} runs -> {store.path}", file=sys.stderr, flush=True)
+    for i, spec in enumerate(plan, 1):
         what = spec.workload if spec.task == "train" else "communication sweep"
         head = f"[{i}/{len(plan)}] {spec.backend} {what} world {spec.world_size}"
         print(f"{head} ...", file=sys.stderr, flush=True)
@@ -197,13 +203,18 @@ def cmd_sweep(args) -> int:
         records.append(record)
         print(f"{head}: {one_line(record)}", file=sys.stderr, flush=True)
         if record["status"] == "interrupted":
-            print(f"bench sweep: interrupted; {len(plan) - i} run(s) not started", file=sys.stderr)
+            print(f"{title}: interrupted; {len(plan) - i} run(s) not started", file=sys.stderr)
             break
+    failed = [r for r in records if r["status"] != "ok"]
+    print(f"{title} {sweep_id}: {len(records) - len(failed)} ok, {len(failed)} not ok; "
+          f"`bench list --store {store.path}` shows them", file=sys.stderr)
+    return records
+
+
+def cmd_sweep(args) -> int:
+    _, records, store = sweep(args)
     if args.json:
         print(json.dumps(records, indent=1))
-    failed = [r for r in records if r["status"] != "ok"]
-    print(f"bench sweep {sweep_id}: {len(records) - len(failed)} ok, {len(failed)} not ok; "
-          f"`bench list --store {store.path}` shows them", file=sys.stderr)
     if args.report:
         from bench.report import write_report_with_copy
 
@@ -212,7 +223,30 @@ def cmd_sweep(args) -> int:
     return status_exit([r["status"] for r in records])
 
 
-def comm_plan(args, backends: list[str], device: str, sizes: list[int], sweep_id=None) -> list:
+def sweep(args, title: str = "bench sweep") -> tuple[str, list[dict], object]:
+    """Plan and run a sweep from `bench sweep`'s arguments: (sweep id, records, store)."""
+    from bench.runner import new_run_id
+    from bench.spec import resolve_device
+
+    device, limit = resolve_device(args.nproc, args.gpus)
+    backends = args.backend.split(",") if args.backend else available_backends(device)
+    if args.workload:
+        workloads = args.workload.split(",")
+    else:
+        from workloads import WORKLOADS
+
+        workloads = list(WORKLOADS)
+    sizes = args.world_sizes or sweep_world_sizes(limit)
+    sweep_id = new_run_id()
+    plan = plan_sweep(args, backends, workloads, device, sizes, sweep_id, with_baseline=not args.no_baseline,
+                      with_comm=not args.no_comm)
+    store = open_store(args)
+    print(f"{title}: {', '.join(backends)} x {', '.join(workloads)} x world sizes "
+          f"{', '.join(map(str, sizes))}", file=sys.stderr)
+    return sweep_id, execute_plan(plan, store, sweep_id, title), store
+
+
+def comm_plan(args, backends: list[str], device: str, sizes: list[int]) -> list:
     from bench.comm import parse_bytes
     from bench.spec import build_comm_spec
 
@@ -224,7 +258,7 @@ def comm_plan(args, backends: list[str], device: str, sizes: list[int], sweep_id
     return [build_comm_spec(backend=b, world_size=n, device=device, ops=ops, dtype=args.dtype,
                             min_bytes=min_bytes, max_bytes=max_bytes, warmup_iters=args.warmup_iters,
                             iters=args.iters, threads=args.threads, oversubscribe=args.oversubscribe,
-                            timeout=args.timeout, backend_options=backend_options(args), sweep_id=sweep_id)
+                            timeout=args.timeout, backend_options=backend_options(args))
             for b in backends for n in sizes]
 
 
@@ -296,6 +330,174 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+def regress_sweep(args, title: str):
+    """The fixed regression matrix (bench.gate.REGRESS_SWEEP), run as `bench sweep` would run it."""
+    from bench.gate import REGRESS_SWEEP
+
+    argv = ["sweep", *REGRESS_SWEEP]
+    if args.store:
+        argv += ["--store", args.store]
+    if getattr(args, "inject_delay", None):
+        argv += ["--inject-delay", args.inject_delay]
+    if args.timeout:
+        argv += ["--timeout", str(args.timeout)]
+    return sweep(build_parser().parse_args(argv), title)
+
+
+def compare_and_print(baseline: dict, current: list[dict], as_json: bool) -> tuple[int, list[dict]]:
+    from bench.gate import FAILING_VERDICTS, compare_figures, figures, format_comparison, machine_of, same_kind
+
+    base_figs, _ = figures(baseline["records"])
+    cur_figs, cur_not_ok = figures(current)
+    if not cur_figs and not cur_not_ok:
+        raise UsageError("the current runs hold no figure the gate compares (training or communication "
+                         "runs of a sweep); run `bench regress` or `bench sweep` first")
+    machine = machine_of(current)
+    same = same_kind(baseline["machine"], machine)
+    rows = compare_figures(base_figs, cur_figs, cur_not_ok, same_machine=same)
+    if as_json:
+        print(json.dumps({"baseline_machine": baseline["machine"], "current_machine": machine,
+                          "same_kind_of_machine": same, "rows": rows}, indent=1))
+    else:
+        print(format_comparison(rows))
+    if not same:
+        print(f"bench compare: the baseline came from {baseline['machine'].get('cpu_model')} x "
+              f"{baseline['machine'].get('cpu_count')}, these runs from {machine.get('cpu_model')} x "
+              f"{machine.get('cpu_count')}: absolute throughput is not gated; refresh the baseline on "
+              "this kind of machine (`bench baseline`)", file=sys.stderr)
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in dict.fromkeys(r["verdict"] for r in rows)}
+    bad = [r for r in rows if r["verdict"] in FAILING_VERDICTS]
+    print("bench compare: " + ", ".join(f"{n} {v}" for v, n in counts.items()) +
+          ("" if not bad else "; failing: " + "; ".join(
+              f"{r['metric']} {r['verdict']}" + (f" {r['change']:+.1%}" if r["change"] is not None else "")
+              for r in bad)), file=sys.stderr)
+    return (EXIT_RUN_FAILED if bad else EXIT_OK), rows
+
+
+def cmd_compare(args) -> int:
+    from bench.gate import latest_sweep, read_runs_file
+
+    if args.aa:
+        return compare_aa(args)
+    if not args.baseline:
+        raise UsageError("give --baseline FILE (from `bench baseline`), or --aa to calibrate on stored sweeps")
+    if args.store and args.current:
+        raise UsageError("give either --store (the latest sweep stored there) or --current FILE, not both")
+    baseline = read_runs_file(args.baseline, "baseline")
+    if args.current:
+        current = read_runs_file(args.current, "current")["records"]
+    else:
+        store = open_store(args)
+        sweep_id, current = latest_sweep(store.records(), args.sweep)
+        if not current:
+            raise UsageError(f"no sweep {'named ' + args.sweep + ' ' if args.sweep else ''}in {store.path}; "
+                             "run `bench sweep` (or `bench regress`) first, or give --current FILE")
+        print(f"bench compare: baseline {args.baseline} (sweep {baseline.get('sweep_id')}) vs sweep "
+              f"{sweep_id} in {store.path}", file=sys.stderr)
+    code, _ = compare_and_print(baseline, current, args.json)
+    return code
+
+
+def compare_aa(args) -> int:
+    from bench.gate import aa_rates, format_aa
+
+    if args.baseline or args.current:
+        raise UsageError("--aa compares the sweeps of --store with each other; drop --baseline/--current")
+    store = open_store(args)
+    sweeps: dict[str, list[dict]] = {}
+    for rec in store.records():
+        if rec["spec"].get("sweep_id"):
+            sweeps.setdefault(rec["spec"]["sweep_id"], []).append(rec)
+    if len(sweeps) < 2:
+        raise UsageError(f"--aa needs two sweeps or more of the same matrix in {store.path} "
+                         f"(found {len(sweeps)}); run `bench sweep` again with the same arguments")
+    rows, pairs = aa_rates(sweeps)
+    if args.json:
+        print(json.dumps({"pairs": pairs, "sweeps": list(sweeps), "rows": rows}, indent=1))
+    else:
+        print(format_aa(rows, pairs))
+    return EXIT_OK
+
+
+def confirm_failures(records: list[dict], rows: list[dict], store, title: str) -> list[dict]:
+    """Run the runs behind each failing metric once more, the later run replacing the earlier in the
+    comparison: a real slowdown reproduces, a chance one (a burst of other work on a shared machine)
+    rarely does twice."""
+    from bench.gate import FAILING_VERDICTS
+    from bench.render import one_line
+    from bench.runner import execute
+    from bench.spec import RunSpec
+
+    failing = [r for r in rows if r["verdict"] in FAILING_VERDICTS]
+    run_ids = list(dict.fromkeys(i for r in failing for i in r["run_ids"]))
+    by_id = {r["run_id"]: r for r in records}
+    print(f"{title}: confirming {len(failing)} failing metric(s): running their {len(run_ids)} run(s) again",
+          file=sys.stderr, flush=True)
+    again = []
+    for i, run_id in enumerate(run_ids, 1):
+        spec = RunSpec.from_dict(by_id[run_id]["spec"])
+        what = spec.workload if spec.task == "train" else "communication sweep"
+        head = f"[again {i}/{len(run_ids)}] {spec.backend} {what} world {spec.world_size}"
+        record = execute(spec, store, show_progress=False)
+        print(f"{head}: {one_line(record)}", file=sys.stderr, flush=True)
+        again.append(record)
+        if record["status"] == "interrupted":
+            raise Interrupted()
+    return records + again
+
+
+def cmd_baseline(args) -> int:
+    from bench.gate import REGRESS_SWEEP, latest_sweep, run_hot_paths, write_baseline
+
+    if args.from_store:
+        from bench.store import Store
+
+        sweep_id, records = latest_sweep(Store(args.from_store).records(), args.sweep)
+        if not records:
+            raise UsageError(f"no sweep in {args.from_store}; run `bench sweep` or drop --from-store")
+        matrix = None
+    else:
+        sweep_id, records, _ = regress_sweep(args, "bench baseline")
+        matrix = ["bench", "sweep", *REGRESS_SWEEP]
+    not_ok = [r for r in records if r["status"] != "ok"]
+    if not_ok:
+        print(f"bench baseline: {len(not_ok)} run(s) not ok ({', '.join(r['spec']['backend'] + ' ' + r['status'] for r in not_ok)}); "
+              "a baseline must be clean: fix them and run again", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    path = write_baseline(os.path.join(args.dir, "cpu-gloo.json"), records, sweep_id, matrix)
+    print(f"bench baseline: {len(records)} runs of sweep {sweep_id} written to {path}", file=sys.stderr)
+    if args.no_hot_paths:
+        return EXIT_OK
+    hot = os.path.join(args.dir, "hot-paths.json")
+    code = run_hot_paths(save_to=hot)
+    print(f"bench baseline: harness hot paths {'written to ' + hot if code == 0 else 'failed'}", file=sys.stderr)
+    return EXIT_OK if code == 0 else EXIT_RUN_FAILED
+
+
+def cmd_regress(args) -> int:
+    from bench.gate import read_runs_file, run_hot_paths
+
+    runs_file, hot_file = os.path.join(args.dir, "cpu-gloo.json"), os.path.join(args.dir, "hot-paths.json")
+    baseline = read_runs_file(runs_file, "baseline")  # before minutes of runs, not after
+    if not args.no_hot_paths and not os.path.isfile(hot_file):
+        raise UsageError(f"{hot_file} does not exist; make it with `bench baseline` (or pass --no-hot-paths)")
+    _, records, store = regress_sweep(args, "bench regress")
+    if any(r["status"] == "interrupted" for r in records):
+        return EXIT_INTERRUPTED
+    code, rows = compare_and_print(baseline, records, args.json and not args.confirm)
+    if code and args.confirm:
+        records = confirm_failures(records, rows, store, "bench regress")
+        print("bench regress: after running them again:", file=sys.stderr)
+        code, _ = compare_and_print(baseline, records, args.json)
+    if not args.no_hot_paths:
+        hot_code = run_hot_paths(compare_with=hot_file)
+        print(f"bench regress: harness hot paths {'within' if hot_code == 0 else 'OUTSIDE'} their "
+              f"thresholds against {hot_file}", file=sys.stderr)
+        code = code or (EXIT_RUN_FAILED if hot_code else EXIT_OK)
+    print(f"bench regress: {'FAILED' if code else 'passed'}", file=sys.stderr)
+    return code
+
+
 def cmd_doctor(args) -> int:
     from bench.doctor import doctor_lines
 
@@ -356,6 +558,43 @@ def build_parser() -> Parser:
                    help="keep runs whose KEY (a `bench list` column: backend, workload, world_size, "
                         "device, status, sweep_id, ...) is one of the values; repeatable")
     p.set_defaults(func=cmd_report)
+
+    p = verbs.add_parser("compare", help="compare runs with a baseline, metric by metric; exit 1 on a "
+                                         "significant regression")
+    p.add_argument("--baseline", metavar="FILE", help="baseline file (from `bench baseline`)")
+    p.add_argument("--current", metavar="FILE", help="runs to judge, as a baseline-format file")
+    add_store(p)
+    p.add_argument("--sweep", metavar="ID", help="with --store: this sweep (default: the latest one)")
+    p.add_argument("--aa", action="store_true",
+                   help="A/A calibration: compare every pair of sweeps in --store (same code, same machine) "
+                        "and print how often the gate would have failed")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
+    p.set_defaults(func=cmd_compare)
+
+    def add_regress_options(p):
+        p.add_argument("--dir", default=os.path.join("results", "baselines"),
+                       help="baseline folder (default results/baselines)")
+        p.add_argument("--no-hot-paths", action="store_true", help="skip the harness's own benchmarks")
+        p.add_argument("--timeout", type=float, help="deadline per run in seconds (default 900)")
+        add_store(p)
+
+    p = verbs.add_parser("regress", help="run the fixed CPU/gloo regression matrix and compare it with "
+                                         "the committed baseline")
+    add_regress_options(p)
+    p.add_argument("--inject-delay", metavar="DELAY",
+                   help="test-only: slow every compared backend's steps (20%% or 5ms) to see the gate fail")
+    p.add_argument("--no-confirm", dest="confirm", action="store_false",
+                   help="fail on the first comparison; by default the runs behind a failing metric are run "
+                        "once more and the gate fails only if the failure repeats")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
+    p.set_defaults(func=cmd_regress)
+
+    p = verbs.add_parser("baseline", help="refresh the regression baseline from a run of the fixed matrix")
+    add_regress_options(p)
+    p.add_argument("--from-store", metavar="PATH", help="take an existing sweep from this store instead of "
+                                                        "running the matrix")
+    p.add_argument("--sweep", metavar="ID", help="with --from-store: this sweep (default: the latest)")
+    p.set_defaults(func=cmd_baseline)
 
     p = verbs.add_parser("doctor", help="what this machine offers, and which backends can run")
     p.set_defaults(func=cmd_doctor)

@@ -84,6 +84,12 @@ def expected(op: Op, count: int, rank: int, n: int, dtype):
     return (pattern(count, 0, dtype) * (n * (n + 1) // 2))[rank * per:(rank + 1) * per]
 
 
+def timed_chunks(iters: int, chunks: int = 5) -> list[int]:
+    """The timed iterations split into up to `chunks` near-equal back-to-back chunks."""
+    chunks = max(1, min(chunks, iters))
+    return [iters // chunks + (1 if i < iters % chunks else 0) for i in range(chunks)]
+
+
 def run_sweep(spec, backend, info, device, sync) -> list[dict]:
     """Every (op, size) of spec.comm on this rank: #wrong and the mean time per op."""
     import torch
@@ -104,17 +110,21 @@ def run_sweep(spec, backend, info, device, sync) -> list[dict]:
                 backend.run_op(op.name, inp, out)
             backend.barrier()
             sync()
+            chunk_times = []  # per-op time of each timed chunk: the windows the regression gate resamples
             t0 = time.perf_counter()
-            for _ in range(comm["iters"]):
-                backend.run_op(op.name, inp, out)
-            sync()
+            for chunk in timed_chunks(comm["iters"]):
+                t_chunk = time.perf_counter()
+                for _ in range(chunk):
+                    backend.run_op(op.name, inp, out)
+                sync()
+                chunk_times.append((time.perf_counter() - t_chunk) / chunk)
             elapsed = time.perf_counter() - t0
             inp.copy_(pattern(inp.numel(), info.rank, dtype).to(device))
             result = backend.run_op(op.name, inp, out)
             want = expected(op, count, info.rank, n, dtype).to(device)
             wrong = int((result != want).sum().item()) if result.shape == want.shape else want.numel()
             rows.append({"op": op.name, "size": count * ELEMENT_SIZE[comm["dtype"]], "count": count,
-                         "time_s": elapsed / comm["iters"], "wrong": wrong})
+                         "time_s": elapsed / comm["iters"], "chunk_times_s": chunk_times, "wrong": wrong})
     return rows
 
 
@@ -132,7 +142,9 @@ def combine(spec, per_rank: dict[int, list[dict]]) -> list[dict]:
                      "type": spec.comm["dtype"], "redop": op.redop, "time_us": t * 1e6,
                      "algbw_gbps": algbw, "busbw_gbps": algbw * op.factor(n),
                      "wrong": sum(per_rank[r][i]["wrong"] for r in ranks),
-                     "per_rank_time_us": [per_rank[r][i]["time_s"] * 1e6 for r in ranks]})
+                     "per_rank_time_us": [per_rank[r][i]["time_s"] * 1e6 for r in ranks],
+                     # chunk by chunk, the max over ranks, as for the whole
+                     "window_time_us": [max(c) * 1e6 for c in zip(*(per_rank[r][i]["chunk_times_s"] for r in ranks))]})
     return rows
 
 

@@ -43,6 +43,7 @@ class RunSpec:
     task: str = "train"  # "train": the training loop; "comm": a communication sweep (bench.comm)
     comm: dict | None = None  # for task "comm": ops, dtype, min_bytes, max_bytes, warmup_iters, iters
     inject: dict | None = None  # test-only fault injection, see parse_inject
+    step_delay: dict | None = None  # test-only slowdown of every timed step, see parse_step_delay
     save_params: bool = False  # write each rank's final parameters into the run directory
     sweep_id: str | None = None
 
@@ -92,6 +93,31 @@ def parse_inject(text: str | None) -> dict | None:
         raise UsageError(f"--inject {text!r}: expected KIND:RANK:STEP with KIND one of "
                          f"{', '.join(INJECT_KINDS)}, for example hang:1:3")
     return {"kind": parts[0], "rank": int(parts[1]), "step": int(parts[2])}
+
+
+def parse_step_delay(text: str | None) -> dict | None:
+    """'20%' -> a delay of 20% of the warm-up's median step time; '5ms' or '0.005s' -> a fixed delay.
+
+    Test-only (--inject-delay): every rank sleeps that long in every timed step, so a run is slower by a
+    known amount; the regression gate's tests use it to show a 20% slowdown is caught."""
+    if not text:
+        return None
+    t = text.strip().lower()
+    try:
+        if t.endswith("%"):
+            value = {"fraction": float(t[:-1]) / 100}
+        elif t.endswith("ms"):
+            value = {"seconds": float(t[:-2]) / 1000}
+        elif t.endswith("s"):
+            value = {"seconds": float(t[:-1])}
+        else:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"--inject-delay {text!r}: give a share of the step time (20%) or a duration "
+                         "(5ms, 0.005s)") from None
+    if not all(0 <= v < 100 for v in value.values()):
+        raise UsageError(f"--inject-delay {text!r}: must be 0 or more (and under 100 s or 10000%)")
+    return value
 
 
 def resolve_device(nproc: int | None, gpus: int | None) -> tuple[str, int]:
@@ -150,8 +176,8 @@ def check_placement(plugin, world_size: int, device: str, threads: int | None, o
 def build_spec(*, backend: str, workload: str, world_size: int, device: str,
                batch_size: int | None = None, image_size: int | None = None,
                threads: int | None = None, oversubscribe: bool = False,
-               inject: str | dict | None = None, backend_options: dict | None = None,
-               **options) -> RunSpec:
+               inject: str | dict | None = None, step_delay: str | dict | None = None,
+               backend_options: dict | None = None, **options) -> RunSpec:
     """Resolve defaults from the workload and the machine, and reject what cannot run."""
     from bench.backends import get_backend
     from workloads import WORKLOADS
@@ -204,9 +230,13 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     if inject and inject["rank"] >= processes:
         raise UsageError(f"--inject names rank {inject['rank']}, the run has ranks 0..{processes - 1}")
 
+    if isinstance(step_delay, str) or step_delay is None:
+        step_delay = parse_step_delay(step_delay)
+
     return RunSpec(backend=backend, workload=workload, world_size=world_size, device=device,
                    batch_size=batch_size, image_size=image_size, num_classes=classes,
-                   threads=threads, inject=inject, backend_options=resolved_options, roles=roles,
+                   threads=threads, inject=inject, step_delay=step_delay,
+                   backend_options=resolved_options, roles=roles,
                    backward_passes=plugin.backward_passes(resolved_options), **spec_opts)
 
 

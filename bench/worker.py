@@ -50,6 +50,58 @@ def fire_fault(kind: str, step: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class StepLoop:
+    """The harness's part of one optimizer step: a test-only fault or delay, and the step count.
+
+    It runs inside every timed window, so it is kept to an integer comparison and an addition
+    (tests/benchmarks measures it)."""
+
+    def __init__(self, core, fault: dict | None = None, done: int = 0):
+        self.core, self.done, self.delay_s = core, done, 0.0
+        self.fault_step = fault["step"] if fault else -1
+        self.fault_kind = fault["kind"] if fault else None
+
+    def __call__(self):
+        if self.done == self.fault_step:
+            fire_fault(self.fault_kind, self.done)
+        out = self.core()
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        self.done += 1
+        return out
+
+
+def timed_windows(step, windows: int, steps_per_window: int, barrier, sync, on_window) -> tuple[list, list]:
+    """R windows of K steps: (each window's time on this rank, each window's last step output).
+
+    All ranks meet at the barrier and the device is synchronised before a window starts, so every rank
+    times the same K steps; nothing but the steps runs between the two clock readings."""
+    window_times, last = [], []
+    for window in range(windows):
+        barrier()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps_per_window):
+            out = step()
+        sync()
+        window_times.append(time.perf_counter() - t0)
+        last.append(out)
+        on_window(window + 1)
+    return window_times, last
+
+
+def step_delay_seconds(delay: dict, warmup_times: list[float], step, sync) -> float:
+    """--inject-delay: a fixed duration, or a share of the warm-up's median step time."""
+    if "seconds" in delay:
+        return delay["seconds"]
+    if not warmup_times:  # a one-step warm-up: time one more untimed step
+        t0 = time.perf_counter()
+        step()
+        sync()
+        warmup_times = [time.perf_counter() - t0]
+    return delay["fraction"] * sorted(warmup_times)[len(warmup_times) // 2]
+
+
 def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_process_start: float) -> dict:
     """Run the measured loop; file_rank is the rank the launcher gave (names this rank's files)."""
     import torch
@@ -95,48 +147,41 @@ def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_proces
                            rank=info.rank, world=info.world_size, device=device, data_dir=spec.data_dir)
     loss_fn = nn.CrossEntropyLoss()
     inject = spec.inject if spec.inject and spec.inject["rank"] == info.rank else None
-    fault_step = inject["step"] if inject else -1
-    steps_done = 0
     passes = spec.backward_passes  # micro-batches per optimizer step; the loss is scaled to match one big batch
     scale = 1.0 / passes
 
-    def step():
-        nonlocal steps_done
-        if steps_done == fault_step:
-            fire_fault(inject["kind"], steps_done)
+    def optimizer_step():
         optimizer.zero_grad()  # set_to_none=True, torch's default; Horovod's wrapper takes no argument
         for _ in range(passes):
             x, y = next(batches)
             loss = loss_fn(model(x), y)
             (loss * scale if passes > 1 else loss).backward()
         optimizer.step()
-        steps_done += 1
         return loss
+
+    step = StepLoop(optimizer_step, inject)
 
     def progress(window: int):
         run_dir.write(file_rank, attempt, "progress",
-                      {"steps": steps_done, "window": window, "time": time.time()})
+                      {"steps": step.done, "window": window, "time": time.time()})
 
     loss = step()
     sync()
     t_first_step = time.time()
     loss_first = loss.item()
+    warmup_times = []
     for _ in range(spec.warmup_steps - 1):
+        t0 = time.perf_counter()
         loss = step()
-    sync()
+        sync()
+        warmup_times.append(time.perf_counter() - t0)
+    if spec.step_delay:
+        step.delay_s = step_delay_seconds(spec.step_delay, warmup_times, step, sync)
     progress(0)
 
-    window_times, window_losses = [], []
-    for window in range(spec.windows):
-        backend.barrier()
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(spec.steps_per_window):
-            loss = step()
-        sync()
-        window_times.append(time.perf_counter() - t0)
-        window_losses.append(loss.item())
-        progress(window + 1)
+    window_times, last_losses = timed_windows(step, spec.windows, spec.steps_per_window, backend.barrier,
+                                              sync, progress)
+    window_losses = [loss.item() for loss in last_losses]
     t_end = time.time()
 
     plain = getattr(model, "module", model)  # the model without its data-parallel wrapper
@@ -156,7 +201,8 @@ def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_proces
         "window_times": window_times,
         "window_losses": window_losses,
         "loss_first": loss_first,
-        "steps": steps_done,
+        "steps": step.done,
+        "step_delay_s": step.delay_s,
         "param_count": sum(p.numel() for p in params),
         "param_checksum": checksum,
         "param_abs_checksum": abs_checksum,

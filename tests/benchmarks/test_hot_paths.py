@@ -1,0 +1,96 @@
+"""pytest-benchmark over the harness's own hot paths, so the suite never slows what it measures.
+
+Under `nox -s tests` these run once each as plain tests (benchmarking is disabled there); `bench regress`
+runs them as benchmarks and fails past bench.gate.HOT_PATH_FAIL of results/baselines/hot-paths.json.
+What each one times:
+- the step loop: what the harness adds around an optimizer step inside a timed window (StepLoop and
+  timed_windows, with a step that does nothing), per step;
+- the progress file a rank writes after each window;
+- a record write into the SQLite store;
+- aggregating per-rank results into a run's metrics;
+- the regression gate's comparison of a sweep;
+- the HTML report of the committed sample store (17 runs).
+"""
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.gate import compare_figures, figures
+from bench.rundir import RunDir
+from bench.store import Store
+from bench.worker import StepLoop, timed_windows
+
+SAMPLE_STORE = Path(__file__).resolve().parent.parent.parent / "reports" / "sample" / "bench.sqlite"
+STEPS = 1000
+
+
+@pytest.fixture(scope="module")
+def sample_records(tmp_path_factory):
+    # a copy: opening the committed store must never touch it
+    path = tmp_path_factory.mktemp("sample") / "bench.sqlite"
+    shutil.copy(SAMPLE_STORE, path)
+    return Store(path).records()
+
+
+def test_step_loop_overhead_per_1000_steps(benchmark):
+    """A window of 1000 steps whose step does nothing: what the harness adds per step, x 1000
+    (the per-window progress file is timed on its own below)."""
+    step = StepLoop(lambda: None, fault={"kind": "crash", "step": -2})
+    times, _ = benchmark(timed_windows, step, 1, STEPS, lambda: None, lambda: None, lambda window: None)
+    assert len(times) == 1 and step.done >= STEPS
+
+
+def test_progress_file_write(benchmark, tmp_path):
+    run_dir = RunDir(tmp_path / "run").create()
+    benchmark(run_dir.write, 0, 0, "progress", {"steps": 100, "window": 3, "time": 1.0})
+    assert json.loads(run_dir.rank_file(0, 0, "progress").read_text())["steps"] == 100
+
+
+def test_record_write(benchmark, tmp_path, sample_records):
+    store = Store(tmp_path / "bench.sqlite")
+    record = copy.deepcopy(next(r for r in sample_records if r["status"] == "ok"))
+    counter = iter(range(10**9))
+
+    def save():
+        record["run_id"] = f"bench-{next(counter)}"
+        store.save(record)
+
+    benchmark(save)
+    assert len(store.records()) >= 1
+
+
+def test_aggregate_metrics(benchmark, sample_records):
+    from bench.aggregate import metrics_from_results
+    from bench.spec import RunSpec
+
+    rec = next(r for r in sample_records if r["status"] == "ok" and r["spec"]["world_size"] == 2
+               and r["spec"].get("task", "train") == "train" and not r["spec"].get("roles", {}).get("server"))
+    spec = RunSpec.from_dict(rec["spec"])
+    windows = rec["metrics"]["window_times_s"]
+    results = {r: {"rank_info": {"role": "worker"}, "window_times": windows, "window_losses": [1.0] * len(windows),
+                   "peak_rss_bytes": 1, "cuda_peak_bytes": None, "loss_first": 2.0, "param_checksum": 0.0,
+                   "threads": {}, "param_count": 10,
+                   "times": {"process_start": 0.0, "init_start": 1.0, "init_end": 2.0, "first_step_end": 3.0}}
+               for r in range(2)}
+    metrics = benchmark(metrics_from_results, spec, results, 0.0)
+    assert metrics["throughput"]["n"] == len(windows)
+
+
+def test_gate_comparison(benchmark, sample_records):
+    figs, not_ok = figures(sample_records)
+    assert figs
+    rows = benchmark(compare_figures, figs, figs, not_ok, True)
+    assert {r["verdict"] for r in rows} <= {"ok", "unstable"}
+
+
+def test_report_generation(benchmark, sample_records):
+    from bench.frame import records_to_frame
+    from bench.report import render_report
+
+    frame = records_to_frame(sample_records)
+    page = benchmark.pedantic(render_report, args=(frame, "sample"), rounds=3, iterations=1)
+    assert "<html" in page

@@ -1,0 +1,150 @@
+"""The regression gate's rules, on figures whose truth is known, and its handling of bad files."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bench.errors import UsageError
+from bench.gate import (RULES, Figure, aa_rates, compare_figures, figures, judge, read_runs_file,
+                        write_baseline)
+from bench.spec import parse_step_delay
+from tests.conftest import bench
+
+
+def windows(mean, rel_sd, n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return list(mean * (1 + rel_sd * rng.standard_normal(n)))
+
+
+def fig(kind, samples, scale=1.0, key=None):
+    return Figure(key or f"{kind} elastic mnist_mlp n=2", kind, samples, scale)
+
+
+def test_judge_needs_both_size_and_significance():
+    assert judge(-0.20, -0.25, -0.15, 0.10) == "regressed"
+    assert judge(-0.20, -0.40, +0.02, 0.10) == "unstable"  # big but not significant
+    assert judge(-0.05, -0.07, -0.03, 0.10) == "ok"  # significant but small: run-to-run drift
+    assert judge(+0.30, +0.20, +0.40, 0.10) == "improved"
+    assert judge(0.0, -0.3, +0.3, 0.10) == "unstable"
+
+
+@pytest.mark.parametrize("kind", list(RULES))
+def test_a_known_slowdown_is_caught_and_no_change_passes(kind):
+    rule = RULES[kind]
+    slow = 1 / (1 + 2 * rule.min_effect)  # a slowdown twice the gate's minimum effect
+    base = fig(kind, [windows(100, 0.03, seed=1), windows(50, 0.03, seed=2)], scale=2)
+    same = fig(kind, [windows(100, 0.03, seed=3), windows(50, 0.03, seed=4)], scale=2)
+    slower = fig(kind, [windows(100 * slow, 0.03, seed=5), windows(50, 0.03, seed=6)], scale=2)
+    rows = compare_figures({base.key: base}, {same.key: same}, {}, same_machine=True)
+    assert rows[0]["verdict"] == "ok", rows
+    rows = compare_figures({base.key: base}, {slower.key: slower}, {}, same_machine=True)
+    assert rows[0]["verdict"] == "regressed", rows
+    assert rows[0]["change"] == pytest.approx(slow - 1, abs=0.03)
+    assert rows[0]["ci_low"] < rows[0]["change"] < rows[0]["ci_high"] < 0
+
+
+def test_noisy_windows_are_unstable_not_regressed():
+    base = fig("vs_plain", [windows(100, 0.02, seed=1), windows(100, 0.02, seed=2)])
+    noisy = fig("vs_plain", [windows(85, 0.40, n=3, seed=3), windows(100, 0.40, n=3, seed=4)])
+    rows = compare_figures({base.key: base}, {noisy.key: noisy}, {}, same_machine=True)
+    assert rows[0]["verdict"] == "unstable"
+
+
+def test_failed_missing_new_and_other_machine():
+    key = "throughput elastic mnist_mlp n=2"
+    base = {key: fig("throughput", [windows(100, 0.01)], key=key)}
+    rows = compare_figures(base, {}, {key: {"status": "crashed", "run_id": "r1"}}, same_machine=True)
+    assert rows[0]["verdict"] == "failed" and "crashed" in rows[0]["why"] and rows[0]["run_ids"] == ["r1"]
+    rows = compare_figures(base, {}, {}, same_machine=True)
+    assert rows[0]["verdict"] == "failed" and "missing" in rows[0]["why"]
+    rows = compare_figures({}, base, {}, same_machine=True)
+    assert rows[0]["verdict"] == "new"
+    slower = {key: fig("throughput", [windows(50, 0.01)], key=key)}
+    rows = compare_figures(base, slower, {}, same_machine=False)
+    assert rows[0]["verdict"] == "skipped"  # absolute figures do not travel between machines
+
+
+def record(run_id, backend, world, per_window, created, status="ok", task="train", sweep="s1", **extra):
+    spec = {"backend": backend, "workload": "mnist_mlp", "world_size": world, "task": task, "sweep_id": sweep}
+    metrics = {"throughput": {"per_window": per_window}} if status == "ok" else None
+    return {"run_id": run_id, "status": status, "created_at": created, "spec": spec, "metrics": metrics,
+            "environment": {"cpu_model": "cpu", "cpu_count": 2}, **extra}
+
+
+def test_figures_are_ratios_within_one_sweep():
+    recs = [record("p", "single", 1, [100.0, 100.0], 1), record("e1", "elastic", 1, [90.0, 90.0], 2),
+            record("e2", "elastic", 2, [150.0, 150.0], 3)]
+    figs, not_ok = figures(recs)
+    assert not_ok == {}
+    assert figs["vs_plain elastic mnist_mlp n=2"].value() == pytest.approx(150 / (2 * 100))
+    assert figs["vs_plain elastic mnist_mlp n=1"].value() == pytest.approx(0.9)
+    assert figs["efficiency elastic mnist_mlp n=2"].value() == pytest.approx(150 / (2 * 90))
+    assert figs["throughput single mnist_mlp n=1"].value() == pytest.approx(100)
+    assert "vs_plain single mnist_mlp n=1" not in figs
+    # a later run of the same case replaces the earlier one; a failed one is reported as such
+    recs.append(record("e2b", "elastic", 2, None, 4, status="crashed"))
+    figs, not_ok = figures(recs)
+    assert not_ok["vs_plain elastic mnist_mlp n=2"] == {"status": "crashed", "run_id": "e2b"}
+    assert "efficiency elastic mnist_mlp n=2" not in figs
+
+
+def test_busbw_figure_uses_the_largest_allreduce_and_the_runs_own_limit():
+    rows = [{"op": "allreduce", "size": s, "time_us": 100.0, "busbw_gbps": b, "window_time_us": [100.0, 200.0]}
+            for s, b in ((1024, 0.1), (2**20, 1.0))]
+    comm = record("c", "elastic", 2, None, 1, task="comm", allreduce=rows)
+    comm["metrics"] = {"comm": {"ceiling": {"limit_gbps": 4.0}}}
+    figs, _ = figures([comm])
+    f = figs["busbw_fraction elastic n=2"]
+    assert f.samples == [[1.0, 0.5]] and f.value() == pytest.approx(0.75 / 4.0)
+
+
+def test_aa_rates_count_every_ordered_pair():
+    sweeps = {f"s{i}": [record(f"p{i}", "single", 1, windows(100, 0.02, seed=i), i, sweep=f"s{i}"),
+                        record(f"e{i}", "elastic", 2, windows(150, 0.02, seed=10 + i), i, sweep=f"s{i}")]
+              for i in range(3)}
+    rows, pairs = aa_rates(sweeps, resamples=200)
+    assert pairs == 6
+    by_kind = {r["kind"]: r for r in rows}
+    assert by_kind["vs_plain"]["compared"] == 6 and by_kind["throughput"]["compared"] == 12
+    assert all(r["false_alarm_rate"] == 0 for r in rows)
+
+
+def test_parse_step_delay():
+    assert parse_step_delay("20%") == {"fraction": pytest.approx(0.2)}
+    assert parse_step_delay("5ms") == {"seconds": pytest.approx(0.005)}
+    assert parse_step_delay("0.5s") == {"seconds": pytest.approx(0.5)}
+    for bad in ("20", "x%", "-5ms"):
+        with pytest.raises(UsageError):
+            parse_step_delay(bad)
+
+
+def test_baseline_file_round_trip_and_bad_files(tmp_path):
+    recs = [record("p", "single", 1, [100.0, 100.0], 1)]
+    path = write_baseline(tmp_path / "b.json", recs, "s1", ["bench", "sweep"])
+    data = read_runs_file(path, "baseline")
+    assert data["records"] == recs and data["machine"]["cpu_count"] == 2
+    bad = {"missing.json": None, "corrupt.json": "{not json", "other.json": json.dumps({"runs": []}),
+           "empty.json": json.dumps({**data, "records": []})}
+    for name, text in bad.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        with pytest.raises(UsageError) as err:
+            read_runs_file(tmp_path / name, "baseline")
+        assert "bench baseline" in str(err.value)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["compare", "--baseline", "{tmp}/nope.json"], "does not exist"),
+    (["compare", "--baseline", "{tmp}/corrupt.json"], "not readable JSON"),
+    (["compare"], "give --baseline"),
+    (["compare", "--aa", "--store", "{tmp}/empty.sqlite"], "no results store"),
+    (["regress", "--dir", "{tmp}"], "does not exist"),
+    (["run", "--inject-delay", "fast"], "--inject-delay"),
+])
+def test_gate_cli_errors_are_one_line(tmp_path, argv, says):
+    (tmp_path / "corrupt.json").write_text("\x00\x01 not json")
+    proc = bench(*[a.format(tmp=tmp_path) for a in argv])
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], proc.stderr
