@@ -147,6 +147,8 @@ def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict)
     if outcome.reaped:
         events.append({"time": outcome.ended_at, "kind": "reaped", "processes": outcome.reaped})
 
+    if spec.task == "fault":
+        return _fault_record(run_id, spec, run_dir, outcome, environment, events)
     cause = _root_cause(exits, run_dir.latest("error"))
     missing = [r for r in range(spec.processes) if r not in results]
     if outcome.ending in ("interrupted", "timeout"):
@@ -187,6 +189,29 @@ def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict)
     elif status == "ok":
         metrics = metrics_from_results(spec, results, outcome.launched_at)
     rank_map = list(run_dir.latest("joined").values())  # known even for ranks that later failed
+    return _record(run_id, spec, run_dir, outcome, environment, events, status, error, rank_map, metrics,
+                   comm_rows)
+
+
+def _fault_record(run_id, spec, run_dir, outcome, environment, events) -> dict:
+    """A fault run: its status says whether training came through the fault (bench.fault), not whether
+    every process exited cleanly (the victim never does)."""
+    from bench.fault import fault_metrics, fault_status
+
+    fault = fault_metrics(spec, run_dir, outcome)
+    status, message = fault_status(spec, fault, outcome)
+    error = None if status == "ok" else {
+        "message": message, "tail": tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown)}
+    rank_map = [{**r, "phase": phase} for phase in ("before", "after") for r in fault.get(f"rank_map_{phase}") or []]
+    if fault.get("fault"):
+        events.append({"time": fault["fault"]["time"], "kind": f"fault_{fault['scenario']}",
+                       **{k: v for k, v in fault["fault"].items() if k != "time"}})
+    return _record(run_id, spec, run_dir, outcome, environment, events, status, error, rank_map,
+                   {"fault": fault}, [])
+
+
+def _record(run_id, spec, run_dir, outcome, environment, events, status, error, rank_map, metrics,
+            comm_rows) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,

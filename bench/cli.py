@@ -330,6 +330,38 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+def cmd_fault(args) -> int:
+    from bench.fault import build_fault_spec
+    from bench.render import fault_lines
+    from bench.runner import execute
+    from bench.spec import resolve_device
+
+    if args.gpus is not None:
+        raise UsageError("bench fault runs CPU processes over gloo; drop --gpus and give --nproc N")
+    _, world = resolve_device(args.nproc, None)
+    options = {k: getattr(args, k) for k in ("threads", "oversubscribe", "batch_size", "image_size", "seed", "lr",
+                                             "timeout", "save_params") if getattr(args, k) is not None}
+    spec = build_fault_spec(backend=args.backend, workload=args.workload, world_size=world,
+                            scenario="join" if args.join else "kill", rank=args.kill_rank, at_step=args.at_step,
+                            signal_name=args.signal.upper(), max_restarts=args.max_restarts,
+                            checkpoint_every=args.checkpoint_every, total_steps=args.steps,
+                            comm_timeout=args.comm_timeout, recovery_timeout=args.recovery_timeout,
+                            backend_options=backend_options(args), **options)
+    f = spec.fault
+    what = (f"SIG{f['signal']} to rank {f['rank']}" if f["scenario"] == "kill" else "a worker joins")
+    print(f"bench fault: {spec.backend} {spec.workload}, {spec.world_size} workers, {what} at step {f['at_step']} "
+          f"of {f['total_steps']}, checkpoint/commit every {f['checkpoint_every']}, up to {f['max_restarts']} "
+          "restarts", file=sys.stderr, flush=True)
+    store = open_store(args)
+    record = execute(spec, store, show_progress=False)
+    if args.json:
+        print(json.dumps(record, indent=1))
+    else:
+        print("\n".join(fault_lines(record)))
+    print(f"stored run {record['run_id']} in {store.path}", file=sys.stderr)
+    return status_exit([record["status"]])
+
+
 def regress_sweep(args, title: str):
     """The fixed regression matrix (bench.gate.REGRESS_SWEEP), run as `bench sweep` would run it."""
     from bench.gate import REGRESS_SWEEP
@@ -595,6 +627,44 @@ def build_parser() -> Parser:
                                                         "running the matrix")
     p.add_argument("--sweep", metavar="ID", help="with --from-store: this sweep (default: the latest)")
     p.set_defaults(func=cmd_baseline)
+
+    p = verbs.add_parser("fault", help="inject a fault (or a joining worker) into an elastic run and measure "
+                                       "detection, recovery and work lost")
+    p.add_argument("--backend", default="elastic", help="elastic (default) or horovod")
+    p.add_argument("--workload", default="mnist_mlp", help="mnist_mlp (default) or resnet18")
+    p.add_argument("--nproc", type=int, help="worker processes at the start (default min(2, cores))")
+    p.add_argument("--gpus", type=int, help=argparse.SUPPRESS)
+    g = p.add_argument_group("the fault")
+    g.add_argument("--kill-rank", type=int, default=1, help="rank that receives the signal (1)")
+    g.add_argument("--at-step", type=int, default=20, help="the signal comes when that rank has completed this "
+                                                           "many steps (20)")
+    g.add_argument("--signal", default="KILL", type=str.upper, choices=["KILL", "TERM", "STOP"],
+                   help="KILL (a crash), TERM (a polite stop), STOP (a hung worker) (KILL)")
+    g.add_argument("--join", action="store_true", help="scale-up instead: at --at-step one more worker "
+                                                       "joins (a second torchrun agent; a new Horovod host)")
+    g.add_argument("--max-restarts", type=int, default=3,
+                   help="torchrun --max-restarts; Horovod --reset-limit (3)")
+    g.add_argument("--checkpoint-every", type=int, default=10,
+                   help="steps between checkpoints (elastic) or state commits (Horovod) (10)")
+    g.add_argument("--steps", type=int, help="steps to train in all (default at-step + 2 x checkpoint-every + 10)")
+    g.add_argument("--comm-timeout", type=float, default=10.0,
+                   help="collective timeout in seconds, how soon a stopped peer is noticed (10)")
+    g.add_argument("--recovery-timeout", type=float, default=90.0,
+                   help="seconds after the fault with no training step before the run is called hung (90)")
+    g = p.add_argument_group("placement and run")
+    g.add_argument("--threads", type=int, help="threads per worker (default cores / workers)")
+    g.add_argument("--oversubscribe", action="store_true", help="allow more threads than cores")
+    g.add_argument("--batch-size", type=int, help="per-worker batch (the workload's)")
+    g.add_argument("--image-size", type=int, help="input side for image models")
+    g.add_argument("--seed", type=int, help="seed of model and data (0)")
+    g.add_argument("--lr", type=float, help="SGD learning rate (0.01)")
+    g.add_argument("--timeout", type=float, help="deadline for the whole run in seconds (900)")
+    g.add_argument("--save-params", action="store_true",
+                   help="keep the parameters each process resumed from, and the final ones, in the run directory")
+    add_backend_options(p)
+    add_store(p)
+    p.add_argument("--json", action="store_true", help="print the record as JSON on stdout, nothing else there")
+    p.set_defaults(func=cmd_fault)
 
     p = verbs.add_parser("doctor", help="what this machine offers, and which backends can run")
     p.set_defaults(func=cmd_doctor)

@@ -39,6 +39,9 @@ def one_line(record: dict) -> str:
         return f"{record['status']}: {message}"
     if record["spec"].get("task") == "comm":
         return f"ok {fmt_busbw(record['metrics'])}"
+    if record["spec"].get("task") == "fault":
+        f = record["metrics"]["fault"]
+        return f"ok recovered in {_secs(f.get('recovery_s'))}, world {f.get('world_before')} -> {f.get('world_after')}"
     return f"ok {fmt_throughput(record['metrics']['throughput'])}"
 
 
@@ -80,3 +83,46 @@ def runs_table(frame) -> str:
                      str(r["threads"]), figure))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _secs(value) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def fault_lines(record: dict) -> list[str]:
+    """What a fault run measured, for the terminal."""
+    lines = [f"status: {record['status']}"]
+    error = record.get("error")
+    if error:
+        lines.append(f"error: {error['message']}")
+    f = (record.get("metrics") or {}).get("fault") or {}
+    fired = f.get("fault")
+    if not fired:
+        return lines
+    if fired["scenario"] == "kill":
+        lines.append(f"fault: SIG{fired['signal']} to rank {fired['rank']} (pid {fired['pid']}) at step {fired['step']}")
+    else:
+        lines.append(f"fault: a worker joins at step {fired['step']}")
+    lines.append(f"detection: {_secs(f.get('detection_s'))}" + (f" ({f['detected_by']})" if f.get("detected_by") else ""))
+    lines.append(f"recovery (signal to first step after it): {_secs(f.get('recovery_s'))}")
+    if f.get("join_contributes_s") is not None:
+        lines.append(f"new worker's first step: {_secs(f['join_contributes_s'])} after the join began")
+    if f.get("hang_observed_s") is not None and f.get("recovery_s") is None:
+        lines.append(f"hang observed {_secs(f['hang_observed_s'])} after the fault; no step since")
+    lines.append(f"resumed from step {f.get('resumed_from_step', '-')}; steps redone {f.get('steps_redone', '-')}; "
+                 f"trained {f.get('steps_completed')} of {f.get('total_steps')}")
+    lines.append(f"world size {f.get('world_before')} -> {f.get('world_after')}; restarts {f.get('restarts', 0)}, "
+                 f"resets {f.get('resets', 0)}")
+    for r in f.get("rendezvous") or []:
+        lines.append(f"  agent {r['agent_pid']} attempt {r['attempt']}: {r['state'].lower().replace('_', ' ')} "
+                     f"{r['duration_ms']:.0f} ms")
+    for phase in ("before", "after"):
+        rows = f.get(f"rank_map_{phase}") or []
+        if rows:
+            lines.append(f"ranks {phase}: " + ", ".join(f"{r['rank']}=pid {r['pid']}@{r['host']}" for r in rows))
+    checks = f.get("resume_checks") or []
+    if checks:
+        ok = all(c["equal"] for c in checks)
+        lines.append(f"resumed state {'equals' if ok else 'DIFFERS FROM'} the committed one "
+                     f"({len(checks)} process(es) checked)")
+    return lines

@@ -44,6 +44,25 @@ class RunDir:
         suffix = ".log" if kind == "log" else ".json"
         return self.ranks / f"rank{rank}.a{attempt}.{kind}{suffix}"
 
+    def journal_file(self, rank: int, attempt: int) -> Path:
+        """A worker's event journal in a fault run: JSON lines, appended as events happen."""
+        return self.ranks / f"rank{rank}.a{attempt}.journal.jsonl"
+
+    def claim_attempt(self, rank: int, start: int) -> int:
+        """The first attempt number from `start` whose log no process has taken yet, taken atomically.
+
+        In fault runs a rank number is reused by replacement processes that their launcher does not
+        number apart (Horovod's elastic mode; torchrun after a membership change): each process gets
+        files of its own."""
+        attempt = start
+        while True:
+            try:
+                fd = os.open(self.rank_file(rank, attempt, "log"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.close(fd)
+                return attempt
+            except FileExistsError:
+                attempt += 1
+
     def write(self, rank: int, attempt: int, kind: str, data) -> None:
         write_json_atomic(self.rank_file(rank, attempt, kind), data)
 

@@ -61,13 +61,30 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> dict:
     run_dir.spec_file.write_text(json.dumps(spec.to_dict(), indent=1))
     backend = get_backend(spec.backend)
     rank_command = [sys.executable, "-m", "bench.guard", str(run_dir.path), spec.backend]
-    command = backend.launch_command(spec, rank_command, run_id)
     env = {**worker_environment(spec, tag=run_id), **backend.launch_env(spec)}
+    poll_interval = 0.2
+    if spec.task == "fault":
+        from bench.fault import FaultDriver, popen_joiner
+
+        command, extra = backend.fault_launch(spec, rank_command, run_id, run_dir)
+        env.update(extra, BENCH_FAULT_RUN="1")
+
+        def start_joiner():
+            joiner = backend.fault_join(spec, rank_command, run_id, run_dir)
+            if joiner is None:
+                return {"joiner": "discovery"}
+            return popen_joiner(joiner, env, run_dir.path / "joiner.log")
+
+        watcher = FaultDriver(spec, run_dir, start_joiner)
+        poll_interval = 0.005  # the victim waits at its fault step for this poll to signal it
+    else:
+        command = backend.launch_command(spec, rank_command, run_id)
+        watcher = ProgressPrinter(spec, run_dir) if show_progress and spec.task == "train" else None
     environment = fingerprint(env)
     # A sweep's ceiling is measured in the parent just before launch: same run, nothing else running.
     ceiling = measure_ceiling(spec.device) if spec.task == "comm" else None
-    progress = ProgressPrinter(spec, run_dir) if show_progress and spec.task == "train" else None
-    outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=progress)
+    outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=watcher,
+                        poll_interval=poll_interval)
     record = build_record(run_id, spec, run_dir, outcome, environment)
     record["command"] = command
     if ceiling is not None:

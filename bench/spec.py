@@ -40,10 +40,12 @@ class RunSpec:
     backend_options: dict = field(default_factory=dict)
     backward_passes: int = 1  # micro-batches per optimizer step (gradient accumulation), from the backend
     roles: dict = field(default_factory=dict)  # processes per role, e.g. {"worker": 2, "server": 1}
-    task: str = "train"  # "train": the training loop; "comm": a communication sweep (bench.comm)
+    task: str = "train"  # "train": the training loop; "comm": a communication sweep (bench.comm);
+    # "fault": training through an injected fault under the backend's elastic mode (bench.fault)
     comm: dict | None = None  # for task "comm": ops, dtype, min_bytes, max_bytes, warmup_iters, iters
     inject: dict | None = None  # test-only fault injection, see parse_inject
     step_delay: dict | None = None  # test-only slowdown of every timed step, see parse_step_delay
+    fault: dict | None = None  # for task "fault": scenario, rank, at_step, signal, ... (bench.fault)
     save_params: bool = False  # write each rank's final parameters into the run directory
     sweep_id: str | None = None
 

@@ -26,7 +26,8 @@ KILL_WAIT_S = 5.0
 
 @dataclass
 class Outcome:
-    """How the launcher ended: 'exited' (returncode set), 'timeout' or 'interrupted'."""
+    """How the launcher ended: 'exited' (returncode set), 'timeout', 'interrupted', or an ending named by
+    the on_poll watcher ('hung')."""
 
     ending: str
     returncode: int | None
@@ -127,7 +128,10 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
                 ending = "timeout"
                 break
             if on_poll is not None:
-                on_poll()
+                stop = on_poll()  # a watcher may end the run, naming the ending (a fault run's "hung")
+                if stop:
+                    ending = stop
+                    break
     except (KeyboardInterrupt, Interrupted):
         ending = "interrupted"
     finally:

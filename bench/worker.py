@@ -215,6 +215,120 @@ def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_proces
     return result
 
 
+class FaultContext:
+    """What a backend's elastic loop needs from the harness in a fault run: the training step for a
+    given step number and rank, the journal, the fault point, and the checksum that proves a resumed
+    process holds the committed parameters. The backend owns only restart, restore and commit."""
+
+    def __init__(self, spec: RunSpec, run_dir: RunDir, journal, info, model, optimizer, device):
+        import torch.nn as nn
+
+        self.spec, self.run_dir, self.journal = spec, run_dir, journal
+        self.model, self.optimizer, self.device = model, optimizer, device
+        self.rank_at_start, self.host = info.rank, info.host
+        self.total_steps = spec.fault["total_steps"]
+        self.checkpoint_every = spec.fault["checkpoint_every"]
+        self.loss_fn = nn.CrossEntropyLoss()
+        self._batches: dict[int, object] = {}
+        self.resumed_at = 0
+        self.waiting_since: float | None = None
+
+    def keep_going(self, step: int, size: int) -> bool:
+        """Train to total_steps. A scale-up run also goes on until the joined worker has trained
+        checkpoint_every steps with the others (or, if it never comes, for --recovery-timeout)."""
+        if step < self.total_steps:
+            return True
+        if self.spec.fault["scenario"] != "join":
+            return False
+        if size > self.spec.world_size:
+            return step < self.resumed_at + self.checkpoint_every
+        if self.waiting_since is None:
+            self.waiting_since = time.monotonic()
+        return time.monotonic() - self.waiting_since < self.spec.fault["recovery_timeout"]
+
+    def batch(self, step: int, rank: int):
+        """The batch of step `step` for rank `rank`: the same after any restart or rank change."""
+        from workloads import WORKLOADS
+        from workloads.data import SYNTHETIC_BATCHES, open_batches
+
+        if rank not in self._batches:
+            spec = self.spec
+            self._batches[rank] = open_batches(
+                "synthetic", batch=spec.batch_size, channels=WORKLOADS[spec.workload].channels,
+                image=spec.image_size, classes=spec.num_classes, seed=spec.seed, rank=rank, world=1,
+                device=self.device)
+        source = self._batches[rank]
+        i = step % SYNTHETIC_BATCHES
+        return source.x[i], source.y[i]
+
+    def train_step(self, model, optimizer, step: int, rank: int):
+        """Step number `step` (0-based) on this rank, with the fault point before it."""
+        from bench.fault import fault_due, wait_for_fault
+
+        if fault_due(self.run_dir.path, self.spec, self.rank_at_start, step, True) and rank == self.rank_at_start:
+            wait_for_fault(self.run_dir.path, self.journal, step, rank)
+        x, y = self.batch(step, rank)
+        optimizer.zero_grad()
+        loss = self.loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    def checksum(self) -> float:
+        import torch
+
+        with torch.no_grad():
+            return float(sum(p.detach().double().sum() for p in self.model.parameters()))
+
+    def resumed(self, step: int, rank: int, size: int, local_rank: int, restart_count: int) -> None:
+        self.resumed_at = step
+        self.journal.write("resumed", step=step, rank=rank, size=size, local_rank=local_rank,
+                           restart_count=restart_count, pid=os.getpid(), host=self.host, checksum=self.checksum())
+        if self.spec.save_params and step > 0:
+            import torch
+
+            torch.save({k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+                       self.run_dir.path / f"resumed-step{step}-pid{os.getpid()}.params.pt")
+
+    def stepped(self, step: int, rank: int, size: int) -> None:
+        self.journal.write("step", step=step, rank=rank, size=size)
+
+    def committed(self, step: int, rank: int) -> None:
+        self.journal.write("commit", step=step, rank=rank, checksum=self.checksum())
+
+
+def train_through_faults(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int,
+                         t_process_start: float) -> dict:
+    """A fault run (bench.fault): the backend's elastic loop over FaultContext's steps."""
+    import torch
+
+    from bench.fault import Journal
+    from workloads import WORKLOADS
+
+    torch.set_num_threads(spec.threads)
+    journal = Journal(run_dir.journal_file(file_rank, attempt))
+    journal.write("start", pid=os.getpid())
+    backend = get_backend(spec.backend)
+    t_init_start = time.time()
+    info = backend.init(spec)
+    t_init_end = time.time()
+    run_dir.write(file_rank, attempt, "joined", {**info.to_dict(), "pid": os.getpid(), "time": t_init_end})
+    torch.manual_seed(spec.seed)  # the same initial parameters in every process, first or replacement
+    model = WORKLOADS[spec.workload].build(spec.num_classes, spec.image_size)
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+    ctx = FaultContext(spec, run_dir, journal, info, model, optimizer, torch.device("cpu"))
+    final_step = backend.run_elastic(ctx)
+    journal.write("finished", step=final_step)
+    result = {"rank_info": info.to_dict(), "pid": os.getpid(), "steps": final_step, "param_checksum": ctx.checksum(),
+              "times": {"process_start": t_process_start, "init_start": t_init_start, "init_end": t_init_end,
+                        "end": time.time()}, "peak_rss_bytes": peak_rss_bytes()}
+    if spec.save_params:
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
+                   run_dir.ranks / f"rank{file_rank}.a{attempt}.params.pt")
+    backend.shutdown()
+    return result
+
+
 def main(argv: list[str]) -> int:
     t_process_start = time.time()
     run_dir = RunDir(argv[0])
@@ -222,7 +336,8 @@ def main(argv: list[str]) -> int:
     rank, attempt = int(os.environ.get("BENCH_RANK", 0)), int(os.environ.get("BENCH_ATTEMPT", 0))
     run_dir.write(rank, attempt, "start", {"pid": os.getpid(), "time": t_process_start})
     try:
-        result = train(spec, run_dir, rank, attempt, t_process_start)
+        run = train_through_faults if spec.task == "fault" else train
+        result = run(spec, run_dir, rank, attempt, t_process_start)
     except BaseException as exc:
         # When it failed, not when it exited: a rank that fails because a peer died fails later than the
         # peer did, though it may exit first; the parent orders failures by this time.

@@ -57,6 +57,7 @@ class Backend(ABC):
     options: tuple[BackendOption, ...] = ()
     comm_ops: tuple[str, ...] = ()  # collectives run_op can time (bench allreduce --ops)
     comm_dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    elastic_modes: tuple[str, ...] = ()  # fault scenarios its elastic mode supports (bench.fault.SCENARIOS)
 
     def resolve_options(self, given: dict) -> dict:
         """Every option of this backend with its value (given or default), for the record."""
@@ -121,3 +122,22 @@ class Backend(ABC):
     def serve(self, spec, info: RankInfo, fault: dict | None) -> dict:
         """The loop of a process whose role is not "worker" (a parameter server); returns its result."""
         raise RuntimeError(f"backend {self.name} has no role {info.role!r}")
+
+    # ------------------------------------------------------------ elastic mode (bench fault)
+    def fault_problem(self, scenario: str, world_size: int) -> str | None:
+        """None when this scenario can run at this world size, else why not."""
+        return None
+
+    def fault_launch(self, spec, rank_command: list[str], run_id: str, run_dir) -> tuple[list[str], dict]:
+        """(command, extra environment) that starts spec.world_size workers in the backend's elastic mode."""
+        raise RuntimeError(f"backend {self.name} has no elastic mode")
+
+    def fault_join(self, spec, rank_command: list[str], run_id: str, run_dir) -> list[str] | None:
+        """Scale-up: a command that starts the joining worker(s), or None when the backend was told
+        another way (a discovery script's answer changed)."""
+        raise RuntimeError(f"backend {self.name} has no elastic mode")
+
+    def run_elastic(self, ctx) -> int:
+        """Worker side: train ctx.total_steps steps through faults (bench.worker.FaultContext), resuming
+        from the backend's checkpoint or committed state; returns the last step."""
+        raise RuntimeError(f"backend {self.name} has no elastic mode")

@@ -10,6 +10,15 @@ from datetime import timedelta
 from bench.backends.base import Backend, BackendOption, RankInfo, hostname
 
 
+def free_port() -> int:
+    """A TCP port free now: a scale-up's second agent must know the rendezvous endpoint in advance."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def torchrun_command(nproc: int, run_id: str, max_restarts: int, rank_command: list[str]) -> list[str]:
     """torchrun on this node with c10d rendezvous on a free port.
 
@@ -27,6 +36,7 @@ class ElasticBackend(Backend):
     name = "elastic"
     summary = "torchrun (elastic agent, c10d rendezvous) + DistributedDataParallel"
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+    elastic_modes = ("kill", "join")
     options = (
         BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of "
                       "Horovod's fusion threshold)", float),
@@ -66,8 +76,10 @@ class ElasticBackend(Backend):
         if spec.device == "cuda":
             torch.cuda.set_device(local_rank)
             kwargs["device_id"] = torch.device("cuda", local_rank)
+        # a fault run's collectives time out soon, so a stopped peer is noticed
+        timeout = spec.fault["comm_timeout"] if spec.fault else max(60.0, spec.timeout)
         dist.init_process_group("nccl" if spec.device == "cuda" else "gloo",
-                                timeout=timedelta(seconds=max(60.0, spec.timeout)), **kwargs)
+                                timeout=timedelta(seconds=timeout), **kwargs)
         self._device_ids = [local_rank] if spec.device == "cuda" else None
         return RankInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
                         local_world_size=int(env["LOCAL_WORLD_SIZE"]), group_rank=int(env["GROUP_RANK"]),
@@ -107,6 +119,68 @@ class ElasticBackend(Backend):
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    # ------------------------------------------------------------ elastic mode (bench fault)
+    def _agent_command(self, spec, run_dir, run_id, nnodes: str, nproc: int, endpoint: str,
+                       rank_command: list[str]) -> list[str]:
+        from bench.fault import AGENT_EVENTS
+
+        command = [sys.executable, "-m", "bench.backends.torchrun_events", str(run_dir.path / AGENT_EVENTS), "--",
+                   "--nnodes", nnodes, "--nproc-per-node", str(nproc),
+                   "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
+                   "--max-restarts", str(spec.fault["max_restarts"])]
+        if nnodes != "1":
+            # with a node range the agent otherwise waits 30 s for more nodes before it starts
+            command += ["--rdzv-conf", "last_call_timeout=1"]
+        return command + ["--no-python", *rank_command]
+
+    def fault_launch(self, spec, rank_command, run_id, run_dir):
+        if spec.fault["scenario"] == "join":
+            spec.fault["endpoint"] = f"127.0.0.1:{free_port()}"
+            command = self._agent_command(spec, run_dir, run_id, "1:2", spec.world_size, spec.fault["endpoint"],
+                                          rank_command)
+        else:
+            command = self._agent_command(spec, run_dir, run_id, "1", spec.world_size, "127.0.0.1:0", rank_command)
+        # Each rendezvous round gets a store of its own: with the agent's store shared across rounds (the
+        # default), gloo reads the previous round's addresses and every restart fails to connect.
+        return command, {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+    def fault_join(self, spec, rank_command, run_id, run_dir):
+        return self._agent_command(spec, run_dir, run_id, "1:2", 1, spec.fault["endpoint"], rank_command)
+
+    def run_elastic(self, ctx):
+        """Restart-from-checkpoint: every process loads the latest checkpoint when there is one (whatever
+        TORCHELASTIC_RESTART_COUNT says: it stays 0 after a membership change), trains, and rank 0 saves a
+        checkpoint every C steps (written aside and renamed, so a kill never leaves half of one)."""
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        path = ctx.run_dir.path / "checkpoint.pt"
+        step = 0
+        if path.exists():
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+            ctx.model.load_state_dict(saved["model"])
+            ctx.optimizer.load_state_dict(saved["optimizer"])
+            step = saved["step"]
+        rank, size = dist.get_rank(), dist.get_world_size()
+        ctx.resumed(step, rank, size, int(os.environ["LOCAL_RANK"]), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+        model = DistributedDataParallel(ctx.model)
+        while ctx.keep_going(step, size):
+            try:
+                ctx.train_step(model, ctx.optimizer, step, rank)
+            except Exception as exc:
+                ctx.journal.write("detected", rank=rank, what=f"{type(exc).__name__}: {str(exc)[:80]}")
+                raise
+            step += 1
+            ctx.stepped(step, rank, size)
+            if step % ctx.checkpoint_every == 0 and rank == 0:
+                tmp = path.with_name(f".checkpoint.{os.getpid()}.tmp")
+                torch.save({"step": step, "model": ctx.model.state_dict(),
+                            "optimizer": ctx.optimizer.state_dict()}, tmp)
+                os.replace(tmp, path)
+                ctx.committed(step, rank)
+        return step
 
 
 BACKEND = ElasticBackend()

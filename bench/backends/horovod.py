@@ -71,6 +71,7 @@ class HorovodBackend(Backend):
     summary = "horovodrun (Gloo or MPI controller) + hvd.DistributedOptimizer"
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     comm_dtypes = ("float32", "float16")  # 0.28.1 has no bfloat16 tensors on CPU
+    elastic_modes = ("kill", "join")
     options = (
         BackendOption("launcher", "gloo", "gloo: horovodrun --gloo; mpi: horovodrun --mpi; "
                       "mpirun: plain mpirun", str, LAUNCHERS),
@@ -189,6 +190,83 @@ class HorovodBackend(Backend):
 
     def shutdown(self):
         self.hvd.shutdown()
+
+    # ------------------------------------------------------------ elastic mode (bench fault)
+    # horovodrun --min-np/--max-np with a host discovery script that prints the run's hosts file. One
+    # machine acts as two hosts, `localhost` and `127.0.0.1` (horovodrun treats both as local, no ssh).
+    # Horovod blacklists the whole host of a failed worker, so a kill needs the survivors on the other
+    # "host". Workers learn of new hosts only at a commit, and the discovery script runs once a second.
+    def fault_problem(self, scenario, world_size):
+        if self.unavailable_reason("cpu"):
+            return self.unavailable_reason("cpu")
+        if scenario == "kill" and world_size < 2:
+            return "a Horovod kill needs --nproc 2 or more: the survivors must be on the other host"
+        return None
+
+    @staticmethod
+    def _hosts(counts: dict[str, int]) -> str:
+        return "".join(f"{host}:{n}\n" for host, n in counts.items() if n)
+
+    def fault_launch(self, spec, rank_command, run_id, run_dir):
+        n, f = spec.world_size, spec.fault
+        if f["scenario"] == "kill":
+            hosts = {"localhost": (n + 1) // 2, "127.0.0.1": n // 2}
+            min_np, max_np = 1, n
+        else:
+            hosts = {"localhost": n}
+            min_np, max_np = n, n + 1
+        (run_dir.path / "hosts.txt").write_text(self._hosts(hosts))
+        script = run_dir.path / "discover-hosts.sh"
+        script.write_text(f"#!/bin/sh\ncat '{run_dir.path / 'hosts.txt'}'\n")
+        script.chmod(0o755)
+        command = [horovodrun_path(), "--gloo", "-np", str(n), "--min-np", str(min_np), "--max-np", str(max_np),
+                   "--host-discovery-script", str(script), "--network-interface", "lo",
+                   "--gloo-timeout-seconds", str(max(1, int(f["comm_timeout"]))),
+                   # how long to wait for enough slots after a failure (Horovod's default is 600 s)
+                   "--elastic-timeout", str(max(1, int(f["recovery_timeout"]))),
+                   "--reset-limit", str(f["max_restarts"]), *rank_command]
+        return command, self.launch_env(spec)
+
+    def fault_join(self, spec, rank_command, run_id, run_dir):
+        hosts = {"localhost": spec.world_size, "127.0.0.1": 1}
+        tmp = run_dir.path / ".hosts.txt.tmp"
+        tmp.write_text(self._hosts(hosts))
+        tmp.replace(run_dir.path / "hosts.txt")
+        return None
+
+    def run_elastic(self, ctx):
+        """hvd.elastic.run over a TorchState committed every C steps: after a failure the survivors restore
+        the last commit and go on at the new size; a joining worker receives the state by broadcast."""
+        hvd = self.hvd
+        from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+
+        optimizer = hvd.DistributedOptimizer(ctx.optimizer, named_parameters=ctx.model.named_parameters())
+        state = hvd.elastic.TorchState(model=ctx.model, optimizer=optimizer, step=0)
+        state.register_reset_callbacks([lambda: ctx.journal.write("reset", rank=hvd.rank(), size=hvd.size())])
+
+        @hvd.elastic.run
+        def train(state):
+            rank, size = hvd.rank(), hvd.size()
+            ctx.resumed(state.step, rank, size, hvd.local_rank(), 0)
+            while ctx.keep_going(state.step, size):
+                try:
+                    ctx.train_step(ctx.model, optimizer, state.step, rank)
+                except HorovodInternalError as exc:
+                    ctx.journal.write("detected", rank=rank, what=f"HorovodInternalError: {str(exc)[:80]}")
+                    raise
+                state.step += 1
+                ctx.stepped(state.step, rank, size)
+                if state.step % ctx.checkpoint_every == 0:
+                    state.save()
+                    ctx.committed(state.step, rank)
+                    try:
+                        state.check_host_updates()
+                    except HostsUpdatedInterrupt:
+                        ctx.journal.write("detected", rank=rank, what="hosts updated")
+                        raise
+            return state.step
+
+        return train(state)
 
 
 BACKEND = HorovodBackend()
