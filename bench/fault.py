@@ -31,7 +31,8 @@ FIRED = "fault-fired.json"  # written by the parent when the signal is sent or t
 AGENT_EVENTS = "agent-events.jsonl"  # torchrun's events and metrics (bench.backends.torchrun_events)
 VICTIM_WAIT_S = 30.0  # how long the victim waits for its signal before going on without it
 HANG_CHECK_EVERY_S = 0.5
-TIMELINE_BIN_S = 0.25
+TIMELINE_BINS = 80
+MIN_BIN_S = 0.05
 
 
 def build_fault_spec(*, backend: str, workload: str, world_size: int, scenario: str, rank: int, at_step: int,
@@ -41,7 +42,13 @@ def build_fault_spec(*, backend: str, workload: str, world_size: int, scenario: 
     from bench.backends import get_backend
     from bench.spec import build_spec
 
+    from workloads import WORKLOADS
+
     plugin = get_backend(backend)
+    if workload in WORKLOADS:  # defaults in units of the workload's window (about a second of steps)
+        window = WORKLOADS[workload].size("cpu").window_steps
+        at_step = 4 * window + window // 2 if at_step is None else at_step  # between two checkpoints
+        checkpoint_every = 2 * window if checkpoint_every is None else checkpoint_every
     if not plugin.elastic_modes:
         raise UsageError(f"backend {backend} has no elastic mode; bench fault takes "
                          f"{', '.join(fault_backends())}")
@@ -49,6 +56,8 @@ def build_fault_spec(*, backend: str, workload: str, world_size: int, scenario: 
         raise UsageError(f"backend {backend} supports the scenarios {', '.join(plugin.elastic_modes)}, not {scenario}")
     if signal_name not in SIGNALS:
         raise UsageError(f"--signal {signal_name!r}: choose one of {', '.join(SIGNALS)}")
+    if at_step is None or checkpoint_every is None:
+        raise UsageError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
     if at_step < 1:
         raise UsageError("--at-step must be 1 or more: the fault comes after a completed step")
     if checkpoint_every < 1:
@@ -57,7 +66,7 @@ def build_fault_spec(*, backend: str, workload: str, world_size: int, scenario: 
         raise UsageError("--max-restarts must be 0 or more")
     if comm_timeout <= 0 or recovery_timeout <= 0:
         raise UsageError("--comm-timeout and --recovery-timeout must be positive numbers of seconds")
-    total = total_steps if total_steps is not None else at_step + 2 * checkpoint_every + 10
+    total = total_steps if total_steps is not None else at_step + 3 * checkpoint_every
     if total <= at_step:
         raise UsageError(f"--steps {total} must exceed --at-step {at_step}: the run must train after the fault")
     if scenario == "kill" and not 0 <= rank < world_size:
@@ -248,17 +257,20 @@ def _rank_map(procs: dict, before: float | None, after: float | None) -> list[di
 
 
 def timeline(lines: list[dict], batch: int) -> dict:
-    """Samples per second over time, from the steps rank 0 (of the moment) completed, in fixed bins."""
+    """Samples per second over time, from the steps rank 0 (of the moment) completed, in TIMELINE_BINS
+    equal bins (at least MIN_BIN_S wide) from its first step to its last."""
     steps = [e for e in lines if e["kind"] == "step" and e["rank"] == 0]
     if not steps:
-        return {"t": [], "samples_per_s": [], "bin_s": TIMELINE_BIN_S}
+        return {"t": [], "samples_per_s": [], "bin_s": None}
     t0 = steps[0]["t"]
+    width = max(MIN_BIN_S, (steps[-1]["t"] - t0) / TIMELINE_BINS)
     bins: dict[int, float] = {}
     for e in steps:
-        bins[int((e["t"] - t0) / TIMELINE_BIN_S)] = bins.get(int((e["t"] - t0) / TIMELINE_BIN_S), 0.0) + batch * e["size"]
+        i = int((e["t"] - t0) / width)
+        bins[i] = bins.get(i, 0.0) + batch * e["size"]
     last = max(bins)
-    return {"t0": t0, "bin_s": TIMELINE_BIN_S, "t": [i * TIMELINE_BIN_S for i in range(last + 1)],
-            "samples_per_s": [bins.get(i, 0.0) / TIMELINE_BIN_S for i in range(last + 1)]}
+    return {"t0": t0, "bin_s": width, "t": [i * width for i in range(last + 1)],
+            "samples_per_s": [bins.get(i, 0.0) / width for i in range(last + 1)]}
 
 
 def fault_metrics(spec, run_dir, outcome) -> dict:
@@ -290,6 +302,7 @@ def fault_metrics(spec, run_dir, outcome) -> dict:
         out["world_before"] = max((e["size"] for e in steps), default=None)
         return out
     t = fired["time"]
+    out["ended_after_fault_s"] = outcome.ended_at - t
     before_steps = [e for e in steps if e["t"] <= t]
     out["world_before"] = before_steps[-1]["size"] if before_steps else None
     out["rank_map_before"] = _rank_map(procs, before=t, after=None)

@@ -112,7 +112,7 @@ def fault_lines(record: dict) -> list[str]:
     lines.append(f"resumed from step {f.get('resumed_from_step', '-')}; steps redone {f.get('steps_redone', '-')}; "
                  f"trained {f.get('steps_completed')} of {f.get('total_steps')}")
     lines.append(f"world size {f.get('world_before')} -> {f.get('world_after')}; restarts {f.get('restarts', 0)}, "
-                 f"resets {f.get('resets', 0)}")
+                 f"resets {f.get('resets', 0)}; the run ended {_secs(f.get('ended_after_fault_s'))} after the fault")
     for r in f.get("rendezvous") or []:
         lines.append(f"  agent {r['agent_pid']} attempt {r['attempt']}: {r['state'].lower().replace('_', ' ')} "
                      f"{r['duration_ms']:.0f} ms")

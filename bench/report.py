@@ -96,12 +96,26 @@ distributed runs; <code>bench sweep</code> records one unless <code>--no-baselin
 
 <h2 id="elasticity">Elasticity</h2>
 <p>{{ elasticity_summary }}</p>
+{% for line in elasticity_lines %}<p>{{ line }}</p>{% endfor %}
+{% if fault_rows %}<table><tr><th class="l">case</th><th class="l">backend</th><th class="l">fault</th><th>world before</th>
+<th>world after</th><th>detection s</th><th>recovery s</th><th>new worker's first step s</th><th>steps redone</th>
+<th>restarts / resets</th><th>ended after fault s</th><th class="l">status</th><th class="l">run</th></tr>
+{% for r in fault_rows %}<tr><td class="l">{{ r.case }}</td><td class="l">{{ r.backend }}</td><td class="l">{{ r.fault }}</td>
+<td>{{ r.before }}</td><td>{{ r.after }}</td><td>{{ r.detection }}</td><td>{{ r.recovery }}</td><td>{{ r.join }}</td>
+<td>{{ r.redone }}</td><td>{{ r.restarts }}</td><td>{{ r.ended }}</td>
+<td class="l{% if r.status != 'ok' %} warn{% endif %}">{{ r.status }}{% if r.error %}: {{ r.error }}{% endif %}</td><td class="l">{{ r.run_id }}</td></tr>{% endfor %}</table>
+<p class="note">Detection: from the signal (or the join) to the first sign the system noticed it. Recovery: to the
+first training step completed after the run resumed. Steps redone: steps completed before the resume
+that had to be trained again (since the last checkpoint or commit). Each row is one run: recovery is
+one event per run, so repeat <code>bench fault</code> to see its spread.</p>
+{% for fig in fault_figures %}<img alt="throughput over time, {{ fig.title }}" src="data:image/png;base64,{{ fig.png }}">{% endfor %}
+{% endif %}
 
 <h2 id="ranks">Rank map</h2>
 {% for m in rank_maps %}<details><summary>{{ m.title }}</summary>
-<table><tr><th class="l">role</th><th>rank</th><th>local</th><th>group</th><th>role rank</th><th>restarts</th><th class="l">host</th><th>pid</th></tr>
-{% for r in m.rows %}<tr><td class="l">{{ r.role }}</td><td>{{ r.rank }}</td><td>{{ r.local_rank }}</td><td>{{ r.group_rank }}</td>
-<td>{{ r.role_rank }}</td><td>{{ r.restart_count }}</td><td class="l">{{ r.host }}</td><td>{{ r.pid }}</td></tr>{% endfor %}
+<table><tr><th class="l">role</th><th>rank</th><th>local</th><th>group</th><th>role rank</th><th>restarts</th><th class="l">host</th><th>pid</th><th class="l">phase</th></tr>
+{% for r in m.rows %}<tr><td class="l">{{ r.role or "worker" }}</td><td>{{ r.rank }}</td><td>{{ r.local_rank }}</td><td>{{ r.group_rank }}</td>
+<td>{{ r.role_rank }}</td><td>{{ r.restart_count }}</td><td class="l">{{ r.host }}</td><td>{{ r.pid }}</td><td class="l">{{ r.phase or "" }}</td></tr>{% endfor %}
 </table></details>{% endfor %}
 
 <h2 id="env">Environment</h2>
@@ -466,6 +480,105 @@ def apply_where(frame, where: list[str] | None):
     return frame
 
 
+def _fault_case(rec: dict) -> tuple:
+    spec, f = rec["spec"], rec["spec"]["fault"]
+    what = f"SIG{f['signal']} to 1 of {spec['world_size']} workers" if f["scenario"] == "kill" else \
+        f"a worker joins {spec['world_size']}"
+    return (f"{spec['workload']}: {what}, checkpoint/commit every {f['checkpoint_every']} steps",)
+
+
+def _median(values):
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def elasticity_section(faults) -> tuple[str, list[str], list[dict], list[dict]]:
+    """Fault runs side by side: one row per run, a sentence and a throughput-over-time figure per case."""
+    if faults.empty:
+        return ("No fault-injection run is stored, so this page makes no claim about recovery; "
+                "`bench fault --backend elastic` and `--backend horovod` record them.", [], [], [])
+    rows, cases = [], {}
+    for r in faults.sort_values("created_at").itertuples():
+        rec = r.record
+        f = (rec.get("metrics") or {}).get("fault") or {}
+        case = _fault_case(rec)[0]
+        cases.setdefault(case, {}).setdefault(r.backend, []).append(rec)
+        restarts = f"{f.get('restarts', 0)} / {f.get('resets', 0)}"
+        rows.append({"case": case, "backend": r.backend,
+                     "fault": f"step {f['fault']['step']}" if f.get("fault") else "not injected",
+                     "before": _fmt(f.get("world_before"), "d"), "after": _fmt(f.get("world_after"), "d"),
+                     "detection": _fmt(f.get("detection_s"), ".2f"), "recovery": _fmt(f.get("recovery_s"), ".2f"),
+                     "join": _fmt(f.get("join_contributes_s"), ".2f"), "redone": _fmt(f.get("steps_redone"), "d"),
+                     "restarts": restarts, "ended": _fmt(f.get("ended_after_fault_s"), ".1f"),
+                     "status": r.status, "error": (rec.get("error") or {}).get("message"), "run_id": r.run_id})
+    lines, figures = [], []
+    for case, by_backend in cases.items():
+        parts = []
+        for backend in sorted(by_backend, key=lambda b: (b not in PRIMARY, b)):
+            recs = by_backend[backend]
+            fs = [(x.get("metrics") or {}).get("fault") or {} for x in recs]
+            ok = [f for x, f in zip(recs, fs) if x["status"] == "ok"]
+            n = len(recs)
+            if ok:
+                rec_s = _median([f.get("recovery_s") for f in ok])
+                after = sorted({f.get("world_after") for f in ok if f.get("world_after") is not None})
+                redone = _median([f.get("steps_redone") for f in ok])
+                parts.append(f"{backend} came through {len(ok)} of {n} run(s), recovering in {_fmt(rec_s, '.2f')} s "
+                             f"(median) at world size {', '.join(map(str, after))} with {_fmt(redone, '.0f')} step(s) redone")
+            else:
+                statuses = ", ".join(sorted({x["status"] for x in recs}))
+                hang = _median([f.get("hang_observed_s") for f in fs])
+                parts.append(f"{backend} did not come through ({statuses} in {n} run(s)"
+                             + (f"; hang noticed after {hang:.1f} s" if hang is not None else "") + ")")
+        lines.append(f"{case}: " + "; ".join(parts) + ".")
+        png = fault_timeline_figure(case, by_backend)
+        if png:
+            figures.append({"title": case, "png": png})
+    summary = (f"{len(faults)} fault-injection run(s) in {len(cases)} case(s). Figures are per run "
+               "(a recovery is one event), from the workers' journals and, for torchrun, the agent's own events.")
+    return summary, lines, rows, figures
+
+
+def fault_timeline_figure(case: str, by_backend: dict) -> str | None:
+    """Samples/s over time around the fault for the latest run of each backend: the fault at t = 0,
+    recovery marked."""
+    plt = _plt()
+    series = []
+    for backend, recs in by_backend.items():
+        shown = ([x for x in recs if x["status"] == "ok"] or recs)[-1]  # the latest that came through, if any
+        f = (shown.get("metrics") or {}).get("fault") or {}
+        tl, fired = f.get("timeline") or {}, f.get("fault")
+        if not tl.get("t") or not fired:
+            continue
+        offset = tl["t0"] - fired["time"]
+        series.append((backend, [t + offset for t in tl["t"]], tl["samples_per_s"], f.get("recovery_s"),
+                       f.get("hang_observed_s")))
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    colors = {"elastic": "tab:blue", "horovod": "tab:orange"}
+    for backend, ts, thr, recovery, hang in series:
+        color = colors.get(backend, "tab:gray")
+        ax.step(ts, thr, where="post", label=backend, color=color)
+        if recovery is not None:
+            ax.axvline(recovery, color=color, linestyle=":", linewidth=1.5)
+            ax.annotate(f"{backend} recovered", (recovery, max(thr) * 0.95), color=color, fontsize=8,
+                        rotation=90, va="top", ha="right")
+        elif hang is not None:
+            ax.annotate(f"{backend}: no step since", (0, max(thr) * 0.5), color=color, fontsize=8)
+    ax.axvline(0, color="tab:red", linewidth=1.5)
+    ax.annotate("fault", (0, ax.get_ylim()[1] * 0.98), color="tab:red", fontsize=8, va="top", ha="left")
+    ax.set_xlabel("seconds since the fault")
+    ax.set_ylabel("samples/s")
+    ax.set_title(case, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _png(fig)
+
+
 def render_report(frame, store_label: str, where: list[str] | None = None) -> str:
     from jinja2 import Environment
 
@@ -495,12 +608,10 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
                for r in cases.sort_values(["workload", "backend", "world_size"]).itertuples()] if not ok.empty else []
     rank_maps = [{"title": f"{r.run_id}: {r.backend} {r.workload if r.task == 'train' else 'communication'} "
                            f"world {r.world_size} ({r.status})",
-                  "rows": sorted(r.record.get("rank_map") or [], key=lambda x: x["rank"])}
+                  "rows": sorted(r.record.get("rank_map") or [], key=lambda x: (x.get("phase") != "before", x["rank"]))}
                  for r in frame.sort_values("created_at").itertuples()]
     faults = frame[frame["task"] == "fault"] if "task" in frame else frame.iloc[0:0]
-    elasticity = ("No fault-injection run is stored, so this page makes no claim about recovery; "
-                  "elasticity is compared once fault runs are recorded." if faults.empty else
-                  f"{len(faults)} fault-injection run(s) stored.")
+    elasticity, elasticity_lines, fault_rows, fault_figures = elasticity_section(faults)
     no_verdict = ("No workload and world size has ok runs of both elastic and horovod under the same "
                   "conditions in this selection, so there is nothing to compare; `bench sweep --backend "
                   "elastic,horovod` records them.")
@@ -509,7 +620,8 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
         store=store_label, where=" ".join(where or []), n_runs=len(frame),
         n_ok=int((frame["status"] == "ok").sum()), hardware=hardware or "unknown",
         written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), verdicts=verdicts, no_verdict=no_verdict,
-        fairness=fairness, elasticity_summary=elasticity,
+        fairness=fairness, elasticity_summary=elasticity, elasticity_lines=elasticity_lines,
+        fault_rows=fault_rows, fault_figures=fault_figures,
         recommendation=recommendation(comparisons, cases, comm_rows),
         tables=throughput_tables(ok) if not ok.empty else [], comm_rows=comm_rows, comm_figures=comm_figures,
         exposed=exposed, exposed_figure=exposed_figure, startup=startup, rank_maps=rank_maps,

@@ -9,7 +9,7 @@ from bench.errors import UsageError
 from bench.gate import (RULES, Figure, aa_rates, compare_figures, figures, judge, read_runs_file,
                         write_baseline)
 from bench.spec import parse_step_delay
-from tests.conftest import bench
+from conftest import bench
 
 
 def windows(mean, rel_sd, n=8, seed=0):

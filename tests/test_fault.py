@@ -1,0 +1,142 @@
+"""Fault runs for real: torchrun and horovodrun elastic modes on 2 gloo processes, a worker killed from
+outside, restarts exhausted, a stopped worker, a worker joining; the resumed parameters checked against
+training computed independently here."""
+
+import glob
+
+import pytest
+import torch
+
+from conftest import bench, bench_json, processes_of_run
+
+pytestmark = pytest.mark.slow
+
+# short runs: the MLP, a checkpoint or commit every 10 steps, the fault after step 25
+SHORT = ["--workload", "mnist_mlp", "--checkpoint-every", "10", "--at-step", "25", "--steps", "60"]
+
+
+def fault(store, *args, timeout=300):
+    proc, record = bench_json("fault", "--store", store, *args, timeout=timeout)
+    assert processes_of_run(record["run_id"]) == [], "a process of the fault run outlived it"
+    return proc, record
+
+
+def test_elastic_recovers_from_a_killed_worker_and_resumes_the_checkpoint(store):
+    proc, record = fault(store, "--backend", "elastic", "--nproc", 2, "--kill-rank", 1, *SHORT, "--save-params")
+    assert proc.returncode == 0, proc.stderr
+    assert record["status"] == "ok", record["error"]
+    f = record["metrics"]["fault"]
+    assert f["fault"]["signal"] == "KILL" and f["fault"]["step"] == 25 and f["fault"]["delivered"]
+    assert (f["world_before"], f["world_after"]) == (2, 2)
+    assert f["restarts"] == 1 and f["resumed_from_step"] == 20 and f["steps_redone"] == 5
+    assert 0 < f["detection_s"] <= f["recovery_s"]
+    assert f["steps_completed"] == 60
+    # the agent's own events: a rendezvous and a rank assignment for each attempt
+    rdzv = [r for r in f["rendezvous"] if r["state"] == "RENDEZVOUS"]
+    assert sorted(r["attempt"] for r in rdzv) == [0, 1] and all(r["duration_ms"] >= 0 for r in rdzv)
+    # the rank map before and after: new processes, ranks 0 and 1 again
+    before = [r for r in record["rank_map"] if r["phase"] == "before"]
+    after = [r for r in record["rank_map"] if r["phase"] == "after"]
+    assert [r["rank"] for r in before] == [0, 1] == [r["rank"] for r in after]
+    assert not {r["pid"] for r in before} & {r["pid"] for r in after}
+    assert all(r["restart_count"] == 1 for r in after)
+    assert len(f["resume_checks"]) == 2 and all(c["equal"] for c in f["resume_checks"])
+
+    # Independent check: 20 steps of 2-worker synchronous SGD are 20 steps on both ranks' batches at
+    # once (DDP averages the two gradients of equal batches), computed here in one process.
+    from workloads import WORKLOADS
+    from workloads.data import SYNTHETIC_BATCHES, open_batches
+
+    spec = record["spec"]
+    torch.manual_seed(spec["seed"])
+    model = WORKLOADS["mnist_mlp"].build(spec["num_classes"], spec["image_size"])
+    opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"])
+    data = [open_batches("synthetic", batch=spec["batch_size"], channels=1, image=spec["image_size"],
+                         classes=spec["num_classes"], seed=spec["seed"], rank=r, world=1, device="cpu")
+            for r in (0, 1)]
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for step in range(20):
+        i = step % SYNTHETIC_BATCHES
+        x = torch.cat([d.x[i] for d in data])
+        y = torch.cat([d.y[i] for d in data])
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    expected = model.state_dict()
+    resumed = glob.glob(f"{record['run_dir']}/resumed-step20-pid*.params.pt")
+    assert len(resumed) == 2
+    for path in resumed:
+        got = torch.load(path)
+        for name, value in expected.items():
+            torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_horovod_survivor_goes_on_alone_from_the_last_commit(store):
+    proc, record = fault(store, "--backend", "horovod", "--nproc", 2, "--kill-rank", 1, *SHORT)
+    assert proc.returncode == 0, proc.stderr
+    assert record["status"] == "ok", record["error"]
+    f = record["metrics"]["fault"]
+    assert (f["world_before"], f["world_after"]) == (2, 1)
+    assert f["resets"] == 1 and f["resumed_from_step"] == 20 and f["steps_redone"] == 5
+    assert "HorovodInternalError" in f["detected_by"]
+    assert 0 < f["detection_s"] <= f["recovery_s"]
+    after = [r for r in record["rank_map"] if r["phase"] == "after"]
+    before = [r for r in record["rank_map"] if r["phase"] == "before"]
+    # the survivor (rank 0 here) is the same process, now alone
+    assert len(after) == 1 and after[0]["pid"] == before[0]["pid"] and after[0]["size"] == 1
+    assert f["resume_checks"] and all(c["equal"] for c in f["resume_checks"])
+
+
+@pytest.mark.parametrize("backend", ["elastic", "horovod"])
+def test_restarts_exhausted_fail_quickly(store, backend):
+    proc, record = fault(store, "--backend", backend, "--nproc", 2, "--max-restarts", 0, *SHORT)
+    assert proc.returncode == 1
+    assert record["status"] == "failed" and "gave up" in record["error"]["message"]
+    assert record["metrics"]["fault"]["ended_after_fault_s"] < 30
+
+
+def test_a_stopped_horovod_worker_is_reported_as_a_hang(store):
+    proc, record = fault(store, "--backend", "horovod", "--nproc", 2, "--signal", "STOP", "--comm-timeout", 2,
+                         "--recovery-timeout", 8, *SHORT)
+    assert proc.returncode == 1
+    assert record["status"] == "timeout" and record["error"]["message"].startswith("hung")
+    f = record["metrics"]["fault"]
+    assert f["recovery_s"] is None
+    assert 1.5 < f["hang_observed_s"] < 8  # the survivor's collective timed out, then nothing
+
+
+def test_a_stopped_elastic_worker_is_detected_and_replaced(store):
+    proc, record = fault(store, "--backend", "elastic", "--nproc", 2, "--signal", "STOP", "--comm-timeout", 3,
+                         *SHORT)
+    assert record["status"] == "ok", record["error"]
+    f = record["metrics"]["fault"]
+    assert f["detection_s"] >= 2.5 and f["recovery_s"] > f["detection_s"] and f["restarts"] == 1
+
+
+@pytest.mark.parametrize("backend", ["elastic", "horovod"])
+def test_a_joining_worker_is_taken_in(store, backend):
+    proc, record = fault(store, "--backend", backend, "--nproc", 1, "--join", *SHORT)
+    assert proc.returncode == 0, proc.stderr
+    assert record["status"] == "ok", record["error"]
+    f = record["metrics"]["fault"]
+    assert (f["world_before"], f["world_after"]) == (1, 2)
+    assert f["join_contributes_s"] is not None and f["join_contributes_s"] >= f["recovery_s"] - 0.5
+    assert all(c["equal"] for c in f["resume_checks"])
+    assert len([r for r in record["rank_map"] if r["phase"] == "after"]) == 2
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--backend", "ps"], "no elastic mode"),
+    (["--backend", "horovod", "--nproc", "1"], "--nproc 2 or more"),
+    (["--kill-rank", "5"], "--kill-rank 5"),
+    (["--at-step", "0"], "--at-step"),
+    (["--at-step", "30", "--steps", "20"], "must exceed"),
+    (["--gpus", "1"], "drop --gpus"),
+    (["--signal", "HUP"], "invalid choice"),
+    (["--workload", "nope"], "unknown workload"),
+])
+def test_fault_bad_input_is_one_line(store, argv, says):
+    proc = bench("fault", "--store", store, *argv)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], proc.stderr
