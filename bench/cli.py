@@ -120,19 +120,25 @@ def open_store(args):
 # ---------------------------------------------------------------- verbs
 def cmd_run(args) -> int:
     from bench.render import describe_spec, summary_lines
-    from bench.runner import execute
     from bench.spec import build_spec, resolve_device
 
     device, world = resolve_device(args.nproc, args.gpus)
     spec = build_spec(backend=args.backend, workload=args.workload, world_size=world, device=device,
                       **spec_options(args))
-    store = open_store(args)
     print(f"bench run: {describe_spec(spec)}", file=sys.stderr, flush=True)
-    record = execute(spec, store)
+    return run_one(spec, args, summary_lines, show_progress=True)
+
+
+def run_one(spec, args, describe, show_progress: bool) -> int:
+    """Execute one spec, store it, print its record (--json) or describe(record), exit by its status."""
+    from bench.runner import execute
+
+    store = open_store(args)
+    record = execute(spec, store, show_progress=show_progress)
     if args.json:
         print(json.dumps(record, indent=1))
     else:
-        print("\n".join(summary_lines(record)))
+        print("\n".join(describe(record)))
     print(f"stored run {record['run_id']} in {store.path}", file=sys.stderr)
     return status_exit([record["status"]])
 
@@ -333,7 +339,6 @@ def cmd_report(args) -> int:
 def cmd_fault(args) -> int:
     from bench.fault import build_fault_spec
     from bench.render import fault_lines
-    from bench.runner import execute
     from bench.spec import resolve_device
 
     if args.gpus is not None:
@@ -352,14 +357,7 @@ def cmd_fault(args) -> int:
     print(f"bench fault: {spec.backend} {spec.workload}, {spec.world_size} workers, {what} at step {f['at_step']} "
           f"of {f['total_steps']}, checkpoint/commit every {f['checkpoint_every']}, up to {f['max_restarts']} "
           "restarts", file=sys.stderr, flush=True)
-    store = open_store(args)
-    record = execute(spec, store, show_progress=False)
-    if args.json:
-        print(json.dumps(record, indent=1))
-    else:
-        print("\n".join(fault_lines(record)))
-    print(f"stored run {record['run_id']} in {store.path}", file=sys.stderr)
-    return status_exit([record["status"]])
+    return run_one(spec, args, fault_lines, show_progress=False)
 
 
 def regress_sweep(args, title: str):

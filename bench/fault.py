@@ -69,11 +69,11 @@ def build_fault_spec(*, backend: str, workload: str, world_size: int, scenario: 
     total = total_steps if total_steps is not None else at_step + 3 * checkpoint_every
     if total <= at_step:
         raise UsageError(f"--steps {total} must exceed --at-step {at_step}: the run must train after the fault")
-    if scenario == "kill" and not 0 <= rank < world_size:
-        raise UsageError(f"--kill-rank {rank}: the run has ranks 0..{world_size - 1}")
     problem = plugin.fault_problem(scenario, world_size)
     if problem:
         raise UsageError(problem)
+    if scenario == "kill" and not 0 <= rank < world_size:
+        raise UsageError(f"--kill-rank {rank}: the run has ranks 0..{world_size - 1}")
     if options.get("data", "synthetic") != "synthetic":
         raise UsageError("bench fault trains on synthetic data (each step's batch is found again after a "
                          "restart); drop --data")

@@ -7,13 +7,12 @@ without it they fail with that instruction rather than skip, so CI can never pas
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import FAST, ROOT, assert_nothing_left, bench, bench_json
+from conftest import FAST, ROOT, assert_nothing_left, bench_json
 
 pytestmark = pytest.mark.slow
 

@@ -1,9 +1,7 @@
 """The decision report, built from a real CPU sweep of the three backends."""
 
 import copy
-import json
 import re
-import sqlite3
 
 import pytest
 

@@ -67,7 +67,6 @@ def test_report_reads_with_javascript_disabled(report_path):
 
 def _blank(path) -> bool:
     """A screenshot is blank when (nearly) every pixel has the same colour."""
-    import numpy as np
     from matplotlib.image import imread
 
     pixels = imread(str(path))[..., :3].reshape(-1, 3)

@@ -5,7 +5,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 

@@ -178,8 +178,8 @@ class ElasticBackend(Backend):
                 tmp = path.with_name(f".checkpoint.{os.getpid()}.tmp")
                 torch.save({"step": step, "model": ctx.model.state_dict(),
                             "optimizer": ctx.optimizer.state_dict()}, tmp)
+                ctx.committed(step, rank)  # journalled before it becomes visible: a kill in between loses neither
                 os.replace(tmp, path)
-                ctx.committed(step, rank)
         return step
 
 

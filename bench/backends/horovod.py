@@ -257,8 +257,8 @@ class HorovodBackend(Backend):
                 state.step += 1
                 ctx.stepped(state.step, rank, size)
                 if state.step % ctx.checkpoint_every == 0:
-                    state.save()
                     ctx.committed(state.step, rank)
+                    state.save()
                     try:
                         state.check_host_updates()
                     except HostsUpdatedInterrupt:
