@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -168,7 +169,7 @@ def available_backends(device: str) -> list[str]:
 
 
 def plan_sweep(args, backends: list[str], workloads: list[str], device: str, sizes: list[int],
-               sweep_id: str, with_baseline: bool = True, with_comm: bool = True) -> list:
+               sweep_id: str, with_baseline: bool = True, with_comm: bool = True, repeats: int = 1) -> list:
     """Training runs (plus the plain-loop baseline) and communication sweeps, all tagged with sweep_id."""
     from bench.backends import BASELINE, get_backend
     from bench.spec import build_spec, default_threads
@@ -191,7 +192,12 @@ def plan_sweep(args, backends: list[str], workloads: list[str], device: str, siz
         plan += comm_plan(args, comm_backends, device, [n for n in sizes if n > 1])
     for spec in plan:
         spec.sweep_id = sweep_id
-    return plan
+    # Repeats in rounds (every case once, then again): a slow spell of the machine spreads over all
+    # cases instead of landing on the repeats of one.
+    rounds = []
+    for r in range(repeats):
+        rounds += [dataclasses.replace(spec, repeat=r) for spec in plan]
+    return rounds
 
 
 def execute_plan(plan: list, store, sweep_id: str, title: str) -> list[dict]:
@@ -244,8 +250,10 @@ def sweep(args, title: str = "bench sweep") -> tuple[str, list[dict], object]:
         workloads = list(WORKLOADS)
     sizes = args.world_sizes or sweep_world_sizes(limit)
     sweep_id = new_run_id()
+    if args.repeats < 1:
+        raise UsageError("--repeats must be 1 or more")
     plan = plan_sweep(args, backends, workloads, device, sizes, sweep_id, with_baseline=not args.no_baseline,
-                      with_comm=not args.no_comm)
+                      with_comm=not args.no_comm, repeats=args.repeats)
     store = open_store(args)
     print(f"{title}: {', '.join(backends)} x {', '.join(workloads)} x world sizes "
           f"{', '.join(map(str, sizes))}", file=sys.stderr)
@@ -360,11 +368,11 @@ def cmd_fault(args) -> int:
     return run_one(spec, args, fault_lines, show_progress=False)
 
 
-def regress_sweep(args, title: str):
+def regress_sweep(args, title: str, repeats: int):
     """The fixed regression matrix (bench.gate.REGRESS_SWEEP), run as `bench sweep` would run it."""
     from bench.gate import REGRESS_SWEEP
 
-    argv = ["sweep", *REGRESS_SWEEP]
+    argv = ["sweep", *REGRESS_SWEEP, "--repeats", str(repeats)]
     if args.store:
         argv += ["--store", args.store]
     if getattr(args, "inject_delay", None):
@@ -450,26 +458,31 @@ def compare_aa(args) -> int:
 
 
 def confirm_failures(records: list[dict], rows: list[dict], store, title: str) -> list[dict]:
-    """Run the runs behind each failing metric once more, the later run replacing the earlier in the
+    """Run every case behind a failing metric again, as many times as it ran, and add those runs to the
     comparison: a real slowdown reproduces, a chance one (a burst of other work on a shared machine)
-    rarely does twice."""
+    rarely survives twice the runs."""
+    import dataclasses as dc
+
     from bench.gate import FAILING_VERDICTS
     from bench.render import one_line
     from bench.runner import execute
     from bench.spec import RunSpec
 
     failing = [r for r in rows if r["verdict"] in FAILING_VERDICTS]
-    run_ids = list(dict.fromkeys(i for r in failing for i in r["run_ids"]))
     by_id = {r["run_id"]: r for r in records}
-    print(f"{title}: confirming {len(failing)} failing metric(s): running their {len(run_ids)} run(s) again",
-          file=sys.stderr, flush=True)
-    again = []
-    for i, run_id in enumerate(run_ids, 1):
+    cases: dict[tuple, list[RunSpec]] = {}
+    for run_id in dict.fromkeys(i for r in failing for i in r["run_ids"]):
         spec = RunSpec.from_dict(by_id[run_id]["spec"])
+        cases.setdefault((spec.task, spec.backend, spec.workload, spec.world_size), []).append(spec)
+    plan = [dc.replace(spec, repeat=spec.repeat + len(specs)) for specs in cases.values() for spec in specs]
+    print(f"{title}: confirming {len(failing)} failing metric(s): {len(cases)} case(s) run again, "
+          f"{len(plan)} run(s)", file=sys.stderr, flush=True)
+    again = []
+    for i, spec in enumerate(plan, 1):
         what = spec.workload if spec.task == "train" else "communication sweep"
-        head = f"[again {i}/{len(run_ids)}] {spec.backend} {what} world {spec.world_size}"
         record = execute(spec, store, show_progress=False)
-        print(f"{head}: {one_line(record)}", file=sys.stderr, flush=True)
+        print(f"[again {i}/{len(plan)}] {spec.backend} {what} world {spec.world_size}: {one_line(record)}",
+              file=sys.stderr, flush=True)
         again.append(record)
         if record["status"] == "interrupted":
             raise Interrupted()
@@ -477,7 +490,7 @@ def confirm_failures(records: list[dict], rows: list[dict], store, title: str) -
 
 
 def cmd_baseline(args) -> int:
-    from bench.gate import REGRESS_SWEEP, latest_sweep, run_hot_paths, write_baseline
+    from bench.gate import BASELINE_REPEATS, REGRESS_SWEEP, latest_sweep, run_hot_paths, write_baseline
 
     if args.from_store:
         from bench.store import Store
@@ -487,8 +500,8 @@ def cmd_baseline(args) -> int:
             raise UsageError(f"no sweep in {args.from_store}; run `bench sweep` or drop --from-store")
         matrix = None
     else:
-        sweep_id, records, _ = regress_sweep(args, "bench baseline")
-        matrix = ["bench", "sweep", *REGRESS_SWEEP]
+        sweep_id, records, _ = regress_sweep(args, "bench baseline", args.repeats or BASELINE_REPEATS)
+        matrix = ["bench", "sweep", *REGRESS_SWEEP, "--repeats", str(args.repeats or BASELINE_REPEATS)]
     not_ok = [r for r in records if r["status"] != "ok"]
     if not_ok:
         print(f"bench baseline: {len(not_ok)} run(s) not ok ({', '.join(r['spec']['backend'] + ' ' + r['status'] for r in not_ok)}); "
@@ -505,13 +518,13 @@ def cmd_baseline(args) -> int:
 
 
 def cmd_regress(args) -> int:
-    from bench.gate import read_runs_file, run_hot_paths
+    from bench.gate import REGRESS_REPEATS, read_runs_file, run_hot_paths
 
     runs_file, hot_file = os.path.join(args.dir, "cpu-gloo.json"), os.path.join(args.dir, "hot-paths.json")
     baseline = read_runs_file(runs_file, "baseline")  # before minutes of runs, not after
     if not args.no_hot_paths and not os.path.isfile(hot_file):
         raise UsageError(f"{hot_file} does not exist; make it with `bench baseline` (or pass --no-hot-paths)")
-    _, records, store = regress_sweep(args, "bench regress")
+    _, records, store = regress_sweep(args, "bench regress", args.repeats or REGRESS_REPEATS)
     if any(r["status"] == "interrupted" for r in records):
         return EXIT_INTERRUPTED
     code, rows = compare_and_print(baseline, records, args.json and not args.confirm)
@@ -551,6 +564,8 @@ def build_parser() -> Parser:
     p.add_argument("--workload", help="comma-separated workloads (default: all)")
     p.add_argument("--world-sizes", type=positive_list,
                    help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every case this many times, in rounds (the regression gate's unit of replication)")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the plain single-process run that scaling is also measured against")
     p.add_argument("--report", metavar="FILE",
@@ -606,6 +621,7 @@ def build_parser() -> Parser:
                        help="baseline folder (default results/baselines)")
         p.add_argument("--no-hot-paths", action="store_true", help="skip the harness's own benchmarks")
         p.add_argument("--timeout", type=float, help="deadline per run in seconds (default 900)")
+        p.add_argument("--repeats", type=int, help="runs of every case (regress 3, baseline 5)")
         add_store(p)
 
     p = verbs.add_parser("regress", help="run the fixed CPU/gloo regression matrix and compare it with "

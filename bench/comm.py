@@ -251,7 +251,8 @@ def measure_ceiling(device: str) -> dict:
         d2d = copy_bandwidth("cuda")
         return {"measured_gbps": {"device_copy": d2d}, "limit_name": "device-to-device copy",
                 "limit_gbps": d2d}
-    memcpy, loopback = copy_bandwidth("cpu"), loopback_bandwidth()
+    # best of three: a limit is what the machine can do, and one transfer can be slowed by anything
+    memcpy, loopback = copy_bandwidth("cpu"), max(loopback_bandwidth(128 * 2**20) for _ in range(3))
     return {"measured_gbps": {"memory_copy": memcpy, "loopback_tcp": loopback},
             "limit_name": "loopback TCP", "limit_gbps": loopback}
 

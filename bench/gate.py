@@ -1,20 +1,26 @@
 """The regression gate: compare a current set of runs with a baseline, metric by metric.
 
 Method (README, "Regression gate"):
-- Every gated figure is a function of per-window samples (training windows, or timed chunks of a
-  communication sweep). For each side the figure's uncertainty comes from a bootstrap: every sample
-  set is resampled with replacement, the figure recomputed; the change current/baseline - 1 gets a
-  percentile interval at CONFIDENCE. A bootstrap, not a rank test, because the gated figures are
-  ratios of means of several sample sets (a backend's windows over the plain loop's windows), which a
-  rank test of one sample set against another cannot express.
+- The unit of replication is the launch. Windows of one launch agree with each other far more
+  closely than two launches of the same case do (on the 2-core machine this was written on: about 3%
+  against 6% standard deviation), so a test on windows alone would call launch-to-launch drift a
+  change. Each case is therefore run several times (`bench sweep --repeats R`, rounds interleaved);
+  a run contributes one value, the mean of its windows (a communication run: the mean busbw of the
+  timed chunks at its largest message over the limit measured in that run). A case with a single
+  run falls back to its windows as samples, and says so.
+- Each gated figure is a product of case means (a backend's throughput over the plain loop's, ...),
+  taken on a log scale: log figure = sum of +-(mean log of a case's run values). The change
+  current/baseline - 1 gets a Welch t interval at CONFIDENCE from the run-to-run variance of every case
+  on both sides (Welch-Satterthwaite degrees of freedom). A t interval rather than a rank test or a
+  bootstrap: with 3 to 5 runs a side, a rank test cannot reach significance at all and a bootstrap
+  understates the spread; and the figures are ratios of several cases, which a two-sample rank test
+  cannot express.
 - A change counts only when it is significant (the interval excludes 0) *and* at least the metric's
-  minimum effect (RULES): windows of one run are closer to each other than two runs are, so the
-  interval alone would flag run-to-run drift; the minimum effect is what a run-to-run A/A spread on a
-  shared CPU machine does not reach (see README for the measured false-alarm rate).
-- Ratios taken within one run (scaling efficiency, throughput over the plain loop of the same sweep,
+  minimum effect (RULES).
+- Ratios taken within one sweep (scaling efficiency, throughput over the plain loop of the same sweep,
   busbw over the machine limit measured in the same run) cancel what the machine's state does to
-  both sides alike, so they carry the tight thresholds; absolute throughput gets a wider one and is
-  gated only when the baseline came from a machine of the same kind.
+  both sides alike; absolute throughput gets a wider threshold and is gated only when the baseline
+  came from a machine of the same kind.
 """
 
 from __future__ import annotations
@@ -30,7 +36,6 @@ from bench.errors import UsageError
 BASELINE_FORMAT = "elastic-vs-horovod-bench baseline"
 BASELINE_VERSION = 1
 CONFIDENCE = 0.99
-BOOTSTRAP_RESAMPLES = 4000
 VERDICTS = ("ok", "regressed", "improved", "unstable", "failed", "new", "skipped")
 FAILING_VERDICTS = ("regressed", "failed")
 
@@ -54,9 +59,12 @@ RULES = {
 # what it must catch is a hot path grown by a multiple (a file write per step), not a few percent.
 HOT_PATH_FAIL = ("min:75%",)
 # The fixed regression matrix, as `bench sweep` arguments: both workloads at their CPU size, world
-# sizes 1 and 2, every compared backend that can run here, the plain loop, a short allreduce sweep.
-REGRESS_SWEEP = ("--nproc", "2", "--world-sizes", "1,2", "--workload", "mnist_mlp,resnet18", "--windows", "8",
-                 "--max-bytes", "1M")
+# sizes 1 and 2, every compared backend that can run here, the plain loop, an allreduce sweep up to a
+# bandwidth-bound message; each case REGRESS_REPEATS times (a baseline: BASELINE_REPEATS).
+REGRESS_SWEEP = ("--nproc", "2", "--world-sizes", "1,2", "--workload", "mnist_mlp,resnet18", "--windows", "4",
+                 "--max-bytes", "16M")
+REGRESS_REPEATS = 3
+BASELINE_REPEATS = 5
 HOT_PATH_TESTS = Path(__file__).resolve().parent.parent / "tests" / "benchmarks"
 # Machine facts that must agree for absolute figures to travel.
 MACHINE_KEYS = ("cpu_model", "cpu_count", "cuda_devices")
@@ -64,111 +72,175 @@ MACHINE_KEYS = ("cpu_model", "cpu_count", "cuda_devices")
 
 # ---------------------------------------------------------------- figures from records
 @dataclass
+class Case:
+    """The runs of one case of a sweep: one value per run (or, with a single run, its windows)."""
+    values: list[float]
+    per: str  # "run" or "window": what one value stands for
+    run_ids: list[str]
+
+    @property
+    def logs(self) -> list[float]:
+        return [math.log(v) for v in self.values if v > 0]
+
+
+@dataclass
 class Figure:
-    """One side of one gated metric: value = formula(mean of each sample set)."""
+    """One side of one gated metric: exp(sum of sign x mean log of each case) / scale."""
     key: str
     kind: str
-    samples: list[list[float]]
-    scale: float = 1.0  # constant divisor (N, or N x thr(1) when that is a sample set too)
-    run_ids: list[str] = field(default_factory=list)
+    cases: list[Case]
+    signs: list[int]
+    scale: float = 1.0
 
-    def value(self, means: list[float] | None = None) -> float:
-        m = means if means is not None else [sum(s) / len(s) for s in self.samples]
-        return m[0] / (self.scale * (m[1] if len(m) > 1 else 1.0))
+    @property
+    def log_value(self) -> float:
+        return sum(sign * (sum(c.logs) / len(c.logs)) for sign, c in zip(self.signs, self.cases)) - math.log(self.scale)
+
+    def value(self) -> float:
+        return math.exp(self.log_value)
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [i for c in self.cases for i in c.run_ids]
+
+    def variance_terms(self) -> list[tuple[float, int]]:
+        """(variance of the mean log, its degrees of freedom) of each case."""
+        terms = []
+        for c in self.cases:
+            logs = c.logs
+            n = len(logs)
+            if n < 2:
+                terms.append((math.inf, 1))
+                continue
+            mean = sum(logs) / n
+            var = sum((x - mean) ** 2 for x in logs) / (n - 1)
+            terms.append((var / n, n - 1))
+        return terms
 
 
-def _train_key(row) -> tuple:
-    return (row["backend"], row["workload"], int(row["world_size"]))
+def _case(runs: list[dict], value) -> Case:
+    """One value per run; a lone run's windows when there is only one (a run-to-run spread is unknown)."""
+    if len(runs) == 1:
+        samples = value(runs[0], per_window=True)
+        return Case(samples, "window", [runs[0]["run_id"]])
+    return Case([value(r, per_window=False) for r in runs], "run", [r["run_id"] for r in runs])
 
 
-def figures(records: list[dict]) -> tuple[dict[str, Figure], dict[str, str]]:
-    """The gated figures of one sweep's records, and the cases whose run did not succeed
-    (key -> {"status", "run_id"}).
+def _train_value(rec: dict, per_window: bool):
+    windows = rec["metrics"]["throughput"]["per_window"]
+    return windows if per_window else sum(windows) / len(windows)
 
-    When several runs share a case the latest counts."""
+
+def _busbw_value(rec: dict, per_window: bool):
+    """Allreduce busbw of the largest message, per timed chunk, over the limit measured in that run."""
+    row = max((r for r in rec["allreduce"] if r["op"] == "allreduce"), key=lambda r: r["size"])
+    limit = rec["metrics"]["comm"]["ceiling"]["limit_gbps"]
+    chunks = [row["busbw_gbps"] * row["time_us"] / t / limit for t in row["window_time_us"]]
+    return chunks if per_window else sum(chunks) / len(chunks)
+
+
+def _has_busbw(rec: dict) -> bool:
+    rows = [r for r in rec.get("allreduce") or [] if r["op"] == "allreduce" and r.get("window_time_us")]
+    return bool(rows) and bool(((rec.get("metrics") or {}).get("comm") or {}).get("ceiling"))
+
+
+def figures(records: list[dict]) -> tuple[dict[str, Figure], dict[str, dict]]:
+    """The gated figures of one sweep's records, and the cases none of whose runs succeeded
+    (key -> {"status", "run_id"}). Every ok run of a case counts (repeats, and confirmation runs)."""
     from bench.backends import BASELINE
 
-    latest: dict[tuple, dict] = {}
+    runs: dict[tuple, list[dict]] = {}
     for rec in sorted(records, key=lambda r: r["created_at"]):
         spec = rec["spec"]
         if spec.get("task", "train") == "train":
-            latest[("train", spec["backend"], spec["workload"], spec["world_size"])] = rec
+            key = ("train", spec["backend"], spec["workload"], spec["world_size"])
+        elif spec.get("task") == "comm":
+            key = ("comm", spec["backend"], None, spec["world_size"])
         else:
-            latest[("comm", spec["backend"], None, spec["world_size"])] = rec
+            continue
+        runs.setdefault(key, []).append(rec)
+    ok = {k: [r for r in rs if r["status"] == "ok"] for k, rs in runs.items()}
     out: dict[str, Figure] = {}
     not_ok: dict[str, dict] = {}
 
-    def windows(rec):
-        return (rec.get("metrics") or {}).get("throughput", {}).get("per_window") or []
+    def failed(key, rs):
+        last = rs[-1]
+        not_ok[key] = {"status": last["status"], "run_id": last["run_id"]}
 
-    for (task, backend, workload, n), rec in sorted(latest.items(), key=lambda kv: str(kv[0])):
+    for (task, backend, workload, n), rs in sorted(runs.items(), key=lambda kv: str(kv[0])):
+        good = ok[(task, backend, workload, n)]
         if task == "comm":
             key = f"busbw_fraction {backend} n={n}"
-            if rec["status"] != "ok":
-                not_ok[key] = {"status": rec["status"], "run_id": rec["run_id"]}
-                continue
-            fig = busbw_figure(rec, key)
-            if fig:
-                out[key] = fig
+            good = [r for r in good if _has_busbw(r)]
+            if not good:
+                failed(key, rs)
+            else:
+                out[key] = Figure(key, "busbw_fraction", [_case(good, _busbw_value)], [1])
             continue
         where = f"{backend} {workload} n={n}"
-        if rec["status"] != "ok":
+        if not good:
             for kind in ("throughput", "vs_plain", "efficiency"):
-                not_ok[f"{kind} {where}"] = {"status": rec["status"], "run_id": rec["run_id"]}
+                failed(f"{kind} {where}", rs)
             continue
-        mine = windows(rec)
-        out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], run_ids=[rec["run_id"]])
-        plain = latest.get(("train", BASELINE, workload, 1))
-        if backend != BASELINE and plain is not None and plain["status"] == "ok":
-            out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, windows(plain)],
-                                              scale=n, run_ids=[rec["run_id"], plain["run_id"]])
-        one = latest.get(("train", backend, workload, 1))
-        if n > 1 and one is not None and one["status"] == "ok":
-            out[f"efficiency {where}"] = Figure(f"efficiency {where}", "efficiency", [mine, windows(one)],
-                                                scale=n, run_ids=[rec["run_id"], one["run_id"]])
+        mine = _case(good, _train_value)
+        out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], [1])
+        plain = ok.get(("train", BASELINE, workload, 1))
+        if backend != BASELINE and plain:
+            out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, _case(plain, _train_value)],
+                                              [1, -1], scale=n)
+        one = ok.get(("train", backend, workload, 1))
+        if n > 1 and one:
+            out[f"efficiency {where}"] = Figure(f"efficiency {where}", "efficiency", [mine, _case(one, _train_value)],
+                                                [1, -1], scale=n)
     return out, not_ok
 
 
-def busbw_figure(rec: dict, key: str) -> Figure | None:
-    """Allreduce busbw of the largest message, per timed chunk, over the limit measured in that run."""
-    rows = [r for r in rec.get("allreduce") or [] if r["op"] == "allreduce" and r.get("window_time_us")]
-    ceiling = ((rec.get("metrics") or {}).get("comm") or {}).get("ceiling")
-    if not rows or not ceiling:
-        return None
-    row = max(rows, key=lambda r: r["size"])
-    busbw_per_chunk = [row["busbw_gbps"] * row["time_us"] / t for t in row["window_time_us"]]
-    return Figure(key, "busbw_fraction", [busbw_per_chunk], scale=ceiling["limit_gbps"], run_ids=[rec["run_id"]])
-
-
 # ---------------------------------------------------------------- comparison
-def bootstrap_values(fig: Figure, rng, resamples: int):
-    import numpy as np
+def change_interval(base: Figure, cur: Figure, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(change, low, high) of current/baseline - 1, with a Welch t interval on the log scale."""
+    from scipy.stats import t as student
 
-    means = []
-    for s in fig.samples:
-        arr = np.asarray(s, dtype=float)
-        idx = rng.integers(0, len(arr), size=(resamples, len(arr)))
-        means.append(arr[idx].mean(axis=1))
-    return means[0] / (fig.scale * (means[1] if len(means) > 1 else 1.0))
+    diff = cur.log_value - base.log_value
+    terms = base.variance_terms() + cur.variance_terms()
+    var = sum(v for v, _ in terms)
+    if not math.isfinite(var):
+        return math.exp(diff) - 1, -math.inf, math.inf
+    if var == 0:
+        return math.exp(diff) - 1, math.exp(diff) - 1, math.exp(diff) - 1
+    dof = var ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)  # Welch-Satterthwaite
+    half = float(student.ppf(0.5 + confidence / 2, dof)) * math.sqrt(var)
+    return math.exp(diff) - 1, math.exp(diff - half) - 1, math.exp(diff + half) - 1
 
 
-def judge(change: float, low: float, high: float, min_effect: float) -> str:
-    """The verdict of one metric from its change and the interval of the change."""
+def judge(change: float, low: float, high: float, min_effect: float, noisy: bool = False) -> str:
+    """The verdict of one metric from its change, the interval of the change, and whether any of its
+    cases varied from run to run by more than the suite calls stable (bench.stats.UNSTABLE_REL_STDEV)."""
     if change <= -min_effect and high < 0:
         return "regressed"
     if change >= min_effect and low > 0:
         return "improved"
-    if (high - low) / 2 > min_effect:  # too noisy to tell a change of min_effect from none
+    if noisy or not (math.isfinite(low) and math.isfinite(high)):
         return "unstable"
     return "ok"
 
 
-def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok: dict[str, dict],
-                    same_machine: bool, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES) -> list[dict]:
-    import numpy as np
+def noisy_cases(fig: Figure) -> list[str]:
+    """Why a figure's cases are too noisy to trust, if they are: run-to-run spread above the limit."""
+    from bench.stats import UNSTABLE_REL_STDEV
 
-    rng = np.random.default_rng(seed)
-    alpha = (1 - CONFIDENCE) / 2
+    notes = []
+    for c in fig.cases:
+        if c.per == "run" and len(c.values) >= 2:
+            mean = sum(c.values) / len(c.values)
+            sd = math.sqrt(sum((v - mean) ** 2 for v in c.values) / (len(c.values) - 1))
+            if mean > 0 and sd / mean > UNSTABLE_REL_STDEV:
+                notes.append(f"{len(c.values)} runs of a case spread {sd / mean:.0%} (stable: up to "
+                             f"{UNSTABLE_REL_STDEV:.0%})")
+    return notes
+
+
+def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok: dict[str, dict],
+                    same_machine: bool) -> list[dict]:
     rows = []
     for key in sorted(set(base) | set(cur) | set(cur_not_ok)):
         kind = key.split(" ", 1)[0]
@@ -179,8 +251,10 @@ def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok:
         row["run_ids"] = c.run_ids if c is not None else [cur_not_ok[key]["run_id"]] if key in cur_not_ok else []
         if b is not None:
             row["baseline"] = b.value()
+            row["baseline_runs"] = min(len(x.values) if x.per == "run" else 1 for x in b.cases)
         if c is not None:
             row["current"] = c.value()
+            row["current_runs"] = min(len(x.values) if x.per == "run" else 1 for x in c.cases)
         if key in cur_not_ok and b is not None:
             row.update(verdict="failed", why=f"the current run ended {cur_not_ok[key]['status']}")
         elif key in cur_not_ok or b is None:
@@ -191,15 +265,16 @@ def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok:
         elif rule.same_machine_only and not same_machine:
             row.update(verdict="skipped", why="absolute figure; the baseline came from another kind of machine")
         else:
-            changes = bootstrap_values(c, rng, resamples) / bootstrap_values(b, rng, resamples) - 1
-            low, high = (float(v) for v in np.quantile(changes, [alpha, 1 - alpha]))
-            change = row["current"] / row["baseline"] - 1
-            row.update(change=change, ci_low=low, ci_high=high, verdict=judge(change, low, high, rule.min_effect))
+            change, low, high = change_interval(b, c)
+            noise = noisy_cases(b) + noisy_cases(c)
+            row.update(change=change, ci_low=low, ci_high=high,
+                       verdict=judge(change, low, high, rule.min_effect, noisy=bool(noise)))
+            lone = " (a side has a single run: its windows stand in for runs, so the interval is optimistic)" \
+                if min(row["baseline_runs"], row["current_runs"]) < 2 else ""
             row["why"] = {"regressed": f"below by {-change:.1%}, at least {rule.min_effect:.0%} and significant",
                           "improved": f"above by {change:.1%}, at least {rule.min_effect:.0%} and significant",
-                          "unstable": f"interval {low:+.1%}..{high:+.1%} too wide to tell "
-                                      f"a {rule.min_effect:.0%} change",
-                          "ok": ""}[row["verdict"]]
+                          "unstable": "; ".join(noise) or "no run-to-run spread to judge by",
+                          "ok": ""}[row["verdict"]] + (lone if row["verdict"] != "ok" else "")
         rows.append(row)
     return rows
 
@@ -212,16 +287,19 @@ def format_comparison(rows: list[dict]) -> str:
 
     lines = [f"{'metric':<44} {'baseline':>10} {'current':>10} {'change':>8} "
              f"{'interval (' + format(CONFIDENCE, '.0%') + ')':>18} {'gate':>5}  verdict"]
+    def pct(v):
+        return "<-99%" if v <= -0.99 else ">+999%" if v >= 9.99 else f"{v:+.1%}"
+
     for r in rows:
         change = "-" if r["change"] is None else f"{r['change']:+.1%}"
-        ci = "-" if r["ci_low"] is None else f"{r['ci_low']:+.1%}..{r['ci_high']:+.1%}"
+        ci = "-" if r["ci_low"] is None else f"{pct(r['ci_low'])}..{pct(r['ci_high'])}"
         verdict = r["verdict"] + (f" ({r['why']})" if r.get("why") and r["verdict"] != "ok" else "")
         lines.append(f"{r['metric']:<44} {num(r['baseline'], r['kind']):>10} {num(r['current'], r['kind']):>10} "
                      f"{change:>8} {ci:>18} {r['min_effect']:>5.0%}  {verdict}")
     return "\n".join(lines)
 
 
-def aa_rates(sweeps: dict[str, list[dict]], resamples: int = 1000) -> tuple[list[dict], int]:
+def aa_rates(sweeps: dict[str, list[dict]]) -> tuple[list[dict], int]:
     """A/A calibration: every ordered pair of sweeps (same code, same machine) compared as baseline and
     current. Any `regressed` is a false alarm, any `improved` a false discovery. Rows per metric kind,
     and the number of pairs."""
@@ -233,8 +311,7 @@ def aa_rates(sweeps: dict[str, list[dict]], resamples: int = 1000) -> tuple[list
             if a == b:
                 continue
             pairs += 1
-            for row in compare_figures(figs[a][0], figs[b][0], figs[b][1], same_machine=True, seed=pairs,
-                                       resamples=resamples):
+            for row in compare_figures(figs[a][0], figs[b][0], figs[b][1], same_machine=True):
                 c = counts.setdefault(row["kind"], {"kind": row["kind"], "compared": 0, "regressed": 0,
                                                     "improved": 0, "unstable": 0, "failed": 0,
                                                     "min_effect": RULES[row["kind"]].min_effect})

@@ -48,6 +48,7 @@ class RunSpec:
     fault: dict | None = None  # for task "fault": scenario, rank, at_step, signal, ... (bench.fault)
     save_params: bool = False  # write each rank's final parameters into the run directory
     sweep_id: str | None = None
+    repeat: int = 0  # which of a sweep's --repeats rounds this run belongs to
 
     @property
     def processes(self) -> int:

@@ -1,66 +1,82 @@
 """The regression gate's rules, on figures whose truth is known, and its handling of bad files."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from bench.errors import UsageError
-from bench.gate import (RULES, Figure, aa_rates, compare_figures, figures, judge, read_runs_file,
-                        write_baseline)
+from bench.gate import (RULES, Case, Figure, aa_rates, change_interval, compare_figures, figures, judge,
+                        read_runs_file, write_baseline)
 from bench.spec import parse_step_delay
 from conftest import bench
 
 
-def windows(mean, rel_sd, n=8, seed=0):
+def values(mean, rel_sd, n=5, seed=0):
     rng = np.random.default_rng(seed)
     return list(mean * (1 + rel_sd * rng.standard_normal(n)))
 
 
-def fig(kind, samples, scale=1.0, key=None):
-    return Figure(key or f"{kind} elastic mnist_mlp n=2", kind, samples, scale)
+def fig(kind, cases, scale=1.0, key=None):
+    """A figure from per-run values of one case (throughput, busbw) or of a ratio of two cases."""
+    signs = [1, -1][:len(cases)]
+    return Figure(key or f"{kind} elastic mnist_mlp n=2", kind, [Case(v, "run", []) for v in cases], signs, scale)
 
 
 def test_judge_needs_both_size_and_significance():
     assert judge(-0.20, -0.25, -0.15, 0.10) == "regressed"
-    assert judge(-0.20, -0.40, +0.02, 0.10) == "unstable"  # big but not significant
+    assert judge(-0.20, -0.40, +0.02, 0.10) == "ok"  # big but not significant
     assert judge(-0.05, -0.07, -0.03, 0.10) == "ok"  # significant but small: run-to-run drift
     assert judge(+0.30, +0.20, +0.40, 0.10) == "improved"
-    assert judge(0.0, -0.3, +0.3, 0.10) == "unstable"
+    assert judge(0.0, -0.3, +0.3, 0.10, noisy=True) == "unstable"
+    assert judge(-0.30, -0.4, -0.2, 0.10, noisy=True) == "regressed"  # noise does not hide a clear loss
+
+
+def test_interval_is_welch_t_on_the_log_scale():
+    from scipy.stats import ttest_ind
+
+    base = fig("throughput", [values(100, 0.05, seed=1)])
+    cur = fig("throughput", [values(90, 0.05, seed=2)])
+    change, low, high = change_interval(base, cur, confidence=0.95)
+    assert change == pytest.approx(cur.value() / base.value() - 1)
+    # the interval excludes 0 exactly when Welch's t-test on the logs rejects at 5%
+    p = ttest_ind(np.log(cur.cases[0].values), np.log(base.cases[0].values), equal_var=False).pvalue
+    assert (high < 0) == (p < 0.05)
 
 
 @pytest.mark.parametrize("kind", list(RULES))
 def test_a_known_slowdown_is_caught_and_no_change_passes(kind):
     rule = RULES[kind]
-    slow = 1 / (1 + 2 * rule.min_effect)  # a slowdown twice the gate's minimum effect
-    base = fig(kind, [windows(100, 0.03, seed=1), windows(50, 0.03, seed=2)], scale=2)
-    same = fig(kind, [windows(100, 0.03, seed=3), windows(50, 0.03, seed=4)], scale=2)
-    slower = fig(kind, [windows(100 * slow, 0.03, seed=5), windows(50, 0.03, seed=6)], scale=2)
+    slow = 1 / (1 + 3 * rule.min_effect)  # a slowdown three times the gate's minimum effect
+    base = fig(kind, [values(100, 0.03, seed=1), values(50, 0.03, seed=2)], scale=2)
+    same = fig(kind, [values(100, 0.03, seed=3), values(50, 0.03, seed=4)], scale=2)
+    slower = fig(kind, [values(100 * slow, 0.03, seed=5), values(50, 0.03, seed=6)], scale=2)
     rows = compare_figures({base.key: base}, {same.key: same}, {}, same_machine=True)
     assert rows[0]["verdict"] == "ok", rows
     rows = compare_figures({base.key: base}, {slower.key: slower}, {}, same_machine=True)
     assert rows[0]["verdict"] == "regressed", rows
-    assert rows[0]["change"] == pytest.approx(slow - 1, abs=0.03)
+    assert rows[0]["change"] == pytest.approx(slow - 1, abs=0.04)
     assert rows[0]["ci_low"] < rows[0]["change"] < rows[0]["ci_high"] < 0
 
 
-def test_noisy_windows_are_unstable_not_regressed():
-    base = fig("vs_plain", [windows(100, 0.02, seed=1), windows(100, 0.02, seed=2)])
-    noisy = fig("vs_plain", [windows(85, 0.40, n=3, seed=3), windows(100, 0.40, n=3, seed=4)])
+def test_noisy_runs_are_unstable_not_regressed():
+    base = fig("vs_plain", [values(100, 0.02, seed=1), values(100, 0.02, seed=2)])
+    noisy = fig("vs_plain", [values(85, 0.40, n=3, seed=3), values(100, 0.40, n=3, seed=4)])
     rows = compare_figures({base.key: base}, {noisy.key: noisy}, {}, same_machine=True)
-    assert rows[0]["verdict"] == "unstable"
+    assert rows[0]["verdict"] == "unstable" and "spread" in rows[0]["why"]
 
 
 def test_failed_missing_new_and_other_machine():
     key = "throughput elastic mnist_mlp n=2"
-    base = {key: fig("throughput", [windows(100, 0.01)], key=key)}
+    base = {key: fig("throughput", [values(100, 0.01)], key=key)}
     rows = compare_figures(base, {}, {key: {"status": "crashed", "run_id": "r1"}}, same_machine=True)
     assert rows[0]["verdict"] == "failed" and "crashed" in rows[0]["why"] and rows[0]["run_ids"] == ["r1"]
     rows = compare_figures(base, {}, {}, same_machine=True)
     assert rows[0]["verdict"] == "failed" and "missing" in rows[0]["why"]
     rows = compare_figures({}, base, {}, same_machine=True)
     assert rows[0]["verdict"] == "new"
-    slower = {key: fig("throughput", [windows(50, 0.01)], key=key)}
+    slower = {key: fig("throughput", [values(50, 0.01)], key=key)}
     rows = compare_figures(base, slower, {}, same_machine=False)
     assert rows[0]["verdict"] == "skipped"  # absolute figures do not travel between machines
 
@@ -72,7 +88,7 @@ def record(run_id, backend, world, per_window, created, status="ok", task="train
             "environment": {"cpu_model": "cpu", "cpu_count": 2}, **extra}
 
 
-def test_figures_are_ratios_within_one_sweep():
+def test_figures_are_ratios_of_case_means_within_one_sweep():
     recs = [record("p", "single", 1, [100.0, 100.0], 1), record("e1", "elastic", 1, [90.0, 90.0], 2),
             record("e2", "elastic", 2, [150.0, 150.0], 3)]
     figs, not_ok = figures(recs)
@@ -82,10 +98,18 @@ def test_figures_are_ratios_within_one_sweep():
     assert figs["efficiency elastic mnist_mlp n=2"].value() == pytest.approx(150 / (2 * 90))
     assert figs["throughput single mnist_mlp n=1"].value() == pytest.approx(100)
     assert "vs_plain single mnist_mlp n=1" not in figs
-    # a later run of the same case replaces the earlier one; a failed one is reported as such
-    recs.append(record("e2b", "elastic", 2, None, 4, status="crashed"))
+    # a lone run stands in with its windows; repeats give one value per run (the mean of its windows)
+    assert figs["throughput single mnist_mlp n=1"].cases[0].per == "window"
+    recs.append(record("e2b", "elastic", 2, [120.0, 180.0], 4))
+    figs, _ = figures(recs)
+    case = figs["throughput elastic mnist_mlp n=2"].cases[0]
+    assert case.per == "run" and case.values == [150.0, 150.0] and case.run_ids == ["e2", "e2b"]
+    # a failed repeat is left out; a case with no ok run at all is reported as such
+    recs.append(record("e2c", "elastic", 2, None, 5, status="crashed"))
+    assert figures(recs)[0]["throughput elastic mnist_mlp n=2"].cases[0].run_ids == ["e2", "e2b"]
+    recs = [r for r in recs if r["run_id"] not in ("e2", "e2b")]
     figs, not_ok = figures(recs)
-    assert not_ok["vs_plain elastic mnist_mlp n=2"] == {"status": "crashed", "run_id": "e2b"}
+    assert not_ok["vs_plain elastic mnist_mlp n=2"] == {"status": "crashed", "run_id": "e2c"}
     assert "efficiency elastic mnist_mlp n=2" not in figs
 
 
@@ -96,14 +120,17 @@ def test_busbw_figure_uses_the_largest_allreduce_and_the_runs_own_limit():
     comm["metrics"] = {"comm": {"ceiling": {"limit_gbps": 4.0}}}
     figs, _ = figures([comm])
     f = figs["busbw_fraction elastic n=2"]
-    assert f.samples == [[1.0, 0.5]] and f.value() == pytest.approx(0.75 / 4.0)
+    assert f.cases[0].values == [0.25, 0.125]  # per chunk, over the run's own limit
+    assert f.value() == pytest.approx(math.sqrt(0.25 * 0.125))  # a geometric mean
 
 
 def test_aa_rates_count_every_ordered_pair():
-    sweeps = {f"s{i}": [record(f"p{i}", "single", 1, windows(100, 0.02, seed=i), i, sweep=f"s{i}"),
-                        record(f"e{i}", "elastic", 2, windows(150, 0.02, seed=10 + i), i, sweep=f"s{i}")]
+    sweeps = {f"s{i}": [record(f"p{i}{k}", "single", 1, values(100, 0.02, n=4, seed=10 * i + k), i, sweep=f"s{i}")
+                        for k in range(3)] +
+                       [record(f"e{i}{k}", "elastic", 2, values(150, 0.02, n=4, seed=100 + 10 * i + k), i, sweep=f"s{i}")
+                        for k in range(3)]
               for i in range(3)}
-    rows, pairs = aa_rates(sweeps, resamples=200)
+    rows, pairs = aa_rates(sweeps)
     assert pairs == 6
     by_kind = {r["kind"]: r for r in rows}
     assert by_kind["vs_plain"]["compared"] == 6 and by_kind["throughput"]["compared"] == 12
