@@ -382,7 +382,9 @@ def regress_sweep(args, title: str, repeats: int):
     return sweep(build_parser().parse_args(argv), title)
 
 
-def compare_and_print(baseline: dict, current: list[dict], as_json: bool) -> tuple[int, list[dict]]:
+def compare_and_print(baseline: dict, current: list[dict], as_json: bool, out=None) -> tuple[int, list[dict]]:
+    """Compare, print the table (or, as_json, the JSON) on `out`, and a one-line summary on stderr that
+    names every failing metric; (exit code, rows)."""
     from bench.gate import FAILING_VERDICTS, compare_figures, figures, format_comparison, machine_of, same_kind
 
     base_figs, _ = figures(baseline["records"])
@@ -393,11 +395,12 @@ def compare_and_print(baseline: dict, current: list[dict], as_json: bool) -> tup
     machine = machine_of(current)
     same = same_kind(baseline["machine"], machine)
     rows = compare_figures(base_figs, cur_figs, cur_not_ok, same_machine=same)
+    out = out or sys.stdout
     if as_json:
         print(json.dumps({"baseline_machine": baseline["machine"], "current_machine": machine,
-                          "same_kind_of_machine": same, "rows": rows}, indent=1))
+                          "same_kind_of_machine": same, "rows": rows}, indent=1), file=out)
     else:
-        print(format_comparison(rows))
+        print(format_comparison(rows), file=out, flush=True)
     if not same:
         print(f"bench compare: the baseline came from {baseline['machine'].get('cpu_model')} x "
               f"{baseline['machine'].get('cpu_count')}, these runs from {machine.get('cpu_model')} x "
@@ -406,10 +409,15 @@ def compare_and_print(baseline: dict, current: list[dict], as_json: bool) -> tup
     counts = {v: sum(r["verdict"] == v for r in rows) for v in dict.fromkeys(r["verdict"] for r in rows)}
     bad = [r for r in rows if r["verdict"] in FAILING_VERDICTS]
     print("bench compare: " + ", ".join(f"{n} {v}" for v, n in counts.items()) +
-          ("" if not bad else "; failing: " + "; ".join(
-              f"{r['metric']} {r['verdict']}" + (f" {r['change']:+.1%}" if r["change"] is not None else "")
-              for r in bad)), file=sys.stderr)
+          ("" if not bad else "; failing: " + failing_list(rows)), file=sys.stderr)
     return (EXIT_RUN_FAILED if bad else EXIT_OK), rows
+
+
+def failing_list(rows: list[dict]) -> str:
+    from bench.gate import FAILING_VERDICTS
+
+    return "; ".join(f"{r['metric']} {r['verdict']}" + (f" {r['change']:+.1%}" if r["change"] is not None else "")
+                     for r in rows if r["verdict"] in FAILING_VERDICTS)
 
 
 def cmd_compare(args) -> int:
@@ -490,8 +498,10 @@ def confirm_failures(records: list[dict], rows: list[dict], store, title: str) -
 
 
 def cmd_baseline(args) -> int:
-    from bench.gate import BASELINE_REPEATS, REGRESS_SWEEP, latest_sweep, run_hot_paths, write_baseline
+    from bench.gate import BASELINE_REPEATS, REGRESS_SWEEP, latest_sweep, write_baseline
 
+    if args.hot_paths_only:
+        return save_hot_paths(args.dir)
     if args.from_store:
         from bench.store import Store
 
@@ -509,9 +519,13 @@ def cmd_baseline(args) -> int:
         return EXIT_RUN_FAILED
     path = write_baseline(os.path.join(args.dir, "cpu-gloo.json"), records, sweep_id, matrix)
     print(f"bench baseline: {len(records)} runs of sweep {sweep_id} written to {path}", file=sys.stderr)
-    if args.no_hot_paths:
-        return EXIT_OK
-    hot = os.path.join(args.dir, "hot-paths.json")
+    return EXIT_OK if args.no_hot_paths else save_hot_paths(args.dir)
+
+
+def save_hot_paths(folder: str) -> int:
+    from bench.gate import run_hot_paths
+
+    hot = os.path.join(folder, "hot-paths.json")
     code = run_hot_paths(save_to=hot)
     print(f"bench baseline: harness hot paths {'written to ' + hot if code == 0 else 'failed'}", file=sys.stderr)
     return EXIT_OK if code == 0 else EXIT_RUN_FAILED
@@ -527,18 +541,23 @@ def cmd_regress(args) -> int:
     _, records, store = regress_sweep(args, "bench regress", args.repeats or REGRESS_REPEATS)
     if any(r["status"] == "interrupted" for r in records):
         return EXIT_INTERRUPTED
-    code, rows = compare_and_print(baseline, records, args.json and not args.confirm)
+    # with --json, stdout carries only the final comparison
+    code, rows = compare_and_print(baseline, records, as_json=False, out=sys.stderr if args.json else None)
     if code and args.confirm:
         records = confirm_failures(records, rows, store, "bench regress")
         print("bench regress: after running them again:", file=sys.stderr)
-        code, _ = compare_and_print(baseline, records, args.json)
+        code, rows = compare_and_print(baseline, records, as_json=False, out=sys.stderr if args.json else None)
+    if args.json:
+        print(json.dumps({"rows": rows}, indent=1))
+    failures = [failing_list(rows)] if code else []
     if not args.no_hot_paths:
         hot_code = run_hot_paths(compare_with=hot_file)
         print(f"bench regress: harness hot paths {'within' if hot_code == 0 else 'OUTSIDE'} their "
               f"thresholds against {hot_file}", file=sys.stderr)
-        code = code or (EXIT_RUN_FAILED if hot_code else EXIT_OK)
-    print(f"bench regress: {'FAILED' if code else 'passed'}", file=sys.stderr)
-    return code
+        if hot_code:
+            failures.append("harness hot paths slower than hot-paths.json allows (table above)")
+    print(f"bench regress: FAILED: {'; '.join(failures)}" if failures else "bench regress: passed", file=sys.stderr)
+    return EXIT_RUN_FAILED if failures else EXIT_OK
 
 
 def cmd_doctor(args) -> int:
@@ -640,6 +659,7 @@ def build_parser() -> Parser:
     p.add_argument("--from-store", metavar="PATH", help="take an existing sweep from this store instead of "
                                                         "running the matrix")
     p.add_argument("--sweep", metavar="ID", help="with --from-store: this sweep (default: the latest)")
+    p.add_argument("--hot-paths-only", action="store_true", help="refresh only hot-paths.json")
     p.set_defaults(func=cmd_baseline)
 
     p = verbs.add_parser("fault", help="inject a fault (or a joining worker) into an elastic run and measure "

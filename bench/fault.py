@@ -122,11 +122,11 @@ def wait_for_fault(run_dir: Path, journal: Journal, step: int, rank: int) -> Non
     journal.write("fault_not_delivered", step=step)
 
 
-def fault_due(run_dir: Path, spec, rank_at_start: int, step: int, first_process: bool) -> bool:
-    """Whether this process must stop at this step for the fault: the chosen rank, in the first
-    generation of processes, once per run."""
+def fault_due(run_dir: Path, spec, rank_at_start: int, rank: int, step: int) -> bool:
+    """Whether this process must stop at this step for the fault: the chosen rank (the rank it started
+    with, and still has), once per run: a replacement that reaches the step again goes on."""
     f = spec.fault
-    return (step == f["at_step"] and first_process and rank_at_start == f["rank"]
+    return (step == f["at_step"] and rank_at_start == f["rank"] == rank
             and not (run_dir / FIRED).exists() and not (run_dir / REACHED).exists())
 
 

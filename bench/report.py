@@ -52,6 +52,7 @@ Hardware: {{ hardware }}. Written {{ written }}.</p>
 {% else %}<p>{{ no_verdict }}</p>{% endif %}
 {% for line in fairness %}<p class="warn">{{ line }}</p>{% endfor %}
 <p>{{ elasticity_summary }}</p>
+{% for line in elasticity_lines %}<p>{{ line }}</p>{% endfor %}
 <div class="rec"><strong>Recommendation from this data.</strong>{% for r in recommendation %} {{ r }}{% endfor %}</div>
 
 <h2 id="throughput">Throughput and scaling</h2>

@@ -265,7 +265,7 @@ class FaultContext:
         """Step number `step` (0-based) on this rank, with the fault point before it."""
         from bench.fault import fault_due, wait_for_fault
 
-        if fault_due(self.run_dir.path, self.spec, self.rank_at_start, step, True) and rank == self.rank_at_start:
+        if fault_due(self.run_dir.path, self.spec, self.rank_at_start, rank, step):
             wait_for_fault(self.run_dir.path, self.journal, step, rank)
         x, y = self.batch(step, rank)
         optimizer.zero_grad()

@@ -21,6 +21,36 @@ def fault(store, *args, timeout=300):
     return proc, record
 
 
+def assert_resumed_params_are_two_worker_sgd(record, steps, processes):
+    """Independent check: `steps` steps of 2-worker synchronous SGD are `steps` steps on both ranks'
+    batches at once (the two gradients of equal batches are averaged), computed here in one process."""
+    from workloads import WORKLOADS
+    from workloads.data import SYNTHETIC_BATCHES, open_batches
+
+    spec = record["spec"]
+    torch.manual_seed(spec["seed"])
+    model = WORKLOADS["mnist_mlp"].build(spec["num_classes"], spec["image_size"])
+    opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"])
+    data = [open_batches("synthetic", batch=spec["batch_size"], channels=1, image=spec["image_size"],
+                         classes=spec["num_classes"], seed=spec["seed"], rank=r, world=1, device="cpu")
+            for r in (0, 1)]
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for step in range(steps):
+        i = step % SYNTHETIC_BATCHES
+        x = torch.cat([d.x[i] for d in data])
+        y = torch.cat([d.y[i] for d in data])
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    expected = model.state_dict()
+    resumed = glob.glob(f"{record['run_dir']}/resumed-step{steps}-pid*.params.pt")
+    assert len(resumed) == processes
+    for path in resumed:
+        got = torch.load(path)
+        for name, value in expected.items():
+            torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_elastic_recovers_from_a_killed_worker_and_resumes_the_checkpoint(store):
     proc, record = fault(store, "--backend", "elastic", "--nproc", 2, "--kill-rank", 1, *SHORT, "--save-params")
     assert proc.returncode == 0, proc.stderr
@@ -42,37 +72,11 @@ def test_elastic_recovers_from_a_killed_worker_and_resumes_the_checkpoint(store)
     assert all(r["restart_count"] == 1 for r in after)
     assert len(f["resume_checks"]) == 2 and all(c["equal"] for c in f["resume_checks"])
 
-    # Independent check: 20 steps of 2-worker synchronous SGD are 20 steps on both ranks' batches at
-    # once (DDP averages the two gradients of equal batches), computed here in one process.
-    from workloads import WORKLOADS
-    from workloads.data import SYNTHETIC_BATCHES, open_batches
-
-    spec = record["spec"]
-    torch.manual_seed(spec["seed"])
-    model = WORKLOADS["mnist_mlp"].build(spec["num_classes"], spec["image_size"])
-    opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"])
-    data = [open_batches("synthetic", batch=spec["batch_size"], channels=1, image=spec["image_size"],
-                         classes=spec["num_classes"], seed=spec["seed"], rank=r, world=1, device="cpu")
-            for r in (0, 1)]
-    loss_fn = torch.nn.CrossEntropyLoss()
-    for step in range(20):
-        i = step % SYNTHETIC_BATCHES
-        x = torch.cat([d.x[i] for d in data])
-        y = torch.cat([d.y[i] for d in data])
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
-    expected = model.state_dict()
-    resumed = glob.glob(f"{record['run_dir']}/resumed-step20-pid*.params.pt")
-    assert len(resumed) == 2
-    for path in resumed:
-        got = torch.load(path)
-        for name, value in expected.items():
-            torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-6, msg=name)
+    assert_resumed_params_are_two_worker_sgd(record, steps=20, processes=2)
 
 
 def test_horovod_survivor_goes_on_alone_from_the_last_commit(store):
-    proc, record = fault(store, "--backend", "horovod", "--nproc", 2, "--kill-rank", 1, *SHORT)
+    proc, record = fault(store, "--backend", "horovod", "--nproc", 2, "--kill-rank", 1, *SHORT, "--save-params")
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok", record["error"]
     f = record["metrics"]["fault"]
@@ -85,6 +89,7 @@ def test_horovod_survivor_goes_on_alone_from_the_last_commit(store):
     # the survivor (rank 0 here) is the same process, now alone
     assert len(after) == 1 and after[0]["pid"] == before[0]["pid"] and after[0]["size"] == 1
     assert f["resume_checks"] and all(c["equal"] for c in f["resume_checks"])
+    assert_resumed_params_are_two_worker_sgd(record, steps=20, processes=1)
 
 
 @pytest.mark.parametrize("backend", ["elastic", "horovod"])

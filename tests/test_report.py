@@ -14,7 +14,8 @@ _CACHE = {}
 
 
 def populated_store(folder):
-    """A real sweep (elastic, horovod, ps; world 1 and 2; short comm sweeps) plus one crashed run.
+    """A real sweep (elastic, horovod, ps; world 1 and 2; short comm sweeps), one crashed run, and a fault
+    run of each elastic mode.
     Made once per test session, then copied."""
     if "path" not in _CACHE:
         path = folder / "sweep" / "bench.sqlite"
@@ -23,6 +24,10 @@ def populated_store(folder):
         assert proc.returncode == 0, proc.stderr
         proc = bench("run", "--backend", "horovod", "--nproc", 2, "--inject", "crash:1:3", "--store", path, *FAST)
         assert proc.returncode == 1
+        for backend in ("elastic", "horovod"):  # the Elasticity section's material
+            proc = bench("fault", "--backend", backend, "--nproc", 2, "--checkpoint-every", 10, "--at-step", 25,
+                         "--steps", 60, "--store", path)
+            assert proc.returncode == 0, proc.stderr
         _CACHE["path"] = path
     return _CACHE["path"]
 
@@ -46,7 +51,7 @@ def test_sections_in_order_and_verdict_computed(store_path):
     assert ("is faster by" in verdict) or ("no significant difference" in verdict)
     assert "the ps baseline (ps_servers=1, ps_mode=sync, ps_staleness=None) is" in verdict
     assert "Recommendation from this data." in verdict
-    assert "No fault-injection run is stored" in verdict
+    assert "2 fault-injection run(s) in 1 case(s)" in verdict
 
 
 def test_every_number_traces_to_a_stored_run(store_path):
@@ -90,7 +95,26 @@ def test_where_filters_and_rejects_unknown_keys(store_path, tmp_path):
     assert proc.returncode == 2 and "matches" in proc.stderr
 
 
+def test_elasticity_section_shows_both_backends_side_by_side(store_path):
+    frame = Store(store_path).load()
+    page = render_report(frame, "s")
+    section = page.split('id="elasticity"')[1].split('id="ranks"')[0]
+    faults = frame[frame["task"] == "fault"]
+    assert len(faults) == 2
+    for r in faults.itertuples():
+        f = r.record["metrics"]["fault"]
+        assert r.run_id in section
+        assert f"<td>{f['recovery_s']:.2f}</td>" in section and f"<td>{f['steps_redone']}</td>" in section
+    # one computed sentence for the case, naming both backends and their world sizes after recovery
+    sentence = re.search(r"<p>mnist_mlp: SIGKILL to 1 of 2 workers[^<]*</p>", section).group(0)
+    assert "elastic came through 1 of 1 run(s)" in sentence and "at world size 2" in sentence
+    assert "horovod came through 1 of 1 run(s)" in sentence and "at world size 1" in sentence
+    assert 'alt="throughput over time' in section
+    # the rank map shows both phases of a fault run
+    assert ">before<" in page and ">after<" in page
+
+
 def test_page_is_self_contained(store_path):
     page = render_report(Store(store_path).load(), "s")
     assert "<script" not in page and "src=\"http" not in page and "href=\"http" not in page
-    assert page.count("data:image/png;base64,") >= 3
+    assert page.count("data:image/png;base64,") >= 4

@@ -1,0 +1,84 @@
+"""The regression gate on real runs: an A/A comparison passes, a 20% slowdown fails and names the metric,
+and the hot-path benchmarks fail against a baseline they are much slower than."""
+
+import json
+
+import pytest
+
+from bench.gate import HOT_PATH_TESTS, run_hot_paths
+from bench.store import Store
+from conftest import bench
+
+pytestmark = pytest.mark.slow
+
+# Small: ResNet18 (CPU size) under elastic at 1 and 2 workers, plus the plain loop, each case launched
+# twice; short windows (the noise that matters is between launches, not windows, and ResNet18's
+# launches agree within about 1% here, where the MLP's 5 ms steps vary by several percent).
+SMALL = ["--backend", "elastic", "--workload", "resnet18", "--world-sizes", "1,2", "--nproc", "2",
+         "--warmup-steps", "2", "--windows", "3", "--steps-per-window", "4", "--repeats", "2", "--no-comm"]
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gate")
+    store, slow = base / "aa.sqlite", base / "slow.sqlite"
+    for target, extra in ((store, []), (store, []), (slow, ["--inject-delay", "20%"])):
+        proc = bench("sweep", *SMALL, "--store", target, *extra, timeout=900)
+        assert proc.returncode == 0, proc.stderr
+    first = min({r["spec"]["sweep_id"] for r in Store(store).records()})
+    proc = bench("baseline", "--from-store", store, "--sweep", first, "--no-hot-paths", "--dir", base / "baselines")
+    assert proc.returncode == 0, proc.stderr
+    return {"dir": base, "store": store, "slow": slow, "baseline": base / "baselines" / "cpu-gloo.json"}
+
+
+def test_an_aa_comparison_passes(gate):
+    proc = bench("compare", "--baseline", gate["baseline"], "--store", gate["store"], "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    assert {r["verdict"] for r in rows} <= {"ok", "unstable", "improved"}
+    vs_plain = [r for r in rows if r["kind"] == "vs_plain"]
+    assert len(vs_plain) == 2 and all(r["current_runs"] == 2 == r["baseline_runs"] for r in vs_plain)
+
+
+def test_a_twenty_percent_slowdown_fails_and_names_the_metric(gate):
+    slow = Store(gate["slow"]).records()
+    # the delay reached every compared backend's workers, and never the plain loop
+    for rec in slow:
+        delays = [json.loads(p.read_text())["step_delay_s"] for p in
+                  (gate["slow"].parent / "runs" / rec["run_id"] / "ranks").glob("rank*.result.json")
+                  if "step_delay_s" in json.loads(p.read_text())]
+        if rec["spec"]["backend"] == "single":
+            assert delays == [0.0]
+        else:
+            assert delays and all(d > 0 for d in delays)
+    proc = bench("compare", "--baseline", gate["baseline"], "--store", gate["slow"])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "regressed" in last and "vs_plain" in last, last
+
+
+def test_aa_calibration_reports_every_pair(gate):
+    proc = bench("compare", "--aa", "--store", gate["store"], "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["pairs"] == 2
+    kinds = {r["kind"]: r for r in out["rows"]}
+    assert kinds["vs_plain"]["compared"] == 4 and kinds["throughput"]["compared"] == 6
+
+
+def test_hot_paths_fail_against_a_much_faster_baseline(tmp_path):
+    """The pytest-benchmark half of the gate is wired: 10x faster figures in the saved file fail the
+    comparison; 10x slower ones pass."""
+    saved = tmp_path / "hot.json"
+    assert run_hot_paths(save_to=saved) == 0
+    data = json.loads(saved.read_text())
+    assert {b["name"] for b in data["benchmarks"]} >= {"test_step_loop_overhead_per_1000_steps", "test_record_write"}
+    for factor, expect_fail in ((0.1, True), (10.0, False)):
+        scaled = json.loads(saved.read_text())
+        for b in scaled["benchmarks"]:
+            for stat in ("min", "max", "mean", "median"):
+                b["stats"][stat] *= factor
+        path = tmp_path / f"hot-{factor}.json"
+        path.write_text(json.dumps(scaled))
+        assert (run_hot_paths(compare_with=path) != 0) == expect_fail, factor
+    assert HOT_PATH_TESTS.is_dir()
