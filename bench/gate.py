@@ -10,11 +10,11 @@ Method (README, "Regression gate"):
   run falls back to its windows as samples, and says so.
 - Each gated figure is a product of case means (a backend's throughput over the plain loop's, ...),
   taken on a log scale: log figure = sum of +-(mean log of a case's run values). The change
-  current/baseline - 1 gets a Welch t interval at CONFIDENCE from the run-to-run variance of every case
-  on both sides (Welch-Satterthwaite degrees of freedom). A t interval rather than a rank test or a
-  bootstrap: with 3 to 5 runs a side, a rank test cannot reach significance at all and a bootstrap
-  understates the spread; and the figures are ratios of several cases, which a two-sample rank test
-  cannot express.
+  current/baseline - 1 gets a t interval at CONFIDENCE: each case's run-to-run variance pooled over its
+  baseline and current runs, the cases combined by Welch-Satterthwaite. A t interval rather than a rank
+  test or a bootstrap: with 3 to 5 runs a side, a rank test cannot reach significance at all and a
+  bootstrap understates the spread; and the figures are ratios of several cases, which a two-sample rank
+  test cannot express.
 - A change counts only when it is significant (the interval excludes 0) *and* at least the metric's
   minimum effect (RULES).
 - Ratios taken within one sweep (scaling efficiency, throughput over the plain loop of the same sweep,
@@ -35,7 +35,8 @@ from bench.errors import UsageError
 
 BASELINE_FORMAT = "elastic-vs-horovod-bench baseline"
 BASELINE_VERSION = 1
-CONFIDENCE = 0.99
+CONFIDENCE = 0.995  # two-sided: a regression is called at 0.25% risk when nothing changed
+WIDE = 3  # see judge()
 VERDICTS = ("ok", "regressed", "improved", "unstable", "failed", "new", "skipped")
 FAILING_VERDICTS = ("regressed", "failed")
 
@@ -49,8 +50,8 @@ class Rule:
 
 # The one place that says which metric is gated, and by how much.
 RULES = {
-    "vs_plain": Rule(0.10, "throughput / (N x the plain single-process loop's), same sweep"),
-    "efficiency": Rule(0.10, "weak-scaling efficiency thr(N) / (N x thr(1)), same backend, same sweep"),
+    "vs_plain": Rule(0.12, "throughput / (N x the plain single-process loop's), same sweep"),
+    "efficiency": Rule(0.12, "weak-scaling efficiency thr(N) / (N x thr(1)), same backend, same sweep"),
     "busbw_fraction": Rule(0.15, "allreduce busbw at the largest message / machine limit measured in the same run"),
     "throughput": Rule(0.25, "absolute samples/s", same_machine_only=True),
 }
@@ -103,19 +104,6 @@ class Figure:
     def run_ids(self) -> list[str]:
         return [i for c in self.cases for i in c.run_ids]
 
-    def variance_terms(self) -> list[tuple[float, int]]:
-        """(variance of the mean log, its degrees of freedom) of each case."""
-        terms = []
-        for c in self.cases:
-            logs = c.logs
-            n = len(logs)
-            if n < 2:
-                terms.append((math.inf, 1))
-                continue
-            mean = sum(logs) / n
-            var = sum((x - mean) ** 2 for x in logs) / (n - 1)
-            terms.append((var / n, n - 1))
-        return terms
 
 
 def _case(runs: list[dict], value) -> Case:
@@ -197,14 +185,24 @@ def figures(records: list[dict]) -> tuple[dict[str, Figure], dict[str, dict]]:
 
 # ---------------------------------------------------------------- comparison
 def change_interval(base: Figure, cur: Figure, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(change, low, high) of current/baseline - 1, with a Welch t interval on the log scale."""
+    """(change, low, high) of current/baseline - 1: a t interval on the log scale.
+
+    Each case's run-to-run variance is pooled over its baseline and current runs (the same case on the
+    same kind of machine: what an A/A comparison assumes), giving n_b + n_c - 2 degrees of freedom; the
+    cases of a ratio are combined by Welch-Satterthwaite."""
     from scipy.stats import t as student
 
     diff = cur.log_value - base.log_value
-    terms = base.variance_terms() + cur.variance_terms()
+    terms = []  # (variance of this case's contribution to diff, its degrees of freedom)
+    for b, c in zip(base.cases, cur.cases):
+        lb, lc = b.logs, c.logs
+        dof = len(lb) + len(lc) - 2
+        if dof < 1:
+            return math.exp(diff) - 1, -1.0, math.inf
+        mb, mc = sum(lb) / len(lb), sum(lc) / len(lc)
+        pooled = (sum((x - mb) ** 2 for x in lb) + sum((x - mc) ** 2 for x in lc)) / dof
+        terms.append((pooled * (1 / len(lb) + 1 / len(lc)), dof))
     var = sum(v for v, _ in terms)
-    if not math.isfinite(var):
-        return math.exp(diff) - 1, -math.inf, math.inf
     if var == 0:
         return math.exp(diff) - 1, math.exp(diff) - 1, math.exp(diff) - 1
     dof = var ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)  # Welch-Satterthwaite
@@ -214,12 +212,15 @@ def change_interval(base: Figure, cur: Figure, confidence: float = CONFIDENCE) -
 
 def judge(change: float, low: float, high: float, min_effect: float, noisy: bool = False) -> str:
     """The verdict of one metric from its change, the interval of the change, and whether any of its
-    cases varied from run to run by more than the suite calls stable (bench.stats.UNSTABLE_REL_STDEV)."""
+    cases varied from run to run by more than the suite calls stable (bench.stats.UNSTABLE_REL_STDEV).
+    `unstable` also when the interval cannot rule out a change of WIDE x the minimum effect either way:
+    such an `ok` would say nothing."""
     if change <= -min_effect and high < 0:
         return "regressed"
     if change >= min_effect and low > 0:
         return "improved"
-    if noisy or not (math.isfinite(low) and math.isfinite(high)):
+    too_wide = low < (1 + min_effect) ** -WIDE - 1 or high > (1 + min_effect) ** WIDE - 1
+    if noisy or too_wide or not (math.isfinite(low) and math.isfinite(high)):
         return "unstable"
     return "ok"
 
@@ -273,7 +274,8 @@ def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok:
                 if min(row["baseline_runs"], row["current_runs"]) < 2 else ""
             row["why"] = {"regressed": f"below by {-change:.1%}, at least {rule.min_effect:.0%} and significant",
                           "improved": f"above by {change:.1%}, at least {rule.min_effect:.0%} and significant",
-                          "unstable": "; ".join(noise) or "no run-to-run spread to judge by",
+                          "unstable": "; ".join(noise) or f"interval too wide to rule out a change of "
+                                                             f"{(1 + rule.min_effect) ** WIDE - 1:.0%}",
                           "ok": ""}[row["verdict"]] + (lone if row["verdict"] != "ok" else "")
         rows.append(row)
     return rows
@@ -286,7 +288,7 @@ def format_comparison(rows: list[dict]) -> str:
         return f"{v:,.0f}" if kind == "throughput" else f"{v:.3f}"
 
     lines = [f"{'metric':<44} {'baseline':>10} {'current':>10} {'change':>8} "
-             f"{'interval (' + format(CONFIDENCE, '.0%') + ')':>18} {'gate':>5}  verdict"]
+             f"{'interval (' + format(CONFIDENCE, '.1%') + ')':>18} {'gate':>5}  verdict"]
     def pct(v):
         return "<-99%" if v <= -0.99 else ">+999%" if v >= 9.99 else f"{v:+.1%}"
 
