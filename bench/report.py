@@ -484,7 +484,7 @@ def apply_where(frame, where: list[str] | None):
 def _fault_case(rec: dict) -> tuple:
     spec, f = rec["spec"], rec["spec"]["fault"]
     what = f"SIG{f['signal']} to 1 of {spec['world_size']} workers" if f["scenario"] == "kill" else \
-        f"a worker joins {spec['world_size']}"
+        f"a worker joins {spec['world_size']} running"
     return (f"{spec['workload']}: {what}, checkpoint/commit every {f['checkpoint_every']} steps",)
 
 
