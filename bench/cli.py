@@ -469,8 +469,6 @@ def confirm_failures(records: list[dict], rows: list[dict], store, title: str) -
     """Run every case behind a failing metric again, as many times as it ran, and add those runs to the
     comparison: a real slowdown reproduces, a chance one (a burst of other work on a shared machine)
     rarely survives twice the runs."""
-    import dataclasses as dc
-
     from bench.gate import FAILING_VERDICTS
     from bench.render import one_line
     from bench.runner import execute
@@ -482,7 +480,7 @@ def confirm_failures(records: list[dict], rows: list[dict], store, title: str) -
     for run_id in dict.fromkeys(i for r in failing for i in r["run_ids"]):
         spec = RunSpec.from_dict(by_id[run_id]["spec"])
         cases.setdefault((spec.task, spec.backend, spec.workload, spec.world_size), []).append(spec)
-    plan = [dc.replace(spec, repeat=spec.repeat + len(specs)) for specs in cases.values() for spec in specs]
+    plan = [dataclasses.replace(spec, repeat=spec.repeat + len(specs)) for specs in cases.values() for spec in specs]
     print(f"{title}: confirming {len(failing)} failing metric(s): {len(cases)} case(s) run again, "
           f"{len(plan)} run(s)", file=sys.stderr, flush=True)
     again = []

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -172,40 +171,8 @@ class FaultDriver:
         self.next_check = now + HANG_CHECK_EVERY_S
         if self.recovered or time.time() - self.fired_at <= self.spec.fault["recovery_timeout"]:
             return None
-        self.recovered = recovered(read_journals(self.run_dir), self.fired_at) is not None
+        self.recovered = recovered(self.run_dir.journal_lines(), self.fired_at) is not None
         return None if self.recovered else "hung"
-
-
-def popen_joiner(command: list[str], env: dict, log_path: Path) -> dict:
-    """Start a joining launcher (a second torchrun agent): it carries the run's tag, so teardown finds it."""
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    return {"joiner_pid": proc.pid, "joiner_command": command}
-
-
-def read_journals(run_dir) -> list[dict]:
-    """Every journal line of every process, in time order, each with its file's rank and attempt."""
-    from bench.rundir import RANK_FILE
-
-    lines = []
-    for path in sorted(run_dir.ranks.glob("rank*.a*.journal.jsonl")):
-        match = RANK_FILE.match(path.name.replace(".jsonl", ".json"))
-        if not match:
-            continue
-        file_rank, attempt = int(match.group(1)), int(match.group(2))
-        try:
-            text = path.read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue  # a process killed mid-line
-            lines.append({**entry, "file_rank": file_rank, "attempt": attempt})
-    lines.sort(key=lambda e: e["t"])
-    return lines
 
 
 def recovered(lines: list[dict], fired_at: float) -> dict | None:
@@ -275,7 +242,7 @@ def timeline(lines: list[dict], batch: int) -> dict:
 
 def fault_metrics(spec, run_dir, outcome) -> dict:
     """Everything a fault run measured, from the journals, the parent's fault file and the agent's events."""
-    lines = read_journals(run_dir)
+    lines = run_dir.journal_lines()
     fired = json.loads((run_dir.path / FIRED).read_text()) if (run_dir.path / FIRED).exists() else None
     f = spec.fault
     procs = _processes(lines)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import UsageError
@@ -37,7 +37,6 @@ BASELINE_FORMAT = "elastic-vs-horovod-bench baseline"
 BASELINE_VERSION = 1
 CONFIDENCE = 0.995  # two-sided: a regression is called at 0.25% risk when nothing changed
 WIDE = 3  # see judge()
-VERDICTS = ("ok", "regressed", "improved", "unstable", "failed", "new", "skipped")
 FAILING_VERDICTS = ("regressed", "failed")
 
 

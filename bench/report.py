@@ -108,7 +108,9 @@ distributed runs; <code>bench sweep</code> records one unless <code>--no-baselin
 <p class="note">Detection: from the signal (or the join) to the first sign the system noticed it. Recovery: to the
 first training step completed after the run resumed. Steps redone: steps completed before the resume
 that had to be trained again (since the last checkpoint or commit). Each row is one run: recovery is
-one event per run, so repeat <code>bench fault</code> to see its spread.</p>
+one event per run, so repeat <code>bench fault</code> to see its spread. The plots show samples per second
+completed by the process that is rank 0 at the time (batch x world size per step), in 80 equal bins of the
+run, time 0 at the signal or the join.</p>
 {% for fig in fault_figures %}<img alt="throughput over time, {{ fig.title }}" src="data:image/png;base64,{{ fig.png }}">{% endfor %}
 {% endif %}
 
@@ -548,7 +550,7 @@ def fault_timeline_figure(case: str, by_backend: dict) -> str | None:
     recovery marked."""
     plt = _plt()
     series = []
-    for backend, recs in by_backend.items():
+    for backend, recs in sorted(by_backend.items()):  # a stable order: the same colours in every figure
         shown = ([x for x in recs if x["status"] == "ok"] or recs)[-1]  # the latest that came through, if any
         f = (shown.get("metrics") or {}).get("fault") or {}
         tl, fired = f.get("timeline") or {}, f.get("fault")
@@ -560,18 +562,16 @@ def fault_timeline_figure(case: str, by_backend: dict) -> str | None:
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(8, 3.2))
-    colors = {"elastic": "tab:blue", "horovod": "tab:orange"}
     for backend, ts, thr, recovery, hang in series:
-        color = colors.get(backend, "tab:gray")
-        ax.step(ts, thr, where="post", label=backend, color=color)
+        color = ax.step(ts, thr, where="post", label=backend)[0].get_color()
         if recovery is not None:
             ax.axvline(recovery, color=color, linestyle=":", linewidth=1.5)
             ax.annotate(f"{backend} recovered", (recovery, max(thr) * 0.95), color=color, fontsize=8,
                         rotation=90, va="top", ha="right")
         elif hang is not None:
             ax.annotate(f"{backend}: no step since", (0, max(thr) * 0.5), color=color, fontsize=8)
-    ax.axvline(0, color="tab:red", linewidth=1.5)
-    ax.annotate("fault", (0, ax.get_ylim()[1] * 0.98), color="tab:red", fontsize=8, va="top", ha="left")
+    ax.axvline(0, color="black", linewidth=1.5)
+    ax.annotate("fault", (0, ax.get_ylim()[1] * 0.98), color="black", fontsize=8, va="top", ha="left")
     ax.set_xlabel("seconds since the fault")
     ax.set_ylabel("samples/s")
     ax.set_title(case, fontsize=9)

@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-RANK_FILE = re.compile(r"rank(\d+)\.a(\d+)\.(\w+)(?:\.json)?$")
+RANK_FILE = re.compile(r"rank(\d+)\.a(\d+)\.(\w+)(?:\.jsonl?)?$")
 
 
 def write_json_atomic(path: Path, data) -> None:
@@ -47,6 +47,26 @@ class RunDir:
     def journal_file(self, rank: int, attempt: int) -> Path:
         """A worker's event journal in a fault run: JSON lines, appended as events happen."""
         return self.ranks / f"rank{rank}.a{attempt}.journal.jsonl"
+
+    def journal_lines(self) -> list[dict]:
+        """Every journal line of every process, in time order, each with its file's rank and attempt."""
+        lines = []
+        if not self.ranks.is_dir():
+            return lines
+        for path in sorted(self.ranks.glob("rank*.a*.journal.jsonl")):
+            match = RANK_FILE.match(path.name)
+            try:
+                text = path.read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue  # a process killed mid-line
+                lines.append({**entry, "file_rank": int(match.group(1)), "attempt": int(match.group(2))})
+        lines.sort(key=lambda e: e["t"])
+        return lines
 
     def claim_attempt(self, rank: int, start: int) -> int:
         """The first attempt number from `start` whose log no process has taken yet, taken atomically.

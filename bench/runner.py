@@ -64,7 +64,8 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> dict:
     env = {**worker_environment(spec, tag=run_id), **backend.launch_env(spec)}
     poll_interval = 0.2
     if spec.task == "fault":
-        from bench.fault import FaultDriver, popen_joiner
+        from bench.fault import FaultDriver
+        from bench.supervisor import launch
 
         command, extra = backend.fault_launch(spec, rank_command, run_id, run_dir)
         env.update(extra, BENCH_FAULT_RUN="1")
@@ -73,7 +74,7 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> dict:
             joiner = backend.fault_join(spec, rank_command, run_id, run_dir)
             if joiner is None:
                 return {"joiner": "discovery"}
-            return popen_joiner(joiner, env, run_dir.path / "joiner.log")
+            return {"joiner_pid": launch(joiner, env, run_dir.path / "joiner.log").pid, "joiner_command": joiner}
 
         watcher = FaultDriver(spec, run_dir, start_joiner)
         poll_interval = 0.005  # the victim waits at its fault step for this poll to signal it

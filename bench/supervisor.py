@@ -107,15 +107,22 @@ def reap(tag: str, root_pid: int | None) -> tuple[list[dict], list[dict]]:
     return reaped, [_describe(p) for p in still]
 
 
+def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """Start one launcher of a run in a session of its own, its output appended to log_path. Its
+    processes carry env's run tag, so teardown finds them whoever started them: the run's launcher, or
+    one started while the run goes on (a scale-up's second torchrun agent)."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
 def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float,
               on_poll=None, poll_interval: float = 0.2) -> Outcome:
     """Run cmd in its own session until it exits, the deadline passes, or the user interrupts."""
     tag = env[TAG_VARIABLE]
     launched_at = time.time()
     deadline = time.monotonic() + timeout
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    proc = launch(cmd, env, log_path)
     ending, returncode = "exited", None
     try:
         while True:

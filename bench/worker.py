@@ -102,6 +102,39 @@ def step_delay_seconds(delay: dict, warmup_times: list[float], step, sync) -> fl
     return delay["fraction"] * sorted(warmup_times)[len(warmup_times) // 2]
 
 
+def join_group(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int):
+    """Set the threads, run the backend's rendezvous, record who this rank is:
+    (backend, rank info, init start, init end)."""
+    import torch
+
+    torch.set_num_threads(spec.threads)
+    backend = get_backend(spec.backend)
+    t_init_start = time.time()
+    info = backend.init(spec)  # rendezvous and process-group set-up
+    t_init_end = time.time()
+    run_dir.write(file_rank, attempt, "joined", {**info.to_dict(), "pid": os.getpid(), "time": t_init_end})
+    return backend, info, t_init_start, t_init_end
+
+
+def build_model(spec: RunSpec, device):
+    """The workload's model and SGD optimizer, with the same initial parameters in every process of every
+    backend (first or replacement)."""
+    import torch
+
+    from workloads import WORKLOADS
+
+    torch.manual_seed(spec.seed)
+    model = WORKLOADS[spec.workload].build(spec.num_classes, spec.image_size).to(device)
+    return model, torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+
+
+def save_params(model, path) -> None:
+    """A model's parameters on the CPU, for equivalence checks (--save-params)."""
+    import torch
+
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
+
+
 def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_process_start: float) -> dict:
     """Run the measured loop; file_rank is the rank the launcher gave (names this rank's files)."""
     import torch
@@ -110,12 +143,7 @@ def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_proces
     from workloads import WORKLOADS
     from workloads.data import open_batches
 
-    torch.set_num_threads(spec.threads)
-    backend = get_backend(spec.backend)
-    t_init_start = time.time()
-    info = backend.init(spec)  # rendezvous and process-group set-up
-    t_init_end = time.time()
-    run_dir.write(file_rank, attempt, "joined", {**info.to_dict(), "pid": os.getpid(), "time": t_init_end})
+    backend, info, t_init_start, t_init_end = join_group(spec, run_dir, file_rank, attempt)
     affinity = bind_cpus(spec, info.local_rank)
     cuda = spec.device == "cuda"
     device = torch.device("cuda", info.local_rank) if cuda else torch.device("cpu")
@@ -137,10 +165,8 @@ def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_proces
 
         return other_result(comm_rows=run_sweep(spec, backend, info, device, sync))
 
-    torch.manual_seed(spec.seed)  # identical initial parameters on every rank and every backend
     workload = WORKLOADS[spec.workload]
-    model = workload.build(spec.num_classes, spec.image_size).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+    model, optimizer = build_model(spec, device)
     model, optimizer = backend.wrap(model, optimizer, spec)
     batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
                            image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
@@ -190,8 +216,7 @@ def train(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_proces
         checksum = float(sum(p.sum() for p in params))
         abs_checksum = float(sum(p.abs().sum() for p in params))
     if spec.save_params:
-        state = {k: v.detach().cpu() for k, v in plain.state_dict().items()}
-        torch.save(state, run_dir.ranks / f"rank{file_rank}.a{attempt}.params.pt")
+        save_params(plain, run_dir.ranks / f"rank{file_rank}.a{attempt}.params.pt")
 
     result = {
         "rank_info": info.to_dict(),
@@ -249,17 +274,14 @@ class FaultContext:
     def batch(self, step: int, rank: int):
         """The batch of step `step` for rank `rank`: the same after any restart or rank change."""
         from workloads import WORKLOADS
-        from workloads.data import SYNTHETIC_BATCHES, open_batches
+        from workloads.data import SyntheticBatches
 
         if rank not in self._batches:
             spec = self.spec
-            self._batches[rank] = open_batches(
-                "synthetic", batch=spec.batch_size, channels=WORKLOADS[spec.workload].channels,
-                image=spec.image_size, classes=spec.num_classes, seed=spec.seed, rank=rank, world=1,
-                device=self.device)
-        source = self._batches[rank]
-        i = step % SYNTHETIC_BATCHES
-        return source.x[i], source.y[i]
+            self._batches[rank] = SyntheticBatches(
+                batch=spec.batch_size, channels=WORKLOADS[spec.workload].channels, image=spec.image_size,
+                classes=spec.num_classes, seed=spec.seed, rank=rank, device=self.device)
+        return self._batches[rank].at(step)
 
     def train_step(self, model, optimizer, step: int, rank: int):
         """Step number `step` (0-based) on this rank, with the fault point before it."""
@@ -285,10 +307,7 @@ class FaultContext:
         self.journal.write("resumed", step=step, rank=rank, size=size, local_rank=local_rank,
                            restart_count=restart_count, pid=os.getpid(), host=self.host, checksum=self.checksum())
         if self.spec.save_params and step > 0:
-            import torch
-
-            torch.save({k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-                       self.run_dir.path / f"resumed-step{step}-pid{os.getpid()}.params.pt")
+            save_params(self.model, self.run_dir.path / f"resumed-step{step}-pid{os.getpid()}.params.pt")
 
     def stepped(self, step: int, rank: int, size: int) -> None:
         self.journal.write("step", step=step, rank=rank, size=size)
@@ -303,19 +322,11 @@ def train_through_faults(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt
     import torch
 
     from bench.fault import Journal
-    from workloads import WORKLOADS
 
-    torch.set_num_threads(spec.threads)
     journal = Journal(run_dir.journal_file(file_rank, attempt))
     journal.write("start", pid=os.getpid())
-    backend = get_backend(spec.backend)
-    t_init_start = time.time()
-    info = backend.init(spec)
-    t_init_end = time.time()
-    run_dir.write(file_rank, attempt, "joined", {**info.to_dict(), "pid": os.getpid(), "time": t_init_end})
-    torch.manual_seed(spec.seed)  # the same initial parameters in every process, first or replacement
-    model = WORKLOADS[spec.workload].build(spec.num_classes, spec.image_size)
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+    backend, info, t_init_start, t_init_end = join_group(spec, run_dir, file_rank, attempt)
+    model, optimizer = build_model(spec, torch.device("cpu"))
     ctx = FaultContext(spec, run_dir, journal, info, model, optimizer, torch.device("cpu"))
     final_step = backend.run_elastic(ctx)
     journal.write("finished", step=final_step)
@@ -323,8 +334,7 @@ def train_through_faults(spec: RunSpec, run_dir: RunDir, file_rank: int, attempt
               "times": {"process_start": t_process_start, "init_start": t_init_start, "init_end": t_init_end,
                         "end": time.time()}, "peak_rss_bytes": peak_rss_bytes()}
     if spec.save_params:
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()},
-                   run_dir.ranks / f"rank{file_rank}.a{attempt}.params.pt")
+        save_params(model, run_dir.ranks / f"rank{file_rank}.a{attempt}.params.pt")
     backend.shutdown()
     return result
 

@@ -25,20 +25,19 @@ def assert_resumed_params_are_two_worker_sgd(record, steps, processes):
     """Independent check: `steps` steps of 2-worker synchronous SGD are `steps` steps on both ranks'
     batches at once (the two gradients of equal batches are averaged), computed here in one process."""
     from workloads import WORKLOADS
-    from workloads.data import SYNTHETIC_BATCHES, open_batches
+    from workloads.data import SyntheticBatches
 
     spec = record["spec"]
     torch.manual_seed(spec["seed"])
     model = WORKLOADS["mnist_mlp"].build(spec["num_classes"], spec["image_size"])
     opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"])
-    data = [open_batches("synthetic", batch=spec["batch_size"], channels=1, image=spec["image_size"],
-                         classes=spec["num_classes"], seed=spec["seed"], rank=r, world=1, device="cpu")
+    data = [SyntheticBatches(batch=spec["batch_size"], channels=1, image=spec["image_size"],
+                             classes=spec["num_classes"], seed=spec["seed"], rank=r, device="cpu")
             for r in (0, 1)]
     loss_fn = torch.nn.CrossEntropyLoss()
     for step in range(steps):
-        i = step % SYNTHETIC_BATCHES
-        x = torch.cat([d.x[i] for d in data])
-        y = torch.cat([d.y[i] for d in data])
+        x = torch.cat([d.at(step)[0] for d in data])
+        y = torch.cat([d.at(step)[1] for d in data])
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()

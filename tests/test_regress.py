@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bench.gate import HOT_PATH_TESTS, run_hot_paths
+from bench.gate import run_hot_paths
 from bench.store import Store
 from conftest import bench
 
@@ -86,4 +86,3 @@ def test_hot_paths_fail_against_a_much_faster_baseline(tmp_path):
         path = tmp_path / f"hot-{factor}.json"
         path.write_text(json.dumps(scaled))
         assert (run_hot_paths(compare_with=path) != 0) == expect_fail, factor
-    assert HOT_PATH_TESTS.is_dir()

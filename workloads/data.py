@@ -140,6 +140,11 @@ class SyntheticBatches:
         self.i = (i + 1) % SYNTHETIC_BATCHES
         return self.x[i], self.y[i]
 
+    def at(self, step: int):
+        """The batch step number `step` (0-based) draws: the same after any restart."""
+        i = step % SYNTHETIC_BATCHES
+        return self.x[i], self.y[i]
+
 
 class ShardedBatches:
     """Epochs over an in-memory uint8 data set, sharded by rank, converted per batch on the device."""

@@ -197,8 +197,9 @@ class HorovodBackend(Backend):
     # Horovod blacklists the whole host of a failed worker, so a kill needs the survivors on the other
     # "host". Workers learn of new hosts only at a commit, and the discovery script runs once a second.
     def fault_problem(self, scenario, world_size):
-        if self.unavailable_reason("cpu"):
-            return self.unavailable_reason("cpu")
+        problem = self.unavailable_reason("cpu")
+        if problem:
+            return problem
         if scenario == "kill" and world_size < 2:
             return "a Horovod kill needs --nproc 2 or more: the survivors must be on the other host"
         return None
