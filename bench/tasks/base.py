@@ -1,0 +1,96 @@
+"""The task plug-in interface: one kind of run, end to end.
+
+Parent side: `describe` (the line printed before a run), `launch` (the command, extra environment and
+the watcher the supervisor polls), `before_launch` (anything measured in the parent just before, such as
+a communication ceiling), `conclude` (status, error, metrics and rank map from the run directory).
+Child side: `run_rank` (what one process of the run does; bench.worker calls it).
+Views: `case` (what ran, in words), `one_line`, `summary_lines`, `list_figure` (terminal), `frame_columns`
+(the columns `bench list`, `--where` and the report filter on), `gate_figures` (what the regression gate
+compares), `report_part` (the report's sections for this task's runs).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Launch:
+    """How the parent starts a run: the command, extra environment, what the supervisor polls
+    (a progress printer, a fault driver; it may end the run by returning an ending), how often, and
+    what was decided at launch time (kept in the record's `launch`, never written into the spec)."""
+
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    watcher: Callable[[], str | None] | None = None
+    poll_interval: float = 0.2
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Conclusion:
+    """What a task makes of a finished run."""
+
+    status: str
+    error: object | None  # bench.records.RunError
+    metrics: object | None  # the task's metrics_type
+    rank_map: list
+    events: list[dict] = field(default_factory=list)
+
+
+class Task:
+    name = ""
+    label = ""  # what a run of this task is called: "training", "communication sweep", "fault injection"
+    metrics_type: type = object
+    columns: tuple[str, ...] = ()  # frame_columns' names, declared so that every frame has them all
+
+    # ------------------------------------------------------------ parent side
+    def describe(self, spec) -> str:
+        raise NotImplementedError
+
+    def before_launch(self, spec) -> dict | None:
+        return None
+
+    def launch(self, spec, backend, rank_command: list[str], run_id: str, run_dir, env: dict,
+               show_progress: bool) -> Launch:
+        return Launch(command=backend.launcher.command(spec, rank_command, run_id))
+
+    def conclude(self, spec, run_dir, outcome, before: dict | None) -> Conclusion:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ child side
+    def run_rank(self, spec, run_dir, file_rank: int, attempt: int, t_process_start: float):
+        """What one process does; returns its bench.records.RankResult."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ views
+    def case(self, spec) -> str:
+        """What ran, in a few words (a workload's name; "communication sweep"; the fault)."""
+        return self.label
+
+    def one_line(self, record) -> str:
+        raise NotImplementedError
+
+    def summary_lines(self, record) -> list[str]:
+        return [f"status: {record.status}"] + ([f"error: {record.error.message}"] if record.error else [])
+
+    def list_figure(self, record) -> str:
+        """The result column of `bench list`."""
+        return "-"
+
+    def frame_columns(self, record) -> dict:
+        return {}
+
+    def gate_figures(self, records: list, all_records: list) -> tuple[dict, dict]:
+        """(figures, cases with no ok run) that the regression gate compares (bench.gate)."""
+        return {}, {}
+
+    report_module: str | None = None  # the module holding this task's report view
+
+    def report_part(self, frame, context):
+        """This task's contribution to the report (bench.sections.ReportPart), from the frame of its runs."""
+        if self.report_module is None:
+            return None
+        return importlib.import_module(self.report_module).report_part(frame, context)
