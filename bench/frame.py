@@ -1,48 +1,57 @@
-"""Records as a pandas DataFrame, and the figures computed across runs (scaling efficiency)."""
+"""Records as a pandas DataFrame (one row per run), and the figures computed across runs (scaling
+efficiency). The columns every run has are spelled here; each task adds its own (Task.columns)."""
 
 from __future__ import annotations
 
-FRAME_COLUMNS = ["run_id", "created_at", "status", "task", "backend", "workload", "world_size", "device",
-                 "batch_size", "backward_passes", "global_batch", "threads", "data", "image_size", "sweep_id",
-                 "throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s",
-                 "startup_s", "rendezvous_s", "peak_rss_mb", "error", "record"]
-# Runs are comparable only when these conditions are equal (DESIGN, "Fairness"); world size varies.
+GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
+                   "batch_size", "backward_passes", "global_batch", "threads", "data", "image_size", "sweep_id",
+                   "repeat", "error", "record"]
+# Runs are comparable only when these conditions are equal (docs/method.md, "Fairness"); world size varies.
 CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "data", "image_size"]
 
 
-def record_row(rec: dict) -> dict:
-    spec, metrics = rec["spec"], rec.get("metrics") or {}
-    thr = metrics.get("throughput") or {}
-    startup = metrics.get("startup") or {}
-    rss = metrics.get("peak_rss_bytes_max")
-    return {
-        "run_id": rec["run_id"], "created_at": rec["created_at"], "status": rec["status"],
-        "task": spec.get("task", "train"),
-        "backend": spec["backend"], "workload": spec["workload"], "world_size": spec["world_size"],
-        "device": spec["device"], "batch_size": spec["batch_size"],
-        "backward_passes": spec.get("backward_passes", 1),
-        "global_batch": spec["batch_size"] * spec.get("backward_passes", 1) * spec["world_size"],
-        "threads": spec["threads"],
-        "data": spec["data"], "image_size": spec["image_size"], "sweep_id": spec.get("sweep_id"),
-        "throughput": thr.get("mean"), "ci_low": thr.get("ci_low"), "ci_high": thr.get("ci_high"),
-        "rel_stdev": thr.get("rel_stdev"), "unstable": thr.get("unstable"),
-        "step_time_s": (metrics.get("step_time_s") or {}).get("mean"),
-        "startup_s": startup.get("launch_to_first_step_s"), "rendezvous_s": startup.get("rendezvous_s"),
-        "peak_rss_mb": rss / 2**20 if rss else None,
-        "error": (rec.get("error") or {}).get("message"), "record": rec,
+def frame_columns() -> list[str]:
+    from bench.tasks import all_tasks
+
+    extra = [c for task in all_tasks() for c in task.columns]
+    return GENERIC_COLUMNS[:-1] + list(dict.fromkeys(c for c in extra if c not in GENERIC_COLUMNS)) + ["record"]
+
+
+def record_row(rec) -> dict:
+    """The frame row of one RunRecord: what every run has, then what its task adds."""
+    spec = rec.spec
+    row = {
+        "run_id": rec.run_id, "created_at": rec.created_at, "status": rec.status, "task": spec.task,
+        "case": rec.task.case(spec), "backend": spec.backend, "workload": spec.workload,
+        "world_size": spec.world_size, "device": spec.device, "batch_size": spec.batch_size,
+        "backward_passes": spec.backward_passes, "global_batch": spec.global_batch, "threads": spec.threads,
+        "data": spec.data, "image_size": spec.image_size, "sweep_id": spec.sweep_id, "repeat": spec.repeat,
+        "error": rec.error.message if rec.error else None, "record": rec,
     }
+    row.update(rec.task.frame_columns(rec))
+    return row
 
 
-def records_to_frame(records: list[dict]):
+def records_to_frame(records: list):
     import pandas as pd
 
-    frame = pd.DataFrame([record_row(r) for r in records], columns=FRAME_COLUMNS)
+    frame = pd.DataFrame([record_row(r) for r in records], columns=frame_columns())
     frame["created_at"] = pd.to_datetime(frame["created_at"], unit="s", utc=True)
     return frame
 
 
+def load_frame(store):
+    """Every run of a store as a frame."""
+    return records_to_frame(store.records())
+
+
+def of_task(frame, task: str):
+    """The rows of one task's runs (the report hands each task its own)."""
+    return frame[frame["task"] == task]
+
+
 def with_efficiency(frame, baseline_backend: str | None = None):
-    """Add weak-scaling efficiency columns to the ok runs.
+    """Add weak-scaling efficiency columns to the ok runs that have a throughput.
 
     efficiency = thr(N) / (N x thr(1)), thr(1) the latest ok run of the same backend at world size 1
     under the same conditions; efficiency_vs_plain uses the plain single-process loop instead.
@@ -52,7 +61,7 @@ def with_efficiency(frame, baseline_backend: str | None = None):
     from bench.backends import BASELINE
 
     baseline_backend = baseline_backend or BASELINE
-    ok = frame[(frame["status"] == "ok") & (frame["task"] == "train")].copy()
+    ok = frame[(frame["status"] == "ok") & frame["throughput"].notna()].copy()
     ok["efficiency"] = float("nan")
     ok["efficiency_vs_plain"] = float("nan")
     if ok.empty:

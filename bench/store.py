@@ -12,8 +12,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from bench import SCHEMA_VERSION
 from bench.errors import StoreError
+from bench.records import SCHEMA_VERSION, RecordError, RunRecord
 
 DEFAULT_STORE = Path("results") / "bench.sqlite"
 COLUMNS = ("run_id", "created_at", "status", "backend", "workload", "world_size", "device",
@@ -68,6 +68,10 @@ class Store:
             conn.close()
             raise StoreError(f"results store {self.path} has schema {version}, newer than this bench "
                              f"({SCHEMA_VERSION}); update bench or pass --store with another path")
+        if create and version < SCHEMA_VERSION and "runs" in tables:
+            # older records stay as written (each carries its version and is upgraded when read); the
+            # store's version says which bench may add to it, so an older bench refuses a newer record
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         if "runs" not in tables:
             if tables:
                 conn.close()
@@ -81,12 +85,11 @@ class Store:
         """Where a run's raw files (spec, logs, per-rank files) are kept, beside the store."""
         return self.path.parent / "runs" / run_id
 
-    def save(self, record: dict) -> None:
-        spec = record["spec"]
-        metrics = record.get("metrics") or {}
-        row = (record["run_id"], record["created_at"], record["status"], spec["backend"], spec["workload"],
-               spec["world_size"], spec["device"], spec["batch_size"], spec.get("sweep_id"),
-               (metrics.get("throughput") or {}).get("mean"), json.dumps(record))
+    def save(self, record: RunRecord) -> None:
+        spec = record.spec
+        row = (record.run_id, record.created_at, record.status, spec.backend, spec.workload, spec.world_size,
+               spec.device, spec.batch_size, spec.sweep_id, record.task.frame_columns(record).get("throughput"),
+               json.dumps(record.to_dict()))
         conn = self._connect(create=True)
         try:
             with conn:
@@ -97,8 +100,8 @@ class Store:
         finally:
             conn.close()
 
-    def records(self) -> list[dict]:
-        """Every stored record, oldest first."""
+    def records(self) -> list[RunRecord]:
+        """Every stored record, oldest first, upgraded to the current schema (bench.records)."""
         conn = self._connect(create=False)
         try:
             rows = conn.execute("SELECT run_id, record FROM runs ORDER BY created_at").fetchall()
@@ -109,13 +112,8 @@ class Store:
         records = []
         for run_id, text in rows:
             try:
-                records.append(json.loads(text))
-            except ValueError:
-                raise self._unreadable(f"the record of run {run_id} is not valid JSON") from None
+                records.append(RunRecord.from_dict(json.loads(text)))
+            except ValueError as exc:  # RecordError is a ValueError too
+                why = exc if isinstance(exc, RecordError) else "not valid JSON"
+                raise self._unreadable(f"the record of run {run_id} is unreadable: {why}") from None
         return records
-
-    def load(self):
-        """All runs as a pandas DataFrame, one row per run (see bench.frame)."""
-        from bench.frame import records_to_frame
-
-        return records_to_frame(self.records())

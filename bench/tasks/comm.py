@@ -42,6 +42,14 @@ class CommTask(Task):
     label = "communication sweep"
     metrics_type = CommMetrics
     report_module = "bench.tasks.comm_report"
+    columns = ("rendezvous_s", "peak_rss_mb", "dtype")
+
+    def frame_columns(self, record) -> dict:
+        out = {"dtype": record.spec.comm["dtype"]}
+        if record.metrics is not None:
+            out.update(rendezvous_s=record.metrics.startup.rendezvous_s,
+                       peak_rss_mb=record.metrics.peak_rss_bytes_max / 2**20)
+        return out
 
 
 TASK = CommTask()

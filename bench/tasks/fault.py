@@ -46,6 +46,17 @@ class FaultTask(Task):
     label = "fault injection"
     metrics_type = FaultMetrics
     report_module = "bench.tasks.fault_report"
+    columns = ("recovery_s", "detection_s")
+
+    def case(self, spec) -> str:
+        f = spec.fault
+        what = (f"SIG{f['signal']} to 1 of {spec.world_size} workers" if f["scenario"] == "kill"
+                else f"a worker joins {spec.world_size} running")
+        return f"{spec.workload}: {what}, checkpoint/commit every {f['checkpoint_every']} steps"
+
+    def frame_columns(self, record) -> dict:
+        m = record.metrics
+        return {} if m is None else {"recovery_s": m.recovery_s, "detection_s": m.detection_s}
 
 
 TASK = FaultTask()

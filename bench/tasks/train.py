@@ -41,6 +41,20 @@ class TrainTask(Task):
     label = "training"
     metrics_type = TrainMetrics
     report_module = "bench.tasks.train_report"
+    columns = ("throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s", "startup_s",
+               "rendezvous_s", "peak_rss_mb")
+
+    def case(self, spec) -> str:
+        return spec.workload
+
+    def frame_columns(self, record) -> dict:
+        m = record.metrics
+        if m is None:
+            return {}
+        return {"throughput": m.throughput.mean, "ci_low": m.throughput.ci_low, "ci_high": m.throughput.ci_high,
+                "rel_stdev": m.throughput.rel_stdev, "unstable": m.throughput.unstable,
+                "step_time_s": m.step_time_s.mean, "startup_s": m.startup.launch_to_first_step_s,
+                "rendezvous_s": m.startup.rendezvous_s, "peak_rss_mb": m.peak_rss_bytes_max / 2**20}
 
 
 TASK = TrainTask()
