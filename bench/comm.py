@@ -16,6 +16,9 @@ import re
 import time
 
 DTYPES = ("float32", "float16", "bfloat16")
+# Defaults of a sweep (`bench allreduce`; `bench sweep` runs a short one up to sweep_max_bytes).
+COMM_DEFAULTS = dict(min_bytes="4", max_bytes="64M", sweep_max_bytes="1M", dtype="float32", ops="allreduce",
+                     warmup_iters=5, iters=20)
 ELEMENT_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NCCL_TYPE_NAME = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
 GB = 1e9
@@ -36,6 +39,11 @@ OPS = {
                          False),
     "broadcast": Op("broadcast", "none", lambda n: 1.0, lambda c, n: c, lambda c, n: c, True),
 }
+
+
+def bus_factor(op: str, n: int) -> float:
+    """busbw / algbw for `op` over n ranks (nccl-tests' bus factor): 2(n-1)/n for allreduce."""
+    return OPS[op].factor(n)
 
 
 def parse_bytes(text: str) -> int:
@@ -60,6 +68,24 @@ def element_count(op: Op, size: int, dtype: str, n: int) -> int:
     if op.name in ("allgather", "reduce_scatter"):
         count -= count % n
     return count
+
+
+def sweep_plan(comm: dict, n: int) -> list[tuple[str, int, int]]:
+    """(op, size in bytes, element count) of every step of a sweep at world size n, in order."""
+    plan = []
+    for op_name in comm["ops"]:
+        op = OPS[op_name]
+        for size in sweep_sizes(comm["min_bytes"], comm["max_bytes"]):
+            count = element_count(op, size, comm["dtype"], n)
+            if count and op.in_count(count, n):
+                plan.append((op_name, size, count))
+    return plan
+
+
+def ops_per_size(comm: dict) -> int:
+    """Collective calls each rank makes per (op, size): warm-up, timed, and the one checked op. A process
+    that serves the workers' collectives (a parameter server) must take part in exactly as many."""
+    return comm["warmup_iters"] + comm["iters"] + 1
 
 
 # ---------------------------------------------------------------- worker side
@@ -90,41 +116,38 @@ def timed_chunks(iters: int, chunks: int = 5) -> list[int]:
     return [iters // chunks + (1 if i < iters % chunks else 0) for i in range(chunks)]
 
 
-def run_sweep(spec, backend, info, device, sync) -> list[dict]:
-    """Every (op, size) of spec.comm on this rank: #wrong and the mean time per op."""
+def run_sweep(spec, group, info, device, sync) -> list[dict]:
+    """Every (op, size) of spec.comm on this rank (group: the backend's ProcessGroup): #wrong and the
+    mean time per op. Each size makes ops_per_size(spec.comm) calls."""
     import torch
 
     comm = spec.comm
     dtype = getattr(torch, comm["dtype"])
     n, rows = info.world_size, []
-    for op_name in comm["ops"]:
+    for op_name, _size, count in sweep_plan(comm, n):
         op = OPS[op_name]
-        for size in sweep_sizes(comm["min_bytes"], comm["max_bytes"]):
-            count = element_count(op, size, comm["dtype"], n)
-            if count == 0 or op.in_count(count, n) == 0:
-                continue
-            # As nccl-tests: time first, on fresh buffers, then check one op on known data.
-            inp = torch.zeros(op.in_count(count, n), dtype=dtype, device=device)
-            out = inp if op.in_place else torch.zeros(op.out_count(count, n), dtype=dtype, device=device)
-            for _ in range(comm["warmup_iters"]):
-                backend.run_op(op.name, inp, out)
-            backend.barrier()
+        # As nccl-tests: time first, on fresh buffers, then check one op on known data.
+        inp = torch.zeros(op.in_count(count, n), dtype=dtype, device=device)
+        out = inp if op.in_place else torch.zeros(op.out_count(count, n), dtype=dtype, device=device)
+        for _ in range(comm["warmup_iters"]):
+            group.run_op(op.name, inp, out)
+        group.barrier()
+        sync()
+        chunk_times = []  # per-op time of each timed chunk: the windows the regression gate resamples
+        t0 = time.perf_counter()
+        for chunk in timed_chunks(comm["iters"]):
+            t_chunk = time.perf_counter()
+            for _ in range(chunk):
+                group.run_op(op.name, inp, out)
             sync()
-            chunk_times = []  # per-op time of each timed chunk: the windows the regression gate resamples
-            t0 = time.perf_counter()
-            for chunk in timed_chunks(comm["iters"]):
-                t_chunk = time.perf_counter()
-                for _ in range(chunk):
-                    backend.run_op(op.name, inp, out)
-                sync()
-                chunk_times.append((time.perf_counter() - t_chunk) / chunk)
-            elapsed = time.perf_counter() - t0
-            inp.copy_(pattern(inp.numel(), info.rank, dtype).to(device))
-            result = backend.run_op(op.name, inp, out)
-            want = expected(op, count, info.rank, n, dtype).to(device)
-            wrong = int((result != want).sum().item()) if result.shape == want.shape else want.numel()
-            rows.append({"op": op.name, "size": count * ELEMENT_SIZE[comm["dtype"]], "count": count,
-                         "time_s": elapsed / comm["iters"], "chunk_times_s": chunk_times, "wrong": wrong})
+            chunk_times.append((time.perf_counter() - t_chunk) / chunk)
+        elapsed = time.perf_counter() - t0
+        inp.copy_(pattern(inp.numel(), info.rank, dtype).to(device))
+        result = group.run_op(op.name, inp, out)
+        want = expected(op, count, info.rank, n, dtype).to(device)
+        wrong = int((result != want).sum().item()) if result.shape == want.shape else want.numel()
+        rows.append({"op": op.name, "size": count * ELEMENT_SIZE[comm["dtype"]], "count": count,
+                     "time_s": elapsed / comm["iters"], "chunk_times_s": chunk_times, "wrong": wrong})
     return rows
 
 
@@ -175,17 +198,19 @@ def average_busbw(rows: list[dict], op: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def format_table(rows: list[dict], ceiling: dict | None = None) -> str:
-    """nccl-tests' table: size, count, type, redop, time, algbw, busbw, #wrong; then the average busbw."""
+def format_table(rows: list, ceiling: dict | None = None) -> str:
+    """nccl-tests' table of a run's rows (bench.tasks.comm.CommRow): size, count, type, redop, time, algbw,
+    busbw, #wrong; then the average busbw."""
     lines = []
-    for op in dict.fromkeys(r["op"] for r in rows):
+    for op in dict.fromkeys(r.op for r in rows):
+        mine = [r for r in rows if r.op == op]
         lines += [f"# {op}",
                   "#       size         count      type   redop     time   algbw   busbw  #wrong",
                   "#        (B)    (elements)                       (us)  (GB/s)  (GB/s)"]
-        for r in (r for r in rows if r["op"] == op):
-            lines.append(f"{r['size']:12d}  {r['count']:12d}  {NCCL_TYPE_NAME[r['type']]:>8}  {r['redop']:>6}"
-                         f"  {r['time_us']:7.1f}  {r['algbw_gbps']:6.2f}  {r['busbw_gbps']:6.2f}  {r['wrong']:6d}")
-        lines.append(f"# Avg bus bandwidth    : {average_busbw(rows, op):.4f}")
+        for r in mine:
+            lines.append(f"{r.size:12d}  {r.count:12d}  {NCCL_TYPE_NAME[r.type]:>8}  {r.redop:>6}"
+                         f"  {r.time_us:7.1f}  {r.algbw_gbps:6.2f}  {r.busbw_gbps:6.2f}  {r.wrong:6d}")
+        lines.append(f"# Avg bus bandwidth    : {sum(r.busbw_gbps for r in mine) / len(mine):.4f}")
         lines.append("#")
     if ceiling:
         lines.append(f"# machine ceiling: {ceiling['limit_name']} {ceiling['limit_gbps']:.2f} GB/s "
@@ -255,12 +280,3 @@ def measure_ceiling(device: str) -> dict:
     memcpy, loopback = copy_bandwidth("cpu"), max(loopback_bandwidth(128 * 2**20) for _ in range(3))
     return {"measured_gbps": {"memory_copy": memcpy, "loopback_tcp": loopback},
             "limit_name": "loopback TCP", "limit_gbps": loopback}
-
-
-def attach_ceiling(record: dict, ceiling: dict) -> None:
-    """Store the measured limit with the run, and each row's busbw as a fraction of it."""
-    record.setdefault("metrics", None)
-    if record["metrics"] is not None:
-        record["metrics"]["comm"]["ceiling"] = ceiling
-    for row in record.get("allreduce") or []:
-        row["busbw_fraction_of_limit"] = row["busbw_gbps"] / ceiling["limit_gbps"]

@@ -1,9 +1,9 @@
 """The regression gate: compare a current set of runs with a baseline, metric by metric.
 
-Method (README, "Regression gate"):
+Method (docs/method.md, "Regression gate"):
 - The unit of replication is the launch. Windows of one launch agree with each other far more
-  closely than two launches of the same case do (on the 2-core machine this was written on: about 3%
-  against 6% standard deviation), so a test on windows alone would call launch-to-launch drift a
+  closely than two launches of the same case do (on the 2-core machine of the committed baseline: a
+  median 2.7% standard deviation within a launch, 5.1% between launches), so a test on windows alone would call launch-to-launch drift a
   change. Each case is therefore run several times (`bench sweep --repeats R`, rounds interleaved);
   a run contributes one value, the mean of its windows (a communication run: the mean busbw of the
   timed chunks at its largest message over the limit measured in that run). A case with a single
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import UsageError
+from bench.records import RecordError, RunRecord
 
 BASELINE_FORMAT = "elastic-vs-horovod-bench baseline"
 BASELINE_VERSION = 1
@@ -58,13 +59,6 @@ RULES = {
 # fastest of many rounds (the one least disturbed by other work on a shared machine), and a wide margin:
 # what it must catch is a hot path grown by a multiple (a file write per step), not a few percent.
 HOT_PATH_FAIL = ("min:75%",)
-# The fixed regression matrix, as `bench sweep` arguments: both workloads at their CPU size, world
-# sizes 1 and 2, every compared backend that can run here, the plain loop, an allreduce sweep up to a
-# bandwidth-bound message; each case REGRESS_REPEATS times (a baseline: BASELINE_REPEATS).
-REGRESS_SWEEP = ("--nproc", "2", "--world-sizes", "1,2", "--workload", "mnist_mlp,resnet18", "--windows", "4",
-                 "--max-bytes", "16M")
-REGRESS_REPEATS = 3
-BASELINE_REPEATS = 5
 HOT_PATH_TESTS = Path(__file__).resolve().parent.parent / "tests" / "benchmarks"
 # Machine facts that must agree for absolute figures to travel.
 MACHINE_KEYS = ("cpu_model", "cpu_count", "cuda_devices")
@@ -105,80 +99,40 @@ class Figure:
 
 
 
-def _case(runs: list[dict], value) -> Case:
-    """One value per run; a lone run's windows when there is only one (a run-to-run spread is unknown)."""
+def case_of(runs: list, value) -> Case:
+    """One value per run; a lone run's windows when there is only one (a run-to-run spread is unknown).
+    `value(record, per_window)` gives a run's value, or its windows' values."""
     if len(runs) == 1:
-        samples = value(runs[0], per_window=True)
-        return Case(samples, "window", [runs[0]["run_id"]])
-    return Case([value(r, per_window=False) for r in runs], "run", [r["run_id"] for r in runs])
+        return Case(value(runs[0], per_window=True), "window", [runs[0].run_id])
+    return Case([value(r, per_window=False) for r in runs], "run", [r.run_id for r in runs])
 
 
-def _train_value(rec: dict, per_window: bool):
-    windows = rec["metrics"]["throughput"]["per_window"]
-    return windows if per_window else sum(windows) / len(windows)
+def group_runs(records: list, key) -> tuple[dict, dict]:
+    """(all runs per case, ok runs per case), oldest first; key(record) names a record's case."""
+    runs: dict = {}
+    for rec in sorted(records, key=lambda r: r.created_at):
+        runs.setdefault(key(rec), []).append(rec)
+    return runs, {k: [r for r in rs if r.status == "ok"] for k, rs in runs.items()}
 
 
-def _busbw_value(rec: dict, per_window: bool):
-    """Allreduce busbw of the largest message, per timed chunk, over the limit measured in that run."""
-    row = max((r for r in rec["allreduce"] if r["op"] == "allreduce"), key=lambda r: r["size"])
-    limit = rec["metrics"]["comm"]["ceiling"]["limit_gbps"]
-    chunks = [row["busbw_gbps"] * row["time_us"] / t / limit for t in row["window_time_us"]]
-    return chunks if per_window else sum(chunks) / len(chunks)
+def not_ok_entry(runs: list) -> dict:
+    """How a case none of whose runs succeeded ended (its last run)."""
+    return {"status": runs[-1].status, "run_id": runs[-1].run_id}
 
 
-def _has_busbw(rec: dict) -> bool:
-    rows = [r for r in rec.get("allreduce") or [] if r["op"] == "allreduce" and r.get("window_time_us")]
-    return bool(rows) and bool(((rec.get("metrics") or {}).get("comm") or {}).get("ceiling"))
-
-
-def figures(records: list[dict]) -> tuple[dict[str, Figure], dict[str, dict]]:
+def figures(records: list) -> tuple[dict[str, Figure], dict[str, dict]]:
     """The gated figures of one sweep's records, and the cases none of whose runs succeeded
-    (key -> {"status", "run_id"}). Every ok run of a case counts (repeats, and confirmation runs)."""
-    from bench.backends import BASELINE
-
-    runs: dict[tuple, list[dict]] = {}
-    for rec in sorted(records, key=lambda r: r["created_at"]):
-        spec = rec["spec"]
-        if spec.get("task", "train") == "train":
-            key = ("train", spec["backend"], spec["workload"], spec["world_size"])
-        elif spec.get("task") == "comm":
-            key = ("comm", spec["backend"], None, spec["world_size"])
-        else:
-            continue
-        runs.setdefault(key, []).append(rec)
-    ok = {k: [r for r in rs if r["status"] == "ok"] for k, rs in runs.items()}
+    (key -> {"status", "run_id"}). Every ok run of a case counts (repeats, and confirmation runs).
+    Each kind of run says what it contributes (Task.gate_figures)."""
+    by_task: dict = {}
+    for rec in records:
+        by_task.setdefault(rec.spec.task, []).append(rec)
     out: dict[str, Figure] = {}
     not_ok: dict[str, dict] = {}
-
-    def failed(key, rs):
-        last = rs[-1]
-        not_ok[key] = {"status": last["status"], "run_id": last["run_id"]}
-
-    for (task, backend, workload, n), rs in sorted(runs.items(), key=lambda kv: str(kv[0])):
-        good = ok[(task, backend, workload, n)]
-        if task == "comm":
-            key = f"busbw_fraction {backend} n={n}"
-            good = [r for r in good if _has_busbw(r)]
-            if not good:
-                failed(key, rs)
-            else:
-                out[key] = Figure(key, "busbw_fraction", [_case(good, _busbw_value)], [1])
-            continue
-        where = f"{backend} {workload} n={n}"
-        if not good:
-            for kind in ("throughput", "vs_plain", "efficiency"):
-                failed(f"{kind} {where}", rs)
-            continue
-        mine = _case(good, _train_value)
-        out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], [1])
-        plain = ok.get(("train", BASELINE, workload, 1))
-        if backend != BASELINE and plain:
-            out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, _case(plain, _train_value)],
-                                              [1, -1], scale=n)
-        one = ok.get(("train", backend, workload, 1))
-        if n > 1 and one:
-            out[f"efficiency {where}"] = Figure(f"efficiency {where}", "efficiency", [mine, _case(one, _train_value)],
-                                                [1, -1], scale=n)
+    for name, recs in by_task.items():
+        figs, failed = recs[0].task.gate_figures(recs, records)
+        out.update(figs)
+        not_ok.update(failed)
     return out, not_ok
 
 
@@ -341,8 +295,8 @@ def format_aa(rows: list[dict], pairs: int) -> str:
 
 
 # ---------------------------------------------------------------- baseline files
-def machine_of(records: list[dict]) -> dict:
-    env = next((r.get("environment") for r in records if r.get("environment")), {}) or {}
+def machine_of(records: list) -> dict:
+    env = next((r.environment for r in records if r.environment), {}) or {}
     return {k: env.get(k) for k in ("hostname", "platform", "python", "cpu_model", "cpu_count", "memory_bytes",
                                     "torch", "cuda_devices")} | {"horovod": (env.get("packages") or {}).get("horovod"),
                                                                  "git": env.get("git")}
@@ -352,24 +306,24 @@ def same_kind(a: dict, b: dict) -> bool:
     return all(a.get(k) == b.get(k) for k in MACHINE_KEYS)
 
 
-def latest_sweep(records: list[dict], sweep_id: str | None = None) -> tuple[str | None, list[dict]]:
+def latest_sweep(records: list, sweep_id: str | None = None) -> tuple[str | None, list]:
     """The records of one sweep: the one named, else the most recent sweep."""
-    swept = [r for r in records if r["spec"].get("sweep_id")]
+    swept = [r for r in records if r.spec.sweep_id]
     if sweep_id is None:
         if not swept:
             return None, []
-        sweep_id = max(swept, key=lambda r: r["created_at"])["spec"]["sweep_id"]
-    return sweep_id, [r for r in swept if r["spec"]["sweep_id"] == sweep_id]
+        sweep_id = max(swept, key=lambda r: r.created_at).spec.sweep_id
+    return sweep_id, [r for r in swept if r.spec.sweep_id == sweep_id]
 
 
-def write_baseline(path: str | Path, records: list[dict], sweep_id: str | None, matrix: dict | None = None) -> Path:
+def write_baseline(path: str | Path, records: list, sweep_id: str | None, matrix=None) -> Path:
     from bench.rundir import write_json_atomic
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "created_at": time.time(),
                              "sweep_id": sweep_id, "machine": machine_of(records), "matrix": matrix,
-                             "records": records})
+                             "records": [r.to_dict() for r in records]})
     return path
 
 
@@ -388,12 +342,15 @@ def read_runs_file(path: str | Path, what: str) -> dict:
     if data.get("version") != BASELINE_VERSION:
         raise UsageError(f"{what} file {path} has version {data.get('version')}, this bench reads "
                          f"{BASELINE_VERSION}; {hint}")
-    for rec in data["records"]:
-        if not isinstance(rec, dict) or not {"spec", "status", "created_at", "run_id"} <= set(rec):
-            raise UsageError(f"{what} file {path} holds a malformed run record; {hint}")
     if not data["records"]:
         raise UsageError(f"{what} file {path} holds no runs; {hint}")
-    return data
+    records = []
+    for rec in data["records"]:
+        try:
+            records.append(RunRecord.from_dict(rec))
+        except (RecordError, UsageError, KeyError, TypeError) as exc:
+            raise UsageError(f"{what} file {path} holds a malformed run record ({exc}); {hint}") from None
+    return {**data, "records": records}
 
 
 # ---------------------------------------------------------------- the harness's own hot paths

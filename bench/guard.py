@@ -32,9 +32,10 @@ def _die_with_parent():
 
 def main(argv: list[str]) -> int:
     run_dir, backend = RunDir(argv[0]), get_backend(argv[1])
-    rank, attempt = backend.rank_identity(os.environ)
-    if os.environ.get("BENCH_FAULT_RUN"):
-        attempt = run_dir.claim_attempt(rank, attempt)
+    rank, attempt = backend.launcher.rank_identity(os.environ)
+    # A rank number may be reused by replacement processes their launcher does not number apart: each
+    # process claims files of its own.
+    attempt = run_dir.claim_attempt(rank, attempt)
     log_path = run_dir.rank_file(rank, attempt, "log")
     env = dict(os.environ, BENCH_RANK=str(rank), BENCH_ATTEMPT=str(attempt))
     received: list[str] = []

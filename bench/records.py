@@ -235,35 +235,26 @@ class RunRecord(Record):
 
 # ---------------------------------------------------------------- upgrades of stored records
 def _v1_to_v2(rec: dict) -> dict:
-    """Version 1 (before task plug-ins): metrics nested per task (`metrics.comm`, `metrics.fault`),
-    communication rows at the top level (`allreduce`), fault rank maps with `size` for `world_size`,
-    and specs written before `task`, `step_delay` and `repeat` existed."""
+    """Version 1 (before task plug-ins): specs written before `task`, `step_delay` and `repeat` existed,
+    metrics nested per task and communication rows at the top level (`allreduce`): each task moves its
+    own (Task.upgrade); rank map rows named the world size `size`."""
+    from bench.tasks import get_task
+
     rec = dict(rec)
     spec = dict(rec["spec"])
     spec.setdefault("task", "train")
-    spec.setdefault("step_delay", None)
-    spec.setdefault("repeat", 0)
-    spec.setdefault("fault", None)
-    spec.setdefault("comm", None)
+    for name, empty in (("step_delay", None), ("repeat", 0), ("fault", None), ("comm", None)):
+        spec.setdefault(name, empty)
     rec["spec"] = spec
-    rows = rec.pop("allreduce", None) or []
-    metrics = rec.get("metrics")
-    if metrics is not None and spec["task"] == "comm":
-        metrics = {**metrics.pop("comm"), **metrics, "rows": rows}
-    elif metrics is not None and spec["task"] == "fault":
-        metrics = dict(metrics["fault"])
-    rec["metrics"] = metrics
-    rec["rank_map"] = [_v1_rank_row(r) for r in rec.get("rank_map") or []]
-    if metrics is not None and spec["task"] == "fault":
-        for key in ("rank_map_before", "rank_map_after"):
-            if metrics.get(key) is not None:
-                metrics[key] = [_v1_rank_row(r) for r in metrics[key]]
+    rec["rank_map"] = [v1_rank_row(r) for r in rec.get("rank_map") or []]
+    rec = get_task(spec["task"]).upgrade(1, rec)
+    rec.pop("allreduce", None)
     rec.setdefault("launch", {})
     rec["schema_version"] = 2
     return rec
 
 
-def _v1_rank_row(row: dict) -> dict:
+def v1_rank_row(row: dict) -> dict:
     row = dict(row)
     if "size" in row:
         row["world_size"] = row.pop("size")

@@ -1,4 +1,5 @@
-"""The files of one run: spec, launcher log, and per-rank start/progress/result/exit files.
+"""The files of one run: spec, launcher log, per-rank start/progress/result/exit files, and the files
+a fault run or an elastic launcher keeps. Every file name of a run directory is spelled here.
 
 Every rank writes its own files (atomically), so the parent can tell after any ending, clean or not,
 how far each rank got and how it ended.
@@ -40,6 +41,72 @@ class RunDir:
     def launcher_log(self) -> Path:
         return self.path / "launcher.log"
 
+    @property
+    def joiner_log(self) -> Path:
+        """Output of a launcher started while the run goes on (a scale-up's second agent)."""
+        return self.path / "joiner.log"
+
+    @property
+    def fault_reached(self) -> Path:
+        """Written by the victim (or rank 0, for a join) when it reaches the fault step."""
+        return self.path / "fault-reached.json"
+
+    @property
+    def fault_fired(self) -> Path:
+        """Written by the parent when the signal is sent or the joiner started."""
+        return self.path / "fault-fired.json"
+
+    @property
+    def agent_events(self) -> Path:
+        """An elastic agent's own events and metrics, one JSON line each."""
+        return self.path / "agent-events.jsonl"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "checkpoint.pt"
+
+    @property
+    def hosts_file(self) -> Path:
+        """The hosts a discovery script reports (Horovod's elastic mode)."""
+        return self.path / "hosts.txt"
+
+    @property
+    def discovery_script(self) -> Path:
+        return self.path / "discover-hosts.sh"
+
+    def temporary(self, path: Path) -> Path:
+        """A name beside `path` for writing it aside before an atomic rename."""
+        return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+    def params_file(self, rank: int, attempt: int) -> Path:
+        """A process's final parameters (--save-params)."""
+        return self.ranks / f"rank{rank}.a{attempt}.params.pt"
+
+    def resumed_params_file(self, step: int, pid: int) -> Path:
+        """The parameters a process resumed from in a fault run (--save-params)."""
+        return self.path / f"resumed-step{step}-pid{pid}.params.pt"
+
+    def read_json(self, path: Path):
+        """A JSON file of this run, or None when it is absent or unreadable (a writer killed mid-way)."""
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def json_lines(self, path: Path) -> list[dict]:
+        """Every readable line of a JSON-lines file (a line cut short by a kill is skipped)."""
+        try:
+            text = path.read_text()
+        except OSError:
+            return []
+        out = []
+        for line in text.splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
     def rank_file(self, rank: int, attempt: int, kind: str) -> Path:
         suffix = ".log" if kind == "log" else ".json"
         return self.ranks / f"rank{rank}.a{attempt}.{kind}{suffix}"
@@ -55,15 +122,7 @@ class RunDir:
             return lines
         for path in sorted(self.ranks.glob("rank*.a*.journal.jsonl")):
             match = RANK_FILE.match(path.name)
-            try:
-                text = path.read_text()
-            except OSError:
-                continue
-            for line in text.splitlines():
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue  # a process killed mid-line
+            for entry in self.json_lines(path):
                 lines.append({**entry, "file_rank": int(match.group(1)), "attempt": int(match.group(2))})
         lines.sort(key=lambda e: e["t"])
         return lines

@@ -1,4 +1,4 @@
-"""Backend registry: name -> plug-in module holding BACKEND."""
+"""Backend registry: name -> plug-in module holding BACKEND (bench.backends.base.Backend)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,24 @@ import importlib
 
 from bench.errors import UsageError
 
-# The distributed backends a sweep compares, and the plain loop they are all measured against.
 BACKEND_MODULES = {
     "elastic": "bench.backends.elastic",
     "horovod": "bench.backends.horovod",
     "ps": "bench.backends.ps",
     "single": "bench.backends.single",
 }
-COMPARED = ("elastic", "horovod", "ps")
-BASELINE = "single"
+COMPARED = ("elastic", "horovod", "ps")  # what a sweep runs by default
+PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are reference points
+BASELINE = "single"  # the plain loop every backend is also measured against
+DEFAULT_BACKEND = "elastic"  # `bench run` and `bench fault` without --backend
 
 
 def get_backend(name: str):
     if name not in BACKEND_MODULES:
         raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_MODULES)}")
     return importlib.import_module(BACKEND_MODULES[name]).BACKEND
+
+
+def elastic_backends() -> list[str]:
+    """The backends with an elastic mode (what `bench fault` takes)."""
+    return [name for name in BACKEND_MODULES if get_backend(name).elastic is not None]

@@ -1,16 +1,20 @@
-"""The plug-in interface. A backend holds only what differs between backends.
+"""The backend plug-in interface, split along its real seams. A backend holds only what differs between
+backends; timing, records, statistics and reports never branch on its name.
 
-Launcher side (runs in the parent; must not import torch at module level): availability, the
-command line that starts the ranks, and how a rank reads its identity from its environment.
-Worker side (runs in each rank): init, wrap model and optimizer, barrier, shutdown.
-Timing, records, statistics and reports never branch on the backend's name.
+- `Launcher` (parent side; must not import torch at module level): the command that starts the ranks,
+  the environment it needs, and how a rank reads its identity from the environment it was started with.
+- `ProcessGroup` (worker side, one per process): join the group, wrap model and optimizer, barrier,
+  collectives, shutdown, and the loops of processes whose role is not "worker" (parameter servers).
+- `ElasticMode` (fault runs): start the run in the backend's elastic mode, start a joining worker, the
+  worker's elastic training loop, and what the launcher itself reports about a fault.
+- `Backend`: the name, options, limits and availability, with its launcher, process group and
+  elastic mode (None when it has none).
 """
 
 from __future__ import annotations
 
 import socket
-from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -28,36 +32,104 @@ class BackendOption:
         return "--" + self.name.replace("_", "-")
 
 
-@dataclass
-class RankInfo:
-    """One row of the rank map, as the launcher assigned it."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    group_rank: int  # node index (torchrun's GROUP_RANK, Horovod's cross rank)
-    role_rank: int
-    restart_count: int
-    host: str
-    role: str = "worker"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 def hostname() -> str:
     return socket.gethostname()
 
 
-class Backend(ABC):
+def rank_row(**fields):
+    """One row of the rank map, as the launcher assigned it (bench.records.RankRow)."""
+    from bench.records import RankRow
+
+    return RankRow(host=fields.pop("host", None) or hostname(), **fields)
+
+
+class Launcher:
+    """Parent side: how the ranks of a run are started."""
+
+    def command(self, spec, rank_command: list[str], run_id: str) -> list[str]:
+        """The full command that starts spec.processes copies of rank_command."""
+        raise NotImplementedError
+
+    def env(self, spec) -> dict[str, str]:
+        return {}
+
+    def rank_identity(self, env) -> tuple[int, int]:
+        """(global rank, attempt) of the rank started with this environment."""
+        raise NotImplementedError
+
+
+class ProcessGroup:
+    """Worker side: one instance in each process of a run."""
+
+    def init(self, spec):
+        """Join the group (rendezvous) and say who this process is: a bench.records.RankRow."""
+        raise NotImplementedError
+
+    def wrap(self, model, optimizer, spec):
+        return model, optimizer
+
+    def barrier(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def run_op(self, op: str, inp, out):
+        """Run one collective (bench.comm.OPS) and return the tensor holding its result."""
+        raise RuntimeError(f"this backend has no collective {op!r}")
+
+    def serve_training(self, spec, info, inject: dict | None) -> dict:
+        """The loop of a process whose role is not "worker" during training; returns its counters."""
+        raise RuntimeError(f"this backend has no role {info.role!r}")
+
+    def serve_sums(self, spec, info, plan: list[tuple[int, int]]) -> dict:
+        """The same process during a communication sweep: for each (element count, rounds) of the
+        workers' plan (bench.comm.sweep_plan), take part in that many allreduce ops."""
+        raise RuntimeError(f"this backend has no role {info.role!r}")
+
+
+class ElasticMode:
+    """A backend's elastic mode, as `bench fault` drives it."""
+
+    scenarios: tuple[str, ...] = ()  # fault scenarios it supports ("kill", "join")
+
+    def problem(self, scenario: str, world_size: int) -> str | None:
+        """None when this scenario can run at this world size, else why not."""
+        return None
+
+    def launch(self, spec, rank_command: list[str], run_id: str, run_dir) -> tuple[list[str], dict, dict]:
+        """(command, extra environment, launch info kept in the record) that starts spec.world_size workers."""
+        raise NotImplementedError
+
+    def join(self, spec, rank_command: list[str], run_id: str, run_dir, info: dict) -> list[str] | None:
+        """Scale-up: a command that starts the joining worker, or None when the backend was told another
+        way (a discovery script's answer changed)."""
+        raise NotImplementedError
+
+    def train(self, group, ctx) -> int:
+        """Worker side: train ctx.total_steps steps through faults (bench.tasks.fault.FaultContext),
+        resuming from the backend's checkpoint or committed state; returns the last step."""
+        raise NotImplementedError
+
+    def observations(self, run_dir) -> dict:
+        """What the launcher itself reported: {"events": [...], "rendezvous": [...],
+        "detections": [(wall time, what it saw), ...]}."""
+        return {"events": [], "rendezvous": [], "detections": []}
+
+
+class Backend:
     name = ""
     summary = ""
     max_world_size: int | None = None
     options: tuple[BackendOption, ...] = ()
     comm_ops: tuple[str, ...] = ()  # collectives run_op can time (bench allreduce --ops)
     comm_dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
-    elastic_modes: tuple[str, ...] = ()  # fault scenarios its elastic mode supports (bench.fault.SCENARIOS)
+    launcher: Launcher
+    group_type: type = ProcessGroup
+    elastic: ElasticMode | None = None
+
+    def new_group(self) -> ProcessGroup:
+        return self.group_type()
 
     def resolve_options(self, given: dict) -> dict:
         """Every option of this backend with its value (given or default), for the record."""
@@ -75,7 +147,6 @@ class Backend(ABC):
         """Backward passes (micro-batches) per optimizer step; the worker loop runs that many."""
         return 1
 
-    # ------------------------------------------------------------ launcher side
     def unavailable_reason(self, device: str) -> str | None:
         """None when this backend can run on `device` here, else what is missing and how to get it."""
         return None
@@ -84,60 +155,8 @@ class Backend(ABC):
         """Extra facts for `bench doctor`."""
         return []
 
-    @abstractmethod
-    def launch_command(self, spec, rank_command: list[str], run_id: str) -> list[str]:
-        """The full command that starts spec.world_size copies of rank_command."""
-
-    def launch_env(self, spec) -> dict[str, str]:
-        return {}
-
-    @abstractmethod
-    def rank_identity(self, env) -> tuple[int, int]:
-        """(global rank, attempt) of the rank started with this environment."""
-
-    # ------------------------------------------------------------ worker side
-    @abstractmethod
-    def init(self, spec) -> RankInfo:
-        """Join the group (rendezvous) and say who this rank is."""
-
-    def wrap(self, model, optimizer, spec):
-        return model, optimizer
-
-    def barrier(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
-
-    def cost_model(self, spec) -> tuple[str, float, float]:
+    def cost_model(self, world_size: int, options: dict) -> tuple[str, float, float]:
         """(name, alpha coefficient, beta coefficient) of this backend's allreduce algorithm:
         T = alpha_coef * a + beta_coef * S * b. Ring allreduce by default."""
-        n = spec.world_size
+        n = world_size
         return "ring", 2.0 * (n - 1), 2.0 * (n - 1) / n
-
-    def run_op(self, op: str, inp, out):
-        """Run one collective (bench.comm.OPS) and return the tensor holding its result."""
-        raise RuntimeError(f"backend {self.name} has no collective {op!r}")
-
-    def serve(self, spec, info: RankInfo, fault: dict | None) -> dict:
-        """The loop of a process whose role is not "worker" (a parameter server); returns its result."""
-        raise RuntimeError(f"backend {self.name} has no role {info.role!r}")
-
-    # ------------------------------------------------------------ elastic mode (bench fault)
-    def fault_problem(self, scenario: str, world_size: int) -> str | None:
-        """None when this scenario can run at this world size, else why not."""
-        return None
-
-    def fault_launch(self, spec, rank_command: list[str], run_id: str, run_dir) -> tuple[list[str], dict]:
-        """(command, extra environment) that starts spec.world_size workers in the backend's elastic mode."""
-        raise RuntimeError(f"backend {self.name} has no elastic mode")
-
-    def fault_join(self, spec, rank_command: list[str], run_id: str, run_dir) -> list[str] | None:
-        """Scale-up: a command that starts the joining worker(s), or None when the backend was told
-        another way (a discovery script's answer changed)."""
-        raise RuntimeError(f"backend {self.name} has no elastic mode")
-
-    def run_elastic(self, ctx) -> int:
-        """Worker side: train ctx.total_steps steps through faults (bench.worker.FaultContext), resuming
-        from the backend's checkpoint or committed state; returns the last step."""
-        raise RuntimeError(f"backend {self.name} has no elastic mode")

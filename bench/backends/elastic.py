@@ -4,74 +4,43 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from datetime import timedelta
 
-from bench.backends.base import Backend, BackendOption, RankInfo, hostname
+from bench.backends.base import Backend, BackendOption, ElasticMode, ProcessGroup, rank_row
+from bench.backends.torchrun import TorchrunLauncher, agent_command, agent_observations, free_port
 
 
-def free_port() -> int:
-    """A TCP port free now: a scale-up's second agent must know the rendezvous endpoint in advance."""
-    import socket
+def distributed_problem(device: str) -> str | None:
+    """What this torch build lacks to run torch.distributed on `device`, if anything."""
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed (pip install -e .)"
+    import torch.distributed as dist
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def torchrun_command(nproc: int, run_id: str, max_restarts: int, rank_command: list[str]) -> list[str]:
-    """torchrun on this node with c10d rendezvous on a free port.
-
-    `python -m torch.distributed.run` is torchrun's own entry point, run by this interpreter so the
-    workers see the same environment. Port 0 lets the agent's c10d store pick a free port, which the
-    workers then share (TORCHELASTIC_USE_AGENT_STORE): two runs at once never collide.
-    """
-    return [sys.executable, "-m", "torch.distributed.run",
-            "--nnodes", "1", "--nproc-per-node", str(nproc),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", run_id,
-            "--max-restarts", str(max_restarts), "--no-python", *rank_command]
+    if not dist.is_available():
+        return "this torch build has no torch.distributed"
+    if device == "cpu" and not dist.is_gloo_available():
+        return "this torch build has no gloo"
+    if device == "cuda" and not dist.is_nccl_available():
+        return "this torch build has no NCCL; install a CUDA build of torch"
+    return None
 
 
-class ElasticBackend(Backend):
-    name = "elastic"
-    summary = "torchrun (elastic agent, c10d rendezvous) + DistributedDataParallel"
-    comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
-    elastic_modes = ("kill", "join")
-    options = (
-        BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of "
-                      "Horovod's fusion threshold)", float),
-    )
+def torchrun_rank_row(rank: int, world_size: int, **fields):
+    """The rank map row of a process torchrun started, from the variables it sets."""
+    env = os.environ
+    return rank_row(rank=rank, world_size=world_size,
+                    local_rank=int(fields.pop("local_rank", env.get("LOCAL_RANK", rank))),
+                    local_world_size=int(env.get("LOCAL_WORLD_SIZE", world_size)),
+                    group_rank=int(env.get("GROUP_RANK", 0)),
+                    restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
 
-    def check_options(self, options, device):
-        if options["ddp_bucket_mb"] <= 0:
-            return "--ddp-bucket-mb must be positive"
-        return None
 
-    def unavailable_reason(self, device):
-        if importlib.util.find_spec("torch") is None:
-            return "torch is not installed (pip install -e .)"
-        import torch.distributed as dist
-
-        if not dist.is_available():
-            return "this torch build has no torch.distributed"
-        if device == "cpu" and not dist.is_gloo_available():
-            return "this torch build has no gloo"
-        if device == "cuda" and not dist.is_nccl_available():
-            return "this torch build has no NCCL; install a CUDA build of torch"
-        return None
-
-    def launch_command(self, spec, rank_command, run_id):
-        return torchrun_command(spec.world_size, run_id, 0, rank_command)
-
-    def rank_identity(self, env):
-        return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
-
+class DDPGroup(ProcessGroup):
     def init(self, spec):
         import torch
         import torch.distributed as dist
 
-        env = os.environ
-        local_rank = int(env["LOCAL_RANK"])
+        local_rank = int(os.environ["LOCAL_RANK"])
         kwargs = {}
         if spec.device == "cuda":
             torch.cuda.set_device(local_rank)
@@ -80,16 +49,14 @@ class ElasticBackend(Backend):
         timeout = spec.fault["comm_timeout"] if spec.fault else max(60.0, spec.timeout)
         dist.init_process_group("nccl" if spec.device == "cuda" else "gloo",
                                 timeout=timedelta(seconds=timeout), **kwargs)
-        self._device_ids = [local_rank] if spec.device == "cuda" else None
-        return RankInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
-                        local_world_size=int(env["LOCAL_WORLD_SIZE"]), group_rank=int(env["GROUP_RANK"]),
-                        role_rank=int(env["ROLE_RANK"]),
-                        restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", 0)), host=hostname())
+        self.device_ids = [local_rank] if spec.device == "cuda" else None
+        return torchrun_rank_row(dist.get_rank(), dist.get_world_size(), local_rank=local_rank,
+                                 role_rank=int(os.environ["ROLE_RANK"]))
 
     def wrap(self, model, optimizer, spec):
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model, device_ids=self._device_ids,
+        return DistributedDataParallel(model, device_ids=self.device_ids,
                                        bucket_cap_mb=spec.backend_options["ddp_bucket_mb"]), optimizer
 
     def barrier(self):
@@ -120,35 +87,33 @@ class ElasticBackend(Backend):
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    # ------------------------------------------------------------ elastic mode (bench fault)
-    def _agent_command(self, spec, run_dir, run_id, nnodes: str, nproc: int, endpoint: str,
-                       rank_command: list[str]) -> list[str]:
-        from bench.fault import AGENT_EVENTS
 
-        command = [sys.executable, "-m", "bench.backends.torchrun_events", str(run_dir.path / AGENT_EVENTS), "--",
-                   "--nnodes", nnodes, "--nproc-per-node", str(nproc),
-                   "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-                   "--max-restarts", str(spec.fault["max_restarts"])]
-        if nnodes != "1":
-            # with a node range the agent otherwise waits 30 s for more nodes before it starts
-            command += ["--rdzv-conf", "last_call_timeout=1"]
-        return command + ["--no-python", *rank_command]
+class TorchrunElastic(ElasticMode):
+    """torchrun with --max-restarts (kill) or a node range with a second agent (join), and
+    restart-from-checkpoint in the workers."""
 
-    def fault_launch(self, spec, rank_command, run_id, run_dir):
+    scenarios = ("kill", "join")
+
+    def launch(self, spec, rank_command, run_id, run_dir):
         if spec.fault["scenario"] == "join":
-            spec.fault["endpoint"] = f"127.0.0.1:{free_port()}"
-            command = self._agent_command(spec, run_dir, run_id, "1:2", spec.world_size, spec.fault["endpoint"],
-                                          rank_command)
+            # the joining agent must find the rendezvous: its endpoint is chosen now, not by the agent
+            endpoint, nnodes = f"127.0.0.1:{free_port()}", "1:2"
         else:
-            command = self._agent_command(spec, run_dir, run_id, "1", spec.world_size, "127.0.0.1:0", rank_command)
+            endpoint, nnodes = "127.0.0.1:0", "1"
+        command = agent_command(run_dir.agent_events, nnodes, spec.world_size, endpoint, run_id,
+                                spec.fault["max_restarts"], rank_command)
         # Each rendezvous round gets a store of its own: with the agent's store shared across rounds (the
         # default), gloo reads the previous round's addresses and every restart fails to connect.
-        return command, {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        return command, {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, {"rdzv_endpoint": endpoint}
 
-    def fault_join(self, spec, rank_command, run_id, run_dir):
-        return self._agent_command(spec, run_dir, run_id, "1:2", 1, spec.fault["endpoint"], rank_command)
+    def join(self, spec, rank_command, run_id, run_dir, info):
+        return agent_command(run_dir.agent_events, "1:2", 1, info["rdzv_endpoint"], run_id,
+                             spec.fault["max_restarts"], rank_command)
 
-    def run_elastic(self, ctx):
+    def observations(self, run_dir):
+        return agent_observations(run_dir)
+
+    def train(self, group, ctx):
         """Restart-from-checkpoint: every process loads the latest checkpoint when there is one (whatever
         TORCHELASTIC_RESTART_COUNT says: it stays 0 after a membership change), trains, and rank 0 saves a
         checkpoint every C steps (written aside and renamed, so a kill never leaves half of one)."""
@@ -156,7 +121,7 @@ class ElasticBackend(Backend):
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
-        path = ctx.run_dir.path / "checkpoint.pt"
+        path = ctx.run_dir.checkpoint
         step = 0
         if path.exists():
             saved = torch.load(path, map_location="cpu", weights_only=True)
@@ -170,17 +135,38 @@ class ElasticBackend(Backend):
             try:
                 ctx.train_step(model, ctx.optimizer, step, rank)
             except Exception as exc:
-                ctx.journal.write("detected", rank=rank, what=f"{type(exc).__name__}: {str(exc)[:80]}")
+                ctx.detected(rank, f"{type(exc).__name__}: {str(exc)[:80]}")
                 raise
             step += 1
             ctx.stepped(step, rank, size)
             if step % ctx.checkpoint_every == 0 and rank == 0:
-                tmp = path.with_name(f".checkpoint.{os.getpid()}.tmp")
+                tmp = ctx.run_dir.temporary(path)
                 torch.save({"step": step, "model": ctx.model.state_dict(),
                             "optimizer": ctx.optimizer.state_dict()}, tmp)
                 ctx.committed(step, rank)  # journalled before it becomes visible: a kill in between loses neither
                 os.replace(tmp, path)
         return step
+
+
+class ElasticBackend(Backend):
+    name = "elastic"
+    summary = "torchrun (elastic agent, c10d rendezvous) + DistributedDataParallel"
+    comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+    options = (
+        BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of "
+                      "Horovod's fusion threshold)", float),
+    )
+    launcher = TorchrunLauncher()
+    group_type = DDPGroup
+    elastic = TorchrunElastic()
+
+    def check_options(self, options, device):
+        if options["ddp_bucket_mb"] <= 0:
+            return "--ddp-bucket-mb must be positive"
+        return None
+
+    def unavailable_reason(self, device):
+        return distributed_problem(device)
 
 
 BACKEND = ElasticBackend()

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.backends.base import Backend, BackendOption, RankInfo, hostname
+from bench.backends.base import Backend, BackendOption, ElasticMode, Launcher, ProcessGroup, rank_row
 
 SETUP_HINT = "run `python -m bench.horovod_build` (nox -s tests and nox -s bench do it for you)"
 LAUNCHERS = ("gloo", "mpi", "mpirun")
@@ -66,12 +66,176 @@ def is_open_mpi(mpirun: str) -> bool:
     return "Open MPI" in out or "OpenRTE" in out
 
 
+def horovod_env(spec) -> dict[str, str]:
+    """What every Horovod launcher passes on: the tuned fusion threshold and cycle time, and OpenMPI's
+    permission to run as root (containers and CI often do)."""
+    env = {}
+    opts = spec.backend_options
+    if opts["hvd_fusion_mb"] is not None:
+        env["HOROVOD_FUSION_THRESHOLD"] = str(int(opts["hvd_fusion_mb"] * 2**20))
+    if opts["hvd_cycle_ms"] is not None:
+        env["HOROVOD_CYCLE_TIME"] = str(opts["hvd_cycle_ms"])
+    if opts["launcher"] != "gloo" and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+class HorovodLauncher(Launcher):
+    """horovodrun --gloo / --mpi, or plain mpirun in the classic form."""
+
+    def env(self, spec):
+        return horovod_env(spec)
+
+    def command(self, spec, rank_command, run_id):
+        n, launcher = spec.world_size, spec.backend_options["launcher"]
+        hosts = f"localhost:{n}"
+        if launcher in ("gloo", "mpi"):
+            return [horovodrun_path(), f"--{launcher}", "-np", str(n), "-H", hosts, *rank_command]
+        mpirun = shutil.which("mpirun")
+        command = [mpirun, "-np", str(n), "-H", hosts, "-bind-to", "none", "-map-by", "slot"]
+        if is_open_mpi(mpirun):
+            command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+        present = {*os.environ, *self.env(spec)} | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set())
+        for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present):
+            command += ["-x", var]
+        return command + list(rank_command)
+
+    def rank_identity(self, env):
+        for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+            if var in env:
+                return int(env[var]), 0
+        return 0, 0
+
+
+class HorovodGroup(ProcessGroup):
+    def init(self, spec):
+        import horovod.torch as hvd
+        import torch
+
+        hvd.init()
+        if spec.device == "cuda":
+            torch.cuda.set_device(hvd.local_rank())
+        self.hvd = hvd
+        return rank_row(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(),
+                        local_world_size=hvd.local_size(), group_rank=hvd.cross_rank(),
+                        role_rank=hvd.rank(), restart_count=0)
+
+    def wrap(self, model, optimizer, spec):
+        hvd, opts = self.hvd, spec.backend_options
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        optimizer = hvd.DistributedOptimizer(
+            optimizer, named_parameters=model.named_parameters(),
+            compression=hvd.Compression.fp16 if opts["hvd_compression"] == "fp16" else hvd.Compression.none,
+            backward_passes_per_step=opts["hvd_backward_passes"],
+            op=hvd.Adasum if opts["hvd_op"] == "adasum" else hvd.Average)
+        return model, optimizer
+
+    def barrier(self):
+        self.hvd.barrier()
+
+    def run_op(self, op, inp, out):
+        hvd = self.hvd  # hvd.allreduce and friends: fusion, the controller and its cycle are measured too
+        if op == "allreduce":
+            return hvd.allreduce_(inp, op=hvd.Sum)
+        if op == "broadcast":
+            return hvd.broadcast_(inp, root_rank=0)
+        if op == "allgather":
+            return hvd.allgather(inp)
+        if op == "reduce_scatter":
+            return hvd.reducescatter(inp, op=hvd.Sum)
+        return super().run_op(op, inp, out)
+
+    def shutdown(self):
+        self.hvd.shutdown()
+
+
+class HorovodElastic(ElasticMode):
+    """horovodrun --min-np/--max-np with a host discovery script that prints the run's hosts file. One
+    machine acts as two hosts, `localhost` and `127.0.0.1` (horovodrun treats both as local, no ssh).
+    Horovod blacklists the whole host of a failed worker, so a kill needs the survivors on the other
+    "host". Workers learn of new hosts only at a commit, and the discovery script runs once a second."""
+
+    scenarios = ("kill", "join")
+
+    def problem(self, scenario, world_size):
+        problem = BACKEND.unavailable_reason("cpu")
+        if problem:
+            return problem
+        if scenario == "kill" and world_size < 2:
+            return "a Horovod kill needs --nproc 2 or more: the survivors must be on the other host"
+        return None
+
+    @staticmethod
+    def _write_hosts(run_dir, counts: dict[str, int]) -> None:
+        tmp = run_dir.temporary(run_dir.hosts_file)
+        tmp.write_text("".join(f"{host}:{n}\n" for host, n in counts.items() if n))
+        tmp.replace(run_dir.hosts_file)
+
+    def launch(self, spec, rank_command, run_id, run_dir):
+        n, f = spec.world_size, spec.fault
+        if f["scenario"] == "kill":
+            hosts = {"localhost": (n + 1) // 2, "127.0.0.1": n // 2}
+            min_np, max_np = 1, n
+        else:
+            hosts = {"localhost": n}
+            min_np, max_np = n, n + 1
+        self._write_hosts(run_dir, hosts)
+        script = run_dir.discovery_script
+        script.write_text(f"#!/bin/sh\ncat '{run_dir.hosts_file}'\n")
+        script.chmod(0o755)
+        command = [horovodrun_path(), "--gloo", "-np", str(n), "--min-np", str(min_np), "--max-np", str(max_np),
+                   "--host-discovery-script", str(script), "--network-interface", "lo",
+                   "--gloo-timeout-seconds", str(max(1, int(f["comm_timeout"]))),
+                   # how long to wait for enough slots after a failure (Horovod's default is 600 s)
+                   "--elastic-timeout", str(max(1, int(f["recovery_timeout"]))),
+                   "--reset-limit", str(f["max_restarts"]), *rank_command]
+        return command, horovod_env(spec), {"hosts": hosts}
+
+    def join(self, spec, rank_command, run_id, run_dir, info):
+        self._write_hosts(run_dir, {"localhost": spec.world_size, "127.0.0.1": 1})
+        return None
+
+    def train(self, group, ctx):
+        """hvd.elastic.run over a TorchState committed every C steps: after a failure the survivors restore
+        the last commit and go on at the new size; a joining worker receives the state by broadcast."""
+        hvd = group.hvd
+        from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+
+        optimizer = hvd.DistributedOptimizer(ctx.optimizer, named_parameters=ctx.model.named_parameters())
+        state = hvd.elastic.TorchState(model=ctx.model, optimizer=optimizer, step=0)
+        state.register_reset_callbacks([lambda: ctx.reset(hvd.rank(), hvd.size())])
+
+        @hvd.elastic.run
+        def train(state):
+            rank, size = hvd.rank(), hvd.size()
+            ctx.resumed(state.step, rank, size, hvd.local_rank(), 0)
+            while ctx.keep_going(state.step, size):
+                try:
+                    ctx.train_step(ctx.model, optimizer, state.step, rank)
+                except HorovodInternalError as exc:
+                    ctx.detected(rank, f"HorovodInternalError: {str(exc)[:80]}")
+                    raise
+                state.step += 1
+                ctx.stepped(state.step, rank, size)
+                if state.step % ctx.checkpoint_every == 0:
+                    ctx.committed(state.step, rank)
+                    state.save()
+                    try:
+                        state.check_host_updates()
+                    except HostsUpdatedInterrupt:
+                        ctx.detected(rank, "hosts updated")
+                        raise
+            return state.step
+
+        return train(state)
+
+
 class HorovodBackend(Backend):
     name = "horovod"
     summary = "horovodrun (Gloo or MPI controller) + hvd.DistributedOptimizer"
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     comm_dtypes = ("float32", "float16")  # 0.28.1 has no bfloat16 tensors on CPU
-    elastic_modes = ("kill", "join")
     options = (
         BackendOption("launcher", "gloo", "gloo: horovodrun --gloo; mpi: horovodrun --mpi; "
                       "mpirun: plain mpirun", str, LAUNCHERS),
@@ -83,8 +247,10 @@ class HorovodBackend(Backend):
         BackendOption("hvd_cycle_ms", None, "cycle time in ms (HOROVOD_CYCLE_TIME; None keeps "
                       "Horovod's own)", float),
     )
+    launcher = HorovodLauncher()
+    group_type = HorovodGroup
+    elastic = HorovodElastic()
 
-    # ------------------------------------------------------------ launcher side
     def unavailable_reason(self, device):
         problem, _ = check_build()
         if problem:
@@ -116,158 +282,6 @@ class HorovodBackend(Backend):
 
     def backward_passes(self, options):
         return options["hvd_backward_passes"]
-
-    def launch_env(self, spec):
-        env = {}
-        opts = spec.backend_options
-        if opts["hvd_fusion_mb"] is not None:
-            env["HOROVOD_FUSION_THRESHOLD"] = str(int(opts["hvd_fusion_mb"] * 2**20))
-        if opts["hvd_cycle_ms"] is not None:
-            env["HOROVOD_CYCLE_TIME"] = str(opts["hvd_cycle_ms"])
-        if opts["launcher"] != "gloo" and os.geteuid() == 0:
-            # OpenMPI refuses root unless told; containers and CI often run as root.
-            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        return env
-
-    def launch_command(self, spec, rank_command, run_id):
-        n, launcher = spec.world_size, spec.backend_options["launcher"]
-        hosts = f"localhost:{n}"
-        if launcher in ("gloo", "mpi"):
-            return [horovodrun_path(), f"--{launcher}", "-np", str(n), "-H", hosts, *rank_command]
-        mpirun = shutil.which("mpirun")
-        command = [mpirun, "-np", str(n), "-H", hosts, "-bind-to", "none", "-map-by", "slot"]
-        if is_open_mpi(mpirun):
-            command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
-        present = {*os.environ, *self.launch_env(spec)} | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set())
-        for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present):
-            command += ["-x", var]
-        return command + list(rank_command)
-
-    def rank_identity(self, env):
-        for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-            if var in env:
-                return int(env[var]), 0
-        return 0, 0
-
-    # ------------------------------------------------------------ worker side
-    def init(self, spec):
-        import horovod.torch as hvd
-        import torch
-
-        hvd.init()
-        if spec.device == "cuda":
-            torch.cuda.set_device(hvd.local_rank())
-        self.hvd = hvd
-        return RankInfo(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(),
-                        local_world_size=hvd.local_size(), group_rank=hvd.cross_rank(),
-                        role_rank=hvd.rank(), restart_count=0, host=hostname())
-
-    def wrap(self, model, optimizer, spec):
-        hvd, opts = self.hvd, spec.backend_options
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        optimizer = hvd.DistributedOptimizer(
-            optimizer, named_parameters=model.named_parameters(),
-            compression=hvd.Compression.fp16 if opts["hvd_compression"] == "fp16" else hvd.Compression.none,
-            backward_passes_per_step=opts["hvd_backward_passes"],
-            op=hvd.Adasum if opts["hvd_op"] == "adasum" else hvd.Average)
-        return model, optimizer
-
-    def barrier(self):
-        self.hvd.barrier()
-
-    def run_op(self, op, inp, out):
-        hvd = self.hvd  # hvd.allreduce and friends: fusion, the controller and its cycle are measured too
-        if op == "allreduce":
-            return hvd.allreduce_(inp, op=hvd.Sum)
-        if op == "broadcast":
-            return hvd.broadcast_(inp, root_rank=0)
-        if op == "allgather":
-            return hvd.allgather(inp)
-        if op == "reduce_scatter":
-            return hvd.reducescatter(inp, op=hvd.Sum)
-        return super().run_op(op, inp, out)
-
-    def shutdown(self):
-        self.hvd.shutdown()
-
-    # ------------------------------------------------------------ elastic mode (bench fault)
-    # horovodrun --min-np/--max-np with a host discovery script that prints the run's hosts file. One
-    # machine acts as two hosts, `localhost` and `127.0.0.1` (horovodrun treats both as local, no ssh).
-    # Horovod blacklists the whole host of a failed worker, so a kill needs the survivors on the other
-    # "host". Workers learn of new hosts only at a commit, and the discovery script runs once a second.
-    def fault_problem(self, scenario, world_size):
-        problem = self.unavailable_reason("cpu")
-        if problem:
-            return problem
-        if scenario == "kill" and world_size < 2:
-            return "a Horovod kill needs --nproc 2 or more: the survivors must be on the other host"
-        return None
-
-    @staticmethod
-    def _hosts(counts: dict[str, int]) -> str:
-        return "".join(f"{host}:{n}\n" for host, n in counts.items() if n)
-
-    def fault_launch(self, spec, rank_command, run_id, run_dir):
-        n, f = spec.world_size, spec.fault
-        if f["scenario"] == "kill":
-            hosts = {"localhost": (n + 1) // 2, "127.0.0.1": n // 2}
-            min_np, max_np = 1, n
-        else:
-            hosts = {"localhost": n}
-            min_np, max_np = n, n + 1
-        (run_dir.path / "hosts.txt").write_text(self._hosts(hosts))
-        script = run_dir.path / "discover-hosts.sh"
-        script.write_text(f"#!/bin/sh\ncat '{run_dir.path / 'hosts.txt'}'\n")
-        script.chmod(0o755)
-        command = [horovodrun_path(), "--gloo", "-np", str(n), "--min-np", str(min_np), "--max-np", str(max_np),
-                   "--host-discovery-script", str(script), "--network-interface", "lo",
-                   "--gloo-timeout-seconds", str(max(1, int(f["comm_timeout"]))),
-                   # how long to wait for enough slots after a failure (Horovod's default is 600 s)
-                   "--elastic-timeout", str(max(1, int(f["recovery_timeout"]))),
-                   "--reset-limit", str(f["max_restarts"]), *rank_command]
-        return command, self.launch_env(spec)
-
-    def fault_join(self, spec, rank_command, run_id, run_dir):
-        hosts = {"localhost": spec.world_size, "127.0.0.1": 1}
-        tmp = run_dir.path / ".hosts.txt.tmp"
-        tmp.write_text(self._hosts(hosts))
-        tmp.replace(run_dir.path / "hosts.txt")
-        return None
-
-    def run_elastic(self, ctx):
-        """hvd.elastic.run over a TorchState committed every C steps: after a failure the survivors restore
-        the last commit and go on at the new size; a joining worker receives the state by broadcast."""
-        hvd = self.hvd
-        from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
-
-        optimizer = hvd.DistributedOptimizer(ctx.optimizer, named_parameters=ctx.model.named_parameters())
-        state = hvd.elastic.TorchState(model=ctx.model, optimizer=optimizer, step=0)
-        state.register_reset_callbacks([lambda: ctx.journal.write("reset", rank=hvd.rank(), size=hvd.size())])
-
-        @hvd.elastic.run
-        def train(state):
-            rank, size = hvd.rank(), hvd.size()
-            ctx.resumed(state.step, rank, size, hvd.local_rank(), 0)
-            while ctx.keep_going(state.step, size):
-                try:
-                    ctx.train_step(ctx.model, optimizer, state.step, rank)
-                except HorovodInternalError as exc:
-                    ctx.journal.write("detected", rank=rank, what=f"HorovodInternalError: {str(exc)[:80]}")
-                    raise
-                state.step += 1
-                ctx.stepped(state.step, rank, size)
-                if state.step % ctx.checkpoint_every == 0:
-                    ctx.committed(state.step, rank)
-                    state.save()
-                    try:
-                        state.check_host_updates()
-                    except HostsUpdatedInterrupt:
-                        ctx.journal.write("detected", rank=rank, what="hosts updated")
-                        raise
-            return state.step
-
-        return train(state)
 
 
 BACKEND = HorovodBackend()

@@ -26,8 +26,9 @@ import os
 import time
 from datetime import timedelta
 
-from bench.backends.base import Backend, BackendOption, RankInfo, hostname
-from bench.backends.elastic import torchrun_command
+from bench.backends.base import Backend, BackendOption, ProcessGroup
+from bench.backends.elastic import distributed_problem, torchrun_rank_row
+from bench.backends.torchrun import TorchrunLauncher
 
 MODES = ("sync", "async")
 
@@ -103,50 +104,20 @@ class PSClient:
         self._exchange(push=True)
 
 
-class PSBackend(Backend):
-    name = "ps"
-    summary = "parameter server: K servers own sharded parameters; workers push gradients, pull parameters"
-    # A push+pull of S bytes through the servers returns the sum over workers: the PS's allreduce.
-    comm_ops = ("allreduce",)
-    options = (
-        BackendOption("ps_servers", 1, "server processes (parameters sharded across them by bytes)", int),
-        BackendOption("ps_mode", "sync", "sync: one averaged update per step; async: each push applied "
-                      "as it arrives", str, MODES),
-        BackendOption("ps_staleness", None, "async only: how many pushes a worker may run ahead of the "
-                      "slowest (None = unbounded)", int),
-    )
+def shards_of(spec, model) -> list[list[int]]:
+    sizes = [p.numel() * p.element_size() for p in model.parameters()]
+    return balance_by_bytes(sizes, spec.backend_options["ps_servers"])
 
-    # ------------------------------------------------------------ launcher side
-    def unavailable_reason(self, device):
-        import torch.distributed as dist
 
-        if not (dist.is_available() and dist.is_gloo_available()):
-            return "this torch build has no gloo"
-        return None
+def send_all(tensor, workers) -> None:
+    import torch.distributed as dist
 
-    def check_options(self, options, device):
-        if options["ps_servers"] < 1:
-            return "--ps-servers must be at least 1"
-        if options["ps_staleness"] is not None:
-            if options["ps_mode"] != "async":
-                return "--ps-staleness applies to --ps-mode async only"
-            if options["ps_staleness"] < 0:
-                return "--ps-staleness must be 0 or more"
-        return None
+    for req in [dist.isend(tensor, dst=w) for w in workers]:
+        req.wait()
 
-    def roles(self, options, world_size):
-        return {"worker": world_size, "server": options["ps_servers"]}
 
-    def launch_command(self, spec, rank_command, run_id):
-        return torchrun_command(spec.processes, run_id, 0, rank_command)
-
-    def rank_identity(self, env):
-        return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
-
-    # ------------------------------------------------------------ both roles
-    def _shards(self, spec, model):
-        sizes = [p.numel() * p.element_size() for p in model.parameters()]
-        return balance_by_bytes(sizes, spec.backend_options["ps_servers"])
+class PSGroup(ProcessGroup):
+    """Both roles: workers (ranks 0..N-1) push and pull; servers (N..N+K-1) own the parameters."""
 
     def init(self, spec):
         import torch
@@ -158,22 +129,15 @@ class PSBackend(Backend):
         self.server_ranks = list(range(n, n + spec.backend_options["ps_servers"]))
         self.worker_group = dist.new_group(list(range(n)))  # every rank must take part in creating it
         role = "worker" if rank < n else "server"
-        local_rank = int(os.environ.get("LOCAL_RANK", rank))
         if role == "worker" and spec.device == "cuda":
-            torch.cuda.set_device(local_rank)
-        return RankInfo(rank=rank, world_size=n, local_rank=local_rank,
-                        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", spec.processes)),
-                        group_rank=int(os.environ.get("GROUP_RANK", 0)),
-                        role_rank=rank if role == "worker" else rank - n,
-                        restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
-                        host=hostname(), role=role)
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+        return torchrun_rank_row(rank, n, role=role, role_rank=rank if role == "worker" else rank - n)
 
     # ------------------------------------------------------------ worker side
     def wrap(self, model, optimizer, spec):
         # The harness's optimizer is not used: the servers hold the optimizer state and apply updates.
-        shards = self._shards(spec, model)
         device = next(model.parameters()).device
-        return model, PSClient(list(model.parameters()), shards, self.server_ranks, device)
+        return model, PSClient(list(model.parameters()), shards_of(spec, model), self.server_ranks, device)
 
     def barrier(self):
         import torch.distributed as dist
@@ -185,10 +149,6 @@ class PSBackend(Backend):
 
         if dist.is_initialized():
             dist.destroy_process_group()
-
-    def cost_model(self, spec):
-        # every server link carries N x S/K bytes each way; a push and a pull per op
-        return "parameter server", 2.0, spec.world_size / spec.backend_options["ps_servers"]
 
     def run_op(self, op, inp, out):
         """Push S bytes (split across the servers) and pull the sum back into the same buffer."""
@@ -210,50 +170,37 @@ class PSBackend(Backend):
         return inp
 
     # ------------------------------------------------------------ server side
-    def serve(self, spec, info, fault):
-        if spec.task == "comm":
-            return self._serve_comm(spec, info)
-        return self._serve_training(spec, info, fault)
-
-    def _serve_comm(self, spec, info):
-        """Sum the workers' pushes of this server's chunk and send the sum back, for every op the
-        workers' sweep makes (bench.comm.run_sweep: one checked op, warm-up, timed iterations)."""
+    def serve_sums(self, spec, info, plan):
+        """Sum the workers' pushes of this server's chunk and send the sum back, `rounds` times for each
+        element count of the workers' sweep plan (bench.comm.sweep_plan and ops_per_size)."""
         import torch
         import torch.distributed as dist
 
-        from bench.comm import OPS, element_count, sweep_sizes
-
-        comm, n = spec.comm, self.n_workers
-        dtype = getattr(torch, comm["dtype"])
-        rounds_per_size = 1 + comm["warmup_iters"] + comm["iters"]
+        n, dtype = self.n_workers, getattr(torch, spec.comm["dtype"])
         pushes = 0
-        for size in sweep_sizes(comm["min_bytes"], comm["max_bytes"]):
-            count = element_count(OPS["allreduce"], size, comm["dtype"], n)
+        for count, rounds in plan:
             lo, hi = chunk_bounds(count, len(self.server_ranks))[info.role_rank]
-            if count == 0 or hi == lo:
+            if hi == lo:
                 continue
             total, incoming = torch.zeros(hi - lo, dtype=dtype), torch.zeros(hi - lo, dtype=dtype)
-            for _ in range(rounds_per_size):
+            for _ in range(rounds):
                 total.zero_()
                 for worker in range(n):
                     dist.recv(incoming, src=worker)
                     total += incoming
-                for req in [dist.isend(total, dst=w) for w in range(n)]:
-                    req.wait()
+                send_all(total, range(n))
                 pushes += n
-        return {"server": info.role_rank, "task": "comm", "workers": n, "pushes": pushes}
+        return {"server": info.role_rank, "workers": n, "pushes": pushes}
 
-    def _serve_training(self, spec, info, fault):
+    def serve_training(self, spec, info, inject):
         import torch
         import torch.distributed as dist
 
-        from bench.worker import fire_fault
+        from bench.inject import fire_fault
+        from bench.model import initial_model
 
-        from workloads import WORKLOADS
-
-        torch.manual_seed(spec.seed)  # the same initial parameters as every worker of every backend
-        model = WORKLOADS[spec.workload].build(spec.num_classes, spec.image_size)
-        shards = self._shards(spec, model)
+        model = initial_model(spec, "cpu")  # the same initial parameters as every worker of every backend
+        shards = shards_of(spec, model)
         index = info.role_rank
         params = list(model.parameters())
         owned = torch.cat([params[i].detach().reshape(-1) for i in shards[index]]).clone()
@@ -264,17 +211,13 @@ class PSBackend(Backend):
         nbytes = owned.numel() * owned.element_size()
         busy = 0.0
 
-        def send_all(tensor, workers):
-            for req in [dist.isend(tensor, dst=w) for w in workers]:
-                req.wait()
-
         send_all(weights.data, range(n))  # the initial pull
         incoming = torch.zeros_like(owned)
         if spec.backend_options["ps_mode"] == "sync":
             total = torch.zeros_like(owned)
             for step in range(steps):
-                if fault and step == fault["step"]:
-                    fire_fault(fault["kind"], step)
+                if inject and step == inject["step"]:
+                    fire_fault(inject["kind"], step)
                 total.zero_()
                 for worker in range(n):  # a fixed order: the same sum, bit for bit, on every run
                     dist.recv(incoming, src=worker)
@@ -284,14 +227,13 @@ class PSBackend(Backend):
                 optimizer.step()
                 busy += time.perf_counter() - t0
                 send_all(weights.data, range(n))
-            pushes = steps * n
         else:
             bound = spec.backend_options["ps_staleness"]
             pushed = [0] * n
             waiting: list[int] = []  # workers whose answer is held back by the staleness bound
             for push in range(steps * n):
-                if fault and push // n == fault["step"]:
-                    fire_fault(fault["kind"], push // n)
+                if inject and push // n == inject["step"]:
+                    fire_fault(inject["kind"], push // n)
                 worker = dist.recv(incoming)  # from whichever worker pushes next
                 t0 = time.perf_counter()
                 weights.grad = incoming / n
@@ -304,10 +246,46 @@ class PSBackend(Backend):
                 waiting = [w for w in waiting if w not in ready]
                 send_all(weights.data, ready)
             send_all(weights.data, waiting)
-            pushes = steps * n
+        pushes = steps * n
         return {"server": index, "mode": spec.backend_options["ps_mode"], "workers": n,
                 "parameters": owned.numel(), "shard_bytes": nbytes, "pushes": pushes,
                 "bytes_in": pushes * nbytes, "bytes_out": (pushes + n) * nbytes, "update_s": busy}
+
+
+class PSBackend(Backend):
+    name = "ps"
+    summary = "parameter server: K servers own sharded parameters; workers push gradients, pull parameters"
+    # A push+pull of S bytes through the servers returns the sum over workers: the PS's allreduce.
+    comm_ops = ("allreduce",)
+    options = (
+        BackendOption("ps_servers", 1, "server processes (parameters sharded across them by bytes)", int),
+        BackendOption("ps_mode", "sync", "sync: one averaged update per step; async: each push applied "
+                      "as it arrives", str, MODES),
+        BackendOption("ps_staleness", None, "async only: how many pushes a worker may run ahead of the "
+                      "slowest (None = unbounded)", int),
+    )
+    launcher = TorchrunLauncher()  # ranks 0..N-1 workers, N..N+K-1 servers
+    group_type = PSGroup
+
+    def unavailable_reason(self, device):
+        return distributed_problem("cpu")  # servers and transport are gloo, whatever the workers' device
+
+    def check_options(self, options, device):
+        if options["ps_servers"] < 1:
+            return "--ps-servers must be at least 1"
+        if options["ps_staleness"] is not None:
+            if options["ps_mode"] != "async":
+                return "--ps-staleness applies to --ps-mode async only"
+            if options["ps_staleness"] < 0:
+                return "--ps-staleness must be 0 or more"
+        return None
+
+    def roles(self, options, world_size):
+        return {"worker": world_size, "server": options["ps_servers"]}
+
+    def cost_model(self, world_size, options):
+        # every server link carries N x S/K bytes each way; a push and a pull per op
+        return "parameter server", 2.0, world_size / options["ps_servers"]
 
 
 BACKEND = PSBackend()

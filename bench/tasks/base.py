@@ -65,6 +65,11 @@ class Task:
         """What one process does; returns its bench.records.RankResult."""
         raise NotImplementedError
 
+    def upgrade(self, from_version: int, record: dict) -> dict:
+        """A stored record of this task at `from_version`, with this task's part moved to the next
+        version's layout (bench.records.UPGRADES does the rest)."""
+        return record
+
     # ------------------------------------------------------------ views
     def case(self, spec) -> str:
         """What ran, in a few words (a workload's name; "communication sweep"; the fault)."""

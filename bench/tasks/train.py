@@ -1,11 +1,91 @@
-"""train: the measured training loop (warm-up, then timed windows), under any backend."""
+"""train: the measured training loop (warm-up, then timed windows), under any backend.
+
+Method (docs/method.md, "Windows and throughput" and "Uncertainty"): W untimed warm-up steps, then R
+windows of K steps timed on every rank after a barrier; a window's time is the max over ranks and
+throughput = global batch x K / window time; the mean over windows with its t interval.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import sys
+import time
 from dataclasses import dataclass, field
 
-from bench.records import Record, Startup, Summary
-from bench.tasks.base import Task
+from bench.errors import UsageError
+from bench.inject import injected_for, parse_inject, parse_step_delay
+from bench.records import Record, RunError, Startup, Summary
+from bench.spec import CPU_BINDS, DEFAULTS, RunSpec, check_placement
+from bench.tasks.base import Conclusion, Launch, Task
+
+
+def build_spec(*, backend: str, workload: str, world_size: int, device: str,
+               batch_size: int | None = None, image_size: int | None = None,
+               threads: int | None = None, oversubscribe: bool = False,
+               inject: str | dict | None = None, step_delay: str | dict | None = None,
+               backend_options: dict | None = None, **options) -> RunSpec:
+    """A training run's spec: defaults resolved from the workload and the machine, and a one-line error
+    for what cannot run."""
+    from bench.backends import get_backend
+    from workloads import WORKLOADS
+    from workloads.data import DataError, check_source, real_classes
+
+    plugin = get_backend(backend)
+    if workload not in WORKLOADS:
+        raise UsageError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
+    wl = WORKLOADS[workload]
+    size = wl.size(device)
+    timeout = options["timeout"] if options.get("timeout") is not None else DEFAULTS["timeout"]
+    threads, resolved_options, roles = check_placement(plugin, world_size, device, threads, oversubscribe,
+                                                       backend_options, timeout)
+
+    for name in ("warmup_steps", "steps_per_window", "windows", "timeout", "lr"):
+        if name in options and options[name] is None:
+            del options[name]
+    spec_opts = {**DEFAULTS, "steps_per_window": size.window_steps, **options}
+    batch_size = size.batch if batch_size is None else batch_size
+    if batch_size < 1:
+        raise UsageError(f"--batch-size {batch_size}: the per-worker batch must be at least 1")
+    if image_size is None:
+        image_size = size.image
+    elif wl.fixed_image and image_size != size.image:
+        raise UsageError(f"workload {workload} takes {size.image}x{size.image} inputs only; drop --image-size")
+    elif image_size < 16:
+        raise UsageError(f"--image-size {image_size}: use 16 pixels or more")
+    if spec_opts["warmup_steps"] < 1:
+        raise UsageError("--warmup-steps must be at least 1: the first step (lazy initialisation) is never timed")
+    if spec_opts["steps_per_window"] < 1:
+        raise UsageError("--steps-per-window must be at least 1")
+    if spec_opts["windows"] < 2:
+        raise UsageError("--windows must be at least 2: a confidence interval needs two windows or more")
+    if spec_opts["cpu_bind"] not in CPU_BINDS:
+        raise UsageError(f"--cpu-bind {spec_opts['cpu_bind']!r}: choose one of {', '.join(CPU_BINDS)}")
+
+    try:
+        check_source(spec_opts["data"], spec_opts.get("data_dir"))
+    except DataError as exc:
+        raise UsageError(str(exc)) from None
+    if spec_opts.get("data_dir"):
+        spec_opts["data_dir"] = os.path.abspath(spec_opts["data_dir"])
+    classes = size.synthetic_classes if spec_opts["data"] == "synthetic" else real_classes(spec_opts["data"])
+
+    processes = sum(roles.values())
+
+    if isinstance(inject, str) or inject is None:
+        inject = parse_inject(inject)
+    if inject and inject["rank"] >= processes:
+        raise UsageError(f"--inject names rank {inject['rank']}, the run has ranks 0..{processes - 1}")
+
+    if isinstance(step_delay, str) or step_delay is None:
+        step_delay = parse_step_delay(step_delay)
+
+    return RunSpec(backend=backend, workload=workload, world_size=world_size, device=device,
+                   batch_size=batch_size, image_size=image_size, num_classes=classes,
+                   threads=threads, inject=inject, step_delay=step_delay,
+                   backend_options=resolved_options, roles=roles,
+                   backward_passes=plugin.backward_passes(resolved_options), **spec_opts)
+
 
 
 @dataclass
@@ -36,6 +116,148 @@ class TrainMetrics(Record):
     other_roles: list[dict] = field(default_factory=list)  # processes that do not train (PS servers)
 
 
+class ProgressPrinter:
+    """Prints a line whenever rank 0 finishes a phase, read from its progress file."""
+
+    def __init__(self, spec: RunSpec, run_dir, stream=sys.stderr, prefix: str = "  "):
+        self.spec, self.run_dir, self.stream, self.prefix = spec, run_dir, stream, prefix
+        self.last = None
+
+    def __call__(self):
+        window = self.run_dir.latest("progress").get(0, {}).get("window")
+        if window is None or window == self.last:
+            return None
+        self.last = window
+        text = "warm-up done" if window == 0 else f"window {window}/{self.spec.windows}"
+        print(f"{self.prefix}{text}", file=self.stream, flush=True)
+        return None
+
+
+def train_rank(joined, inject: dict | None) -> dict:
+    """The measured loop on one worker: warm-up, then the timed windows; its output for the result file."""
+    import torch
+    import torch.nn as nn
+
+    from bench.model import build_model, save_params
+    from bench.worker import StepLoop, bind_cpus, step_delay_seconds, timed_windows
+    from workloads import WORKLOADS
+    from workloads.data import open_batches
+
+    spec, run_dir, info = joined.spec, joined.run_dir, joined.info
+    affinity = bind_cpus(spec, info.local_rank)
+    device, sync = joined.device, joined.sync
+    workload = WORKLOADS[spec.workload]
+    model, optimizer = build_model(spec, device)
+    model, optimizer = joined.group.wrap(model, optimizer, spec)
+    batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
+                           image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
+                           rank=info.rank, world=info.world_size, device=device, data_dir=spec.data_dir)
+    loss_fn = nn.CrossEntropyLoss()
+    passes = spec.backward_passes  # micro-batches per optimizer step; the loss is scaled to match one big batch
+    scale = 1.0 / passes
+
+    def optimizer_step():
+        optimizer.zero_grad()  # set_to_none=True, torch's default; Horovod's wrapper takes no argument
+        for _ in range(passes):
+            x, y = next(batches)
+            loss = loss_fn(model(x), y)
+            (loss * scale if passes > 1 else loss).backward()
+        optimizer.step()
+        return loss
+
+    step = StepLoop(optimizer_step, inject)
+
+    def progress(window: int):
+        run_dir.write(joined.file_rank, joined.attempt, "progress",
+                      {"steps": step.done, "window": window, "time": time.time()})
+
+    loss = step()
+    sync()
+    joined.first_step_end = time.time()
+    loss_first = loss.item()
+    warmup_times = []
+    for _ in range(spec.warmup_steps - 1):
+        t0 = time.perf_counter()
+        loss = step()
+        sync()
+        warmup_times.append(time.perf_counter() - t0)
+    if spec.step_delay:
+        step.delay_s = step_delay_seconds(spec.step_delay, warmup_times, step, sync)
+    progress(0)
+
+    window_times, last_losses = timed_windows(step, spec.windows, spec.steps_per_window, joined.group.barrier,
+                                              sync, progress)
+    window_losses = [loss.item() for loss in last_losses]
+
+    plain = getattr(model, "module", model)  # the model without its data-parallel wrapper
+    with torch.no_grad():
+        params = [p.detach().double() for p in plain.parameters()]
+        checksum = float(sum(p.sum() for p in params))
+        abs_checksum = float(sum(p.abs().sum() for p in params))
+    if spec.save_params:
+        save_params(plain, run_dir.params_file(joined.file_rank, joined.attempt))
+    return {
+        "window_times": window_times,
+        "window_losses": window_losses,
+        "loss_first": loss_first,
+        "steps": step.done,
+        "step_delay_s": step.delay_s,
+        "param_count": sum(p.numel() for p in params),
+        "param_checksum": checksum,
+        "param_abs_checksum": abs_checksum,
+        "cuda_peak_bytes": torch.cuda.max_memory_allocated(device) if spec.device == "cuda" else None,
+        "threads": {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
+                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity},
+    }
+
+
+def train_metrics(spec: RunSpec, results: dict, launched_at: float) -> TrainMetrics:
+    """Throughput and timing metrics (docs/method.md, "Windows and throughput"). Only workers count;
+    other roles (parameter servers) are reported beside them."""
+    from bench.aggregate import startup, workers_and_others
+    from bench.stats import summarize
+
+    workers, others = workers_and_others(results)
+    ranks = sorted(workers)
+    k = spec.steps_per_window
+    per_rank_windows = [workers[r].output["window_times"] for r in ranks]
+    window_times = [max(ws) for ws in zip(*per_rank_windows)]  # a window's time: the max over ranks
+    throughput = [spec.global_batch * k / t for t in window_times]
+    per_rank = []
+    for r in ranks:
+        res, out = workers[r], workers[r].output
+        rank_thr = [spec.samples_per_step * k / t for t in out["window_times"]]
+        per_rank.append(RankFigures(
+            rank=r, throughput=Summary(**summarize(rank_thr)),
+            step_time_mean_s=sum(out["window_times"]) / (len(out["window_times"]) * k),
+            peak_rss_bytes=res.peak_rss_bytes, cuda_peak_bytes=out["cuda_peak_bytes"],
+            loss_first=out["loss_first"], loss_last=out["window_losses"][-1],
+            param_checksum=out["param_checksum"], threads=out["threads"]))
+    slowest = max(p.step_time_mean_s for p in per_rank)
+    fastest = min(p.step_time_mean_s for p in per_rank)
+    return TrainMetrics(
+        throughput=Summary(**summarize(throughput), unit="samples/s", per_window=throughput),
+        window_times_s=window_times,
+        step_time_s=Summary(**summarize([t / k for t in window_times])),
+        per_rank=per_rank,
+        # spread of per-rank step time: a straggler shows as a ratio well above 1
+        straggler_ratio=slowest / fastest if fastest > 0 else None,
+        startup=startup([workers[r] for r in ranks], launched_at),
+        peak_rss_bytes_max=max(p.peak_rss_bytes for p in per_rank),
+        param_count=workers[ranks[0]].output["param_count"],
+        loss_last=per_rank[0].loss_last,
+        other_roles=[{"rank": r, "role": res.rank_info.role, "served": res.output["served"],
+                      "peak_rss_bytes": res.peak_rss_bytes} for r, res in sorted(others.items())])
+
+
+def fmt_throughput(thr: Summary | None) -> str:
+    if thr is None or thr.mean is None:
+        return "-"
+    mean, half = thr.mean, thr.ci_half_width
+    pct = f" ± {100 * half / mean:.1f}%" if half == half and half is not None and mean else ""
+    return f"{mean:,.0f} samples/s{pct}{' (unstable)' if thr.unstable else ''}"
+
+
 class TrainTask(Task):
     name = "train"
     label = "training"
@@ -44,8 +266,71 @@ class TrainTask(Task):
     columns = ("throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s", "startup_s",
                "rendezvous_s", "peak_rss_mb")
 
+    # ------------------------------------------------------------ parent side
+    def describe(self, spec) -> str:
+        placement = f"{spec.world_size} GPU(s), NCCL" if spec.device == "cuda" else \
+            f"{spec.world_size} CPU process(es), gloo"
+        return (f"{spec.backend} {spec.workload}, {placement}, batch {spec.batch_size}/worker, "
+                f"{spec.threads} thread(s)/worker, {spec.data} data, {spec.image_size}px, "
+                f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
+
+    def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
+        return Launch(command=backend.launcher.command(spec, rank_command, run_id),
+                      watcher=ProgressPrinter(spec, run_dir) if show_progress else None)
+
+    def conclude(self, spec, run_dir, outcome, before):
+        from bench.aggregate import joined_rank_map, process_status, read_results
+
+        status, error = process_status(spec, run_dir, outcome)
+        metrics = train_metrics(spec, read_results(run_dir), outcome.launched_at) if status == "ok" else None
+        return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
+
+    # ------------------------------------------------------------ child side
+    def run_rank(self, spec, run_dir, file_rank, attempt, t_process_start):
+        from bench.worker import Joined
+
+        joined = Joined(spec, run_dir, file_rank, attempt, t_process_start)
+        inject = injected_for(spec, joined.info.rank)
+        if joined.info.role != "worker":  # a parameter server: the backend's loop, not the training loop
+            return joined.result({"served": joined.group.serve_training(spec, joined.info, inject)})
+        return joined.result(train_rank(joined, inject))
+
+    # ------------------------------------------------------------ views
     def case(self, spec) -> str:
         return spec.workload
+
+    def one_line(self, record) -> str:
+        if not record.ok:
+            return f"{record.status}: {record.error.message if record.error else ''}"
+        return f"ok {fmt_throughput(record.metrics.throughput)}"
+
+    def list_figure(self, record) -> str:
+        return fmt_throughput(record.metrics.throughput if record.metrics else None)
+
+    def summary_lines(self, record) -> list[str]:
+        lines = [f"status: {record.status}"]
+        error = record.error
+        if error:
+            lines.append(f"error: {error.message}")
+            for row in error.ranks or []:
+                lines.append(f"  rank {row['rank']}: {row['state']}")
+            if error.tail:
+                lines.append("error output (tail):")
+                lines += ["  " + line for line in error.tail.splitlines()]
+        m = record.metrics
+        if m:
+            thr, step, start = m.throughput, m.step_time_s, m.startup
+            lines.append(f"throughput: {fmt_throughput(thr)} ({thr.confidence:.0%} CI {thr.ci_low:,.0f} to "
+                         f"{thr.ci_high:,.0f}, {thr.n} windows)")
+            lines.append(f"step time: {1000 * step.mean:.2f} ms (max over ranks per window)")
+            lines.append(f"startup: {start.launch_to_first_step_s:.2f} s to first step, rendezvous "
+                         f"{start.rendezvous_s:.2f} s")
+            lines.append(f"peak memory: {m.peak_rss_bytes_max / 2**20:,.0f} MiB RSS (largest rank); "
+                         f"straggler ratio {m.straggler_ratio:.3f}")
+            for row in m.per_rank:
+                lines.append(f"  rank {row.rank}: {fmt_throughput(row.throughput)}, "
+                             f"{1000 * row.step_time_mean_s:.2f} ms/step")
+        return lines
 
     def frame_columns(self, record) -> dict:
         m = record.metrics
@@ -55,6 +340,36 @@ class TrainTask(Task):
                 "rel_stdev": m.throughput.rel_stdev, "unstable": m.throughput.unstable,
                 "step_time_s": m.step_time_s.mean, "startup_s": m.startup.launch_to_first_step_s,
                 "rendezvous_s": m.startup.rendezvous_s, "peak_rss_mb": m.peak_rss_bytes_max / 2**20}
+
+    def gate_figures(self, records, all_records):
+        """throughput, vs_plain (over N x the plain loop's) and efficiency (over N x its own at one
+        worker) of each backend, workload and world size (docs/method.md, "Regression gate")."""
+        from bench.backends import BASELINE
+        from bench.gate import Figure, case_of, group_runs, not_ok_entry
+
+        def value(rec, per_window):
+            windows = rec.metrics.throughput.per_window
+            return windows if per_window else sum(windows) / len(windows)
+
+        runs, ok = group_runs(records, lambda r: (r.spec.backend, r.spec.workload, r.spec.world_size))
+        out, not_ok = {}, {}
+        for (backend, workload, n), rs in sorted(runs.items(), key=lambda kv: str(kv[0])):
+            where = f"{backend} {workload} n={n}"
+            good = ok[(backend, workload, n)]
+            if not good:
+                not_ok.update({f"{kind} {where}": not_ok_entry(rs) for kind in ("throughput", "vs_plain", "efficiency")})
+                continue
+            mine = case_of(good, value)
+            out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], [1])
+            plain = ok.get((BASELINE, workload, 1))
+            if backend != BASELINE and plain:
+                out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, case_of(plain, value)],
+                                                  [1, -1], scale=n)
+            one = ok.get((backend, workload, 1))
+            if n > 1 and one:
+                out[f"efficiency {where}"] = Figure(f"efficiency {where}", "efficiency", [mine, case_of(one, value)],
+                                                    [1, -1], scale=n)
+        return out, not_ok
 
 
 TASK = TrainTask()

@@ -1,0 +1,69 @@
+"""The torchrun launcher, shared by the backends whose processes torchrun starts (elastic, ps), and
+what torchrun's elastic agent reports about a run (its events file, bench.backends.torchrun_events).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bench.backends.base import Launcher
+
+
+def free_port() -> int:
+    """A TCP port free now: a scale-up's second agent must know the rendezvous endpoint in advance."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun_args(nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int) -> list[str]:
+    """torchrun's arguments for c10d rendezvous at `endpoint`. With a node range the agent otherwise
+    waits 30 s for more nodes before it starts, so the last call is shortened to 1 s."""
+    args = ["--nnodes", nnodes, "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, "--max-restarts", str(max_restarts)]
+    if ":" in nnodes:
+        args += ["--rdzv-conf", "last_call_timeout=1"]
+    return args
+
+
+class TorchrunLauncher(Launcher):
+    """torchrun on this node with c10d rendezvous on a free port, one process per spec process.
+
+    `python -m torch.distributed.run` is torchrun's own entry point, run by this interpreter so the
+    workers see the same environment. Port 0 lets the agent's c10d store pick a free port, which the
+    workers then share (TORCHELASTIC_USE_AGENT_STORE): two runs at once never collide.
+    """
+
+    def command(self, spec, rank_command, run_id):
+        return [sys.executable, "-m", "torch.distributed.run",
+                *torchrun_args("1", spec.processes, "127.0.0.1:0", run_id, 0), "--no-python", *rank_command]
+
+    def rank_identity(self, env):
+        return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
+
+
+def agent_command(events_file, nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int,
+                  rank_command: list[str]) -> list[str]:
+    """torchrun with its agent's events kept in `events_file` (bench.backends.torchrun_events)."""
+    return [sys.executable, "-m", "bench.backends.torchrun_events", str(events_file), "--",
+            *torchrun_args(nnodes, nproc, endpoint, run_id, max_restarts), "--no-python", *rank_command]
+
+
+def agent_observations(run_dir) -> dict:
+    """The agent's events, its rendezvous rounds with their durations, and the moments it noticed a
+    fault: the worker group failing, or a node waiting to join."""
+    events = run_dir.json_lines(run_dir.agent_events)
+    rendezvous = [{"attempt": ev["metadata"].get("agent_restarts"), "state": ev["metadata"].get("state"),
+                   "duration_ms": ev["metadata"].get("duration_ms"), "t": ev.get("t"),
+                   "agent_pid": ev.get("agent_pid")}
+                  for ev in events if ev.get("kind") == "agent"
+                  and (ev.get("metadata") or {}).get("state") in ("RENDEZVOUS", "ASSIGN_WORKER_RANKS")]
+    detections = []
+    for ev in events:
+        if ev.get("kind") == "metric" and ev.get("name") == "workers.default.failed":
+            detections.append((ev["t"], "elastic agent saw the worker group fail"))
+        if ev.get("kind") == "log" and "new nodes" in ev.get("message", ""):
+            detections.append((ev["t"], "elastic agent saw a node waiting to join"))
+    return {"events": events, "rendezvous": rendezvous, "detections": detections}
