@@ -1,4 +1,4 @@
-"""Communication sweeps in nccl-tests' conventions (DESIGN, "Definitions").
+"""Communication sweeps in nccl-tests' conventions (docs/method.md, "Communication").
 
 A message of S bytes; t = mean time per op over the timed iterations, the max over ranks;
 algbw = S / t; busbw = algbw x the op's bus factor; GB/s = 1e9 bytes/s. S is, as in nccl-tests, the

@@ -1,4 +1,4 @@
-"""The environment fingerprint stored with every run (DESIGN, "Records")."""
+"""The environment fingerprint stored with every run (docs/method.md, "Records")."""
 
 from __future__ import annotations
 

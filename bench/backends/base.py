@@ -157,6 +157,8 @@ class Backend:
 
     def cost_model(self, world_size: int, options: dict) -> tuple[str, float, float]:
         """(name, alpha coefficient, beta coefficient) of this backend's allreduce algorithm:
-        T = alpha_coef * a + beta_coef * S * b. Ring allreduce by default."""
-        n = world_size
-        return "ring", 2.0 * (n - 1), 2.0 * (n - 1) / n
+        T = alpha_coef * a + beta_coef * S * b. Ring allreduce by default: 2(n-1) latency steps, and each
+        rank moves the bus factor's share of S."""
+        from bench.comm import bus_factor
+
+        return "ring", 2.0 * (world_size - 1), bus_factor("allreduce", world_size)
