@@ -1,5 +1,6 @@
-"""Test-only faults and slowdowns (--inject, --inject-delay): what a real hang, exception, OOM kill or
-slower step looks like to the harness. Parsed in the parent, fired in any process of a run."""
+"""Test-only injected failures and slowdowns (--inject, --inject-delay): what a real hang, exception,
+OOM kill or slower step looks like to the harness. Parsed in the parent, fired in any process of a run.
+(Not to be confused with `bench fault`, which measures a backend's recovery: bench.tasks.fault.)"""
 
 from __future__ import annotations
 
@@ -49,11 +50,11 @@ def parse_step_delay(text: str | None) -> dict | None:
 
 
 def injected_for(spec, rank: int) -> dict | None:
-    """The --inject fault aimed at this rank, if any."""
+    """The --inject failure aimed at this rank, if any."""
     return spec.inject if spec.inject and spec.inject["rank"] == rank else None
 
 
-def fire_fault(kind: str, step: int) -> None:
+def fire_injected(kind: str, step: int) -> None:
     """Make this process hang, raise, or SIGKILL itself."""
     if kind == "hang":
         while True:

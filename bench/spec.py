@@ -42,7 +42,7 @@ class RunSpec:
     roles: dict = field(default_factory=dict)  # processes per role, e.g. {"worker": 2, "server": 1}
     task: str = "train"  # the kind of run: a name in bench.tasks.TASK_MODULES
     comm: dict | None = None  # task "comm": ops, dtype, min_bytes, max_bytes, warmup_iters, iters
-    inject: dict | None = None  # test-only fault injection (bench.inject.parse_inject)
+    inject: dict | None = None  # test-only injected failure of one rank (bench.inject.parse_inject)
     step_delay: dict | None = None  # test-only slowdown of every timed step (bench.inject.parse_step_delay)
     fault: dict | None = None  # task "fault": scenario, rank, at_step, signal, ... (bench.tasks.fault)
     save_params: bool = False  # write each rank's final parameters into the run directory

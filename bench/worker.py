@@ -17,7 +17,7 @@ import sys
 import time
 
 from bench.backends import get_backend
-from bench.inject import fire_fault
+from bench.inject import fire_injected
 from bench.records import RankResult, Times
 from bench.rundir import RunDir
 from bench.spec import RunSpec
@@ -43,19 +43,19 @@ def bind_cpus(spec, local_rank: int) -> list[int] | None:
 
 
 class StepLoop:
-    """The harness's part of one optimizer step: a test-only fault or delay, and the step count.
+    """The harness's part of one optimizer step: a test-only injected failure or delay, and the step count.
 
     It runs inside every timed window, so it is kept to an integer comparison and an addition
     (tests/benchmarks measures it)."""
 
-    def __init__(self, core, fault: dict | None = None, done: int = 0):
+    def __init__(self, core, inject: dict | None = None, done: int = 0):
         self.core, self.done, self.delay_s = core, done, 0.0
-        self.fault_step = fault["step"] if fault else -1
-        self.fault_kind = fault["kind"] if fault else None
+        self.inject_step = inject["step"] if inject else -1
+        self.inject_kind = inject["kind"] if inject else None
 
     def __call__(self):
-        if self.done == self.fault_step:
-            fire_fault(self.fault_kind, self.done)
+        if self.done == self.inject_step:
+            fire_injected(self.inject_kind, self.done)
         out = self.core()
         if self.delay_s:
             time.sleep(self.delay_s)

@@ -94,15 +94,16 @@ def test_sweep_of_the_three_backends(store, tmp_path):
     proc = bench("sweep", "--backend", "elastic,horovod,ps", "--workload", "mnist_mlp", "--nproc", 2,
                  "--world-sizes", "2", "--no-baseline", "--store", store, "--report", report, *FAST)
     assert proc.returncode == 0, proc.stderr
+    from bench.frame import load_frame
     from bench.store import Store
 
-    frame = Store(store).load()
+    frame = load_frame(Store(store))
     assert (frame["status"] == "ok").all()
     train = frame[frame["task"] == "train"]
     assert sorted(train["backend"]) == ["elastic", "horovod", "ps"]
     comm = frame[frame["task"] == "comm"]  # a short allreduce sweep per backend and world size
     assert sorted(comm["backend"]) == ["elastic", "horovod", "ps"]
-    assert all(r["allreduce"] and all(x["wrong"] == 0 for x in r["allreduce"]) for r in comm["record"])
+    assert all(r.metrics.rows and all(x.wrong == 0 for x in r.metrics.rows) for r in comm["record"])
     page = report.read_text()
     for backend in ("elastic", "horovod", "ps"):
         assert f">{backend}<" in page

@@ -27,7 +27,7 @@ def gate(tmp_path_factory):
                           (slow, ["--repeats", 3, "--inject-delay", "20%"])):
         proc = bench("sweep", *SMALL, "--store", target, *extra, timeout=900)
         assert proc.returncode == 0, proc.stderr
-    first = min({r["spec"]["sweep_id"] for r in Store(store).records()})
+    first = min({r.spec.sweep_id for r in Store(store).records()})
     proc = bench("baseline", "--from-store", store, "--sweep", first, "--no-hot-paths", "--dir", base / "baselines")
     assert proc.returncode == 0, proc.stderr
     return {"dir": base, "store": store, "slow": slow, "baseline": base / "baselines" / "cpu-gloo.json"}

@@ -124,9 +124,10 @@ def test_sweep_list_and_report(store, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "[4/4]" in proc.stderr  # baseline, world 1, world 2, and the allreduce sweep at world 2
     from bench.frame import with_efficiency
+    from bench.frame import load_frame
     from bench.store import Store
 
-    frame = Store(store).load()
+    frame = load_frame(Store(store))
     assert sorted(zip(frame["task"], frame["backend"], frame["world_size"])) == [
         ("comm", "elastic", 2), ("train", "elastic", 1), ("train", "elastic", 2), ("train", "single", 1)]
     assert frame["sweep_id"].nunique() == 1 and (frame["status"] == "ok").all()

@@ -196,7 +196,7 @@ class PSGroup(ProcessGroup):
         import torch
         import torch.distributed as dist
 
-        from bench.inject import fire_fault
+        from bench.inject import fire_injected
         from bench.model import initial_model
 
         model = initial_model(spec, "cpu")  # the same initial parameters as every worker of every backend
@@ -217,7 +217,7 @@ class PSGroup(ProcessGroup):
             total = torch.zeros_like(owned)
             for step in range(steps):
                 if inject and step == inject["step"]:
-                    fire_fault(inject["kind"], step)
+                    fire_injected(inject["kind"], step)
                 total.zero_()
                 for worker in range(n):  # a fixed order: the same sum, bit for bit, on every run
                     dist.recv(incoming, src=worker)
@@ -233,7 +233,7 @@ class PSGroup(ProcessGroup):
             waiting: list[int] = []  # workers whose answer is held back by the staleness bound
             for push in range(steps * n):
                 if inject and push // n == inject["step"]:
-                    fire_fault(inject["kind"], push // n)
+                    fire_injected(inject["kind"], push // n)
                 worker = dist.recv(incoming)  # from whichever worker pushes next
                 t0 = time.perf_counter()
                 weights.grad = incoming / n
