@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from bench.frame import load_frame
 from bench.report import render_report
 from bench.store import Store
 from conftest import FAST, bench
@@ -38,7 +39,7 @@ def store_path(tmp_path_factory):
 
 
 def test_sections_in_order_and_verdict_computed(store_path):
-    page = render_report(Store(store_path).load(), "s")
+    page = render_report(load_frame(Store(store_path)), "s")
     headings = re.findall(r"<h2 id=\"\w+\">([^<]+)</h2>", page)
     assert headings == ["Verdict", "Throughput and scaling", "Communication", "Where the time goes",
                         "Startup and rendezvous", "Elasticity", "Rank map", "Environment",
@@ -55,7 +56,7 @@ def test_sections_in_order_and_verdict_computed(store_path):
 
 
 def test_every_number_traces_to_a_stored_run(store_path):
-    frame = Store(store_path).load()
+    frame = load_frame(Store(store_path))
     page = render_report(frame, "s")
     table = page.split('id="throughput"')[1].split('id="comm"')[0]
     for run_id in re.findall(r"\d{8}-\d{6}-[0-9a-f]{6}", table):
@@ -65,7 +66,7 @@ def test_every_number_traces_to_a_stored_run(store_path):
 
 
 def test_failed_runs_are_listed_not_dropped(store_path):
-    page = render_report(Store(store_path).load(), "s")
+    page = render_report(load_frame(Store(store_path)), "s")
     failed = page.split('id="failed"')[1].split('id="method"')[0]
     assert "crashed" in failed and "rank 1 raised RuntimeError: injected crash at step 3" in failed
 
@@ -74,11 +75,11 @@ def test_differing_environments_are_flagged(store_path, tmp_path):
     path = tmp_path / "altered.sqlite"
     store = Store(path)
     for record in Store(store_path).records():
-        if record["spec"]["backend"] == "horovod" and record["status"] == "ok":
+        if record.spec.backend == "horovod" and record.ok:
             record = copy.deepcopy(record)
-            record["environment"]["torch"] = "2.13.0"  # as if run under another torch
+            record.environment["torch"] = "2.13.0"  # as if run under another torch
         store.save(record)
-    page = render_report(store.load(), "s")
+    page = render_report(load_frame(store), "s")
     assert "differ in torch" in page and "not like for like" in page
     assert 'class="diff"' in page
 
@@ -96,15 +97,15 @@ def test_where_filters_and_rejects_unknown_keys(store_path, tmp_path):
 
 
 def test_elasticity_section_shows_both_backends_side_by_side(store_path):
-    frame = Store(store_path).load()
+    frame = load_frame(Store(store_path))
     page = render_report(frame, "s")
     section = page.split('id="elasticity"')[1].split('id="ranks"')[0]
     faults = frame[frame["task"] == "fault"]
     assert len(faults) == 2
     for r in faults.itertuples():
-        f = r.record["metrics"]["fault"]
+        f = r.record.metrics
         assert r.run_id in section
-        assert f"<td>{f['recovery_s']:.2f}</td>" in section and f"<td>{f['steps_redone']}</td>" in section
+        assert f"<td>{f.recovery_s:.2f}</td>" in section and f"<td>{f.steps_redone}</td>" in section
     # one computed sentence for the case, naming both backends and their world sizes after recovery
     sentence = re.search(r"<p>mnist_mlp: SIGKILL to 1 of 2 workers[^<]*</p>", section).group(0)
     assert "elastic came through 1 of 1 run(s)" in sentence and "at world size 2" in sentence
@@ -115,6 +116,6 @@ def test_elasticity_section_shows_both_backends_side_by_side(store_path):
 
 
 def test_page_is_self_contained(store_path):
-    page = render_report(Store(store_path).load(), "s")
+    page = render_report(load_frame(Store(store_path)), "s")
     assert "<script" not in page and "src=\"http" not in page and "href=\"http" not in page
     assert page.count("data:image/png;base64,") >= 4

@@ -1,0 +1,97 @@
+"""The report's view of communication sweeps: a row per backend, world size, dtype and op (bus
+bandwidth, the fitted alpha-beta model, the share of the machine's limit), busbw-against-size figures,
+and which primary backend's allreduce reached the higher peak bus bandwidth."""
+
+from __future__ import annotations
+
+from bench.backends import PRIMARY
+from bench.comm import bus_factor
+from bench.sections import Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot, right
+
+COLUMNS = [left("backend"), right("ranks"), left("dtype"), left("op"), right("avg busbw GB/s"),
+           right("peak busbw GB/s"), right("peak / limit"), left("model"), right("a (us)"), right("1/b (GB/s)"),
+           right("R²"), left("run")]
+
+
+def latest_sweeps(ok):
+    """The latest ok sweep per backend, world size and dtype."""
+    return ok.sort_values("created_at").groupby(["backend", "world_size", "dtype"]).tail(1)
+
+
+def sweep_rows(latest) -> tuple[list[list], dict[str, float]]:
+    """A table row per op of each sweep, and the highest allreduce peak busbw of each primary backend."""
+    rows, best = [], {}
+    for r in latest.sort_values(["world_size", "backend"]).itertuples():
+        m = r.record.metrics
+        fit, limit = m.fit or {}, (m.ceiling or {}).get("limit_gbps")
+        for op, avg in m.avg_busbw_gbps.items():
+            peak = max(x.busbw_gbps for x in m.rows if x.op == op)
+            modelled = op == "allreduce" and bool(fit)
+            rows.append([r.backend, r.world_size, r.dtype, op, fmt(avg, ".3f"), fmt(peak, ".3f"),
+                         fmt(peak / limit if limit else None, ".1%"), m.model if modelled else "-",
+                         fmt(fit["alpha_s"] * 1e6, ".1f") if modelled else "-",
+                         fmt(fit["bandwidth_gbps"], ".2f") if modelled else "-",
+                         fmt(fit["r2_weighted"], ".3f") if modelled else "-", r.run_id])
+            if op == "allreduce" and r.backend in PRIMARY:
+                best[r.backend] = max(best.get(r.backend, 0.0), peak)
+    return rows, best
+
+
+def busbw_figure(world: int, dtype: str, group) -> str:
+    """Measured allreduce busbw against message size for each backend, its alpha-beta model, and the
+    machine's limit."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    limits, limit_name = [], ""
+    for r in group.itertuples():
+        m = r.record.metrics
+        ar = [x for x in m.rows if x.op == "allreduce"]
+        if not ar:
+            continue
+        sizes = [x.size for x in ar]
+        line, = ax.plot(sizes, [x.busbw_gbps for x in ar], marker="o", ms=3, label=f"{r.backend} measured")
+        if m.fit:
+            factor = bus_factor("allreduce", world)
+            ax.plot(sizes, [s / (t * 1e-6) / 1e9 * factor for s, t in zip(sizes, m.fit["predicted_time_us"])],
+                    linestyle=":", color=line.get_color(), label=f"{r.backend} alpha-beta model")
+        if m.ceiling:
+            limits.append(m.ceiling["limit_gbps"])
+            limit_name = m.ceiling["limit_name"]
+    if limits:
+        ax.axhline(sum(limits) / len(limits), color="grey", linestyle="--", linewidth=1,
+                   label=f"machine limit ({limit_name})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size S (bytes)")
+    ax.set_ylabel("allreduce busbw (GB/s)")
+    ax.set_title(f"allreduce, {world} ranks, {dtype}", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def method() -> list:
+    return [["Communication follows nccl-tests: algbw = S / t, busbw = algbw x 2(n-1)/n (allreduce), t the "
+             "mean per op and the max over ranks, GB/s = 1e9 bytes/s; each size checked for wrong elements."]]
+
+
+def report_part(frame, context) -> ReportPart:
+    """The communication sweeps' part of the page (`frame`: this task's runs only)."""
+    ok = frame[frame["status"] == "ok"]
+    if ok.empty:
+        blocks = [Paragraph(["No communication sweep in this selection (", code("bench allreduce"), ", or a ",
+                             code("bench sweep"), " without ", code("--no-comm"), ", records one)."])]
+        return ReportPart(method=method(), sections=[Section("comm", "Communication", 20, blocks)])
+    latest = latest_sweeps(ok)
+    rows, best = sweep_rows(latest)
+    blocks = [Table(COLUMNS, rows)]
+    for (world, dtype), group in latest.groupby(["world_size", "dtype"]):
+        blocks.append(Figure("allreduce busbw vs message size", busbw_figure(world, dtype, group)))
+    recommendation = []
+    if len(best) == 2:
+        top = max(best, key=best.get)
+        other = next(b for b in best if b != top)
+        recommendation.append(f"{top}'s allreduce reached the higher bus bandwidth ({best[top]:.2f} vs "
+                              f"{best[other]:.2f} GB/s peak).")
+    return ReportPart(recommendation=recommendation, method=method(), shown=list(ok["record"]),
+                      sections=[Section("comm", "Communication", 20, blocks)])

@@ -1,0 +1,165 @@
+"""The report page from the committed sample store (written by the previous version: 14 training runs,
+3 communication sweeps, 8 fault runs), without launching anything."""
+
+import html
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench import stats
+from bench.comm import OPS, bus_factor
+from bench.errors import StoreError, UsageError
+from bench.frame import load_frame
+from bench.report import apply_where, failed_section, render_report, write_report
+from bench.sections import ReportPart
+from bench.store import Store
+from bench.tasks import train_report
+
+SAMPLE = Path(__file__).parent / "data" / "store-v1.sqlite"
+SECTIONS = ["Verdict", "Throughput and scaling", "Communication", "Where the time goes", "Startup and rendezvous",
+            "Elasticity", "Rank map", "Environment", "Failed and unstable runs", "Methodology"]
+COMM_ONLY = ["task=comm"]  # a small page: one figure
+
+
+def copy_sample(folder: Path) -> Store:
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SAMPLE, folder / "bench.sqlite")
+    return Store(folder / "bench.sqlite")
+
+
+def section(page: str, anchor: str) -> str:
+    return page.split(f'<h2 id="{anchor}">')[1].split("<h2 ")[0]
+
+
+@pytest.fixture(scope="module")
+def frame(tmp_path_factory):
+    return load_frame(copy_sample(tmp_path_factory.mktemp("sample")))
+
+
+@pytest.fixture(scope="module")
+def page(frame):
+    return render_report(frame, "sample")
+
+
+def test_sections_in_order_with_a_matching_nav(page):
+    assert re.findall(r'<h2 id="\w+">([^<]+)</h2>', page) == SECTIONS
+    anchors = re.findall(r'<h2 id="(\w+)">', page)
+    nav = page.split("<nav>")[1].split("</nav>")[0]
+    assert re.findall(r'<a href="#(\w+)">', nav) == anchors
+
+
+def test_verdict_is_computed_from_the_runs(page, frame):
+    verdict = section(page, "verdict")
+    # one elastic-horovod sentence per workload and world size, with the figures and the test behind it
+    compared = re.findall(r"elastic ([\d,]+) vs horovod ([\d,]+) samples/s; Welch&#39;s t-test p = [\d.e-]+ "
+                          r"over 5 \+ 5 windows", verdict)
+    assert len(compared) == 4
+    train = frame[(frame["task"] == "train") & (frame["status"] == "ok")]
+    shown = {f"{t:,.0f}" for t in train["throughput"]}
+    assert all(e in shown and h in shown for e, h in compared)
+    for workload in ("mnist_mlp", "resnet18"):
+        for world in (1, 2):
+            assert f"{workload}, {world} worker(s) on cpu" in verdict
+    assert verdict.count("the ps baseline (ps_servers=1, ps_mode=sync, ps_staleness=None) is") == 4
+    assert "Recommendation from this data." in verdict and "For throughput on this hardware, choose" in verdict
+    assert "allreduce reached the higher bus bandwidth" in verdict  # the communication view's sentence
+    assert "8 fault-injection run(s) in 4 case(s)" in verdict  # the fault view's summary
+
+
+def test_fault_runs_are_named_by_their_fault(page, frame):
+    elasticity, failed, ranks = section(page, "elasticity"), section(page, "failed"), section(page, "ranks")
+    faults = frame[frame["task"] == "fault"]
+    assert len(faults) == 8 and (faults["status"] != "ok").any()
+    for r in faults.itertuples():
+        case = html.escape(r.record.task.case(r.record.spec))
+        row = elasticity.split(r.run_id)[0].rsplit("<tr>", 1)[1]  # the table row that ends with the run id
+        assert case in row and f">{r.backend}<" in row
+        assert f"{r.run_id}: {r.backend} {case}, world {r.world_size} ({r.status})" in ranks
+        if r.status != "ok":
+            listed = failed.split(r.run_id)[1].split("</tr>")[0]
+            assert case in listed and "communication" not in listed
+    assert failed.count("<tr>") == 1 + int((frame["status"] != "ok").sum())
+
+
+def test_methodology_states_the_constants_in_force(page):
+    method = section(page, "method")
+    assert f"a {stats.CONFIDENCE:.0%} confidence interval" in method
+    assert f"exceeds {stats.UNSTABLE_REL_STDEV:.0%} of its mean" in method
+    assert f"fewer than {stats.MIN_STABLE_WINDOWS} windows" in method
+    assert f"p &lt; {train_report.SIGNIFICANCE}" in method
+    assert "95% CI" in section(page, "throughput")
+
+
+def test_methodology_follows_the_constants(frame, monkeypatch):
+    monkeypatch.setattr(stats, "CONFIDENCE", 0.9)
+    monkeypatch.setattr(stats, "UNSTABLE_REL_STDEV", 0.2)
+    monkeypatch.setattr(stats, "MIN_STABLE_WINDOWS", 4)
+    monkeypatch.setattr(train_report, "SIGNIFICANCE", 0.01)
+    method = section(render_report(frame, "sample", COMM_ONLY), "method")
+    assert "a 90% confidence interval" in method and "exceeds 20% of its mean" in method
+    assert "fewer than 4 windows" in method and "p &lt; 0.01" in method
+    unstable = [line.text[0].text for line in failed_section(frame.iloc[0:0], [ReportPart(unstable=["r: x"])]).blocks
+                if hasattr(line, "text")]
+    assert "Unstable (standard deviation above 20% of the mean, or fewer than 4 windows):" in unstable
+
+
+def test_store_path_is_escaped_once(tmp_path):
+    store = copy_sample(tmp_path / "a&b<c")
+    out = write_report(store, tmp_path / "out" / "report.html", COMM_ONLY)
+    page = out.read_text()
+    assert "a&amp;b&lt;c" in page
+    assert "&amp;amp;" not in page and "&amp;lt;" not in page
+    assert list(out.parent.iterdir()) == [out]
+
+
+def test_page_is_self_contained(page):
+    assert "<script" not in page.lower()
+    assert re.findall(r'(?:src|href)="(?!data:image/png;base64,|#)', page) == []
+    assert "http://" not in page and "https://" not in page
+    assert page.count('src="data:image/png;base64,') == 8  # 2 throughput, 1 busbw, 1 exposed, 4 fault cases
+
+
+def test_where_filters_the_page(frame):
+    only = apply_where(frame, ["backend=elastic,single"])
+    assert set(only["backend"]) == {"elastic", "single"} and len(only) == 11  # 6 training, 1 sweep, 4 faults
+    page = render_report(frame, "sample", COMM_ONLY)
+    assert "3 runs (3 ok), filtered by task=comm" in page
+    assert "No successful training run in this selection." in section(page, "throughput")
+    assert "No fault-injection run is stored" in section(page, "elasticity")
+    comm = section(page, "comm")
+    assert all(f">{b}<" in comm for b in ("elastic", "horovod", "ps"))
+
+
+def test_where_errors_are_one_line(frame):
+    with pytest.raises(UsageError, match="unknown key 'colour'"):
+        apply_where(frame, ["colour=blue"])
+    with pytest.raises(UsageError, match="expected KEY=VALUE"):
+        apply_where(frame, ["backend"])
+    with pytest.raises(UsageError, match="no run in sample matches --where backend=none"):
+        render_report(frame, "sample", ["backend=none"])
+    with pytest.raises(StoreError, match="nothing to report"):
+        render_report(frame.iloc[0:0], "sample")
+
+
+def test_unwritable_output_is_a_usage_error_and_leaves_nothing(tmp_path, monkeypatch):
+    import bench.report
+
+    store = copy_sample(tmp_path / "store")
+    monkeypatch.setattr(bench.report, "render_report", lambda *args: "<!doctype html>")
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    with pytest.raises(UsageError, match="is a directory; give a file name"):
+        write_report(store, folder)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(UsageError, match="cannot write the report to"):
+        write_report(store, blocker / "report.html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "reports", "store"]
+    assert list(folder.iterdir()) == []
+
+
+def test_bus_factor_is_the_ops_factor():
+    assert bus_factor("allreduce", 4) == 1.5 == OPS["allreduce"].factor(4)
+    assert bus_factor("broadcast", 8) == 1.0
