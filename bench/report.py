@@ -37,7 +37,10 @@ def apply_where(frame, where: list[str] | None):
     """--where KEY=V1,V2 (repeatable): keep runs whose column KEY is one of the values."""
     for clause in where or []:
         if "=" not in clause:
-            raise UsageError(f"--where {clause!r}: expected KEY=VALUE[,VALUE...], for example backend=elastic,horovod")
+            from bench.backends import PRIMARY
+
+            raise UsageError(f"--where {clause!r}: expected KEY=VALUE[,VALUE...], for example "
+                             f"backend={','.join(PRIMARY)}")
         key, values = clause.split("=", 1)
         if key not in frame.columns or key == "record":
             allowed = ", ".join(c for c in frame.columns if c != "record")
