@@ -57,3 +57,51 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
                           task.conclude(spec, run_dir, outcome, before), launch.info)
     store.save(record)
     return record
+
+
+def note(text: str) -> None:
+    """A line for the person at the terminal (stderr: stdout carries results only)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def run_specs(specs: list, store, title: str, show_progress: bool = False, on_record=None) -> list:
+    """Run specs in order, storing every run: a progress line before and after each (with show_progress, the
+    run's description and its own progress lines too); on_record(record) after each. Stops after an
+    interrupted run. Returns the RunRecords of the runs made."""
+    n = len(specs)
+    note(f"{title}: {n} run(s) -> {store.path}")
+    records = []
+    for i, spec in enumerate(specs, 1):
+        task = get_task(spec.task)
+        head = f"[{i}/{n}] {spec.backend} {task.case(spec)} world {spec.world_size}"
+        note(f"{head} ...")
+        if show_progress:
+            note(f"  {task.describe(spec)}")
+        record = execute(spec, store, show_progress=show_progress)
+        records.append(record)
+        note(f"{head}: {record.task.one_line(record)}")
+        if on_record is not None:
+            on_record(record)
+        if record.status == "interrupted":
+            note(f"{title}: interrupted; {n - i} run(s) not started")
+            break
+    failed = sum(r.status != "ok" for r in records)
+    note(f"{title}: {len(records) - failed} ok, {failed} not ok; `bench list --store {store.path}` shows them")
+    return records
+
+
+def run_sweep(store, title: str, *, backends: list[str] | None, workloads: list[str], device: str,
+              world_sizes: list[int], options: dict, comm: dict | None, with_baseline: bool = True,
+              repeats: int = 1) -> tuple[str, list]:
+    """Plan a sweep (bench.plan.plan_sweep) under a new sweep id and run it: (sweep id, records).
+    backends None: every compared backend that can run here, saying which cannot."""
+    from bench.plan import available_backends, plan_sweep
+
+    if backends is None:
+        backends = available_backends(device, lambda name, why: note(f"bench: skipping {name}: {why}"))
+    sweep_id = new_run_id()
+    plan = plan_sweep(backends, workloads, device, world_sizes, options=options, comm=comm, sweep_id=sweep_id,
+                      with_baseline=with_baseline, repeats=repeats)
+    note(f"{title}: {', '.join(backends)} x {', '.join(workloads)} x world sizes "
+         f"{', '.join(map(str, world_sizes))}")
+    return sweep_id, run_specs(plan, store, f"{title} {sweep_id}")

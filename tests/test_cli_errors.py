@@ -43,6 +43,24 @@ def test_bad_input_is_one_line_and_exit_2(args, fragments, store):
     assert not store.exists(), "bad input must not create a store"
 
 
+@pytest.mark.parametrize("args, fragments", [
+    (["run", "--timeout", "nan"], ["--timeout", "'nan'", "finite"]),
+    (["run", "--timeout", "inf"], ["--timeout", "'inf'", "finite"]),
+    (["run", "--timeout", "-1"], ["--timeout", "positive"]),
+    (["run", "--threads", "0"], ["--threads", "at least 1"]),
+    (["run", "--gpus", "0"], ["--gpus", "at least 1"]),
+    (["sweep", "--repeats", "0"], ["--repeats", "at least 1"]),
+    (["sweep", "--windows", "-2"], ["--windows", "at least 1"]),
+    (["allreduce", "--iters", "0"], ["--iters", "at least 1"]),
+    (["fault", "--recovery-timeout", "inf"], ["--recovery-timeout", "finite"]),
+    (["regress", "--timeout", "nan"], ["--timeout", "finite"]),
+])
+def test_out_of_range_numbers_are_refused_before_anything_runs(args, fragments, store):
+    proc = bench(*args, "--store", store)
+    assert_one_line_error(proc, *fragments, f"see bench {args[0]} --help")
+    assert not store.exists()
+
+
 def test_mnist_dir_without_files(tmp_path, store):
     proc = bench("run", "--data", "mnist", "--data-dir", tmp_path, "--store", store)
     assert_one_line_error(proc, "train-images-idx3-ubyte", "nothing is downloaded")

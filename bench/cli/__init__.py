@@ -1,0 +1,54 @@
+"""`bench`: run, sweep, allreduce, list, report, compare, regress, baseline, fault, doctor.
+
+One module per verb, each with `add_parser(verbs)` and the function that carries the verb out; VERBS is the
+registry. Bad input is one line on stderr and exit 2; a run not ok exits 1, an interrupted one 130.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from bench.cli import allreduce, compare, doctor, fault, list_runs, regress, report, run, sweep
+from bench.cli.common import Parser
+from bench.errors import EXIT_INTERRUPTED, EXIT_OK, BenchError, Interrupted
+
+VERBS = (run, sweep, allreduce, list_runs, report, compare, regress, fault, doctor)
+EXIT_INTERNAL = 3  # a bug in bench itself
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="bench", description="Measure PyTorch Distributed Elastic vs Horovod vs a parameter "
+                                              "server, under identical conditions.")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser, metavar="VERB")
+    for module in VERBS:
+        module.add_parser(verbs)
+    return parser
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted()
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Ctrl-C and SIGTERM end runs cleanly, even where a shell started us with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BenchError as exc:
+        print(f"bench {args.verb}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (KeyboardInterrupt, Interrupted):
+        print(f"bench {args.verb}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # a bug: one line, and the traceback on request
+        if os.environ.get("BENCH_DEBUG"):
+            raise
+        print(f"bench {args.verb}: internal error: {type(exc).__name__}: {exc} "
+              "(set BENCH_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL

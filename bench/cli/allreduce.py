@@ -1,0 +1,50 @@
+"""`bench allreduce`: a communication sweep over message sizes per backend, printed as nccl-tests prints it."""
+
+from __future__ import annotations
+
+from bench.backends import COMPARED
+from bench.cli import options
+from bench.cli.common import comm_options, names, open_store, print_json, spec_options, status_exit
+from bench.runner import run_specs
+
+ALL = "all"
+
+
+def add_parser(verbs) -> None:
+    placement = [flag for flag in options.PLACEMENT if flag != "--cpu-bind"]
+    p = verbs.add_parser("allreduce", help="communication sweep over message sizes, as nccl-tests prints it",
+                         parents=[options.placement(placement + ["--timeout"]), options.comm(),
+                                  options.backend_options(), options.store(), options.json_output()])
+    p.add_argument("--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
+                                                  f"({', '.join(COMPARED)}) (default %(default)s)")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.plan import comm_specs
+    from bench.spec import resolve_device
+
+    device, world = resolve_device(args.nproc, args.gpus)
+    backends = list(COMPARED) if args.backend == ALL else names(args.backend)
+    specs = comm_specs(backends, device, [world], comm=comm_options(args), options=spec_options(args))
+    records = run_specs(specs, open_store(args.store), "bench allreduce", show_progress=True,
+                        on_record=None if args.json else print_table)
+    if args.json:
+        print_json([r.to_dict() for r in records] if len(records) > 1 else records[0].to_dict())
+    return status_exit([r.status for r in records])
+
+
+def print_table(record) -> None:
+    """One backend's sweep on stdout: the nccl-tests table and the alpha-beta fit, or why it failed."""
+    from bench.comm import format_table
+
+    spec, m = record.spec, record.metrics
+    print(f"# backend {spec.backend}, {spec.world_size} ranks ({spec.device}), status {record.status}")
+    if record.ok:
+        print(format_table(m.rows, m.ceiling))
+        if m.fit:
+            print(f"# alpha-beta fit ({m.model}): a = {m.fit['alpha_s'] * 1e6:.1f} us, "
+                  f"1/b = {m.fit['bandwidth_gbps']:.2f} GB/s, weighted R^2 = {m.fit['r2_weighted']:.3f}")
+    else:
+        print(f"# error: {record.error.message}")
+    print(flush=True)

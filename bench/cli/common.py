@@ -1,0 +1,90 @@
+"""What the verbs share: the one-line-error parser, arguments to plain values, stores, exit codes, and
+running one spec (a list of specs runs through bench.runner.run_specs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bench.cli.options import BACKEND_OPTION
+from bench.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
+from bench.runner import note
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but its errors are one line that says where to look."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+# ---------------------------------------------------------------- arguments to plain values
+SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject", "inject_delay", "warmup_steps",
+                "steps_per_window", "windows", "seed", "lr", "timeout", "data", "data_dir", "cpu_bind", "save_params")
+
+
+def backend_options(args) -> dict:
+    return {k[len(BACKEND_OPTION):]: v for k, v in vars(args).items() if k.startswith(BACKEND_OPTION) and v is not None}
+
+
+def spec_options(args) -> dict:
+    """The keyword arguments a spec builder takes from what the verb's options gave (absent ones left out)."""
+    options = {k: getattr(args, k) for k in SPEC_OPTIONS if getattr(args, k, None) is not None}
+    if "inject_delay" in options:
+        options["step_delay"] = options.pop("inject_delay")
+    options["backend_options"] = backend_options(args)
+    return options
+
+
+def comm_options(args) -> dict:
+    """The communication sweep's options (bench.plan.comm_options) from a verb's arguments."""
+    from bench.plan import COMM_KEYS, comm_options as resolve
+
+    return resolve({k: getattr(args, k) for k in COMM_KEYS})
+
+
+def names(text: str | None) -> list[str] | None:
+    """A comma-separated list of names, or None when not given."""
+    return [name for name in text.split(",") if name] if text else None
+
+
+# ---------------------------------------------------------------- stores and output
+def open_store(path: str | None):
+    from bench.store import Store
+
+    return Store(path)
+
+
+def status_exit(statuses: list[str]) -> int:
+    if "interrupted" in statuses:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(s == "ok" for s in statuses) else EXIT_RUN_FAILED
+
+
+def print_json(value) -> None:
+    print(json.dumps(value, indent=1))
+
+
+# ---------------------------------------------------------------- running
+def run_one(spec, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True) -> int:
+    """Describe, execute and store one spec; print its record (as_json) or its summary; exit by its status."""
+    from bench.runner import execute
+
+    task = _task(spec)
+    note(f"bench {verb}: {task.describe(spec)}")
+    store = open_store(store_path)
+    record = execute(spec, store, show_progress=show_progress)
+    if as_json:
+        print_json(record.to_dict())
+    else:
+        print("\n".join(record.task.summary_lines(record)))
+    note(f"stored run {record.run_id} in {store.path}")
+    return status_exit([record.status])
+
+
+def _task(spec):
+    from bench.tasks import get_task
+
+    return get_task(spec.task)

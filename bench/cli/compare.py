@@ -1,0 +1,68 @@
+"""`bench compare`: runs against a baseline, metric by metric (exit 1 on a significant regression), or an
+A/A calibration of the gate on stored sweeps."""
+
+from __future__ import annotations
+
+from bench.cli import options
+from bench.cli.common import open_store, print_json
+from bench.runner import note
+from bench.errors import EXIT_OK, UsageError
+
+
+def add_parser(verbs) -> None:
+    p = verbs.add_parser("compare", help="compare runs with a baseline, metric by metric; exit 1 on a significant "
+                                         "regression",
+                         parents=[options.store(), options.parent(None, ["--sweep"]), options.json_output()])
+    p.add_argument("--baseline", metavar="FILE", help="baseline file (from `bench baseline`)")
+    p.add_argument("--current", metavar="FILE", help="runs to judge, as a baseline-format file (instead of a sweep "
+                                                     "in --store)")
+    p.add_argument("--aa", action="store_true",
+                   help="A/A calibration: compare every pair of sweeps in --store (same code, same machine) and print "
+                        "how often the gate would have failed")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.gate import latest_sweep, read_runs_file
+    from bench.regress import compare_and_print
+
+    if args.aa:
+        return compare_aa(args)
+    if not args.baseline:
+        raise UsageError("give --baseline FILE (from `bench baseline`), or --aa to calibrate on stored sweeps")
+    if args.store and args.current:
+        raise UsageError("give either --store (the latest sweep stored there) or --current FILE, not both")
+    baseline = read_runs_file(args.baseline, "baseline")
+    if args.current:
+        current = read_runs_file(args.current, "current")["records"]
+    else:
+        store = open_store(args.store)
+        sweep_id, current = latest_sweep(store.records(), args.sweep)
+        if not current:
+            raise UsageError(f"no sweep {'named ' + args.sweep + ' ' if args.sweep else ''}in {store.path}; "
+                             "run `bench sweep` (or `bench regress`) first, or give --current FILE")
+        note(f"bench compare: baseline {args.baseline} (sweep {baseline.get('sweep_id')}) vs sweep "
+             f"{sweep_id} in {store.path}")
+    code, _ = compare_and_print(baseline, current, args.json)
+    return code
+
+
+def compare_aa(args) -> int:
+    from bench.gate import aa_rates, format_aa
+
+    if args.baseline or args.current:
+        raise UsageError("--aa compares the sweeps of --store with each other; drop --baseline/--current")
+    store = open_store(args.store)
+    sweeps: dict[str, list] = {}
+    for rec in store.records():
+        if rec.spec.sweep_id:
+            sweeps.setdefault(rec.spec.sweep_id, []).append(rec)
+    if len(sweeps) < 2:
+        raise UsageError(f"--aa needs two sweeps or more of the same matrix in {store.path} "
+                         f"(found {len(sweeps)}); run `bench sweep` again with the same arguments")
+    rows, pairs = aa_rates(sweeps)
+    if args.json:
+        print_json({"pairs": pairs, "sweeps": list(sweeps), "rows": rows})
+    else:
+        print(format_aa(rows, pairs))
+    return EXIT_OK

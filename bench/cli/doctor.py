@@ -1,0 +1,17 @@
+"""`bench doctor`: what this machine offers, and which backends can run."""
+
+from __future__ import annotations
+
+from bench.errors import EXIT_OK
+
+
+def add_parser(verbs) -> None:
+    p = verbs.add_parser("doctor", help="what this machine offers, and which backends can run")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.doctor import doctor_lines
+
+    print("\n".join(doctor_lines()))
+    return EXIT_OK

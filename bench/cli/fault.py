@@ -1,0 +1,68 @@
+"""`bench fault`: a fault (or a joining worker) injected into a run under a backend's elastic mode, and the
+detection, recovery and work lost measured."""
+
+from __future__ import annotations
+
+from bench.cli import options
+from bench.cli.common import run_one, spec_options
+from bench.errors import UsageError
+
+
+def _per_workload(windows: float) -> str:
+    """`windows` x each workload's window, in steps, for the help text."""
+    from workloads import WORKLOADS
+
+    return ", ".join(f"{int(windows * w.size('cpu').window_steps)} for {name}" for name, w in WORKLOADS.items())
+
+
+def add_parser(verbs) -> None:
+    from bench.backends import elastic_backends
+    from bench.tasks.fault import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, SIGNALS
+
+    p = verbs.add_parser(
+        "fault", help="inject a fault (or a joining worker) into an elastic run and measure detection, recovery "
+                      "and work lost",
+        description=f"Backends with an elastic mode: {', '.join(elastic_backends())}. Runs CPU processes over gloo.",
+        parents=[options.parent("what runs", ("--backend", "--workload")),
+                 options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe"), hidden=("--gpus",)),
+                 options.parent("run", ("--batch-size", "--image-size", "--seed", "--lr", "--timeout",
+                                        "--save-params")),
+                 options.backend_options(), options.store(), options.json_output()])
+    g = p.add_argument_group("the fault")
+    d = FAULT_DEFAULTS
+    g.add_argument("--kill-rank", type=options.count, default=d["kill_rank"],
+                   help="rank that receives the signal (%(default)s)")
+    g.add_argument("--at-step", type=options.positive_int,
+                   help=f"the signal comes when that rank has completed this many steps ({AT_STEP_WINDOWS:g} x the "
+                        f"workload's window: {_per_workload(AT_STEP_WINDOWS)})")
+    g.add_argument("--signal", type=str.upper, default=d["signal"], choices=list(SIGNALS),
+                   help="KILL (a crash), TERM (a polite stop), STOP (a hung worker) (%(default)s)")
+    g.add_argument("--join", action="store_true", help="scale-up instead: at --at-step one more worker joins (a "
+                                                       "second launcher agent, or a new host)")
+    g.add_argument("--max-restarts", type=options.count, default=d["max_restarts"],
+                   help="restarts (or resets) the elastic launcher allows (%(default)s)")
+    g.add_argument("--checkpoint-every", type=options.positive_int,
+                   help=f"steps between checkpoints or state commits ({CHECKPOINT_WINDOWS:g} x the workload's "
+                        f"window: {_per_workload(CHECKPOINT_WINDOWS)})")
+    g.add_argument("--steps", type=options.positive_int,
+                   help="steps to train in all (default at-step + 3 x checkpoint-every)")
+    g.add_argument("--comm-timeout", type=options.positive_float, default=d["comm_timeout"],
+                   help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s)")
+    g.add_argument("--recovery-timeout", type=options.positive_float, default=d["recovery_timeout"],
+                   help="seconds after the fault with no training step before the run is called hung (%(default)s)")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.spec import resolve_device
+    from bench.tasks.fault import build_spec
+
+    if args.gpus is not None:
+        raise UsageError("bench fault runs CPU processes over gloo; drop --gpus and give --nproc N")
+    _, world = resolve_device(args.nproc, None)
+    spec = build_spec(backend=args.backend, workload=args.workload, world_size=world,
+                      scenario="join" if args.join else "kill", rank=args.kill_rank, at_step=args.at_step,
+                      signal_name=args.signal, max_restarts=args.max_restarts, checkpoint_every=args.checkpoint_every,
+                      total_steps=args.steps, comm_timeout=args.comm_timeout, recovery_timeout=args.recovery_timeout,
+                      **spec_options(args))
+    return run_one(spec, args.store, args.json, "fault", show_progress=False)

@@ -1,0 +1,25 @@
+"""`bench list`: stored runs as a table."""
+
+from __future__ import annotations
+
+from bench.cli import options
+from bench.cli.common import open_store
+from bench.errors import EXIT_OK
+
+
+def add_parser(verbs) -> None:
+    p = verbs.add_parser("list", help="stored runs as a table", parents=[options.store()])
+    p.add_argument("--last", type=options.positive_int, metavar="N", help="only the last N runs")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.frame import load_frame
+    from bench.render import runs_table
+
+    store = open_store(args.store)
+    frame = load_frame(store)
+    if args.last:
+        frame = frame.tail(args.last)
+    print(runs_table(frame) if not frame.empty else f"no runs stored in {store.path}")
+    return EXIT_OK

@@ -1,0 +1,216 @@
+"""Options that several verbs take, each declared once, handed to the verbs as argparse parent parsers.
+
+A verb picks the groups it needs (`parents=[...]`). The defaults shown in help come from the code that
+owns them: bench.spec.DEFAULTS, bench.comm.COMM_DEFAULTS, the backend and workload registries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+BACKEND_OPTION = "backend_option:"  # dest prefix of a backend plug-in's own options
+
+
+# ---------------------------------------------------------------- value types, checked at parse time
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer of at least 1")
+    return value
+
+
+def count(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer of 0 or more")
+    return value
+
+
+def finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive, finite number")
+    return value
+
+
+def world_sizes(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: world sizes must be integers of 1 or more")
+    return values
+
+
+def byte_size(text: str) -> int:
+    from bench.comm import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# ---------------------------------------------------------------- the declarations
+def _names(names) -> str:
+    return ", ".join(names)
+
+
+def declarations() -> dict[str, dict]:
+    """flag -> argparse.add_argument keywords: every shared option is declared here, and only here, with the
+    defaults of the code that owns them (read when a parser is built)."""
+    from bench.backends import BACKEND_MODULES, DEFAULT_BACKEND
+    from bench.comm import COMM_DEFAULTS, DTYPES, OPS
+    from bench.spec import CPU_BINDS, DEFAULTS
+    from bench.store import DEFAULT_STORE
+    from workloads import WORKLOADS
+    from workloads.data import SOURCES
+
+    return {
+        # what runs
+        "--backend": dict(default=DEFAULT_BACKEND, help=f"one of {_names(BACKEND_MODULES)} (default %(default)s)"),
+        "--workload": dict(default=next(iter(WORKLOADS)),  # the registry's first: the quick one
+                           help=f"one of {_names(WORKLOADS)} (default %(default)s)"),
+        # placement
+        "--nproc": dict(type=positive_int, help="CPU worker processes (gloo); default min(2, cores)"),
+        "--gpus": dict(type=positive_int, help="one worker per GPU (NCCL)"),
+        "--threads": dict(type=positive_int, help="threads per worker, set for every backend alike "
+                                                  "(default: cores / largest world size)"),
+        "--cpu-bind": dict(choices=CPU_BINDS,
+                           help=f"pin each worker to its own cores (default {DEFAULTS['cpu_bind']})"),
+        "--oversubscribe": dict(action="store_true", help="allow more worker threads than cores (measures contention)"),
+        # measurement
+        "--batch-size": dict(type=positive_int, help="per-worker batch (default: the workload's)"),
+        "--warmup-steps": dict(type=positive_int,
+                               help=f"untimed steps first (default {DEFAULTS['warmup_steps']}, at least 1)"),
+        "--steps-per-window": dict(type=positive_int, help="steps timed per window (default: the workload's, about "
+                                                           "a second of work)"),
+        "--windows": dict(type=positive_int, help=f"timed windows (default {DEFAULTS['windows']}, at least 2)"),
+        "--seed": dict(type=count, help=f"seed of the model and the data (default {DEFAULTS['seed']})"),
+        "--lr": dict(type=positive_float, help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum "
+                                               f"{DEFAULTS['momentum']})"),
+        "--timeout": dict(type=positive_float, help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g})"),
+        # data
+        "--data": dict(choices=SOURCES, help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist needs "
+                                             "--data-dir"),
+        "--data-dir": dict(help="folder with MNIST's IDX files; nothing is downloaded"),
+        "--image-size": dict(type=positive_int, help="input side for image models (default: the workload's CPU or "
+                                                     "GPU size)"),
+        # testing the harness
+        "--inject": dict(metavar="KIND:RANK:STEP", help="test-only fault: hang, crash or kill rank RANK at step STEP"),
+        "--inject-delay": dict(metavar="DELAY",
+                               help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of "
+                                    "its warm-up median step time (20%%) or a duration (5ms); a sweep never slows "
+                                    "the plain single-process loop it measures the others against"),
+        "--save-params": dict(action="store_true", help="save each rank's parameters in the run directory (a fault "
+                                                        "run: also those each process resumed from)"),
+        # communication sweep
+        "--min-bytes": dict(type=byte_size, default=COMM_DEFAULTS["min_bytes"],
+                            help="smallest message: 4, 8K, 64M, 1G (default %(default)s)"),
+        "--max-bytes": dict(type=byte_size, default=COMM_DEFAULTS["max_bytes"],
+                            help="largest message (default %(default)s)"),
+        "--dtype": dict(default=COMM_DEFAULTS["dtype"], help=f"one of {_names(DTYPES)} (default %(default)s)"),
+        "--ops": dict(default=COMM_DEFAULTS["ops"], help=f"comma-separated, from {_names(OPS)} (default %(default)s)"),
+        "--warmup-iters": dict(type=count, default=COMM_DEFAULTS["warmup_iters"],
+                               help="untimed ops per size (default %(default)s)"),
+        "--iters": dict(type=positive_int, default=COMM_DEFAULTS["iters"],
+                        help="timed ops per size (default %(default)s)"),
+        # results
+        "--store": dict(help=f"results store (SQLite file); default {DEFAULT_STORE} or $BENCH_STORE"),
+        "--json": dict(action="store_true", help="print the result as JSON on stdout (the record, the records or the "
+                                                 "comparison), and nothing else there"),
+        "--sweep": dict(metavar="ID", help="the sweep to take from the store (default: the latest one)"),
+        "--repeats": dict(type=positive_int, help="run every case this many times, in rounds (the regression gate's "
+                                                  "unit of replication; default %(default)s)"),
+    }
+
+
+PLACEMENT = ("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")
+MEASUREMENT = ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows", "--seed", "--lr", "--timeout")
+DATA = ("--data", "--data-dir", "--image-size")
+HARNESS = ("--inject", "--inject-delay", "--save-params")
+COMM = ("--min-bytes", "--max-bytes", "--dtype", "--ops", "--warmup-iters", "--iters")
+
+
+def parent(title: str | None, flags, *, hidden=(), **defaults) -> argparse.ArgumentParser:
+    """A parent parser declaring `flags` (in an argument group `title`, if given). `hidden` flags are still
+    parsed (so a verb can refuse them with a clear message) but left out of --help; `defaults` replace the
+    declared defaults for this parser only (a fresh parent is built for every verb)."""
+    declared = declarations()
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group(title) if title else p
+    for flag in flags:
+        kwargs = declared[flag]
+        g.add_argument(flag, **(dict(kwargs, help=argparse.SUPPRESS) if flag in hidden else kwargs))
+    p.set_defaults(**defaults)
+    return p
+
+
+def store() -> argparse.ArgumentParser:
+    return parent(None, ["--store"])
+
+
+def json_output() -> argparse.ArgumentParser:
+    return parent(None, ["--json"])
+
+
+def placement(flags=PLACEMENT, **kwargs) -> argparse.ArgumentParser:
+    return parent("placement", flags, **kwargs)
+
+
+def measurement() -> argparse.ArgumentParser:
+    return parent("measurement", MEASUREMENT)
+
+
+def data() -> argparse.ArgumentParser:
+    return parent("data", DATA)
+
+
+def harness() -> argparse.ArgumentParser:
+    return parent("testing the harness", HARNESS)
+
+
+def comm(**defaults) -> argparse.ArgumentParser:
+    return parent("communication sweep (nccl-tests conventions)", COMM, **defaults)
+
+
+def backend_options() -> argparse.ArgumentParser:
+    """Each backend's own knobs, from its plug-in; a run records every value, given or default."""
+    from bench.backends import BACKEND_MODULES, get_backend
+
+    p = argparse.ArgumentParser(add_help=False)
+    for name in BACKEND_MODULES:
+        backend = get_backend(name)
+        if not backend.options:
+            continue
+        g = p.add_argument_group(f"{name} backend options")
+        for opt in backend.options:
+            g.add_argument(opt.flag, dest=BACKEND_OPTION + opt.name, choices=opt.choices,
+                           metavar=None if opt.choices else opt.name.upper(),
+                           type=finite_float if opt.type is float else opt.type,
+                           help=f"{opt.help} (default {opt.default})".replace("%", "%%"))
+    return p
+
+
+def training() -> list[argparse.ArgumentParser]:
+    """Everything a training run takes: `bench run` and `bench sweep`."""
+    return [placement(), measurement(), data(), harness(), backend_options(), store(), json_output()]

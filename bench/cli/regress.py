@@ -1,0 +1,49 @@
+"""`bench regress` and `bench baseline`: the regression gate's fixed CPU/gloo matrix against the committed
+baseline, and the refresh of that baseline (bench.regress)."""
+
+from __future__ import annotations
+
+from bench.cli import options
+from bench.cli.common import open_store
+
+
+def add_parser(verbs) -> None:
+    from bench.regress import BASELINE_DIR, BASELINE_REPEATS, HOT_PATHS_FILE, REGRESS_REPEATS
+
+    def gate_options(repeats: int):
+        p = options.parent(None, ["--timeout", "--repeats", "--store"], repeats=repeats)
+        p.add_argument("--dir", default=BASELINE_DIR, help="baseline folder (default %(default)s)")
+        p.add_argument("--no-hot-paths", action="store_true", help="skip the harness's own benchmarks")
+        return p
+
+    p = verbs.add_parser("regress", help="run the fixed CPU/gloo regression matrix and compare it with the "
+                                         "committed baseline",
+                         parents=[gate_options(REGRESS_REPEATS), options.parent(None, ["--inject-delay", "--json"])])
+    p.add_argument("--no-confirm", dest="confirm", action="store_false",
+                   help="fail on the first comparison; by default the runs behind a failing metric are run once "
+                        "more and the gate fails only if the failure repeats")
+    p.set_defaults(func=cmd_regress)
+
+    p = verbs.add_parser("baseline", help="refresh the regression baseline from a run of the fixed matrix",
+                         parents=[gate_options(BASELINE_REPEATS), options.parent(None, ["--sweep"])])
+    p.add_argument("--from-store", metavar="PATH", help="take an existing sweep (--sweep, default the latest) from "
+                                                        "this store instead of running the matrix")
+    p.add_argument("--hot-paths-only", action="store_true", help=f"refresh only {HOT_PATHS_FILE}")
+    p.set_defaults(func=cmd_baseline)
+
+
+def cmd_regress(args) -> int:
+    from bench.regress import regress
+
+    return regress(open_store(args.store), args.dir, repeats=args.repeats, inject_delay=args.inject_delay,
+                   timeout=args.timeout, confirm=args.confirm, hot_paths=not args.no_hot_paths, as_json=args.json)
+
+
+def cmd_baseline(args) -> int:
+    from bench.regress import baseline, save_hot_paths
+
+    if args.hot_paths_only:
+        return save_hot_paths(args.dir)
+    return baseline(open_store(args.store), args.dir, repeats=args.repeats, timeout=args.timeout,
+                    from_store=open_store(args.from_store) if args.from_store else None, sweep_id=args.sweep,
+                    hot_paths=not args.no_hot_paths)

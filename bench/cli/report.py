@@ -1,0 +1,27 @@
+"""`bench report`: a single-file HTML report of stored runs."""
+
+from __future__ import annotations
+
+import os
+
+from bench.cli import options
+from bench.cli.common import open_store
+from bench.errors import EXIT_OK
+
+
+def add_parser(verbs) -> None:
+    p = verbs.add_parser("report", help="write a single-file HTML report", parents=[options.store()])
+    p.add_argument("-o", "--output", default=os.path.join("reports", "report.html"),
+                   help="HTML file to write (default %(default)s)")
+    p.add_argument("--where", action="append", metavar="KEY=V1,V2",
+                   help="keep runs whose KEY (a `bench list` column: backend, workload, world_size, device, status, "
+                        "sweep_id, ...) is one of the values; repeatable")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.report import write_report
+
+    path = write_report(open_store(args.store), args.output, args.where)
+    print(f"report written to {path}")
+    return EXIT_OK

@@ -1,0 +1,22 @@
+"""`bench run`: one run of one backend and workload."""
+
+from __future__ import annotations
+
+from bench.cli import options
+from bench.cli.common import run_one, spec_options
+
+
+def add_parser(verbs) -> None:
+    p = verbs.add_parser("run", help="one run of one backend and workload",
+                         parents=[options.parent("what runs", ("--backend", "--workload")), *options.training()])
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.spec import resolve_device
+    from bench.tasks.train import build_spec
+
+    device, world = resolve_device(args.nproc, args.gpus)
+    spec = build_spec(backend=args.backend, workload=args.workload, world_size=world, device=device,
+                      **spec_options(args))
+    return run_one(spec, args.store, args.json, "run")

@@ -1,0 +1,53 @@
+"""`bench sweep`: backends x workloads x world sizes (and a communication sweep), every run stored."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.backends import COMPARED
+from bench.cli import options
+from bench.cli.common import comm_options, names, open_store, print_json, spec_options, status_exit
+from bench.runner import note, run_sweep
+from bench.comm import COMM_DEFAULTS
+from workloads import WORKLOADS
+
+
+def add_parser(verbs) -> None:
+    own = argparse.ArgumentParser(add_help=False)
+    g = own.add_argument_group("what runs")
+    g.add_argument("--backend", help=f"comma-separated backends (default: every compared backend that can run "
+                                     f"here, of {', '.join(COMPARED)})")
+    g.add_argument("--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)})")
+    g.add_argument("--world-sizes", type=options.world_sizes,
+                   help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)")
+    g.add_argument("--no-baseline", action="store_true",
+                   help="skip the plain single-process run that scaling is also measured against")
+    g.add_argument("--no-comm", action="store_true",
+                   help="skip the short communication sweep run for each backend and world size above 1")
+    own.add_argument("--report", metavar="FILE",
+                     help="after the sweep, write the HTML report there, plus a timestamped copy beside it")
+    p = verbs.add_parser("sweep", help="backends x workloads x world sizes, every run stored",
+                         parents=[own, options.parent(None, ["--repeats"], repeats=1), *options.training(),
+                                  options.comm(max_bytes=COMM_DEFAULTS["sweep_max_bytes"])])
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.plan import sweep_world_sizes
+    from bench.spec import resolve_device
+
+    device, limit = resolve_device(args.nproc, args.gpus)
+    store = open_store(args.store)
+    _, records = run_sweep(store, "bench sweep", backends=names(args.backend),
+                           workloads=names(args.workload) or list(WORKLOADS), device=device,
+                           world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec_options(args),
+                           comm=None if args.no_comm else comm_options(args), with_baseline=not args.no_baseline,
+                           repeats=args.repeats)
+    if args.json:
+        print_json([r.to_dict() for r in records])
+    if args.report:
+        from bench.report import write_report_with_copy
+
+        latest, stamped = write_report_with_copy(store, args.report)
+        note(f"report written to {latest} (and {stamped})")
+    return status_exit([r.status for r in records])

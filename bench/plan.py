@@ -1,0 +1,99 @@
+"""Sweep planning on plain values: which runs a sweep makes, in which order.
+
+A sweep is every backend x workload x world size (plus the plain single-process loop the others are
+measured against) and a communication sweep per backend and world size above 1, every case `repeats`
+times in rounds. Nothing here runs anything or reads command-line arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bench.errors import UsageError
+
+COMM_KEYS = ("ops", "dtype", "min_bytes", "max_bytes", "warmup_iters", "iters")
+
+
+def sweep_world_sizes(limit: int) -> list[int]:
+    """1, 2, 4 ... up to limit, and limit itself."""
+    sizes, n = [], 1
+    while n <= limit:
+        sizes.append(n)
+        n *= 2
+    if sizes[-1] != limit:
+        sizes.append(limit)
+    return sizes
+
+
+def available_backends(device: str, on_skip=None) -> list[str]:
+    """Every compared backend that can run on `device` here; on_skip(name, why) for each that cannot."""
+    from bench.backends import COMPARED, get_backend
+
+    backends = []
+    for name in COMPARED:
+        problem = get_backend(name).unavailable_reason(device)
+        if problem:
+            if on_skip is not None:
+                on_skip(name, problem)
+        else:
+            backends.append(name)
+    return backends
+
+
+def comm_options(values: dict) -> dict:
+    """The keyword arguments of a communication spec (bench.tasks.comm.build_spec) from user values:
+    sizes as bytes or text (4, 8K, 64M), ops as a list or comma-separated; a key missing or None takes
+    bench.comm.COMM_DEFAULTS."""
+    from bench.comm import COMM_DEFAULTS, parse_bytes
+
+    comm = {k: COMM_DEFAULTS[k] if values.get(k) is None else values[k] for k in COMM_KEYS}
+    try:
+        for key in ("min_bytes", "max_bytes"):
+            if isinstance(comm[key], str):
+                comm[key] = parse_bytes(comm[key])
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if isinstance(comm["ops"], str):
+        comm["ops"] = [op for op in comm["ops"].split(",") if op]
+    return comm
+
+
+def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm: dict, options: dict) -> list:
+    """A communication sweep per backend and world size; placement, timeout and backend options from
+    `options` (the spec options of bench.tasks.train.build_spec)."""
+    from bench.tasks.comm import build_spec
+
+    return [build_spec(backend=b, world_size=n, device=device, **comm, threads=options.get("threads"),
+                       oversubscribe=options.get("oversubscribe", False), timeout=options.get("timeout"),
+                       backend_options=options.get("backend_options"))
+            for b in backends for n in world_sizes]
+
+
+def plan_sweep(backends: list[str], workloads: list[str], device: str, world_sizes: list[int], *, options: dict,
+               comm: dict | None, sweep_id: str | None, with_baseline: bool = True, repeats: int = 1) -> list:
+    """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
+    size (with_baseline: first the plain single-process loop of each workload, never slowed by a step
+    delay), then, unless comm is None, a communication sweep (comm: the options of comm_options) for every
+    backend that has collectives and every world size above 1. Repeated in rounds: every case once, then
+    again, so a slow spell of the machine spreads over all cases instead of landing on the repeats of one."""
+    from bench.backends import BASELINE, get_backend
+    from bench.spec import default_threads
+    from bench.tasks.train import build_spec
+
+    if repeats < 1:
+        raise UsageError(f"repeats {repeats}: run every case at least once")
+    # One thread count for all training runs, so world sizes differ only in their number of workers.
+    train = {"threads": default_threads(device, max(world_sizes)), **{k: v for k, v in options.items()
+                                                                       if v is not None}}
+    plan = []
+    for workload in workloads:
+        if with_baseline and BASELINE not in backends:
+            plan.append(build_spec(backend=BASELINE, workload=workload, world_size=1, device=device,
+                                   **{**train, "step_delay": None}))
+        for backend in backends:
+            for size in world_sizes:
+                plan.append(build_spec(backend=backend, workload=workload, world_size=size, device=device, **train))
+    if comm is not None:
+        plan += comm_specs([b for b in backends if get_backend(b).comm_ops], device,
+                           [n for n in world_sizes if n > 1], comm=comm, options=options)
+    return [dataclasses.replace(spec, sweep_id=sweep_id, repeat=r) for r in range(repeats) for spec in plan]

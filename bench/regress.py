@@ -1,0 +1,181 @@
+"""The regression gate's workflows: run the fixed matrix and compare it with the baseline (`bench regress`),
+refresh the baseline (`bench baseline`), confirm a failure by running its cases again.
+
+The method (what is compared, and how) is bench.gate's; this module runs things and prints. Progress and
+verdicts go to stderr; stdout carries only a comparison (a table, or JSON when asked).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+from bench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
+
+# The fixed regression matrix: both workloads at their CPU size, world sizes 1 and 2 (of nproc CPU
+# processes), every compared backend that can run here, the plain loop, and an allreduce sweep up to a
+# bandwidth-bound message; each case REGRESS_REPEATS times (a baseline: BASELINE_REPEATS).
+REGRESS_MATRIX = dict(nproc=2, world_sizes=[1, 2], workloads=["mnist_mlp", "resnet18"], windows=4,
+                      comm_max_bytes="16M")
+REGRESS_REPEATS = 3
+BASELINE_REPEATS = 5
+BASELINE_DIR = os.path.join("results", "baselines")
+BASELINE_FILE = "cpu-gloo.json"
+HOT_PATHS_FILE = "hot-paths.json"
+
+
+def regress_command(repeats: int, timeout: float | None = None) -> list[str]:
+    """The `bench sweep` command line that runs the same matrix (recorded in the baseline file, for people)."""
+    m = REGRESS_MATRIX
+    argv = ["bench", "sweep", "--nproc", str(m["nproc"]), "--world-sizes", ",".join(map(str, m["world_sizes"])),
+            "--workload", ",".join(m["workloads"]), "--windows", str(m["windows"]), "--max-bytes",
+            m["comm_max_bytes"], "--repeats", str(repeats)]
+    return argv + (["--timeout", f"{timeout:g}"] if timeout is not None else [])
+
+
+def run_matrix(store, title: str, repeats: int, *, inject_delay: str | None = None,
+               timeout: float | None = None) -> tuple[str, list]:
+    """Run the regression matrix as one sweep into `store`: (sweep id, records)."""
+    from bench.runner import run_sweep
+    from bench.plan import comm_options
+    from bench.spec import resolve_device
+
+    m = REGRESS_MATRIX
+    device, _ = resolve_device(m["nproc"], None)
+    return run_sweep(store, title, backends=None, workloads=m["workloads"], device=device,
+                     world_sizes=m["world_sizes"],
+                     options={"windows": m["windows"], "step_delay": inject_delay, "timeout": timeout},
+                     comm=comm_options({"max_bytes": m["comm_max_bytes"]}), repeats=repeats)
+
+
+def failing_list(rows: list[dict]) -> str:
+    """The failing metrics of a comparison, with their change, on one line."""
+    from bench.gate import FAILING_VERDICTS
+
+    return "; ".join(f"{r['metric']} {r['verdict']}" + (f" {r['change']:+.1%}" if r["change"] is not None else "")
+                     for r in rows if r["verdict"] in FAILING_VERDICTS)
+
+
+def compare_and_print(baseline: dict, current: list, as_json: bool, out=None) -> tuple[int, list[dict]]:
+    """Compare runs (RunRecords) with a baseline file's contents; print the table (or, as_json, the JSON) on
+    `out` (default stdout) and a one-line summary on stderr that names every failing metric.
+    Returns (exit code, rows)."""
+    from bench.gate import FAILING_VERDICTS, compare_figures, figures, format_comparison, machine_of, same_kind
+
+    base_figs, _ = figures(baseline["records"])
+    cur_figs, cur_not_ok = figures(current)
+    if not cur_figs and not cur_not_ok:
+        raise UsageError("the current runs hold no figure the gate compares (training or communication "
+                         "runs of a sweep); run `bench regress` or `bench sweep` first")
+    machine = machine_of(current)
+    same = same_kind(baseline["machine"], machine)
+    rows = compare_figures(base_figs, cur_figs, cur_not_ok, same_machine=same)
+    out = out or sys.stdout
+    if as_json:
+        print(json.dumps({"baseline_machine": baseline["machine"], "current_machine": machine,
+                          "same_kind_of_machine": same, "rows": rows}, indent=1), file=out)
+    else:
+        print(format_comparison(rows), file=out, flush=True)
+    if not same:
+        print(f"bench compare: the baseline came from {baseline['machine'].get('cpu_model')} x "
+              f"{baseline['machine'].get('cpu_count')}, these runs from {machine.get('cpu_model')} x "
+              f"{machine.get('cpu_count')}: absolute throughput is not gated; refresh the baseline on "
+              "this kind of machine (`bench baseline`)", file=sys.stderr)
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in dict.fromkeys(r["verdict"] for r in rows)}
+    bad = [r for r in rows if r["verdict"] in FAILING_VERDICTS]
+    print("bench compare: " + ", ".join(f"{n} {v}" for v, n in counts.items()) +
+          ("" if not bad else "; failing: " + failing_list(rows)), file=sys.stderr)
+    return (EXIT_RUN_FAILED if bad else EXIT_OK), rows
+
+
+def confirm_failures(records: list, rows: list[dict], store, title: str) -> list:
+    """Run every case behind a failing metric again, as many times as it ran, and add those runs to the
+    comparison: a real slowdown reproduces, a chance one (a burst of other work on a shared machine)
+    rarely survives twice the runs. Returns the records with the new ones added."""
+    from bench.runner import run_specs
+    from bench.gate import FAILING_VERDICTS
+
+    failing = [r for r in rows if r["verdict"] in FAILING_VERDICTS]
+    by_id = {r.run_id: r for r in records}
+    cases: dict[tuple, list] = {}
+    for run_id in dict.fromkeys(i for r in failing for i in r["run_ids"]):
+        record = by_id[run_id]
+        spec = record.spec
+        cases.setdefault((spec.task, spec.backend, record.task.case(spec), spec.world_size), []).append(spec)
+    plan = [dataclasses.replace(spec, repeat=spec.repeat + len(specs)) for specs in cases.values() for spec in specs]
+    print(f"{title}: confirming {len(failing)} failing metric(s): {len(cases)} case(s) run again",
+          file=sys.stderr, flush=True)
+    again = run_specs(plan, store, f"{title} (again)")
+    if any(r.status == "interrupted" for r in again):
+        raise Interrupted()
+    return records + again
+
+
+def save_hot_paths(folder: str) -> int:
+    """Record the harness's own hot-path benchmarks in folder/hot-paths.json."""
+    from bench.gate import run_hot_paths
+
+    hot = os.path.join(folder, HOT_PATHS_FILE)
+    code = run_hot_paths(save_to=hot)
+    print(f"bench baseline: harness hot paths {'written to ' + hot if code == 0 else 'failed'}", file=sys.stderr)
+    return EXIT_OK if code == 0 else EXIT_RUN_FAILED
+
+
+def baseline(store, folder: str, *, repeats: int = BASELINE_REPEATS, timeout: float | None = None,
+             from_store=None, sweep_id: str | None = None, hot_paths: bool = True) -> int:
+    """Write folder/cpu-gloo.json from a fresh run of the matrix into `store` (or, given from_store, from a
+    sweep already there: sweep_id, else the latest), then the hot-path figures unless hot_paths is False."""
+    from bench.gate import latest_sweep, write_baseline
+
+    if from_store is not None:
+        sweep_id, records = latest_sweep(from_store.records(), sweep_id)
+        if not records:
+            raise UsageError(f"no sweep in {from_store.path}; run `bench sweep` or drop --from-store")
+        matrix = None
+    else:
+        sweep_id, records = run_matrix(store, "bench baseline", repeats, timeout=timeout)
+        matrix = regress_command(repeats, timeout)
+    not_ok = [r for r in records if r.status != "ok"]
+    if not_ok:
+        print(f"bench baseline: {len(not_ok)} run(s) not ok "
+              f"({', '.join(r.spec.backend + ' ' + r.status for r in not_ok)}); "
+              "a baseline must be clean: fix them and run again", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    path = write_baseline(os.path.join(folder, BASELINE_FILE), records, sweep_id, matrix)
+    print(f"bench baseline: {len(records)} runs of sweep {sweep_id} written to {path}", file=sys.stderr)
+    return save_hot_paths(folder) if hot_paths else EXIT_OK
+
+
+def regress(store, folder: str, *, repeats: int = REGRESS_REPEATS, inject_delay: str | None = None,
+            timeout: float | None = None, confirm: bool = True, hot_paths: bool = True, as_json: bool = False) -> int:
+    """Run the matrix into `store`, compare it with folder/cpu-gloo.json (confirming failures by running
+    their cases again, unless confirm is False), then the hot paths against folder/hot-paths.json.
+    With as_json, stdout carries only the final comparison."""
+    from bench.gate import read_runs_file, run_hot_paths
+
+    runs_file, hot_file = os.path.join(folder, BASELINE_FILE), os.path.join(folder, HOT_PATHS_FILE)
+    base = read_runs_file(runs_file, "baseline")  # before minutes of runs, not after
+    if hot_paths and not os.path.isfile(hot_file):
+        raise UsageError(f"{hot_file} does not exist; make it with `bench baseline` (or pass --no-hot-paths)")
+    _, records = run_matrix(store, "bench regress", repeats, inject_delay=inject_delay, timeout=timeout)
+    if any(r.status == "interrupted" for r in records):
+        return EXIT_INTERRUPTED
+    out = sys.stderr if as_json else None
+    code, rows = compare_and_print(base, records, as_json=False, out=out)
+    if code and confirm:
+        records = confirm_failures(records, rows, store, "bench regress")
+        print("bench regress: after running them again:", file=sys.stderr)
+        code, rows = compare_and_print(base, records, as_json=False, out=out)
+    if as_json:
+        print(json.dumps({"rows": rows}, indent=1))
+    failures = [failing_list(rows)] if code else []
+    if hot_paths:
+        hot_code = run_hot_paths(compare_with=hot_file)
+        print(f"bench regress: harness hot paths {'within' if hot_code == 0 else 'OUTSIDE'} their "
+              f"thresholds against {hot_file}", file=sys.stderr)
+        if hot_code:
+            failures.append("harness hot paths slower than hot-paths.json allows (table above)")
+    print(f"bench regress: FAILED: {'; '.join(failures)}" if failures else "bench regress: passed", file=sys.stderr)
+    return EXIT_RUN_FAILED if failures else EXIT_OK

@@ -1,0 +1,210 @@
+"""The command line without running anything: every verb's help, defaults shown and used as the code that owns
+them sets them, each shared option declared once, bad numbers refused while parsing, sweeps planned from
+plain values, and the one loop that runs a list of specs."""
+
+import argparse
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import bench.regress
+from bench.cli import build_parser, options
+from bench.cli.common import names
+from bench.runner import run_specs
+from bench.comm import COMM_DEFAULTS, parse_bytes
+from bench.errors import UsageError
+from bench.plan import comm_options, plan_sweep, sweep_world_sizes
+from bench.spec import DEFAULTS, default_threads
+from bench.tasks.fault import FAULT_DEFAULTS
+
+CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
+VERBS = ["run", "sweep", "allreduce", "list", "report", "compare", "regress", "baseline", "fault", "doctor"]
+
+
+def verb_names() -> list[str]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(action.choices)
+
+
+def help_of(verb: str, capsys) -> str:
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args([verb, "--help"])
+    assert exit.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # one line: help wraps wherever it likes
+
+
+def test_every_verb_is_registered_and_has_help(capsys):
+    assert verb_names() == VERBS
+    for verb in VERBS:
+        assert f"usage: bench {verb}" in help_of(verb, capsys)
+
+
+def test_help_shows_the_defaults_of_the_code_that_owns_them(monkeypatch, capsys):
+    monkeypatch.setitem(DEFAULTS, "windows", 17)
+    monkeypatch.setitem(DEFAULTS, "warmup_steps", 13)
+    monkeypatch.setitem(DEFAULTS, "timeout", 321.0)
+    monkeypatch.setitem(COMM_DEFAULTS, "max_bytes", "32M")
+    monkeypatch.setitem(COMM_DEFAULTS, "sweep_max_bytes", "2M")
+    monkeypatch.setitem(COMM_DEFAULTS, "iters", 33)
+    monkeypatch.setitem(FAULT_DEFAULTS, "kill_rank", 7)
+    monkeypatch.setitem(FAULT_DEFAULTS, "recovery_timeout", 55.0)
+    monkeypatch.setattr(bench.regress, "REGRESS_REPEATS", 9)
+    monkeypatch.setattr(bench.regress, "BASELINE_REPEATS", 11)
+
+    run = help_of("run", capsys)
+    assert "timed windows (default 17, at least 2)" in run
+    assert "untimed steps first (default 13, at least 1)" in run
+    assert "deadline per run in seconds (default 321)" in run
+    assert "timed ops per size (default 33)" in help_of("allreduce", capsys)
+    assert "largest message (default 32M)" in help_of("allreduce", capsys)
+    assert "largest message (default 2M)" in help_of("sweep", capsys)
+    fault = help_of("fault", capsys)
+    assert "rank that receives the signal (7)" in fault and "hung (55.0)" in fault
+    assert "default 9" in help_of("regress", capsys)
+    assert "default 11" in help_of("baseline", capsys)
+
+    parse = build_parser().parse_args
+    assert parse(["allreduce"]).max_bytes == parse_bytes("32M")
+    assert parse(["sweep"]).max_bytes == parse_bytes("2M")
+    assert parse(["fault"]).kill_rank == 7
+    assert parse(["regress"]).repeats == 9 and parse(["baseline"]).repeats == 11 and parse(["sweep"]).repeats == 1
+
+
+def test_names_in_help_come_from_the_registries(capsys):
+    from bench.backends import BACKEND_MODULES, DEFAULT_BACKEND, elastic_backends
+    from workloads import WORKLOADS
+
+    run = help_of("run", capsys)
+    assert f"one of {', '.join(BACKEND_MODULES)} (default {DEFAULT_BACKEND})" in run
+    assert f"one of {', '.join(WORKLOADS)}" in run
+    assert f"elastic mode: {', '.join(elastic_backends())}." in help_of("fault", capsys)
+    assert build_parser().parse_args(["run"]).backend == DEFAULT_BACKEND
+
+
+def test_shared_options_are_declared_once():
+    sources = {path.name: path.read_text() for path in CLI.glob("*.py")}
+    # sweep's and allreduce's --backend and --workload are other options under the same flag: lists
+    shared = [flag for flag in options.declarations() if flag not in ("--backend", "--workload")]
+    for flag in shared:
+        declared = [name for name, text in sources.items() for _ in re.finditer(rf'"{flag}"\s*:', text)]
+        assert declared == ["options.py"], f"{flag} declared in {declared}"
+        added = [name for name, text in sources.items() if re.search(rf'add_argument\(\s*"{flag}"', text)]
+        assert added == [], f"{flag} added again in {added}"
+    # defaults are read from their owners, never typed in the parser as literals
+    for name, text in sources.items():
+        assert not re.search(r"default=[\"'\d]", text), f"a literal default in {name}"
+
+
+def test_hidden_option_is_parsed_but_not_shown(capsys):
+    assert "--gpus" not in help_of("fault", capsys)
+    assert build_parser().parse_args(["fault", "--gpus", "1"]).gpus == 1  # refused by the verb, with a reason
+    assert "--gpus" in help_of("run", capsys)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["run", "--timeout", "nan"], "--timeout"),
+    (["run", "--timeout", "inf"], "--timeout"),
+    (["run", "--timeout", "-1"], "--timeout"),
+    (["run", "--timeout", "0"], "--timeout"),
+    (["run", "--lr", "nan"], "--lr"),
+    (["run", "--nproc", "0"], "--nproc"),
+    (["run", "--gpus", "-2"], "--gpus"),
+    (["run", "--threads", "0"], "--threads"),
+    (["run", "--windows", "0"], "--windows"),
+    (["run", "--batch-size", "-1"], "--batch-size"),
+    (["run", "--ddp-bucket-mb", "inf"], "--ddp-bucket-mb"),
+    (["sweep", "--repeats", "0"], "--repeats"),
+    (["sweep", "--world-sizes", "0,2"], "--world-sizes"),
+    (["regress", "--repeats", "-3"], "--repeats"),
+    (["baseline", "--timeout", "inf"], "--timeout"),
+    (["allreduce", "--iters", "0"], "--iters"),
+    (["allreduce", "--warmup-iters", "-1"], "--warmup-iters"),
+    (["allreduce", "--max-bytes", "lots"], "--max-bytes"),
+    (["fault", "--comm-timeout", "nan"], "--comm-timeout"),
+    (["fault", "--kill-rank", "-1"], "--kill-rank"),
+    (["list", "--last", "0"], "--last"),
+    (["run", "--nproc", "two"], "invalid int value"),
+])
+def test_bad_numbers_are_refused_while_parsing(argv, flag, capsys):
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(argv)
+    assert exit.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0] and f"(see bench {argv[0]} --help)" in err[0], err
+
+
+def test_sweep_world_sizes():
+    assert sweep_world_sizes(1) == [1]
+    assert sweep_world_sizes(4) == [1, 2, 4]
+    assert sweep_world_sizes(6) == [1, 2, 4, 6]
+
+
+def test_comm_options_take_text_or_values_and_fill_in_defaults():
+    comm = comm_options({"max_bytes": "16M", "ops": "allreduce,allgather", "iters": None})
+    assert comm == {"ops": ["allreduce", "allgather"], "dtype": COMM_DEFAULTS["dtype"],
+                    "min_bytes": parse_bytes(COMM_DEFAULTS["min_bytes"]), "max_bytes": 16 * 2**20,
+                    "warmup_iters": COMM_DEFAULTS["warmup_iters"], "iters": COMM_DEFAULTS["iters"]}
+    assert comm_options({"max_bytes": 1024})["max_bytes"] == 1024
+    with pytest.raises(UsageError, match="not a size"):
+        comm_options({"min_bytes": "lots"})
+
+
+def test_plan_sweep_from_plain_values_in_rounds():
+    comm = comm_options({"max_bytes": "1K"})
+    plan = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id="s1", repeats=2, comm=comm,
+                      options={"windows": 3, "step_delay": "20%", "oversubscribe": True, "backend_options": {}})
+    cases = [(s.task, s.backend, s.workload, s.world_size) for s in plan]
+    one_round = [("train", "single", "mnist_mlp", 1), ("train", "elastic", "mnist_mlp", 1),
+                 ("train", "elastic", "mnist_mlp", 2), ("comm", "elastic", "comm", 2)]
+    assert cases == one_round * 2
+    assert [s.repeat for s in plan] == [0] * 4 + [1] * 4
+    assert {s.sweep_id for s in plan} == {"s1"}
+    train = [s for s in plan if s.task == "train"]
+    assert {s.threads for s in train} == {default_threads("cpu", 2)}  # one thread count for the whole sweep
+    assert {s.windows for s in train} == {3}
+    plain = [s for s in train if s.backend == "single"]
+    assert all(s.step_delay is None for s in plain)  # the yardstick is never slowed
+    assert all(s.step_delay == {"fraction": 0.2} for s in train if s.backend != "single")
+    assert all(s.comm["max_bytes"] == 1024 and s.comm["ops"] == ["allreduce"] for s in plan if s.task == "comm")
+
+    bare = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None,
+                      with_baseline=False)
+    assert [(s.backend, s.world_size, s.repeat) for s in bare] == [("elastic", 1, 0)]
+    with pytest.raises(UsageError):
+        plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None, repeats=0)
+
+
+def test_the_regression_matrix_command_line_means_the_matrix():
+    m = bench.regress.REGRESS_MATRIX
+    argv = bench.regress.regress_command(5, timeout=60.0)
+    assert argv[:2] == ["bench", "sweep"]
+    args = build_parser().parse_args(argv[1:])
+    assert args.nproc == m["nproc"] and args.world_sizes == m["world_sizes"] and args.windows == m["windows"]
+    assert names(args.workload) == m["workloads"] and args.max_bytes == parse_bytes(m["comm_max_bytes"])
+    assert args.repeats == 5 and args.timeout == 60.0
+
+
+def test_run_specs_prints_progress_and_stops_after_an_interrupted_run(monkeypatch, capsys):
+    import bench.runner
+
+    statuses = iter(["ok", "failed", "interrupted", "ok"])
+    ran = []
+
+    def execute(spec, store, show_progress=True):
+        ran.append(spec)
+        return SimpleNamespace(spec=spec, status=next(statuses), task=SimpleNamespace(one_line=lambda r: r.status))
+
+    monkeypatch.setattr(bench.runner, "execute", execute)
+    specs = [SimpleNamespace(task="train", backend="elastic", workload="mnist_mlp", world_size=n) for n in (1, 2, 4, 8)]
+    seen = []
+    records = run_specs(specs, SimpleNamespace(path="x.sqlite"), "bench test", on_record=seen.append)
+    assert [r.status for r in records] == ["ok", "failed", "interrupted"] and seen == records
+    assert len(ran) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "bench test: 4 run(s) -> x.sqlite"
+    assert "[2/4] elastic mnist_mlp world 2 ..." in err and "[2/4] elastic mnist_mlp world 2: failed" in err
+    assert "bench test: interrupted; 1 run(s) not started" in err
+    assert err[-1].startswith("bench test: 1 ok, 2 not ok;")
