@@ -50,7 +50,7 @@ def of_task(frame, task: str):
     return frame[frame["task"] == task]
 
 
-def with_efficiency(frame, baseline_backend: str | None = None):
+def with_efficiency(frame, plain_backend: str | None = None):
     """Add weak-scaling efficiency columns to the ok runs that have a throughput.
 
     efficiency = thr(N) / (N x thr(1)), thr(1) the latest ok run of the same backend at world size 1
@@ -58,9 +58,9 @@ def with_efficiency(frame, baseline_backend: str | None = None):
     """
     import pandas as pd
 
-    from bench.backends import BASELINE
+    from bench.backends import PLAIN_LOOP
 
-    baseline_backend = baseline_backend or BASELINE
+    plain_backend = plain_backend or PLAIN_LOOP
     ok = frame[(frame["status"] == "ok") & frame["throughput"].notna()].copy()
     ok["efficiency"] = float("nan")
     ok["efficiency_vs_plain"] = float("nan")
@@ -68,7 +68,7 @@ def with_efficiency(frame, baseline_backend: str | None = None):
         return ok
     latest = ok.sort_values("created_at").groupby(["backend", *CONDITIONS, "world_size"]).tail(1)
     ones = latest[latest["world_size"] == 1].set_index(["backend", *CONDITIONS])["throughput"]
-    plain = ones.xs(baseline_backend, level="backend") if baseline_backend in ones.index.get_level_values(0) \
+    plain = ones.xs(plain_backend, level="backend") if plain_backend in ones.index.get_level_values(0) \
         else pd.Series(dtype=float)
     for idx, row in ok.iterrows():
         key = tuple(row[c] for c in CONDITIONS)

@@ -70,13 +70,13 @@ def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm
 
 
 def plan_sweep(backends: list[str], workloads: list[str], device: str, world_sizes: list[int], *, options: dict,
-               comm: dict | None, sweep_id: str | None, with_baseline: bool = True, repeats: int = 1) -> list:
+               comm: dict | None, sweep_id: str | None, with_plain_loop: bool = True, repeats: int = 1) -> list:
     """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
-    size (with_baseline: first the plain single-process loop of each workload, never slowed by a step
+    size (with_plain_loop: first the plain single-process loop of each workload, never slowed by a step
     delay), then, unless comm is None, a communication sweep (comm: the options of comm_options) for every
     backend that has collectives and every world size above 1. Repeated in rounds: every case once, then
     again, so a slow spell of the machine spreads over all cases instead of landing on the repeats of one."""
-    from bench.backends import BASELINE, get_backend
+    from bench.backends import PLAIN_LOOP, get_backend
     from bench.spec import default_threads
     from bench.tasks.train import build_spec
 
@@ -87,8 +87,8 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
                                                                        if v is not None}}
     plan = []
     for workload in workloads:
-        if with_baseline and BASELINE not in backends:
-            plan.append(build_spec(backend=BASELINE, workload=workload, world_size=1, device=device,
+        if with_plain_loop and PLAIN_LOOP not in backends:
+            plan.append(build_spec(backend=PLAIN_LOOP, workload=workload, world_size=1, device=device,
                                    **{**train, "step_delay": None}))
         for backend in backends:
             for size in world_sizes:

@@ -91,7 +91,7 @@ def run_specs(specs: list, store, title: str, show_progress: bool = False, on_re
 
 
 def run_sweep(store, title: str, *, backends: list[str] | None, workloads: list[str], device: str,
-              world_sizes: list[int], options: dict, comm: dict | None, with_baseline: bool = True,
+              world_sizes: list[int], options: dict, comm: dict | None, with_plain_loop: bool = True,
               repeats: int = 1) -> tuple[str, list]:
     """Plan a sweep (bench.plan.plan_sweep) under a new sweep id and run it: (sweep id, records).
     backends None: every compared backend that can run here, saying which cannot."""
@@ -101,7 +101,7 @@ def run_sweep(store, title: str, *, backends: list[str] | None, workloads: list[
         backends = available_backends(device, lambda name, why: note(f"bench: skipping {name}: {why}"))
     sweep_id = new_run_id()
     plan = plan_sweep(backends, workloads, device, world_sizes, options=options, comm=comm, sweep_id=sweep_id,
-                      with_baseline=with_baseline, repeats=repeats)
+                      with_plain_loop=with_plain_loop, repeats=repeats)
     note(f"{title}: {', '.join(backends)} x {', '.join(workloads)} x world sizes "
          f"{', '.join(map(str, world_sizes))}")
     return sweep_id, run_specs(plan, store, f"{title} {sweep_id}")

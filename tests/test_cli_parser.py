@@ -171,7 +171,7 @@ def test_plan_sweep_from_plain_values_in_rounds():
     assert all(s.comm["max_bytes"] == 1024 and s.comm["ops"] == ["allreduce"] for s in plan if s.task == "comm")
 
     bare = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None,
-                      with_baseline=False)
+                      with_plain_loop=False)
     assert [(s.backend, s.world_size, s.repeat) for s in bare] == [("elastic", 1, 0)]
     with pytest.raises(UsageError):
         plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None, repeats=0)

@@ -14,7 +14,7 @@ BACKEND_MODULES = {
 }
 COMPARED = ("elastic", "horovod", "ps")  # what a sweep runs by default
 PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are reference points
-BASELINE = "single"  # the plain loop every backend is also measured against
+PLAIN_LOOP = "single"  # the plain loop every backend is also measured against
 DEFAULT_BACKEND = "elastic"  # `bench run` and `bench fault` without --backend
 
 

@@ -20,8 +20,9 @@ def add_parser(verbs) -> None:
     g.add_argument("--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)})")
     g.add_argument("--world-sizes", type=options.world_sizes,
                    help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)")
-    g.add_argument("--no-baseline", action="store_true",
-                   help="skip the plain single-process run that scaling is also measured against")
+    g.add_argument("--no-plain-loop", "--no-baseline", dest="no_plain_loop", action="store_true",
+                   help="skip the plain single-process run that scaling is also measured against "
+                        "(--no-baseline: its former name)")
     g.add_argument("--no-comm", action="store_true",
                    help="skip the short communication sweep run for each backend and world size above 1")
     own.add_argument("--report", metavar="FILE",
@@ -41,7 +42,7 @@ def cmd(args) -> int:
     _, records = run_sweep(store, "bench sweep", backends=names(args.backend),
                            workloads=names(args.workload) or list(WORKLOADS), device=device,
                            world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec_options(args),
-                           comm=None if args.no_comm else comm_options(args), with_baseline=not args.no_baseline,
+                           comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
                            repeats=args.repeats)
     if args.json:
         print_json([r.to_dict() for r in records])

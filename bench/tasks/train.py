@@ -344,7 +344,7 @@ class TrainTask(Task):
     def gate_figures(self, records, all_records):
         """throughput, vs_plain (over N x the plain loop's) and efficiency (over N x its own at one
         worker) of each backend, workload and world size (docs/method.md, "Regression gate")."""
-        from bench.backends import BASELINE
+        from bench.backends import PLAIN_LOOP
         from bench.gate import Figure, case_of, group_runs, not_ok_entry
 
         def value(rec, per_window):
@@ -361,8 +361,8 @@ class TrainTask(Task):
                 continue
             mine = case_of(good, value)
             out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], [1])
-            plain = ok.get((BASELINE, workload, 1))
-            if backend != BASELINE and plain:
+            plain = ok.get((PLAIN_LOOP, workload, 1))
+            if backend != PLAIN_LOOP and plain:
                 out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, case_of(plain, value)],
                                                   [1, -1], scale=n)
             one = ok.get((backend, workload, 1))

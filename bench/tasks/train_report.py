@@ -5,7 +5,7 @@ where the time goes (exposed communication against the plain loop) and startup."
 from __future__ import annotations
 
 from bench import stats
-from bench.backends import BASELINE, PRIMARY
+from bench.backends import PLAIN_LOOP, PRIMARY
 from bench.frame import CONDITIONS, with_efficiency
 from bench.sections import (Cell, Figure, Heading, Paragraph, ReportPart, Section, Table, code, em,
                             env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
@@ -65,7 +65,7 @@ def verdict(cases) -> tuple[list[str], list[str], list[dict]]:
             if differs:
                 fairness.append(f"{where}: the {first} and {second} runs differ in {', '.join(differs)}; "
                                 "their comparison is not like for like.")
-        for other in sorted(set(rows) - set(PRIMARY) - {BASELINE}):  # reference backends (the PS)
+        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # reference backends (the PS)
             best = max((rows[b] for b in PRIMARY if b in rows), key=lambda r: r.throughput, default=None)
             if best is None:
                 continue
@@ -169,8 +169,8 @@ def exposed_blocks(cases) -> list:
     """Step time against the plain loop's under the same conditions: the communication not hidden."""
     rows, shares = [], []
     if not cases.empty:
-        plain = cases[(cases["backend"] == BASELINE) & (cases["world_size"] == 1)].set_index(CONDITIONS)["step_time_s"]
-        for r in cases[cases["backend"] != BASELINE].sort_values(["workload", "backend", "world_size"]).itertuples():
+        plain = cases[(cases["backend"] == PLAIN_LOOP) & (cases["world_size"] == 1)].set_index(CONDITIONS)["step_time_s"]
+        for r in cases[cases["backend"] != PLAIN_LOOP].sort_values(["workload", "backend", "world_size"]).itertuples():
             base = plain.get(tuple(getattr(r, c) for c in CONDITIONS))
             if base is None or not r.step_time_s:
                 continue
@@ -179,9 +179,9 @@ def exposed_blocks(cases) -> list:
                          fmt(base * 1000, ".2f"), fmt(exposed * 1000, ".2f"), fmt(exposed / r.step_time_s, ".1%")])
             shares.append((f"{r.workload}\n{r.backend} x{r.world_size}", exposed / r.step_time_s))
     if not rows:
-        return [Paragraph(["Needs a plain single-process run (backend ", em(BASELINE), ") under the same "
+        return [Paragraph(["Needs a plain single-process run (backend ", em(PLAIN_LOOP), ") under the same "
                            "conditions as the distributed runs; ", code("bench sweep"), " records one unless ",
-                           code("--no-baseline"), "."])]
+                           code("--no-plain-loop"), "."])]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows)), 3.6))
     ax.bar(range(len(rows)), [100 * share for _, share in shares], color="#5b8db8")
