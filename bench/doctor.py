@@ -38,7 +38,6 @@ def doctor_lines() -> list[str]:
         (f" ({env['nccl_version']})" if env["nccl_version"] else "") +
         ("" if env["cuda_devices"] else " (no CUDA device to use it)"),
         f"MPI         torch.distributed: {'yes' if env['mpi'] else 'no'}; mpirun: {mpirun_version()}",
-        f"horovod     {env['packages']['horovod'] or 'not installed'}",
         "backends:",
     ]
     devices = ["cpu"] + (["cuda"] if env["cuda_devices"] else [])

@@ -275,10 +275,13 @@ class HorovodBackend(Backend):
         return None
 
     def doctor_lines(self):
+        from bench.environment import package_version
+
         problem, text = check_build()
+        lines = [f"Horovod {package_version('horovod') or 'not installed'}"]
         if problem:
-            return []
-        return ["horovodrun --check-build:"] + ["  " + line for line in text.splitlines() if line.strip()]
+            return lines
+        return lines + ["horovodrun --check-build:"] + ["  " + line for line in text.splitlines() if line.strip()]
 
     def backward_passes(self, options):
         return options["hvd_backward_passes"]

@@ -31,7 +31,7 @@ class NoGroup(ProcessGroup):
 
 class SingleBackend(Backend):
     name = "single"
-    summary = "one process, no distributed wrapper (the baseline loop)"
+    summary = "one process, no distributed wrapper (the plain loop the others are measured against)"
     max_world_size = 1
     launcher = DirectLauncher()
     group_type = NoGroup
