@@ -1,12 +1,15 @@
-"""Status rules on hand-made rank files: which rank is blamed when several fail."""
+"""Status rules on hand-made rank files: which rank is blamed when several fail; startup; the record built
+from a run directory."""
 
-from bench.aggregate import _root_cause
+import dataclasses
 
+import pytest
 
-def exit_row(rank, t, returncode=1, terminated_by=None):
-    return {"rank": rank, "attempt": 0, "time": t, "returncode": returncode,
-            "exit_code": returncode if returncode >= 0 else None,
-            "signal": "SIGKILL" if returncode == -9 else None, "terminated_by": terminated_by, "tail": ""}
+from bench.aggregate import _root_cause, build_record, startup
+from bench.records import SCHEMA_VERSION, RunRecord
+from bench.tasks import get_task
+from factories import (LAUNCHED_AT, exit_row, finished_run, outcome, rank_result, times, train_output,
+                       train_results, train_spec)
 
 
 def test_victim_that_exits_first_is_not_blamed():
@@ -40,3 +43,37 @@ def test_killed_rank_is_blamed_though_a_peer_raised_a_moment_before_its_exit_was
               1: {"time": 5.0002, "type": "RuntimeError", "message": "Connection closed by peer"}}
     cause = _root_cause(exits, errors)
     assert cause["rank"] == 2 and cause["signal"] == "SIGKILL" and cause["exception"] is None
+
+
+def test_without_a_signal_or_an_exception_the_first_to_exit_is_blamed():
+    exits = {0: exit_row(0, 3.0, returncode=0), 1: exit_row(1, 4.0, returncode=2, tail="oops"),
+             2: exit_row(2, 3.5, returncode=1)}
+    cause = _root_cause(exits, {})
+    assert (cause["rank"], cause["exit_code"], cause["signal"], cause["exception"]) == (2, 1, None, None)
+
+
+def test_startup_is_the_slowest_process_and_needs_every_first_step():
+    results = [rank_result(r, 2, train_output([0.1, 0.1])) for r in range(2)]
+    s = startup(results, LAUNCHED_AT)
+    assert (s.launch_to_process_s, s.rendezvous_s, s.launch_to_first_step_s) == pytest.approx((0.6, 0.6, 2.1))
+    results[1] = dataclasses.replace(results[1], times=times(1, first_step=False))  # a process with no steps
+    assert startup(results, LAUNCHED_AT).launch_to_first_step_s is None
+
+
+def test_the_record_of_a_run_holds_its_facts_and_what_its_task_concluded(tmp_path):
+    spec = train_spec(world_size=2)
+    run_dir = finished_run(tmp_path / "run", spec, train_results(spec, [[0.1, 0.1], [0.2, 0.1]]))
+    done = outcome(ended_after=12.0)
+    done.reaped = [{"pid": 99, "name": "python"}]
+    conclusion = get_task("train").conclude(spec, run_dir, done, None)
+    conclusion.events.append({"time": LAUNCHED_AT + 5.0, "kind": "note"})
+    rec = build_record("r-1", spec, run_dir, done, {"cpu_count": 2}, ["torchrun", "x"], conclusion, {"port": 1})
+    assert (rec.schema_version, rec.run_id, rec.status, rec.created_at, rec.duration_s) == \
+           (SCHEMA_VERSION, "r-1", "ok", LAUNCHED_AT, 12.0)
+    assert rec.metrics.window_times_s == [0.2, 0.1] and rec.launch == {"port": 1}
+    assert rec.run_dir == str(run_dir.path) and rec.command == ["torchrun", "x"]
+    kinds = [(e["kind"], e.get("rank")) for e in rec.events]
+    assert kinds == [("launch", None), ("note", None), ("rank_exit", 0), ("rank_exit", 1), ("launcher_exited", None),
+                     ("reaped", None)]
+    assert [e["time"] for e in rec.events] == sorted(e["time"] for e in rec.events)
+    assert RunRecord.from_dict(rec.to_dict()) == rec

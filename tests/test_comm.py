@@ -4,6 +4,7 @@ import pytest
 
 from bench.comm import OPS, element_count, fit_alpha_beta, format_table, parse_bytes, sweep_sizes
 from conftest import bench, bench_json
+from factories import ceiling, comm_row
 
 
 @pytest.mark.parametrize("op, n, factor", [("allreduce", 2, 1.0), ("allreduce", 8, 1.75),
@@ -15,7 +16,7 @@ def test_bus_bandwidth_factors(op, n, factor):
 
 def test_sizes_and_counts():
     assert [parse_bytes(t) for t in ("4", "8K", "64M", "1G", "2kb")] == [4, 8192, 64 * 2**20, 2**30, 2048]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a size"):
         parse_bytes("12 parsecs")
     assert sweep_sizes(4, 64) == [4, 8, 16, 32, 64]
     assert element_count(OPS["allreduce"], 4, "float32", 2) == 1
@@ -42,12 +43,16 @@ def test_no_fit_for_one_rank():
 
 
 def test_table_has_nccl_tests_columns():
-    rows = [{"op": "allreduce", "size": 1024, "count": 256, "type": "float32", "redop": "sum", "time_us": 10.0,
-             "algbw_gbps": 0.1024, "busbw_gbps": 0.1024, "wrong": 0}]
+    rows = [comm_row("allreduce", 1024, 10.0)]  # 1024 B in 10 us: algbw 0.1024 GB/s, busbw x 1 at n = 2
     text = format_table(rows)
     assert "size         count      type   redop     time   algbw   busbw  #wrong" in text
     assert "1024           256     float     sum     10.0    0.10    0.10       0" in text
     assert "# Avg bus bandwidth    : 0.1024" in text
+    assert "machine ceiling" not in text
+    text = format_table(rows + [comm_row("allgather", 2048, 10.0, world_size=4, wrong=3)], ceiling(4.0))
+    assert text.count("# Avg bus bandwidth") == 2 and "# allgather" in text
+    assert "2048           512     float    none     10.0    0.20    0.15       3" in text
+    assert text.endswith("# machine ceiling: loopback TCP 4.00 GB/s (memory_copy 10.00 GB/s, loopback_tcp 4.00 GB/s)")
 
 
 @pytest.mark.slow
@@ -66,7 +71,7 @@ def test_real_two_rank_sweep_has_no_wrong_elements(backend, ops, dtype, store):
                               "--store", store)
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok" and record["spec"]["task"] == "comm"
-    rows = record["allreduce"]
+    rows = record["metrics"]["rows"]
     assert {r["op"] for r in rows} == set(ops.split(","))
     assert all(r["wrong"] == 0 for r in rows)
     for r in rows:
@@ -74,11 +79,12 @@ def test_real_two_rank_sweep_has_no_wrong_elements(backend, ops, dtype, store):
         assert r["algbw_gbps"] == pytest.approx(r["size"] / (r["time_us"] * 1e-6) / 1e9)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * OPS[r["op"]].factor(2))
         assert 0 < r["busbw_fraction_of_limit"]
-    comm = record["metrics"]["comm"]
-    assert comm["ceiling"]["limit_gbps"] > 0 and comm["fit"]["bandwidth_gbps"] > 0
-    assert comm["model"] == ("parameter server" if backend == "ps" else "ring")
+    metrics = record["metrics"]
+    assert metrics["ceiling"]["limit_gbps"] > 0 and metrics["fit"]["bandwidth_gbps"] > 0
+    assert metrics["model"] == ("parameter server" if backend == "ps" else "ring")
 
 
+@pytest.mark.slow  # a process per case; bench.tasks.comm.build_spec's refusals are checked in-process in test_tasks
 def test_ops_a_backend_lacks_are_refused(store):
     proc = bench("allreduce", "--backend", "ps", "--ops", "allgather", "--store", store)
     assert proc.returncode == 2 and "has no allgather" in proc.stderr

@@ -9,8 +9,9 @@ import pytest
 from bench.errors import UsageError
 from bench.gate import (RULES, Case, Figure, aa_rates, change_interval, compare_figures, figures, judge,
                         read_runs_file, write_baseline)
-from bench.spec import parse_step_delay
+from bench.inject import parse_step_delay
 from conftest import bench
+from factories import comm_record, comm_row, train_record
 
 
 def values(mean, rel_sd, n=5, seed=0):
@@ -83,11 +84,9 @@ def test_failed_missing_new_and_other_machine():
     assert rows[0]["verdict"] == "skipped"  # absolute figures do not travel between machines
 
 
-def record(run_id, backend, world, per_window, created, status="ok", task="train", sweep="s1", **extra):
-    spec = {"backend": backend, "workload": "mnist_mlp", "world_size": world, "task": task, "sweep_id": sweep}
-    metrics = {"throughput": {"per_window": per_window}} if status == "ok" else None
-    return {"run_id": run_id, "status": status, "created_at": created, "spec": spec, "metrics": metrics,
-            "environment": {"cpu_model": "cpu", "cpu_count": 2}, **extra}
+def record(run_id, backend, world, per_window, created, status="ok", sweep="s1"):
+    """A training run of mnist_mlp whose windows had these throughputs."""
+    return train_record(run_id, backend, world, per_window, created, status, sweep)
 
 
 def test_figures_are_ratios_of_case_means_within_one_sweep():
@@ -109,21 +108,25 @@ def test_figures_are_ratios_of_case_means_within_one_sweep():
     # a failed repeat is left out; a case with no ok run at all is reported as such
     recs.append(record("e2c", "elastic", 2, None, 5, status="crashed"))
     assert figures(recs)[0]["throughput elastic mnist_mlp n=2"].cases[0].run_ids == ["e2", "e2b"]
-    recs = [r for r in recs if r["run_id"] not in ("e2", "e2b")]
+    recs = [r for r in recs if r.run_id not in ("e2", "e2b")]
     figs, not_ok = figures(recs)
     assert not_ok["vs_plain elastic mnist_mlp n=2"] == {"status": "crashed", "run_id": "e2c"}
     assert "efficiency elastic mnist_mlp n=2" not in figs
 
 
 def test_busbw_figure_uses_the_largest_allreduce_and_the_runs_own_limit():
-    rows = [{"op": "allreduce", "size": s, "time_us": 100.0, "busbw_gbps": b, "window_time_us": [100.0, 200.0]}
-            for s, b in ((1024, 0.1), (2**20, 1.0))]
-    comm = record("c", "elastic", 2, None, 1, task="comm", allreduce=rows)
-    comm["metrics"] = {"comm": {"ceiling": {"limit_gbps": 4.0}}}
-    figs, _ = figures([comm])
+    rows = [comm_row("allreduce", s, 100.0, window_time_us=[100.0, 200.0]) for s in (1024, 2**20)]
+    comm = comm_record("c", "elastic", 2, rows=rows, limit_gbps=4.0)
+    largest = rows[1].busbw_gbps
+    figs, not_ok = figures([comm])
     f = figs["busbw_fraction elastic n=2"]
-    assert f.cases[0].values == [0.25, 0.125]  # per chunk, over the run's own limit
-    assert f.value() == pytest.approx(math.sqrt(0.25 * 0.125))  # a geometric mean
+    assert f.cases[0].values == pytest.approx([largest / 4.0, largest / 8.0])  # per chunk, over the run's own limit
+    assert f.value() == pytest.approx(math.sqrt(largest / 4.0 * largest / 8.0))  # a geometric mean
+    assert not_ok == {}
+    # a sweep that timed no chunks, or measured no limit, cannot be gated
+    unmeasured = comm_record("u", "horovod", 2, rows=[comm_row(size=2**20)], limit_gbps=None)
+    figs, not_ok = figures([unmeasured])
+    assert figs == {} and not_ok["busbw_fraction horovod n=2"]["run_id"] == "u"
 
 
 def test_aa_rates_count_every_ordered_pair():
@@ -143,8 +146,9 @@ def test_parse_step_delay():
     assert parse_step_delay("20%") == {"fraction": pytest.approx(0.2)}
     assert parse_step_delay("5ms") == {"seconds": pytest.approx(0.005)}
     assert parse_step_delay("0.5s") == {"seconds": pytest.approx(0.5)}
-    for bad in ("20", "x%", "-5ms"):
-        with pytest.raises(UsageError):
+    assert parse_step_delay(None) is None
+    for bad in ("20", "x%", "-5ms", "fast", "100s"):
+        with pytest.raises(UsageError, match="--inject-delay"):
             parse_step_delay(bad)
 
 
@@ -152,17 +156,23 @@ def test_baseline_file_round_trip_and_bad_files(tmp_path):
     recs = [record("p", "single", 1, [100.0, 100.0], 1)]
     path = write_baseline(tmp_path / "b.json", recs, "s1", ["bench", "sweep"])
     data = read_runs_file(path, "baseline")
-    assert data["records"] == recs and data["machine"]["cpu_count"] == 2
-    bad = {"missing.json": None, "corrupt.json": "{not json", "other.json": json.dumps({"runs": []}),
-           "empty.json": json.dumps({**data, "records": []})}
-    for name, text in bad.items():
+    assert data["records"] == recs and data["machine"]["cpu_count"] == 2 and data["matrix"] == ["bench", "sweep"]
+    raw = json.loads(path.read_text())
+    assert raw["records"] == [r.to_dict() for r in recs]  # plain JSON records, as the store keeps them
+    bad = {"missing.json": (None, "does not exist"), "corrupt.json": ("{not json", "not readable JSON"),
+           "other.json": (json.dumps({"runs": []}), "not a bench baseline file"),
+           "empty.json": (json.dumps({**raw, "records": []}), "holds no runs"),
+           "old.json": (json.dumps({**raw, "version": 0}), "has version 0"),
+           "malformed.json": (json.dumps({**raw, "records": [{"run_id": "x"}]}), "holds a malformed run record")}
+    for name, (text, says) in bad.items():
         if text is not None:
             (tmp_path / name).write_text(text)
         with pytest.raises(UsageError) as err:
             read_runs_file(tmp_path / name, "baseline")
-        assert "bench baseline" in str(err.value)
+        assert says in str(err.value) and "bench baseline" in str(err.value)
 
 
+@pytest.mark.slow  # a process per case; read_runs_file and parse_step_delay are checked in-process above
 @pytest.mark.parametrize("argv, says", [
     (["compare", "--baseline", "{tmp}/nope.json"], "does not exist"),
     (["compare", "--baseline", "{tmp}/corrupt.json"], "not readable JSON"),

@@ -23,3 +23,11 @@ def test_unstable_by_pyperf_rules():
 def test_single_value_has_no_interval():
     s = summarize([5.0])
     assert math.isnan(s["ci_half_width"]) and s["unstable"]
+
+
+def test_a_summary_is_the_records_summary():
+    from bench.records import Summary
+
+    s = Summary(**summarize([10.0, 12.0, 11.0]), unit="samples/s")
+    assert (s.mean, s.n, s.unit, s.per_window) == (11.0, 3, "samples/s", None)
+    assert Summary.from_dict(s.to_dict()) == s

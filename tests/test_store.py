@@ -1,4 +1,5 @@
-"""The store: atomic records, a writer killed mid-run, schema checks."""
+"""The store: typed records in and out, schema checks; a writer killed mid-run and concurrent writers
+(real processes, marked slow)."""
 
 import signal
 import sqlite3
@@ -8,20 +9,19 @@ import textwrap
 
 import pytest
 
-from bench import SCHEMA_VERSION
 from bench.errors import StoreError
+from bench.frame import load_frame
+from bench.records import SCHEMA_VERSION, RunRecord
 from bench.store import Store
 from conftest import ROOT
+from factories import train_record
 
 
-def fake_record(i: int) -> dict:
-    return {"schema_version": SCHEMA_VERSION, "run_id": f"run-{i:06d}", "created_at": 1.0e9 + i,
-            "status": "ok" if i % 3 else "crashed", "error": None,
-            "spec": {"backend": "elastic", "workload": "mnist_mlp", "world_size": 2, "device": "cpu",
-                     "batch_size": 64, "threads": 1, "data": "synthetic", "image_size": 28,
-                     "sweep_id": None},
-            "metrics": {"throughput": {"mean": 1000.0 + i, "ci_low": 990.0, "ci_high": 1010.0}},
-            "payload": "x" * 20000}  # big enough that a write spans several pages
+def fake_record(i: int) -> RunRecord:
+    rec = train_record(f"run-{i:06d}", per_window=[990.0 + i, 1010.0 + i], created_at=1.0e9 + i,
+                       status="ok" if i % 3 else "crashed", sweep_id=None)
+    rec.environment["payload"] = "x" * 20000  # big enough that a write spans several pages
+    return rec
 
 
 WRITER = textwrap.dedent("""
@@ -38,6 +38,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_store_survives_a_writer_killed_mid_run(tmp_path):
     path = tmp_path / "bench.sqlite"
     script = WRITER.format(root=str(ROOT), tests=str(ROOT / "tests"))
@@ -53,8 +54,9 @@ def test_store_survives_a_writer_killed_mid_run(tmp_path):
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     records = Store(path).records()
     assert len(records) >= written
-    assert [r["run_id"] for r in records] == [f"run-{i:06d}" for i in range(len(records))]
-    frame = Store(path).load()
+    assert [r.run_id for r in records] == [f"run-{i:06d}" for i in range(len(records))]
+    assert records[-1] == fake_record(len(records) - 1)  # the last record whole, not half-written
+    frame = load_frame(Store(path))
     assert len(frame) == len(records) and set(frame["status"]) == {"ok", "crashed"}
     Store(path).save(fake_record(10**6))  # and it still takes new records
     assert len(Store(path).records()) == len(records) + 1
@@ -74,12 +76,13 @@ def test_record_round_trip_and_frame_columns(tmp_path):
     store.save(fake_record(7))
     (rec,) = store.records()
     assert rec == fake_record(7)
-    frame = store.load()
+    frame = load_frame(store)
     row = frame.iloc[0]
     assert row["throughput"] == 1007.0 and row["global_batch"] == 128 and row["status"] == "ok"
     assert str(frame["created_at"].dt.tz) == "UTC"
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_nothing(tmp_path):
     path = tmp_path / "bench.sqlite"
     script = textwrap.dedent(f"""
@@ -95,3 +98,24 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     for proc in procs:
         assert proc.wait(timeout=120) == 0
     assert len(Store(path).records()) == 90
+
+
+def test_what_is_not_a_readable_store_is_said_in_one_line(tmp_path):
+    with pytest.raises(StoreError, match="no results store at .*; run `bench run`"):
+        Store(tmp_path / "absent.sqlite").records()
+    (tmp_path / "folder.sqlite").mkdir()
+    with pytest.raises(StoreError, match="it is not a file"):
+        Store(tmp_path / "folder.sqlite").records()
+    with sqlite3.connect(tmp_path / "other.sqlite") as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    with pytest.raises(StoreError, match="an SQLite file but not a bench store"):
+        Store(tmp_path / "other.sqlite").records()
+    (tmp_path / "garbage.sqlite").write_bytes(b"\x00not sqlite at all" * 100)
+    with pytest.raises(StoreError, match="cannot be read"):
+        Store(tmp_path / "garbage.sqlite").records()
+    store = Store(tmp_path / "bench.sqlite")
+    store.save(fake_record(1))
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE runs SET record = '{cut short'")
+    with pytest.raises(StoreError, match="the record of run run-000001 is unreadable: not valid JSON"):
+        store.records()

@@ -9,7 +9,7 @@ What each one times:
 - a record write into the SQLite store;
 - aggregating per-rank results into a run's metrics;
 - the regression gate's comparison of a sweep;
-- the HTML report of the committed sample store (17 runs).
+- the HTML report of the committed sample store (25 runs).
 """
 
 import copy
@@ -19,27 +19,34 @@ from pathlib import Path
 
 import pytest
 
+from bench.frame import load_frame
 from bench.gate import compare_figures, figures
 from bench.rundir import RunDir
 from bench.store import Store
 from bench.worker import StepLoop, timed_windows
+from factories import train_results
 
 SAMPLE_STORE = Path(__file__).resolve().parent.parent.parent / "reports" / "sample" / "bench.sqlite"
 STEPS = 1000
 
 
 @pytest.fixture(scope="module")
-def sample_records(tmp_path_factory):
+def sample_store(tmp_path_factory):
     # a copy: opening the committed store must never touch it
     path = tmp_path_factory.mktemp("sample") / "bench.sqlite"
     shutil.copy(SAMPLE_STORE, path)
-    return Store(path).records()
+    return Store(path)
+
+
+@pytest.fixture(scope="module")
+def sample_records(sample_store):
+    return sample_store.records()
 
 
 def test_step_loop_overhead_per_1000_steps(benchmark):
     """A window of 1000 steps whose step does nothing: what the harness adds per step, x 1000
     (the per-window progress file is timed on its own below)."""
-    step = StepLoop(lambda: None, fault={"kind": "crash", "step": -2})
+    step = StepLoop(lambda: None, inject={"kind": "crash", "step": -2})  # armed, never fired
     times, _ = benchmark(timed_windows, step, 1, STEPS, lambda: None, lambda: None, lambda window: None)
     assert len(times) == 1 and step.done >= STEPS
 
@@ -52,32 +59,28 @@ def test_progress_file_write(benchmark, tmp_path):
 
 def test_record_write(benchmark, tmp_path, sample_records):
     store = Store(tmp_path / "bench.sqlite")
-    record = copy.deepcopy(next(r for r in sample_records if r["status"] == "ok"))
+    record = copy.deepcopy(next(r for r in sample_records if r.ok))
     counter = iter(range(10**9))
 
     def save():
-        record["run_id"] = f"bench-{next(counter)}"
+        record.run_id = f"bench-{next(counter)}"
         store.save(record)
 
     benchmark(save)
-    assert len(store.records()) >= 1
+    saved = store.records()
+    assert len(saved) >= 1 and saved[-1].metrics == record.metrics
 
 
 def test_aggregate_metrics(benchmark, sample_records):
-    from bench.aggregate import metrics_from_results
-    from bench.spec import RunSpec
+    """The training task's metrics from two workers' results (what TrainTask.conclude computes)."""
+    from bench.tasks.train import train_metrics
 
-    rec = next(r for r in sample_records if r["status"] == "ok" and r["spec"]["world_size"] == 2
-               and r["spec"].get("task", "train") == "train" and not r["spec"].get("roles", {}).get("server"))
-    spec = RunSpec.from_dict(rec["spec"])
-    windows = rec["metrics"]["window_times_s"]
-    results = {r: {"rank_info": {"role": "worker"}, "window_times": windows, "window_losses": [1.0] * len(windows),
-                   "peak_rss_bytes": 1, "cuda_peak_bytes": None, "loss_first": 2.0, "param_checksum": 0.0,
-                   "threads": {}, "param_count": 10,
-                   "times": {"process_start": 0.0, "init_start": 1.0, "init_end": 2.0, "first_step_end": 3.0}}
-               for r in range(2)}
-    metrics = benchmark(metrics_from_results, spec, results, 0.0)
-    assert metrics["throughput"]["n"] == len(windows)
+    rec = next(r for r in sample_records if r.ok and r.spec.task == "train" and r.spec.world_size == 2
+               and not r.spec.roles.get("server"))
+    windows = rec.metrics.window_times_s
+    results = train_results(rec.spec, [windows, windows])
+    metrics = benchmark(train_metrics, rec.spec, results, 0.0)
+    assert metrics.throughput.n == len(windows) and metrics.window_times_s == windows
 
 
 def test_gate_comparison(benchmark, sample_records):
@@ -87,10 +90,9 @@ def test_gate_comparison(benchmark, sample_records):
     assert {r["verdict"] for r in rows} <= {"ok", "unstable"} and len(rows) == len(figs)
 
 
-def test_report_generation(benchmark, sample_records):
-    from bench.frame import records_to_frame
+def test_report_generation(benchmark, sample_store):
     from bench.report import render_report
 
-    frame = records_to_frame(sample_records)
+    frame = load_frame(sample_store)
     page = benchmark.pedantic(render_report, args=(frame, "sample"), rounds=3, iterations=1)
     assert "<html" in page

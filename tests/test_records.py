@@ -1,0 +1,186 @@
+"""Typed records: the JSON round trip of each task's record, strictness, and reading the stores an earlier
+version of the suite wrote (schema 1, upgraded when read)."""
+
+import json
+import shutil
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench.errors import StoreError
+from bench.frame import records_to_frame
+from bench.records import SCHEMA_VERSION, RankRow, RecordError, RunRecord, upgrade
+from bench.store import Store
+from bench.tasks.comm import CommMetrics, CommRow
+from bench.tasks.fault import FaultMetrics
+from bench.tasks.train import TrainMetrics
+from factories import comm_record, comm_row, fault_record, train_record
+
+V1_STORE = Path(__file__).resolve().parent / "data" / "store-v1.sqlite"
+EXAMPLES = {"train": lambda: train_record(per_window=[100.0, 120.0, 110.0]),
+            "comm": lambda: comm_record(rows=[comm_row(size=4, window_time_us=[90.0, 110.0], limit_gbps=4.0),
+                                              comm_row("allgather", 2048, 50.0, limit_gbps=4.0)]),
+            "fault": lambda: fault_record(), "failed": lambda: train_record(status="crashed")}
+
+
+def through_json(rec: RunRecord) -> RunRecord:
+    return RunRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
+
+
+@pytest.mark.parametrize("kind", list(EXAMPLES))
+def test_each_tasks_record_survives_the_json_round_trip(kind):
+    rec = EXAMPLES[kind]()
+    back = through_json(rec)
+    assert back == rec
+    assert type(back.metrics) is type(rec.metrics)
+    assert all(isinstance(r, RankRow) for r in back.rank_map)
+    assert back.to_dict() == rec.to_dict()
+
+
+def test_typed_parts_land_in_their_dataclasses():
+    train, comm, fault = (through_json(EXAMPLES[k]()) for k in ("train", "comm", "fault"))
+    assert isinstance(train.metrics, TrainMetrics) and train.metrics.throughput.per_window == [100.0, 120.0, 110.0]
+    assert isinstance(comm.metrics, CommMetrics) and all(isinstance(r, CommRow) for r in comm.metrics.rows)
+    assert comm.metrics.rows[0].window_time_us == [90.0, 110.0]
+    assert isinstance(fault.metrics, FaultMetrics)
+    assert [r.phase for r in fault.rank_map] == ["before", "before", "after", "after"]
+    assert all(isinstance(r, RankRow) for r in fault.metrics.rank_map_after)
+    crashed = through_json(EXAMPLES["failed"]())
+    assert crashed.metrics is None and crashed.error.rank == 1 and not crashed.ok
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.update(colour="red"), "record r1: unknown field(s) colour"),
+    (lambda d: d["metrics"].update(colour="red"), "record r1.metrics: unknown field(s) colour"),
+    (lambda d: d["spec"].update(colour="red"), "record r1.spec: unknown field(s) colour"),
+    (lambda d: d["rank_map"][0].update(colour="red"), "record r1.rank_map[0]: unknown field(s) colour"),
+    (lambda d: d.pop("status"), "record r1: missing field status"),
+    (lambda d: d["metrics"].pop("throughput"), "record r1.metrics: missing field(s) throughput"),
+    (lambda d: d["metrics"]["throughput"].pop("mean"), "record r1.metrics.throughput: missing field(s) mean"),
+    (lambda d: d["spec"].pop("backend"), "record r1.spec: missing field(s) backend"),
+    (lambda d: d["rank_map"][1].pop("world_size"), "record r1.rank_map[1]: missing field(s) world_size"),
+    (lambda d: d["metrics"].update(per_rank={}), "record r1.metrics.per_rank: expected a list"),
+])
+def test_unknown_and_missing_fields_are_errors(change, says):
+    data = train_record().to_dict()
+    change(data)
+    with pytest.raises(RecordError) as err:
+        RunRecord.from_dict(data)
+    assert says in str(err.value)
+
+
+def test_schema_versions_this_bench_cannot_read_are_refused_with_a_reason():
+    data = train_record().to_dict()
+    with pytest.raises(RecordError, match=f"schema {SCHEMA_VERSION + 1}, newer than this bench"):
+        RunRecord.from_dict({**data, "schema_version": SCHEMA_VERSION + 1})
+    with pytest.raises(RecordError, match="schema 0, which this bench cannot upgrade"):
+        RunRecord.from_dict({**data, "schema_version": 0})
+    with pytest.raises(RecordError, match="no schema_version"):
+        RunRecord.from_dict({k: v for k, v in data.items() if k != "schema_version"})
+    with pytest.raises(RecordError, match="unknown task"):
+        RunRecord.from_dict({**data, "spec": {**data["spec"], "task": "bake"}})
+    with pytest.raises(RecordError, match="JSON object"):
+        RunRecord.from_dict([data])
+    assert upgrade(data) == data  # the current version goes through untouched
+
+
+# ---------------------------------------------------------------- the schema-1 store
+@pytest.fixture
+def v1_store(tmp_path) -> Store:
+    """A copy of the committed schema-1 store: opening it must never touch the committed file."""
+    path = tmp_path / "bench.sqlite"
+    shutil.copy(V1_STORE, path)
+    return Store(path)
+
+
+def raw_records(store: Store) -> dict[str, dict]:
+    with sqlite3.connect(store.path) as conn:
+        return {run_id: json.loads(text) for run_id, text in conn.execute("SELECT run_id, record FROM runs")}
+
+
+def test_the_schema_1_store_is_what_the_tests_expect(v1_store):
+    raw = raw_records(v1_store)
+    assert Counter(r["schema_version"] for r in raw.values()) == {1: 25}
+    with sqlite3.connect(v1_store.path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+
+
+def test_every_schema_1_record_upgrades(v1_store):
+    raw = raw_records(v1_store)
+    records = v1_store.records()
+    assert Counter(r.spec.task for r in records) == {"train": 14, "comm": 3, "fault": 8}
+    assert all(r.schema_version == SCHEMA_VERSION and r.launch == {} for r in records)
+    assert [r.created_at for r in records] == sorted(r.created_at for r in records)
+    for rec in records:
+        old = raw[rec.run_id]
+        assert rec.status == old["status"] and rec.spec.backend == old["spec"]["backend"]
+        assert rec.spec.repeat == old["spec"].get("repeat", 0) and rec.spec.step_delay is None
+        assert [r.world_size for r in rec.rank_map] == [r.get("world_size", r.get("size")) for r in old["rank_map"]]
+        assert through_json(rec) == rec  # an upgraded record is a current one
+
+
+def test_schema_1_fields_land_where_schema_2_puts_them(v1_store):
+    raw = raw_records(v1_store)
+    records = v1_store.records()
+    for rec in (r for r in records if r.spec.task == "train"):
+        old = raw[rec.run_id]["metrics"]
+        assert rec.metrics.throughput.mean == old["throughput"]["mean"]
+        assert rec.metrics.window_times_s == old["window_times_s"]
+    for rec in (r for r in records if r.spec.task == "comm"):
+        old = raw[rec.run_id]
+        rows = rec.metrics.rows
+        assert [r.to_dict() for r in rows] == [{**r, "window_time_us": None} for r in old["allreduce"]]
+        assert all(r.busbw_gbps > 0 and r.busbw_fraction_of_limit > 0 for r in rows)
+        assert rec.metrics.ceiling == old["metrics"]["comm"]["ceiling"] and rec.metrics.ceiling["limit_gbps"] > 0
+        assert rec.metrics.avg_busbw_gbps == old["metrics"]["comm"]["avg_busbw_gbps"]
+        assert rec.metrics.startup.rendezvous_s == old["metrics"]["startup"]["rendezvous_s"]
+        assert rec.metrics.model in ("ring", "parameter server")
+    faults = [r for r in records if r.spec.task == "fault"]
+    for rec in faults:
+        old = raw[rec.run_id]["metrics"]["fault"]
+        m = rec.metrics
+        assert m.scenario == old["scenario"] and m.recovery_s == old["recovery_s"] and m.fault == old["fault"]
+        assert [(r.rank, r.world_size, r.pid) for r in m.rank_map_before] == \
+               [(r["rank"], r["size"], r["pid"]) for r in old["rank_map_before"]]
+        assert all(isinstance(r, RankRow) and r.world_size >= 1 for r in m.rank_map_before)
+        assert {r.phase for r in rec.rank_map} <= {"before", "after"}
+    assert {m.scenario for m in (r.metrics for r in faults)} == {"kill", "join"}
+    assert sorted(r.status for r in faults) == ["ok"] * 7 + ["timeout"]
+
+
+def test_a_new_record_goes_into_an_old_store_and_both_read_back(v1_store):
+    before = v1_store.records()
+    new = train_record("new-run", created_at=before[-1].created_at + 60)
+    v1_store.save(new)
+    after = v1_store.records()
+    assert [r.run_id for r in after] == [r.run_id for r in before] + ["new-run"]
+    assert after[-1] == new and after[:-1] == before
+    with sqlite3.connect(v1_store.path) as conn:  # an older bench would now refuse the store
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_store_holding_a_newer_record_names_it(v1_store):
+    newer = train_record("from-the-future").to_dict() | {"schema_version": SCHEMA_VERSION + 1}
+    with sqlite3.connect(v1_store.path) as conn:
+        conn.execute("UPDATE runs SET record = ? WHERE run_id = (SELECT MIN(run_id) FROM runs)",
+                     (json.dumps(newer),))
+    with pytest.raises(StoreError) as err:
+        v1_store.records()
+    assert "newer than this bench" in str(err.value) and "update bench" in str(err.value)
+
+
+def test_the_frame_of_upgraded_records_names_each_case(v1_store):
+    frame = records_to_frame(v1_store.records())
+    assert len(frame) == 25
+    by_task = {task: rows for task, rows in frame.groupby("task")}
+    assert set(by_task["comm"]["case"]) == {"communication sweep"}
+    assert set(by_task["train"]["case"]) == set(by_task["train"]["workload"]) == {"mnist_mlp", "resnet18"}
+    fault_cases = set(by_task["fault"]["case"])
+    assert {"mnist_mlp: SIGKILL to 1 of 2 workers, checkpoint/commit every 100 steps",
+            "mnist_mlp: a worker joins 1 running, checkpoint/commit every 100 steps"} <= fault_cases
+    assert {c.split(": ")[1].split(" ")[0] for c in fault_cases} == {"SIGKILL", "SIGTERM", "SIGSTOP", "a"}
+    assert by_task["train"]["throughput"].notna().all() and by_task["fault"]["throughput"].isna().all()
+    ok_faults = by_task["fault"][by_task["fault"]["status"] == "ok"]
+    assert ok_faults["recovery_s"].notna().all()
