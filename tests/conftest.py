@@ -20,6 +20,29 @@ def bench(*args, timeout=300, cwd=None):
                           text=True, timeout=timeout, cwd=cwd or ROOT, env=env)
 
 
+def bench_in_process(*args):
+    """Run the CLI's main() in this process (what `bench ARGS` runs, without an interpreter start per call),
+    with its output captured; for input that must be refused before anything runs."""
+    import contextlib
+    import io
+    import signal
+
+    from bench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:  # argparse's own errors
+                code = exc.code
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return subprocess.CompletedProcess(["bench", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
 def bench_json(*args, timeout=300):
     proc = bench(*args, "--json", timeout=timeout)
     try:

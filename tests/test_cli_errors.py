@@ -1,10 +1,11 @@
-"""Bad input: one line on stderr, exit 2, no traceback, nothing run."""
+"""Bad input: one line on stderr, exit 2, no traceback, nothing run. The CLI's main() is called in this
+process for the many cases; a few go through the real entry point in a child process."""
 
 import sqlite3
 
 import pytest
 
-from conftest import bench
+from conftest import bench, bench_in_process
 
 
 def assert_one_line_error(proc, *fragments):
@@ -38,7 +39,7 @@ def assert_one_line_error(proc, *fragments):
     (["frobnicate"], ["invalid choice"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragments, store):
-    proc = bench(*args, "--store", store) if args[0] in ("run", "sweep") else bench(*args)
+    proc = bench_in_process(*args, "--store", store) if args[0] in ("run", "sweep") else bench_in_process(*args)
     assert_one_line_error(proc, *fragments)
     assert not store.exists(), "bad input must not create a store"
 
@@ -56,13 +57,13 @@ def test_bad_input_is_one_line_and_exit_2(args, fragments, store):
     (["regress", "--timeout", "nan"], ["--timeout", "finite"]),
 ])
 def test_out_of_range_numbers_are_refused_before_anything_runs(args, fragments, store):
-    proc = bench(*args, "--store", store)
+    proc = bench_in_process(*args, "--store", store)
     assert_one_line_error(proc, *fragments, f"see bench {args[0]} --help")
     assert not store.exists()
 
 
 def test_mnist_dir_without_files(tmp_path, store):
-    proc = bench("run", "--data", "mnist", "--data-dir", tmp_path, "--store", store)
+    proc = bench_in_process("run", "--data", "mnist", "--data-dir", tmp_path, "--store", store)
     assert_one_line_error(proc, "train-images-idx3-ubyte", "nothing is downloaded")
 
 
@@ -70,7 +71,7 @@ def test_corrupt_store_is_a_clear_error(tmp_path):
     bad = tmp_path / "bench.sqlite"
     bad.write_bytes(b"this is not a database, it is a text file " * 100)
     for verb in (["list"], ["report", "-o", tmp_path / "r.html"]):
-        assert_one_line_error(bench(*verb, "--store", bad), str(bad), "--store")
+        assert_one_line_error(bench_in_process(*verb, "--store", bad), str(bad), "--store")
     assert not (tmp_path / "r.html").exists()
 
 
@@ -78,10 +79,21 @@ def test_foreign_sqlite_file_is_refused(tmp_path):
     other = tmp_path / "other.sqlite"
     with sqlite3.connect(other) as conn:
         conn.execute("CREATE TABLE users (name TEXT)")
-    assert_one_line_error(bench("list", "--store", other), "not a bench store")
+    assert_one_line_error(bench_in_process("list", "--store", other), "not a bench store")
 
 
 def test_missing_store_for_list_and_report(tmp_path):
     missing = tmp_path / "none.sqlite"
-    assert_one_line_error(bench("list", "--store", missing), "no results store")
-    assert_one_line_error(bench("report", "--store", missing, "-o", tmp_path / "r.html"), "no results store")
+    assert_one_line_error(bench_in_process("list", "--store", missing), "no results store")
+    assert_one_line_error(bench_in_process("report", "--store", missing, "-o", tmp_path / "r.html"), "no results store")
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["run", "--backend", "tensorflow"], ["unknown backend 'tensorflow'"]),
+    (["run", "--timeout", "nan"], ["finite"]),
+    (["frobnicate"], ["invalid choice"]),
+])
+def test_the_real_entry_point_gives_the_same_one_line(args, fragments, store):
+    """`python -m bench` in a child process: the exit code and stderr a shell sees."""
+    assert_one_line_error(bench(*args, "--store", store), *fragments)
+    assert not store.exists()
