@@ -86,7 +86,7 @@ def test_horovod_survivor_goes_on_alone_from_the_last_commit(store):
     after = [r for r in record["rank_map"] if r["phase"] == "after"]
     before = [r for r in record["rank_map"] if r["phase"] == "before"]
     # the survivor (rank 0 here) is the same process, now alone
-    assert len(after) == 1 and after[0]["pid"] == before[0]["pid"] and after[0]["size"] == 1
+    assert len(after) == 1 and after[0]["pid"] == before[0]["pid"] and after[0]["world_size"] == 1
     assert f["resume_checks"] and all(c["equal"] for c in f["resume_checks"])
     assert_resumed_params_are_two_worker_sgd(record, steps=20, processes=1)
 
