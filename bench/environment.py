@@ -33,6 +33,23 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The instruction sets that decide how fast the same code runs on a CPU (torch picks its kernels by them).
+SPEED_FLAGS = ("avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
+               "amx_int8")
+
+
+def cpu_flags() -> list[str]:
+    """The speed-deciding instruction sets this CPU reports (Linux /proc/cpuinfo), in SPEED_FLAGS order."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                present = set(line.split(":", 1)[1].split())
+                return [f for f in SPEED_FLAGS if f in present]
+    except OSError:
+        pass
+    return []
+
+
 def git_state() -> dict:
     def git(*args):
         return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True,
@@ -60,6 +77,8 @@ def torch_facts() -> dict:
         "nccl_version": None,
         "cuda_devices": [],
         "torch_threads_default": torch.get_num_threads(),
+        # the kernel family torch dispatches to on this CPU (DEFAULT, AVX2, AVX512, ...)
+        "cpu_capability": getattr(torch.backends.cpu, "get_cpu_capability", lambda: None)(),
     }
     if torch.cuda.is_available():
         facts["cuda_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -82,6 +101,7 @@ def _static_fingerprint() -> dict:
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
         "memory_bytes": memory,
         **torch_facts(),
         "packages": {name: package_version(name) for name in

@@ -297,8 +297,8 @@ def format_aa(rows: list[dict], pairs: int) -> str:
 # ---------------------------------------------------------------- baseline files
 def machine_of(records: list) -> dict:
     env = next((r.environment for r in records if r.environment), {}) or {}
-    return {k: env.get(k) for k in ("hostname", "platform", "python", "cpu_model", "cpu_count", "memory_bytes",
-                                    "torch", "cuda_devices")} | {**(env.get("packages") or {}), "git": env.get("git")}
+    return {k: env.get(k) for k in ("hostname", "platform", "python", "cpu_model", "cpu_count", "cpu_flags",
+                                    "cpu_capability", "memory_bytes", "torch", "cuda_devices")} | {**(env.get("packages") or {}), "git": env.get("git")}
 
 
 def same_kind(a: dict, b: dict) -> bool:

@@ -199,8 +199,8 @@ def figure_png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-ENV_KEYS = ("hostname", "cpu_model", "cpu_count", "platform", "python", "torch", "torch_cuda_build",
-            "cuda_devices", "nccl_version", "packages.torchvision", "packages.horovod", "git.commit",
+ENV_KEYS = ("hostname", "cpu_model", "cpu_count", "cpu_flags", "cpu_capability", "platform", "python", "torch",
+            "torch_cuda_build", "cuda_devices", "nccl_version", "packages.torchvision", "packages.horovod", "git.commit",
             "git.dirty", "bench")
 
 
