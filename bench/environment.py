@@ -9,6 +9,7 @@ import platform
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +49,37 @@ def cpu_flags() -> list[str]:
     except OSError:
         pass
     return []
+
+
+def calibrate(repeats: int = 10) -> dict:
+    """How fast this host runs a short fixed piece of work, on one thread, best of `repeats`: a 256x256
+    float32 matrix product (GFLOP/s) and a ResNet-like 3x3 convolution step, forward and backward (ms).
+    What decides whether absolute throughput measured here can be compared with a baseline's
+    (docs/method.md, "Regression gate"): labels such as the CPU model do not."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        a, b = torch.randn(256, 256), torch.randn(256, 256)
+        conv = torch.nn.Conv2d(64, 64, 3, padding=1)
+        x = torch.randn(8, 64, 32, 32)
+        gemm, step = float("inf"), float("inf")
+        for _ in range(2):  # untimed: first-call costs (allocation, kernel selection)
+            torch.mm(a, b)
+            conv(x).sum().backward()
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(20):
+                torch.mm(a, b)
+            gemm = min(gemm, (time.perf_counter() - t0) / 20)
+            t0 = time.perf_counter()
+            conv(x).sum().backward()
+            step = min(step, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return {"gemm_gflops": 2 * 256 ** 3 / gemm / 1e9, "conv_step_ms": step * 1e3}
 
 
 def git_state() -> dict:

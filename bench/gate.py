@@ -45,7 +45,7 @@ FAILING_VERDICTS = ("regressed", "failed")
 class Rule:
     min_effect: float  # smallest relative change (either way) that counts
     meaning: str
-    same_machine_only: bool = False  # gated only when the baseline's machine is of the same kind
+    same_machine_only: bool = False  # gated only when the current host matches the baseline's (host_match)
 
 
 # The one place that says which metric is gated, and by how much.
@@ -55,13 +55,20 @@ RULES = {
     "busbw_fraction": Rule(0.15, "allreduce busbw at the largest message / machine limit measured in the same run"),
     "throughput": Rule(0.25, "absolute samples/s", same_machine_only=True),
 }
-# pytest-benchmark's --benchmark-compare-fail for the harness's own hot paths (tests/benchmarks): the
-# fastest of many rounds (the one least disturbed by other work on a shared machine), and a wide margin:
-# what it must catch is a hot path grown by a multiple (a file write per step), not a few percent.
-HOT_PATH_FAIL = ("min:75%",)
+# The harness's own hot paths (tests/benchmarks) are compared on the fastest of many rounds (the one
+# least disturbed by other work on a shared machine), with a wide margin (HOT_PATH_LIMIT): what they must
+# catch is a hot path grown by a multiple (a file write per step), not a few percent.
 HOT_PATH_TESTS = Path(__file__).resolve().parent.parent / "tests" / "benchmarks"
-# Machine facts that must agree for absolute figures to travel.
-MACHINE_KEYS = ("cpu_model", "cpu_count", "cuda_devices")
+# Absolute figures travel between hosts only when these facts agree and the hosts ran the same calibration
+# work (bench.environment.calibrate) within CALIBRATION_TOLERANCE of each other: a label is not a speed.
+MACHINE_KEYS = ("cpu_model", "cpu_count", "cuda_devices", "cpu_flags", "cpu_capability")
+CALIBRATION_TOLERANCE = 0.15
+# The hot paths are compared only when the reference work timed in the same pytest run (REFERENCE_BENCHMARK)
+# ran within HOT_PATH_HOST_TOLERANCE of its saved time; each figure is then divided by the reference's
+# ratio, and one over HOT_PATH_LIMIT x its saved time fails.
+REFERENCE_BENCHMARK = "test_reference_work"
+HOT_PATH_HOST_TOLERANCE = 0.25
+HOT_PATH_LIMIT = 2.5  # same code, same host, minutes apart: up to 1.84 x (a record write, fsync-bound)
 
 
 # ---------------------------------------------------------------- figures from records
@@ -194,7 +201,7 @@ def noisy_cases(fig: Figure) -> list[str]:
 
 
 def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok: dict[str, dict],
-                    same_machine: bool) -> list[dict]:
+                    same_machine: bool, host_differs: str = "the baseline came from another kind of machine") -> list[dict]:
     rows = []
     for key in sorted(set(base) | set(cur) | set(cur_not_ok)):
         kind = key.split(" ", 1)[0]
@@ -217,7 +224,7 @@ def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok:
         elif c is None:
             row.update(verdict="failed", why="in the baseline, missing from the current runs")
         elif rule.same_machine_only and not same_machine:
-            row.update(verdict="skipped", why="absolute figure; the baseline came from another kind of machine")
+            row.update(verdict="skipped", why=f"absolute figure; host differs: {host_differs}")
         else:
             change, low, high = change_interval(b, c)
             noise = noisy_cases(b) + noisy_cases(c)
@@ -301,8 +308,23 @@ def machine_of(records: list) -> dict:
                                     "cpu_capability", "memory_bytes", "torch", "cuda_devices")} | {**(env.get("packages") or {}), "git": env.get("git")}
 
 
-def same_kind(a: dict, b: dict) -> bool:
-    return all(a.get(k) == b.get(k) for k in MACHINE_KEYS)
+def host_match(base: dict, cur: dict) -> tuple[bool, str]:
+    """Whether absolute figures measured on the current host can be compared with the baseline's, and if
+    not, why: the facts of MACHINE_KEYS (where both sides recorded them) and the calibration work."""
+    for key in MACHINE_KEYS:
+        if base.get(key) is not None and cur.get(key) is not None and base.get(key) != cur.get(key):
+            return False, f"{key} {base.get(key)} on the baseline's host, {cur.get(key)} here"
+    cb, cc = base.get("calibration"), cur.get("calibration")
+    if not cb or not cc:
+        side = "the baseline" if not cb else "the current runs"
+        return False, (f"no calibration recorded with {side}, so whether the hosts run equally fast is "
+                       "unknown (refresh the baseline with `bench baseline`)")
+    speed = {"gemm_gflops": cc["gemm_gflops"] / cb["gemm_gflops"], "conv_step_ms": cb["conv_step_ms"] / cc["conv_step_ms"]}
+    off = {k: v for k, v in speed.items() if abs(math.log(v)) > math.log(1 + CALIBRATION_TOLERANCE)}
+    if off:
+        return False, "this host runs the calibration work at " + ", ".join(
+            f"{v:.0%} ({k})" for k, v in off.items()) + " of the baseline host's speed"
+    return True, ""
 
 
 def latest_sweep(records: list, sweep_id: str | None = None) -> tuple[str | None, list]:
@@ -315,13 +337,16 @@ def latest_sweep(records: list, sweep_id: str | None = None) -> tuple[str | None
     return sweep_id, [r for r in swept if r.spec.sweep_id == sweep_id]
 
 
-def write_baseline(path: str | Path, records: list, sweep_id: str | None, matrix=None) -> Path:
+def write_baseline(path: str | Path, records: list, sweep_id: str | None, matrix=None,
+                   calibration: dict | None = None) -> Path:
+    """A baseline file: the runs, and the machine they came from with its calibration (host_match)."""
     from bench.rundir import write_json_atomic
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "created_at": time.time(),
-                             "sweep_id": sweep_id, "machine": machine_of(records), "matrix": matrix,
+                             "sweep_id": sweep_id, "machine": {**machine_of(records), "calibration": calibration},
+                             "matrix": matrix,
                              "records": [r.to_dict() for r in records]})
     return path
 
@@ -353,22 +378,64 @@ def read_runs_file(path: str | Path, what: str) -> dict:
 
 
 # ---------------------------------------------------------------- the harness's own hot paths
+def compare_hot_paths(saved: dict, current: dict) -> tuple[int, list[str]]:
+    """(exit code, lines) of the hot paths now against saved figures (pytest-benchmark JSON), by their
+    fastest round. Host check first: the reference work must run within HOT_PATH_HOST_TOLERANCE of its
+    saved time, else nothing is compared (the figures describe another host) and the lines say so."""
+    def mins(data):
+        return {b["name"]: b["stats"]["min"] for b in data.get("benchmarks", [])}
+
+    base, now = mins(saved), mins(current)
+    if REFERENCE_BENCHMARK not in base or REFERENCE_BENCHMARK not in now:
+        return 0, [f"hot paths: skipped: no {REFERENCE_BENCHMARK} timing in the saved figures, so the host "
+                   "cannot be matched; refresh them (`bench baseline --hot-paths-only`)"]
+    host = now[REFERENCE_BENCHMARK] / base[REFERENCE_BENCHMARK]
+    if abs(math.log(host)) > math.log(1 + HOT_PATH_HOST_TOLERANCE):
+        return 0, [f"hot paths: skipped: host differs (the reference work takes {host:.2f} x its saved time); "
+                   "refresh the saved figures on this host to gate them here"]
+    lines = [f"{'hot path':<44} {'saved min':>12} {'now min':>12} {'ratio / host':>13}  verdict",
+             f"{'(host: reference work at ' + format(host, '.2f') + ' x its saved time)':<44}"]
+    failed = []
+    for name in sorted(set(base) & set(now) - {REFERENCE_BENCHMARK}):
+        ratio = now[name] / base[name] / host
+        verdict = "SLOWER" if ratio > HOT_PATH_LIMIT else "ok"
+        if verdict != "ok":
+            failed.append(name)
+        lines.append(f"{name:<44} {base[name] * 1e6:>10.1f}us {now[name] * 1e6:>10.1f}us {ratio:>13.2f}  {verdict}")
+    lines += [f"{name:<44} {'-':>12} {now[name] * 1e6:>10.1f}us {'-':>13}  new" for name in sorted(set(now) - set(base))]
+    lines.append(f"hot paths: {len(failed)} over {HOT_PATH_LIMIT:g} x their saved time" +
+                 (f": {', '.join(failed)}" if failed else ""))
+    return (1 if failed else 0), lines
+
+
 def run_hot_paths(compare_with: str | None = None, save_to: str | None = None) -> int:
-    """pytest-benchmark over tests/benchmarks: save the figures, or fail past HOT_PATH_FAIL of a saved file."""
+    """pytest-benchmark over tests/benchmarks: save the figures, or compare them with a saved file
+    (compare_hot_paths)."""
     import importlib.util
     import subprocess
     import sys
+    import tempfile
 
     if importlib.util.find_spec("pytest_benchmark") is None:
         raise UsageError("the hot-path benchmarks need pytest-benchmark: pip install -e .[test]")
     if not HOT_PATH_TESTS.is_dir():
         raise UsageError(f"{HOT_PATH_TESTS} is missing; the hot-path benchmarks ship with a source checkout")
-    command = [sys.executable, "-m", "pytest", str(HOT_PATH_TESTS), "-q", "-p", "no:cacheprovider",
-               "--benchmark-only", "--benchmark-enable", "--benchmark-columns=min,median,mean,stddev,rounds"]
-    if save_to:
-        command.append(f"--benchmark-json={Path(save_to).resolve()}")
+    saved = None
     if compare_with:
-        command.append(f"--benchmark-compare={Path(compare_with).resolve()}")
-        command += [f"--benchmark-compare-fail={expr}" for expr in HOT_PATH_FAIL]
-    print("$ " + " ".join(command[2:]), file=sys.stderr, flush=True)
-    return subprocess.run(command, cwd=HOT_PATH_TESTS.parent.parent).returncode
+        try:
+            saved = json.loads(Path(compare_with).read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"hot-path figures {compare_with} cannot be read ({exc}); make them with "
+                             "`bench baseline --hot-paths-only`") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(save_to).resolve() if save_to else Path(tmp) / "now.json"
+        command = [sys.executable, "-m", "pytest", str(HOT_PATH_TESTS), "-q", "-p", "no:cacheprovider",
+                   "--benchmark-only", "--benchmark-enable", "--benchmark-columns=min,median,mean,stddev,rounds",
+                   f"--benchmark-json={out}"]
+        print("$ " + " ".join(command[2:]), file=sys.stderr, flush=True)
+        code = subprocess.run(command, cwd=HOT_PATH_TESTS.parent.parent).returncode
+        if code or saved is None:
+            return code
+        code, lines = compare_hot_paths(saved, json.loads(out.read_text()))
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return code

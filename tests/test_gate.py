@@ -187,3 +187,74 @@ def test_gate_cli_errors_are_one_line(tmp_path, argv, says):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], proc.stderr
+
+
+MACHINE = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cuda_devices": [], "cpu_flags": ["avx", "avx2", "fma"],
+           "cpu_capability": "AVX2", "calibration": {"gemm_gflops": 80.0, "conv_step_ms": 20.0}}
+
+
+@pytest.mark.parametrize("change, same, says", [
+    ({}, True, ""),
+    ({"calibration": {"gemm_gflops": 84.0, "conv_step_ms": 21.0}}, True, ""),  # within the tolerance
+    ({"calibration": {"gemm_gflops": 40.0, "conv_step_ms": 21.0}}, False, "50% (gemm_gflops)"),
+    ({"calibration": {"gemm_gflops": 80.0, "conv_step_ms": 40.0}}, False, "50% (conv_step_ms)"),
+    ({"calibration": None}, False, "no calibration recorded with the current runs"),
+    ({"cpu_flags": ["avx", "avx2", "fma", "avx512f"]}, False, "cpu_flags"),
+    ({"cpu_capability": "AVX512"}, False, "cpu_capability"),
+    ({"cpu_count": 4}, False, "cpu_count"),
+])
+def test_hosts_are_matched_by_what_decides_speed_not_by_label(change, same, says):
+    from bench.gate import host_match
+
+    ok, why = host_match(MACHINE, {**MACHINE, **change})
+    assert ok == same and says in why, why
+    # a baseline written before calibrations were recorded cannot vouch for its host
+    ok, why = host_match({k: v for k, v in MACHINE.items() if k != "calibration"}, MACHINE)
+    assert not ok and "no calibration recorded with the baseline" in why
+
+
+def test_a_slower_host_fails_no_absolute_figure_while_the_ratios_still_gate(capsys):
+    """The same code on a host half as fast: absolute throughput is skipped, naming the host difference;
+    a real slowdown of a ratio still fails."""
+    from bench.regress import compare_and_print
+
+    def sweep(scale, elastic_scale=1.0):
+        recs = []
+        for i in range(3):
+            recs += [record(f"p{scale}{i}", "single", 1, [100.0 * scale * (1 + 0.01 * i)] * 3, 10 * i + 1),
+                     record(f"e{scale}{i}", "elastic", 1,
+                            [90.0 * scale * elastic_scale * (1 + 0.01 * i)] * 3, 10 * i + 2)]
+        return recs
+
+    baseline = {"machine": MACHINE, "records": sweep(1.0)}
+    slow_host = {**MACHINE, "calibration": {"gemm_gflops": 40.0, "conv_step_ms": 40.0}}
+    code, rows = compare_and_print(baseline, sweep(0.5), as_json=False, machine=slow_host)
+    verdicts = {r["metric"]: r["verdict"] for r in rows}
+    assert code == 0, verdicts
+    assert verdicts["throughput elastic mnist_mlp n=1"] == "skipped"
+    assert verdicts["vs_plain elastic mnist_mlp n=1"] == "ok"
+    assert "host differs" in capsys.readouterr().err
+    code, rows = compare_and_print(baseline, sweep(0.5, elastic_scale=0.7), as_json=False, machine=slow_host)
+    assert code == 1 and {r["metric"]: r["verdict"] for r in rows}["vs_plain elastic mnist_mlp n=1"] == "regressed"
+
+
+def test_hot_paths_are_compared_only_on_a_host_that_runs_the_reference_at_its_saved_speed():
+    from bench.gate import HOT_PATH_LIMIT, REFERENCE_BENCHMARK, compare_hot_paths
+
+    def bench_file(**mins):
+        return {"benchmarks": [{"name": name, "stats": {"min": value}} for name, value in mins.items()]}
+
+    saved = bench_file(**{REFERENCE_BENCHMARK: 1.0, "test_record_write": 2.0, "test_step": 3.0})
+    code, lines = compare_hot_paths(saved, bench_file(**{REFERENCE_BENCHMARK: 1.1, "test_record_write": 2.2,
+                                                         "test_step": 3.0}))
+    assert code == 0 and lines[-1].startswith("hot paths: 0 over")
+    slower = 2.0 * HOT_PATH_LIMIT * 1.2
+    code, lines = compare_hot_paths(saved, bench_file(**{REFERENCE_BENCHMARK: 1.0, "test_record_write": slower,
+                                                         "test_step": 3.0}))
+    assert code == 1 and "test_record_write" in lines[-1] and "SLOWER" in "\n".join(lines)
+    # everything twice as slow, the reference too: another host, nothing compared, and it says so
+    code, lines = compare_hot_paths(saved, bench_file(**{REFERENCE_BENCHMARK: 2.0, "test_record_write": 9.0,
+                                                         "test_step": 6.0}))
+    assert code == 0 and "host differs" in lines[0]
+    code, lines = compare_hot_paths(bench_file(test_step=3.0), bench_file(test_step=30.0))
+    assert code == 0 and "no test_reference_work timing" in lines[0]

@@ -33,8 +33,10 @@ def cmd(args) -> int:
     if args.store and args.current:
         raise UsageError("give either --store (the latest sweep stored there) or --current FILE, not both")
     baseline = read_runs_file(args.baseline, "baseline")
+    machine = None
     if args.current:
-        current = read_runs_file(args.current, "current")["records"]
+        given = read_runs_file(args.current, "current")
+        current, machine = given["records"], given["machine"]
     else:
         store = open_store(args.store)
         sweep_id, current = latest_sweep(store.records(), args.sweep)
@@ -43,8 +45,20 @@ def cmd(args) -> int:
                              "run `bench sweep` (or `bench regress`) first, or give --current FILE")
         note(f"bench compare: baseline {args.baseline} (sweep {baseline.get('sweep_id')}) vs sweep "
              f"{sweep_id} in {store.path}")
-    code, _ = compare_and_print(baseline, current, args.json)
+        machine = this_host_if_made_here(current)
+    code, _ = compare_and_print(baseline, current, args.json, machine=machine)
     return code
+
+
+def this_host_if_made_here(records: list) -> dict | None:
+    """Runs made on this host get its calibration, measured now; runs from elsewhere none (their absolute
+    figures are then not gated)."""
+    import socket
+
+    from bench.regress import this_host
+
+    hosts = {r.environment.get("hostname") for r in records}
+    return this_host(records) if hosts == {socket.gethostname()} else None
 
 
 def compare_aa(args) -> int:

@@ -1,8 +1,11 @@
 """pytest-benchmark over the harness's own hot paths, so the suite never slows what it measures.
 
 Under `nox -s tests` these run once each as plain tests (benchmarking is disabled there); `bench regress`
-runs them as benchmarks and fails past bench.gate.HOT_PATH_FAIL of results/baselines/hot-paths.json.
-What each one times:
+runs them as benchmarks and compares them with results/baselines/hot-paths.json (bench.gate.compare_hot_paths):
+only when the reference work below runs at its saved speed (the same kind of host), each figure over the
+reference's ratio, failing past bench.gate.HOT_PATH_LIMIT. What each one times:
+- the reference work: a fixed mix of what the hot paths do (Python objects, JSON, a small synced file
+  write, a scipy quantile, small numpy algebra), which the harness's code never changes;
 - the step loop: what the harness adds around an optimizer step inside a timed window (StepLoop and
   timed_windows, with a step that does nothing), per step;
 - the progress file a rank writes after each window;
@@ -14,6 +17,7 @@ What each one times:
 
 import copy
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -41,6 +45,30 @@ def sample_store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sample_records(sample_store):
     return sample_store.records()
+
+
+def reference_work(path: Path) -> int:
+    """The host's speed at the kinds of work the hot paths do; fixed, never touched by the harness's code."""
+    import numpy as np
+    from scipy.stats import t
+
+    doc = {"runs": [{"id": i, "windows": [i * 0.5 + k for k in range(20)], "name": f"run-{i}"} for i in range(200)]}
+    text = json.dumps(doc)
+    total = sum(len(r["windows"]) for r in json.loads(text)["runs"])
+    table = {}
+    for i in range(5000):
+        table.setdefault(i % 97, []).append(i)
+    with open(path, "w") as fh:
+        fh.write(text[:4096])
+        fh.flush()
+        os.fsync(fh.fileno())
+    a = np.arange(64.0).reshape(16, 4) + 1.0
+    np.linalg.lstsq(a, np.arange(16.0), rcond=None)
+    return total + len(table) + int(t.ppf(0.975, 7) * 0)
+
+
+def test_reference_work(benchmark, tmp_path):
+    assert benchmark(reference_work, tmp_path / "ref.json") == 200 * 20 + 97
 
 
 def test_step_loop_overhead_per_1000_steps(benchmark):
