@@ -20,5 +20,11 @@ class StoreError(BenchError):
     """The results store cannot be read or written."""
 
 
+class RecordNotStored(BenchError):
+    """A run ended, but its record could not be written to the store (it is kept in its run directory)."""
+
+    exit_code = EXIT_RUN_FAILED
+
+
 class Interrupted(BaseException):
     """Raised in the parent on SIGTERM so teardown runs as for Ctrl-C."""

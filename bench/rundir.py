@@ -42,6 +42,11 @@ class RunDir:
         return self.path / "launcher.log"
 
     @property
+    def record_file(self) -> Path:
+        """The run's record as JSON, written before the store is: a run is never lost with its store."""
+        return self.path / "record.json"
+
+    @property
     def joiner_log(self) -> Path:
         """Output of a launcher started while the run goes on (a scale-up's second agent)."""
         return self.path / "joiner.log"

@@ -11,8 +11,9 @@ import time
 from bench.aggregate import build_record
 from bench.backends import get_backend
 from bench.environment import PROJECT_ROOT, fingerprint
+from bench.errors import RecordNotStored, StoreError
 from bench.records import RunRecord
-from bench.rundir import RunDir
+from bench.rundir import RunDir, write_json_atomic
 from bench.spec import RunSpec
 from bench.store import Store
 from bench.supervisor import TAG_VARIABLE, supervise
@@ -40,7 +41,10 @@ def worker_environment(spec: RunSpec, tag: str) -> dict[str, str]:
 
 
 def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecord:
-    """Launch, supervise and record one run; the record is stored whatever the ending."""
+    """Launch, supervise and record one run; the record is stored whatever the ending. The store is
+    checked before anything starts; the record is also kept in the run directory (record.json), so a
+    store that fails afterwards loses nothing (RecordNotStored says how to add it later)."""
+    store.check_writable()
     run_id = new_run_id()
     run_dir = RunDir(store.run_dir(run_id)).create()
     run_dir.spec_file.write_text(json.dumps(spec.to_dict(), indent=1))  # never changed after this
@@ -55,7 +59,13 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
                         poll_interval=launch.poll_interval)
     record = build_record(run_id, spec, run_dir, outcome, environment, launch.command,
                           task.conclude(spec, run_dir, outcome, before), launch.info)
-    store.save(record)
+    write_json_atomic(run_dir.record_file, record.to_dict())
+    try:
+        store.save(record)
+    except StoreError as exc:
+        raise RecordNotStored(f"run {run_id} ended {record.status}, but its record could not be stored ({exc}); "
+                              f"it is kept in {run_dir.record_file}: add it with `bench import {run_dir.path} "
+                              "--store PATH`") from None
     return record
 
 

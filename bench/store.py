@@ -54,15 +54,15 @@ class Store:
                              "or pass --store PATH")
         if self.path.exists() and not self.path.is_file():
             raise self._unreadable("it is not a file")
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=30.0)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, OSError) as exc:
             raise self._unreadable(exc) from None
         if version > SCHEMA_VERSION:
             conn.close()
@@ -80,6 +80,24 @@ class Store:
                 conn.executescript(CREATE)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return conn
+
+    def check_writable(self) -> None:
+        """Open (or create) the store and take its write lock for a moment: a store that cannot take a
+        record is found before a run is launched, not after it has measured."""
+        conn = self._connect(create=True)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"results store {self.path} cannot be written ({exc}); pass --store with "
+                             "a writable path") from None
+        finally:
+            conn.close()
+        try:
+            self.path.parent.joinpath("runs").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot make the run directories beside {self.path} ({exc}); pass --store "
+                             "with a writable path") from None
 
     def run_dir(self, run_id: str) -> Path:
         """Where a run's raw files (spec, logs, per-rank files) are kept, beside the store."""

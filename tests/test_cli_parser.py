@@ -20,7 +20,7 @@ from bench.spec import DEFAULTS, default_threads
 from bench.tasks.fault import FAULT_DEFAULTS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
-VERBS = ["run", "sweep", "allreduce", "list", "report", "compare", "regress", "baseline", "fault", "doctor"]
+VERBS = ["run", "sweep", "allreduce", "list", "report", "compare", "regress", "baseline", "fault", "import", "doctor"]
 
 
 def verb_names() -> list[str]:

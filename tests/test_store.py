@@ -1,6 +1,7 @@
 """The store: typed records in and out, schema checks; a writer killed mid-run and concurrent writers
 (real processes, marked slow)."""
 
+import json
 import signal
 import sqlite3
 import subprocess
@@ -119,3 +120,74 @@ def test_what_is_not_a_readable_store_is_said_in_one_line(tmp_path):
         conn.execute("UPDATE runs SET record = '{cut short'")
     with pytest.raises(StoreError, match="the record of run run-000001 is unreadable: not valid JSON"):
         store.records()
+
+
+# ---------------------------------------------------------------- a measured run is never lost
+@pytest.mark.parametrize("make_bad", [
+    lambda p: p.write_bytes(b"not a database " * 100),
+    lambda p: p.mkdir(),
+])
+def test_a_store_that_cannot_take_a_record_is_refused_before_anything_runs(tmp_path, make_bad):
+    from bench.runner import execute
+    from factories import train_spec
+
+    bad = tmp_path / "bench.sqlite"
+    make_bad(bad)
+    with pytest.raises(StoreError, match="--store"):
+        execute(train_spec("single", world_size=1), Store(bad))
+    assert not (tmp_path / "runs").exists(), "nothing may be launched for a store that cannot be written"
+    good = Store(tmp_path / "new" / "bench.sqlite")
+    good.check_writable()
+    assert good.path.is_file() and (good.path.parent / "runs").is_dir()
+
+
+def test_bench_import_adds_a_kept_record_and_refuses_what_is_not_one(tmp_path):
+    from bench.rundir import RunDir, write_json_atomic
+    from conftest import bench_in_process
+
+    rec = fake_record(7)
+    run_dir = RunDir(tmp_path / "runs" / rec.run_id).create()
+    write_json_atomic(run_dir.record_file, rec.to_dict())
+    store = tmp_path / "other" / "bench.sqlite"
+    proc = bench_in_process("import", run_dir.path, "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    assert [r.run_id for r in Store(store).records()] == [rec.run_id]
+    assert Store(store).records()[0].metrics == rec.metrics
+    empty = RunDir(tmp_path / "runs" / "empty").create()
+    broken = RunDir(tmp_path / "runs" / "broken").create()
+    broken.record_file.write_text("{")
+    for path, says in ((empty.path, "does not exist"), (broken.path, "not readable JSON"),
+                       (tmp_path / "nowhere", "not a run directory")):
+        proc = bench_in_process("import", path, "--store", store)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
+
+
+@pytest.mark.slow
+def test_a_run_whose_store_breaks_while_it_runs_is_kept_and_can_be_imported(tmp_path):
+    """The store turns into garbage while a real run goes on: the run ends, exit 1, its record is kept in its
+    run directory, and `bench import` adds it to another store."""
+    import os
+    import time
+
+    from conftest import bench, bench_in_process
+
+    store = tmp_path / "bench.sqlite"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("BENCH_STORE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--warmup-steps", "2",
+                             "--steps-per-window", "20", "--windows", "20", "--store", str(store)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "runs").glob("*/spec.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    store.write_bytes(b"not a database " * 100)  # the run has started: its store is checked already
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    assert "could not be stored" in err and "bench import" in err
+    run_dir = next((tmp_path / "runs").iterdir())
+    kept = json.loads((run_dir / "record.json").read_text())
+    assert kept["status"] == "ok" and kept["metrics"]["throughput"]["mean"] > 0
+    other = tmp_path / "other.sqlite"
+    assert bench_in_process("import", run_dir, "--store", other).returncode == 0
+    assert Store(other).records()[0].run_id == kept["run_id"]

@@ -1,4 +1,4 @@
-"""`bench`: run, sweep, allreduce, list, report, compare, regress, baseline, fault, doctor.
+"""`bench`: run, sweep, allreduce, list, report, compare, regress, baseline, fault, import, doctor.
 
 One module per verb, each with `add_parser(verbs)` and the function that carries the verb out; VERBS is the
 registry. Bad input is one line on stderr and exit 2; a run not ok exits 1, an interrupted one 130.
@@ -10,11 +10,11 @@ import os
 import signal
 import sys
 
-from bench.cli import allreduce, compare, doctor, fault, list_runs, regress, report, run, sweep
+from bench.cli import allreduce, compare, doctor, fault, import_runs, list_runs, regress, report, run, sweep
 from bench.cli.common import Parser
 from bench.errors import EXIT_INTERRUPTED, EXIT_OK, BenchError, Interrupted
 
-VERBS = (run, sweep, allreduce, list_runs, report, compare, regress, fault, doctor)
+VERBS = (run, sweep, allreduce, list_runs, report, compare, regress, fault, import_runs, doctor)
 EXIT_INTERNAL = 3  # a bug in bench itself
 
 
