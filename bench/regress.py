@@ -90,8 +90,8 @@ def compare_and_print(baseline: dict, current: list, as_json: bool, out=None,
     else:
         print(format_comparison(rows), file=out, flush=True)
     if not same:
-        print(f"bench compare: absolute throughput is not gated (host differs: {why}); the ratios are",
-              file=sys.stderr)
+        print(f"bench compare: absolute throughput is not gated here (host differs: {why}); the ratios within "
+              "each sweep still are", file=sys.stderr)
     counts = {v: sum(r["verdict"] == v for r in rows) for v in dict.fromkeys(r["verdict"] for r in rows)}
     bad = [r for r in rows if r["verdict"] in FAILING_VERDICTS]
     print("bench compare: " + ", ".join(f"{n} {v}" for v, n in counts.items()) +
