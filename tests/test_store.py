@@ -170,7 +170,7 @@ def test_a_run_whose_store_breaks_while_it_runs_is_kept_and_can_be_imported(tmp_
     import os
     import time
 
-    from conftest import bench, bench_in_process
+    from conftest import bench_in_process
 
     store = tmp_path / "bench.sqlite"
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -7,7 +7,6 @@ throughput = global batch x K / window time; the mean over windows with its t in
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -15,7 +14,7 @@ from dataclasses import dataclass, field
 
 from bench.errors import UsageError
 from bench.inject import injected_for, parse_inject, parse_step_delay
-from bench.records import Record, RunError, Startup, Summary
+from bench.records import Record, Startup, Summary
 from bench.spec import CPU_BINDS, DEFAULTS, RunSpec, check_placement
 from bench.tasks.base import Conclusion, Launch, Task
 
