@@ -76,6 +76,13 @@ class Task:
         return self.label
 
     def one_line(self, record) -> str:
+        """A run in one line: how it failed, or `ok` and its headline figure (ok_figure)."""
+        if not record.ok:
+            return f"{record.status}: {record.error.message if record.error else ''}"
+        return f"ok {self.ok_figure(record)}"
+
+    def ok_figure(self, record) -> str:
+        """The headline figure of an ok run."""
         raise NotImplementedError
 
     def summary_lines(self, record) -> list[str]:

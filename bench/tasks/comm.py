@@ -158,10 +158,8 @@ class CommTask(Task):
         return record
 
     # ------------------------------------------------------------ views
-    def one_line(self, record) -> str:
-        if not record.ok:
-            return f"{record.status}: {record.error.message if record.error else ''}"
-        return f"ok {fmt_busbw(record.metrics)}"
+    def ok_figure(self, record) -> str:
+        return fmt_busbw(record.metrics)
 
     def list_figure(self, record) -> str:
         return fmt_busbw(record.metrics)

@@ -539,11 +539,9 @@ class FaultTask(Task):
                 else f"a worker joins {spec.world_size} running")
         return f"{spec.workload}: {what}, checkpoint/commit every {f['checkpoint_every']} steps"
 
-    def one_line(self, record) -> str:
-        if not record.ok:
-            return f"{record.status}: {record.error.message if record.error else ''}"
+    def ok_figure(self, record) -> str:
         f = record.metrics
-        return f"ok recovered in {_secs(f.recovery_s)}, world {f.world_before} -> {f.world_after}"
+        return f"recovered in {_secs(f.recovery_s)}, world {f.world_before} -> {f.world_after}"
 
     def list_figure(self, record) -> str:
         f = record.metrics

@@ -298,10 +298,8 @@ class TrainTask(Task):
     def case(self, spec) -> str:
         return spec.workload
 
-    def one_line(self, record) -> str:
-        if not record.ok:
-            return f"{record.status}: {record.error.message if record.error else ''}"
-        return f"ok {fmt_throughput(record.metrics.throughput)}"
+    def ok_figure(self, record) -> str:
+        return fmt_throughput(record.metrics.throughput)
 
     def list_figure(self, record) -> str:
         return fmt_throughput(record.metrics.throughput if record.metrics else None)
