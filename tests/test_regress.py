@@ -37,7 +37,9 @@ def test_an_aa_comparison_passes(gate):
     proc = bench("compare", "--baseline", gate["baseline"], "--store", gate["store"], "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = json.loads(proc.stdout)["rows"]
-    assert {r["verdict"] for r in rows} <= {"ok", "unstable", "improved"}
+    assert {r["verdict"] for r in rows} <= {"ok", "unstable", "improved", "skipped"}
+    # a baseline taken from a store (no host calibration) cannot vouch for its host: absolute figures skipped
+    assert all(r["kind"] == "throughput" and "calibration" in r["why"] for r in rows if r["verdict"] == "skipped")
     vs_plain = [r for r in rows if r["kind"] == "vs_plain"]
     assert len(vs_plain) == 2 and all((r["baseline_runs"], r["current_runs"]) == (5, 3) for r in vs_plain)
 
@@ -46,10 +48,10 @@ def test_a_twenty_percent_slowdown_fails_and_names_the_metric(gate):
     slow = Store(gate["slow"]).records()
     # the delay reached every compared backend's workers, and never the plain loop
     for rec in slow:
-        delays = [json.loads(p.read_text())["step_delay_s"] for p in
-                  (gate["slow"].parent / "runs" / rec["run_id"] / "ranks").glob("rank*.result.json")
-                  if "step_delay_s" in json.loads(p.read_text())]
-        if rec["spec"]["backend"] == "single":
+        outputs = [json.loads(p.read_text())["output"] for p in
+                   (gate["slow"].parent / "runs" / rec.run_id / "ranks").glob("rank*.result.json")]
+        delays = [out["step_delay_s"] for out in outputs if "step_delay_s" in out]
+        if rec.spec.backend == "single":
             assert delays == [0.0]
         else:
             assert delays and all(d > 0 for d in delays)
@@ -71,12 +73,16 @@ def test_aa_calibration_reports_every_pair(gate):
     assert kinds["vs_plain"]["compared"] == 4 and kinds["throughput"]["compared"] == 8
 
 
-def test_hot_paths_fail_against_a_much_faster_baseline_on_the_same_host(tmp_path):
+def test_hot_paths_fail_against_a_much_faster_baseline_on_the_same_host(tmp_path, monkeypatch):
     """The hot-path half of the gate is wired: saved figures 10x faster than now fail the comparison, 10x
     slower ones pass, both with the reference work at its saved speed (the same host); when the reference
-    work too was 10x faster (another host), nothing is compared and the gate says so."""
+    work too was 10x faster (another host), nothing is compared and the gate says so. The host check is
+    widened to 5x here: on a shared machine the reference alone drifted 0.59x to 1.5x between runs minutes
+    apart, and this test is about the wiring (bench.gate.compare_hot_paths is tested exactly in test_gate)."""
+    import bench.gate
     from bench.gate import REFERENCE_BENCHMARK
 
+    monkeypatch.setattr(bench.gate, "HOT_PATH_HOST_TOLERANCE", 4.0)
     saved = tmp_path / "hot.json"
     assert run_hot_paths(save_to=saved) == 0
     data = json.loads(saved.read_text())

@@ -175,8 +175,8 @@ def test_a_run_whose_store_breaks_while_it_runs_is_kept_and_can_be_imported(tmp_
     store = tmp_path / "bench.sqlite"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("BENCH_STORE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--warmup-steps", "2",
-                             "--steps-per-window", "20", "--windows", "20", "--store", str(store)],
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1",
+                             "--warmup-steps", "2", "--steps-per-window", "20", "--windows", "20", "--store", str(store)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     deadline = time.monotonic() + 120
     while not list((tmp_path / "runs").glob("*/spec.json")) and time.monotonic() < deadline:
