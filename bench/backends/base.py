@@ -14,6 +14,7 @@ backends; timing, records, statistics and reports never branch on its name.
 from __future__ import annotations
 
 import socket
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 
@@ -43,27 +44,27 @@ def rank_row(**fields):
     return RankRow(host=fields.pop("host", None) or hostname(), **fields)
 
 
-class Launcher:
+class Launcher(ABC):
     """Parent side: how the ranks of a run are started."""
 
+    @abstractmethod
     def command(self, spec, rank_command: list[str], run_id: str) -> list[str]:
         """The full command that starts spec.processes copies of rank_command."""
-        raise NotImplementedError
 
     def env(self, spec) -> dict[str, str]:
         return {}
 
+    @abstractmethod
     def rank_identity(self, env) -> tuple[int, int]:
         """(global rank, attempt) of the rank started with this environment."""
-        raise NotImplementedError
 
 
-class ProcessGroup:
+class ProcessGroup(ABC):
     """Worker side: one instance in each process of a run."""
 
+    @abstractmethod
     def init(self, spec):
         """Join the group (rendezvous) and say who this process is: a bench.records.RankRow."""
-        raise NotImplementedError
 
     def wrap(self, model, optimizer, spec):
         return model, optimizer
@@ -88,7 +89,7 @@ class ProcessGroup:
         raise RuntimeError(f"this backend has no role {info.role!r}")
 
 
-class ElasticMode:
+class ElasticMode(ABC):
     """A backend's elastic mode, as `bench fault` drives it."""
 
     scenarios: tuple[str, ...] = ()  # fault scenarios it supports ("kill", "join")
@@ -97,19 +98,19 @@ class ElasticMode:
         """None when this scenario can run at this world size, else why not."""
         return None
 
+    @abstractmethod
     def launch(self, spec, rank_command: list[str], run_id: str, run_dir) -> tuple[list[str], dict, dict]:
         """(command, extra environment, launch info kept in the record) that starts spec.world_size workers."""
-        raise NotImplementedError
 
+    @abstractmethod
     def join(self, spec, rank_command: list[str], run_id: str, run_dir, info: dict) -> list[str] | None:
         """Scale-up: a command that starts the joining worker, or None when the backend was told another
         way (a discovery script's answer changed)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def train(self, group, ctx) -> int:
         """Worker side: train ctx.total_steps steps through faults (bench.tasks.fault.FaultContext),
         resuming from the backend's checkpoint or committed state; returns the last step."""
-        raise NotImplementedError
 
     def observations(self, run_dir) -> dict:
         """What the launcher itself reported: {"events": [...], "rendezvous": [...],

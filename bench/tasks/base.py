@@ -4,6 +4,7 @@ Parent side: `describe` (the line printed before a run), `launch` (the command, 
 the watcher the supervisor polls), `before_launch` (anything measured in the parent just before, such as
 a communication ceiling), `conclude` (status, error, metrics and rank map from the run directory).
 Child side: `run_rank` (what one process of the run does; bench.worker calls it).
+Plug-ins implement the abstract methods; a missing one fails when the plug-in is built, not mid-run.
 Views: `case` (what ran, in words), `one_line`, `summary_lines`, `list_figure` (terminal), `frame_columns`
 (the columns `bench list`, `--where` and the report filter on), `gate_figures` (what the regression gate
 compares), `report_part` (the report's sections for this task's runs).
@@ -12,6 +13,7 @@ compares), `report_part` (the report's sections for this task's runs).
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -40,15 +42,16 @@ class Conclusion:
     events: list[dict] = field(default_factory=list)
 
 
-class Task:
+class Task(ABC):
     name = ""
     label = ""  # what a run of this task is called: "training", "communication sweep", "fault injection"
     metrics_type: type = object
     columns: tuple[str, ...] = ()  # frame_columns' names, declared so that every frame has them all
 
     # ------------------------------------------------------------ parent side
+    @abstractmethod
     def describe(self, spec) -> str:
-        raise NotImplementedError
+        """The line printed before a run: what will run, where, and how long it is measured."""
 
     def before_launch(self, spec) -> dict | None:
         return None
@@ -57,13 +60,15 @@ class Task:
                show_progress: bool) -> Launch:
         return Launch(command=backend.launcher.command(spec, rank_command, run_id))
 
+    @abstractmethod
     def conclude(self, spec, run_dir, outcome, before: dict | None) -> Conclusion:
-        raise NotImplementedError
+        """Status, error, metrics and rank map of a finished run, from its run directory and how the
+        launcher ended (bench.supervisor.Outcome); `before` is what before_launch measured."""
 
     # ------------------------------------------------------------ child side
+    @abstractmethod
     def run_rank(self, spec, run_dir, file_rank: int, attempt: int, t_process_start: float):
         """What one process does; returns its bench.records.RankResult."""
-        raise NotImplementedError
 
     def upgrade(self, from_version: int, record: dict) -> dict:
         """A stored record of this task at `from_version`, with this task's part moved to the next
@@ -81,9 +86,9 @@ class Task:
             return f"{record.status}: {record.error.message if record.error else ''}"
         return f"ok {self.ok_figure(record)}"
 
+    @abstractmethod
     def ok_figure(self, record) -> str:
         """The headline figure of an ok run."""
-        raise NotImplementedError
 
     def summary_lines(self, record) -> list[str]:
         return [f"status: {record.status}"] + ([f"error: {record.error.message}"] if record.error else [])
