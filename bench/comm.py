@@ -16,8 +16,8 @@ import re
 import time
 
 DTYPES = ("float32", "float16", "bfloat16")
-# Defaults of a sweep (`bench allreduce`; `bench sweep` runs a short one up to sweep_max_bytes).
-COMM_DEFAULTS = dict(min_bytes="4", max_bytes="64M", sweep_max_bytes="1M", dtype="float32", ops="allreduce",
+# Defaults of a communication sweep (`bench allreduce`; `bench sweep` stops at bench.plan.SWEEP_DEFAULTS).
+COMM_DEFAULTS = dict(min_bytes="4", max_bytes="64M", dtype="float32", ops="allreduce",
                      warmup_iters=5, iters=20)
 ELEMENT_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NCCL_TYPE_NAME = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
@@ -52,6 +52,14 @@ def parse_bytes(text: str) -> int:
     if not match:
         raise ValueError(f"{text!r} is not a size; use a number with an optional K, M or G suffix")
     return int(match.group(1)) * 1024 ** " KMG".index(match.group(2).upper() or " ")
+
+
+def format_bytes(size: int) -> str:
+    """Bytes in the units parse_bytes reads: 4, 8K, 16M, 1G."""
+    for unit, power in (("G", 3), ("M", 2), ("K", 1)):
+        if size >= 1024 ** power and size % 1024 ** power == 0:
+            return f"{size // 1024 ** power}{unit}"
+    return str(size)
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int) -> list[int]:

@@ -79,3 +79,19 @@ def with_efficiency(frame, plain_backend: str | None = None):
         if base:
             ok.at[idx, "efficiency_vs_plain"] = row["throughput"] / (row["world_size"] * base)
     return ok
+
+
+def launch_group(row) -> str:
+    """Which launches replicate each other: those of one sweep (a run made on its own stands alone)."""
+    return row.sweep_id if isinstance(row.sweep_id, str) and row.sweep_id else row.run_id
+
+
+def latest_launches(frame, keys: list[str]) -> dict[tuple, list]:
+    """The records of each case (one value of `keys`) from its latest launch group, oldest first: the
+    launches a report compares (docs/method.md, "Replication")."""
+    out = {}
+    for key, group in frame.sort_values("created_at").groupby(keys, sort=True):
+        batches = [launch_group(r) for r in group.itertuples()]
+        out[key if isinstance(key, tuple) else (key,)] = [rec for rec, b in zip(group["record"], batches)
+                                                          if b == batches[-1]]
+    return out

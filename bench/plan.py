@@ -11,6 +11,10 @@ import dataclasses
 
 from bench.errors import UsageError
 
+# A sweep compares cases, and launches are its replicates (docs/method.md, "Replication"): by default every
+# case is launched REPEATS times in interleaved rounds, each launch short (its windows describe that launch
+# only), and the communication part reaches the sizes where bandwidth, not latency, decides.
+SWEEP_DEFAULTS = dict(repeats=3, windows=3, warmup_steps=2, max_bytes="16M")
 COMM_KEYS = ("ops", "dtype", "min_bytes", "max_bytes", "warmup_iters", "iters")
 
 
@@ -23,6 +27,17 @@ def sweep_world_sizes(limit: int) -> list[int]:
     if sizes[-1] != limit:
         sizes.append(limit)
     return sizes
+
+
+def backend_world_sizes(backend: str, world_sizes: list[int]) -> list[int]:
+    """The world sizes a sweep trains `backend` at: all of them for the primary pair, only the distributed
+    ones for a reference backend (the parameter server answers "how far from a PS at N workers"; its
+    one-worker case compares nothing), unless those are all there is."""
+    from bench.backends import PRIMARY
+
+    if backend in PRIMARY:
+        return list(world_sizes)
+    return [n for n in world_sizes if n > 1] or list(world_sizes)
 
 
 def available_backends(device: str, on_skip=None) -> list[str]:
@@ -72,7 +87,7 @@ def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm
 def plan_sweep(backends: list[str], workloads: list[str], device: str, world_sizes: list[int], *, options: dict,
                comm: dict | None, sweep_id: str | None, with_plain_loop: bool = True, repeats: int = 1) -> list:
     """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
-    size (with_plain_loop: first the plain single-process loop of each workload, never slowed by a step
+    size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never slowed by a step
     delay), then, unless comm is None, a communication sweep (comm: the options of comm_options) for every
     backend that has collectives and every world size above 1. Repeated in rounds: every case once, then
     again, so a slow spell of the machine spreads over all cases instead of landing on the repeats of one."""
@@ -91,7 +106,7 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
             plan.append(build_spec(backend=PLAIN_LOOP, workload=workload, world_size=1, device=device,
                                    **{**train, "step_delay": None}))
         for backend in backends:
-            for size in world_sizes:
+            for size in backend_world_sizes(backend, world_sizes):
                 plan.append(build_spec(backend=backend, workload=workload, world_size=size, device=device, **train))
     if comm is not None:
         plan += comm_specs([b for b in backends if get_backend(b).comm_ops], device,

@@ -74,29 +74,58 @@ def note(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def time_left(specs: list, durations: dict) -> float | None:
+    """Seconds the runs of `specs` should take: each by the mean duration of the runs made so far of its
+    case (backend, task case, world size), else of all runs so far; None before the first run ends."""
+    if not durations:
+        return None
+    every = [d for ds in durations.values() for d in ds]
+    overall = sum(every) / len(every)
+    total = 0.0
+    for spec in specs:
+        mine = durations.get(_kind(spec))
+        total += sum(mine) / len(mine) if mine else overall
+    return total
+
+
+def _kind(spec) -> tuple:
+    return spec.backend, get_task(spec.task).case(spec), spec.world_size
+
+
 def run_specs(specs: list, store, title: str, show_progress: bool = False, on_record=None) -> list:
-    """Run specs in order, storing every run: a progress line before and after each (with show_progress, the
-    run's description and its own progress lines too); on_record(record) after each. Stops after an
-    interrupted run. Returns the RunRecords of the runs made."""
+    """Run specs in order, storing every run: a progress line before and after each, with the time spent and
+    an estimate of the time left (with show_progress, the run's description and its own progress lines
+    too); on_record(record) after each. Stops after an interrupted run. Returns the RunRecords of the runs
+    made."""
     n = len(specs)
     note(f"{title}: {n} run(s) -> {store.path}")
-    records = []
+    records, durations, started = [], {}, time.monotonic()
     for i, spec in enumerate(specs, 1):
         task = get_task(spec.task)
         head = f"[{i}/{n}] {spec.backend} {task.case(spec)} world {spec.world_size}"
         note(f"{head} ...")
         if show_progress:
             note(f"  {task.describe(spec)}")
+        began = time.monotonic()
         record = execute(spec, store, show_progress=show_progress)
+        durations.setdefault(_kind(spec), []).append(time.monotonic() - began)
         records.append(record)
-        note(f"{head}: {record.task.one_line(record)}")
+        left = time_left(specs[i:], durations)
+        clock = f" [{_minutes(time.monotonic() - started)} so far" + \
+            (f", about {_minutes(left)} left]" if left is not None and i < n else "]")
+        note(f"{head}: {record.task.one_line(record)}{clock}")
         if on_record is not None:
             on_record(record)
         if record.status == "interrupted":
             note(f"{title}: interrupted; {n - i} run(s) not started")
             break
     failed = sum(r.status != "ok" for r in records)
-    note(f"{title}: {len(records) - failed} ok, {failed} not ok; `bench list --store {store.path}` shows them")
+    note(f"{title}: {len(records) - failed} ok, {failed} not ok in {_minutes(time.monotonic() - started)}; "
+         f"`bench list --store {store.path}` shows them")
     return records
 
 
@@ -112,6 +141,8 @@ def run_sweep(store, title: str, *, backends: list[str] | None, workloads: list[
     sweep_id = new_run_id()
     plan = plan_sweep(backends, workloads, device, world_sizes, options=options, comm=comm, sweep_id=sweep_id,
                       with_plain_loop=with_plain_loop, repeats=repeats)
+    rounds = f", {repeats} launches of every case in interleaved rounds" if repeats > 1 else \
+        ", one launch of every case (a comparison needs two or more a side: --repeats)"
     note(f"{title}: {', '.join(backends)} x {', '.join(workloads)} x world sizes "
-         f"{', '.join(map(str, world_sizes))}")
+         f"{', '.join(map(str, world_sizes))}{rounds}")
     return sweep_id, run_specs(plan, store, f"{title} {sweep_id}")

@@ -8,6 +8,7 @@ has fewer than MIN_STABLE_WINDOWS windows.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 CONFIDENCE = 0.95
 UNSTABLE_REL_STDEV = 0.10
@@ -35,3 +36,73 @@ def summarize(values: list[float], confidence: float = CONFIDENCE) -> dict:
         "rel_stdev": rel,
         "unstable": bool(n < MIN_STABLE_WINDOWS or not rel <= UNSTABLE_REL_STDEV),
     }
+
+
+# ---------------------------------------------------------------- across launches
+# Launches, not windows, are the unit of replication when two cases are compared: windows of one launch
+# agree more closely than launches of the same case do, so a test over windows calls launch-to-launch
+# drift a difference. A comparison resting on a single launch on either side cannot tell.
+MIN_LAUNCHES = 2
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A ratio of case means across launches, exp(sum of sign x mean log launch value) / scale, with its t
+    interval (`low`, `high`; NaN when a case has fewer than MIN_LAUNCHES launches), the p-value of
+    "ratio = 1", and `resolution`: the relative difference from 1 that this comparison would just have
+    called significant (the interval's half-width, as a factor minus 1)."""
+    ratio: float
+    low: float
+    high: float
+    p: float
+    resolution: float
+    launches: tuple[int, ...]  # launches behind each case, in the order given
+    confidence: float
+
+    @property
+    def replicated(self) -> bool:
+        return min(self.launches) >= MIN_LAUNCHES
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 1 (so the direction is resolved); never with a single launch a side."""
+        return self.replicated and (self.low > 1 or self.high < 1)
+
+    def interval_text(self, fmt: str = "{:+.1%}") -> str:
+        if not self.replicated:
+            return "-"
+        return f"{fmt.format(self.low - 1)} to {fmt.format(self.high - 1)}"
+
+
+def ratio_of_cases(numerators: list[list[float]], denominators: list[list[float]], scale: float = 1.0,
+                   confidence: float = CONFIDENCE) -> Estimate:
+    """The ratio of the (geometric) case means prod(numerators) / prod(denominators) / scale, each case a list
+    of per-launch values. The interval is Student's t on the log scale: each case contributes its
+    launch-to-launch variance over its count, and the degrees of freedom are Welch-Satterthwaite's (no
+    case is assumed to vary like another)."""
+    from scipy.stats import t as student
+
+    cases = [(1, c) for c in numerators] + [(-1, c) for c in denominators]
+    launches = tuple(len(c) for _, c in cases)
+    if any(v <= 0 or not math.isfinite(v) for _, c in cases for v in c) or min(launches) < 1:
+        raise ValueError("a ratio of cases needs positive, finite values in every case")
+    log_ratio = sum(sign * sum(math.log(v) for v in c) / len(c) for sign, c in cases) - math.log(scale)
+    nan = float("nan")
+    if min(launches) < MIN_LAUNCHES:
+        return Estimate(math.exp(log_ratio), nan, nan, nan, nan, launches, confidence)
+    terms = []
+    for _, c in cases:
+        logs = [math.log(v) for v in c]
+        mean = sum(logs) / len(logs)
+        var = sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)
+        terms.append((var / len(logs), len(logs) - 1))
+    var = sum(v for v, _ in terms)
+    if var == 0:
+        same = math.exp(log_ratio)
+        return Estimate(same, same, same, 0.0 if log_ratio else 1.0, 0.0, launches, confidence)
+    dof = var ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)
+    se = math.sqrt(var)
+    half = float(student.ppf(0.5 + confidence / 2, dof)) * se
+    p = float(2 * student.sf(abs(log_ratio) / se, dof))
+    return Estimate(math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half), p,
+                    math.exp(half) - 1, launches, confidence)

@@ -151,4 +151,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # The result is on disk. Skip the interpreter's teardown: once torch's compiler stack is imported (every
+    # optimizer's constructor imports it) it takes seconds, which would only lengthen every launch.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

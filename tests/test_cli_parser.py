@@ -15,12 +15,13 @@ from bench.cli.common import names
 from bench.runner import run_specs
 from bench.comm import COMM_DEFAULTS, parse_bytes
 from bench.errors import UsageError
-from bench.plan import comm_options, plan_sweep, sweep_world_sizes
+from bench.plan import SWEEP_DEFAULTS, comm_options, plan_sweep, sweep_world_sizes
 from bench.spec import DEFAULTS, default_threads
 from bench.tasks.fault import FAULT_DEFAULTS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
-VERBS = ["run", "sweep", "allreduce", "list", "report", "compare", "regress", "baseline", "fault", "import", "doctor"]
+VERBS = ["run", "sweep", "allreduce", "list", "report", "compare", "regress", "baseline", "fault", "selfcheck", "import",
+         "doctor"]
 
 
 def verb_names() -> list[str]:
@@ -47,7 +48,9 @@ def test_help_shows_the_defaults_of_the_code_that_owns_them(monkeypatch, capsys)
     monkeypatch.setitem(DEFAULTS, "warmup_steps", 13)
     monkeypatch.setitem(DEFAULTS, "timeout", 321.0)
     monkeypatch.setitem(COMM_DEFAULTS, "max_bytes", "32M")
-    monkeypatch.setitem(COMM_DEFAULTS, "sweep_max_bytes", "2M")
+    monkeypatch.setitem(SWEEP_DEFAULTS, "max_bytes", "2M")
+    monkeypatch.setitem(SWEEP_DEFAULTS, "windows", 4)
+    monkeypatch.setitem(SWEEP_DEFAULTS, "repeats", 6)
     monkeypatch.setitem(COMM_DEFAULTS, "iters", 33)
     monkeypatch.setitem(FAULT_DEFAULTS, "kill_rank", 7)
     monkeypatch.setitem(FAULT_DEFAULTS, "recovery_timeout", 55.0)
@@ -60,7 +63,9 @@ def test_help_shows_the_defaults_of_the_code_that_owns_them(monkeypatch, capsys)
     assert "deadline per run in seconds (default 321)" in run
     assert "timed ops per size (default 33)" in help_of("allreduce", capsys)
     assert "largest message (default 32M)" in help_of("allreduce", capsys)
-    assert "largest message (default 2M)" in help_of("sweep", capsys)
+    sweep = help_of("sweep", capsys)
+    assert "largest message (default 2M)" in sweep and "timed windows (default 4, at least 2)" in sweep
+    assert "in rounds" in sweep and "default 6" in sweep
     fault = help_of("fault", capsys)
     assert "rank that receives the signal (7)" in fault and "hung (55.0)" in fault
     assert "default 9" in help_of("regress", capsys)
@@ -70,7 +75,7 @@ def test_help_shows_the_defaults_of_the_code_that_owns_them(monkeypatch, capsys)
     assert parse(["allreduce"]).max_bytes == parse_bytes("32M")
     assert parse(["sweep"]).max_bytes == parse_bytes("2M")
     assert parse(["fault"]).kill_rank == 7
-    assert parse(["regress"]).repeats == 9 and parse(["baseline"]).repeats == 11 and parse(["sweep"]).repeats == 1
+    assert parse(["regress"]).repeats == 9 and parse(["baseline"]).repeats == 11 and parse(["sweep"]).repeats == 6
 
 
 def test_names_in_help_come_from_the_registries(capsys):
@@ -205,6 +210,20 @@ def test_run_specs_prints_progress_and_stops_after_an_interrupted_run(monkeypatc
     assert len(ran) == 3
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "bench test: 4 run(s) -> x.sqlite"
-    assert "[2/4] elastic mnist_mlp world 2 ..." in err and "[2/4] elastic mnist_mlp world 2: failed" in err
+    assert "[2/4] elastic mnist_mlp world 2 ..." in err
+    # each finished run says how it ended, the time so far and, once a run has ended, the time left
+    assert re.fullmatch(r"\[2/4\] elastic mnist_mlp world 2: failed \[\d+ s so far, about \d+ s left\]", err[4])
     assert "bench test: interrupted; 1 run(s) not started" in err
-    assert err[-1].startswith("bench test: 1 ok, 2 not ok;")
+    assert err[-1].startswith("bench test: 1 ok, 2 not ok in ")
+
+
+def test_time_left_counts_each_remaining_run_by_its_own_case():
+    from bench.runner import time_left
+
+    def spec(backend, n):
+        return SimpleNamespace(task="train", backend=backend, workload="mnist_mlp", world_size=n)
+
+    assert time_left([spec("elastic", 2)], {}) is None
+    done = {("elastic", "mnist_mlp", 1): [10.0, 12.0], ("horovod", "mnist_mlp", 1): [20.0]}
+    # a case already seen counts at its own mean; a new one at the mean of every run so far (14 s)
+    assert time_left([spec("elastic", 1), spec("horovod", 1), spec("ps", 2)], done) == 11.0 + 20.0 + 14.0

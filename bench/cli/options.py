@@ -75,12 +75,14 @@ def _names(names) -> str:
     return ", ".join(names)
 
 
-def declarations() -> dict[str, dict]:
+def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
     """flag -> argparse.add_argument keywords: every shared option is declared here, and only here, with the
     defaults of the code that owns them (read when a parser is built)."""
     from bench.backends import BACKEND_MODULES, DEFAULT_BACKEND
     from bench.comm import COMM_DEFAULTS, DTYPES, OPS
     from bench.spec import CPU_BINDS, DEFAULTS
+
+    measured = {**DEFAULTS, **(run_defaults or {})}  # a verb may measure with its own defaults (a sweep)
     from bench.store import DEFAULT_STORE
     from workloads import WORKLOADS
     from workloads.data import SOURCES
@@ -101,10 +103,10 @@ def declarations() -> dict[str, dict]:
         # measurement
         "--batch-size": dict(type=positive_int, help="per-worker batch (default: the workload's)"),
         "--warmup-steps": dict(type=positive_int,
-                               help=f"untimed steps first (default {DEFAULTS['warmup_steps']}, at least 1)"),
+                               help=f"untimed steps first (default {measured['warmup_steps']}, at least 1)"),
         "--steps-per-window": dict(type=positive_int, help="steps timed per window (default: the workload's, about "
                                                            "a second of work)"),
-        "--windows": dict(type=positive_int, help=f"timed windows (default {DEFAULTS['windows']}, at least 2)"),
+        "--windows": dict(type=positive_int, help=f"timed windows (default {measured['windows']}, at least 2)"),
         "--seed": dict(type=count, help=f"seed of the model and the data (default {DEFAULTS['seed']})"),
         "--lr": dict(type=positive_float, help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum "
                                                f"{DEFAULTS['momentum']})"),
@@ -151,11 +153,12 @@ HARNESS = ("--inject", "--inject-delay", "--save-params")
 COMM = ("--min-bytes", "--max-bytes", "--dtype", "--ops", "--warmup-iters", "--iters")
 
 
-def parent(title: str | None, flags, *, hidden=(), **defaults) -> argparse.ArgumentParser:
+def parent(title: str | None, flags, *, hidden=(), run_defaults: dict | None = None,
+           **defaults) -> argparse.ArgumentParser:
     """A parent parser declaring `flags` (in an argument group `title`, if given). `hidden` flags are still
     parsed (so a verb can refuse them with a clear message) but left out of --help; `defaults` replace the
     declared defaults for this parser only (a fresh parent is built for every verb)."""
-    declared = declarations()
+    declared = declarations(run_defaults)
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group(title) if title else p
     for flag in flags:
@@ -177,8 +180,8 @@ def placement(flags=PLACEMENT, **kwargs) -> argparse.ArgumentParser:
     return parent("placement", flags, **kwargs)
 
 
-def measurement() -> argparse.ArgumentParser:
-    return parent("measurement", MEASUREMENT)
+def measurement(run_defaults: dict | None = None) -> argparse.ArgumentParser:
+    return parent("measurement", MEASUREMENT, run_defaults=run_defaults)
 
 
 def data() -> argparse.ArgumentParser:
@@ -211,6 +214,7 @@ def backend_options() -> argparse.ArgumentParser:
     return p
 
 
-def training() -> list[argparse.ArgumentParser]:
-    """Everything a training run takes: `bench run` and `bench sweep`."""
-    return [placement(), measurement(), data(), harness(), backend_options(), store(), json_output()]
+def training(run_defaults: dict | None = None) -> list[argparse.ArgumentParser]:
+    """Everything a training run takes: `bench run` and `bench sweep` (run_defaults: the sweep's own
+    warm-up and windows, shown in its help)."""
+    return [placement(), measurement(run_defaults), data(), harness(), backend_options(), store(), json_output()]

@@ -8,7 +8,7 @@ from bench.backends import COMPARED
 from bench.cli import options
 from bench.cli.common import comm_options, names, open_store, print_json, spec_options, status_exit
 from bench.runner import note, run_sweep
-from bench.comm import COMM_DEFAULTS
+from bench.plan import SWEEP_DEFAULTS
 from workloads import WORKLOADS
 
 
@@ -28,8 +28,8 @@ def add_parser(verbs) -> None:
     own.add_argument("--report", metavar="FILE",
                      help="after the sweep, write the HTML report there, plus a timestamped copy beside it")
     p = verbs.add_parser("sweep", help="backends x workloads x world sizes, every run stored",
-                         parents=[own, options.parent(None, ["--repeats"], repeats=1), *options.training(),
-                                  options.comm(max_bytes=COMM_DEFAULTS["sweep_max_bytes"])])
+                         parents=[own, options.parent(None, ["--repeats"], repeats=SWEEP_DEFAULTS["repeats"]),
+                                  *options.training(SWEEP_DEFAULTS), options.comm(max_bytes=SWEEP_DEFAULTS["max_bytes"])])
     p.set_defaults(func=cmd)
 
 
@@ -39,9 +39,11 @@ def cmd(args) -> int:
 
     device, limit = resolve_device(args.nproc, args.gpus)
     store = open_store(args.store)
+    # a sweep's launches are short; its replicates are launches (bench.plan.SWEEP_DEFAULTS)
+    spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args)
     _, records = run_sweep(store, "bench sweep", backends=names(args.backend),
                            workloads=names(args.workload) or list(WORKLOADS), device=device,
-                           world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec_options(args),
+                           world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,
                            comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
                            repeats=args.repeats)
     if args.json:

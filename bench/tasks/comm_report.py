@@ -5,9 +5,13 @@ and which primary backend's allreduce reached the higher peak bus bandwidth."""
 from __future__ import annotations
 
 from bench.backends import PRIMARY
-from bench.comm import bus_factor
+from bench.comm import bus_factor, format_bytes
+from bench.frame import latest_launches
 from bench.sections import Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot, right
 
+# The smallest message at which allreduce is bandwidth-bound: about 16 MiB over CPU loopback (gloo),
+# 64 MiB and up on GPUs (nccl-tests' usual range).
+BANDWIDTH_BOUND_BYTES = {"cpu": 16 * 2**20, "cuda": 64 * 2**20}
 COLUMNS = [left("backend"), right("ranks"), left("dtype"), left("op"), right("avg busbw GB/s"),
            right("peak busbw GB/s"), right("peak / limit"), left("model"), right("a (us)"), right("1/b (GB/s)"),
            right("R²"), left("run")]
@@ -35,6 +39,54 @@ def sweep_rows(latest) -> tuple[list[list], dict[str, float]]:
             if op == "allreduce" and r.backend in PRIMARY:
                 best[r.backend] = max(best.get(r.backend, 0.0), peak)
     return rows, best
+
+
+def _busbw_at(record, size: int) -> float | None:
+    rows = [x.busbw_gbps for x in record.metrics.rows if x.op == "allreduce" and x.size == size]
+    return rows[0] if rows and rows[0] > 0 else None
+
+
+def matched_size_claims(ok) -> list[str]:
+    """Which primary backend's allreduce reached the higher bus bandwidth, per world size and dtype, at the
+    largest message size every launch of both ran (a claim about bandwidth made at a size both measured,
+    never peak against peak), across launches."""
+    from bench.stats import ratio_of_cases
+
+    launches = latest_launches(ok[ok["backend"].isin(PRIMARY)], ["world_size", "dtype", "backend"])
+    lines = []
+    for world, dtype in sorted({k[:2] for k in launches}):
+        sides = [launches.get((world, dtype, b)) for b in PRIMARY]
+        if not all(sides):
+            continue
+        common = set.intersection(*({x.size for x in rec.metrics.rows if x.op == "allreduce"}
+                                    for recs in sides for rec in recs))
+        if not common:
+            continue
+        size = max(common)
+        values = [[_busbw_at(rec, size) for rec in recs] for recs in sides]
+        if any(v is None for vs in values for v in vs):
+            continue
+        est = ratio_of_cases([values[0]], [values[1]])
+        top, other = (0, 1) if est.ratio >= 1 else (1, 0)
+        means = [sum(v) / len(v) for v in values]
+        where = f"At {format_bytes(size)}B ({world} ranks, {dtype}, the largest message both ran)"
+        figures = (f"{means[top]:.2f} vs {means[other]:.2f} GB/s busbw, means of {len(values[top])} + "
+                   f"{len(values[other])} launches")
+        if est.significant:
+            gap = max(est.ratio, 1 / est.ratio) - 1
+            lines.append(f"{where}, {PRIMARY[top]}'s allreduce reached the higher bus bandwidth by {gap:.0%} "
+                         f"({figures}).")
+        elif est.replicated:
+            lines.append(f"{where}, the allreduce bus bandwidths do not differ significantly ({figures}; a "
+                         f"difference beyond ±{est.resolution:.0%} would have been detected).")
+        else:
+            lines.append(f"{where}, {PRIMARY[top]}'s allreduce was ahead ({figures}), which a single launch "
+                         "on a side cannot tell from launch-to-launch drift.")
+        bound = BANDWIDTH_BOUND_BYTES.get(sides[0][-1].spec.device)
+        if bound and size < bound:
+            lines.append(f"That size is below {format_bytes(bound)}B, where bandwidth rather than latency "
+                         f"decides; `--max-bytes {format_bytes(bound)}` or more measures it.")
+    return lines
 
 
 def busbw_figure(world: int, dtype: str, group) -> str:
@@ -87,11 +139,6 @@ def report_part(frame, context) -> ReportPart:
     blocks = [Table(COLUMNS, rows)]
     for (world, dtype), group in latest.groupby(["world_size", "dtype"]):
         blocks.append(Figure("allreduce busbw vs message size", busbw_figure(world, dtype, group)))
-    recommendation = []
-    if len(best) == 2:
-        top = max(best, key=best.get)
-        other = next(b for b in best if b != top)
-        recommendation.append(f"{top}'s allreduce reached the higher bus bandwidth ({best[top]:.2f} vs "
-                              f"{best[other]:.2f} GB/s peak).")
+    recommendation = matched_size_claims(ok)
     return ReportPart(recommendation=recommendation, method=method(), shown=list(ok["record"]),
                       sections=[Section("comm", "Communication", 20, blocks)])

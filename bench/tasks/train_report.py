@@ -1,32 +1,106 @@
 """The report's view of training runs: the verdict (the primary pair per conditions and world size, and
 the reference backends against the better of them), the recommendation, throughput and scaling,
-where the time goes (exposed communication against the plain loop) and startup."""
+where the time goes (exposed communication against the plain loop) and startup.
+
+Every comparison is a test across launches (docs/method.md, "Replication"): a case is the ok launches of
+one backend, world size and conditions in its latest sweep, each launch contributing its mean over
+windows; two cases are compared by the ratio of their geometric means with a Welch t interval on the
+log scale (bench.stats.ratio_of_cases). Windows describe one launch and never decide a comparison.
+"""
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass, field
+
 from bench import stats
 from bench.backends import PLAIN_LOOP, PRIMARY
-from bench.frame import CONDITIONS, with_efficiency
+from bench.frame import CONDITIONS, latest_launches
 from bench.sections import (Cell, Figure, Heading, Paragraph, ReportPart, Section, Table, code, em,
                             env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
 
-SIGNIFICANCE = 0.05  # two backends differ when Welch's t-test gives p below this
+REPEAT_HINT = "bench sweep --repeats 3"  # what to run when a comparison rests on one launch a side
 
 
-def latest_cases(ok):
-    """The latest ok run of each (conditions, backend, world size)."""
-    return ok.sort_values("created_at").groupby([*CONDITIONS, "backend", "world_size"]).tail(1)
+@dataclass
+class Case:
+    """The ok launches of one backend and world size under one set of conditions, from its latest sweep
+    (or, for runs made outside a sweep, its latest run)."""
+    cond: dict
+    backend: str
+    world_size: int
+    records: list  # oldest first
+    vs_plain: stats.Estimate | None = None  # thr(N) / (N x the plain loop's), across launches
+    efficiency: stats.Estimate | None = None  # thr(N) / (N x thr(1)) of the same backend
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def values(self) -> list[float]:
+        """One throughput per launch: its mean over windows."""
+        return [r.metrics.throughput.mean for r in self.records]
+
+    @property
+    def launches(self) -> int:
+        return len(self.records)
+
+    @property
+    def latest(self):
+        return self.records[-1]
+
+    @property
+    def throughput(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The t interval of the mean across launches; a single launch's interval over its windows."""
+        if self.launches >= stats.MIN_LAUNCHES:
+            s = stats.summarize(self.values)
+            return s["ci_low"], s["ci_high"]
+        t = self.latest.metrics.throughput
+        return t.ci_low, t.ci_high
+
+    @property
+    def spread(self) -> float:
+        """Launch-to-launch sd/mean; a single launch's window sd/mean."""
+        if self.launches >= stats.MIN_LAUNCHES:
+            return stats.summarize(self.values)["rel_stdev"]
+        return self.latest.metrics.throughput.rel_stdev
+
+    @property
+    def unstable(self) -> bool:
+        return self.spread > stats.UNSTABLE_REL_STDEV or any(r.metrics.throughput.unstable for r in self.records)
+
+    @property
+    def step_time_s(self) -> float:
+        return statistics.fmean(r.metrics.step_time_s.mean for r in self.records)
+
+    @property
+    def startup_s(self) -> float | None:
+        times = [r.metrics.startup.launch_to_first_step_s for r in self.records
+                 if r.metrics.startup.launch_to_first_step_s is not None]
+        return statistics.median(times) if times else None
+
+    @property
+    def run_ids(self) -> str:
+        return ", ".join(r.run_id for r in self.records)
 
 
-def compare(a_row, b_row) -> dict:
-    """Welch's t-test on two runs' per-window throughputs, and the relative difference of means."""
-    from scipy.stats import ttest_ind
-
-    a = a_row.record.metrics.throughput.per_window
-    b = b_row.record.metrics.throughput.per_window
-    p = float(ttest_ind(a, b, equal_var=False).pvalue) if len(a) > 1 and len(b) > 1 else float("nan")
-    return {"ratio": a_row.throughput / b_row.throughput, "p": p, "n": (len(a), len(b)),
-            "significant": bool(p == p and p < SIGNIFICANCE)}
+def replicated_cases(ok) -> list[Case]:
+    """Every (conditions, backend, world size) of the ok runs with a throughput: the launches of its latest
+    sweep, with vs-plain and efficiency estimated across launches."""
+    ok = ok[ok["throughput"].notna()]
+    cases = {key: Case(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
+             for key, records in latest_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()}
+    for key, case in cases.items():
+        cond_key = key[:len(CONDITIONS)]
+        plain = cases.get((*cond_key, PLAIN_LOOP, 1))
+        one = cases.get((*cond_key, case.backend, 1))
+        if plain is not None and case.backend != PLAIN_LOOP:
+            case.vs_plain = stats.ratio_of_cases([case.values], [plain.values], scale=case.world_size)
+        if one is not None and case.world_size > 1:
+            case.efficiency = stats.ratio_of_cases([case.values], [one.values], scale=case.world_size)
+    return list(cases.values())
 
 
 def _cond_title(cond: dict) -> str:
@@ -35,51 +109,90 @@ def _cond_title(cond: dict) -> str:
             f"{cond['threads']} thread(s)/worker, {cond['data']} data, {cond['image_size']}px")
 
 
+def _launches(a: Case, b: Case) -> str:
+    return f"{a.launches} + {b.launches} launch{'es' if a.launches + b.launches > 1 else ''}"
+
+
+def difference(a: Case, b: Case) -> dict:
+    """a against b across launches: the faster one, by how much (and its interval, as faster/slower - 1),
+    whether that is significant, and the smallest difference this comparison could have detected."""
+    est = stats.ratio_of_cases([a.values], [b.values])
+    flip = est.ratio < 1
+    faster, slower = (b, a) if flip else (a, b)
+    low, high = (1 / est.high, 1 / est.low) if flip else (est.low, est.high)
+    return {"estimate": est, "faster": faster, "slower": slower, "gap": max(est.ratio, 1 / est.ratio) - 1,
+            "low": low - 1, "high": high - 1, "significant": est.significant, "replicated": est.replicated,
+            "resolution": est.resolution, "p": est.p}
+
+
+def difference_text(d: dict) -> str:
+    """The figures behind a comparison, in words."""
+    f, s = d["faster"], d["slower"]
+    if not d["replicated"]:
+        return f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, {_launches(f, s)}"
+    means = (f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, means of "
+             f"{_launches(f, s)}")
+    return (f"{means}; {pct(d['estimate'].confidence)} interval {d['low']:+.1%} to {d['high']:+.1%}, "
+            f"p = {d['p']:.2g}; a difference beyond ±{d['resolution']:.1%} would have been detected")
+
+
 # ---------------------------------------------------------------- verdict and recommendation
-def verdict(cases) -> tuple[list[str], list[str], list[dict]]:
+def verdict(cases: list[Case]) -> tuple[list[str], list[str], list[dict]]:
     """Sentences per workload and world size, fairness notes, and the comparisons behind them."""
     sentences, fairness, comparisons = [], [], []
     first, second = PRIMARY
-    for key, group in cases.groupby([*CONDITIONS, "world_size"], sort=True):
-        cond = dict(zip([*CONDITIONS, "world_size"], key))
-        rows = {r.backend: r for r in group.itertuples()}
+    groups: dict[tuple, dict[str, Case]] = {}
+    for c in cases:
+        groups.setdefault((*(c.cond[k] for k in CONDITIONS), c.world_size), {})[c.backend] = c
+    for key in sorted(groups, key=str):
+        rows = groups[key]
+        cond = {**dict(zip(CONDITIONS, key)), "world_size": key[-1]}
         where = (f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
                  f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker, {cond['data']} data)")
         if all(b in rows for b in PRIMARY):
             e, h = rows[first], rows[second]
-            c = compare(e, h)
-            faster, slower = (e, h) if c["ratio"] >= 1 else (h, e)
-            gap = (max(c["ratio"], 1 / c["ratio"]) - 1) * 100
-            figures = (f"{first} {e.throughput:,.0f} vs {second} {h.throughput:,.0f} samples/s; "
-                       f"Welch's t-test p = {c['p']:.3g} over {c['n'][0]} + {c['n'][1]} windows")
-            flags = [r.backend for r in (e, h) if r.unstable]
-            caution = f" Caution: {', '.join(flags)} unstable." if flags else ""
-            if c["significant"]:
-                sentences.append(f"{where}: {faster.backend} is faster by {gap:.1f}% ({figures}).{caution}")
+            d = difference(e, h)
+            caution = [c.backend for c in (e, h) if c.unstable]
+            caution = f" Caution: {', '.join(caution)} unstable." if caution else ""
+            if d["significant"]:
+                sentences.append(f"{where}: {d['faster'].backend} is faster by {d['gap']:.1%} "
+                                 f"({difference_text(d)}).{caution}")
+            elif d["replicated"]:
+                sentences.append(f"{where}: no significant difference ({d['faster'].backend} ahead by "
+                                 f"{d['gap']:.1%}; {difference_text(d)}).{caution}")
             else:
-                sentences.append(f"{where}: no significant difference ({faster.backend} ahead by {gap:.1f}%, "
-                                 f"{figures}).{caution}")
-            comparisons.append({"cond": cond, "winner": faster.backend if c["significant"] else None,
-                                "pct": gap, "p": c["p"]})
-            differs = env_differences([e.record, h.record])
+                sentences.append(f"{where}: cannot tell with a single launch on a side ({d['faster'].backend} "
+                                 f"ahead by {d['gap']:.1%}: {difference_text(d)}), as launches of one case differ "
+                                 f"by several percent; `{REPEAT_HINT}` replicates it.")
+            comparisons.append({"cond": cond, "winner": d["faster"].backend if d["significant"] else None,
+                                "pct": d["gap"] * 100, "p": d["p"], "replicated": d["replicated"],
+                                "resolution": d["resolution"]})
+            differs = env_differences([e.latest, h.latest])
             if differs:
                 fairness.append(f"{where}: the {first} and {second} runs differ in {', '.join(differs)}; "
                                 "their comparison is not like for like.")
+        primaries = [rows[b] for b in PRIMARY if b in rows]
         for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # reference backends (the PS)
-            best = max((rows[b] for b in PRIMARY if b in rows), key=lambda r: r.throughput, default=None)
-            if best is None:
+            if not primaries:
                 continue
-            c = compare(rows[other], best)
-            rel = (1 - c["ratio"]) * 100
+            best = max(primaries, key=lambda c: c.throughput)
+            d = difference(rows[other], best)
+            est = d["estimate"]
+            rel = 1 - est.ratio
             word = "slower" if rel > 0 else "faster"
-            sig = "" if c["significant"] else ", not a significant difference"
-            opts = ", ".join(f"{k}={v}" for k, v in rows[other].record.spec.backend_options.items())
-            sentences.append(f"{where}: the {other} baseline ({opts}) is {abs(rel):.1f}% {word} than "
-                             f"{best.backend} (p = {c['p']:.3g}{sig}).")
+            if d["significant"]:
+                sig = f"{pct(est.confidence)} interval {1 - est.high:+.1%} to {1 - est.low:+.1%}"
+            elif d["replicated"]:
+                sig = f"not a significant difference; beyond ±{d['resolution']:.1%} would have been detected"
+            else:
+                sig = "cannot tell from a single launch on a side"
+            opts = ", ".join(f"{k}={v}" for k, v in rows[other].latest.spec.backend_options.items())
+            sentences.append(f"{where}: the {other} baseline ({opts}) is {abs(rel):.1%} {word} than "
+                             f"{best.backend} ({_launches(rows[other], best)}, {sig}).")
     return sentences, fairness, comparisons
 
 
-def recommendation(comparisons: list[dict], cases) -> list[str]:
+def recommendation(comparisons: list[dict], cases: list[Case]) -> list[str]:
     lines = []
     if not comparisons:
         return [f"Run both {' and '.join(PRIMARY)} under the same conditions (bench sweep) for a recommendation."]
@@ -89,7 +202,8 @@ def recommendation(comparisons: list[dict], cases) -> list[str]:
     single = [c for c in comparisons if c["cond"]["world_size"] == 1]
     basis = distributed or comparisons
     wins = {b: [c for c in basis if c["winner"] == b] for b in PRIMARY}
-    ties = [c for c in basis if c["winner"] is None]
+    ties = [c for c in basis if c["winner"] is None and c["replicated"]]
+    unknown = [c for c in basis if not c["replicated"]]
     total = len(basis)
     scope = "multi-worker " if distributed else ""
     for backend, won in wins.items():
@@ -99,58 +213,87 @@ def recommendation(comparisons: list[dict], cases) -> list[str]:
             lines.append(f"{backend} was significantly faster in {len(won)} of {total} {scope}comparison(s): "
                          f"{where}.")
     if ties:
-        lines.append(f"{len(ties)} of {total} {scope}comparison(s) showed no significant difference.")
+        lines.append(f"{len(ties)} of {total} {scope}comparison(s) showed no significant difference (each could "
+                     f"have detected {min(c['resolution'] for c in ties):.0%} or more).")
+    if unknown:
+        lines.append(f"{len(unknown)} of {total} {scope}comparison(s) rest on a single launch on a side and cannot "
+                     f"tell; `{REPEAT_HINT}` replicates them.")
     leader, other = sorted(PRIMARY, key=lambda b: -len(wins[b]))
     if len(wins[leader]) > len(wins[other]):
         lines.append(f"For throughput on this hardware, choose {leader}.")
+    elif unknown and not any(wins.values()):
+        lines.append("No comparison is replicated yet: no recommendation on throughput.")
     else:
         lines.append("Throughput does not separate them here: choose on operations (launcher, elasticity, "
                      "ecosystem).")
     if distributed and single:
         overhead = {b: sum(c["winner"] == b for c in single) for b in PRIMARY}
         lines.append("At one worker, where only the wrapper's overhead is measured: " +
-                     ", ".join(f"{b} faster in {k} of {len(single)}" for b, k in overhead.items()) + ".")
-    start = cases[cases["backend"].isin(PRIMARY)].groupby("backend")["startup_s"].median()
+                     ", ".join(f"{b} significantly faster in {k} of {len(single)}" for b, k in overhead.items()) + ".")
+    start = {b: [c.startup_s for c in cases if c.backend == b and c.startup_s is not None] for b in PRIMARY}
+    start = {b: statistics.median(v) for b, v in start.items() if v}
     if len(start) == 2:
-        quick, slow = start.idxmin(), start.idxmax()
+        quick, slow = sorted(start, key=start.get)
         lines.append(f"{quick} reached its first step sooner (median {start[quick]:.1f} s vs "
                      f"{start[slow]:.1f} s for {slow}).")
     return lines
 
 
 # ---------------------------------------------------------------- sections
-def throughput_blocks(ok) -> list:
-    """Per conditions: the latest run of each backend and world size, and a figure of throughput and
-    scaling efficiency."""
-    if ok.empty:
+def _estimate_cell(est: stats.Estimate | None) -> str:
+    if est is None:
+        return "-"
+    if not est.replicated:
+        return f"{est.ratio:.1%} (1 launch)"
+    return f"{est.ratio:.1%} ({est.low:.1%} to {est.high:.1%})"
+
+
+def throughput_blocks(cases: list[Case]) -> list:
+    """Per conditions: a row per backend and world size (the mean over launches), and a figure of
+    throughput and scaling efficiency."""
+    if not cases:
         return [Paragraph("No successful training run in this selection.")]
     plt = pyplot()
     ci = f"{pct(stats.CONFIDENCE)} CI"
-    columns = [left("backend"), right("world"), right("samples/s"), right(ci), right("sd/mean"),
-               right("efficiency"), right("vs plain loop"), right("step ms"), right("straggler ratio"),
-               right("peak RSS MiB"), left("run")]
-    blocks = []
-    for key, group in ok.groupby(CONDITIONS, sort=True):
+    columns = [left("backend"), right("world"), right("launches"), right("samples/s"), right(ci),
+               right("sd/mean"), right(f"efficiency ({ci})"), right(f"vs plain loop ({ci})"), right("step ms"),
+               right("straggler ratio"), right("peak RSS MiB"), left("runs")]
+    blocks = [Paragraph(["Each row is the mean over launches of the case (each launch: its mean over windows); "
+                         "the interval and sd/mean are across launches, or over the windows of a single launch "
+                         "where the case has one. Efficiency and vs plain loop are ratios of case means with "
+                         "their interval across launches."], "note")]
+    by_cond: dict[tuple, list[Case]] = {}
+    for c in cases:
+        by_cond.setdefault(tuple(c.cond[k] for k in CONDITIONS), []).append(c)
+    for key in sorted(by_cond, key=str):
+        group = sorted(by_cond[key], key=lambda c: (c.backend, c.world_size))
         cond = dict(zip(CONDITIONS, key))
-        latest = group.sort_values("created_at").groupby(["backend", "world_size"]).tail(1)
-        latest = latest.sort_values(["backend", "world_size"])
-        rows = [[r.backend, r.world_size,
-                 Cell(f"{fmt(r.throughput, ',.0f')} (unstable)", "warn") if r.unstable
-                 else fmt(r.throughput, ",.0f"),
-                 f"{fmt(r.ci_low, ',.0f')} to {fmt(r.ci_high, ',.0f')}", fmt(r.rel_stdev, ".1%"),
-                 fmt(r.efficiency, ".1%"), fmt(r.efficiency_vs_plain, ".1%"),
-                 fmt(r.step_time_s * 1000 if r.step_time_s else None, ".2f"),
-                 fmt(r.record.metrics.straggler_ratio, ".3f"), fmt(r.peak_rss_mb, ",.0f"), r.run_id]
-                for r in latest.itertuples()]
+        rows = []
+        for c in group:
+            low, high = c.interval
+            thr = f"{fmt(c.throughput, ',.0f')}" + (" (unstable)" if c.unstable else "")
+            rows.append([c.backend, c.world_size, c.launches, Cell(thr, "warn") if c.unstable else thr,
+                         f"{fmt(low, ',.0f')} to {fmt(high, ',.0f')}", fmt(c.spread, ".1%"),
+                         _estimate_cell(c.efficiency), _estimate_cell(c.vs_plain),
+                         fmt(c.step_time_s * 1000 if c.step_time_s else None, ".2f"),
+                         fmt(c.latest.metrics.straggler_ratio, ".3f"),
+                         fmt(max(r.metrics.peak_rss_bytes_max for r in c.records) / 2**20, ",.0f"), c.run_ids])
         fig, (ax_thr, ax_eff) = plt.subplots(1, 2, figsize=(10, 3.6))
-        sizes = sorted(latest["world_size"].unique())
-        for backend, g in latest.groupby("backend"):
-            err = [g["throughput"] - g["ci_low"], g["ci_high"] - g["throughput"]]
-            ax_thr.errorbar(g["world_size"], g["throughput"], yerr=err, marker="o", capsize=3, label=backend)
-            if g["efficiency"].notna().any():
-                ax_eff.plot(g["world_size"], g["efficiency"], marker="o", label=backend)
+        sizes = sorted({c.world_size for c in group})
+        for backend in sorted({c.backend for c in group}):
+            mine = [c for c in group if c.backend == backend]
+            xs = [c.world_size for c in mine]
+            means = [c.throughput for c in mine]
+            err = [[m - c.interval[0] for m, c in zip(means, mine)], [c.interval[1] - m for m, c in zip(means, mine)]]
+            ax_thr.errorbar(xs, means, yerr=err, marker="o", capsize=3, label=backend)
+            eff = [(c.world_size, c.efficiency) for c in mine if c.efficiency is not None]
+            if eff:
+                ax_eff.errorbar([x for x, _ in eff], [e.ratio for _, e in eff],
+                                yerr=[[e.ratio - e.low if e.replicated else 0 for _, e in eff],
+                                      [e.high - e.ratio if e.replicated else 0 for _, e in eff]],
+                                marker="o", capsize=3, label=backend)
         ax_eff.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
-        for ax, title in ((ax_thr, f"throughput (samples/s, {ci})"), (ax_eff, "scaling efficiency")):
+        for ax, title in ((ax_thr, f"throughput (samples/s, {ci} across launches)"), (ax_eff, "scaling efficiency")):
             ax.set_xscale("log", base=2)
             ax.set_xticks(sizes, [str(s) for s in sizes])
             ax.set_xlabel("world size (workers)")
@@ -165,45 +308,58 @@ def throughput_blocks(ok) -> list:
     return blocks
 
 
-def exposed_blocks(cases) -> list:
-    """Step time against the plain loop's under the same conditions: the communication not hidden."""
+def exposed_blocks(cases: list[Case]) -> list:
+    """Step time against the plain loop's under the same conditions: the communication not hidden.
+    Its share of the step is 1 - vs plain loop (step time is global batch / throughput), so it carries
+    that ratio's interval across launches."""
     rows, shares = [], []
-    if not cases.empty:
-        plain = cases[(cases["backend"] == PLAIN_LOOP) & (cases["world_size"] == 1)].set_index(CONDITIONS)["step_time_s"]
-        for r in cases[cases["backend"] != PLAIN_LOOP].sort_values(["workload", "backend", "world_size"]).itertuples():
-            base = plain.get(tuple(getattr(r, c) for c in CONDITIONS))
-            if base is None or not r.step_time_s:
-                continue
-            exposed = r.step_time_s - base
-            rows.append([r.workload, r.backend, r.world_size, fmt(r.step_time_s * 1000, ".2f"),
-                         fmt(base * 1000, ".2f"), fmt(exposed * 1000, ".2f"), fmt(exposed / r.step_time_s, ".1%")])
-            shares.append((f"{r.workload}\n{r.backend} x{r.world_size}", exposed / r.step_time_s))
+    plain = {tuple(c.cond[k] for k in CONDITIONS): c for c in cases if c.backend == PLAIN_LOOP and c.world_size == 1}
+    for c in sorted(cases, key=lambda c: (c.cond["workload"], c.backend, c.world_size)):
+        base = plain.get(tuple(c.cond[k] for k in CONDITIONS))
+        if c.backend == PLAIN_LOOP or base is None or c.vs_plain is None:
+            continue
+        est = c.vs_plain
+        share = 1 - est.ratio
+        interval = f"{1 - est.high:.1%} to {1 - est.low:.1%}" if est.replicated else "- (1 launch)"
+        rows.append([c.cond["workload"], c.backend, c.world_size, f"{c.launches} + {base.launches}",
+                     fmt(c.step_time_s * 1000, ".2f"), fmt(base.step_time_s * 1000, ".2f"),
+                     fmt((c.step_time_s - base.step_time_s) * 1000, ".2f"), fmt(share, ".1%"), interval])
+        shares.append((f"{c.cond['workload']}\n{c.backend} x{c.world_size}", est))
     if not rows:
         return [Paragraph(["Needs a plain single-process run (backend ", em(PLAIN_LOOP), ") under the same "
                            "conditions as the distributed runs; ", code("bench sweep"), " records one unless ",
                            code("--no-plain-loop"), "."])]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows)), 3.6))
-    ax.bar(range(len(rows)), [100 * share for _, share in shares], color="#5b8db8")
+    heights = [100 * (1 - e.ratio) for _, e in shares]
+    # the share's interval is 1 - (the ratio's): its lower error comes from the ratio's upper end
+    err = [[100 * (e.high - e.ratio) if e.replicated else 0 for _, e in shares],
+           [100 * (e.ratio - e.low) if e.replicated else 0 for _, e in shares]]
+    ax.bar(range(len(rows)), heights, yerr=err, capsize=3, color="#5b8db8")
     ax.set_xticks(range(len(rows)), [label for label, _ in shares], fontsize=7)
     ax.set_ylabel("exposed communication (% of step)")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    columns = [left("workload"), left("backend"), right("world"), right("step ms"), right("plain loop step ms"),
-               right("exposed communication ms"), right("share of the step")]
+    ci = f"{pct(stats.CONFIDENCE)} CI"
+    columns = [left("workload"), left("backend"), right("world"), right("launches (+ plain)"), right("step ms"),
+               right("plain loop step ms"), right("exposed communication ms"), right("share of the step"),
+               right(ci)]
     return [Table(columns, rows), Figure("exposed communication share", figure_png(fig))]
 
 
-def startup_blocks(cases) -> list:
-    if cases.empty:
+def startup_blocks(cases: list[Case]) -> list:
+    if not cases:
         return [Paragraph("No successful training run in this selection.")]
-    rows = [[r.workload, r.backend, r.world_size, fmt(r.record.metrics.startup.launch_to_process_s, ".2f"),
-             fmt(r.record.metrics.startup.rendezvous_s, ".3f"), fmt(r.startup_s, ".2f"), r.run_id]
-            for r in cases.sort_values(["workload", "backend", "world_size"]).itertuples()]
-    columns = [left("workload"), left("backend"), right("world"), right("launch to processes s"),
-               right("rendezvous s"), right("launch to first step s"), left("run")]
-    return [Table(columns, rows)]
+    rows = []
+    for c in sorted(cases, key=lambda c: (c.cond["workload"], c.backend, c.world_size)):
+        ups = [r.metrics.startup for r in c.records]
+        rows.append([c.cond["workload"], c.backend, c.world_size, c.launches,
+                     fmt(statistics.median(u.launch_to_process_s for u in ups), ".2f"),
+                     fmt(statistics.median(u.rendezvous_s for u in ups), ".3f"), fmt(c.startup_s, ".2f"), c.run_ids])
+    columns = [left("workload"), left("backend"), right("world"), right("launches"), right("launch to processes s"),
+               right("rendezvous s"), right("launch to first step s"), left("runs")]
+    return [Paragraph("Medians over the launches of each case.", "note"), Table(columns, rows)]
 
 
 def method() -> list:
@@ -212,30 +368,42 @@ def method() -> list:
         [strong("Windows."), " After W warm-up steps (never timed), each rank times K consecutive steps per "
          "window, for R windows; all ranks meet at a barrier and the device is synchronised before each window, "
          "outside the timed region. A window's time is the max over ranks. Throughput = global batch x K / "
-         "window time (samples/s)."],
-        [strong("Uncertainty."), f" Mean over windows with a {pct(stats.CONFIDENCE)} confidence interval of the "
-         f"mean (Student's t). A result is unstable when its standard deviation exceeds "
+         "window time (samples/s); a launch's throughput is its mean over windows."],
+        [strong("Launches are the unit of replication."), " A sweep launches every case several times in "
+         "interleaved rounds. A case's figure is the mean over its launches with a "
+         f"{pct(stats.CONFIDENCE)} confidence interval across launches (Student's t). Two cases are compared by "
+         "the ratio of their geometric means with a Welch t interval on the log scale; a difference is "
+         f"significant when that interval excludes 1 (p < {SIGNIFICANCE:g}), and each comparison states the "
+         "smallest difference it could have detected (the interval's half-width). A comparison with a single "
+         f"launch on a side says it cannot tell. Windows of one launch describe that launch only."],
+        [strong("Uncertainty of one launch."), f" Mean over windows with a {pct(stats.CONFIDENCE)} confidence "
+         f"interval of the mean (Student's t). A result is unstable when its standard deviation exceeds "
          f"{pct(stats.UNSTABLE_REL_STDEV)} of its mean or it has fewer than {stats.MIN_STABLE_WINDOWS} windows "
-         f"(pyperf's rules). Two backends differ significantly when Welch's t-test on their per-window "
-         f"throughputs gives p < {SIGNIFICANCE:g}."],
+         f"(pyperf's rules); a case is unstable when a launch is, or its launches spread by more than that."],
         [strong("Scaling."), " Weak scaling (fixed per-worker batch). Efficiency E(N) = thr(N) / (N x thr(1)), "
          "thr(1) the same backend at one worker under the same conditions; also against the plain "
-         "single-process loop."],
+         "single-process loop. Both are ratios of case means, with their interval across launches."],
         [strong("Exposed communication"), " = step time at N workers - step time of the plain loop (one "
-         "process, no wrapper) at the same per-worker batch, as a share of the step."],
+         "process, no wrapper) at the same per-worker batch, as a share of the step (= 1 - vs plain loop)."],
         [strong("Startup"), ": launch to worker processes, rendezvous (process-group initialisation), launch "
-         "to the end of the first step (max over ranks)."],
+         "to the end of the first step (max over ranks); medians over launches."],
     ]
+
+
+SIGNIFICANCE = round(1 - stats.CONFIDENCE, 10)  # stated in the method: p below this is significant
 
 
 def report_part(frame, context) -> ReportPart:
     """The training runs' part of the page (`frame`: this task's runs only)."""
-    ok = with_efficiency(frame)
-    cases = latest_cases(ok) if not ok.empty else ok
-    sentences, fairness, comparisons = verdict(cases) if not cases.empty else ([], [], [])
+    ok = frame[frame["status"] == "ok"]
+    cases = replicated_cases(ok) if not ok.empty else []
+    sentences, fairness, comparisons = verdict(cases) if cases else ([], [], [])
     unstable = [f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
                 f"{r.record.metrics.throughput.n} windows"
                 for r in ok[ok["unstable"] == True].itertuples()]  # noqa: E712 (pandas)
+    unstable += [f"{c.backend} {c.cond['workload']} world {c.world_size}: its {c.launches} launches spread "
+                 f"{c.spread:.1%} (sd/mean)" for c in cases
+                 if c.launches >= stats.MIN_LAUNCHES and c.spread > stats.UNSTABLE_REL_STDEV]
     no_verdict = "" if sentences else (
         f"No workload and world size has ok runs of both {' and '.join(PRIMARY)} under the same conditions "
         f"in this selection, so there is nothing to compare; `bench sweep --backend {','.join(PRIMARY)}` "
@@ -243,7 +411,7 @@ def report_part(frame, context) -> ReportPart:
     return ReportPart(
         verdict=sentences, no_verdict=no_verdict, fairness=fairness,
         recommendation=recommendation(comparisons, cases), unstable=unstable, method=method(),
-        shown=list(cases["record"]),
-        sections=[Section("throughput", "Throughput and scaling", 10, throughput_blocks(ok), nav="Throughput"),
+        shown=[r for c in cases for r in c.records],
+        sections=[Section("throughput", "Throughput and scaling", 10, throughput_blocks(cases), nav="Throughput"),
                   Section("time", "Where the time goes", 30, exposed_blocks(cases)),
                   Section("startup", "Startup and rendezvous", 40, startup_blocks(cases), nav="Startup")])
