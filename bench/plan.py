@@ -8,6 +8,7 @@ times in rounds. Nothing here runs anything or reads command-line arguments.
 from __future__ import annotations
 
 import dataclasses
+import random
 
 from bench.errors import UsageError
 
@@ -90,7 +91,8 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
     size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never slowed by a step
     delay), then, unless comm is None, a communication sweep (comm: the options of comm_options) for every
     backend that has collectives and every world size above 1. Repeated in rounds: every case once, then
-    again, so a slow spell of the machine spreads over all cases instead of landing on the repeats of one."""
+    again, so a slow spell of the machine spreads over all cases instead of landing on the repeats of one;
+    each round in an order shuffled with a seed taken from the sweep id and the round."""
     from bench.backends import PLAIN_LOOP, get_backend
     from bench.spec import default_threads
     from bench.tasks.train import build_spec
@@ -111,4 +113,11 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
     if comm is not None:
         plan += comm_specs([b for b in backends if get_backend(b).comm_ops], device,
                            [n for n in world_sizes if n > 1], comm=comm, options=options)
-    return [dataclasses.replace(spec, sweep_id=sweep_id, repeat=r) for r in range(repeats) for spec in plan]
+    # Each round in its own seeded order: a case that always ran first (or always after the same case)
+    # would carry that position's bias in every launch, which interleaving alone does not remove.
+    rounds = []
+    for r in range(repeats):
+        order = list(plan)
+        random.Random(f"{sweep_id}:{r}").shuffle(order)
+        rounds += [dataclasses.replace(spec, sweep_id=sweep_id, repeat=r) for spec in order]
+    return rounds

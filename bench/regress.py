@@ -14,11 +14,15 @@ import sys
 
 from bench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
 
-# The fixed regression matrix: both workloads at their CPU size, world sizes 1 and 2 (of nproc CPU
-# processes), every compared backend that can run here, the plain loop, and an allreduce sweep up to a
-# bandwidth-bound message; each case REGRESS_REPEATS times (a baseline: BASELINE_REPEATS).
-REGRESS_MATRIX = dict(nproc=2, world_sizes=[1, 2], workloads=["mnist_mlp", "resnet18"], windows=4,
-                      comm_max_bytes="16M")
+from bench.plan import SWEEP_DEFAULTS
+
+# The fixed regression matrix is the default sweep of a 2-core machine: both workloads at their CPU size,
+# world sizes 1 and 2, every compared backend that can run here, the plain loop, and an allreduce sweep up
+# to a bandwidth-bound message, with a sweep's windows; each case REGRESS_REPEATS times (a baseline:
+# BASELINE_REPEATS). So any default sweep of such a machine can also serve as a baseline.
+REGRESS_MATRIX = dict(nproc=2, world_sizes=[1, 2], workloads=["mnist_mlp", "resnet18"],
+                      windows=SWEEP_DEFAULTS["windows"], warmup_steps=SWEEP_DEFAULTS["warmup_steps"],
+                      comm_max_bytes=SWEEP_DEFAULTS["max_bytes"])
 REGRESS_REPEATS = 3
 BASELINE_REPEATS = 5
 BASELINE_DIR = os.path.join("results", "baselines")
@@ -30,7 +34,8 @@ def regress_command(repeats: int, timeout: float | None = None) -> list[str]:
     """The `bench sweep` command line that runs the same matrix (recorded in the baseline file, for people)."""
     m = REGRESS_MATRIX
     argv = ["bench", "sweep", "--nproc", str(m["nproc"]), "--world-sizes", ",".join(map(str, m["world_sizes"])),
-            "--workload", ",".join(m["workloads"]), "--windows", str(m["windows"]), "--max-bytes",
+            "--workload", ",".join(m["workloads"]), "--windows", str(m["windows"]),
+            "--warmup-steps", str(m["warmup_steps"]), "--max-bytes",
             m["comm_max_bytes"], "--repeats", str(repeats)]
     return argv + (["--timeout", f"{timeout:g}"] if timeout is not None else [])
 
@@ -46,7 +51,7 @@ def run_matrix(store, title: str, repeats: int, *, inject_delay: str | None = No
     device, _ = resolve_device(m["nproc"], None)
     return run_sweep(store, title, backends=None, workloads=m["workloads"], device=device,
                      world_sizes=m["world_sizes"],
-                     options={"windows": m["windows"], "step_delay": inject_delay, "timeout": timeout},
+                     options={"windows": m["windows"], "warmup_steps": m["warmup_steps"], "step_delay": inject_delay, "timeout": timeout},
                      comm=comm_options({"max_bytes": m["comm_max_bytes"]}), repeats=repeats)
 
 

@@ -20,7 +20,7 @@ from bench.spec import DEFAULTS, default_threads
 from bench.tasks.fault import FAULT_DEFAULTS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
-VERBS = ["run", "sweep", "allreduce", "list", "report", "compare", "regress", "baseline", "fault", "selfcheck", "import",
+VERBS = ["run", "sweep", "allreduce", "list", "report", "compare", "agreement", "regress", "baseline", "fault", "selfcheck", "import",
          "doctor"]
 
 
@@ -164,8 +164,16 @@ def test_plan_sweep_from_plain_values_in_rounds():
     cases = [(s.task, s.backend, s.workload, s.world_size) for s in plan]
     one_round = [("train", "single", "mnist_mlp", 1), ("train", "elastic", "mnist_mlp", 1),
                  ("train", "elastic", "mnist_mlp", 2), ("comm", "elastic", "comm", 2)]
-    assert cases == one_round * 2
+    # every case once a round, each round in its own (seeded, so repeatable) order
+    assert sorted(cases[:4]) == sorted(cases[4:]) == sorted(one_round)
     assert [s.repeat for s in plan] == [0] * 4 + [1] * 4
+    again = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id="s1", repeats=2, comm=comm,
+                       options={"windows": 3, "step_delay": "20%", "oversubscribe": True, "backend_options": {}})
+    assert [(s.task, s.backend, s.world_size) for s in again] == [(s.task, s.backend, s.world_size) for s in plan]
+    orders = {tuple((s.backend, s.world_size, s.task) for s in plan_sweep(
+        ["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id=f"s{i}", repeats=1, comm=comm, options={}))
+        for i in range(20)}
+    assert len(orders) > 1
     assert {s.sweep_id for s in plan} == {"s1"}
     train = [s for s in plan if s.task == "train"]
     assert {s.threads for s in train} == {default_threads("cpu", 2)}  # one thread count for the whole sweep
@@ -174,6 +182,12 @@ def test_plan_sweep_from_plain_values_in_rounds():
     assert all(s.step_delay is None for s in plain)  # the yardstick is never slowed
     assert all(s.step_delay == {"fraction": 0.2} for s in train if s.backend != "single")
     assert all(s.comm["max_bytes"] == 1024 and s.comm["ops"] == ["allreduce"] for s in plan if s.task == "comm")
+
+    # a reference backend (the parameter server) trains only where it is distributed, unless that is nowhere
+    both = plan_sweep(["elastic", "ps"], ["mnist_mlp"], "cpu", [1, 2], options={}, comm=None, sweep_id=None)
+    assert sorted((s.backend, s.world_size) for s in both) == [("elastic", 1), ("elastic", 2), ("ps", 2), ("single", 1)]
+    alone = plan_sweep(["ps"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None)
+    assert sorted((s.backend, s.world_size) for s in alone) == [("ps", 1), ("single", 1)]
 
     bare = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None,
                       with_plain_loop=False)
@@ -189,6 +203,10 @@ def test_the_regression_matrix_command_line_means_the_matrix():
     args = build_parser().parse_args(argv[1:])
     assert args.nproc == m["nproc"] and args.world_sizes == m["world_sizes"] and args.windows == m["windows"]
     assert names(args.workload) == m["workloads"] and args.max_bytes == parse_bytes(m["comm_max_bytes"])
+    assert args.warmup_steps == m["warmup_steps"]
+    # the matrix is the default sweep: a default sweep of a 2-core machine can serve as a baseline
+    default = build_parser().parse_args(["sweep"])
+    assert default.max_bytes == args.max_bytes and SWEEP_DEFAULTS["windows"] == m["windows"]
     assert args.repeats == 5 and args.timeout == 60.0
 
 

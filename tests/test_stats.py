@@ -31,3 +31,37 @@ def test_a_summary_is_the_records_summary():
     s = Summary(**summarize([10.0, 12.0, 11.0]), unit="samples/s")
     assert (s.mean, s.n, s.unit, s.per_window) == (11.0, 3, "samples/s", None)
     assert Summary.from_dict(s.to_dict()) == s
+
+
+# ---------------------------------------------------------------- across launches
+def test_ratio_of_cases_is_welch_on_the_log_scale():
+    from scipy.stats import ttest_ind
+
+    from bench.stats import ratio_of_cases
+
+    a, b = [110.0, 112.0, 108.0], [100.0, 103.0, 98.0]
+    est = ratio_of_cases([a], [b])
+    logs_a, logs_b = [math.log(v) for v in a], [math.log(v) for v in b]
+    assert est.ratio == pytest.approx(math.exp(sum(logs_a) / 3 - sum(logs_b) / 3))
+    assert est.p == pytest.approx(ttest_ind(logs_a, logs_b, equal_var=False).pvalue)
+    assert est.low < est.ratio < est.high and est.significant and est.launches == (3, 3)
+    # the resolution is the interval's half-width as a factor: ratio x (1 + resolution) is its upper end
+    assert est.high == pytest.approx(est.ratio * (1 + est.resolution))
+
+
+def test_a_single_launch_on_a_side_cannot_tell():
+    from bench.stats import ratio_of_cases
+
+    est = ratio_of_cases([[150.0]], [[100.0, 101.0, 99.0]])
+    assert est.ratio == pytest.approx(1.5, rel=1e-3)
+    assert not est.replicated and not est.significant and math.isnan(est.low) and est.interval_text() == "-"
+
+
+def test_scaled_ratios_of_several_cases():
+    from bench.stats import ratio_of_cases
+
+    # efficiency-like: thr(2) / (2 x thr(1)), the same spread on both sides
+    est = ratio_of_cases([[190.0, 200.0, 210.0]], [[95.0, 100.0, 105.0]], scale=2)
+    assert est.ratio == pytest.approx(1.0, abs=0.01) and not est.significant
+    with pytest.raises(ValueError):
+        ratio_of_cases([[0.0, 1.0]], [[1.0, 1.0]])

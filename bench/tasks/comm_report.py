@@ -46,14 +46,11 @@ def _busbw_at(record, size: int) -> float | None:
     return rows[0] if rows and rows[0] > 0 else None
 
 
-def matched_size_claims(ok) -> list[str]:
-    """Which primary backend's allreduce reached the higher bus bandwidth, per world size and dtype, at the
-    largest message size every launch of both ran (a claim about bandwidth made at a size both measured,
-    never peak against peak), across launches."""
-    from bench.stats import ratio_of_cases
-
+def matched_sizes(ok) -> dict[tuple, tuple[int, list[list[float]], str]]:
+    """Per world size and dtype where both primary backends have allreduce launches: the largest message
+    every launch of both ran, each side's busbw at that size per launch, and the device."""
     launches = latest_launches(ok[ok["backend"].isin(PRIMARY)], ["world_size", "dtype", "backend"])
-    lines = []
+    out = {}
     for world, dtype in sorted({k[:2] for k in launches}):
         sides = [launches.get((world, dtype, b)) for b in PRIMARY]
         if not all(sides):
@@ -64,8 +61,28 @@ def matched_size_claims(ok) -> list[str]:
             continue
         size = max(common)
         values = [[_busbw_at(rec, size) for rec in recs] for recs in sides]
-        if any(v is None for vs in values for v in vs):
-            continue
+        if all(v is not None for vs in values for v in vs):
+            out[(world, dtype)] = (size, values, sides[0][-1].spec.device)
+    return out
+
+
+def matched_size_estimates(ok) -> dict[tuple, "Estimate"]:
+    """(world, dtype, size) -> the first primary backend's busbw over the second's at that size, across
+    launches."""
+    from bench.stats import ratio_of_cases
+
+    return {(world, dtype, size): ratio_of_cases([values[0]], [values[1]])
+            for (world, dtype), (size, values, _) in matched_sizes(ok).items()}
+
+
+def matched_size_claims(ok) -> list[str]:
+    """Which primary backend's allreduce reached the higher bus bandwidth, per world size and dtype, at the
+    largest message size every launch of both ran (a claim about bandwidth made at a size both measured,
+    never peak against peak), across launches."""
+    from bench.stats import ratio_of_cases
+
+    lines = []
+    for (world, dtype), (size, values, device) in matched_sizes(ok).items():
         est = ratio_of_cases([values[0]], [values[1]])
         top, other = (0, 1) if est.ratio >= 1 else (1, 0)
         means = [sum(v) / len(v) for v in values]
@@ -82,7 +99,7 @@ def matched_size_claims(ok) -> list[str]:
         else:
             lines.append(f"{where}, {PRIMARY[top]}'s allreduce was ahead ({figures}), which a single launch "
                          "on a side cannot tell from launch-to-launch drift.")
-        bound = BANDWIDTH_BOUND_BYTES.get(sides[0][-1].spec.device)
+        bound = BANDWIDTH_BOUND_BYTES.get(device)
         if bound and size < bound:
             lines.append(f"That size is below {format_bytes(bound)}B, where bandwidth rather than latency "
                          f"decides; `--max-bytes {format_bytes(bound)}` or more measures it.")

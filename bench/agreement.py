@@ -1,0 +1,116 @@
+"""Do sweeps of the same code on the same machine agree? Every comparison the report makes (the primary
+pair, the reference backend against each of them, each case against the plain loop, scaling efficiency,
+allreduce busbw at a matched size) is taken from each sweep on its own, and two sweeps contradict each
+other on a comparison when one calls it significant in one direction and the other's estimate points
+the other way (docs/method.md, "Replication").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.stats import Estimate
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One comparison in one sweep: its estimate, as a ratio (above 1: the first named side is ahead)."""
+    key: str
+    estimate: Estimate
+
+    @property
+    def direction(self) -> int:
+        """+1 or -1 where significant, else 0."""
+        if not self.estimate.significant:
+            return 0
+        return 1 if self.estimate.ratio > 1 else -1
+
+    @property
+    def leaning(self) -> int:
+        """The sign of the point estimate, significant or not."""
+        return 1 if self.estimate.ratio > 1 else -1 if self.estimate.ratio < 1 else 0
+
+    def cell(self) -> str:
+        e = self.estimate
+        text = f"{e.ratio - 1:+.1%}"
+        if not e.replicated:
+            return text + " (1 launch)"
+        return text + (" *" if self.direction else f" (±{e.resolution:.0%})")
+
+
+def sweep_claims(records: list) -> dict[str, Claim]:
+    """The comparisons of one sweep's records, by key."""
+    from bench.backends import PLAIN_LOOP, PRIMARY
+    from bench.comm import format_bytes
+    from bench.frame import records_to_frame
+    from bench.stats import ratio_of_cases
+    from bench.tasks.comm_report import matched_size_estimates
+    from bench.tasks.train_report import replicated_cases
+
+    frame = records_to_frame(records)
+    train = frame[(frame["task"] == "train") & (frame["status"] == "ok")]
+    claims: dict[str, Claim] = {}
+
+    def add(key, est):
+        claims[key] = Claim(key, est)
+
+    cases = replicated_cases(train) if not train.empty else []
+    by_place: dict[tuple, dict] = {}
+    for c in cases:
+        where = f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
+        by_place.setdefault(where, {})[c.backend] = c
+        if c.vs_plain is not None:
+            add(f"{c.backend} / plain loop, {where}", c.vs_plain)
+        if c.efficiency is not None:
+            add(f"{c.backend} efficiency, {where}", c.efficiency)
+    first, second = PRIMARY
+    for where, rows in by_place.items():
+        if first in rows and second in rows:
+            add(f"{first} / {second}, {where}", ratio_of_cases([rows[first].values], [rows[second].values]))
+        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):
+            for primary in PRIMARY:
+                if primary in rows:
+                    add(f"{other} / {primary}, {where}", ratio_of_cases([rows[other].values], [rows[primary].values]))
+    comm = frame[(frame["task"] == "comm") & (frame["status"] == "ok")]
+    for (world, dtype, size), est in matched_size_estimates(comm).items():
+        add(f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}", est)
+    return claims
+
+
+def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
+    """The keys on which one sweep is significant in one direction and the other leans the other way."""
+    out = []
+    for key in sorted(set(a) & set(b)):
+        x, y = a[key], b[key]
+        if (x.direction and y.leaning == -x.direction) or (y.direction and x.leaning == -y.direction):
+            out.append(key)
+    return out
+
+
+def agreement(sweeps: dict[str, list]) -> dict:
+    """Claims of every sweep (sweep id -> records), and every pair's contradictions."""
+    claims = {sid: sweep_claims(recs) for sid, recs in sweeps.items()}
+    ids = sorted(claims)
+    pairs = {(a, b): contradictions(claims[a], claims[b]) for i, a in enumerate(ids) for b in ids[i + 1:]}
+    keys = sorted({k for c in claims.values() for k in c})
+    resolved = [k for k in keys if all(k in claims[s] and claims[s][k].direction for s in ids)
+                and len({claims[s][k].direction for s in ids}) == 1]
+    return {"sweeps": ids, "claims": claims, "pairs": pairs, "keys": keys, "resolved_everywhere": resolved}
+
+
+def format_agreement(result: dict) -> str:
+    ids, claims = result["sweeps"], result["claims"]
+    width = max([len(k) for k in result["keys"]] + [10])
+    lines = [f"{'comparison (first / second - 1)':<{width}}  " + "  ".join(f"{s[-6:]:>16}" for s in ids) + "  agree",
+             ]
+    bad = {k for keys in result["pairs"].values() for k in keys}
+    for key in result["keys"]:
+        cells = [claims[s][key].cell() if key in claims[s] else "-" for s in ids]
+        lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>16}" for c in cells) + ("  NO" if key in bad else "  yes"))
+    n_pairs = len(result["pairs"])
+    n_bad = sum(len(v) for v in result["pairs"].values())
+    lines.append(f"* significant (95% interval excludes 0); otherwise (±R): the smallest difference that sweep "
+                 f"could have detected.")
+    lines.append(f"{len(ids)} sweeps, {n_pairs} pairs, {len(result['keys'])} comparisons: {n_bad} contradiction(s); "
+                 f"{len(result['resolved_everywhere'])} comparison(s) significant in the same direction in every sweep.")
+    return "\n".join(lines)

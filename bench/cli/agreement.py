@@ -1,0 +1,48 @@
+"""`bench agreement`: do stored sweeps of the same code agree? Each comparison the report makes, taken from
+each sweep on its own; exit 1 when two sweeps contradict each other."""
+
+from __future__ import annotations
+
+from bench.cli import options
+from bench.cli.common import names, open_store, print_json
+from bench.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
+
+
+def add_parser(verbs) -> None:
+    p = verbs.add_parser("agreement", help="compare the verdicts of stored sweeps; exit 1 when two contradict "
+                                           "each other",
+                         parents=[options.store(), options.json_output()])
+    p.add_argument("--sweeps", metavar="ID,ID,...", help="comma-separated sweeps to compare (default: every sweep in "
+                                                         "the store)")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.agreement import agreement, format_agreement
+
+    store = open_store(args.store)
+    sweeps: dict[str, list] = {}
+    for rec in store.records():
+        if rec.spec.sweep_id:
+            sweeps.setdefault(rec.spec.sweep_id, []).append(rec)
+    wanted = names(args.sweeps)
+    if wanted:
+        missing = [s for s in wanted if s not in sweeps]
+        if missing:
+            raise UsageError(f"no sweep {', '.join(missing)} in {store.path}; stored: "
+                             f"{', '.join(sorted(sweeps)) or 'none'}")
+        sweeps = {s: sweeps[s] for s in wanted}
+    if len(sweeps) < 2:
+        raise UsageError(f"{store.path} holds {len(sweeps)} sweep(s); agreement needs two or more "
+                         "(run `bench sweep` again into the same store)")
+    result = agreement(sweeps)
+    if args.json:
+        print_json({"sweeps": result["sweeps"],
+                    "claims": {s: {k: {"ratio": c.estimate.ratio, "low": c.estimate.low, "high": c.estimate.high,
+                                       "significant": c.estimate.significant, "launches": c.estimate.launches}
+                                   for k, c in cl.items()} for s, cl in result["claims"].items()},
+                    "contradictions": [{"sweeps": list(pair), "comparisons": keys}
+                                       for pair, keys in result["pairs"].items() if keys]})
+    else:
+        print(format_agreement(result))
+    return EXIT_RUN_FAILED if any(result["pairs"].values()) else EXIT_OK

@@ -1,0 +1,85 @@
+"""Verdicts across launches, and agreement between sweeps, on records built in memory."""
+
+import math
+
+import pytest
+
+from bench.agreement import agreement, contradictions, format_agreement, sweep_claims
+from bench.frame import records_to_frame
+from bench.sections import ReportContext
+from bench.tasks import train_report
+from factories import train_record
+
+
+def sweep(sweep_id: str, launches: dict[tuple[str, int], list[float]], t0: float = 1000.0) -> list:
+    """One sweep: each (backend, world size) launched once per value (its throughput), in rounds."""
+    recs, t = [], t0
+    rounds = max(len(v) for v in launches.values())
+    for r in range(rounds):
+        for (backend, n), values in launches.items():
+            if r < len(values):
+                t += 1
+                v = values[r]
+                recs.append(train_record(f"{sweep_id}-{backend}-{n}-{r}", backend, n, per_window=[v * 0.99, v, v * 1.01],
+                                         created_at=t, sweep_id=sweep_id, spec_fields={"repeat": r}))
+    return recs
+
+
+CLEAR = {("single", 1): [100, 102, 98], ("elastic", 1): [95, 96, 94], ("horovod", 1): [99, 101, 100],
+         ("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]}
+
+
+def page_part(records):
+    frame = records_to_frame(records)
+    return train_report.report_part(frame, ReportContext("test", [], frame))
+
+
+def test_the_verdict_is_a_test_across_launches():
+    part = page_part(sweep("s1", CLEAR))
+    two = next(s for s in part.verdict if "2 worker(s)" in s)
+    assert "elastic is faster by" in two and "means of 3 + 3 launches" in two
+    assert "95% interval +" in two and "would have been detected" in two
+    assert any("For throughput on this hardware, choose elastic." in line for line in part.recommendation)
+    # horovod at one worker runs the plain loop: indistinguishable from it, and the page says by how much
+    table = next(s for s in part.sections if s.id == "throughput")
+    rows = {(r.cells[0].text, r.cells[1].text): r for b in table.blocks if hasattr(b, "rows") for r in b.rows}
+    vs_plain = rows[("horovod", "1")].cells[7].text
+    assert vs_plain.startswith("100.") and "to" in vs_plain
+
+
+def test_windows_of_one_launch_never_decide():
+    # one launch a side with tight windows: a t-test over windows would call this; across launches it cannot
+    recs = sweep("s1", {("elastic", 2): [150], ("horovod", 2): [120]})
+    part = page_part(recs)
+    assert any("cannot tell with a single launch on a side" in s for s in part.verdict)
+    assert not any("is faster by" in s for s in part.verdict)
+
+
+def test_the_latest_sweep_of_a_case_is_its_launches():
+    old = sweep("s0", {("elastic", 2): [10, 11, 12], ("horovod", 2): [50, 51, 49]}, t0=0)
+    new = sweep("s1", {("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]}, t0=100)
+    part = page_part(old + new)
+    assert any("elastic is faster by" in s and "means of 3 + 3 launches" in s for s in part.verdict)
+
+
+def test_sweeps_that_agree_and_sweeps_that_contradict():
+    a = sweep("a", CLEAR)
+    b = sweep("b", CLEAR, t0=100)
+    result = agreement({"a": a, "b": b})
+    assert not any(result["pairs"].values())
+    assert "elastic / horovod, mnist_mlp cpu b64 x2" in result["resolved_everywhere"]
+    text = format_agreement(result)
+    assert "0 contradiction(s)" in text and " *" in text
+    flipped = {**CLEAR, ("elastic", 2): [118, 121, 119], ("horovod", 2): [150, 152, 149]}
+    c = sweep("c", flipped, t0=200)
+    result = agreement({"a": a, "c": c})
+    assert "elastic / horovod, mnist_mlp cpu b64 x2" in result["pairs"][("a", "c")]
+    assert "NO" in format_agreement(result)
+
+
+def test_a_significant_claim_is_contradicted_by_an_estimate_leaning_the_other_way():
+    a = sweep_claims(sweep("a", {("elastic", 2): [150, 152, 149], ("horovod", 2): [120, 121, 119]}))
+    b = sweep_claims(sweep("b", {("elastic", 2): [100, 140, 110], ("horovod", 2): [130, 100, 125]}))
+    key = "elastic / horovod, mnist_mlp cpu b64 x2"
+    assert a[key].direction == 1 and b[key].direction == 0 and b[key].leaning == -1
+    assert contradictions(a, b) == [key]
