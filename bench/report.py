@@ -65,9 +65,28 @@ def _case(record) -> str:
 
 
 # ---------------------------------------------------------------- sections every page has
-def verdict_section(parts: list[ReportPart]) -> Section:
+def agreement_note(frame) -> str:
+    """Whether the sweeps on the page agree with each other (bench.agreement), when there are several."""
+    from bench.agreement import agreement
+
+    sweeps = {sid: list(group["record"]) for sid, group in frame.groupby("sweep_id") if sid}
+    if len(sweeps) < 2:
+        return ""
+    result = agreement(sweeps)
+    bad = sorted({k for keys in result["pairs"].values() for k in keys})
+    head = (f"Rerun check: this selection holds {len(sweeps)} sweeps; each comparison taken from each sweep on its "
+            f"own ({len(result['keys'])} comparisons, {len(result['pairs'])} pairs of sweeps, `bench agreement`): ")
+    if bad:
+        return head + f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}."
+    return head + (f"no contradiction; {len(result['resolved_everywhere'])} comparison(s) significant in the same "
+                   "direction in every sweep.")
+
+
+def verdict_section(parts: list[ReportPart], rerun: str = "") -> Section:
     sentences = [s for p in parts for s in p.verdict]
     blocks = [Bullets(sentences, "verdict")] if sentences else []
+    if rerun:
+        blocks.append(Paragraph(rerun, "warn" if "contradict" in rerun else "note"))
     blocks += [Paragraph(p.no_verdict) for p in parts if p.no_verdict and not p.verdict]
     blocks += [Paragraph(line, "warn") for p in parts for line in p.fairness]
     blocks += [Paragraph(line) for p in parts for line in p.verdict_notes]
@@ -155,7 +174,7 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
                          "`bench list` shows what is stored")
     parts = task_parts(frame, ReportContext(store_label, list(where or []), frame))
     shown = [rec for p in parts for rec in p.shown] or list(frame["record"])
-    sections = [verdict_section(parts), *(s for p in parts for s in p.sections), rank_map_section(frame),
+    sections = [verdict_section(parts, agreement_note(frame)), *(s for p in parts for s in p.sections), rank_map_section(frame),
                 environment_section(shown), failed_section(frame, parts), method_section(parts)]
     sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
     return _template().render(

@@ -83,3 +83,15 @@ def test_a_significant_claim_is_contradicted_by_an_estimate_leaning_the_other_wa
     key = "elastic / horovod, mnist_mlp cpu b64 x2"
     assert a[key].direction == 1 and b[key].direction == 0 and b[key].leaning == -1
     assert contradictions(a, b) == [key]
+
+
+def test_the_page_says_whether_its_sweeps_agree():
+    from bench.report import render_report
+
+    page = render_report(records_to_frame(sweep("a", CLEAR) + sweep("b", CLEAR, t0=100)), "test")
+    assert "Rerun check: this selection holds 2 sweeps" in page and "no contradiction" in page
+    flipped = {**CLEAR, ("elastic", 2): [118, 121, 119], ("horovod", 2): [150, 152, 149]}
+    page = render_report(records_to_frame(sweep("a", CLEAR) + sweep("c", flipped, t0=200)), "test")
+    assert "1 comparison(s) contradict between sweeps: elastic / horovod, mnist_mlp cpu b64 x2" in page
+    # one sweep: nothing to check, nothing said
+    assert "Rerun check" not in render_report(records_to_frame(sweep("a", CLEAR)), "test")

@@ -12,33 +12,39 @@ from bench.sections import Figure, Paragraph, ReportPart, Section, Table, code, 
 # The smallest message at which allreduce is bandwidth-bound: about 16 MiB over CPU loopback (gloo),
 # 64 MiB and up on GPUs (nccl-tests' usual range).
 BANDWIDTH_BOUND_BYTES = {"cpu": 16 * 2**20, "cuda": 64 * 2**20}
-COLUMNS = [left("backend"), right("ranks"), left("dtype"), left("op"), right("avg busbw GB/s"),
+COLUMNS = [left("backend"), right("ranks"), left("dtype"), left("op"), right("launches"), right("avg busbw GB/s"),
            right("peak busbw GB/s"), right("peak / limit"), left("model"), right("a (us)"), right("1/b (GB/s)"),
-           right("R²"), left("run")]
+           right("R²"), left("runs")]
 
 
-def latest_sweeps(ok):
-    """The latest ok sweep per backend, world size and dtype."""
-    return ok.sort_values("created_at").groupby(["backend", "world_size", "dtype"]).tail(1)
+def case_launches(ok) -> dict[tuple, list]:
+    """The launches of each backend, world size and dtype from its latest sweep, oldest first."""
+    return latest_launches(ok, ["backend", "world_size", "dtype"])
 
 
-def sweep_rows(latest) -> tuple[list[list], dict[str, float]]:
-    """A table row per op of each sweep, and the highest allreduce peak busbw of each primary backend."""
-    rows, best = [], {}
-    for r in latest.sort_values(["world_size", "backend"]).itertuples():
-        m = r.record.metrics
-        fit, limit = m.fit or {}, (m.ceiling or {}).get("limit_gbps")
-        for op, avg in m.avg_busbw_gbps.items():
-            peak = max(x.busbw_gbps for x in m.rows if x.op == op)
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def sweep_rows(cases: dict[tuple, list]) -> list[list]:
+    """A table row per op of each case: busbw figures are means over its launches; the alpha-beta model is
+    fitted to its latest launch."""
+    rows = []
+    for (backend, world, dtype), recs in sorted(cases.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+        latest = recs[-1].metrics
+        fit, limit = latest.fit or {}, (latest.ceiling or {}).get("limit_gbps")
+        for op in latest.avg_busbw_gbps:
+            avg = _mean(r.metrics.avg_busbw_gbps[op] for r in recs if op in r.metrics.avg_busbw_gbps)
+            peak = _mean(max(x.busbw_gbps for x in r.metrics.rows if x.op == op) for r in recs
+                         if any(x.op == op for x in r.metrics.rows))
             modelled = op == "allreduce" and bool(fit)
-            rows.append([r.backend, r.world_size, r.dtype, op, fmt(avg, ".3f"), fmt(peak, ".3f"),
-                         fmt(peak / limit if limit else None, ".1%"), m.model if modelled else "-",
+            rows.append([backend, world, dtype, op, len(recs), fmt(avg, ".3f"), fmt(peak, ".3f"),
+                         fmt(peak / limit if limit else None, ".1%"), latest.model if modelled else "-",
                          fmt(fit["alpha_s"] * 1e6, ".1f") if modelled else "-",
                          fmt(fit["bandwidth_gbps"], ".2f") if modelled else "-",
-                         fmt(fit["r2_weighted"], ".3f") if modelled else "-", r.run_id])
-            if op == "allreduce" and r.backend in PRIMARY:
-                best[r.backend] = max(best.get(r.backend, 0.0), peak)
-    return rows, best
+                         fmt(fit["r2_weighted"], ".3f") if modelled else "-", ", ".join(r.run_id for r in recs)])
+    return rows
 
 
 def _busbw_at(record, size: int) -> float | None:
@@ -151,9 +157,11 @@ def report_part(frame, context) -> ReportPart:
         blocks = [Paragraph(["No communication sweep in this selection (", code("bench allreduce"), ", or a ",
                              code("bench sweep"), " without ", code("--no-comm"), ", records one)."])]
         return ReportPart(method=method(), sections=[Section("comm", "Communication", 20, blocks)])
-    latest = latest_sweeps(ok)
-    rows, best = sweep_rows(latest)
-    blocks = [Table(COLUMNS, rows)]
+    cases = case_launches(ok)
+    latest = ok[ok["run_id"].isin([recs[-1].run_id for recs in cases.values()])]
+    blocks = [Paragraph("Busbw figures are means over the launches of each case (each launch: its own mean and "
+                        "peak); the alpha-beta model and the figure show its latest launch.", "note"),
+              Table(COLUMNS, sweep_rows(cases))]
     for (world, dtype), group in latest.groupby(["world_size", "dtype"]):
         blocks.append(Figure("allreduce busbw vs message size", busbw_figure(world, dtype, group)))
     recommendation = matched_size_claims(ok)
