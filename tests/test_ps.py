@@ -92,7 +92,7 @@ def test_hung_server_times_out(store):
 def test_sweep_of_the_three_backends(store, tmp_path):
     report = tmp_path / "r.html"
     proc = bench("sweep", "--backend", "elastic,horovod,ps", "--workload", "mnist_mlp", "--nproc", 2,
-                 "--world-sizes", "2", "--no-baseline", "--store", store, "--report", report, *FAST)
+                 "--world-sizes", "2", "--no-baseline", "--repeats", 1, "--store", store, "--report", report, *FAST)
     assert proc.returncode == 0, proc.stderr
     from bench.frame import load_frame
     from bench.store import Store

@@ -73,6 +73,18 @@ def test_aa_calibration_reports_every_pair(gate):
     assert kinds["vs_plain"]["compared"] == 4 and kinds["throughput"]["compared"] == 8
 
 
+def test_two_sweeps_of_the_same_code_do_not_contradict_each_other(gate):
+    """A small version of the rerun study: the A/A store's two sweeps (5 and 3 launches of each case) agree
+    on every comparison the report makes, and the comparisons with the plain loop resolve."""
+    proc = bench("agreement", "--store", gate["store"], "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert len(out["sweeps"]) == 2 and out["contradictions"] == []
+    claims = out["claims"][out["sweeps"][0]]
+    assert {"elastic / plain loop, mnist_mlp cpu b64 x1", "elastic / plain loop, resnet18 cpu b16 x1"} <= set(claims)
+    assert all(c["launches"] == [5, 5] for c in claims.values())
+
+
 def test_hot_paths_fail_against_a_much_faster_baseline_on_the_same_host(tmp_path, monkeypatch):
     """The hot-path half of the gate is wired: saved figures 10x faster than now fail the comparison, 10x
     slower ones pass, both with the reference work at its saved speed (the same host); when the reference
