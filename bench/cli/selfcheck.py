@@ -1,0 +1,65 @@
+"""`bench selfcheck`: the suite against bare torchrun and horovodrun loops (bench.selfcheck), the check to run on a
+new machine before trusting the suite there."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.cli import options
+from bench.cli.common import names, spec_options
+
+
+def add_parser(verbs) -> None:
+    from bench.reference import BARE_LOOPS
+    from bench.selfcheck import DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS
+
+    loops = ", ".join(BARE_LOOPS)
+    t, b = GOALS["throughput"], GOALS["busbw"]
+    own = argparse.ArgumentParser(add_help=False)
+    g = own.add_argument_group("the check")
+    g.add_argument("--backend", help=f"comma-separated, of {loops} (default: each of them that can run here)")
+    g.add_argument("--pairs", type=options.positive_int, default=DEFAULT_PAIRS,
+                   help="pairs of launches (suite and bare loop) per figure, at least (default %(default)s, at "
+                        "least 2)")
+    g.add_argument("--max-minutes", type=options.finite_float, default=DEFAULT_MAX_MINUTES,
+                   help=f"after --pairs, pairs are added until each interval is within ±{100 * t.resolution:g}%% "
+                        f"(throughput) or ±{100 * b.resolution:g}%% (busbw), or until this many minutes per backend "
+                        "have passed (default %(default)s; 0: --pairs pairs only)")
+    g.add_argument("--no-allreduce", action="store_true",
+                   help="check training throughput only, not allreduce busbw at 16 MiB")
+    p = verbs.add_parser(
+        "selfcheck", help="the suite against bare torchrun/horovodrun loops: ratio and interval per figure",
+        description=f"Runs each backend's suite run and its bare loop ({loops}) in alternating pairs of launches "
+                    "and prints the ratio suite/bare of throughput and of allreduce busbw at 16 MiB, with its 95% "
+                    f"interval across launches. PASS: the interval includes 1.0 and its low end is at least "
+                    f"{t.floor:g} (throughput) or {b.floor:g} (busbw). ps and single have no external bare loop to "
+                    "compare with and are not accepted. The suite's runs go to a temporary store unless --store is "
+                    "given.",
+        parents=[own, options.parent("what runs", ("--workload",)),
+                 options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe")),
+                 options.parent("measurement", ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows",
+                                                "--timeout")),
+                 options.parent("allreduce", ("--warmup-iters", "--iters")),
+                 _store(), options.json_output()])
+    p.set_defaults(func=cmd)
+
+
+def _store() -> argparse.ArgumentParser:
+    """The shared --store, whose default here is not the results store: a check's runs are not results."""
+    p = options.store()
+    for action in p._actions:
+        if "--store" in action.option_strings:
+            action.help = "keep the suite's runs in this results store (default: a temporary one, removed after)"
+    return p
+
+
+def cmd(args) -> int:
+    from bench.selfcheck import choose_backends, plan, selfcheck, validate
+    from bench.spec import resolve_device
+
+    validate(args.pairs, args.max_minutes)
+    device, world = resolve_device(args.nproc, args.gpus)
+    backends = choose_backends(args.backend, device)
+    plans = plan(backends, args.workload, device, world, options=spec_options(args), allreduce=not args.no_allreduce,
+                 comm={"warmup_iters": args.warmup_iters, "iters": args.iters})
+    return selfcheck(plans, pairs=args.pairs, max_minutes=args.max_minutes, store_path=args.store, as_json=args.json)
