@@ -88,12 +88,14 @@ def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm
 def plan_sweep(backends: list[str], workloads: list[str], device: str, world_sizes: list[int], *, options: dict,
                comm: dict | None, sweep_id: str | None, with_plain_loop: bool = True, repeats: int = 1) -> list:
     """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
-    size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never slowed by a step
-    delay), then, unless comm is None, a communication sweep (comm: the options of comm_options) for every
-    backend that has collectives and every world size above 1. Repeated in rounds: every case once, then
-    again, so a slow spell of the machine spreads over all cases instead of landing on the repeats of one;
-    each round in an order shuffled with a seed taken from the sweep id and the round."""
-    from bench.backends import PLAIN_LOOP, get_backend
+    size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never
+    slowed by a step delay), then, unless comm is None, a communication sweep (comm: the options of
+    comm_options) for every primary backend that has collectives and every world size above 1 (a reference
+    backend's only when it is the sweep's one backend; `bench allreduce --backend ps` measures it alone).
+    Repeated in rounds: every case once, then again, so a slow spell of the machine spreads over all cases
+    instead of landing on the repeats of one; each round in an order shuffled with a seed taken from the
+    sweep id and the round."""
+    from bench.backends import PLAIN_LOOP, PRIMARY, get_backend
     from bench.spec import default_threads
     from bench.tasks.train import build_spec
 
@@ -111,8 +113,8 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
             for size in backend_world_sizes(backend, world_sizes):
                 plan.append(build_spec(backend=backend, workload=workload, world_size=size, device=device, **train))
     if comm is not None:
-        plan += comm_specs([b for b in backends if get_backend(b).comm_ops], device,
-                           [n for n in world_sizes if n > 1], comm=comm, options=options)
+        plan += comm_specs([b for b in backends if get_backend(b).comm_ops and (b in PRIMARY or len(backends) == 1)],
+                           device, [n for n in world_sizes if n > 1], comm=comm, options=options)
     # Each round in its own seeded order: a case that always ran first (or always after the same case)
     # would carry that position's bias in every launch, which interleaving alone does not remove.
     rounds = []

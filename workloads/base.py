@@ -13,7 +13,7 @@ class Size:
     batch: int  # per-worker batch
     image: int  # side of the square input image, in pixels
     synthetic_classes: int  # class count of the synthetic data set at this size
-    window_steps: int  # default steps per timed window: long enough (about a second) to average out noise
+    window_steps: int  # default steps per timed window: about a second of work on one core (launches, not windows, average out the noise)
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--warmup-steps": dict(type=positive_int,
                                help=f"untimed steps first (default {measured['warmup_steps']}, at least 1)"),
         "--steps-per-window": dict(type=positive_int, help="steps timed per window (default: the workload's, about "
-                                                           "a second of work)"),
+                                                           "a second of work or less)"),
         "--windows": dict(type=positive_int, help=f"timed windows (default {measured['windows']}, at least 2)"),
         "--seed": dict(type=count, help=f"seed of the model and the data (default {DEFAULTS['seed']})"),
         "--lr": dict(type=positive_float, help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum "
