@@ -23,7 +23,7 @@ WORKLOAD = Workload(
     channels=1,
     # The same on both devices: the model is defined by its 28x28 input.
     gpu=Size(batch=64, image=28, synthetic_classes=10, window_steps=200),
-    cpu=Size(batch=64, image=28, synthetic_classes=10, window_steps=40),
+    cpu=Size(batch=64, image=28, synthetic_classes=10, window_steps=30),
     fixed_image=True,
     build=build,
 )

@@ -20,7 +20,7 @@ WORKLOAD = Workload(
     summary="torchvision ResNet18 (11.7M parameters), 3-channel images",
     channels=3,
     gpu=Size(batch=64, image=224, synthetic_classes=1000, window_steps=50),
-    cpu=Size(batch=16, image=32, synthetic_classes=10, window_steps=4),
+    cpu=Size(batch=16, image=32, synthetic_classes=10, window_steps=3),
     fixed_image=False,
     build=build,
 )
