@@ -41,12 +41,13 @@ def backend_world_sizes(backend: str, world_sizes: list[int]) -> list[int]:
     return [n for n in world_sizes if n > 1] or list(world_sizes)
 
 
-def available_backends(device: str, on_skip=None) -> list[str]:
-    """Every compared backend that can run on `device` here; on_skip(name, why) for each that cannot."""
+def available_backends(device: str, on_skip=None, names=None) -> list[str]:
+    """Every compared backend (or each of `names`) that can run on `device` here; on_skip(name, why) for each
+    that cannot."""
     from bench.backends import COMPARED, get_backend
 
     backends = []
-    for name in COMPARED:
+    for name in names or COMPARED:
         problem = get_backend(name).unavailable_reason(device)
         if problem:
             if on_skip is not None:

@@ -16,10 +16,10 @@ from bench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, Interrupted
 
 from bench.plan import SWEEP_DEFAULTS
 
-# The fixed regression matrix is the default sweep of a 2-core machine: both workloads at their CPU size,
-# world sizes 1 and 2, every compared backend that can run here, the plain loop, and an allreduce sweep up
-# to a bandwidth-bound message, with a sweep's windows; each case REGRESS_REPEATS times (a baseline:
-# BASELINE_REPEATS). So any default sweep of such a machine can also serve as a baseline.
+# The fixed regression matrix is `bench sweep --backend all` on a 2-core machine, with the sweep's defaults:
+# both workloads at their CPU size, world sizes 1 and 2, every compared backend that can run here (the
+# parameter server too), the plain loop, and an allreduce sweep up to a bandwidth-bound message; each case
+# REGRESS_REPEATS times (a baseline: BASELINE_REPEATS).
 REGRESS_MATRIX = dict(nproc=2, world_sizes=[1, 2], workloads=["mnist_mlp", "resnet18"],
                       windows=SWEEP_DEFAULTS["windows"], warmup_steps=SWEEP_DEFAULTS["warmup_steps"],
                       comm_max_bytes=SWEEP_DEFAULTS["max_bytes"])
@@ -33,10 +33,10 @@ HOT_PATHS_FILE = "hot-paths.json"
 def regress_command(repeats: int, timeout: float | None = None) -> list[str]:
     """The `bench sweep` command line that runs the same matrix (recorded in the baseline file, for people)."""
     m = REGRESS_MATRIX
-    argv = ["bench", "sweep", "--nproc", str(m["nproc"]), "--world-sizes", ",".join(map(str, m["world_sizes"])),
-            "--workload", ",".join(m["workloads"]), "--windows", str(m["windows"]),
-            "--warmup-steps", str(m["warmup_steps"]), "--max-bytes",
-            m["comm_max_bytes"], "--repeats", str(repeats)]
+    argv = ["bench", "sweep", "--backend", "all", "--nproc", str(m["nproc"]),
+            "--world-sizes", ",".join(map(str, m["world_sizes"])), "--workload", ",".join(m["workloads"]),
+            "--windows", str(m["windows"]), "--warmup-steps", str(m["warmup_steps"]),
+            "--max-bytes", m["comm_max_bytes"], "--repeats", str(repeats)]
     return argv + (["--timeout", f"{timeout:g}"] if timeout is not None else [])
 
 

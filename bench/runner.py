@@ -129,15 +129,18 @@ def run_specs(specs: list, store, title: str, show_progress: bool = False, on_re
     return records
 
 
-def run_sweep(store, title: str, *, backends: list[str] | None, workloads: list[str], device: str,
+def run_sweep(store, title: str, *, backends: list[str] | str | None, workloads: list[str], device: str,
               world_sizes: list[int], options: dict, comm: dict | None, with_plain_loop: bool = True,
               repeats: int = 1) -> tuple[str, list]:
     """Plan a sweep (bench.plan.plan_sweep) under a new sweep id and run it: (sweep id, records).
-    backends None: every compared backend that can run here, saying which cannot."""
+    backends None: every compared backend that can run here; "primary": the primary pair's; saying which
+    cannot."""
+    from bench.backends import PRIMARY
     from bench.plan import available_backends, plan_sweep
 
-    if backends is None:
-        backends = available_backends(device, lambda name, why: note(f"bench: skipping {name}: {why}"))
+    if backends is None or backends == "primary":
+        backends = available_backends(device, lambda name, why: note(f"bench: skipping {name}: {why}"),
+                                      PRIMARY if backends == "primary" else None)
     sweep_id = new_run_id()
     plan = plan_sweep(backends, workloads, device, world_sizes, options=options, comm=comm, sweep_id=sweep_id,
                       with_plain_loop=with_plain_loop, repeats=repeats)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.backends import COMPARED
+from bench.backends import COMPARED, PRIMARY
 from bench.cli import options
 from bench.cli.common import comm_options, names, open_store, print_json, spec_options, status_exit
 from bench.runner import note, run_sweep
@@ -15,8 +15,9 @@ from workloads import WORKLOADS
 def add_parser(verbs) -> None:
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("what runs")
-    g.add_argument("--backend", help=f"comma-separated backends (default: every compared backend that can run "
-                                     f"here, of {', '.join(COMPARED)})")
+    g.add_argument("--backend", help=f"comma-separated backends, or all (every compared backend that can run "
+                                     f"here, of {', '.join(COMPARED)}); default: {' and '.join(PRIMARY)}, the "
+                                     f"question's pair, where they can run")
     g.add_argument("--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)})")
     g.add_argument("--world-sizes", type=options.world_sizes,
                    help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)")
@@ -41,7 +42,8 @@ def cmd(args) -> int:
     store = open_store(args.store)
     # a sweep's launches are short; its replicates are launches (bench.plan.SWEEP_DEFAULTS)
     spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args)
-    _, records = run_sweep(store, "bench sweep", backends=names(args.backend),
+    backends = None if args.backend == "all" else names(args.backend) or "primary"
+    _, records = run_sweep(store, "bench sweep", backends=backends,
                            workloads=names(args.workload) or list(WORKLOADS), device=device,
                            world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,
                            comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
