@@ -206,7 +206,7 @@ def test_the_regression_matrix_command_line_means_the_matrix():
     assert args.warmup_steps == m["warmup_steps"]
     # the matrix is the default sweep: a default sweep of a 2-core machine can serve as a baseline
     default = build_parser().parse_args(["sweep"])
-    assert default.max_bytes == args.max_bytes and SWEEP_DEFAULTS["windows"] == m["windows"]
+    assert args.backend is None and default.max_bytes == args.max_bytes and SWEEP_DEFAULTS["windows"] == m["windows"]
     assert args.repeats == 5 and args.timeout == 60.0
 
 

@@ -12,10 +12,11 @@ from conftest import bench
 
 pytestmark = pytest.mark.slow
 
-# Small: the plain loop and elastic at one worker (one thread, as in the regression matrix), both workloads,
+# Small: the plain loop and elastic at one worker (one thread, as in the regression matrix), on ResNet18
+# (the MLP's 5 ms steps spread too much between launches to resolve a 20% slowdown at 5 + 3 launches),
 # 3 windows a run (the noise that matters is between launches, not windows); like `bench regress`, the
 # baseline launches every case 5 times and the runs judged 3 times.
-SMALL = ["--backend", "elastic", "--workload", "mnist_mlp,resnet18", "--world-sizes", "1", "--nproc", "2",
+SMALL = ["--backend", "elastic", "--workload", "resnet18", "--world-sizes", "1", "--nproc", "2",
          "--threads", "1", "--warmup-steps", "3", "--windows", "3", "--no-comm"]
 
 
@@ -41,7 +42,7 @@ def test_an_aa_comparison_passes(gate):
     # a baseline taken from a store (no host calibration) cannot vouch for its host: absolute figures skipped
     assert all(r["kind"] == "throughput" and "calibration" in r["why"] for r in rows if r["verdict"] == "skipped")
     vs_plain = [r for r in rows if r["kind"] == "vs_plain"]
-    assert len(vs_plain) == 2 and all((r["baseline_runs"], r["current_runs"]) == (5, 3) for r in vs_plain)
+    assert len(vs_plain) == 1 and all((r["baseline_runs"], r["current_runs"]) == (5, 3) for r in vs_plain)
 
 
 def test_a_twenty_percent_slowdown_fails_and_names_the_metric(gate):
@@ -60,7 +61,7 @@ def test_a_twenty_percent_slowdown_fails_and_names_the_metric(gate):
     last = proc.stderr.strip().splitlines()[-1]
     # named: a figure of the slowed backend (its ratio to the plain loop, or its throughput), never the
     # plain loop's own
-    assert re.search(r"(vs_plain|throughput) elastic (mnist_mlp|resnet18) n=1 regressed -\d", last), last
+    assert re.search(r"(vs_plain|throughput) elastic resnet18 n=1 regressed -\d", last), last
     assert "single" not in last, last
 
 
@@ -70,7 +71,7 @@ def test_aa_calibration_reports_every_pair(gate):
     out = json.loads(proc.stdout)
     assert out["pairs"] == 2
     kinds = {r["kind"]: r for r in out["rows"]}
-    assert kinds["vs_plain"]["compared"] == 4 and kinds["throughput"]["compared"] == 8
+    assert kinds["vs_plain"]["compared"] == 2 and kinds["throughput"]["compared"] == 4
 
 
 def test_two_sweeps_of_the_same_code_do_not_contradict_each_other(gate):
@@ -81,7 +82,7 @@ def test_two_sweeps_of_the_same_code_do_not_contradict_each_other(gate):
     out = json.loads(proc.stdout)
     assert len(out["sweeps"]) == 2 and out["contradictions"] == []
     claims = out["claims"][out["sweeps"][0]]
-    assert {"elastic / plain loop, mnist_mlp cpu b64 x1", "elastic / plain loop, resnet18 cpu b16 x1"} <= set(claims)
+    assert "elastic / plain loop, resnet18 cpu b16 x1" in set(claims)
     assert all(c["launches"] == [5, 5] for c in claims.values())
 
 
