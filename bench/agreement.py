@@ -93,8 +93,12 @@ def agreement(sweeps: dict[str, list]) -> dict:
     ids = sorted(claims)
     pairs = {(a, b): contradictions(claims[a], claims[b]) for i, a in enumerate(ids) for b in ids[i + 1:]}
     keys = sorted({k for c in claims.values() for k in c})
-    resolved = [k for k in keys if all(k in claims[s] and claims[s][k].direction for s in ids)
-                and len({claims[s][k].direction for s in ids}) == 1]
+    # significant, and in the same direction, in every sweep that made the comparison (two or more)
+    resolved = []
+    for k in keys:
+        made = [claims[s][k] for s in ids if k in claims[s]]
+        if len(made) >= 2 and all(c.direction for c in made) and len({c.direction for c in made}) == 1:
+            resolved.append(k)
     return {"sweeps": ids, "claims": claims, "pairs": pairs, "keys": keys, "resolved_everywhere": resolved}
 
 
@@ -112,5 +116,6 @@ def format_agreement(result: dict) -> str:
     lines.append(f"* significant (95% interval excludes 0); otherwise (±R): the smallest difference that sweep "
                  f"could have detected.")
     lines.append(f"{len(ids)} sweeps, {n_pairs} pairs, {len(result['keys'])} comparisons: {n_bad} contradiction(s); "
-                 f"{len(result['resolved_everywhere'])} comparison(s) significant in the same direction in every sweep.")
+                 f"{len(result['resolved_everywhere'])} comparison(s) significant in the same direction in every sweep "
+                 "that made it.")
     return "\n".join(lines)

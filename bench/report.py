@@ -65,28 +65,29 @@ def _case(record) -> str:
 
 
 # ---------------------------------------------------------------- sections every page has
-def agreement_note(frame) -> str:
-    """Whether the sweeps on the page agree with each other (bench.agreement), when there are several."""
+def agreement_note(frame) -> tuple[str, bool]:
+    """Whether the sweeps on the page agree with each other (bench.agreement), when there are several:
+    (the sentence, whether two sweeps contradict each other)."""
     from bench.agreement import agreement
 
     sweeps = {sid: list(group["record"]) for sid, group in frame.groupby("sweep_id") if sid}
     if len(sweeps) < 2:
-        return ""
+        return "", False
     result = agreement(sweeps)
     bad = sorted({k for keys in result["pairs"].values() for k in keys})
     head = (f"Rerun check: this selection holds {len(sweeps)} sweeps; each comparison taken from each sweep on its "
             f"own ({len(result['keys'])} comparisons, {len(result['pairs'])} pairs of sweeps, `bench agreement`): ")
     if bad:
-        return head + f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}."
+        return head + f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}.", True
     return head + (f"no contradiction; {len(result['resolved_everywhere'])} comparison(s) significant in the same "
-                   "direction in every sweep.")
+                   "direction in every sweep that made them."), False
 
 
-def verdict_section(parts: list[ReportPart], rerun: str = "") -> Section:
+def verdict_section(parts: list[ReportPart], rerun: tuple[str, bool] = ("", False)) -> Section:
     sentences = [s for p in parts for s in p.verdict]
     blocks = [Bullets(sentences, "verdict")] if sentences else []
-    if rerun:
-        blocks.append(Paragraph(rerun, "warn" if "contradict" in rerun else "note"))
+    if rerun[0]:
+        blocks.append(Paragraph(rerun[0], "warn" if rerun[1] else "note"))
     blocks += [Paragraph(p.no_verdict) for p in parts if p.no_verdict and not p.verdict]
     blocks += [Paragraph(line, "warn") for p in parts for line in p.fairness]
     blocks += [Paragraph(line) for p in parts for line in p.verdict_notes]
