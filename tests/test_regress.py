@@ -1,4 +1,4 @@
-"""The regression gate on real runs: an A/A comparison passes, a 20% slowdown fails and names the metric,
+"""The regression gate on real runs: an A/A comparison passes, an injected slowdown fails and names the metric,
 and the hot-path benchmarks fail against a baseline they are much slower than."""
 
 import json
@@ -13,11 +13,14 @@ from conftest import bench
 pytestmark = pytest.mark.slow
 
 # Small: the plain loop and elastic at one worker (one thread, as in the regression matrix), on ResNet18
-# (the MLP's 5 ms steps spread too much between launches to resolve a 20% slowdown at 5 + 3 launches),
-# 3 windows a run (the noise that matters is between launches, not windows); like `bench regress`, the
-# baseline launches every case 5 times and the runs judged 3 times.
+# (the MLP's 5 ms steps spread the most between launches), 3 windows of 10 steps a run; like
+# `bench regress`, the baseline launches every case 5 times and the runs judged 3 times.
 SMALL = ["--backend", "elastic", "--workload", "resnet18", "--world-sizes", "1", "--nproc", "2",
-         "--threads", "1", "--warmup-steps", "3", "--windows", "3", "--no-comm"]
+         "--threads", "1", "--warmup-steps", "3", "--windows", "3", "--steps-per-window", "10", "--no-comm"]
+# The slowdown the gate must catch here: step time x 1.5 (throughput -33%). On this 2-core machine
+# launches of one case spread 10-14%, so 5 + 3 launches at the gate's 99.5% cannot resolve a 20% slowdown
+# (measured: -26.7%, interval -51%..+11%, `unstable`); the gate's sensitivity is measured in docs/method.md.
+SLOWDOWN = "50%"
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +28,7 @@ def gate(tmp_path_factory):
     base = tmp_path_factory.mktemp("gate")
     store, slow = base / "aa.sqlite", base / "slow.sqlite"
     for target, extra in ((store, ["--repeats", 5]), (store, ["--repeats", 3]),
-                          (slow, ["--repeats", 3, "--inject-delay", "20%"])):
+                          (slow, ["--repeats", 3, "--inject-delay", SLOWDOWN])):
         proc = bench("sweep", *SMALL, "--store", target, *extra, timeout=900)
         assert proc.returncode == 0, proc.stderr
     first = min({r.spec.sweep_id for r in Store(store).records()})
@@ -45,7 +48,7 @@ def test_an_aa_comparison_passes(gate):
     assert len(vs_plain) == 1 and all((r["baseline_runs"], r["current_runs"]) == (5, 3) for r in vs_plain)
 
 
-def test_a_twenty_percent_slowdown_fails_and_names_the_metric(gate):
+def test_an_injected_slowdown_fails_and_names_the_metric(gate):
     slow = Store(gate["slow"]).records()
     # the delay reached every compared backend's workers, and never the plain loop
     for rec in slow:
