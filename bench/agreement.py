@@ -39,42 +39,14 @@ class Claim:
 
 
 def sweep_claims(records: list) -> dict[str, Claim]:
-    """The comparisons of one sweep's records, by key."""
-    from bench.backends import PLAIN_LOOP, PRIMARY
-    from bench.comm import format_bytes
-    from bench.frame import records_to_frame
-    from bench.stats import ratio_of_cases
-    from bench.tasks.comm_report import matched_size_estimates
-    from bench.tasks.train_report import replicated_cases
+    """The comparisons of one sweep's records, by key: what each task's report view compares
+    (bench.tasks.base.Task.comparisons)."""
+    from bench.frame import of_task, records_to_frame
+    from bench.tasks import all_tasks
 
     frame = records_to_frame(records)
-    train = frame[(frame["task"] == "train") & (frame["status"] == "ok")]
-    claims: dict[str, Claim] = {}
-
-    def add(key, est):
-        claims[key] = Claim(key, est)
-
-    cases = replicated_cases(train) if not train.empty else []
-    by_place: dict[tuple, dict] = {}
-    for c in cases:
-        where = f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
-        by_place.setdefault(where, {})[c.backend] = c
-        if c.vs_plain is not None:
-            add(f"{c.backend} / plain loop, {where}", c.vs_plain)
-        if c.efficiency is not None:
-            add(f"{c.backend} efficiency, {where}", c.efficiency)
-    first, second = PRIMARY
-    for where, rows in by_place.items():
-        if first in rows and second in rows:
-            add(f"{first} / {second}, {where}", ratio_of_cases([rows[first].values], [rows[second].values]))
-        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):
-            for primary in PRIMARY:
-                if primary in rows:
-                    add(f"{other} / {primary}, {where}", ratio_of_cases([rows[other].values], [rows[primary].values]))
-    comm = frame[(frame["task"] == "comm") & (frame["status"] == "ok")]
-    for (world, dtype, size), est in matched_size_estimates(comm).items():
-        add(f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}", est)
-    return claims
+    return {key: Claim(key, est) for task in all_tasks()
+            for key, est in task.comparisons(of_task(frame, task.name)).items()}
 
 
 def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:

@@ -111,3 +111,10 @@ class Task(ABC):
         if self.report_module is None:
             return None
         return importlib.import_module(self.report_module).report_part(frame, context)
+
+    def comparisons(self, frame) -> dict:
+        """The comparisons this task's report view makes across launches, from the frame of its runs in one
+        sweep: name -> bench.stats.Estimate (`bench agreement` checks them between sweeps)."""
+        if self.report_module is None:
+            return {}
+        return importlib.import_module(self.report_module).comparisons(frame)

@@ -72,12 +72,15 @@ def matched_sizes(ok) -> dict[tuple, tuple[int, list[list[float]], str]]:
     return out
 
 
-def matched_size_estimates(ok) -> dict[tuple, "Estimate"]:
-    """(world, dtype, size) -> the first primary backend's busbw over the second's at that size, across
-    launches."""
+def comparisons(frame) -> dict:
+    """The comparison the communication view makes (bench.tasks.base.Task.comparisons): the first primary
+    backend's allreduce busbw over the second's at the matched size, across launches."""
     from bench.stats import ratio_of_cases
 
-    return {(world, dtype, size): ratio_of_cases([values[0]], [values[1]])
+    first, second = PRIMARY
+    ok = frame[frame["status"] == "ok"]
+    return {f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}":
+            ratio_of_cases([values[0]], [values[1]])
             for (world, dtype), (size, values, _) in matched_sizes(ok).items()}
 
 

@@ -390,6 +390,30 @@ def method() -> list:
     ]
 
 
+def comparisons(frame) -> dict[str, stats.Estimate]:
+    """Every comparison the training view makes (bench.tasks.base.Task.comparisons): each case against the
+    plain loop, scaling efficiency, the primary pair, and each reference backend against each primary."""
+    ok = frame[frame["status"] == "ok"]
+    cases = replicated_cases(ok) if not ok.empty else []
+    out: dict[str, stats.Estimate] = {}
+    by_place: dict[str, dict[str, Case]] = {}
+    for c in cases:
+        where = f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
+        by_place.setdefault(where, {})[c.backend] = c
+        if c.vs_plain is not None:
+            out[f"{c.backend} / plain loop, {where}"] = c.vs_plain
+        if c.efficiency is not None:
+            out[f"{c.backend} efficiency, {where}"] = c.efficiency
+    first, second = PRIMARY
+    for where, rows in by_place.items():
+        if first in rows and second in rows:
+            out[f"{first} / {second}, {where}"] = difference(rows[first], rows[second])["estimate"]
+        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):
+            for primary in (b for b in PRIMARY if b in rows):
+                out[f"{other} / {primary}, {where}"] = difference(rows[other], rows[primary])["estimate"]
+    return out
+
+
 SIGNIFICANCE = round(1 - stats.CONFIDENCE, 10)  # stated in the method: p below this is significant
 
 
