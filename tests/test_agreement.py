@@ -95,3 +95,28 @@ def test_the_page_says_whether_its_sweeps_agree():
     assert "1 comparison(s) contradict between sweeps: elastic / horovod, mnist_mlp cpu b64 x2" in page
     # one sweep: nothing to check, nothing said
     assert "Rerun check" not in render_report(records_to_frame(sweep("a", CLEAR)), "test")
+
+
+def test_sooner_startup_is_claimed_only_across_launches():
+    import dataclasses
+
+    def with_startup(recs, backend, seconds):
+        out = []
+        for r in recs:
+            if r.spec.backend == backend:
+                startup = dataclasses.replace(r.metrics.startup, launch_to_first_step_s=seconds.pop(0))
+                r = dataclasses.replace(r, metrics=dataclasses.replace(r.metrics, startup=startup))
+            out.append(r)
+        return out
+
+    recs = sweep("s1", CLEAR)
+    recs = with_startup(recs, "elastic", [9.0, 9.2, 8.9, 9.1, 9.0, 9.1])
+    recs = with_startup(recs, "horovod", [11.0, 11.3, 10.9, 11.2, 11.1, 11.0])
+    assert any(line.startswith("elastic reached its first step sooner (median 9.1 s vs 11.1 s, 6 + 6 launches")
+               for line in page_part(recs).recommendation)
+    # one launch a side: a median, never "sooner"
+    one = sweep("s2", {("elastic", 2): [150], ("horovod", 2): [120]})
+    one = with_startup(with_startup(one, "elastic", [5.0]), "horovod", [9.0])
+    lines = page_part(one).recommendation
+    assert not any("sooner" in line for line in lines)
+    assert any(line.startswith("Startup to the first step did not differ significantly") for line in lines)

@@ -230,13 +230,27 @@ def recommendation(comparisons: list[dict], cases: list[Case]) -> list[str]:
         overhead = {b: sum(c["winner"] == b for c in single) for b in PRIMARY}
         lines.append("At one worker, where only the wrapper's overhead is measured: " +
                      ", ".join(f"{b} significantly faster in {k} of {len(single)}" for b, k in overhead.items()) + ".")
-    start = {b: [c.startup_s for c in cases if c.backend == b and c.startup_s is not None] for b in PRIMARY}
-    start = {b: statistics.median(v) for b, v in start.items() if v}
-    if len(start) == 2:
-        quick, slow = sorted(start, key=start.get)
-        lines.append(f"{quick} reached its first step sooner (median {start[quick]:.1f} s vs "
-                     f"{start[slow]:.1f} s for {slow}).")
+    lines += startup_sentence(cases)
     return lines
+
+
+def startup_sentence(cases: list[Case]) -> list[str]:
+    """Which primary backend reaches its first step sooner: every launch's launch-to-first-step time of the
+    cases both ran (same conditions and world size), compared across launches like throughput."""
+    both = {(tuple(c.cond.values()), c.world_size) for c in cases if c.backend == PRIMARY[0]} & \
+        {(tuple(c.cond.values()), c.world_size) for c in cases if c.backend == PRIMARY[1]}
+    times = {b: [r.metrics.startup.launch_to_first_step_s for c in cases if c.backend == b
+                 and (tuple(c.cond.values()), c.world_size) in both for r in c.records
+                 if r.metrics.startup.launch_to_first_step_s] for b in PRIMARY}
+    if not all(times.values()):
+        return []
+    est = stats.ratio_of_cases([times[PRIMARY[0]]], [times[PRIMARY[1]]])
+    quick, slow = (PRIMARY[0], PRIMARY[1]) if est.ratio < 1 else (PRIMARY[1], PRIMARY[0])
+    medians = f"median {statistics.median(times[quick]):.1f} s vs {statistics.median(times[slow]):.1f} s, " \
+              f"{len(times[quick])} + {len(times[slow])} launches"
+    if est.significant:
+        return [f"{quick} reached its first step sooner ({medians} for {slow})."]
+    return [f"Startup to the first step did not differ significantly ({quick} {medians} for {slow})."]
 
 
 # ---------------------------------------------------------------- sections
