@@ -74,8 +74,10 @@ def note(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+def format_duration(seconds: float) -> str:
+    """A duration for a progress line: 42s, 3m05s."""
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def time_left(specs: list, durations: dict) -> float | None:
@@ -115,8 +117,8 @@ def run_specs(specs: list, store, title: str, show_progress: bool = False, on_re
         durations.setdefault(_kind(spec), []).append(time.monotonic() - began)
         records.append(record)
         left = time_left(specs[i:], durations)
-        clock = f" [{_minutes(time.monotonic() - started)} so far" + \
-            (f", about {_minutes(left)} left]" if left is not None and i < n else "]")
+        clock = f" [{format_duration(time.monotonic() - started)} so far" + \
+            (f", about {format_duration(left)} left]" if left is not None and i < n else "]")
         note(f"{head}: {record.task.one_line(record)}{clock}")
         if on_record is not None:
             on_record(record)
@@ -124,7 +126,7 @@ def run_specs(specs: list, store, title: str, show_progress: bool = False, on_re
             note(f"{title}: interrupted; {n - i} run(s) not started")
             break
     failed = sum(r.status != "ok" for r in records)
-    note(f"{title}: {len(records) - failed} ok, {failed} not ok in {_minutes(time.monotonic() - started)}; "
+    note(f"{title}: {len(records) - failed} ok, {failed} not ok in {format_duration(time.monotonic() - started)}; "
          f"`bench list --store {store.path}` shows them")
     return records
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.errors import EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
-from bench.runner import note
+from bench.runner import format_duration, note
 
 ALLREDUCE_BYTES = 16 * 2**20  # bandwidth-bound, and the largest message of a default sweep
 DEFAULT_PAIRS = 5
@@ -139,11 +139,6 @@ class Check:
 
 
 # ---------------------------------------------------------------- the adaptive loop
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
 def progress_line(check: Check, pairs: int, elapsed: float, left: str) -> str:
     g, n = check.goal, check.pairs
     first = check.order[-2]
@@ -152,7 +147,7 @@ def progress_line(check: Check, pairs: int, elapsed: float, left: str) -> str:
     count = f"{n}/{pairs}" if n <= pairs else f"{n}, goal ±{g.resolution:.0%}"
     return (f"[{check.backend} {g.figure} {count}] suite {g.fmt.format(check.suite[-1])} {g.unit}, "
             f"bare {g.fmt.format(check.bare[-1])} {g.unit} ({first} first); {so_far}; "
-            f"elapsed {_duration(elapsed)}, {left}")
+            f"elapsed {format_duration(elapsed)}, {left}")
 
 
 def run_checks(checks: list[Check], pairs: int, budget_s: float, say: Callable[[str], None] = note,
@@ -169,7 +164,7 @@ def run_checks(checks: list[Check], pairs: int, budget_s: float, say: Callable[[
             if c.error is None and c.pairs < pairs:
                 per = sum(c.pair_seconds) / c.pairs if c.pairs else guess
                 rest += (pairs - c.pairs) * per
-        return f"about {_duration(rest)} left" if rest else "minimum pairs done"
+        return f"about {format_duration(rest)} left" if rest else "minimum pairs done"
 
     def one_pair(check: Check, left: Callable[[Check], str]) -> None:
         try:
@@ -185,7 +180,7 @@ def run_checks(checks: list[Check], pairs: int, budget_s: float, say: Callable[[
             one_pair(check, left_for_minimum)
 
     def left_of_budget(_check: Check) -> str:
-        return f"adding pairs until the goal or the time budget ({_duration(start + budget_s - clock())} left)"
+        return f"adding pairs until the goal or the time budget ({format_duration(start + budget_s - clock())} left)"
 
     while clock() - start < budget_s:
         pending = [c for c in checks if c.error is None and not c.resolved]

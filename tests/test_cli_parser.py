@@ -230,7 +230,7 @@ def test_run_specs_prints_progress_and_stops_after_an_interrupted_run(monkeypatc
     assert err[0] == "bench test: 4 run(s) -> x.sqlite"
     assert "[2/4] elastic mnist_mlp world 2 ..." in err
     # each finished run says how it ended, the time so far and, once a run has ended, the time left
-    assert re.fullmatch(r"\[2/4\] elastic mnist_mlp world 2: failed \[\d+ s so far, about \d+ s left\]", err[4])
+    assert re.fullmatch(r"\[2/4\] elastic mnist_mlp world 2: failed \[\d+s so far, about \d+s left\]", err[4])
     assert "bench test: interrupted; 1 run(s) not started" in err
     assert err[-1].startswith("bench test: 1 ok, 2 not ok in ")
 
