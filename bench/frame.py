@@ -1,5 +1,6 @@
-"""Records as a pandas DataFrame (one row per run), and the figures computed across runs (scaling
-efficiency). The columns every run has are spelled here; each task adds its own (Task.columns)."""
+"""Records as a pandas DataFrame (one row per run), and which launches replicate each other. The columns
+every run has are spelled here; each task adds its own (Task.columns). Figures across runs (efficiency,
+vs the plain loop) are the training view's (bench.tasks.train_report.replicated_cases)."""
 
 from __future__ import annotations
 
@@ -48,37 +49,6 @@ def load_frame(store):
 def of_task(frame, task: str):
     """The rows of one task's runs (the report hands each task its own)."""
     return frame[frame["task"] == task]
-
-
-def with_efficiency(frame, plain_backend: str | None = None):
-    """Add weak-scaling efficiency columns to the ok runs that have a throughput.
-
-    efficiency = thr(N) / (N x thr(1)), thr(1) the latest ok run of the same backend at world size 1
-    under the same conditions; efficiency_vs_plain uses the plain single-process loop instead.
-    """
-    import pandas as pd
-
-    from bench.backends import PLAIN_LOOP
-
-    plain_backend = plain_backend or PLAIN_LOOP
-    ok = frame[(frame["status"] == "ok") & frame["throughput"].notna()].copy()
-    ok["efficiency"] = float("nan")
-    ok["efficiency_vs_plain"] = float("nan")
-    if ok.empty:
-        return ok
-    latest = ok.sort_values("created_at").groupby(["backend", *CONDITIONS, "world_size"]).tail(1)
-    ones = latest[latest["world_size"] == 1].set_index(["backend", *CONDITIONS])["throughput"]
-    plain = ones.xs(plain_backend, level="backend") if plain_backend in ones.index.get_level_values(0) \
-        else pd.Series(dtype=float)
-    for idx, row in ok.iterrows():
-        key = tuple(row[c] for c in CONDITIONS)
-        one = ones.get((row["backend"], *key))
-        if one:
-            ok.at[idx, "efficiency"] = row["throughput"] / (row["world_size"] * one)
-        base = plain.get(key) if len(plain) else None
-        if base:
-            ok.at[idx, "efficiency_vs_plain"] = row["throughput"] / (row["world_size"] * base)
-    return ok
 
 
 def launch_group(row) -> str:

@@ -9,7 +9,7 @@ import pytest
 from bench.aggregate import process_status
 from bench.comm import GB, OPS, ops_per_size, run_sweep, sweep_plan
 from bench.errors import UsageError
-from bench.frame import records_to_frame, with_efficiency
+from bench.frame import records_to_frame
 from bench.records import RunError, build
 from bench.spec import check_timeout
 from bench.tasks import get_task
@@ -357,22 +357,29 @@ def test_the_fault_task_concludes_with_the_launchers_own_report(tmp_path, kill_s
 
 # ---------------------------------------------------------------- efficiency across runs
 def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
-    recs = [train_record("p", "single", 1, [100.0, 100.0], 1), train_record("e1-old", "elastic", 1, [50.0, 50.0], 2),
+    from bench.tasks.train_report import replicated_cases
+
+    recs = [train_record("p", "single", 1, [100.0, 100.0], 1),
+            train_record("e1-old", "elastic", 1, [50.0, 50.0], 2, sweep_id="s0"),
             train_record("e1", "elastic", 1, [90.0, 90.0], 3), train_record("e2", "elastic", 2, [150.0, 150.0], 4),
             train_record("e4", "elastic", 4, [240.0, 240.0], 5), train_record("h2", "horovod", 2, [160.0, 160.0], 6),
             train_record("x", "elastic", 2, None, 7, status="crashed"),
             train_record("b32", "elastic", 2, [80.0, 80.0], 8, spec_fields={"batch_size": 32})]
-    ok = with_efficiency(records_to_frame(recs)).set_index("run_id")
-    assert "x" not in ok.index  # only ok runs with a throughput
-    assert ok.at["e2", "efficiency"] == pytest.approx(150 / (2 * 90))  # the latest one-worker run counts
-    assert ok.at["e4", "efficiency"] == pytest.approx(240 / (4 * 90))
-    assert ok.at["e1", "efficiency"] == pytest.approx(1.0) and ok.at["e1-old", "efficiency"] == pytest.approx(50 / 90)
-    assert ok.at["e2", "efficiency_vs_plain"] == pytest.approx(150 / (2 * 100))
-    assert ok.at["p", "efficiency_vs_plain"] == pytest.approx(1.0)
-    assert math.isnan(ok.at["h2", "efficiency"]) and ok.at["h2", "efficiency_vs_plain"] == pytest.approx(0.8)
+    frame = records_to_frame(recs)
+    cases = {(c.backend, c.world_size, c.cond["batch_size"]): c
+             for c in replicated_cases(frame[frame["status"] == "ok"])}
+    assert [r.run_id for r in cases[("elastic", 2, 64)].records] == ["e2"]  # only ok runs
+    assert [r.run_id for r in cases[("elastic", 1, 64)].records] == ["e1"]  # the latest sweep of the case
+    assert cases[("elastic", 2, 64)].efficiency.ratio == pytest.approx(150 / (2 * 90))
+    assert cases[("elastic", 4, 64)].efficiency.ratio == pytest.approx(240 / (4 * 90))
+    assert cases[("elastic", 1, 64)].efficiency is None  # defined above one worker
+    assert cases[("elastic", 2, 64)].vs_plain.ratio == pytest.approx(150 / (2 * 100))
+    assert cases[("single", 1, 64)].vs_plain is None
+    assert cases[("horovod", 2, 64)].efficiency is None and cases[("horovod", 2, 64)].vs_plain.ratio == pytest.approx(0.8)
     # other conditions (a smaller batch) have no one-worker run to compare with
-    assert math.isnan(ok.at["b32", "efficiency"]) and math.isnan(ok.at["b32", "efficiency_vs_plain"])
-    assert with_efficiency(records_to_frame([recs[-2]])).empty
+    assert cases[("elastic", 2, 32)].efficiency is None and cases[("elastic", 2, 32)].vs_plain is None
+    # one launch a side: a ratio, no interval
+    assert not cases[("elastic", 2, 64)].efficiency.replicated
 
 
 # ---------------------------------------------------------------- labels
