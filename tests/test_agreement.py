@@ -112,7 +112,7 @@ def test_sooner_startup_is_claimed_only_across_launches():
     recs = sweep("s1", CLEAR)
     recs = with_startup(recs, "elastic", [9.0, 9.2, 8.9, 9.1, 9.0, 9.1])
     recs = with_startup(recs, "horovod", [11.0, 11.3, 10.9, 11.2, 11.1, 11.0])
-    assert any(line.startswith("elastic reached its first step sooner (median 9.1 s vs 11.1 s, 6 + 6 launches")
+    assert any(line.startswith("elastic reached its first step sooner (median 9.1 s vs 11.1 s for horovod, 6 + 6 launches)")
                for line in page_part(recs).recommendation)
     # one launch a side: a median, never "sooner"
     one = sweep("s2", {("elastic", 2): [150], ("horovod", 2): [120]})

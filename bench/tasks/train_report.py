@@ -246,11 +246,11 @@ def startup_sentence(cases: list[Case]) -> list[str]:
         return []
     est = stats.ratio_of_cases([times[PRIMARY[0]]], [times[PRIMARY[1]]])
     quick, slow = (PRIMARY[0], PRIMARY[1]) if est.ratio < 1 else (PRIMARY[1], PRIMARY[0])
-    medians = f"median {statistics.median(times[quick]):.1f} s vs {statistics.median(times[slow]):.1f} s, " \
-              f"{len(times[quick])} + {len(times[slow])} launches"
+    medians = (f"median {statistics.median(times[quick]):.1f} s vs {statistics.median(times[slow]):.1f} s for "
+               f"{slow}, {len(times[quick])} + {len(times[slow])} launches")
     if est.significant:
-        return [f"{quick} reached its first step sooner ({medians} for {slow})."]
-    return [f"Startup to the first step did not differ significantly ({quick} {medians} for {slow})."]
+        return [f"{quick} reached its first step sooner ({medians})."]
+    return [f"Startup to the first step did not differ significantly ({quick} {medians})."]
 
 
 # ---------------------------------------------------------------- sections
@@ -400,7 +400,9 @@ def method() -> list:
         [strong("Exposed communication"), " = step time at N workers - step time of the plain loop (one "
          "process, no wrapper) at the same per-worker batch, as a share of the step (= 1 - vs plain loop)."],
         [strong("Startup"), ": launch to worker processes, rendezvous (process-group initialisation), launch "
-         "to the end of the first step (max over ranks); medians over launches."],
+         "to the end of the first step (max over ranks); medians over launches. One backend reaches its first "
+         "step sooner only when every launch's time of the cases both ran differs significantly across "
+         "launches, as throughput is compared."],
     ]
 
 
