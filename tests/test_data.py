@@ -11,10 +11,13 @@ from workloads import WORKLOADS
 from workloads.data import DataError, ShardedBatches, SyntheticBatches, check_source, open_batches, read_idx
 
 
-def write_mnist(folder, n=50, gz=False, images_magic=2051):
+def write_mnist(folder, n=50, gz=False, images_magic=2051, label=None):
+    """MNIST's two training files with n random samples (label: sample 3 gets it)."""
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
     labels = rng.integers(0, 10, size=n, dtype=np.uint8)
+    if label is not None:
+        labels[3] = label
     opener = gzip.open if gz else open
     ext = ".gz" if gz else ""
     with opener(folder / f"train-images-idx3-ubyte{ext}", "wb") as fh:
@@ -27,7 +30,7 @@ def write_mnist(folder, n=50, gz=False, images_magic=2051):
 @pytest.mark.parametrize("gz", [False, True])
 def test_mnist_idx_files_are_read(tmp_path, gz):
     images, labels = write_mnist(tmp_path, gz=gz)
-    check_source("mnist", str(tmp_path))
+    check_source("mnist", str(tmp_path), world=2, batch=8)
     ext = ".gz" if gz else ""
     assert (read_idx(tmp_path / f"train-images-idx3-ubyte{ext}", "images") == images).all()
     assert (read_idx(tmp_path / f"train-labels-idx1-ubyte{ext}", "labels") == labels).all()
@@ -36,7 +39,7 @@ def test_mnist_idx_files_are_read(tmp_path, gz):
 def test_mnist_wrong_magic_is_refused(tmp_path):
     write_mnist(tmp_path, images_magic=1234)
     with pytest.raises(DataError, match="not an MNIST images file"):
-        check_source("mnist", str(tmp_path))
+        check_source("mnist", str(tmp_path), world=2, batch=8)
 
 
 def test_mnist_truncated_file_is_refused(tmp_path):
@@ -44,7 +47,44 @@ def test_mnist_truncated_file_is_refused(tmp_path):
     path = tmp_path / "train-images-idx3-ubyte"
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(DataError, match="header promises"):
-        check_source("mnist", str(tmp_path))
+        check_source("mnist", str(tmp_path), world=2, batch=8)
+
+
+def test_mnist_header_cut_short_is_refused(tmp_path):
+    write_mnist(tmp_path)
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(path.read_bytes()[:8])  # magic and count, no rows and columns
+    with pytest.raises(DataError, match=f"{path} is too short.*header is cut short"):
+        check_source("mnist", str(tmp_path), world=1, batch=1)
+
+
+def test_mnist_corrupt_compressed_data_is_refused(tmp_path):
+    write_mnist(tmp_path, gz=True)
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    raw = path.read_bytes()
+    path.write_bytes(raw[:20] + bytes(len(raw) - 40) + raw[-20:])  # a valid gzip header, a broken stream
+    with pytest.raises(DataError, match=f"cannot read {path}"):
+        check_source("mnist", str(tmp_path), world=1, batch=1)
+
+
+def test_mnist_label_outside_the_classes_is_refused(tmp_path):
+    write_mnist(tmp_path, label=255)
+    with pytest.raises(DataError, match="train-labels-idx1-ubyte holds label 255 \\(sample 3\\).*0..9"):
+        check_source("mnist", str(tmp_path), world=1, batch=1)
+
+
+@pytest.mark.parametrize("world, batch, ok", [(2, 5, True), (2, 6, False), (3, 4, False), (1, 10, True)])
+def test_too_few_samples_for_the_world_are_refused_by_the_workers_rule(tmp_path, world, batch, ok):
+    """The parent's check is the rule ShardedBatches applies: each rank's share holds a full batch."""
+    images, labels = write_mnist(tmp_path, n=10)
+    for check in (lambda: check_source("mnist", str(tmp_path), world=world, batch=batch),
+                  lambda: ShardedBatches(images, labels.astype(np.int64), batch=batch, channels=1, image=28, seed=0,
+                                         rank=0, world=world, device="cpu")):
+        if ok:
+            check()
+        else:
+            with pytest.raises(DataError, match=f"10 samples: too few for {world} worker"):
+                check()
 
 
 @pytest.mark.parametrize("workload, channels, image", [("mnist_mlp", 1, 28), ("resnet18", 3, 32)])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+import zlib
 from pathlib import Path
 
 SOURCES = ("synthetic", "digits", "mnist")
@@ -62,24 +63,29 @@ def find_mnist(data_dir: str | os.PathLike | None) -> tuple[Path, Path]:
     return found[0], found[1]
 
 
+def _header(fh, path: Path, kind: str) -> tuple[int, int]:
+    """The next two big-endian 32-bit numbers of an IDX header."""
+    raw = fh.read(8)
+    if len(raw) < 8:
+        raise DataError(f"{path} is too short to be an MNIST {kind} file (its header is cut short)")
+    return struct.unpack(">II", raw)
+
+
 def read_idx(path: Path, kind: str):
     """Read one IDX file (images: N x rows x cols uint8, labels: N uint8) as a numpy array."""
     import numpy as np
 
     try:
         with _open_maybe_gz(path) as fh:
-            header = fh.read(8)
-            if len(header) < 8:
-                raise DataError(f"{path} is too short to be an MNIST {kind} file")
-            magic, count = struct.unpack(">II", header)
+            magic, count = _header(fh, path, kind)
             if magic != IDX_MAGIC[kind]:
                 raise DataError(f"{path} is not an MNIST {kind} file (magic number {magic}, "
                                 f"expected {IDX_MAGIC[kind]})")
             shape: tuple[int, ...] = (count,)
             if kind == "images":
-                shape += struct.unpack(">II", fh.read(8))
+                shape += _header(fh, path, kind)
             data = fh.read()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         raise DataError(f"cannot read {path}: {exc}") from None
     expected = 1
     for dim in shape:
@@ -89,21 +95,30 @@ def read_idx(path: Path, kind: str):
     return np.frombuffer(data, dtype=np.uint8).reshape(shape)
 
 
-def check_source(source: str, data_dir: str | None) -> None:
-    """Cheap parent-side validation, so bad input fails before any process starts."""
+def samples_per_rank(samples: int, world: int, batch: int) -> int:
+    """Samples each rank takes per epoch (DistributedSampler's cut), or DataError when that is less than
+    one batch: the rule the parent checks before launch and every rank's ShardedBatches relies on."""
+    per_rank = samples // world
+    if per_rank < batch:
+        raise DataError(f"the data set has {samples} samples: too few for {world} worker(s) x batch {batch} "
+                        "(every worker needs a full batch); lower --batch-size or the world size")
+    return per_rank
+
+
+def check_source(source: str, data_dir: str | None, *, world: int, batch: int) -> None:
+    """Parent-side validation, so bad input fails before any process starts: the files read as the
+    workers will read them (MNIST once: well under a second), and every rank gets full batches."""
     if source not in SOURCES:
         raise DataError(f"unknown data source {source!r}; choose one of {', '.join(SOURCES)}")
-    if source == "mnist":
-        images, labels = find_mnist(data_dir)
-        n_images = read_idx(images, "images").shape[0]
-        n_labels = read_idx(labels, "labels").shape[0]
-        if n_images != n_labels:
-            raise DataError(f"MNIST files disagree: {n_images} images but {n_labels} labels")
+    if source == "synthetic":
+        return
     if source == "digits":
         try:
             import sklearn.datasets  # noqa: F401
         except ImportError:
             raise DataError("--data digits needs scikit-learn (pip install scikit-learn)") from None
+    _, labels = load_real(source, data_dir)
+    samples_per_rank(len(labels), world, batch)
 
 
 def load_real(source: str, data_dir: str | None):
@@ -112,7 +127,17 @@ def load_real(source: str, data_dir: str | None):
 
     if source == "mnist":
         images_path, labels_path = find_mnist(data_dir)
-        return read_idx(images_path, "images"), read_idx(labels_path, "labels").astype(np.int64)
+        images, labels = read_idx(images_path, "images"), read_idx(labels_path, "labels")
+        if len(images) != len(labels):
+            raise DataError(f"MNIST files disagree: {images_path} holds {len(images)} images, {labels_path} "
+                            f"{len(labels)} labels")
+        classes = real_classes(source)
+        out_of_range = np.flatnonzero(labels >= classes)
+        if out_of_range.size:  # the loss would fail on it mid-run, in every worker
+            i = int(out_of_range[0])
+            raise DataError(f"{labels_path} holds label {labels[i]} (sample {i}); MNIST's {classes} classes take "
+                            f"labels 0..{classes - 1}")
+        return images, labels.astype(np.int64)
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -154,11 +179,8 @@ class ShardedBatches:
 
         self.images = torch.from_numpy(images.copy()).to(device)
         self.labels = torch.from_numpy(labels.copy()).to(device)
-        n = len(self.labels) // world * world
-        self.per_rank = n // world
-        if self.per_rank < batch:
-            raise DataError(f"the data set has {len(self.labels)} samples: too few for "
-                            f"{world} workers x batch {batch}; lower --batch-size or the world size")
+        self.per_rank = samples_per_rank(len(self.labels), world, batch)
+        n = self.per_rank * world
         scaled = self.images.float() / 255.0
         self.mean, self.std = scaled.mean().item(), scaled.std().item()
         self.batch, self.channels, self.image = batch, channels, image

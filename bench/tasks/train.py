@@ -62,7 +62,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         raise UsageError(f"--cpu-bind {spec_opts['cpu_bind']!r}: choose one of {', '.join(CPU_BINDS)}")
 
     try:
-        check_source(spec_opts["data"], spec_opts.get("data_dir"))
+        check_source(spec_opts["data"], spec_opts.get("data_dir"), world=world_size, batch=batch_size)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     if spec_opts.get("data_dir"):
