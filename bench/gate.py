@@ -62,6 +62,7 @@ HOT_PATH_TESTS = Path(__file__).resolve().parent.parent / "tests" / "benchmarks"
 # Absolute figures travel between hosts only when these facts agree and the hosts ran the same calibration
 # work (bench.environment.calibrate) within CALIBRATION_TOLERANCE of each other: a label is not a speed.
 MACHINE_KEYS = ("cpu_model", "cpu_count", "cuda_devices", "cpu_flags", "cpu_capability")
+CALIBRATION_KEYS = ("gemm_gflops", "conv_step_ms")  # bench.environment.calibrate's figures, compared by host_match
 CALIBRATION_TOLERANCE = 0.15
 # The hot paths are compared only when the reference work timed in the same pytest run (REFERENCE_BENCHMARK)
 # ran within HOT_PATH_HOST_TOLERANCE of its saved time; each figure is then divided by the reference's
@@ -355,11 +356,21 @@ def read_runs_file(path: str | Path, what: str) -> dict:
     """A baseline (or current) file, or a one-line error that says what to do."""
     path = Path(path)
     hint = "make one with `bench baseline` (or `nox -s baseline`)"
-    if not path.is_file():
-        raise UsageError(f"{what} file {path} does not exist; {hint}")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = path.read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        raise UsageError(f"{what} file {path} does not exist; {hint}") from None
+    except IsADirectoryError:
+        from bench.regress import BASELINE_FILE
+
+        raise UsageError(f"{what} file {path} is a directory; give a file, such as "
+                         f"{path / BASELINE_FILE} (what `bench baseline --dir {path}` writes)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{what} file {path} cannot be read ({getattr(exc, 'strerror', None) or exc}); "
+                         f"{hint}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise UsageError(f"{what} file {path} is not readable JSON ({exc}); {hint}") from None
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or not isinstance(data.get("records"), list):
         raise UsageError(f"{what} file {path} is not a bench baseline file; {hint}")
@@ -368,13 +379,29 @@ def read_runs_file(path: str | Path, what: str) -> dict:
                          f"{BASELINE_VERSION}; {hint}")
     if not data["records"]:
         raise UsageError(f"{what} file {path} holds no runs; {hint}")
+    problem = machine_problem(data.get("machine"))
+    if problem:
+        raise UsageError(f"{what} file {path}: {problem}; {hint}")
     records = []
-    for rec in data["records"]:
+    for i, rec in enumerate(data["records"]):
         try:
             records.append(RunRecord.from_dict(rec))
         except (RecordError, UsageError, KeyError, TypeError) as exc:
-            raise UsageError(f"{what} file {path} holds a malformed run record ({exc}); {hint}") from None
+            raise UsageError(f"{what} file {path}: run record {i} is malformed ({exc}); {hint}") from None
     return {**data, "records": records}
+
+
+def machine_problem(machine) -> str | None:
+    """What is wrong with a runs file's `machine` (what host_match reads), or None."""
+    if not isinstance(machine, dict):
+        return f"'machine' must be an object (the host the runs were made on), found {type(machine).__name__}"
+    calibration = machine.get("calibration")
+    if calibration in (None, {}):  # none recorded: host_match then leaves absolute figures ungated
+        return None
+    values = [calibration.get(k) for k in CALIBRATION_KEYS] if isinstance(calibration, dict) else [None]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
+        return f"'machine.calibration' must be null or hold positive numbers {' and '.join(CALIBRATION_KEYS)}"
+    return None
 
 
 # ---------------------------------------------------------------- the harness's own hot paths

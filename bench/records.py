@@ -41,10 +41,18 @@ def _hints(cls) -> dict:
     return hints[1]
 
 
+# JSON values a plain field accepts (a float field takes an integer: JSON writes 2.0 as 2 in some tools)
+PLAIN = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
+
+
 def from_json(tp, value, where: str = "record"):
     """`value` (plain JSON) as type `tp`: dataclasses, X | None, list[X], dict[str, X], plain values."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is typing.Any or tp is object:
+        return value
+    if tp in PLAIN:
+        if not isinstance(value, PLAIN[tp]) or (isinstance(value, bool) and tp is not bool):
+            raise RecordError(f"{where}: expected {tp.__name__}, found {type(value).__name__}")
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -54,8 +62,6 @@ def from_json(tp, value, where: str = "record"):
             return from_json(rest[0], value, where)
         return value  # a plain union of JSON types (int | float, ...)
     if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise RecordError(f"{where}: expected an object, found {type(value).__name__}")
         return build(tp, value, where)
     if origin in (list, tuple):
         if not isinstance(value, list):
@@ -71,6 +77,8 @@ def from_json(tp, value, where: str = "record"):
 def build(cls, data: dict, where: str | None = None):
     """An instance of dataclass `cls` from a dict of its fields (typed recursively); strict about names."""
     where = where or cls.__name__
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: expected an object, found {type(data).__name__}")
     hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = set(data) - names
@@ -210,11 +218,13 @@ class RunRecord(Record):
         if not isinstance(data, dict):
             raise RecordError("a record must be a JSON object")
         data = upgrade(data)
-        try:
-            task = get_task(data["spec"]["task"])
-        except Exception as exc:
-            raise RecordError(f"record {data.get('run_id')}: {exc}") from None
         where = f"record {data.get('run_id')}"
+        if not isinstance(data.get("spec"), dict):
+            raise RecordError(f"{where}.spec: expected an object, found {type(data.get('spec')).__name__}")
+        try:
+            task = get_task(data["spec"].get("task"))
+        except Exception as exc:
+            raise RecordError(f"{where}: {exc}") from None
         spec = build(RunSpec, data["spec"], f"{where}.spec")
         metrics = None if data.get("metrics") is None else build(task.metrics_type, data["metrics"],
                                                                  f"{where}.metrics")

@@ -163,13 +163,26 @@ def test_baseline_file_round_trip_and_bad_files(tmp_path):
            "other.json": (json.dumps({"runs": []}), "not a bench baseline file"),
            "empty.json": (json.dumps({**raw, "records": []}), "holds no runs"),
            "old.json": (json.dumps({**raw, "version": 0}), "has version 0"),
-           "malformed.json": (json.dumps({**raw, "records": [{"run_id": "x"}]}), "holds a malformed run record")}
+           "malformed.json": (json.dumps({**raw, "records": [{"run_id": "x"}]}), "run record 0 is malformed"),
+           "not-a-dict.json": (json.dumps({**raw, "records": [raw["records"][0], 7]}), "run record 1 is malformed"),
+           "bad-type.json": (json.dumps({**raw, "records": [{**raw["records"][0], "created_at": "today"}]}),
+                             "created_at: expected float, found str"),
+           "bad-spec.json": (json.dumps({**raw, "records": [{**raw["records"][0], "spec": []}]}),
+                             "spec: expected an object, found list"),
+           "no-machine.json": (json.dumps({k: v for k, v in raw.items() if k != "machine"}),
+                               "'machine' must be an object"),
+           "machine-text.json": (json.dumps({**raw, "machine": "vm"}), "'machine' must be an object"),
+           "bad-calibration.json": (json.dumps({**raw, "machine": {**raw["machine"], "calibration": {"gemm_gflops": -1}}}),
+                                    "'machine.calibration' must be null or hold positive numbers")}
+    (tmp_path / "folder.json").mkdir()  # a directory, named like a file
     for name, (text, says) in bad.items():
         if text is not None:
             (tmp_path / name).write_text(text)
         with pytest.raises(UsageError) as err:
             read_runs_file(tmp_path / name, "baseline")
         assert says in str(err.value) and "bench baseline" in str(err.value)
+    with pytest.raises(UsageError, match="folder.json is a directory; give a file, such as .*cpu-gloo.json"):
+        read_runs_file(tmp_path / "folder.json", "baseline")
 
 
 @pytest.mark.slow  # a process per case; read_runs_file and parse_step_delay are checked in-process above
