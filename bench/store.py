@@ -3,6 +3,14 @@
 Each record is written in one transaction, so a writer killed at any moment leaves the store as it
 was before or after that record, never half-written. The table keeps the fields people filter on
 as columns and the whole record as JSON; PRAGMA user_version holds the schema version.
+
+Reading never changes the store file: it is opened read-only (SQLite's mode=ro), so a file that is not
+a store (an empty one, another program's database) is refused as it is, never given a schema or
+switched to WAL. (A reader of a WAL file may leave SQLite's -wal and -shm files beside it; the next
+writer removes them.)
+
+The store is --store, else $BENCH_STORE, else results/bench.sqlite; an empty BENCH_STORE counts as
+unset, as `BENCH_STORE= bench list` means in a shell.
 """
 
 from __future__ import annotations
@@ -10,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
+import tempfile
 from pathlib import Path
 
 from bench.errors import StoreError
@@ -37,7 +47,12 @@ CREATE INDEX IF NOT EXISTS runs_by_case ON runs (workload, backend, world_size);
 
 
 def default_store_path() -> Path:
-    return Path(os.environ.get("BENCH_STORE", DEFAULT_STORE))
+    return Path(os.environ.get("BENCH_STORE") or DEFAULT_STORE)
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError's reason without the path it repeats (the messages name the path once)."""
+    return exc.strerror or str(exc)
 
 
 class Store:
@@ -48,34 +63,62 @@ class Store:
         return StoreError(f"results store {self.path} cannot be read ({why}); move it aside or "
                           "pass --store with another path")
 
+    def _unusable(self, why) -> StoreError:
+        return StoreError(f"results store {self.path} cannot be used ({why}); pass --store with another path")
+
+    def _stat(self) -> os.stat_result | None:
+        """The store file's status, or None where there is none; a path that cannot be a store is refused."""
+        try:
+            st = self.path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:  # a name too long for the file system, a loop of links
+            raise self._unusable(os_reason(exc)) from None
+        if stat.S_ISDIR(st.st_mode):
+            raise self._unusable("it is a directory; give a file path")
+        if not stat.S_ISREG(st.st_mode):
+            raise self._unusable("it is not a file")
+        return st
+
     def _connect(self, create: bool) -> sqlite3.Connection:
-        if not create and not self.path.exists():
+        """A connection to the store: read-only, or with `create` read-write (the store made if absent)."""
+        st = self._stat()
+        if not create and st is None:
             raise StoreError(f"no results store at {self.path}; run `bench run` or `bench sweep` first, "
                              "or pass --store PATH")
-        if self.path.exists() and not self.path.is_file():
-            raise self._unreadable("it is not a file")
+        if not create and st.st_size == 0:
+            raise StoreError(f"results store {self.path} is an empty file, not a bench store; a run with this "
+                             "--store makes one there, or pass --store with another path")
+        if create:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise self._unusable(f"its folder cannot be made: {os_reason(exc)}") from None
         try:
             if create:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=30.0)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
+                conn = sqlite3.connect(self.path, timeout=30.0)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+            else:
+                conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except (sqlite3.DatabaseError, OSError) as exc:
+        except sqlite3.DatabaseError as exc:
             raise self._unreadable(exc) from None
+        except OSError as exc:
+            raise self._unreadable(os_reason(exc)) from None
         if version > SCHEMA_VERSION:
             conn.close()
             raise StoreError(f"results store {self.path} has schema {version}, newer than this bench "
                              f"({SCHEMA_VERSION}); update bench or pass --store with another path")
+        if "runs" not in tables and (tables or not create):
+            conn.close()
+            raise self._unreadable("it is an SQLite file but not a bench store")
         if create and version < SCHEMA_VERSION and "runs" in tables:
             # older records stay as written (each carries its version and is upgraded when read); the
             # store's version says which bench may add to it, so an older bench refuses a newer record
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        if "runs" not in tables:
-            if tables:
-                conn.close()
-                raise self._unreadable("it is an SQLite file but not a bench store")
+        if create and "runs" not in tables:
             with conn:
                 conn.executescript(CREATE)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -93,11 +136,20 @@ class Store:
                              "a writable path") from None
         finally:
             conn.close()
+        runs = self.path.parent / "runs"
         try:
-            self.path.parent.joinpath("runs").mkdir(parents=True, exist_ok=True)
+            if runs.exists() and not runs.is_dir():
+                raise NotADirectoryError(0, "it is a file, not a folder")
+            runs.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=runs, prefix=".write-check-")  # what every run does there
+            try:
+                os.write(fd, b"ok")
+            finally:
+                os.close(fd)
+                os.unlink(probe)
         except OSError as exc:
-            raise StoreError(f"cannot make the run directories beside {self.path} ({exc}); pass --store "
-                             "with a writable path") from None
+            raise StoreError(f"run directory {runs} cannot be written ({os_reason(exc)}); every run keeps its "
+                             "files there, beside the store: pass --store with a path in a writable folder") from None
 
     def run_dir(self, run_id: str) -> Path:
         """Where a run's raw files (spec, logs, per-rank files) are kept, beside the store."""

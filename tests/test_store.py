@@ -105,7 +105,7 @@ def test_what_is_not_a_readable_store_is_said_in_one_line(tmp_path):
     with pytest.raises(StoreError, match="no results store at .*; run `bench run`"):
         Store(tmp_path / "absent.sqlite").records()
     (tmp_path / "folder.sqlite").mkdir()
-    with pytest.raises(StoreError, match="it is not a file"):
+    with pytest.raises(StoreError, match="it is a directory; give a file path"):
         Store(tmp_path / "folder.sqlite").records()
     with sqlite3.connect(tmp_path / "other.sqlite") as conn:
         conn.execute("CREATE TABLE notes (text TEXT)")
@@ -120,6 +120,37 @@ def test_what_is_not_a_readable_store_is_said_in_one_line(tmp_path):
         conn.execute("UPDATE runs SET record = '{cut short'")
     with pytest.raises(StoreError, match="the record of run run-000001 is unreadable: not valid JSON"):
         store.records()
+
+
+def test_reading_never_changes_the_file(tmp_path):
+    """Reads open the store read-only: not even its journal mode changes (WAL is set by writers)."""
+    path = tmp_path / "bench.sqlite"
+    Store(path).save(fake_record(1))
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode=DELETE")
+    before = path.read_bytes()
+    assert [r.run_id for r in Store(path).records()] == ["run-000001"]
+    assert path.read_bytes() == before
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    (tmp_path / "empty.sqlite").touch()
+    with sqlite3.connect(tmp_path / "other.sqlite") as conn:
+        conn.execute("PRAGMA user_version = 1")  # a database with no tables
+    for name, says in (("empty.sqlite", "is an empty file, not a bench store"),
+                       ("other.sqlite", "an SQLite file but not a bench store")):
+        before = (tmp_path / name).read_bytes()
+        with pytest.raises(StoreError, match=says):
+            Store(tmp_path / name).records()
+        assert (tmp_path / name).read_bytes() == before
+
+
+def test_an_empty_bench_store_variable_means_the_default(monkeypatch):
+    from bench.store import DEFAULT_STORE
+
+    monkeypatch.setenv("BENCH_STORE", "")
+    assert Store().path == DEFAULT_STORE
+    monkeypatch.setenv("BENCH_STORE", "elsewhere.sqlite")
+    assert str(Store().path) == "elsewhere.sqlite"
 
 
 # ---------------------------------------------------------------- a measured run is never lost

@@ -73,8 +73,9 @@ def run_one(spec, store_path: str | None, as_json: bool, verb: str, show_progres
     from bench.runner import execute
 
     task = _task(spec)
-    note(f"bench {verb}: {task.describe(spec)}")
     store = open_store(store_path)
+    store.check_writable()  # a store or run directory that cannot be written is the one line said, not a second
+    note(f"bench {verb}: {task.describe(spec)}")
     record = execute(spec, store, show_progress=show_progress)
     if as_json:
         print_json(record.to_dict())
