@@ -44,6 +44,15 @@ def _root_cause(exits: dict[int, dict], errors: dict[int, dict]) -> dict | None:
             "tail": first["tail"]}
 
 
+def _process_name(spec, run_dir: RunDir, rank: int) -> str:
+    """'rank R', with its role where a run has processes of several roles: 'rank 2 (server 0)' (from the
+    file the process wrote when it joined; a process that never joined is its rank alone)."""
+    row = run_dir.latest("joined").get(rank)
+    if len(spec.roles) < 2 or not row:
+        return f"rank {rank}"
+    return f"rank {rank} ({row['role']} {row['role_rank']})"
+
+
 def _rank_states(run_dir: RunDir, world_size: int) -> list[dict]:
     """Where each rank was when the run was ended, from the files it had written."""
     progress, starts, joined = run_dir.latest("progress"), run_dir.latest("start"), run_dir.latest("joined")
@@ -91,7 +100,7 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[str, RunError | None
     results = run_dir.latest("result")
     missing = [r for r in range(spec.processes) if r not in results]
     if outcome.ending in ("interrupted", "timeout"):
-        what = "interrupted by the user" if outcome.ending == "interrupted" else f"deadline of {spec.timeout:g} s passed"
+        what = outcome.interruption() if outcome.ending == "interrupted" else f"deadline of {spec.timeout:g} s passed"
         return outcome.ending, RunError(message=what, ranks=_rank_states(run_dir, spec.processes),
                                         tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
     if cause is not None:
@@ -99,10 +108,10 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[str, RunError | None
         if cause["exception"]:
             # it failed by itself first; how it then exited (a launcher may kill it while it shuts down)
             # is secondary
-            message = (f"rank {cause['rank']} raised {cause['exception']}: {cause['exception_message']} "
-                       f"(exited with {how})")
+            message = (f"{_process_name(spec, run_dir, cause['rank'])} raised {cause['exception']}: "
+                       f"{cause['exception_message']} (exited with {how})")
         else:
-            message = f"rank {cause['rank']} ended with {how}"
+            message = f"{_process_name(spec, run_dir, cause['rank'])} ended with {how}"
         return "crashed", RunError(message=message, **cause)
     if outcome.returncode != 0:
         return "failed", RunError(message=f"launcher exited with {outcome.returncode} and no rank failed",

@@ -47,6 +47,22 @@ class RunDir:
         return self.path / "record.json"
 
     @property
+    def launch_file(self) -> Path:
+        """What the parent launched (command, environment, task's before-launch figures), written just
+        before the launch: what a lifeline needs to record the run if the parent dies."""
+        return self.path / "launch.json"
+
+    @property
+    def owner_file(self) -> Path:
+        """The bench process running this run and its lifeline (bench.lifeline); removed once the record is
+        stored, so a run directory holding one after both are gone was abandoned unrecorded."""
+        return self.path / "owner.json"
+
+    @property
+    def lifeline_log(self) -> Path:
+        return self.path / "lifeline.log"
+
+    @property
     def joiner_log(self) -> Path:
         """Output of a launcher started while the run goes on (a scale-up's second agent)."""
         return self.path / "joiner.log"

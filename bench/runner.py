@@ -11,12 +11,13 @@ import time
 from bench.aggregate import build_record
 from bench.backends import get_backend
 from bench.environment import PROJECT_ROOT, fingerprint
-from bench.errors import RecordNotStored, StoreError
+from bench.errors import Interrupted, RecordNotStored, StoreError
+from bench.lifeline import Lifeline, recover
 from bench.records import RunRecord
 from bench.rundir import RunDir, write_json_atomic
 from bench.spec import RunSpec
 from bench.store import Store
-from bench.supervisor import TAG_VARIABLE, supervise
+from bench.supervisor import TAG_VARIABLE, Outcome, supervise
 from bench.tasks import get_task
 
 
@@ -43,29 +44,48 @@ def worker_environment(spec: RunSpec, tag: str) -> dict[str, str]:
 def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecord:
     """Launch, supervise and record one run; the record is stored whatever the ending. The store is
     checked before anything starts; the record is also kept in the run directory (record.json), so a
-    store that fails afterwards loses nothing (RecordNotStored says how to add it later)."""
+    store that fails afterwards loses nothing (RecordNotStored says how to add it later). From the run
+    directory's creation to the stored record, a lifeline (bench.lifeline) ends and records the run if
+    this process dies; a Ctrl-C before the launch is recorded as an interrupted run like one after it."""
     store.check_writable()
+    for run_id in recover(store):
+        note(f"bench: recorded run {run_id} as interrupted: its bench process died before recording it")
     run_id = new_run_id()
     run_dir = RunDir(store.run_dir(run_id)).create()
     run_dir.spec_file.write_text(json.dumps(spec.to_dict(), indent=1))  # never changed after this
     backend, task = get_backend(spec.backend), get_task(spec.task)
     rank_command = [sys.executable, "-m", "bench.guard", str(run_dir.path), spec.backend]
     env = {**worker_environment(spec, tag=run_id), **backend.launcher.env(spec)}
-    launch = task.launch(spec, backend, rank_command, run_id, run_dir, env, show_progress)
-    env.update(launch.env)
-    environment = fingerprint(env)
-    before = task.before_launch(spec)
-    outcome = supervise(launch.command, env, run_dir.launcher_log, spec.timeout, on_poll=launch.watcher,
-                        poll_interval=launch.poll_interval)
-    record = build_record(run_id, spec, run_dir, outcome, environment, launch.command,
-                          task.conclude(spec, run_dir, outcome, before), launch.info)
-    write_json_atomic(run_dir.record_file, record.to_dict())
-    try:
-        store.save(record)
-    except StoreError as exc:
-        raise RecordNotStored(f"run {run_id} ended {record.status}, but its record could not be stored ({exc}); "
-                              f"it is kept in {run_dir.record_file}: add it with `bench import {run_dir.path} "
-                              "--store PATH`") from None
+    with Lifeline(run_id, run_dir, store.path):
+        command, info, environment, before = [], {}, fingerprint(env), None
+        try:
+            launch = task.launch(spec, backend, rank_command, run_id, run_dir, env, show_progress)
+            env.update(launch.env)
+            command, info, environment = launch.command, launch.info, fingerprint(env)
+            before = task.before_launch(spec)
+            write_json_atomic(run_dir.launch_file, {"launched_at": time.time(), "command": command, "info": info,
+                                                    "environment": environment, "before": before})
+        except (KeyboardInterrupt, Interrupted):
+            now = time.time()
+            outcome = Outcome(ending="interrupted", returncode=None, launched_at=now, ended_at=now,
+                              reason="interrupted by the user before the launch")
+        else:
+            outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=launch.watcher,
+                                poll_interval=launch.poll_interval)
+        record = build_record(run_id, spec, run_dir, outcome, environment, command,
+                              task.conclude(spec, run_dir, outcome, before), info)
+        write_json_atomic(run_dir.record_file, record.to_dict())
+        try:
+            store.save(record)
+            not_stored = None
+        except StoreError as exc:
+            not_stored = exc
+        # stored, or the user is told how to import it: nothing for a later command to recover
+        run_dir.owner_file.unlink(missing_ok=True)
+    if not_stored is not None:
+        raise RecordNotStored(f"run {run_id} ended {record.status}, but its record could not be stored "
+                              f"({not_stored}); it is kept in {run_dir.record_file}: add it with "
+                              f"`bench import {run_dir.path} --store PATH`")
     return record
 
 

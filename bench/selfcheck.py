@@ -212,7 +212,9 @@ def suite_launch(spec, store, pick: Callable) -> Callable[[], float]:
 
 def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str) -> Callable[[], float]:
     """The bare side: the bare loop under its own launcher, with the environment the suite's ranks get (threads,
-    device visibility), supervised as a run is: a session of its own, ended with all it started at the deadline."""
+    device visibility), supervised as a run is: a session of its own, ended with all it started at the deadline or
+    when this process dies."""
+    from bench.lifeline import Lifeline
     from bench.runner import new_run_id, worker_environment
     from bench.supervisor import supervise
 
@@ -222,7 +224,8 @@ def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str)
         count[0] += 1
         log = log_dir / f"{name}-{count[0]}.log"
         tag = f"selfcheck-{new_run_id()}"
-        outcome = supervise(loop.command(spec.world_size, args), worker_environment(spec, tag), log, spec.timeout)
+        with Lifeline(tag):  # a killed selfcheck leaves no bare loop behind either
+            outcome = supervise(loop.command(spec.world_size, args), worker_environment(spec, tag), log, spec.timeout)
         if outcome.ending == "interrupted":
             raise Interrupted()
         text = log.read_text(errors="replace") if log.exists() else ""

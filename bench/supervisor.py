@@ -36,6 +36,10 @@ class Outcome:
     log_bytes_before_teardown: int | None = None  # the launcher log as it was before we ended it
     reaped: list[dict] = field(default_factory=list)  # processes teardown had to end
     survivors: list[dict] = field(default_factory=list)  # processes that could not be ended
+    reason: str | None = None  # why an interrupted run was interrupted, when not by the user
+
+    def interruption(self) -> str:
+        return self.reason or "interrupted by the user"
 
 
 def _describe(proc: psutil.Process) -> dict:

@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench {args.verb}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
-        print(f"bench {args.verb}: interrupted", file=sys.stderr)
+        # a run in progress records its own interruption and reaps its processes (bench.runner.execute)
+        print(f"bench {args.verb}: interrupted; nothing it started is left running, every run it launched is stored",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bench.cli import options
 from bench.cli.common import open_store
 from bench.errors import EXIT_OK
+from bench.runner import note
 
 
 def add_parser(verbs) -> None:
@@ -15,6 +16,7 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     from bench.frame import load_frame
+    from bench.lifeline import unrecorded
     from bench.render import runs_table
 
     store = open_store(args.store)
@@ -22,4 +24,7 @@ def cmd(args) -> int:
     if args.last:
         frame = frame.tail(args.last)
     print(runs_table(frame) if not frame.empty else f"no runs stored in {store.path}")
+    for run_dir, _ in unrecorded(store):
+        note(f"bench list: run {run_dir.path.name} was abandoned (its bench process died) and is not stored yet; "
+             "the next run on this store records it")
     return EXIT_OK

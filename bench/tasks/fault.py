@@ -420,7 +420,7 @@ def fault_status(spec, metrics: FaultMetrics, outcome) -> tuple[str, str | None]
     few workers); timeout: the deadline, or no step within --recovery-timeout of the fault (a hang)."""
     f = spec.fault
     if outcome.ending == "interrupted":
-        return "interrupted", "interrupted by the user"
+        return "interrupted", outcome.interruption()
     if outcome.ending == "hung":
         return "timeout", (f"hung: no training step within {f['recovery_timeout']:g} s of the fault"
                            + (f"; the fault was noticed after {metrics.detection_s:.2f} s ({metrics.detected_by})"

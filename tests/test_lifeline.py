@@ -1,0 +1,176 @@
+"""No run outlives the bench process that started it: a SIGKILL of bench (no teardown of its own) still ends
+every process of the run within seconds and stores the run as interrupted, under every launcher; a run whose
+lifeline died too is reaped and recorded by the next command on its store."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ROOT, bench, processes_of_run
+
+LEFT_WITHIN_S = 10.0
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"gave up waiting for {what} after {timeout:g} s")
+
+
+def gone_within(tag: str, timeout: float) -> float:
+    """Seconds until no process carries the tag (fails the test after `timeout`)."""
+    start = time.monotonic()
+    wait_for(lambda: not processes_of_run(tag), timeout, f"the processes of {tag} to end")
+    return time.monotonic() - start
+
+
+def stored(store, run_id: str) -> dict | None:
+    with sqlite3.connect(store) as conn:
+        row = conn.execute("SELECT record FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    return json.loads(row[0]) if row else None
+
+
+# ---------------------------------------------------------------- the mechanism, without torch
+OWNER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    from bench.lifeline import Lifeline
+    tag = sys.argv[1]
+    with Lifeline(tag):
+        # a launcher of its own session, as torchrun's workers and horovodrun's tree are
+        subprocess.Popen(["sleep", "600"], env=dict(os.environ, BENCH_RUN_TAG=tag), start_new_session=True)
+        print("launched", flush=True)
+        time.sleep(600 if sys.argv[2] == "hold" else 0)
+""")
+
+
+def start_owner(tag: str, mode: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, tag, mode], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout.readline().strip() == "launched"
+    return proc
+
+
+def test_a_killed_owner_leaves_nothing_behind():
+    tag = f"lifeline-test-{os.getpid()}-kill"
+    owner = start_owner(tag, "hold")
+    try:
+        assert processes_of_run(tag), "the tagged process should be running"
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        gone_within(tag, LEFT_WITHIN_S)
+    finally:
+        owner.kill()
+        for proc in processes_of_run(tag):
+            proc.kill()
+
+
+def test_a_released_lifeline_ends_nothing():
+    """An owner that leaves its `with` normally releases the watcher: what it started is its own business."""
+    tag = f"lifeline-test-{os.getpid()}-release"
+    owner = start_owner(tag, "release")
+    try:
+        assert owner.wait(timeout=30) == 0
+        time.sleep(1.0)  # a watcher that wrongly reaped would have done so by now
+        assert processes_of_run(tag), "a released lifeline must not end the owner's processes"
+    finally:
+        for proc in processes_of_run(tag):
+            proc.kill()
+
+
+# ---------------------------------------------------------------- real runs under every launcher
+LONG = ["--nproc", "2", "--warmup-steps", "1", "--steps-per-window", "30", "--windows", "200", "--timeout", "300"]
+
+
+def start_long_run(store, backend: str) -> tuple[subprocess.Popen, str]:
+    """`bench run` in a child, once its ranks have reported progress: (the bench process, the run id)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("BENCH_STORE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", backend, "--store", str(store),
+                             *LONG], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    runs = store.parent / "runs"
+    try:
+        progress = wait_for(lambda: list(runs.glob("*/ranks/*progress*")) if runs.is_dir() else [], 180,
+                            f"{backend} ranks to report progress")
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(f"no progress; bench said: {proc.communicate()[1][-2000:]}") from None
+    return proc, progress[0].parent.parent.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["elastic", "horovod", "ps"])
+def test_sigkill_of_bench_ends_the_run_and_records_it(backend, store):
+    proc, run_id = start_long_run(store, backend)
+    try:
+        assert processes_of_run(run_id)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        took = gone_within(run_id, LEFT_WITHIN_S)
+        record = wait_for(lambda: stored(store, run_id), LEFT_WITHIN_S, "the run's record")
+    finally:
+        proc.kill()
+        for left in processes_of_run(run_id):
+            left.kill()
+    assert record["status"] == "interrupted"
+    assert record["error"]["message"].startswith("abandoned: the bench process running it")
+    assert "its lifeline" in record["error"]["message"]
+    assert any(e["kind"] == "reaped" for e in record["events"])
+    assert not (store.parent / "runs" / run_id / "owner.json").exists()
+    print(f"{backend}: nothing left {took:.1f} s after the SIGKILL")
+
+
+@pytest.mark.slow
+def test_the_next_command_records_a_run_whose_lifeline_died_too(store):
+    proc, run_id = start_long_run(store, "elastic")
+    owner = json.loads((store.parent / "runs" / run_id / "owner.json").read_text())
+    try:
+        os.kill(owner["lifeline"]["pid"], signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(1.0)
+        assert processes_of_run(run_id), "with its lifeline gone too, the orphans run on until the next command"
+        listed = bench("list", "--store", store)
+        assert f"run {run_id} was abandoned" in listed.stderr and stored(store, run_id) is None  # a read: no write
+        nxt = bench("run", "--store", store, "--nproc", "1", "--warmup-steps", "1", "--steps-per-window", "2",
+                    "--windows", "2")
+    finally:
+        proc.kill()
+        for left in processes_of_run(run_id):
+            left.kill()
+    assert nxt.returncode == 0, nxt.stderr
+    assert f"recorded run {run_id} as interrupted" in nxt.stderr
+    assert processes_of_run(run_id) == []
+    record = stored(store, run_id)
+    assert record["status"] == "interrupted" and "the next bench command" in record["error"]["message"]
+
+
+def test_ctrl_c_before_the_launch_is_recorded_as_interrupted(store, monkeypatch):
+    """A Ctrl-C while the run is being prepared (a launcher's own checks) is a run interrupted before its
+    launch, stored like one interrupted after it; nothing is left to recover."""
+    from bench.runner import execute
+    from bench.store import Store
+    from bench.tasks import get_task
+    from bench.tasks.train import build_spec
+
+    spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=1, device="cpu")
+
+    def interrupted_while_preparing(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(get_task("train")), "launch", interrupted_while_preparing)
+    record = execute(spec, Store(store), show_progress=False)
+    assert record.status == "interrupted"
+    assert record.error.message == "interrupted by the user before the launch"
+    assert stored(store, record.run_id)["status"] == "interrupted"
+    assert not (store.parent / "runs" / record.run_id / "owner.json").exists()
