@@ -227,8 +227,9 @@ class RunDirBuilder:
 
     def joined(self, rank: int, attempt: int = 0) -> "RunDirBuilder":
         self.started(rank, attempt)
-        role = "worker" if rank < self.spec.world_size else "server"
-        self.run_dir.write(rank, attempt, "joined", rank_row(rank, self.spec.processes, role).to_dict())
+        n = self.spec.world_size  # servers follow the workers, as the parameter server lays them out
+        role, role_rank = ("worker", rank) if rank < n else ("server", rank - n)
+        self.run_dir.write(rank, attempt, "joined", rank_row(rank, self.spec.processes, role, role_rank).to_dict())
         return self
 
     def progress(self, rank: int, window: int, attempt: int = 0) -> "RunDirBuilder":

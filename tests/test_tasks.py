@@ -59,6 +59,17 @@ def test_a_rank_that_raised_is_the_crash_with_its_exception(tmp_path, spec):
     assert (error.rank, error.exit_code, error.exception) == (1, 1, "RuntimeError")
 
 
+def test_a_crash_in_a_run_of_several_roles_names_the_role(tmp_path):
+    spec = train_spec("ps", world_size=2, servers=1)
+    builder = RunDirBuilder(tmp_path / "run", spec).joined(0).joined(1).joined(2)
+    builder.raised(2, "RuntimeError", "injected crash at step 3", t=LAUNCHED_AT + 4.0).exited(2, 1, t=LAUNCHED_AT + 4.2)
+    _, error = process_status(spec, builder.run_dir, outcome(returncode=1))
+    assert error.message == "rank 2 (server 0) raised RuntimeError: injected crash at step 3 (exited with exit code 1)"
+    builder = RunDirBuilder(tmp_path / "run2", spec).joined(0).joined(1).joined(2).exited(1, -9, t=LAUNCHED_AT + 5.0)
+    _, error = process_status(spec, builder.run_dir, outcome(returncode=1))
+    assert error.message == "rank 1 (worker 1) ended with signal SIGKILL"
+
+
 def test_a_failed_launcher_with_no_rank_to_blame_is_failed(tmp_path, spec):
     run_dir = ok_run(tmp_path, spec)
     run_dir.launcher_log.write_text("rendezvous closed\nagent gave up\n")
