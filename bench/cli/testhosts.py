@@ -1,0 +1,53 @@
+"""`bench testhosts up N | down | status`: real network hosts on this machine (network namespaces with
+their own address, hostname and sshd) for multi-host runs; bench/testhosts.py builds them."""
+
+from __future__ import annotations
+
+import time
+
+from bench.errors import EXIT_OK, EXIT_RUN_FAILED
+from bench.testhosts import DEFAULT_SUBNET, MAX_HOSTS
+
+
+def add_parser(verbs) -> None:
+    p = verbs.add_parser("testhosts", help="test hosts on this machine: network namespaces with their own sshd")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help=f"build N test hosts (1 to {MAX_HOSTS}), replacing any already up")
+    up.add_argument("n", type=int, metavar="N", help="how many hosts")
+    up.add_argument("--subnet", default=DEFAULT_SUBNET,
+                    help=f"a private /24 for the hosts; the bridge gets .1, host i .(10+i) ({DEFAULT_SUBNET})")
+    actions.add_parser("down", help="remove the test hosts and everything they put on this machine")
+    actions.add_parser("status", help="the test hosts, their sshd and whether ssh reaches them (exit 1 if not all)")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench import testhosts
+    from bench.runner import note
+
+    if args.action == "up":
+        testhosts.plan(args.n, args.subnet)  # bad input refused before anything is checked or touched
+        started = time.monotonic()
+        hosts = testhosts.up(args.n, args.subnet, log=lambda text: note(f"bench testhosts: {text}"))
+        note(f"bench testhosts: {len(hosts)} test host(s) ready in {time.monotonic() - started:.1f} s")
+        for h in hosts:
+            print(f"{h.name:<12} {h.address:<15} sshd pid {testhosts.sshd_pid(h)}")
+        print(f"--hosts {testhosts.hosts_option(hosts)}")
+        print(f"hostfile {testhosts.hostfile()}")
+        print(f"try: ssh {hosts[0].address} hostname; remove: bench testhosts down")
+        return EXIT_OK
+    testhosts.require_usable()
+    if args.action == "down":
+        removed = testhosts.down()
+        note("bench testhosts: " + ("test hosts removed" if removed else "no test hosts here; nothing to do"))
+        return EXIT_OK
+    rows = testhosts.status()
+    if not rows:
+        left = testhosts.leftovers()
+        note("bench testhosts: no test hosts are up" +
+             (f"; left over: {', '.join(left)} (bench testhosts down removes them)" if left else ""))
+        return EXIT_RUN_FAILED
+    for row in rows:
+        sshd = f"sshd pid {row['sshd_pid']}" if row["sshd_pid"] else "sshd not running"
+        print(f"{row['name']:<12} {row['address']:<15} {sshd:<16} ssh {row['ssh']}")
+    return EXIT_OK if all(r["sshd_pid"] and r["ssh"] == "ok" for r in rows) else EXIT_RUN_FAILED
