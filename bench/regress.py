@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import sys
+from pathlib import Path
 
 from bench.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
 
@@ -126,6 +127,17 @@ def confirm_failures(records: list, rows: list[dict], store, title: str) -> list
     if any(r.status == "interrupted" for r in again):
         raise Interrupted()
     return records + again
+
+
+def check_baseline_dir(folder: str) -> None:
+    """A baseline folder that cannot be written is refused before the runs that fill it."""
+    from bench.store import check_folder_writable, os_reason
+
+    try:
+        check_folder_writable(Path(folder), create=False)
+    except OSError as exc:
+        raise UsageError(f"--dir {folder}: the baseline cannot be written there ({os_reason(exc)}); give a "
+                         "folder you can write to") from None
 
 
 def save_hot_paths(folder: str) -> int:

@@ -33,19 +33,26 @@ def _template():
     return env.get_template(TEMPLATE)
 
 
+def parse_where(clause: str) -> tuple[str, set[str]]:
+    """--where KEY=V1,V2 -> (KEY, {V1, V2}), KEY a column of the frame (bench.frame.frame_columns)."""
+    from bench.frame import frame_columns
+
+    if "=" not in clause:
+        from bench.backends import PRIMARY
+
+        raise UsageError(f"--where {clause!r}: expected KEY=VALUE[,VALUE...], for example "
+                         f"backend={','.join(PRIMARY)}")
+    key, values = clause.split("=", 1)
+    allowed = [c for c in frame_columns() if c != "record"]
+    if key not in allowed:
+        raise UsageError(f"--where {clause!r}: unknown key {key!r}; use one of {', '.join(allowed)}")
+    return key, set(values.split(","))
+
+
 def apply_where(frame, where: list[str] | None):
     """--where KEY=V1,V2 (repeatable): keep runs whose column KEY is one of the values."""
     for clause in where or []:
-        if "=" not in clause:
-            from bench.backends import PRIMARY
-
-            raise UsageError(f"--where {clause!r}: expected KEY=VALUE[,VALUE...], for example "
-                             f"backend={','.join(PRIMARY)}")
-        key, values = clause.split("=", 1)
-        if key not in frame.columns or key == "record":
-            allowed = ", ".join(c for c in frame.columns if c != "record")
-            raise UsageError(f"--where {clause!r}: unknown key {key!r}; use one of {allowed}")
-        wanted = set(values.split(","))
+        key, wanted = parse_where(clause)
         frame = frame[frame[key].astype(str).isin(wanted)]
     return frame
 
@@ -184,12 +191,24 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
         written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), sections=sections)
 
 
-def _output_path(output) -> Path:
+def output_path(output) -> Path:
+    """The report's file, or a one-line error for a path that cannot be one (before a sweep, not after)."""
+    from bench.store import check_folder_writable
+
     path = Path(output)
-    if path.is_dir():
-        raise UsageError(f"cannot write the report to {path}: it is a directory; give a file name, "
-                         f"for example {path / 'report.html'}")
+    try:
+        if path.is_dir():
+            raise UsageError(f"cannot write the report to {path}: it is a directory; give a file name, "
+                             f"for example {path / 'report.html'}")
+        check_folder_writable(path.parent, create=False)
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
     return path
+
+
+def _unwritable(path: Path, exc: OSError) -> UsageError:
+    return UsageError(f"cannot write the report to {path} ({(exc.strerror or str(exc)).lower()}); choose another "
+                      "output file in a folder you can write to")
 
 
 def _write(path: Path, text: str) -> Path:
@@ -203,14 +222,14 @@ def _write(path: Path, text: str) -> Path:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        why = (exc.strerror or str(exc)).lower()
-        raise UsageError(f"cannot write the report to {path} ({why}); choose another output file "
-                         "in a folder you can write to") from None
+        raise _unwritable(path, exc) from None
     return path
 
 
 def write_report(store, output, where: list[str] | None = None) -> Path:
-    path = _output_path(output)
+    path = output_path(output)
+    for clause in where or []:
+        parse_where(clause)  # before the store is read
     return _write(path, render_report(load_frame(store), str(store.path), where))
 
 

@@ -15,6 +15,8 @@ unset, as `BENCH_STORE= bench list` means in a shell.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import sqlite3
@@ -53,6 +55,26 @@ def default_store_path() -> Path:
 def os_reason(exc: OSError) -> str:
     """An OSError's reason without the path it repeats (the messages name the path once)."""
     return exc.strerror or str(exc)
+
+
+def check_folder_writable(folder: Path, create: bool) -> None:
+    """Raise OSError (its strerror says why) unless a file can be written in `folder`: made first with
+    `create`, else its nearest existing folder is tried, so that nothing is left behind."""
+    existing = folder
+    if create and not folder.is_dir():
+        with contextlib.suppress(OSError):  # a file in the way, say: found and said below
+            folder.mkdir(parents=True)
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "it" if existing == folder else str(existing)
+        raise NotADirectoryError(errno.ENOTDIR, f"{where} is a file, not a folder")
+    fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-check-")
+    try:
+        os.write(fd, b"ok")
+    finally:
+        os.close(fd)
+        os.unlink(probe)
 
 
 class Store:
@@ -136,17 +158,20 @@ class Store:
                              "a writable path") from None
         finally:
             conn.close()
+        self._check_runs_folder(create=True)
+
+    def check_usable(self) -> None:
+        """What check_writable refuses, found without creating anything: for a command that takes its store
+        before it plans its runs (the first run makes the store and its run directories)."""
+        st = self._stat()
+        if st is not None and st.st_size:
+            self._connect(create=False).close()  # a foreign, unreadable or newer file
+        self._check_runs_folder(create=False)
+
+    def _check_runs_folder(self, create: bool) -> None:
         runs = self.path.parent / "runs"
         try:
-            if runs.exists() and not runs.is_dir():
-                raise NotADirectoryError(0, "it is a file, not a folder")
-            runs.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(dir=runs, prefix=".write-check-")  # what every run does there
-            try:
-                os.write(fd, b"ok")
-            finally:
-                os.close(fd)
-                os.unlink(probe)
+            check_folder_writable(runs, create)
         except OSError as exc:
             raise StoreError(f"run directory {runs} cannot be written ({os_reason(exc)}); every run keeps its "
                              "files there, beside the store: pass --store with a path in a writable folder") from None

@@ -51,10 +51,15 @@ def names(text: str | None) -> list[str] | None:
 
 
 # ---------------------------------------------------------------- stores and output
-def open_store(path: str | None):
+def open_store(path: str | None, runs: bool = False):
+    """The store at `path` (default $BENCH_STORE or results/bench.sqlite); with `runs`, for a verb that will
+    run something, refused now if it could not take their records (nothing is created yet)."""
     from bench.store import Store
 
-    return Store(path)
+    store = Store(path)
+    if runs:
+        store.check_usable()
+    return store
 
 
 def status_exit(statuses: list[str]) -> int:
