@@ -2,6 +2,7 @@
 and the ssh configuration block anywhere; the others build real hosts and need root (CI runs them as root).
 They take down any test hosts already on the machine."""
 
+import fcntl
 import os
 import shlex
 import signal
@@ -18,8 +19,15 @@ from bench.testhosts import BEGIN, BRIDGE, DEFAULT_SUBNET, PREFIX, Host, SetupEr
 from conftest import bench, bench_in_process
 
 UNAVAILABLE = testhosts.unavailable_reason()
-needs_hosts = pytest.mark.skipif(UNAVAILABLE is not None,
-                                 reason=f"building test hosts needs root, network namespaces and sshd: {UNAVAILABLE}")
+
+
+def needs_hosts(test):
+    """Real hosts: root only, and slow (they change the machine for everyone on it, so not in the quick run)."""
+    skip = pytest.mark.skipif(UNAVAILABLE is not None,
+                              reason=f"building test hosts needs root, network namespaces and sshd: {UNAVAILABLE}")
+    return pytest.mark.slow(skip(test))
+
+
 # what the hosts run over ssh: this environment's python, at the same path on every host (one file system)
 PYTHON = sys.executable
 SENTINEL = "# a line of the user's own, before any block\nServerAliveInterval 30\nHost example\n    Port 2222\n"
@@ -155,6 +163,8 @@ def ip_lines(*args):
 def machine():
     """Root's ~/.ssh/config holding lines of its own (restored afterwards, as it was), and the test hosts always
     taken down at the end, also when a test fails."""
+    lock = open(__file__)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one run of these tests at a time on this machine: the hosts are its own
     path = testhosts.ssh_config_path()
     before = path.read_bytes() if path.exists() else None
     mode = path.stat().st_mode & 0o777 if before is not None else None
@@ -176,6 +186,7 @@ def machine():
             else:
                 path.write_bytes(before)
                 path.chmod(mode)
+            lock.close()
 
 
 @pytest.fixture
