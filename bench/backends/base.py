@@ -27,6 +27,7 @@ class BackendOption:
     help: str
     type: type = str
     choices: tuple | None = None
+    invalid: tuple[str, ...] = ()  # values the flag must refuse (tests/test_bad_input_table.py gives each)
 
     @property
     def flag(self) -> str:

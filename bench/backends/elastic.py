@@ -154,7 +154,7 @@ class ElasticBackend(Backend):
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     options = (
         BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of "
-                      "Horovod's fusion threshold)", float),
+                      "Horovod's fusion threshold)", float, invalid=("0", "-1", "nan", "x")),
     )
     launcher = TorchrunLauncher()
     group_type = DDPGroup

@@ -238,14 +238,16 @@ class HorovodBackend(Backend):
     comm_dtypes = ("float32", "float16")  # 0.28.1 has no bfloat16 tensors on CPU
     options = (
         BackendOption("launcher", "gloo", "gloo: horovodrun --gloo; mpi: horovodrun --mpi; "
-                      "mpirun: plain mpirun", str, LAUNCHERS),
-        BackendOption("hvd_compression", "none", "gradient compression on the wire", str, ("none", "fp16")),
-        BackendOption("hvd_backward_passes", 1, "backward passes per step (local accumulation)", int),
-        BackendOption("hvd_op", "average", "gradient reduction", str, ("average", "adasum")),
+                      "mpirun: plain mpirun", str, LAUNCHERS, invalid=("ssh",)),
+        BackendOption("hvd_compression", "none", "gradient compression on the wire", str, ("none", "fp16"),
+                      invalid=("fp8",)),
+        BackendOption("hvd_backward_passes", 1, "backward passes per step (local accumulation)", int,
+                      invalid=("0", "-1", "x")),
+        BackendOption("hvd_op", "average", "gradient reduction", str, ("average", "adasum"), invalid=("sum",)),
         BackendOption("hvd_fusion_mb", None, "fusion threshold in MiB (HOROVOD_FUSION_THRESHOLD; "
-                      "None keeps Horovod's own)", float),
+                      "None keeps Horovod's own)", float, invalid=("-1", "nan", "x")),
         BackendOption("hvd_cycle_ms", None, "cycle time in ms (HOROVOD_CYCLE_TIME; None keeps "
-                      "Horovod's own)", float),
+                      "Horovod's own)", float, invalid=("-1", "inf", "x")),
     )
     launcher = HorovodLauncher()
     group_type = HorovodGroup

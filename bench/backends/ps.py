@@ -258,11 +258,12 @@ class PSBackend(Backend):
     # A push+pull of S bytes through the servers returns the sum over workers: the PS's allreduce.
     comm_ops = ("allreduce",)
     options = (
-        BackendOption("ps_servers", 1, "server processes (parameters sharded across them by bytes)", int),
+        BackendOption("ps_servers", 1, "server processes (parameters sharded across them by bytes)", int,
+                      invalid=("0", "-1", "x")),
         BackendOption("ps_mode", "sync", "sync: one averaged update per step; async: each push applied "
-                      "as it arrives", str, MODES),
+                      "as it arrives", str, MODES, invalid=("semi",)),
         BackendOption("ps_staleness", None, "async only: how many pushes a worker may run ahead of the "
-                      "slowest (None = unbounded)", int),
+                      "slowest (None = unbounded)", int, invalid=("-1", "x")),
     )
     launcher = TorchrunLauncher()  # ranks 0..N-1 workers, N..N+K-1 servers
     group_type = PSGroup

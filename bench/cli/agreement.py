@@ -12,8 +12,9 @@ def add_parser(verbs) -> None:
     p = verbs.add_parser("agreement", help="compare the verdicts of stored sweeps; exit 1 when two contradict "
                                            "each other",
                          parents=[options.store(), options.json_output()])
-    p.add_argument("--sweeps", metavar="ID,ID,...", help="comma-separated sweeps to compare (default: every sweep in "
-                                                         "the store)")
+    options.add(p, "--sweeps", metavar="ID,ID,...", help="comma-separated sweeps to compare (default: every sweep in "
+                                                          "the store)",
+                valid_because="any text may name sweeps; one not in the store is refused when it is read")
     p.set_defaults(func=cmd)
 
 

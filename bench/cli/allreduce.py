@@ -15,8 +15,9 @@ def add_parser(verbs) -> None:
     p = verbs.add_parser("allreduce", help="communication sweep over message sizes, as nccl-tests prints it",
                          parents=[options.placement(placement + ["--timeout"]), options.comm(),
                                   options.backend_options(), options.store(), options.json_output()])
-    p.add_argument("--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
-                                                  f"({', '.join(COMPARED)}) (default %(default)s)")
+    options.add(p, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
+                                                   f"({', '.join(COMPARED)}) (default %(default)s)",
+                invalid=["tensorflow", "elastic,nope"])
     p.set_defaults(func=cmd)
 
 
@@ -27,7 +28,7 @@ def cmd(args) -> int:
     device, world = resolve_device(args.nproc, args.gpus)
     backends = list(COMPARED) if args.backend == ALL else names(args.backend)
     specs = comm_specs(backends, device, [world], comm=comm_options(args), options=spec_options(args))
-    records = run_specs(specs, open_store(args.store), "bench allreduce", show_progress=True,
+    records = run_specs(specs, open_store(args.store, runs=True), "bench allreduce", show_progress=True,
                         on_record=None if args.json else print_table)
     if args.json:
         print_json([r.to_dict() for r in records] if len(records) > 1 else records[0].to_dict())

@@ -3,6 +3,8 @@ A/A calibration of the gate on stored sweeps."""
 
 from __future__ import annotations
 
+import os
+
 from bench.cli import options
 from bench.cli.common import open_store, print_json
 from bench.runner import note
@@ -10,12 +12,16 @@ from bench.errors import EXIT_OK, UsageError
 
 
 def add_parser(verbs) -> None:
+    from bench.regress import BASELINE_DIR, BASELINE_FILE
+
     p = verbs.add_parser("compare", help="compare runs with a baseline, metric by metric; exit 1 on a significant "
                                          "regression",
                          parents=[options.store(), options.parent(None, ["--sweep"]), options.json_output()])
-    p.add_argument("--baseline", metavar="FILE", help="baseline file (from `bench baseline`)")
-    p.add_argument("--current", metavar="FILE", help="runs to judge, as a baseline-format file (instead of a sweep "
-                                                     "in --store)")
+    not_runs_files = ["/nonexistent/baseline.json", "/", options.LONG_PATH, __file__]
+    options.add(p, "--baseline", metavar="FILE", help="baseline file (from `bench baseline`)", invalid=not_runs_files)
+    options.add(p, "--current", metavar="FILE", help="runs to judge, as a baseline-format file (instead of a sweep "
+                                                      "in --store)",
+                invalid=not_runs_files, needs=["--baseline", os.path.join(BASELINE_DIR, BASELINE_FILE)])
     p.add_argument("--aa", action="store_true",
                    help="A/A calibration: compare every pair of sweeps in --store (same code, same machine) and print "
                         "how often the gate would have failed")

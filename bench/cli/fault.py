@@ -27,29 +27,31 @@ def add_parser(verbs) -> None:
                  options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe"), hidden=("--gpus",)),
                  options.parent("run", ("--batch-size", "--image-size", "--seed", "--lr", "--timeout",
                                         "--save-params")),
-                 options.backend_options(), options.store(), options.json_output()])
+                 options.backend_options(elastic_backends()), options.store(), options.json_output()])
     g = p.add_argument_group("the fault")
     d = FAULT_DEFAULTS
-    g.add_argument("--kill-rank", type=options.count, default=d["kill_rank"],
-                   help="rank that receives the signal (%(default)s)")
-    g.add_argument("--at-step", type=options.positive_int,
-                   help=f"the signal comes when that rank has completed this many steps ({AT_STEP_WINDOWS:g} x the "
-                        f"workload's window: {_per_workload(AT_STEP_WINDOWS)})")
-    g.add_argument("--signal", type=str.upper, default=d["signal"], choices=list(SIGNALS),
-                   help="KILL (a crash), TERM (a polite stop), STOP (a hung worker) (%(default)s)")
+    options.add(g, "--kill-rank", type=options.count, default=d["kill_rank"],
+                help="rank that receives the signal (%(default)s)", invalid=["-1", "x", "7"])
+    options.add(g, "--at-step", type=options.positive_int,
+                help=f"the signal comes when that rank has completed this many steps ({AT_STEP_WINDOWS:g} x the "
+                     f"workload's window: {_per_workload(AT_STEP_WINDOWS)})", invalid=["0", "x"])
+    options.add(g, "--signal", type=str.upper, default=d["signal"], choices=list(SIGNALS),
+                help="KILL (a crash), TERM (a polite stop), STOP (a hung worker) (%(default)s)", invalid=["HUP", ""])
     g.add_argument("--join", action="store_true", help="scale-up instead: at --at-step one more worker joins (a "
                                                        "second launcher agent, or a new host)")
-    g.add_argument("--max-restarts", type=options.count, default=d["max_restarts"],
-                   help="restarts (or resets) the elastic launcher allows (%(default)s)")
-    g.add_argument("--checkpoint-every", type=options.positive_int,
-                   help=f"steps between checkpoints or state commits ({CHECKPOINT_WINDOWS:g} x the workload's "
-                        f"window: {_per_workload(CHECKPOINT_WINDOWS)})")
-    g.add_argument("--steps", type=options.positive_int,
-                   help="steps to train in all (default at-step + 3 x checkpoint-every)")
-    g.add_argument("--comm-timeout", type=options.positive_float, default=d["comm_timeout"],
-                   help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s)")
-    g.add_argument("--recovery-timeout", type=options.positive_float, default=d["recovery_timeout"],
-                   help="seconds after the fault with no training step before the run is called hung (%(default)s)")
+    options.add(g, "--max-restarts", type=options.count, default=d["max_restarts"],
+                help="restarts (or resets) the elastic launcher allows (%(default)s)", invalid=["-1", "x"])
+    options.add(g, "--checkpoint-every", type=options.positive_int,
+                help=f"steps between checkpoints or state commits ({CHECKPOINT_WINDOWS:g} x the workload's "
+                     f"window: {_per_workload(CHECKPOINT_WINDOWS)})", invalid=["0", "x"])
+    options.add(g, "--steps", type=options.positive_int,
+                help="steps to train in all (default at-step + 3 x checkpoint-every)", invalid=["0", "x", "1"])
+    options.add(g, "--comm-timeout", type=options.positive_float, default=d["comm_timeout"],
+                help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s)",
+                invalid=["0", "nan", "inf", "x"])
+    options.add(g, "--recovery-timeout", type=options.positive_float, default=d["recovery_timeout"],
+                help="seconds after the fault with no training step before the run is called hung (%(default)s)",
+                invalid=["0", "nan", "inf", "x"])
     p.set_defaults(func=cmd)
 
 

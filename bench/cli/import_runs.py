@@ -14,7 +14,8 @@ from bench.runner import note
 def add_parser(verbs) -> None:
     p = verbs.add_parser("import", help="add runs to a store from their run directories (their record.json)",
                          parents=[options.store()])
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run directory holding record.json")
+    options.add(p, "run_dirs", nargs="+", metavar="RUN_DIR", help="a run directory holding record.json",
+                invalid=["/nonexistent/run", "/", __file__])
     p.set_defaults(func=cmd)
 
 

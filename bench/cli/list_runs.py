@@ -10,7 +10,7 @@ from bench.runner import note
 
 def add_parser(verbs) -> None:
     p = verbs.add_parser("list", help="stored runs as a table", parents=[options.store()])
-    p.add_argument("--last", type=options.positive_int, metavar="N", help="only the last N runs")
+    options.add(p, "--last", type=options.positive_int, metavar="N", help="only the last N runs", invalid=["0", "x"])
     p.set_defaults(func=cmd)
 
 

@@ -2,6 +2,9 @@
 
 A verb picks the groups it needs (`parents=[...]`). The defaults shown in help come from the code that
 owns them: bench.spec.DEFAULTS, bench.comm.COMM_DEFAULTS, the backend and workload registries.
+
+Every option that takes a value is declared with values it must refuse (`add`: invalid=...), or with the
+reason every string is valid; tests/test_bad_input_table.py gives each to every verb that takes the option.
 """
 
 from __future__ import annotations
@@ -10,6 +13,18 @@ import argparse
 import math
 
 BACKEND_OPTION = "backend_option:"  # dest prefix of a backend plug-in's own options
+
+
+LONG_PATH = "/" + "a" * 300 + ".sqlite"  # a file name longer than file systems allow (255 bytes)
+
+
+def add(container, *flags, invalid=(), valid_because: str | None = None, needs=(), **kwargs) -> argparse.Action:
+    """container.add_argument(*flags, **kwargs), with the values the option must refuse kept on its action
+    (`invalid`), or why every string is a valid value (`valid_because`); `needs`: the other arguments it
+    applies with (--data-dir takes effect with --data mnist only)."""
+    action = container.add_argument(*flags, **kwargs)
+    action.invalid, action.valid_because, action.needs = tuple(invalid), valid_because, tuple(needs)
+    return action
 
 
 # ---------------------------------------------------------------- value types, checked at parse time
@@ -61,6 +76,12 @@ def world_sizes(text: str) -> list[int]:
     return values
 
 
+def nonempty_path(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return text
+
+
 def byte_size(text: str) -> int:
     from bench.comm import parse_bytes
 
@@ -76,8 +97,8 @@ def _names(names) -> str:
 
 
 def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
-    """flag -> argparse.add_argument keywords: every shared option is declared here, and only here, with the
-    defaults of the code that owns them (read when a parser is built)."""
+    """flag -> `add` keywords: every shared option is declared here, and only here, with the defaults of the
+    code that owns them (read when a parser is built) and the values it refuses."""
     from bench.backends import BACKEND_MODULES, DEFAULT_BACKEND
     from bench.comm import COMM_DEFAULTS, DTYPES, OPS
     from bench.spec import CPU_BINDS, DEFAULTS
@@ -89,60 +110,76 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
 
     return {
         # what runs
-        "--backend": dict(default=DEFAULT_BACKEND, help=f"one of {_names(BACKEND_MODULES)} (default %(default)s)"),
+        "--backend": dict(default=DEFAULT_BACKEND, help=f"one of {_names(BACKEND_MODULES)} (default %(default)s)",
+                          invalid=["tensorflow", ""]),
         "--workload": dict(default=next(iter(WORKLOADS)),  # the registry's first: the quick one
-                           help=f"one of {_names(WORKLOADS)} (default %(default)s)"),
+                           help=f"one of {_names(WORKLOADS)} (default %(default)s)", invalid=["gpt5", ""]),
         # placement
-        "--nproc": dict(type=positive_int, help="CPU worker processes (gloo); default min(2, cores)"),
-        "--gpus": dict(type=positive_int, help="one worker per GPU (NCCL)"),
+        "--nproc": dict(type=positive_int, help="CPU worker processes (gloo); default min(2, cores)",
+                        invalid=["0", "-1", "two", "1.5", ""]),
+        "--gpus": dict(type=positive_int, help="one worker per GPU (NCCL)", invalid=["0", "-1", "x"]),
         "--threads": dict(type=positive_int, help="threads per worker, set for every backend alike "
-                                                  "(default: cores / largest world size)"),
+                                                  "(default: cores / largest world size)",
+                           invalid=["0", "-1", "x"]),
         "--cpu-bind": dict(choices=CPU_BINDS,
-                           help=f"pin each worker to its own cores (default {DEFAULTS['cpu_bind']})"),
+                           help=f"pin each worker to its own cores (default {DEFAULTS['cpu_bind']})", invalid=["all"]),
         "--oversubscribe": dict(action="store_true", help="allow more worker threads than cores (measures contention)"),
         # measurement
-        "--batch-size": dict(type=positive_int, help="per-worker batch (default: the workload's)"),
+        "--batch-size": dict(type=positive_int, help="per-worker batch (default: the workload's)",
+                             invalid=["0", "-1", "x"]),
         "--warmup-steps": dict(type=positive_int,
-                               help=f"untimed steps first (default {measured['warmup_steps']}, at least 1)"),
+                               help=f"untimed steps first (default {measured['warmup_steps']}, at least 1)",
+                               invalid=["0", "x"]),
         "--steps-per-window": dict(type=positive_int, help="steps timed per window (default: the workload's, about "
-                                                           "a second of work or less)"),
-        "--windows": dict(type=positive_int, help=f"timed windows (default {measured['windows']}, at least 2)"),
-        "--seed": dict(type=count, help=f"seed of the model and the data (default {DEFAULTS['seed']})"),
+                                                           "a second of work or less)", invalid=["0", "x"]),
+        "--windows": dict(type=positive_int, help=f"timed windows (default {measured['windows']}, at least 2)",
+                          invalid=["0", "1", "x"]),
+        "--seed": dict(type=count, help=f"seed of the model and the data (default {DEFAULTS['seed']})",
+                       invalid=["-1", "x", "1.5"]),
         "--lr": dict(type=positive_float, help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum "
-                                               f"{DEFAULTS['momentum']})"),
-        "--timeout": dict(type=positive_float, help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g})"),
+                                               f"{DEFAULTS['momentum']})", invalid=["0", "-1", "nan", "inf", "x"]),
+        "--timeout": dict(type=positive_float, help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g})",
+                          invalid=["0", "-1", "nan", "inf", "x"]),
         # data
         "--data": dict(choices=SOURCES, help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist needs "
-                                             "--data-dir"),
-        "--data-dir": dict(help="folder with MNIST's IDX files; nothing is downloaded"),
+                                             "--data-dir", invalid=["imagenet"]),
+        "--data-dir": dict(help="folder with MNIST's IDX files; nothing is downloaded", needs=["--data", "mnist"],
+                           invalid=["/nonexistent/mnist", "", "/"]),
         "--image-size": dict(type=positive_int, help="input side for image models (default: the workload's CPU or "
-                                                     "GPU size)"),
+                                                     "GPU size)", invalid=["0", "x", "8"]),
         # testing the harness
-        "--inject": dict(metavar="KIND:RANK:STEP", help="test-only fault: hang, crash or kill rank RANK at step STEP"),
+        "--inject": dict(metavar="KIND:RANK:STEP", help="test-only fault: hang, crash or kill rank RANK at step STEP",
+                         invalid=["explode:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"]),
         "--inject-delay": dict(metavar="DELAY",
                                help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of "
                                     "its warm-up median step time (20%%) or a duration (5ms); a sweep never slows "
-                                    "the plain single-process loop it measures the others against"),
+                                    "the plain single-process loop it measures the others against",
+                               invalid=["x", "20", "-5ms", "100s", "10000%"]),
         "--save-params": dict(action="store_true", help="save each rank's parameters in the run directory (a fault "
                                                         "run: also those each process resumed from)"),
         # communication sweep
         "--min-bytes": dict(type=byte_size, default=COMM_DEFAULTS["min_bytes"],
-                            help="smallest message: 4, 8K, 64M, 1G (default %(default)s)"),
+                            help="smallest message: 4, 8K, 64M, 1G (default %(default)s)",
+                            invalid=["0", "-1", "x", "1Q", "1.5K"]),
         "--max-bytes": dict(type=byte_size, default=COMM_DEFAULTS["max_bytes"],
-                            help="largest message (default %(default)s)"),
-        "--dtype": dict(default=COMM_DEFAULTS["dtype"], help=f"one of {_names(DTYPES)} (default %(default)s)"),
-        "--ops": dict(default=COMM_DEFAULTS["ops"], help=f"comma-separated, from {_names(OPS)} (default %(default)s)"),
+                            help="largest message (default %(default)s)", invalid=["0", "-1", "x", "1Q", "1.5K"]),
+        "--dtype": dict(default=COMM_DEFAULTS["dtype"], help=f"one of {_names(DTYPES)} (default %(default)s)",
+                        invalid=["float128", ""]),
+        "--ops": dict(default=COMM_DEFAULTS["ops"], help=f"comma-separated, from {_names(OPS)} (default %(default)s)",
+                      invalid=["nope", "allreduce,nope", "", ","]),
         "--warmup-iters": dict(type=count, default=COMM_DEFAULTS["warmup_iters"],
-                               help="untimed ops per size (default %(default)s)"),
+                               help="untimed ops per size (default %(default)s)", invalid=["-1", "x"]),
         "--iters": dict(type=positive_int, default=COMM_DEFAULTS["iters"],
-                        help="timed ops per size (default %(default)s)"),
+                        help="timed ops per size (default %(default)s)", invalid=["0", "x"]),
         # results
-        "--store": dict(help=f"results store (SQLite file); default {DEFAULT_STORE} or $BENCH_STORE"),
+        "--store": dict(type=nonempty_path, help=f"results store (SQLite file); default {DEFAULT_STORE} or $BENCH_STORE",
+                        invalid=["", "/", LONG_PATH]),
         "--json": dict(action="store_true", help="print the result as JSON on stdout (the record, the records or the "
                                                  "comparison), and nothing else there"),
-        "--sweep": dict(metavar="ID", help="the sweep to take from the store (default: the latest one)"),
+        "--sweep": dict(metavar="ID", help="the sweep to take from the store (default: the latest one)",
+                        valid_because="any text may name a sweep; one not in the store is refused when it is read"),
         "--repeats": dict(type=positive_int, help="run every case this many times, in rounds (the regression gate's "
-                                                  "unit of replication; default %(default)s)"),
+                                                  "unit of replication; default %(default)s)", invalid=["0", "x"]),
     }
 
 
@@ -163,7 +200,7 @@ def parent(title: str | None, flags, *, hidden=(), run_defaults: dict | None = N
     g = p.add_argument_group(title) if title else p
     for flag in flags:
         kwargs = declared[flag]
-        g.add_argument(flag, **(dict(kwargs, help=argparse.SUPPRESS) if flag in hidden else kwargs))
+        add(g, flag, **(dict(kwargs, help=argparse.SUPPRESS) if flag in hidden else kwargs))
     p.set_defaults(**defaults)
     return p
 
@@ -196,21 +233,23 @@ def comm(**defaults) -> argparse.ArgumentParser:
     return parent("communication sweep (nccl-tests conventions)", COMM, **defaults)
 
 
-def backend_options() -> argparse.ArgumentParser:
-    """Each backend's own knobs, from its plug-in; a run records every value, given or default."""
+def backend_options(backends=None) -> argparse.ArgumentParser:
+    """Each backend's own knobs, from its plug-in (of `backends`, default all); a run records every value, given
+    or default."""
     from bench.backends import BACKEND_MODULES, get_backend
 
     p = argparse.ArgumentParser(add_help=False)
-    for name in BACKEND_MODULES:
+    for name in backends or BACKEND_MODULES:
         backend = get_backend(name)
         if not backend.options:
             continue
         g = p.add_argument_group(f"{name} backend options")
         for opt in backend.options:
-            g.add_argument(opt.flag, dest=BACKEND_OPTION + opt.name, choices=opt.choices,
-                           metavar=None if opt.choices else opt.name.upper(),
-                           type=finite_float if opt.type is float else opt.type,
-                           help=f"{opt.help} (default {opt.default})".replace("%", "%%"))
+            add(g, opt.flag, dest=BACKEND_OPTION + opt.name, choices=opt.choices,
+                metavar=None if opt.choices else opt.name.upper(),
+                type=finite_float if opt.type is float else opt.type,
+                help=f"{opt.help} (default {opt.default})".replace("%", "%%"),
+                invalid=opt.invalid, needs=["--backend", name])
     return p
 
 

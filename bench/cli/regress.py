@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bench.cli import options
 from bench.cli.common import open_store
+from bench.errors import UsageError
 
 
 def add_parser(verbs) -> None:
@@ -12,7 +13,9 @@ def add_parser(verbs) -> None:
 
     def gate_options(repeats: int):
         p = options.parent(None, ["--timeout", "--repeats", "--store"], repeats=repeats)
-        p.add_argument("--dir", default=BASELINE_DIR, help="baseline folder (default %(default)s)")
+        options.add(p, "--dir", default=BASELINE_DIR, type=options.nonempty_path,
+                    help="baseline folder (default %(default)s)",
+                    invalid=[__file__, "", options.LONG_PATH])  # a file, not a folder
         p.add_argument("--no-hot-paths", action="store_true", help="skip the harness's own benchmarks")
         return p
 
@@ -26,8 +29,9 @@ def add_parser(verbs) -> None:
 
     p = verbs.add_parser("baseline", help="refresh the regression baseline from a run of the fixed matrix",
                          parents=[gate_options(BASELINE_REPEATS), options.parent(None, ["--sweep"])])
-    p.add_argument("--from-store", metavar="PATH", help="take an existing sweep (--sweep, default the latest) from "
-                                                        "this store instead of running the matrix")
+    options.add(p, "--from-store", metavar="PATH", type=options.nonempty_path,
+                help="take an existing sweep (--sweep, default the latest) from this store instead of running the "
+                     "matrix", invalid=["", "/", "/nonexistent/bench.sqlite", options.LONG_PATH])
     p.add_argument("--hot-paths-only", action="store_true", help=f"refresh only {HOT_PATHS_FILE}")
     p.set_defaults(func=cmd_baseline)
 
@@ -35,15 +39,19 @@ def add_parser(verbs) -> None:
 def cmd_regress(args) -> int:
     from bench.regress import regress
 
-    return regress(open_store(args.store), args.dir, repeats=args.repeats, inject_delay=args.inject_delay,
+    return regress(open_store(args.store, runs=True), args.dir, repeats=args.repeats, inject_delay=args.inject_delay,
                    timeout=args.timeout, confirm=args.confirm, hot_paths=not args.no_hot_paths, as_json=args.json)
 
 
 def cmd_baseline(args) -> int:
-    from bench.regress import baseline, save_hot_paths
+    from bench.regress import baseline, check_baseline_dir, save_hot_paths
 
+    if args.sweep and not args.from_store:
+        raise UsageError(f"--sweep {args.sweep} picks a sweep of --from-store; give --from-store PATH too "
+                         "(without it the matrix is run)")
+    check_baseline_dir(args.dir)  # before minutes of runs
     if args.hot_paths_only:
         return save_hot_paths(args.dir)
-    return baseline(open_store(args.store), args.dir, repeats=args.repeats, timeout=args.timeout,
-                    from_store=open_store(args.from_store) if args.from_store else None, sweep_id=args.sweep,
-                    hot_paths=not args.no_hot_paths)
+    return baseline(open_store(args.store, runs=not args.from_store), args.dir, repeats=args.repeats,
+                    timeout=args.timeout, from_store=open_store(args.from_store) if args.from_store else None,
+                    sweep_id=args.sweep, hot_paths=not args.no_hot_paths)

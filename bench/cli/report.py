@@ -11,11 +11,11 @@ from bench.errors import EXIT_OK
 
 def add_parser(verbs) -> None:
     p = verbs.add_parser("report", help="write a single-file HTML report", parents=[options.store()])
-    p.add_argument("-o", "--output", default=os.path.join("reports", "report.html"),
-                   help="HTML file to write (default %(default)s)")
-    p.add_argument("--where", action="append", metavar="KEY=V1,V2",
-                   help="keep runs whose KEY (a `bench list` column: backend, workload, world_size, device, status, "
-                        "sweep_id, ...) is one of the values; repeatable")
+    options.add(p, "-o", "--output", default=os.path.join("reports", "report.html"), type=options.nonempty_path,
+                help="HTML file to write (default %(default)s)", invalid=["", "/", options.LONG_PATH])
+    options.add(p, "--where", action="append", metavar="KEY=V1,V2",
+                help="keep runs whose KEY (a `bench list` column: backend, workload, world_size, device, status, "
+                     "sweep_id, ...) is one of the values; repeatable", invalid=["backend", "nokey=1", "=x"])
     p.set_defaults(func=cmd)
 
 

@@ -17,14 +17,15 @@ def add_parser(verbs) -> None:
     t, b = GOALS["throughput"], GOALS["busbw"]
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("the check")
-    g.add_argument("--backend", help=f"comma-separated, of {loops} (default: each of them that can run here)")
-    g.add_argument("--pairs", type=options.positive_int, default=DEFAULT_PAIRS,
-                   help="pairs of launches (suite and bare loop) per figure, at least (default %(default)s, at "
-                        "least 2)")
-    g.add_argument("--max-minutes", type=options.finite_float, default=DEFAULT_MAX_MINUTES,
-                   help=f"after --pairs, pairs are added until each interval is within ±{100 * t.resolution:g}%% "
-                        f"(throughput) or ±{100 * b.resolution:g}%% (busbw), or until this many minutes per backend "
-                        "have passed (default %(default)s; 0: --pairs pairs only)")
+    options.add(g, "--backend", help=f"comma-separated, of {loops} (default: each of them that can run here)",
+                invalid=["ps", "single", "nope", "elastic,nope"])
+    options.add(g, "--pairs", type=options.positive_int, default=DEFAULT_PAIRS,
+                help="pairs of launches (suite and bare loop) per figure, at least (default %(default)s, at "
+                     "least 2)", invalid=["0", "1", "x"])
+    options.add(g, "--max-minutes", type=options.finite_float, default=DEFAULT_MAX_MINUTES,
+                help=f"after --pairs, pairs are added until each interval is within ±{100 * t.resolution:g}%% "
+                     f"(throughput) or ±{100 * b.resolution:g}%% (busbw), or until this many minutes per backend "
+                     "have passed (default %(default)s; 0: --pairs pairs only)", invalid=["-1", "nan", "inf", "x"])
     g.add_argument("--no-allreduce", action="store_true",
                    help="check training throughput only, not allreduce busbw at 16 MiB")
     p = verbs.add_parser(

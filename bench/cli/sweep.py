@@ -15,19 +15,22 @@ from workloads import WORKLOADS
 def add_parser(verbs) -> None:
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("what runs")
-    g.add_argument("--backend", help=f"comma-separated backends, or all (every compared backend that can run "
-                                     f"here, of {', '.join(COMPARED)}); default: {' and '.join(PRIMARY)}, the "
-                                     f"question's pair, where they can run")
-    g.add_argument("--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)})")
-    g.add_argument("--world-sizes", type=options.world_sizes,
-                   help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)")
+    options.add(g, "--backend", help=f"comma-separated backends, or all (every compared backend that can run "
+                                      f"here, of {', '.join(COMPARED)}); default: {' and '.join(PRIMARY)}, the "
+                                      f"question's pair, where they can run", invalid=["tensorflow", "elastic,horovd"])
+    options.add(g, "--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)})",
+                invalid=["gpt5", "mnist_mlp,gpt5"])
+    options.add(g, "--world-sizes", type=options.world_sizes,
+                help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)",
+                invalid=["1,x", "0", "", "-2"])
     g.add_argument("--no-plain-loop", "--no-baseline", dest="no_plain_loop", action="store_true",
                    help="skip the plain single-process run that scaling is also measured against "
                         "(--no-baseline: its former name)")
     g.add_argument("--no-comm", action="store_true",
                    help="skip the short communication sweep run for each backend and world size above 1")
-    own.add_argument("--report", metavar="FILE",
-                     help="after the sweep, write the HTML report there, plus a timestamped copy beside it")
+    options.add(own, "--report", metavar="FILE", type=options.nonempty_path,
+                help="after the sweep, write the HTML report there, plus a timestamped copy beside it",
+                invalid=["", "/", options.LONG_PATH])
     p = verbs.add_parser("sweep", help="backends x workloads x world sizes, every run stored",
                          parents=[own, options.parent(None, ["--repeats"], repeats=SWEEP_DEFAULTS["repeats"]),
                                   *options.training(SWEEP_DEFAULTS), options.comm(max_bytes=SWEEP_DEFAULTS["max_bytes"])])
@@ -39,7 +42,11 @@ def cmd(args) -> int:
     from bench.spec import resolve_device
 
     device, limit = resolve_device(args.nproc, args.gpus)
-    store = open_store(args.store)
+    store = open_store(args.store, runs=True)
+    if args.report:
+        from bench.report import output_path
+
+        output_path(args.report)  # before the sweep, not after it
     # a sweep's launches are short; its replicates are launches (bench.plan.SWEEP_DEFAULTS)
     spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args)
     backends = None if args.backend == "all" else names(args.backend) or "primary"

@@ -1,0 +1,228 @@
+"""Bad input, by construction: every option of every verb of the real parser (bench.cli.build_parser) declares
+the values it refuses beside its definition (bench.cli.options.add; BackendOption.invalid for a backend's
+own), and each is given to each verb that takes the option. Refused means: exit 2, one line on stderr that
+names the option, no traceback, nothing on stdout, nothing created and nothing launched. An option added
+without declared values fails test_every_option_declares_what_it_refuses. Then the cases of bad data, bad
+baseline files and bad stores. All in this process: seconds."""
+
+import argparse
+import gzip
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+import bench.cli
+from bench.cli.options import LONG_PATH
+from conftest import ROOT, bench_in_process
+
+BASELINE = ROOT / "results" / "baselines" / "cpu-gloo.json"
+# What a verb needs before it reads its other options (a bad --store of `compare` is found once it has a
+# baseline to compare with; `import` needs a run directory).
+VERB_ARGS = {"compare": ["--baseline", BASELINE], "import": ["{tmp}/run"]}
+
+
+def _commands(parser, words=()):
+    """(words, parser) of every command, `bench VERB` and, where a verb has its own, `bench VERB ACTION`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):  # an unknown name is argparse's own error
+            for name, sub in action.choices.items():
+                yield (*words, name), sub
+                yield from _commands(sub, (*words, name))
+
+
+def _takes_a_value(action) -> bool:
+    # flags (store_true, store_false, --help) take none; a choice of subcommand is walked into instead
+    return action.nargs != 0 and not isinstance(action, argparse._SubParsersAction)
+
+
+OPTIONS = [(" ".join(words), action) for words, p in _commands(bench.cli.build_parser())
+           for action in p._actions if _takes_a_value(action)]
+
+
+def _name(action) -> str:
+    return action.option_strings[-1] if action.option_strings else action.dest
+
+
+ROWS = [pytest.param(verb, action.option_strings[-1] if action.option_strings else None, value, action.needs,
+                     id=f"{verb} {_name(action)} {value!r}"[:120])
+        for verb, action in OPTIONS for value in getattr(action, "invalid", ())]
+
+
+def test_every_option_declares_what_it_refuses():
+    undeclared = [f"bench {verb} {_name(a)}" for verb, a in OPTIONS
+                  if not getattr(a, "invalid", None) and not getattr(a, "valid_because", None)]
+    assert not undeclared, ("declare the values these options refuse (invalid=[...]) or why every string is "
+                            f"valid (valid_because=...): {undeclared}")
+    assert len(ROWS) > 200
+
+
+class Unchanged:
+    """tmp_path as a case left it (snapshot()), checked again at the end: bad input creates nothing."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.snapshot()
+
+    def snapshot(self):
+        self.files = sorted(self.folder.rglob("*"))
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch, tmp_path):
+    """A default store in tmp_path (which must stay as it was) and no way to launch anything."""
+    import bench.backends.horovod
+    import bench.gate
+    import bench.runner
+    import bench.supervisor
+
+    def launched(*args, **kwargs):
+        raise AssertionError("bad input launched something")
+
+    for module, name in ((bench.runner, "execute"), (bench.supervisor, "supervise"), (bench.supervisor, "launch"),
+                         (bench.gate, "run_hot_paths")):
+        monkeypatch.setattr(module, name, launched)
+    monkeypatch.setenv("BENCH_STORE", str(tmp_path / "results" / "bench.sqlite"))
+    monkeypatch.chdir(ROOT)  # the committed baseline at its default path
+    monkeypatch.setattr(bench.cli, "build_parser", lambda: PARSER)  # built once: parsing is not what is tested
+    # Horovod's build probe (seconds, in child processes) is this machine's, not the input's
+    monkeypatch.setattr(bench.backends.horovod, "check_build", lambda: (None, ""))
+    unchanged = Unchanged(tmp_path)
+    yield unchanged
+    assert sorted(tmp_path.rglob("*")) == unchanged.files, "bad input must create nothing"
+
+
+PARSER = bench.cli.build_parser()
+
+
+def assert_refused(proc, *fragments):
+    assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr}"
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert proc.stdout == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize("verb, flag, value, needs", ROWS)
+def test_a_declared_bad_value_is_refused_before_anything_runs(verb, flag, value, needs, tmp_path, nothing_runs):
+    if verb == "import":  # a run directory to import, so that the option under test is reached
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "record.json").write_text(json.dumps(json.loads(BASELINE.read_text())["records"][0]))
+        nothing_runs.snapshot()
+    base = [str(a).format(tmp=tmp_path) for a in VERB_ARGS.get(verb, [])]
+    line = assert_refused(bench_in_process(*verb.split(), *base, *needs, *([flag] if flag else []), value))
+    # the option, or the value (of a comma-separated one, its last item: the bad one, as declared)
+    assert (flag and flag in line) or value.split(",")[-1] in line, f"names neither the option nor the value: {line}"
+
+
+# ---------------------------------------------------------------- the cases of bad data, baselines and stores
+def write_mnist(folder, n=200, label=None, gz=False):
+    folder.mkdir(exist_ok=True)
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
+    if label is not None:
+        labels[3] = label
+    opener, ext = (gzip.open, ".gz") if gz else (open, "")
+    with opener(folder / f"train-images-idx3-ubyte{ext}", "wb") as fh:
+        fh.write(struct.pack(">IIII", 2051, n, 28, 28) + rng.integers(0, 256, (n, 28, 28), dtype=np.uint8).tobytes())
+    with opener(folder / f"train-labels-idx1-ubyte{ext}", "wb") as fh:
+        fh.write(struct.pack(">II", 2049, n) + labels.tobytes())
+    return folder
+
+
+def header_cut_short(tmp_path):
+    d = write_mnist(tmp_path / "mnist")
+    (d / "train-images-idx3-ubyte").write_bytes((d / "train-images-idx3-ubyte").read_bytes()[:8])
+    return ["--data-dir", d], [f"{d}/train-images-idx3-ubyte is too short", "header is cut short"]
+
+
+def too_few_samples(tmp_path):
+    d = write_mnist(tmp_path / "mnist", n=10)
+    return ["--data-dir", d, "--nproc", "2", "--batch-size", "64"], ["10 samples: too few for 2 worker(s) x batch 64"]
+
+
+def label_out_of_range(tmp_path):
+    d = write_mnist(tmp_path / "mnist", label=255)
+    return ["--data-dir", d], [f"{d}/train-labels-idx1-ubyte holds label 255", "labels 0..9"]
+
+
+def corrupt_gzip(tmp_path):
+    d = write_mnist(tmp_path / "mnist", gz=True)
+    raw = (d / "train-images-idx3-ubyte.gz").read_bytes()
+    (d / "train-images-idx3-ubyte.gz").write_bytes(raw[:20] + bytes(len(raw) - 40) + raw[-20:])
+    return ["--data-dir", d], [f"cannot read {d}/train-images-idx3-ubyte.gz"]
+
+
+@pytest.mark.parametrize("make", [header_cut_short, too_few_samples, label_out_of_range, corrupt_gzip])
+def test_bad_mnist_data_is_refused_before_launch(make, tmp_path, nothing_runs):
+    args, fragments = make(tmp_path)
+    nothing_runs.snapshot()
+    assert_refused(bench_in_process("run", "--data", "mnist", *args), *fragments)
+
+
+def _baseline_with(change) -> dict:
+    data = json.loads(BASELINE.read_text())
+    change(data)
+    return data
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.pop("machine"), "'machine' must be an object"),
+    (lambda d: d.update(machine="vm"), "'machine' must be an object"),
+    (lambda d: d["machine"].update(calibration="fast"), "'machine.calibration' must be null or hold positive"),
+    (lambda d: d["records"].append(3), f"run record {36} is malformed (a record must be a JSON object)"),
+    (lambda d: d["records"][0].update(created_at="yesterday"), "created_at: expected float, found str"),
+    (lambda d: d["records"][1].pop("status"), "run record 1 is malformed (record"),
+    (lambda d: d["records"][0].update(metrics=[1]), "metrics: expected an object, found list"),
+])
+def test_a_malformed_baseline_is_refused_naming_the_file(change, says, tmp_path, nothing_runs):
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(_baseline_with(change)))
+    nothing_runs.snapshot()
+    for args in (["--baseline", path, "--current", BASELINE], ["--baseline", BASELINE, "--current", path]):
+        assert_refused(bench_in_process("compare", *args), f"file {path}: ", says)
+
+
+def test_a_directory_given_as_the_baseline_says_so(tmp_path, nothing_runs):
+    assert_refused(bench_in_process("compare", "--baseline", tmp_path), f"baseline file {tmp_path} is a directory",
+                   f"{tmp_path}/cpu-gloo.json")
+
+
+@pytest.mark.parametrize("verb", ["list", "report", "agreement", "compare"])
+def test_an_empty_bench_store_variable_means_the_default_store(verb, tmp_path, monkeypatch, nothing_runs):
+    monkeypatch.setenv("BENCH_STORE", "")
+    monkeypatch.chdir(tmp_path)
+    args = ["--baseline", BASELINE] if verb == "compare" else []
+    assert_refused(bench_in_process(verb, *args), "no results store at results/bench.sqlite")
+
+
+@pytest.mark.parametrize("argv", [["list"], ["report"], ["agreement"], ["compare", "--aa"],
+                                  ["run"], ["allreduce"], ["sweep"], ["regress"], ["baseline"]])
+def test_a_store_path_too_long_for_the_file_system(argv, nothing_runs):
+    assert_refused(bench_in_process(*argv, "--store", LONG_PATH), "cannot be used (File name too long)", "--store")
+
+
+@pytest.mark.parametrize("argv", [["list"], ["report", "-o", "{tmp}/r.html"], ["agreement"], ["compare", "--aa"],
+                                  ["compare", "--baseline", BASELINE]])
+def test_reading_an_empty_file_leaves_it_as_it_was(argv, tmp_path, nothing_runs):
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    os.utime(empty, ns=(10**18, 10**18))
+    nothing_runs.snapshot()
+    argv = [str(a).format(tmp=tmp_path) for a in argv]
+    assert_refused(bench_in_process(*argv, "--store", empty), f"results store {empty} is an empty file, not a bench store")
+    assert empty.read_bytes() == b"" and empty.stat().st_mtime_ns == 10**18
+
+
+def test_a_run_directory_that_cannot_be_written_is_refused_before_launch(tmp_path, nothing_runs):
+    (tmp_path / "runs").write_text("a file where the run directories go")
+    nothing_runs.snapshot()
+    for verb in ("run", "sweep", "allreduce", "regress"):
+        assert_refused(bench_in_process(verb, "--store", tmp_path / "bench.sqlite"),
+                       f"run directory {tmp_path}/runs cannot be written (it is a file, not a folder)")
+    nothing_runs.snapshot()  # `bench run` checks by opening its store: made, with no run in it
