@@ -149,6 +149,7 @@ class Store:
     def check_writable(self) -> None:
         """Open (or create) the store and take its write lock for a moment: a store that cannot take a
         record is found before a run is launched, not after it has measured."""
+        self.check_usable()  # what can be found without creating anything first: bad input creates nothing
         conn = self._connect(create=True)
         try:
             conn.execute("BEGIN IMMEDIATE")

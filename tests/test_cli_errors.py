@@ -16,6 +16,7 @@ def assert_one_line_error(proc, *fragments):
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     assert proc.stdout == ""
+    return lines[0]
 
 
 @pytest.mark.parametrize("args, fragments", [

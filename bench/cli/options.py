@@ -172,7 +172,8 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--iters": dict(type=positive_int, default=COMM_DEFAULTS["iters"],
                         help="timed ops per size (default %(default)s)", invalid=["0", "x"]),
         # results
-        "--store": dict(type=nonempty_path, help=f"results store (SQLite file); default {DEFAULT_STORE} or $BENCH_STORE",
+        "--store": dict(type=nonempty_path,
+                        help=f"results store (SQLite file); default {DEFAULT_STORE} or $BENCH_STORE",
                         invalid=["", "/", LONG_PATH]),
         "--json": dict(action="store_true", help="print the result as JSON on stdout (the record, the records or the "
                                                  "comparison), and nothing else there"),
