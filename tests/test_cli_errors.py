@@ -37,6 +37,8 @@ def assert_one_line_error(proc, *fragments):
     (["run", "--nproc", "two"], ["invalid int value"]),
     (["sweep", "--backend", "elastic,horovd"], ["unknown backend 'horovd'"]),
     (["sweep", "--world-sizes", "1,x"], ["comma-separated"]),
+    (["run", "--ps-servers", "2"], ["--ps-servers is an option of backend ps", "(elastic)"]),
+    (["sweep", "--backend", "elastic", "--hvd-fusion-mb", "8"], ["backend horovod", "--backend"]),
     (["frobnicate"], ["invalid choice"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragments, store):

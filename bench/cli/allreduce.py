@@ -27,7 +27,7 @@ def cmd(args) -> int:
 
     device, world = resolve_device(args.nproc, args.gpus)
     backends = list(COMPARED) if args.backend == ALL else names(args.backend)
-    specs = comm_specs(backends, device, [world], comm=comm_options(args), options=spec_options(args))
+    specs = comm_specs(backends, device, [world], comm=comm_options(args), options=spec_options(args, backends))
     records = run_specs(specs, open_store(args.store, runs=True), "bench allreduce", show_progress=True,
                         on_record=None if args.json else print_table)
     if args.json:

@@ -8,7 +8,7 @@ import json
 import sys
 
 from bench.cli.options import BACKEND_OPTION
-from bench.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
+from bench.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.runner import note
 
 
@@ -25,16 +25,29 @@ SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject"
                 "steps_per_window", "windows", "seed", "lr", "timeout", "data", "data_dir", "cpu_bind", "save_params")
 
 
-def backend_options(args) -> dict:
-    return {k[len(BACKEND_OPTION):]: v for k, v in vars(args).items() if k.startswith(BACKEND_OPTION) and v is not None}
+def backend_options(args, backends=None) -> dict:
+    """The backend options given, by name. With `backends` (the backends that will run), an option that
+    belongs to none of them is refused: silently running without it would measure something else."""
+    from bench.backends import BACKEND_MODULES, get_backend
+
+    given = {k[len(BACKEND_OPTION):]: v for k, v in vars(args).items() if k.startswith(BACKEND_OPTION) and v is not None}
+    if backends is not None:
+        owned = {opt.name for name in backends for opt in get_backend(name).options}
+        for name in given.keys() - owned:
+            owner = next(b for b in BACKEND_MODULES if name in {opt.name for opt in get_backend(b).options})
+            flag = next(opt.flag for opt in get_backend(owner).options if opt.name == name)
+            raise UsageError(f"{flag} is an option of backend {owner}, which this command does not run "
+                             f"({', '.join(backends)}); drop it or include {owner} in --backend")
+    return given
 
 
-def spec_options(args) -> dict:
-    """The keyword arguments a spec builder takes from what the verb's options gave (absent ones left out)."""
+def spec_options(args, backends=None) -> dict:
+    """The keyword arguments a spec builder takes from what the verb's options gave (absent ones left out);
+    `backends`: those that will run, to refuse options of any other (backend_options)."""
     options = {k: getattr(args, k) for k in SPEC_OPTIONS if getattr(args, k, None) is not None}
     if "inject_delay" in options:
         options["step_delay"] = options.pop("inject_delay")
-    options["backend_options"] = backend_options(args)
+    options["backend_options"] = backend_options(args, backends)
     return options
 
 

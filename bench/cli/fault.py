@@ -66,5 +66,5 @@ def cmd(args) -> int:
                       scenario="join" if args.join else "kill", rank=args.kill_rank, at_step=args.at_step,
                       signal_name=args.signal, max_restarts=args.max_restarts, checkpoint_every=args.checkpoint_every,
                       total_steps=args.steps, comm_timeout=args.comm_timeout, recovery_timeout=args.recovery_timeout,
-                      **spec_options(args))
+                      **spec_options(args, [args.backend]))
     return run_one(spec, args.store, args.json, "fault", show_progress=False)

@@ -18,5 +18,5 @@ def cmd(args) -> int:
 
     device, world = resolve_device(args.nproc, args.gpus)
     spec = build_spec(backend=args.backend, workload=args.workload, world_size=world, device=device,
-                      **spec_options(args))
+                      **spec_options(args, [args.backend]))
     return run_one(spec, args.store, args.json, "run")

@@ -61,6 +61,6 @@ def cmd(args) -> int:
     validate(args.pairs, args.max_minutes)
     device, world = resolve_device(args.nproc, args.gpus)
     backends = choose_backends(args.backend, device)
-    plans = plan(backends, args.workload, device, world, options=spec_options(args), allreduce=not args.no_allreduce,
+    plans = plan(backends, args.workload, device, world, options=spec_options(args, backends), allreduce=not args.no_allreduce,
                  comm={"warmup_iters": args.warmup_iters, "iters": args.iters})
     return selfcheck(plans, pairs=args.pairs, max_minutes=args.max_minutes, store_path=args.store, as_json=args.json)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.backends import COMPARED, PRIMARY
+from bench.backends import COMPARED, PLAIN_LOOP, PRIMARY
 from bench.cli import options
 from bench.cli.common import comm_options, names, open_store, print_json, spec_options, status_exit
 from bench.runner import note, run_sweep
@@ -48,8 +48,10 @@ def cmd(args) -> int:
 
         output_path(args.report)  # before the sweep, not after it
     # a sweep's launches are short; its replicates are launches (bench.plan.SWEEP_DEFAULTS)
-    spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args)
     backends = None if args.backend == "all" else names(args.backend) or "primary"
+    running = None if backends is None else \
+        [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
+    spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running)
     _, records = run_sweep(store, "bench sweep", backends=backends,
                            workloads=names(args.workload) or list(WORKLOADS), device=device,
                            world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,
