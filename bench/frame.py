@@ -5,10 +5,10 @@ vs the plain loop) are the training view's (bench.tasks.train_report.replicated_
 from __future__ import annotations
 
 GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
-                   "batch_size", "backward_passes", "global_batch", "threads", "data", "image_size", "sweep_id",
-                   "repeat", "error", "record"]
+                   "batch_size", "backward_passes", "global_batch", "threads", "data", "image_size", "network",
+                   "sweep_id", "repeat", "error", "record"]
 # Runs are comparable only when these conditions are equal (docs/method.md, "Fairness"); world size varies.
-CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "data", "image_size"]
+CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "data", "image_size", "network"]
 
 
 def frame_columns() -> list[str]:
@@ -26,11 +26,20 @@ def record_row(rec) -> dict:
         "case": rec.task.case(spec), "backend": spec.backend, "workload": spec.workload,
         "world_size": spec.world_size, "device": spec.device, "batch_size": spec.batch_size,
         "backward_passes": spec.backward_passes, "global_batch": spec.global_batch, "threads": spec.threads,
-        "data": spec.data, "image_size": spec.image_size, "sweep_id": spec.sweep_id, "repeat": spec.repeat,
+        "data": spec.data, "image_size": spec.image_size, "network": network(spec), "sweep_id": spec.sweep_id,
+        "repeat": spec.repeat,
         "error": rec.error.message if rec.error else None, "record": rec,
     }
     row.update(rec.task.frame_columns(rec))
     return row
+
+
+def network(spec) -> str:
+    """Where a run's processes talk: on this host, or across hosts and over which link."""
+    if not spec.hosts:
+        return "one host"
+    link = f", link {spec.link['rate']}" + (f" {spec.link['delay']}" if spec.link["delay"] else "") if spec.link else ""
+    return f"{len(spec.hosts)} hosts{link}"
 
 
 def records_to_frame(records: list):

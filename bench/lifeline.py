@@ -175,6 +175,25 @@ def recover(store) -> list[str]:
     return recovered
 
 
+def reap_remote(run_dir_path: str, tag: str) -> list[dict]:
+    """What was ended of the run on its other hosts (a run across hosts), over ssh."""
+    import json
+
+    try:
+        spec = json.loads((Path(run_dir_path) / "spec.json").read_text())
+    except (OSError, ValueError):
+        return []
+    hosts = [h["name"] for h in spec.get("hosts") or ()]
+    if not hosts:
+        return []
+    from bench.hosts import reap_on_hosts, unshape_links
+
+    ended = reap_on_hosts(hosts, tag, sys.executable)
+    if spec.get("link"):
+        unshape_links(hosts, spec["iface"])
+    return [{**p, "host": host} for host, procs in ended.items() for p in procs]
+
+
 def watch(argv: list[str]) -> int:
     tag, owner_pid = argv[0], argv[1]
     # Only the pipe ends this watcher: not the terminal's Ctrl-C or hang-up meant for bench.
@@ -187,6 +206,8 @@ def watch(argv: list[str]) -> int:
         return 0
     died_at = time.time()
     reaped, survivors = reap(tag, None)
+    if len(argv) >= 4:
+        reaped += reap_remote(argv[2], tag)
     print(f"{time.strftime('%H:%M:%S')} bench process {owner_pid} ended without releasing run {tag}: "
           f"ended {len(reaped)} process(es), {len(survivors)} survived", file=sys.stderr, flush=True)
     if len(argv) >= 4:

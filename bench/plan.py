@@ -82,7 +82,7 @@ def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm
 
     return [build_spec(backend=b, world_size=n, device=device, **comm, threads=options.get("threads"),
                        oversubscribe=options.get("oversubscribe", False), timeout=options.get("timeout"),
-                       backend_options=options.get("backend_options"))
+                       backend_options=options.get("backend_options"), cluster=options.get("cluster"))
             for b in backends for n in world_sizes]
 
 
@@ -103,8 +103,8 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
     if repeats < 1:
         raise UsageError(f"repeats {repeats}: run every case at least once")
     # One thread count for all training runs, so world sizes differ only in their number of workers.
-    train = {"threads": default_threads(device, max(world_sizes)), **{k: v for k, v in options.items()
-                                                                       if v is not None}}
+    train = {"threads": default_threads(device, max(world_sizes), options.get("cluster")),
+             **{k: v for k, v in options.items() if v is not None}}
     plan = []
     for workload in workloads:
         if with_plain_loop and PLAIN_LOOP not in backends:

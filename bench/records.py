@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-SCHEMA_VERSION = 2  # bump it, and add an upgrade, when a stored field changes meaning or place
+SCHEMA_VERSION = 3  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RecordError(ValueError):
@@ -271,7 +271,14 @@ def v1_rank_row(row: dict) -> dict:
     return row
 
 
-UPGRADES = {1: _v1_to_v2}  # version -> function that returns the record at version + 1
+def _v2_to_v3(rec: dict) -> dict:
+    """v3 adds runs across hosts (spec.hosts, spec.iface, spec.link): a v2 run ran on one host."""
+    rec = dict(rec, spec={**rec["spec"], "hosts": None, "iface": None, "link": None})
+    rec["schema_version"] = 3
+    return rec
+
+
+UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict) -> dict:

@@ -12,6 +12,7 @@ from bench.aggregate import build_record
 from bench.backends import get_backend
 from bench.environment import PROJECT_ROOT, fingerprint
 from bench.errors import Interrupted, RecordNotStored, StoreError
+from bench.hosts import shaped_links
 from bench.lifeline import Lifeline, recover
 from bench.records import RunRecord
 from bench.rundir import RunDir, write_json_atomic
@@ -38,6 +39,8 @@ def worker_environment(spec: RunSpec, tag: str) -> dict[str, str]:
     })
     if spec.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run never touches a GPU, on any machine
+    if spec.iface:  # across hosts: every backend's transport on the same interface
+        env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = spec.iface
     return env
 
 
@@ -50,6 +53,11 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
     store.check_writable()
     for run_id in recover(store):
         note(f"bench: recorded run {run_id} as interrupted: its bench process died before recording it")
+    with shaped_links(spec):  # before the run exists: a link that cannot be shaped is refused with nothing made
+        return _execute(spec, store, show_progress)
+
+
+def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
     run_id = new_run_id()
     run_dir = RunDir(store.run_dir(run_id)).create()
     run_dir.spec_file.write_text(json.dumps(spec.to_dict(), indent=1))  # never changed after this
@@ -71,7 +79,7 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
                               reason="interrupted by the user before the launch")
         else:
             outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=launch.watcher,
-                                poll_interval=launch.poll_interval)
+                                poll_interval=launch.poll_interval, hosts=[h["name"] for h in spec.hosts or ()])
         record = build_record(run_id, spec, run_dir, outcome, environment, command,
                               task.conclude(spec, run_dir, outcome, before), info)
         write_json_atomic(run_dir.record_file, record.to_dict())

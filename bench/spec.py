@@ -46,6 +46,9 @@ class RunSpec:
     step_delay: dict | None = None  # test-only slowdown of every timed step (bench.inject.parse_step_delay)
     fault: dict | None = None  # task "fault": scenario, rank, at_step, signal, ... (bench.tasks.fault)
     save_params: bool = False  # write each rank's final parameters into the run directory
+    hosts: list[dict] | None = None  # a run across hosts: [{"name", "slots"}] in order (bench.hosts)
+    iface: str | None = None  # the network interface every backend uses across hosts
+    link: dict | None = None  # every host's link shaped for the run: {"rate", "delay", "rate_bytes_per_s"}
     sweep_id: str | None = None
     repeat: int = 0  # which of a sweep's --repeats rounds this run belongs to
 
@@ -109,8 +112,11 @@ def resolve_device(nproc: int | None, gpus: int | None) -> tuple[str, int]:
     return "cpu", nproc
 
 
-def default_threads(device: str, max_world_size: int) -> int:
-    """Threads per worker so that the largest world size in play fits the cores without contention."""
+def default_threads(device: str, max_world_size: int, cluster: dict | None = None) -> int:
+    """Threads per worker so that the largest world size in play fits the cores without contention (on every
+    machine of a run across hosts)."""
+    if cluster is not None:
+        return max(1, min(cpus // n for cpus, n in machine_load(cluster, max_world_size)))
     return max(1, cpu_count() // max_world_size)
 
 
@@ -120,9 +126,11 @@ def check_timeout(timeout: float) -> None:
 
 
 def check_placement(plugin, world_size: int, device: str, threads: int | None, oversubscribe: bool,
-                    backend_options: dict | None, timeout: float = DEFAULTS["timeout"]) -> tuple[int, dict, dict]:
+                    backend_options: dict | None, timeout: float = DEFAULTS["timeout"],
+                    cluster: dict | None = None) -> tuple[int, dict, dict]:
     """What every run of every task must pass: world size, availability, backend options, threads
-    against cores, a usable deadline. Returns (threads, resolved backend options, processes per role)."""
+    against cores (on each machine, for a run across the hosts of `cluster`: bench.hosts.check_hosts), a
+    usable deadline. Returns (threads, resolved backend options, processes per role)."""
     name = plugin.name
     if plugin.max_world_size is not None and world_size > plugin.max_world_size:
         raise UsageError(f"backend {name} runs at most {plugin.max_world_size} worker(s); "
@@ -135,6 +143,9 @@ def check_placement(plugin, world_size: int, device: str, threads: int | None, o
     if problem:
         raise UsageError(f"backend {name}: {problem}")
     check_timeout(timeout)
+    roles = plugin.roles(resolved, world_size)
+    if cluster is not None:
+        return cluster_threads(plugin, cluster, sum(roles.values()), threads, oversubscribe), resolved, roles
     cores = cpu_count()
     threads = default_threads(device, world_size) if threads is None else threads
     if threads < 1:
@@ -143,6 +154,39 @@ def check_placement(plugin, world_size: int, device: str, threads: int | None, o
         raise UsageError(f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
                          f"this machine has {cores}; lower --nproc or --threads, or pass --oversubscribe "
                          "to measure contention on purpose")
-    return threads, resolved, plugin.roles(resolved, world_size)
+    return threads, resolved, roles
+
+
+def across_hosts(cluster: dict | None) -> dict:
+    """The spec fields of a run across the hosts of `cluster` (none for a run on this machine)."""
+    return {"hosts": cluster["hosts"], "iface": cluster["iface"], "link": cluster.get("link")} if cluster else {}
+
+
+def cluster_threads(plugin, cluster: dict, processes: int, threads: int | None, oversubscribe: bool) -> int:
+    """Threads per process across hosts: by default the cores of each machine shared by the processes placed
+    on it (hosts that share one machine, such as test hosts, share its cores), checked on every machine."""
+    from bench.hosts import Host, placement
+
+    if not plugin.launcher.spans_hosts and len(placement([Host(**h) for h in cluster["hosts"]], processes)) > 1:
+        raise UsageError(f"backend {plugin.name} runs on one host only; give --nproc 1 or one host")
+    on_machine = machine_load(cluster, processes)
+    fits = min(cpus // n for cpus, n in on_machine)
+    threads = max(1, fits) if threads is None else threads
+    for cpus, n in on_machine:
+        if n * threads > cpus and not oversubscribe:
+            raise UsageError(f"{n} process(es) x {threads} thread(s) on one machine of the hosts need "
+                             f"{n * threads} cores, it has {cpus}; lower --nproc or --threads, or pass --oversubscribe")
+    return threads
+
+
+def machine_load(cluster: dict, processes: int) -> list[tuple[int, int]]:
+    """(cores, processes placed on it) for each machine the run's hosts are on."""
+    from bench.hosts import Host, placement
+
+    load: dict[str, list[int]] = {}
+    for host, n in placement([Host(**h) for h in cluster["hosts"]], processes):
+        machine = cluster["machines"][host.name]
+        load.setdefault(machine["id"], [machine["cpus"], 0])[1] += n
+    return [(cpus, n) for cpus, n in load.values()]
 
 

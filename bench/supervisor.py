@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import signal
+import json
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,8 +123,9 @@ def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Po
 
 
 def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float,
-              on_poll=None, poll_interval: float = 0.2) -> Outcome:
-    """Run cmd in its own session until it exits, the deadline passes, or the user interrupts."""
+              on_poll=None, poll_interval: float = 0.2, hosts: list[str] = ()) -> Outcome:
+    """Run cmd in its own session until it exits, the deadline passes, or the user interrupts; then end
+    everything of the run here and on every one of `hosts` (a run across hosts)."""
     tag = env[TAG_VARIABLE]
     launched_at = time.time()
     deadline = time.monotonic() + timeout
@@ -155,7 +158,27 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+            if hosts:
+                from bench.hosts import reap_on_hosts
+
+                for host, ended in reap_on_hosts(list(hosts), tag, sys.executable).items():
+                    reaped += [{**p, "host": host} for p in ended]
         finally:
             signal.signal(signal.SIGINT, previous)
     return Outcome(ending=ending, returncode=returncode, launched_at=launched_at, ended_at=ended_at,
                    log_bytes_before_teardown=log_bytes, reaped=reaped, survivors=survivors)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m bench.supervisor reap TAG`: end the run's processes on this host (run over ssh on each host
+    of a run across hosts); prints what it ended as JSON."""
+    if len(argv) != 2 or argv[0] != "reap":
+        print("usage: python -m bench.supervisor reap TAG", file=sys.stderr)
+        return 2
+    reaped, survivors = reap(argv[1], None)
+    print(json.dumps({"reaped": reaped, "survivors": survivors}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

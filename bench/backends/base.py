@@ -48,6 +48,8 @@ def rank_row(**fields):
 class Launcher(ABC):
     """Parent side: how the ranks of a run are started."""
 
+    spans_hosts = False  # whether command() starts ranks on several hosts (spec.hosts); else one host at most
+
     @abstractmethod
     def command(self, spec, rank_command: list[str], run_id: str) -> list[str]:
         """The full command that starts spec.processes copies of rank_command."""

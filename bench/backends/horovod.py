@@ -80,25 +80,47 @@ def horovod_env(spec) -> dict[str, str]:
     return env
 
 
+def on_first_host(spec, command: list[str]) -> list[str]:
+    """Across hosts, horovodrun and mpirun run on the first host, as users start them from one of the nodes:
+    their rendezvous server and daemons then sit on the network the hosts share."""
+    if not spec.hosts:
+        return command
+    from bench.fanout import fanout_command
+
+    return fanout_command([(spec.hosts[0]["name"], command)])
+
+
 class HorovodLauncher(Launcher):
     """horovodrun --gloo / --mpi, or plain mpirun in the classic form."""
 
     def env(self, spec):
         return horovod_env(spec)
 
+    spans_hosts = True
+
     def command(self, spec, rank_command, run_id):
         n, launcher = spec.world_size, spec.backend_options["launcher"]
-        hosts = f"localhost:{n}"
+        if spec.hosts:  # its own ssh launch: -H with the processes placed on each host
+            from bench.hosts import Host, placement
+
+            hosts = ",".join(f"{h.name}:{k}" for h, k in placement([Host(**h) for h in spec.hosts], n))
+        else:
+            hosts = f"localhost:{n}"
         if launcher in ("gloo", "mpi"):
-            return [horovodrun_path(), f"--{launcher}", "-np", str(n), "-H", hosts, *rank_command]
+            iface = ["--network-interface", spec.iface] if spec.iface else []
+            return on_first_host(spec, [horovodrun_path(), f"--{launcher}", "-np", str(n), "-H", hosts, *iface,
+                                        *rank_command])
         mpirun = shutil.which("mpirun")
         command = [mpirun, "-np", str(n), "-H", hosts, "-bind-to", "none", "-map-by", "slot"]
         if is_open_mpi(mpirun):
             command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
-        present = {*os.environ, *self.env(spec)} | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set())
+            if spec.iface:
+                command += ["-mca", "btl_tcp_if_include", spec.iface, "-mca", "oob_tcp_if_include", spec.iface]
+        present = {*os.environ, *self.env(spec)} | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set()) | \
+            ({"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"} if spec.iface else set())
         for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present):
             command += ["-x", var]
-        return command + list(rank_command)
+        return on_first_host(spec, command + list(rank_command))
 
     def rank_identity(self, env):
         for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):

@@ -13,6 +13,10 @@ class DirectLauncher(Launcher):
     """The rank command itself: one process, started by the supervisor."""
 
     def command(self, spec, rank_command, run_id):
+        if spec.hosts:  # the first host, as every backend's rank 0 is placed
+            from bench.fanout import fanout_command
+
+            return fanout_command([(spec.hosts[0]["name"], list(rank_command))])
         return list(rank_command)
 
     def rank_identity(self, env):

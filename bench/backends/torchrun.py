@@ -36,9 +36,28 @@ class TorchrunLauncher(Launcher):
     workers then share (TORCHELASTIC_USE_AGENT_STORE): two runs at once never collide.
     """
 
+    spans_hosts = True
+
     def command(self, spec, rank_command, run_id):
+        if spec.hosts:
+            return self.agents_on_hosts(spec, rank_command, run_id)
         return [sys.executable, "-m", "torch.distributed.run",
                 *torchrun_args("1", spec.processes, "127.0.0.1:0", run_id, 0), "--no-python", *rank_command]
+
+    @staticmethod
+    def agents_on_hosts(spec, rank_command, run_id):
+        """One agent per host, started over ssh, each for the processes placed there, meeting at a c10d
+        rendezvous on the first host (a port free there now); each advertises the address it was given by."""
+        from bench.fanout import fanout_command
+        from bench.hosts import Host, free_port_on, placement
+
+        placed = placement([Host(**h) for h in spec.hosts], spec.processes)
+        first = placed[0][0].name
+        endpoint = f"{first}:{free_port_on(first, sys.executable)}"
+        return fanout_command([(host.name, [sys.executable, "-m", "torch.distributed.run",
+                                            *torchrun_args(str(len(placed)), n, endpoint, run_id, 0),
+                                            "--local-addr", host.name, "--no-python", *rank_command])
+                               for host, n in placed])
 
     def rank_identity(self, env):
         return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench.backends import COMPARED
 from bench.cli import options
-from bench.cli.common import comm_options, names, open_store, print_json, spec_options, status_exit
+from bench.cli.common import cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit, world_of
 from bench.runner import run_specs
 
 ALL = "all"
@@ -13,7 +13,7 @@ ALL = "all"
 def add_parser(verbs) -> None:
     placement = [flag for flag in options.PLACEMENT if flag != "--cpu-bind"]
     p = verbs.add_parser("allreduce", help="communication sweep over message sizes, as nccl-tests prints it",
-                         parents=[options.placement(placement + ["--timeout"]), options.comm(),
+                         parents=[options.placement(placement + ["--timeout"]), options.hosts(), options.comm(),
                                   options.backend_options(), options.store(), options.json_output()])
     options.add(p, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
                                                    f"({', '.join(COMPARED)}) (default %(default)s)",
@@ -23,11 +23,12 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     from bench.plan import comm_specs
-    from bench.spec import resolve_device
 
-    device, world = resolve_device(args.nproc, args.gpus)
+    cluster = cluster_of(args)
+    device, world = world_of(args, cluster)
     backends = list(COMPARED) if args.backend == ALL else names(args.backend)
-    specs = comm_specs(backends, device, [world], comm=comm_options(args), options=spec_options(args, backends))
+    specs = comm_specs(backends, device, [world], comm=comm_options(args),
+                       options={**spec_options(args, backends), "cluster": cluster})
     records = run_specs(specs, open_store(args.store, runs=True), "bench allreduce", show_progress=True,
                         on_record=None if args.json else print_table)
     if args.json:

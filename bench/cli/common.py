@@ -51,6 +51,53 @@ def spec_options(args, backends=None) -> dict:
     return options
 
 
+def cluster_of(args) -> dict | None:
+    """A run across hosts (--hosts or --hostfile): the hosts, checked over ssh before anything is planned
+    (bench.hosts.check_hosts), as spec builders take them; None for a run on this machine."""
+    hosts = getattr(args, "hosts", None) or getattr(args, "hostfile", None)
+    link = getattr(args, "link", None)
+    if link is not None:
+        from bench.hosts import parse_link
+
+        link = parse_link(link)
+    if hosts is None:
+        for flag, value in (("--iface", getattr(args, "iface", None)), ("--link", link)):
+            if value:
+                raise UsageError(f"{flag} applies to runs across hosts; give --hosts or --hostfile too")
+        return None
+    if args.hosts and args.hostfile:
+        raise UsageError("give either --hosts or --hostfile, not both")
+    if args.gpus is not None:
+        raise UsageError("--gpus across hosts is not supported yet; give --hosts with --nproc for CPU processes")
+    from bench.hosts import check_hosts
+
+    check = check_hosts(hosts, sys.executable, args.iface)
+    if link and check.iface == "lo":
+        raise UsageError("--link shapes the links between hosts; with one host there is none (its loopback is "
+                         "this whole machine's)")
+    if link:  # tried once now, so that a link that cannot be shaped is refused before anything is planned
+        from bench.hosts import shape_links, unshape_links
+
+        shape_links([h.name for h in hosts], check.iface, link)
+        unshape_links([h.name for h in hosts], check.iface)
+    note(f"bench: across {', '.join(f'{h.name} ({h.slots} slot(s))' for h in hosts)}; interface {check.iface} "
+         f"({check.iface_chosen_by})" + (f"; link shaped to {link['rate']}" if link else ""))
+    return {**check.cluster(hosts), "link": link}
+
+
+def world_of(args, cluster: dict | None) -> tuple[str, int]:
+    """(device, world size): on this machine from --nproc / --gpus; across hosts the sum of their slots, or
+    --nproc of them."""
+    from bench.spec import resolve_device
+
+    if cluster is None:
+        return resolve_device(args.nproc, args.gpus)
+    slots = sum(h["slots"] for h in cluster["hosts"])
+    if args.nproc is not None and args.nproc > slots:
+        raise UsageError(f"--nproc {args.nproc}: the hosts have {slots} slot(s); lower --nproc or give more slots")
+    return "cpu", args.nproc or slots
+
+
 def comm_options(args) -> dict:
     """The communication sweep's options (bench.plan.comm_options) from a verb's arguments."""
     from bench.plan import COMM_KEYS, comm_options as resolve

@@ -82,6 +82,33 @@ def nonempty_path(text: str) -> str:
     return text
 
 
+def nonempty_name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a name, got an empty string")
+    return text
+
+
+def host_list(text: str):
+    """--hosts h1:2,h2:2 as bench.hosts.Host values."""
+    from bench.errors import UsageError
+    from bench.hosts import parse_hosts
+
+    try:
+        return parse_hosts(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def hostfile(text: str):
+    from bench.errors import UsageError
+    from bench.hosts import read_hostfile
+
+    try:
+        return read_hostfile(nonempty_path(text))
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def byte_size(text: str) -> int:
     from bench.comm import parse_bytes
 
@@ -124,6 +151,20 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--cpu-bind": dict(choices=CPU_BINDS,
                            help=f"pin each worker to its own cores (default {DEFAULTS['cpu_bind']})", invalid=["all"]),
         "--oversubscribe": dict(action="store_true", help="allow more worker threads than cores (measures contention)"),
+        # across hosts
+        "--hosts": dict(type=host_list, metavar="H1:N,H2:N",
+                        help="run across these hosts, N processes each at most (horovodrun/mpirun -H); the world "
+                             "size is the sum unless --nproc chooses fewer",
+                        invalid=["", ",", "h1:0", "h1:x", "bad host:1", "h1:1,h1:2"]),
+        "--hostfile": dict(type=hostfile, metavar="FILE", help="the hosts, one `host slots=N` per line (as mpirun "
+                                                               "and horovodrun read it)",
+                           invalid=["", "/nonexistent/hostfile"]),
+        "--link": dict(metavar="RATE[:DELAY]", help="shape every host's link with tc for each run: a rate limit "
+                                                     "and a delay, such as 1gbit:0.1ms or 100mbit (needs --hosts)",
+                       invalid=["", "fast", "1gbit:soon", "0mbit", "1gbit"]),  # 1gbit alone: only across hosts
+        "--iface": dict(type=nonempty_name, metavar="NAME", help="network interface every backend uses across hosts (default: the one "
+                                             "the hosts route to each other through)",
+                        invalid=["", "lo"]),  # "lo" without --hosts: the option applies across hosts only
         # measurement
         "--batch-size": dict(type=positive_int, help="per-worker batch (default: the workload's)",
                              invalid=["0", "-1", "x"]),
@@ -185,6 +226,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
 
 
 PLACEMENT = ("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")
+HOSTS = ("--hosts", "--hostfile", "--iface", "--link")
 MEASUREMENT = ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows", "--seed", "--lr", "--timeout")
 DATA = ("--data", "--data-dir", "--image-size")
 HARNESS = ("--inject", "--inject-delay", "--save-params")
@@ -216,6 +258,10 @@ def json_output() -> argparse.ArgumentParser:
 
 def placement(flags=PLACEMENT, **kwargs) -> argparse.ArgumentParser:
     return parent("placement", flags, **kwargs)
+
+
+def hosts() -> argparse.ArgumentParser:
+    return parent("across hosts (ssh without a password to each; the same checkout path on every host)", HOSTS)
 
 
 def measurement(run_defaults: dict | None = None) -> argparse.ArgumentParser:
@@ -257,4 +303,5 @@ def backend_options(backends=None) -> argparse.ArgumentParser:
 def training(run_defaults: dict | None = None) -> list[argparse.ArgumentParser]:
     """Everything a training run takes: `bench run` and `bench sweep` (run_defaults: the sweep's own
     warm-up and windows, shown in its help)."""
-    return [placement(), measurement(run_defaults), data(), harness(), backend_options(), store(), json_output()]
+    return [placement(), hosts(), measurement(run_defaults), data(), harness(), backend_options(), store(),
+            json_output()]

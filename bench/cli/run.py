@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import run_one, spec_options
+from bench.cli.common import cluster_of, run_one, spec_options, world_of
 
 
 def add_parser(verbs) -> None:
@@ -13,10 +13,10 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.spec import resolve_device
     from bench.tasks.train import build_spec
 
-    device, world = resolve_device(args.nproc, args.gpus)
+    cluster = cluster_of(args)
+    device, world = world_of(args, cluster)
     spec = build_spec(backend=args.backend, workload=args.workload, world_size=world, device=device,
-                      **spec_options(args, [args.backend]))
+                      cluster=cluster, **spec_options(args, [args.backend]))
     return run_one(spec, args.store, args.json, "run")

@@ -6,7 +6,7 @@ import argparse
 
 from bench.backends import COMPARED, PLAIN_LOOP, PRIMARY
 from bench.cli import options
-from bench.cli.common import comm_options, names, open_store, print_json, spec_options, status_exit
+from bench.cli.common import cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit, world_of
 from bench.runner import note, run_sweep
 from bench.plan import SWEEP_DEFAULTS
 from workloads import WORKLOADS
@@ -39,19 +39,20 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     from bench.plan import sweep_world_sizes
-    from bench.spec import resolve_device
 
-    device, limit = resolve_device(args.nproc, args.gpus)
     store = open_store(args.store, runs=True)
     if args.report:
         from bench.report import output_path
 
         output_path(args.report)  # before the sweep, not after it
+    cluster = cluster_of(args)
+    device, limit = world_of(args, cluster)
     # a sweep's launches are short; its replicates are launches (bench.plan.SWEEP_DEFAULTS)
     backends = None if args.backend == "all" else names(args.backend) or "primary"
     running = None if backends is None else \
         [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
-    spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running)
+    spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | \
+        {"cluster": cluster}
     _, records = run_sweep(store, "bench sweep", backends=backends,
                            workloads=names(args.workload) or list(WORKLOADS), device=device,
                            world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from bench.errors import UsageError
 from bench.inject import injected_for, parse_inject, parse_step_delay
 from bench.records import Record, Startup, Summary
-from bench.spec import CPU_BINDS, DEFAULTS, RunSpec, check_placement
+from bench.spec import CPU_BINDS, DEFAULTS, RunSpec, across_hosts, check_placement
 from bench.tasks.base import Conclusion, Launch, Task
 
 
@@ -23,7 +23,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
                batch_size: int | None = None, image_size: int | None = None,
                threads: int | None = None, oversubscribe: bool = False,
                inject: str | dict | None = None, step_delay: str | dict | None = None,
-               backend_options: dict | None = None, **options) -> RunSpec:
+               backend_options: dict | None = None, cluster: dict | None = None, **options) -> RunSpec:
     """A training run's spec: defaults resolved from the workload and the machine, and a one-line error
     for what cannot run."""
     from bench.backends import get_backend
@@ -37,7 +37,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     size = wl.size(device)
     timeout = options["timeout"] if options.get("timeout") is not None else DEFAULTS["timeout"]
     threads, resolved_options, roles = check_placement(plugin, world_size, device, threads, oversubscribe,
-                                                       backend_options, timeout)
+                                                       backend_options, timeout, cluster)
 
     for name in ("warmup_steps", "steps_per_window", "windows", "timeout", "lr"):
         if name in options and options[name] is None:
@@ -82,7 +82,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     return RunSpec(backend=backend, workload=workload, world_size=world_size, device=device,
                    batch_size=batch_size, image_size=image_size, num_classes=classes,
                    threads=threads, inject=inject, step_delay=step_delay,
-                   backend_options=resolved_options, roles=roles,
+                   backend_options=resolved_options, roles=roles, **across_hosts(cluster),
                    backward_passes=plugin.backward_passes(resolved_options), **spec_opts)
 
 

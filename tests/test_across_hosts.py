@@ -1,0 +1,197 @@
+"""Runs across hosts: the host lists, placement and remote commands anywhere; real runs of every backend on two
+test hosts (network namespaces with their own sshd: `bench testhosts`), which need root."""
+
+import fcntl
+import json
+import shlex
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import testhosts
+from bench.errors import UsageError
+from bench.hosts import Host, parse_hosts, placement, read_hostfile, remote_shell
+from conftest import FAST, bench, bench_in_process, processes_of_run
+from test_cli_errors import assert_one_line_error
+
+UNAVAILABLE = testhosts.unavailable_reason()
+
+
+# ---------------------------------------------------------------- host lists and placement (anywhere)
+def test_hosts_as_horovodrun_and_mpirun_take_them(tmp_path):
+    assert parse_hosts("a:2,b") == [Host("a", 2), Host("b", 1)]
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# the cluster\na slots=2\n\nb   # one slot\nc slots=3 max_slots=4\n")
+    assert read_hostfile(str(hostfile)) == [Host("a", 2), Host("b", 1), Host("c", 3)]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("a:0", "at least 1 slot"), ("a:x", "not an integer"), ("a b:1", "not a host name"),
+    ("a:1,a:2", "twice"), (",", "names no host"),
+])
+def test_bad_host_lists(text, fragment):
+    with pytest.raises(UsageError, match=fragment):
+        parse_hosts(text)
+
+
+def test_placement_fills_hosts_in_order():
+    hosts = [Host("a", 2), Host("b", 2)]
+    assert placement(hosts, 3) == [(hosts[0], 2), (hosts[1], 1)]
+    assert placement(hosts, 1) == [(hosts[0], 1)]
+    with pytest.raises(UsageError, match="do not fit the 4 slot"):
+        placement(hosts, 5)
+
+
+def test_remote_commands_carry_their_environment_quoted():
+    line = remote_shell(["python", "-c", "print('a b')"], {"X": "1 2", "Y": "$HOME"}, "/some dir")
+    assert shlex.split(line) == ["cd", "/some dir", "&&", "exec", "env", "X=1 2", "Y=$HOME", "python", "-c",
+                                 "print('a b')"]
+
+
+def test_threads_are_shared_by_hosts_on_one_machine():
+    from bench.spec import default_threads, machine_load
+
+    one_machine = {"hosts": [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}],
+                   "machines": {"a": {"cpus": 2, "id": "m"}, "b": {"cpus": 2, "id": "m"}}}
+    two_machines = {**one_machine, "machines": {"a": {"cpus": 2, "id": "m1"}, "b": {"cpus": 2, "id": "m2"}}}
+    assert machine_load(one_machine, 2) == [(2, 2)] and default_threads("cpu", 2, one_machine) == 1
+    assert machine_load(two_machines, 2) == [(2, 1), (2, 1)] and default_threads("cpu", 2, two_machines) == 2
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["run", "--iface", "eth0"], ["--iface applies to runs across hosts"]),
+    (["run", "--hosts", "a:1", "--hostfile", "/etc/hostname"], ["--hostfile"]),
+    (["run", "--hosts", "a:1", "--gpus", "1"], ["--gpus across hosts"]),
+    (["allreduce", "--hosts", "a:0"], ["at least 1 slot"]),
+    (["allreduce", "--link", "1gbit"], ["--link applies to runs across hosts"]),
+    (["allreduce", "--link", "fast"], ["the rate must be a number with tc's unit"]),
+])
+def test_bad_input_across_hosts(args, fragments, store):
+    assert_one_line_error(bench_in_process(*args, "--store", store), *fragments)
+
+
+# ---------------------------------------------------------------- real runs on two test hosts (root)
+def needs_hosts(test):
+    skip = pytest.mark.skipif(UNAVAILABLE is not None,
+                              reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+    return pytest.mark.slow(skip(test))
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    """Two test hosts for this module, taken down afterwards, also when a test fails; one user of the test hosts
+    at a time (the lock test_testhosts.py takes too)."""
+    lock = open(Path(__file__).with_name("test_testhosts.py"))
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        hosts = testhosts.up(2)
+        yield hosts
+    finally:
+        try:
+            testhosts.down()
+        finally:
+            lock.close()
+
+
+def across(hosts, slots=(1, 1)):
+    return ",".join(f"{h.address}:{n}" for h, n in zip(hosts, slots))
+
+
+def run_json(*args, timeout=300):
+    proc = bench(*args, "--json", timeout=timeout)
+    try:
+        return proc, json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}") from None
+
+
+def assert_across_two_hosts(record, hosts):
+    assert record["status"] == "ok", record["error"]
+    assert record["spec"]["hosts"] and record["spec"]["iface"] == "eth0"
+    workers = [row for row in record["rank_map"] if row["role"] == "worker"]
+    assert {row["host"] for row in workers} == {h.name for h in hosts}, workers
+    assert sorted(row["group_rank"] for row in workers) == [0, 1]
+    assert processes_of_run(record["run_id"]) == []
+
+
+@needs_hosts
+@pytest.mark.parametrize("backend", ["elastic", "horovod"])
+@pytest.mark.parametrize("workload", ["mnist_mlp", "resnet18"])
+def test_training_across_two_hosts(two_hosts, backend, workload, store):
+    proc, record = run_json("run", "--backend", backend, "--workload", workload, "--hosts", across(two_hosts),
+                            "--threads", "1", "--store", store, *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "interface eth0 (the interface the hosts route to each other through)" in proc.stderr
+    assert_across_two_hosts(record, two_hosts)
+
+
+@needs_hosts
+def test_parameter_server_across_two_hosts(two_hosts, store):
+    """2 workers and a server on 3 slots of two hosts: whichever host the elastic agents' rendezvous numbers first
+    gets the first ranks, so some pushes and pulls cross the link either way."""
+    proc, record = run_json("run", "--backend", "ps", "--hosts", across(two_hosts, (2, 1)), "--nproc", "2",
+                            "--threads", "1", "--oversubscribe", "--store", store, *FAST)  # 3 processes, 2 cores
+    assert proc.returncode == 0, proc.stderr
+    assert record["status"] == "ok", record["error"]
+    rows = record["rank_map"]
+    assert sorted(row["role"] for row in rows) == ["server", "worker", "worker"]
+    assert {row["host"] for row in rows} == {h.name for h in two_hosts}
+    assert processes_of_run(record["run_id"]) == []
+
+
+@needs_hosts
+def test_allreduce_across_two_hosts_is_correct(two_hosts, store):
+    proc, records = run_json("allreduce", "--backend", "elastic,horovod", "--hosts", across(two_hosts),
+                             "--threads", "1", "--max-bytes", "1M", "--iters", "3", "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    for record in records:
+        assert record["status"] == "ok", record["error"]
+        assert all(row["wrong"] == 0 for row in record["metrics"]["rows"])
+        assert processes_of_run(record["run_id"]) == []
+
+
+@needs_hosts
+def test_an_unreachable_host_or_interface_is_refused_within_seconds(two_hosts, store):
+    unused = two_hosts[0].address.rsplit(".", 1)[0] + ".99"  # in the test hosts' own subnet, on no host
+    started = time.monotonic()
+    proc = bench("run", "--hosts", f"{two_hosts[0].address}:1,{unused}:1", "--store", store)
+    assert_one_line_error(proc, f"host {unused} cannot be reached over ssh")
+    assert time.monotonic() - started < 30
+    proc = bench("run", "--hosts", across(two_hosts), "--iface", "wlan7", "--store", store)
+    assert_one_line_error(proc, "--iface wlan7: no such interface")
+    assert not store.exists()
+
+
+@needs_hosts
+def test_a_shaped_link_limits_busbw_to_its_rate(two_hosts, store):
+    """At 100mbit every host sends at most 12.5 MB/s: a 2-rank ring moves S per rank per allreduce, so busbw at
+    the largest size comes to the rate, less TCP/IP's headers and slow start (70% to 105% of it), where the
+    unshaped link gives many times more; afterwards no host's link is left shaped."""
+    common = ["allreduce", "--backend", "elastic", "--hosts", across(two_hosts), "--threads", "1", "--min-bytes",
+              "1M", "--max-bytes", "2M", "--warmup-iters", "1", "--iters", "5", "--store", store]
+    proc, shaped = run_json(*common, "--link", "100mbit")
+    assert proc.returncode == 0, proc.stderr
+    assert shaped["spec"]["link"] == {"rate": "100mbit", "delay": None, "rate_bytes_per_s": 12.5e6}
+    proc, free = run_json(*common)
+    assert proc.returncode == 0, proc.stderr
+    rate_gbps = 12.5e6 / 1e9
+    busbw = shaped["metrics"]["rows"][-1]["busbw_gbps"]
+    assert 0.70 * rate_gbps <= busbw <= 1.05 * rate_gbps, busbw
+    assert free["metrics"]["rows"][-1]["busbw_gbps"] > 4 * busbw
+    for host in two_hosts:
+        qdisc = testhosts.run(["ip", "netns", "exec", host.name, "tc", "qdisc", "show", "dev", "eth0"]).stdout
+        assert "tbf" not in qdisc and "netem" not in qdisc, qdisc
+
+
+@needs_hosts
+def test_a_delay_is_shaped_or_refused_before_the_run(two_hosts, store):
+    """A delay needs netem: where the kernel has it the run goes ahead with it, else one line says so before
+    anything is planned."""
+    proc = bench("allreduce", "--backend", "elastic", "--hosts", across(two_hosts), "--threads", "1", "--max-bytes",
+                 "64K", "--iters", "2", "--link", "1gbit:1ms", "--store", store)
+    if proc.returncode == 2:
+        assert_one_line_error(proc, "this kernel has no netem")
+        assert not store.exists()
+    else:
+        assert proc.returncode == 0, proc.stderr
