@@ -105,17 +105,23 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
     # One thread count for all training runs, so world sizes differ only in their number of workers.
     train = {"threads": default_threads(device, max(world_sizes), options.get("cluster")),
              **{k: v for k, v in options.items() if v is not None}}
+    cluster = options.get("cluster")
     plan = []
-    for workload in workloads:
-        if with_plain_loop and PLAIN_LOOP not in backends:
-            plan.append(build_spec(backend=PLAIN_LOOP, workload=workload, world_size=1, device=device,
-                                   **{**train, "step_delay": None}))
-        for backend in backends:
-            for size in backend_world_sizes(backend, world_sizes):
-                plan.append(build_spec(backend=backend, workload=workload, world_size=size, device=device, **train))
-    if comm is not None:
-        plan += comm_specs([b for b in backends if get_backend(b).comm_ops and (b in PRIMARY or len(backends) == 1)],
-                           device, [n for n in world_sizes if n > 1], comm=comm, options=options)
+    # across hosts, the whole matrix at every link asked for (links: the cluster's "links", None = unshaped)
+    for link in (cluster.get("links") or [cluster.get("link")]) if cluster else [None]:
+        at_link = {**train, "cluster": {**cluster, "link": link}} if cluster else train
+        for workload in workloads:
+            if with_plain_loop and PLAIN_LOOP not in backends:
+                plan.append(build_spec(backend=PLAIN_LOOP, workload=workload, world_size=1, device=device,
+                                       **{**at_link, "step_delay": None}))
+            for backend in backends:
+                for size in backend_world_sizes(backend, world_sizes):
+                    plan.append(build_spec(backend=backend, workload=workload, world_size=size, device=device,
+                                           **at_link))
+        if comm is not None:
+            plan += comm_specs([b for b in backends if get_backend(b).comm_ops and (b in PRIMARY or len(backends) == 1)],
+                               device, [n for n in world_sizes if n > 1], comm=comm,
+                               options={**options, "cluster": at_link.get("cluster")})
     # Each round in its own seeded order: a case that always ran first (or always after the same case)
     # would carry that position's bias in every launch, which interleaving alone does not remove.
     rounds = []

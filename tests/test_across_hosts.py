@@ -117,9 +117,9 @@ def assert_across_two_hosts(record, hosts):
 
 @needs_hosts
 @pytest.mark.parametrize("backend", ["elastic", "horovod"])
-@pytest.mark.parametrize("workload", ["mnist_mlp", "resnet18"])
-def test_training_across_two_hosts(two_hosts, backend, workload, store):
-    proc, record = run_json("run", "--backend", backend, "--workload", workload, "--hosts", across(two_hosts),
+def test_training_across_two_hosts(two_hosts, backend, store):
+    """ResNet18 here; the MLP trains across the same hosts in the link sweep below."""
+    proc, record = run_json("run", "--backend", backend, "--workload", "resnet18", "--hosts", across(two_hosts),
                             "--threads", "1", "--store", store, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "interface eth0 (the interface the hosts route to each other through)" in proc.stderr
@@ -195,3 +195,75 @@ def test_a_delay_is_shaped_or_refused_before_the_run(two_hosts, store):
         assert not store.exists()
     else:
         assert proc.returncode == 0, proc.stderr
+
+
+# ---------------------------------------------------------------- the link section (hand-made records, anywhere)
+HOSTS = [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}]
+
+
+def link_cases(throughputs: dict):
+    """Cases of runs across two hosts: {(backend, rate or None): [per-launch throughput, ...]}."""
+    from bench.frame import records_to_frame
+    from bench.hosts import parse_link
+    from bench.tasks.train_report import replicated_cases
+    from factories import train_record
+
+    records = []
+    for (backend, rate), launches in throughputs.items():
+        for i, value in enumerate(launches):
+            spec_fields = {"hosts": HOSTS, "iface": "eth0", "link": parse_link(rate) if rate else None}
+            records.append(train_record(f"{backend}-{rate}-{i}", backend, 2, per_window=[value, value * 1.01],
+                                        spec_fields=spec_fields, created_at=1000.0 + len(records)))
+    return replicated_cases(records_to_frame(records))
+
+
+def test_the_verdict_changes_where_the_link_makes_it_change():
+    from bench.tasks.train_report import link_blocks, link_verdicts
+
+    cases = link_cases({("elastic", "100mbit"): [50, 52, 51], ("horovod", "100mbit"): [80, 81, 79],
+                        ("elastic", "1gbit"): [90, 91, 92], ("horovod", "1gbit"): [88, 90, 91],
+                        ("elastic", None): [200, 203, 201], ("horovod", None): [150, 151, 149]})
+    steps, sentence = link_verdicts(cases)
+    assert [label for label, _ in steps] == ["100mbit", "1gbit", "unlimited"]
+    assert [d["significant"] for _, d in steps] == [True, False, True]
+    assert sentence == ("mnist_mlp at 2 workers across 2 hosts: the verdict changes between links 100mbit and "
+                        "unlimited: horovod is faster at 100mbit, elastic at unlimited.")
+    blocks, sentences = link_blocks(cases)
+    assert sentences == [sentence] and any(type(b).__name__ == "Figure" for b in blocks)
+
+
+def test_one_winner_at_every_link_is_no_crossover():
+    from bench.tasks.train_report import link_verdicts
+
+    cases = link_cases({("elastic", "100mbit"): [60, 61, 62], ("horovod", "100mbit"): [50, 51, 50],
+                        ("elastic", None): [200, 203, 201], ("horovod", None): [150, 151, 149]})
+    _, sentence = link_verdicts(cases)
+    assert "elastic is faster at every link where the difference is significant (100mbit, unlimited of 2 " \
+           "measured); no crossover" in sentence
+
+
+@needs_hosts
+def test_a_link_sweep_and_its_report(two_hosts, tmp_path, store):
+    """The matrix at two links (each backend training the MLP across both hosts); the report's link section
+    plots both and states the verdict at each."""
+    report = tmp_path / "report.html"
+    proc = bench("sweep", "--hosts", across(two_hosts), "--links", "100mbit,unlimited", "--backend", "elastic,horovod",
+                 "--workload", "mnist_mlp", "--world-sizes", "2", "--no-plain-loop", "--no-comm", "--repeats", "1",
+                 "--threads", "1", "--store", store, "--report", report, *FAST, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "links 100mbit, unlimited" in proc.stderr
+    records = _stored(store)
+    assert sorted((r["spec"]["link"] or {}).get("rate", "unlimited") for r in records) == \
+        ["100mbit", "100mbit", "unlimited", "unlimited"]
+    for record in records:
+        assert_across_two_hosts(record, two_hosts)
+    page = report.read_text()
+    assert "Across hosts: the link" in page
+    assert "mnist_mlp at 2 workers across 2 hosts: no link measured shows a significant difference" in page
+
+
+def _stored(store) -> list[dict]:
+    import sqlite3
+
+    with sqlite3.connect(store) as conn:
+        return [json.loads(r[0]) for r in conn.execute("SELECT record FROM runs")]

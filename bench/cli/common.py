@@ -54,14 +54,20 @@ def spec_options(args, backends=None) -> dict:
 def cluster_of(args) -> dict | None:
     """A run across hosts (--hosts or --hostfile): the hosts, checked over ssh before anything is planned
     (bench.hosts.check_hosts), as spec builders take them; None for a run on this machine."""
+    from bench.hosts import parse_link
+
     hosts = getattr(args, "hosts", None) or getattr(args, "hostfile", None)
     link = getattr(args, "link", None)
-    if link is not None:
-        from bench.hosts import parse_link
-
-        link = parse_link(link)
+    link = parse_link(link) if link is not None else None
+    links = getattr(args, "links", None)
+    if links is not None:
+        if link:
+            raise UsageError("give either --link (one link) or --links (the matrix at each), not both")
+        links = [None if item.strip() == "unlimited" else parse_link(item) for item in links.split(",") if item.strip()]
+        if not links:
+            raise UsageError("--links names no link; give RATE[:DELAY] values or unlimited, comma-separated")
     if hosts is None:
-        for flag, value in (("--iface", getattr(args, "iface", None)), ("--link", link)):
+        for flag, value in (("--iface", getattr(args, "iface", None)), ("--link", link), ("--links", links)):
             if value:
                 raise UsageError(f"{flag} applies to runs across hosts; give --hosts or --hostfile too")
         return None
@@ -72,17 +78,19 @@ def cluster_of(args) -> dict | None:
     from bench.hosts import check_hosts
 
     check = check_hosts(hosts, sys.executable, args.iface)
-    if link and check.iface == "lo":
+    shaped = [x for x in (links or [link]) if x]
+    if shaped and check.iface == "lo":
         raise UsageError("--link shapes the links between hosts; with one host there is none (its loopback is "
                          "this whole machine's)")
-    if link:  # tried once now, so that a link that cannot be shaped is refused before anything is planned
+    for each in shaped:  # each tried once now, so that a link that cannot be shaped is refused before planning
         from bench.hosts import shape_links, unshape_links
 
-        shape_links([h.name for h in hosts], check.iface, link)
+        shape_links([h.name for h in hosts], check.iface, each)
         unshape_links([h.name for h in hosts], check.iface)
+    shown = ", ".join(x["rate"] if x else "unlimited" for x in links) if links else (link["rate"] if link else "")
     note(f"bench: across {', '.join(f'{h.name} ({h.slots} slot(s))' for h in hosts)}; interface {check.iface} "
-         f"({check.iface_chosen_by})" + (f"; link shaped to {link['rate']}" if link else ""))
-    return {**check.cluster(hosts), "link": link}
+         f"({check.iface_chosen_by})" + (f"; links {shown}" if shown else ""))
+    return {**check.cluster(hosts), "link": link, "links": links}
 
 
 def world_of(args, cluster: dict | None) -> tuple[str, int]:

@@ -28,6 +28,10 @@ def add_parser(verbs) -> None:
                         "(--no-baseline: its former name)")
     g.add_argument("--no-comm", action="store_true",
                    help="skip the short communication sweep run for each backend and world size above 1")
+    options.add(g, "--links", metavar="L1,L2,...",
+                help="across hosts: the whole matrix at each link, RATE[:DELAY] or unlimited (1gbit,10gbit,unlimited); "
+                     "the report plots each backend against the link and says where the verdict changes",
+                invalid=["", ",", "fast,1gbit", "1gbit"])  # 1gbit alone: only across hosts
     options.add(own, "--report", metavar="FILE", type=options.nonempty_path,
                 help="after the sweep, write the HTML report there, plus a timestamped copy beside it",
                 invalid=["", "/", options.LONG_PATH])

@@ -10,6 +10,7 @@ log scale (bench.stats.ratio_of_cases). Windows describe one launch and never de
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -103,10 +104,15 @@ def replicated_cases(ok) -> list[Case]:
     return list(cases.values())
 
 
+def _network(cond: dict) -> str:
+    """', across 2 hosts, link 1gbit' for a run across hosts; nothing for one on one host."""
+    return "" if cond.get("network", "one host") == "one host" else f", across {cond['network']}"
+
+
 def _cond_title(cond: dict) -> str:
     passes = f" x {cond['backward_passes']} passes" if cond["backward_passes"] != 1 else ""
     return (f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
-            f"{cond['threads']} thread(s)/worker, {cond['data']} data, {cond['image_size']}px")
+            f"{cond['threads']} thread(s)/worker, {cond['data']} data, {cond['image_size']}px{_network(cond)}")
 
 
 def _launches(a: Case, b: Case) -> str:
@@ -148,7 +154,8 @@ def verdict(cases: list[Case]) -> tuple[list[str], list[str], list[dict]]:
         rows = groups[key]
         cond = {**dict(zip(CONDITIONS, key)), "world_size": key[-1]}
         where = (f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
-                 f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker, {cond['data']} data)")
+                 f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker, {cond['data']} data"
+                 f"{_network(cond)})")
         if all(b in rows for b in PRIMARY):
             e, h = rows[first], rows[second]
             d = difference(e, h)
@@ -376,6 +383,104 @@ def startup_blocks(cases: list[Case]) -> list:
     return [Paragraph("Medians over the launches of each case.", "note"), Table(columns, rows)]
 
 
+# ---------------------------------------------------------------- across shaped links
+def _link(case: Case) -> tuple[float, str]:
+    """(bytes/s, label) of the link a case's hosts were shaped to; an unshaped link sorts last."""
+    link = case.latest.spec.link
+    return (link["rate_bytes_per_s"], link["rate"] + (f" {link['delay']}" if link["delay"] else "")) if link \
+        else (math.inf, "unlimited")
+
+
+def link_groups(cases: list[Case]) -> dict[tuple, list[Case]]:
+    """Cases across hosts under the same conditions but for the link, where two or more links were measured."""
+    groups: dict[tuple, list[Case]] = {}
+    for c in cases:
+        if c.latest.spec.hosts:
+            key = (*(c.cond[k] for k in CONDITIONS if k != "network"), len(c.latest.spec.hosts))
+            groups.setdefault(key, []).append(c)
+    return {k: g for k, g in groups.items() if len({_link(c) for c in g}) >= 2}
+
+
+def link_verdicts(group: list[Case]) -> tuple[list[tuple[str, dict | None]], str]:
+    """The primary pair at the largest world size, link by link from the slowest: [(link, difference or None)],
+    and the sentence saying at which link, if any, the verdict changes."""
+    first, second = PRIMARY
+    top = max(c.world_size for c in group)
+    at: dict[tuple, dict[str, Case]] = {}
+    for c in group:
+        if c.world_size == top:
+            at.setdefault(_link(c), {})[c.backend] = c
+    steps = [(label, difference(rows[first], rows[second]) if first in rows and second in rows else None)
+             for (_, label), rows in sorted(at.items())]
+    won = [(label, d["faster"].backend) for label, d in steps if d and d["significant"]]
+    winners = {w for _, w in won}
+    where = f"{group[0].cond['workload']} at {top} workers across {len(group[0].latest.spec.hosts)} hosts"
+    if len(winners) > 1:
+        change = next(i for i in range(1, len(won)) if won[i][1] != won[i - 1][1])
+        (slow_label, slow_w), (fast_label, fast_w) = won[change - 1], won[change]
+        sentence = (f"{where}: the verdict changes between links {slow_label} and {fast_label}: {slow_w} is "
+                    f"faster at {slow_label}, {fast_w} at {fast_label}.")
+    elif winners:
+        sentence = (f"{where}: {won[0][1]} is faster at every link where the difference is significant "
+                    f"({', '.join(label for label, _ in won)} of {len(steps)} measured); no crossover in that range.")
+    else:
+        sentence = f"{where}: no link measured shows a significant difference between {first} and {second}."
+    return steps, sentence
+
+
+def link_blocks(cases: list[Case]) -> tuple[list, list[str]]:
+    """Throughput and efficiency against the link per backend, and where the verdict changes (with the
+    sentences for the verdict)."""
+    groups = link_groups(cases)
+    if not groups:
+        return [Paragraph(["Needs runs across hosts at two or more links: ", code("bench sweep --hosts H1,H2 "
+                           "--links 1gbit,10gbit,unlimited"), "."])], []
+    plt = pyplot()
+    blocks, sentences = [], []
+    for key in sorted(groups, key=str):
+        group = groups[key]
+        steps, sentence = link_verdicts(group)
+        sentences.append(sentence)
+        top = max(c.world_size for c in group)
+        links = sorted({_link(c) for c in group})
+        finite = [rate for rate, _ in links if math.isfinite(rate)]
+        where_x = {link: (link[0] if math.isfinite(link[0]) else max(finite) * 4) * 8 / 1e9 for link in links}
+        fig, (ax_thr, ax_eff) = plt.subplots(1, 2, figsize=(10, 3.6))
+        rows = []
+        for backend in sorted({c.backend for c in group}):
+            mine = sorted((c for c in group if c.backend == backend and c.world_size == top), key=_link)
+            xs = [where_x[_link(c)] for c in mine]
+            ax_thr.errorbar(xs, [c.throughput for c in mine],
+                            yerr=[[c.throughput - c.interval[0] for c in mine],
+                                  [c.interval[1] - c.throughput for c in mine]], marker="o", capsize=3, label=backend)
+            eff = [(where_x[_link(c)], c.efficiency) for c in mine if c.efficiency is not None]
+            if eff:
+                ax_eff.plot([x for x, _ in eff], [e.ratio for _, e in eff], marker="o", label=backend)
+            for c in mine:
+                rows.append([_link(c)[1], backend, top, c.launches, fmt(c.throughput, ",.0f"),
+                             _estimate_cell(c.efficiency)])
+        for ax, title in ((ax_thr, f"throughput at {top} workers (samples/s)"), (ax_eff, "scaling efficiency")):
+            ax.set_xscale("log")
+            ax.set_xticks([where_x[link] for link in links], [label for _, label in links], fontsize=8)
+            ax.set_xlabel("link (every host's, shaped with tc)")
+            ax.set_title(title, fontsize=10)
+            ax.grid(True, alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+        ax_eff.set_ylim(bottom=0)
+        fig.tight_layout()
+        title = _cond_title({**dict(zip([k for k in CONDITIONS if k != "network"], key)), "network": "one host"})
+        verdict_rows = [[label, d["faster"].backend if d else "-", f"{d['gap']:.1%}" if d else "-",
+                         ("significant" if d["significant"] else f"not significant (±{d['resolution']:.0%})")
+                         if d else "not both backends"] for label, d in steps]
+        blocks += [Heading(f"{title}, across {key[-1]} hosts"), Paragraph(sentence),
+                   Table([left("link"), left("faster"), right("by"), left("across launches")], verdict_rows),
+                   Table([left("link"), left("backend"), right("world"), right("launches"), right("samples/s"),
+                          right("efficiency")], rows),
+                   Figure(f"throughput and efficiency against the link, {title}", figure_png(fig))]
+    return blocks, sentences
+
+
 def method() -> list:
     """The Methodology bullets for training runs; the figures come from the code that applies them."""
     return [
@@ -414,7 +519,7 @@ def comparisons(frame) -> dict[str, stats.Estimate]:
     out: dict[str, stats.Estimate] = {}
     by_place: dict[str, dict[str, Case]] = {}
     for c in cases:
-        where = f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
+        where = f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}{_network(c.cond)}"
         by_place.setdefault(where, {})[c.backend] = c
         if c.vs_plain is not None:
             out[f"{c.backend} / plain loop, {where}"] = c.vs_plain
@@ -438,6 +543,8 @@ def report_part(frame, context) -> ReportPart:
     ok = frame[frame["status"] == "ok"]
     cases = replicated_cases(ok) if not ok.empty else []
     sentences, fairness, comparisons = verdict(cases) if cases else ([], [], [])
+    links, crossovers = link_blocks(cases)
+    sentences = sentences + crossovers
     unstable = [f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
                 f"{r.record.metrics.throughput.n} windows"
                 for r in ok[ok["unstable"] == True].itertuples()]  # noqa: E712 (pandas)
@@ -454,4 +561,6 @@ def report_part(frame, context) -> ReportPart:
         shown=[r for c in cases for r in c.records],
         sections=[Section("throughput", "Throughput and scaling", 10, throughput_blocks(cases), nav="Throughput"),
                   Section("time", "Where the time goes", 30, exposed_blocks(cases)),
-                  Section("startup", "Startup and rendezvous", 40, startup_blocks(cases), nav="Startup")])
+                  Section("startup", "Startup and rendezvous", 40, startup_blocks(cases), nav="Startup"),
+                  *([Section("links", "Across hosts: the link", 20, links, nav="Links")]
+                    if any(c.latest.spec.hosts for c in cases) else [])])
