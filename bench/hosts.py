@@ -125,24 +125,29 @@ def ssh_command(host: str, argv: list[str], env: dict[str, str] | None = None, c
     return ["ssh", *SSH_OPTIONS, host, remote_shell(argv, env, cwd)]
 
 
-def run_on(host: str, argv: list[str], timeout: float = CHECK_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """argv on `host` in this checkout (the same path on every host), with this checkout importable."""
+def run_on(host: str, argv: list[str], timeout: float = CHECK_TIMEOUT_S,
+           in_checkout: bool = True) -> subprocess.CompletedProcess:
+    """argv on `host` over ssh (exit 255 with the reason when ssh could not run it); in_checkout: in this checkout
+    (the same path on every host), with it importable."""
     from bench.environment import PROJECT_ROOT
 
+    where = ({"PYTHONPATH": str(PROJECT_ROOT)}, str(PROJECT_ROOT)) if in_checkout else (None, None)
     try:
-        return subprocess.run(ssh_command(host, argv, {"PYTHONPATH": str(PROJECT_ROOT)}, str(PROJECT_ROOT)),
-                              capture_output=True, text=True, timeout=timeout,
+        return subprocess.run(ssh_command(host, argv, *where), capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(argv, 255, "", f"no answer within {timeout:g} s")
+    except OSError as exc:
+        return subprocess.CompletedProcess(argv, 255, "", f"ssh could not start: {exc}")
 
 
-def on_every_host(hosts: list[str], argv_of) -> dict[str, subprocess.CompletedProcess]:
-    """argv_of(host) on each host at once: {host: completed process}."""
+def on_every_host(hosts: list[str], argv_of, timeout: float = CHECK_TIMEOUT_S,
+                  in_checkout: bool = True) -> dict[str, subprocess.CompletedProcess]:
+    """argv_of(host) on each host at once (run_on): {host: completed process}."""
     if not hosts:
         return {}
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        return dict(zip(hosts, pool.map(lambda h: run_on(h, argv_of(h)), hosts)))
+        return dict(zip(hosts, pool.map(lambda h: run_on(h, argv_of(h), timeout, in_checkout), hosts)))
 
 
 # ---------------------------------------------------------------- checks before a launch
@@ -236,16 +241,18 @@ def free_port_on(host: str, python: str) -> int:
 
 
 # ---------------------------------------------------------------- teardown on every host
-def reap_on_hosts(hosts: list[str], tag: str, python: str) -> dict[str, list]:
-    """End every process of the run on each host (bench.supervisor's reap, run there): {host: what it ended}."""
+def reap_on_hosts(hosts: list[str], tag: str, python: str) -> list[dict]:
+    """End every process of the run on each host (bench.supervisor's reap, run there): what it ended, each with
+    its host (or the host's error)."""
     import json
 
-    ended = {}
+    ended = []
     for host, proc in on_every_host(hosts, lambda h: [python, "-m", "bench.supervisor", "reap", tag]).items():
         try:
-            ended[host] = json.loads(proc.stdout.strip().splitlines()[-1])["reaped"]
+            procs = json.loads(proc.stdout.strip().splitlines()[-1])["reaped"]
         except (ValueError, IndexError, KeyError):
-            ended[host] = [{"error": (proc.stderr.strip().splitlines() or ["no answer"])[-1][:200]}]
+            procs = [{"error": (proc.stderr.strip().splitlines() or ["no answer"])[-1][:200]}]
+        ended += [{**p, "host": host} for p in procs]
     return ended
 
 

@@ -21,6 +21,7 @@ gone (its owner file, removed once the record is stored).
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -76,10 +77,12 @@ class Lifeline:
             if log is not subprocess.DEVNULL:
                 log.close()
         # Launch only once it watches: its start must not overlap the run's start-up being timed.
-        ready = self.proc.stdout.readline()
+        answered, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
+        ready = self.proc.stdout.readline() if answered else b""
         if ready != READY:
             self.proc.kill()
-            raise RuntimeError(f"the run's lifeline did not start (it said {ready!r})")
+            self.proc.wait()
+            raise RuntimeError(f"the run's lifeline did not start within {START_TIMEOUT_S:g} s (it said {ready!r})")
         if self.run_dir is not None:
             from bench.rundir import write_json_atomic
 
@@ -176,22 +179,25 @@ def recover(store) -> list[str]:
 
 
 def reap_remote(run_dir_path: str, tag: str) -> list[dict]:
-    """What was ended of the run on its other hosts (a run across hosts), over ssh."""
-    import json
+    """What was ended of the run on its other hosts (a run across hosts), over ssh; their links unshaped."""
+    from bench.records import RecordError
+    from bench.rundir import RunDir
+    from bench.spec import RunSpec
 
+    data = RunDir(run_dir_path).read_json(RunDir(run_dir_path).spec_file)
     try:
-        spec = json.loads((Path(run_dir_path) / "spec.json").read_text())
-    except (OSError, ValueError):
-        return []
-    hosts = [h["name"] for h in spec.get("hosts") or ()]
-    if not hosts:
+        spec = RunSpec.from_dict(data) if data is not None else None
+    except RecordError:
+        spec = None
+    if spec is None or not spec.hosts:
         return []
     from bench.hosts import reap_on_hosts, unshape_links
 
+    hosts = [h["name"] for h in spec.hosts]
     ended = reap_on_hosts(hosts, tag, sys.executable)
-    if spec.get("link"):
-        unshape_links(hosts, spec["iface"])
-    return [{**p, "host": host} for host, procs in ended.items() for p in procs]
+    if spec.link:
+        unshape_links(hosts, spec.iface)
+    return ended
 
 
 def watch(argv: list[str]) -> int:

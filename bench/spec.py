@@ -169,10 +169,8 @@ def cluster_threads(plugin, cluster: dict, processes: int, threads: int | None, 
 
     if not plugin.launcher.spans_hosts and len(placement([Host(**h) for h in cluster["hosts"]], processes)) > 1:
         raise UsageError(f"backend {plugin.name} runs on one host only; give --nproc 1 or one host")
-    on_machine = machine_load(cluster, processes)
-    fits = min(cpus // n for cpus, n in on_machine)
-    threads = max(1, fits) if threads is None else threads
-    for cpus, n in on_machine:
+    threads = default_threads("cpu", processes, cluster) if threads is None else threads
+    for cpus, n in machine_load(cluster, processes):
         if n * threads > cpus and not oversubscribe:
             raise UsageError(f"{n} process(es) x {threads} thread(s) on one machine of the hosts need "
                              f"{n * threads} cores, it has {cpus}; lower --nproc or --threads, or pass --oversubscribe")

@@ -161,8 +161,7 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
             if hosts:
                 from bench.hosts import reap_on_hosts
 
-                for host, ended in reap_on_hosts(list(hosts), tag, sys.executable).items():
-                    reaped += [{**p, "host": host} for p in ended]
+                reaped += reap_on_hosts(list(hosts), tag, sys.executable)
         finally:
             signal.signal(signal.SIGINT, previous)
     return Outcome(ending=ending, returncode=returncode, launched_at=launched_at, ended_at=ended_at,

@@ -26,7 +26,6 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -411,25 +410,19 @@ def port_open(address: str, port: int) -> bool:
         return False
 
 
-def ssh_answer(host: Host, timeout: float = SSH_TIMEOUT) -> str:
-    """'ok' when plain `ssh ADDRESS` (root's ssh configuration) reaches the host and it answers with its own
-    name; otherwise what went wrong."""
-    cmd = [tool("ssh") or "ssh", "-o", "ConnectTimeout=3", "-o", "BatchMode=yes", host.address, "hostname"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return f"no answer within {timeout:g} s"
-    except OSError as exc:
-        return f"ssh could not start: {exc}"
-    if proc.returncode != 0:
-        return f"ssh failed (exit {proc.returncode}): {last_line(proc.stderr)}"
-    name = proc.stdout.strip()
-    return "ok" if name == host.name else f"answered as {name!r}"
-
-
 def ssh_answers(hosts: list[Host]) -> list[str]:
-    with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
-        return list(pool.map(ssh_answer, hosts))
+    """For each host, 'ok' when plain `ssh ADDRESS` (root's ssh configuration, as every launcher runs it) reaches
+    it and it answers with its own name; otherwise what went wrong (bench.hosts runs the ssh)."""
+    from bench.hosts import on_every_host
+
+    answers = on_every_host([h.address for h in hosts], lambda _: ["hostname"], SSH_TIMEOUT, in_checkout=False)
+    out = []
+    for host in hosts:
+        proc = answers[host.address]
+        name = proc.stdout.strip()
+        out.append(f"ssh failed (exit {proc.returncode}): {last_line(proc.stderr)}" if proc.returncode != 0
+                   else "ok" if name == host.name else f"answered as {name!r}")
+    return out
 
 
 # ---------------------------------------------------------------- up, down, status

@@ -267,3 +267,16 @@ def _stored(store) -> list[dict]:
 
     with sqlite3.connect(store) as conn:
         return [json.loads(r[0]) for r in conn.execute("SELECT record FROM runs")]
+
+
+def test_one_launch_a_side_is_never_called_faster():
+    from bench.sections import Table
+    from bench.tasks.train_report import link_blocks
+
+    cases = link_cases({("elastic", "100mbit"): [50], ("horovod", "100mbit"): [80],
+                        ("elastic", None): [200], ("horovod", None): [150]})
+    blocks, sentences = link_blocks(cases)
+    assert sentences == ["mnist_mlp at 2 workers across 2 hosts: no link measured shows a significant difference "
+                         "between elastic and horovod."]
+    verdicts = next(b for b in blocks if isinstance(b, Table))
+    assert [row.cells[-1].text for row in verdicts.rows] == ["cannot tell: one launch on a side"] * 2

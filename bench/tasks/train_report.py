@@ -428,6 +428,15 @@ def link_verdicts(group: list[Case]) -> tuple[list[tuple[str, dict | None]], str
     return steps, sentence
 
 
+def _standing(d: dict | None) -> str:
+    """What a difference between the pair can be called: never "significant" on one launch a side."""
+    if d is None:
+        return "not both backends"
+    if not d["replicated"]:
+        return "cannot tell: one launch on a side"
+    return "significant" if d["significant"] else f"not significant (could detect ±{d['resolution']:.0%})"
+
+
 def link_blocks(cases: list[Case]) -> tuple[list, list[str]]:
     """Throughput and efficiency against the link per backend, and where the verdict changes (with the
     sentences for the verdict)."""
@@ -470,11 +479,10 @@ def link_blocks(cases: list[Case]) -> tuple[list, list[str]]:
         ax_eff.set_ylim(bottom=0)
         fig.tight_layout()
         title = _cond_title({**dict(zip([k for k in CONDITIONS if k != "network"], key)), "network": "one host"})
-        verdict_rows = [[label, d["faster"].backend if d else "-", f"{d['gap']:.1%}" if d else "-",
-                         ("significant" if d["significant"] else f"not significant (±{d['resolution']:.0%})")
-                         if d else "not both backends"] for label, d in steps]
+        verdict_rows = [[label, d["faster"].backend if d else "-", f"{d['gap']:.1%}" if d else "-", _standing(d)]
+                        for label, d in steps]
         blocks += [Heading(f"{title}, across {key[-1]} hosts"), Paragraph(sentence),
-                   Table([left("link"), left("faster"), right("by"), left("across launches")], verdict_rows),
+                   Table([left("link"), left("ahead"), right("by"), left("across launches")], verdict_rows),
                    Table([left("link"), left("backend"), right("world"), right("launches"), right("samples/s"),
                           right("efficiency")], rows),
                    Figure(f"throughput and efficiency against the link, {title}", figure_png(fig))]
@@ -511,6 +519,13 @@ def method() -> list:
     ]
 
 
+LINK_METHOD = [[strong("Across hosts."), " Processes fill the hosts in order, slot by slot; every backend uses one "
+                "interface. A shaped link is every host's sending side limited with tc for the run (a token "
+                "bucket for a rate, netem when a delay is given) and undone after it; the verdict at each link "
+                "compares the pair at the largest world size across launches, as everywhere on this page, and "
+                "the verdict changes between two links only where both are significant and disagree."]]
+
+
 def comparisons(frame) -> dict[str, stats.Estimate]:
     """Every comparison the training view makes (bench.tasks.base.Task.comparisons): each case against the
     plain loop, scaling efficiency, the primary pair, and each reference backend against each primary."""
@@ -545,6 +560,7 @@ def report_part(frame, context) -> ReportPart:
     sentences, fairness, comparisons = verdict(cases) if cases else ([], [], [])
     links, crossovers = link_blocks(cases)
     sentences = sentences + crossovers
+    across_hosts = any(c.latest.spec.hosts for c in cases)
     unstable = [f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
                 f"{r.record.metrics.throughput.n} windows"
                 for r in ok[ok["unstable"] == True].itertuples()]  # noqa: E712 (pandas)
@@ -557,10 +573,10 @@ def report_part(frame, context) -> ReportPart:
         "records them.")
     return ReportPart(
         verdict=sentences, no_verdict=no_verdict, fairness=fairness,
-        recommendation=recommendation(comparisons, cases), unstable=unstable, method=method(),
+        recommendation=recommendation(comparisons, cases), unstable=unstable,
+        method=method() + (LINK_METHOD if across_hosts else []),
         shown=[r for c in cases for r in c.records],
         sections=[Section("throughput", "Throughput and scaling", 10, throughput_blocks(cases), nav="Throughput"),
                   Section("time", "Where the time goes", 30, exposed_blocks(cases)),
                   Section("startup", "Startup and rendezvous", 40, startup_blocks(cases), nav="Startup"),
-                  *([Section("links", "Across hosts: the link", 20, links, nav="Links")]
-                    if any(c.latest.spec.hosts for c in cases) else [])])
+                  *([Section("links", "Across hosts: the link", 20, links, nav="Links")] if across_hosts else [])])
