@@ -90,7 +90,7 @@ def nothing_runs(monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)  # the committed baseline at its default path
     monkeypatch.setattr(bench.cli, "build_parser", lambda: PARSER)  # built once: parsing is not what is tested
     # Horovod's build probe (seconds, in child processes) is this machine's, not the input's
-    monkeypatch.setattr(bench.backends.horovod, "check_build", lambda: (None, ""))
+    monkeypatch.setattr(bench.backends.horovod, "check_build", lambda: (None, {}))
     unchanged = Unchanged(tmp_path)
     yield unchanged
     assert sorted(tmp_path.rglob("*")) == unchanged.files, "bad input must create nothing"

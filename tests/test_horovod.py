@@ -18,11 +18,16 @@ pytestmark = pytest.mark.slow
 
 
 def test_horovod_is_installed_and_built_as_expected():
-    from bench.backends.horovod import built_with, check_build
+    from bench.backends.horovod import built_with, check_build, horovodrun_path
 
-    problem, text = check_build()
+    problem, flags = check_build()
     assert problem is None, problem
-    assert "[X] PyTorch" in text and built_with("Gloo")
+    # the flags are Horovod's own: the same as `horovodrun --check-build` ticks
+    text = subprocess.run([horovodrun_path(), "--check-build"], capture_output=True, text=True, timeout=120).stdout
+    assert "[X] PyTorch" in text and built_with("Gloo") and flags["version"] in text
+    ticked = {line.strip()[3:].strip() for line in text.split("Available Tensor Operations:")[1].splitlines()
+              if line.strip().startswith("[X]")}
+    assert ticked == {name for name in ("MPI", "Gloo", "NCCL", "DDL", "CCL") if built_with(name)}
 
 
 @pytest.mark.parametrize("workload", ["mnist_mlp", "resnet18"])

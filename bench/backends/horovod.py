@@ -9,6 +9,7 @@ HOROVOD_FUSION_THRESHOLD / HOROVOD_CYCLE_TIME, which every launcher passes on.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -32,30 +33,31 @@ def horovodrun_path() -> str | None:
     return str(beside) if beside.exists() else shutil.which("horovodrun")
 
 
+# The probe reads the build flags Horovod's own `horovodrun --check-build` prints, in one child that imports
+# horovod.torch (about 4 s); --check-build itself imports every framework in a child each (about 17 s),
+# which every horovod command would otherwise pay. `bench doctor` still prints --check-build in full.
+_PROBE = ("import json, horovod, horovod.torch as hvd; print(json.dumps({'version': horovod.__version__, "
+          "'MPI': bool(hvd.mpi_built()), 'Gloo': bool(hvd.gloo_built()), 'NCCL': bool(hvd.nccl_built()), "
+          "'DDL': bool(hvd.ddl_built()), 'CCL': bool(hvd.ccl_built())}))")
+
+
 @functools.lru_cache(maxsize=None)
-def check_build() -> tuple[str | None, str]:
-    """(problem or None, `horovodrun --check-build` output). Imported in a child: a broken build
-    (say, one made against another torch) fails there, not in the harness."""
-    run = horovodrun_path()
-    if run is None:
-        return f"Horovod is not installed; {SETUP_HINT}", ""
-    probe = subprocess.run([sys.executable, "-c", "import horovod, horovod.torch; print(horovod.__version__)"],
-                           capture_output=True, text=True, timeout=120)
+def check_build() -> tuple[str | None, dict]:
+    """(problem or None, the build's flags: version and which of MPI, Gloo, NCCL, DDL, CCL it has).
+    Imported in a child: a broken build (say, one made against another torch) fails there, not here."""
+    if horovodrun_path() is None:
+        return f"Horovod is not installed; {SETUP_HINT}", {}
+    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
         return f"Horovod is installed but does not import with this torch ({last}); " \
-               f"rebuild it: python -m bench.horovod_build --force", ""
-    out = subprocess.run([run, "--check-build"], capture_output=True, text=True, timeout=120)
-    return None, out.stdout.strip()
+               f"rebuild it: python -m bench.horovod_build --force", {}
+    return None, json.loads(probe.stdout.strip().splitlines()[-1])
 
 
 def built_with(feature: str) -> bool:
-    """Whether --check-build ticks a controller or tensor-operation line, e.g. 'MPI' or 'NCCL'."""
-    _, text = check_build()
-    for line in text.splitlines():
-        if line.strip().startswith("[X]") and line.strip()[3:].strip() == feature:
-            return True
-    return False
+    """Whether this Horovod was built with a controller or tensor operation, e.g. 'MPI', 'Gloo' or 'NCCL'."""
+    return bool(check_build()[1].get(feature))
 
 
 def is_open_mpi(mpirun: str) -> bool:
@@ -301,11 +303,12 @@ class HorovodBackend(Backend):
     def doctor_lines(self):
         from bench.environment import package_version
 
-        problem, text = check_build()
+        problem, _ = check_build()
         lines = [f"Horovod {package_version('horovod') or 'not installed'}"]
         if problem:
             return lines
-        return lines + ["horovodrun --check-build:"] + ["  " + line for line in text.splitlines() if line.strip()]
+        out = subprocess.run([horovodrun_path(), "--check-build"], capture_output=True, text=True, timeout=120)
+        return lines + ["horovodrun --check-build:"] + ["  " + line for line in out.stdout.splitlines() if line.strip()]
 
     def backward_passes(self, options):
         return options["hvd_backward_passes"]
