@@ -86,24 +86,3 @@ def test_hung_server_times_out(store):
     assert proc.returncode == 1 and record["status"] == "timeout"
     assert len(record["error"]["ranks"]) == 3
     assert_nothing_left(record)
-
-
-@pytest.mark.slow
-def test_sweep_of_the_three_backends(store, tmp_path):
-    report = tmp_path / "r.html"
-    proc = bench("sweep", "--backend", "elastic,horovod,ps", "--workload", "mnist_mlp", "--nproc", 2,
-                 "--world-sizes", "2", "--no-baseline", "--repeats", 1, "--store", store, "--report", report, *FAST)
-    assert proc.returncode == 0, proc.stderr
-    from bench.frame import load_frame
-    from bench.store import Store
-
-    frame = load_frame(Store(store))
-    assert (frame["status"] == "ok").all()
-    train = frame[frame["task"] == "train"]
-    assert sorted(train["backend"]) == ["elastic", "horovod", "ps"]
-    comm = frame[frame["task"] == "comm"]  # an allreduce sweep per primary backend and world size
-    assert sorted(comm["backend"]) == ["elastic", "horovod"]
-    assert all(r.metrics.rows and all(x.wrong == 0 for x in r.metrics.rows) for r in comm["record"])
-    page = report.read_text()
-    for backend in ("elastic", "horovod", "ps"):
-        assert f">{backend}<" in page

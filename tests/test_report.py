@@ -56,6 +56,23 @@ def test_sections_in_order_and_verdict_computed(store_path):
     assert "2 fault-injection run(s) in 1 case(s)" in verdict
 
 
+def test_the_sweep_of_the_three_backends(store_path):
+    """The fixture's sweep (elastic, horovod, ps) ran every case and an allreduce sweep per primary backend
+    and world size, with no wrong element; the page shows each backend."""
+    frame = load_frame(Store(store_path))
+    sweep = frame[frame["sweep_id"].notna()]
+    assert (sweep["status"] == "ok").all() and sweep["sweep_id"].nunique() == 1
+    train = sweep[sweep["task"] == "train"]
+    assert sorted(set(zip(train["backend"], train["world_size"]))) == [
+        ("elastic", 1), ("elastic", 2), ("horovod", 1), ("horovod", 2), ("ps", 2), ("single", 1)]
+    comm = sweep[sweep["task"] == "comm"]
+    assert sorted(set(comm["backend"])) == ["elastic", "horovod"]
+    assert all(r.metrics.rows and all(x.wrong == 0 for x in r.metrics.rows) for r in comm["record"])
+    page = render_report(frame, "s")
+    for backend in ("elastic", "horovod", "ps"):
+        assert f">{backend}<" in page
+
+
 def test_every_number_traces_to_a_stored_run(store_path):
     frame = load_frame(Store(store_path))
     page = render_report(frame, "s")
