@@ -150,9 +150,9 @@ def run_sweep(spec, group, info, device, sync) -> list[dict]:
             sync()
             chunk_times.append((time.perf_counter() - t_chunk) / chunk)
         elapsed = time.perf_counter() - t0
-        inp.copy_(pattern(inp.numel(), info.rank, dtype).to(device))
+        inp.copy_(pattern(inp.numel(), info.worker_index, dtype).to(device))
         result = group.run_op(op.name, inp, out)
-        want = expected(op, count, info.rank, n, dtype).to(device)
+        want = expected(op, count, info.worker_index, n, dtype).to(device)
         wrong = int((result != want).sum().item()) if result.shape == want.shape else want.numel()
         rows.append({"op": op.name, "size": count * ELEMENT_SIZE[comm["dtype"]], "count": count,
                      "time_s": elapsed / comm["iters"], "chunk_times_s": chunk_times, "wrong": wrong})

@@ -304,15 +304,34 @@ def unshape_links(hosts: list[str], iface: str) -> None:
     on_every_host(hosts, lambda h: ["tc", "qdisc", "del", "dev", iface, "root"])
 
 
+def cuts_links(spec) -> bool:
+    """Whether the run cuts a host off mid-run (bench fault --kill-host / --partition-host: bench.netcut)."""
+    return bool(spec.hosts and spec.fault and spec.fault.get("host"))
+
+
+def restore_links(spec) -> None:
+    """Undo what a run across hosts did to their links: the shaping, and any cut (stateless: also after a crash)."""
+    hosts = [h["name"] for h in spec.hosts or []]
+    if spec.link:
+        unshape_links(hosts, spec.iface)
+    if cuts_links(spec):
+        import sys
+
+        from bench.netcut import heal
+
+        heal(hosts, sys.executable)
+
+
 @contextlib.contextmanager
-def shaped_links(spec):
-    """Every host's link shaped as spec.link says for the duration of the block (nothing when it says nothing)."""
-    if not spec.link:
+def link_conditions(spec):
+    """Every host's link shaped as spec.link says for the duration of the block, and restored after it with any
+    cut the run made (nothing for a run on this machine)."""
+    if not spec.hosts:
         yield
         return
-    hosts = [h["name"] for h in spec.hosts]
-    shape_links(hosts, spec.iface, spec.link)
+    if spec.link:
+        shape_links([h["name"] for h in spec.hosts], spec.iface, spec.link)
     try:
         yield
     finally:
-        unshape_links(hosts, spec.iface)
+        restore_links(spec)

@@ -179,7 +179,7 @@ def recover(store) -> list[str]:
 
 
 def reap_remote(run_dir_path: str, tag: str) -> list[dict]:
-    """What was ended of the run on its other hosts (a run across hosts), over ssh; their links unshaped."""
+    """What was ended of the run on its other hosts (a run across hosts), over ssh; their links restored."""
     from bench.records import RecordError
     from bench.rundir import RunDir
     from bench.spec import RunSpec
@@ -191,12 +191,10 @@ def reap_remote(run_dir_path: str, tag: str) -> list[dict]:
         spec = None
     if spec is None or not spec.hosts:
         return []
-    from bench.hosts import reap_on_hosts, unshape_links
+    from bench.hosts import reap_on_hosts, restore_links
 
-    hosts = [h["name"] for h in spec.hosts]
-    ended = reap_on_hosts(hosts, tag, sys.executable)
-    if spec.link:
-        unshape_links(hosts, spec.iface)
+    ended = reap_on_hosts([h["name"] for h in spec.hosts], tag, sys.executable)
+    restore_links(spec)
     return ended
 
 

@@ -143,6 +143,12 @@ class RankRow(Record):
     pid: int | None = None
     time: float | None = None  # when it joined the group
     attempt: int | None = None  # which process of that rank (fault runs start replacements)
+
+    @property
+    def worker_index(self) -> int:
+        """Which of the workers this is (0..world size - 1): its data shard. The global rank, unless the backend
+        numbers its roles apart (a parameter server's workers need not hold the first global ranks)."""
+        return self.role_rank if self.role_rank is not None else self.rank
     phase: str | None = None  # fault runs: "before" or "after" the fault
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from bench import stats
 from bench.errors import StoreError, UsageError
 from bench.frame import load_frame, of_task
-from bench.sections import (ENV_KEYS, Bullets, Cell, Paragraph, ReportContext, ReportPart, Row, Section, Table,
-                            code, flat_env, left, pct, right, strong, styled)
+from bench.sections import (ENV_KEYS, Bullets, Cell, Figure, Paragraph, ReportContext, ReportPart, Row, Section, Table,
+                            code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong, styled)
 
 TEMPLATE = "report.html.j2"  # in the package's templates folder
 
@@ -107,8 +107,67 @@ RANK_COLUMNS = [left("role"), right("rank"), right("local"), right("group"), rig
                 left("host"), right("pid"), left("phase")]
 
 
+HOST_MAP_PANELS = 6  # the latest runs across hosts drawn, one panel per backend, task and phase
+
+
+def host_map_panels(frame) -> list[tuple[str, list]]:
+    """(title, rank rows) of the latest run across hosts of each backend and task, before and after a fault."""
+    chosen: dict[tuple, object] = {}
+    for r in sorted(frame.itertuples(), key=lambda r: (r.status == "ok", r.created_at)):  # the latest ok run wins
+        if len({x.host for x in r.record.rank_map}) > 1:
+            chosen[(r.backend, r.task)] = r.record
+    panels = []
+    for rec in chosen.values():
+        phases = sorted({x.phase or "" for x in rec.rank_map}, key=lambda p: p != "before")
+        for phase in phases:
+            rows = [x for x in rec.rank_map if (x.phase or "") == phase]
+            panels.append((f"{rec.spec.backend} {rec.spec.task}" + (f", {phase}" if phase else "") + f"\n{rec.run_id}",
+                           rows))
+    return panels[:HOST_MAP_PANELS]
+
+
+def host_map_figure(panels: list[tuple[str, list]]) -> Figure:
+    """Each panel: one row per host of the run, one box per process there (in local-rank order) with its global
+    rank, local rank and node (group) rank as the launcher gave them; servers shaded apart from workers; a host
+    left without processes (after a host loss) says so."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.0 * len(panels), 2.4), squeeze=False)
+    everywhere = {title.split("\n")[1]: set() for title, _ in panels}
+    for title, rows in panels:
+        everywhere[title.split("\n")[1]] |= {x.host for x in rows}
+    widest = max(sum(1 for x in rows if x.host == h) for _, rows in panels for h in {x.host for x in rows})
+    for ax, (title, rows) in zip(axes[0], panels):
+        hosts = sorted(everywhere[title.split("\n")[1]],
+                       key=lambda h: min(((x.group_rank or 0, x.rank) for x in rows if x.host == h),
+                                         default=(1 << 30, 0)))
+        for y, host in enumerate(hosts):
+            here = sorted((x for x in rows if x.host == host), key=lambda x: (x.local_rank or 0, x.rank))
+            if not here:
+                ax.text(widest / 2, -y, "no process", ha="center", va="center", fontsize=7, color="#b03030")
+            for i, x in enumerate(here):
+                ax.add_patch(plt.Rectangle((i + 0.05, -y - 0.42), 0.9, 0.84,
+                                           color="#f4c27a" if x.role == "server" else "#9cc3e6"))
+                ax.text(i + 0.5, -y, f"rank {x.rank}\nlocal {fmt(x.local_rank, 'd')}\nnode {fmt(x.group_rank, 'd')}", ha="center",
+                        va="center", fontsize=7)
+        ax.set_xlim(0, widest)
+        ax.set_ylim(-len(hosts) + 0.5, 0.5)
+        ax.set_yticks([-y for y in range(len(hosts))], hosts, fontsize=7)
+        ax.set_xticks([])
+        ax.set_title(title, fontsize=8)
+    fig.tight_layout()
+    return Figure("hosts with the ranks the launcher gave each process", figure_png(fig))
+
+
 def rank_map_section(frame) -> Section:
-    """Every run's rank map (before and after a fault, where there was one), collapsed."""
+    """Every run's rank map (before and after a fault, where there was one), collapsed; runs across hosts drawn
+    first, host by host."""
+    blocks = []
+    panels = host_map_panels(frame)
+    if panels:
+        blocks += [Paragraph("Hosts and their processes in the latest run across hosts of each backend (and "
+                             "before and after a fault): a box per process, with the global rank, local rank and "
+                             "node (group) rank its launcher gave it; parameter servers shaded orange.", "note"),
+                   host_map_figure(panels)]
     tables = []
     for r in frame.sort_values("created_at").itertuples():
         rec = r.record
@@ -116,7 +175,7 @@ def rank_map_section(frame) -> Section:
                  x.pid, x.phase or ""]
                 for x in sorted(rec.rank_map, key=lambda x: (x.phase != "before", x.rank))]
         tables.append(Table(RANK_COLUMNS, rows, details=f"{rec.run_id}: {_case(rec)} ({rec.status})"))
-    return Section("ranks", "Rank map", 60, tables)
+    return Section("ranks", "Rank map", 60, blocks + tables)
 
 
 def environment_section(records: list) -> Section:

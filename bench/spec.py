@@ -116,7 +116,9 @@ def default_threads(device: str, max_world_size: int, cluster: dict | None = Non
     """Threads per worker so that the largest world size in play fits the cores without contention (on every
     machine of a run across hosts)."""
     if cluster is not None:
-        return max(1, min(cpus // n for cpus, n in machine_load(cluster, max_world_size)))
+        from bench.hosts import Host, placement
+
+        return fitting_threads(machine_load(cluster, placement([Host(**h) for h in cluster["hosts"]], max_world_size)))
     return max(1, cpu_count() // max_world_size)
 
 
@@ -138,14 +140,14 @@ def check_placement(plugin, world_size: int, device: str, threads: int | None, o
     problem = plugin.unavailable_reason(device)
     if problem:
         raise UsageError(f"backend {name} cannot run here: {problem}")
-    resolved = plugin.resolve_options(backend_options or {})
+    resolved = plugin.resolve_options(backend_options or {}, world_size, cluster["hosts"] if cluster else None)
     problem = plugin.check_options(resolved, device)
     if problem:
         raise UsageError(f"backend {name}: {problem}")
     check_timeout(timeout)
     roles = plugin.roles(resolved, world_size)
     if cluster is not None:
-        return cluster_threads(plugin, cluster, sum(roles.values()), threads, oversubscribe), resolved, roles
+        return cluster_threads(plugin, cluster, world_size, resolved, threads, oversubscribe), resolved, roles
     cores = cpu_count()
     threads = default_threads(device, world_size) if threads is None else threads
     if threads < 1:
@@ -162,29 +164,35 @@ def across_hosts(cluster: dict | None) -> dict:
     return {"hosts": cluster["hosts"], "iface": cluster["iface"], "link": cluster.get("link")} if cluster else {}
 
 
-def cluster_threads(plugin, cluster: dict, processes: int, threads: int | None, oversubscribe: bool) -> int:
+def cluster_threads(plugin, cluster: dict, world_size: int, options: dict, threads: int | None,
+                    oversubscribe: bool) -> int:
     """Threads per process across hosts: by default the cores of each machine shared by the processes placed
-    on it (hosts that share one machine, such as test hosts, share its cores), checked on every machine."""
-    from bench.hosts import Host, placement
+    on it (the backend's host_plan; hosts that share one machine, such as test hosts, share its cores), checked
+    on every machine."""
+    from bench.hosts import Host
 
-    if not plugin.launcher.spans_hosts and len(placement([Host(**h) for h in cluster["hosts"]], processes)) > 1:
+    per_host = [(host, n) for host, n, _ in plugin.host_plan([Host(**h) for h in cluster["hosts"]], world_size,
+                                                             options)]
+    if not plugin.launcher.spans_hosts and len(per_host) > 1:
         raise UsageError(f"backend {plugin.name} runs on one host only; give --nproc 1 or one host")
-    threads = default_threads("cpu", processes, cluster) if threads is None else threads
-    for cpus, n in machine_load(cluster, processes):
+    load = machine_load(cluster, per_host)
+    threads = fitting_threads(load) if threads is None else threads
+    for cpus, n in load:
         if n * threads > cpus and not oversubscribe:
             raise UsageError(f"{n} process(es) x {threads} thread(s) on one machine of the hosts need "
                              f"{n * threads} cores, it has {cpus}; lower --nproc or --threads, or pass --oversubscribe")
     return threads
 
 
-def machine_load(cluster: dict, processes: int) -> list[tuple[int, int]]:
-    """(cores, processes placed on it) for each machine the run's hosts are on."""
-    from bench.hosts import Host, placement
+def fitting_threads(load: list[tuple[int, int]]) -> int:
+    """The most threads per process that fit every machine's cores, from (cores, processes there)."""
+    return max(1, min(cpus // n for cpus, n in load))
 
+
+def machine_load(cluster: dict, per_host: list) -> list[tuple[int, int]]:
+    """(cores, processes placed on it) for each machine the run's hosts are on, from (host, processes there)."""
     load: dict[str, list[int]] = {}
-    for host, n in placement([Host(**h) for h in cluster["hosts"]], processes):
+    for host, n in per_host:
         machine = cluster["machines"][host.name]
         load.setdefault(machine["id"], [machine["cpus"], 0])[1] += n
     return [(cpus, n) for cpus, n in load.values()]
-
-

@@ -168,12 +168,34 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
                    log_bytes_before_teardown=log_bytes, reaped=reaped, survivors=survivors)
 
 
+def kill_in_this_netns(tag: str) -> list[dict]:
+    """SIGKILL, at once and without a grace period, every process of the run in this process's network namespace:
+    on a host, all of the run's processes there (a node loss; test hosts share one process table, and each is a
+    network namespace)."""
+    mine = os.stat("/proc/self/ns/net").st_ino
+    victims = []
+    for proc in run_processes(tag, None):
+        try:
+            if os.stat(f"/proc/{proc.pid}/ns/net").st_ino == mine:
+                victims.append(proc)
+        except OSError:
+            continue
+    killed = [_describe(p) for p in victims]
+    _signal_all(victims, signal.SIGKILL)
+    psutil.wait_procs(victims, timeout=TERM_GRACE_S)
+    return killed
+
+
 def main(argv: list[str]) -> int:
     """`python -m bench.supervisor reap TAG`: end the run's processes on this host (run over ssh on each host
-    of a run across hosts); prints what it ended as JSON."""
-    if len(argv) != 2 or argv[0] != "reap":
-        print("usage: python -m bench.supervisor reap TAG", file=sys.stderr)
+    of a run across hosts); `kill TAG`: SIGKILL those in this host's network namespace at once (a node loss).
+    Prints what it ended as JSON."""
+    if len(argv) != 2 or argv[0] not in ("reap", "kill"):
+        print("usage: python -m bench.supervisor reap|kill TAG", file=sys.stderr)
         return 2
+    if argv[0] == "kill":
+        print(json.dumps({"killed": kill_in_this_netns(argv[1]), "time": time.time()}))
+        return 0
     reaped, survivors = reap(argv[1], None)
     print(json.dumps({"reaped": reaped, "survivors": survivors}))
     return 0

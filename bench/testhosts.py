@@ -44,6 +44,9 @@ PRIVATE_NETS = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12",
 BEGIN = "# >>> bench testhosts >>>\n"
 END = "# <<< bench testhosts <<<\n"
 INSTALL_SSHD = "install openssh-server (apt-get install -y openssh-server)"
+# ssh's keepalive on the test hosts (interval s, count): a session to a host lost without a word ends after 10 s,
+# as on a cluster set up for Horovod elastic (README, "Faults across hosts"); OpenSSH's default is never
+SERVER_ALIVE = (5, 2)
 CMD_TIMEOUT = 15
 SSH_TIMEOUT = 15
 READY_TIMEOUT = 10  # sshd writing its pid file and answering ssh
@@ -277,9 +280,20 @@ def ssh_block(hosts: list[Host], key: Path) -> str:
               "    LogLevel ERROR",
               "    BatchMode yes",
               "    ConnectTimeout 5",
+              # a silent host loss ends an ssh session only by these; horovodrun's elastic driver waits for it
+              f"    ServerAliveInterval {SERVER_ALIVE[0]}",
+              f"    ServerAliveCountMax {SERVER_ALIVE[1]}",
               "Host *",  # what follows in the file stays global, as it was before this block
               END.rstrip("\n")]
     return "\n".join(lines) + "\n"
+
+
+def ssh_block_is_current(hosts: list[Host]) -> bool:
+    """Whether root's ~/.ssh/config holds the block this version writes for these hosts."""
+    try:
+        return split_block(ssh_config_path().read_text())[1] == ssh_block(hosts, key_file())
+    except (OSError, BenchError):
+        return False
 
 
 def split_block(text: str) -> tuple[str, str | None]:
@@ -453,7 +467,8 @@ def up(n: int, subnet: str = DEFAULT_SUBNET, log=None) -> list[Host]:
         raise UsageError(f"--subnet {network} overlaps a route or address of this machine ({conflict}); choose another")
     state = read_state()
     if state and state.get("complete") and hosts_of(state) == hosts and state.get("subnet") == str(network) \
-            and all(sshd_pid(h) for h in hosts) and all(a == "ok" for a in ssh_answers(hosts)):
+            and ssh_block_is_current(hosts) and all(sshd_pid(h) for h in hosts) \
+            and all(a == "ok" for a in ssh_answers(hosts)):
         log(f"{len(hosts)} identical test host(s) already up and answering: reusing them")
         return hosts
     if leftovers():

@@ -50,13 +50,34 @@ def test_remote_commands_carry_their_environment_quoted():
 
 
 def test_threads_are_shared_by_hosts_on_one_machine():
+    from bench.hosts import Host
     from bench.spec import default_threads, machine_load
 
     one_machine = {"hosts": [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}],
                    "machines": {"a": {"cpus": 2, "id": "m"}, "b": {"cpus": 2, "id": "m"}}}
     two_machines = {**one_machine, "machines": {"a": {"cpus": 2, "id": "m1"}, "b": {"cpus": 2, "id": "m2"}}}
-    assert machine_load(one_machine, 2) == [(2, 2)] and default_threads("cpu", 2, one_machine) == 1
-    assert machine_load(two_machines, 2) == [(2, 1), (2, 1)] and default_threads("cpu", 2, two_machines) == 2
+    a, b = Host("a", 1), Host("b", 1)
+    assert machine_load(one_machine, [(a, 1), (b, 1)]) == [(2, 2)] and default_threads("cpu", 2, one_machine) == 1
+    assert machine_load(two_machines, [(a, 1), (b, 1)]) == [(2, 1), (2, 1)]
+    assert default_threads("cpu", 2, two_machines) == 2
+
+
+def test_parameter_servers_are_placed_one_per_host_by_default():
+    """Across hosts the servers take no slot: one per host with workers, or --ps-servers of them round-robin."""
+    from bench.backends import get_backend
+    from bench.hosts import Host
+
+    ps = get_backend("ps")
+    hosts = [{"name": "a", "slots": 2}, {"name": "b", "slots": 2}, {"name": "c", "slots": 2}]
+    options = ps.resolve_options({}, 4, hosts)  # 4 workers fill a and b; c gets none, and no server
+    assert options["ps_servers"] == 2 and ps.resolve_options({}, 4, None)["ps_servers"] == 1
+    plan = ps.host_plan([Host(**h) for h in hosts], 4, options)
+    assert [(h.name, n, env) for h, n, env in plan] == [("a", 3, {"BENCH_PS_SERVERS_HERE": "1"}),
+                                                        ("b", 3, {"BENCH_PS_SERVERS_HERE": "1"})]
+    three = ps.resolve_options({"ps_servers": 3}, 4, hosts)
+    assert [n for _, n, _ in ps.host_plan([Host(**h) for h in hosts], 4, three)] == [4, 3]
+    elastic = get_backend("elastic")  # every other backend: every process takes a slot, in order
+    assert [(h.name, n) for h, n, _ in elastic.host_plan([Host(**h) for h in hosts], 3, {})] == [("a", 2), ("b", 1)]
 
 
 @pytest.mark.parametrize("args, fragments", [
@@ -128,15 +149,18 @@ def test_training_across_two_hosts(two_hosts, backend, store):
 
 @needs_hosts
 def test_parameter_server_across_two_hosts(two_hosts, store):
-    """2 workers and a server on 3 slots of two hosts: whichever host the elastic agents' rendezvous numbers first
-    gets the first ranks, so some pushes and pulls cross the link either way."""
-    proc, record = run_json("run", "--backend", "ps", "--hosts", across(two_hosts, (2, 1)), "--nproc", "2",
-                            "--threads", "1", "--oversubscribe", "--store", store, *FAST)  # 3 processes, 2 cores
+    """2 workers on two hosts and, by the default policy, one server on each: every worker pushes to a server on the
+    other host too, whatever order torchrun gave the hosts."""
+    proc, record = run_json("run", "--backend", "ps", "--hosts", across(two_hosts), "--threads", "1",
+                            "--oversubscribe", "--store", store, *FAST)  # 4 processes, 2 cores
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok", record["error"]
+    assert record["spec"]["backend_options"]["ps_servers"] == 2
     rows = record["rank_map"]
-    assert sorted(row["role"] for row in rows) == ["server", "worker", "worker"]
-    assert {row["host"] for row in rows} == {h.name for h in two_hosts}
+    for host in two_hosts:
+        assert sorted((row["role"], row["role_rank"] is not None) for row in rows if row["host"] == host.name) == [
+            ("server", True), ("worker", True)]
+    assert sorted(row["role_rank"] for row in rows if row["role"] == "worker") == [0, 1]
     assert processes_of_run(record["run_id"]) == []
 
 
@@ -280,3 +304,78 @@ def test_one_launch_a_side_is_never_called_faster():
                          "between elastic and horovod."]
     verdicts = next(b for b in blocks if isinstance(b, Table))
     assert [row.cells[-1].text for row in verdicts.rows] == ["cannot tell: one launch on a side"] * 2
+
+
+# ---------------------------------------------------------------- faults across hosts
+HOST_FAULT = ["fault", "--workload", "mnist_mlp", "--threads", "1", "--checkpoint-every", "20", "--at-step", "50",
+              "--steps", "90", "--comm-timeout", "5"]
+
+
+def assert_no_cut_left(hosts):
+    for host in hosts:
+        routes = testhosts.run(["ip", "netns", "exec", host.name, "ip", "route", "show", "proto", "213"]).stdout
+        assert routes.strip() == "", f"{host.name} still has the cut: {routes}"
+
+
+def assert_host_fault_survived(record, hosts, scenario):
+    assert record["status"] == "ok", record["error"]
+    f = record["metrics"]
+    assert f["fault"]["scenario"] == scenario and f["fault"]["host"] == hosts[1].address and f["fault"]["delivered"]
+    assert (f["world_before"], f["world_after"]) == (2, 1)
+    assert 0 < f["detection_s"] <= f["recovery_s"] < 60 and f["steps_completed"] == 90
+    assert f["resume_checks"] and all(c["equal"] for c in f["resume_checks"])
+    before = {row["host"] for row in record["rank_map"] if row["phase"] == "before"}
+    after = {row["host"] for row in record["rank_map"] if row["phase"] == "after"}
+    assert before == {h.name for h in hosts} and after == {hosts[0].name}
+    assert sorted(row["group_rank"] for row in record["rank_map"] if row["phase"] == "before") == [0, 1]
+    assert processes_of_run(record["run_id"]) == []
+    assert_no_cut_left(hosts)
+
+
+@needs_hosts
+@pytest.mark.parametrize("backend", ["elastic", "horovod"])
+def test_a_node_loss_is_survived_and_timed(two_hosts, store, backend):
+    """The second host is lost mid-run (cut off, then every process of the run there SIGKILLed): torchrun's
+    agents go on with one node, Horovod blacklists the host; both resume from the last commit at world size 1."""
+    proc, record = run_json(*HOST_FAULT, "--backend", backend, "--hosts", across(two_hosts), "--kill-host",
+                            two_hosts[1].address, "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    assert record["metrics"]["fault"]["killed"] >= 1
+    if backend == "horovod":  # the test hosts' ssh gives up on a silent host in 10 s, within --recovery-timeout
+        assert record["launch"]["ssh_keepalive_s"] == 10
+    assert_host_fault_survived(record, two_hosts, "kill-host")
+    # the page draws the hosts with their ranks before and after: the lost host has no process after
+    from bench.frame import load_frame
+    from bench.report import host_map_panels, render_report
+    from bench.store import Store
+
+    frame = load_frame(Store(store))
+    assert [title.split("\n")[0] for title, _ in host_map_panels(frame)] == [f"{backend} fault, before",
+                                                                             f"{backend} fault, after"]
+    ranks = render_report(frame, "s").split('id="ranks"')[1]
+    assert "Hosts and their processes" in ranks and 'alt="hosts with the ranks' in ranks
+
+
+@needs_hosts
+def test_a_partitioned_host_is_left_behind(two_hosts, store):
+    """The second host's link is cut mid-run, its processes alive: the survivor notices when a collective times out
+    (--comm-timeout) and goes on alone; the cut host's agent is ended with the run, and the cut healed."""
+    proc, record = run_json(*HOST_FAULT, "--backend", "elastic", "--hosts", across(two_hosts), "--partition-host",
+                            two_hosts[1].address, "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    assert_host_fault_survived(record, two_hosts, "partition-host")
+    assert record["metrics"]["detection_s"] >= 4  # nothing told the survivor: it waited for its collective
+
+
+@needs_hosts
+@pytest.mark.parametrize("flag_args, fragment", [
+    (lambda h: ["--kill-host", h[0].address], "the first host holds the run's rendezvous"),
+    (lambda h: ["--kill-host", "10.213.7.77"], "name one of them"),
+    (lambda h: ["--partition-host", h[1].address, "--join"], "choose one fault a run"),
+    (lambda h: ["--kill-rank", "1"], "--kill-rank and --join run on this machine"),
+])
+def test_host_faults_refuse_what_cannot_run(two_hosts, store, flag_args, fragment):
+    proc = bench("fault", "--backend", "elastic", "--hosts", across(two_hosts), *flag_args(two_hosts),
+                 "--store", store)
+    assert_one_line_error(proc, fragment)
+    assert not store.exists()

@@ -135,9 +135,17 @@ class Backend:
     def new_group(self) -> ProcessGroup:
         return self.group_type()
 
-    def resolve_options(self, given: dict) -> dict:
-        """Every option of this backend with its value (given or default), for the record."""
+    def resolve_options(self, given: dict, world_size: int | None = None, hosts: list[dict] | None = None) -> dict:
+        """Every option of this backend with its value (given or default), for the record; a default may depend on
+        the world size and, across hosts, the hosts."""
         return {opt.name: given.get(opt.name, opt.default) for opt in self.options}
+
+    def host_plan(self, hosts: list, world_size: int, options: dict) -> list[tuple[object, int, dict]]:
+        """Across hosts: (bench.hosts.Host, processes started there, environment they get) per host used, in
+        order. By default every process takes a slot, filled in order (mpirun's -map-by slot)."""
+        from bench.hosts import placement
+
+        return [(host, n, {}) for host, n in placement(hosts, sum(self.roles(options, world_size).values()))]
 
     def roles(self, options: dict, world_size: int) -> dict[str, int]:
         """Processes per role. Only workers train and count in throughput and world size."""

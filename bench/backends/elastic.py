@@ -7,7 +7,7 @@ import os
 from datetime import timedelta
 
 from bench.backends.base import Backend, BackendOption, ElasticMode, ProcessGroup, rank_row
-from bench.backends.torchrun import TorchrunLauncher, agent_command, agent_observations, free_port
+from bench.backends.torchrun import TorchrunLauncher, agent_command, agent_observations, agents_on_hosts, free_port
 
 
 def distributed_problem(device: str) -> str | None:
@@ -90,11 +90,19 @@ class DDPGroup(ProcessGroup):
 
 class TorchrunElastic(ElasticMode):
     """torchrun with --max-restarts (kill) or a node range with a second agent (join), and
-    restart-from-checkpoint in the workers."""
+    restart-from-checkpoint in the workers. Across hosts (a host lost or cut off): one agent per host, with the
+    node range 1:hosts."""
 
-    scenarios = ("kill", "join")
+    scenarios = ("kill", "join", "kill-host", "partition-host")
 
     def launch(self, spec, rank_command, run_id, run_dir):
+        # Each rendezvous round gets a store of its own: with the agent's store shared across rounds (the
+        # default), gloo reads the previous round's addresses and every restart fails to connect.
+        env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        if spec.hosts:
+            command, endpoint = agents_on_hosts(spec, rank_command, run_id, events_file=run_dir.agent_events,
+                                                max_restarts=spec.fault["max_restarts"])
+            return command, env, {"rdzv_endpoint": endpoint}
         if spec.fault["scenario"] == "join":
             # the joining agent must find the rendezvous: its endpoint is chosen now, not by the agent
             endpoint, nnodes = f"127.0.0.1:{free_port()}", "1:2"
@@ -102,9 +110,7 @@ class TorchrunElastic(ElasticMode):
             endpoint, nnodes = "127.0.0.1:0", "1"
         command = agent_command(run_dir.agent_events, nnodes, spec.world_size, endpoint, run_id,
                                 spec.fault["max_restarts"], rank_command)
-        # Each rendezvous round gets a store of its own: with the agent's store shared across rounds (the
-        # default), gloo reads the previous round's addresses and every restart fails to connect.
-        return command, {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, {"rdzv_endpoint": endpoint}
+        return command, env, {"rdzv_endpoint": endpoint}
 
     def join(self, spec, rank_command, run_id, run_dir, info):
         return agent_command(run_dir.agent_events, "1:2", 1, info["rdzv_endpoint"], run_id,
@@ -129,7 +135,8 @@ class TorchrunElastic(ElasticMode):
             ctx.optimizer.load_state_dict(saved["optimizer"])
             step = saved["step"]
         rank, size = dist.get_rank(), dist.get_world_size()
-        ctx.resumed(step, rank, size, int(os.environ["LOCAL_RANK"]), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+        ctx.resumed(step, rank, size, int(os.environ["LOCAL_RANK"]), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
+                    int(os.environ.get("GROUP_RANK", 0)))
         model = DistributedDataParallel(ctx.model)
         while ctx.keep_going(step, size):
             try:

@@ -92,6 +92,27 @@ def on_first_host(spec, command: list[str]) -> list[str]:
     return fanout_command([(spec.hosts[0]["name"], command)])
 
 
+def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
+    """How long the first host's ssh takes to give up on a silent peer (the longest over the others; None: never),
+    from `ssh -G` there; said when it exceeds the recovery timeout."""
+    from bench.hosts import run_on
+    from bench.runner import note
+
+    def seconds(text: str) -> float | None:
+        values = dict(line.split(None, 1) for line in text.splitlines() if " " in line)
+        interval, count = int(values.get("serveraliveinterval", 0)), int(values.get("serveralivecountmax", 3))
+        return interval * count if interval > 0 else None
+
+    # asked on the first host: that is where horovodrun's ssh runs
+    answers = [seconds(run_on(hosts[0], ["ssh", "-G", peer], in_checkout=False).stdout) for peer in hosts[1:]]
+    longest = None if None in answers or not answers else max(answers)
+    if longest is None or longest > recovery_timeout:
+        note(f"bench fault: horovodrun's ssh on {hosts[0]} gives up on a silent host "
+             + ("never" if longest is None else f"after {longest:g} s") + f" (ServerAliveInterval x ServerAliveCountMax);"
+             f" Horovod elastic waits that long after a host loss, beyond --recovery-timeout {recovery_timeout:g} s")
+    return longest
+
+
 class HorovodLauncher(Launcher):
     """horovodrun --gloo / --mpi, or plain mpirun in the classic form."""
 
@@ -178,9 +199,15 @@ class HorovodElastic(ElasticMode):
     """horovodrun --min-np/--max-np with a host discovery script that prints the run's hosts file. One
     machine acts as two hosts, `localhost` and `127.0.0.1` (horovodrun treats both as local, no ssh).
     Horovod blacklists the whole host of a failed worker, so a kill needs the survivors on the other
-    "host". Workers learn of new hosts only at a commit, and the discovery script runs once a second."""
+    "host". Workers learn of new hosts only at a commit, and the discovery script runs once a second.
+    Across hosts (a host lost or cut off) the script lists the run's hosts with the processes placed on each,
+    and horovodrun runs on the first host; the lost host stays listed, and only Horovod's blacklist keeps it out.
+    Its driver learns that a host's workers ended only when their ssh session ends (its registry waits for every
+    worker's state before the survivors go on), so after a silent host loss the recovery waits for ssh's
+    keepalive (ServerAliveInterval x ServerAliveCountMax of the first host's ssh): recorded, and said when it
+    exceeds --recovery-timeout."""
 
-    scenarios = ("kill", "join")
+    scenarios = ("kill", "join", "kill-host", "partition-host")
 
     def problem(self, scenario, world_size):
         problem = BACKEND.unavailable_reason("cpu")
@@ -198,7 +225,14 @@ class HorovodElastic(ElasticMode):
 
     def launch(self, spec, rank_command, run_id, run_dir):
         n, f = spec.world_size, spec.fault
-        if f["scenario"] == "kill":
+        info = {}
+        if spec.hosts:
+            from bench.hosts import Host, placement
+
+            hosts = {h.name: k for h, k in placement([Host(**h) for h in spec.hosts], n)}
+            min_np, max_np = 1, n
+            info["ssh_keepalive_s"] = ssh_keepalive(list(hosts), f["recovery_timeout"])
+        elif f["scenario"] == "kill":
             hosts = {"localhost": (n + 1) // 2, "127.0.0.1": n // 2}
             min_np, max_np = 1, n
         else:
@@ -209,12 +243,12 @@ class HorovodElastic(ElasticMode):
         script.write_text(f"#!/bin/sh\ncat '{run_dir.hosts_file}'\n")
         script.chmod(0o755)
         command = [horovodrun_path(), "--gloo", "-np", str(n), "--min-np", str(min_np), "--max-np", str(max_np),
-                   "--host-discovery-script", str(script), "--network-interface", "lo",
+                   "--host-discovery-script", str(script), "--network-interface", spec.iface or "lo",
                    "--gloo-timeout-seconds", str(max(1, int(f["comm_timeout"]))),
                    # how long to wait for enough slots after a failure (Horovod's default is 600 s)
                    "--elastic-timeout", str(max(1, int(f["recovery_timeout"]))),
                    "--reset-limit", str(f["max_restarts"]), *rank_command]
-        return command, horovod_env(spec), {"hosts": hosts}
+        return on_first_host(spec, command), horovod_env(spec), {"hosts": hosts, **info}
 
     def join(self, spec, rank_command, run_id, run_dir, info):
         self._write_hosts(run_dir, {"localhost": spec.world_size, "127.0.0.1": 1})
@@ -233,7 +267,7 @@ class HorovodElastic(ElasticMode):
         @hvd.elastic.run
         def train(state):
             rank, size = hvd.rank(), hvd.size()
-            ctx.resumed(state.step, rank, size, hvd.local_rank(), 0)
+            ctx.resumed(state.step, rank, size, hvd.local_rank(), 0, hvd.cross_rank())
             while ctx.keep_going(state.step, size):
                 try:
                     ctx.train_step(ctx.model, optimizer, state.step, rank)

@@ -15,9 +15,15 @@ Transport: torch.distributed point-to-point (send/recv) over gloo. Why not torch
 the same gloo transport the elastic backend's CPU collectives use, so a difference between the two
 shows the communication pattern (each server link carries N x its shard per step, where a ring
 carries 2(N-1)/N of the model per rank), not a different transport stack with its own serialisation
-and thread pools. Processes are started by torchrun (ranks 0..N-1 workers, N..N+K-1 servers); the
-servers are their own role in the rank map and count in neither throughput nor world size. On GPU the
-workers stage gradients and parameters through host memory; servers always run on CPU.
+and thread pools. Processes are started by torchrun; on one host the last K local ranks are the servers
+(global ranks N..N+K-1). Across hosts the servers are placed one per host by default, as colocated parameter
+servers are deployed (--ps-servers K sets the count: round-robin over the hosts, in order); they take no slot
+(slots are for workers), and each host's agent is told how many of its processes serve (SERVERS_HERE): its
+last local ranks. After the group forms, the processes exchange their roles, so that every process knows the
+global ranks of the workers and the servers, however torchrun numbered the hosts. A worker's index among the
+workers (its role rank) chooses its data, as the global rank does for the other backends. The servers are their
+own role in the rank map and count in neither throughput nor world size. On GPU the workers stage gradients and
+parameters through host memory; servers always run on CPU.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from bench.backends.elastic import distributed_problem, torchrun_rank_row
 from bench.backends.torchrun import TorchrunLauncher
 
 MODES = ("sync", "async")
+SERVERS_HERE = "BENCH_PS_SERVERS_HERE"  # across hosts: how many of the host's processes are servers
 
 
 def chunk_bounds(count: int, servers: int) -> list[tuple[int, int]]:
@@ -117,21 +124,30 @@ def send_all(tensor, workers) -> None:
 
 
 class PSGroup(ProcessGroup):
-    """Both roles: workers (ranks 0..N-1) push and pull; servers (N..N+K-1) own the parameters."""
+    """Both roles: workers push and pull; servers own the parameters. On each host the last local ranks serve."""
 
     def init(self, spec):
         import torch
         import torch.distributed as dist
 
         dist.init_process_group("gloo", timeout=timedelta(seconds=max(60.0, spec.timeout)))
-        rank, n = dist.get_rank(), spec.world_size
+        rank, n, servers = dist.get_rank(), spec.world_size, spec.backend_options["ps_servers"]
+        local_rank, local_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+        here = int(os.environ.get(SERVERS_HERE, servers))
+        roles: list = [None] * dist.get_world_size()
+        dist.all_gather_object(roles, "server" if local_rank >= local_size - here else "worker")
+        self.worker_ranks = [r for r, role in enumerate(roles) if role == "worker"]
+        self.server_ranks = [r for r, role in enumerate(roles) if role == "server"]
+        if (len(self.worker_ranks), len(self.server_ranks)) != (n, servers):
+            raise RuntimeError(f"the hosts started {len(self.worker_ranks)} workers and {len(self.server_ranks)} "
+                               f"servers, not {n} and {servers}")
         self.n_workers = n
-        self.server_ranks = list(range(n, n + spec.backend_options["ps_servers"]))
-        self.worker_group = dist.new_group(list(range(n)))  # every rank must take part in creating it
-        role = "worker" if rank < n else "server"
+        self.worker_group = dist.new_group(self.worker_ranks)  # every rank must take part in creating it
+        role = roles[rank]
         if role == "worker" and spec.device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-        return torchrun_rank_row(rank, n, role=role, role_rank=rank if role == "worker" else rank - n)
+            torch.cuda.set_device(local_rank)
+        ranks = self.worker_ranks if role == "worker" else self.server_ranks
+        return torchrun_rank_row(rank, n, role=role, role_rank=ranks.index(rank))
 
     # ------------------------------------------------------------ worker side
     def wrap(self, model, optimizer, spec):
@@ -185,10 +201,10 @@ class PSGroup(ProcessGroup):
             total, incoming = torch.zeros(hi - lo, dtype=dtype), torch.zeros(hi - lo, dtype=dtype)
             for _ in range(rounds):
                 total.zero_()
-                for worker in range(n):
+                for worker in self.worker_ranks:
                     dist.recv(incoming, src=worker)
                     total += incoming
-                send_all(total, range(n))
+                send_all(total, self.worker_ranks)
                 pushes += n
         return {"server": info.role_rank, "workers": n, "pushes": pushes}
 
@@ -211,7 +227,8 @@ class PSGroup(ProcessGroup):
         nbytes = owned.numel() * owned.element_size()
         busy = 0.0
 
-        send_all(weights.data, range(n))  # the initial pull
+        workers = self.worker_ranks
+        send_all(weights.data, workers)  # the initial pull
         incoming = torch.zeros_like(owned)
         if spec.backend_options["ps_mode"] == "sync":
             total = torch.zeros_like(owned)
@@ -219,17 +236,17 @@ class PSGroup(ProcessGroup):
                 if inject and step == inject["step"]:
                     fire_injected(inject["kind"], step)
                 total.zero_()
-                for worker in range(n):  # a fixed order: the same sum, bit for bit, on every run
+                for worker in workers:  # a fixed order: the same sum, bit for bit, on every run
                     dist.recv(incoming, src=worker)
                     total += incoming
                 t0 = time.perf_counter()
                 weights.grad = total / n
                 optimizer.step()
                 busy += time.perf_counter() - t0
-                send_all(weights.data, range(n))
+                send_all(weights.data, workers)
         else:
             bound = spec.backend_options["ps_staleness"]
-            pushed = [0] * n
+            pushed = {w: 0 for w in workers}  # by global rank
             waiting: list[int] = []  # workers whose answer is held back by the staleness bound
             for push in range(steps * n):
                 if inject and push // n == inject["step"]:
@@ -241,7 +258,7 @@ class PSGroup(ProcessGroup):
                 busy += time.perf_counter() - t0
                 pushed[worker] += 1
                 waiting.append(worker)
-                slowest = min(c for w, c in enumerate(pushed) if c < steps) if min(pushed) < steps else steps
+                slowest = min((c for c in pushed.values() if c < steps), default=steps)
                 ready = [w for w in waiting if bound is None or pushed[w] - slowest <= bound or pushed[w] >= steps]
                 waiting = [w for w in waiting if w not in ready]
                 send_all(weights.data, ready)
@@ -283,6 +300,25 @@ class PSBackend(Backend):
 
     def roles(self, options, world_size):
         return {"worker": world_size, "server": options["ps_servers"]}
+
+    def resolve_options(self, given, world_size=None, hosts=None):
+        """Across hosts, one server per host with workers unless --ps-servers says otherwise."""
+        resolved = super().resolve_options(given, world_size, hosts)
+        if hosts and "ps_servers" not in given:
+            from bench.hosts import Host, placement
+
+            resolved["ps_servers"] = len(placement([Host(**h) for h in hosts], world_size))
+        return resolved
+
+    def host_plan(self, hosts, world_size, options):
+        """Workers fill the slots in order; the servers go round-robin over the hosts with workers, taking no slot."""
+        from bench.hosts import placement
+
+        workers = placement(hosts, world_size)
+        servers = [0] * len(workers)
+        for k in range(options["ps_servers"]):
+            servers[k % len(workers)] += 1
+        return [(host, n + s, {SERVERS_HERE: str(s)}) for (host, n), s in zip(workers, servers)]
 
     def cost_model(self, world_size, options):
         # every server link carries N x S/K bytes each way; a push and a pull per op

@@ -40,34 +40,49 @@ class TorchrunLauncher(Launcher):
 
     def command(self, spec, rank_command, run_id):
         if spec.hosts:
-            return self.agents_on_hosts(spec, rank_command, run_id)
+            return agents_on_hosts(spec, rank_command, run_id)[0]
         return [sys.executable, "-m", "torch.distributed.run",
                 *torchrun_args("1", spec.processes, "127.0.0.1:0", run_id, 0), "--no-python", *rank_command]
-
-    @staticmethod
-    def agents_on_hosts(spec, rank_command, run_id):
-        """One agent per host, started over ssh, each for the processes placed there, meeting at a c10d
-        rendezvous on the first host (a port free there now); each advertises the address it was given by."""
-        from bench.fanout import fanout_command
-        from bench.hosts import Host, free_port_on, placement
-
-        placed = placement([Host(**h) for h in spec.hosts], spec.processes)
-        first = placed[0][0].name
-        endpoint = f"{first}:{free_port_on(first, sys.executable)}"
-        return fanout_command([(host.name, [sys.executable, "-m", "torch.distributed.run",
-                                            *torchrun_args(str(len(placed)), n, endpoint, run_id, 0),
-                                            "--local-addr", host.name, "--no-python", *rank_command])
-                               for host, n in placed])
 
     def rank_identity(self, env):
         return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
 
 
 def agent_command(events_file, nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int,
-                  rank_command: list[str]) -> list[str]:
-    """torchrun with its agent's events kept in `events_file` (bench.backends.torchrun_events)."""
+                  rank_command: list[str], local_addr: str | None = None) -> list[str]:
+    """torchrun with its agent's events kept in `events_file` (bench.backends.torchrun_events); `local_addr`: the
+    address it advertises, across hosts."""
     return [sys.executable, "-m", "bench.backends.torchrun_events", str(events_file), "--",
-            *torchrun_args(nnodes, nproc, endpoint, run_id, max_restarts), "--no-python", *rank_command]
+            *torchrun_args(nnodes, nproc, endpoint, run_id, max_restarts),
+            *(["--local-addr", local_addr] if local_addr else []), "--no-python", *rank_command]
+
+
+def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restarts: int = 0) -> tuple[list[str], str]:
+    """(launcher command, rendezvous endpoint): one agent per host, started over ssh, each for the processes placed
+    there, meeting at a c10d rendezvous on the first host (a port free there now); each advertises the address it
+    was given by. With `events_file` (a fault run), agents that keep their events, with the node range 1:hosts so
+    that the survivors go on when a host is lost, under a launcher that outlives a lost host's agent
+    (bench.fanout --node-range)."""
+    from bench.fanout import fanout_command
+    from bench.hosts import Host, free_port_on
+
+    from bench.backends import get_backend
+
+    placed = get_backend(spec.backend).host_plan([Host(**h) for h in spec.hosts], spec.world_size,
+                                                 spec.backend_options)
+    first = placed[0][0].name
+    endpoint = f"{first}:{free_port_on(first, sys.executable)}"
+    steps = []
+    for host, n, env in placed:
+        if events_file is None:
+            agent = [sys.executable, "-m", "torch.distributed.run",
+                     *torchrun_args(str(len(placed)), n, endpoint, run_id, max_restarts), "--local-addr", host.name,
+                     "--no-python", *rank_command]
+        else:
+            agent = agent_command(events_file, f"1:{len(placed)}", n, endpoint, run_id, max_restarts, rank_command,
+                                  local_addr=host.name)
+        steps.append((host.name, [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *agent]))
+    return fanout_command(steps, node_range=events_file is not None), endpoint
 
 
 def agent_observations(run_dir) -> dict:

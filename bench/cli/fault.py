@@ -4,7 +4,7 @@ detection, recovery and work lost measured."""
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import run_one, spec_options
+from bench.cli.common import cluster_of, run_one, spec_options, world_of
 from bench.errors import UsageError
 
 
@@ -25,6 +25,7 @@ def add_parser(verbs) -> None:
         description=f"Backends with an elastic mode: {', '.join(elastic_backends())}. Runs CPU processes over gloo.",
         parents=[options.parent("what runs", ("--backend", "--workload")),
                  options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe"), hidden=("--gpus",)),
+                 options.hosts(),
                  options.parent("run", ("--batch-size", "--image-size", "--seed", "--lr", "--timeout",
                                         "--save-params")),
                  options.backend_options(elastic_backends()), options.store(), options.json_output()])
@@ -39,6 +40,12 @@ def add_parser(verbs) -> None:
                 help="KILL (a crash), TERM (a polite stop), STOP (a hung worker) (%(default)s)", invalid=["HUP", ""])
     g.add_argument("--join", action="store_true", help="scale-up instead: at --at-step one more worker joins (a "
                                                        "second launcher agent, or a new host)")
+    options.add(g, "--kill-host", metavar="HOST",
+                help="across hosts (--hosts): lose this host at --at-step, as a machine that loses power: its link "
+                     "is cut, then every process of the run there is SIGKILLed at once", invalid=["10.213.7.12"])
+    options.add(g, "--partition-host", metavar="HOST",
+                help="across hosts (--hosts): cut this host's link to the others at --at-step (its processes live "
+                     "on, cut off); bench itself keeps its path to the host", invalid=["10.213.7.12"])
     options.add(g, "--max-restarts", type=options.count, default=d["max_restarts"],
                 help="restarts (or resets) the elastic launcher allows (%(default)s)", invalid=["-1", "x"])
     options.add(g, "--checkpoint-every", type=options.positive_int,
@@ -57,13 +64,28 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     from bench.spec import resolve_device
-    from bench.tasks.fault import build_spec
+    from bench.tasks.fault import build_spec, check_scenario_hosts
 
     if args.gpus is not None:
         raise UsageError("bench fault runs CPU processes over gloo; drop --gpus and give --nproc N")
-    _, world = resolve_device(args.nproc, None)
-    spec = build_spec(backend=args.backend, workload=args.workload, world_size=world,
-                      scenario="join" if args.join else "kill", rank=args.kill_rank, at_step=args.at_step,
+    chosen = [flag for flag, given in (("--join", args.join), ("--kill-host", args.kill_host),
+                                       ("--partition-host", args.partition_host)) if given]
+    if len(chosen) > 1:
+        raise UsageError(f"{' and '.join(chosen)}: choose one fault a run")
+    scenario = {"--join": "join", "--kill-host": "kill-host", "--partition-host": "partition-host"}.get(
+        chosen[0] if chosen else None, "kill")
+    if scenario in ("kill-host", "partition-host") and not (args.hosts or args.hostfile):
+        raise UsageError(f"{chosen[0]} needs --hosts or --hostfile: it loses or cuts off one of the run's hosts")
+    hosts = args.hosts or args.hostfile
+    if hosts and not (args.hosts and args.hostfile):  # what the names alone refuse, before any host is asked
+        slots = sum(h.slots for h in hosts)
+        check_scenario_hosts(scenario, [h.to_dict() for h in hosts], args.kill_host or args.partition_host,
+                             min(args.nproc or slots, slots))
+    cluster = cluster_of(args)
+    _, world = world_of(args, cluster) if cluster else resolve_device(args.nproc, None)
+    spec = build_spec(backend=args.backend, workload=args.workload, world_size=world, scenario=scenario,
+                      host=args.kill_host or args.partition_host, cluster=cluster,
+                      rank=args.kill_rank, at_step=args.at_step,
                       signal_name=args.signal, max_restarts=args.max_restarts, checkpoint_every=args.checkpoint_every,
                       total_steps=args.steps, comm_timeout=args.comm_timeout, recovery_timeout=args.recovery_timeout,
                       **spec_options(args, [args.backend]))

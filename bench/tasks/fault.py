@@ -6,9 +6,10 @@ ElasticMode: its launcher in elastic mode, and the worker's loop that restarts, 
 Each worker process appends one journal line per event (start, resumed, step, commit, detected,
 reset) with its wall-clock time. The victim announces that it reached the fault step and waits; the
 parent (FaultDriver, polled by the supervisor) then signals it from outside, or for a scale-up starts
-the joining worker. Every figure is computed afterwards from the journals and what the launcher
+the joining worker. Across hosts, rank 0 announces the step and the parent cuts one host off the network
+(bench.netcut) and, for a node loss, SIGKILLs every process of the run there at once; rank 0 then goes on. Every figure is computed afterwards from the journals and what the launcher
 itself reported (ElasticMode.observations):
-- detection: signal -> the first sign that the system noticed (the launcher's own report, or a
+- detection: signal (or cut, or node loss) -> the first sign that the system noticed (the launcher's own report, or a
   survivor's collective failing);
 - recovery: signal -> the first training step completed after the run resumed;
 - steps redone: the step the victim had reached - the step the run resumed from;
@@ -25,11 +26,13 @@ import time
 from dataclasses import dataclass, field
 
 from bench.errors import UsageError
+from bench.hosts import Host, placement
 from bench.records import RankRow, Record, RunError
 from bench.rundir import write_json_atomic
 from bench.tasks.base import Conclusion, Launch, Task
 
-SCENARIOS = ("kill", "join")
+SCENARIOS = ("kill", "join", "kill-host", "partition-host")
+HOST_SCENARIOS = ("kill-host", "partition-host")  # across hosts: a node lost, or cut off the network
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP}
 # `bench fault`'s defaults; --at-step and --checkpoint-every default to multiples of the workload's window
 FAULT_DEFAULTS = dict(kill_rank=1, signal="KILL", max_restarts=3, comm_timeout=10.0, recovery_timeout=90.0)
@@ -44,7 +47,7 @@ MIN_BIN_S = 0.05
 @dataclass
 class FaultMetrics(Record):
     """What a fault run measured (docs/method.md, "Fault recovery"). Times in seconds from the fault."""
-    scenario: str  # "kill" or "join"
+    scenario: str  # SCENARIOS
     signal: str | None
     at_step: int
     total_steps: int
@@ -76,8 +79,10 @@ class FaultMetrics(Record):
 
 def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, rank: int, at_step: int | None,
                signal_name: str, max_restarts: int, checkpoint_every: int | None, total_steps: int | None,
-               comm_timeout: float, recovery_timeout: float, **options):
-    """A RunSpec of task "fault", or a one-line error for what cannot run."""
+               comm_timeout: float, recovery_timeout: float, host: str | None = None, cluster: dict | None = None,
+               **options):
+    """A RunSpec of task "fault", or a one-line error for what cannot run. Across hosts (`cluster`, as
+    bench.cli.common.cluster_of gives it) the scenarios are HOST_SCENARIOS, on `host`."""
     from bench.backends import elastic_backends, get_backend
     from bench.tasks.train import build_spec as build_training_spec
 
@@ -109,6 +114,16 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
     total = total_steps if total_steps is not None else at_step + 3 * checkpoint_every
     if total <= at_step:
         raise UsageError(f"--steps {total} must exceed --at-step {at_step}: the run must train after the fault")
+    check_scenario_hosts(scenario, cluster["hosts"] if cluster else None, host, world_size)
+    if cluster is not None:
+        import sys
+
+        from bench.netcut import check
+
+        placed = [h.name for h, _ in placement([Host(**h) for h in cluster["hosts"]], world_size)]
+        problem = check(placed, host, sys.executable)
+        if problem:
+            raise UsageError(f"{'--kill-host' if scenario == 'kill-host' else '--partition-host'} {host}: {problem}")
     problem = plugin.elastic.problem(scenario, world_size)
     if problem:
         raise UsageError(problem)
@@ -117,12 +132,35 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
     if options.get("data", "synthetic") != "synthetic":
         raise UsageError("bench fault trains on synthetic data (each step's batch is found again after a "
                          "restart); drop --data")
-    spec = build_training_spec(backend=backend, workload=workload, world_size=world_size, device="cpu", **options)
-    fault = {"scenario": scenario, "rank": rank if scenario == "kill" else 0, "at_step": at_step,
+    spec = build_training_spec(backend=backend, workload=workload, world_size=world_size, device="cpu",
+                               cluster=cluster, **options)
+    fault = {"scenario": scenario, "rank": rank if scenario == "kill" else 0, "host": host, "at_step": at_step,
              "signal": signal_name if scenario == "kill" else None, "max_restarts": max_restarts,
              "checkpoint_every": checkpoint_every, "total_steps": total, "comm_timeout": comm_timeout,
              "recovery_timeout": recovery_timeout}
     return dataclasses.replace(spec, task="fault", fault=fault, warmup_steps=0, windows=0)
+
+
+def check_scenario_hosts(scenario: str, hosts: list[dict] | None, host: str | None, world_size: int) -> None:
+    """Across hosts the faults are HOST_SCENARIOS, and only there; the host to lose or cut off is one of the run's
+    hosts with processes on it, not the first (it holds the run's rendezvous: torchrun's c10d store, horovodrun
+    itself). From the names alone, before any host is asked (bench.netcut.check asks them)."""
+    if (scenario in HOST_SCENARIOS) != (hosts is not None):
+        raise UsageError("--kill-host and --partition-host need --hosts or --hostfile" if hosts is None else
+                         "across hosts, the faults are --kill-host HOST (a node loss) and --partition-host HOST "
+                         "(its link cut); --kill-rank and --join run on this machine")
+    if hosts is None:
+        return
+    flag = "--kill-host" if scenario == "kill-host" else "--partition-host"
+    placed = [h.name for h, _ in placement([Host(**h) for h in hosts], world_size)]
+    if len(placed) < 2:
+        raise UsageError(f"{flag} needs processes on 2 hosts or more (the survivors go on without one); give more "
+                         "hosts or a larger --nproc")
+    if host not in placed:
+        raise UsageError(f"{flag} {host}: the run's processes are on {', '.join(placed)}; name one of them")
+    if host == placed[0]:
+        raise UsageError(f"{flag} {host}: the first host holds the run's rendezvous (torchrun's c10d store, "
+                         f"horovodrun itself), without which no survivor can go on; choose another host")
 
 
 
@@ -145,7 +183,7 @@ def wait_for_fault(run_dir, journal: Journal, step: int, rank: int) -> None:
     deadline = time.monotonic() + VICTIM_WAIT_S
     while time.monotonic() < deadline:
         fired = run_dir.read_json(run_dir.fault_fired)
-        if fired and fired.get("scenario") == "join":
+        if fired and fired.get("scenario") != "kill":  # a join, or a host lost or cut: this process goes on
             return
         time.sleep(0.002)
     journal.write("fault_not_delivered", step=step)
@@ -219,9 +257,10 @@ class FaultContext:
         with torch.no_grad():
             return float(sum(p.detach().double().sum() for p in self.model.parameters()))
 
-    def resumed(self, step: int, rank: int, size: int, local_rank: int, restart_count: int) -> None:
+    def resumed(self, step: int, rank: int, size: int, local_rank: int, restart_count: int,
+                group_rank: int | None = None) -> None:
         self.resumed_at = step
-        self.journal.write("resumed", step=step, rank=rank, size=size, local_rank=local_rank,
+        self.journal.write("resumed", step=step, rank=rank, size=size, local_rank=local_rank, group_rank=group_rank,
                            restart_count=restart_count, pid=os.getpid(), host=self.host, checksum=self.checksum())
         if self.spec.save_params and step > 0:
             from bench.model import save_params
@@ -247,13 +286,36 @@ class FaultContext:
 class FaultDriver:
     """Polled by the supervisor: injects the fault when the victim is at its step, then watches for a hang."""
 
-    def __init__(self, spec, run_dir, start_joiner):
-        self.spec, self.run_dir = spec, run_dir
+    def __init__(self, spec, run_dir, start_joiner, tag: str):
+        self.spec, self.run_dir, self.tag = spec, run_dir, tag
         self.start_joiner = start_joiner  # callable -> a description of what was started (join scenario)
         self.fired_at: float | None = None
         self.next_check = 0.0
         self.joiner = None
         self.recovered = False
+
+    def lose_host(self, host: str, kill: bool) -> dict:
+        """Cut `host` off from the others and, for a node loss, SIGKILL every process of the run there (after the
+        cut, so that nothing they send as they end reaches the others): when that was done, and how."""
+        import sys
+
+        from bench import netcut
+        from bench.hosts import run_on
+
+        hosts = [h["name"] for h in self.spec.hosts]
+        done = netcut.cut(hosts, host, sys.executable)
+        out = {"time": done["time"], "cut_took_s": done["took_s"], "delivered": not done["errors"]}
+        if done["errors"]:
+            out["why_not"] = "; ".join(f"{h}: {why}" for h, why in done["errors"].items())
+        if kill:
+            proc = run_on(host, [sys.executable, "-m", "bench.supervisor", "kill", self.tag])
+            try:
+                answer = json.loads(proc.stdout.strip().splitlines()[-1])
+                out.update(time=answer["time"], killed=len(answer["killed"]))
+                out["delivered"] = out["delivered"] and bool(answer["killed"])
+            except (ValueError, IndexError, KeyError):
+                out.update(delivered=False, why_not=(proc.stderr.strip().splitlines() or ["no answer"])[-1][:200])
+        return out
 
     def __call__(self) -> str | None:
         run_dir = self.run_dir
@@ -271,6 +333,10 @@ class FaultDriver:
                     delivered = False
                 fired = {"scenario": "kill", "time": self.fired_at, "signal": f["signal"], "pid": reached["pid"],
                          "rank": reached["rank"], "step": reached["step"], "delivered": delivered}
+            elif f["scenario"] in HOST_SCENARIOS:
+                fired = {"scenario": f["scenario"], "host": f["host"], "rank": reached["rank"], "step": reached["step"],
+                         **self.lose_host(f["host"], f["scenario"] == "kill-host")}
+                self.fired_at = fired["time"]
             else:
                 self.fired_at = time.time()
                 self.joiner = self.start_joiner()
@@ -306,7 +372,7 @@ def _processes(lines: list[dict]) -> dict[tuple, dict]:
             p = procs.setdefault(key, {"pid": e.get("pid"), "host": e.get("host"), "file_rank": key[0],
                                        "attempt": key[1], "first_t": e["t"], "ranks": []})
             p["ranks"].append({"t": e["t"], "rank": e["rank"], "size": e["size"], "local_rank": e.get("local_rank"),
-                               "restart_count": e.get("restart_count")})
+                               "group_rank": e.get("group_rank"), "restart_count": e.get("restart_count")})
     return procs
 
 
@@ -319,7 +385,8 @@ def _rank_map(procs: dict, before: float | None, after: float | None) -> list[di
             continue
         r = taken[-1] if before is not None else taken[0]
         rows.append({"rank": r["rank"], "world_size": r["size"], "pid": p["pid"], "host": p["host"],
-                     "local_rank": r["local_rank"], "restart_count": r["restart_count"], "attempt": p["attempt"]})
+                     "local_rank": r["local_rank"], "group_rank": r["group_rank"], "restart_count": r["restart_count"],
+                     "attempt": p["attempt"]})
     return sorted(rows, key=lambda r: r["rank"])
 
 
@@ -430,6 +497,9 @@ def fault_status(spec, metrics: FaultMetrics, outcome) -> tuple[str, str | None]
     if metrics.fault is None:
         return "failed", (f"the launcher exited {outcome.returncode} before the fault was injected "
                           f"(no rank reached step {f['at_step']})")
+    if metrics.fault.get("delivered") is False:
+        return "failed", "the fault could not be delivered" + (f" ({metrics.fault['why_not']})"
+                                                               if metrics.fault.get("why_not") else "")
     if outcome.returncode != 0:
         return "failed", (f"the launcher exited {outcome.returncode} after the fault: it gave up "
                           f"(restarts or resets allowed: {f['max_restarts']}, used {metrics.restarts or metrics.resets})")
@@ -443,6 +513,17 @@ def fault_status(spec, metrics: FaultMetrics, outcome) -> tuple[str, str | None]
     if any(not c["equal"] for c in metrics.resume_checks):
         return "failed", "a process resumed from parameters that differ from the committed ones"
     return "ok", None
+
+
+def fault_in_words(fault: dict) -> str:
+    """The fault of a spec (or as fired), in a few words."""
+    if fault["scenario"] == "kill":
+        return f"SIG{fault['signal']} to rank {fault['rank']}"
+    if fault["scenario"] == "join":
+        return "a worker joins"
+    if fault["scenario"] == "kill-host":
+        return f"host {fault['host']} lost (cut off, then every process there SIGKILLed)"
+    return f"host {fault['host']} cut off the network"
 
 
 def _secs(value) -> str:
@@ -459,8 +540,9 @@ class FaultTask(Task):
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
         f = spec.fault
-        what = f"SIG{f['signal']} to rank {f['rank']}" if f["scenario"] == "kill" else "a worker joins"
-        return (f"{spec.backend} {spec.workload}, {spec.world_size} workers, {what} at step {f['at_step']} "
+        what = fault_in_words(f)
+        where = f" on {len(spec.hosts)} hosts" if spec.hosts else ""
+        return (f"{spec.backend} {spec.workload}, {spec.world_size} workers{where}, {what} at step {f['at_step']} "
                 f"of {f['total_steps']}, checkpoint/commit every {f['checkpoint_every']}, up to "
                 f"{f['max_restarts']} restarts")
 
@@ -478,7 +560,7 @@ class FaultTask(Task):
             return {"joiner_pid": launch(joiner, joiner_env, run_dir.joiner_log).pid, "joiner_command": joiner}
 
         # the victim waits at its fault step for this poll to signal it
-        return Launch(command=command, env=extra, watcher=FaultDriver(spec, run_dir, start_joiner),
+        return Launch(command=command, env=extra, watcher=FaultDriver(spec, run_dir, start_joiner, run_id),
                       poll_interval=0.005, info=info)
 
     def conclude(self, spec, run_dir, outcome, before):
@@ -535,8 +617,13 @@ class FaultTask(Task):
     # ------------------------------------------------------------ views
     def case(self, spec) -> str:
         f = spec.fault
-        what = (f"SIG{f['signal']} to 1 of {spec.world_size} workers" if f["scenario"] == "kill"
-                else f"a worker joins {spec.world_size} running")
+        if f["scenario"] == "kill":
+            what = f"SIG{f['signal']} to 1 of {spec.world_size} workers"
+        elif f["scenario"] == "join":
+            what = f"a worker joins {spec.world_size} running"
+        else:
+            what = (f"1 of {len(spec.hosts)} hosts " + ("lost" if f["scenario"] == "kill-host" else "cut off") +
+                    f" ({spec.world_size} workers)")
         return f"{spec.workload}: {what}, checkpoint/commit every {f['checkpoint_every']} steps"
 
     def ok_figure(self, record) -> str:
@@ -557,8 +644,12 @@ class FaultTask(Task):
             return lines
         if fired["scenario"] == "kill":
             lines.append(f"fault: SIG{fired['signal']} to rank {fired['rank']} (pid {fired['pid']}) at step {fired['step']}")
-        else:
+        elif fired["scenario"] == "join":
             lines.append(f"fault: a worker joins at step {fired['step']}")
+        else:
+            killed = f", {fired['killed']} process(es) killed there" if fired.get("killed") is not None else ""
+            lines.append(f"fault: {fault_in_words(fired)} at step {fired['step']} (the cut took "
+                         f"{_secs(fired.get('cut_took_s'))}{killed})")
         lines.append(f"detection: {_secs(f.detection_s)}" + (f" ({f.detected_by})" if f.detected_by else ""))
         lines.append(f"recovery (signal to first step after it): {_secs(f.recovery_s)}")
         if f.join_contributes_s is not None:

@@ -150,7 +150,7 @@ def train_rank(joined, inject: dict | None) -> dict:
     model, optimizer = joined.group.wrap(model, optimizer, spec)
     batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
                            image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                           rank=info.rank, world=info.world_size, device=device, data_dir=spec.data_dir)
+                           rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir)
     loss_fn = nn.CrossEntropyLoss()
     passes = spec.backward_passes  # micro-batches per optimizer step; the loss is scaled to match one big batch
     scale = 1.0 / passes
