@@ -100,7 +100,7 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[str, RunError | None
     results = run_dir.latest("result")
     missing = [r for r in range(spec.processes) if r not in results]
     if outcome.ending in ("interrupted", "timeout"):
-        what = outcome.interruption() if outcome.ending == "interrupted" else f"deadline of {spec.timeout:g} s passed"
+        what = outcome.interruption() if outcome.ending == "interrupted" else outcome.deadline(spec.timeout)
         return outcome.ending, RunError(message=what, ranks=_rank_states(run_dir, spec.processes),
                                         tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
     if cause is not None:

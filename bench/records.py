@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-SCHEMA_VERSION = 3  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 4  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RecordError(ValueError):
@@ -284,7 +284,14 @@ def _v2_to_v3(rec: dict) -> dict:
     return rec
 
 
-UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3}  # version -> function that returns the record at version + 1
+def _v3_to_v4(rec: dict) -> dict:
+    """v4 adds runs inside a scheduler's allocation (spec.scheduler): a v3 run ran under none."""
+    rec = dict(rec, spec={**rec["spec"], "scheduler": None})
+    rec["schema_version"] = 4
+    return rec
+
+
+UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict) -> dict:

@@ -49,6 +49,7 @@ class RunSpec:
     hosts: list[dict] | None = None  # a run across hosts: [{"name", "slots"}] in order (bench.hosts)
     iface: str | None = None  # the network interface every backend uses across hosts
     link: dict | None = None  # every host's link shaped for the run: {"rate", "delay", "rate_bytes_per_s"}
+    scheduler: dict | None = None  # inside a Slurm allocation: {"name": "slurm", "job_id", "nodelist"} (bench.slurm)
     sweep_id: str | None = None
     repeat: int = 0  # which of a sweep's --repeats rounds this run belongs to
 
@@ -161,7 +162,11 @@ def check_placement(plugin, world_size: int, device: str, threads: int | None, o
 
 def across_hosts(cluster: dict | None) -> dict:
     """The spec fields of a run across the hosts of `cluster` (none for a run on this machine)."""
-    return {"hosts": cluster["hosts"], "iface": cluster["iface"], "link": cluster.get("link")} if cluster else {}
+    if not cluster:
+        return {}
+    scheduler = cluster.get("scheduler")
+    return {"hosts": cluster["hosts"], "iface": cluster["iface"], "link": cluster.get("link"),
+            "scheduler": {k: scheduler[k] for k in ("name", "job_id", "nodelist")} if scheduler else None}
 
 
 def cluster_threads(plugin, cluster: dict, world_size: int, options: dict, threads: int | None,

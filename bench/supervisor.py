@@ -38,10 +38,13 @@ class Outcome:
     log_bytes_before_teardown: int | None = None  # the launcher log as it was before we ended it
     reaped: list[dict] = field(default_factory=list)  # processes teardown had to end
     survivors: list[dict] = field(default_factory=list)  # processes that could not be ended
-    reason: str | None = None  # why an interrupted run was interrupted, when not by the user
+    reason: str | None = None  # why an interrupted (or timed-out) run ended, when not by the user (the deadline)
 
     def interruption(self) -> str:
         return self.reason or "interrupted by the user"
+
+    def deadline(self, timeout: float) -> str:
+        return self.reason or f"deadline of {timeout:g} s passed"
 
 
 def _describe(proc: psutil.Process) -> dict:
@@ -130,7 +133,7 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
     launched_at = time.time()
     deadline = time.monotonic() + timeout
     proc = launch(cmd, env, log_path)
-    ending, returncode = "exited", None
+    ending, returncode, reason = "exited", None, None
     try:
         while True:
             try:
@@ -148,11 +151,17 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
                     break
     except (KeyboardInterrupt, Interrupted):
         ending = "interrupted"
+        from bench.slurm import job_ending
+
+        judged = job_ending()  # inside a Slurm job: scancel (interrupted), or its time limit (timeout)
+        if judged:
+            ending, reason = judged
     finally:
         ended_at = time.time()
         log_bytes = log_path.stat().st_size if log_path.exists() else None
-        # A second Ctrl-C must not cut teardown short and leave processes behind.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # A second Ctrl-C (or SIGTERM: Slurm sends one at the time limit after its warning) must not cut
+        # teardown short and leave processes behind.
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             reaped, survivors = reap(tag, proc.pid)
             if proc.poll() is None:
@@ -163,9 +172,10 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
 
                 reaped += reap_on_hosts(list(hosts), tag, sys.executable)
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     return Outcome(ending=ending, returncode=returncode, launched_at=launched_at, ended_at=ended_at,
-                   log_bytes_before_teardown=log_bytes, reaped=reaped, survivors=survivors)
+                   log_bytes_before_teardown=log_bytes, reaped=reaped, survivors=survivors, reason=reason)
 
 
 def kill_in_this_netns(tag: str) -> list[dict]:

@@ -21,7 +21,7 @@ from bench.tasks.fault import FAULT_DEFAULTS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
 VERBS = ["run", "sweep", "allreduce", "list", "report", "compare", "agreement", "regress", "baseline", "fault", "selfcheck", "import",
-         "doctor", "testhosts", "testslurm"]
+         "doctor", "slurm-script", "testhosts", "testslurm"]
 
 
 def verb_names() -> list[str]:

@@ -3,10 +3,13 @@ configuration anywhere; the others start the cluster on two test hosts and need 
 installs them). They take down any test hosts and Slurm test cluster already on the machine, one module using
 the test hosts at a time (the lock tests/test_testhosts.py takes too).
 
-No test of a job over its time limit: the shortest limit is a minute and slurmctld looks for such jobs every
-30 s, so the job ends 60 to 90 s after it starts (measured: 89 s; over a minute more for this module)."""
+Then the suite under Slurm: a script `bench slurm-script` writes, submitted unchanged, runs every backend across
+both nodes; a cancelled job's run is stored `interrupted` with nothing of it left, and a job at its time limit
+`timeout` (the script asks Slurm for SIGTERM 45 s before the limit: a 1-minute job is warned 15 to 45 s in, as
+slurmctld looks every 30 s, where waiting for the limit itself would take 60 to 90 s)."""
 
 import fcntl
+import json
 import os
 import subprocess
 import time
@@ -17,7 +20,7 @@ import pytest
 
 from bench import testhosts, testslurm
 from bench.testhosts import Host
-from conftest import bench, bench_in_process
+from conftest import FAST, bench, bench_in_process
 from test_testhosts import assert_one_line_error
 
 UNAVAILABLE = testslurm.unavailable_reason()
@@ -78,6 +81,76 @@ def test_configuration_is_the_clusters_own():
     assert len(paths) == 7 and all(p.startswith(state + "/") for p in paths), paths
     assert "/etc/" not in conf and "cgroup" not in conf.lower()
     assert testslurm.environment() == {"SLURM_CONF": f"{state}/slurm.conf"}
+
+
+# ---------------------------------------------------------------- the suite's side of Slurm (anywhere)
+def test_the_allocation_is_read_as_slurm_writes_it(monkeypatch):
+    from bench import slurm
+
+    assert slurm.tasks_per_node("2(x3),1") == [2, 2, 2, 1] and slurm.tasks_per_node("4") == [4]
+    assert [slurm.limit_seconds(t) for t in ("00:10:00", "1-02:00:00", "05:00")] == [600, 93600, 300]
+    monkeypatch.setattr(slurm, "_scontrol", lambda *args: "n1\nn2\n")
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}
+    assert slurm.allocation(env) == {"name": "slurm", "job_id": "7", "nodelist": "n[1-2]",
+                                     "hosts": [{"name": "n1", "slots": 2}, {"name": "n2", "slots": 2}]}
+    with pytest.raises(slurm.UsageError, match="names 1 nodes, the node list 2"):
+        slurm.allocation({**env, "SLURM_TASKS_PER_NODE": "2"})
+    with pytest.raises(slurm.UsageError, match="not inside a Slurm allocation"):
+        slurm.allocation({})
+
+
+@pytest.mark.parametrize("state, seconds_in, ending", [
+    ("CANCELLED", 5, "interrupted"),  # scancel: whatever EndTime says
+    ("TIMEOUT", 5, "timeout"),
+    ("RUNNING", 20, "timeout"),  # the script's warning, 45 s before a 1-minute limit
+    ("RUNNING", 200, "interrupted"),  # a SIGTERM far from a 10-minute limit: a cancel Slurm has not shown yet
+])
+def test_a_sigterm_in_a_job_is_judged_from_its_state_and_limit(monkeypatch, state, seconds_in, ending):
+    from bench import slurm
+
+    limit = "00:01:00" if seconds_in < 60 else "00:10:00"
+    start = time.time() - seconds_in
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start))
+    monkeypatch.setattr(slurm, "_scontrol", lambda *args: f"JobId=9 JobState={state} TimeLimit={limit} "
+                                                          f"StartTime={stamp} EndTime={stamp}")
+    judged = slurm.job_ending({"SLURM_JOB_ID": "9"})
+    assert judged[0] == ending and "Slurm job 9" in judged[1]
+    assert slurm.job_ending({}) is None
+
+
+def test_srun_starts_one_task_per_node_with_its_own_command():
+    from bench import slurm
+
+    command = slurm.srun_command([("n1", ["torchrun", "a"]), ("n2", ["env", "X=1", "torchrun", "b"])])
+    assert command[:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2"]
+    assert command[-3:-1] == ["bench.slurm", "task"]
+    assert json.loads(command[-1]) == {"n1": ["torchrun", "a"], "n2": ["env", "X=1", "torchrun", "b"]}
+
+
+def test_a_generated_script_asks_for_what_was_given(tmp_path):
+    proc = bench("slurm-script", "--nodes", 3, "--tasks-per-node", 2, "--time", "1:00:00", "--partition", "gpu",
+                 "--account", "lab", "--gpus-per-node", 8, "--store", tmp_path / "s" / "b.sqlite", "--",
+                 "--backend", "elastic", "--world-sizes", "6")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for line in ("#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=2", "#SBATCH --time=1:00:00",
+                 "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --gpus-per-node=8",
+                 f"#SBATCH --output={tmp_path}/s/slurm-%j.out", "#SBATCH --signal=B:TERM@45"):
+        assert line in lines
+    assert lines[-1].endswith(f"-m bench sweep --scheduler slurm --store {tmp_path}/s/b.sqlite --backend elastic "
+                              "--world-sizes 6")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--", "--store", "x.sqlite"], "--store after --: the script sets it"),
+    (["--", "--hosts", "a:1"], "--hosts after --"),
+    (["--", "--windows", "x"], "--windows"),  # what the command's parser refuses (the rest waits for the job)
+    (["--", "--nproc", "0"], "--nproc"),
+])
+def test_a_script_that_could_not_run_is_not_written(tmp_path, args, fragment):
+    proc = bench_in_process("slurm-script", "--store", tmp_path / "s" / "b.sqlite", *args)
+    assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr
+    assert not (tmp_path / "s").exists()
 
 
 # ---------------------------------------------------------------- the real cluster (root)
@@ -192,6 +265,77 @@ def test_sbatch_wait_runs_a_two_node_job(cluster):
     proc = slurm("sbatch", "--wait", "-N2", f"--output={folder}/job-%j.out", str(script), cwd=folder, timeout=90)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert sorted(out.read_text().split()) == [h.name for h in cluster["hosts"]]
+
+
+# ---------------------------------------------------------------- the suite under Slurm
+def job_script(cluster, name, *args, time_limit="10", verb="run"):
+    """A script from `bench slurm-script` for 2 nodes x 1 task into its own store: (script, store)."""
+    folder = cluster["folder"] / name
+    store = folder / "bench.sqlite"
+    proc = bench("slurm-script", "--nodes", 2, "--tasks-per-node", 1, "--time", time_limit, "--verb", verb,
+                 "--store", store, "--output", folder / "job.sh", "--", "--workload", "mnist_mlp", "--threads", 1,
+                 *args)
+    assert proc.returncode == 0, proc.stderr
+    return folder / "job.sh", store
+
+
+def records_of(store):
+    from bench.store import Store
+
+    return Store(store).records()
+
+
+def assert_nothing_of_the_runs_left(records):
+    from conftest import processes_of_run
+
+    for record in records:
+        assert processes_of_run(record.run_id) == [], record.run_id
+
+
+@needs_cluster
+def test_a_generated_script_runs_every_backend_across_the_allocation(cluster):
+    script, store = job_script(cluster, "sweep", "--backend", "elastic,horovod,ps", "--world-sizes", 2, "--repeats",
+                               1, "--no-comm", "--oversubscribe", *FAST, verb="sweep")
+    proc = slurm("sbatch", "--wait", str(script), cwd=script.parent, timeout=300)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr, *(p.read_text() for p in script.parent.glob("slurm-*")))
+    job = proc.stdout.split()[-1]
+    records = records_of(store)
+    assert sorted(r.spec.backend for r in records) == ["elastic", "horovod", "ps", "single"]
+    names = [h.name for h in cluster["hosts"]]
+    for record in records:
+        assert record.status == "ok", record.error
+        assert record.spec.scheduler == {"name": "slurm", "job_id": job, "nodelist": "bench-th[1-2]"}
+        assert [h["name"] for h in record.spec.hosts] == names
+        if record.spec.backend != "single":
+            assert {row.host for row in record.rank_map} == set(names)
+    commands = {r.spec.backend: r.command for r in records}
+    assert commands["elastic"][0] == "srun" and commands["ps"][0] == "srun"  # one torchrun agent per node
+    assert commands["horovod"][0].endswith("horovodrun") and "bench-th1:1,bench-th2:1" in commands["horovod"]
+    assert_nothing_of_the_runs_left(records)
+
+
+@needs_cluster
+def test_a_cancelled_job_leaves_an_interrupted_run_and_nothing_running(cluster):
+    script, store = job_script(cluster, "cancel", "--backend", "elastic", "--windows", 1000)
+    job = submit(script.parent, str(script))
+    assert wait_until(lambda: any((store.parent / "runs").glob("*/launch.json")), 60), job_state(job)
+    time.sleep(3)  # the ranks running on both nodes
+    assert slurm("scancel", job).returncode == 0
+    assert wait_until(lambda: job_state(job) == "CANCELLED" and records_of(store) if store.exists() else False,
+                      testslurm.KILL_WAIT_S + 10)
+    (record,) = records_of(store)
+    assert record.status == "interrupted" and f"Slurm job {job} was cancelled" in record.error.message
+    assert_nothing_of_the_runs_left([record])
+
+
+@needs_cluster
+def test_a_job_at_its_time_limit_leaves_a_timeout_run(cluster):
+    script, store = job_script(cluster, "limit", "--backend", "horovod", "--windows", 1000, time_limit="1")
+    proc = slurm("sbatch", "--wait", str(script), cwd=script.parent, timeout=120)
+    (record,) = records_of(store)
+    assert record.status == "timeout", (record.error, proc.stdout, proc.stderr)
+    assert "reached its time limit (00:01:00)" in record.error.message
+    assert_nothing_of_the_runs_left([record])
 
 
 @needs_cluster

@@ -84,8 +84,9 @@ def horovod_env(spec) -> dict[str, str]:
 
 def on_first_host(spec, command: list[str]) -> list[str]:
     """Across hosts, horovodrun and mpirun run on the first host, as users start them from one of the nodes:
-    their rendezvous server and daemons then sit on the network the hosts share."""
-    if not spec.hosts:
+    their rendezvous server and daemons then sit on the network the hosts share. Inside a Slurm allocation they
+    run where bench runs: the batch script's node, the allocation's first."""
+    if not spec.hosts or spec.scheduler:
         return command
     from bench.fanout import fanout_command
 

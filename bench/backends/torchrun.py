@@ -58,8 +58,8 @@ def agent_command(events_file, nnodes: str, nproc: int, endpoint: str, run_id: s
 
 
 def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restarts: int = 0) -> tuple[list[str], str]:
-    """(launcher command, rendezvous endpoint): one agent per host, started over ssh, each for the processes placed
-    there, meeting at a c10d rendezvous on the first host (a port free there now); each advertises the address it
+    """(launcher command, rendezvous endpoint): one agent per host, started over ssh (through srun inside a Slurm
+    allocation), each for the processes placed there, meeting at a c10d rendezvous on the first host (a port free there now); each advertises the address it
     was given by. With `events_file` (a fault run), agents that keep their events, with the node range 1:hosts so
     that the survivors go on when a host is lost, under a launcher that outlives a lost host's agent
     (bench.fanout --node-range)."""
@@ -82,6 +82,10 @@ def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restart
             agent = agent_command(events_file, f"1:{len(placed)}", n, endpoint, run_id, max_restarts, rank_command,
                                   local_addr=host.name)
         steps.append((host.name, [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *agent]))
+    if spec.scheduler:  # inside a Slurm allocation: one srun task per node, as Slurm users start torchrun
+        from bench.slurm import srun_command
+
+        return srun_command(steps), endpoint
     return fanout_command(steps, node_range=events_file is not None), endpoint
 
 

@@ -52,11 +52,15 @@ def spec_options(args, backends=None) -> dict:
 
 
 def cluster_of(args) -> dict | None:
-    """A run across hosts (--hosts or --hostfile): the hosts, checked over ssh before anything is planned
-    (bench.hosts.check_hosts), as spec builders take them; None for a run on this machine."""
-    from bench.hosts import parse_link
+    """A run across hosts (--hosts or --hostfile, or the nodes of the Slurm allocation bench runs in): the hosts,
+    checked over ssh before anything is planned (bench.hosts.check_hosts), as spec builders take them; None for
+    a run on this machine."""
+    from bench.hosts import Host, parse_link
 
     hosts = getattr(args, "hosts", None) or getattr(args, "hostfile", None)
+    scheduler = slurm_allocation(args, hosts)
+    if scheduler is not None:
+        hosts = [Host(**h) for h in scheduler["hosts"]]
     link = getattr(args, "link", None)
     link = parse_link(link) if link is not None else None
     links = getattr(args, "links", None)
@@ -90,7 +94,24 @@ def cluster_of(args) -> dict | None:
     shown = ", ".join(x["rate"] if x else "unlimited" for x in links) if links else (link["rate"] if link else "")
     note(f"bench: across {', '.join(f'{h.name} ({h.slots} slot(s))' for h in hosts)}; interface {check.iface} "
          f"({check.iface_chosen_by})" + (f"; links {shown}" if shown else ""))
-    return {**check.cluster(hosts), "link": link, "links": links}
+    return {**check.cluster(hosts), "link": link, "links": links, "scheduler": scheduler}
+
+
+def slurm_allocation(args, hosts) -> dict | None:
+    """The Slurm allocation the run spans (bench.slurm.allocation): asked for with --scheduler slurm, or found
+    (SLURM_JOB_ID set) and said so; None otherwise."""
+    from bench import slurm
+
+    chosen = getattr(args, "scheduler", None)
+    if chosen == "none" or (chosen is None and (hosts or not slurm.in_allocation())):
+        return None
+    if hosts:
+        raise UsageError("inside a Slurm allocation the hosts are its nodes; drop --hosts/--hostfile, or give "
+                         "--scheduler none to run on the hosts given")
+    allocation = slurm.allocation()
+    note(f"bench: inside Slurm job {allocation['job_id']} ({allocation['nodelist']})"
+         + ("" if chosen else "; --scheduler none runs on this machine only"))
+    return allocation
 
 
 def world_of(args, cluster: dict | None) -> tuple[str, int]:

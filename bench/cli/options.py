@@ -162,6 +162,10 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--link": dict(metavar="RATE[:DELAY]", help="shape every host's link with tc for each run: a rate limit "
                                                      "and a delay, such as 1gbit:0.1ms or 100mbit (needs --hosts)",
                        invalid=["", "fast", "1gbit:soon", "0mbit", "1gbit"]),  # 1gbit alone: only across hosts
+        "--scheduler": dict(choices=("slurm", "none"),
+                            help="slurm: run across the nodes of the Slurm allocation bench runs in (the default "
+                                 "inside one, that is where SLURM_JOB_ID is set); none: ignore an allocation",
+                            invalid=["pbs", "slurm"]),  # slurm here: not inside an allocation
         "--iface": dict(type=nonempty_name, metavar="NAME", help="network interface every backend uses across hosts (default: the one "
                                              "the hosts route to each other through)",
                         invalid=["", "lo"]),  # "lo" without --hosts: the option applies across hosts only
@@ -226,7 +230,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
 
 
 PLACEMENT = ("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")
-HOSTS = ("--hosts", "--hostfile", "--iface", "--link")
+HOSTS = ("--hosts", "--hostfile", "--scheduler", "--iface", "--link")
 MEASUREMENT = ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows", "--seed", "--lr", "--timeout")
 DATA = ("--data", "--data-dir", "--image-size")
 HARNESS = ("--inject", "--inject-delay", "--save-params")

@@ -493,7 +493,7 @@ def fault_status(spec, metrics: FaultMetrics, outcome) -> tuple[str, str | None]
                            + (f"; the fault was noticed after {metrics.detection_s:.2f} s ({metrics.detected_by})"
                               if metrics.detection_s is not None else "; nothing noticed it"))
     if outcome.ending == "timeout":
-        return "timeout", f"deadline of {spec.timeout:g} s passed"
+        return "timeout", outcome.deadline(spec.timeout)
     if metrics.fault is None:
         return "failed", (f"the launcher exited {outcome.returncode} before the fault was injected "
                           f"(no rank reached step {f['at_step']})")
