@@ -121,9 +121,16 @@ def host_map_panels(frame) -> list[tuple[str, list]]:
         phases = sorted({x.phase or "" for x in rec.rank_map}, key=lambda p: p != "before")
         for phase in phases:
             rows = [x for x in rec.rank_map if (x.phase or "") == phase]
-            panels.append((f"{rec.spec.backend} {rec.spec.task}" + (f", {phase}" if phase else "") + f"\n{rec.run_id}",
-                           rows))
+            what = rec.spec.fault["scenario"] if rec.spec.fault else rec.spec.task
+            panels.append((f"{rec.spec.backend} {what}" + (f", {phase}" if phase else "") + f"\n{rec.run_id}", rows))
     return panels[:HOST_MAP_PANELS]
+
+
+def natural(text: str) -> list:
+    """A sort key that puts bench-th2 before bench-th10."""
+    import re
+
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text or "")]
 
 
 def host_map_figure(panels: list[tuple[str, list]]) -> Figure:
@@ -137,13 +144,11 @@ def host_map_figure(panels: list[tuple[str, list]]) -> Figure:
         everywhere[title.split("\n")[1]] |= {x.host for x in rows}
     widest = max(sum(1 for x in rows if x.host == h) for _, rows in panels for h in {x.host for x in rows})
     for ax, (title, rows) in zip(axes[0], panels):
-        hosts = sorted(everywhere[title.split("\n")[1]],
-                       key=lambda h: min(((x.group_rank or 0, x.rank) for x in rows if x.host == h),
-                                         default=(1 << 30, 0)))
+        hosts = sorted(everywhere[title.split("\n")[1]], key=natural)  # the same order in every panel
         for y, host in enumerate(hosts):
             here = sorted((x for x in rows if x.host == host), key=lambda x: (x.local_rank or 0, x.rank))
             if not here:
-                ax.text(widest / 2, -y, "no process", ha="center", va="center", fontsize=7, color="#b03030")
+                ax.text(widest / 2, -y, "not in the run", ha="center", va="center", fontsize=7, color="#b03030")
             for i, x in enumerate(here):
                 ax.add_patch(plt.Rectangle((i + 0.05, -y - 0.42), 0.9, 0.84,
                                            color="#f4c27a" if x.role == "server" else "#9cc3e6"))

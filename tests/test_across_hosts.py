@@ -148,11 +148,12 @@ def test_training_across_two_hosts(two_hosts, backend, store):
 
 
 @needs_hosts
-def test_parameter_server_across_two_hosts(two_hosts, store):
+@pytest.mark.parametrize("workload", ["mnist_mlp", "resnet18"])
+def test_parameter_server_across_two_hosts(two_hosts, store, workload):
     """2 workers on two hosts and, by the default policy, one server on each: every worker pushes to a server on the
     other host too, whatever order torchrun gave the hosts."""
-    proc, record = run_json("run", "--backend", "ps", "--hosts", across(two_hosts), "--threads", "1",
-                            "--oversubscribe", "--store", store, *FAST)  # 4 processes, 2 cores
+    proc, record = run_json("run", "--backend", "ps", "--workload", workload, "--hosts", across(two_hosts),
+                            "--threads", "1", "--oversubscribe", "--store", store, *FAST)  # 4 processes, 2 cores
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok", record["error"]
     assert record["spec"]["backend_options"]["ps_servers"] == 2
@@ -350,8 +351,8 @@ def test_a_node_loss_is_survived_and_timed(two_hosts, store, backend):
     from bench.store import Store
 
     frame = load_frame(Store(store))
-    assert [title.split("\n")[0] for title, _ in host_map_panels(frame)] == [f"{backend} fault, before",
-                                                                             f"{backend} fault, after"]
+    assert [title.split("\n")[0] for title, _ in host_map_panels(frame)] == [f"{backend} kill-host, before",
+                                                                             f"{backend} kill-host, after"]
     ranks = render_report(frame, "s").split('id="ranks"')[1]
     assert "Hosts and their processes" in ranks and 'alt="hosts with the ranks' in ranks
 
