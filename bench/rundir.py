@@ -24,6 +24,14 @@ def write_json_atomic(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
+def read_json(path: Path):
+    """A JSON file, or None when it is absent or unreadable (a writer killed mid-way)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 class RunDir:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -109,10 +117,7 @@ class RunDir:
 
     def read_json(self, path: Path):
         """A JSON file of this run, or None when it is absent or unreadable (a writer killed mid-way)."""
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
+        return read_json(path)
 
     def json_lines(self, path: Path) -> list[dict]:
         """Every readable line of a JSON-lines file (a line cut short by a kill is skipped)."""

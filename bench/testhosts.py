@@ -16,7 +16,6 @@ directory).
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import pwd
 import re
@@ -240,16 +239,15 @@ def key_file() -> Path:
 
 
 def read_state() -> dict | None:
-    try:
-        return json.loads(state_file().read_text())
-    except (OSError, ValueError):
-        return None
+    from bench.rundir import read_json
+
+    return read_json(state_file())
 
 
 def write_state(state: dict) -> None:
-    tmp = state_file().with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1))
-    os.replace(tmp, state_file())
+    from bench.rundir import write_json_atomic
+
+    write_json_atomic(state_file(), state)
 
 
 def hosts_of(state: dict | None) -> list[Host]:
