@@ -1,16 +1,36 @@
-"""The model and optimizer every process of every backend starts from (first or replacement)."""
+"""The model and optimizer every process of every backend starts from (first or replacement), and the workload
+a run names (built in, or the user's own)."""
 
 from __future__ import annotations
+
+from bench.errors import UsageError
+
+
+def workload_of(reference: str):
+    """(the reference as the spec keeps it, the Workload, where its code came from or None for a built-in one); a
+    user's workload is loaded and its model tried on a batch here, before any process starts."""
+    from workloads import WORKLOADS, WorkloadError, get_workload
+    from workloads.external import canonical, check, source
+
+    try:
+        if reference in WORKLOADS:
+            return reference, WORKLOADS[reference], None
+        reference = canonical(reference) if ":" in reference else reference
+        workload = get_workload(reference)
+        check(reference, workload)
+        return reference, workload, source(reference)
+    except WorkloadError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def initial_model(spec, device):
     """The workload's model with the run's seeded initial parameters, on `device`."""
     import torch
 
-    from workloads import WORKLOADS
+    from workloads import get_workload
 
     torch.manual_seed(spec.seed)
-    return WORKLOADS[spec.workload].build(spec.num_classes, spec.image_size).to(device)
+    return get_workload(spec.workload).build(spec.num_classes, spec.image_size).to(device)
 
 
 def build_model(spec, device):

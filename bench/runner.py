@@ -34,8 +34,9 @@ def worker_environment(spec: RunSpec, tag: str) -> dict[str, str]:
         "OMP_NUM_THREADS": str(spec.threads),
         "MKL_NUM_THREADS": str(spec.threads),
         "PYTHONUNBUFFERED": "1",
-        # the workers import exactly this checkout's harness
-        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p),
+        # the workers import exactly this checkout's harness, and a user's workload module from where it was found
+        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), (spec.workload_source or {}).get("import_path"),
+                                                  env.get("PYTHONPATH")) if p),
     })
     if spec.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run never touches a GPU, on any machine

@@ -318,6 +318,11 @@ def plan(backends: list[str], workload: str, device: str, world_size: int, *, op
     from bench.plan import comm_options, comm_specs
     from bench.tasks.train import build_spec
 
+    from workloads import WORKLOADS
+
+    if ":" in workload:  # a user's workload (a plain unknown name gets build_spec's message)
+        raise UsageError(f"--workload {workload}: the bare loops take the built-in workloads only "
+                         f"({', '.join(WORKLOADS)})")
     if allreduce and world_size < 2:
         raise UsageError(f"--nproc {world_size}: an allreduce needs 2 processes or more; "
                          "raise --nproc or pass --no-allreduce")

@@ -49,6 +49,7 @@ class RunSpec:
     hosts: list[dict] | None = None  # a run across hosts: [{"name", "slots"}] in order (bench.hosts)
     iface: str | None = None  # the network interface every backend uses across hosts
     link: dict | None = None  # every host's link shaped for the run: {"rate", "delay", "rate_bytes_per_s"}
+    workload_source: dict | None = None  # a user's workload: reference, module, file, sha256 (workloads.external)
     scheduler: dict | None = None  # inside a Slurm allocation: {"name": "slurm", "job_id", "nodelist"} (bench.slurm)
     sweep_id: str | None = None
     repeat: int = 0  # which of a sweep's --repeats rounds this run belongs to

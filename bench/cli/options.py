@@ -140,7 +140,9 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--backend": dict(default=DEFAULT_BACKEND, help=f"one of {_names(BACKEND_MODULES)} (default %(default)s)",
                           invalid=["tensorflow", ""]),
         "--workload": dict(default=next(iter(WORKLOADS)),  # the registry's first: the quick one
-                           help=f"one of {_names(WORKLOADS)} (default %(default)s)", invalid=["gpt5", ""]),
+                           help=f"one of {_names(WORKLOADS)} (default %(default)s), or your own: PKG.MODULE:NAME "
+                                "or path/to/file.py:NAME (README, 'Compare on your own model')",
+                           invalid=["gpt5", "", "missing.py:W", "no_such_module:W"]),
         # placement
         "--nproc": dict(type=positive_int, help="CPU worker processes (gloo); default min(2, cores)",
                         invalid=["0", "-1", "two", "1.5", ""]),

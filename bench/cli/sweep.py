@@ -18,7 +18,8 @@ def add_parser(verbs) -> None:
     options.add(g, "--backend", help=f"comma-separated backends, or all (every compared backend that can run "
                                       f"here, of {', '.join(COMPARED)}); default: {' and '.join(PRIMARY)}, the "
                                       f"question's pair, where they can run", invalid=["tensorflow", "elastic,horovd"])
-    options.add(g, "--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)})",
+    options.add(g, "--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)}); your "
+                                       "own as PKG.MODULE:NAME or path/to/file.py:NAME",
                 invalid=["gpt5", "mnist_mlp,gpt5"])
     options.add(g, "--world-sizes", type=options.world_sizes,
                 help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)",

@@ -84,13 +84,16 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
     """A RunSpec of task "fault", or a one-line error for what cannot run. Across hosts (`cluster`, as
     bench.cli.common.cluster_of gives it) the scenarios are HOST_SCENARIOS, on `host`."""
     from bench.backends import elastic_backends, get_backend
+    from bench.model import workload_of
     from bench.tasks.train import build_spec as build_training_spec
 
-    from workloads import WORKLOADS
-
     plugin = get_backend(backend)
-    if workload in WORKLOADS:  # defaults in units of the workload's window (about a second of steps)
-        window = WORKLOADS[workload].size("cpu").window_steps
+    try:
+        workload, wl, _ = workload_of(workload)
+    except UsageError:
+        wl = None  # refused below, after what the fault itself gets wrong
+    if wl is not None:  # defaults in units of the workload's window (about a second of steps)
+        window = wl.size("cpu").window_steps
         at_step = int(AT_STEP_WINDOWS * window) if at_step is None else at_step
         checkpoint_every = CHECKPOINT_WINDOWS * window if checkpoint_every is None else checkpoint_every
     if plugin.elastic is None:
@@ -101,8 +104,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
                          f"not {scenario}")
     if signal_name not in SIGNALS:
         raise UsageError(f"--signal {signal_name!r}: choose one of {', '.join(SIGNALS)}")
-    if at_step is None or checkpoint_every is None:
-        raise UsageError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
+    if wl is None:
+        workload_of(workload)  # its one-line error
     if at_step < 1:
         raise UsageError("--at-step must be 1 or more: the fault comes after a completed step")
     if checkpoint_every < 1:
@@ -230,13 +233,13 @@ class FaultContext:
 
     def batch(self, step: int, rank: int):
         """The batch of step `step` for rank `rank`: the same after any restart or rank change."""
-        from workloads import WORKLOADS
+        from workloads import get_workload
         from workloads.data import SyntheticBatches
 
         if rank not in self._batches:
             spec = self.spec
             self._batches[rank] = SyntheticBatches(
-                batch=spec.batch_size, channels=WORKLOADS[spec.workload].channels, image=spec.image_size,
+                batch=spec.batch_size, channels=get_workload(spec.workload).channels, image=spec.image_size,
                 classes=spec.num_classes, seed=spec.seed, rank=rank, device=self.device)
         return self._batches[rank].at(step)
 

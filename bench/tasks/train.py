@@ -27,13 +27,11 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     """A training run's spec: defaults resolved from the workload and the machine, and a one-line error
     for what cannot run."""
     from bench.backends import get_backend
-    from workloads import WORKLOADS
+    from bench.model import workload_of
     from workloads.data import DataError, check_source, real_classes
 
     plugin = get_backend(backend)
-    if workload not in WORKLOADS:
-        raise UsageError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
-    wl = WORKLOADS[workload]
+    workload, wl, source = workload_of(workload)
     size = wl.size(device)
     timeout = options["timeout"] if options.get("timeout") is not None else DEFAULTS["timeout"]
     threads, resolved_options, roles = check_placement(plugin, world_size, device, threads, oversubscribe,
@@ -79,7 +77,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     if isinstance(step_delay, str) or step_delay is None:
         step_delay = parse_step_delay(step_delay)
 
-    return RunSpec(backend=backend, workload=workload, world_size=world_size, device=device,
+    return RunSpec(backend=backend, workload=workload, workload_source=source, world_size=world_size, device=device,
                    batch_size=batch_size, image_size=image_size, num_classes=classes,
                    threads=threads, inject=inject, step_delay=step_delay,
                    backend_options=resolved_options, roles=roles, **across_hosts(cluster),
@@ -139,13 +137,13 @@ def train_rank(joined, inject: dict | None) -> dict:
 
     from bench.model import build_model, save_params
     from bench.worker import StepLoop, bind_cpus, step_delay_seconds, timed_windows
-    from workloads import WORKLOADS
+    from workloads import get_workload
     from workloads.data import open_batches
 
     spec, run_dir, info = joined.spec, joined.run_dir, joined.info
     affinity = bind_cpus(spec, info.local_rank)
     device, sync = joined.device, joined.sync
-    workload = WORKLOADS[spec.workload]
+    workload = get_workload(spec.workload)
     model, optimizer = build_model(spec, device)
     model, optimizer = joined.group.wrap(model, optimizer, spec)
     batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
