@@ -46,6 +46,7 @@ class RunSpec:
     step_delay: dict | None = None  # test-only slowdown of every timed step (bench.inject.parse_step_delay)
     fault: dict | None = None  # task "fault": scenario, rank, at_step, signal, ... (bench.tasks.fault)
     save_params: bool = False  # write each rank's final parameters into the run directory
+    save_model: str | None = None  # the first worker writes the trained model's state_dict there (absolute path)
     hosts: list[dict] | None = None  # a run across hosts: [{"name", "slots"}] in order (bench.hosts)
     iface: str | None = None  # the network interface every backend uses across hosts
     link: dict | None = None  # every host's link shaped for the run: {"rate", "delay", "rate_bytes_per_s"}

@@ -67,7 +67,7 @@ def test_a_users_workload_runs_under_every_backend(tmp_path, store, backend, for
     (folder / "__init__.py").write_text("")
     reference = f"{path}:TINY" if form == "file" else "mine.models:TINY"
     proc = bench("run", "--backend", backend, "--workload", reference, "--nproc", 2, "--store", store, "--json",
-                 *FAST, cwd=tmp_path)
+                 "--save-model", "trained.pt", *FAST, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert record["status"] == "ok", record["error"]
@@ -79,6 +79,22 @@ def test_a_users_workload_runs_under_every_backend(tmp_path, store, backend, for
     assert (source["module"], source["import_path"]) == ((None, None) if form == "file" else
                                                          ("mine.models", str(tmp_path)))
     assert processes_of_run(record["run_id"]) == []
+    # --save-model: the first worker's trained state_dict, loaded back into the plain model, is its parameters
+    import torch
+
+    from workloads.external import load
+
+    assert spec["save_model"] == str(tmp_path / "trained.pt")
+    model = load(f"{path}:TINY").build(4, 12)
+    model.load_state_dict(torch.load(spec["save_model"], weights_only=True))
+    first = next(r for r in record["metrics"]["per_rank"] if r["rank"] == record_first_worker(record))
+    checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+    assert abs(checksum - first["param_checksum"]) <= 1e-9 * max(1.0, abs(checksum))
+
+
+def record_first_worker(record) -> int:
+    """The global rank of the worker with index 0 (a parameter server's workers need not hold rank 0)."""
+    return next(row["rank"] for row in record["rank_map"] if row["role"] == "worker" and row["role_rank"] == 0)
 
 
 @pytest.mark.slow

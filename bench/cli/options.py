@@ -204,6 +204,9 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
                                invalid=["x", "20", "-5ms", "100s", "10000%"]),
         "--save-params": dict(action="store_true", help="save each rank's parameters in the run directory (a fault "
                                                         "run: also those each process resumed from)"),
+        "--save-model": dict(metavar="PATH", help="after training, the first worker writes the model's state_dict "
+                                                  "there (torch.save, atomically), under every backend",
+                             invalid=["/nonexistent/folder/model.pt", "", "/"]),
         # communication sweep
         "--min-bytes": dict(type=byte_size, default=COMM_DEFAULTS["min_bytes"],
                             help="smallest message: 4, 8K, 64M, 1G (default %(default)s)",

@@ -8,7 +8,8 @@ from bench.cli.common import cluster_of, run_one, spec_options, world_of
 
 def add_parser(verbs) -> None:
     p = verbs.add_parser("run", help="one run of one backend and workload",
-                         parents=[options.parent("what runs", ("--backend", "--workload")), *options.training()])
+                         parents=[options.parent("what runs", ("--backend", "--workload")), *options.training(),
+                                  options.parent("output", ("--save-model",))])
     p.set_defaults(func=cmd)
 
 

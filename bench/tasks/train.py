@@ -40,6 +40,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     for name in ("warmup_steps", "steps_per_window", "windows", "timeout", "lr"):
         if name in options and options[name] is None:
             del options[name]
+    if "save_model" in options:
+        options["save_model"] = check_save_model(options["save_model"])
     spec_opts = {**DEFAULTS, "steps_per_window": size.window_steps, **options}
     batch_size = size.batch if batch_size is None else batch_size
     if batch_size < 1:
@@ -193,7 +195,9 @@ def train_rank(joined, inject: dict | None) -> dict:
         abs_checksum = float(sum(p.abs().sum() for p in params))
     if spec.save_params:
         save_params(plain, run_dir.params_file(joined.file_rank, joined.attempt))
+    saved = save_model(plain, spec.save_model) if spec.save_model and info.worker_index == 0 else None
     return {
+        "saved_model": saved,
         "window_times": window_times,
         "window_losses": window_losses,
         "loss_first": loss_first,
@@ -206,6 +210,30 @@ def train_rank(joined, inject: dict | None) -> dict:
         "threads": {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity},
     }
+
+
+def save_model(model, path: str) -> str:
+    """The model's state_dict (on the CPU) written to `path` atomically: a run killed meanwhile leaves the old file
+    or none, never half of one."""
+    import torch
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def check_save_model(path: str | None) -> str | None:
+    """--save-model as an absolute path whose folder exists and can be written (refused in one line otherwise)."""
+    if path is None:
+        return None
+    full = os.path.abspath(path)
+    folder = os.path.dirname(full)
+    if not path or os.path.isdir(full):
+        raise UsageError(f"--save-model {path!r}: give a file path, such as model.pt")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UsageError(f"--save-model {path}: the folder {folder} does not exist or cannot be written")
+    return full
 
 
 def train_metrics(spec: RunSpec, results: dict, launched_at: float) -> TrainMetrics:
@@ -325,6 +353,8 @@ class TrainTask(Task):
             for row in m.per_rank:
                 lines.append(f"  rank {row.rank}: {fmt_throughput(row.throughput)}, "
                              f"{1000 * row.step_time_mean_s:.2f} ms/step")
+            if record.spec.save_model:
+                lines.append(f"model saved to {record.spec.save_model} (state_dict of the first worker)")
         return lines
 
     def frame_columns(self, record) -> dict:
