@@ -167,9 +167,11 @@ def test_parameter_server_across_two_hosts(two_hosts, store, workload):
 
 @needs_hosts
 def test_allreduce_across_two_hosts_is_correct(two_hosts, store):
-    proc, records = run_json("allreduce", "--backend", "elastic,horovod", "--hosts", across(two_hosts),
-                             "--threads", "1", "--max-bytes", "1M", "--iters", "3", "--store", store)
+    """Every backend's allreduce across the hosts (the parameter server's with a server on each host)."""
+    proc, records = run_json("allreduce", "--backend", "elastic,horovod,ps", "--hosts", across(two_hosts),
+                             "--threads", "1", "--oversubscribe", "--max-bytes", "1M", "--iters", "3", "--store", store)
     assert proc.returncode == 0, proc.stderr
+    assert sorted(r["spec"]["backend"] for r in records) == ["elastic", "horovod", "ps"]
     for record in records:
         assert record["status"] == "ok", record["error"]
         assert all(row["wrong"] == 0 for row in record["metrics"]["rows"])
