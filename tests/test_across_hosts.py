@@ -80,6 +80,27 @@ def test_parameter_servers_are_placed_one_per_host_by_default():
     assert [(h.name, n) for h, n, _ in elastic.host_plan([Host(**h) for h in hosts], 3, {})] == [("a", 2), ("b", 1)]
 
 
+@pytest.mark.parametrize("answer, seconds, said", [
+    ((0, "serveraliveinterval 5\nserveralivecountmax 2\n"), 10, None),
+    ((0, "serveraliveinterval 300\nserveralivecountmax 3\n"), 900, "after 900 s"),
+    ((0, "serveraliveinterval 0\nserveralivecountmax 3\n"), None, "gives up on a silent host never"),
+    ((255, ""), None, "could not read ssh's keepalive"),
+])
+def test_horovods_wait_for_a_lost_host_is_read_from_ssh(monkeypatch, capsys, answer, seconds, said):
+    """Horovod elastic's driver waits for a lost host's ssh session: its keepalive, from `ssh -G` on the first host,
+    is recorded and said when it exceeds --recovery-timeout."""
+    import subprocess
+
+    import bench.hosts
+    from bench.backends.horovod import ssh_keepalive
+
+    monkeypatch.setattr(bench.hosts, "run_on", lambda host, argv, **kw: subprocess.CompletedProcess(
+        argv, answer[0], answer[1], "" if answer[0] == 0 else "no route to host"))
+    assert ssh_keepalive(["a", "b"], 90) == seconds
+    err = capsys.readouterr().err
+    assert (said in err) if said else err == ""
+
+
 @pytest.mark.parametrize("args, fragments", [
     (["run", "--iface", "eth0"], ["--iface applies to runs across hosts"]),
     (["run", "--hosts", "a:1", "--hostfile", "/etc/hostname"], ["--hostfile"]),

@@ -99,13 +99,19 @@ def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
     from bench.hosts import run_on
     from bench.runner import note
 
-    def seconds(text: str) -> float | None:
-        values = dict(line.split(None, 1) for line in text.splitlines() if " " in line)
-        interval, count = int(values.get("serveraliveinterval", 0)), int(values.get("serveralivecountmax", 3))
+    def seconds(proc) -> float | None:
+        values = dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
+        if proc.returncode != 0 or "serveraliveinterval" not in values:
+            raise ValueError(proc.stderr.strip()[-120:])
+        interval, count = int(values["serveraliveinterval"]), int(values.get("serveralivecountmax", 3))
         return interval * count if interval > 0 else None
 
-    # asked on the first host: that is where horovodrun's ssh runs
-    answers = [seconds(run_on(hosts[0], ["ssh", "-G", peer], in_checkout=False).stdout) for peer in hosts[1:]]
+    try:  # asked on the first host: that is where horovodrun's ssh runs
+        answers = [seconds(run_on(hosts[0], ["ssh", "-G", peer], in_checkout=False)) for peer in hosts[1:]]
+    except ValueError as exc:
+        note(f"bench fault: could not read ssh's keepalive on {hosts[0]} ({exc}); Horovod elastic's recovery from "
+             "a host loss waits for it")
+        return None
     longest = None if None in answers or not answers else max(answers)
     if longest is None or longest > recovery_timeout:
         note(f"bench fault: horovodrun's ssh on {hosts[0]} gives up on a silent host "
