@@ -139,6 +139,11 @@ def test_a_generated_script_asks_for_what_was_given(tmp_path):
         assert line in lines
     assert lines[-1].endswith(f"-m bench sweep --scheduler slurm --store {tmp_path}/s/b.sqlite --backend elastic "
                               "--world-sizes 6")
+    # written beside a store whose folder does not exist yet: the folder is made (the job's output goes there)
+    script = tmp_path / "new" / "job.sh"
+    proc = bench("slurm-script", "--store", tmp_path / "new" / "b.sqlite", "--output", script)
+    assert proc.returncode == 0, proc.stderr
+    assert script.read_text().startswith("#!/bin/bash\n") and os.access(script, os.X_OK)
 
 
 @pytest.mark.parametrize("args, fragment", [

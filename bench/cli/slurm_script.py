@@ -71,8 +71,9 @@ def cmd(args) -> int:
     text = script(nodes=args.nodes, tasks_per_node=args.tasks_per_node, time_limit=args.time,
                   store=str(store.path), bench_args=rest, gpus_per_node=args.gpus_per_node,
                   partition=args.partition, account=args.account, job_name=args.job_name, verb=args.verb)
-    if args.output is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
-        raise UsageError(f"--output {args.output}: its folder does not exist")
+    out_folder = os.path.dirname(os.path.abspath(args.output)) if args.output is not None else None
+    if out_folder is not None and out_folder != folder and not os.path.isdir(out_folder):
+        raise UsageError(f"--output {args.output}: its folder does not exist")  # (the store's folder is made)
     try:  # the job writes its output beside the store: the folder must exist when it starts
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
