@@ -146,6 +146,19 @@ def test_a_generated_script_asks_for_what_was_given(tmp_path):
     assert script.read_text().startswith("#!/bin/bash\n") and os.access(script, os.X_OK)
 
 
+def test_launcher_slurm_is_the_scheduler(tmp_path):
+    """`--launcher slurm`, as people write it for a Slurm launch, asks for the allocation (here: there is none)."""
+    from bench.cli import slurm_launcher_alias
+
+    assert slurm_launcher_alias(["run", "--launcher", "slurm", "--nproc", "2"]) == ["run", "--scheduler", "slurm",
+                                                                                   "--nproc", "2"]
+    assert slurm_launcher_alias(["run", "--launcher=slurm"]) == ["run", "--scheduler", "slurm"]
+    assert slurm_launcher_alias(["run", "--launcher", "mpi"]) == ["run", "--launcher", "mpi"]
+    assert slurm_launcher_alias(["slurm-script", "--", "--launcher", "slurm"])[-2:] == ["--launcher", "slurm"]
+    proc = bench_in_process("run", "--launcher", "slurm", "--store", tmp_path / "b.sqlite")
+    assert proc.returncode == 2 and "not inside a Slurm allocation (no SLURM_JOB_ID)" in proc.stderr
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--", "--store", "x.sqlite"], "--store after --: the script sets it"),
     (["--", "--hosts", "a:1"], "--hosts after --"),

@@ -34,11 +34,29 @@ def _raise_interrupted(signum, frame):
     raise Interrupted()
 
 
+def slurm_launcher_alias(argv: list[str]) -> list[str]:
+    """`--launcher slurm` as people write it for a Slurm launch is `--scheduler slurm` here (`--launcher` chooses
+    Horovod's launcher: gloo, mpi, mpirun); said once."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--":  # what follows belongs to another command (bench slurm-script)
+            return out + argv[i:]
+        if argv[i] == "--launcher=slurm" or (argv[i] == "--launcher" and argv[i + 1:i + 2] == ["slurm"]):
+            print("bench: --launcher slurm is --scheduler slurm (--launcher chooses Horovod's launcher)",
+                  file=sys.stderr)
+            out += ["--scheduler", "slurm"]
+            i += 1 if "=" in argv[i] else 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     # Ctrl-C and SIGTERM end runs cleanly, even where a shell started us with SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupted)
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(slurm_launcher_alias(sys.argv[1:] if argv is None else list(argv)))
     try:
         return args.func(args)
     except BenchError as exc:
