@@ -33,6 +33,7 @@ class RunSpec:
     seed: int = DEFAULTS["seed"]
     data: str = DEFAULTS["data"]
     data_dir: str | None = None
+    loader_workers: int = 0  # --data imagefolder: DataLoader processes per worker
     lr: float = DEFAULTS["lr"]
     momentum: float = DEFAULTS["momentum"]
     cpu_bind: str = DEFAULTS["cpu_bind"]

@@ -5,6 +5,9 @@
 - digits: scikit-learn's 8x8 handwritten digits (1797 real images, shipped with the package), scaled
   to the workload's input.
 - mnist: MNIST's own IDX files read from a directory the user gives; nothing is ever downloaded.
+- imagefolder: a torchvision ImageFolder tree (one folder per class) the user gives, such as an ImageNet
+  copy, read through a DataLoader with a DistributedSampler and the usual training transforms
+  (RandomResizedCrop, RandomHorizontalFlip, normalisation), K loader processes per worker (--loader-workers).
 
 Real data sets are held in memory as uint8 and sharded like DistributedSampler: each epoch is a seeded
 permutation cut to a multiple of the world size, and rank r takes every world-th sample from r.
@@ -18,7 +21,7 @@ import struct
 import zlib
 from pathlib import Path
 
-SOURCES = ("synthetic", "digits", "mnist")
+SOURCES = ("synthetic", "digits", "mnist", "imagefolder")
 SYNTHETIC_BATCHES = 8  # distinct batches cycled per rank: enough that no step reuses the previous one
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
 IDX_MAGIC = {"images": 2051, "labels": 2049}
@@ -28,8 +31,10 @@ class DataError(Exception):
     """The data source cannot be used as asked; the message says what to do."""
 
 
-def real_classes(source: str) -> int:
-    return 10  # both real sources are handwritten digits
+def real_classes(source: str, data_dir: str | None = None) -> int:
+    if source == "imagefolder":
+        return len(image_tree(data_dir)[0])
+    return 10  # the other real sources are handwritten digits
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -111,6 +116,9 @@ def check_source(source: str, data_dir: str | None, *, world: int, batch: int) -
     if source not in SOURCES:
         raise DataError(f"unknown data source {source!r}; choose one of {', '.join(SOURCES)}")
     if source == "synthetic":
+        return
+    if source == "imagefolder":
+        samples_per_rank(len(image_tree(data_dir)[1]), world, batch)
         return
     if source == "digits":
         try:
@@ -216,7 +224,64 @@ class ShardedBatches:
         return x, self.labels[idx]
 
 
-def open_batches(source, *, batch, channels, image, classes, seed, rank, world, device, data_dir=None):
+def image_tree(data_dir: str | None) -> tuple[list[str], list]:
+    """(class names, (path, class index) per image) of an ImageFolder tree, as torchvision lists it."""
+    if not data_dir:
+        raise DataError("--data imagefolder needs --data-dir: a folder with one sub-folder of images per class")
+    if not os.path.isdir(data_dir):
+        raise DataError(f"--data-dir {data_dir} is not a folder")
+    from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+
+    try:
+        classes, index = find_classes(data_dir)
+        samples = make_dataset(data_dir, index, extensions=IMG_EXTENSIONS)
+    except (FileNotFoundError, OSError) as exc:
+        raise DataError(f"--data-dir {data_dir}: not an image folder tree ({exc}); it needs one sub-folder of "
+                        f"images per class") from None
+    return classes, samples
+
+
+class LoaderBatches:
+    """An ImageFolder tree through torch's DataLoader and DistributedSampler, as users' training scripts read
+    it: the usual training transforms, `workers` loader processes, epochs reshuffled by the seed."""
+
+    def __init__(self, data_dir, *, batch, channels, image, seed, rank, world, device, workers):
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler
+        from torchvision import datasets, transforms
+
+        grey = [transforms.Grayscale(num_output_channels=1)] if channels == 1 else []
+        mean, std = ((0.5,), (0.5,)) if channels == 1 else ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+        dataset = datasets.ImageFolder(data_dir, transforms.Compose([
+            transforms.RandomResizedCrop(image), transforms.RandomHorizontalFlip(), *grey, transforms.ToTensor(),
+            transforms.Normalize(mean, std)]))
+        self.sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed,
+                                          drop_last=True)
+        self.loader = DataLoader(dataset, batch_size=batch, sampler=self.sampler, num_workers=workers,
+                                 drop_last=True, persistent_workers=workers > 0,
+                                 generator=torch.Generator().manual_seed(rank_seed(seed, rank)))
+        self.device, self.epoch, self.it = device, 0, None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            if self.it is None:
+                self.sampler.set_epoch(self.epoch)
+                self.it = iter(self.loader)
+            try:
+                x, y = next(self.it)
+                return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            except StopIteration:
+                self.epoch, self.it = self.epoch + 1, None
+
+
+def open_batches(source, *, batch, channels, image, classes, seed, rank, world, device, data_dir=None,
+                 loader_workers=0):
+    if source == "imagefolder":
+        return LoaderBatches(data_dir, batch=batch, channels=channels, image=image, seed=seed, rank=rank,
+                             world=world, device=device, workers=loader_workers)
     if source == "synthetic":
         return SyntheticBatches(batch=batch, channels=channels, image=image, classes=classes,
                                 seed=seed, rank=rank, device=device)

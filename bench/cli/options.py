@@ -188,10 +188,13 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--timeout": dict(type=positive_float, help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g})",
                           invalid=["0", "-1", "nan", "inf", "x"]),
         # data
-        "--data": dict(choices=SOURCES, help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist needs "
-                                             "--data-dir", invalid=["imagenet"]),
-        "--data-dir": dict(help="folder with MNIST's IDX files; nothing is downloaded", needs=["--data", "mnist"],
+        "--data": dict(choices=SOURCES, help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and "
+                                             "imagefolder need --data-dir", invalid=["imagenet"]),
+        "--data-dir": dict(help="folder with MNIST's IDX files, or an ImageFolder tree (one sub-folder of images "
+                                "per class); nothing is downloaded", needs=["--data", "mnist"],
                            invalid=["/nonexistent/mnist", "", "/"]),
+        "--loader-workers": dict(type=count, help="--data imagefolder: DataLoader processes per worker (default 0: "
+                                                  "in the worker)", invalid=["-1", "x"]),
         "--image-size": dict(type=positive_int, help="input side for image models (default: the workload's CPU or "
                                                      "GPU size)", invalid=["0", "x", "8"]),
         # testing the harness
@@ -237,7 +240,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
 PLACEMENT = ("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")
 HOSTS = ("--hosts", "--hostfile", "--scheduler", "--iface", "--link")
 MEASUREMENT = ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows", "--seed", "--lr", "--timeout")
-DATA = ("--data", "--data-dir", "--image-size")
+DATA = ("--data", "--data-dir", "--loader-workers", "--image-size")
 HARNESS = ("--inject", "--inject-delay", "--save-params")
 COMM = ("--min-bytes", "--max-bytes", "--dtype", "--ops", "--warmup-iters", "--iters")
 

@@ -67,7 +67,12 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         raise UsageError(str(exc)) from None
     if spec_opts.get("data_dir"):
         spec_opts["data_dir"] = os.path.abspath(spec_opts["data_dir"])
-    classes = size.synthetic_classes if spec_opts["data"] == "synthetic" else real_classes(spec_opts["data"])
+    classes = (size.synthetic_classes if spec_opts["data"] == "synthetic"
+               else real_classes(spec_opts["data"], spec_opts.get("data_dir")))
+    if spec_opts.get("loader_workers", 0) < 0:
+        raise UsageError("--loader-workers must be 0 or more")
+    if spec_opts.get("loader_workers") and spec_opts["data"] != "imagefolder":
+        raise UsageError("--loader-workers applies to --data imagefolder (the other sources are held in memory)")
 
     processes = sum(roles.values())
 
@@ -150,7 +155,8 @@ def train_rank(joined, inject: dict | None) -> dict:
     model, optimizer = joined.group.wrap(model, optimizer, spec)
     batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
                            image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                           rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir)
+                           rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir,
+                           loader_workers=spec.loader_workers)
     loss_fn = nn.CrossEntropyLoss()
     passes = spec.backward_passes  # micro-batches per optimizer step; the loss is scaled to match one big batch
     scale = 1.0 / passes
