@@ -141,6 +141,20 @@ def run_on(host: str, argv: list[str], timeout: float = CHECK_TIMEOUT_S,
         return subprocess.CompletedProcess(argv, 255, "", f"ssh could not start: {exc}")
 
 
+def json_answer(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON object a bench helper run on a host printed last (bench.supervisor, bench.netcut), or {"error": the
+    host's last words} when there is none."""
+    import json
+
+    try:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+        if isinstance(answer, dict):
+            return answer
+    except (ValueError, IndexError):
+        pass
+    return {"error": (proc.stderr.strip().splitlines() or ["no answer"])[-1][:200]}
+
+
 def on_every_host(hosts: list[str], argv_of, timeout: float = CHECK_TIMEOUT_S,
                   in_checkout: bool = True) -> dict[str, subprocess.CompletedProcess]:
     """argv_of(host) on each host at once (run_on): {host: completed process}."""
@@ -244,15 +258,10 @@ def free_port_on(host: str, python: str) -> int:
 def reap_on_hosts(hosts: list[str], tag: str, python: str) -> list[dict]:
     """End every process of the run on each host (bench.supervisor's reap, run there): what it ended, each with
     its host (or the host's error)."""
-    import json
-
     ended = []
     for host, proc in on_every_host(hosts, lambda h: [python, "-m", "bench.supervisor", "reap", tag]).items():
-        try:
-            procs = json.loads(proc.stdout.strip().splitlines()[-1])["reaped"]
-        except (ValueError, IndexError, KeyError):
-            procs = [{"error": (proc.stderr.strip().splitlines() or ["no answer"])[-1][:200]}]
-        ended += [{**p, "host": host} for p in procs]
+        answer = json_answer(proc)
+        ended += [{**p, "host": host} for p in answer.get("reaped", [{"error": answer.get("error", "no answer")}])]
     return ended
 
 
@@ -304,33 +313,19 @@ def unshape_links(hosts: list[str], iface: str) -> None:
     on_every_host(hosts, lambda h: ["tc", "qdisc", "del", "dev", iface, "root"])
 
 
-def cuts_links(spec) -> bool:
-    """Whether the run cuts a host off mid-run (bench fault --kill-host / --partition-host: bench.netcut)."""
-    return bool(spec.hosts and spec.fault and spec.fault.get("host"))
-
-
 def restore_links(spec) -> None:
-    """Undo what a run across hosts did to their links: the shaping, and any cut (stateless: also after a crash)."""
-    hosts = [h["name"] for h in spec.hosts or []]
-    if spec.link:
-        unshape_links(hosts, spec.iface)
-    if cuts_links(spec):
-        import sys
-
-        from bench.netcut import heal
-
-        heal(hosts, sys.executable)
+    """Undo the shaping of a run across hosts (a cut a fault run made is healed by its task's conclude)."""
+    if spec.hosts and spec.link:
+        unshape_links([h["name"] for h in spec.hosts], spec.iface)
 
 
 @contextlib.contextmanager
-def link_conditions(spec):
-    """Every host's link shaped as spec.link says for the duration of the block, and restored after it with any
-    cut the run made (nothing for a run on this machine)."""
-    if not spec.hosts:
+def shaped_links(spec):
+    """Every host's link shaped as spec.link says for the duration of the block (nothing when it says nothing)."""
+    if not (spec.hosts and spec.link):
         yield
         return
-    if spec.link:
-        shape_links([h["name"] for h in spec.hosts], spec.iface, spec.link)
+    shape_links([h["name"] for h in spec.hosts], spec.iface, spec.link)
     try:
         yield
     finally:

@@ -3,24 +3,34 @@ a run names (built in, or the user's own)."""
 
 from __future__ import annotations
 
+import functools
+
 from bench.errors import UsageError
 
 
 def workload_of(reference: str):
     """(the reference as the spec keeps it, the Workload, where its code came from or None for a built-in one); a
     user's workload is loaded and its model tried on a batch here, before any process starts."""
-    from workloads import WORKLOADS, WorkloadError, get_workload
-    from workloads.external import canonical, check, source
+    from workloads import WorkloadError
+    from workloads.external import canonical, is_reference
 
     try:
-        if reference in WORKLOADS:
-            return reference, WORKLOADS[reference], None
-        reference = canonical(reference) if ":" in reference else reference
-        workload = get_workload(reference)
-        check(reference, workload)
-        return reference, workload, source(reference)
+        return _checked(canonical(reference) if is_reference(reference) else reference)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from None
+
+
+@functools.lru_cache(maxsize=None)
+def _checked(reference: str):
+    """workload_of for a canonical reference: once per process, however many specs name it (a sweep's)."""
+    from workloads import WORKLOADS, get_workload
+    from workloads.external import check, source
+
+    if reference in WORKLOADS:
+        return reference, WORKLOADS[reference], None
+    workload = get_workload(reference)
+    check(reference, workload)
+    return reference, workload, source(reference)
 
 
 def initial_model(spec, device):

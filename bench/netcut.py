@@ -74,14 +74,11 @@ def remote(argv: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------- the harness side
-def _answers(results: dict) -> dict[str, dict]:
-    out = {}
-    for host, proc in results.items():
-        try:
-            out[host] = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            out[host] = {"error": (proc.stderr.strip().splitlines() or ["no answer"])[-1][:200]}
-    return out
+def _on_every_host(hosts: list[str], argv_of) -> dict[str, dict]:
+    """This module's command on every host at once: {host: its JSON answer, or {"error": ...}}."""
+    from bench.hosts import json_answer, on_every_host
+
+    return {host: json_answer(proc) for host, proc in on_every_host(hosts, argv_of).items()}
 
 
 def _plan(hosts: list[str], victim: str) -> dict[str, list[str]]:
@@ -91,21 +88,17 @@ def _plan(hosts: list[str], victim: str) -> dict[str, list[str]]:
 
 def check(hosts: list[str], victim: str, python: str) -> str | None:
     """None when `victim` can be cut off from the other hosts, else why not (in the host's words)."""
-    from bench.hosts import on_every_host
-
     plan = _plan(hosts, victim)
-    answers = _answers(on_every_host(hosts, lambda h: [python, "-m", "bench.netcut", "check", *plan[h]]))
+    answers = _on_every_host(hosts, lambda h: [python, "-m", "bench.netcut", "check", *plan[h]])
     return next((f"{host}: {a['error']}" for host, a in answers.items() if "error" in a), None)
 
 
 def cut(hosts: list[str], victim: str, python: str) -> dict:
     """Cut `victim` off from the other hosts, on every host at once: {"time": when the last side was cut,
     "took_s": from the order to then, "errors": {host: why}}."""
-    from bench.hosts import on_every_host
-
     plan = _plan(hosts, victim)
     ordered = time.time()
-    answers = _answers(on_every_host(hosts, lambda h: [python, "-m", "bench.netcut", "cut", *plan[h]]))
+    answers = _on_every_host(hosts, lambda h: [python, "-m", "bench.netcut", "cut", *plan[h]])
     done = max((a["time"] for a in answers.values() if "time" in a), default=time.time())
     return {"time": done, "took_s": done - ordered,
             "errors": {host: a["error"] for host, a in answers.items() if "error" in a}}
@@ -113,9 +106,7 @@ def cut(hosts: list[str], victim: str, python: str) -> dict:
 
 def heal(hosts: list[str], python: str) -> dict[str, str]:
     """Remove every cut bench made on these hosts; {host: why} for those where that failed."""
-    from bench.hosts import on_every_host
-
-    answers = _answers(on_every_host(hosts, lambda h: [python, "-m", "bench.netcut", "heal"]))
+    answers = _on_every_host(hosts, lambda h: [python, "-m", "bench.netcut", "heal"])
     return {host: a["error"] for host, a in answers.items() if "error" in a}
 
 

@@ -285,8 +285,9 @@ def _v2_to_v3(rec: dict) -> dict:
 
 
 def _v3_to_v4(rec: dict) -> dict:
-    """v4 adds runs inside a scheduler's allocation (spec.scheduler), users' workloads (spec.workload_source) and
-    the saved model (spec.save_model): a v3 run ran under none, on a built-in workload, and saved no model."""
+    """v4 adds runs inside a scheduler's allocation (spec.scheduler), users' workloads (spec.workload_source), the
+    saved model (spec.save_model) and the image folder's loader processes (spec.loader_workers): a v3 run ran
+    under none, on a built-in workload held in memory, and saved no model."""
     rec = dict(rec, spec={**rec["spec"], "scheduler": None, "workload_source": None, "save_model": None,
                                          "loader_workers": 0})
     rec["schema_version"] = 4

@@ -110,19 +110,20 @@ RANK_COLUMNS = [left("role"), right("rank"), right("local"), right("group"), rig
 HOST_MAP_PANELS = 6  # the latest runs across hosts drawn, one panel per backend, task and phase
 
 
-def host_map_panels(frame) -> list[tuple[str, list]]:
-    """(title, rank rows) of the latest run across hosts of each backend and task, before and after a fault."""
+def host_map_panels(frame) -> list[dict]:
+    """The latest run across hosts of each backend and task, one panel per phase (before and after a fault):
+    {"title", "hosts": every host of the run, "rows": its rank rows in that phase}."""
     chosen: dict[tuple, object] = {}
     for r in sorted(frame.itertuples(), key=lambda r: (r.status == "ok", r.created_at)):  # the latest ok run wins
         if len({x.host for x in r.record.rank_map}) > 1:
             chosen[(r.backend, r.task)] = r.record
     panels = []
     for rec in chosen.values():
-        phases = sorted({x.phase or "" for x in rec.rank_map}, key=lambda p: p != "before")
-        for phase in phases:
-            rows = [x for x in rec.rank_map if (x.phase or "") == phase]
-            what = rec.spec.fault["scenario"] if rec.spec.fault else rec.spec.task
-            panels.append((f"{rec.spec.backend} {what}" + (f", {phase}" if phase else "") + f"\n{rec.run_id}", rows))
+        hosts = sorted({x.host for x in rec.rank_map}, key=natural)  # the same order in every panel of the run
+        for phase in sorted({x.phase or "" for x in rec.rank_map}, key=lambda p: p != "before"):
+            title = f"{rec.spec.backend} {rec.task.kind(rec.spec)}" + (f", {phase}" if phase else "")
+            panels.append({"title": f"{title}\n{rec.run_id}", "hosts": hosts,
+                           "rows": [x for x in rec.rank_map if (x.phase or "") == phase]})
     return panels[:HOST_MAP_PANELS]
 
 
@@ -133,32 +134,29 @@ def natural(text: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text or "")]
 
 
-def host_map_figure(panels: list[tuple[str, list]]) -> Figure:
+def host_map_figure(panels: list[dict]) -> Figure:
     """Each panel: one row per host of the run, one box per process there (in local-rank order) with its global
     rank, local rank and node (group) rank as the launcher gave them; servers shaded apart from workers; a host
-    left without processes (after a host loss) says so."""
+    without processes in that phase (after a host loss) says so."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(3.0 * len(panels), 2.4), squeeze=False)
-    everywhere = {title.split("\n")[1]: set() for title, _ in panels}
-    for title, rows in panels:
-        everywhere[title.split("\n")[1]] |= {x.host for x in rows}
-    widest = max(sum(1 for x in rows if x.host == h) for _, rows in panels for h in {x.host for x in rows})
-    for ax, (title, rows) in zip(axes[0], panels):
-        hosts = sorted(everywhere[title.split("\n")[1]], key=natural)  # the same order in every panel
+    widest = max(sum(1 for x in p["rows"] if x.host == h) for p in panels for h in p["hosts"])
+    for ax, panel in zip(axes[0], panels):
+        hosts = panel["hosts"]
         for y, host in enumerate(hosts):
-            here = sorted((x for x in rows if x.host == host), key=lambda x: (x.local_rank or 0, x.rank))
+            here = sorted((x for x in panel["rows"] if x.host == host), key=lambda x: (x.local_rank or 0, x.rank))
             if not here:
                 ax.text(widest / 2, -y, "not in the run", ha="center", va="center", fontsize=7, color="#b03030")
             for i, x in enumerate(here):
                 ax.add_patch(plt.Rectangle((i + 0.05, -y - 0.42), 0.9, 0.84,
                                            color="#f4c27a" if x.role == "server" else "#9cc3e6"))
-                ax.text(i + 0.5, -y, f"rank {x.rank}\nlocal {fmt(x.local_rank, 'd')}\nnode {fmt(x.group_rank, 'd')}", ha="center",
-                        va="center", fontsize=7)
+                ax.text(i + 0.5, -y, f"rank {x.rank}\nlocal {fmt(x.local_rank, 'd')}\nnode {fmt(x.group_rank, 'd')}",
+                        ha="center", va="center", fontsize=7)
         ax.set_xlim(0, widest)
         ax.set_ylim(-len(hosts) + 0.5, 0.5)
         ax.set_yticks([-y for y in range(len(hosts))], hosts, fontsize=7)
         ax.set_xticks([])
-        ax.set_title(title, fontsize=8)
+        ax.set_title(panel["title"], fontsize=8)
     fig.tight_layout()
     return Figure("hosts with the ranks the launcher gave each process", figure_png(fig))
 

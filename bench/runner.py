@@ -12,7 +12,7 @@ from bench.aggregate import build_record
 from bench.backends import get_backend
 from bench.environment import PROJECT_ROOT, fingerprint
 from bench.errors import Interrupted, RecordNotStored, StoreError
-from bench.hosts import link_conditions
+from bench.hosts import shaped_links
 from bench.lifeline import Lifeline, recover
 from bench.records import RunRecord
 from bench.rundir import RunDir, write_json_atomic
@@ -54,7 +54,7 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
     store.check_writable()
     for run_id in recover(store):
         note(f"bench: recorded run {run_id} as interrupted: its bench process died before recording it")
-    with link_conditions(spec):  # before the run exists: a link that cannot be shaped is refused with nothing made
+    with shaped_links(spec):  # before the run exists: a link that cannot be shaped is refused with nothing made
         return _execute(spec, store, show_progress)
 
 

@@ -102,18 +102,29 @@ def reap(tag: str, root_pid: int | None) -> tuple[list[dict], list[dict]]:
             os.killpg(root_pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
+    # Processes started meanwhile (a launcher restarting a worker) are found by a second look.
+    late = []
+
+    def second_look():
+        late.extend(p for p in run_processes(tag, None) if p.pid not in {r["pid"] for r in reaped})
+        return late
+
+    still = end_processes(procs, TERM_GRACE_S, second_look)
+    return reaped + [_describe(p) for p in late], [_describe(p) for p in still]
+
+
+def end_processes(procs: list, grace: float, second_look=lambda: []) -> list:
+    """SIGTERM (and SIGCONT for stopped ones), `grace` seconds, then SIGKILL to what is left and to what
+    second_look() finds then; returns what survived even that (the one way this project ends processes)."""
     _signal_all(procs, signal.SIGTERM)
     _signal_all(procs, signal.SIGCONT)
-    _, alive = psutil.wait_procs(procs, timeout=TERM_GRACE_S)
-    # Processes started meanwhile (a launcher restarting a worker) are found by a second look.
+    _, alive = psutil.wait_procs(procs, timeout=grace)
     alive = {p.pid: p for p in alive}
-    for proc in run_processes(tag, None):
+    for proc in second_look():
         alive.setdefault(proc.pid, proc)
-        if proc.pid not in {r["pid"] for r in reaped}:
-            reaped.append(_describe(proc))
     _signal_all(alive.values(), signal.SIGKILL)
     _, still = psutil.wait_procs(list(alive.values()), timeout=KILL_WAIT_S)
-    return reaped, [_describe(p) for p in still]
+    return still
 
 
 def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -292,18 +291,10 @@ def _name(proc: psutil.Process) -> str:
 
 
 def stop(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """SIGTERM, then SIGKILL what is left after 5 s; returns what survived even that."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 3.0)):
-        procs = [p for p in procs if _alive(p)]
-        for proc in procs:
-            try:
-                proc.send_signal(sig)
-            except psutil.Error:
-                pass
-        deadline = time.monotonic() + wait
-        while any(_alive(p) for p in procs) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    return [p for p in procs if _alive(p)]
+    """SIGTERM, then SIGKILL what is left after 5 s (bench.supervisor's one way); returns what survived even that."""
+    from bench.supervisor import end_processes
+
+    return [p for p in end_processes([p for p in procs if _alive(p)], 5.0) if _alive(p)]
 
 
 def controller_here(state: dict | None) -> bool:

@@ -374,8 +374,10 @@ def test_a_node_loss_is_survived_and_timed(two_hosts, store, backend):
     from bench.store import Store
 
     frame = load_frame(Store(store))
-    assert [title.split("\n")[0] for title, _ in host_map_panels(frame)] == [f"{backend} kill-host, before",
-                                                                             f"{backend} kill-host, after"]
+    panels = host_map_panels(frame)
+    assert [p["title"].split("\n")[0] for p in panels] == [f"{backend} kill-host, before", f"{backend} kill-host, after"]
+    assert all(p["hosts"] == [h.name for h in two_hosts] for p in panels)
+    assert {x.host for x in panels[1]["rows"]} == {two_hosts[0].name}  # the lost host: no process after
     ranks = render_report(frame, "s").split('id="ranks"')[1]
     assert "Hosts and their processes" in ranks and 'alt="hosts with the ranks' in ranks
 

@@ -59,14 +59,14 @@ def agent_command(events_file, nnodes: str, nproc: int, endpoint: str, run_id: s
 
 def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restarts: int = 0) -> tuple[list[str], str]:
     """(launcher command, rendezvous endpoint): one agent per host, started over ssh (through srun inside a Slurm
-    allocation), each for the processes placed there, meeting at a c10d rendezvous on the first host (a port free there now); each advertises the address it
-    was given by. With `events_file` (a fault run), agents that keep their events, with the node range 1:hosts so
+    allocation), each for the processes the backend's host_plan puts there (with the environment it gives them),
+    meeting at a c10d rendezvous on the first host (a port free there now); each advertises the address it was
+    given by. With `events_file` (a fault run), agents that keep their events, with the node range 1:hosts so
     that the survivors go on when a host is lost, under a launcher that outlives a lost host's agent
     (bench.fanout --node-range)."""
+    from bench.backends import get_backend
     from bench.fanout import fanout_command
     from bench.hosts import Host, free_port_on
-
-    from bench.backends import get_backend
 
     placed = get_backend(spec.backend).host_plan([Host(**h) for h in spec.hosts], spec.world_size,
                                                  spec.backend_options)

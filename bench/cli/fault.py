@@ -74,13 +74,12 @@ def cmd(args) -> int:
         raise UsageError(f"{' and '.join(chosen)}: choose one fault a run")
     scenario = {"--join": "join", "--kill-host": "kill-host", "--partition-host": "partition-host"}.get(
         chosen[0] if chosen else None, "kill")
-    if scenario in ("kill-host", "partition-host") and not (args.hosts or args.hostfile):
-        raise UsageError(f"{chosen[0]} needs --hosts or --hostfile: it loses or cuts off one of the run's hosts")
     hosts = args.hosts or args.hostfile
-    if hosts and not (args.hosts and args.hostfile):  # what the names alone refuse, before any host is asked
-        slots = sum(h.slots for h in hosts)
-        check_scenario_hosts(scenario, [h.to_dict() for h in hosts], args.kill_host or args.partition_host,
-                             min(args.nproc or slots, slots))
+    if not (args.hosts and args.hostfile) and not getattr(args, "scheduler", None):
+        # what the names alone refuse, before any host is asked (an allocation's hosts are checked with the spec)
+        slots = sum(h.slots for h in hosts or [])
+        check_scenario_hosts(scenario, [h.to_dict() for h in hosts] if hosts else None,
+                             args.kill_host or args.partition_host, min(args.nproc or slots, slots))
     cluster = cluster_of(args)
     _, world = world_of(args, cluster) if cluster else resolve_device(args.nproc, None)
     spec = build_spec(backend=args.backend, workload=args.workload, world_size=world, scenario=scenario,

@@ -80,6 +80,10 @@ class Task(ABC):
         """What ran, in a few words (a workload's name; "communication sweep"; the fault)."""
         return self.label
 
+    def kind(self, spec) -> str:
+        """The kind of run in a word or two, for a figure's title ("train"; a fault run's scenario)."""
+        return self.name
+
     def one_line(self, record) -> str:
         """A run in one line: how it failed, or `ok` and its headline figure (ok_figure)."""
         if not record.ok:

@@ -90,8 +90,9 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
     plugin = get_backend(backend)
     try:
         workload, wl, _ = workload_of(workload)
-    except UsageError:
-        wl = None  # refused below, after what the fault itself gets wrong
+        unknown_workload = None
+    except UsageError as exc:
+        wl, unknown_workload = None, exc  # refused below, after what the fault itself gets wrong
     if wl is not None:  # defaults in units of the workload's window (about a second of steps)
         window = wl.size("cpu").window_steps
         at_step = int(AT_STEP_WINDOWS * window) if at_step is None else at_step
@@ -104,8 +105,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
                          f"not {scenario}")
     if signal_name not in SIGNALS:
         raise UsageError(f"--signal {signal_name!r}: choose one of {', '.join(SIGNALS)}")
-    if wl is None:
-        workload_of(workload)  # its one-line error
+    if unknown_workload is not None:
+        raise unknown_workload
     if at_step < 1:
         raise UsageError("--at-step must be 1 or more: the fault comes after a completed step")
     if checkpoint_every < 1:
@@ -149,7 +150,8 @@ def check_scenario_hosts(scenario: str, hosts: list[dict] | None, host: str | No
     hosts with processes on it, not the first (it holds the run's rendezvous: torchrun's c10d store, horovodrun
     itself). From the names alone, before any host is asked (bench.netcut.check asks them)."""
     if (scenario in HOST_SCENARIOS) != (hosts is not None):
-        raise UsageError("--kill-host and --partition-host need --hosts or --hostfile" if hosts is None else
+        raise UsageError("--kill-host and --partition-host need --hosts or --hostfile: they lose or cut off one of "
+                         "the run's hosts" if hosts is None else
                          "across hosts, the faults are --kill-host HOST (a node loss) and --partition-host HOST "
                          "(its link cut); --kill-rank and --join run on this machine")
     if hosts is None:
@@ -303,7 +305,7 @@ class FaultDriver:
         import sys
 
         from bench import netcut
-        from bench.hosts import run_on
+        from bench.hosts import json_answer, run_on
 
         hosts = [h["name"] for h in self.spec.hosts]
         done = netcut.cut(hosts, host, sys.executable)
@@ -311,13 +313,12 @@ class FaultDriver:
         if done["errors"]:
             out["why_not"] = "; ".join(f"{h}: {why}" for h, why in done["errors"].items())
         if kill:
-            proc = run_on(host, [sys.executable, "-m", "bench.supervisor", "kill", self.tag])
-            try:
-                answer = json.loads(proc.stdout.strip().splitlines()[-1])
+            answer = json_answer(run_on(host, [sys.executable, "-m", "bench.supervisor", "kill", self.tag]))
+            if "killed" in answer:
                 out.update(time=answer["time"], killed=len(answer["killed"]))
                 out["delivered"] = out["delivered"] and bool(answer["killed"])
-            except (ValueError, IndexError, KeyError):
-                out.update(delivered=False, why_not=(proc.stderr.strip().splitlines() or ["no answer"])[-1][:200])
+            else:
+                out.update(delivered=False, why_not=answer["error"])
         return out
 
     def __call__(self) -> str | None:
@@ -568,10 +569,19 @@ class FaultTask(Task):
 
     def conclude(self, spec, run_dir, outcome, before):
         """Its status says whether training came through the fault, not whether every process exited
-        cleanly (the victim never does)."""
+        cleanly (the victim never does). A host cut off is healed first: conclude runs however the run ended
+        (by bench, by its lifeline, or by the next command on the store), and healing is stateless."""
         from bench.backends import get_backend
         from bench.records import build
         from bench.rundir import tail
+
+        unhealed = {}
+        if spec.fault["scenario"] in HOST_SCENARIOS:
+            import sys
+
+            from bench.netcut import heal
+
+            unhealed = heal([h["name"] for h in spec.hosts], sys.executable)
 
         observed = get_backend(spec.backend).elastic.observations(run_dir)
         metrics = build(FaultMetrics, fault_metrics(spec, run_dir, outcome, observed), "fault metrics")
@@ -580,7 +590,7 @@ class FaultTask(Task):
             message=message, tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
         rank_map = [dataclasses.replace(r, phase=phase) for phase, rows in
                     (("before", metrics.rank_map_before), ("after", metrics.rank_map_after)) for r in rows or []]
-        events = []
+        events = [{"time": time.time(), "kind": "cut_not_healed", "hosts": unhealed}] if unhealed else []
         if metrics.fault:
             events.append({"time": metrics.fault["time"], "kind": f"fault_{metrics.scenario}",
                            **{k: v for k, v in metrics.fault.items() if k != "time"}})
@@ -628,6 +638,9 @@ class FaultTask(Task):
             what = (f"1 of {len(spec.hosts)} hosts " + ("lost" if f["scenario"] == "kill-host" else "cut off") +
                     f" ({spec.world_size} workers)")
         return f"{spec.workload}: {what}, checkpoint/commit every {f['checkpoint_every']} steps"
+
+    def kind(self, spec) -> str:
+        return spec.fault["scenario"]
 
     def ok_figure(self, record) -> str:
         f = record.metrics
