@@ -5,9 +5,9 @@ the watcher the supervisor polls), `before_launch` (anything measured in the par
 a communication ceiling), `conclude` (status, error, metrics and rank map from the run directory).
 Child side: `run_rank` (what one process of the run does; bench.worker calls it).
 Plug-ins implement the abstract methods; a missing one fails when the plug-in is built, not mid-run.
-Views: `case` (what ran, in words), `one_line`, `summary_lines`, `list_figure` (terminal), `frame_columns`
-(the columns `bench list`, `--where` and the report filter on), `gate_figures` (what the regression gate
-compares), `report_part` (the report's sections for this task's runs).
+Views: `case` (what ran, in words), `kind` (in a word or two), `one_line`, `summary_lines`, `list_figure`
+(terminal), `frame_columns` (the columns `bench list`, `--where` and the report filter on), `gate_figures`
+(what the regression gate compares), `report_part` (the report's sections for this task's runs).
 """
 
 from __future__ import annotations
