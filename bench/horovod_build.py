@@ -6,7 +6,14 @@ horovod/torch/) hard-code `set(CMAKE_CXX_STANDARD 14)`, while torch's headers de
 is to raise those two lines to what the installed torch needs. A second fix, for CPU-only builds:
 with a CUDA build of torch (PyPI's default on x86_64) cmake/Modules/FindPytorch.cmake treats torch as
 CUDA whenever some CUDA_HOME exists, then needs cudart and a full toolkit; on a machine with no GPU
-work to do we tell it torch is CPU-only, and get a working CPU build with or without a toolkit.
+work to do we tell it torch is CPU-only, and get a working CPU build with or without a toolkit. A
+third, for CUDA builds: horovod/common/ops/cuda/CMakeLists.txt compiles its kernels as C++11, which
+CUDA 13's headers no longer accept; they are compiled as C++17 (any CUDA 11 or later takes it). And
+for CMake 4, which refuses projects declaring `cmake_minimum_required` below 3.5 (the bundled gloo and
+flatbuffers say 2.8.12), the build sets CMAKE_POLICY_VERSION_MINIMUM=3.5 (older CMake ignores it).
+GCC 13 and later no longer pull <string>, <stdexcept> and <cstdint> in through other standard headers,
+and Horovod's sources lean on that (group_table.h uses std::string, common.h std::logic_error without
+including them): with such a compiler those three headers are force-included (CXXFLAGS -include).
 
 Recipe: fetch the sdist from PyPI (pip download), patch, `pip wheel --no-build-isolation` in the
 environment that already has torch, with Gloo always, MPI when an MPI compiler (mpicxx) is present,
@@ -32,8 +39,13 @@ import time
 from pathlib import Path
 
 HOROVOD_VERSION = "0.28.1"
-RUNTIME_DEPS = ["cloudpickle", "psutil", "pyyaml", "packaging", "cffi"]
+# distribution -> the module it provides: only missing ones are installed, so an offline machine that
+# already has them (a GPU node's image, say) needs no package index (else PIP_NO_INDEX=1 and
+# PIP_FIND_LINKS=DIR point pip at wheels carried there)
+RUNTIME_DEPS = {"cloudpickle": "cloudpickle", "psutil": "psutil", "pyyaml": "yaml", "packaging": "packaging",
+                "cffi": "cffi"}
 PATCHED_CMAKE = ("CMakeLists.txt", "horovod/torch/CMakeLists.txt")
+CUDA_KERNELS_CMAKE = "horovod/common/ops/cuda/CMakeLists.txt"
 
 
 class BuildError(Exception):
@@ -74,7 +86,8 @@ def plan() -> dict:
     if gpu_ops and not cuda:
         raise BuildError(f"HOROVOD_GPU_OPERATIONS={gpu_ops} needs a CUDA build of torch and a CUDA "
                          "toolkit (set CUDA_HOME); unset it for a CPU build")
-    mpi = shutil.which("mpicxx") is not None
+    # Horovod's own switch is honoured: a node's MPI may not be the one its jobs use
+    mpi = shutil.which("mpicxx") is not None and not os.environ.get("HOROVOD_WITHOUT_MPI")
     features = ["gloo"] + (["mpi"] if mpi else []) + (["cuda"] if cuda else []) + \
         ([gpu_ops.lower()] if gpu_ops else [])
     torch_version = torch.__version__.replace("+", "_")
@@ -95,6 +108,12 @@ def patch_source(src: Path, cxx_standard: int, cuda: bool) -> list[str]:
         if new != text:
             changes.append(f"{rel}: CMAKE_CXX_STANDARD 14 -> {cxx_standard}")
         path.write_text(new)
+    if cuda:
+        path = src / CUDA_KERNELS_CMAKE
+        text = path.read_text()
+        if "set(CMAKE_CUDA_STANDARD 11)" in text:
+            path.write_text(text.replace("set(CMAKE_CUDA_STANDARD 11)", "set(CMAKE_CUDA_STANDARD 17)"))
+            changes.append(f"{CUDA_KERNELS_CMAKE}: CMAKE_CUDA_STANDARD 11 -> 17")
     if not cuda:
         # FindPytorch calls torch "CUDA" whenever torch has a CUDA build and any CUDA_HOME exists, then
         # links cudart and calls add_cuda(). For a CPU build, build the extension as a CppExtension.
@@ -106,6 +125,30 @@ def patch_source(src: Path, cxx_standard: int, cuda: bool) -> list[str]:
         path.write_text(text.replace(needle, needle + "set(Pytorch_CUDA FALSE)  # CPU-only build\n", 1))
         changes.append("cmake/Modules/FindPytorch.cmake: Pytorch_CUDA FALSE for a CPU-only build")
     return changes
+
+
+# what GCC 13 stopped including transitively and Horovod 0.28.1 still relies on
+GCC13_INCLUDES = ("cstdint", "string", "stdexcept")
+
+
+def gcc_major() -> int | None:
+    try:
+        out = subprocess.run(["c++", "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
+        is_gcc = "Free Software Foundation" in subprocess.run(["c++", "--version"], capture_output=True,
+                                                             text=True, timeout=30).stdout
+        return int(out.strip().split(".")[0]) if is_gcc else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def compiler_flags(env: dict) -> list[str]:
+    """Extra flags this compiler needs for Horovod's sources (added to env's CXXFLAGS); returns what changed."""
+    major = gcc_major()
+    if major is None or major < 13:
+        return []
+    forced = " ".join(f"-include {header}" for header in GCC13_INCLUDES)
+    env["CXXFLAGS"] = f"{env.get('CXXFLAGS', '')} {forced}".strip()
+    return [f"CXXFLAGS {forced} (GCC {major})"]
 
 
 def fetch_sdist(workdir: Path) -> Path:
@@ -128,11 +171,12 @@ def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
         src = fetch_sdist(Path(tmp))
         changes = patch_source(src, info["cxx_standard"], info["cuda"])
         env = dict(os.environ, HOROVOD_WITH_PYTORCH="1", HOROVOD_WITH_GLOO="1",
-                   HOROVOD_WITHOUT_TENSORFLOW="1", HOROVOD_WITHOUT_MXNET="1",
+                   HOROVOD_WITHOUT_TENSORFLOW="1", HOROVOD_WITHOUT_MXNET="1", CMAKE_POLICY_VERSION_MINIMUM="3.5",
                    MAKEFLAGS=f"-j{max(1, os.cpu_count() or 1)}")
         env["HOROVOD_WITH_MPI" if info["mpi"] else "HOROVOD_WITHOUT_MPI"] = "1"
         if info["cuda_home"]:
             env["CUDA_HOME"] = info["cuda_home"]
+        changes += compiler_flags(env)
         out_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with open(log_path, "w") as log:
@@ -146,12 +190,31 @@ def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
                 if proc.poll() is None:
                     print(f"  ... still building ({time.monotonic() - started:.0f} s)", flush=True)
         if proc.returncode != 0:
-            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
-            raise BuildError(f"building Horovod failed (exit {proc.returncode}); full log {log_path}:\n{tail}")
+            raise BuildError(f"building Horovod failed (exit {proc.returncode}); full log {log_path}; its first "
+                             f"errors:\n{first_errors(log_path.read_text(errors='replace'))}")
     wheels = list(out_dir.glob("horovod-*.whl"))
     if not wheels:
         raise BuildError(f"the build left no wheel in {out_dir}; see {log_path}")
     return wheels[0]
+
+
+def missing_runtime_deps() -> list[str]:
+    import importlib.util
+
+    return [dist for dist, module in RUNTIME_DEPS.items() if importlib.util.find_spec(module) is None]
+
+
+ERROR_LINE = re.compile(r"CMake Error|error:|Error \d|fatal error|undefined reference|No such file", re.I)
+
+
+def first_errors(log: str, context: int = 3, limit: int = 12) -> str:
+    """The first error lines of a build log with a little context: pip's own tail only says it failed."""
+    lines = log.splitlines()
+    hits = [i for i, line in enumerate(lines) if ERROR_LINE.search(line)]
+    if not hits:
+        return "\n".join(lines[-25:])
+    keep = sorted({j for i in hits[:limit] for j in range(i, min(len(lines), i + context + 1))})
+    return "\n".join(lines[j] for j in keep)[:6000]
 
 
 def installed_key_file() -> Path:
@@ -177,6 +240,10 @@ def ensure(force: bool = False) -> Path | None:
     if not force and wheels and installed_key() == info["key"]:
         print(f"Horovod {HOROVOD_VERSION} ({info['key']}) is already installed from {wheels[0]}", flush=True)
         return wheels[0]
+    # Horovod's setup.py also asks for them (setup_requires) and would fetch them itself, index or not
+    missing = missing_runtime_deps()
+    if missing:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *missing], check=True)
     if force or not wheels:
         print(f"building Horovod {HOROVOD_VERSION} against torch {info['torch']} "
               f"(C++{info['cxx_standard']}, {'+'.join(info['features'])}); this takes several minutes "
@@ -189,7 +256,6 @@ def ensure(force: bool = False) -> Path | None:
         print(f"using cached Horovod wheel {wheel}", flush=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps",
                     str(wheel)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *RUNTIME_DEPS], check=True)
     installed_key_file().write_text(info["key"] + "\n")
     return wheel
 

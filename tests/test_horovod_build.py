@@ -37,8 +37,20 @@ def test_patch_is_minimal_and_complete(tmp_path):
 def test_gpu_build_keeps_cuda_detection(tmp_path):
     src = _extract(tmp_path)
     changes = hb.patch_source(src, 20, cuda=True)
-    assert len(changes) == 2
+    assert len(changes) == 3
     assert "set(Pytorch_CUDA FALSE)" not in (src / "cmake/Modules/FindPytorch.cmake").read_text()
+    # CUDA 13's headers refuse C++11, which the kernels' CMakeLists asked for
+    kernels = (src / hb.CUDA_KERNELS_CMAKE).read_text()
+    assert "set(CMAKE_CUDA_STANDARD 17)" in kernels and "set(CMAKE_CUDA_STANDARD 11)" not in kernels
+
+
+def test_only_missing_runtime_deps_are_installed(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "yaml" else real(name, *a))
+    missing = hb.missing_runtime_deps()
+    assert "pyyaml" in missing and "psutil" not in missing  # psutil is one of the project's own needs
 
 
 def test_unexpected_source_is_refused(tmp_path):
@@ -63,3 +75,27 @@ def test_second_setup_reuses_the_cached_wheel():
                           cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "already installed" in proc.stdout and "building" not in proc.stdout
+
+
+def test_failed_build_names_its_first_errors():
+    log = "\n".join(["-- configuring"] * 50 + [
+        "/src/horovod/common/group_table.h:35:47: error: 'string' in namespace 'std' does not name a type",
+        "   35 |   int32_t GetGroupIDFromTensorName(const std::string& tensor_name) const;"] +
+        ["[ 40%] Building CXX object"] * 40 + ["ERROR: Failed building wheel for horovod"])
+    shown = hb.first_errors(log)
+    assert shown.splitlines()[0].endswith("does not name a type")  # the cause, not pip's closing words
+    assert "GetGroupIDFromTensorName" in shown and len(shown.splitlines()) < 15
+
+
+def test_new_gcc_gets_the_headers_horovod_forgets(monkeypatch):
+    monkeypatch.setattr(hb, "gcc_major", lambda: 13)
+    env = {"CXXFLAGS": "-O2"}
+    assert hb.compiler_flags(env) and env["CXXFLAGS"] == "-O2 -include cstdint -include string -include stdexcept"
+    monkeypatch.setattr(hb, "gcc_major", lambda: 12)
+    env = {}
+    assert hb.compiler_flags(env) == [] and env == {}
+
+
+def test_horovod_without_mpi_is_honoured(monkeypatch):
+    monkeypatch.setenv("HOROVOD_WITHOUT_MPI", "1")
+    assert hb.plan()["mpi"] is False and "mpi" not in hb.plan()["features"]
