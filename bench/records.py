@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-SCHEMA_VERSION = 4  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 5  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RecordError(ValueError):
@@ -294,7 +294,15 @@ def _v3_to_v4(rec: dict) -> dict:
     return rec
 
 
-UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}  # version -> function that returns the record at version + 1
+def _v4_to_v5(rec: dict) -> dict:
+    """v5 adds the input loader (spec.loader) and time-to-accuracy runs (spec.converge): a v4 run held its
+    in-memory data on the device and was no converge run."""
+    rec = dict(rec, spec={**rec["spec"], "loader": "memory", "converge": None})
+    rec["schema_version"] = 5
+    return rec
+
+
+UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict) -> dict:

@@ -33,7 +33,8 @@ class RunSpec:
     seed: int = DEFAULTS["seed"]
     data: str = DEFAULTS["data"]
     data_dir: str | None = None
-    loader_workers: int = 0  # --data imagefolder: DataLoader processes per worker
+    loader_workers: int = 0  # DataLoader processes per worker (--loader dataloader, --data imagefolder)
+    loader: str = "memory"  # in-memory sources: held on the device ("memory") or fed through a DataLoader
     lr: float = DEFAULTS["lr"]
     momentum: float = DEFAULTS["momentum"]
     cpu_bind: str = DEFAULTS["cpu_bind"]
@@ -46,6 +47,7 @@ class RunSpec:
     inject: dict | None = None  # test-only injected failure of one rank (bench.inject.parse_inject)
     step_delay: dict | None = None  # test-only slowdown of every timed step (bench.inject.parse_step_delay)
     fault: dict | None = None  # task "fault": scenario, rank, at_step, signal, ... (bench.tasks.fault)
+    converge: dict | None = None  # task "converge": target, epochs, eval_every, lr_scaling, ... (bench.tasks.converge)
     save_params: bool = False  # write each rank's final parameters into the run directory
     save_model: str | None = None  # the first worker writes the trained model's state_dict there (absolute path)
     hosts: list[dict] | None = None  # a run across hosts: [{"name", "slots"}] in order (bench.hosts)
@@ -60,6 +62,23 @@ class RunSpec:
     def processes(self) -> int:
         """Every process the launcher starts: workers plus any other role."""
         return sum(self.roles.values()) if self.roles else self.world_size
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps every worker takes (a parameter server serves as many)."""
+        if self.converge:
+            return self.converge["total_steps"]
+        return self.warmup_steps + self.windows * self.steps_per_window
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (0-based): --lr, scaled by the world size under
+        --lr-scaling linear and reached by a linear warm-up (docs/method.md, "Time to accuracy")."""
+        c = self.converge
+        if not c:
+            return self.lr
+        peak = self.lr * (self.world_size if c["lr_scaling"] == "linear" else 1)
+        ramp = c["warmup_steps"]
+        return peak if step >= ramp else self.lr + (peak - self.lr) * step / ramp
 
     @property
     def samples_per_step(self) -> int:

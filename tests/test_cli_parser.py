@@ -20,7 +20,7 @@ from bench.spec import DEFAULTS, default_threads
 from bench.tasks.fault import FAULT_DEFAULTS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
-VERBS = ["run", "sweep", "allreduce", "list", "report", "compare", "agreement", "regress", "baseline", "fault", "selfcheck", "import",
+VERBS = ["run", "sweep", "allreduce", "converge", "list", "report", "compare", "agreement", "regress", "baseline", "fault", "selfcheck", "import",
          "doctor", "slurm-script", "testhosts", "testslurm"]
 
 

@@ -38,7 +38,7 @@ def test_a_tree_that_cannot_feed_the_run_is_refused(tmp_path, make, args, fragme
 
 def test_loader_workers_need_the_image_folder(tmp_path):
     assert_one_line_error(bench_in_process("run", "--loader-workers", "2", "--store", tmp_path / "b.sqlite"),
-                          "--loader-workers applies to --data imagefolder")
+                          "--loader-workers needs a DataLoader")
 
 
 @pytest.mark.slow

@@ -9,8 +9,14 @@
   copy, read through a DataLoader with a DistributedSampler and the usual training transforms
   (RandomResizedCrop, RandomHorizontalFlip, normalisation), K loader processes per worker (--loader-workers).
 
-Real data sets are held in memory as uint8 and sharded like DistributedSampler: each epoch is a seeded
-permutation cut to a multiple of the world size, and rank r takes every world-th sample from r.
+Real data sets are held in memory as uint8 and sharded by torch's own DistributedSampler (shuffled by
+seed + epoch, cut to a multiple of the world size, rank r takes every world-th sample from r).
+
+Two loaders feed the in-memory sources (--loader): `memory` holds the data on the device and cuts batches
+there, so input never limits throughput; `dataloader` feeds the same samples, in the same order and with
+the same conversion, through torch.utils.data.DataLoader (K loader processes, --loader-workers) and copies
+each batch to the device, as users' training scripts do. Both give the same batches, so a run shows what
+the input pipeline costs and nothing else. imagefolder always goes through the DataLoader.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import zlib
 from pathlib import Path
 
 SOURCES = ("synthetic", "digits", "mnist", "imagefolder")
+LOADERS = ("memory", "dataloader")
 SYNTHETIC_BATCHES = 8  # distinct batches cycled per rank: enough that no step reuses the previous one
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
+MNIST_TEST_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")  # MNIST's own held-out set, when present
 IDX_MAGIC = {"images": 2051, "labels": 2049}
 
 
@@ -47,7 +55,7 @@ def _open_maybe_gz(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def find_mnist(data_dir: str | os.PathLike | None) -> tuple[Path, Path]:
+def find_mnist(data_dir: str | os.PathLike | None, files=MNIST_FILES) -> tuple[Path, Path]:
     """Return the (images, labels) paths or raise DataError naming what is missing."""
     if not data_dir:
         raise DataError("--data mnist needs --data-dir DIR holding MNIST's IDX files "
@@ -57,7 +65,7 @@ def find_mnist(data_dir: str | os.PathLike | None) -> tuple[Path, Path]:
         raise DataError(f"--data-dir {root} does not exist or is not a directory; "
                         "point it at the folder holding MNIST's IDX files")
     found = []
-    for stem in MNIST_FILES:
+    for stem in files:
         for candidate in (root / stem, root / f"{stem}.gz", root / stem.replace("-idx", ".idx")):
             if candidate.is_file():
                 found.append(candidate)
@@ -129,12 +137,12 @@ def check_source(source: str, data_dir: str | None, *, world: int, batch: int) -
     samples_per_rank(len(labels), world, batch)
 
 
-def load_real(source: str, data_dir: str | None):
+def load_real(source: str, data_dir: str | None, files=MNIST_FILES):
     """(images uint8 N x H x W, labels int64 N) as numpy arrays."""
     import numpy as np
 
     if source == "mnist":
-        images_path, labels_path = find_mnist(data_dir)
+        images_path, labels_path = find_mnist(data_dir, files)
         images, labels = read_idx(images_path, "images"), read_idx(labels_path, "labels")
         if len(images) != len(labels):
             raise DataError(f"MNIST files disagree: {images_path} holds {len(images)} images, {labels_path} "
@@ -179,49 +187,142 @@ class SyntheticBatches:
         return self.x[i], self.y[i]
 
 
-class ShardedBatches:
-    """Epochs over an in-memory uint8 data set, sharded by rank, converted per batch on the device."""
+def shard_order(samples: int, *, world: int, rank: int, seed: int, epoch: int):
+    """The sample indices rank `rank` takes in epoch `epoch`: DistributedSampler's own order (drop_last),
+    so the in-memory path and the DataLoader path see the same samples."""
+    from torch.utils.data import DistributedSampler
 
-    def __init__(self, images, labels, *, batch, channels, image, seed, rank, world, device):
+    sampler = DistributedSampler(range(samples), num_replicas=world, rank=rank, shuffle=True, seed=seed,
+                                 drop_last=True)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+class HeldImages:
+    """An in-memory uint8 data set and its conversion to the model's input: scaled to [0, 1], normalised by
+    the data set's own mean and std, resized to the model's side and repeated over its channels. The same
+    arithmetic per batch on the device (memory loader) or per sample in a DataLoader (dataloader loader)."""
+
+    def __init__(self, images, labels, *, channels, image, device="cpu", stats=None):
         import torch
 
         self.images = torch.from_numpy(images.copy()).to(device)
         self.labels = torch.from_numpy(labels.copy()).to(device)
-        self.per_rank = samples_per_rank(len(self.labels), world, batch)
-        n = self.per_rank * world
-        scaled = self.images.float() / 255.0
-        self.mean, self.std = scaled.mean().item(), scaled.std().item()
-        self.batch, self.channels, self.image = batch, channels, image
-        self.seed, self.rank, self.world, self.n = seed, rank, world, n
+        if stats is None:  # a held-out set is normalised with its training set's (mean, std)
+            scaled = self.images.float() / 255.0
+            stats = scaled.mean().item(), scaled.std().item()
+        self.mean, self.std = stats
+        self.channels, self.image = channels, image
+
+    def __len__(self):
+        return len(self.labels)
+
+    def convert(self, raw):
+        """uint8 N x H x W -> float N x C x S x S."""
+        import torch.nn.functional as F
+
+        x = (raw.float().div_(255.0) - self.mean) / self.std
+        x = x.unsqueeze(1)
+        if x.shape[-1] != self.image:
+            x = F.interpolate(x, size=(self.image, self.image), mode="bilinear", align_corners=False)
+        if self.channels != 1:
+            x = x.expand(-1, self.channels, -1, -1).contiguous()
+        return x
+
+    def __getitem__(self, i):  # one sample, as a Dataset gives it to a DataLoader
+        return self.convert(self.images[i : i + 1])[0], self.labels[i]
+
+    def batches(self, batch_size: int):
+        """The whole set in order, converted, in batches (held-out evaluation)."""
+        for lo in range(0, len(self), batch_size):
+            yield self.convert(self.images[lo : lo + batch_size]), self.labels[lo : lo + batch_size]
+
+
+class ShardedBatches:
+    """Epochs over an in-memory data set, sharded by rank, converted per batch on the device (--loader memory)."""
+
+    def __init__(self, images, labels, *, batch, channels, image, seed, rank, world, device):
+        self.data = HeldImages(images, labels, channels=channels, image=image, device=device)
+        self.per_rank = samples_per_rank(len(self.data), world, batch)
+        self.batch, self.seed, self.rank, self.world = batch, seed, rank, world
         self.epoch, self.pos, self.order = -1, 0, None
         self._new_epoch()
+
+    @property
+    def mean(self):
+        return self.data.mean
+
+    @property
+    def std(self):
+        return self.data.std
 
     def _new_epoch(self):
         import torch
 
         self.epoch += 1
-        gen = torch.Generator().manual_seed(self.seed * 7919 + self.epoch)
-        perm = torch.randperm(len(self.labels), generator=gen)[: self.n]
-        self.order = perm[self.rank :: self.world].to(self.labels.device)
+        self.order = torch.tensor(shard_order(len(self.data), world=self.world, rank=self.rank, seed=self.seed,
+                                              epoch=self.epoch), device=self.data.labels.device)
         self.pos = 0
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        import torch.nn.functional as F
-
         if self.pos + self.batch > self.per_rank:
             self._new_epoch()
         idx = self.order[self.pos : self.pos + self.batch]
         self.pos += self.batch
-        x = (self.images[idx].float().div_(255.0) - self.mean) / self.std
-        x = x.unsqueeze(1)
-        if x.shape[-1] != self.image:
-            x = F.interpolate(x, size=(self.image, self.image), mode="bilinear", align_corners=False)
-        if self.channels != 1:
-            x = x.expand(-1, self.channels, -1, -1).contiguous()
-        return x, self.labels[idx]
+        return self.data.convert(self.data.images[idx]), self.data.labels[idx]
+
+
+class SyntheticDataset:
+    """A rank's synthetic batches (SyntheticBatches' tensors, kept on the CPU) as a data set of samples, read in
+    order: a DataLoader over it gives the same batches the on-device path cycles through."""
+
+    def __init__(self, *, batch, channels, image, classes, seed, rank):
+        held = SyntheticBatches(batch=batch, channels=channels, image=image, classes=classes, seed=seed, rank=rank,
+                                device="cpu")
+        self.x = held.x.reshape(-1, *held.x.shape[2:])
+        self.y = held.y.reshape(-1)
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+class DataLoaderBatches:
+    """A data set through torch's DataLoader, as users' training scripts read it: `workers` loader processes,
+    a sampler (DistributedSampler, reshuffled by set_epoch each epoch, or in order), each batch copied to the
+    device; cycled over epochs forever."""
+
+    def __init__(self, dataset, *, batch, seed, rank, world, device, workers, shuffle=True):
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
+
+        self.sampler = (DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed,
+                                           drop_last=True) if shuffle else SequentialSampler(dataset))
+        self.loader = DataLoader(dataset, batch_size=batch, sampler=self.sampler, num_workers=workers,
+                                 drop_last=True, persistent_workers=workers > 0,
+                                 pin_memory=getattr(device, "type", device) == "cuda",
+                                 generator=torch.Generator().manual_seed(rank_seed(seed, rank)))
+        self.device, self.epoch, self.it = device, 0, None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            if self.it is None:
+                if hasattr(self.sampler, "set_epoch"):
+                    self.sampler.set_epoch(self.epoch)
+                self.it = iter(self.loader)
+            try:
+                x, y = next(self.it)
+                return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            except StopIteration:
+                self.epoch, self.it = self.epoch + 1, None
 
 
 def image_tree(data_dir: str | None) -> tuple[list[str], list]:
@@ -241,50 +342,139 @@ def image_tree(data_dir: str | None) -> tuple[list[str], list]:
     return classes, samples
 
 
-class LoaderBatches:
-    """An ImageFolder tree through torch's DataLoader and DistributedSampler, as users' training scripts read
-    it: the usual training transforms, `workers` loader processes, epochs reshuffled by the seed."""
+def image_folder_dataset(data_dir, *, channels, image, train=True):
+    """An ImageFolder tree with the usual transforms: RandomResizedCrop and a flip for training, Resize and a
+    centre crop for evaluation; normalised (ImageNet's statistics for colour, 0.5 for grey)."""
+    from torchvision import datasets, transforms
 
-    def __init__(self, data_dir, *, batch, channels, image, seed, rank, world, device, workers):
-        import torch
-        from torch.utils.data import DataLoader, DistributedSampler
-        from torchvision import datasets, transforms
+    grey = [transforms.Grayscale(num_output_channels=1)] if channels == 1 else []
+    mean, std = ((0.5,), (0.5,)) if channels == 1 else ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    shape = ([transforms.RandomResizedCrop(image), transforms.RandomHorizontalFlip()] if train else
+             [transforms.Resize(int(image * 8 / 7)), transforms.CenterCrop(image)])
+    return datasets.ImageFolder(data_dir, transforms.Compose([*shape, *grey, transforms.ToTensor(),
+                                                              transforms.Normalize(mean, std)]))
 
-        grey = [transforms.Grayscale(num_output_channels=1)] if channels == 1 else []
-        mean, std = ((0.5,), (0.5,)) if channels == 1 else ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-        dataset = datasets.ImageFolder(data_dir, transforms.Compose([
-            transforms.RandomResizedCrop(image), transforms.RandomHorizontalFlip(), *grey, transforms.ToTensor(),
-            transforms.Normalize(mean, std)]))
-        self.sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed,
-                                          drop_last=True)
-        self.loader = DataLoader(dataset, batch_size=batch, sampler=self.sampler, num_workers=workers,
-                                 drop_last=True, persistent_workers=workers > 0,
-                                 generator=torch.Generator().manual_seed(rank_seed(seed, rank)))
-        self.device, self.epoch, self.it = device, 0, None
+
+def open_batches(source, *, batch, channels, image, classes, seed, rank, world, device, data_dir=None,
+                 loader="memory", loader_workers=0, dataset=None):
+    """The batch stream of one worker. `dataset` overrides what the source would load (a held-out split's
+    training part, bench converge): a HeldImages, or a torch Dataset for imagefolder."""
+    if source == "imagefolder":
+        data = dataset if dataset is not None else image_folder_dataset(data_dir, channels=channels, image=image)
+        return DataLoaderBatches(data, batch=batch, seed=seed, rank=rank, world=world, device=device,
+                                 workers=loader_workers)
+    if source == "synthetic":
+        if loader == "dataloader":
+            return DataLoaderBatches(SyntheticDataset(batch=batch, channels=channels, image=image, classes=classes,
+                                                      seed=seed, rank=rank),
+                                     batch=batch, seed=seed, rank=rank, world=world, device=device,
+                                     workers=loader_workers, shuffle=False)
+        return SyntheticBatches(batch=batch, channels=channels, image=image, classes=classes,
+                                seed=seed, rank=rank, device=device)
+    if dataset is None:
+        images, labels = load_real(source, data_dir)
+    else:
+        images, labels = dataset
+    if loader == "dataloader":
+        held = HeldImages(images, labels, channels=channels, image=image)
+        samples_per_rank(len(held), world, batch)
+        return DataLoaderBatches(held, batch=batch, seed=seed, rank=rank, world=world, device=device,
+                                 workers=loader_workers)
+    return ShardedBatches(images, labels, batch=batch, channels=channels, image=image, seed=seed,
+                          rank=rank, world=world, device=device)
+
+
+class TimedBatches:
+    """A batch stream that adds up how long the training loop waited for its batches (input wait): two clock
+    readings per step, only where a DataLoader feeds the run."""
+
+    def __init__(self, inner):
+        import time
+
+        self.inner, self.wait_s, self._clock = inner, 0.0, time.perf_counter
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        while True:
-            if self.it is None:
-                self.sampler.set_epoch(self.epoch)
-                self.it = iter(self.loader)
-            try:
-                x, y = next(self.it)
-                return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            except StopIteration:
-                self.epoch, self.it = self.epoch + 1, None
+        t0 = self._clock()
+        out = next(self.inner)
+        self.wait_s += self._clock() - t0
+        return out
 
 
-def open_batches(source, *, batch, channels, image, classes, seed, rank, world, device, data_dir=None,
-                 loader_workers=0):
-    if source == "imagefolder":
-        return LoaderBatches(data_dir, batch=batch, channels=channels, image=image, seed=seed, rank=rank,
-                             world=world, device=device, workers=loader_workers)
+# ---------------------------------------------------------------- held-out data (bench converge)
+class HeldOut:
+    """A held-out set to evaluate on: in-memory (HeldImages) or a torch Dataset (an image folder), in batches."""
+
+    def __init__(self, data, samples: int, describe: str):
+        self.data, self.samples, self.describe = data, samples, describe
+
+    def batches(self, batch_size: int = 256):
+        if isinstance(self.data, HeldImages):
+            yield from self.data.batches(batch_size)
+            return
+        from torch.utils.data import DataLoader
+
+        yield from DataLoader(self.data, batch_size=batch_size, shuffle=False, num_workers=0)
+
+
+def split_indices(samples: int, holdout: float, seed: int) -> tuple[list[int], list[int]]:
+    """(training, held-out) indices: a seeded shuffle, the first `holdout` share held out; the same split for
+    every backend and world size."""
+    import torch
+
+    if not 0.0 < holdout < 1.0:
+        raise DataError(f"--holdout {holdout}: give a share between 0 and 1, such as 0.2")
+    perm = torch.randperm(samples, generator=torch.Generator().manual_seed(seed * 7919 + 1)).tolist()
+    held = max(1, round(samples * holdout))
+    if held >= samples:
+        raise DataError(f"--holdout {holdout} leaves no training sample of {samples}")
+    return sorted(perm[held:]), sorted(perm[:held])
+
+
+def converge_data(source: str, data_dir: str | None, *, holdout: float, seed: int, channels: int, image: int):
+    """(training part, as open_batches takes it with `dataset=`; the HeldOut set). MNIST's own t10k files are
+    the held-out set when they are in --data-dir; otherwise a seeded `holdout` share of the data is kept out of
+    training. Synthetic data have nothing to learn, so they are refused."""
     if source == "synthetic":
-        return SyntheticBatches(batch=batch, channels=channels, image=image, classes=classes,
-                                seed=seed, rank=rank, device=device)
+        raise DataError("time to accuracy needs a real data set: --data digits (always here), mnist or imagefolder")
+    if source == "imagefolder":
+        from torch.utils.data import Subset
+
+        classes, samples = image_tree(data_dir)
+        train_idx, held_idx = split_indices(len(samples), holdout, seed)
+        train = Subset(image_folder_dataset(data_dir, channels=channels, image=image), train_idx)
+        held = Subset(image_folder_dataset(data_dir, channels=channels, image=image, train=False), held_idx)
+        return train, HeldOut(held, len(held_idx), f"{len(held_idx)} images held out of {len(samples)} "
+                                                   f"({holdout:.0%}, seeded)")
     images, labels = load_real(source, data_dir)
-    return ShardedBatches(images, labels, batch=batch, channels=channels, image=image, seed=seed,
-                          rank=rank, world=world, device=device)
+    if source == "mnist" and _has_files(data_dir, MNIST_TEST_FILES):
+        test_images, test_labels = load_real(source, data_dir, MNIST_TEST_FILES)
+        describe = f"MNIST's own test set ({len(test_labels)} images)"
+    else:
+        train_idx, held_idx = split_indices(len(labels), holdout, seed)
+        test_images, test_labels = images[held_idx], labels[held_idx]
+        images, labels = images[train_idx], labels[train_idx]
+        describe = f"{len(held_idx)} of {len(train_idx) + len(held_idx)} samples held out ({holdout:.0%}, seeded)"
+    stats = HeldImages(images, labels, channels=channels, image=image)
+    held = HeldImages(test_images, test_labels, channels=channels, image=image, stats=(stats.mean, stats.std))
+    return (images, labels), HeldOut(held, len(test_labels), describe)
+
+
+def _has_files(data_dir, files) -> bool:
+    try:
+        find_mnist(data_dir, files)
+        return True
+    except DataError:
+        return False
+
+
+def training_samples(source: str, data_dir: str | None, *, holdout: float, seed: int) -> int:
+    """How many samples the training part of converge_data holds (the parent plans epochs with it)."""
+    if source == "imagefolder":
+        return len(split_indices(len(image_tree(data_dir)[1]), holdout, seed)[0])
+    _, labels = load_real(source, data_dir)
+    if source == "mnist" and _has_files(data_dir, MNIST_TEST_FILES):
+        return len(labels)
+    return len(split_indices(len(labels), holdout, seed)[0])

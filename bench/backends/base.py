@@ -159,6 +159,11 @@ class Backend:
         """Backward passes (micro-batches) per optimizer step; the worker loop runs that many."""
         return 1
 
+    def synchronous(self, options: dict) -> bool:
+        """Whether every worker applies the same averaged update each step, so all hold the same parameters
+        (asynchronous updates let them differ by design)."""
+        return True
+
     def unavailable_reason(self, device: str) -> str | None:
         """None when this backend can run on `device` here, else what is missing and how to get it."""
         return None

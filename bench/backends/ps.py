@@ -223,7 +223,8 @@ class PSGroup(ProcessGroup):
         weights = torch.nn.Parameter(owned)
         optimizer = torch.optim.SGD([weights], lr=spec.lr, momentum=spec.momentum)
         n = self.n_workers
-        steps = spec.warmup_steps + spec.windows * spec.steps_per_window
+        steps = spec.total_steps
+        scheduled = spec.lr_at(0) != spec.lr_at(steps - 1)  # the optimizer's lr follows the run's schedule
         nbytes = owned.numel() * owned.element_size()
         busy = 0.0
 
@@ -241,6 +242,8 @@ class PSGroup(ProcessGroup):
                     total += incoming
                 t0 = time.perf_counter()
                 weights.grad = total / n
+                if scheduled:
+                    optimizer.param_groups[0]["lr"] = spec.lr_at(step)
                 optimizer.step()
                 busy += time.perf_counter() - t0
                 send_all(weights.data, workers)
@@ -254,6 +257,8 @@ class PSGroup(ProcessGroup):
                 worker = dist.recv(incoming)  # from whichever worker pushes next
                 t0 = time.perf_counter()
                 weights.grad = incoming / n
+                if scheduled:
+                    optimizer.param_groups[0]["lr"] = spec.lr_at(push // n)
                 optimizer.step()
                 busy += time.perf_counter() - t0
                 pushed[worker] += 1
@@ -284,6 +289,9 @@ class PSBackend(Backend):
     )
     launcher = TorchrunLauncher()  # ranks 0..N-1 workers, N..N+K-1 servers
     group_type = PSGroup
+
+    def synchronous(self, options):
+        return options["ps_mode"] == "sync"
 
     def unavailable_reason(self, device):
         return distributed_problem("cpu")  # servers and transport are gloo, whatever the workers' device

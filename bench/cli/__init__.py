@@ -1,4 +1,4 @@
-"""`bench`: run, sweep, allreduce, list, report, compare, agreement, regress, baseline, fault, selfcheck, import,
+"""`bench`: run, sweep, allreduce, converge, list, report, compare, agreement, regress, baseline, fault, selfcheck, import,
 doctor, slurm-script, testhosts, testslurm.
 
 One module per verb, each with `add_parser(verbs)` and the function that carries the verb out; VERBS is the
@@ -11,12 +11,12 @@ import os
 import signal
 import sys
 
-from bench.cli import (agreement, allreduce, compare, doctor, fault, import_runs, list_runs, regress, report, run,
+from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, import_runs, list_runs, regress, report, run,
                        selfcheck, slurm_script, sweep, testhosts, testslurm)
 from bench.cli.common import Parser
 from bench.errors import EXIT_INTERRUPTED, EXIT_OK, BenchError, Interrupted
 
-VERBS = (run, sweep, allreduce, list_runs, report, compare, agreement, regress, fault, selfcheck, import_runs, doctor,
+VERBS = (run, sweep, allreduce, converge, list_runs, report, compare, agreement, regress, fault, selfcheck, import_runs, doctor,
          slurm_script, testhosts, testslurm)
 EXIT_INTERNAL = 3  # a bug in bench itself
 

@@ -22,7 +22,7 @@ class Parser(argparse.ArgumentParser):
 
 # ---------------------------------------------------------------- arguments to plain values
 SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject", "inject_delay", "warmup_steps",
-                "steps_per_window", "windows", "seed", "lr", "timeout", "data", "data_dir", "loader_workers", "cpu_bind", "save_params",
+                "steps_per_window", "windows", "seed", "lr", "timeout", "data", "data_dir", "loader", "loader_workers", "cpu_bind", "save_params",
                 "save_model")
 
 

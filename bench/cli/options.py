@@ -133,7 +133,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
     measured = {**DEFAULTS, **(run_defaults or {})}  # a verb may measure with its own defaults (a sweep)
     from bench.store import DEFAULT_STORE
     from workloads import WORKLOADS
-    from workloads.data import SOURCES
+    from workloads.data import LOADERS, SOURCES
 
     return {
         # what runs
@@ -193,8 +193,12 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--data-dir": dict(help="folder with MNIST's IDX files, or an ImageFolder tree (one sub-folder of images "
                                 "per class); nothing is downloaded", needs=["--data", "mnist"],
                            invalid=["/nonexistent/mnist", "", "/"]),
-        "--loader-workers": dict(type=count, help="--data imagefolder: DataLoader processes per worker (default 0: "
-                                                  "in the worker)", invalid=["-1", "x"]),
+        "--loader": dict(choices=LOADERS, help="how in-memory data reach the model: memory (held on the device, "
+                                               "never the limit) or dataloader (torch's DataLoader with a "
+                                               "DistributedSampler, as training scripts read data) (default memory)",
+                         invalid=["disk"]),
+        "--loader-workers": dict(type=count, help="DataLoader processes per worker, with --loader dataloader or "
+                                                  "--data imagefolder (default 0: in the worker)", invalid=["-1", "x"]),
         "--image-size": dict(type=positive_int, help="input side for image models (default: the workload's CPU or "
                                                      "GPU size)", invalid=["0", "x", "8"]),
         # testing the harness
@@ -240,7 +244,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
 PLACEMENT = ("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")
 HOSTS = ("--hosts", "--hostfile", "--scheduler", "--iface", "--link")
 MEASUREMENT = ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows", "--seed", "--lr", "--timeout")
-DATA = ("--data", "--data-dir", "--loader-workers", "--image-size")
+DATA = ("--data", "--data-dir", "--loader", "--loader-workers", "--image-size")
 HARNESS = ("--inject", "--inject-delay", "--save-params")
 COMM = ("--min-bytes", "--max-bytes", "--dtype", "--ops", "--warmup-iters", "--iters")
 

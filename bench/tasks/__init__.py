@@ -16,6 +16,7 @@ TASK_MODULES = {
     "train": "bench.tasks.train",  # the measured training loop
     "comm": "bench.tasks.comm",  # a communication sweep in nccl-tests' conventions
     "fault": "bench.tasks.fault",  # training through an injected fault under a backend's elastic mode
+    "converge": "bench.tasks.converge",  # time to a held-out accuracy on a real data set
 }
 
 

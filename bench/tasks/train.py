@@ -69,10 +69,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         spec_opts["data_dir"] = os.path.abspath(spec_opts["data_dir"])
     classes = (size.synthetic_classes if spec_opts["data"] == "synthetic"
                else real_classes(spec_opts["data"], spec_opts.get("data_dir")))
-    if spec_opts.get("loader_workers", 0) < 0:
-        raise UsageError("--loader-workers must be 0 or more")
-    if spec_opts.get("loader_workers") and spec_opts["data"] != "imagefolder":
-        raise UsageError("--loader-workers applies to --data imagefolder (the other sources are held in memory)")
+    check_loader(spec_opts)
 
     processes = sum(roles.values())
 
@@ -92,6 +89,31 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
 
 
 
+def check_loader(spec_opts: dict) -> None:
+    """--loader and --loader-workers: the image folder is always read through a DataLoader, the other sources
+    through one only when asked; loader processes need a DataLoader."""
+    from workloads.data import LOADERS
+
+    loader = spec_opts.setdefault("loader", "memory")
+    if loader not in LOADERS:
+        raise UsageError(f"--loader {loader!r}: choose one of {', '.join(LOADERS)}")
+    if spec_opts["data"] == "imagefolder":
+        spec_opts["loader"] = "dataloader"  # read from files: there is no in-memory path
+    if spec_opts.get("loader_workers", 0) < 0:
+        raise UsageError("--loader-workers must be 0 or more")
+    if spec_opts.get("loader_workers") and spec_opts["loader"] != "dataloader":
+        raise UsageError("--loader-workers needs a DataLoader: add --loader dataloader (or use --data imagefolder)")
+
+
+def input_limited(wait_share: float | None) -> bool | None:
+    """Whether the input pipeline limits throughput: the training loop waited for batches for at least
+    INPUT_BOUND_SHARE of its step time (docs/method.md, "Input pipeline")."""
+    return None if wait_share is None else wait_share >= INPUT_BOUND_SHARE
+
+
+INPUT_BOUND_SHARE = 0.2
+
+
 @dataclass
 class RankFigures(Record):
     """One worker's own figures (stragglers show here)."""
@@ -104,6 +126,7 @@ class RankFigures(Record):
     loss_last: float
     param_checksum: float
     threads: dict
+    input_wait_share: float | None = None  # time waiting for batches / window time (a DataLoader feeds the run)
 
 
 @dataclass
@@ -118,6 +141,11 @@ class TrainMetrics(Record):
     param_count: int
     loss_last: float
     other_roles: list[dict] = field(default_factory=list)  # processes that do not train (PS servers)
+    input_wait_share: float | None = None  # the largest worker's share of step time spent waiting for input
+
+    @property
+    def input_limited(self) -> bool | None:
+        return input_limited(self.input_wait_share)
 
 
 class ProgressPrinter:
@@ -145,7 +173,7 @@ def train_rank(joined, inject: dict | None) -> dict:
     from bench.model import build_model, save_params
     from bench.worker import StepLoop, bind_cpus, step_delay_seconds, timed_windows
     from workloads import get_workload
-    from workloads.data import open_batches
+    from workloads.data import TimedBatches, open_batches
 
     spec, run_dir, info = joined.spec, joined.run_dir, joined.info
     affinity = bind_cpus(spec, info.local_rank)
@@ -156,7 +184,10 @@ def train_rank(joined, inject: dict | None) -> dict:
     batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
                            image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
                            rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir,
-                           loader_workers=spec.loader_workers)
+                           loader=spec.loader, loader_workers=spec.loader_workers)
+    timed_input = TimedBatches(batches) if spec.loader == "dataloader" else None
+    batches = timed_input or batches
+    input_waits = []  # input wait per timed window (a DataLoader feeds the run)
     loss_fn = nn.CrossEntropyLoss()
     passes = spec.backward_passes  # micro-batches per optimizer step; the loss is scaled to match one big batch
     scale = 1.0 / passes
@@ -173,6 +204,9 @@ def train_rank(joined, inject: dict | None) -> dict:
     step = StepLoop(optimizer_step, inject)
 
     def progress(window: int):
+        if timed_input is not None:  # the wait since the last window ended: this window's, once timing began
+            input_waits.append(timed_input.wait_s)
+            timed_input.wait_s = 0.0
         run_dir.write(joined.file_rank, joined.attempt, "progress",
                       {"steps": step.done, "window": window, "time": time.time()})
 
@@ -193,6 +227,7 @@ def train_rank(joined, inject: dict | None) -> dict:
     window_times, last_losses = timed_windows(step, spec.windows, spec.steps_per_window, joined.group.barrier,
                                               sync, progress)
     window_losses = [loss.item() for loss in last_losses]
+    window_input_wait = input_waits[1:] if timed_input is not None else None  # [0] is the warm-up's
 
     plain = getattr(model, "module", model)  # the model without its data-parallel wrapper
     with torch.no_grad():
@@ -206,6 +241,7 @@ def train_rank(joined, inject: dict | None) -> dict:
         "saved_model": saved,
         "window_times": window_times,
         "window_losses": window_losses,
+        "window_input_wait_s": window_input_wait,
         "loss_first": loss_first,
         "steps": step.done,
         "step_delay_s": step.delay_s,
@@ -263,7 +299,9 @@ def train_metrics(spec: RunSpec, results: dict, launched_at: float) -> TrainMetr
             step_time_mean_s=sum(out["window_times"]) / (len(out["window_times"]) * k),
             peak_rss_bytes=res.peak_rss_bytes, cuda_peak_bytes=out["cuda_peak_bytes"],
             loss_first=out["loss_first"], loss_last=out["window_losses"][-1],
-            param_checksum=out["param_checksum"], threads=out["threads"]))
+            param_checksum=out["param_checksum"], threads=out["threads"],
+            input_wait_share=(sum(out["window_input_wait_s"]) / sum(out["window_times"])
+                              if out.get("window_input_wait_s") is not None else None)))
     slowest = max(p.step_time_mean_s for p in per_rank)
     fastest = min(p.step_time_mean_s for p in per_rank)
     return TrainMetrics(
@@ -277,8 +315,25 @@ def train_metrics(spec: RunSpec, results: dict, launched_at: float) -> TrainMetr
         peak_rss_bytes_max=max(p.peak_rss_bytes for p in per_rank),
         param_count=workers[ranks[0]].output["param_count"],
         loss_last=per_rank[0].loss_last,
+        input_wait_share=max((p.input_wait_share for p in per_rank if p.input_wait_share is not None), default=None),
         other_roles=[{"rank": r, "role": res.rank_info.role, "served": res.output["served"],
                       "peak_rss_bytes": res.peak_rss_bytes} for r, res in sorted(others.items())])
+
+
+def loader_words(spec) -> str:
+    """How the data reach the model, when not held on the device."""
+    if spec.loader != "dataloader":
+        return ""
+    return f" through a DataLoader ({spec.loader_workers} loader process(es)/worker)"
+
+
+def input_words(m) -> str | None:
+    """What the input pipeline cost a run fed by a DataLoader, and whether it limits throughput."""
+    if m.input_wait_share is None:
+        return None
+    verdict = ("input limits throughput" if m.input_limited else
+               "input does not limit throughput: compute and communication do")
+    return f"input wait: {m.input_wait_share:.0%} of step time (slowest worker): {verdict}"
 
 
 def fmt_throughput(thr: Summary | None) -> str:
@@ -295,14 +350,14 @@ class TrainTask(Task):
     metrics_type = TrainMetrics
     report_module = "bench.tasks.train_report"
     columns = ("throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s", "startup_s",
-               "rendezvous_s", "peak_rss_mb")
+               "rendezvous_s", "peak_rss_mb", "loader", "input_wait_share")
 
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
         placement = f"{spec.world_size} GPU(s), NCCL" if spec.device == "cuda" else \
             f"{spec.world_size} CPU process(es), gloo"
         return (f"{spec.backend} {spec.workload}, {placement}, batch {spec.batch_size}/worker, "
-                f"{spec.threads} thread(s)/worker, {spec.data} data, {spec.image_size}px, "
+                f"{spec.threads} thread(s)/worker, {spec.data} data{loader_words(spec)}, {spec.image_size}px, "
                 f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
 
     def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
@@ -356,6 +411,8 @@ class TrainTask(Task):
                          f"{start.rendezvous_s:.2f} s")
             lines.append(f"peak memory: {m.peak_rss_bytes_max / 2**20:,.0f} MiB RSS (largest rank); "
                          f"straggler ratio {m.straggler_ratio:.3f}")
+            if input_words(m):
+                lines.append(input_words(m))
             for row in m.per_rank:
                 lines.append(f"  rank {row.rank}: {fmt_throughput(row.throughput)}, "
                              f"{1000 * row.step_time_mean_s:.2f} ms/step")
@@ -370,7 +427,8 @@ class TrainTask(Task):
         return {"throughput": m.throughput.mean, "ci_low": m.throughput.ci_low, "ci_high": m.throughput.ci_high,
                 "rel_stdev": m.throughput.rel_stdev, "unstable": m.throughput.unstable,
                 "step_time_s": m.step_time_s.mean, "startup_s": m.startup.launch_to_first_step_s,
-                "rendezvous_s": m.startup.rendezvous_s, "peak_rss_mb": m.peak_rss_bytes_max / 2**20}
+                "rendezvous_s": m.startup.rendezvous_s, "peak_rss_mb": m.peak_rss_bytes_max / 2**20,
+                "loader": record.spec.loader, "input_wait_share": m.input_wait_share}
 
     def gate_figures(self, records, all_records):
         """throughput, vs_plain (over N x the plain loop's) and efficiency (over N x its own at one

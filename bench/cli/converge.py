@@ -1,0 +1,85 @@
+"""`bench converge`: time to accuracy on a real data set, per backend (and world size), every run stored."""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.backends import COMPARED
+from bench.cli import options
+from bench.cli.common import names, open_store, print_json, spec_options, status_exit, world_of
+from bench.tasks.converge import CONVERGE_DEFAULTS, LR_SCALINGS
+
+ALL = "all"
+
+
+def add_parser(verbs) -> None:
+    d = CONVERGE_DEFAULTS
+    own = argparse.ArgumentParser(add_help=False)
+    g = own.add_argument_group("what runs")
+    options.add(g, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
+                                                   f"({', '.join(COMPARED)}) (default %(default)s)",
+                invalid=["tensorflow", "elastic,nope"])
+    options.add(g, "--world-sizes", type=options.world_sizes,
+                help="comma-separated world sizes, to see how the lr rule changes time to accuracy "
+                     "(default: --nproc or --gpus alone)", invalid=["1,x", "0", "", "-2"])
+    t = own.add_argument_group("time to accuracy")
+    options.add(t, "--target", type=options.positive_float,
+                help=f"held-out accuracy to reach, 0 to 1 (default {d['target']})", invalid=["0", "x", "1.5"])
+    options.add(t, "--epochs", type=options.positive_int,
+                help=f"passes over the training part; every backend runs them all (default {d['epochs']})",
+                invalid=["0", "x"])
+    options.add(t, "--eval-every", type=options.positive_int, metavar="STEPS",
+                help=f"evaluate held-out accuracy every STEPS optimizer steps (default: {d['evals_per_epoch']} "
+                     "times an epoch)", invalid=["0", "x"])
+    options.add(t, "--lr-scaling", choices=LR_SCALINGS,
+                help=f"none: --lr at every world size; linear: --lr x world size (default {d['lr_scaling']})",
+                invalid=["sqrt"])
+    options.add(t, "--warmup-epochs", type=options.finite_float,
+                help=f"with linear scaling, epochs over which the lr rises from --lr to its scaled value "
+                     f"(default {d['warmup_epochs']:g})", invalid=["-1", "x", "99"])
+    options.add(t, "--holdout", type=options.positive_float,
+                help=f"share of the data held out for evaluation, where the data set has no test set of its own "
+                     f"(default {d['holdout']:g})", invalid=["0", "1", "x"])
+    options.add(own, "--report", metavar="FILE", type=options.nonempty_path,
+                help="after the runs, write the HTML report there, plus a timestamped copy beside it",
+                invalid=["", "/", options.LONG_PATH])
+    measured = options.parent("measurement", ("--batch-size", "--seed", "--lr", "--timeout"))
+    p = verbs.add_parser("converge", help="time to a held-out accuracy per backend, on a real data set",
+                         description="Time to a held-out accuracy per backend (and world size), on a real data set: "
+                                     "--data digits by default (scikit-learn's, always here), mnist or imagefolder "
+                                     "with --data-dir. Every run is stored; --report writes the page.",
+                         parents=[own, options.parent("what runs", ("--workload",)), options.placement(), measured,
+                                  options.parent("data", options.DATA, data=d["data"]),
+                                  options.backend_options(), options.store(), options.json_output()])
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    from bench.runner import run_specs
+    from bench.tasks.converge import build_spec
+
+    if args.report:
+        from bench.report import output_path
+
+        output_path(args.report)  # before the runs, not after them
+    device, world = world_of(args, None)
+    backends = list(COMPARED) if args.backend == ALL else names(args.backend)
+    train = spec_options(args, backends)
+    plan = dict(target=args.target, epochs=args.epochs, eval_every=args.eval_every, lr_scaling=args.lr_scaling,
+                warmup_epochs=args.warmup_epochs, holdout=args.holdout)
+    # every spec is built (and checked) before the first run starts
+    specs = [build_spec(backend=backend, workload=args.workload, world_size=n, device=device, **plan, **train)
+             for n in (args.world_sizes or [world]) for backend in backends]
+    records = run_specs(specs, open_store(args.store, runs=True), "bench converge", show_progress=not args.json)
+    if args.json:
+        print_json([r.to_dict() for r in records] if len(records) > 1 else records[0].to_dict())
+    else:
+        for r in records:
+            print(f"{r.spec.backend:8} world {r.spec.world_size}: {r.task.one_line(r)}")
+    if args.report:
+        from bench.report import write_report_with_copy
+        from bench.runner import note
+
+        latest, stamped = write_report_with_copy(open_store(args.store), args.report)
+        note(f"report written to {latest} (and {stamped})")
+    return status_exit([r.status for r in records])
