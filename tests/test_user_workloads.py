@@ -56,6 +56,65 @@ def test_a_broken_workload_is_one_line_before_anything_runs(tmp_path, monkeypatc
     assert not store.exists()
 
 
+OWN_DATA = GOOD + """
+
+def datasets():
+    import torch
+    from torch.utils.data import TensorDataset
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 1, 12, 12, generator=gen), torch.randint(0, 4, (64,), generator=gen)
+    return TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])
+
+
+OWN = Workload(name="own", summary="with its data", channels=1, gpu=Size(64, 12, 4, 50), cpu=Size(8, 12, 4, 5),
+               fixed_image=True, build=build, datasets=datasets, classes=4)
+"""
+
+
+@pytest.mark.parametrize("change, args, fragment", [
+    (("classes=4", "classes=None"), [], "OWN.classes must say how many classes"),
+    (("datasets=datasets, classes", "datasets=3, classes"), [], "OWN.datasets must be None or callable"),
+    (("    return TensorDataset(x[:48]", "    raise OSError('no disk')\n    return TensorDataset(x[:48]"), [],
+     "must return (train, held_out) data sets of (input, class index) pairs (OSError: no disk)"),
+    (("torch.randn(64, 1, 12, 12", "torch.randn(64, 1, 10, 10"), [], "samples are Tensor (1, 10, 10); the model takes"),
+    (("randint(0, 4,", "randint(4, 5,"), [], "has class 4; it declares 4 classes"),
+    (("fixed_image=True, build=build, datasets", "fixed_image=True, build=build, loss=7, datasets"), [],
+     "OWN.loss must be None or callable"),
+    (("fixed_image=True, build=build, datasets", "fixed_image=True, build=build, loss=lambda: len, datasets"), [],
+     "its loss does not take (scores, class indices)"),
+    (("", ""), ["--batch-size", "30"], "too few for 2 worker(s) x batch 30"),
+])
+def test_a_broken_dataset_factory_or_loss_is_one_line(tmp_path, monkeypatch, change, args, fragment):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "w.py", OWN_DATA.replace(*change) if change[0] else OWN_DATA)
+    store = tmp_path / "results" / "b.sqlite"
+    proc = bench_in_process("run", "--workload", "w.py:OWN", "--data", "workload", "--nproc", 2, *args,
+                            "--store", store)
+    assert_one_line_error(proc, fragment)
+    assert not store.exists()
+
+
+def test_data_workload_needs_a_factory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "w.py", GOOD)
+    assert_one_line_error(bench_in_process("run", "--workload", "w.py:TINY", "--data", "workload",
+                                           "--store", tmp_path / "b.sqlite"), "brings no data sets of its own")
+
+
+@pytest.mark.slow
+def test_the_example_trains_on_its_own_data_with_its_own_loss(store):
+    """examples/custom_model.py brings its data sets and loss: a converge run on them learns (far above the 10%
+    of chance) and records where its held-out set came from."""
+    proc, record = bench_json("converge", "--workload", "examples/custom_model.py:WORKLOAD", "--data", "workload",
+                              "--backend", "elastic", "--nproc", 2, "--epochs", 3, "--target", 0.6, "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    m = record["metrics"]
+    assert record["spec"]["loader"] == "dataloader" and record["spec"]["num_classes"] == 10
+    assert m["reached"] and m["final_accuracy"] > 0.6 and m["held_out"].startswith("the workload's own held-out set")
+    assert processes_of_run(record["run_id"]) == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend, form", [("elastic", "package"), ("horovod", "file"), ("ps", "file")])
 def test_a_users_workload_runs_under_every_backend(tmp_path, store, backend, form):

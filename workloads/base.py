@@ -1,4 +1,5 @@
-"""What a workload is: a model, its input shape, its default batch, and a CPU size."""
+"""What a workload is: a model, its input shape, its default batch, and a CPU size; optionally its own loss and
+its own data sets (train and held-out), which `--data workload` reads."""
 
 from __future__ import annotations
 
@@ -25,6 +26,17 @@ class Workload:
     cpu: Size  # the "CPU size": what runs when no GPU is in play
     fixed_image: bool  # True when the model only accepts its native image side
     build: Callable[[int, int], "object"]  # (num_classes, image side) -> torch.nn.Module
+    # () -> a loss module called as loss(scores, class indices); None: torch.nn.CrossEntropyLoss()
+    loss: Callable[[], "object"] | None = None
+    # () -> (train, held_out): torch Datasets of (input of shape (channels, image, image), class index) pairs,
+    # read through a DataLoader with a DistributedSampler under `--data workload`; None: it has none
+    datasets: Callable[[], tuple] | None = None
+    classes: int | None = None  # the class count of its own data sets (needed with `datasets`)
+
+    def make_loss(self):
+        import torch.nn as nn
+
+        return self.loss() if self.loss is not None else nn.CrossEntropyLoss()
 
     def size(self, device: str) -> Size:
         return self.gpu if device == "cuda" else self.cpu

@@ -5,6 +5,8 @@
 - digits: scikit-learn's 8x8 handwritten digits (1797 real images, shipped with the package), scaled
   to the workload's input.
 - mnist: MNIST's own IDX files read from a directory the user gives; nothing is ever downloaded.
+- workload: the user's workload's own data sets (Workload.datasets: train and held-out torch Datasets),
+  read through a DataLoader with a DistributedSampler.
 - imagefolder: a torchvision ImageFolder tree (one folder per class) the user gives, such as an ImageNet
   copy, read through a DataLoader with a DistributedSampler and the usual training transforms
   (RandomResizedCrop, RandomHorizontalFlip, normalisation), K loader processes per worker (--loader-workers).
@@ -27,7 +29,8 @@ import struct
 import zlib
 from pathlib import Path
 
-SOURCES = ("synthetic", "digits", "mnist", "imagefolder")
+SOURCES = ("synthetic", "digits", "mnist", "imagefolder", "workload")
+READ_BY_LOADER = ("imagefolder", "workload")  # sources with no in-memory path: always a DataLoader
 LOADERS = ("memory", "dataloader")
 SYNTHETIC_BATCHES = 8  # distinct batches cycled per rank: enough that no step reuses the previous one
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
@@ -39,9 +42,11 @@ class DataError(Exception):
     """The data source cannot be used as asked; the message says what to do."""
 
 
-def real_classes(source: str, data_dir: str | None = None) -> int:
+def real_classes(source: str, data_dir: str | None = None, workload=None) -> int:
     if source == "imagefolder":
         return len(image_tree(data_dir)[0])
+    if source == "workload":
+        return workload.classes
     return 10  # the other real sources are handwritten digits
 
 
@@ -118,12 +123,17 @@ def samples_per_rank(samples: int, world: int, batch: int) -> int:
     return per_rank
 
 
-def check_source(source: str, data_dir: str | None, *, world: int, batch: int) -> None:
+def check_source(source: str, data_dir: str | None, *, world: int, batch: int, workload=None,
+                 image: int | None = None) -> None:
     """Parent-side validation, so bad input fails before any process starts: the files read as the
     workers will read them (MNIST once: well under a second), and every rank gets full batches."""
     if source not in SOURCES:
         raise DataError(f"unknown data source {source!r}; choose one of {', '.join(SOURCES)}")
     if source == "synthetic":
+        return
+    if source == "workload":
+        train, _ = own_datasets(workload, image)
+        samples_per_rank(len(train), world, batch)
         return
     if source == "imagefolder":
         samples_per_rank(len(image_tree(data_dir)[1]), world, batch)
@@ -355,10 +365,53 @@ def image_folder_dataset(data_dir, *, channels, image, train=True):
                                                               transforms.Normalize(mean, std)]))
 
 
+def own_datasets(workload, image: int | None = None) -> tuple:
+    """The workload's own (train, held-out) data sets (Workload.datasets), made once per process and checked:
+    two non-empty data sets whose first sample is an input of the workload's shape and a class index."""
+    import torch
+
+    name = getattr(workload, "name", workload)
+    if workload is None or getattr(workload, "datasets", None) is None:
+        raise DataError(f"--data workload: workload {name} brings no data sets of its own (its `datasets` is None); "
+                        "give it a datasets() factory (README, 'Compare on your own model') or choose another --data")
+    key = id(workload)
+    if key not in _OWN:
+        try:
+            made = workload.datasets()
+            train, held = made
+            sizes = len(train), len(held)
+            x, y = train[0]
+        except Exception as exc:
+            raise DataError(f"--data workload: {name}.datasets() must return (train, held_out) data sets of "
+                            f"(input, class index) pairs ({type(exc).__name__}: {str(exc)[:160]})") from None
+        if min(sizes) < 1:
+            raise DataError(f"--data workload: {name}.datasets() gave {sizes[0]} training and {sizes[1]} held-out "
+                            "samples; both need some")
+        shape = tuple(getattr(x, "shape", ()))
+        expected = (workload.channels, image, image) if image else None
+        if not isinstance(x, torch.Tensor) or (expected and shape != expected):
+            raise DataError(f"--data workload: {name}'s samples are {type(x).__name__} {shape}; the model takes "
+                            f"tensors of shape {expected or '(channels, image, image)'}"
+                            + (" (set --image-size to match)" if expected else ""))
+        label = int(y)
+        if not 0 <= label < workload.classes:
+            raise DataError(f"--data workload: {name}'s first sample has class {label}; it declares "
+                            f"{workload.classes} classes (0..{workload.classes - 1})")
+        _OWN[key] = (train, held)
+    return _OWN[key]
+
+
+_OWN: dict[int, tuple] = {}
+
+
 def open_batches(source, *, batch, channels, image, classes, seed, rank, world, device, data_dir=None,
-                 loader="memory", loader_workers=0, dataset=None):
+                 loader="memory", loader_workers=0, dataset=None, workload=None):
     """The batch stream of one worker. `dataset` overrides what the source would load (a held-out split's
-    training part, bench converge): a HeldImages, or a torch Dataset for imagefolder."""
+    training part, bench converge): a HeldImages, or a torch Dataset for the sources a DataLoader reads."""
+    if source == "workload":
+        data = dataset if dataset is not None else own_datasets(workload, image)[0]
+        return DataLoaderBatches(data, batch=batch, seed=seed, rank=rank, world=world, device=device,
+                                 workers=loader_workers)
     if source == "imagefolder":
         data = dataset if dataset is not None else image_folder_dataset(data_dir, channels=channels, image=image)
         return DataLoaderBatches(data, batch=batch, seed=seed, rank=rank, world=world, device=device,
@@ -433,10 +486,14 @@ def split_indices(samples: int, holdout: float, seed: int) -> tuple[list[int], l
     return sorted(perm[held:]), sorted(perm[:held])
 
 
-def converge_data(source: str, data_dir: str | None, *, holdout: float, seed: int, channels: int, image: int):
-    """(training part, as open_batches takes it with `dataset=`; the HeldOut set). MNIST's own t10k files are
-    the held-out set when they are in --data-dir; otherwise a seeded `holdout` share of the data is kept out of
-    training. Synthetic data have nothing to learn, so they are refused."""
+def converge_data(source: str, data_dir: str | None, *, holdout: float, seed: int, channels: int, image: int,
+                  workload=None):
+    """(training part, as open_batches takes it with `dataset=`; the HeldOut set). A workload's own data sets and
+    MNIST's own t10k files (when they are in --data-dir) bring their held-out set; otherwise a seeded `holdout`
+    share of the data is kept out of training. Synthetic data have nothing to learn, so they are refused."""
+    if source == "workload":
+        train, held = own_datasets(workload, image)
+        return train, HeldOut(held, len(held), f"the workload's own held-out set ({len(held)} samples)")
     if source == "synthetic":
         raise DataError("time to accuracy needs a real data set: --data digits (always here), mnist or imagefolder")
     if source == "imagefolder":
@@ -470,8 +527,11 @@ def _has_files(data_dir, files) -> bool:
         return False
 
 
-def training_samples(source: str, data_dir: str | None, *, holdout: float, seed: int) -> int:
+def training_samples(source: str, data_dir: str | None, *, holdout: float, seed: int, workload=None,
+                     image: int | None = None) -> int:
     """How many samples the training part of converge_data holds (the parent plans epochs with it)."""
+    if source == "workload":
+        return len(own_datasets(workload, image)[0])
     if source == "imagefolder":
         return len(split_indices(len(image_tree(data_dir)[1]), holdout, seed)[0])
     _, labels = load_real(source, data_dir)

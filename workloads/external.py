@@ -98,6 +98,14 @@ def load(reference: str) -> Workload:
     if not callable(workload.build):
         raise WorkloadError(f"--workload: {where}:{name}.build must be callable (num_classes, image side) -> "
                             "torch.nn.Module")
+    if workload.loss is not None and not callable(workload.loss):
+        raise WorkloadError(f"--workload: {where}:{name}.loss must be None or callable () -> a loss module")
+    if workload.datasets is not None:
+        if not callable(workload.datasets):
+            raise WorkloadError(f"--workload: {where}:{name}.datasets must be None or callable () -> (train, held_out)")
+        if not isinstance(workload.classes, int) or workload.classes < 2:
+            raise WorkloadError(f"--workload: {where}:{name}.classes must say how many classes its data sets hold "
+                                f"(an integer of 2 or more), not {workload.classes!r}")
     return workload
 
 
@@ -124,6 +132,13 @@ def check(reference: str, workload: Workload) -> None:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise WorkloadError(f"--workload {reference}: the model must give (batch, classes) = "
                             f"(2, {size.synthetic_classes}) scores, not {shape}")
+    try:
+        value = workload.make_loss()(out, torch.zeros(2, dtype=torch.long))
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            raise ValueError(f"it gave {type(value).__name__} {tuple(getattr(value, 'shape', ()))}, not one number")
+    except Exception as exc:
+        raise WorkloadError(f"--workload {reference}: its loss does not take (scores, class indices) "
+                            f"({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
 def source(reference: str) -> dict:

@@ -32,6 +32,7 @@ def build_spec(*, target: float | None = None, epochs: int | None = None, eval_e
                **train_options):
     """A converge run's spec: a training spec (the same placement, data and fairness rules) with its plan of
     steps, evaluations and learning rate."""
+    from bench.model import workload_of
     from bench.tasks.train import build_spec as train_spec
     from workloads.data import DataError, training_samples
 
@@ -53,7 +54,8 @@ def build_spec(*, target: float | None = None, epochs: int | None = None, eval_e
     if spec.data == "synthetic":
         raise UsageError("time to accuracy needs a real data set: --data digits (always here), mnist or imagefolder")
     try:
-        samples = training_samples(spec.data, spec.data_dir, holdout=c["holdout"], seed=spec.seed)
+        samples = training_samples(spec.data, spec.data_dir, holdout=c["holdout"], seed=spec.seed,
+                                   workload=workload_of(spec.workload)[1], image=spec.image_size)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     per_rank = samples // spec.world_size
@@ -142,10 +144,9 @@ def converge_metrics(spec, results: dict, launched_at: float) -> ConvergeMetrics
 
 
 # ---------------------------------------------------------------- the worker's loop
-def evaluate(model, held, device) -> tuple[float, float]:
-    """(accuracy, mean loss) of `model` (without its data-parallel wrapper) on the held-out set."""
+def evaluate(model, held, device, loss_fn) -> tuple[float, float]:
+    """(accuracy, mean loss per sample) of `model` (without its data-parallel wrapper) on the held-out set."""
     import torch
-    import torch.nn.functional as F
 
     was_training = model.training
     model.eval()
@@ -154,7 +155,7 @@ def evaluate(model, held, device) -> tuple[float, float]:
         for x, y in held.batches():
             x, y = x.to(device), y.to(device)
             logits = model(x)
-            loss += F.cross_entropy(logits, y, reduction="sum").item()
+            loss += loss_fn(logits, y).item() * len(y)
             correct += int((logits.argmax(1) == y).sum())
             n += len(y)
     model.train(was_training)
@@ -169,7 +170,6 @@ def set_lr(optimizer, lr: float) -> None:
 
 def converge_rank(joined) -> dict:
     import torch
-    import torch.nn as nn
 
     from bench.model import build_model
     from bench.tasks.train import save_model
@@ -185,13 +185,13 @@ def converge_rank(joined) -> dict:
     model, optimizer = joined.group.wrap(model, optimizer, spec)
     plain = getattr(model, "module", model)
     train_part, held = converge_data(spec.data, spec.data_dir, holdout=c["holdout"], seed=spec.seed,
-                                     channels=workload.channels, image=spec.image_size)
+                                     channels=workload.channels, image=spec.image_size, workload=workload)
     batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels, image=spec.image_size,
                            classes=spec.num_classes, seed=spec.seed, rank=info.worker_index, world=info.world_size,
                            device=device, data_dir=spec.data_dir, loader=spec.loader,
-                           loader_workers=spec.loader_workers, dataset=train_part)
+                           loader_workers=spec.loader_workers, dataset=train_part, workload=workload)
     evaluator = info.worker_index == 0
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = workload.make_loss()
     passes, scale = spec.backward_passes, 1.0 / spec.backward_passes
     curve, train_time, eval_time = [], 0.0, 0.0
     t_segment = None
@@ -214,7 +214,7 @@ def converge_rank(joined) -> dict:
             now = time.perf_counter()
             train_time += now - t_segment
             if evaluator:
-                accuracy, held_loss = evaluate(plain, held, device)
+                accuracy, held_loss = evaluate(plain, held, device, loss_fn)
                 curve.append({"step": done, "epoch": done / c["steps_per_epoch"],
                               "samples": done * spec.global_batch, "train_time_s": train_time,
                               "accuracy": accuracy, "loss": held_loss, "lr": lr})

@@ -208,14 +208,14 @@ class FaultContext:
     process holds the committed parameters. The backend owns only restart, restore and commit."""
 
     def __init__(self, spec, run_dir, journal, info, model, optimizer, device):
-        import torch.nn as nn
+        from workloads import get_workload
 
         self.spec, self.run_dir, self.journal = spec, run_dir, journal
         self.model, self.optimizer, self.device = model, optimizer, device
         self.rank_at_start, self.host = info.rank, info.host
         self.total_steps = spec.fault["total_steps"]
         self.checkpoint_every = spec.fault["checkpoint_every"]
-        self.loss_fn = nn.CrossEntropyLoss()
+        self.loss_fn = get_workload(spec.workload).make_loss()
         self._batches: dict[int, object] = {}
         self.resumed_at = 0
         self.waiting_since: float | None = None

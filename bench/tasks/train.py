@@ -62,13 +62,14 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         raise UsageError(f"--cpu-bind {spec_opts['cpu_bind']!r}: choose one of {', '.join(CPU_BINDS)}")
 
     try:
-        check_source(spec_opts["data"], spec_opts.get("data_dir"), world=world_size, batch=batch_size)
+        check_source(spec_opts["data"], spec_opts.get("data_dir"), world=world_size, batch=batch_size, workload=wl,
+                     image=image_size)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     if spec_opts.get("data_dir"):
         spec_opts["data_dir"] = os.path.abspath(spec_opts["data_dir"])
     classes = (size.synthetic_classes if spec_opts["data"] == "synthetic"
-               else real_classes(spec_opts["data"], spec_opts.get("data_dir")))
+               else real_classes(spec_opts["data"], spec_opts.get("data_dir"), wl))
     check_loader(spec_opts)
 
     processes = sum(roles.values())
@@ -92,17 +93,18 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
 def check_loader(spec_opts: dict) -> None:
     """--loader and --loader-workers: the image folder is always read through a DataLoader, the other sources
     through one only when asked; loader processes need a DataLoader."""
-    from workloads.data import LOADERS
+    from workloads.data import LOADERS, READ_BY_LOADER
 
     loader = spec_opts.setdefault("loader", "memory")
     if loader not in LOADERS:
         raise UsageError(f"--loader {loader!r}: choose one of {', '.join(LOADERS)}")
-    if spec_opts["data"] == "imagefolder":
-        spec_opts["loader"] = "dataloader"  # read from files: there is no in-memory path
+    if spec_opts["data"] in READ_BY_LOADER:
+        spec_opts["loader"] = "dataloader"  # read from files or the user's data sets: no in-memory path
     if spec_opts.get("loader_workers", 0) < 0:
         raise UsageError("--loader-workers must be 0 or more")
     if spec_opts.get("loader_workers") and spec_opts["loader"] != "dataloader":
-        raise UsageError("--loader-workers needs a DataLoader: add --loader dataloader (or use --data imagefolder)")
+        raise UsageError("--loader-workers needs a DataLoader: add --loader dataloader (or use --data imagefolder "
+                         "or workload)")
 
 
 def input_limited(wait_share: float | None) -> bool | None:
@@ -168,7 +170,6 @@ class ProgressPrinter:
 def train_rank(joined, inject: dict | None) -> dict:
     """The measured loop on one worker: warm-up, then the timed windows; its output for the result file."""
     import torch
-    import torch.nn as nn
 
     from bench.model import build_model, save_params
     from bench.worker import StepLoop, bind_cpus, step_delay_seconds, timed_windows
@@ -184,11 +185,11 @@ def train_rank(joined, inject: dict | None) -> dict:
     batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
                            image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
                            rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir,
-                           loader=spec.loader, loader_workers=spec.loader_workers)
+                           loader=spec.loader, loader_workers=spec.loader_workers, workload=workload)
     timed_input = TimedBatches(batches) if spec.loader == "dataloader" else None
     batches = timed_input or batches
     input_waits = []  # input wait per timed window (a DataLoader feeds the run)
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = workload.make_loss()
     passes = spec.backward_passes  # micro-batches per optimizer step; the loss is scaled to match one big batch
     scale = 1.0 / passes
 
