@@ -269,8 +269,9 @@ class ConvergeTask(Task):
             f"{spec.world_size} CPU process(es), gloo"
         return (f"{spec.backend} {spec.workload} on {spec.data}, {placement}, batch {spec.batch_size}/worker, "
                 f"{c['epochs']} epochs x {c['steps_per_epoch']} steps, held-out accuracy every {c['eval_every']} "
-                f"steps, target {c['target']:.0%}, lr {spec.lr:g} ({c['lr_scaling']} scaling"
-                + (f", {c['warmup_steps']} warm-up steps" if c["warmup_steps"] else "") + ")")
+                f"steps, target {c['target']:.0%}, lr {spec.lr:g} "
+                + (f"(linear scaling to {spec.lr_at(c['total_steps']):g} over {c['warmup_steps']} warm-up steps)"
+                   if c["lr_scaling"] == "linear" else "(not scaled)"))
 
     def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
         return Launch(command=backend.launcher.command(spec, rank_command, run_id),
