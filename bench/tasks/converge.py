@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from bench.errors import UsageError
 from bench.records import Record, Startup
-from bench.tasks.base import Conclusion, Launch, Task
+from bench.tasks.base import Launch, Task
+from bench.tasks.train import conclude_training, placement_words, run_training_rank
 
 LR_SCALINGS = ("none", "linear")
 CONVERGE_DEFAULTS = dict(data="digits", target=0.9, epochs=8, holdout=0.2, lr_scaling="linear", warmup_epochs=1.0,
@@ -168,7 +169,8 @@ def set_lr(optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def converge_rank(joined) -> dict:
+def converge_rank(joined, inject=None) -> dict:
+    """One worker's run: train the planned steps, the first worker evaluating (bench converge takes no --inject)."""
     import torch
 
     from bench.model import build_model
@@ -265,9 +267,7 @@ class ConvergeTask(Task):
 
     def describe(self, spec) -> str:
         c = spec.converge
-        placement = f"{spec.world_size} GPU(s), NCCL" if spec.device == "cuda" else \
-            f"{spec.world_size} CPU process(es), gloo"
-        return (f"{spec.backend} {spec.workload} on {spec.data}, {placement}, batch {spec.batch_size}/worker, "
+        return (f"{spec.backend} {spec.workload} on {spec.data}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
                 f"{c['epochs']} epochs x {c['steps_per_epoch']} steps, held-out accuracy every {c['eval_every']} "
                 f"steps, target {c['target']:.0%}, lr {spec.lr:g} "
                 + (f"(linear scaling to {spec.lr_at(c['total_steps']):g} over {c['warmup_steps']} warm-up steps)"
@@ -278,21 +278,11 @@ class ConvergeTask(Task):
                       watcher=ConvergeProgress(spec, run_dir) if show_progress else None)
 
     def conclude(self, spec, run_dir, outcome, before):
-        from bench.aggregate import joined_rank_map, process_status, read_results
-
-        status, error = process_status(spec, run_dir, outcome)
-        metrics = converge_metrics(spec, read_results(run_dir), outcome.launched_at) if status == "ok" else None
-        return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
+        return conclude_training(spec, run_dir, outcome, converge_metrics)
 
     def run_rank(self, spec, run_dir, file_rank, attempt, t_process_start):
-        from bench.inject import injected_for
-        from bench.worker import Joined
-
-        joined = Joined(spec, run_dir, file_rank, attempt, t_process_start)
-        if joined.info.role != "worker":  # a parameter server: the backend's loop, over the run's total steps
-            return joined.result({"served": joined.group.serve_training(spec, joined.info,
-                                                                        injected_for(spec, joined.info.rank))})
-        return joined.result(converge_rank(joined))
+        # a parameter server serves the run's total steps (RunSpec.total_steps) with its lr rule
+        return run_training_rank(spec, run_dir, file_rank, attempt, t_process_start, converge_rank)
 
     def case(self, spec) -> str:
         return f"{spec.workload} to {spec.converge['target']:.0%} on {spec.data}"

@@ -345,6 +345,32 @@ def fmt_throughput(thr: Summary | None) -> str:
     return f"{mean:,.0f} samples/s{pct}{' (unstable)' if thr.unstable else ''}"
 
 
+def placement_words(spec) -> str:
+    return f"{spec.world_size} GPU(s), NCCL" if spec.device == "cuda" else f"{spec.world_size} CPU process(es), gloo"
+
+
+def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:
+    """A run whose workers train (and whose other roles serve them): its status, and its metrics_of(spec, results,
+    launched_at) when it ended ok."""
+    from bench.aggregate import joined_rank_map, process_status, read_results
+
+    status, error = process_status(spec, run_dir, outcome)
+    metrics = metrics_of(spec, read_results(run_dir), outcome.launched_at) if status == "ok" else None
+    return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
+
+
+def run_training_rank(spec, run_dir, file_rank, attempt, t_process_start, loop):
+    """One process of a training run: join, then a worker runs loop(joined, inject) and any other role (a
+    parameter server) the backend's own loop over the run's steps."""
+    from bench.worker import Joined
+
+    joined = Joined(spec, run_dir, file_rank, attempt, t_process_start)
+    inject = injected_for(spec, joined.info.rank)
+    if joined.info.role != "worker":
+        return joined.result({"served": joined.group.serve_training(spec, joined.info, inject)})
+    return joined.result(loop(joined, inject))
+
+
 class TrainTask(Task):
     name = "train"
     label = "training"
@@ -355,9 +381,7 @@ class TrainTask(Task):
 
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
-        placement = f"{spec.world_size} GPU(s), NCCL" if spec.device == "cuda" else \
-            f"{spec.world_size} CPU process(es), gloo"
-        return (f"{spec.backend} {spec.workload}, {placement}, batch {spec.batch_size}/worker, "
+        return (f"{spec.backend} {spec.workload}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
                 f"{spec.threads} thread(s)/worker, {spec.data} data{loader_words(spec)}, {spec.image_size}px, "
                 f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
 
@@ -366,21 +390,11 @@ class TrainTask(Task):
                       watcher=ProgressPrinter(spec, run_dir) if show_progress else None)
 
     def conclude(self, spec, run_dir, outcome, before):
-        from bench.aggregate import joined_rank_map, process_status, read_results
-
-        status, error = process_status(spec, run_dir, outcome)
-        metrics = train_metrics(spec, read_results(run_dir), outcome.launched_at) if status == "ok" else None
-        return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
+        return conclude_training(spec, run_dir, outcome, train_metrics)
 
     # ------------------------------------------------------------ child side
     def run_rank(self, spec, run_dir, file_rank, attempt, t_process_start):
-        from bench.worker import Joined
-
-        joined = Joined(spec, run_dir, file_rank, attempt, t_process_start)
-        inject = injected_for(spec, joined.info.rank)
-        if joined.info.role != "worker":  # a parameter server: the backend's loop, not the training loop
-            return joined.result({"served": joined.group.serve_training(spec, joined.info, inject)})
-        return joined.result(train_rank(joined, inject))
+        return run_training_rank(spec, run_dir, file_rank, attempt, t_process_start, train_rank)
 
     # ------------------------------------------------------------ views
     def case(self, spec) -> str:
