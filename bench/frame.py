@@ -5,10 +5,11 @@ vs the plain loop) are the training view's (bench.tasks.train_report.replicated_
 from __future__ import annotations
 
 GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
-                   "batch_size", "backward_passes", "global_batch", "threads", "data", "image_size", "network",
+                   "batch_size", "backward_passes", "global_batch", "threads", "data", "input", "image_size", "network",
                    "sweep_id", "repeat", "error", "record"]
 # Runs are comparable only when these conditions are equal (docs/method.md, "Fairness"); world size varies.
-CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "data", "image_size", "network"]
+CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "data", "input", "image_size",
+              "network"]
 
 
 def frame_columns() -> list[str]:
@@ -26,12 +27,18 @@ def record_row(rec) -> dict:
         "case": rec.task.case(spec), "backend": spec.backend, "workload": spec.workload,
         "world_size": spec.world_size, "device": spec.device, "batch_size": spec.batch_size,
         "backward_passes": spec.backward_passes, "global_batch": spec.global_batch, "threads": spec.threads,
-        "data": spec.data, "image_size": spec.image_size, "network": network(spec), "sweep_id": spec.sweep_id,
+        "data": spec.data, "input": input_path(spec), "image_size": spec.image_size, "network": network(spec),
+        "sweep_id": spec.sweep_id,
         "repeat": spec.repeat,
         "error": rec.error.message if rec.error else None, "record": rec,
     }
     row.update(rec.task.frame_columns(rec))
     return row
+
+
+def input_path(spec) -> str:
+    """How the data reach the model: held on the device, or through a DataLoader with K loader processes."""
+    return "on device" if spec.loader != "dataloader" else f"DataLoader x{spec.loader_workers}"
 
 
 def network(spec) -> str:

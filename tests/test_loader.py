@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
-from conftest import FAST, assert_nothing_left, bench_in_process, bench_json
+from conftest import FAST, assert_nothing_left, bench, bench_in_process, bench_json
 from test_cli_errors import assert_one_line_error
 from workloads.data import TimedBatches, open_batches
 
@@ -72,3 +72,10 @@ def test_dataloader_run_trains_as_the_in_memory_run(store):
     assert 0.0 <= m["input_wait_share"] < 1.0 and all(r["input_wait_share"] is not None for r in m["per_rank"])
     assert records["memory"]["metrics"]["input_wait_share"] is None  # nothing to wait for on the device
     assert_nothing_left(records["dataloader"])
+    # the page keeps the two apart (the input is a condition) and says what limits the DataLoader run
+    page = store.parent / "page.html"
+    proc = bench("report", "--store", store, "-o", page)
+    assert proc.returncode == 0, proc.stderr
+    html = page.read_text()
+    assert "Input pipeline" in html and "digits data through a DataLoader x1" in html
+    assert ("input limits throughput" in html) or ("compute and communication" in html)

@@ -377,7 +377,7 @@ class TrainTask(Task):
     metrics_type = TrainMetrics
     report_module = "bench.tasks.train_report"
     columns = ("throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s", "startup_s",
-               "rendezvous_s", "peak_rss_mb", "loader", "input_wait_share")
+               "rendezvous_s", "peak_rss_mb", "input_wait_share")
 
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
@@ -443,7 +443,7 @@ class TrainTask(Task):
                 "rel_stdev": m.throughput.rel_stdev, "unstable": m.throughput.unstable,
                 "step_time_s": m.step_time_s.mean, "startup_s": m.startup.launch_to_first_step_s,
                 "rendezvous_s": m.startup.rendezvous_s, "peak_rss_mb": m.peak_rss_bytes_max / 2**20,
-                "loader": record.spec.loader, "input_wait_share": m.input_wait_share}
+                "input_wait_share": m.input_wait_share}
 
     def gate_figures(self, records, all_records):
         """throughput, vs_plain (over N x the plain loop's) and efficiency (over N x its own at one

@@ -111,8 +111,9 @@ def _network(cond: dict) -> str:
 
 def _cond_title(cond: dict) -> str:
     passes = f" x {cond['backward_passes']} passes" if cond["backward_passes"] != 1 else ""
+    fed = "" if cond.get("input", "on device") == "on device" else f" through a {cond['input']}"
     return (f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
-            f"{cond['threads']} thread(s)/worker, {cond['data']} data, {cond['image_size']}px{_network(cond)}")
+            f"{cond['threads']} thread(s)/worker, {cond['data']} data{fed}, {cond['image_size']}px{_network(cond)}")
 
 
 def _launches(a: Case, b: Case) -> str:
@@ -369,6 +370,39 @@ def exposed_blocks(cases: list[Case]) -> list:
     return [Table(columns, rows), Figure("exposed communication share", figure_png(fig))]
 
 
+def input_rows(cases: list[Case]) -> list[tuple[Case, float]]:
+    """(case, median share of step time its workers waited for input) of the cases a DataLoader fed."""
+    out = []
+    for c in sorted(cases, key=lambda c: (c.cond["workload"], c.backend, c.world_size)):
+        shares = [r.metrics.input_wait_share for r in c.records if r.metrics.input_wait_share is not None]
+        if c.cond.get("input", "on device") != "on device" and shares:
+            out.append((c, statistics.median(shares)))
+    return out
+
+
+def input_blocks(cases: list[Case]) -> tuple[list, list[str]]:
+    """The input pipeline's cost where a DataLoader fed the run: a table and, for each case it limits, a
+    sentence for the verdict (docs/method.md, "Input pipeline")."""
+    from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
+
+    rows = input_rows(cases)
+    if not rows:
+        return [], []
+    table = [[c.cond["workload"], c.backend, c.world_size, c.cond["input"], c.launches, f"{share:.0%}",
+              Cell("input limits throughput", "warn") if input_limited(share) else "compute and communication"]
+             for c, share in rows]
+    limited = [f"{c.backend} {c.cond['workload']} world {c.world_size} through a {c.cond['input']}: input limits "
+               f"throughput (its workers waited for batches {share:.0%} of each step)"
+               for c, share in rows if input_limited(share)]
+    columns = [left("workload"), left("backend"), right("world"), left("input"), right("launches"),
+               right("input wait (share of step)"), left("what limits throughput")]
+    note = ["Runs fed through ", code("--loader dataloader"), " (or an image folder): the share of each timed step "
+            "the slowest worker spent waiting for its next batch (median over launches). From "
+            f"{INPUT_BOUND_SHARE:.0%} on, input, not communication, limits throughput: a faster collective would "
+            "change little. Runs with data held on the device never wait."]
+    return [Heading("Input pipeline"), Paragraph(note, "note"), Table(columns, table)], limited
+
+
 def startup_blocks(cases: list[Case]) -> list:
     if not cases:
         return [Paragraph("No successful training run in this selection.")]
@@ -560,6 +594,7 @@ def report_part(frame, context) -> ReportPart:
     sentences, fairness, comparisons = verdict(cases) if cases else ([], [], [])
     links, crossovers = link_blocks(cases)
     sentences = sentences + crossovers
+    inputs, input_limited_notes = input_blocks(cases)
     across_hosts = any(c.latest.spec.hosts for c in cases)
     unstable = [f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
                 f"{r.record.metrics.throughput.n} windows"
@@ -572,11 +607,11 @@ def report_part(frame, context) -> ReportPart:
         f"in this selection, so there is nothing to compare; `bench sweep --backend {','.join(PRIMARY)}` "
         "records them.")
     return ReportPart(
-        verdict=sentences, no_verdict=no_verdict, fairness=fairness,
+        verdict=sentences, no_verdict=no_verdict, fairness=fairness, verdict_notes=input_limited_notes,
         recommendation=recommendation(comparisons, cases), unstable=unstable,
         method=method() + (LINK_METHOD if across_hosts else []),
         shown=[r for c in cases for r in c.records],
         sections=[Section("throughput", "Throughput and scaling", 10, throughput_blocks(cases), nav="Throughput"),
-                  Section("time", "Where the time goes", 30, exposed_blocks(cases)),
+                  Section("time", "Where the time goes", 30, exposed_blocks(cases) + inputs),
                   Section("startup", "Startup and rendezvous", 40, startup_blocks(cases), nav="Startup"),
                   *([Section("links", "Across hosts: the link", 20, links, nav="Links")] if across_hosts else [])])
