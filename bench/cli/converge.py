@@ -56,6 +56,7 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     from bench.runner import run_specs
+    from bench.spec import default_threads
     from bench.tasks.converge import build_spec
 
     if args.report:
@@ -65,11 +66,14 @@ def cmd(args) -> int:
     device, world = world_of(args, None)
     backends = list(COMPARED) if args.backend == ALL else names(args.backend)
     train = spec_options(args, backends)
+    sizes = args.world_sizes or [world]
+    # one thread count for every world size, so sizes differ only in their number of workers (as in a sweep)
+    train.setdefault("threads", default_threads(device, max(sizes)))
     plan = dict(target=args.target, epochs=args.epochs, eval_every=args.eval_every, lr_scaling=args.lr_scaling,
                 warmup_epochs=args.warmup_epochs, holdout=args.holdout)
     # every spec is built (and checked) before the first run starts
     specs = [build_spec(backend=backend, workload=args.workload, world_size=n, device=device, **plan, **train)
-             for n in (args.world_sizes or [world]) for backend in backends]
+             for n in sizes for backend in backends]
     records = run_specs(specs, open_store(args.store, runs=True), "bench converge", show_progress=not args.json)
     if args.json:
         print_json([r.to_dict() for r in records] if len(records) > 1 else records[0].to_dict())
