@@ -4,10 +4,13 @@ backends reach the same accuracy."""
 
 from __future__ import annotations
 
-from bench.sections import Cell, Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot, right
+from statistics import median
+
+from bench.sections import (Cell, Figure, Heading, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left,
+                            pyplot, right)
 from bench.tasks.converge import ACCURACY_TOLERANCE
 
-COLUMNS = [left("case"), left("backend"), right("world"), left("lr rule"), right("peak lr"), right("time to target s"),
+COLUMNS = [left("backend"), right("world"), left("lr rule"), right("peak lr"), right("time to target s"),
            right("epochs to target"), right("samples to target"), right("final accuracy"), right("final loss"),
            right("training s"), right("samples/s"), left("replicas"), left("status"), left("run")]
 
@@ -19,14 +22,15 @@ def case_key(rec) -> tuple:
 
 def case_title(rec) -> str:
     s, c = rec.spec, rec.spec.converge
+    rule = "linear scaling" if c["lr_scaling"] == "linear" else "not scaled"
     return (f"{s.workload} on {s.data} to {c['target']:.0%}, world {s.world_size}, batch {s.batch_size}/worker, "
-            f"lr {s.lr:g} ({c['lr_scaling']})")
+            f"lr {s.lr:g} ({rule})")
 
 
 def run_row(rec) -> list:
     s, c, m = rec.spec, rec.spec.converge, rec.metrics
     status = rec.status + (f": {rec.error.message}" if rec.error and rec.error.message else "")
-    head = [case_title(rec), s.backend, s.world_size, c["lr_scaling"]]
+    head = [s.backend, s.world_size, c["lr_scaling"]]
     if m is None:
         return head + ["-"] * 9 + [Cell(status, "warn"), rec.run_id]
     return head + [fmt(m.lr_peak, "g"), fmt(m.time_to_target_s, ".2f"), fmt(m.epochs_to_target, ".2f"),
@@ -71,30 +75,45 @@ def agreement_sentence(title: str, by_backend: dict) -> tuple[str, bool]:
     return (f"{title}: " + "; ".join(problems) + ".", True) if problems else ("", False)
 
 
-def times_sentence(title: str, by_backend: dict) -> str:
+def times_sentence(title: str, recs: list) -> str:
+    """Each backend's time to the target in one case: its one run, or the median and range of its runs."""
+    runs: dict[str, list] = {}
+    for rec in recs:
+        if rec.ok and rec.metrics is not None:
+            runs.setdefault(rec.spec.backend, []).append(rec.metrics)
     parts = []
-    for backend, rec in sorted(by_backend.items(), key=lambda kv: (kv[1].metrics.time_to_target_s is None,
-                                                                  kv[1].metrics.time_to_target_s or 0)):
-        m = rec.metrics
-        parts.append(f"{backend} {m.time_to_target_s:.2f} s ({m.epochs_to_target:.2f} epochs)" if m.reached
-                     else f"{backend} did not reach it (best {m.best_accuracy:.1%})")
-    return f"Time to accuracy, {title}: " + ", ".join(parts) + " (one run each)."
+    for backend, ms in runs.items():
+        times = sorted(m.time_to_target_s for m in ms if m.reached)
+        missed = len(ms) - len(times)
+        if not times:
+            parts.append((float("inf"), f"{backend} did not reach it (best {max(m.best_accuracy for m in ms):.1%})"))
+            continue
+        epochs = median(m.epochs_to_target for m in ms if m.reached)
+        spread = f"median of {len(times)} runs, {times[0]:.2f} to {times[-1]:.2f}; " if len(times) > 1 else ""
+        parts.append((median(times), f"{backend} {median(times):.2f} s ({spread}{epochs:.2f} epochs"
+                                     + (f"; {missed} run(s) did not reach it" if missed else "") + ")"))
+    return f"Time to accuracy, {title}: " + ", ".join(text for _, text in sorted(parts)) + "."
 
 
 def world_sentences(records: list) -> list[str]:
     """How time to target changes with the world size, per backend and lr rule, where several sizes ran."""
-    groups: dict[tuple, dict[int, object]] = {}
-    for rec in sorted(records, key=lambda r: r.created_at):
+    groups: dict[tuple, dict[int, list]] = {}
+    for rec in records:
         if rec.ok and rec.metrics is not None:
             s, c = rec.spec, rec.spec.converge
-            groups.setdefault((s.backend, s.workload, s.data, c["target"], c["lr_scaling"]), {})[s.world_size] = rec
+            key = (s.backend, s.workload, s.data, c["target"], c["lr_scaling"])
+            groups.setdefault(key, {}).setdefault(s.world_size, []).append(rec.metrics)
     out = []
     for (backend, workload, data, target, rule), by_world in sorted(groups.items()):
         if len(by_world) < 2:
             continue
-        cells = [f"world {n}: " + (f"{r.metrics.time_to_target_s:.2f} s, {r.metrics.epochs_to_target:.2f} epochs"
-                                   if r.metrics.reached else f"not reached (best {r.metrics.best_accuracy:.1%})")
-                 for n, r in sorted(by_world.items())]
+        cells = []
+        for n, ms in sorted(by_world.items()):
+            hit = [m for m in ms if m.reached]
+            cells.append(f"world {n}: " + (f"{median(m.time_to_target_s for m in hit):.2f} s, "
+                                           f"{median(m.epochs_to_target for m in hit):.2f} epochs"
+                                           + (f" (median of {len(hit)})" if len(hit) > 1 else "") if hit else
+                                           f"not reached (best {max(m.best_accuracy for m in ms):.1%})"))
         out.append(f"{backend}, {workload} on {data} to {target:.0%} with {rule} lr scaling: " + "; ".join(cells) + ".")
     return out
 
@@ -129,28 +148,30 @@ def report_part(frame, context) -> ReportPart | None:
     notes, warnings, blocks = [], [], []
     for recs in cases.values():
         title = case_title(recs[0])
+        blocks.append(Heading(title))
         by_backend = latest_ok(recs)
-        if not by_backend:
-            continue
-        notes.append(times_sentence(title, by_backend))
-        sentence, wrong = agreement_sentence(title, by_backend)
-        if sentence:
-            (warnings if wrong else notes).append(sentence)
-        blocks.append(Figure(f"held-out accuracy, {title}",
-                             curves_figure(title, by_backend, recs[0].spec.converge["target"])))
+        if by_backend:
+            times = times_sentence(title, recs)
+            agree, wrong = agreement_sentence(title, by_backend)
+            notes.append(times)
+            if agree:
+                (warnings if wrong else notes).append(agree)
+            blocks += [Paragraph(times), *([Paragraph(agree, "warn" if wrong else "")] if agree else []),
+                       Figure(f"held-out accuracy, {title}",
+                              curves_figure(title, by_backend, recs[0].spec.converge["target"]))]
+        blocks.append(Table(COLUMNS, [run_row(r) for r in recs]))
     across = world_sentences(records)
     method = ["Time to accuracy (", code("bench converge"), "): every backend trains the same model from the same "
               "seed on the same training part for the same number of epochs, with the same lr rule (",
               code("--lr-scaling linear"), ": the lr times the world size, reached by a linear warm-up); the first "
               "worker evaluates the held-out part every few steps with its training clock stopped. Time to target is "
               "the training time at the first evaluation at or above the target, so it is known to within one "
-              "evaluation interval. One run per backend: a time to accuracy is one event; repeat the command for "
-              f"its spread. Backends agree when their final accuracies are within {ACCURACY_TOLERANCE * 100:.0f} "
+              "evaluation interval. A time to accuracy is one event per run: with several runs of a backend the "
+              "sentence gives their median and range, the figure draws the latest. "
+              f"Backends agree when their final accuracies are within {ACCURACY_TOLERANCE * 100:.0f} "
               "points and every worker ends with the same parameters."]
     section = Section("converge", "Time to accuracy", 45,
-                      [*map(Paragraph, notes), *(Paragraph(w, "warn") for w in warnings), *map(Paragraph, across),
-                       Table(COLUMNS, [run_row(r) for r in records]), Paragraph(method, "note"), *blocks],
-                      nav="Accuracy")
+                      [*map(Paragraph, across), Paragraph(method, "note"), *blocks], nav="Accuracy")
     return ReportPart(verdict_notes=notes[:6] + across[:3], fairness=warnings, method=[method],
                       shown=[r for recs in cases.values() for r in latest_ok(recs).values()], sections=[section])
 
