@@ -74,13 +74,21 @@ def _rank_states(run_dir: RunDir, world_size: int) -> list[dict]:
     return rows
 
 
-def startup(results: list[RankResult], launched_at: float) -> Startup:
-    """Launch to the last process, the slowest rendezvous, launch to the last rank's first step."""
+def startup(results: list[RankResult], launched_at: float, run_dir: RunDir | None = None,
+            spec=None) -> Startup:
+    """Launch to the last process, the slowest rendezvous, launch to the last rank's first step; with the run
+    directory and spec, the phases the backend's launcher reports of its own start-up (Launcher.startup_phases)."""
     times = [r.times for r in results]
     firsts = [t.first_step_end for t in times]
+    phases = {}
+    if run_dir is not None and spec is not None:
+        from bench.backends import get_backend
+
+        phases = get_backend(spec.backend).launcher.startup_phases(run_dir)
     return Startup(launch_to_process_s=max(t.process_start for t in times) - launched_at,
                    rendezvous_s=max(t.init_end - t.init_start for t in times),
-                   launch_to_first_step_s=max(firsts) - launched_at if all(f is not None for f in firsts) else None)
+                   launch_to_first_step_s=max(firsts) - launched_at if all(f is not None for f in firsts) else None,
+                   launcher_phases=phases)
 
 
 def read_results(run_dir: RunDir) -> dict[int, RankResult]:
