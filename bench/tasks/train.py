@@ -423,7 +423,8 @@ class TrainTask(Task):
                          f"{thr.ci_high:,.0f}, {thr.n} windows)")
             lines.append(f"step time: {1000 * step.mean:.2f} ms (max over ranks per window)")
             lines.append(f"startup: {start.launch_to_first_step_s:.2f} s to first step, rendezvous "
-                         f"{start.rendezvous_s:.2f} s")
+                         f"{start.rendezvous_s:.2f} s" +
+                         "".join(f", {name} {s:.2f} s" for name, s in start.launcher_phases.items()))
             lines.append(f"peak memory: {m.peak_rss_bytes_max / 2**20:,.0f} MiB RSS (largest rank); "
                          f"straggler ratio {m.straggler_ratio:.3f}")
             if input_words(m):
