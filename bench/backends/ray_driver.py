@@ -16,6 +16,7 @@ It writes its timings to the run directory's ray.json (RayLauncher.startup_phase
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import sys
@@ -34,6 +35,12 @@ def temp_dir(run_dir, run_id: str) -> tuple[Path, bool]:
     if len(str(inside)) + SOCKET_SUFFIX <= SOCKET_PATH_MAX:
         return inside, False
     return Path("/tmp") / f"bench-ray-{run_id}", True
+
+
+# what bench.runner.worker_environment sets for every rank, passed to the workers of a cluster given by --ray-address
+# (a local runtime's workers inherit them from the driver)
+RANK_VARIABLES = ("BENCH_RUN_TAG", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH",
+                  "CUDA_VISIBLE_DEVICES", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 class Ended(Exception):
@@ -65,7 +72,10 @@ def main(argv: list[str]) -> int:
     try:
         started = time.time()
         if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            # the cluster's workers get what the harness gives every rank (threads, the run's tag, this checkout on
+            # the path); they write the run directory, so they must see it at the same path
+            ray.init(address=address, log_to_driver=False, configure_logging=False,
+                     runtime_env={"env_vars": {k: os.environ[k] for k in RANK_VARIABLES if k in os.environ}})
         else:
             cpus = spec.world_size * spec.threads + 1  # + Ray Train's controller
             gpus = spec.world_size if spec.device == "cuda" else 0
