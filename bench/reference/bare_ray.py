@@ -6,9 +6,9 @@
 Started as Ray users start it: the script is the driver; it starts a local Ray runtime and runs a TorchTrainer
 whose workers wrap the model with ray.train.torch.prepare_model. No harness: only the workload's model and
 sizes are shared. The driver prints one JSON line, {"throughput": samples/s} or {"busbw_GBps": ...}
-(nccl-tests: t the mean time per op, max over ranks), from what rank 0 reported.
+(nccl-tests: t the mean time per op, max over ranks), from the file rank 0 wrote it to.
 """
-import argparse, json, os, sys, time
+import argparse, json, os, shutil, sys, tempfile, time
 from pathlib import Path
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -41,7 +41,6 @@ def train_loop_per_worker(config):
     sys.path.insert(0, ROOT)  # the Ray worker finds `workloads` too
     import torch
     import torch.distributed as dist
-    import ray.train
     import ray.train.torch
 
     torch.set_num_threads(a.threads)
@@ -60,8 +59,18 @@ def train_loop_per_worker(config):
         sync()
         t = torch.tensor([(time.perf_counter() - t0) / a.iters], dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's time per op
-        ray.train.report({"busbw_GBps": buf.numel() * 4 / t.item() / 1e9 * 2 * (world - 1) / world})
-        return
+        out = {"busbw_GBps": buf.numel() * 4 / t.item() / 1e9 * 2 * (world - 1) / world}
+    else:
+        out = train(rank, world, device, sync)
+    if rank == 0:  # the driver prints it
+        Path(config["figure_file"]).write_text(json.dumps(out))
+
+
+def train(rank, world, device, sync):
+    import torch
+    import torch.distributed as dist
+    import ray.train.torch
+
     workload = WORKLOADS[a.workload]
     size = workload.size(a.device)
     batch, image = a.batch_size or size.batch, a.image_size or size.image
@@ -88,18 +97,20 @@ def train_loop_per_worker(config):
         step(i)
     sync()
     dist.barrier()
-    ray.train.report({"throughput": batch * world * steps / (time.perf_counter() - t0)})
+    return {"throughput": batch * world * steps / (time.perf_counter() - t0)}
 
 
 ray.init(include_dashboard=False)
 cuda = a.device == "cuda"
-trainer = TorchTrainer(train_loop_per_worker,
+figure_file = Path(tempfile.mkdtemp(prefix="bare-ray-")) / "figure.json"
+trainer = TorchTrainer(train_loop_per_worker, train_loop_config={"figure_file": str(figure_file)},
                        scaling_config=ScalingConfig(num_workers=a.num_workers, use_gpu=cuda,
                                                     resources_per_worker={"CPU": a.threads}),
                        torch_config=TorchConfig(backend="nccl" if cuda else "gloo"),
-                       run_config=RunConfig(storage_path=os.path.abspath(os.environ.get("BARE_RAY_STORAGE", "/tmp/bare-ray"))))
-result = trainer.fit()
-print(json.dumps(result.metrics), flush=True)
+                       run_config=RunConfig(storage_path=str(figure_file.parent)))
+trainer.fit()
 ray.shutdown()
+print(figure_file.read_text(), flush=True)
+shutil.rmtree(figure_file.parent, ignore_errors=True)
 sys.stdout.flush()
 os._exit(0)  # the figure is out; skip the interpreter's teardown
