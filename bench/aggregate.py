@@ -30,7 +30,9 @@ def _root_cause(exits: dict[int, dict], errors: dict[int, dict]) -> dict | None:
                 if e["returncode"] != 0 and (not e.get("terminated_by") or e["rank"] in errors)]
     if not failures:
         return None
-    killed = [e for e in failures if e["signal"] and not e.get("terminated_by") and e["rank"] not in errors]
+    # a process that vanished with no exit status its launcher could read (a Ray worker) died as a killed one does
+    killed = [e for e in failures
+              if (e["signal"] or e.get("vanished")) and not e.get("terminated_by") and e["rank"] not in errors]
     raised = [e for e in failures if e["rank"] in errors]
     if killed:
         first = min(killed, key=lambda e: e["time"])
@@ -40,7 +42,8 @@ def _root_cause(exits: dict[int, dict], errors: dict[int, dict]) -> dict | None:
         first = min(failures, key=lambda e: e["time"])
     err = errors.get(first["rank"]) or {}
     return {"rank": first["rank"], "attempt": first["attempt"], "exit_code": first["exit_code"],
-            "signal": first["signal"], "exception": err.get("type"), "exception_message": err.get("message"),
+            "signal": first["signal"], "vanished": bool(first.get("vanished")), "exception": err.get("type"),
+            "exception_message": err.get("message"),
             "tail": first["tail"]}
 
 
@@ -112,7 +115,10 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[str, RunError | None
         return outcome.ending, RunError(message=what, ranks=_rank_states(run_dir, spec.processes),
                                         tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
     if cause is not None:
-        how = f"signal {cause['signal']}" if cause["signal"] else f"exit code {cause['exit_code']}"
+        vanished = cause.pop("vanished")
+        how = (f"signal {cause['signal']}" if cause["signal"] else
+               "no exit status its launcher could read (its process vanished, as one killed by a signal does)"
+               if vanished else f"exit code {cause['exit_code']}")
         if cause["exception"]:
             # it failed by itself first; how it then exited (a launcher may kill it while it shuts down)
             # is secondary

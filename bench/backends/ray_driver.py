@@ -143,7 +143,7 @@ def close_ranks(run_dir, ended_by: str, died: dict | None = None) -> None:
         log = run_dir.rank_file(rank, attempt, "log")
         run_dir.write(rank, attempt, "exit", {
             "rank": rank, "attempt": attempt, "pid": start.get("pid"), "time": time.time(), "returncode": -1,
-            "exit_code": None, "signal": None, "terminated_by": None if by_itself else ended_by,
+            "exit_code": None, "signal": None, "vanished": by_itself, "terminated_by": None if by_itself else ended_by,
             "tail": "\n".join(filter(None, [tail(log) if log.exists() else "",
                                             f"(the Ray worker process died; Ray Train: {reason})" if by_itself
                                             else ""]))})
