@@ -127,14 +127,20 @@ def test_mlp_run_has_the_same_parameters_as_elastic(store):
 
 @ray_missing
 @pytest.mark.slow
-def test_crashed_worker_is_named(store):
-    proc, record = bench_json("run", "--backend", "ray", "--nproc", 2, "--inject", "crash:1:4", "--store", store,
+@pytest.mark.parametrize("kind", ["crash", "kill"])
+def test_crashed_worker_is_named(kind, store):
+    proc, record = bench_json("run", "--backend", "ray", "--nproc", 2, "--inject", f"{kind}:1:4", "--store", store,
                               *FAST, timeout=400)
     assert proc.returncode == 1 and record["status"] == "crashed", record["error"]
     error = record["error"]
-    assert error["rank"] == 1 and error["exception"] == "RuntimeError"
-    assert error["message"] == "rank 1 raised RuntimeError: injected crash at step 4 (exited with exit code 1)"
-    assert "injected crash at step 4" in error["tail"]
+    assert error["rank"] == 1
+    if kind == "crash":
+        assert error["exception"] == "RuntimeError"
+        assert error["message"] == "rank 1 raised RuntimeError: injected crash at step 4 (exited with exit code 1)"
+        assert "injected crash at step 4" in error["tail"]
+    else:  # SIGKILLed: Ray Train sees its worker die, and no exit status reaches the driver
+        assert error["exception"] is None and error["message"].startswith("rank 1 ended with no exit status")
+        assert "the Ray worker process died" in error["tail"]
     assert_no_ray_left(record)
 
 
