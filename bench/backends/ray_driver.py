@@ -74,8 +74,15 @@ def main(argv: list[str]) -> int:
         if address:
             # the cluster's workers get what the harness gives every rank (threads, the run's tag, this checkout on
             # the path); they write the run directory, so they must see it at the same path
-            ray.init(address=address, log_to_driver=False, configure_logging=False,
-                     runtime_env={"env_vars": {k: os.environ[k] for k in RANK_VARIABLES if k in os.environ}})
+            try:
+                ray.init(address=address, log_to_driver=False, configure_logging=False,
+                         runtime_env={"env_vars": {k: os.environ[k] for k in RANK_VARIABLES if k in os.environ}})
+            except ConnectionError as exc:  # Ray's own ConnectionError carries the cause (say, a missing token)
+                cause = exc.__cause__ or exc.__context__
+                print(f"ray driver: could not join the Ray cluster at {address}: {exc}"
+                      + (f" ({type(cause).__name__}: {str(cause)[:300]})" if cause else "")
+                      + "; a cluster with token authentication needs RAY_AUTH_MODE=token and its token here", flush=True)
+                return 1
         else:
             cpus = spec.world_size * spec.threads + 1  # + Ray Train's controller
             gpus = spec.world_size if spec.device == "cuda" else 0
