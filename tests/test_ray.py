@@ -164,3 +164,27 @@ def test_allreduce_sweep_has_no_wrong_element(store):
     assert record["status"] == "ok" and record["metrics"]["wrong"] == 0
     assert {r["op"] for r in record["metrics"]["rows"]} == {"allreduce", "allgather"}
     assert_no_ray_left(record)
+
+
+@ray_missing
+@pytest.mark.slow
+def test_killed_worker_is_replaced_and_resumes_the_checkpoint(store):
+    """bench fault under Ray Train's FailureConfig: the worker group is replaced at the same size and resumes from
+    the last checkpoint, holding 2-worker SGD's parameters."""
+    from test_fault import SHORT, assert_resumed_params_are_two_worker_sgd
+
+    proc, record = bench_json("fault", "--backend", "ray", "--nproc", 2, "--kill-rank", 1, *SHORT, "--save-params",
+                              "--store", store, timeout=400)
+    assert proc.returncode == 0 and record["status"] == "ok", record["error"]
+    f = record["metrics"]
+    assert f["fault"]["signal"] == "KILL" and f["fault"]["step"] == 25 and f["fault"]["delivered"]
+    assert (f["world_before"], f["world_after"]) == (2, 2)
+    assert f["restarts"] == 1 and f["resumed_from_step"] == 20 and f["steps_redone"] == 5
+    assert 0 < f["detection_s"] <= f["recovery_s"] and f["steps_completed"] == 60
+    before = [r for r in record["rank_map"] if r["phase"] == "before"]
+    after = [r for r in record["rank_map"] if r["phase"] == "after"]
+    assert [r["rank"] for r in before] == [0, 1] == [r["rank"] for r in after]
+    assert not {r["pid"] for r in before} & {r["pid"] for r in after}
+    assert len(f["resume_checks"]) == 2 and all(c["equal"] for c in f["resume_checks"])
+    assert_resumed_params_are_two_worker_sgd(record, steps=20, processes=2)
+    assert_no_ray_left(record)

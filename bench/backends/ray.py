@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 
-from bench.backends.base import Backend, BackendOption, Launcher, rank_row
+from bench.backends.base import Backend, BackendOption, ElasticMode, Launcher, rank_row
 from bench.backends.elastic import DDPGroup, distributed_problem
 
 SETUP_HINT = "pip install -e '.[ray]'"
@@ -132,6 +132,53 @@ class RayTrainGroup(DDPGroup):
         pass  # the process group is Ray Train's: it destroys it when the workers end
 
 
+class RayTrainElastic(ElasticMode):
+    """Ray Train's fault tolerance: FailureConfig(max_failures=--max-restarts). When a worker fails, Ray Train
+    ends the worker group and starts a new one (new actors, a new process group) at the same size; the new
+    workers resume from the latest checkpoint, which rank 0 writes every C steps."""
+
+    scenarios = ("kill",)
+
+    def launch(self, spec, rank_command, run_id, run_dir):
+        return RayLauncher().command(spec, rank_command, run_id), {}, {}
+
+    def join(self, spec, rank_command, run_id, run_dir, info):
+        raise RuntimeError("Ray Train's worker group does not grow while it trains")
+
+    def train(self, group, ctx):
+        """Restart-from-checkpoint, as elastic's: every process loads the latest checkpoint when there is one,
+        trains, and rank 0 saves one every C steps (written aside and renamed)."""
+        import torch
+        import torch.distributed as dist
+
+        path = ctx.run_dir.checkpoint
+        step = 0
+        if path.exists():
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+            ctx.model.load_state_dict(saved["model"])
+            ctx.optimizer.load_state_dict(saved["optimizer"])
+            step = saved["step"]
+        rank, size = dist.get_rank(), dist.get_world_size()
+        ctx.resumed(step, rank, size, int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("BENCH_ATTEMPT", 0)),
+                    int(os.environ.get("NODE_RANK", 0)))
+        model, _ = group.wrap(ctx.model, ctx.optimizer, ctx.spec)
+        while ctx.keep_going(step, size):
+            try:
+                ctx.train_step(model, ctx.optimizer, step, rank)
+            except Exception as exc:
+                ctx.detected(rank, f"{type(exc).__name__}: {str(exc)[:80]}")
+                raise
+            step += 1
+            ctx.stepped(step, rank, size)
+            if step % ctx.checkpoint_every == 0 and rank == 0:
+                tmp = ctx.run_dir.temporary(path)
+                torch.save({"step": step, "model": ctx.model.state_dict(),
+                            "optimizer": ctx.optimizer.state_dict()}, tmp)
+                ctx.committed(step, rank)
+                os.replace(tmp, path)
+        return step
+
+
 def _run_dir():
     from bench.rundir import RunDir
 
@@ -206,6 +253,7 @@ class RayBackend(Backend):
     )
     launcher = RayLauncher()
     group_type = RayTrainGroup
+    elastic = RayTrainElastic()
 
     def check_options(self, options, device):
         if options["ddp_bucket_mb"] <= 0:

@@ -121,7 +121,8 @@ def train(spec, run_dir, run_id: str, storage: Path) -> int:
                                      resources_per_worker={"CPU": spec.threads}),
         torch_config=timed_torch_config(backend="nccl" if spec.device == "cuda" else "gloo",
                                         timeout_s=int(timeout), run_dir=str(run_dir.path)),
-        run_config=RunConfig(name=run_id, storage_path=str(storage), failure_config=FailureConfig(max_failures=0)))
+        run_config=RunConfig(name=run_id, storage_path=str(storage),  # no retries, but in a fault run's elastic mode
+                             failure_config=FailureConfig(max_failures=spec.fault["max_restarts"] if spec.fault else 0)))
     fit_start = time.time()
     write_times(run_dir, fit_start=fit_start)
     try:
