@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     address = spec.backend_options.get("ray_address")
     folder, remove = temp_dir(run_dir, run_id)
     storage = run_dir.path / "ray_train"
-    code = 1
+    code, ended = 1, False
     try:
         started = time.time()
         if address:
@@ -88,16 +88,20 @@ def main(argv: list[str]) -> int:
             gpus = spec.world_size if spec.device == "cuda" else 0
             ray.init(num_cpus=cpus, num_gpus=gpus, _temp_dir=str(folder), include_dashboard=False,
                      log_to_driver=False, configure_logging=False)
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # ray.init installs its own (it dumps a stack and exits)
+            signal.signal(sig, _ended)
         write_times(run_dir, ray_init_start=started, ray_init_end=time.time(), address=address,
                     temp_dir=None if address else str(folder))
         code = train(spec, run_dir, run_id, storage)
     except Ended as exc:
         print(f"ray driver: {exc} received; stopping", flush=True)
-        code = 128 + getattr(signal, str(exc)).value
+        code, ended = 128 + getattr(signal, str(exc)).value, True
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # the teardown below must not be cut short
         close_ranks(run_dir, ended_by="the Ray driver's teardown")
+        if remove and ended:  # the supervisor's teardown ends the runtime too and may end this driver first
+            shutil.rmtree(folder, ignore_errors=True)
         ray.shutdown()
         if remove:
             shutil.rmtree(folder, ignore_errors=True)
@@ -126,13 +130,35 @@ def train(spec, run_dir, run_id: str, storage: Path) -> int:
     fit_start = time.time()
     write_times(run_dir, fit_start=fit_start)
     try:
-        trainer.fit()
+        fit_in_a_thread(trainer)
     except ray.train.TrainingFailedError as exc:
         failures = getattr(exc, "worker_failures", None) or {}
         print(f"ray driver: training failed: {type(exc).__name__}: {str(exc)[:4000]}", flush=True)
         close_ranks(run_dir, ended_by="Ray Train, after another rank failed", died=failures)
         return 1
     return 0
+
+
+def fit_in_a_thread(trainer) -> None:
+    """trainer.fit() in a thread of its own (Ray Train allows it, as Ray Tune runs it so), while this main thread
+    waits in short joins: fit() blocks in Ray's C++ get, where Python's signal handlers never run, so a SIGTERM
+    from the teardown would otherwise find the driver unable to clean up before it is killed."""
+    import threading
+
+    outcome = {}
+
+    def fit():
+        try:
+            trainer.fit()
+        except BaseException as exc:  # handed to the main thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 def close_ranks(run_dir, ended_by: str, died: dict | None = None) -> None:
