@@ -76,8 +76,9 @@ class RayLauncher(Launcher):
 
     def startup_phases(self, run_dir):
         """Ray's own start-up: the driver's interpreter and `import ray`, starting the local runtime (or
-        connecting to a cluster), making the TorchTrainer (importing Ray Train), placing the Train workers (fit() called to Ray Train starting the process
-        group's set-up in them: its controller, the placement group, the worker actors), and that set-up."""
+        connecting to a cluster), making the TorchTrainer (importing Ray Train), placing the Train workers (fit()
+        called to Ray Train starting the process group's set-up in them: its controller, the placement group, the
+        worker actors), and that set-up."""
         t = times_of(run_dir)
         phases = {}
         for name, start, end in (("driver start", "launched_at", "ray_imported"),
@@ -113,7 +114,7 @@ class RayTrainGroup(DDPGroup):
         rank = ctx.get_world_rank()
         return rank_row(rank=rank, world_size=ctx.get_world_size(), local_rank=ctx.get_local_rank(),
                         local_world_size=ctx.get_local_world_size(), group_rank=ctx.get_node_rank(),
-                        role_rank=rank, restart_count=0)
+                        role_rank=rank, restart_count=int(os.environ.get("BENCH_ATTEMPT", 0)))  # worker groups before
 
     def rendezvous_began(self, init_called):
         began = times_of(_run_dir()).get("process_group_start")

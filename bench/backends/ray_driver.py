@@ -6,7 +6,8 @@ run's launcher.
    directory (or, when that path is too long for the unix sockets Ray makes there, in /tmp/bench-ray-RUN_ID);
    or connect to `--ray-address`.
 2. Run a TorchTrainer of spec.world_size workers (one CPU thread count each, a GPU each on CUDA) whose
-   train_loop_per_worker is the suite's per-rank code (bench.backends.ray.rank_main), with no retries.
+   train_loop_per_worker is the suite's per-rank code (bench.backends.ray.rank_main), with no retries (in a
+   fault run, --max-restarts of them: the backend's elastic mode).
 3. However it ended, write the exit file of every rank that started and could not write its own (Ray ended it,
    or it died), stop the runtime, and remove a temporary folder under /tmp. Exit 0 when training succeeded.
 
@@ -66,7 +67,7 @@ def main(argv: list[str]) -> int:
 
     write_times(run_dir, launched_at=launched, ray_imported=time.time())
     address = spec.backend_options.get("ray_address")
-    folder, remove = temp_dir(run_dir, run_id)
+    folder, remove = temp_dir(run_dir, run_id) if not address else (None, False)
     storage = run_dir.path / "ray_train"
     code, ended = 1, False
     try:
@@ -81,7 +82,8 @@ def main(argv: list[str]) -> int:
                 cause = exc.__cause__ or exc.__context__
                 print(f"ray driver: could not join the Ray cluster at {address}: {exc}"
                       + (f" ({type(cause).__name__}: {str(cause)[:300]})" if cause else "")
-                      + "; a cluster with token authentication needs RAY_AUTH_MODE=token and its token here", flush=True)
+                      + "; a cluster with token authentication needs RAY_AUTH_MODE=token and its token here",
+                      flush=True)
                 return 1
         else:
             cpus = spec.world_size * spec.threads + 1  # + Ray Train's controller
@@ -125,8 +127,9 @@ def train(spec, run_dir, run_id: str, storage: Path) -> int:
                                      resources_per_worker={"CPU": spec.threads}),
         torch_config=timed_torch_config(backend="nccl" if spec.device == "cuda" else "gloo",
                                         timeout_s=int(timeout), run_dir=str(run_dir.path)),
-        run_config=RunConfig(name=run_id, storage_path=str(storage),  # no retries, but in a fault run's elastic mode
-                             failure_config=FailureConfig(max_failures=spec.fault["max_restarts"] if spec.fault else 0)))
+        # no retries, but in a fault run (the backend's elastic mode)
+        run_config=RunConfig(name=run_id, storage_path=str(storage), failure_config=FailureConfig(
+            max_failures=spec.fault["max_restarts"] if spec.fault else 0)))
     fit_start = time.time()
     write_times(run_dir, fit_start=fit_start)
     try:
