@@ -3,7 +3,8 @@
 regression); `nox -s baseline` refreshes that baseline on this machine.
 
 Both sessions install the project (torch 2.14.1, torchvision 0.29.1) and Horovod 0.28.1, built once
-against that torch by `python -m bench.horovod_build` and cached outside the checkout.
+against that torch by `python -m bench.horovod_build` and cached outside the checkout; `tests` and `bench` also
+install Ray Train (the `ray` extra) for the ray backend.
 """
 
 import nox
@@ -20,14 +21,14 @@ def install(session, extras=""):
 
 @nox.session
 def tests(session):
-    install(session, "[test]")
+    install(session, "[test,ray]")
     session.run("pytest", *session.posargs)
 
 
 @nox.session
 def bench(session):
     """The main job: a sweep on this machine (CPU processes unless --gpus is given), then the report."""
-    install(session)
+    install(session, "[ray]")
     session.run("bench", "sweep", "--report", "reports/latest.html", *session.posargs)
 
 

@@ -30,7 +30,9 @@ def _root_cause(exits: dict[int, dict], errors: dict[int, dict]) -> dict | None:
                 if e["returncode"] != 0 and (not e.get("terminated_by") or e["rank"] in errors)]
     if not failures:
         return None
-    killed = [e for e in failures if e["signal"] and not e.get("terminated_by") and e["rank"] not in errors]
+    # a process that vanished with no exit status its launcher could read (a Ray worker) died as a killed one does
+    killed = [e for e in failures
+              if (e["signal"] or e.get("vanished")) and not e.get("terminated_by") and e["rank"] not in errors]
     raised = [e for e in failures if e["rank"] in errors]
     if killed:
         first = min(killed, key=lambda e: e["time"])
@@ -40,7 +42,8 @@ def _root_cause(exits: dict[int, dict], errors: dict[int, dict]) -> dict | None:
         first = min(failures, key=lambda e: e["time"])
     err = errors.get(first["rank"]) or {}
     return {"rank": first["rank"], "attempt": first["attempt"], "exit_code": first["exit_code"],
-            "signal": first["signal"], "exception": err.get("type"), "exception_message": err.get("message"),
+            "signal": first["signal"], "vanished": bool(first.get("vanished")), "exception": err.get("type"),
+            "exception_message": err.get("message"),
             "tail": first["tail"]}
 
 
@@ -74,13 +77,21 @@ def _rank_states(run_dir: RunDir, world_size: int) -> list[dict]:
     return rows
 
 
-def startup(results: list[RankResult], launched_at: float) -> Startup:
-    """Launch to the last process, the slowest rendezvous, launch to the last rank's first step."""
+def startup(results: list[RankResult], launched_at: float, run_dir: RunDir | None = None,
+            spec=None) -> Startup:
+    """Launch to the last process, the slowest rendezvous, launch to the last rank's first step; with the run
+    directory and spec, the phases the backend's launcher reports of its own start-up (Launcher.startup_phases)."""
     times = [r.times for r in results]
     firsts = [t.first_step_end for t in times]
+    phases = {}
+    if run_dir is not None and spec is not None:
+        from bench.backends import get_backend
+
+        phases = get_backend(spec.backend).launcher.startup_phases(run_dir)
     return Startup(launch_to_process_s=max(t.process_start for t in times) - launched_at,
                    rendezvous_s=max(t.init_end - t.init_start for t in times),
-                   launch_to_first_step_s=max(firsts) - launched_at if all(f is not None for f in firsts) else None)
+                   launch_to_first_step_s=max(firsts) - launched_at if all(f is not None for f in firsts) else None,
+                   launcher_phases=phases)
 
 
 def read_results(run_dir: RunDir) -> dict[int, RankResult]:
@@ -104,7 +115,10 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[str, RunError | None
         return outcome.ending, RunError(message=what, ranks=_rank_states(run_dir, spec.processes),
                                         tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
     if cause is not None:
-        how = f"signal {cause['signal']}" if cause["signal"] else f"exit code {cause['exit_code']}"
+        vanished = cause.pop("vanished")
+        how = (f"signal {cause['signal']}" if cause["signal"] else
+               "no exit status its launcher could read (its process vanished, as one killed by a signal does)"
+               if vanished else f"exit code {cause['exit_code']}")
         if cause["exception"]:
             # it failed by itself first; how it then exited (a launcher may kill it while it shuts down)
             # is secondary

@@ -126,6 +126,9 @@ class Startup(Record):
     launch_to_process_s: float
     rendezvous_s: float
     launch_to_first_step_s: float | None = None
+    # the launcher's own start-up phases as it reports them (Launcher.startup_phases: name -> seconds, such as
+    # starting a runtime and placing the workers); empty where the launcher reports none
+    launcher_phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -273,14 +273,14 @@ def pick_busbw(record) -> float:
 # ---------------------------------------------------------------- planning and the verb
 def choose_backends(text: str | None, device: str) -> list[str]:
     """The backends to check: those named (each must have a bare loop and be able to run here), or by default
-    every backend with a bare loop that can run here."""
-    from bench.backends import BACKEND_MODULES, get_backend
+    every compared backend (those a sweep compares) with a bare loop that can run here."""
+    from bench.backends import BACKEND_MODULES, COMPARED, get_backend
     from bench.reference import BARE_LOOPS
 
     choices = ", ".join(BARE_LOOPS)
     if text is None:
         chosen = []
-        for name in BARE_LOOPS:
+        for name in (n for n in BARE_LOOPS if n in COMPARED):
             problem = get_backend(name).unavailable_reason(device)
             if problem:
                 note(f"bench selfcheck: skipping {name}: {problem}")

@@ -105,9 +105,10 @@ class Joined:
         self.t_process_start = t_process_start
         self.first_step_end: float | None = None  # set by a task whose processes time a first step
         self.group = get_backend(spec.backend).new_group()
-        self.t_init_start = time.time()
+        called = time.time()
         self.info = self.group.init(spec)  # rendezvous and process-group set-up
         self.t_init_end = time.time()
+        self.t_init_start = self.group.rendezvous_began(called)
         self.info.pid, self.info.time = os.getpid(), self.t_init_end
         run_dir.write(file_rank, attempt, "joined", self.info.to_dict())
 
@@ -134,9 +135,16 @@ class Joined:
 
 def main(argv: list[str]) -> int:
     t_process_start = time.time()
-    run_dir = RunDir(argv[0])
-    spec = RunSpec.from_dict(json.loads(run_dir.spec_file.read_text()))
     rank, attempt = int(os.environ.get("BENCH_RANK", 0)), int(os.environ.get("BENCH_ATTEMPT", 0))
+    run_process(RunDir(argv[0]), rank, attempt, t_process_start)
+    return 0
+
+
+def run_process(run_dir: RunDir, rank: int, attempt: int, t_process_start: float) -> None:
+    """One process of the run: its task's run_rank, with the start, error and result files written around it.
+    bench.worker's main runs it in the process its guard started; a backend whose launcher starts the processes
+    and runs the rank's code in them itself (Ray Train's workers) calls it there."""
+    spec = RunSpec.from_dict(json.loads(run_dir.spec_file.read_text()))
     run_dir.write(rank, attempt, "start", {"pid": os.getpid(), "time": t_process_start})
     try:
         result = get_task(spec.task).run_rank(spec, run_dir, rank, attempt, t_process_start)
@@ -147,7 +155,6 @@ def main(argv: list[str]) -> int:
                                                "message": str(exc)[:2000]})
         raise
     run_dir.write(rank, attempt, "result", result.to_dict())
-    return 0
 
 
 if __name__ == "__main__":

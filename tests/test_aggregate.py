@@ -45,6 +45,15 @@ def test_killed_rank_is_blamed_though_a_peer_raised_a_moment_before_its_exit_was
     assert cause["rank"] == 2 and cause["signal"] == "SIGKILL" and cause["exception"] is None
 
 
+def test_a_vanished_rank_is_blamed_like_a_killed_one():
+    # a Ray worker SIGKILLed: no exit status reaches the driver; its peer raised "connection reset" first
+    exits = {0: exit_row(0, 5.2), 1: {**exit_row(1, 5.3, returncode=-1), "signal": None, "exit_code": None,
+                                      "vanished": True}}
+    errors = {0: {"time": 5.0, "type": "RuntimeError", "message": "Connection reset by peer"}}
+    cause = _root_cause(exits, errors)
+    assert (cause["rank"], cause["signal"], cause["vanished"], cause["exception"]) == (1, None, True, None)
+
+
 def test_without_a_signal_or_an_exception_the_first_to_exit_is_blamed():
     exits = {0: exit_row(0, 3.0, returncode=0), 1: exit_row(1, 4.0, returncode=2, tail="oops"),
              2: exit_row(2, 3.5, returncode=1)}

@@ -4,6 +4,7 @@ loop (slow)."""
 
 import json
 import math
+import sys
 
 import pytest
 
@@ -188,6 +189,8 @@ def test_the_suite_specs_and_the_bare_loop_arguments_match():
     assert command[-3:] == [str(BARE_LOOPS["elastic"].script), "--steps", "12"]
     hvd = BARE_LOOPS["horovod"].command(2, [])
     assert hvd[1:6] == ["--gloo", "-np", "2", "-H", "localhost:2"]
+    ray = BARE_LOOPS["ray"].command(2, ["--steps", 12])  # the script is its own driver: python runs it
+    assert ray == [sys.executable, str(BARE_LOOPS["ray"].script), "--num-workers", "2", "--steps", "12"]
     assert sc.plan(["elastic"], "mnist_mlp", "cpu", 2, allreduce=False, comm={}, options={})[0].comm is None
 
 

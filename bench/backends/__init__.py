@@ -11,6 +11,7 @@ BACKEND_MODULES = {
     "horovod": "bench.backends.horovod",
     "ps": "bench.backends.ps",
     "single": "bench.backends.single",
+    "ray": "bench.backends.ray",
 }
 COMPARED = ("elastic", "horovod", "ps")  # what a sweep runs by default
 PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are reference points

@@ -61,6 +61,11 @@ class Launcher(ABC):
     def rank_identity(self, env) -> tuple[int, int]:
         """(global rank, attempt) of the rank started with this environment."""
 
+    def startup_phases(self, run_dir) -> dict[str, float]:
+        """The launcher's own start-up phases of a finished run, as it reported them in the run directory:
+        name -> seconds, in the order they happened (kept in the record's startup; none by default)."""
+        return {}
+
 
 class ProcessGroup(ABC):
     """Worker side: one instance in each process of a run."""
@@ -68,6 +73,11 @@ class ProcessGroup(ABC):
     @abstractmethod
     def init(self, spec):
         """Join the group (rendezvous) and say who this process is: a bench.records.RankRow."""
+
+    def rendezvous_began(self, init_called: float) -> float:
+        """When this process's rendezvous began (wall clock): when init was called, unless the launcher set the
+        group up before the rank's own code ran (Ray Train does), in which case when that set-up began."""
+        return init_called
 
     def wrap(self, model, optimizer, spec):
         return model, optimizer

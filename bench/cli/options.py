@@ -302,16 +302,21 @@ def backend_options(backends=None) -> argparse.ArgumentParser:
     from bench.backends import BACKEND_MODULES, get_backend
 
     p = argparse.ArgumentParser(add_help=False)
+    added = set()  # an option two backends share (the DDP bucket of elastic and ray) is one flag, under its first
     for name in backends or BACKEND_MODULES:
         backend = get_backend(name)
-        if not backend.options:
+        mine = [opt for opt in backend.options if opt.flag not in added]
+        if not mine:
             continue
         g = p.add_argument_group(f"{name} backend options")
-        for opt in backend.options:
+        for opt in mine:
+            added.add(opt.flag)
+            owners = [b for b in (backends or BACKEND_MODULES) if opt.name in {o.name for o in get_backend(b).options}]
             add(g, opt.flag, dest=BACKEND_OPTION + opt.name, choices=opt.choices,
                 metavar=None if opt.choices else opt.name.upper(),
                 type=finite_float if opt.type is float else opt.type,
-                help=f"{opt.help} (default {opt.default})".replace("%", "%%"),
+                help=(f"{opt.help} (default {opt.default})" +
+                      (f"; backends {', '.join(owners)}" if len(owners) > 1 else "")).replace("%", "%%"),
                 invalid=opt.invalid, needs=["--backend", name])
     return p
 

@@ -17,7 +17,8 @@ def add_parser(verbs) -> None:
     t, b = GOALS["throughput"], GOALS["busbw"]
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("the check")
-    options.add(g, "--backend", help=f"comma-separated, of {loops} (default: each of them that can run here)",
+    options.add(g, "--backend", help=f"comma-separated, of {loops} (default: each of them that a sweep compares and "
+                "can run here)",
                 invalid=["ps", "single", "nope", "elastic,nope"])
     options.add(g, "--pairs", type=options.positive_int, default=DEFAULT_PAIRS,
                 help="pairs of launches (suite and bare loop) per figure, at least (default %(default)s, at "

@@ -3,7 +3,7 @@ harness around it, and how its own launcher starts it. `bench selfcheck` (bench.
 next to the suite's run of the same backend.
 
 A bare loop is started the way its launcher's documentation shows (`torchrun --standalone`,
-`horovodrun --gloo -np N -H localhost:N`), never through the backend plug-in's launcher: the check would
+`horovodrun --gloo -np N -H localhost:N`, a Ray Train script run by python as its own driver), never through the backend plug-in's launcher: the check would
 otherwise hold the suite against a part of itself. The scripts import nothing of the harness but the
 workload's model builder and sizes, so the model and the data shape are the suite's.
 """
@@ -30,19 +30,26 @@ def _horovodrun(nproc: int) -> list[str]:
             sys.executable]
 
 
+def _python(nproc: int) -> list[str]:
+    return [sys.executable]  # the script is its own driver (Ray Train): the worker count is its own option
+
+
 @dataclass(frozen=True)
 class BareLoop:
     backend: str  # the suite's backend this loop is the yardstick of
     script: Path
     launcher: object  # nproc -> the launcher's command line up to the script
+    nproc_flag: str | None = None  # the script's own option for the process count, where no launcher takes it
 
     def command(self, nproc: int, args: list[str]) -> list[str]:
-        return [*self.launcher(nproc), str(self.script), *map(str, args)]
+        own = [self.nproc_flag, str(nproc)] if self.nproc_flag else []
+        return [*self.launcher(nproc), str(self.script), *own, *map(str, args)]
 
 
 BARE_LOOPS = {
     "elastic": BareLoop("elastic", HERE / "bare_ddp.py", _torchrun),
     "horovod": BareLoop("horovod", HERE / "bare_horovod.py", _horovodrun),
+    "ray": BareLoop("ray", HERE / "bare_ray.py", _python, "--num-workers"),
 }
 
 

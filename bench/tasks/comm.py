@@ -80,7 +80,8 @@ def build_spec(*, backend: str, world_size: int, device: str, ops: list[str], dt
                          "warmup_iters": warmup_iters, "iters": iters})
 
 
-def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict | None) -> CommMetrics:
+def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict | None,
+                 run_dir=None) -> CommMetrics:
     """A sweep's rows (time: max over ranks; #wrong: summed), the alpha-beta fit of its allreduce rows to
     the backend's cost model, and each row's busbw against the ceiling measured before the launch."""
     from bench.aggregate import startup, workers_and_others
@@ -96,7 +97,7 @@ def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict
     fit = fit_alpha_beta([r for r in rows if r["op"] == "allreduce"], alpha_coef, beta_coef)
     return CommMetrics(avg_busbw_gbps={op: average_busbw(rows, op) for op in spec.comm["ops"]},
                        wrong=sum(r["wrong"] for r in rows), model=model, fit=fit,
-                       rows=[build(CommRow, r) for r in rows], startup=startup(list(results.values()), launched_at),
+                       rows=[build(CommRow, r) for r in rows], startup=startup(list(results.values()), launched_at, run_dir, spec),
                        peak_rss_bytes_max=max(res.peak_rss_bytes for res in results.values()), ceiling=ceiling)
 
 
@@ -132,7 +133,8 @@ class CommTask(Task):
         status, error = process_status(spec, run_dir, outcome)
         metrics = None
         if status == "ok":
-            metrics = comm_metrics(spec, read_results(run_dir), outcome.launched_at, (before or {}).get("ceiling"))
+            metrics = comm_metrics(spec, read_results(run_dir), outcome.launched_at, (before or {}).get("ceiling"),
+                                   run_dir)
             if metrics.wrong:
                 status = "failed"
                 error = RunError(message=f"{metrics.wrong} wrong elements: a collective returned wrong results")

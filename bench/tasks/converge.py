@@ -115,7 +115,7 @@ def first_at_target(curve: list[CurvePoint], target: float) -> CurvePoint | None
     return next((p for p in curve if p.accuracy >= target), None)
 
 
-def converge_metrics(spec, results: dict, launched_at: float) -> ConvergeMetrics:
+def converge_metrics(spec, results: dict, launched_at: float, run_dir=None) -> ConvergeMetrics:
     from bench.aggregate import startup, workers_and_others
     from bench.backends import get_backend
     from bench.records import build
@@ -138,7 +138,7 @@ def converge_metrics(spec, results: dict, launched_at: float) -> ConvergeMetrics
         held_out=out["held_out"], lr_peak=spec.lr_at(spec.total_steps),
         curve=curve, replicas_agree=((max(checksums) - min(checksums)) / scale <= REPLICA_TOLERANCE
                                      if get_backend(spec.backend).synchronous(spec.backend_options) else None),
-        param_checksums=checksums, startup=startup([workers[r] for r in ranks], launched_at),
+        param_checksums=checksums, startup=startup([workers[r] for r in ranks], launched_at, run_dir, spec),
         peak_rss_bytes_max=max(workers[r].peak_rss_bytes for r in ranks),
         other_roles=[{"rank": r, "role": res.rank_info.role, "served": res.output["served"],
                       "peak_rss_bytes": res.peak_rss_bytes} for r, res in sorted(others.items())])

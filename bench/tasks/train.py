@@ -279,7 +279,7 @@ def check_save_model(path: str | None) -> str | None:
     return full
 
 
-def train_metrics(spec: RunSpec, results: dict, launched_at: float) -> TrainMetrics:
+def train_metrics(spec: RunSpec, results: dict, launched_at: float, run_dir=None) -> TrainMetrics:
     """Throughput and timing metrics (docs/method.md, "Windows and throughput"). Only workers count;
     other roles (parameter servers) are reported beside them."""
     from bench.aggregate import startup, workers_and_others
@@ -312,7 +312,7 @@ def train_metrics(spec: RunSpec, results: dict, launched_at: float) -> TrainMetr
         per_rank=per_rank,
         # spread of per-rank step time: a straggler shows as a ratio well above 1
         straggler_ratio=slowest / fastest if fastest > 0 else None,
-        startup=startup([workers[r] for r in ranks], launched_at),
+        startup=startup([workers[r] for r in ranks], launched_at, run_dir, spec),
         peak_rss_bytes_max=max(p.peak_rss_bytes for p in per_rank),
         param_count=workers[ranks[0]].output["param_count"],
         loss_last=per_rank[0].loss_last,
@@ -351,11 +351,11 @@ def placement_words(spec) -> str:
 
 def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:
     """A run whose workers train (and whose other roles serve them): its status, and its metrics_of(spec, results,
-    launched_at) when it ended ok."""
+    launched_at, run_dir) when it ended ok."""
     from bench.aggregate import joined_rank_map, process_status, read_results
 
     status, error = process_status(spec, run_dir, outcome)
-    metrics = metrics_of(spec, read_results(run_dir), outcome.launched_at) if status == "ok" else None
+    metrics = metrics_of(spec, read_results(run_dir), outcome.launched_at, run_dir) if status == "ok" else None
     return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
 
 
@@ -423,7 +423,8 @@ class TrainTask(Task):
                          f"{thr.ci_high:,.0f}, {thr.n} windows)")
             lines.append(f"step time: {1000 * step.mean:.2f} ms (max over ranks per window)")
             lines.append(f"startup: {start.launch_to_first_step_s:.2f} s to first step, rendezvous "
-                         f"{start.rendezvous_s:.2f} s")
+                         f"{start.rendezvous_s:.2f} s" +
+                         "".join(f", {name} {s:.2f} s" for name, s in start.launcher_phases.items()))
             lines.append(f"peak memory: {m.peak_rss_bytes_max / 2**20:,.0f} MiB RSS (largest rank); "
                          f"straggler ratio {m.straggler_ratio:.3f}")
             if input_words(m):

@@ -411,10 +411,20 @@ def startup_blocks(cases: list[Case]) -> list:
         ups = [r.metrics.startup for r in c.records]
         rows.append([c.cond["workload"], c.backend, c.world_size, c.launches,
                      fmt(statistics.median(u.launch_to_process_s for u in ups), ".2f"),
-                     fmt(statistics.median(u.rendezvous_s for u in ups), ".3f"), fmt(c.startup_s, ".2f"), c.run_ids])
+                     fmt(statistics.median(u.rendezvous_s for u in ups), ".3f"), fmt(c.startup_s, ".2f"),
+                     launcher_phases(ups), c.run_ids])
     columns = [left("workload"), left("backend"), right("world"), right("launches"), right("launch to processes s"),
-               right("rendezvous s"), right("launch to first step s"), left("runs")]
-    return [Paragraph("Medians over the launches of each case.", "note"), Table(columns, rows)]
+               right("rendezvous s"), right("launch to first step s"), left("launcher's own phases s"), left("runs")]
+    return [Paragraph("Medians over the launches of each case. The launcher's own phases are those a launcher "
+                      "reports of its start-up (starting a runtime, placing the workers), within launch to first "
+                      "step.", "note"), Table(columns, rows)]
+
+
+def launcher_phases(ups: list) -> str:
+    """Each start-up phase the launcher reported, in its order, as the median over the launches that have it."""
+    names = list(dict.fromkeys(name for u in ups for name in u.launcher_phases))
+    return ", ".join(f"{name} {statistics.median(u.launcher_phases[name] for u in ups if name in u.launcher_phases):.2f}"
+                     for name in names) or "-"
 
 
 # ---------------------------------------------------------------- across shaped links

@@ -1,0 +1,277 @@
+"""ray: Ray Train's TorchTrainer (its workers are Ray actors, its process group torch.distributed) + the
+DistributedDataParallel wrapper of ray.train.torch.prepare_model.
+
+The launcher starts a small driver (`python -m bench.backends.ray_driver RUN_DIR`) that starts a local Ray
+runtime sized to the run, on ports Ray chooses and with its temporary files beside the run (or connects to
+`--ray-address`), and runs a TorchTrainer of spec.world_size workers. Each Ray Train worker runs the suite's
+per-rank code in its own process (rank_main, the counterpart of bench.guard + bench.worker): the process group
+and the device are the ones Ray Train set up, and the rank writes the same files (log, start, joined, result,
+error, exit) as every other backend's ranks, so the tasks conclude unchanged.
+
+Every process of a local runtime (gcs_server, raylet, the workers Ray starts, its agents) inherits the run's
+tag from the driver, so the supervisor's teardown ends them all; the driver also stops the runtime itself
+(ray.shutdown) however the trainer ended.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import sys
+import time
+
+from bench.backends.base import Backend, BackendOption, ElasticMode, Launcher, rank_row
+from bench.backends.elastic import DDPGroup, distributed_problem
+
+SETUP_HINT = "pip install -e '.[ray]'"
+TIMES_FILE = "ray.json"  # in the run directory: what the driver and Ray Train's set-up timed
+ADDRESS_CHECK_S = 3.0  # how long the parent waits for --ray-address to answer before refusing it
+
+
+def ray_problem() -> str | None:
+    """What is missing to run Ray Train here, if anything (without importing it: that takes seconds)."""
+    if importlib.util.find_spec("ray") is None:
+        return f"Ray is not installed; {SETUP_HINT}"
+    if importlib.util.find_spec("ray.train") is None:
+        return f"Ray is installed without Ray Train; {SETUP_HINT}"
+    return None
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """(host, port) of a Ray cluster's address `HOST:PORT` (a `ray://` prefix refused: a Ray Client server is
+    not a cluster the driver joins), or None when it is not of that form."""
+    host, sep, port = (text or "").rpartition(":")
+    if not sep or not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def times_of(run_dir) -> dict:
+    path = run_dir.path / TIMES_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_times(run_dir, **values) -> None:
+    """Merge `values` into the run's timing file (the driver and Ray Train's set-up both write there)."""
+    from bench.rundir import write_json_atomic
+
+    write_json_atomic(run_dir.path / TIMES_FILE, {**times_of(run_dir), **values})
+
+
+class RayLauncher(Launcher):
+    """The driver, started by the supervisor like any launcher; Ray starts the ranks."""
+
+    def command(self, spec, rank_command, run_id):
+        # rank_command is bench.guard's (python -m bench.guard RUN_DIR BACKEND): Ray starts the ranks itself and
+        # runs the per-rank code in its workers, so the driver takes the run directory from it
+        return [sys.executable, "-m", "bench.backends.ray_driver", rank_command[-2], run_id]
+
+    def rank_identity(self, env):
+        return int(env.get("BENCH_RANK", 0)), int(env.get("BENCH_ATTEMPT", 0))
+
+    def startup_phases(self, run_dir):
+        """Ray's own start-up: the driver's interpreter and `import ray`, starting the local runtime (or
+        connecting to a cluster), making the TorchTrainer (importing Ray Train), placing the Train workers (fit()
+        called to Ray Train starting the process group's set-up in them: its controller, the placement group, the
+        worker actors), and that set-up."""
+        t = times_of(run_dir)
+        phases = {}
+        for name, start, end in (("driver start", "launched_at", "ray_imported"),
+                                 ("ray runtime start", "ray_init_start", "ray_init_end"),
+                                 ("trainer set-up", "ray_init_end", "fit_start"),
+                                 ("worker placement", "fit_start", "process_group_start"),
+                                 ("process group set-up", "process_group_start", "process_group_end")):
+            if t.get(start) is not None and t.get(end) is not None:
+                phases[name] = max(0.0, t[end] - t[start])
+        return phases
+
+
+class RayTrainGroup(DDPGroup):
+    """A Ray Train worker's side: the torch process group Ray Train initialised (gloo on CPU, NCCL on GPU), the
+    rank map as Ray gave it, prepare_model's DistributedDataParallel, and the same collectives as elastic."""
+
+    def init(self, spec):
+        import ray.train
+        import torch
+        import torch.distributed as dist
+
+        ctx = ray.train.get_context()
+        if not dist.is_initialized():
+            raise RuntimeError("Ray Train did not set up a torch process group in this worker")
+        if spec.device == "cuda":
+            import ray.train.torch
+
+            device = ray.train.torch.get_device()
+            torch.cuda.set_device(device)
+            self.device_ids = [device.index]
+        else:
+            self.device_ids = None
+        rank = ctx.get_world_rank()
+        return rank_row(rank=rank, world_size=ctx.get_world_size(), local_rank=ctx.get_local_rank(),
+                        local_world_size=ctx.get_local_world_size(), group_rank=ctx.get_node_rank(),
+                        role_rank=rank, restart_count=int(os.environ.get("BENCH_ATTEMPT", 0)))  # worker groups before
+
+    def rendezvous_began(self, init_called):
+        began = times_of(_run_dir()).get("process_group_start")
+        return min(began, init_called) if began else init_called
+
+    def wrap(self, model, optimizer, spec):
+        """ray.train.torch.prepare_model with elastic's DDP settings (bucket size; the model is already on its
+        device). At one worker prepare_model wraps nothing, as Ray users get it."""
+        import ray.train.torch
+
+        return ray.train.torch.prepare_model(
+            model, move_to_device=False,
+            parallel_strategy_kwargs={"bucket_cap_mb": spec.backend_options["ddp_bucket_mb"]}), optimizer
+
+    def shutdown(self):
+        pass  # the process group is Ray Train's: it destroys it when the workers end
+
+
+class RayTrainElastic(ElasticMode):
+    """Ray Train's fault tolerance: FailureConfig(max_failures=--max-restarts). When a worker fails, Ray Train
+    ends the worker group and starts a new one (new actors, a new process group) at the same size; the new
+    workers resume from the latest checkpoint, which rank 0 writes every C steps."""
+
+    scenarios = ("kill",)
+
+    def launch(self, spec, rank_command, run_id, run_dir):
+        return RayLauncher().command(spec, rank_command, run_id), {}, {}
+
+    def join(self, spec, rank_command, run_id, run_dir, info):
+        raise RuntimeError("Ray Train's worker group does not grow while it trains")
+
+    def train(self, group, ctx):
+        """Restart-from-checkpoint, as elastic's: every process loads the latest checkpoint when there is one,
+        trains, and rank 0 saves one every C steps (written aside and renamed)."""
+        import torch
+        import torch.distributed as dist
+
+        path = ctx.run_dir.checkpoint
+        step = 0
+        if path.exists():
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+            ctx.model.load_state_dict(saved["model"])
+            ctx.optimizer.load_state_dict(saved["optimizer"])
+            step = saved["step"]
+        rank, size = dist.get_rank(), dist.get_world_size()
+        ctx.resumed(step, rank, size, int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("BENCH_ATTEMPT", 0)),
+                    int(os.environ.get("NODE_RANK", 0)))
+        model, _ = group.wrap(ctx.model, ctx.optimizer, ctx.spec)
+        while ctx.keep_going(step, size):
+            try:
+                ctx.train_step(model, ctx.optimizer, step, rank)
+            except Exception as exc:
+                ctx.detected(rank, f"{type(exc).__name__}: {str(exc)[:80]}")
+                raise
+            step += 1
+            ctx.stepped(step, rank, size)
+            if step % ctx.checkpoint_every == 0 and rank == 0:
+                tmp = ctx.run_dir.temporary(path)
+                torch.save({"step": step, "model": ctx.model.state_dict(),
+                            "optimizer": ctx.optimizer.state_dict()}, tmp)
+                ctx.committed(step, rank)
+                os.replace(tmp, path)
+        return step
+
+
+def _run_dir():
+    from bench.rundir import RunDir
+
+    return RunDir(os.environ["BENCH_RUN_DIR"])
+
+
+def rank_main(config: dict) -> None:
+    """Ray Train's train_loop_per_worker: one rank of the run, in the Ray worker's own process. What bench.guard
+    does for the other backends' ranks is done here: the rank's output goes to its log, and whatever the ending
+    its exit file is written (a rank that raised exits with code 1, as a Python process would)."""
+    import traceback
+
+    import psutil
+    import ray.train
+
+    from bench.rundir import RunDir, tail
+    from bench.worker import run_process
+
+    run_dir = RunDir(config["run_dir"])
+    rank = ray.train.get_context().get_world_rank()
+    attempt = run_dir.claim_attempt(rank, 0)
+    os.environ.update(BENCH_RANK=str(rank), BENCH_ATTEMPT=str(attempt), BENCH_RUN_DIR=str(run_dir.path))
+    log_path = run_dir.rank_file(rank, attempt, "log")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    returncode = 1
+    try:
+        run_process(run_dir, rank, attempt, psutil.Process().create_time())  # the Ray worker's process start
+        returncode = 0
+    except BaseException:
+        traceback.print_exc()
+        raise
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        run_dir.write(rank, attempt, "exit", {
+            "rank": rank, "attempt": attempt, "pid": os.getpid(), "time": time.time(), "returncode": returncode,
+            "exit_code": returncode, "signal": None, "terminated_by": None,
+            "tail": tail(log_path) if returncode else ""})
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (log, *saved):
+            os.close(fd)
+
+
+def address_problem(address: str) -> str | None:
+    """None when a Ray cluster's GCS answers at `address` within ADDRESS_CHECK_S, else why not."""
+    parsed = parse_address(address)
+    if parsed is None:
+        return f"--ray-address {address!r}: give the cluster's address as HOST:PORT (its GCS, e.g. 10.0.0.1:6379)"
+    try:
+        with socket.create_connection(parsed, timeout=ADDRESS_CHECK_S):
+            return None
+    except OSError as exc:
+        return (f"--ray-address {address}: no Ray cluster answers there within {ADDRESS_CHECK_S:g} s "
+                f"({exc.strerror or exc}); start one with `ray start --head` or drop --ray-address")
+
+
+class RayBackend(Backend):
+    name = "ray"
+    summary = "Ray Train TorchTrainer (Ray actors, torch process group) + prepare_model's DistributedDataParallel"
+    comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+    options = (
+        BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of "
+                      "Horovod's fusion threshold)", float, invalid=("0", "-1", "nan", "x")),
+        BackendOption("ray_address", None, "an existing Ray cluster (its GCS, HOST:PORT) to run on instead of "
+                      "a local runtime started for the run", str, invalid=("nohost", "host:port", "h:0")),
+    )
+    launcher = RayLauncher()
+    group_type = RayTrainGroup
+    elastic = RayTrainElastic()
+
+    def check_options(self, options, device):
+        if options["ddp_bucket_mb"] <= 0:
+            return "--ddp-bucket-mb must be positive"
+        if options["ray_address"] is not None:
+            return address_problem(options["ray_address"])
+        return None
+
+    def unavailable_reason(self, device):
+        return distributed_problem(device) or ray_problem()
+
+    def doctor_lines(self):
+        if ray_problem():
+            return []
+        from importlib.metadata import version
+
+        return [f"ray {version('ray')}"]
+
+
+BACKEND = RayBackend()
