@@ -298,8 +298,9 @@ def _v3_to_v4(rec: dict) -> dict:
 
 
 def _v4_to_v5(rec: dict) -> dict:
-    """v5 adds the input loader (spec.loader) and time-to-accuracy runs (spec.converge): a v4 run held its
-    in-memory data on the device and was no converge run."""
+    """v5 adds the input loader (spec.loader), time-to-accuracy runs (spec.converge) and the launcher's own
+    start-up phases (metrics.startup.launcher_phases, empty by default: no launcher of v4 reported any): a v4
+    run held its in-memory data on the device and was no converge run."""
     rec = dict(rec, spec={**rec["spec"], "loader": "memory", "converge": None})
     rec["schema_version"] = 5
     return rec

@@ -131,7 +131,7 @@ def test_mlp_run_has_the_same_parameters_as_elastic(store):
 
 @ray_missing
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["crash", "kill"])
+@pytest.mark.parametrize("kind", ["crash"])  # a SIGKILLed worker: test_killed_worker_is_replaced... and by hand
 def test_crashed_worker_is_named(kind, store):
     proc, record = bench_json("run", "--backend", "ray", "--nproc", 2, "--inject", f"{kind}:1:4", "--store", store,
                               *FAST, timeout=400)
@@ -151,11 +151,11 @@ def test_crashed_worker_is_named(kind, store):
 @ray_missing
 @pytest.mark.slow
 def test_hung_worker_is_ended_at_the_deadline(store):
-    proc, record = bench_json("run", "--backend", "ray", "--nproc", 2, "--inject", "hang:1:3", "--timeout", 90,
+    proc, record = bench_json("run", "--backend", "ray", "--nproc", 2, "--inject", "hang:1:3", "--timeout", 60,
                               "--store", store, *FAST, timeout=400)
     assert proc.returncode == 1 and record["status"] == "timeout", record["error"]
     assert {row["rank"] for row in record["error"]["ranks"]} == {0, 1}
-    assert record["error"]["message"] == "deadline of 90 s passed"
+    assert record["error"]["message"] == "deadline of 60 s passed"
     assert_no_ray_left(record)
 
 
