@@ -254,6 +254,20 @@ def hosts_of(state: dict | None) -> list[Host]:
     return [Host(h["name"], h["address"]) for h in (state or {}).get("hosts", [])]
 
 
+def running_hosts() -> tuple[list[Host], str]:
+    """The test hosts that are up, each with its sshd running, and the root namespace's address on their bridge
+    (.1 of their subnet); a UsageError when there are none."""
+    state = read_state()
+    hosts = hosts_of(state)
+    if not (state and state.get("complete") and hosts):
+        raise UsageError("no test hosts are up: run `bench testhosts up 2` first")
+    gone = [h.name for h in hosts if sshd_pid(h) is None]
+    if gone:
+        raise UsageError(f"test host(s) {', '.join(gone)} are not running (no sshd): run "
+                         f"`bench testhosts up {len(hosts)}` first")
+    return hosts, str(ipaddress.ip_network(state["subnet"]).network_address + 1)
+
+
 def hosts_option(hosts: list[Host]) -> str:
     """The `--hosts` value for these hosts, one slot each."""
     return ",".join(f"{h.address}:1" for h in hosts)

@@ -15,7 +15,6 @@ so it also clears what a crashed up() left.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import socket
@@ -118,20 +117,6 @@ def require_usable() -> None:
 def require_root() -> None:
     if os.geteuid() != 0:
         raise UsageError("the Slurm test cluster is root's (its daemons run as root): run it with sudo")
-
-
-def test_hosts() -> tuple[list[testhosts.Host], str]:
-    """The test hosts that are up, each with its sshd running, and the root namespace's address on their bridge
-    (.1 of their subnet); a UsageError when there are none."""
-    state = testhosts.read_state()
-    hosts = testhosts.hosts_of(state)
-    if not (state and state.get("complete") and hosts):
-        raise UsageError("no test hosts are up: run `bench testhosts up 2` first")
-    gone = [h.name for h in hosts if testhosts.sshd_pid(h) is None]
-    if gone:
-        raise UsageError(f"test host(s) {', '.join(gone)} are not running (no sshd): run "
-                         f"`bench testhosts up {len(hosts)}` first")
-    return hosts, str(ipaddress.ip_network(state["subnet"]).network_address + 1)
 
 
 def port_free(port: int) -> bool:
@@ -375,7 +360,7 @@ def up(log=None) -> list[testhosts.Host]:
     of the daemons' logs."""
     log = log or (lambda text: None)
     require_usable()
-    hosts, address = test_hosts()
+    hosts, address = testhosts.running_hosts()
     if leftovers():
         log("taking down the Slurm test cluster already here first")
         down()

@@ -39,9 +39,18 @@ def temp_dir(run_dir, run_id: str) -> tuple[Path, bool]:
 
 
 # what bench.runner.worker_environment sets for every rank, passed to the workers of a cluster given by --ray-address
-# (a local runtime's workers inherit them from the driver)
-RANK_VARIABLES = ("BENCH_RUN_TAG", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH",
-                  "CUDA_VISIBLE_DEVICES", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+# (a local runtime's workers inherit them from the driver): to every process of the job ...
+JOB_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH", "CUDA_VISIBLE_DEVICES",
+                 "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+# ... but the run's tag to the Train workers only: a job's runtime_env also reaches the cluster-wide detached actors
+# the job happens to create (Ray Train's AutoscalingCoordinator, made by the first Train run on a cluster and kept
+# for every later one, restarted whenever it ends), which are the cluster's, not the run's, and must not be
+# reaped as the run's. Ray itself ends the job's other processes (its controller) when the driver ends.
+WORKER_VARIABLES = ("BENCH_RUN_TAG",)
+
+
+def passed_on(names) -> dict[str, str]:
+    return {k: os.environ[k] for k in names if k in os.environ}
 
 
 class Ended(Exception):
@@ -77,7 +86,7 @@ def main(argv: list[str]) -> int:
             # the path); they write the run directory, so they must see it at the same path
             try:
                 ray.init(address=address, log_to_driver=False, configure_logging=False,
-                         runtime_env={"env_vars": {k: os.environ[k] for k in RANK_VARIABLES if k in os.environ}})
+                         runtime_env={"env_vars": passed_on(JOB_VARIABLES)})
             except ConnectionError as exc:  # Ray's own ConnectionError carries the cause (say, a missing token)
                 cause = exc.__cause__ or exc.__context__
                 print(f"ray driver: could not join the Ray cluster at {address}: {exc}"
@@ -94,7 +103,7 @@ def main(argv: list[str]) -> int:
             signal.signal(sig, _ended)
         write_times(run_dir, ray_init_start=started, ray_init_end=time.time(), address=address,
                     temp_dir=None if address else str(folder))
-        code = train(spec, run_dir, run_id, storage)
+        code = train(spec, run_dir, run_id, storage, address)
     except Ended as exc:
         print(f"ray driver: {exc} received; stopping", flush=True)
         code, ended = 128 + getattr(signal, str(exc)).value, True
@@ -110,7 +119,7 @@ def main(argv: list[str]) -> int:
     return code
 
 
-def train(spec, run_dir, run_id: str, storage: Path) -> int:
+def train(spec, run_dir, run_id: str, storage: Path, address: str | None) -> int:
     """Run the TorchTrainer; 0 when every worker finished, 1 when training failed (each failed rank's exit file
     written)."""
     import ray.train
@@ -129,7 +138,8 @@ def train(spec, run_dir, run_id: str, storage: Path) -> int:
                                         timeout_s=int(timeout), run_dir=str(run_dir.path)),
         # no retries, but in a fault run (the backend's elastic mode)
         run_config=RunConfig(name=run_id, storage_path=str(storage), failure_config=FailureConfig(
-            max_failures=spec.fault["max_restarts"] if spec.fault else 0)))
+            max_failures=spec.fault["max_restarts"] if spec.fault else 0),
+            worker_runtime_env={"env_vars": passed_on(WORKER_VARIABLES)} if address else None))
     fit_start = time.time()
     write_times(run_dir, fit_start=fit_start)
     try:

@@ -1,5 +1,5 @@
 """`bench`: run, sweep, allreduce, converge, list, report, compare, agreement, regress, baseline, fault, selfcheck, import,
-doctor, slurm-script, testhosts, testslurm.
+doctor, slurm-script, testhosts, testslurm, testray.
 
 One module per verb, each with `add_parser(verbs)` and the function that carries the verb out; VERBS is the
 registry. Bad input is one line on stderr and exit 2; a run not ok exits 1, an interrupted one 130.
@@ -12,12 +12,12 @@ import signal
 import sys
 
 from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, import_runs, list_runs, regress, report, run,
-                       selfcheck, slurm_script, sweep, testhosts, testslurm)
+                       selfcheck, slurm_script, sweep, testhosts, testray, testslurm)
 from bench.cli.common import Parser
 from bench.errors import EXIT_INTERRUPTED, EXIT_OK, BenchError, Interrupted
 
 VERBS = (run, sweep, allreduce, converge, list_runs, report, compare, agreement, regress, fault, selfcheck, import_runs, doctor,
-         slurm_script, testhosts, testslurm)
+         slurm_script, testhosts, testslurm, testray)
 EXIT_INTERNAL = 3  # a bug in bench itself
 
 
