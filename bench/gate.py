@@ -202,7 +202,10 @@ def noisy_cases(fig: Figure) -> list[str]:
 
 
 def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok: dict[str, dict],
-                    same_machine: bool, host_differs: str = "the baseline came from another kind of machine") -> list[dict]:
+                    same_machine: bool, host_differs: str = "the baseline came from another kind of machine",
+                    cannot_run: dict[str, str] | None = None) -> list[dict]:
+    """One row per gated figure. cannot_run: backend -> why it cannot run here; its baseline figures are skipped,
+    not failed, when the current runs lack them (a gate without the optional Ray installed)."""
     rows = []
     for key in sorted(set(base) | set(cur) | set(cur_not_ok)):
         kind = key.split(" ", 1)[0]
@@ -222,6 +225,8 @@ def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok:
         elif key in cur_not_ok or b is None:
             row.update(verdict="new", why="not in the baseline" if key not in cur_not_ok
                        else f"not in the baseline; the current run ended {cur_not_ok[key]['status']}")
+        elif c is None and key.split(" ")[1] in (cannot_run or {}):
+            row.update(verdict="skipped", why=f"{key.split(' ')[1]} cannot run here: {cannot_run[key.split(' ')[1]]}")
         elif c is None:
             row.update(verdict="failed", why="in the baseline, missing from the current runs")
         elif rule.same_machine_only and not same_machine:

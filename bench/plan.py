@@ -87,12 +87,14 @@ def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm
 
 
 def plan_sweep(backends: list[str], workloads: list[str], device: str, world_sizes: list[int], *, options: dict,
-               comm: dict | None, sweep_id: str | None, with_plain_loop: bool = True, repeats: int = 1) -> list:
+               comm: dict | None, sweep_id: str | None, with_plain_loop: bool = True, repeats: int = 1,
+               workloads_of: dict[str, list[str]] | None = None) -> list:
     """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
     size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never
     slowed by a step delay), then, unless comm is None, a communication sweep (comm: the options of
     comm_options) for every primary backend that has collectives and every world size above 1 (a reference
     backend's only when it is the sweep's one backend; `bench allreduce --backend ps` measures it alone).
+    workloads_of: backend -> the only workloads it trains (the regression matrix's reference backend).
     Repeated in rounds: every case once, then again, so a slow spell of the machine spreads over all cases
     instead of landing on the repeats of one; each round in an order shuffled with a seed taken from the
     sweep id and the round."""
@@ -115,6 +117,8 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
                 plan.append(build_spec(backend=PLAIN_LOOP, workload=workload, world_size=1, device=device,
                                        **{**at_link, "step_delay": None}))
             for backend in backends:
+                if workloads_of and workload not in workloads_of.get(backend, [workload]):
+                    continue
                 for size in backend_world_sizes(backend, world_sizes):
                     plan.append(build_spec(backend=backend, workload=workload, world_size=size, device=device,
                                            **at_link))

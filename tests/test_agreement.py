@@ -120,3 +120,16 @@ def test_sooner_startup_is_claimed_only_across_launches():
     lines = page_part(one).recommendation
     assert not any("sooner" in line for line in lines)
     assert any(line.startswith("Startup to the first step did not differ significantly") for line in lines)
+
+
+def test_ray_is_measured_against_elastic_and_the_ps_against_the_faster_primary():
+    """A reference backend that runs a primary's data-parallel path (ray: elastic's DDP) is compared with that
+    backend, even where the other primary is faster; the parameter server with the faster primary."""
+    launches = {("single", 1): [100, 102, 98], ("elastic", 2): [120, 118, 123], ("horovod", 2): [150, 155, 148],
+                ("ray", 2): [110, 112, 109], ("ps", 2): [90, 91, 89]}
+    part = page_part(sweep("s1", launches))
+    ray = next(s for s in part.verdict if s.split(": ", 1)[1].startswith("ray ("))
+    assert "ray (the same data-parallel path as elastic, under its own runtime) is" in ray
+    assert "slower than elastic (3 + 3 launches" in ray
+    ps = next(s for s in part.verdict if ": the ps baseline" in s)
+    assert "slower than horovod" in ps

@@ -21,7 +21,7 @@ from bench.tasks.fault import FAULT_DEFAULTS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
 VERBS = ["run", "sweep", "allreduce", "converge", "list", "report", "compare", "agreement", "regress", "baseline", "fault", "selfcheck", "import",
-         "doctor", "slurm-script", "testhosts", "testslurm"]
+         "doctor", "slurm-script", "testhosts", "testslurm", "testray"]
 
 
 def verb_names() -> list[str]:
@@ -186,6 +186,12 @@ def test_plan_sweep_from_plain_values_in_rounds():
     # a reference backend (the parameter server) trains only where it is distributed, unless that is nowhere
     both = plan_sweep(["elastic", "ps"], ["mnist_mlp"], "cpu", [1, 2], options={}, comm=None, sweep_id=None)
     assert sorted((s.backend, s.world_size) for s in both) == [("elastic", 1), ("elastic", 2), ("ps", 2), ("single", 1)]
+    # the regression matrix's reference backend trains only the workloads given for it
+    limited = plan_sweep(["elastic", "ray"], ["mnist_mlp", "resnet18"], "cpu", [1, 2], options={}, comm=None,
+                         sweep_id=None, workloads_of={"ray": ["mnist_mlp"]})
+    assert sorted((s.backend, s.workload, s.world_size) for s in limited if s.backend == "ray") == [
+        ("ray", "mnist_mlp", 2)]
+    assert sum(s.backend == "elastic" for s in limited) == 4
     alone = plan_sweep(["ps"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None)
     assert sorted((s.backend, s.world_size) for s in alone) == [("ps", 1), ("single", 1)]
 

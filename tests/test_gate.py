@@ -82,6 +82,14 @@ def test_failed_missing_new_and_other_machine():
     slower = {key: fig("throughput", [values(50, 0.01)], key=key)}
     rows = compare_figures(base, slower, {}, same_machine=False)
     assert rows[0]["verdict"] == "skipped"  # absolute figures do not travel between machines
+    # a backend that cannot run here (Ray not installed): its baseline figures are skipped, saying why; another
+    # backend's missing figures still fail
+    ray = "vs_plain ray mnist_mlp n=2"
+    base[ray] = fig("vs_plain", [values(0.9, 0.01), values(1.0, 0.01)], key=ray)
+    rows = {r["metric"]: r for r in compare_figures(base, {}, {}, same_machine=True,
+                                                     cannot_run={"ray": "Ray is not installed"})}
+    assert rows[ray]["verdict"] == "skipped" and rows[ray]["why"] == "ray cannot run here: Ray is not installed"
+    assert rows[key]["verdict"] == "failed"
 
 
 def record(run_id, backend, world, per_window, created, status="ok", sweep="s1"):

@@ -24,7 +24,8 @@ UNAVAILABLE = testray.unavailable_reason()
     ([], ["required: ACTION"]),
     (["sideways"], ["invalid choice: 'sideways'"]),
     (["up", "2"], ["unrecognized arguments: 2"]),
-    (["up", "--cpus", "many"], ["invalid int value: 'many'"]),
+    (["up", "--cpus", "many"], ["--cpus"]),
+    (["up", "--cpus", "0"], ["--cpus"]),
 ])
 def test_bad_input_is_refused(args, fragments):
     assert_one_line_error(bench_in_process("testray", *args), 2, *fragments)

@@ -13,7 +13,7 @@ BACKEND_MODULES = {
     "single": "bench.backends.single",
     "ray": "bench.backends.ray",
 }
-COMPARED = ("elastic", "horovod", "ps")  # what a sweep runs by default
+COMPARED = ("elastic", "horovod", "ps", "ray")  # what `--backend all` runs (where each can run)
 PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are reference points
 PLAIN_LOOP = "single"  # the plain loop every backend is also measured against
 DEFAULT_BACKEND = "elastic"  # `bench run` and `bench fault` without --backend

@@ -141,6 +141,9 @@ class Backend:
     launcher: Launcher
     group_type: type = ProcessGroup
     elastic: ElasticMode | None = None
+    # a reference backend that runs a primary backend's data-parallel path under its own runtime is measured
+    # against that backend (its overhead); otherwise against the faster primary
+    counterpart: str | None = None
 
     def new_group(self) -> ProcessGroup:
         return self.group_type()

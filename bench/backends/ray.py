@@ -255,6 +255,7 @@ class RayBackend(Backend):
     launcher = RayLauncher()
     group_type = RayTrainGroup
     elastic = RayTrainElastic()
+    counterpart = "elastic"  # the same DDP over the same gloo/NCCL: any difference is Ray's
 
     def check_options(self, options, device):
         if options["ddp_bucket_mb"] <= 0:

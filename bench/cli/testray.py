@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from bench.cli import options
 from bench.errors import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -13,8 +14,9 @@ def add_parser(verbs) -> None:
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start it on the test hosts that are up (bench testhosts up N first), "
                                        "replacing one already up")
-    up.add_argument("--cpus", type=int, default=None, metavar="N",
-                    help="CPUs each host's node offers (default: this machine's CPUs shared by the hosts)")
+    options.add(up, "--cpus", type=options.positive_int, default=None, metavar="N",
+                help="CPUs each host's node offers (default: this machine's CPUs shared by the hosts)",
+                invalid=["0", "-1", "many"])
     actions.add_parser("down", help="stop every process of it and remove its files")
     actions.add_parser("status", help="each node and whether it is alive (exit 1 if not all are)")
     p.set_defaults(func=cmd)

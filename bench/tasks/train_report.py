@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from bench import stats
-from bench.backends import PLAIN_LOOP, PRIMARY
+from bench.backends import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
 from bench.frame import CONDITIONS, latest_launches
 from bench.sections import (Cell, Figure, Heading, Paragraph, ReportPart, Section, Table, code, em,
                             env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
@@ -180,10 +180,11 @@ def verdict(cases: list[Case]) -> tuple[list[str], list[str], list[dict]]:
                 fairness.append(f"{where}: the {first} and {second} runs differ in {', '.join(differs)}; "
                                 "their comparison is not like for like.")
         primaries = [rows[b] for b in PRIMARY if b in rows]
-        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # reference backends (the PS)
+        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # reference backends (the PS, Ray)
             if not primaries:
                 continue
-            best = max(primaries, key=lambda c: c.throughput)
+            counterpart = get_backend(other).counterpart if other in BACKEND_MODULES else None
+            best = rows[counterpart] if counterpart in rows else max(primaries, key=lambda c: c.throughput)
             d = difference(rows[other], best)
             est = d["estimate"]
             rel = 1 - est.ratio
@@ -195,7 +196,10 @@ def verdict(cases: list[Case]) -> tuple[list[str], list[str], list[dict]]:
             else:
                 sig = "cannot tell from a single launch on a side"
             opts = ", ".join(f"{k}={v}" for k, v in rows[other].latest.spec.backend_options.items())
-            sentences.append(f"{where}: the {other} baseline ({opts}) is {abs(rel):.1%} {word} than "
+            what = f"the {other} baseline ({opts})" if best.backend != counterpart else \
+                f"{other} ({opts + '; ' if opts else ''}the same data-parallel path as {counterpart}, under its own " \
+                "runtime)"
+            sentences.append(f"{where}: {what} is {abs(rel):.1%} {word} than "
                              f"{best.backend} ({_launches(rows[other], best)}, {sig}).")
     return sentences, fairness, comparisons
 
