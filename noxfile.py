@@ -4,7 +4,7 @@ regression); `nox -s baseline` refreshes that baseline on this machine.
 
 Both sessions install the project (torch 2.14.1, torchvision 0.29.1) and Horovod 0.28.1, built once
 against that torch by `python -m bench.horovod_build` and cached outside the checkout; `tests` and `bench` also
-install Ray Train (the `ray` extra) for the ray backend.
+install Ray Train (the `ray` extra) for the ray backend; `regress` and `baseline` too (the gate's Ray case).
 """
 
 import nox
@@ -35,12 +35,12 @@ def bench(session):
 @nox.session
 def regress(session):
     """The regression gate: `bench regress -- ARGS` (for instance `-- --inject-delay 20%` to see it fail)."""
-    install(session, "[test]")
+    install(session, "[test,ray]")
     session.run("bench", "regress", "--store", "results/regress.sqlite", *session.posargs)
 
 
 @nox.session
 def baseline(session):
     """Refresh results/baselines/ from a run of the regression matrix on this machine (then commit it)."""
-    install(session, "[test]")
+    install(session, "[test,ray]")
     session.run("bench", "baseline", "--store", "results/regress.sqlite", *session.posargs)
