@@ -21,13 +21,12 @@ def fault(store, *args, timeout=300):
     return proc, record
 
 
-def assert_resumed_params_are_two_worker_sgd(record, steps, processes):
-    """Independent check: `steps` steps of 2-worker synchronous SGD are `steps` steps on both ranks'
-    batches at once (the two gradients of equal batches are averaged), computed here in one process."""
+def two_worker_sgd(spec, steps):
+    """`steps` steps of 2-worker synchronous SGD, computed here in one process: each step on both ranks' batches
+    at once (the two gradients of equal batches are averaged)."""
     from workloads import WORKLOADS
     from workloads.data import SyntheticBatches
 
-    spec = record["spec"]
     torch.manual_seed(spec["seed"])
     model = WORKLOADS["mnist_mlp"].build(spec["num_classes"], spec["image_size"])
     opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"])
@@ -41,13 +40,25 @@ def assert_resumed_params_are_two_worker_sgd(record, steps, processes):
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
-    expected = model.state_dict()
+    return model.state_dict()
+
+
+def assert_resumed_params_are_two_worker_sgd(record, steps, processes):
+    """Independent check of the parameters every process resumed from. The mean of two 64-sample gradients
+    summed by an allreduce rounds differently from one 128-sample mean: after 20 steps the two differ by up to
+    about 1e-5 (measured: 1.2e-5 on one CPU), while SGD one step off differs by about 1e-3. So the resumed
+    parameters must be within 1e-4 of `steps` steps and at least 5 times nearer to them than to one step
+    more or fewer."""
+    spec = record["spec"]
+    expected, before, after = (two_worker_sgd(spec, n) for n in (steps, steps - 1, steps + 1))
     resumed = glob.glob(f"{record['run_dir']}/resumed-step{steps}-pid*.params.pt")
     assert len(resumed) == processes
     for path in resumed:
         got = torch.load(path)
-        for name, value in expected.items():
-            torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-6, msg=name)
+        off = {n: max((got[k] - ref[k]).abs().max().item() for k in ref) for n, ref in (("steps", expected),
+                                                                                      ("one fewer", before),
+                                                                                      ("one more", after))}
+        assert off["steps"] < 1e-4 and off["steps"] * 5 < min(off["one fewer"], off["one more"]), off
 
 
 def test_elastic_recovers_from_a_killed_worker_and_resumes_the_checkpoint(store):
