@@ -3,6 +3,7 @@
 Each run starts a local Ray runtime (seconds on 2 cores), so the runs are few: one per workload (the MLP's also
 checked against elastic's parameters), a crash, a hang, and a communication sweep."""
 
+import json
 import socket
 import time
 from importlib.metadata import version
@@ -82,10 +83,13 @@ def test_doctor_says_whether_ray_can_run():
 # ---------------------------------------------------------------- real runs
 @ray_missing
 @pytest.mark.slow
-def test_two_worker_resnet18_run(store):
-    proc, record = bench_json("run", "--backend", "ray", "--workload", "resnet18", "--nproc", 2, "--store", store,
-                              *FAST, timeout=400)
+def test_two_worker_resnet18_run(tmp_path):
+    # a store given by a relative path, as `--store results/x.sqlite` from a checkout: the run directory is then
+    # relative too, and Ray Train's storage and Ray's workers need it absolute
+    proc = bench("run", "--backend", "ray", "--workload", "resnet18", "--nproc", 2, "--store", "rel/bench.sqlite",
+                 *FAST, "--json", timeout=400, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
     assert record["status"] == "ok" and record["spec"]["image_size"] == 32
     # the rank map is what Ray Train gave each worker
     rows = sorted(record["rank_map"], key=lambda r: r["rank"])

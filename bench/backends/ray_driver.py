@@ -66,7 +66,9 @@ def main(argv: list[str]) -> int:
     from bench.rundir import RunDir
     from bench.spec import RunSpec
 
-    run_dir, run_id = RunDir(argv[0]), argv[1]
+    # absolute: Ray Train's storage path must be (pyarrow refuses a relative one), and Ray's workers need not
+    # share this process's working directory (the run directory is relative when the store's path is)
+    run_dir, run_id = RunDir(os.path.abspath(argv[0])), argv[1]
     spec = RunSpec.from_dict(json.loads(run_dir.spec_file.read_text()))
     launched = json.loads(run_dir.launch_file.read_text())["launched_at"] if run_dir.launch_file.exists() else None
     for sig in (signal.SIGTERM, signal.SIGHUP):
