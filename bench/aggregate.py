@@ -128,8 +128,10 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[str, RunError | None
             message = f"{_process_name(spec, run_dir, cause['rank'])} ended with {how}"
         return "crashed", RunError(message=message, **cause)
     if outcome.returncode != 0:
-        return "failed", RunError(message=f"launcher exited with {outcome.returncode} and no rank failed",
-                                  tail=tail(run_dir.launcher_log))
+        said = tail(run_dir.launcher_log)
+        last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "")
+        return "failed", RunError(message=f"launcher exited with {outcome.returncode} and no rank failed"
+                                          + (f"; its last line: {last[:200]}" if last else ""), tail=said)
     if missing:
         return "failed", RunError(message=f"rank(s) {missing} produced no result", tail=tail(run_dir.launcher_log))
     return "ok", None

@@ -74,7 +74,8 @@ def test_a_failed_launcher_with_no_rank_to_blame_is_failed(tmp_path, spec):
     run_dir = ok_run(tmp_path, spec)
     run_dir.launcher_log.write_text("rendezvous closed\nagent gave up\n")
     status, error = process_status(spec, run_dir, outcome(returncode=1))
-    assert status == "failed" and error.message == "launcher exited with 1 and no rank failed"
+    # the launcher's last line in the message: what a user sees first (here, the driver's exception)
+    assert status == "failed" and error.message == "launcher exited with 1 and no rank failed; its last line: agent gave up"
     assert error.tail == "rendezvous closed\nagent gave up" and error.rank is None
 
 
