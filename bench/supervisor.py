@@ -127,6 +127,60 @@ def end_processes(procs: list, grace: float, second_look=lambda: []) -> list:
     return still
 
 
+def alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def name_of(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return "?"
+
+
+def processes_of(candidates, is_ours) -> list[psutil.Process]:
+    """The live processes among `candidates` ((process, known to be ours) pairs) that are ours (known, or
+    is_ours(process)), with all their descendants; never this process or one it runs under. How the test
+    clusters (bench.testslurm, bench.testray) find their daemons, whoever started them."""
+    spared = {os.getpid()} | {p.pid for p in psutil.Process().parents()}
+    found: dict[int, psutil.Process] = {}
+    for proc, known in candidates:
+        if proc.pid in spared or proc.pid in found or not (known or is_ours(proc)):
+            continue
+        found[proc.pid] = proc
+        try:
+            for child in proc.children(recursive=True):
+                found.setdefault(child.pid, child)
+        except psutil.Error:
+            pass
+    return [p for pid, p in sorted(found.items()) if pid not in spared and alive(p)]
+
+
+def end_found(find, log, grace: float = 5.0, rounds: int = 3) -> tuple[list, list]:
+    """End what find() returns, looking again up to `rounds` times (a daemon may start a process meanwhile):
+    (every process ended, those that survived even SIGKILL)."""
+    ended, survivors = [], []
+    for _ in range(rounds):
+        procs = [p for p in find() if alive(p)]
+        if not procs:
+            break
+        log(f"ending {len(procs)} process(es)")
+        ended += procs
+        survivors = [p for p in end_processes(procs, grace) if alive(p)]
+    return ended, survivors
+
+
+def wait_reaped(ended: list, timeout: float = 2.0) -> None:
+    """Give init a moment to reap ended daemons (their parent), so that no <defunct> entry is left behind."""
+    deadline = time.monotonic() + timeout
+    while any(psutil.pid_exists(p.pid) and not alive(p) for p in ended) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
     """Start one launcher of a run in a session of its own, its output appended to log_path. Its
     processes carry env's run tag, so teardown finds them whoever started them: the run's launcher, or

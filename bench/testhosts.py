@@ -268,6 +268,34 @@ def running_hosts() -> tuple[list[Host], str]:
     return hosts, str(ipaddress.ip_network(state["subnet"]).network_address + 1)
 
 
+def port_free(port: int, address: str = "0.0.0.0") -> bool:
+    """Whether a test cluster's daemon can bind the port here (SO_REUSEADDR, as slurmctld and Ray's gRPC servers
+    bind: a connection in TIME_WAIT owns nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def finish_removal(state_dir: Path, ended: list, survivors: list, what: str) -> None:
+    """The end of a test cluster's down() (bench.testslurm, bench.testray): its state directory removed, the
+    daemons it ended reaped by init, and a SetupError naming any process of it that survived SIGKILL."""
+    from bench.supervisor import name_of, wait_reaped
+
+    if state_dir.exists():
+        try:
+            shutil.rmtree(state_dir)
+        except OSError as exc:
+            raise SetupError(f"removing {state_dir}: {exc}") from None
+    wait_reaped(ended)
+    if survivors:
+        raise SetupError(f"processes of the {what} survived SIGKILL: "
+                         + ", ".join(f"{name_of(p)} (pid {p.pid})" for p in survivors))
+
+
 def hosts_option(hosts: list[Host]) -> str:
     """The `--hosts` value for these hosts, one slot each."""
     return ",".join(f"{h.address}:1" for h in hosts)

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +26,8 @@ import psutil
 
 from bench import testhosts
 from bench.errors import UsageError
-from bench.testhosts import SetupError, last_line, tool
+from bench.supervisor import end_found, name_of, processes_of
+from bench.testhosts import SetupError, finish_removal, last_line, tool
 
 STATE_DIR = Path("/run/bench-testray")
 MARKER = "BENCH_TESTRAY"  # in the environment of every process of the cluster: STATE_DIR
@@ -95,16 +94,6 @@ def require_root() -> None:
                          "with sudo")
 
 
-def port_free(address: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Ray's gRPC servers bind: TIME_WAIT is no owner
-        try:
-            s.bind((address, port))
-        except OSError:
-            return False
-    return True
-
-
 # ---------------------------------------------------------------- state and processes
 def read_state() -> dict | None:
     from bench.rundir import read_json
@@ -135,38 +124,13 @@ def _is_ours(proc: psutil.Process) -> bool:
 
 def processes() -> list[psutil.Process]:
     """Every live process of the cluster and its descendants, never this process or one it runs under."""
-    spared = {os.getpid()} | {p.pid for p in psutil.Process().parents()}
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter():
-        if proc.pid in spared or proc.pid in found or not _is_ours(proc):
-            continue
-        found[proc.pid] = proc
-        try:
-            for child in proc.children(recursive=True):
-                found.setdefault(child.pid, child)
-        except psutil.Error:
-            pass
-    return [p for pid, p in sorted(found.items()) if pid not in spared and _alive(p)]
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _name(proc: psutil.Process) -> str:
-    try:
-        return proc.name()
-    except psutil.Error:
-        return "?"
+    return processes_of([(proc, False) for proc in psutil.process_iter()], _is_ours)
 
 
 def leftovers() -> list[str]:
     """What of the cluster is on this machine now, in words (empty when nothing is)."""
     found = [str(STATE_DIR)] if STATE_DIR.exists() else []
-    return found + [f"{_name(p)} (pid {p.pid})" for p in processes()]
+    return found + [f"{name_of(p)} (pid {p.pid})" for p in processes()]
 
 
 def log_tails() -> str:
@@ -225,7 +189,7 @@ def up(cpus: int | None = None, log=None) -> tuple[list[testhosts.Host], str]:
         log("taking down the Ray test cluster already here first")
         down()
     for port, what in ((GCS_PORT, "the head node's GCS"), (AGENT_PORT, "the head node's agent")):
-        if not port_free(bridge, port):
+        if not testhosts.port_free(port, bridge):
             raise SetupError(f"port {port} ({what}) is taken on this machine: free it, or take down what listens "
                              "there")
     try:
@@ -297,30 +261,11 @@ def build(hosts: list[testhosts.Host], bridge: str, cpus: int, log) -> None:
 def down(log=None) -> bool:
     """Stop the cluster: end every process of it (SIGTERM, then SIGKILL; bench.supervisor's one way) and remove
     STATE_DIR. False when nothing of it was here. Safe to call again, and after a crashed up()."""
-    from bench.supervisor import end_processes
-
     log = log or (lambda text: None)
     if not leftovers():
         return False
-    ended, survivors = [], []
-    for _ in range(3):  # a worker a raylet started meanwhile is found by the next scan
-        procs = processes()
-        if not procs:
-            break
-        log(f"ending {len(procs)} process(es)")
-        ended += procs
-        survivors = [p for p in end_processes(procs, 5.0) if _alive(p)]
-    if STATE_DIR.exists():
-        try:
-            shutil.rmtree(STATE_DIR)
-        except OSError as exc:
-            raise SetupError(f"removing {STATE_DIR}: {exc}") from None
-    deadline = time.monotonic() + 2  # their parent is init: a moment to reap them, so no <defunct> entry is left
-    while any(psutil.pid_exists(p.pid) and not _alive(p) for p in ended) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if survivors:
-        raise SetupError("processes of the Ray test cluster survived SIGKILL: "
-                         + ", ".join(f"{_name(p)} (pid {p.pid})" for p in survivors))
+    ended, survivors = end_found(processes, log)  # a worker a raylet starts meanwhile: found by its next look
+    finish_removal(STATE_DIR, ended, survivors, "Ray test cluster")
     return True
 
 

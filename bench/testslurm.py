@@ -16,7 +16,6 @@ so it also clears what a crashed up() left.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -26,7 +25,8 @@ import psutil
 
 from bench import testhosts
 from bench.errors import UsageError
-from bench.testhosts import SetupError, last_line, tool
+from bench.supervisor import end_found, name_of
+from bench.testhosts import SetupError, finish_removal, last_line, tool
 
 STATE_DIR = Path("/run/bench-testslurm")
 CLUSTER = "benchtest"
@@ -117,16 +117,6 @@ def require_usable() -> None:
 def require_root() -> None:
     if os.geteuid() != 0:
         raise UsageError("the Slurm test cluster is root's (its daemons run as root): run it with sudo")
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as slurmctld binds it
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
 
 
 # ---------------------------------------------------------------- configuration
@@ -246,40 +236,10 @@ def _by_pid_file() -> list[psutil.Process]:
 
 def processes() -> list[psutil.Process]:
     """Every live process of the cluster and its descendants, never this process or one it runs under."""
-    spared = {os.getpid()} | {p.pid for p in psutil.Process().parents()}
-    found: dict[int, psutil.Process] = {}
-    candidates = [(proc, True) for proc in _by_pid_file()] + [(proc, False) for proc in psutil.process_iter()]
-    for proc, named in candidates:
-        if proc.pid in spared or proc.pid in found or not (named or _is_ours(proc)):
-            continue
-        found[proc.pid] = proc
-        try:
-            for child in proc.children(recursive=True):
-                found.setdefault(child.pid, child)
-        except psutil.Error:
-            pass
-    return [p for pid, p in sorted(found.items()) if pid not in spared and _alive(p)]
+    from bench.supervisor import processes_of
 
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _name(proc: psutil.Process) -> str:
-    try:
-        return proc.name()
-    except psutil.Error:
-        return "?"
-
-
-def stop(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """SIGTERM, then SIGKILL what is left after 5 s (bench.supervisor's one way); returns what survived even that."""
-    from bench.supervisor import end_processes
-
-    return [p for p in end_processes([p for p in procs if _alive(p)], 5.0) if _alive(p)]
+    return processes_of([(proc, True) for proc in _by_pid_file()] + [(proc, False) for proc in psutil.process_iter()],
+                        _is_ours)
 
 
 def controller_here(state: dict | None) -> bool:
@@ -299,7 +259,7 @@ def controller_here(state: dict | None) -> bool:
 def leftovers() -> list[str]:
     """What of the cluster is on this machine now, in words (empty when nothing is)."""
     found = [str(STATE_DIR)] if STATE_DIR.exists() else []
-    return found + [f"{_name(p)} (pid {p.pid})" for p in processes()]
+    return found + [f"{name_of(p)} (pid {p.pid})" for p in processes()]
 
 
 # ---------------------------------------------------------------- commands
@@ -364,7 +324,7 @@ def up(log=None) -> list[testhosts.Host]:
     if leftovers():
         log("taking down the Slurm test cluster already here first")
         down()
-    if not port_free(CTLD_PORT):
+    if not testhosts.port_free(CTLD_PORT):
         raise SetupError(f"port {CTLD_PORT} (slurmctld's) is taken on this machine: free it, or take down what "
                          "listens there")
     try:
@@ -444,7 +404,7 @@ def cancel_jobs(log) -> None:
     """scancel every job and wait (bounded) until squeue lists none, so that no job step outlives the cluster;
     nothing to do without a running slurmctld, reachable here, and the configuration that names it."""
     if not conf_path().exists() or tool("scancel") is None or not controller_here(read_state()) or \
-            not any(_name(p) == "slurmctld" for p in processes()):
+            not any(name_of(p) == "slurmctld" for p in processes()):
         return
     try:
         jobs = client(["squeue", "--noheader", "--format=%A"]).split()
@@ -455,7 +415,7 @@ def cancel_jobs(log) -> None:
         deadline = time.monotonic() + CANCEL_TIMEOUT
         # a job stays listed (completing) until its slurmd's report it ended: not worth waiting for without them
         while client(["squeue", "--noheader", "--format=%A"]).split() and time.monotonic() < deadline \
-                and any(_name(p) == "slurmd" for p in processes()):
+                and any(name_of(p) == "slurmd" for p in processes()):
             time.sleep(0.2)
     except SetupError as exc:  # the processes are ended below in any case
         log(f"cancelling the jobs: {exc}")
@@ -470,24 +430,11 @@ def down(log=None) -> bool:
     cancel_jobs(log)
     ended, survivors = [], []
     for keep_munged in (True, False):  # slurmctld and the slurmd's may still talk to munged while stopping
-        for _ in range(3):  # a stepd forked meanwhile is found by the next scan
-            procs = [p for p in processes() if not (keep_munged and _name(p) == "munged")]
-            if not procs:
-                break
-            ended += procs
-            survivors = stop(procs)
-    if STATE_DIR.exists():
-        try:
-            shutil.rmtree(STATE_DIR)
-        except OSError as exc:
-            raise SetupError(f"removing {STATE_DIR}: {exc}") from None
-    # their parent is init: give it a moment to reap them, so no <defunct> entry is left behind
-    deadline = time.monotonic() + 2
-    while any(psutil.pid_exists(p.pid) and not _alive(p) for p in ended) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if survivors:
-        raise SetupError("processes of the Slurm test cluster survived SIGKILL: "
-                         + ", ".join(f"{_name(p)} (pid {p.pid})" for p in survivors))
+        # a stepd forked meanwhile is found by end_found's next look
+        more, survivors = end_found(lambda: [p for p in processes() if not (keep_munged and name_of(p) == "munged")],
+                                    log)
+        ended += more
+    finish_removal(STATE_DIR, ended, survivors, "Slurm test cluster")
     return True
 
 
