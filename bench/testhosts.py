@@ -598,8 +598,12 @@ def kill_all(ns: str, ended: list[int]) -> None:
 def down() -> bool:
     """Remove everything of the test hosts; False when nothing was there. Every step is tried; the first
     failure is raised at the end."""
-    from bench import testslurm  # a Slurm cluster on these hosts goes first: without the bridge's address, its
-    testslurm.down()              # controller would reach for the hosts' addresses through the default route
+    from bench import testray, testslurm
+
+    # a cluster on these hosts goes first: without the bridge's address, Slurm's controller would reach for the
+    # hosts' addresses through the default route, and Ray's head node would be left here without its nodes
+    testslurm.down()
+    testray.down()
     if not leftovers():
         return False
     state = read_state() or {}

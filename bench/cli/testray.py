@@ -39,7 +39,7 @@ def cmd(args) -> int:
         print_rows(testray.status())
         print(testray.export_line())
         print(f"try: bench run --backend ray --nproc {len(hosts)} --ray-address {address}; "
-              "remove: bench testray down (before bench testhosts down)")
+              "remove: bench testray down (bench testhosts down also removes it)")
         return EXIT_OK
     if args.action == "down":
         removed = testray.down(log=lambda text: note(f"bench testray: {text}"))
