@@ -54,23 +54,37 @@ def _describe(proc: psutil.Process) -> dict:
         return {"pid": proc.pid}
 
 
+def carries_tag(pid: int, tag: str) -> bool:
+    """Whether the process was started with the run's tag in its environment. Read from /proc's raw block, not
+    psutil's parse of it: a process that renames itself (setproctitle, as Ray's agents do) may overwrite the
+    start of that block with its title and NULs, and psutil stops at the first empty entry, missing the tag."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            block = f.read()
+    except OSError:
+        return False
+    return f"\0{TAG_VARIABLE}={tag}\0".encode() in b"\0" + block + b"\0"
+
+
 def run_processes(tag: str, root_pid: int | None = None) -> list[psutil.Process]:
-    """Every live process of the run: the launcher's descendants plus anything carrying the tag."""
+    """Every live process of the run: the launcher's descendants, anything carrying the tag, and their
+    descendants (a tagged daemon's children that renamed themselves, whatever their environment now reads)."""
     me = os.getpid()
     found: dict[int, psutil.Process] = {}
+    roots = []
     if root_pid is not None:
         try:
-            root = psutil.Process(root_pid)
-            for proc in [root, *root.children(recursive=True)]:
-                found[proc.pid] = proc
+            roots.append(psutil.Process(root_pid))
         except psutil.Error:
             pass
     for proc in psutil.process_iter():
-        if proc.pid in found or proc.pid == me:
-            continue
+        if proc.pid != me and proc.pid != root_pid and carries_tag(proc.pid, tag):
+            roots.append(proc)
+    for root in roots:
         try:
-            if proc.environ().get(TAG_VARIABLE) == tag:
-                found[proc.pid] = proc
+            for proc in [root, *root.children(recursive=True)]:
+                if proc.pid != me:
+                    found.setdefault(proc.pid, proc)
         except psutil.Error:
             continue
     alive = []

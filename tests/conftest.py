@@ -51,12 +51,24 @@ def bench_json(*args, timeout=300):
         raise AssertionError(f"stdout is not JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
+def run_tag_of(pid: int) -> str | None:
+    """The BENCH_RUN_TAG a process was started with, from /proc's raw environment block: a process that renamed
+    itself (Ray's agents) may have overwritten the start of the block, which hides the rest from psutil."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return None
+    tags = [e.split(b"=", 1)[1].decode(errors="replace") for e in entries if e.startswith(b"BENCH_RUN_TAG=")]
+    return tags[0] if tags else None
+
+
 def processes_of_run(run_id: str) -> list[psutil.Process]:
     """Live processes that carry the run's tag (what the supervisor uses to reap)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("BENCH_RUN_TAG") == run_id and proc.status() != psutil.STATUS_ZOMBIE:
+            if run_tag_of(proc.pid) == run_id and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except psutil.Error:
             continue

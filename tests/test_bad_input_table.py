@@ -163,7 +163,8 @@ def _baseline_with(change) -> dict:
     (lambda d: d.pop("machine"), "'machine' must be an object"),
     (lambda d: d.update(machine="vm"), "'machine' must be an object"),
     (lambda d: d["machine"].update(calibration="fast"), "'machine.calibration' must be null or hold positive"),
-    (lambda d: d["records"].append(3), f"run record {36} is malformed (a record must be a JSON object)"),
+    (lambda d: d["records"].append(3), f"run record {len(json.loads(BASELINE.read_text())['records'])} is "
+                                       "malformed (a record must be a JSON object)"),
     (lambda d: d["records"][0].update(created_at="yesterday"), "created_at: expected float, found str"),
     (lambda d: d["records"][1].pop("status"), "run record 1 is malformed (record"),
     (lambda d: d["records"][0].update(metrics=[1]), "metrics: expected an object, found list"),

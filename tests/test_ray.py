@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FAST, assert_nothing_left, bench, bench_json
+from conftest import FAST, assert_nothing_left, bench, bench_json, run_tag_of
 
 ray_missing = pytest.mark.skipif(find_spec("ray") is None,
                                  reason="Ray is not installed (pip install -e '.[ray]')")
@@ -29,7 +29,7 @@ def ray_processes_of(record: dict) -> list[str]:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             cmdline = " ".join(proc.cmdline())
-            if proc.environ().get("BENCH_RUN_TAG") == record["run_id"] or any(m in cmdline for m in marks):
+            if run_tag_of(proc.pid) == record["run_id"] or any(m in cmdline for m in marks):
                 found.append(f"{proc.pid} {cmdline[:120]}")
         except psutil.Error:
             continue
@@ -103,7 +103,8 @@ def test_two_worker_resnet18_run(tmp_path):
                            "process group set-up"}
     assert all(v >= 0 for v in phases.values())
     assert phases["ray runtime start"] > 0 and m["startup"]["launch_to_first_step_s"] > phases["ray runtime start"]
-    assert record["spec"]["backend_options"] == {"ddp_bucket_mb": 25.0, "ray_address": None}
+    assert record["spec"]["backend_options"] == {"ddp_bucket_mb": 25.0, "ray_address": None,
+                                                  "ray_resize_interval": 60.0}
     assert "bench.backends.ray_driver" in record["command"]
     assert_no_ray_left(record)
 
@@ -196,3 +197,28 @@ def test_killed_worker_is_replaced_and_resumes_the_checkpoint(store):
     assert len(f["resume_checks"]) == 2 and all(c["equal"] for c in f["resume_checks"])
     assert_resumed_params_are_two_worker_sgd(record, steps=20, processes=2)
     assert_no_ray_left(record)
+
+
+@ray_missing
+@pytest.mark.slow
+def test_a_joining_node_grows_the_worker_group(store):
+    """bench fault --join under Train V2's elastic worker count: a node with one worker's CPUs joins the run's
+    runtime, and Ray Train restarts the group at 2 workers from the checkpoint; nothing of the joined node is
+    left (its agents rename themselves, hiding the run's tag from a plain read of their environment)."""
+    from test_fault import SHORT
+
+    proc, record = bench_json("fault", "--backend", "ray", "--nproc", 1, "--threads", 1, "--join",
+                              "--ray-resize-interval", 2, *SHORT, "--store", store, timeout=400)
+    assert proc.returncode == 0 and record["status"] == "ok", record["error"]
+    f = record["metrics"]
+    assert f["scenario"] == "join" and (f["world_before"], f["world_after"]) == (1, 2)
+    assert f["recovery_s"] > 0 and f["resumed_from_step"] % 10 == 0
+    after = sorted(r["rank"] for r in record["rank_map"] if r["phase"] == "after")
+    assert after == [0, 1] and all(c["equal"] for c in f["resume_checks"])
+    assert_no_ray_left(record)
+
+
+def test_a_join_on_a_cluster_of_anothers_is_refused(store):
+    proc = bench("fault", "--backend", "ray", "--join", "--ray-address", "127.0.0.1:6379", "--store", store)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "adds a node to the run's own runtime" in proc.stderr

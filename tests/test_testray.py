@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from bench import testhosts, testray
-from conftest import FAST, bench, bench_in_process, bench_json
+from conftest import FAST, bench, bench_in_process, bench_json, run_tag_of
 from test_ray import assert_no_ray_left
 from test_testhosts import assert_one_line_error
 
@@ -60,10 +60,7 @@ def test_a_client_joins_with_the_clusters_own_token():
 
 # ---------------------------------------------------------------- a cluster on two test hosts (root)
 def tagged(proc) -> bool:
-    try:
-        return bool(proc.environ().get("BENCH_RUN_TAG"))
-    except psutil.Error:
-        return False
+    return run_tag_of(proc.pid) is not None
 
 
 @pytest.fixture(scope="module")

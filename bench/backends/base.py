@@ -107,8 +107,8 @@ class ElasticMode(ABC):
 
     scenarios: tuple[str, ...] = ()  # fault scenarios it supports ("kill", "join")
 
-    def problem(self, scenario: str, world_size: int) -> str | None:
-        """None when this scenario can run at this world size, else why not."""
+    def problem(self, scenario: str, world_size: int, options: dict | None = None) -> str | None:
+        """None when this scenario can run at this world size with these backend options, else why not."""
         return None
 
     @abstractmethod

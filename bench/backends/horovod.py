@@ -216,7 +216,7 @@ class HorovodElastic(ElasticMode):
 
     scenarios = ("kill", "join", "kill-host", "partition-host")
 
-    def problem(self, scenario, world_size):
+    def problem(self, scenario, world_size, options=None):
         problem = BACKEND.unavailable_reason("cpu")
         if problem:
             return problem

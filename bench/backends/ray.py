@@ -26,6 +26,7 @@ from bench.backends.base import Backend, BackendOption, ElasticMode, Launcher, r
 from bench.backends.elastic import DDPGroup, distributed_problem
 
 SETUP_HINT = "pip install -e '.[ray]'"
+JOINER_OBJECT_STORE_BYTES = 100 * 1000 * 1000  # Ray's least; the node only hosts a worker
 TIMES_FILE = "ray.json"  # in the run directory: what the driver and Ray Train's set-up timed
 ADDRESS_CHECK_S = 3.0  # how long the parent waits for --ray-address to answer before refusing it
 
@@ -46,6 +47,15 @@ def parse_address(text: str) -> tuple[str, int] | None:
     if not sep or not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
         return None
     return host.strip("[]"), int(port)
+
+
+def ray_program() -> str:
+    """The `ray` command of the environment bench runs in (the same Ray and Python as the run's runtime)."""
+    import shutil
+    from pathlib import Path
+
+    here = Path(sys.executable).parent / "ray"
+    return str(here) if here.exists() else (shutil.which("ray") or "ray")
 
 
 def times_of(run_dir) -> dict:
@@ -136,15 +146,34 @@ class RayTrainGroup(DDPGroup):
 class RayTrainElastic(ElasticMode):
     """Ray Train's fault tolerance: FailureConfig(max_failures=--max-restarts). When a worker fails, Ray Train
     ends the worker group and starts a new one (new actors, a new process group) at the same size; the new
-    workers resume from the latest checkpoint, which rank 0 writes every C steps."""
+    workers resume from the latest checkpoint, which rank 0 writes every C steps.
 
-    scenarios = ("kill",)
+    A join is Train V2's elastic worker count: the trainer runs with ScalingConfig(num_workers=(N, N + 1)) on a
+    local runtime with the CPUs of N workers only, and the joining "worker" is a new Ray node with one worker's
+    CPUs (`ray start --address` to the run's runtime). Ray Train's elastic policy sees the room, every
+    --ray-resize-interval seconds, and restarts the worker group at N + 1, resuming from the checkpoint."""
+
+    scenarios = ("kill", "join")
+
+    def problem(self, scenario, world_size, options=None):
+        if scenario == "join" and (options or {}).get("ray_address"):
+            return ("a Ray join adds a node to the run's own runtime; with --ray-address the cluster is another's: "
+                    "drop --ray-address (or add a node to your cluster yourself)")
+        return None
 
     def launch(self, spec, rank_command, run_id, run_dir):
-        return RayLauncher().command(spec, rank_command, run_id), {}, {}
+        # a local runtime turns token authentication on unless RAY_AUTH_MODE says otherwise, but `ray start
+        # --address` turns it on only when told: the joining node is told what the runtime does
+        extra = {"RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")} if spec.fault["scenario"] == "join" else {}
+        return RayLauncher().command(spec, rank_command, run_id), extra, {}
 
     def join(self, spec, rank_command, run_id, run_dir, info):
-        raise RuntimeError("Ray Train's worker group does not grow while it trains")
+        address = times_of(run_dir).get("gcs_address")
+        if not address:
+            raise RuntimeError("the run's Ray runtime has not said its address; nothing to join")
+        return [ray_program(), "start", f"--address={address}", f"--num-cpus={spec.threads}",
+                f"--num-gpus={1 if spec.device == 'cuda' else 0}", "--block", "--disable-usage-stats",
+                f"--object-store-memory={JOINER_OBJECT_STORE_BYTES}"]
 
     def train(self, group, ctx):
         """Restart-from-checkpoint, as elastic's: every process loads the latest checkpoint when there is one,
@@ -251,6 +280,9 @@ class RayBackend(Backend):
                       "Horovod's fusion threshold)", float, invalid=("0", "-1", "nan", "x")),
         BackendOption("ray_address", None, "an existing Ray cluster (its GCS, HOST:PORT) to run on instead of "
                       "a local runtime started for the run", str, invalid=("nohost", "host:port", "h:0")),
+        BackendOption("ray_resize_interval", 60.0, "bench fault --join: how often Ray Train's elastic policy looks "
+                      "for room to grow the worker group, in seconds (ScalingConfig's "
+                      "elastic_resize_monitor_interval_s; 60 is Ray's default)", float, invalid=("0", "-1", "nan", "x")),
     )
     launcher = RayLauncher()
     group_type = RayTrainGroup
@@ -260,6 +292,8 @@ class RayBackend(Backend):
     def check_options(self, options, device):
         if options["ddp_bucket_mb"] <= 0:
             return "--ddp-bucket-mb must be positive"
+        if not 0 < options["ray_resize_interval"] < float("inf"):
+            return "--ray-resize-interval must be a positive number of seconds"
         if options["ray_address"] is not None:
             return address_problem(options["ray_address"])
         return None

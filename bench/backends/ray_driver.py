@@ -97,10 +97,13 @@ def main(argv: list[str]) -> int:
                       flush=True)
                 return 1
         else:
-            cpus = spec.world_size * spec.threads + 1  # + Ray Train's controller
+            # a CPU to spare beside the workers' (Ray Train's controller takes none); none in a join, whose next
+            # worker must find room only on the node that joins
+            cpus = spec.world_size * spec.threads + (0 if joining(spec) else 1)
             gpus = spec.world_size if spec.device == "cuda" else 0
-            ray.init(num_cpus=cpus, num_gpus=gpus, _temp_dir=str(folder), include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
+            context = ray.init(num_cpus=cpus, num_gpus=gpus, _temp_dir=str(folder), include_dashboard=False,
+                               log_to_driver=False, configure_logging=False)
+            write_times(run_dir, gcs_address=context.address_info["gcs_address"])  # where a joining node goes
         for sig in (signal.SIGTERM, signal.SIGHUP):  # ray.init installs its own (it dumps a stack and exits)
             signal.signal(sig, _ended)
         write_times(run_dir, ray_init_start=started, ray_init_end=time.time(), address=address,
@@ -134,8 +137,11 @@ def train(spec, run_dir, run_id: str, storage: Path, address: str | None) -> int
     timeout = spec.fault["comm_timeout"] if spec.fault else max(60.0, spec.timeout)
     trainer = TorchTrainer(
         rank_main, train_loop_config={"run_dir": str(run_dir.path)},
-        scaling_config=ScalingConfig(num_workers=spec.world_size, use_gpu=spec.device == "cuda",
-                                     resources_per_worker={"CPU": spec.threads}),
+        scaling_config=ScalingConfig(
+            # a join: Train V2's elastic worker count, grown when a node with room joins (RayTrainElastic)
+            num_workers=(spec.world_size, spec.world_size + 1) if joining(spec) else spec.world_size,
+            elastic_resize_monitor_interval_s=spec.backend_options.get("ray_resize_interval", 60.0),
+            use_gpu=spec.device == "cuda", resources_per_worker={"CPU": spec.threads}),
         torch_config=timed_torch_config(backend="nccl" if spec.device == "cuda" else "gloo",
                                         timeout_s=int(timeout), run_dir=str(run_dir.path)),
         # no retries, but in a fault run (the backend's elastic mode)
@@ -152,6 +158,10 @@ def train(spec, run_dir, run_id: str, storage: Path, address: str | None) -> int
         close_ranks(run_dir, ended_by="Ray Train, after another rank failed", died=failures)
         return 1
     return 0
+
+
+def joining(spec) -> bool:
+    return bool(spec.fault) and spec.fault["scenario"] == "join"
 
 
 def fit_in_a_thread(trainer) -> None:

@@ -128,7 +128,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
         problem = check(placed, host, sys.executable)
         if problem:
             raise UsageError(f"{'--kill-host' if scenario == 'kill-host' else '--partition-host'} {host}: {problem}")
-    problem = plugin.elastic.problem(scenario, world_size)
+    problem = plugin.elastic.problem(scenario, world_size, options.get("backend_options") or {})
     if problem:
         raise UsageError(problem)
     if scenario == "kill" and not 0 <= rank < world_size:
