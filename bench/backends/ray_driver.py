@@ -1,7 +1,7 @@
 """The ray backend's driver: `python -m bench.backends.ray_driver RUN_DIR RUN_ID`, started by the supervisor as the
 run's launcher.
 
-1. Start a local Ray runtime sized to the run (CPUs: workers x threads, plus one for Ray Train's controller),
+1. Start a local Ray runtime sized to the run (CPUs: workers x threads, plus one to spare but in a join),
    on ports Ray chooses (two runs at once never collide), with no dashboard, its temporary files in the run
    directory (or, when that path is too long for the unix sockets Ray makes there, in /tmp/bench-ray-RUN_ID);
    or connect to `--ray-address`.
