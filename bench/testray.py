@@ -60,16 +60,10 @@ def export_line() -> str:
     return "export " + " ".join(f"{k}={v}" for k, v in environment().items())
 
 
-def ray_program() -> str | None:
-    """The `ray` command of the environment bench runs in (the same Ray, Python and checkout everywhere)."""
-    here = Path(sys.executable).parent / "ray"
-    return str(here) if here.exists() else tool("ray")
-
-
 # ---------------------------------------------------------------- preconditions
 def unavailable_reason() -> str | None:
     """Why the cluster cannot be built here, or None (the test hosts must still be up for up())."""
-    from bench.backends.ray import ray_problem
+    from bench.backends.ray import ray_problem, ray_program
 
     problem = testhosts.unavailable_reason()
     if problem:
@@ -228,6 +222,8 @@ def build(hosts: list[testhosts.Host], bridge: str, cpus: int, log) -> None:
     state = {"head": {"address": bridge, "port": GCS_PORT},
              "nodes": [{**vars(h), "cpus": cpus} for h in hosts], "complete": False}
     write_state(state)
+    from bench.backends.ray import ray_program
+
     ray, common = ray_program(), ["--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"]
     start_node("head", [ray, "start", "--head", f"--node-ip-address={bridge}", f"--port={GCS_PORT}",
                         "--num-cpus=0", "--num-gpus=0", "--include-dashboard=false",

@@ -49,13 +49,14 @@ def parse_address(text: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def ray_program() -> str:
-    """The `ray` command of the environment bench runs in (the same Ray and Python as the run's runtime)."""
+def ray_program() -> str | None:
+    """The `ray` command of the environment bench runs in (the same Ray and Python as the run's runtime), or None
+    when there is none."""
     import shutil
     from pathlib import Path
 
     here = Path(sys.executable).parent / "ray"
-    return str(here) if here.exists() else (shutil.which("ray") or "ray")
+    return str(here) if here.exists() else shutil.which("ray")
 
 
 def times_of(run_dir) -> dict:
@@ -168,10 +169,11 @@ class RayTrainElastic(ElasticMode):
         return RayLauncher().command(spec, rank_command, run_id), extra, {}
 
     def join(self, spec, rank_command, run_id, run_dir, info):
-        address = times_of(run_dir).get("gcs_address")
-        if not address:
-            raise RuntimeError("the run's Ray runtime has not said its address; nothing to join")
-        return [ray_program(), "start", f"--address={address}", f"--num-cpus={spec.threads}",
+        address, ray = times_of(run_dir).get("gcs_address"), ray_program()
+        if not address or not ray:
+            raise RuntimeError("the run's Ray runtime has not said its address; nothing to join" if ray else
+                               f"the `ray` command was not found; {SETUP_HINT}")
+        return [ray, "start", f"--address={address}", f"--num-cpus={spec.threads}",
                 f"--num-gpus={1 if spec.device == 'cuda' else 0}", "--block", "--disable-usage-stats",
                 f"--object-store-memory={JOINER_OBJECT_STORE_BYTES}"]
 
