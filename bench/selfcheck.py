@@ -4,7 +4,8 @@ For each backend with a bare loop (bench.reference), pairs of launches: the suit
 executed exactly as `bench run` and `bench allreduce` do) and the bare loop under its own launcher, in
 alternating order (pair i: the suite first when i is even), so a slow spell of the machine lands on both
 sides. Each launch gives one value (the launch is the unit of replication); the figure is the ratio
-suite / bare with its t interval across launches (bench.stats.ratio_of_cases). A figure passes when the
+suite / bare with its t interval over the pairs' ratios (bench.stats.ratio_of_pairs: a slow spell that
+spans a pair cancels in it). A figure passes when the
 interval includes 1.0 and its low end is at least the goal's floor. At least `pairs` pairs are run, then
 more, one figure at a time, until each interval is as narrow as its goal asks or the time budget is spent.
 """
@@ -60,7 +61,7 @@ def pair_order(i: int) -> tuple[str, str]:
 def judge(estimate, goal: Goal) -> tuple[bool, str]:
     """(passed, why not): the interval must include 1.0 and its low end be at least goal.floor."""
     if estimate is None or not estimate.replicated:
-        return False, "fewer than 2 launches a side: no interval"
+        return False, "fewer than 2 pairs of launches: no interval"
     if estimate.low > 1.0:
         return False, "the interval lies above 1.0: the suite measured more than the bare loop"
     if estimate.high < 1.0:
@@ -97,11 +98,11 @@ class Check:
 
     @property
     def estimate(self):
-        from bench.stats import ratio_of_cases
+        from bench.stats import ratio_of_pairs
 
         if not self.suite or not self.bare:
             return None
-        return ratio_of_cases([self.suite], [self.bare])
+        return ratio_of_pairs(self.suite, self.bare)
 
     @property
     def passed(self) -> bool:

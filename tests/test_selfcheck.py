@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import bench.selfcheck as sc
-from bench.stats import ratio_of_cases
+from bench.stats import ratio_of_cases, ratio_of_pairs
 from conftest import FAST, bench, bench_in_process
 from test_cli_errors import assert_one_line_error
 
@@ -57,7 +57,7 @@ def test_help_says_which_backends_and_why(capsys):
 
 # ---------------------------------------------------------------- the rule, on given numbers
 def estimate(suite, bare):
-    return ratio_of_cases([suite], [bare])
+    return ratio_of_pairs(suite, bare)
 
 
 def test_pass_needs_1_inside_the_interval_and_a_high_enough_low_end():
@@ -85,9 +85,20 @@ def test_pass_needs_1_inside_the_interval_and_a_high_enough_low_end():
     assert not sc.judge(mid, thr)[0] and sc.judge(mid, busbw)[0]
 
     one_side = estimate([100.0], [100.0, 101.0])
-    assert sc.judge(one_side, thr) == (False, "fewer than 2 launches a side: no interval")
+    assert sc.judge(one_side, thr) == (False, "fewer than 2 pairs of launches: no interval")
     assert not sc.resolved(one_side, thr)
     assert sc.judge(None, thr)[0] is False
+
+
+def test_a_drift_that_spans_a_pair_cancels_in_its_ratio():
+    # the machine's speed wanders from pair to pair; within a pair the suite is 1% below its bare loop
+    speed = [100.0, 82.0, 118.0, 91.0, 108.0]
+    suite, bare = [0.99 * v for v in speed], speed
+    paired = estimate(suite, bare)
+    assert math.isclose(paired.ratio, 0.99) and paired.resolution < 1e-9
+    assert ratio_of_cases([suite], [bare]).resolution > 0.15  # across launches the drift looks like noise
+    # an interrupted pair (a suite launch without its bare partner) is not counted
+    assert estimate(suite + [50.0], bare).launches == (5, 5)
 
 
 def test_pairs_alternate_which_side_goes_first():
@@ -123,13 +134,13 @@ def fake_check(figure, suite_values, bare_values, clock, seconds_per_launch=10.0
 def test_minimum_pairs_then_more_until_the_goal_resolution():
     clock, said, order = FakeClock(), [], []
     # throughput: noisy at first, then steady, so the interval narrows below 2% after a few more pairs
-    thr = fake_check("throughput", [100, 108, 93] + [100.0] * 20, [100, 92, 106] + [100.0] * 20, clock, log=order)
-    busbw = fake_check("busbw", [1.0, 1.01, 0.99], [1.0, 0.99, 1.01], clock, log=order)  # resolved at the minimum
+    thr = fake_check("throughput", [100, 108, 93] + [100.0] * 40, [100, 92, 106] + [100.0] * 40, clock, log=order)
+    busbw = fake_check("busbw", [1.0, 1.005, 0.995], [1.0, 0.995, 1.005], clock, log=order)  # resolved at the minimum
     sc.run_checks([thr, busbw], pairs=3, budget_s=10_000, say=said.append, clock=clock)
 
     assert busbw.pairs == 3 and busbw.resolved
     assert thr.pairs > 3 and thr.resolved
-    assert not sc.resolved(ratio_of_cases([thr.suite[:-1]], [thr.bare[:-1]]), thr.goal), "stopped late"
+    assert not sc.resolved(ratio_of_pairs(thr.suite[:-1], thr.bare[:-1]), thr.goal), "stopped late"
     # every pair alternates, starting with the suite
     assert thr.order == [s for i in range(thr.pairs) for s in sc.pair_order(i)]
     assert order[:6] == [("throughput", s) for i in range(3) for s in sc.pair_order(i)]  # minimum first, in turn
@@ -249,7 +260,7 @@ def test_the_verb_prints_a_row_per_figure_and_exits_by_the_verdict(monkeypatch, 
     assert out["passed"] is True and [c["figure"] for c in out["checks"]] == ["throughput"]
     check = out["checks"][0]
     assert check["launches"] == [2, 2] and check["order"] == ["suite", "bare", "bare", "suite"]
-    assert math.isclose(check["ratio"], ratio_of_cases([[100.0, 100.02]], [[100.01, 100.0]]).ratio)
+    assert math.isclose(check["ratio"], ratio_of_pairs([100.0, 100.02], [100.01, 100.0]).ratio)
 
     fake_launches(monkeypatch, {("throughput", "suite"): [100.0, 100.5],
                                 ("throughput", "bare"): [sc.LaunchFailed("bare loop exited 1 (boom); log L")]})

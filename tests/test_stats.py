@@ -49,6 +49,24 @@ def test_ratio_of_cases_is_welch_on_the_log_scale():
     assert est.high == pytest.approx(est.ratio * (1 + est.resolution))
 
 
+def test_ratio_of_pairs_is_the_paired_t_test_on_the_log_scale():
+    from scipy.stats import ttest_rel
+
+    from bench.stats import ratio_of_pairs
+
+    a, b = [110.0, 91.0, 120.0, 104.0], [100.0, 85.0, 108.0, 97.0]
+    est = ratio_of_pairs(a, b)
+    logs = [math.log(x / y) for x, y in zip(a, b)]
+    assert est.ratio == pytest.approx(math.exp(sum(logs) / 4))
+    assert est.p == pytest.approx(ttest_rel([math.log(v) for v in a], [math.log(v) for v in b]).pvalue)
+    assert est.significant and est.launches == (4, 4)
+    assert est.high == pytest.approx(est.ratio * (1 + est.resolution))
+    assert not ratio_of_pairs([110.0], [100.0]).replicated
+    for bad in ([0.0, 1.0], [float("nan"), 1.0]):
+        with pytest.raises(ValueError):
+            ratio_of_pairs(bad, [1.0, 1.0])
+
+
 def test_a_single_launch_on_a_side_cannot_tell():
     from bench.stats import ratio_of_cases
 
