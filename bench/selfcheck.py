@@ -76,6 +76,25 @@ def resolved(estimate, goal: Goal) -> bool:
     return estimate is not None and estimate.replicated and estimate.resolution <= goal.resolution
 
 
+def pairs_for_goal(estimate, goal: Goal, limit: int = 100_000) -> int | None:
+    """How many pairs in all would narrow the interval to goal.resolution if the pairs' ratios kept the spread
+    they have so far (None without an interval, or when even `limit` pairs would not): the least m with
+    t(m-1) x sd / sqrt(m) <= log(1 + resolution)."""
+    from bench.stats import t_quantile
+
+    if estimate is None or not estimate.replicated or not math.isfinite(estimate.resolution):
+        return None
+    n, conf = estimate.launches[0], estimate.confidence
+    sd = math.log1p(estimate.resolution) / t_quantile(conf, n - 1) * math.sqrt(n)
+    target = math.log1p(goal.resolution)
+    m = 2
+    while t_quantile(conf, m - 1) * sd / math.sqrt(m) > target:
+        if m >= limit:
+            return None
+        m = m * 2 if t_quantile(conf, 2 * m - 1) * sd / math.sqrt(2 * m) > target else m + 1
+    return m
+
+
 def geometric_mean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
@@ -135,7 +154,8 @@ class Check:
                 "high": num(est.high) if est else None, "p": num(est.p) if est else None,
                 "resolution": num(est.resolution) if est else None, "confidence": est.confidence if est else None,
                 "goal": {"floor": self.goal.floor, "resolution": self.goal.resolution},
-                "resolved": self.resolved, "passed": self.passed,
+                "resolved": self.resolved, "passed": self.passed, "pairs_for_goal": pairs_for_goal(est, self.goal),
+                "seconds_per_pair": sum(self.pair_seconds) / self.pairs if self.pairs else None,
                 "why": f"a launch failed: {self.error}" if self.error else why}
 
 
@@ -413,6 +433,17 @@ def result_dict(plans: list[Plan], checks: list[Check], pairs: int, max_minutes:
             "checks": [c.to_dict() for c in checks], "passed": all(c.passed for c in checks)}
 
 
+def more_pairs_text(check: Check, d: dict) -> str:
+    """What would reach the goal's resolution at the spread seen so far, in pairs and minutes."""
+    needed = d["pairs_for_goal"]
+    if needed is None:
+        return "more --pairs or --max-minutes narrow it"
+    more = max(needed - check.pairs, 1)
+    minutes = math.ceil(more * d["seconds_per_pair"] / 60)
+    return (f"at this spread about {needed} pairs in all would reach it: {more} more, about {minutes} min at "
+            f"{d['seconds_per_pair']:.0f} s a pair; raise --max-minutes")
+
+
 def table_lines(plans: list[Plan], checks: list[Check]) -> list[str]:
     """The verdict table: per backend and figure, launches, the geometric means, the ratio, its interval and
     PASS/FAIL; then a line per figure that failed or whose interval stayed wider than its goal."""
@@ -437,7 +468,7 @@ def table_lines(plans: list[Plan], checks: list[Check]) -> list[str]:
             notes.append(f"{where}: FAIL: {d['why']}")
         if c.error is None and not d["resolved"] and d["resolution"] is not None:
             notes.append(f"{where}: goal resolution not reached: the interval is ±{d['resolution']:.1%}, the goal "
-                         f"±{g.resolution:.0%} (more --pairs or --max-minutes narrow it)")
+                         f"±{g.resolution:.0%} ({more_pairs_text(c, d)})")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     lines = [f"# suite / bare loop: {first.workload}, {first.world_size} {first.device} process(es), "
              f"{first.threads} thread(s) each; means are geometric over launches"]

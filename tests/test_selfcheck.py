@@ -101,6 +101,32 @@ def test_a_drift_that_spans_a_pair_cancels_in_its_ratio():
     assert estimate(suite + [50.0], bare).launches == (5, 5)
 
 
+def ratios_with_spread(m: int, sd: float) -> list[float]:
+    """m pair ratios whose logs have mean 0 and sample standard deviation exactly sd."""
+    if m % 2 == 0:
+        c = sd * math.sqrt((m - 1) / m)
+        return [math.exp(c if i % 2 else -c) for i in range(m)]
+    return [1.0] + [math.exp(sd if i % 2 else -sd) for i in range(m - 1)]
+
+
+def test_the_pairs_a_goal_needs_at_the_spread_seen_so_far():
+    from bench.stats import t_quantile
+
+    thr = sc.GOALS["throughput"]
+    est = estimate([100.0, 108.0, 93.0, 104.0, 97.0], [100.0] * 5)
+    logs = [math.log(v / 100.0) for v in (100.0, 108.0, 93.0, 104.0, 97.0)]
+    mean = sum(logs) / 5
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 4)
+    assert math.isclose(math.log1p(est.resolution), t_quantile(0.95, 4) * sd / math.sqrt(5))
+    needed = sc.pairs_for_goal(est, thr)
+    assert needed > 5
+    # the same spread over that many pairs reaches the goal, over one pair fewer it does not
+    assert sc.resolved(estimate(ratios_with_spread(needed, sd), [1.0] * needed), thr)
+    assert not sc.resolved(estimate(ratios_with_spread(needed - 1, sd), [1.0] * (needed - 1)), thr)
+    assert sc.pairs_for_goal(estimate([100.0], [100.0]), thr) is None
+    assert sc.pairs_for_goal(estimate([100.0, 110.0], [100.0, 100.0]), thr, limit=10) is None
+
+
 def test_pairs_alternate_which_side_goes_first():
     assert [sc.pair_order(i) for i in range(4)] == [("suite", "bare"), ("bare", "suite")] * 2
 
@@ -249,7 +275,8 @@ def test_the_verb_prints_a_row_per_figure_and_exits_by_the_verdict(monkeypatch, 
     assert lines[2].startswith("elastic  throughput") and lines[2].endswith("PASS") and "3 + 3" in lines[2]
     assert lines[3].startswith("elastic  allreduce busbw 16 MiB") and lines[3].endswith("FAIL")
     assert any(line.startswith("elastic allreduce busbw 16 MiB: FAIL: the interval's low end") for line in lines)
-    assert any("goal resolution not reached" in line for line in lines)
+    assert any("goal resolution not reached" in line and "pairs in all would reach it" in line
+               and "raise --max-minutes" in line for line in lines)
     assert "[elastic throughput 3/3]" in proc.stderr and "[elastic busbw 1/3]" in proc.stderr
 
     fake_launches(monkeypatch, {("throughput", "suite"): [100.0, 100.02], ("throughput", "bare"): [100.01, 100.0]})
