@@ -6,10 +6,10 @@ from __future__ import annotations
 
 GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
                    "batch_size", "backward_passes", "global_batch", "threads", "data", "input", "image_size", "network",
-                   "sweep_id", "repeat", "error", "record"]
+                   "hardware", "sweep_id", "repeat", "error", "record"]
 # Runs are comparable only when these conditions are equal (docs/method.md, "Fairness"); world size varies.
 CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "data", "input", "image_size",
-              "network"]
+              "network", "hardware"]
 
 
 def frame_columns() -> list[str]:
@@ -28,7 +28,7 @@ def record_row(rec) -> dict:
         "world_size": spec.world_size, "device": spec.device, "batch_size": spec.batch_size,
         "backward_passes": spec.backward_passes, "global_batch": spec.global_batch, "threads": spec.threads,
         "data": spec.data, "input": input_path(spec), "image_size": spec.image_size, "network": network(spec),
-        "sweep_id": spec.sweep_id,
+        "hardware": hardware(rec), "sweep_id": spec.sweep_id,
         "repeat": spec.repeat,
         "error": rec.error.message if rec.error else None, "record": rec,
     }
@@ -47,6 +47,17 @@ def network(spec) -> str:
         return "one host"
     link = f", link {spec.link['rate']}" + (f" {spec.link['delay']}" if spec.link["delay"] else "") if spec.link else ""
     return f"{len(spec.hosts)} hosts{link}"
+
+
+def hardware(rec) -> str:
+    """The machine a run measured: its CPU model and count, and its GPU model where it ran on GPUs. Runs of two
+    machines are never one case nor compared with each other (a store may hold both)."""
+    env = rec.environment or {}
+    label = f"{env.get('cpu_model') or 'unknown CPU'}, {env.get('cpu_count') or '?'} CPUs"
+    gpus = env.get("cuda_devices") or []
+    if rec.spec.device == "cuda" and gpus:
+        label += f", {len(gpus)} x {gpus[0]}"
+    return label
 
 
 def records_to_frame(records: list):

@@ -133,3 +133,20 @@ def test_ray_is_measured_against_elastic_and_the_ps_against_the_faster_primary()
     assert "slower than elastic (3 + 3 launches" in ray
     ps = next(s for s in part.verdict if ": the ps baseline" in s)
     assert "slower than horovod" in ps
+
+
+def test_runs_of_two_machines_are_separate_cases_never_compared():
+    import dataclasses
+
+    here = sweep("s1", {("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]})
+    faster = sweep("s2", {("elastic", 2): [300, 310, 305]}, t0=2000)  # later, and on another machine
+    there = [dataclasses.replace(r, environment={"cpu_model": "Other CPU", "cpu_count": 8}) for r in faster]
+
+    one_machine = page_part(here).verdict
+    assert not any(" on cpu, 2 CPUs" in line for line in one_machine)  # nothing to tell apart: not named
+
+    lines = page_part(here + there).verdict
+    pair = next(line for line in lines if "elastic is faster by" in line)
+    # elastic's launches of this machine against horovod's of this machine, not the other machine's later ones
+    assert "on cpu, 2 CPUs)" in pair and "elastic 151 vs horovod 120" in pair
+    assert not any("Other CPU" in line and "horovod" in line for line in lines)

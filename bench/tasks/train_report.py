@@ -91,6 +91,8 @@ def replicated_cases(ok) -> list[Case]:
     """Every (conditions, backend, world size) of the ok runs with a throughput: the launches of its latest
     sweep, with vs-plain and efficiency estimated across launches."""
     ok = ok[ok["throughput"].notna()]
+    if ok["hardware"].nunique() <= 1:  # one machine: nothing to tell apart, so titles need not name it
+        ok = ok.assign(hardware="")
     cases = {key: Case(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
              for key, records in latest_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()}
     for key, case in cases.items():
@@ -105,8 +107,10 @@ def replicated_cases(ok) -> list[Case]:
 
 
 def _network(cond: dict) -> str:
-    """', across 2 hosts, link 1gbit' for a run across hosts; nothing for one on one host."""
-    return "" if cond.get("network", "one host") == "one host" else f", across {cond['network']}"
+    """', across 2 hosts, link 1gbit' for a run across hosts (nothing for one on one host), then the machine
+    where the report holds runs of more than one."""
+    where = "" if cond.get("network", "one host") == "one host" else f", across {cond['network']}"
+    return where + (f", on {cond['hardware']}" if cond.get("hardware") else "")
 
 
 def _cond_title(cond: dict) -> str:
