@@ -53,10 +53,11 @@ def hardware(rec) -> str:
     """The machine a run measured: its CPU model and count, and its GPU model where it ran on GPUs. Runs of two
     machines are never one case nor compared with each other (a store may hold both)."""
     env = rec.environment or {}
-    label = f"{env.get('cpu_model') or 'unknown CPU'}, {env.get('cpu_count') or '?'} CPUs"
+    # no comma in it: `--where hardware=...` splits its values on commas
+    label = f"{env.get('cpu_model') or 'unknown CPU'} ({env.get('cpu_count') or '?'} CPUs)"
     gpus = env.get("cuda_devices") or []
     if rec.spec.device == "cuda" and gpus:
-        label += f", {len(gpus)} x {gpus[0]}"
+        label += f" + {len(gpus)} x {gpus[0]}"
     return label
 
 
