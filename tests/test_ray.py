@@ -222,3 +222,27 @@ def test_a_join_on_a_cluster_of_anothers_is_refused(store):
     proc = bench("fault", "--backend", "ray", "--join", "--ray-address", "127.0.0.1:6379", "--store", store)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "adds a node to the run's own runtime" in proc.stderr
+
+
+@ray_missing
+@pytest.mark.slow
+def test_the_bare_ray_loop_leaves_no_ray_session_behind():
+    """The self-check's bare TorchTrainer script keeps Ray's session files in its own folder and removes it."""
+    import os
+    import subprocess
+
+    from bench.reference import BARE_LOOPS, read_figure
+
+    def left():
+        tmp = Path("/tmp")
+        sessions = set((tmp / "ray").iterdir()) if (tmp / "ray").is_dir() else set()
+        return sessions | set(tmp.glob("bare-ray-*"))
+
+    before = left()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(BARE_LOOPS["ray"].command(2, ["--workload", "mnist_mlp", "--threads", "1", "--steps", "20"]),
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert read_figure(proc.stdout, "throughput") > 0
+    assert left() <= before
+    assert not [p for p in psutil.process_iter(["name"]) if p.info["name"] in ("raylet", "gcs_server")]

@@ -100,9 +100,11 @@ def train(rank, world, device, sync):
     return {"throughput": batch * world * steps / (time.perf_counter() - t0)}
 
 
-ray.init(include_dashboard=False)
-cuda = a.device == "cuda"
+# Ray's session files go in this launch's own folder, removed at the end (left to Ray, every launch would leave
+# a session under /tmp/ray); the path is short, as the unix sockets Ray makes there need.
 figure_file = Path(tempfile.mkdtemp(prefix="bare-ray-")) / "figure.json"
+ray.init(include_dashboard=False, _temp_dir=str(figure_file.parent / "ray"))
+cuda = a.device == "cuda"
 trainer = TorchTrainer(train_loop_per_worker, train_loop_config={"figure_file": str(figure_file)},
                        scaling_config=ScalingConfig(num_workers=a.num_workers, use_gpu=cuda,
                                                     resources_per_worker={"CPU": a.threads}),
