@@ -85,14 +85,18 @@ def pairs_for_goal(estimate, goal: Goal, limit: int = 100_000) -> int | None:
     if estimate is None or not estimate.replicated or not math.isfinite(estimate.resolution):
         return None
     n, conf = estimate.launches[0], estimate.confidence
-    sd = math.log1p(estimate.resolution) / t_quantile(conf, n - 1) * math.sqrt(n)
-    target = math.log1p(goal.resolution)
-    m = 2
-    while t_quantile(conf, m - 1) * sd / math.sqrt(m) > target:
-        if m >= limit:
-            return None
-        m = m * 2 if t_quantile(conf, 2 * m - 1) * sd / math.sqrt(2 * m) > target else m + 1
-    return m
+    sd = math.log1p(estimate.resolution) / t_quantile(conf, n - 1) * math.sqrt(n)  # of the pairs' log ratios
+
+    def narrow_enough(m: int) -> bool:
+        return t_quantile(conf, m - 1) * sd / math.sqrt(m) <= math.log1p(goal.resolution)
+
+    if not narrow_enough(limit):
+        return None
+    low, high = 2, limit  # the half-width shrinks as m grows: the least m that is narrow enough, by bisection
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if narrow_enough(mid) else (mid + 1, high)
+    return low
 
 
 def geometric_mean(values: list[float]) -> float | None:

@@ -80,8 +80,6 @@ def ratio_of_cases(numerators: list[list[float]], denominators: list[list[float]
     of per-launch values. The interval is Student's t on the log scale: each case contributes its
     launch-to-launch variance over its count, and the degrees of freedom are Welch-Satterthwaite's (no
     case is assumed to vary like another)."""
-    from scipy.stats import t as student
-
     cases = [(1, c) for c in numerators] + [(-1, c) for c in denominators]
     launches = tuple(len(c) for _, c in cases)
     if any(v <= 0 or not math.isfinite(v) for _, c in cases for v in c) or min(launches) < 1:
@@ -97,10 +95,17 @@ def ratio_of_cases(numerators: list[list[float]], denominators: list[list[float]
         var = sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)
         terms.append((var / len(logs), len(logs) - 1))
     var = sum(v for v, _ in terms)
+    dof = var ** 2 / sum(v ** 2 / d for v, d in terms if v > 0) if var else 1.0
+    return _t_estimate(log_ratio, var, dof, launches, confidence)
+
+
+def _t_estimate(log_ratio: float, var: float, dof: float, launches: tuple[int, ...], confidence: float) -> Estimate:
+    """The Estimate of a log ratio whose variance is `var`, with Student's t at `dof` degrees of freedom."""
+    from scipy.stats import t as student
+
     if var == 0:
         same = math.exp(log_ratio)
         return Estimate(same, same, same, 0.0 if log_ratio else 1.0, 0.0, launches, confidence)
-    dof = var ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)
     se = math.sqrt(var)
     half = float(student.ppf(0.5 + confidence / 2, dof)) * se
     p = float(2 * student.sf(abs(log_ratio) / se, dof))
@@ -114,8 +119,6 @@ def ratio_of_pairs(numerators: list[float], denominators: list[float], confidenc
     the machine that lasts a pair shifts both of its launches and cancels in their ratio, so this interval
     is narrower than ratio_of_cases' whenever the machine drifts; a launch left without its partner (an
     interrupted pair) is not counted."""
-    from scipy.stats import t as student
-
     n = min(len(numerators), len(denominators))
     values = list(numerators[:n]) + list(denominators[:n])
     if n < 1 or any(v <= 0 or not math.isfinite(v) for v in values):
@@ -126,11 +129,4 @@ def ratio_of_pairs(numerators: list[float], denominators: list[float], confidenc
     if n < MIN_LAUNCHES:
         return Estimate(math.exp(mean), nan, nan, nan, nan, (n, n), confidence)
     var = sum((x - mean) ** 2 for x in logs) / (n - 1)
-    if var == 0:
-        same = math.exp(mean)
-        return Estimate(same, same, same, 0.0 if mean else 1.0, 0.0, (n, n), confidence)
-    se = math.sqrt(var / n)
-    half = float(student.ppf(0.5 + confidence / 2, n - 1)) * se
-    p = float(2 * student.sf(abs(mean) / se, n - 1))
-    return Estimate(math.exp(mean), math.exp(mean - half), math.exp(mean + half), p, math.exp(half) - 1, (n, n),
-                    confidence)
+    return _t_estimate(mean, var / n, n - 1, (n, n), confidence)
