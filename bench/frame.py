@@ -5,10 +5,10 @@ vs the plain loop) are the training view's (bench.tasks.train_report.replicated_
 from __future__ import annotations
 
 GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
-                   "batch_size", "backward_passes", "global_batch", "threads", "data", "input", "image_size", "network",
+                   "batch_size", "backward_passes", "global_batch", "threads", "cpu_bind", "data", "input", "image_size", "network",
                    "hardware", "sweep_id", "repeat", "error", "record"]
 # Runs are comparable only when these conditions are equal (docs/method.md, "Fairness"); world size varies.
-CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "data", "input", "image_size",
+CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "cpu_bind", "data", "input", "image_size",
               "network", "hardware"]
 
 
@@ -27,6 +27,7 @@ def record_row(rec) -> dict:
         "case": rec.task.case(spec), "backend": spec.backend, "workload": spec.workload,
         "world_size": spec.world_size, "device": spec.device, "batch_size": spec.batch_size,
         "backward_passes": spec.backward_passes, "global_batch": spec.global_batch, "threads": spec.threads,
+        "cpu_bind": spec.cpu_bind,
         "data": spec.data, "input": input_path(spec), "image_size": spec.image_size, "network": network(spec),
         "hardware": hardware(rec), "sweep_id": spec.sweep_id,
         "repeat": spec.repeat,

@@ -82,7 +82,8 @@ def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm
 
     return [build_spec(backend=b, world_size=n, device=device, **comm, threads=options.get("threads"),
                        oversubscribe=options.get("oversubscribe", False), timeout=options.get("timeout"),
-                       backend_options=options.get("backend_options"), cluster=options.get("cluster"))
+                       backend_options=options.get("backend_options"), cluster=options.get("cluster"),
+                       cpu_bind=options.get("cpu_bind"))
             for b in backends for n in world_sizes]
 
 

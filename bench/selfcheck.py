@@ -273,18 +273,19 @@ def _bare_figure(text: str, key: str) -> float | None:
 
 
 def train_args(spec) -> list[str]:
-    """The bare loop's arguments for the training run `spec`: the same model, data shape, threads and steps."""
+    """The bare loop's arguments for the training run `spec`: the same model, data shape, threads, pinning and
+    steps."""
     return ["--workload", spec.workload, "--device", spec.device, "--batch-size", spec.batch_size,
             "--image-size", spec.image_size, "--classes", spec.num_classes, "--threads", spec.threads,
             "--warmup-steps", spec.warmup_steps, "--steps", spec.steps_per_window * spec.windows,
-            "--seed", spec.seed, "--lr", spec.lr, "--momentum", spec.momentum]
+            "--seed", spec.seed, "--lr", spec.lr, "--momentum", spec.momentum, "--cpu-bind", spec.cpu_bind]
 
 
 def allreduce_args(spec) -> list[str]:
     """The bare loop's arguments for the communication run `spec` (one size): the same bytes and iterations."""
     c = spec.comm
     return ["--device", spec.device, "--threads", spec.threads, "--allreduce", c["min_bytes"],
-            "--warmup-iters", c["warmup_iters"], "--iters", c["iters"]]
+            "--warmup-iters", c["warmup_iters"], "--iters", c["iters"], "--cpu-bind", spec.cpu_bind]
 
 
 def pick_throughput(record) -> float:
@@ -402,7 +403,7 @@ def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: 
     log_dir.mkdir(parents=True, exist_ok=True)
     first = plans[0].train
     note(f"bench selfcheck: suite vs bare loop, {first.workload}, {first.world_size} {first.device} process(es), "
-         f"{first.threads} thread(s) each, {first.warmup_steps} warm-up + {first.windows} x "
+         f"{first.threads} thread(s) each{pinned(first)}, {first.warmup_steps} warm-up + {first.windows} x "
          f"{first.steps_per_window} steps; {pairs} pairs or more per figure, up to {max_minutes:g} min per backend "
          f"-> {store.path}")
     checks: list[Check] = []
@@ -428,10 +429,14 @@ def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: 
 
 
 # ---------------------------------------------------------------- output
+def pinned(spec) -> str:
+    return ", pinned to its cores" if spec.cpu_bind == "cores" else ""
+
+
 def result_dict(plans: list[Plan], checks: list[Check], pairs: int, max_minutes: float) -> dict:
     first = plans[0].train
     return {"workload": first.workload, "device": first.device, "world_size": first.world_size,
-            "threads": first.threads, "warmup_steps": first.warmup_steps, "windows": first.windows,
+            "threads": first.threads, "cpu_bind": first.cpu_bind, "warmup_steps": first.warmup_steps, "windows": first.windows,
             "steps_per_window": first.steps_per_window, "allreduce_bytes": ALLREDUCE_BYTES,
             "pairs": pairs, "max_minutes": max_minutes,
             "checks": [c.to_dict() for c in checks], "passed": all(c.passed for c in checks)}
@@ -475,7 +480,7 @@ def table_lines(plans: list[Plan], checks: list[Check]) -> list[str]:
                          f"±{g.resolution:.0%} ({more_pairs_text(c, d)})")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     lines = [f"# suite / bare loop: {first.workload}, {first.world_size} {first.device} process(es), "
-             f"{first.threads} thread(s) each; means are geometric over launches"]
+             f"{first.threads} thread(s) each{pinned(first)}; means are geometric over launches"]
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
     lines += notes
     goals = ", ".join(f"{g.floor:g} ({g.figure})" for g in GOALS.values())

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from bench.errors import UsageError
 
 DEFAULTS = dict(warmup_steps=5, windows=5, seed=0, data="synthetic",
-                lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="none")
-CPU_BINDS = ("none", "cores")
+                lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="auto")
+CPU_BINDS = ("auto", "none", "cores")  # what a user asks for; a spec holds "none" or "cores" (resolve_cpu_bind)
 
 
 @dataclass
@@ -37,7 +37,7 @@ class RunSpec:
     loader: str = "memory"  # in-memory sources: held on the device ("memory") or fed through a DataLoader
     lr: float = DEFAULTS["lr"]
     momentum: float = DEFAULTS["momentum"]
-    cpu_bind: str = DEFAULTS["cpu_bind"]
+    cpu_bind: str = "none"  # "none" or "cores", as resolve_cpu_bind chose; records made before "auto" were unbound
     timeout: float = DEFAULTS["timeout"]
     backend_options: dict = field(default_factory=dict)
     backward_passes: int = 1  # micro-batches per optimizer step (gradient accumulation), from the backend
@@ -180,6 +180,21 @@ def check_placement(plugin, world_size: int, device: str, threads: int | None, o
                          f"this machine has {cores}; lower --nproc or --threads, or pass --oversubscribe "
                          "to measure contention on purpose")
     return threads, resolved, roles
+
+
+def resolve_cpu_bind(requested: str | None, device: str, oversubscribe: bool, cluster: dict | None) -> str:
+    """What a run's workers do with CPU affinity. "auto" pins each worker to its own cores ("cores") where
+    each can have them: CPU processes on one host that fit its cores. It leaves them to the scheduler
+    ("none") on GPUs, when oversubscribed on purpose, and across hosts (test hosts share one machine's cores,
+    where local ranks would collide; pass --cpu-bind cores on real machines). An unpinned rank's helper
+    threads (Horovod's background loop, gloo's I/O) migrate onto the other ranks' cores: docs/method.md,
+    "Fairness"."""
+    requested = DEFAULTS["cpu_bind"] if requested is None else requested
+    if requested not in CPU_BINDS:
+        raise UsageError(f"--cpu-bind {requested!r}: choose one of {', '.join(CPU_BINDS)}")
+    if requested != "auto":
+        return requested
+    return "cores" if device == "cpu" and not oversubscribe and not cluster else "none"
 
 
 def across_hosts(cluster: dict | None) -> dict:

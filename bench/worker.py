@@ -29,17 +29,44 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
-def bind_cpus(spec, local_rank: int) -> list[int] | None:
-    """--cpu-bind cores: local rank r takes cores [r*T, (r+1)*T) of those this process may use."""
+def bind_cpus(spec, local_rank: int, role: str = "worker") -> list[int] | None:
+    """--cpu-bind cores: the worker of local rank r takes cores [r*T, (r+1)*T) of those this process may use.
+    Every thread of the process is pinned, not only the caller: by the time a rank has joined its group, the
+    backend has started threads of its own (Horovod's background loop, gloo's I/O), which would otherwise run
+    on any core. Processes that do not train (parameter servers) are left to the scheduler. Returns the
+    process's cores."""
     if not hasattr(os, "sched_getaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
-    if spec.cpu_bind == "cores":
-        start = (local_rank * spec.threads) % len(cores)
-        chosen = [cores[(start + i) % len(cores)] for i in range(spec.threads)]
-        os.sched_setaffinity(0, chosen)
-        return chosen
-    return cores
+    if spec.cpu_bind != "cores" or role != "worker":
+        return cores
+    start = (local_rank * spec.threads) % len(cores)
+    chosen = [cores[(start + i) % len(cores)] for i in range(spec.threads)]
+    for tid in thread_ids():
+        try:
+            os.sched_setaffinity(tid, chosen)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+    return chosen
+
+
+def thread_ids() -> list[int]:
+    """The ids of this process's threads (Linux; elsewhere the calling thread only)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
+def thread_affinities() -> dict[int, list[int]]:
+    """Each thread's cores, as the kernel holds them (what --cpu-bind achieved, checked by the tests)."""
+    out = {}
+    for tid in thread_ids():
+        try:
+            out[tid] = sorted(os.sched_getaffinity(tid))
+        except (ProcessLookupError, OSError):
+            pass
+    return out
 
 
 class StepLoop:
@@ -110,6 +137,7 @@ class Joined:
         self.t_init_end = time.time()
         self.t_init_start = self.group.rendezvous_began(called)
         self.info.pid, self.info.time = os.getpid(), self.t_init_end
+        self.affinity = bind_cpus(spec, self.info.local_rank, self.info.role)  # after the backend's threads exist
         run_dir.write(file_rank, attempt, "joined", self.info.to_dict())
 
     @property

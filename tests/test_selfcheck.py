@@ -215,12 +215,16 @@ def test_the_suite_specs_and_the_bare_loop_arguments_match():
     assert args == {"--workload": "resnet18", "--device": "cpu", "--batch-size": str(t.batch_size),
                     "--image-size": str(t.image_size), "--classes": str(t.num_classes), "--threads": str(t.threads),
                     "--warmup-steps": "2", "--steps": "12", "--seed": str(t.seed), "--lr": str(t.lr),
-                    "--momentum": str(t.momentum)}
-    assert c.task == "comm" and c.threads == t.threads
+                    "--momentum": str(t.momentum), "--cpu-bind": "cores"}  # auto: each CPU worker on its own core
+    assert c.task == "comm" and c.threads == t.threads and c.cpu_bind == t.cpu_bind == "cores"
     assert c.comm == {"ops": ["allreduce"], "dtype": "float32", "min_bytes": 16 * 2**20, "max_bytes": 16 * 2**20,
                       "warmup_iters": 3, "iters": 7}
     assert sc.allreduce_args(c) == ["--device", "cpu", "--threads", t.threads, "--allreduce", 16 * 2**20,
-                                    "--warmup-iters", 3, "--iters", 7]
+                                    "--warmup-iters", 3, "--iters", 7, "--cpu-bind", "cores"]
+    unpinned = sc.plan(["elastic"], "mnist_mlp", "cpu", 2, allreduce=True, comm={},
+                       options={"cpu_bind": "none", "backend_options": {}})[0]
+    assert unpinned.train.cpu_bind == unpinned.comm.cpu_bind == "none"
+    assert sc.train_args(unpinned.train)[-2:] == ["--cpu-bind", "none"]
     command = BARE_LOOPS["elastic"].command(2, ["--steps", 12])
     assert "torch.distributed.run" in command and command[command.index("--nproc-per-node") + 1] == "2"
     assert command[-3:] == [str(BARE_LOOPS["elastic"].script), "--steps", "12"]

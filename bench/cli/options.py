@@ -151,7 +151,9 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
                                                   "(default: cores / largest world size)",
                            invalid=["0", "-1", "x"]),
         "--cpu-bind": dict(choices=CPU_BINDS,
-                           help=f"pin each worker to its own cores (default {DEFAULTS['cpu_bind']})", invalid=["all"]),
+                           help="cores: pin each worker (every thread of it) to its own cores; none: leave them to the "
+                                "scheduler; auto (default): cores for CPU workers on one host that fit its cores, "
+                                "none on GPUs, across hosts and with --oversubscribe", invalid=["all"]),
         "--oversubscribe": dict(action="store_true", help="allow more worker threads than cores (measures contention)"),
         # across hosts
         "--hosts": dict(type=host_list, metavar="H1:N,H2:N",

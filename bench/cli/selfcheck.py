@@ -38,7 +38,7 @@ def add_parser(verbs) -> None:
                     "compare with and are not accepted. The suite's runs go to a temporary store unless --store is "
                     "given.",
         parents=[own, options.parent("what runs", ("--workload",)),
-                 options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe")),
+                 options.placement(("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")),
                  options.parent("measurement", ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows",
                                                 "--timeout")),
                  options.parent("allreduce", ("--warmup-iters", "--iters")),

@@ -30,10 +30,22 @@ p.add_argument("--momentum", type=float, default=0.9)
 p.add_argument("--allreduce", type=int, metavar="BYTES", help="time a float32 allreduce instead of training")
 p.add_argument("--warmup-iters", type=int, default=5)
 p.add_argument("--iters", type=int, default=20)
+p.add_argument("--cpu-bind", default="none", choices=("none", "cores"))  # cores: local rank r on cores [r*T, (r+1)*T)
 a = p.parse_args()
+
+
+def pin(local_rank):
+    """--cpu-bind cores: every thread of this process on the local rank's own cores."""
+    cores = sorted(os.sched_getaffinity(0))
+    chosen = [cores[(local_rank * a.threads + i) % len(cores)] for i in range(a.threads)]
+    for thread in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(thread), chosen)
+
 
 torch.set_num_threads(a.threads)
 hvd.init()
+if a.cpu_bind == "cores":
+    pin(hvd.local_rank())
 cuda = a.device == "cuda"
 if cuda:
     torch.cuda.set_device(hvd.local_rank())

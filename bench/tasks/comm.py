@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bench.errors import UsageError
 from bench.records import Record, RunError, Startup, build
-from bench.spec import DEFAULTS, RunSpec, across_hosts, check_placement
+from bench.spec import DEFAULTS, RunSpec, across_hosts, check_placement, resolve_cpu_bind
 from bench.tasks.base import Conclusion, Task
 
 
@@ -43,7 +43,8 @@ class CommMetrics(Record):
 def build_spec(*, backend: str, world_size: int, device: str, ops: list[str], dtype: str = "float32",
                min_bytes: int = 4, max_bytes: int = 64 * 2**20, warmup_iters: int = 5, iters: int = 20,
                threads: int | None = None, oversubscribe: bool = False, timeout: float | None = None,
-               backend_options: dict | None = None, sweep_id: str | None = None, cluster: dict | None = None) -> RunSpec:
+               backend_options: dict | None = None, sweep_id: str | None = None, cluster: dict | None = None,
+               cpu_bind: str | None = None) -> RunSpec:
     """A communication sweep: no model, the same placement, threads and launchers as training runs."""
     from bench.backends import get_backend
     from bench.comm import DTYPES, OPS
@@ -75,6 +76,7 @@ def build_spec(*, backend: str, world_size: int, device: str, ops: list[str], dt
     return RunSpec(backend=backend, workload="comm", world_size=world_size, device=device, batch_size=0,
                    image_size=0, num_classes=0, threads=threads, steps_per_window=0, warmup_steps=0,
                    windows=0, timeout=timeout, backend_options=resolved,
+                   cpu_bind=resolve_cpu_bind(cpu_bind, device, oversubscribe, cluster),
                    roles=roles, task="comm", sweep_id=sweep_id, **across_hosts(cluster),
                    comm={"ops": list(ops), "dtype": dtype, "min_bytes": min_bytes, "max_bytes": max_bytes,
                          "warmup_iters": warmup_iters, "iters": iters})

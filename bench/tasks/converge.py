@@ -175,12 +175,11 @@ def converge_rank(joined, inject=None) -> dict:
 
     from bench.model import build_model
     from bench.tasks.train import save_model
-    from bench.worker import bind_cpus
     from workloads import get_workload
     from workloads.data import converge_data, open_batches
 
     spec, run_dir, info, c = joined.spec, joined.run_dir, joined.info, joined.spec.converge
-    affinity = bind_cpus(spec, info.local_rank)
+    affinity = joined.affinity
     device, sync = joined.device, joined.sync
     workload = get_workload(spec.workload)
     model, optimizer = build_model(spec, device)

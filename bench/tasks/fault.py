@@ -136,6 +136,10 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
     if options.get("data", "synthetic") != "synthetic":
         raise UsageError("bench fault trains on synthetic data (each step's batch is found again after a "
                          "restart); drop --data")
+    if options.get("cpu_bind") in (None, "auto"):
+        # Elastic launches put workers of one machine under several agents (a joiner's, Horovod's localhost and
+        # 127.0.0.1), whose local ranks overlap: pinned by local rank, two workers would share a core.
+        options["cpu_bind"] = "none"
     spec = build_training_spec(backend=backend, workload=workload, world_size=world_size, device="cpu",
                                cluster=cluster, **options)
     fault = {"scenario": scenario, "rank": rank if scenario == "kill" else 0, "host": host, "at_step": at_step,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from bench.errors import UsageError
 from bench.inject import injected_for, parse_inject, parse_step_delay
 from bench.records import Record, Startup, Summary
-from bench.spec import CPU_BINDS, DEFAULTS, RunSpec, across_hosts, check_placement
+from bench.spec import DEFAULTS, RunSpec, across_hosts, check_placement, resolve_cpu_bind
 from bench.tasks.base import Conclusion, Launch, Task
 
 
@@ -58,8 +58,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         raise UsageError("--steps-per-window must be at least 1")
     if spec_opts["windows"] < 2:
         raise UsageError("--windows must be at least 2: a confidence interval needs two windows or more")
-    if spec_opts["cpu_bind"] not in CPU_BINDS:
-        raise UsageError(f"--cpu-bind {spec_opts['cpu_bind']!r}: choose one of {', '.join(CPU_BINDS)}")
+    spec_opts["cpu_bind"] = resolve_cpu_bind(spec_opts["cpu_bind"], device, oversubscribe, cluster)
 
     try:
         check_source(spec_opts["data"], spec_opts.get("data_dir"), world=world_size, batch=batch_size, workload=wl,
@@ -172,12 +171,12 @@ def train_rank(joined, inject: dict | None) -> dict:
     import torch
 
     from bench.model import build_model, save_params
-    from bench.worker import StepLoop, bind_cpus, step_delay_seconds, timed_windows
+    from bench.worker import StepLoop, step_delay_seconds, thread_affinities, timed_windows
     from workloads import get_workload
     from workloads.data import TimedBatches, open_batches
 
     spec, run_dir, info = joined.spec, joined.run_dir, joined.info
-    affinity = bind_cpus(spec, info.local_rank)
+    affinity = joined.affinity
     device, sync = joined.device, joined.sync
     workload = get_workload(spec.workload)
     model, optimizer = build_model(spec, device)
@@ -227,6 +226,7 @@ def train_rank(joined, inject: dict | None) -> dict:
 
     window_times, last_losses = timed_windows(step, spec.windows, spec.steps_per_window, joined.group.barrier,
                                               sync, progress)
+    placed = thread_affinities()  # every thread the run started is alive now: where each may run
     window_losses = [loss.item() for loss in last_losses]
     window_input_wait = input_waits[1:] if timed_input is not None else None  # [0] is the warm-up's
 
@@ -251,7 +251,8 @@ def train_rank(joined, inject: dict | None) -> dict:
         "param_abs_checksum": abs_checksum,
         "cuda_peak_bytes": torch.cuda.max_memory_allocated(device) if spec.device == "cuda" else None,
         "threads": {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
-                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity},
+                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity,
+                    "process_threads": len(placed), "threads_off_affinity": sum(c != affinity for c in placed.values())},
     }
 
 

@@ -113,11 +113,15 @@ def _network(cond: dict) -> str:
     return where + (f", on {cond['hardware']}" if cond.get("hardware") else "")
 
 
+def _pinning(cond: dict) -> str:
+    return " pinned to its cores" if cond.get("cpu_bind") == "cores" else ""
+
+
 def _cond_title(cond: dict) -> str:
     passes = f" x {cond['backward_passes']} passes" if cond["backward_passes"] != 1 else ""
     fed = "" if cond.get("input", "on device") == "on device" else f" through a {cond['input']}"
     return (f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
-            f"{cond['threads']} thread(s)/worker, {cond['data']} data{fed}, {cond['image_size']}px{_network(cond)}")
+            f"{cond['threads']} thread(s)/worker{_pinning(cond)}, {cond['data']} data{fed}, {cond['image_size']}px{_network(cond)}")
 
 
 def _launches(a: Case, b: Case) -> str:
