@@ -85,6 +85,18 @@ def launch_group(row) -> str:
     return row.sweep_id if isinstance(row.sweep_id, str) and row.sweep_id else row.run_id
 
 
+def blank_single_machine(frame):
+    """The frame with its machine column blank when it holds runs of one machine only: the views key their cases
+    by machine (runs of two machines are never one case nor compared), and name it only where two must be told
+    apart."""
+    return frame.assign(hardware="") if frame["hardware"].nunique() <= 1 else frame
+
+
+def placement_text(hardware: str, cpu_bind: str) -> str:
+    """', pinned, on MACHINE' for a case's title: its workers' pinning and, where a page has two, its machine."""
+    return (", pinned" if cpu_bind == "cores" else "") + (f", on {hardware}" if hardware else "")
+
+
 def latest_launches(frame, keys: list[str]) -> dict[tuple, list]:
     """The records of each case (one value of `keys`) from its latest launch group, oldest first: the
     launches a report compares (docs/method.md, "Replication")."""

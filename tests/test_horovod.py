@@ -48,6 +48,12 @@ def test_two_process_horovod_run(workload, store):
     assert m["per_rank"][0]["param_checksum"] == pytest.approx(m["per_rank"][1]["param_checksum"])
     assert record["environment"]["variables"]["OMP_NUM_THREADS"] == "1"  # set by the harness, as for elastic
     assert "--gloo" in record["command"]
+    # pinned by default (--cpu-bind auto): each rank on its own core, and with it every thread Horovod and gloo
+    # started before the rank's code ran (its background loop, gloo's I/O)
+    placed = [r["threads"] for r in m["per_rank"]]
+    assert spec["cpu_bind"] == "cores"
+    assert sorted(t["affinity"] for t in placed) == [[0], [1]]
+    assert all(t["process_threads"] >= 3 and t["threads_off_affinity"] == 0 for t in placed), placed
     assert_nothing_left(record)
 
 
@@ -64,9 +70,11 @@ def test_mpi_controllers(launcher, marker, store):
 def test_tuned_options_are_applied_and_recorded(store):
     proc, record = bench_json("run", "--backend", "horovod", "--nproc", 2, "--hvd-compression", "fp16",
                               "--hvd-backward-passes", 2, "--hvd-fusion-mb", 8, "--hvd-cycle-ms", 2,
-                              "--store", store, *FAST)
+                              "--cpu-bind", "none", "--store", store, *FAST)
     assert proc.returncode == 0, proc.stderr
     spec = record["spec"]
+    assert spec["cpu_bind"] == "none"  # left to the scheduler: every rank may run anywhere
+    assert all(r["threads"]["affinity"] == sorted(os.sched_getaffinity(0)) for r in record["metrics"]["per_rank"])
     assert spec["backward_passes"] == 2
     assert spec["backend_options"]["hvd_compression"] == "fp16"
     assert record["environment"]["variables"]["HOROVOD_FUSION_THRESHOLD"] == str(8 * 2**20)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bench.backends import PRIMARY
 from bench.comm import bus_factor, format_bytes
-from bench.frame import latest_launches
+from bench.frame import blank_single_machine, latest_launches, placement_text
 from bench.sections import Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot, right
 
 # The smallest message at which allreduce is bandwidth-bound: about 16 MiB over CPU loopback (gloo),
@@ -17,9 +17,14 @@ COLUMNS = [left("backend"), right("ranks"), left("dtype"), left("op"), right("la
            right("R²"), left("runs")]
 
 
+# A case: one machine (blank on a page of one), pinned or not, backend, world size, dtype. Runs of two machines,
+# or pinned and unpinned runs, are never one case nor compared.
+PLACE = ["hardware", "cpu_bind"]
+
+
 def case_launches(ok) -> dict[tuple, list]:
-    """The launches of each backend, world size and dtype from its latest sweep, oldest first."""
-    return latest_launches(ok, ["backend", "world_size", "dtype"])
+    """The launches of each case from its latest sweep, oldest first."""
+    return latest_launches(blank_single_machine(ok), [*PLACE, "backend", "world_size", "dtype"])
 
 
 def _mean(values) -> float:
@@ -31,7 +36,8 @@ def sweep_rows(cases: dict[tuple, list]) -> list[list]:
     """A table row per op of each case: busbw figures are means over its launches; the alpha-beta model is
     fitted to its latest launch."""
     rows = []
-    for (backend, world, dtype), recs in sorted(cases.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+    for (hardware, bind, backend, world, dtype), recs in sorted(cases.items(),
+                                                                key=lambda kv: (kv[0][:2], kv[0][3], kv[0][2], kv[0][4])):
         latest = recs[-1].metrics
         fit, limit = latest.fit or {}, (latest.ceiling or {}).get("limit_gbps")
         for op in latest.avg_busbw_gbps:
@@ -39,7 +45,7 @@ def sweep_rows(cases: dict[tuple, list]) -> list[list]:
             peak = _mean(max(x.busbw_gbps for x in r.metrics.rows if x.op == op) for r in recs
                          if any(x.op == op for x in r.metrics.rows))
             modelled = op == "allreduce" and bool(fit)
-            rows.append([backend, world, dtype, op, len(recs), fmt(avg, ".3f"), fmt(peak, ".3f"),
+            rows.append([backend + placement_text(hardware, bind), world, dtype, op, len(recs), fmt(avg, ".3f"), fmt(peak, ".3f"),
                          fmt(peak / limit if limit else None, ".1%"), latest.model if modelled else "-",
                          fmt(fit["alpha_s"] * 1e6, ".1f") if modelled else "-",
                          fmt(fit["bandwidth_gbps"], ".2f") if modelled else "-",
@@ -53,12 +59,13 @@ def _busbw_at(record, size: int) -> float | None:
 
 
 def matched_sizes(ok) -> dict[tuple, tuple[int, list[list[float]], str]]:
-    """Per world size and dtype where both primary backends have allreduce launches: the largest message
-    every launch of both ran, each side's busbw at that size per launch, and the device."""
-    launches = latest_launches(ok[ok["backend"].isin(PRIMARY)], ["world_size", "dtype", "backend"])
+    """Per (machine, pinning, world size, dtype) where both primary backends have allreduce launches: the largest
+    message every launch of both ran, each side's busbw at that size per launch, and the device."""
+    launches = latest_launches(blank_single_machine(ok)[ok["backend"].isin(PRIMARY)],
+                               [*PLACE, "world_size", "dtype", "backend"])
     out = {}
-    for world, dtype in sorted({k[:2] for k in launches}):
-        sides = [launches.get((world, dtype, b)) for b in PRIMARY]
+    for place in sorted({k[:-1] for k in launches}):
+        sides = [launches.get((*place, b)) for b in PRIMARY]
         if not all(sides):
             continue
         common = set.intersection(*({x.size for x in rec.metrics.rows if x.op == "allreduce"}
@@ -68,7 +75,7 @@ def matched_sizes(ok) -> dict[tuple, tuple[int, list[list[float]], str]]:
         size = max(common)
         values = [[_busbw_at(rec, size) for rec in recs] for recs in sides]
         if all(v is not None for vs in values for v in vs):
-            out[(world, dtype)] = (size, values, sides[0][-1].spec.device)
+            out[place] = (size, values, sides[0][-1].spec.device)
     return out
 
 
@@ -79,9 +86,9 @@ def comparisons(frame) -> dict:
 
     first, second = PRIMARY
     ok = frame[frame["status"] == "ok"]
-    return {f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}":
-            ratio_of_cases([values[0]], [values[1]])
-            for (world, dtype), (size, values, _) in matched_sizes(ok).items()}
+    return {f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}"
+            f"{placement_text(hardware, bind)}": ratio_of_cases([values[0]], [values[1]])
+            for (hardware, bind, world, dtype), (size, values, _) in matched_sizes(ok).items()}
 
 
 def matched_size_claims(ok) -> list[str]:
@@ -91,11 +98,12 @@ def matched_size_claims(ok) -> list[str]:
     from bench.stats import ratio_of_cases
 
     lines = []
-    for (world, dtype), (size, values, device) in matched_sizes(ok).items():
+    for (hardware, bind, world, dtype), (size, values, device) in matched_sizes(ok).items():
         est = ratio_of_cases([values[0]], [values[1]])
         top, other = (0, 1) if est.ratio >= 1 else (1, 0)
         means = [sum(v) / len(v) for v in values]
-        where = f"At {format_bytes(size)}B ({world} ranks, {dtype}, the largest message both ran)"
+        where = (f"At {format_bytes(size)}B ({world} ranks, {dtype}{placement_text(hardware, bind)}, the largest "
+                 "message both ran)")
         figures = (f"{means[top]:.2f} vs {means[other]:.2f} GB/s busbw, means of {len(values[top])} + "
                    f"{len(values[other])} launches")
         if est.significant:
@@ -115,7 +123,7 @@ def matched_size_claims(ok) -> list[str]:
     return lines
 
 
-def busbw_figure(world: int, dtype: str, group) -> str:
+def busbw_figure(world: int, dtype: str, group, where: str = "") -> str:
     """Measured allreduce busbw against message size for each backend, its alpha-beta model, and the
     machine's limit."""
     plt = pyplot()
@@ -141,7 +149,7 @@ def busbw_figure(world: int, dtype: str, group) -> str:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size S (bytes)")
     ax.set_ylabel("allreduce busbw (GB/s)")
-    ax.set_title(f"allreduce, {world} ranks, {dtype}", fontsize=10)
+    ax.set_title(f"allreduce, {world} ranks, {dtype}{where}", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -161,12 +169,14 @@ def report_part(frame, context) -> ReportPart:
                              code("bench sweep"), " without ", code("--no-comm"), ", records one)."])]
         return ReportPart(method=method(), sections=[Section("comm", "Communication", 20, blocks)])
     cases = case_launches(ok)
-    latest = ok[ok["run_id"].isin([recs[-1].run_id for recs in cases.values()])]
+    latest = blank_single_machine(ok)
+    latest = latest[latest["run_id"].isin([recs[-1].run_id for recs in cases.values()])]
     blocks = [Paragraph("Busbw figures are means over the launches of each case (each launch: its own mean and "
                         "peak); the alpha-beta model and the figure show its latest launch.", "note"),
               Table(COLUMNS, sweep_rows(cases))]
-    for (world, dtype), group in latest.groupby(["world_size", "dtype"]):
-        blocks.append(Figure("allreduce busbw vs message size", busbw_figure(world, dtype, group)))
+    for (hardware, bind, world, dtype), group in latest.groupby([*PLACE, "world_size", "dtype"]):
+        blocks.append(Figure("allreduce busbw vs message size",
+                             busbw_figure(world, dtype, group, placement_text(hardware, bind))))
     recommendation = matched_size_claims(ok)
     return ReportPart(recommendation=recommendation, method=method(), shown=list(ok["record"]),
                       sections=[Section("comm", "Communication", 20, blocks)])

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from bench import stats
 from bench.backends import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
-from bench.frame import CONDITIONS, latest_launches
+from bench.frame import CONDITIONS, blank_single_machine, latest_launches
 from bench.sections import (Cell, Figure, Heading, Paragraph, ReportPart, Section, Table, code, em,
                             env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
 
@@ -91,8 +91,7 @@ def replicated_cases(ok) -> list[Case]:
     """Every (conditions, backend, world size) of the ok runs with a throughput: the launches of its latest
     sweep, with vs-plain and efficiency estimated across launches."""
     ok = ok[ok["throughput"].notna()]
-    if ok["hardware"].nunique() <= 1:  # one machine: nothing to tell apart, so titles need not name it
-        ok = ok.assign(hardware="")
+    ok = blank_single_machine(ok)
     cases = {key: Case(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
              for key, records in latest_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()}
     for key, case in cases.items():
@@ -163,7 +162,8 @@ def verdict(cases: list[Case]) -> tuple[list[str], list[str], list[dict]]:
         rows = groups[key]
         cond = {**dict(zip(CONDITIONS, key)), "world_size": key[-1]}
         where = (f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
-                 f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker, {cond['data']} data"
+                 f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker{_pinning(cond)}, "
+                 f"{cond['data']} data"
                  f"{_network(cond)})")
         if all(b in rows for b in PRIMARY):
             e, h = rows[first], rows[second]
@@ -566,6 +566,10 @@ def method() -> list:
         [strong("Scaling."), " Weak scaling (fixed per-worker batch). Efficiency E(N) = thr(N) / (N x thr(1)), "
          "thr(1) the same backend at one worker under the same conditions; also against the plain "
          "single-process loop. Both are ratios of case means, with their interval across launches."],
+        [strong("Placement."), " CPU workers on one host are pinned by default (--cpu-bind auto): the worker of "
+         "local rank r and every thread it runs, the backend's own included, on cores [r x T, (r+1) x T). "
+         "Unpinned, a backend's helper threads (Horovod's background loop, gloo's I/O) run on the other "
+         "workers' cores. Pinned and unpinned runs are never compared; each case's title says which it is."],
         [strong("Exposed communication"), " = step time at N workers - step time of the plain loop (one "
          "process, no wrapper) at the same per-worker batch, as a share of the step (= 1 - vs plain loop)."],
         [strong("Startup"), ": launch to worker processes, rendezvous (process-group initialisation), launch "
@@ -590,7 +594,8 @@ def comparisons(frame) -> dict[str, stats.Estimate]:
     out: dict[str, stats.Estimate] = {}
     by_place: dict[str, dict[str, Case]] = {}
     for c in cases:
-        where = f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}{_network(c.cond)}"
+        where = (f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
+                 f"{_pinning(c.cond)}{_network(c.cond)}")
         by_place.setdefault(where, {})[c.backend] = c
         if c.vs_plain is not None:
             out[f"{c.backend} / plain loop, {where}"] = c.vs_plain
