@@ -59,11 +59,28 @@ def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
     return out
 
 
+def machine_of(records: list) -> str:
+    """The machine a sweep ran on (bench.frame.hardware); a sweep that somehow spans two names both."""
+    from bench.frame import hardware
+
+    return " + ".join(sorted({hardware(r) for r in records}))
+
+
 def agreement(sweeps: dict[str, list]) -> dict:
-    """Claims of every sweep (sweep id -> records), and every pair's contradictions."""
-    claims = {sid: sweep_claims(recs) for sid, recs in sweeps.items()}
+    """Claims of every sweep (sweep id -> records), and the contradictions of every pair of sweeps made on one
+    machine. Sweeps of two machines are not reruns of each other: where the store holds more than one machine,
+    each claim's key names its machine, so none is compared with another machine's."""
+    machines = {sid: machine_of(recs) for sid, recs in sweeps.items()}
+    several = len(set(machines.values())) > 1
+    claims = {}
+    for sid, recs in sweeps.items():
+        claims[sid] = {}
+        for key, claim in sweep_claims(recs).items():
+            key = f"{key}, on {machines[sid]}" if several else key
+            claims[sid][key] = Claim(key, claim.estimate)
     ids = sorted(claims)
-    pairs = {(a, b): contradictions(claims[a], claims[b]) for i, a in enumerate(ids) for b in ids[i + 1:]}
+    pairs = {(a, b): contradictions(claims[a], claims[b]) for i, a in enumerate(ids) for b in ids[i + 1:]
+             if machines[a] == machines[b]}
     keys = sorted({k for c in claims.values() for k in c})
     # significant, and in the same direction, in every sweep that made the comparison (two or more)
     resolved = []

@@ -147,3 +147,21 @@ def test_runs_of_two_machines_are_separate_cases_never_compared():
     # elastic's launches of this machine against horovod's of this machine, not the other machine's later ones
     assert "on cpu (2 CPUs))" in pair and "elastic 151 vs horovod 120" in pair
     assert not any("Other CPU" in line and "horovod" in line for line in lines)
+
+
+def test_sweeps_of_two_machines_are_not_reruns_of_each_other():
+    import dataclasses
+
+    fast_elastic = sweep("s1", {("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]})
+    fast_horovod = sweep("s2", {("elastic", 2): [120, 118, 123], ("horovod", 2): [150, 155, 148]}, t0=2000)
+    same = agreement({"s1": fast_elastic, "s2": fast_horovod})
+    assert len(same["pairs"]) == 1 and any(same["pairs"].values())  # one machine: a contradiction
+
+    there = [dataclasses.replace(r, environment={"cpu_model": "Other CPU", "cpu_count": 8}) for r in fast_horovod]
+    apart = agreement({"s1": fast_elastic, "s2": there})
+    assert apart["pairs"] == {}  # nothing to compare: each machine ran one sweep
+    assert all(k.endswith(", on cpu (2 CPUs)") for k in apart["claims"]["s1"])
+    assert all(k.endswith(", on Other CPU (8 CPUs)") for k in apart["claims"]["s2"])
+    again = sweep("s3", {("elastic", 2): [151, 150, 149], ("horovod", 2): [121, 119, 120]}, t0=3000)
+    three = agreement({"s1": fast_elastic, "s2": there, "s3": again})
+    assert list(three["pairs"]) == [("s1", "s3")] and three["pairs"][("s1", "s3")] == []
