@@ -249,8 +249,16 @@ def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str)
         count[0] += 1
         log = log_dir / f"{name}-{count[0]}.log"
         tag = f"selfcheck-{new_run_id()}"
-        with Lifeline(tag):  # a killed selfcheck leaves no bare loop behind either
-            outcome = supervise(loop.command(spec.world_size, args), worker_environment(spec, tag), log, spec.timeout)
+        # A temporary folder of the launch's own (TMPDIR), removed however it ended: what a bare loop or its
+        # launcher leaves there (Ray's session files) goes with it, also after a deadline or Ctrl-C. It is short,
+        # as the unix sockets Ray makes there need.
+        scratch = tempfile.mkdtemp(prefix="bare-")
+        try:
+            with Lifeline(tag):  # a killed selfcheck leaves no bare loop behind either
+                outcome = supervise(loop.command(spec.world_size, args),
+                                    {**worker_environment(spec, tag), "TMPDIR": scratch}, log, spec.timeout)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         if outcome.ending == "interrupted":
             raise Interrupted()
         text = log.read_text(errors="replace") if log.exists() else ""

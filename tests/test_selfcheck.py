@@ -302,6 +302,35 @@ def test_the_verb_prints_a_row_per_figure_and_exits_by_the_verdict(monkeypatch, 
     assert "launch failed" in proc.stderr and "bare loops' logs in" in proc.stderr
 
 
+def test_a_bare_launch_past_its_deadline_leaves_no_folder_nor_process(tmp_path):
+    """What a bare loop writes to its temporary folder goes with the launch, also when its deadline ends it."""
+    import dataclasses
+    import os
+    import time
+
+    import psutil
+
+    from bench.reference import BareLoop, _python
+
+    script = tmp_path / "slow_loop.py"
+    told = tmp_path / "scratch.txt"
+    script.write_text("import pathlib, sys, tempfile, time\n"
+                      "d = tempfile.mkdtemp(prefix='session-')\n"  # as Ray's driver does under $TMPDIR
+                      f"pathlib.Path({str(told)!r}).write_text(d)\n"
+                      "time.sleep(120)\n")
+    (p,) = sc.plan(["elastic"], "mnist_mlp", "cpu", 2, allreduce=False, comm={}, options={"backend_options": {}})
+    spec = dataclasses.replace(p.train, timeout=3.0)
+    launch = sc.bare_launch(BareLoop("elastic", script, _python), spec, [], "throughput", tmp_path, "slow")
+    t0 = time.monotonic()
+    with pytest.raises(sc.LaunchFailed, match=r"bare loop passed its deadline \(3 s\)"):
+        launch()
+    assert time.monotonic() - t0 < 60
+    scratch = told.read_text()
+    assert os.path.basename(os.path.dirname(scratch)).startswith("bare-")  # in the launch's own folder
+    assert not os.path.exists(scratch) and not os.path.exists(os.path.dirname(scratch))
+    assert not [q for q in psutil.process_iter(["cmdline"]) if str(script) in " ".join(q.info["cmdline"] or [])]
+
+
 # ---------------------------------------------------------------- for real
 @pytest.mark.slow
 def test_elastic_against_its_bare_loop(tmp_path):

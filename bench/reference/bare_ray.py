@@ -111,8 +111,8 @@ def train(rank, world, device, sync):
     return {"throughput": batch * world * steps / (time.perf_counter() - t0)}
 
 
-# Ray's session files go in this launch's own folder, removed at the end (left to Ray, every launch would leave
-# a session under /tmp/ray); the path is short, as the unix sockets Ray makes there need.
+# Ray's session files go in this launch's own folder (under $TMPDIR), removed at the end (left to Ray, every
+# launch would leave a session under /tmp/ray); the path is short, as the unix sockets Ray makes there need.
 figure_file = Path(tempfile.mkdtemp(prefix="bare-ray-")) / "figure.json"
 ray.init(include_dashboard=False, _temp_dir=str(figure_file.parent / "ray"))
 cuda = a.device == "cuda"
