@@ -182,19 +182,20 @@ def check_placement(plugin, world_size: int, device: str, threads: int | None, o
     return threads, resolved, roles
 
 
-def resolve_cpu_bind(requested: str | None, device: str, oversubscribe: bool, cluster: dict | None) -> str:
+def resolve_cpu_bind(requested: str | None, device: str, oversubscribe: bool, cluster: dict | None,
+                     on_this_host: bool = True) -> str:
     """What a run's workers do with CPU affinity. "auto" pins each worker to its own cores ("cores") where
     each can have them: CPU processes on one host that fit its cores. It leaves them to the scheduler
-    ("none") on GPUs, when oversubscribed on purpose, and across hosts (test hosts share one machine's cores,
-    where local ranks would collide; pass --cpu-bind cores on real machines). An unpinned rank's helper
-    threads (Horovod's background loop, gloo's I/O) migrate onto the other ranks' cores: docs/method.md,
-    "Fairness"."""
+    ("none") on GPUs, when oversubscribed on purpose, and across hosts or on a cluster that places the workers
+    itself (`on_this_host` False: Backend.places_on_this_host); test hosts share one machine's cores, where
+    local ranks would collide: pass --cpu-bind cores on real machines. An unpinned rank's helper threads
+    (Horovod's background loop, gloo's I/O) run on the other ranks' cores: docs/method.md, "Fairness"."""
     requested = DEFAULTS["cpu_bind"] if requested is None else requested
     if requested not in CPU_BINDS:
         raise UsageError(f"--cpu-bind {requested!r}: choose one of {', '.join(CPU_BINDS)}")
     if requested != "auto":
         return requested
-    return "cores" if device == "cpu" and not oversubscribe and not cluster else "none"
+    return "cores" if device == "cpu" and not oversubscribe and not cluster and on_this_host else "none"
 
 
 def across_hosts(cluster: dict | None) -> dict:

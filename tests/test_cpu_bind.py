@@ -143,3 +143,13 @@ def test_the_communication_view_keeps_machines_and_pinnings_apart():
                                           "horovod, on Other CPU (2 CPUs)", "horovod, on cpu (2 CPUs)"]
     assert list(comm_report.comparisons(frame)) == ["allreduce busbw elastic / horovod at 16MB, 2 ranks float32, "
                                                     "on cpu (2 CPUs)"]
+
+
+def test_workers_an_existing_ray_cluster_places_are_left_to_it():
+    from bench.backends import get_backend
+
+    ray = get_backend("ray")
+    assert ray.places_on_this_host(ray.resolve_options({}, 2))
+    assert not ray.places_on_this_host(ray.resolve_options({"ray_address": "10.213.7.1:6379"}, 2))
+    assert resolve_cpu_bind("auto", "cpu", False, None, on_this_host=False) == "none"
+    assert resolve_cpu_bind("cores", "cpu", False, None, on_this_host=False) == "cores"  # asked for: kept

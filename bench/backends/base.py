@@ -168,6 +168,11 @@ class Backend:
         """None when the option values can run on `device`, else what is wrong."""
         return None
 
+    def places_on_this_host(self, options: dict) -> bool:
+        """Whether the run's workers are this host's processes, numbered by local rank (so --cpu-bind auto may pin
+        them); False where something else places them (an existing cluster's scheduler)."""
+        return True
+
     def backward_passes(self, options: dict) -> int:
         """Backward passes (micro-batches) per optimizer step; the worker loop runs that many."""
         return 1

@@ -300,6 +300,9 @@ class RayBackend(Backend):
             return address_problem(options["ray_address"])
         return None
 
+    def places_on_this_host(self, options):
+        return options.get("ray_address") is None  # an existing cluster's nodes may share one machine's cores
+
     def unavailable_reason(self, device):
         return distributed_problem(device) or ray_problem()
 

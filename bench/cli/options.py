@@ -153,7 +153,8 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--cpu-bind": dict(choices=CPU_BINDS,
                            help="cores: pin each worker (every thread of it) to its own cores; none: leave them to the "
                                 "scheduler; auto (default): cores for CPU workers on one host that fit its cores, "
-                                "none on GPUs, across hosts and with --oversubscribe", invalid=["all"]),
+                                "none on GPUs, with --oversubscribe, across hosts, on an existing Ray cluster and in "
+                                "fault runs", invalid=["all"]),
         "--oversubscribe": dict(action="store_true", help="allow more worker threads than cores (measures contention)"),
         # across hosts
         "--hosts": dict(type=host_list, metavar="H1:N,H2:N",

@@ -76,7 +76,8 @@ def build_spec(*, backend: str, world_size: int, device: str, ops: list[str], dt
     return RunSpec(backend=backend, workload="comm", world_size=world_size, device=device, batch_size=0,
                    image_size=0, num_classes=0, threads=threads, steps_per_window=0, warmup_steps=0,
                    windows=0, timeout=timeout, backend_options=resolved,
-                   cpu_bind=resolve_cpu_bind(cpu_bind, device, oversubscribe, cluster),
+                   cpu_bind=resolve_cpu_bind(cpu_bind, device, oversubscribe, cluster,
+                                             plugin.places_on_this_host(resolved)),
                    roles=roles, task="comm", sweep_id=sweep_id, **across_hosts(cluster),
                    comm={"ops": list(ops), "dtype": dtype, "min_bytes": min_bytes, "max_bytes": max_bytes,
                          "warmup_iters": warmup_iters, "iters": iters})

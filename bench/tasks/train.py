@@ -58,7 +58,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         raise UsageError("--steps-per-window must be at least 1")
     if spec_opts["windows"] < 2:
         raise UsageError("--windows must be at least 2: a confidence interval needs two windows or more")
-    spec_opts["cpu_bind"] = resolve_cpu_bind(spec_opts["cpu_bind"], device, oversubscribe, cluster)
+    spec_opts["cpu_bind"] = resolve_cpu_bind(spec_opts["cpu_bind"], device, oversubscribe, cluster,
+                                             plugin.places_on_this_host(resolved_options))
 
     try:
         check_source(spec_opts["data"], spec_opts.get("data_dir"), world=world_size, batch=batch_size, workload=wl,
@@ -383,7 +384,8 @@ class TrainTask(Task):
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
         return (f"{spec.backend} {spec.workload}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
-                f"{spec.threads} thread(s)/worker, {spec.data} data{loader_words(spec)}, {spec.image_size}px, "
+                f"{spec.threads} thread(s)/worker{', pinned' if spec.cpu_bind == 'cores' else ''}, {spec.data} data"
+                f"{loader_words(spec)}, {spec.image_size}px, "
                 f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
 
     def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
