@@ -153,3 +153,28 @@ def test_workers_an_existing_ray_cluster_places_are_left_to_it():
     assert not ray.places_on_this_host(ray.resolve_options({"ray_address": "10.213.7.1:6379"}, 2))
     assert resolve_cpu_bind("auto", "cpu", False, None, on_this_host=False) == "none"
     assert resolve_cpu_bind("cores", "cpu", False, None, on_this_host=False) == "cores"  # asked for: kept
+
+
+def test_each_way_of_running_gets_its_own_recommendation():
+    """Unpinned wins must not decide the pinned default's choice: one recommendation per setting."""
+    from bench.sections import ReportContext
+    from bench.tasks import train_report
+
+    def launches(prefix, bind, values, t0):
+        out = []
+        for i, (backend, v) in enumerate(values):
+            out.append(train_record(f"{prefix}-{i}", backend, 2, per_window=[v * 0.99, v, v * 1.01], created_at=t0 + i,
+                                    sweep_id=prefix, spec_fields={"cpu_bind": bind, "repeat": i // 2}))
+        return out
+
+    close = [("elastic", 230), ("horovod", 228), ("elastic", 226), ("horovod", 231), ("elastic", 229), ("horovod", 225)]
+    apart = [("elastic", 230), ("horovod", 170), ("elastic", 226), ("horovod", 175), ("elastic", 229), ("horovod", 172)]
+    frame = records_to_frame(launches("pinned", "cores", close, 1000) + launches("unpinned", "none", apart, 2000))
+    lines = train_report.report_part(frame, ReportContext("test", [], frame)).recommendation
+    assert lines[0].startswith("Pinned, on one host: 1 of 1 multi-worker comparison(s) showed no significant")
+    unpinned = next(i for i, line in enumerate(lines) if line.startswith("Unpinned, on one host:"))
+    assert "elastic was significantly faster in 1 of 1" in lines[unpinned]
+    assert lines[unpinned + 1] == "For throughput on this hardware, choose elastic."
+    assert "Throughput does not separate them here" in " ".join(lines[:unpinned])
+    alone = records_to_frame(launches("pinned", "cores", close, 1000))  # one way of running: no prefix
+    assert not train_report.report_part(alone, ReportContext("test", [], alone)).recommendation[0].startswith("Pinned")

@@ -212,10 +212,39 @@ def verdict(cases: list[Case]) -> tuple[list[str], list[str], list[dict]]:
     return sentences, fairness, comparisons
 
 
+# What sets apart the ways a page's runs were made, each with its own recommendation: the machine, the
+# workers' pinning, the network.
+SETTING = ("hardware", "cpu_bind", "network")
+
+
+def setting_label(cond: dict) -> str:
+    """'Pinned, on one host' (and the machine, where a page names it): a setting of recommendation()."""
+    pinned = "pinned" if cond.get("cpu_bind") == "cores" else "unpinned"
+    network = cond.get("network", "one host")
+    where = "on one host" if network == "one host" else f"across {network}"
+    return f"{pinned.capitalize()}, {where}" + (f", on {cond['hardware']}" if cond.get("hardware") else "")
+
+
 def recommendation(comparisons: list[dict], cases: list[Case]) -> list[str]:
-    lines = []
+    """The choice the comparisons support, for each setting apart (machine, pinning, network: a page may hold runs
+    made several ways, and one way's wins must not decide another's), then the startup sentence."""
     if not comparisons:
         return [f"Run both {' and '.join(PRIMARY)} under the same conditions (bench sweep) for a recommendation."]
+    settings: dict[tuple, list[dict]] = {}
+    for c in comparisons:
+        settings.setdefault(tuple(c["cond"].get(k) for k in SETTING), []).append(c)
+    lines = []
+    for key in sorted(settings, key=lambda k: (k[1] != "cores", str(k))):  # the pinned default first
+        said = choice(settings[key])
+        if len(settings) > 1:
+            said = [f"{setting_label(settings[key][0]['cond'])}: {said[0]}", *said[1:]]
+        lines += said
+    return lines + startup_sentence(cases)
+
+
+def choice(comparisons: list[dict]) -> list[str]:
+    """The wins, ties and single-launch comparisons of one setting, and the choice they support."""
+    lines = []
     # At one worker nothing is distributed: those comparisons measure the wrappers' overhead only, so
     # the choice rests on the multi-worker cases when there are any.
     distributed = [c for c in comparisons if c["cond"]["world_size"] > 1]
@@ -250,7 +279,6 @@ def recommendation(comparisons: list[dict], cases: list[Case]) -> list[str]:
         overhead = {b: sum(c["winner"] == b for c in single) for b in PRIMARY}
         lines.append("At one worker, where only the wrapper's overhead is measured: " +
                      ", ".join(f"{b} significantly faster in {k} of {len(single)}" for b, k in overhead.items()) + ".")
-    lines += startup_sentence(cases)
     return lines
 
 
