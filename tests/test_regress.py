@@ -86,7 +86,7 @@ def test_two_sweeps_of_the_same_code_do_not_contradict_each_other(gate):
     out = json.loads(proc.stdout)
     assert len(out["sweeps"]) == 2 and out["contradictions"] == []
     claims = out["claims"][out["sweeps"][0]]
-    assert "elastic / plain loop, resnet18 cpu b16 x1" in set(claims)
+    assert "elastic / plain loop, resnet18 cpu b16 x1 pinned to its cores" in set(claims)  # pinned: the default
     assert all(c["launches"] == [5, 5] for c in claims.values())
 
 
