@@ -36,8 +36,11 @@ def sweep_rows(cases: dict[tuple, list]) -> list[list]:
     """A table row per op of each case: busbw figures are means over its launches; the alpha-beta model is
     fitted to its latest launch."""
     rows = []
-    for (hardware, bind, backend, world, dtype), recs in sorted(cases.items(),
-                                                                key=lambda kv: (kv[0][:2], kv[0][3], kv[0][2], kv[0][4])):
+    def order(item):  # by machine and pinning, then world size, backend, dtype
+        hardware, bind, backend, world, dtype = item[0]
+        return hardware, bind, world, backend, dtype
+
+    for (hardware, bind, backend, world, dtype), recs in sorted(cases.items(), key=order):
         latest = recs[-1].metrics
         fit, limit = latest.fit or {}, (latest.ceiling or {}).get("limit_gbps")
         for op in latest.avg_busbw_gbps:
@@ -45,7 +48,8 @@ def sweep_rows(cases: dict[tuple, list]) -> list[list]:
             peak = _mean(max(x.busbw_gbps for x in r.metrics.rows if x.op == op) for r in recs
                          if any(x.op == op for x in r.metrics.rows))
             modelled = op == "allreduce" and bool(fit)
-            rows.append([backend + placement_text(hardware, bind), world, dtype, op, len(recs), fmt(avg, ".3f"), fmt(peak, ".3f"),
+            rows.append([backend + placement_text(hardware, bind), world, dtype, op, len(recs), fmt(avg, ".3f"),
+                         fmt(peak, ".3f"),
                          fmt(peak / limit if limit else None, ".1%"), latest.model if modelled else "-",
                          fmt(fit["alpha_s"] * 1e6, ".1f") if modelled else "-",
                          fmt(fit["bandwidth_gbps"], ".2f") if modelled else "-",
