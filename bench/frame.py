@@ -92,6 +92,11 @@ def blank_single_machine(frame):
     return frame.assign(hardware="") if frame["hardware"].nunique() <= 1 else frame
 
 
+def pinned_words(cpu_bind: str, lead: str = " ") -> str:
+    """' pinned to its cores' for a pinned run's conditions (bench.spec.resolve_cpu_bind), nothing for an unpinned one."""
+    return f"{lead}pinned to its cores" if cpu_bind == "cores" else ""
+
+
 def placement_text(hardware: str, cpu_bind: str) -> str:
     """', pinned, on MACHINE' for a case's title: its workers' pinning and, where a page has two, its machine."""
     return (", pinned" if cpu_bind == "cores" else "") + (f", on {hardware}" if hardware else "")

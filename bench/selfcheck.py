@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.errors import EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
+from bench.frame import pinned_words
 from bench.runner import format_duration, note
 
 ALLREDUCE_BYTES = 16 * 2**20  # bandwidth-bound, and the largest message of a default sweep
@@ -411,7 +412,7 @@ def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: 
     log_dir.mkdir(parents=True, exist_ok=True)
     first = plans[0].train
     note(f"bench selfcheck: suite vs bare loop, {first.workload}, {first.world_size} {first.device} process(es), "
-         f"{first.threads} thread(s) each{pinned(first)}, {first.warmup_steps} warm-up + {first.windows} x "
+         f"{first.threads} thread(s) each{pinned_words(first.cpu_bind, ', ')}, {first.warmup_steps} warm-up + {first.windows} x "
          f"{first.steps_per_window} steps; {pairs} pairs or more per figure, up to {max_minutes:g} min per backend "
          f"-> {store.path}")
     checks: list[Check] = []
@@ -437,10 +438,6 @@ def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: 
 
 
 # ---------------------------------------------------------------- output
-def pinned(spec) -> str:
-    return ", pinned to its cores" if spec.cpu_bind == "cores" else ""
-
-
 def result_dict(plans: list[Plan], checks: list[Check], pairs: int, max_minutes: float) -> dict:
     first = plans[0].train
     return {"workload": first.workload, "device": first.device, "world_size": first.world_size,
@@ -488,7 +485,7 @@ def table_lines(plans: list[Plan], checks: list[Check]) -> list[str]:
                          f"±{g.resolution:.0%} ({more_pairs_text(c, d)})")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     lines = [f"# suite / bare loop: {first.workload}, {first.world_size} {first.device} process(es), "
-             f"{first.threads} thread(s) each{pinned(first)}; means are geometric over launches"]
+             f"{first.threads} thread(s) each{pinned_words(first.cpu_bind, ', ')}; means are geometric over launches"]
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
     lines += notes
     goals = ", ".join(f"{g.floor:g} ({g.figure})" for g in GOALS.values())

@@ -64,7 +64,7 @@ def thread_affinities() -> dict[int, list[int]]:
     for tid in thread_ids():
         try:
             out[tid] = sorted(os.sched_getaffinity(tid))
-        except (ProcessLookupError, OSError):
+        except OSError:  # a thread that ended meanwhile
             pass
     return out
 

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from bench.errors import UsageError
+from bench.frame import placement_text
 from bench.inject import injected_for, parse_inject, parse_step_delay
 from bench.records import Record, Startup, Summary
 from bench.spec import DEFAULTS, RunSpec, across_hosts, check_placement, resolve_cpu_bind
@@ -384,7 +385,7 @@ class TrainTask(Task):
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
         return (f"{spec.backend} {spec.workload}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
-                f"{spec.threads} thread(s)/worker{', pinned' if spec.cpu_bind == 'cores' else ''}, {spec.data} data"
+                f"{spec.threads} thread(s)/worker{placement_text('', spec.cpu_bind)}, {spec.data} data"
                 f"{loader_words(spec)}, {spec.image_size}px, "
                 f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from bench import stats
 from bench.backends import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
-from bench.frame import CONDITIONS, blank_single_machine, latest_launches
+from bench.frame import CONDITIONS, blank_single_machine, latest_launches, pinned_words
 from bench.sections import (Cell, Figure, Heading, Paragraph, ReportPart, Section, Table, code, em,
                             env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
 
@@ -112,15 +112,11 @@ def _network(cond: dict) -> str:
     return where + (f", on {cond['hardware']}" if cond.get("hardware") else "")
 
 
-def _pinning(cond: dict) -> str:
-    return " pinned to its cores" if cond.get("cpu_bind") == "cores" else ""
-
-
 def _cond_title(cond: dict) -> str:
     passes = f" x {cond['backward_passes']} passes" if cond["backward_passes"] != 1 else ""
     fed = "" if cond.get("input", "on device") == "on device" else f" through a {cond['input']}"
     return (f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
-            f"{cond['threads']} thread(s)/worker{_pinning(cond)}, {cond['data']} data{fed}, {cond['image_size']}px{_network(cond)}")
+            f"{cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, {cond['data']} data{fed}, {cond['image_size']}px{_network(cond)}")
 
 
 def _launches(a: Case, b: Case) -> str:
@@ -162,7 +158,7 @@ def verdict(cases: list[Case]) -> tuple[list[str], list[str], list[dict]]:
         rows = groups[key]
         cond = {**dict(zip(CONDITIONS, key)), "world_size": key[-1]}
         where = (f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
-                 f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker{_pinning(cond)}, "
+                 f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, "
                  f"{cond['data']} data"
                  f"{_network(cond)})")
         if all(b in rows for b in PRIMARY):
@@ -219,10 +215,9 @@ SETTING = ("hardware", "cpu_bind", "network")
 
 def setting_label(cond: dict) -> str:
     """'Pinned, on one host' (and the machine, where a page names it): a setting of recommendation()."""
-    pinned = "pinned" if cond.get("cpu_bind") == "cores" else "unpinned"
-    network = cond.get("network", "one host")
-    where = "on one host" if network == "one host" else f"across {network}"
-    return f"{pinned.capitalize()}, {where}" + (f", on {cond['hardware']}" if cond.get("hardware") else "")
+    pinned = "Pinned" if cond.get("cpu_bind") == "cores" else "Unpinned"
+    one_host = cond.get("network", "one host") == "one host"
+    return pinned + (", on one host" if one_host else "") + _network(cond)  # _network: across which hosts, the machine
 
 
 def recommendation(comparisons: list[dict], cases: list[Case]) -> list[str]:
@@ -623,7 +618,7 @@ def comparisons(frame) -> dict[str, stats.Estimate]:
     by_place: dict[str, dict[str, Case]] = {}
     for c in cases:
         where = (f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
-                 f"{_pinning(c.cond)}{_network(c.cond)}")
+                 f"{pinned_words(c.cond.get('cpu_bind'))}{_network(c.cond)}")
         by_place.setdefault(where, {})[c.backend] = c
         if c.vs_plain is not None:
             out[f"{c.backend} / plain loop, {where}"] = c.vs_plain
