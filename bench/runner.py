@@ -18,7 +18,7 @@ from bench.records import RunRecord
 from bench.rundir import RunDir, write_json_atomic
 from bench.spec import RunSpec
 from bench.store import Store
-from bench.supervisor import TAG_VARIABLE, Outcome, supervise
+from bench.supervisor import TAG_VARIABLE, Outcome, interruption, supervise
 from bench.tasks import get_task
 
 
@@ -66,8 +66,9 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
     rank_command = [sys.executable, "-m", "bench.guard", str(run_dir.path), spec.backend]
     env = {**worker_environment(spec, tag=run_id), **backend.launcher.env(spec)}
     with Lifeline(run_id, run_dir, store.path):
-        command, info, environment, before = [], {}, fingerprint(env), None
+        command, info, environment, before = [], {}, {}, None
         try:
+            environment = fingerprint(env)
             launch = task.launch(spec, backend, rank_command, run_id, run_dir, env, show_progress)
             env.update(launch.env)
             command, info, environment = launch.command, launch.info, fingerprint(env)
@@ -76,8 +77,8 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
                                                     "environment": environment, "before": before})
         except (KeyboardInterrupt, Interrupted):
             now = time.time()
-            outcome = Outcome(ending="interrupted", returncode=None, launched_at=now, ended_at=now,
-                              reason="interrupted by the user before the launch")
+            ending, reason = interruption(before_launch=True)
+            outcome = Outcome(ending=ending, returncode=None, launched_at=now, ended_at=now, reason=reason)
         else:
             outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=launch.watcher,
                                 poll_interval=launch.poll_interval, hosts=[h["name"] for h in spec.hosts or ()])

@@ -29,6 +29,10 @@ SCONTROL_TIMEOUT_S = 10
 # the script asks Slurm for SIGTERM this long before the time limit, so that bench records the run as
 # `timeout` and ends its processes before Slurm's SIGKILL
 WARN_BEFORE_LIMIT_S = 45
+# sbatch(1), --signal: "the signal may be sent up to 60 seconds earlier than specified" (slurmctld checks
+# limits periodically): the warning can come at any moment from WARN + 60 s before the limit, even as the job
+# starts when its limit is shorter than that
+SIGNAL_EARLY_S = 60
 TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 # `bench slurm-script`'s defaults: the 2-node job the suite's tests submit, a half-hour limit
 SCRIPT_DEFAULTS = dict(nodes=2, tasks_per_node=1, time_limit="30", job_name="bench", verb="sweep")
@@ -112,8 +116,8 @@ def limit_seconds(text: str) -> float:
 
 def job_ending(env=None, now: float | None = None) -> tuple[str, str] | None:
     """After bench got SIGTERM inside a Slurm job: ("timeout" | "interrupted", why), from the job's state and how
-    close its time limit is (the script's warning comes WARN_BEFORE_LIMIT_S before it, give or take the 30 s of
-    slurmctld's checks); None outside a job or when Slurm cannot say."""
+    close its time limit is (the script's warning comes WARN_BEFORE_LIMIT_S before it, or up to SIGNAL_EARLY_S
+    earlier); None outside a job or when Slurm cannot say."""
     import time
 
     env = env or os.environ
@@ -137,7 +141,8 @@ def job_ending(env=None, now: float | None = None) -> tuple[str, str] | None:
     if state.startswith("TIMEOUT"):
         return timed_out
     if state.startswith(("RUNNING", "COMPLETING")):  # the script's warning, or a signal Slurm has not judged yet
-        return timed_out if left is not None and left <= WARN_BEFORE_LIMIT_S + 35 else cancelled
+        # (+5 s: the scontrol call, and StartTime's whole seconds)
+        return timed_out if left is not None and left <= WARN_BEFORE_LIMIT_S + SIGNAL_EARLY_S + 5 else cancelled
     return None
 
 

@@ -204,6 +204,18 @@ def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Po
                                 start_new_session=True)
 
 
+def interruption(before_launch: bool = False) -> tuple[str, str | None]:
+    """How a run that got Ctrl-C or SIGTERM ended: (ending, reason). Inside a Slurm job Slurm says which it was:
+    scancel (interrupted) or the job's time limit (timeout)."""
+    from bench.slurm import job_ending
+
+    judged = job_ending()
+    if judged:
+        ending, reason = judged
+        return ending, f"{reason}, before the launch" if before_launch else reason
+    return "interrupted", "interrupted by the user before the launch" if before_launch else None
+
+
 def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float,
               on_poll=None, poll_interval: float = 0.2, hosts: list[str] = ()) -> Outcome:
     """Run cmd in its own session until it exits, the deadline passes, or the user interrupts; then end
@@ -211,9 +223,9 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
     tag = env[TAG_VARIABLE]
     launched_at = time.time()
     deadline = time.monotonic() + timeout
-    proc = launch(cmd, env, log_path)
-    ending, returncode, reason = "exited", None, None
+    proc, ending, returncode, reason = None, "exited", None, None
     try:
+        proc = launch(cmd, env, log_path)  # inside the try: a signal right after the launch still reaps it
         while True:
             try:
                 returncode = proc.wait(timeout=poll_interval)
@@ -229,12 +241,7 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
                     ending = stop
                     break
     except (KeyboardInterrupt, Interrupted):
-        ending = "interrupted"
-        from bench.slurm import job_ending
-
-        judged = job_ending()  # inside a Slurm job: scancel (interrupted), or its time limit (timeout)
-        if judged:
-            ending, reason = judged
+        ending, reason = interruption()
     finally:
         ended_at = time.time()
         log_bytes = log_path.stat().st_size if log_path.exists() else None
@@ -242,10 +249,11 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
         # teardown short and leave processes behind.
         previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            reaped, survivors = reap(tag, proc.pid)
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+            reaped, survivors = reap(tag, proc.pid if proc is not None else None)
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
             if hosts:
                 from bench.hosts import reap_on_hosts
 

@@ -174,3 +174,30 @@ def test_ctrl_c_before_the_launch_is_recorded_as_interrupted(store, monkeypatch)
     assert record.error.message == "interrupted by the user before the launch"
     assert stored(store, record.run_id)["status"] == "interrupted"
     assert not (store.parent / "runs" / record.run_id / "owner.json").exists()
+
+
+def test_a_slurm_time_limit_before_the_launch_is_recorded_as_a_timeout(store, monkeypatch):
+    """Slurm may send the script's warning as the job starts (up to 60 s early): a run still being prepared is
+    then stored as `timeout`, as Slurm judges it, not as interrupted by a user."""
+    from bench import slurm
+    from bench.runner import execute
+    from bench.store import Store
+    from bench.tasks import get_task
+    from bench.tasks.train import build_spec
+
+    spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=1, device="cpu")
+    started = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setattr(slurm, "_scontrol", lambda *args: f"JobId=7 JobState=RUNNING TimeLimit=00:01:00 "
+                                                          f"StartTime={started}")
+
+    def term_while_preparing(*args, **kwargs):
+        from bench.errors import Interrupted
+
+        raise Interrupted()
+
+    monkeypatch.setattr(type(get_task("train")), "launch", term_while_preparing)
+    record = execute(spec, Store(store), show_progress=False)
+    assert record.status == "timeout"
+    assert record.error.message == "the Slurm job 7 reached its time limit (00:01:00), before the launch"
+    assert stored(store, record.run_id)["status"] == "timeout"

@@ -103,6 +103,8 @@ def test_the_allocation_is_read_as_slurm_writes_it(monkeypatch):
     ("CANCELLED", 5, "interrupted"),  # scancel: whatever EndTime says
     ("TIMEOUT", 5, "timeout"),
     ("RUNNING", 20, "timeout"),  # the script's warning, 45 s before a 1-minute limit
+    ("RUNNING", 1, "timeout"),  # ... which Slurm may send up to 60 s early: as the job starts
+    ("RUNNING", 500, "timeout"),  # 100 s before a 10-minute limit: 55 s early
     ("RUNNING", 200, "interrupted"),  # a SIGTERM far from a 10-minute limit: a cancel Slurm has not shown yet
 ])
 def test_a_sigterm_in_a_job_is_judged_from_its_state_and_limit(monkeypatch, state, seconds_in, ending):
@@ -348,11 +350,15 @@ def test_a_cancelled_job_leaves_an_interrupted_run_and_nothing_running(cluster):
 
 @needs_cluster
 def test_a_job_at_its_time_limit_leaves_a_timeout_run(cluster):
-    script, store = job_script(cluster, "limit", "--backend", "horovod", "--windows", 1000, time_limit="1")
-    proc = slurm("sbatch", "--wait", str(script), cwd=script.parent, timeout=120)
+    """The script asks for SIGTERM 45 s before the limit, which Slurm may send up to 60 s early: with a 2-minute
+    limit it comes 15 to 75 s into the job, after the run has started (a few seconds in)."""
+    script, store = job_script(cluster, "limit", "--backend", "horovod", "--windows", 1000, time_limit="2")
+    proc = slurm("sbatch", "--wait", str(script), cwd=script.parent, timeout=200)
+    output = "".join(p.read_text() for p in script.parent.glob("slurm-*.out"))
+    assert store.exists(), (proc.stdout, proc.stderr, output)
     (record,) = records_of(store)
-    assert record.status == "timeout", (record.error, proc.stdout, proc.stderr)
-    assert "reached its time limit (00:01:00)" in record.error.message
+    assert record.status == "timeout", (record.error, output)
+    assert "reached its time limit (00:02:00)" in record.error.message
     assert_nothing_of_the_runs_left([record])
 
 

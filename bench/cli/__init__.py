@@ -64,8 +64,18 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
         # a run in progress records its own interruption and reaps its processes (bench.runner.execute)
-        print(f"bench {args.verb}: interrupted; nothing it started is left running, every run it launched is stored",
-              file=sys.stderr)
+        from bench.slurm import job_ending
+
+        # a second signal must not cut this line short
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            judged = job_ending()  # inside a Slurm job: which of scancel and the time limit it was
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        why = f" ({judged[1]})" if judged else ""
+        print(f"bench {args.verb}: interrupted{why}; nothing it started is left running, every run it launched is "
+              "stored", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
