@@ -114,6 +114,28 @@ def limit_seconds(text: str) -> float:
     return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
+def requested_seconds(text: str) -> float:
+    """sbatch's --time as seconds: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS,
+    DAYS-HOURS:MINUTES or DAYS-HOURS:MINUTES:SECONDS (sbatch(1); not scontrol's printed form, limit_seconds)."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(parts) == 3:
+        return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
+
+
+def early_warning_note(time_limit: str) -> str | None:
+    """What to tell the user of a limit so short that Slurm's warning may come as the job starts."""
+    if requested_seconds(time_limit) > WARN_BEFORE_LIMIT_S + SIGNAL_EARLY_S:
+        return None
+    return (f"--time {time_limit}: Slurm sends its limit warning {WARN_BEFORE_LIMIT_S} s before the limit, or up "
+            f"to {SIGNAL_EARLY_S} s earlier, so this job may get it as it starts (its run stored `timeout`); "
+            "give a few minutes more than the work needs")
+
+
 def job_ending(env=None, now: float | None = None) -> tuple[str, str] | None:
     """After bench got SIGTERM inside a Slurm job: ("timeout" | "interrupted", why), from the job's state and how
     close its time limit is (the script's warning comes WARN_BEFORE_LIMIT_S before it, or up to SIGNAL_EARLY_S

@@ -120,6 +120,21 @@ def test_a_sigterm_in_a_job_is_judged_from_its_state_and_limit(monkeypatch, stat
     assert slurm.job_ending({}) is None
 
 
+@pytest.mark.parametrize("text, seconds", [("30", 1800), ("1:30", 90), ("1:00:00", 3600), ("2-0", 172800),
+                                           ("1-2:30", 95400), ("0-0:1:45", 105)])
+def test_the_requested_time_reads_as_sbatch_reads_it(text, seconds):
+    from bench import slurm
+
+    assert slurm.requested_seconds(text) == seconds
+
+
+def test_a_limit_too_short_for_the_warning_is_pointed_out(tmp_path):
+    short = bench("slurm-script", "--time", "1", "--store", tmp_path / "b.sqlite", "--output", tmp_path / "a.sh")
+    assert short.returncode == 0 and "may get it as it starts" in short.stderr
+    enough = bench("slurm-script", "--time", "2", "--store", tmp_path / "b.sqlite", "--output", tmp_path / "b.sh")
+    assert enough.returncode == 0 and "note:" not in enough.stderr
+
+
 def test_srun_starts_one_task_per_node_with_its_own_command():
     from bench import slurm
 

@@ -56,7 +56,7 @@ def cmd(args) -> int:
     from bench.cli import build_parser
     from bench.cli.common import open_store
     from bench.runner import note
-    from bench.slurm import script
+    from bench.slurm import early_warning_note, script
 
     rest = list(args.bench_args)
     if rest and rest[0] == "--":
@@ -78,6 +78,9 @@ def cmd(args) -> int:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"the store's folder {folder} cannot be made ({exc})") from None
+    short = early_warning_note(args.time)
+    if short:
+        note(f"bench slurm-script: note: {short}")
     if args.output is None:
         sys.stdout.write(text)
         return EXIT_OK
