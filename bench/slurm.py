@@ -77,8 +77,39 @@ def allocation(env=None) -> dict:
     counts = tasks_per_node(tasks) if tasks else [1] * len(nodes)
     if len(counts) != len(nodes):
         raise UsageError(f"SLURM_TASKS_PER_NODE={tasks} names {len(counts)} nodes, the node list {len(nodes)}")
+    remember_limit(env)
     return {"name": "slurm", "job_id": env["SLURM_JOB_ID"], "nodelist": nodelist,
             "hosts": [{"name": node, "slots": n} for node, n in zip(nodes, counts)]}
+
+
+# the job's start and time limit as Slurm gave them when bench read its allocation: how a SIGTERM is judged when
+# scontrol cannot answer at that moment
+_known_limit: dict[str, tuple[str, str]] = {}
+
+
+def _job_fields(job: str, attempts: int = 3) -> dict:
+    """`scontrol show job -o JOB` as a dict; tried `attempts` times (a busy slurmctld); UsageError if never."""
+    import time
+
+    for attempt in range(attempts):
+        try:
+            text = _scontrol("show", "job", "-o", job)
+            return dict(item.split("=", 1) for item in text.split() if "=" in item)
+        except UsageError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1.0)
+    return {}  # not reached
+
+
+def remember_limit(env=None) -> None:
+    env = env or os.environ
+    try:
+        fields = _job_fields(env["SLURM_JOB_ID"], attempts=1)
+    except (UsageError, KeyError):
+        return
+    if "StartTime" in fields and "TimeLimit" in fields:
+        _known_limit[env["SLURM_JOB_ID"]] = (fields["StartTime"], fields["TimeLimit"])
 
 
 def srun_command(steps: list[tuple[str, list[str]]]) -> list[str]:
@@ -145,12 +176,18 @@ def job_ending(env=None, now: float | None = None) -> tuple[str, str] | None:
     env = env or os.environ
     if not in_allocation(env):
         return None
+    job = env["SLURM_JOB_ID"]
     try:
-        text = _scontrol("show", "job", "-o", env["SLURM_JOB_ID"])
-    except UsageError:
-        return None
-    fields = dict(item.split("=", 1) for item in text.split() if "=" in item)
-    state, limit, job = fields.get("JobState", ""), fields.get("TimeLimit", "?"), env["SLURM_JOB_ID"]
+        fields = _job_fields(job)
+    except UsageError as exc:
+        if job not in _known_limit:
+            print(f"bench: cannot tell how Slurm job {job} is ending: {exc}", file=sys.stderr, flush=True)
+            return None
+        # Slurm cannot answer now: judged by the limit read at the start (a cancel then reads as interrupted
+        # only when far from the limit)
+        print(f"bench: Slurm job {job}: {exc}; judged by its time limit", file=sys.stderr, flush=True)
+        fields = dict(zip(("StartTime", "TimeLimit"), _known_limit[job]), JobState="RUNNING")
+    state, limit = fields.get("JobState", ""), fields.get("TimeLimit", "?")
     try:  # from StartTime and TimeLimit: a cancel rewrites EndTime to its own moment
         started = time.mktime(time.strptime(fields.get("StartTime", ""), "%Y-%m-%dT%H:%M:%S"))
         left = started + limit_seconds(limit) - (now or time.time())
@@ -165,6 +202,8 @@ def job_ending(env=None, now: float | None = None) -> tuple[str, str] | None:
     if state.startswith(("RUNNING", "COMPLETING")):  # the script's warning, or a signal Slurm has not judged yet
         # (+5 s: the scontrol call, and StartTime's whole seconds)
         return timed_out if left is not None and left <= WARN_BEFORE_LIMIT_S + SIGNAL_EARLY_S + 5 else cancelled
+    print(f"bench: Slurm job {job} is {state or 'in no state scontrol shows'}: cannot tell scancel from its time "
+          "limit", file=sys.stderr, flush=True)
     return None
 
 

@@ -135,6 +135,26 @@ def test_a_limit_too_short_for_the_warning_is_pointed_out(tmp_path):
     assert enough.returncode == 0 and "note:" not in enough.stderr
 
 
+def test_a_sigterm_is_judged_by_the_remembered_limit_when_scontrol_cannot_answer(monkeypatch, capsys):
+    from bench import slurm
+
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 70))
+    monkeypatch.setattr(slurm, "_scontrol", lambda *args: f"JobId=8 JobState=RUNNING TimeLimit=00:02:00 "
+                                                          f"StartTime={stamp}")
+    monkeypatch.setattr(slurm, "_known_limit", {})
+    slurm.remember_limit({"SLURM_JOB_ID": "8"})
+
+    def down(*args):
+        raise slurm.UsageError("scontrol show job -o 8 failed: Socket timed out")
+
+    monkeypatch.setattr(slurm, "_scontrol", down)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    assert slurm.job_ending({"SLURM_JOB_ID": "8"})[0] == "timeout"
+    assert "judged by its time limit" in capsys.readouterr().err
+    assert slurm.job_ending({"SLURM_JOB_ID": "9"}) is None  # nothing known of that job: said, not guessed
+    assert "cannot tell how Slurm job 9 is ending" in capsys.readouterr().err
+
+
 def test_srun_starts_one_task_per_node_with_its_own_command():
     from bench import slurm
 
