@@ -91,15 +91,16 @@ def _job_fields(job: str, attempts: int = 3) -> dict:
     """`scontrol show job -o JOB` as a dict; tried `attempts` times (a busy slurmctld); UsageError if never."""
     import time
 
-    for attempt in range(attempts):
+    for _ in range(attempts - 1):
         try:
-            text = _scontrol("show", "job", "-o", job)
-            return dict(item.split("=", 1) for item in text.split() if "=" in item)
+            return _fields(_scontrol("show", "job", "-o", job))
         except UsageError:
-            if attempt == attempts - 1:
-                raise
             time.sleep(1.0)
-    return {}  # not reached
+    return _fields(_scontrol("show", "job", "-o", job))  # the last try: its error is the caller's
+
+
+def _fields(text: str) -> dict:
+    return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
 def remember_limit(env=None) -> None:
@@ -149,13 +150,12 @@ def requested_seconds(text: str) -> float:
     """sbatch's --time as seconds: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS,
     DAYS-HOURS:MINUTES or DAYS-HOURS:MINUTES:SECONDS (sbatch(1); not scontrol's printed form, limit_seconds)."""
     days, _, clock = text.rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    if days:
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
-    if len(parts) == 3:
-        return (parts[0] * 60 + parts[1]) * 60 + parts[2]
-    return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
+    parts = clock.split(":")
+    if days:  # DAYS-HOURS[:MINUTES[:SECONDS]]: the clock fills from the hours
+        return limit_seconds(f"{days}-{':'.join((parts + ['0', '0'])[:3])}")
+    if len(parts) == 1:  # MINUTES
+        return int(parts[0]) * 60
+    return limit_seconds(clock)  # MINUTES:SECONDS and HOURS:MINUTES:SECONDS read as scontrol prints them
 
 
 def early_warning_note(time_limit: str) -> str | None:
@@ -167,16 +167,32 @@ def early_warning_note(time_limit: str) -> str | None:
             "give a few minutes more than the work needs")
 
 
+# what job_ending last said of each job in this process: bench's closing line says it again without asking again
+_judged: dict[str, tuple[str, str] | None] = {}
+
+
 def job_ending(env=None, now: float | None = None) -> tuple[str, str] | None:
     """After bench got SIGTERM inside a Slurm job: ("timeout" | "interrupted", why), from the job's state and how
     close its time limit is (the script's warning comes WARN_BEFORE_LIMIT_S before it, or up to SIGNAL_EARLY_S
     earlier); None outside a job or when Slurm cannot say."""
-    import time
-
     env = env or os.environ
     if not in_allocation(env):
         return None
     job = env["SLURM_JOB_ID"]
+    _judged[job] = _judge(job, now)
+    return _judged[job]
+
+
+def last_ending(env=None) -> tuple[str, str] | None:
+    """What job_ending last said in this process of the job bench runs in, or its answer now if it said nothing."""
+    env = env or os.environ
+    job = env.get("SLURM_JOB_ID")
+    return _judged[job] if job in _judged else job_ending(env)
+
+
+def _judge(job: str, now: float | None) -> tuple[str, str] | None:
+    import time
+
     try:
         fields = _job_fields(job)
     except UsageError as exc:

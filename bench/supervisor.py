@@ -8,12 +8,13 @@ by parentage, so nothing a run started outlives it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import json
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,12 +205,25 @@ def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Po
                                 start_new_session=True)
 
 
+@contextmanager
+def signals_held():
+    """Ctrl-C and SIGTERM ignored for the block: a second one must not cut a teardown (or the judging of the
+    first) short and leave processes behind or a run unrecorded."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def interruption(before_launch: bool = False) -> tuple[str, str | None]:
     """How a run that got Ctrl-C or SIGTERM ended: (ending, reason). Inside a Slurm job Slurm says which it was:
     scancel (interrupted) or the job's time limit (timeout)."""
     from bench.slurm import job_ending
 
-    judged = job_ending()
+    with signals_held():  # asking Slurm takes a moment, and Slurm's own SIGTERM may follow its warning
+        judged = job_ending()
     if judged:
         ending, reason = judged
         return ending, f"{reason}, before the launch" if before_launch else reason
@@ -247,8 +261,7 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
         log_bytes = log_path.stat().st_size if log_path.exists() else None
         # A second Ctrl-C (or SIGTERM: Slurm sends one at the time limit after its warning) must not cut
         # teardown short and leave processes behind.
-        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        with signals_held():
             reaped, survivors = reap(tag, proc.pid if proc is not None else None)
             if proc is not None:
                 if proc.poll() is None:
@@ -258,9 +271,6 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
                 from bench.hosts import reap_on_hosts
 
                 reaped += reap_on_hosts(list(hosts), tag, sys.executable)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
     return Outcome(ending=ending, returncode=returncode, launched_at=launched_at, ended_at=ended_at,
                    log_bytes_before_teardown=log_bytes, reaped=reaped, survivors=survivors, reason=reason)
 

@@ -64,15 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
         # a run in progress records its own interruption and reaps its processes (bench.runner.execute)
-        from bench.slurm import job_ending
+        from bench.slurm import last_ending
+        from bench.supervisor import signals_held
 
-        # a second signal must not cut this line short
-        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            judged = job_ending()  # inside a Slurm job: which of scancel and the time limit it was
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with signals_held():  # a second signal must not cut this line short
+            judged = last_ending()  # inside a Slurm job: which of scancel and the time limit it was
         why = f" ({judged[1]})" if judged else ""
         print(f"bench {args.verb}: interrupted{why}; nothing it started is left running, every run it launched is "
               "stored", file=sys.stderr)
