@@ -16,6 +16,7 @@ from bench.hosts import shaped_links
 from bench.lifeline import Lifeline, recover
 from bench.records import RunRecord
 from bench.rundir import RunDir, write_json_atomic
+from bench.slurm import signal_judged
 from bench.spec import RunSpec
 from bench.store import Store
 from bench.supervisor import TAG_VARIABLE, Outcome, interruption, supervise
@@ -152,7 +153,7 @@ def run_specs(specs: list, store, title: str, show_progress: bool = False, on_re
         note(f"{head}: {record.task.one_line(record)}{clock}")
         if on_record is not None:
             on_record(record)
-        if record.status == "interrupted":
+        if record.status == "interrupted" or signal_judged():  # (a Slurm time limit stores `timeout`)
             note(f"{title}: interrupted; {n - i} run(s) not started")
             break
     failed = sum(r.status != "ok" for r in records)

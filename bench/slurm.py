@@ -190,6 +190,12 @@ def last_ending(env=None) -> tuple[str, str] | None:
     return _judged[job] if job in _judged else job_ending(env)
 
 
+def signal_judged() -> bool:
+    """Whether this process got a signal inside a Slurm job (job_ending runs only then): whatever the run it ended
+    was stored as, the job is ending and no further run should start."""
+    return bool(_judged)
+
+
 def _judge(job: str, now: float | None) -> tuple[str, str] | None:
     import time
 

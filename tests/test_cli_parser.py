@@ -241,6 +241,26 @@ def test_run_specs_prints_progress_and_stops_after_an_interrupted_run(monkeypatc
     assert err[-1].startswith("bench test: 1 ok, 2 not ok in ")
 
 
+def test_run_specs_stops_after_a_run_a_slurm_time_limit_ended(monkeypatch, capsys):
+    """A Slurm job's time-limit warning ends the run it reaches (stored `timeout`) and the sweep with it."""
+    import bench.runner
+    from bench import slurm
+
+    ran = []
+
+    def execute(spec, store, show_progress=True):
+        ran.append(spec)
+        slurm._judged["5"] = ("timeout", "the Slurm job 5 reached its time limit (00:30:00)")
+        return SimpleNamespace(spec=spec, status="timeout", task=SimpleNamespace(one_line=lambda r: r.status))
+
+    monkeypatch.setattr(bench.runner, "execute", execute)
+    monkeypatch.setattr(slurm, "_judged", {})
+    specs = [SimpleNamespace(task="train", backend="elastic", workload="mnist_mlp", world_size=n) for n in (1, 2)]
+    records = run_specs(specs, SimpleNamespace(path="x.sqlite"), "bench test")
+    assert [r.status for r in records] == ["timeout"] and len(ran) == 1
+    assert "bench test: interrupted; 1 run(s) not started" in capsys.readouterr().err
+
+
 def test_time_left_counts_each_remaining_run_by_its_own_case():
     from bench.runner import time_left
 
