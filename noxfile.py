@@ -3,7 +3,7 @@
 regression); `nox -s baseline` refreshes that baseline on this machine.
 
 Both sessions install the project (torch 2.14.1, torchvision 0.29.1) and Horovod 0.28.1, built once
-against that torch by `python -m bench.horovod_build` and cached outside the checkout; `tests` and `bench` also
+against that torch by `python -m bench.tools.horovod_build` and cached outside the checkout; `tests` and `bench` also
 install Ray Train (the `ray` extra) for the ray backend; `regress` and `baseline` too (the gate's Ray case).
 """
 
@@ -16,7 +16,7 @@ nox.options.reuse_venv = "yes"
 
 def install(session, extras=""):
     session.install("-e", f".{extras}")
-    session.run("python", "-m", "bench.horovod_build")
+    session.run("python", "-m", "bench.tools.horovod_build")
 
 
 @nox.session

@@ -39,7 +39,7 @@ if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi
 cc=$("$py" -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}{n}")')
 step "building Horovod with NCCL (sm_$cc) in the background"
 (HOROVOD_WITHOUT_MPI=1 HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_BUILD_CUDA_CC_LIST=$cc timeout "${BUILD_TIMEOUT:-480}" \
-   "$py" -m bench.horovod_build >"$out/horovod-build.txt" 2>&1; echo "exit $?" >>"$out/horovod-build.txt") &
+   "$py" -m bench.tools.horovod_build >"$out/horovod-build.txt" 2>&1; echo "exit $?" >>"$out/horovod-build.txt") &
 build=$!
 
 run_train() {  # backend workload

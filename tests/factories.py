@@ -2,7 +2,7 @@
 launching a process.
 
 Specs are built as RunSpec values directly (no placement check against this machine's cores), records
-with the same dataclasses the harness writes, and run directories with bench.rundir.RunDir.write, the
+with the same dataclasses the harness writes, and run directories with bench.core.rundir.RunDir.write, the
 way each rank's worker and guard write them.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from bench.comm import GB, OPS
-from bench.records import (SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, Startup, Summary, Times)
-from bench.rundir import RunDir, write_json_atomic
-from bench.spec import RunSpec
-from bench.stats import summarize
-from bench.supervisor import Outcome
+from bench.rank.collectives import GB, OPS
+from bench.core.records import (SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, Startup, Summary, Times)
+from bench.core.rundir import RunDir, write_json_atomic
+from bench.core.spec import RunSpec
+from bench.core.stats import summarize
+from bench.harness.supervisor import Outcome
 from bench.tasks.comm import CommMetrics, CommRow
 from bench.tasks.fault import FaultMetrics
 from bench.tasks.train import RankFigures, TrainMetrics
@@ -206,7 +206,7 @@ def outcome(ending: str = "exited", returncode: int | None = 0, ended_after: flo
 
 def exit_row(rank: int, t: float, returncode: int = 1, terminated_by: str | None = None, attempt: int = 0,
              tail: str = "") -> dict:
-    """An exit file as bench.guard writes it."""
+    """An exit file as bench.harness.guard writes it."""
     signals = {-9: "SIGKILL", -15: "SIGTERM", -11: "SIGSEGV"}
     return {"rank": rank, "attempt": attempt, "pid": 4000 + rank, "time": t, "returncode": returncode,
             "exit_code": returncode if returncode >= 0 else None, "signal": signals.get(returncode),

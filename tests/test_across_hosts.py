@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import testhosts
-from bench.errors import UsageError
-from bench.hosts import Host, parse_hosts, placement, read_hostfile, remote_shell
+from bench.testbed import hosts as testhosts
+from bench.core.errors import UsageError
+from bench.cluster.hosts import Host, parse_hosts, placement, read_hostfile, remote_shell
 from conftest import FAST, bench, bench_in_process, processes_of_run
 from test_cli_errors import assert_one_line_error
 
@@ -50,8 +50,8 @@ def test_remote_commands_carry_their_environment_quoted():
 
 
 def test_threads_are_shared_by_hosts_on_one_machine():
-    from bench.hosts import Host
-    from bench.spec import default_threads, machine_load
+    from bench.cluster.hosts import Host
+    from bench.core.spec import default_threads, machine_load
 
     one_machine = {"hosts": [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}],
                    "machines": {"a": {"cpus": 2, "id": "m"}, "b": {"cpus": 2, "id": "m"}}}
@@ -64,8 +64,8 @@ def test_threads_are_shared_by_hosts_on_one_machine():
 
 def test_parameter_servers_are_placed_one_per_host_by_default():
     """Across hosts the servers take no slot: one per host with workers, or --ps-servers of them round-robin."""
-    from bench.backends import get_backend
-    from bench.hosts import Host
+    from bench.core.registry import get_backend
+    from bench.cluster.hosts import Host
 
     ps = get_backend("ps")
     hosts = [{"name": "a", "slots": 2}, {"name": "b", "slots": 2}, {"name": "c", "slots": 2}]
@@ -91,10 +91,10 @@ def test_horovods_wait_for_a_lost_host_is_read_from_ssh(monkeypatch, capsys, ans
     is recorded and said when it exceeds --recovery-timeout."""
     import subprocess
 
-    import bench.hosts
+    import bench.cluster.hosts
     from bench.backends.horovod import ssh_keepalive
 
-    monkeypatch.setattr(bench.hosts, "run_on", lambda host, argv, **kw: subprocess.CompletedProcess(
+    monkeypatch.setattr(bench.cluster.hosts, "run_on", lambda host, argv, **kw: subprocess.CompletedProcess(
         argv, answer[0], answer[1], "" if answer[0] == 0 else "no route to host"))
     assert ssh_keepalive(["a", "b"], 90) == seconds
     err = capsys.readouterr().err
@@ -251,9 +251,9 @@ HOSTS = [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}]
 
 def link_cases(throughputs: dict):
     """Cases of runs across two hosts: {(backend, rate or None): [per-launch throughput, ...]}."""
-    from bench.frame import records_to_frame
-    from bench.hosts import parse_link
-    from bench.tasks.train_report import replicated_cases
+    from bench.results.frame import records_to_frame
+    from bench.cluster.hosts import parse_link
+    from bench.tasks.train.report import replicated_cases
     from factories import train_record
 
     records = []
@@ -266,7 +266,7 @@ def link_cases(throughputs: dict):
 
 
 def test_the_verdict_changes_where_the_link_makes_it_change():
-    from bench.tasks.train_report import link_blocks, link_verdicts
+    from bench.tasks.train.report import link_blocks, link_verdicts
 
     cases = link_cases({("elastic", "100mbit"): [50, 52, 51], ("horovod", "100mbit"): [80, 81, 79],
                         ("elastic", "1gbit"): [90, 91, 92], ("horovod", "1gbit"): [88, 90, 91],
@@ -281,7 +281,7 @@ def test_the_verdict_changes_where_the_link_makes_it_change():
 
 
 def test_one_winner_at_every_link_is_no_crossover():
-    from bench.tasks.train_report import link_verdicts
+    from bench.tasks.train.report import link_verdicts
 
     cases = link_cases({("elastic", "100mbit"): [60, 61, 62], ("horovod", "100mbit"): [50, 51, 50],
                         ("elastic", None): [200, 203, 201], ("horovod", None): [150, 151, 149]})
@@ -318,8 +318,8 @@ def _stored(store) -> list[dict]:
 
 
 def test_one_launch_a_side_is_never_called_faster():
-    from bench.sections import Table
-    from bench.tasks.train_report import link_blocks
+    from bench.report.sections import Table
+    from bench.tasks.train.report import link_blocks
 
     cases = link_cases({("elastic", "100mbit"): [50], ("horovod", "100mbit"): [80],
                         ("elastic", None): [200], ("horovod", None): [150]})
@@ -369,9 +369,9 @@ def test_a_node_loss_is_survived_and_timed(two_hosts, store, backend):
         assert record["launch"]["ssh_keepalive_s"] == 10
     assert_host_fault_survived(record, two_hosts, "kill-host")
     # the page draws the hosts with their ranks before and after: the lost host has no process after
-    from bench.frame import load_frame
-    from bench.report import host_map_panels, render_report
-    from bench.store import Store
+    from bench.results.frame import load_frame
+    from bench.report.page import host_map_panels, render_report
+    from bench.core.store import Store
 
     frame = load_frame(Store(store))
     panels = host_map_panels(frame)

@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from bench.aggregate import _root_cause, build_record, startup
-from bench.records import SCHEMA_VERSION, RunRecord
-from bench.tasks import get_task
+from bench.harness.outcome import _root_cause, build_record, startup
+from bench.core.records import SCHEMA_VERSION, RunRecord
+from bench.core.registry import get_task
 from factories import (LAUNCHED_AT, exit_row, finished_run, outcome, rank_result, times, train_output,
                        train_results, train_spec)
 

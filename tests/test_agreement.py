@@ -1,9 +1,9 @@
 """Verdicts across launches, and agreement between sweeps, on records built in memory."""
 
-from bench.agreement import agreement, contradictions, format_agreement, sweep_claims
-from bench.frame import records_to_frame
-from bench.sections import ReportContext
-from bench.tasks import train_report
+from bench.results.agreement import agreement, contradictions, format_agreement, sweep_claims
+from bench.results.frame import records_to_frame
+from bench.report.sections import ReportContext
+from bench.tasks.train import report as train_report
 from factories import train_record
 
 
@@ -82,7 +82,7 @@ def test_a_significant_claim_is_contradicted_by_an_estimate_leaning_the_other_wa
 
 
 def test_the_page_says_whether_its_sweeps_agree():
-    from bench.report import render_report
+    from bench.report.page import render_report
 
     page = render_report(records_to_frame(sweep("a", CLEAR) + sweep("b", CLEAR, t0=100)), "test")
     assert "Rerun check: this selection holds 2 sweeps" in page and "no contradiction" in page

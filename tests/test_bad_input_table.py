@@ -76,15 +76,15 @@ class Unchanged:
 def nothing_runs(monkeypatch, tmp_path):
     """A default store in tmp_path (which must stay as it was) and no way to launch anything."""
     import bench.backends.horovod
-    import bench.gate
-    import bench.runner
-    import bench.supervisor
+    import bench.results.gate
+    import bench.harness.runner
+    import bench.harness.supervisor
 
     def launched(*args, **kwargs):
         raise AssertionError("bad input launched something")
 
-    for module, name in ((bench.runner, "execute"), (bench.supervisor, "supervise"), (bench.supervisor, "launch"),
-                         (bench.gate, "run_hot_paths")):
+    for module, name in ((bench.harness.runner, "execute"), (bench.harness.supervisor, "supervise"), (bench.harness.supervisor, "launch"),
+                         (bench.results.gate, "run_hot_paths")):
         monkeypatch.setattr(module, name, launched)
     monkeypatch.setenv("BENCH_STORE", str(tmp_path / "results" / "bench.sqlite"))
     monkeypatch.chdir(ROOT)  # the committed baseline at its default path

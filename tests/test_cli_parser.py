@@ -9,14 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
-import bench.regress
+import bench.workflows.regress
 from bench.cli import build_parser, options
 from bench.cli.common import names
-from bench.runner import run_specs
-from bench.comm import COMM_DEFAULTS, parse_bytes
-from bench.errors import UsageError
-from bench.plan import SWEEP_DEFAULTS, comm_options, plan_sweep, sweep_world_sizes
-from bench.spec import DEFAULTS, default_threads
+from bench.harness.runner import run_specs
+from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
+from bench.core.errors import UsageError
+from bench.workflows.plan import SWEEP_DEFAULTS, comm_options, plan_sweep, sweep_world_sizes
+from bench.core.spec import DEFAULTS, default_threads
 from bench.tasks.fault import FAULT_DEFAULTS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
@@ -54,8 +54,8 @@ def test_help_shows_the_defaults_of_the_code_that_owns_them(monkeypatch, capsys)
     monkeypatch.setitem(COMM_DEFAULTS, "iters", 33)
     monkeypatch.setitem(FAULT_DEFAULTS, "kill_rank", 7)
     monkeypatch.setitem(FAULT_DEFAULTS, "recovery_timeout", 55.0)
-    monkeypatch.setattr(bench.regress, "REGRESS_REPEATS", 9)
-    monkeypatch.setattr(bench.regress, "BASELINE_REPEATS", 11)
+    monkeypatch.setattr(bench.workflows.regress, "REGRESS_REPEATS", 9)
+    monkeypatch.setattr(bench.workflows.regress, "BASELINE_REPEATS", 11)
 
     run = help_of("run", capsys)
     assert "timed windows (default 17, at least 2)" in run
@@ -79,7 +79,7 @@ def test_help_shows_the_defaults_of_the_code_that_owns_them(monkeypatch, capsys)
 
 
 def test_names_in_help_come_from_the_registries(capsys):
-    from bench.backends import BACKEND_MODULES, DEFAULT_BACKEND, elastic_backends
+    from bench.core.registry import BACKEND_MODULES, DEFAULT_BACKEND, elastic_backends
     from workloads import WORKLOADS
 
     run = help_of("run", capsys)
@@ -203,8 +203,8 @@ def test_plan_sweep_from_plain_values_in_rounds():
 
 
 def test_the_regression_matrix_command_line_means_the_matrix():
-    m = bench.regress.REGRESS_MATRIX
-    argv = bench.regress.regress_command(5, timeout=60.0)
+    m = bench.workflows.regress.REGRESS_MATRIX
+    argv = bench.workflows.regress.regress_command(5, timeout=60.0)
     assert argv[:2] == ["bench", "sweep"]
     args = build_parser().parse_args(argv[1:])
     assert args.nproc == m["nproc"] and args.world_sizes == m["world_sizes"] and args.windows == m["windows"]
@@ -217,7 +217,7 @@ def test_the_regression_matrix_command_line_means_the_matrix():
 
 
 def test_run_specs_prints_progress_and_stops_after_an_interrupted_run(monkeypatch, capsys):
-    import bench.runner
+    import bench.harness.runner
 
     statuses = iter(["ok", "failed", "interrupted", "ok"])
     ran = []
@@ -226,7 +226,7 @@ def test_run_specs_prints_progress_and_stops_after_an_interrupted_run(monkeypatc
         ran.append(spec)
         return SimpleNamespace(spec=spec, status=next(statuses), task=SimpleNamespace(one_line=lambda r: r.status))
 
-    monkeypatch.setattr(bench.runner, "execute", execute)
+    monkeypatch.setattr(bench.harness.runner, "execute", execute)
     specs = [SimpleNamespace(task="train", backend="elastic", workload="mnist_mlp", world_size=n) for n in (1, 2, 4, 8)]
     seen = []
     records = run_specs(specs, SimpleNamespace(path="x.sqlite"), "bench test", on_record=seen.append)
@@ -243,8 +243,8 @@ def test_run_specs_prints_progress_and_stops_after_an_interrupted_run(monkeypatc
 
 def test_run_specs_stops_after_a_run_a_slurm_time_limit_ended(monkeypatch, capsys):
     """A Slurm job's time-limit warning ends the run it reaches (stored `timeout`) and the sweep with it."""
-    import bench.runner
-    from bench import slurm
+    import bench.harness.runner
+    from bench.cluster import slurm
 
     ran = []
 
@@ -253,7 +253,7 @@ def test_run_specs_stops_after_a_run_a_slurm_time_limit_ended(monkeypatch, capsy
         slurm._judged["5"] = ("timeout", "the Slurm job 5 reached its time limit (00:30:00)")
         return SimpleNamespace(spec=spec, status="timeout", task=SimpleNamespace(one_line=lambda r: r.status))
 
-    monkeypatch.setattr(bench.runner, "execute", execute)
+    monkeypatch.setattr(bench.harness.runner, "execute", execute)
     monkeypatch.setattr(slurm, "_judged", {})
     specs = [SimpleNamespace(task="train", backend="elastic", workload="mnist_mlp", world_size=n) for n in (1, 2)]
     records = run_specs(specs, SimpleNamespace(path="x.sqlite"), "bench test")
@@ -262,7 +262,7 @@ def test_run_specs_stops_after_a_run_a_slurm_time_limit_ended(monkeypatch, capsy
 
 
 def test_time_left_counts_each_remaining_run_by_its_own_case():
-    from bench.runner import time_left
+    from bench.harness.runner import time_left
 
     def spec(backend, n):
         return SimpleNamespace(task="train", backend=backend, workload="mnist_mlp", world_size=n)

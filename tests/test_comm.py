@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.comm import OPS, element_count, fit_alpha_beta, format_table, parse_bytes, sweep_sizes
+from bench.rank.collectives import OPS, element_count, fit_alpha_beta, format_table, parse_bytes, sweep_sizes
 from conftest import bench, bench_json
 from factories import ceiling, comm_row
 

@@ -7,9 +7,9 @@ import struct
 import numpy as np
 import pytest
 
-from bench.store import Store
+from bench.core.store import Store
 from bench.tasks.converge import build_spec
-from bench.tasks.converge_report import agreement_sentence
+from bench.tasks.converge.report import agreement_sentence
 from conftest import assert_nothing_left, bench, bench_in_process
 from test_cli_errors import assert_one_line_error
 from test_data import write_mnist

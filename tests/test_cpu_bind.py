@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from bench.errors import UsageError
-from bench.frame import CONDITIONS, records_to_frame
-from bench.spec import resolve_cpu_bind
+from bench.core.errors import UsageError
+from bench.results.frame import CONDITIONS, records_to_frame
+from bench.core.spec import resolve_cpu_bind
 from factories import train_record
 
 CLUSTER = {"hosts": [{"name": "h1", "slots": 1}, {"name": "h2", "slots": 1}], "iface": "eth0"}
@@ -36,7 +36,7 @@ def test_an_unknown_binding_is_one_line_naming_the_choices():
 
 
 def test_every_kind_of_run_holds_the_resolved_binding():
-    from bench.plan import comm_specs
+    from bench.workflows.plan import comm_specs
     from bench.tasks.fault import build_spec as fault_spec
     from bench.tasks.train import build_spec as train_spec
 
@@ -53,7 +53,7 @@ def test_every_kind_of_run_holds_the_resolved_binding():
 
 
 def test_a_record_made_before_auto_reads_as_unpinned():
-    from bench.spec import RunSpec
+    from bench.core.spec import RunSpec
 
     old = train_record("old", "elastic", 2, per_window=[100, 101, 99]).spec.to_dict()
     old.pop("cpu_bind")
@@ -61,8 +61,8 @@ def test_a_record_made_before_auto_reads_as_unpinned():
 
 
 def test_pinned_and_unpinned_runs_are_never_one_case():
-    from bench.sections import ReportContext
-    from bench.tasks import train_report
+    from bench.report.sections import ReportContext
+    from bench.tasks.train import report as train_report
 
     assert "cpu_bind" in CONDITIONS
     recs = []
@@ -86,7 +86,7 @@ def test_pinning_reaches_threads_started_before_it():
     code = """
 import json, os, threading
 from types import SimpleNamespace
-from bench.worker import bind_cpus, thread_affinities
+from bench.rank.entry import bind_cpus, thread_affinities
 go = threading.Event()
 helper = threading.Thread(target=go.wait, daemon=True)
 helper.start()
@@ -106,7 +106,7 @@ go.set()
 def test_a_process_that_does_not_train_is_left_to_the_scheduler():
     from types import SimpleNamespace
 
-    from bench.worker import bind_cpus
+    from bench.rank.entry import bind_cpus
 
     before = sorted(os.sched_getaffinity(0))
     assert bind_cpus(SimpleNamespace(cpu_bind="cores", threads=1), 0, role="server") == before
@@ -117,7 +117,7 @@ def test_the_communication_view_keeps_machines_and_pinnings_apart():
     """Allreduce launches of two machines, or pinned and unpinned, are separate rows and never one claim."""
     import dataclasses
 
-    from bench.tasks import comm_report
+    from bench.tasks.comm import report as comm_report
     from factories import comm_record, comm_row
 
     def launch(run_id, backend, time_us, t, cpu_model="cpu", bind="none"):
@@ -145,7 +145,7 @@ def test_the_communication_view_keeps_machines_and_pinnings_apart():
 
 
 def test_workers_an_existing_ray_cluster_places_are_left_to_it():
-    from bench.backends import get_backend
+    from bench.core.registry import get_backend
 
     ray = get_backend("ray")
     assert ray.places_on_this_host(ray.resolve_options({}, 2))
@@ -156,8 +156,8 @@ def test_workers_an_existing_ray_cluster_places_are_left_to_it():
 
 def test_each_way_of_running_gets_its_own_recommendation():
     """Unpinned wins must not decide the pinned default's choice: one recommendation per setting."""
-    from bench.sections import ReportContext
-    from bench.tasks import train_report
+    from bench.report.sections import ReportContext
+    from bench.tasks.train import report as train_report
 
     def launches(prefix, bind, values, t0):
         out = []

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from bench.errors import UsageError
-from bench.gate import (RULES, Case, Figure, aa_rates, change_interval, compare_figures, figures, judge,
+from bench.core.errors import UsageError
+from bench.results.gate import (RULES, Case, Figure, aa_rates, change_interval, compare_figures, figures, judge,
                         read_runs_file, write_baseline)
-from bench.inject import parse_step_delay
+from bench.rank.inject import parse_step_delay
 from conftest import bench
 from factories import comm_record, comm_row, train_record
 
@@ -225,7 +225,7 @@ MACHINE = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cuda_devices": [], "cpu_fla
     ({"cpu_count": 4}, False, "cpu_count"),
 ])
 def test_hosts_are_matched_by_what_decides_speed_not_by_label(change, same, says):
-    from bench.gate import host_match
+    from bench.results.gate import host_match
 
     ok, why = host_match(MACHINE, {**MACHINE, **change})
     assert ok == same and says in why, why
@@ -237,7 +237,7 @@ def test_hosts_are_matched_by_what_decides_speed_not_by_label(change, same, says
 def test_a_slower_host_fails_no_absolute_figure_while_the_ratios_still_gate(capsys):
     """The same code on a host half as fast: absolute throughput is skipped, naming the host difference;
     a real slowdown of a ratio still fails."""
-    from bench.regress import compare_and_print
+    from bench.workflows.regress import compare_and_print
 
     def sweep(scale, elastic_scale=1.0):
         recs = []
@@ -260,7 +260,7 @@ def test_a_slower_host_fails_no_absolute_figure_while_the_ratios_still_gate(caps
 
 
 def test_hot_paths_are_compared_only_on_a_host_that_runs_the_reference_at_its_saved_speed():
-    from bench.gate import HOT_PATH_LIMIT, REFERENCE_BENCHMARK, compare_hot_paths
+    from bench.results.gate import HOT_PATH_LIMIT, REFERENCE_BENCHMARK, compare_hot_paths
 
     def bench_file(**mins):
         return {"benchmarks": [{"name": name, "stats": {"min": value}} for name, value in mins.items()]}

@@ -1,6 +1,6 @@
 """The Horovod backend through the CLI: Gloo and MPI controllers, equivalence with elastic, failures.
 
-These tests need the Horovod that `python -m bench.horovod_build` installs (the nox sessions run it);
+These tests need the Horovod that `python -m bench.tools.horovod_build` installs (the nox sessions run it);
 without it they fail with that instruction rather than skip, so CI can never pass by skipping them.
 """
 
@@ -140,5 +140,5 @@ def test_broken_horovod_install_is_one_line(tmp_path, store):
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "python -m bench.horovod_build --force" in lines[0], proc.stderr
+    assert len(lines) == 1 and "python -m bench.tools.horovod_build --force" in lines[0], proc.stderr
     assert "undefined symbol" in lines[0]

@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from bench import horovod_build as hb
+from bench.tools import horovod_build as hb
 from conftest import ROOT
 
 
@@ -18,7 +18,7 @@ def test_cxx_standard_follows_torch(torch_version, standard):
 
 def _extract(tmp_path):
     sdist = hb.cache_root() / "sdist" / f"horovod-{hb.HOROVOD_VERSION}.tar.gz"
-    assert sdist.exists(), "run `python -m bench.horovod_build` first (the nox sessions do)"
+    assert sdist.exists(), "run `python -m bench.tools.horovod_build` first (the nox sessions do)"
     with tarfile.open(sdist) as tar:
         tar.extractall(tmp_path, filter="data")
     return tmp_path / f"horovod-{hb.HOROVOD_VERSION}"
@@ -71,7 +71,7 @@ def test_cache_key_names_versions_and_features():
 
 
 def test_second_setup_reuses_the_cached_wheel():
-    proc = subprocess.run([sys.executable, "-m", "bench.horovod_build"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "bench.tools.horovod_build"], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "already installed" in proc.stdout and "building" not in proc.stdout

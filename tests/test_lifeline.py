@@ -44,7 +44,7 @@ def stored(store, run_id: str) -> dict | None:
 # ---------------------------------------------------------------- the mechanism, without torch
 OWNER = textwrap.dedent("""
     import os, subprocess, sys, time
-    from bench.lifeline import Lifeline
+    from bench.harness.lifeline import Lifeline
     tag = sys.argv[1]
     with Lifeline(tag):
         # a launcher of its own session, as torchrun's workers and horovodrun's tree are
@@ -158,9 +158,9 @@ def test_the_next_command_records_a_run_whose_lifeline_died_too(store):
 def test_ctrl_c_before_the_launch_is_recorded_as_interrupted(store, monkeypatch):
     """A Ctrl-C while the run is being prepared (a launcher's own checks) is a run interrupted before its
     launch, stored like one interrupted after it; nothing is left to recover."""
-    from bench.runner import execute
-    from bench.store import Store
-    from bench.tasks import get_task
+    from bench.harness.runner import execute
+    from bench.core.store import Store
+    from bench.core.registry import get_task
     from bench.tasks.train import build_spec
 
     spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=1, device="cpu")
@@ -179,10 +179,10 @@ def test_ctrl_c_before_the_launch_is_recorded_as_interrupted(store, monkeypatch)
 def test_a_slurm_time_limit_before_the_launch_is_recorded_as_a_timeout(store, monkeypatch):
     """Slurm may send the script's warning as the job starts (up to 60 s early): a run still being prepared is
     then stored as `timeout`, as Slurm judges it, not as interrupted by a user."""
-    from bench import slurm
-    from bench.runner import execute
-    from bench.store import Store
-    from bench.tasks import get_task
+    from bench.cluster import slurm
+    from bench.harness.runner import execute
+    from bench.core.store import Store
+    from bench.core.registry import get_task
     from bench.tasks.train import build_spec
 
     spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=1, device="cpu")
@@ -192,7 +192,7 @@ def test_a_slurm_time_limit_before_the_launch_is_recorded_as_a_timeout(store, mo
                                                           f"StartTime={started}")
 
     def term_while_preparing(*args, **kwargs):
-        from bench.errors import Interrupted
+        from bench.core.errors import Interrupted
 
         raise Interrupted()
 

@@ -70,7 +70,7 @@ def test_ray_address_of_the_wrong_form_and_for_another_backend(store):
 
 def test_doctor_says_whether_ray_can_run():
     """What `bench doctor` prints for each backend (its availability and its own lines), for ray."""
-    from bench.backends import get_backend
+    from bench.core.registry import get_backend
 
     ray = get_backend("ray")
     if find_spec("ray") is not None:
@@ -231,7 +231,7 @@ def test_the_bare_ray_loop_leaves_no_ray_session_behind():
     import os
     import subprocess
 
-    from bench.reference import BARE_LOOPS, read_figure
+    from bench.workflows.reference import BARE_LOOPS, read_figure
 
     def left():
         tmp = Path("/tmp")

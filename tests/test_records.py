@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.errors import StoreError
-from bench.frame import records_to_frame
-from bench.records import SCHEMA_VERSION, RankRow, RecordError, RunRecord, upgrade
-from bench.store import Store
+from bench.core.errors import StoreError
+from bench.results.frame import records_to_frame
+from bench.core.records import SCHEMA_VERSION, RankRow, RecordError, RunRecord, upgrade
+from bench.core.store import Store
 from bench.tasks.comm import CommMetrics, CommRow
 from bench.tasks.fault import FaultMetrics
 from bench.tasks.train import TrainMetrics

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from bench.gate import run_hot_paths
-from bench.store import Store
+from bench.results.gate import run_hot_paths
+from bench.core.store import Store
 from conftest import bench
 
 pytestmark = pytest.mark.slow
@@ -95,11 +95,11 @@ def test_hot_paths_fail_against_a_much_faster_baseline_on_the_same_host(tmp_path
     slower ones pass, both with the reference work at its saved speed (the same host); when the reference
     work too was 10x faster (another host), nothing is compared and the gate says so. The host check is
     widened to 5x here: on a shared machine the reference alone drifted 0.59x to 1.5x between runs minutes
-    apart, and this test is about the wiring (bench.gate.compare_hot_paths is tested exactly in test_gate)."""
-    import bench.gate
-    from bench.gate import REFERENCE_BENCHMARK
+    apart, and this test is about the wiring (bench.results.gate.compare_hot_paths is tested exactly in test_gate)."""
+    import bench.results.gate
+    from bench.results.gate import REFERENCE_BENCHMARK
 
-    monkeypatch.setattr(bench.gate, "HOT_PATH_HOST_TOLERANCE", 4.0)
+    monkeypatch.setattr(bench.results.gate, "HOT_PATH_HOST_TOLERANCE", 4.0)
     saved = tmp_path / "hot.json"
     assert run_hot_paths(save_to=saved) == 0
     data = json.loads(saved.read_text())

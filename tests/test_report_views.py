@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bench import stats
-from bench.comm import OPS, bus_factor
-from bench.errors import StoreError, UsageError
-from bench.frame import load_frame
-from bench.report import apply_where, failed_section, render_report, write_report
-from bench.sections import ReportPart
-from bench.store import Store
-from bench.tasks import train_report
+from bench.core import stats
+from bench.rank.collectives import OPS, bus_factor
+from bench.core.errors import StoreError, UsageError
+from bench.results.frame import load_frame
+from bench.report.page import apply_where, failed_section, render_report, write_report
+from bench.report.sections import ReportPart
+from bench.core.store import Store
+from bench.tasks.train import report as train_report
 
 SAMPLE = Path(__file__).parent / "data" / "store-v1.sqlite"
 SECTIONS = ["Verdict", "Throughput and scaling", "Communication", "Where the time goes", "Startup and rendezvous",
@@ -151,10 +151,10 @@ def test_where_errors_are_one_line(frame):
 
 
 def test_unwritable_output_is_a_usage_error_and_leaves_nothing(tmp_path, monkeypatch):
-    import bench.report
+    import bench.report.page
 
     store = copy_sample(tmp_path / "store")
-    monkeypatch.setattr(bench.report, "render_report", lambda *args: "<!doctype html>")
+    monkeypatch.setattr(bench.report.page, "render_report", lambda *args: "<!doctype html>")
     folder = tmp_path / "reports"
     folder.mkdir()
     with pytest.raises(UsageError, match="is a directory; give a file name"):

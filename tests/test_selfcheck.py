@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-import bench.selfcheck as sc
-from bench.stats import ratio_of_cases, ratio_of_pairs
+import bench.workflows.selfcheck as sc
+from bench.core.stats import ratio_of_cases, ratio_of_pairs
 from conftest import FAST, bench, bench_in_process
 from test_cli_errors import assert_one_line_error
 
@@ -36,10 +36,10 @@ def test_bad_input_is_one_line_and_exit_2(args, fragments, store):
 
 
 def test_a_backend_that_cannot_run_here_is_one_line(monkeypatch, store):
-    from bench.backends import get_backend
+    from bench.core.registry import get_backend
 
     monkeypatch.setattr(type(get_backend("horovod")), "unavailable_reason", lambda self, device: "Horovod is not "
-                        "installed; run `python -m bench.horovod_build`")
+                        "installed; run `python -m bench.tools.horovod_build`")
     proc = bench_in_process("selfcheck", "--backend", "horovod", "--store", store)
     assert_one_line_error(proc, "backend horovod cannot run here", "not installed")
     assert not store.exists()
@@ -110,7 +110,7 @@ def ratios_with_spread(m: int, sd: float) -> list[float]:
 
 
 def test_the_pairs_a_goal_needs_at_the_spread_seen_so_far():
-    from bench.stats import t_quantile
+    from bench.core.stats import t_quantile
 
     thr = sc.GOALS["throughput"]
     est = estimate([100.0, 108.0, 93.0, 104.0, 97.0], [100.0] * 5)
@@ -204,7 +204,7 @@ def test_a_failed_launch_fails_its_check_with_its_error_and_the_others_go_on():
 
 # ---------------------------------------------------------------- what runs
 def test_the_suite_specs_and_the_bare_loop_arguments_match():
-    from bench.reference import BARE_LOOPS
+    from bench.workflows.reference import BARE_LOOPS
 
     (p,) = sc.plan(["elastic"], "resnet18", "cpu", 2, allreduce=True, comm={"warmup_iters": 3, "iters": 7},
                    options={"windows": 3, "steps_per_window": 4, "warmup_steps": 2, "backend_options": {}})
@@ -236,7 +236,7 @@ def test_the_suite_specs_and_the_bare_loop_arguments_match():
 
 
 def test_the_figure_is_read_from_the_launchers_output():
-    from bench.reference import read_figure
+    from bench.workflows.reference import read_figure
 
     out = 'W0 some warning {not json}\n[0]<stdout>:{"throughput": 123.5}\n[1]<stderr>: done\n'
     assert read_figure(out, "throughput") == 123.5
@@ -310,7 +310,7 @@ def test_a_bare_launch_past_its_deadline_leaves_no_folder_nor_process(tmp_path):
 
     import psutil
 
-    from bench.reference import BareLoop, _python
+    from bench.workflows.reference import BareLoop, _python
 
     script = tmp_path / "slow_loop.py"
     told = tmp_path / "scratch.txt"
@@ -346,7 +346,7 @@ def test_elastic_against_its_bare_loop(tmp_path):
     assert all(v > 0 for v in check["suite"] + check["bare"]) and check["low"] < check["ratio"] < check["high"]
     assert out["passed"] == check["passed"] == (proc.returncode == 0)
     assert "[elastic throughput 2/2]" in proc.stderr and "Traceback" not in proc.stderr
-    from bench.store import Store
+    from bench.core.store import Store
 
     runs = Store(store).records()
     assert [(r.spec.backend, r.status) for r in runs] == [("elastic", "ok")] * 2

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from bench.stats import summarize
+from bench.core.stats import summarize
 
 
 def test_confidence_interval_uses_student_t():
@@ -26,7 +26,7 @@ def test_single_value_has_no_interval():
 
 
 def test_a_summary_is_the_records_summary():
-    from bench.records import Summary
+    from bench.core.records import Summary
 
     s = Summary(**summarize([10.0, 12.0, 11.0]), unit="samples/s")
     assert (s.mean, s.n, s.unit, s.per_window) == (11.0, 3, "samples/s", None)
@@ -37,7 +37,7 @@ def test_a_summary_is_the_records_summary():
 def test_ratio_of_cases_is_welch_on_the_log_scale():
     from scipy.stats import ttest_ind
 
-    from bench.stats import ratio_of_cases
+    from bench.core.stats import ratio_of_cases
 
     a, b = [110.0, 112.0, 108.0], [100.0, 103.0, 98.0]
     est = ratio_of_cases([a], [b])
@@ -52,7 +52,7 @@ def test_ratio_of_cases_is_welch_on_the_log_scale():
 def test_ratio_of_pairs_is_the_paired_t_test_on_the_log_scale():
     from scipy.stats import ttest_rel
 
-    from bench.stats import ratio_of_pairs
+    from bench.core.stats import ratio_of_pairs
 
     a, b = [110.0, 91.0, 120.0, 104.0], [100.0, 85.0, 108.0, 97.0]
     est = ratio_of_pairs(a, b)
@@ -68,7 +68,7 @@ def test_ratio_of_pairs_is_the_paired_t_test_on_the_log_scale():
 
 
 def test_a_single_launch_on_a_side_cannot_tell():
-    from bench.stats import ratio_of_cases
+    from bench.core.stats import ratio_of_cases
 
     est = ratio_of_cases([[150.0]], [[100.0, 101.0, 99.0]])
     assert est.ratio == pytest.approx(1.5, rel=1e-3)
@@ -76,7 +76,7 @@ def test_a_single_launch_on_a_side_cannot_tell():
 
 
 def test_scaled_ratios_of_several_cases():
-    from bench.stats import ratio_of_cases
+    from bench.core.stats import ratio_of_cases
 
     # efficiency-like: thr(2) / (2 x thr(1)), the same spread on both sides
     est = ratio_of_cases([[190.0, 200.0, 210.0]], [[95.0, 100.0, 105.0]], scale=2)

@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-from bench.errors import StoreError
-from bench.frame import load_frame
-from bench.records import SCHEMA_VERSION, RunRecord
-from bench.store import Store
+from bench.core.errors import StoreError
+from bench.results.frame import load_frame
+from bench.core.records import SCHEMA_VERSION, RunRecord
+from bench.core.store import Store
 from conftest import ROOT
 from factories import train_record
 
@@ -28,7 +28,7 @@ def fake_record(i: int) -> RunRecord:
 WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
-    from bench.store import Store
+    from bench.core.store import Store
     from test_store import fake_record
     store = Store(sys.argv[1])
     i = 0
@@ -89,7 +89,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'tests')!r})
-        from bench.store import Store
+        from bench.core.store import Store
         from test_store import fake_record
         base = int(sys.argv[2])
         for i in range(base, base + 30):
@@ -145,7 +145,7 @@ def test_reading_never_changes_the_file(tmp_path):
 
 
 def test_an_empty_bench_store_variable_means_the_default(monkeypatch):
-    from bench.store import DEFAULT_STORE
+    from bench.core.store import DEFAULT_STORE
 
     monkeypatch.setenv("BENCH_STORE", "")
     assert Store().path == DEFAULT_STORE
@@ -159,7 +159,7 @@ def test_an_empty_bench_store_variable_means_the_default(monkeypatch):
     lambda p: p.mkdir(),
 ])
 def test_a_store_that_cannot_take_a_record_is_refused_before_anything_runs(tmp_path, make_bad):
-    from bench.runner import execute
+    from bench.harness.runner import execute
     from factories import train_spec
 
     bad = tmp_path / "bench.sqlite"
@@ -173,7 +173,7 @@ def test_a_store_that_cannot_take_a_record_is_refused_before_anything_runs(tmp_p
 
 
 def test_bench_import_adds_a_kept_record_and_refuses_what_is_not_one(tmp_path):
-    from bench.rundir import RunDir, write_json_atomic
+    from bench.core.rundir import RunDir, write_json_atomic
     from conftest import bench_in_process
 
     rec = fake_record(7)

@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from bench.aggregate import process_status
-from bench.comm import GB, OPS, ops_per_size, run_sweep, sweep_plan
-from bench.errors import UsageError
-from bench.frame import records_to_frame
-from bench.records import RunError, build
-from bench.spec import check_timeout
-from bench.tasks import get_task
+from bench.harness.outcome import process_status
+from bench.rank.collectives import GB, OPS, ops_per_size, run_sweep, sweep_plan
+from bench.core.errors import UsageError
+from bench.results.frame import records_to_frame
+from bench.core.records import RunError, build
+from bench.core.spec import check_timeout
+from bench.core.registry import get_task
 from bench.tasks.comm import build_spec as build_comm_spec, comm_metrics
 from bench.tasks.fault import (FaultMetrics, MIN_BIN_S, _detection, _processes, _rank_map, fault_metrics,
                                fault_status, recovered, timeline)
@@ -369,7 +369,7 @@ def test_the_fault_task_concludes_with_the_launchers_own_report(tmp_path, kill_s
 
 # ---------------------------------------------------------------- efficiency across runs
 def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
-    from bench.tasks.train_report import replicated_cases
+    from bench.tasks.train.report import replicated_cases
 
     recs = [train_record("p", "single", 1, [100.0, 100.0], 1),
             train_record("e1-old", "elastic", 1, [50.0, 50.0], 2, sweep_id="s0"),

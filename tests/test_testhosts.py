@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench import testhosts
-from bench.testhosts import BEGIN, BRIDGE, DEFAULT_SUBNET, PREFIX, Host, SetupError
+from bench.testbed import hosts as testhosts
+from bench.testbed.hosts import BEGIN, BRIDGE, DEFAULT_SUBNET, PREFIX, Host, SetupError
 from conftest import bench, bench_in_process
 
 UNAVAILABLE = testhosts.unavailable_reason()

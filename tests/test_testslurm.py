@@ -18,8 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench import testhosts, testslurm
-from bench.testhosts import Host
+from bench.testbed import hosts as testhosts
+
+from bench.testbed import slurm as testslurm
+from bench.testbed.hosts import Host
 from conftest import FAST, bench, bench_in_process
 from test_testhosts import assert_one_line_error
 
@@ -85,7 +87,7 @@ def test_configuration_is_the_clusters_own():
 
 # ---------------------------------------------------------------- the suite's side of Slurm (anywhere)
 def test_the_allocation_is_read_as_slurm_writes_it(monkeypatch):
-    from bench import slurm
+    from bench.cluster import slurm
 
     assert slurm.tasks_per_node("2(x3),1") == [2, 2, 2, 1] and slurm.tasks_per_node("4") == [4]
     assert [slurm.limit_seconds(t) for t in ("00:10:00", "1-02:00:00", "05:00")] == [600, 93600, 300]
@@ -108,7 +110,7 @@ def test_the_allocation_is_read_as_slurm_writes_it(monkeypatch):
     ("RUNNING", 200, "interrupted"),  # a SIGTERM far from a 10-minute limit: a cancel Slurm has not shown yet
 ])
 def test_a_sigterm_in_a_job_is_judged_from_its_state_and_limit(monkeypatch, state, seconds_in, ending):
-    from bench import slurm
+    from bench.cluster import slurm
 
     limit = "00:01:00" if seconds_in < 60 else "00:10:00"
     start = time.time() - seconds_in
@@ -123,7 +125,7 @@ def test_a_sigterm_in_a_job_is_judged_from_its_state_and_limit(monkeypatch, stat
 @pytest.mark.parametrize("text, seconds", [("30", 1800), ("1:30", 90), ("1:00:00", 3600), ("2-0", 172800),
                                            ("1-2:30", 95400), ("0-0:1:45", 105)])
 def test_the_requested_time_reads_as_sbatch_reads_it(text, seconds):
-    from bench import slurm
+    from bench.cluster import slurm
 
     assert slurm.requested_seconds(text) == seconds
 
@@ -136,7 +138,7 @@ def test_a_limit_too_short_for_the_warning_is_pointed_out(tmp_path):
 
 
 def test_a_sigterm_is_judged_by_the_remembered_limit_when_scontrol_cannot_answer(monkeypatch, capsys):
-    from bench import slurm
+    from bench.cluster import slurm
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 70))
     monkeypatch.setattr(slurm, "_scontrol", lambda *args: f"JobId=8 JobState=RUNNING TimeLimit=00:02:00 "
@@ -156,11 +158,11 @@ def test_a_sigterm_is_judged_by_the_remembered_limit_when_scontrol_cannot_answer
 
 
 def test_srun_starts_one_task_per_node_with_its_own_command():
-    from bench import slurm
+    from bench.cluster import slurm
 
     command = slurm.srun_command([("n1", ["torchrun", "a"]), ("n2", ["env", "X=1", "torchrun", "b"])])
     assert command[:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2"]
-    assert command[-3:-1] == ["bench.slurm", "task"]
+    assert command[-3:-1] == ["bench.cluster.slurm", "task"]
     assert json.loads(command[-1]) == {"n1": ["torchrun", "a"], "n2": ["env", "X=1", "torchrun", "b"]}
 
 
@@ -335,7 +337,7 @@ def job_script(cluster, name, *args, time_limit="10", verb="run"):
 
 
 def records_of(store):
-    from bench.store import Store
+    from bench.core.store import Store
 
     return Store(store).records()
 

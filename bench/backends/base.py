@@ -39,8 +39,8 @@ def hostname() -> str:
 
 
 def rank_row(**fields):
-    """One row of the rank map, as the launcher assigned it (bench.records.RankRow)."""
-    from bench.records import RankRow
+    """One row of the rank map, as the launcher assigned it (bench.core.records.RankRow)."""
+    from bench.core.records import RankRow
 
     return RankRow(host=fields.pop("host", None) or hostname(), **fields)
 
@@ -72,7 +72,7 @@ class ProcessGroup(ABC):
 
     @abstractmethod
     def init(self, spec):
-        """Join the group (rendezvous) and say who this process is: a bench.records.RankRow."""
+        """Join the group (rendezvous) and say who this process is: a bench.core.records.RankRow."""
 
     def rendezvous_began(self, init_called: float) -> float:
         """When this process's rendezvous began (wall clock): when init was called, unless the launcher set the
@@ -89,7 +89,7 @@ class ProcessGroup(ABC):
         pass
 
     def run_op(self, op: str, inp, out):
-        """Run one collective (bench.comm.OPS) and return the tensor holding its result."""
+        """Run one collective (bench.rank.collectives.OPS) and return the tensor holding its result."""
         raise RuntimeError(f"this backend has no collective {op!r}")
 
     def serve_training(self, spec, info, inject: dict | None) -> dict:
@@ -98,7 +98,7 @@ class ProcessGroup(ABC):
 
     def serve_sums(self, spec, info, plan: list[tuple[int, int]]) -> dict:
         """The same process during a communication sweep: for each (element count, rounds) of the
-        workers' plan (bench.comm.sweep_plan), take part in that many allreduce ops."""
+        workers' plan (bench.rank.collectives.sweep_plan), take part in that many allreduce ops."""
         raise RuntimeError(f"this backend has no role {info.role!r}")
 
 
@@ -154,9 +154,9 @@ class Backend:
         return {opt.name: given.get(opt.name, opt.default) for opt in self.options}
 
     def host_plan(self, hosts: list, world_size: int, options: dict) -> list[tuple[object, int, dict]]:
-        """Across hosts: (bench.hosts.Host, processes started there, environment they get) per host used, in
+        """Across hosts: (bench.cluster.hosts.Host, processes started there, environment they get) per host used, in
         order. By default every process takes a slot, filled in order (mpirun's -map-by slot)."""
-        from bench.hosts import placement
+        from bench.cluster.hosts import placement
 
         return [(host, n, {}) for host, n in placement(hosts, sum(self.roles(options, world_size).values()))]
 
@@ -194,6 +194,6 @@ class Backend:
         """(name, alpha coefficient, beta coefficient) of this backend's allreduce algorithm:
         T = alpha_coef * a + beta_coef * S * b. Ring allreduce by default: 2(n-1) latency steps, and each
         rank moves the bus factor's share of S."""
-        from bench.comm import bus_factor
+        from bench.rank.collectives import bus_factor
 
         return "ring", 2.0 * (world_size - 1), bus_factor("allreduce", world_size)

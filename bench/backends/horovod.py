@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.backends.base import Backend, BackendOption, ElasticMode, Launcher, ProcessGroup, rank_row
 
-SETUP_HINT = "run `python -m bench.horovod_build` (nox -s tests and nox -s bench do it for you)"
+SETUP_HINT = "run `python -m bench.tools.horovod_build` (nox -s tests and nox -s bench do it for you)"
 LAUNCHERS = ("gloo", "mpi", "mpirun")
 # Variables mpirun must carry to the ranks (it passes the environment only to local ranks by itself):
 # those the harness always sets, and those passed on when they are set.
@@ -51,7 +51,7 @@ def check_build() -> tuple[str | None, dict]:
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
         return f"Horovod is installed but does not import with this torch ({last}); " \
-               f"rebuild it: python -m bench.horovod_build --force", {}
+               f"rebuild it: python -m bench.tools.horovod_build --force", {}
     return None, json.loads(probe.stdout.strip().splitlines()[-1])
 
 
@@ -88,7 +88,7 @@ def on_first_host(spec, command: list[str]) -> list[str]:
     run where bench runs: the batch script's node, the allocation's first."""
     if not spec.hosts or spec.scheduler:
         return command
-    from bench.fanout import fanout_command
+    from bench.cluster.fanout import fanout_command
 
     return fanout_command([(spec.hosts[0]["name"], command)])
 
@@ -96,8 +96,8 @@ def on_first_host(spec, command: list[str]) -> list[str]:
 def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
     """How long the first host's ssh takes to give up on a silent peer (the longest over the others; None: never),
     from `ssh -G` there; said when it exceeds the recovery timeout."""
-    from bench.hosts import run_on
-    from bench.runner import note
+    from bench.cluster.hosts import run_on
+    from bench.core.console import note
 
     def seconds(proc) -> float | None:
         values = dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
@@ -131,7 +131,7 @@ class HorovodLauncher(Launcher):
     def command(self, spec, rank_command, run_id):
         n, launcher = spec.world_size, spec.backend_options["launcher"]
         if spec.hosts:  # its own ssh launch: -H with the processes placed on each host
-            from bench.hosts import Host, placement
+            from bench.cluster.hosts import Host, placement
 
             hosts = ",".join(f"{h.name}:{k}" for h, k in placement([Host(**h) for h in spec.hosts], n))
         else:
@@ -234,7 +234,7 @@ class HorovodElastic(ElasticMode):
         n, f = spec.world_size, spec.fault
         info = {}
         if spec.hosts:
-            from bench.hosts import Host, placement
+            from bench.cluster.hosts import Host, placement
 
             hosts = {h.name: k for h, k in placement([Host(**h) for h in spec.hosts], n)}
             min_np, max_np = 1, n
@@ -324,7 +324,7 @@ class HorovodBackend(Backend):
             return problem
         if device == "cuda" and not (built_with("NCCL") or built_with("MPI")):
             return "this Horovod has no GPU operations; rebuild with HOROVOD_GPU_OPERATIONS=NCCL " \
-                   "python -m bench.horovod_build --force on a CUDA machine"
+                   "python -m bench.tools.horovod_build --force on a CUDA machine"
         return None
 
     def check_options(self, options, device):
@@ -338,11 +338,11 @@ class HorovodBackend(Backend):
                 return f"--launcher {options['launcher']} needs mpirun (apt-get install openmpi-bin libopenmpi-dev)"
             if not built_with("MPI"):
                 return (f"--launcher {options['launcher']} needs a Horovod built with MPI; install "
-                        "libopenmpi-dev and rebuild: python -m bench.horovod_build --force")
+                        "libopenmpi-dev and rebuild: python -m bench.tools.horovod_build --force")
         return None
 
     def doctor_lines(self):
-        from bench.environment import package_version
+        from bench.core.environment import package_version
 
         problem, _ = check_build()
         lines = [f"Horovod {package_version('horovod') or 'not installed'}"]

@@ -188,7 +188,7 @@ class PSGroup(ProcessGroup):
     # ------------------------------------------------------------ server side
     def serve_sums(self, spec, info, plan):
         """Sum the workers' pushes of this server's chunk and send the sum back, `rounds` times for each
-        element count of the workers' sweep plan (bench.comm.sweep_plan and ops_per_size)."""
+        element count of the workers' sweep plan (bench.rank.collectives.sweep_plan and ops_per_size)."""
         import torch
         import torch.distributed as dist
 
@@ -212,8 +212,8 @@ class PSGroup(ProcessGroup):
         import torch
         import torch.distributed as dist
 
-        from bench.inject import fire_injected
-        from bench.model import initial_model
+        from bench.rank.inject import fire_injected
+        from bench.rank.model import initial_model
 
         model = initial_model(spec, "cpu")  # the same initial parameters as every worker of every backend
         shards = shards_of(spec, model)
@@ -313,14 +313,14 @@ class PSBackend(Backend):
         """Across hosts, one server per host with workers unless --ps-servers says otherwise."""
         resolved = super().resolve_options(given, world_size, hosts)
         if hosts and "ps_servers" not in given:
-            from bench.hosts import Host, placement
+            from bench.cluster.hosts import Host, placement
 
             resolved["ps_servers"] = len(placement([Host(**h) for h in hosts], world_size))
         return resolved
 
     def host_plan(self, hosts, world_size, options):
         """Workers fill the slots in order; the servers go round-robin over the hosts with workers, taking no slot."""
-        from bench.hosts import placement
+        from bench.cluster.hosts import placement
 
         workers = placement(hosts, world_size)
         servers = [0] * len(workers)

@@ -4,7 +4,7 @@ DistributedDataParallel wrapper of ray.train.torch.prepare_model.
 The launcher starts a small driver (`python -m bench.backends.ray_driver RUN_DIR`) that starts a local Ray
 runtime sized to the run, on ports Ray chooses and with its temporary files beside the run (or connects to
 `--ray-address`), and runs a TorchTrainer of spec.world_size workers. Each Ray Train worker runs the suite's
-per-rank code in its own process (rank_main, the counterpart of bench.guard + bench.worker): the process group
+per-rank code in its own process (rank_main, the counterpart of bench.harness.guard + bench.rank.entry): the process group
 and the device are the ones Ray Train set up, and the rank writes the same files (log, start, joined, result,
 error, exit) as every other backend's ranks, so the tasks conclude unchanged.
 
@@ -69,7 +69,7 @@ def times_of(run_dir) -> dict:
 
 def write_times(run_dir, **values) -> None:
     """Merge `values` into the run's timing file (the driver and Ray Train's set-up both write there)."""
-    from bench.rundir import write_json_atomic
+    from bench.core.rundir import write_json_atomic
 
     write_json_atomic(run_dir.path / TIMES_FILE, {**times_of(run_dir), **values})
 
@@ -78,7 +78,7 @@ class RayLauncher(Launcher):
     """The driver, started by the supervisor like any launcher; Ray starts the ranks."""
 
     def command(self, spec, rank_command, run_id):
-        # rank_command is bench.guard's (python -m bench.guard RUN_DIR BACKEND): Ray starts the ranks itself and
+        # rank_command is bench.harness.guard's (python -m bench.harness.guard RUN_DIR BACKEND): Ray starts the ranks itself and
         # runs the per-rank code in its workers, so the driver takes the run directory from it
         return [sys.executable, "-m", "bench.backends.ray_driver", rank_command[-2], run_id]
 
@@ -212,13 +212,13 @@ class RayTrainElastic(ElasticMode):
 
 
 def _run_dir():
-    from bench.rundir import RunDir
+    from bench.core.rundir import RunDir
 
     return RunDir(os.environ["BENCH_RUN_DIR"])
 
 
 def rank_main(config: dict) -> None:
-    """Ray Train's train_loop_per_worker: one rank of the run, in the Ray worker's own process. What bench.guard
+    """Ray Train's train_loop_per_worker: one rank of the run, in the Ray worker's own process. What bench.harness.guard
     does for the other backends' ranks is done here: the rank's output goes to its log, and whatever the ending
     its exit file is written (a rank that raised exits with code 1, as a Python process would)."""
     import traceback
@@ -226,8 +226,8 @@ def rank_main(config: dict) -> None:
     import psutil
     import ray.train
 
-    from bench.rundir import RunDir, tail
-    from bench.worker import run_process
+    from bench.core.rundir import RunDir, tail
+    from bench.rank.entry import run_process
 
     run_dir = RunDir(config["run_dir"])
     rank = ray.train.get_context().get_world_rank()

@@ -17,7 +17,7 @@ class TimedBackend(_TorchBackend):
 
     def on_start(self, worker_group, backend_config):
         from bench.backends.ray import write_times
-        from bench.rundir import RunDir
+        from bench.core.rundir import RunDir
 
         begun = time.time()
         super().on_start(worker_group, backend_config)

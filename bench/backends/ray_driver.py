@@ -38,7 +38,7 @@ def temp_dir(run_dir, run_id: str) -> tuple[Path, bool]:
     return Path("/tmp") / f"bench-ray-{run_id}", True
 
 
-# what bench.runner.worker_environment sets for every rank, passed to the workers of a cluster given by --ray-address
+# what bench.harness.runner.worker_environment sets for every rank, passed to the workers of a cluster given by --ray-address
 # (a local runtime's workers inherit them from the driver): to every process of the job ...
 JOB_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH", "CUDA_VISIBLE_DEVICES",
                  "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -63,8 +63,8 @@ def _ended(signum, _frame):
 
 def main(argv: list[str]) -> int:
     from bench.backends.ray import write_times
-    from bench.rundir import RunDir
-    from bench.spec import RunSpec
+    from bench.core.rundir import RunDir
+    from bench.core.spec import RunSpec
 
     # absolute: Ray Train's storage path must be (pyarrow refuses a relative one), and Ray's workers need not
     # share this process's working directory (the run directory is relative when the store's path is)
@@ -190,7 +190,7 @@ def close_ranks(run_dir, ended_by: str, died: dict | None = None) -> None:
     """Write the exit file of every rank process that started and wrote none: it died by itself when Ray Train
     says it failed and it wrote no error (its process vanished: a signal), otherwise Ray ended it (a
     consequence of another rank's failure, or of the teardown)."""
-    from bench.rundir import tail
+    from bench.core.rundir import tail
 
     exits = run_dir.read_all("exit")
     errors = run_dir.read_all("error")

@@ -14,7 +14,7 @@ class DirectLauncher(Launcher):
 
     def command(self, spec, rank_command, run_id):
         if spec.hosts:  # the first host, as every backend's rank 0 is placed
-            from bench.fanout import fanout_command
+            from bench.cluster.fanout import fanout_command
 
             return fanout_command([(spec.hosts[0]["name"], list(rank_command))])
         return list(rank_command)

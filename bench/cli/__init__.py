@@ -14,7 +14,7 @@ import sys
 from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, import_runs, list_runs, regress, report, run,
                        selfcheck, slurm_script, sweep, testhosts, testray, testslurm)
 from bench.cli.common import Parser
-from bench.errors import EXIT_INTERRUPTED, EXIT_OK, BenchError, Interrupted
+from bench.core.errors import EXIT_INTERRUPTED, EXIT_OK, BenchError, Interrupted
 
 VERBS = (run, sweep, allreduce, converge, list_runs, report, compare, agreement, regress, fault, selfcheck, import_runs, doctor,
          slurm_script, testhosts, testslurm, testray)
@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench {args.verb}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
-        # a run in progress records its own interruption and reaps its processes (bench.runner.execute)
-        from bench.slurm import last_ending
-        from bench.supervisor import signals_held
+        # a run in progress records its own interruption and reaps its processes (bench.harness.runner.execute)
+        from bench.cluster.slurm import last_ending
+        from bench.harness.supervisor import signals_held
 
         with signals_held():  # a second signal must not cut this line short
             judged = last_ending()  # inside a Slurm job: which of scancel and the time limit it was

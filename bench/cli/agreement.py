@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.cli import options
 from bench.cli.common import names, open_store, print_json
-from bench.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
+from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
 
 
 def add_parser(verbs) -> None:
@@ -19,7 +19,7 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.agreement import agreement, format_agreement
+    from bench.results.agreement import agreement, format_agreement
 
     store = open_store(args.store)
     sweeps: dict[str, list] = {}

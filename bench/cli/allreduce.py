@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bench.backends import COMPARED
+from bench.core.registry import COMPARED
 from bench.cli import options
 from bench.cli.common import cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit, world_of
-from bench.runner import run_specs
+from bench.harness.runner import run_specs
 
 ALL = "all"
 
@@ -21,7 +21,7 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.plan import comm_specs
+    from bench.workflows.plan import comm_specs
 
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)
@@ -37,7 +37,7 @@ def cmd(args) -> int:
 
 def print_table(record) -> None:
     """One backend's sweep on stdout: the nccl-tests table and the alpha-beta fit, or why it failed."""
-    from bench.comm import format_table
+    from bench.rank.collectives import format_table
 
     spec, m = record.spec, record.metrics
     print(f"# backend {spec.backend}, {spec.world_size} ranks ({spec.device}), status {record.status}")

@@ -1,5 +1,5 @@
 """What the verbs share: the one-line-error parser, arguments to plain values, stores, exit codes, and
-running one spec (a list of specs runs through bench.runner.run_specs)."""
+running one spec (a list of specs runs through bench.harness.runner.run_specs)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import sys
 
 from bench.cli.options import BACKEND_OPTION
-from bench.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
-from bench.runner import note
+from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
+from bench.core.console import note
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,7 +29,7 @@ SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject"
 def backend_options(args, backends=None) -> dict:
     """The backend options given, by name. With `backends` (the backends that will run), an option that
     belongs to none of them is refused: silently running without it would measure something else."""
-    from bench.backends import BACKEND_MODULES, get_backend
+    from bench.core.registry import BACKEND_MODULES, get_backend
 
     given = {k[len(BACKEND_OPTION):]: v for k, v in vars(args).items() if k.startswith(BACKEND_OPTION) and v is not None}
     if backends is not None:
@@ -54,9 +54,9 @@ def spec_options(args, backends=None) -> dict:
 
 def cluster_of(args) -> dict | None:
     """A run across hosts (--hosts or --hostfile, or the nodes of the Slurm allocation bench runs in): the hosts,
-    checked over ssh before anything is planned (bench.hosts.check_hosts), as spec builders take them; None for
+    checked over ssh before anything is planned (bench.cluster.hosts.check_hosts), as spec builders take them; None for
     a run on this machine."""
-    from bench.hosts import Host, parse_link
+    from bench.cluster.hosts import Host, parse_link
 
     hosts = getattr(args, "hosts", None) or getattr(args, "hostfile", None)
     scheduler = slurm_allocation(args, hosts)
@@ -80,7 +80,7 @@ def cluster_of(args) -> dict | None:
         raise UsageError("give either --hosts or --hostfile, not both")
     if args.gpus is not None:
         raise UsageError("--gpus across hosts is not supported yet; give --hosts with --nproc for CPU processes")
-    from bench.hosts import check_hosts
+    from bench.cluster.hosts import check_hosts
 
     check = check_hosts(hosts, sys.executable, args.iface)
     shaped = [x for x in (links or [link]) if x]
@@ -88,7 +88,7 @@ def cluster_of(args) -> dict | None:
         raise UsageError("--link shapes the links between hosts; with one host there is none (its loopback is "
                          "this whole machine's)")
     for each in shaped:  # each tried once now, so that a link that cannot be shaped is refused before planning
-        from bench.hosts import shape_links, unshape_links
+        from bench.cluster.hosts import shape_links, unshape_links
 
         shape_links([h.name for h in hosts], check.iface, each)
         unshape_links([h.name for h in hosts], check.iface)
@@ -99,9 +99,9 @@ def cluster_of(args) -> dict | None:
 
 
 def slurm_allocation(args, hosts) -> dict | None:
-    """The Slurm allocation the run spans (bench.slurm.allocation): asked for with --scheduler slurm, or found
+    """The Slurm allocation the run spans (bench.cluster.slurm.allocation): asked for with --scheduler slurm, or found
     (SLURM_JOB_ID set) and said so; None otherwise."""
-    from bench import slurm
+    from bench.cluster import slurm
 
     chosen = getattr(args, "scheduler", None)
     if chosen == "none" or (chosen is None and (hosts or not slurm.in_allocation())):
@@ -118,7 +118,7 @@ def slurm_allocation(args, hosts) -> dict | None:
 def world_of(args, cluster: dict | None) -> tuple[str, int]:
     """(device, world size): on this machine from --nproc / --gpus; across hosts the sum of their slots, or
     --nproc of them."""
-    from bench.spec import resolve_device
+    from bench.core.spec import resolve_device
 
     if cluster is None:
         return resolve_device(args.nproc, args.gpus)
@@ -129,8 +129,8 @@ def world_of(args, cluster: dict | None) -> tuple[str, int]:
 
 
 def comm_options(args) -> dict:
-    """The communication sweep's options (bench.plan.comm_options) from a verb's arguments."""
-    from bench.plan import COMM_KEYS, comm_options as resolve
+    """The communication sweep's options (bench.workflows.plan.comm_options) from a verb's arguments."""
+    from bench.workflows.plan import COMM_KEYS, comm_options as resolve
 
     return resolve({k: getattr(args, k) for k in COMM_KEYS})
 
@@ -144,7 +144,7 @@ def names(text: str | None) -> list[str] | None:
 def open_store(path: str | None, runs: bool = False):
     """The store at `path` (default $BENCH_STORE or results/bench.sqlite); with `runs`, for a verb that will
     run something, refused now if it could not take their records (nothing is created yet)."""
-    from bench.store import Store
+    from bench.core.store import Store
 
     store = Store(path)
     if runs:
@@ -165,7 +165,7 @@ def print_json(value) -> None:
 # ---------------------------------------------------------------- running
 def run_one(spec, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True) -> int:
     """Describe, execute and store one spec; print its record (as_json) or its summary; exit by its status."""
-    from bench.runner import execute
+    from bench.harness.runner import execute
 
     task = _task(spec)
     store = open_store(store_path)
@@ -181,6 +181,6 @@ def run_one(spec, store_path: str | None, as_json: bool, verb: str, show_progres
 
 
 def _task(spec):
-    from bench.tasks import get_task
+    from bench.core.registry import get_task
 
     return get_task(spec.task)

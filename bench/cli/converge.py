@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.backends import COMPARED
+from bench.core.registry import COMPARED
 from bench.cli import options
 from bench.cli.common import names, open_store, print_json, spec_options, status_exit, world_of
 from bench.tasks.converge import CONVERGE_DEFAULTS, LR_SCALINGS
@@ -55,12 +55,12 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.runner import run_specs
-    from bench.spec import default_threads
+    from bench.harness.runner import run_specs
+    from bench.core.spec import default_threads
     from bench.tasks.converge import build_spec
 
     if args.report:
-        from bench.report import output_path
+        from bench.report.page import output_path
 
         output_path(args.report)  # before the runs, not after them
     device, world = world_of(args, None)
@@ -81,8 +81,8 @@ def cmd(args) -> int:
         for r in records:
             print(f"{r.spec.backend:8} world {r.spec.world_size}: {r.task.one_line(r)}")
     if args.report:
-        from bench.report import write_report_with_copy
-        from bench.runner import note
+        from bench.report.page import write_report_with_copy
+        from bench.core.console import note
 
         latest, stamped = write_report_with_copy(open_store(args.store), args.report)
         note(f"report written to {latest} (and {stamped})")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.errors import EXIT_OK
+from bench.core.errors import EXIT_OK
 
 
 def add_parser(verbs) -> None:
@@ -11,7 +11,7 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.doctor import doctor_lines
+    from bench.tools.doctor import doctor_lines
 
     print("\n".join(doctor_lines()))
     return EXIT_OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.cli import options
 from bench.cli.common import cluster_of, run_one, spec_options, world_of
-from bench.errors import UsageError
+from bench.core.errors import UsageError
 
 
 def _per_workload(windows: float) -> str:
@@ -16,7 +16,7 @@ def _per_workload(windows: float) -> str:
 
 
 def add_parser(verbs) -> None:
-    from bench.backends import elastic_backends
+    from bench.core.registry import elastic_backends
     from bench.tasks.fault import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, SIGNALS
 
     p = verbs.add_parser(
@@ -63,7 +63,7 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.spec import resolve_device
+    from bench.core.spec import resolve_device
     from bench.tasks.fault import build_spec, check_scenario_hosts
 
     if args.gpus is not None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from bench.cli import options
 from bench.cli.common import open_store
-from bench.errors import EXIT_OK, UsageError
-from bench.runner import note
+from bench.core.errors import EXIT_OK, UsageError
+from bench.core.console import note
 
 
 def add_parser(verbs) -> None:
@@ -20,8 +20,8 @@ def add_parser(verbs) -> None:
 
 
 def read_record(path: str):
-    from bench.records import RecordError, RunRecord
-    from bench.rundir import RunDir
+    from bench.core.records import RecordError, RunRecord
+    from bench.core.rundir import RunDir
 
     run_dir = RunDir(path)
     if not run_dir.path.is_dir():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from bench.cli import options
 from bench.cli.common import open_store
-from bench.errors import EXIT_OK
-from bench.runner import note
+from bench.core.errors import EXIT_OK
+from bench.core.console import note
 
 
 def add_parser(verbs) -> None:
@@ -15,9 +15,9 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.frame import load_frame
-    from bench.lifeline import unrecorded
-    from bench.render import runs_table
+    from bench.results.frame import load_frame
+    from bench.harness.lifeline import unrecorded
+    from bench.results.listing import runs_table
 
     store = open_store(args.store)
     frame = load_frame(store)

@@ -1,7 +1,7 @@
 """Options that several verbs take, each declared once, handed to the verbs as argparse parent parsers.
 
 A verb picks the groups it needs (`parents=[...]`). The defaults shown in help come from the code that
-owns them: bench.spec.DEFAULTS, bench.comm.COMM_DEFAULTS, the backend and workload registries.
+owns them: bench.core.spec.DEFAULTS, bench.rank.collectives.COMM_DEFAULTS, the backend and workload registries.
 
 Every option that takes a value is declared with values it must refuse (`add`: invalid=...), or with the
 reason every string is valid; tests/test_bad_input_table.py gives each to every verb that takes the option.
@@ -89,9 +89,9 @@ def nonempty_name(text: str) -> str:
 
 
 def host_list(text: str):
-    """--hosts h1:2,h2:2 as bench.hosts.Host values."""
-    from bench.errors import UsageError
-    from bench.hosts import parse_hosts
+    """--hosts h1:2,h2:2 as bench.cluster.hosts.Host values."""
+    from bench.core.errors import UsageError
+    from bench.cluster.hosts import parse_hosts
 
     try:
         return parse_hosts(text)
@@ -100,8 +100,8 @@ def host_list(text: str):
 
 
 def hostfile(text: str):
-    from bench.errors import UsageError
-    from bench.hosts import read_hostfile
+    from bench.core.errors import UsageError
+    from bench.cluster.hosts import read_hostfile
 
     try:
         return read_hostfile(nonempty_path(text))
@@ -110,7 +110,7 @@ def hostfile(text: str):
 
 
 def byte_size(text: str) -> int:
-    from bench.comm import parse_bytes
+    from bench.rank.collectives import parse_bytes
 
     try:
         return parse_bytes(text)
@@ -126,12 +126,12 @@ def _names(names) -> str:
 def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
     """flag -> `add` keywords: every shared option is declared here, and only here, with the defaults of the
     code that owns them (read when a parser is built) and the values it refuses."""
-    from bench.backends import BACKEND_MODULES, DEFAULT_BACKEND
-    from bench.comm import COMM_DEFAULTS, DTYPES, OPS
-    from bench.spec import CPU_BINDS, DEFAULTS
+    from bench.core.registry import BACKEND_MODULES, DEFAULT_BACKEND
+    from bench.rank.collectives import COMM_DEFAULTS, DTYPES, OPS
+    from bench.core.spec import CPU_BINDS, DEFAULTS
 
     measured = {**DEFAULTS, **(run_defaults or {})}  # a verb may measure with its own defaults (a sweep)
-    from bench.store import DEFAULT_STORE
+    from bench.core.store import DEFAULT_STORE
     from workloads import WORKLOADS
     from workloads.data import LOADERS, SOURCES
 
@@ -302,7 +302,7 @@ def comm(**defaults) -> argparse.ArgumentParser:
 def backend_options(backends=None) -> argparse.ArgumentParser:
     """Each backend's own knobs, from its plug-in (of `backends`, default all); a run records every value, given
     or default."""
-    from bench.backends import BACKEND_MODULES, get_backend
+    from bench.core.registry import BACKEND_MODULES, get_backend
 
     p = argparse.ArgumentParser(add_help=False)
     added = set()  # an option two backends share (the DDP bucket of elastic and ray) is one flag, under its first

@@ -1,15 +1,15 @@
 """`bench regress` and `bench baseline`: the regression gate's fixed CPU/gloo matrix against the committed
-baseline, and the refresh of that baseline (bench.regress)."""
+baseline, and the refresh of that baseline (bench.workflows.regress)."""
 
 from __future__ import annotations
 
 from bench.cli import options
 from bench.cli.common import open_store
-from bench.errors import UsageError
+from bench.core.errors import UsageError
 
 
 def add_parser(verbs) -> None:
-    from bench.regress import BASELINE_DIR, BASELINE_REPEATS, HOT_PATHS_FILE, REGRESS_REPEATS
+    from bench.workflows.regress import BASELINE_DIR, BASELINE_REPEATS, HOT_PATHS_FILE, REGRESS_REPEATS
 
     def gate_options(repeats: int):
         p = options.parent(None, ["--timeout", "--repeats", "--store"], repeats=repeats)
@@ -37,14 +37,14 @@ def add_parser(verbs) -> None:
 
 
 def cmd_regress(args) -> int:
-    from bench.regress import regress
+    from bench.workflows.regress import regress
 
     return regress(open_store(args.store, runs=True), args.dir, repeats=args.repeats, inject_delay=args.inject_delay,
                    timeout=args.timeout, confirm=args.confirm, hot_paths=not args.no_hot_paths, as_json=args.json)
 
 
 def cmd_baseline(args) -> int:
-    from bench.regress import baseline, check_baseline_dir, save_hot_paths
+    from bench.workflows.regress import baseline, check_baseline_dir, save_hot_paths
 
     if args.sweep and not args.from_store:
         raise UsageError(f"--sweep {args.sweep} picks a sweep of --from-store; give --from-store PATH too "

@@ -6,7 +6,7 @@ import os
 
 from bench.cli import options
 from bench.cli.common import open_store
-from bench.errors import EXIT_OK
+from bench.core.errors import EXIT_OK
 
 
 def add_parser(verbs) -> None:
@@ -20,7 +20,7 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.report import write_report
+    from bench.report.page import write_report
 
     path = write_report(open_store(args.store), args.output, args.where)
     print(f"report written to {path}")

@@ -1,4 +1,4 @@
-"""`bench selfcheck`: the suite against bare torchrun and horovodrun loops (bench.selfcheck), the check to run on a
+"""`bench selfcheck`: the suite against bare torchrun and horovodrun loops (bench.workflows.selfcheck), the check to run on a
 new machine before trusting the suite there."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from bench.cli.common import names, spec_options
 
 
 def add_parser(verbs) -> None:
-    from bench.reference import BARE_LOOPS
-    from bench.selfcheck import DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS
+    from bench.workflows.reference import BARE_LOOPS
+    from bench.workflows.selfcheck import DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS
 
     loops = ", ".join(BARE_LOOPS)
     t, b = GOALS["throughput"], GOALS["busbw"]
@@ -56,8 +56,8 @@ def _store() -> argparse.ArgumentParser:
 
 
 def cmd(args) -> int:
-    from bench.selfcheck import choose_backends, plan, selfcheck, validate
-    from bench.spec import resolve_device
+    from bench.workflows.selfcheck import choose_backends, plan, selfcheck, validate
+    from bench.core.spec import resolve_device
 
     validate(args.pairs, args.max_minutes)
     device, world = resolve_device(args.nproc, args.gpus)

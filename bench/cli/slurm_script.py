@@ -1,5 +1,5 @@
 """`bench slurm-script`: a ready sbatch script that runs a sweep (or one run, or an allreduce sweep) across the
-nodes of its allocation, its records landing in the store given (bench/slurm.py writes it)."""
+nodes of its allocation, its records landing in the store given (bench/cluster/slurm.py writes it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import sys
 
 from bench.cli import options
-from bench.errors import EXIT_OK, UsageError
+from bench.core.errors import EXIT_OK, UsageError
 
 VERBS = ("sweep", "run", "allreduce")
 SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # what goes on an #SBATCH line as a name
@@ -28,7 +28,7 @@ def add_parser(verbs) -> None:
                     "(elastic and ps through srun, horovod through horovodrun -H of the allocation's nodes). "
                     "Arguments after -- go to the bench command, as on the command line.",
         parents=[options.store()])
-    from bench.slurm import SCRIPT_DEFAULTS as d
+    from bench.cluster.slurm import SCRIPT_DEFAULTS as d
 
     options.add(p, "--nodes", type=options.positive_int, default=d["nodes"], help="nodes (%(default)s)", invalid=["0", "x"])
     options.add(p, "--tasks-per-node", type=options.positive_int, default=d["tasks_per_node"],
@@ -55,8 +55,8 @@ def add_parser(verbs) -> None:
 def cmd(args) -> int:
     from bench.cli import build_parser
     from bench.cli.common import open_store
-    from bench.runner import note
-    from bench.slurm import early_warning_note, script
+    from bench.core.console import note
+    from bench.cluster.slurm import early_warning_note, script
 
     rest = list(args.bench_args)
     if rest and rest[0] == "--":

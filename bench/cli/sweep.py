@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from bench.backends import COMPARED, PLAIN_LOOP, PRIMARY
+from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
 from bench.cli import options
 from bench.cli.common import cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit, world_of
-from bench.runner import note, run_sweep
-from bench.plan import SWEEP_DEFAULTS
+from bench.core.console import note
+from bench.workflows.sweep import run_benchmark_sweep
+from bench.workflows.plan import SWEEP_DEFAULTS
 from workloads import WORKLOADS
 
 
@@ -43,22 +44,22 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.plan import sweep_world_sizes
+    from bench.workflows.plan import sweep_world_sizes
 
     store = open_store(args.store, runs=True)
     if args.report:
-        from bench.report import output_path
+        from bench.report.page import output_path
 
         output_path(args.report)  # before the sweep, not after it
     cluster = cluster_of(args)
     device, limit = world_of(args, cluster)
-    # a sweep's launches are short; its replicates are launches (bench.plan.SWEEP_DEFAULTS)
+    # a sweep's launches are short; its replicates are launches (bench.workflows.plan.SWEEP_DEFAULTS)
     backends = None if args.backend == "all" else names(args.backend) or "primary"
     running = None if backends is None else \
         [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
     spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | \
         {"cluster": cluster}
-    _, records = run_sweep(store, "bench sweep", backends=backends,
+    _, records = run_benchmark_sweep(store, "bench sweep", backends=backends,
                            workloads=names(args.workload) or list(WORKLOADS), device=device,
                            world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,
                            comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
@@ -66,7 +67,7 @@ def cmd(args) -> int:
     if args.json:
         print_json([r.to_dict() for r in records])
     if args.report:
-        from bench.report import write_report_with_copy
+        from bench.report.page import write_report_with_copy
 
         latest, stamped = write_report_with_copy(store, args.report)
         note(f"report written to {latest} (and {stamped})")

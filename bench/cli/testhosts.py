@@ -1,12 +1,12 @@
 """`bench testhosts up N | down | status`: real network hosts on this machine (network namespaces with
-their own address, hostname and sshd) for multi-host runs; bench/testhosts.py builds them."""
+their own address, hostname and sshd) for multi-host runs; bench/testbed/hosts.py builds them."""
 
 from __future__ import annotations
 
 import time
 
-from bench.errors import EXIT_OK, EXIT_RUN_FAILED
-from bench.testhosts import DEFAULT_SUBNET, MAX_HOSTS
+from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED
+from bench.testbed.hosts import DEFAULT_SUBNET, MAX_HOSTS
 
 
 def add_parser(verbs) -> None:
@@ -26,8 +26,8 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench import testhosts
-    from bench.runner import note
+    from bench.testbed import hosts as testhosts
+    from bench.core.console import note
 
     if args.action == "up":
         testhosts.plan(args.n, args.subnet)  # bad input refused before anything is checked or touched

@@ -1,12 +1,12 @@
 """`bench testray up | down | status`: a real Ray cluster on the test hosts (a head node here with no CPUs, a worker
-node on each host); bench/testray.py builds it."""
+node on each host); bench/testbed/ray.py builds it."""
 
 from __future__ import annotations
 
 import time
 
 from bench.cli import options
-from bench.errors import EXIT_OK, EXIT_RUN_FAILED
+from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED
 
 
 def add_parser(verbs) -> None:
@@ -28,8 +28,8 @@ def print_rows(rows: list[dict]) -> None:
 
 
 def cmd(args) -> int:
-    from bench import testray
-    from bench.runner import note
+    from bench.testbed import ray as testray
+    from bench.core.console import note
 
     testray.require_root()
     if args.action == "up":

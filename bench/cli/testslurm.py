@@ -1,11 +1,11 @@
 """`bench testslurm up | down | status`: a real Slurm cluster on the test hosts (slurmctld here, a slurmd on
-each host, a munged of its own); bench/testslurm.py builds it."""
+each host, a munged of its own); bench/testbed/slurm.py builds it."""
 
 from __future__ import annotations
 
 import time
 
-from bench.errors import EXIT_OK, EXIT_RUN_FAILED
+from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED
 
 
 def add_parser(verbs) -> None:
@@ -24,8 +24,8 @@ def print_rows(rows: list[dict]) -> None:
 
 
 def cmd(args) -> int:
-    from bench import testslurm
-    from bench.runner import note
+    from bench.testbed import slurm as testslurm
+    from bench.core.console import note
 
     if args.action == "up":
         started = time.monotonic()

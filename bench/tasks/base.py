@@ -3,7 +3,7 @@
 Parent side: `describe` (the line printed before a run), `launch` (the command, extra environment and
 the watcher the supervisor polls), `before_launch` (anything measured in the parent just before, such as
 a communication ceiling), `conclude` (status, error, metrics and rank map from the run directory).
-Child side: `run_rank` (what one process of the run does; bench.worker calls it).
+Child side: `run_rank` (what one process of the run does; bench.rank.entry calls it).
 Plug-ins implement the abstract methods; a missing one fails when the plug-in is built, not mid-run.
 Views: `case` (what ran, in words), `kind` (in a word or two), `one_line`, `summary_lines`, `list_figure`
 (terminal), `frame_columns` (the columns `bench list`, `--where` and the report filter on), `gate_figures`
@@ -36,7 +36,7 @@ class Conclusion:
     """What a task makes of a finished run."""
 
     status: str
-    error: object | None  # bench.records.RunError
+    error: object | None  # bench.core.records.RunError
     metrics: object | None  # the task's metrics_type
     rank_map: list
     events: list[dict] = field(default_factory=list)
@@ -63,16 +63,16 @@ class Task(ABC):
     @abstractmethod
     def conclude(self, spec, run_dir, outcome, before: dict | None) -> Conclusion:
         """Status, error, metrics and rank map of a finished run, from its run directory and how the
-        launcher ended (bench.supervisor.Outcome); `before` is what before_launch measured."""
+        launcher ended (bench.harness.supervisor.Outcome); `before` is what before_launch measured."""
 
     # ------------------------------------------------------------ child side
     @abstractmethod
     def run_rank(self, spec, run_dir, file_rank: int, attempt: int, t_process_start: float):
-        """What one process does; returns its bench.records.RankResult."""
+        """What one process does; returns its bench.core.records.RankResult."""
 
     def upgrade(self, from_version: int, record: dict) -> dict:
         """A stored record of this task at `from_version`, with this task's part moved to the next
-        version's layout (bench.records.UPGRADES does the rest)."""
+        version's layout (bench.core.records.UPGRADES does the rest)."""
         return record
 
     # ------------------------------------------------------------ views
@@ -105,20 +105,20 @@ class Task(ABC):
         return {}
 
     def gate_figures(self, records: list, all_records: list) -> tuple[dict, dict]:
-        """(figures, cases with no ok run) that the regression gate compares (bench.gate)."""
+        """(figures, cases with no ok run) that the regression gate compares (bench.results.gate)."""
         return {}, {}
 
     report_module: str | None = None  # the module holding this task's report view
 
     def report_part(self, frame, context):
-        """This task's contribution to the report (bench.sections.ReportPart), from the frame of its runs."""
+        """This task's contribution to the report (bench.report.sections.ReportPart), from the frame of its runs."""
         if self.report_module is None:
             return None
         return importlib.import_module(self.report_module).report_part(frame, context)
 
     def comparisons(self, frame) -> dict:
         """The comparisons this task's report view makes across launches, from the frame of its runs in one
-        sweep: name -> bench.stats.Estimate (`bench agreement` checks them between sweeps)."""
+        sweep: name -> bench.core.stats.Estimate (`bench agreement` checks them between sweeps)."""
         if self.report_module is None:
             return {}
         return importlib.import_module(self.report_module).comparisons(frame)

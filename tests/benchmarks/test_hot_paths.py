@@ -1,9 +1,9 @@
 """pytest-benchmark over the harness's own hot paths, so the suite never slows what it measures.
 
 Under `nox -s tests` these run once each as plain tests (benchmarking is disabled there); `bench regress`
-runs them as benchmarks and compares them with results/baselines/hot-paths.json (bench.gate.compare_hot_paths):
+runs them as benchmarks and compares them with results/baselines/hot-paths.json (bench.results.gate.compare_hot_paths):
 only when the reference work below runs at its saved speed (the same kind of host), each figure over the
-reference's ratio, failing past bench.gate.HOT_PATH_LIMIT. What each one times:
+reference's ratio, failing past bench.results.gate.HOT_PATH_LIMIT. What each one times:
 - the reference work: a fixed mix of what the hot paths do (Python objects, JSON, a small synced file
   write, a scipy quantile, small numpy algebra), which the harness's code never changes;
 - the step loop: what the harness adds around an optimizer step inside a timed window (StepLoop and
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.frame import load_frame
-from bench.gate import compare_figures, figures
-from bench.rundir import RunDir
-from bench.store import Store
-from bench.worker import StepLoop, timed_windows
+from bench.results.frame import load_frame
+from bench.results.gate import compare_figures, figures
+from bench.core.rundir import RunDir
+from bench.core.store import Store
+from bench.rank.entry import StepLoop, timed_windows
 from factories import train_results
 
 SAMPLE_STORE = Path(__file__).resolve().parent.parent.parent / "reports" / "sample" / "bench.sqlite"
@@ -119,7 +119,7 @@ def test_gate_comparison(benchmark, sample_records):
 
 
 def test_report_generation(benchmark, sample_store):
-    from bench.report import render_report
+    from bench.report.page import render_report
 
     frame = load_frame(sample_store)
     page = benchmark.pedantic(render_report, args=(frame, "sample"), rounds=3, iterations=1)

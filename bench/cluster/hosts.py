@@ -1,0 +1,332 @@
+"""Runs across hosts: the hosts and their slots, where each process goes, the interface, and commands run on
+a host over ssh.
+
+Hosts are given as horovodrun and mpirun take them: `--hosts h1:2,h2:2` or `--hostfile FILE` (one `host
+slots=N` per line). Processes fill the hosts in order, slot by slot (mpirun's -map-by slot), so with
+`--nproc` below the slots the last hosts get fewer. Every host reaches the others by the names given, runs
+the same checkout and environment at the same path (a shared filesystem, or the same path everywhere), and
+accepts ssh without a password from this machine and from each other (as horovodrun and mpirun need).
+Every remote command goes through `ssh_command`, with the run's environment written into the command
+(ssh passes none) and a connection timeout, so an unreachable host is an error within seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.core.errors import UsageError
+
+CONNECT_TIMEOUT_S = 5
+CHECK_TIMEOUT_S = 20.0
+HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?$")
+SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    slots: int
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "slots": self.slots}
+
+
+def _host(name: str, slots_text: str, where: str) -> Host:
+    if not HOST_NAME.match(name):
+        raise UsageError(f"{where}: {name!r} is not a host name or address")
+    try:
+        slots = int(slots_text)
+    except ValueError:
+        raise UsageError(f"{where}: slots {slots_text!r} of host {name} is not an integer") from None
+    if slots < 1:
+        raise UsageError(f"{where}: host {name} needs at least 1 slot, not {slots}")
+    return Host(name, slots)
+
+
+def parse_hosts(text: str) -> list[Host]:
+    """`h1:2,h2:2` (a host without `:N` has 1 slot), as horovodrun -H and mpirun -H take it."""
+    hosts = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, slots = item.partition(":")
+        hosts.append(_host(name, slots or "1", f"--hosts {text}"))
+    return _distinct(hosts, f"--hosts {text}")
+
+
+def read_hostfile(path: str) -> list[Host]:
+    """One `host slots=N` (or `host`) per line, `#` comments, as mpirun and horovodrun read it."""
+    file = Path(path)
+    try:
+        lines = file.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--hostfile {path} cannot be read ({exc})") from None
+    hosts = []
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        slots = "1"
+        for word in words[1:]:
+            key, _, value = word.partition("=")
+            if key not in ("slots", "max_slots", "max-slots"):
+                raise UsageError(f"--hostfile {path}, line {number}: {word!r} is not slots=N")
+            if key == "slots":
+                slots = value
+        hosts.append(_host(words[0], slots, f"--hostfile {path}, line {number}"))
+    return _distinct(hosts, f"--hostfile {path}")
+
+
+def _distinct(hosts: list[Host], where: str) -> list[Host]:
+    if not hosts:
+        raise UsageError(f"{where} names no host")
+    names = [h.name for h in hosts]
+    for name in names:
+        if names.count(name) > 1:
+            raise UsageError(f"{where} names host {name} twice; give its slots once")
+    return hosts
+
+
+def placement(hosts: list[Host], processes: int) -> list[tuple[Host, int]]:
+    """(host, processes on it) in order: hosts filled slot by slot; hosts left empty are dropped."""
+    total = sum(h.slots for h in hosts)
+    if processes > total:
+        raise UsageError(f"{processes} processes do not fit the {total} slot(s) of the hosts given; lower --nproc or "
+                         "give more slots")
+    out, left = [], processes
+    for host in hosts:
+        take = min(host.slots, left)
+        if take:
+            out.append((host, take))
+        left -= take
+    return out
+
+
+# ---------------------------------------------------------------- remote commands
+def remote_shell(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> str:
+    """One shell line that runs argv on a host with `env` set (ssh carries no environment)."""
+    line = ""
+    if cwd:
+        line += f"cd {shlex.quote(cwd)} && "
+    line += "exec "
+    if env:
+        line += "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())) + " "
+    return line + " ".join(shlex.quote(a) for a in argv)
+
+
+def ssh_command(host: str, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> list[str]:
+    return ["ssh", *SSH_OPTIONS, host, remote_shell(argv, env, cwd)]
+
+
+def run_on(host: str, argv: list[str], timeout: float = CHECK_TIMEOUT_S,
+           in_checkout: bool = True) -> subprocess.CompletedProcess:
+    """argv on `host` over ssh (exit 255 with the reason when ssh could not run it); in_checkout: in this checkout
+    (the same path on every host), with it importable."""
+    from bench.core.environment import PROJECT_ROOT
+
+    where = ({"PYTHONPATH": str(PROJECT_ROOT)}, str(PROJECT_ROOT)) if in_checkout else (None, None)
+    try:
+        return subprocess.run(ssh_command(host, argv, *where), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 255, "", f"no answer within {timeout:g} s")
+    except OSError as exc:
+        return subprocess.CompletedProcess(argv, 255, "", f"ssh could not start: {exc}")
+
+
+def json_answer(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON object a bench helper run on a host printed last (bench.harness.supervisor, bench.cluster.netcut), or {"error": the
+    host's last words} when there is none."""
+    import json
+
+    try:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+        if isinstance(answer, dict):
+            return answer
+    except (ValueError, IndexError):
+        pass
+    return {"error": (proc.stderr.strip().splitlines() or ["no answer"])[-1][:200]}
+
+
+def on_every_host(hosts: list[str], argv_of, timeout: float = CHECK_TIMEOUT_S,
+                  in_checkout: bool = True) -> dict[str, subprocess.CompletedProcess]:
+    """argv_of(host) on each host at once (run_on): {host: completed process}."""
+    if not hosts:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        return dict(zip(hosts, pool.map(lambda h: run_on(h, argv_of(h), timeout, in_checkout), hosts)))
+
+
+# ---------------------------------------------------------------- checks before a launch
+PROBE = """
+import json, os, socket, subprocess, sys
+iface, peer = sys.argv[1], sys.argv[2]
+with open("/proc/sys/kernel/random/boot_id") as f:
+    boot = f.read().strip()
+out = {"hostname": socket.gethostname(), "cpus": len(os.sched_getaffinity(0)), "machine": boot}
+if iface:
+    try:
+        socket.if_nametoindex(iface)
+        out["iface_ok"] = True
+    except OSError:
+        out["iface_ok"] = False
+if peer:
+    try:
+        route = subprocess.run(["ip", "-o", "route", "get", socket.gethostbyname(peer)], capture_output=True,
+                               text=True, timeout=5).stdout.split()
+        out["route_dev"] = route[route.index("dev") + 1] if "dev" in route else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        out["route_dev"] = None
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    iface: str
+    iface_chosen_by: str  # "given" or how it was found
+    machines: dict  # host as given -> {"hostname", "cpus", "id"}: hosts with one id share a machine (its cores)
+
+    def cluster(self, hosts: list[Host]) -> dict:
+        """What a spec builder takes for a run across these hosts (bench.core.spec.check_placement)."""
+        return {"hosts": [h.to_dict() for h in hosts], "iface": self.iface, "machines": self.machines}
+
+
+def check_hosts(hosts: list[Host], python: str, iface: str | None) -> HostCheck:
+    """Every host answers over ssh, runs this environment's python, and has the interface; without `iface`, the
+    one each host routes to its peer (the first host to the second, the others to the first) when they agree."""
+    import json
+
+    names = [h.name for h in hosts]
+
+    def peer(host):
+        if len(names) == 1:
+            return ""
+        return names[1] if host == names[0] else names[0]
+
+    results = on_every_host(names, lambda h: [python, "-c", PROBE, iface or "", peer(h)])
+    answers = {}
+    for host, proc in results.items():
+        if proc.returncode == 255:
+            why = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
+            raise UsageError(f"host {host} cannot be reached over ssh ({why}); check its name, that it is up, and "
+                             "that ssh to it needs no password")
+        if proc.returncode != 0:
+            why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UsageError(f"host {host} cannot run {python} ({why}); every host needs this checkout and its "
+                             "environment at the same path")
+        try:
+            answers[host] = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise UsageError(f"host {host} gave no readable answer to the check ({proc.stdout.strip()[:80]!r})") \
+                from None
+    machines = {h: {"hostname": a["hostname"], "cpus": a["cpus"], "id": a["machine"]} for h, a in answers.items()}
+    if iface:
+        missing = [h for h, a in answers.items() if not a.get("iface_ok")]
+        if missing:
+            raise UsageError(f"--iface {iface}: no such interface on {', '.join(missing)}; give the interface the "
+                             "hosts share (`ip -o link` on a host lists them)")
+        return HostCheck(iface, "given", machines)
+    if len(names) == 1:
+        return HostCheck("lo", "one host: loopback", machines)
+    devices = {h: a.get("route_dev") for h, a in answers.items()}
+    chosen = set(devices.values())
+    if len(chosen) != 1 or None in chosen:
+        seen = ", ".join(f"{h}: {d}" for h, d in devices.items())
+        raise UsageError(f"the hosts reach each other through different interfaces ({seen}); choose one with --iface")
+    return HostCheck(chosen.pop(), "the interface the hosts route to each other through", machines)
+
+
+def free_port_on(host: str, python: str) -> int:
+    """A TCP port free on `host` now (the rendezvous endpoint every agent must know in advance)."""
+    proc = run_on(host, [python, "-c", "import socket; s = socket.socket(); s.bind(('', 0)); "
+                                       "print(s.getsockname()[1])"])
+    try:
+        return int(proc.stdout.strip())
+    except ValueError:
+        raise UsageError(f"host {host} did not give a free port ({proc.stderr.strip()[-120:]})") from None
+
+
+# ---------------------------------------------------------------- teardown on every host
+def reap_on_hosts(hosts: list[str], tag: str, python: str) -> list[dict]:
+    """End every process of the run on each host (bench.harness.supervisor's reap, run there): what it ended, each with
+    its host (or the host's error)."""
+    ended = []
+    for host, proc in on_every_host(hosts, lambda h: [python, "-m", "bench.harness.supervisor", "reap", tag]).items():
+        answer = json_answer(proc)
+        ended += [{**p, "host": host} for p in answer.get("reaped", [{"error": answer.get("error", "no answer")}])]
+    return ended
+
+
+# ---------------------------------------------------------------- shaped links
+RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit)$", re.IGNORECASE)
+DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$", re.IGNORECASE)
+UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+
+
+def parse_link(text: str) -> dict:
+    """`RATE[:DELAY]` (tc's units: 1gbit, 100mbit; 0.1ms, 50us) as {"rate", "delay", "rate_bytes_per_s"}."""
+    rate, _, delay = text.strip().partition(":")
+    if not RATE.match(rate):
+        raise UsageError(f"--link {text!r}: the rate must be a number with tc's unit, such as 1gbit or 100mbit")
+    if delay and not DELAY.match(delay):
+        raise UsageError(f"--link {text!r}: the delay must be a number with a unit, such as 0.1ms or 50us")
+    unit = re.sub(r"^[\d.]+", "", rate).lower()
+    bits = float(rate[: len(rate) - len(unit)]) * UNITS[unit]
+    if bits <= 0:
+        raise UsageError(f"--link {text!r}: the rate must be positive")
+    return {"rate": rate.lower(), "delay": delay.lower() or None, "rate_bytes_per_s": bits / 8}
+
+
+def tc_shape(iface: str, link: dict) -> list[str]:
+    """The qdisc on the host's end of its link that limits what it sends: netem (a rate and a delay) when a delay
+    is asked for; else a token bucket (tbf, in every kernel) with a burst of 4 ms at the rate, at least 10 frames,
+    and up to 50 ms queued."""
+    if link["delay"]:
+        return ["tc", "qdisc", "replace", "dev", iface, "root", "netem", "rate", link["rate"], "delay", link["delay"]]
+    burst = max(15000, int(link["rate_bytes_per_s"] * 0.004))
+    return ["tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", link["rate"], "burst", str(burst),
+            "latency", "50ms"]
+
+
+def shape_links(hosts: list[str], iface: str, link: dict) -> None:
+    """Shape every host's link, or undo what was shaped and refuse with the host's own words."""
+    results = on_every_host(hosts, lambda h: tc_shape(iface, link))
+    failed = {h: p for h, p in results.items() if p.returncode != 0}
+    if failed:
+        unshape_links([h for h in hosts if h not in failed], iface)
+        host, proc = next(iter(failed.items()))
+        why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        hint = ("this kernel has no netem, which a delay needs: give the rate alone" if link["delay"] and
+                "unknown" in why else "shaping needs root and tc (iproute2) on every host")
+        raise UsageError(f"--link: tc on {host} failed ({why}); {hint}")
+
+
+def unshape_links(hosts: list[str], iface: str) -> None:
+    on_every_host(hosts, lambda h: ["tc", "qdisc", "del", "dev", iface, "root"])
+
+
+def restore_links(spec) -> None:
+    """Undo the shaping of a run across hosts (a cut a fault run made is healed by its task's conclude)."""
+    if spec.hosts and spec.link:
+        unshape_links([h["name"] for h in spec.hosts], spec.iface)
+
+
+@contextlib.contextmanager
+def shaped_links(spec):
+    """Every host's link shaped as spec.link says for the duration of the block (nothing when it says nothing)."""
+    if not (spec.hosts and spec.link):
+        yield
+        return
+    shape_links([h["name"] for h in spec.hosts], spec.iface, spec.link)
+    try:
+        yield
+    finally:
+        restore_links(spec)

@@ -1,0 +1,274 @@
+"""Runs inside a Slurm allocation: its nodes as the run's hosts, srun as the way processes reach them, the job's
+ending (scancel, its time limit) as the run's, and the sbatch script `bench slurm-script` writes.
+
+Inside an allocation (SLURM_JOB_ID set, or `--scheduler slurm`), the hosts are the allocation's nodes
+(`scontrol show hostnames $SLURM_JOB_NODELIST`) with its tasks per node as their slots; each backend starts as
+its users start it under Slurm: elastic and ps one torchrun agent per node through one `srun` (one task per
+node, each running its node's part of the plan: `python -m bench.cluster.slurm task PLAN`), with the c10d rendezvous
+on the first node; horovod `horovodrun -H` built from the allocation, run where the batch script runs (the
+allocation's first node). The record keeps the job id, the node list and the launcher command.
+
+scancel and the time limit reach bench as SIGTERM (the script asks for it before the limit: `--signal`); bench
+then asks Slurm which it was: a cancelled job is `interrupted`, one at (or warned of) its limit `timeout`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.core.errors import UsageError
+
+SCONTROL_TIMEOUT_S = 10
+# the script asks Slurm for SIGTERM this long before the time limit, so that bench records the run as
+# `timeout` and ends its processes before Slurm's SIGKILL
+WARN_BEFORE_LIMIT_S = 45
+# sbatch(1), --signal: "the signal may be sent up to 60 seconds earlier than specified" (slurmctld checks
+# limits periodically): the warning can come at any moment from WARN + 60 s before the limit, even as the job
+# starts when its limit is shorter than that
+SIGNAL_EARLY_S = 60
+TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+# `bench slurm-script`'s defaults: the 2-node job the suite's tests submit, a half-hour limit
+SCRIPT_DEFAULTS = dict(nodes=2, tasks_per_node=1, time_limit="30", job_name="bench", verb="sweep")
+
+
+def in_allocation(env=None) -> bool:
+    return bool((env or os.environ).get("SLURM_JOB_ID"))
+
+
+def tasks_per_node(text: str) -> list[int]:
+    """SLURM_TASKS_PER_NODE ("2(x3),1") as a count per node, in node order."""
+    counts = []
+    for item in text.split(","):
+        match = TASKS.match(item.strip())
+        if not match:
+            raise UsageError(f"SLURM_TASKS_PER_NODE={text!r} is not Slurm's N(xM),... form")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def _scontrol(*args: str) -> str:
+    try:
+        proc = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"scontrol {' '.join(args)} failed ({exc}); is Slurm's client installed here?") from None
+    if proc.returncode != 0:
+        raise UsageError(f"scontrol {' '.join(args)} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return proc.stdout
+
+
+def allocation(env=None) -> dict:
+    """The allocation bench runs in: {"name": "slurm", "job_id", "nodelist", "hosts": [{"name", "slots"}]}."""
+    env = env or os.environ
+    if not in_allocation(env):
+        raise UsageError("--scheduler slurm: not inside a Slurm allocation (no SLURM_JOB_ID); submit the script "
+                         "`bench slurm-script` writes, or run inside `salloc`")
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        raise UsageError("inside a Slurm job without SLURM_JOB_NODELIST; run bench from the batch script or salloc")
+    nodes = _scontrol("show", "hostnames", nodelist).split()
+    tasks = env.get("SLURM_TASKS_PER_NODE")
+    counts = tasks_per_node(tasks) if tasks else [1] * len(nodes)
+    if len(counts) != len(nodes):
+        raise UsageError(f"SLURM_TASKS_PER_NODE={tasks} names {len(counts)} nodes, the node list {len(nodes)}")
+    remember_limit(env)
+    return {"name": "slurm", "job_id": env["SLURM_JOB_ID"], "nodelist": nodelist,
+            "hosts": [{"name": node, "slots": n} for node, n in zip(nodes, counts)]}
+
+
+# the job's start and time limit as Slurm gave them when bench read its allocation: how a SIGTERM is judged when
+# scontrol cannot answer at that moment
+_known_limit: dict[str, tuple[str, str]] = {}
+
+
+def _job_fields(job: str, attempts: int = 3) -> dict:
+    """`scontrol show job -o JOB` as a dict; tried `attempts` times (a busy slurmctld); UsageError if never."""
+    import time
+
+    for _ in range(attempts - 1):
+        try:
+            return _fields(_scontrol("show", "job", "-o", job))
+        except UsageError:
+            time.sleep(1.0)
+    return _fields(_scontrol("show", "job", "-o", job))  # the last try: its error is the caller's
+
+
+def _fields(text: str) -> dict:
+    return dict(item.split("=", 1) for item in text.split() if "=" in item)
+
+
+def remember_limit(env=None) -> None:
+    env = env or os.environ
+    try:
+        fields = _job_fields(env["SLURM_JOB_ID"], attempts=1)
+    except (UsageError, KeyError):
+        return
+    if "StartTime" in fields and "TimeLimit" in fields:
+        _known_limit[env["SLURM_JOB_ID"]] = (fields["StartTime"], fields["TimeLimit"])
+
+
+def srun_command(steps: list[tuple[str, list[str]]]) -> list[str]:
+    """One srun step with a task on each node of `steps` ((node, argv) pairs), each running its own argv."""
+    nodes = [node for node, _ in steps]
+    plan = json.dumps({node: argv for node, argv in steps})
+    return ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+            f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=0", "--overlap", "--export=ALL",
+            sys.executable, "-m", "bench.cluster.slurm", "task", plan]
+
+
+def run_task(plan_text: str) -> int:
+    """The srun task on one node: exec this node's argv from the plan (by SLURMD_NODENAME)."""
+    plan = json.loads(plan_text)
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if node not in plan:
+        print(f"bench.cluster.slurm: node {node} has no part in the plan ({', '.join(plan)})", file=sys.stderr)
+        return 2
+    argv = plan[node]
+    os.execvp(argv[0], argv)
+    return 127  # not reached
+
+
+def limit_seconds(text: str) -> float:
+    """Slurm's printed TimeLimit ([D-]HH:MM:SS, MM:SS, UNLIMITED) in seconds."""
+    if text in ("UNLIMITED", "INFINITE"):
+        return float("inf")
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    hours, minutes, seconds = parts[-3:]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def requested_seconds(text: str) -> float:
+    """sbatch's --time as seconds: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS,
+    DAYS-HOURS:MINUTES or DAYS-HOURS:MINUTES:SECONDS (sbatch(1); not scontrol's printed form, limit_seconds)."""
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if days:  # DAYS-HOURS[:MINUTES[:SECONDS]]: the clock fills from the hours
+        return limit_seconds(f"{days}-{':'.join((parts + ['0', '0'])[:3])}")
+    if len(parts) == 1:  # MINUTES
+        return int(parts[0]) * 60
+    return limit_seconds(clock)  # MINUTES:SECONDS and HOURS:MINUTES:SECONDS read as scontrol prints them
+
+
+def early_warning_note(time_limit: str) -> str | None:
+    """What to tell the user of a limit so short that Slurm's warning may come as the job starts."""
+    if requested_seconds(time_limit) > WARN_BEFORE_LIMIT_S + SIGNAL_EARLY_S:
+        return None
+    return (f"--time {time_limit}: Slurm sends its limit warning {WARN_BEFORE_LIMIT_S} s before the limit, or up "
+            f"to {SIGNAL_EARLY_S} s earlier, so this job may get it as it starts (its run stored `timeout`); "
+            "give a few minutes more than the work needs")
+
+
+# what job_ending last said of each job in this process: bench's closing line says it again without asking again
+_judged: dict[str, tuple[str, str] | None] = {}
+
+
+def job_ending(env=None, now: float | None = None) -> tuple[str, str] | None:
+    """After bench got SIGTERM inside a Slurm job: ("timeout" | "interrupted", why), from the job's state and how
+    close its time limit is (the script's warning comes WARN_BEFORE_LIMIT_S before it, or up to SIGNAL_EARLY_S
+    earlier); None outside a job or when Slurm cannot say."""
+    env = env or os.environ
+    if not in_allocation(env):
+        return None
+    job = env["SLURM_JOB_ID"]
+    _judged[job] = _judge(job, now)
+    return _judged[job]
+
+
+def last_ending(env=None) -> tuple[str, str] | None:
+    """What job_ending last said in this process of the job bench runs in, or its answer now if it said nothing."""
+    env = env or os.environ
+    job = env.get("SLURM_JOB_ID")
+    return _judged[job] if job in _judged else job_ending(env)
+
+
+def signal_judged() -> bool:
+    """Whether this process got a signal inside a Slurm job (job_ending runs only then): whatever the run it ended
+    was stored as, the job is ending and no further run should start."""
+    return bool(_judged)
+
+
+def _judge(job: str, now: float | None) -> tuple[str, str] | None:
+    import time
+
+    try:
+        fields = _job_fields(job)
+    except UsageError as exc:
+        if job not in _known_limit:
+            print(f"bench: cannot tell how Slurm job {job} is ending: {exc}", file=sys.stderr, flush=True)
+            return None
+        # Slurm cannot answer now: judged by the limit read at the start (a cancel then reads as interrupted
+        # only when far from the limit)
+        print(f"bench: Slurm job {job}: {exc}; judged by its time limit", file=sys.stderr, flush=True)
+        fields = dict(zip(("StartTime", "TimeLimit"), _known_limit[job]), JobState="RUNNING")
+    state, limit = fields.get("JobState", ""), fields.get("TimeLimit", "?")
+    try:  # from StartTime and TimeLimit: a cancel rewrites EndTime to its own moment
+        started = time.mktime(time.strptime(fields.get("StartTime", ""), "%Y-%m-%dT%H:%M:%S"))
+        left = started + limit_seconds(limit) - (now or time.time())
+    except ValueError:
+        left = None
+    cancelled = "interrupted", f"the Slurm job {job} was cancelled (scancel)"
+    timed_out = "timeout", f"the Slurm job {job} reached its time limit ({limit})"
+    if state.startswith("CANCELLED"):  # (its EndTime is then the moment of the cancel)
+        return cancelled
+    if state.startswith("TIMEOUT"):
+        return timed_out
+    if state.startswith(("RUNNING", "COMPLETING")):  # the script's warning, or a signal Slurm has not judged yet
+        # (+5 s: the scontrol call, and StartTime's whole seconds)
+        return timed_out if left is not None and left <= WARN_BEFORE_LIMIT_S + SIGNAL_EARLY_S + 5 else cancelled
+    print(f"bench: Slurm job {job} is {state or 'in no state scontrol shows'}: cannot tell scancel from its time "
+          "limit", file=sys.stderr, flush=True)
+    return None
+
+
+# ---------------------------------------------------------------- the batch script
+def script(*, nodes: int, tasks_per_node: int, time_limit: str, store: str, bench_args: list[str],
+           gpus_per_node: int | None = None, partition: str | None = None, account: str | None = None,
+           job_name: str = "bench", verb: str = "sweep") -> str:
+    """A ready sbatch script: the allocation asked for, this checkout and environment activated, and one
+    `bench VERB` inside it with --scheduler slurm and the store given (its records land there)."""
+    from bench.core.environment import PROJECT_ROOT
+
+    if nodes < 1 or tasks_per_node < 1:
+        raise UsageError("--nodes and --tasks-per-node must be 1 or more")
+    if not re.match(r"^(\d+-)?\d+(:\d+){0,2}$", time_limit):
+        raise UsageError(f"--time {time_limit!r}: give Slurm's MINUTES, HH:MM:SS or D-HH:MM:SS")
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name}", f"#SBATCH --nodes={nodes}",
+             f"#SBATCH --ntasks-per-node={tasks_per_node}", f"#SBATCH --time={time_limit}",
+             f"#SBATCH --output={Path(store).resolve().parent}/slurm-%j.out",
+             # SIGTERM to bench (the batch shell, by exec) before the limit: it records `timeout` and ends its runs
+             f"#SBATCH --signal=B:TERM@{WARN_BEFORE_LIMIT_S}"]
+    if gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    if account:
+        lines.append(f"#SBATCH --account={account}")
+    activate = Path(sys.prefix) / "bin" / "activate"
+    lines += ["", "set -euo pipefail", f"cd {shlex.quote(str(PROJECT_ROOT))}"]
+    if activate.exists():
+        lines.append(f"source {shlex.quote(str(activate))}")
+    lines += [f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+              "exec " + " ".join(shlex.quote(a) for a in
+                                 [sys.executable, "-m", "bench", verb, "--scheduler", "slurm",
+                                  "--store", str(Path(store).resolve()), *bench_args])]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "task":
+        return run_task(argv[1])
+    print("usage: python -m bench.cluster.slurm task PLAN_JSON", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,324 @@
+"""Typed, versioned run records: one JSON round trip, one place that builds them, explicit upgrades.
+
+A record is a `RunRecord`; its `metrics` are the dataclass its task declares (`Task.metrics_type`), so
+each kind of run owns the shape of its own figures. `to_dict()` gives the JSON stored in the results
+store and baseline files; `RunRecord.from_dict()` reads one back, checking `schema_version` and running
+every upgrade from the version it was written with (UPGRADES) before the fields are typed. Unknown or
+missing fields are an error (`RecordError`), never silently dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+
+SCHEMA_VERSION = 5  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+
+
+class RecordError(ValueError):
+    """A stored record that this version cannot read."""
+
+
+# ---------------------------------------------------------------- the generic JSON round trip
+def to_json(obj):
+    """A dataclass (or container of them) as plain JSON values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_json(v) for k, v in obj.items()}
+    return obj
+
+
+def _hints(cls) -> dict:
+    hints = getattr(cls, "__bench_hints__", None)
+    if hints is None or hints[0] is not cls:
+        hints = (cls, typing.get_type_hints(cls))
+        cls.__bench_hints__ = hints
+    return hints[1]
+
+
+# JSON values a plain field accepts (a float field takes an integer: JSON writes 2.0 as 2 in some tools)
+PLAIN = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
+
+
+def from_json(tp, value, where: str = "record"):
+    """`value` (plain JSON) as type `tp`: dataclasses, X | None, list[X], dict[str, X], plain values."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is typing.Any or tp is object:
+        return value
+    if tp in PLAIN:
+        if not isinstance(value, PLAIN[tp]) or (isinstance(value, bool) and tp is not bool):
+            raise RecordError(f"{where}: expected {tp.__name__}, found {type(value).__name__}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return from_json(rest[0], value, where)
+        return value  # a plain union of JSON types (int | float, ...)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise RecordError(f"{where}: expected a list, found {type(value).__name__}")
+        return [from_json(args[0] if args else typing.Any, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecordError(f"{where}: expected an object, found {type(value).__name__}")
+        return {k: from_json(args[1] if args else typing.Any, v, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+def build(cls, data: dict, where: str | None = None):
+    """An instance of dataclass `cls` from a dict of its fields (typed recursively); strict about names."""
+    where = where or cls.__name__
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: expected an object, found {type(data).__name__}")
+    hints = _hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = set(data) - names
+    if unknown:
+        raise RecordError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    required = {f.name for f in dataclasses.fields(cls)
+                if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    missing = required - set(data)
+    if missing:
+        raise RecordError(f"{where}: missing field(s) {', '.join(sorted(missing))}")
+    return cls(**{k: from_json(hints[k], v, f"{where}.{k}") for k, v in data.items()})
+
+
+class Record:
+    """Mixin: the JSON round trip for a record dataclass."""
+
+    def to_dict(self) -> dict:
+        return to_json(self)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        return build(cls, data)
+
+
+# ---------------------------------------------------------------- parts every record shares
+@dataclass
+class Summary(Record):
+    """Mean over a run's windows with its t confidence interval (bench.core.stats.summarize)."""
+    mean: float
+    stdev: float
+    n: int
+    confidence: float
+    ci_low: float
+    ci_high: float
+    ci_half_width: float
+    rel_stdev: float
+    unstable: bool
+    unit: str | None = None
+    per_window: list[float] | None = None
+
+
+@dataclass
+class Startup(Record):
+    """Seconds from the launch: to the last worker process, rendezvous (slowest rank), first step."""
+    launch_to_process_s: float
+    rendezvous_s: float
+    launch_to_first_step_s: float | None = None
+    # the launcher's own start-up phases as it reports them (Launcher.startup_phases: name -> seconds, such as
+    # starting a runtime and placing the workers); empty where the launcher reports none
+    launcher_phases: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RankRow(Record):
+    """One row of the rank map: what the launcher gave one process (and, in fault runs, when)."""
+    rank: int
+    world_size: int
+    local_rank: int | None = None
+    local_world_size: int | None = None
+    group_rank: int | None = None  # node index (torchrun's GROUP_RANK, Horovod's cross rank)
+    role_rank: int | None = None
+    restart_count: int | None = 0
+    host: str | None = None
+    role: str = "worker"
+    pid: int | None = None
+    time: float | None = None  # when it joined the group
+    attempt: int | None = None  # which process of that rank (fault runs start replacements)
+
+    @property
+    def worker_index(self) -> int:
+        """Which of the workers this is (0..world size - 1): its data shard. The global rank, unless the backend
+        numbers its roles apart (a parameter server's workers need not hold the first global ranks)."""
+        return self.role_rank if self.role_rank is not None else self.rank
+    phase: str | None = None  # fault runs: "before" or "after" the fault
+
+
+@dataclass
+class RunError(Record):
+    """Why a run is not ok: a sentence, and the evidence behind it."""
+    message: str
+    tail: str = ""
+    rank: int | None = None
+    attempt: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    exception: str | None = None
+    exception_message: str | None = None
+    ranks: list[dict] | None = None  # where each rank was when the run was ended
+
+
+@dataclass
+class Times(Record):
+    """Wall-clock times one process reports (comparable with the parent's launch time)."""
+    process_start: float
+    init_start: float
+    init_end: float
+    end: float
+    first_step_end: float | None = None
+
+
+@dataclass
+class RankResult(Record):
+    """The result file one process writes when it ends cleanly: who it was, when, and its task's output
+    (a dict whose shape the task owns: window times, communication rows, a server's counters ...)."""
+    rank_info: RankRow
+    pid: int
+    times: Times
+    peak_rss_bytes: int
+    output: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- the record
+@dataclass
+class RunRecord(Record):
+    schema_version: int
+    run_id: str
+    created_at: float
+    duration_s: float
+    status: str  # ok, failed, timeout, crashed, interrupted
+    error: RunError | None
+    spec: typing.Any  # bench.core.spec.RunSpec
+    command: list[str]
+    rank_map: list[RankRow]
+    metrics: typing.Any  # the task's metrics dataclass (Task.metrics_type), or None when not ok
+    events: list[dict]
+    environment: dict
+    run_dir: str
+    launch: dict = field(default_factory=dict)  # what the launcher chose at run time (ports, hosts files)
+
+    @property
+    def task(self):
+        from bench.core.registry import get_task
+
+        return get_task(self.spec.task)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunRecord":
+        """A stored record of any version this bench knows, upgraded to the current one."""
+        from bench.core.spec import RunSpec
+        from bench.core.registry import get_task
+
+        if not isinstance(data, dict):
+            raise RecordError("a record must be a JSON object")
+        data = upgrade(data)
+        where = f"record {data.get('run_id')}"
+        if not isinstance(data.get("spec"), dict):
+            raise RecordError(f"{where}.spec: expected an object, found {type(data.get('spec')).__name__}")
+        try:
+            task = get_task(data["spec"].get("task"))
+        except Exception as exc:
+            raise RecordError(f"{where}: {exc}") from None
+        spec = build(RunSpec, data["spec"], f"{where}.spec")
+        metrics = None if data.get("metrics") is None else build(task.metrics_type, data["metrics"],
+                                                                 f"{where}.metrics")
+        hints = _hints(cls)
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name in ("spec", "metrics"):
+                continue
+            if f.name in data:
+                values[f.name] = from_json(hints[f.name], data[f.name], f"{where}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise RecordError(f"{where}: missing field {f.name}")
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise RecordError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        return cls(spec=spec, metrics=metrics, **values)
+
+
+# ---------------------------------------------------------------- upgrades of stored records
+def _v1_to_v2(rec: dict) -> dict:
+    """Version 1 (before task plug-ins): specs written before `task`, `step_delay` and `repeat` existed,
+    metrics nested per task and communication rows at the top level (`allreduce`): each task moves its
+    own (Task.upgrade); rank map rows named the world size `size`."""
+    from bench.core.registry import get_task
+
+    rec = dict(rec)
+    spec = dict(rec["spec"])
+    spec.setdefault("task", "train")
+    for name, empty in (("step_delay", None), ("repeat", 0), ("fault", None), ("comm", None)):
+        spec.setdefault(name, empty)
+    rec["spec"] = spec
+    rec["rank_map"] = [v1_rank_row(r) for r in rec.get("rank_map") or []]
+    rec = get_task(spec["task"]).upgrade(1, rec)
+    rec.pop("allreduce", None)
+    rec.setdefault("launch", {})
+    rec["schema_version"] = 2
+    return rec
+
+
+def v1_rank_row(row: dict) -> dict:
+    row = dict(row)
+    if "size" in row:
+        row["world_size"] = row.pop("size")
+    return row
+
+
+def _v2_to_v3(rec: dict) -> dict:
+    """v3 adds runs across hosts (spec.hosts, spec.iface, spec.link): a v2 run ran on one host."""
+    rec = dict(rec, spec={**rec["spec"], "hosts": None, "iface": None, "link": None})
+    rec["schema_version"] = 3
+    return rec
+
+
+def _v3_to_v4(rec: dict) -> dict:
+    """v4 adds runs inside a scheduler's allocation (spec.scheduler), users' workloads (spec.workload_source), the
+    saved model (spec.save_model) and the image folder's loader processes (spec.loader_workers): a v3 run ran
+    under none, on a built-in workload held in memory, and saved no model."""
+    rec = dict(rec, spec={**rec["spec"], "scheduler": None, "workload_source": None, "save_model": None,
+                                         "loader_workers": 0})
+    rec["schema_version"] = 4
+    return rec
+
+
+def _v4_to_v5(rec: dict) -> dict:
+    """v5 adds the input loader (spec.loader), time-to-accuracy runs (spec.converge) and the launcher's own
+    start-up phases (metrics.startup.launcher_phases, empty by default: no launcher of v4 reported any): a v4
+    run held its in-memory data on the device and was no converge run."""
+    rec = dict(rec, spec={**rec["spec"], "loader": "memory", "converge": None})
+    rec["schema_version"] = 5
+    return rec
+
+
+UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}  # version -> function that returns the record at version + 1
+
+
+def upgrade(data: dict) -> dict:
+    version = data.get("schema_version")
+    if not isinstance(version, int):
+        raise RecordError(f"record {data.get('run_id')} has no schema_version")
+    if version > SCHEMA_VERSION:
+        raise RecordError(f"record {data.get('run_id')} has schema {version}, newer than this bench "
+                          f"({SCHEMA_VERSION}); update bench")
+    while version < SCHEMA_VERSION:
+        if version not in UPGRADES:
+            raise RecordError(f"record {data.get('run_id')} has schema {version}, which this bench cannot upgrade")
+        data = UPGRADES[version](data)
+        version = data["schema_version"]
+    return data

@@ -1,0 +1,53 @@
+"""The plug-in registries: backend name -> module holding BACKEND (bench.backends.base.Backend), task name ->
+module holding TASK (bench.tasks.base.Task).
+
+Plug-ins are imported by name when first asked for, so the layers below them (the rank entry point, the
+harness, the store) reach a run's backend and task without importing them: the plug-ins sit above.
+Adding a backend or a task is a module (or folder) in bench/backends or bench/tasks and one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from bench.core.errors import UsageError
+
+BACKEND_MODULES = {
+    "elastic": "bench.backends.elastic",
+    "horovod": "bench.backends.horovod",
+    "ps": "bench.backends.ps",
+    "single": "bench.backends.single",
+    "ray": "bench.backends.ray",
+}
+COMPARED = ("elastic", "horovod", "ps", "ray")  # what `--backend all` runs (where each can run)
+PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are reference points
+PLAIN_LOOP = "single"  # the plain loop every backend is also measured against
+DEFAULT_BACKEND = "elastic"  # `bench run` and `bench fault` without --backend
+
+TASK_MODULES = {
+    "train": "bench.tasks.train",  # the measured training loop
+    "comm": "bench.tasks.comm",  # a communication sweep in nccl-tests' conventions
+    "fault": "bench.tasks.fault",  # training through an injected fault under a backend's elastic mode
+    "converge": "bench.tasks.converge",  # time to a held-out accuracy on a real data set
+}
+
+
+def get_backend(name: str):
+    if name not in BACKEND_MODULES:
+        raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_MODULES)}")
+    return importlib.import_module(BACKEND_MODULES[name]).BACKEND
+
+
+def elastic_backends() -> list[str]:
+    """The backends with an elastic mode (what `bench fault` takes)."""
+    return [name for name in BACKEND_MODULES if get_backend(name).elastic is not None]
+
+
+def get_task(name: str):
+    if name not in TASK_MODULES:
+        raise UsageError(f"unknown task {name!r}; this bench knows {', '.join(TASK_MODULES)}")
+    return importlib.import_module(TASK_MODULES[name]).TASK
+
+
+def all_tasks() -> list:
+    return [get_task(name) for name in TASK_MODULES]

@@ -1,0 +1,207 @@
+"""The files of one run: spec, launcher log, per-rank start/progress/result/exit files, and the files
+a fault run or an elastic launcher keeps. Every file name of a run directory is spelled here.
+
+Every rank writes its own files (atomically), so the parent can tell after any ending, clean or not,
+how far each rank got and how it ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+RANK_FILE = re.compile(r"rank(\d+)\.a(\d+)\.(\w+)(?:\.jsonl?)?$")
+
+
+def write_json_atomic(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    """A JSON file, or None when it is absent or unreadable (a writer killed mid-way)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class RunDir:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.ranks = self.path / "ranks"
+
+    def create(self) -> "RunDir":
+        self.ranks.mkdir(parents=True, exist_ok=True)
+        return self
+
+    @property
+    def spec_file(self) -> Path:
+        return self.path / "spec.json"
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.path / "launcher.log"
+
+    @property
+    def record_file(self) -> Path:
+        """The run's record as JSON, written before the store is: a run is never lost with its store."""
+        return self.path / "record.json"
+
+    @property
+    def launch_file(self) -> Path:
+        """What the parent launched (command, environment, task's before-launch figures), written just
+        before the launch: what a lifeline needs to record the run if the parent dies."""
+        return self.path / "launch.json"
+
+    @property
+    def owner_file(self) -> Path:
+        """The bench process running this run and its lifeline (bench.harness.lifeline); removed once the record is
+        stored, so a run directory holding one after both are gone was abandoned unrecorded."""
+        return self.path / "owner.json"
+
+    @property
+    def lifeline_log(self) -> Path:
+        return self.path / "lifeline.log"
+
+    @property
+    def joiner_log(self) -> Path:
+        """Output of a launcher started while the run goes on (a scale-up's second agent)."""
+        return self.path / "joiner.log"
+
+    @property
+    def fault_reached(self) -> Path:
+        """Written by the victim (or rank 0, for a join) when it reaches the fault step."""
+        return self.path / "fault-reached.json"
+
+    @property
+    def fault_fired(self) -> Path:
+        """Written by the parent when the signal is sent or the joiner started."""
+        return self.path / "fault-fired.json"
+
+    @property
+    def agent_events(self) -> Path:
+        """An elastic agent's own events and metrics, one JSON line each."""
+        return self.path / "agent-events.jsonl"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "checkpoint.pt"
+
+    @property
+    def hosts_file(self) -> Path:
+        """The hosts a discovery script reports (Horovod's elastic mode)."""
+        return self.path / "hosts.txt"
+
+    @property
+    def discovery_script(self) -> Path:
+        return self.path / "discover-hosts.sh"
+
+    def temporary(self, path: Path) -> Path:
+        """A name beside `path` for writing it aside before an atomic rename."""
+        return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+    def params_file(self, rank: int, attempt: int) -> Path:
+        """A process's final parameters (--save-params)."""
+        return self.ranks / f"rank{rank}.a{attempt}.params.pt"
+
+    def resumed_params_file(self, step: int, pid: int) -> Path:
+        """The parameters a process resumed from in a fault run (--save-params)."""
+        return self.path / f"resumed-step{step}-pid{pid}.params.pt"
+
+    def read_json(self, path: Path):
+        """A JSON file of this run, or None when it is absent or unreadable (a writer killed mid-way)."""
+        return read_json(path)
+
+    def json_lines(self, path: Path) -> list[dict]:
+        """Every readable line of a JSON-lines file (a line cut short by a kill is skipped)."""
+        try:
+            text = path.read_text()
+        except OSError:
+            return []
+        out = []
+        for line in text.splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def rank_file(self, rank: int, attempt: int, kind: str) -> Path:
+        suffix = ".log" if kind == "log" else ".json"
+        return self.ranks / f"rank{rank}.a{attempt}.{kind}{suffix}"
+
+    def journal_file(self, rank: int, attempt: int) -> Path:
+        """A worker's event journal in a fault run: JSON lines, appended as events happen."""
+        return self.ranks / f"rank{rank}.a{attempt}.journal.jsonl"
+
+    def journal_lines(self) -> list[dict]:
+        """Every journal line of every process, in time order, each with its file's rank and attempt."""
+        lines = []
+        if not self.ranks.is_dir():
+            return lines
+        for path in sorted(self.ranks.glob("rank*.a*.journal.jsonl")):
+            match = RANK_FILE.match(path.name)
+            for entry in self.json_lines(path):
+                lines.append({**entry, "file_rank": int(match.group(1)), "attempt": int(match.group(2))})
+        lines.sort(key=lambda e: e["t"])
+        return lines
+
+    def claim_attempt(self, rank: int, start: int) -> int:
+        """The first attempt number from `start` whose log no process has taken yet, taken atomically.
+
+        In fault runs a rank number is reused by replacement processes that their launcher does not
+        number apart (Horovod's elastic mode; torchrun after a membership change): each process gets
+        files of its own."""
+        attempt = start
+        while True:
+            try:
+                fd = os.open(self.rank_file(rank, attempt, "log"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.close(fd)
+                return attempt
+            except FileExistsError:
+                attempt += 1
+
+    def write(self, rank: int, attempt: int, kind: str, data) -> None:
+        write_json_atomic(self.rank_file(rank, attempt, kind), data)
+
+    def read_all(self, kind: str) -> dict[tuple[int, int], dict]:
+        """{(rank, attempt): data} for every readable file of this kind."""
+        found = {}
+        if not self.ranks.is_dir():
+            return found
+        for path in self.ranks.glob(f"rank*.a*.{kind}.json"):
+            match = RANK_FILE.match(path.name)
+            try:
+                found[(int(match.group(1)), int(match.group(2)))] = json.loads(path.read_text())
+            except (OSError, ValueError, AttributeError):
+                continue  # a rank killed mid-write leaves only its .tmp file, which is never read
+        return found
+
+    def latest(self, kind: str) -> dict[int, dict]:
+        """{rank: data} from each rank's last attempt."""
+        best: dict[int, tuple[int, dict]] = {}
+        for (rank, attempt), data in self.read_all(kind).items():
+            if rank not in best or attempt > best[rank][0]:
+                best[rank] = (attempt, data)
+        return {rank: data for rank, (_, data) in sorted(best.items())}
+
+
+def tail(path: Path, lines: int = 30, max_bytes: int = 16384, upto: int | None = None) -> str:
+    """The last lines of a log (of its first `upto` bytes when given), for error reports."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell() if upto is None else min(upto, fh.tell())
+            start = max(0, size - max_bytes)
+            fh.seek(start)
+            text = fh.read(size - start).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -1,0 +1,215 @@
+"""The durable results store: one SQLite file in WAL mode, one row per run.
+
+Each record is written in one transaction, so a writer killed at any moment leaves the store as it
+was before or after that record, never half-written. The table keeps the fields people filter on
+as columns and the whole record as JSON; PRAGMA user_version holds the schema version.
+
+Reading never changes the store file: it is opened read-only (SQLite's mode=ro), so a file that is not
+a store (an empty one, another program's database) is refused as it is, never given a schema or
+switched to WAL. (A reader of a WAL file may leave SQLite's -wal and -shm files beside it; the next
+writer removes them.)
+
+The store is --store, else $BENCH_STORE, else results/bench.sqlite; an empty BENCH_STORE counts as
+unset, as `BENCH_STORE= bench list` means in a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import sqlite3
+import stat
+import tempfile
+from pathlib import Path
+
+from bench.core.errors import StoreError
+from bench.core.records import SCHEMA_VERSION, RecordError, RunRecord
+
+DEFAULT_STORE = Path("results") / "bench.sqlite"
+COLUMNS = ("run_id", "created_at", "status", "backend", "workload", "world_size", "device",
+           "batch_size", "sweep_id", "throughput", "record")
+CREATE = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    status TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    world_size INTEGER NOT NULL,
+    device TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    sweep_id TEXT,
+    throughput REAL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_case ON runs (workload, backend, world_size);
+"""
+
+
+def default_store_path() -> Path:
+    return Path(os.environ.get("BENCH_STORE") or DEFAULT_STORE)
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError's reason without the path it repeats (the messages name the path once)."""
+    return exc.strerror or str(exc)
+
+
+def check_folder_writable(folder: Path, create: bool) -> None:
+    """Raise OSError (its strerror says why) unless a file can be written in `folder`: made first with
+    `create`, else its nearest existing folder is tried, so that nothing is left behind."""
+    existing = folder
+    if create and not folder.is_dir():
+        with contextlib.suppress(OSError):  # a file in the way, say: found and said below
+            folder.mkdir(parents=True)
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "it" if existing == folder else str(existing)
+        raise NotADirectoryError(errno.ENOTDIR, f"{where} is a file, not a folder")
+    fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-check-")
+    try:
+        os.write(fd, b"ok")
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+class Store:
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path else default_store_path()
+
+    def _unreadable(self, why) -> StoreError:
+        return StoreError(f"results store {self.path} cannot be read ({why}); move it aside or "
+                          "pass --store with another path")
+
+    def _unusable(self, why) -> StoreError:
+        return StoreError(f"results store {self.path} cannot be used ({why}); pass --store with another path")
+
+    def _stat(self) -> os.stat_result | None:
+        """The store file's status, or None where there is none; a path that cannot be a store is refused."""
+        try:
+            st = self.path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:  # a name too long for the file system, a loop of links
+            raise self._unusable(os_reason(exc)) from None
+        if stat.S_ISDIR(st.st_mode):
+            raise self._unusable("it is a directory; give a file path")
+        if not stat.S_ISREG(st.st_mode):
+            raise self._unusable("it is not a file")
+        return st
+
+    def _connect(self, create: bool) -> sqlite3.Connection:
+        """A connection to the store: read-only, or with `create` read-write (the store made if absent)."""
+        st = self._stat()
+        if not create and st is None:
+            raise StoreError(f"no results store at {self.path}; run `bench run` or `bench sweep` first, "
+                             "or pass --store PATH")
+        if not create and st.st_size == 0:
+            raise StoreError(f"results store {self.path} is an empty file, not a bench store; a run with this "
+                             "--store makes one there, or pass --store with another path")
+        if create:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise self._unusable(f"its folder cannot be made: {os_reason(exc)}") from None
+        try:
+            if create:
+                conn = sqlite3.connect(self.path, timeout=30.0)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+            else:
+                conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise self._unreadable(exc) from None
+        except OSError as exc:
+            raise self._unreadable(os_reason(exc)) from None
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise StoreError(f"results store {self.path} has schema {version}, newer than this bench "
+                             f"({SCHEMA_VERSION}); update bench or pass --store with another path")
+        if "runs" not in tables and (tables or not create):
+            conn.close()
+            raise self._unreadable("it is an SQLite file but not a bench store")
+        if create and version < SCHEMA_VERSION and "runs" in tables:
+            # older records stay as written (each carries its version and is upgraded when read); the
+            # store's version says which bench may add to it, so an older bench refuses a newer record
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if create and "runs" not in tables:
+            with conn:
+                conn.executescript(CREATE)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return conn
+
+    def check_writable(self) -> None:
+        """Open (or create) the store and take its write lock for a moment: a store that cannot take a
+        record is found before a run is launched, not after it has measured."""
+        self.check_usable()  # what can be found without creating anything first: bad input creates nothing
+        conn = self._connect(create=True)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"results store {self.path} cannot be written ({exc}); pass --store with "
+                             "a writable path") from None
+        finally:
+            conn.close()
+        self._check_runs_folder(create=True)
+
+    def check_usable(self) -> None:
+        """What check_writable refuses, found without creating anything: for a command that takes its store
+        before it plans its runs (the first run makes the store and its run directories)."""
+        st = self._stat()
+        if st is not None and st.st_size:
+            self._connect(create=False).close()  # a foreign, unreadable or newer file
+        self._check_runs_folder(create=False)
+
+    def _check_runs_folder(self, create: bool) -> None:
+        runs = self.path.parent / "runs"
+        try:
+            check_folder_writable(runs, create)
+        except OSError as exc:
+            raise StoreError(f"run directory {runs} cannot be written ({os_reason(exc)}); every run keeps its "
+                             "files there, beside the store: pass --store with a path in a writable folder") from None
+
+    def run_dir(self, run_id: str) -> Path:
+        """Where a run's raw files (spec, logs, per-rank files) are kept, beside the store."""
+        return self.path.parent / "runs" / run_id
+
+    def save(self, record: RunRecord) -> None:
+        spec = record.spec
+        row = (record.run_id, record.created_at, record.status, spec.backend, spec.workload, spec.world_size,
+               spec.device, spec.batch_size, spec.sweep_id, record.task.frame_columns(record).get("throughput"),
+               json.dumps(record.to_dict()))
+        conn = self._connect(create=True)
+        try:
+            with conn:
+                conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) "
+                             f"VALUES ({', '.join('?' * len(COLUMNS))})", row)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot write to results store {self.path}: {exc}") from None
+        finally:
+            conn.close()
+
+    def records(self) -> list[RunRecord]:
+        """Every stored record, oldest first, upgraded to the current schema (bench.core.records)."""
+        conn = self._connect(create=False)
+        try:
+            rows = conn.execute("SELECT run_id, record FROM runs ORDER BY created_at").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._unreadable(exc) from None
+        finally:
+            conn.close()
+        records = []
+        for run_id, text in rows:
+            try:
+                records.append(RunRecord.from_dict(json.loads(text)))
+            except ValueError as exc:  # RecordError is a ValueError too
+                why = exc if isinstance(exc, RecordError) else "not valid JSON"
+                raise self._unreadable(f"the record of run {run_id} is unreadable: {why}") from None
+        return records

@@ -1,0 +1,4 @@
+"""One run end to end, the same for every backend and task: the runner, the supervisor (the one way to launch
+a process tree and reap it), the lifeline, the per-rank guard, and the status rules and record building.
+It imports bench.core, bench.rank, bench.cluster and bench.backends; tasks are reached through the registry.
+"""

@@ -1,0 +1,77 @@
+"""Per-rank guard: `python -m bench.harness.guard RUN_DIR BACKEND` runs one worker and records how it ended.
+
+Launchers (torchrun, horovodrun, mpirun, the PS launcher) start this guard in place of the worker. The
+guard captures the worker's output to a per-rank log and, whatever the ending (exit code, exception,
+signal), writes the rank's exit file: so the failing rank, its exit code or signal and its error tail
+are known the same way under every launcher. It imports no torch and exits as its worker did, so the
+launcher sees the same status it would have seen without it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from bench.core.registry import get_backend
+from bench.core.rundir import RunDir, tail
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _die_with_parent():
+    # Linux: the worker gets SIGKILL if its guard dies, so a killed guard never leaves an orphan.
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def main(argv: list[str]) -> int:
+    run_dir, backend = RunDir(argv[0]), get_backend(argv[1])
+    rank, attempt = backend.launcher.rank_identity(os.environ)
+    # A rank number may be reused by replacement processes their launcher does not number apart: each
+    # process claims files of its own.
+    attempt = run_dir.claim_attempt(rank, attempt)
+    log_path = run_dir.rank_file(rank, attempt, "log")
+    env = dict(os.environ, BENCH_RANK=str(rank), BENCH_ATTEMPT=str(attempt))
+    received: list[str] = []
+
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen([sys.executable, "-m", "bench.rank.entry", str(run_dir.path)],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 env=env, preexec_fn=_die_with_parent)
+
+    def forward(signum, _frame):
+        received.append(signal.Signals(signum).name)
+        try:
+            child.send_signal(signum)
+            if signum == signal.SIGTERM:
+                child.send_signal(signal.SIGCONT)  # a stopped worker must wake up to die
+        except ProcessLookupError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    returncode = child.wait()
+    run_dir.write(rank, attempt, "exit", {
+        "rank": rank, "attempt": attempt, "pid": child.pid, "time": time.time(),
+        "returncode": returncode,
+        "exit_code": returncode if returncode >= 0 else None,
+        "signal": signal.Signals(-returncode).name if returncode < 0 else None,
+        # A signal that reached the guard from outside means the launcher or the harness ended this
+        # rank: a consequence of another failure, not its cause.
+        "terminated_by": received[0] if received else None,
+        "tail": tail(log_path) if returncode != 0 else "",
+    })
+    if returncode < 0:
+        signal.signal(-returncode, signal.SIG_DFL)
+        os.kill(os.getpid(), -returncode)
+    return returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,152 @@
+"""Run one RunSpec end to end: run directory, launch (the task's), supervision, record, store."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import time
+
+from bench.harness.outcome import build_record
+from bench.core.registry import get_backend
+from bench.core.console import format_duration, note
+from bench.core.environment import PROJECT_ROOT, fingerprint
+from bench.core.errors import Interrupted, RecordNotStored, StoreError
+from bench.cluster.hosts import shaped_links
+from bench.harness.lifeline import Lifeline, recover
+from bench.core.records import RunRecord
+from bench.core.rundir import RunDir, write_json_atomic
+from bench.cluster.slurm import signal_judged
+from bench.core.spec import RunSpec
+from bench.core.store import Store
+from bench.harness.supervisor import TAG_VARIABLE, Outcome, interruption, supervise
+from bench.core.registry import get_task
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def worker_environment(spec: RunSpec, tag: str) -> dict[str, str]:
+    """The environment every rank starts with, whatever the launcher: the harness sets the threads."""
+    env = dict(os.environ)
+    env.update({
+        TAG_VARIABLE: tag,
+        "OMP_NUM_THREADS": str(spec.threads),
+        "MKL_NUM_THREADS": str(spec.threads),
+        "PYTHONUNBUFFERED": "1",
+        # the workers import exactly this checkout's harness, and a user's workload module from where it was found
+        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), (spec.workload_source or {}).get("import_path"),
+                                                  env.get("PYTHONPATH")) if p),
+    })
+    if spec.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run never touches a GPU, on any machine
+    if spec.iface:  # across hosts: every backend's transport on the same interface
+        env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = spec.iface
+    return env
+
+
+def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecord:
+    """Launch, supervise and record one run; the record is stored whatever the ending. The store is
+    checked before anything starts; the record is also kept in the run directory (record.json), so a
+    store that fails afterwards loses nothing (RecordNotStored says how to add it later). From the run
+    directory's creation to the stored record, a lifeline (bench.harness.lifeline) ends and records the run if
+    this process dies; a Ctrl-C before the launch is recorded as an interrupted run like one after it."""
+    store.check_writable()
+    for run_id in recover(store):
+        note(f"bench: recorded run {run_id} as interrupted: its bench process died before recording it")
+    with shaped_links(spec):  # before the run exists: a link that cannot be shaped is refused with nothing made
+        return _execute(spec, store, show_progress)
+
+
+def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
+    run_id = new_run_id()
+    run_dir = RunDir(store.run_dir(run_id)).create()
+    run_dir.spec_file.write_text(json.dumps(spec.to_dict(), indent=1))  # never changed after this
+    backend, task = get_backend(spec.backend), get_task(spec.task)
+    rank_command = [sys.executable, "-m", "bench.harness.guard", str(run_dir.path), spec.backend]
+    env = {**worker_environment(spec, tag=run_id), **backend.launcher.env(spec)}
+    with Lifeline(run_id, run_dir, store.path):
+        command, info, environment, before = [], {}, {}, None
+        try:
+            environment = fingerprint(env)
+            launch = task.launch(spec, backend, rank_command, run_id, run_dir, env, show_progress)
+            env.update(launch.env)
+            command, info, environment = launch.command, launch.info, fingerprint(env)
+            before = task.before_launch(spec)
+            write_json_atomic(run_dir.launch_file, {"launched_at": time.time(), "command": command, "info": info,
+                                                    "environment": environment, "before": before})
+        except (KeyboardInterrupt, Interrupted):
+            now = time.time()
+            ending, reason = interruption(before_launch=True)
+            outcome = Outcome(ending=ending, returncode=None, launched_at=now, ended_at=now, reason=reason)
+        else:
+            outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=launch.watcher,
+                                poll_interval=launch.poll_interval, hosts=[h["name"] for h in spec.hosts or ()])
+        record = build_record(run_id, spec, run_dir, outcome, environment, command,
+                              task.conclude(spec, run_dir, outcome, before), info)
+        write_json_atomic(run_dir.record_file, record.to_dict())
+        try:
+            store.save(record)
+            not_stored = None
+        except StoreError as exc:
+            not_stored = exc
+        # stored, or the user is told how to import it: nothing for a later command to recover
+        run_dir.owner_file.unlink(missing_ok=True)
+    if not_stored is not None:
+        raise RecordNotStored(f"run {run_id} ended {record.status}, but its record could not be stored "
+                              f"({not_stored}); it is kept in {run_dir.record_file}: add it with "
+                              f"`bench import {run_dir.path} --store PATH`")
+    return record
+
+
+def time_left(specs: list, durations: dict) -> float | None:
+    """Seconds the runs of `specs` should take: each by the mean duration of the runs made so far of its
+    case (backend, task case, world size), else of all runs so far; None before the first run ends."""
+    if not durations:
+        return None
+    every = [d for ds in durations.values() for d in ds]
+    overall = sum(every) / len(every)
+    total = 0.0
+    for spec in specs:
+        mine = durations.get(_kind(spec))
+        total += sum(mine) / len(mine) if mine else overall
+    return total
+
+
+def _kind(spec) -> tuple:
+    return spec.backend, get_task(spec.task).case(spec), spec.world_size
+
+
+def run_specs(specs: list, store, title: str, show_progress: bool = False, on_record=None) -> list:
+    """Run specs in order, storing every run: a progress line before and after each, with the time spent and
+    an estimate of the time left (with show_progress, the run's description and its own progress lines
+    too); on_record(record) after each. Stops after an interrupted run. Returns the RunRecords of the runs
+    made."""
+    n = len(specs)
+    note(f"{title}: {n} run(s) -> {store.path}")
+    records, durations, started = [], {}, time.monotonic()
+    for i, spec in enumerate(specs, 1):
+        task = get_task(spec.task)
+        head = f"[{i}/{n}] {spec.backend} {task.case(spec)} world {spec.world_size}"
+        note(f"{head} ...")
+        if show_progress:
+            note(f"  {task.describe(spec)}")
+        began = time.monotonic()
+        record = execute(spec, store, show_progress=show_progress)
+        durations.setdefault(_kind(spec), []).append(time.monotonic() - began)
+        records.append(record)
+        left = time_left(specs[i:], durations)
+        clock = f" [{format_duration(time.monotonic() - started)} so far" + \
+            (f", about {format_duration(left)} left]" if left is not None and i < n else "]")
+        note(f"{head}: {record.task.one_line(record)}{clock}")
+        if on_record is not None:
+            on_record(record)
+        if record.status == "interrupted" or signal_judged():  # (a Slurm time limit stores `timeout`)
+            note(f"{title}: interrupted; {n - i} run(s) not started")
+            break
+    failed = sum(r.status != "ok" for r in records)
+    note(f"{title}: {len(records) - failed} ok, {failed} not ok in {format_duration(time.monotonic() - started)}; "
+         f"`bench list --store {store.path}` shows them")
+    return records

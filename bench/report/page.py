@@ -1,0 +1,302 @@
+"""`bench report`: one self-contained HTML page that answers "elastic or Horovod?" for the hardware
+the stored runs ran on (inline CSS and figures, no script, no network).
+
+Every registered task contributes its part from the frame of its own runs (Task.report_part, a
+bench.report.sections.ReportPart): verdict sentences, recommendation, and its sections. This module adds what
+every run has (Rank map, Environment, Failed and unstable runs, Methodology), orders the sections and
+renders them with the template bench/report/templates/report.html.j2. Runs are compared only under equal
+conditions (bench.results.frame.CONDITIONS); where the environments of compared runs differ, the page says how.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from pathlib import Path
+
+from bench.core import stats
+from bench.core.errors import StoreError, UsageError
+from bench.results.frame import load_frame, of_task
+from bench.report.sections import (ENV_KEYS, Bullets, Cell, Figure, Paragraph, ReportContext, ReportPart, Row, Section, Table,
+                            code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong, styled)
+
+TEMPLATE = "report.html.j2"  # in the package's templates folder
+
+
+@functools.lru_cache(maxsize=1)
+def _template():
+    from jinja2 import Environment, PackageLoader
+
+    env = Environment(loader=PackageLoader("bench.report", "templates"), autoescape=True, trim_blocks=True,
+                      lstrip_blocks=True)
+    return env.get_template(TEMPLATE)
+
+
+def parse_where(clause: str) -> tuple[str, set[str]]:
+    """--where KEY=V1,V2 -> (KEY, {V1, V2}), KEY a column of the frame (bench.results.frame.frame_columns)."""
+    from bench.results.frame import frame_columns
+
+    if "=" not in clause:
+        from bench.core.registry import PRIMARY
+
+        raise UsageError(f"--where {clause!r}: expected KEY=VALUE[,VALUE...], for example "
+                         f"backend={','.join(PRIMARY)}")
+    key, values = clause.split("=", 1)
+    allowed = [c for c in frame_columns() if c != "record"]
+    if key not in allowed:
+        raise UsageError(f"--where {clause!r}: unknown key {key!r}; use one of {', '.join(allowed)}")
+    return key, set(values.split(","))
+
+
+def apply_where(frame, where: list[str] | None):
+    """--where KEY=V1,V2 (repeatable): keep runs whose column KEY is one of the values."""
+    for clause in where or []:
+        key, wanted = parse_where(clause)
+        frame = frame[frame[key].astype(str).isin(wanted)]
+    return frame
+
+
+def task_parts(frame, context: ReportContext) -> list[ReportPart]:
+    """Each registered task's part of the page, from the frame of its own runs."""
+    from bench.core.registry import all_tasks
+
+    parts = [task.report_part(of_task(frame, task.name), context) for task in all_tasks()]
+    return [p for p in parts if p is not None]
+
+
+def _case(record) -> str:
+    """A run in words: backend, what ran (its task's description) and world size."""
+    spec = record.spec
+    return f"{spec.backend} {record.task.case(spec)}, world {spec.world_size}"
+
+
+# ---------------------------------------------------------------- sections every page has
+def agreement_note(frame) -> tuple[str, bool]:
+    """Whether the sweeps on the page agree with each other (bench.results.agreement), when there are several:
+    (the sentence, whether two sweeps contradict each other)."""
+    from bench.results.agreement import agreement
+
+    sweeps = {sid: list(group["record"]) for sid, group in frame.groupby("sweep_id") if sid}
+    if len(sweeps) < 2:
+        return "", False
+    result = agreement(sweeps)
+    bad = sorted({k for keys in result["pairs"].values() for k in keys})
+    head = (f"Rerun check: this selection holds {len(sweeps)} sweeps; each comparison taken from each sweep on its "
+            f"own ({len(result['keys'])} comparisons, {len(result['pairs'])} pairs of sweeps, `bench agreement`): ")
+    if bad:
+        return head + f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}.", True
+    return head + (f"no contradiction; {len(result['resolved_everywhere'])} comparison(s) significant in the same "
+                   "direction in every sweep that made them."), False
+
+
+def verdict_section(parts: list[ReportPart], rerun: tuple[str, bool] = ("", False)) -> Section:
+    sentences = [s for p in parts for s in p.verdict]
+    blocks = [Bullets(sentences, "verdict")] if sentences else []
+    if rerun[0]:
+        blocks.append(Paragraph(rerun[0], "warn" if rerun[1] else "note"))
+    blocks += [Paragraph(p.no_verdict) for p in parts if p.no_verdict and not p.verdict]
+    blocks += [Paragraph(line, "warn") for p in parts for line in p.fairness]
+    blocks += [Paragraph(line) for p in parts for line in p.verdict_notes]
+    blocks.append(Paragraph([strong("Recommendation from this data."),
+                             *(f" {line}" for p in parts for line in p.recommendation)], "rec"))
+    return Section("verdict", "Verdict", 0, blocks)
+
+
+RANK_COLUMNS = [left("role"), right("rank"), right("local"), right("group"), right("role rank"), right("restarts"),
+                left("host"), right("pid"), left("phase")]
+
+
+HOST_MAP_PANELS = 6  # the latest runs across hosts drawn, one panel per backend, task and phase
+
+
+def host_map_panels(frame) -> list[dict]:
+    """The latest run across hosts of each backend and task, one panel per phase (before and after a fault):
+    {"title", "hosts": every host of the run, "rows": its rank rows in that phase}."""
+    chosen: dict[tuple, object] = {}
+    for r in sorted(frame.itertuples(), key=lambda r: (r.status == "ok", r.created_at)):  # the latest ok run wins
+        if len({x.host for x in r.record.rank_map}) > 1:
+            chosen[(r.backend, r.task)] = r.record
+    panels = []
+    for rec in chosen.values():
+        hosts = sorted({x.host for x in rec.rank_map}, key=natural)  # the same order in every panel of the run
+        for phase in sorted({x.phase or "" for x in rec.rank_map}, key=lambda p: p != "before"):
+            title = f"{rec.spec.backend} {rec.task.kind(rec.spec)}" + (f", {phase}" if phase else "")
+            panels.append({"title": f"{title}\n{rec.run_id}", "hosts": hosts,
+                           "rows": [x for x in rec.rank_map if (x.phase or "") == phase]})
+    return panels[:HOST_MAP_PANELS]
+
+
+def natural(text: str) -> list:
+    """A sort key that puts bench-th2 before bench-th10."""
+    import re
+
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text or "")]
+
+
+def host_map_figure(panels: list[dict]) -> Figure:
+    """Each panel: one row per host of the run, one box per process there (in local-rank order) with its global
+    rank, local rank and node (group) rank as the launcher gave them; servers shaded apart from workers; a host
+    without processes in that phase (after a host loss) says so."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.0 * len(panels), 2.4), squeeze=False)
+    widest = max(sum(1 for x in p["rows"] if x.host == h) for p in panels for h in p["hosts"])
+    for ax, panel in zip(axes[0], panels):
+        hosts = panel["hosts"]
+        for y, host in enumerate(hosts):
+            here = sorted((x for x in panel["rows"] if x.host == host), key=lambda x: (x.local_rank or 0, x.rank))
+            if not here:
+                ax.text(widest / 2, -y, "not in the run", ha="center", va="center", fontsize=7, color="#b03030")
+            for i, x in enumerate(here):
+                ax.add_patch(plt.Rectangle((i + 0.05, -y - 0.42), 0.9, 0.84,
+                                           color="#f4c27a" if x.role == "server" else "#9cc3e6"))
+                ax.text(i + 0.5, -y, f"rank {x.rank}\nlocal {fmt(x.local_rank, 'd')}\nnode {fmt(x.group_rank, 'd')}",
+                        ha="center", va="center", fontsize=7)
+        ax.set_xlim(0, widest)
+        ax.set_ylim(-len(hosts) + 0.5, 0.5)
+        ax.set_yticks([-y for y in range(len(hosts))], hosts, fontsize=7)
+        ax.set_xticks([])
+        ax.set_title(panel["title"], fontsize=8)
+    fig.tight_layout()
+    return Figure("hosts with the ranks the launcher gave each process", figure_png(fig))
+
+
+def rank_map_section(frame) -> Section:
+    """Every run's rank map (before and after a fault, where there was one), collapsed; runs across hosts drawn
+    first, host by host."""
+    blocks = []
+    panels = host_map_panels(frame)
+    if panels:
+        blocks += [Paragraph("Hosts and their processes in the latest run across hosts of each backend (and "
+                             "before and after a fault): a box per process, with the global rank, local rank and "
+                             "node (group) rank its launcher gave it; parameter servers shaded orange.", "note"),
+                   host_map_figure(panels)]
+    tables = []
+    for r in frame.sort_values("created_at").itertuples():
+        rec = r.record
+        rows = [[x.role or "worker", x.rank, x.local_rank, x.group_rank, x.role_rank, x.restart_count, x.host,
+                 x.pid, x.phase or ""]
+                for x in sorted(rec.rank_map, key=lambda x: (x.phase != "before", x.rank))]
+        tables.append(Table(RANK_COLUMNS, rows, details=f"{rec.run_id}: {_case(rec)} ({rec.status})"))
+    return Section("ranks", "Rank map", 60, blocks + tables)
+
+
+def environment_section(records: list) -> Section:
+    """The runs' fingerprint: one value per fact, or each run's value, shaded, where they differ."""
+    flats = [flat_env(r.environment or {}) for r in records]
+    keys = list(ENV_KEYS) + sorted({k for f in flats for k in f if k.startswith("$")})
+    rows = []
+    for key in keys:
+        values = [f.get(key) for f in flats]
+        if len({repr(v) for v in values}) == 1:
+            rows.append(Row([key, "-" if values[0] in (None, "", []) else str(values[0])]))
+        else:
+            rows.append(Row([key, "; ".join(f"{r.run_id}: {f.get(key)}" for r, f in zip(records, flats))], "diff"))
+    note = Paragraph(["The fingerprint of the runs on this page. Rows shaded ", styled("like this", "diff"),
+                      " differ between runs: figures from such runs are not like for like."], "note")
+    return Section("env", "Environment", 70, [note, Table([left("fact"), left("value")], rows)])
+
+
+def failed_section(frame, parts: list[ReportPart]) -> Section:
+    """Runs that did not end ok (with their error and its output), then results too noisy to trust."""
+    failed = []
+    for r in frame[frame["status"] != "ok"].itertuples():
+        err = r.record.error
+        failed.append([r.run_id, Cell(r.status, "bad"), f"{_case(r.record)} ({r.device})",
+                       Cell(err.message, pre=err.tail or "") if err else ""])
+    blocks = [Table([left("run"), left("status"), left("case"), left("error")], failed)] if failed else \
+        [Paragraph("No failed run: every run in this selection ended ok.")]
+    unstable = [line for p in parts for line in p.unstable]
+    if unstable:
+        blocks += [Paragraph(f"Unstable (standard deviation above {pct(stats.UNSTABLE_REL_STDEV)} of the mean, or "
+                             f"fewer than {stats.MIN_STABLE_WINDOWS} windows):"), Bullets(unstable)]
+    else:
+        blocks.append(Paragraph("No unstable result."))
+    return Section("failed", "Failed and unstable runs", 80, blocks, nav="Failed and unstable")
+
+
+def method_section(parts: list[ReportPart]) -> Section:
+    fairness = [strong("Fairness."), " The harness sets threads (OMP_NUM_THREADS, torch), seed, batch, data, dtype "
+                "and device placement identically for every backend; only runs with equal conditions are compared, "
+                "and the latest run of each case is shown. Every figure names the run it comes from (",
+                code("bench list"), ")."]
+    return Section("method", "Methodology", 90, [Bullets([*(m for p in parts for m in p.method), fairness])])
+
+
+def _hardware(records: list) -> str:
+    machines = set()
+    for r in records:
+        env = r.environment
+        if env:
+            machines.add(f"{env.get('hostname')}: {env.get('cpu_model')}, {env.get('cpu_count')} CPUs, "
+                         f"{len(env.get('cuda_devices') or [])} GPU(s)")
+    return "; ".join(sorted(machines)) or "unknown"
+
+
+# ---------------------------------------------------------------- the page
+def render_report(frame, store_label: str, where: list[str] | None = None) -> str:
+    """The page for the runs of `frame` (bench.results.frame.load_frame); `store_label` is plain text."""
+    if frame.empty:
+        raise StoreError(f"no runs in {store_label}: nothing to report; run `bench sweep` first")
+    frame = apply_where(frame, where)
+    if frame.empty:
+        raise UsageError(f"no run in {store_label} matches --where {' '.join(where or [])}; "
+                         "`bench list` shows what is stored")
+    parts = task_parts(frame, ReportContext(store_label, list(where or []), frame))
+    shown = [rec for p in parts for rec in p.shown] or list(frame["record"])
+    sections = [verdict_section(parts, agreement_note(frame)), *(s for p in parts for s in p.sections), rank_map_section(frame),
+                environment_section(shown), failed_section(frame, parts), method_section(parts)]
+    sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
+    return _template().render(
+        store=store_label, where=" ".join(where or []), n_runs=len(frame),
+        n_ok=int((frame["status"] == "ok").sum()), hardware=_hardware(shown),
+        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), sections=sections)
+
+
+def output_path(output) -> Path:
+    """The report's file, or a one-line error for a path that cannot be one (before a sweep, not after)."""
+    from bench.core.store import check_folder_writable
+
+    path = Path(output)
+    try:
+        if path.is_dir():
+            raise UsageError(f"cannot write the report to {path}: it is a directory; give a file name, "
+                             f"for example {path / 'report.html'}")
+        check_folder_writable(path.parent, create=False)
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
+    return path
+
+
+def _unwritable(path: Path, exc: OSError) -> UsageError:
+    return UsageError(f"cannot write the report to {path} ({(exc.strerror or str(exc)).lower()}); choose another "
+                      "output file in a folder you can write to")
+
+
+def _write(path: Path, text: str) -> Path:
+    """Write through a temporary file beside `path`, so a reader never sees half a page; on failure
+    nothing is left behind."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise _unwritable(path, exc) from None
+    return path
+
+
+def write_report(store, output, where: list[str] | None = None) -> Path:
+    path = output_path(output)
+    for clause in where or []:
+        parse_where(clause)  # before the store is read
+    return _write(path, render_report(load_frame(store), str(store.path), where))
+
+
+def write_report_with_copy(store, output, where: list[str] | None = None) -> tuple[Path, Path]:
+    """Write the report to `output` and a timestamped copy beside it (report-YYYYmmdd-HHMMSS.html)."""
+    latest = write_report(store, output, where)
+    stamped = latest.with_name(f"report-{time.strftime('%Y%m%d-%H%M%S')}{latest.suffix}")
+    return latest, _write(stamped, latest.read_text(encoding="utf-8"))

@@ -1,0 +1,113 @@
+"""Records as a pandas DataFrame (one row per run), and which launches replicate each other. The columns
+every run has are spelled here; each task adds its own (Task.columns). Figures across runs (efficiency,
+vs the plain loop) are the training view's (bench.tasks.train.report.replicated_cases)."""
+
+from __future__ import annotations
+
+GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
+                   "batch_size", "backward_passes", "global_batch", "threads", "cpu_bind", "data", "input", "image_size", "network",
+                   "hardware", "sweep_id", "repeat", "error", "record"]
+# Runs are comparable only when these conditions are equal (docs/method.md, "Fairness"); world size varies.
+CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "cpu_bind", "data", "input", "image_size",
+              "network", "hardware"]
+
+
+def frame_columns() -> list[str]:
+    from bench.core.registry import all_tasks
+
+    extra = [c for task in all_tasks() for c in task.columns]
+    return GENERIC_COLUMNS[:-1] + list(dict.fromkeys(c for c in extra if c not in GENERIC_COLUMNS)) + ["record"]
+
+
+def record_row(rec) -> dict:
+    """The frame row of one RunRecord: what every run has, then what its task adds."""
+    spec = rec.spec
+    row = {
+        "run_id": rec.run_id, "created_at": rec.created_at, "status": rec.status, "task": spec.task,
+        "case": rec.task.case(spec), "backend": spec.backend, "workload": spec.workload,
+        "world_size": spec.world_size, "device": spec.device, "batch_size": spec.batch_size,
+        "backward_passes": spec.backward_passes, "global_batch": spec.global_batch, "threads": spec.threads,
+        "cpu_bind": spec.cpu_bind,
+        "data": spec.data, "input": input_path(spec), "image_size": spec.image_size, "network": network(spec),
+        "hardware": hardware(rec), "sweep_id": spec.sweep_id,
+        "repeat": spec.repeat,
+        "error": rec.error.message if rec.error else None, "record": rec,
+    }
+    row.update(rec.task.frame_columns(rec))
+    return row
+
+
+def input_path(spec) -> str:
+    """How the data reach the model: held on the device, or through a DataLoader with K loader processes."""
+    return "on device" if spec.loader != "dataloader" else f"DataLoader x{spec.loader_workers}"
+
+
+def network(spec) -> str:
+    """Where a run's processes talk: on this host, or across hosts and over which link."""
+    if not spec.hosts:
+        return "one host"
+    link = f", link {spec.link['rate']}" + (f" {spec.link['delay']}" if spec.link["delay"] else "") if spec.link else ""
+    return f"{len(spec.hosts)} hosts{link}"
+
+
+def hardware(rec) -> str:
+    """The machine a run measured: its CPU model and count, and its GPU model where it ran on GPUs. Runs of two
+    machines are never one case nor compared with each other (a store may hold both)."""
+    env = rec.environment or {}
+    # no comma in it: `--where hardware=...` splits its values on commas
+    label = f"{env.get('cpu_model') or 'unknown CPU'} ({env.get('cpu_count') or '?'} CPUs)"
+    gpus = env.get("cuda_devices") or []
+    if rec.spec.device == "cuda" and gpus:
+        label += f" + {len(gpus)} x {gpus[0]}"
+    return label
+
+
+def records_to_frame(records: list):
+    import pandas as pd
+
+    frame = pd.DataFrame([record_row(r) for r in records], columns=frame_columns())
+    frame["created_at"] = pd.to_datetime(frame["created_at"], unit="s", utc=True)
+    return frame
+
+
+def load_frame(store):
+    """Every run of a store as a frame."""
+    return records_to_frame(store.records())
+
+
+def of_task(frame, task: str):
+    """The rows of one task's runs (the report hands each task its own)."""
+    return frame[frame["task"] == task]
+
+
+def launch_group(row) -> str:
+    """Which launches replicate each other: those of one sweep (a run made on its own stands alone)."""
+    return row.sweep_id if isinstance(row.sweep_id, str) and row.sweep_id else row.run_id
+
+
+def blank_single_machine(frame):
+    """The frame with its machine column blank when it holds runs of one machine only: the views key their cases
+    by machine (runs of two machines are never one case nor compared), and name it only where two must be told
+    apart."""
+    return frame.assign(hardware="") if frame["hardware"].nunique() <= 1 else frame
+
+
+def pinned_words(cpu_bind: str, lead: str = " ") -> str:
+    """' pinned to its cores' for a pinned run's conditions (bench.core.spec.resolve_cpu_bind), nothing for an unpinned one."""
+    return f"{lead}pinned to its cores" if cpu_bind == "cores" else ""
+
+
+def placement_text(hardware: str, cpu_bind: str) -> str:
+    """', pinned, on MACHINE' for a case's title: its workers' pinning and, where a page has two, its machine."""
+    return (", pinned" if cpu_bind == "cores" else "") + (f", on {hardware}" if hardware else "")
+
+
+def latest_launches(frame, keys: list[str]) -> dict[tuple, list]:
+    """The records of each case (one value of `keys`) from its latest launch group, oldest first: the
+    launches a report compares (docs/method.md, "Replication")."""
+    out = {}
+    for key, group in frame.sort_values("created_at").groupby(keys, sort=True):
+        batches = [launch_group(r) for r in group.itertuples()]
+        out[key if isinstance(key, tuple) else (key,)] = [rec for rec, b in zip(group["record"], batches)
+                                                          if b == batches[-1]]
+    return out

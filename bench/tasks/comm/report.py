@@ -1,0 +1,186 @@
+"""The report's view of communication sweeps: a row per backend, world size, dtype and op (bus
+bandwidth, the fitted alpha-beta model, the share of the machine's limit), busbw-against-size figures,
+and which primary backend's allreduce reached the higher peak bus bandwidth."""
+
+from __future__ import annotations
+
+from bench.core.registry import PRIMARY
+from bench.rank.collectives import bus_factor, format_bytes
+from bench.results.frame import blank_single_machine, latest_launches, placement_text
+from bench.report.sections import Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot, right
+
+# The smallest message at which allreduce is bandwidth-bound: about 16 MiB over CPU loopback (gloo),
+# 64 MiB and up on GPUs (nccl-tests' usual range).
+BANDWIDTH_BOUND_BYTES = {"cpu": 16 * 2**20, "cuda": 64 * 2**20}
+COLUMNS = [left("backend"), right("ranks"), left("dtype"), left("op"), right("launches"), right("avg busbw GB/s"),
+           right("peak busbw GB/s"), right("peak / limit"), left("model"), right("a (us)"), right("1/b (GB/s)"),
+           right("R²"), left("runs")]
+
+
+# A case: one machine (blank on a page of one), pinned or not, backend, world size, dtype. Runs of two machines,
+# or pinned and unpinned runs, are never one case nor compared.
+PLACE = ["hardware", "cpu_bind"]
+
+
+def case_launches(ok) -> dict[tuple, list]:
+    """The launches of each case from its latest sweep, oldest first."""
+    return latest_launches(blank_single_machine(ok), [*PLACE, "backend", "world_size", "dtype"])
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def sweep_rows(cases: dict[tuple, list]) -> list[list]:
+    """A table row per op of each case: busbw figures are means over its launches; the alpha-beta model is
+    fitted to its latest launch."""
+    rows = []
+    def order(item):  # by machine and pinning, then world size, backend, dtype
+        hardware, bind, backend, world, dtype = item[0]
+        return hardware, bind, world, backend, dtype
+
+    for (hardware, bind, backend, world, dtype), recs in sorted(cases.items(), key=order):
+        latest = recs[-1].metrics
+        fit, limit = latest.fit or {}, (latest.ceiling or {}).get("limit_gbps")
+        for op in latest.avg_busbw_gbps:
+            avg = _mean(r.metrics.avg_busbw_gbps[op] for r in recs if op in r.metrics.avg_busbw_gbps)
+            peak = _mean(max(x.busbw_gbps for x in r.metrics.rows if x.op == op) for r in recs
+                         if any(x.op == op for x in r.metrics.rows))
+            modelled = op == "allreduce" and bool(fit)
+            rows.append([backend + placement_text(hardware, bind), world, dtype, op, len(recs), fmt(avg, ".3f"),
+                         fmt(peak, ".3f"),
+                         fmt(peak / limit if limit else None, ".1%"), latest.model if modelled else "-",
+                         fmt(fit["alpha_s"] * 1e6, ".1f") if modelled else "-",
+                         fmt(fit["bandwidth_gbps"], ".2f") if modelled else "-",
+                         fmt(fit["r2_weighted"], ".3f") if modelled else "-", ", ".join(r.run_id for r in recs)])
+    return rows
+
+
+def _busbw_at(record, size: int) -> float | None:
+    rows = [x.busbw_gbps for x in record.metrics.rows if x.op == "allreduce" and x.size == size]
+    return rows[0] if rows and rows[0] > 0 else None
+
+
+def matched_sizes(ok) -> dict[tuple, tuple[int, list[list[float]], str]]:
+    """Per (machine, pinning, world size, dtype) where both primary backends have allreduce launches: the largest
+    message every launch of both ran, each side's busbw at that size per launch, and the device."""
+    launches = latest_launches(blank_single_machine(ok)[ok["backend"].isin(PRIMARY)],
+                               [*PLACE, "world_size", "dtype", "backend"])
+    out = {}
+    for place in sorted({k[:-1] for k in launches}):
+        sides = [launches.get((*place, b)) for b in PRIMARY]
+        if not all(sides):
+            continue
+        common = set.intersection(*({x.size for x in rec.metrics.rows if x.op == "allreduce"}
+                                    for recs in sides for rec in recs))
+        if not common:
+            continue
+        size = max(common)
+        values = [[_busbw_at(rec, size) for rec in recs] for recs in sides]
+        if all(v is not None for vs in values for v in vs):
+            out[place] = (size, values, sides[0][-1].spec.device)
+    return out
+
+
+def comparisons(frame) -> dict:
+    """The comparison the communication view makes (bench.tasks.base.Task.comparisons): the first primary
+    backend's allreduce busbw over the second's at the matched size, across launches."""
+    from bench.core.stats import ratio_of_cases
+
+    first, second = PRIMARY
+    ok = frame[frame["status"] == "ok"]
+    return {f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}"
+            f"{placement_text(hardware, bind)}": ratio_of_cases([values[0]], [values[1]])
+            for (hardware, bind, world, dtype), (size, values, _) in matched_sizes(ok).items()}
+
+
+def matched_size_claims(ok) -> list[str]:
+    """Which primary backend's allreduce reached the higher bus bandwidth, per world size and dtype, at the
+    largest message size every launch of both ran (a claim about bandwidth made at a size both measured,
+    never peak against peak), across launches."""
+    from bench.core.stats import ratio_of_cases
+
+    lines = []
+    for (hardware, bind, world, dtype), (size, values, device) in matched_sizes(ok).items():
+        est = ratio_of_cases([values[0]], [values[1]])
+        top, other = (0, 1) if est.ratio >= 1 else (1, 0)
+        means = [sum(v) / len(v) for v in values]
+        where = (f"At {format_bytes(size)}B ({world} ranks, {dtype}{placement_text(hardware, bind)}, the largest "
+                 "message both ran)")
+        figures = (f"{means[top]:.2f} vs {means[other]:.2f} GB/s busbw, means of {len(values[top])} + "
+                   f"{len(values[other])} launches")
+        if est.significant:
+            gap = max(est.ratio, 1 / est.ratio) - 1
+            lines.append(f"{where}, {PRIMARY[top]}'s allreduce reached the higher bus bandwidth by {gap:.0%} "
+                         f"({figures}).")
+        elif est.replicated:
+            lines.append(f"{where}, the allreduce bus bandwidths do not differ significantly ({figures}; a "
+                         f"difference beyond ±{est.resolution:.0%} would have been detected).")
+        else:
+            lines.append(f"{where}, {PRIMARY[top]}'s allreduce was ahead ({figures}), which a single launch "
+                         "on a side cannot tell from launch-to-launch drift.")
+        bound = BANDWIDTH_BOUND_BYTES.get(device)
+        if bound and size < bound:
+            lines.append(f"That size is below {format_bytes(bound)}B, where bandwidth rather than latency "
+                         f"decides; `--max-bytes {format_bytes(bound)}` or more measures it.")
+    return lines
+
+
+def busbw_figure(world: int, dtype: str, group, where: str = "") -> str:
+    """Measured allreduce busbw against message size for each backend, its alpha-beta model, and the
+    machine's limit."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    limits, limit_name = [], ""
+    for r in group.itertuples():
+        m = r.record.metrics
+        ar = [x for x in m.rows if x.op == "allreduce"]
+        if not ar:
+            continue
+        sizes = [x.size for x in ar]
+        line, = ax.plot(sizes, [x.busbw_gbps for x in ar], marker="o", ms=3, label=f"{r.backend} measured")
+        if m.fit:
+            factor = bus_factor("allreduce", world)
+            ax.plot(sizes, [s / (t * 1e-6) / 1e9 * factor for s, t in zip(sizes, m.fit["predicted_time_us"])],
+                    linestyle=":", color=line.get_color(), label=f"{r.backend} alpha-beta model")
+        if m.ceiling:
+            limits.append(m.ceiling["limit_gbps"])
+            limit_name = m.ceiling["limit_name"]
+    if limits:
+        ax.axhline(sum(limits) / len(limits), color="grey", linestyle="--", linewidth=1,
+                   label=f"machine limit ({limit_name})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size S (bytes)")
+    ax.set_ylabel("allreduce busbw (GB/s)")
+    ax.set_title(f"allreduce, {world} ranks, {dtype}{where}", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def method() -> list:
+    return [["Communication follows nccl-tests: algbw = S / t, busbw = algbw x 2(n-1)/n (allreduce), t the "
+             "mean per op and the max over ranks, GB/s = 1e9 bytes/s; each size checked for wrong elements."]]
+
+
+def report_part(frame, context) -> ReportPart:
+    """The communication sweeps' part of the page (`frame`: this task's runs only)."""
+    ok = frame[frame["status"] == "ok"]
+    if ok.empty:
+        blocks = [Paragraph(["No communication sweep in this selection (", code("bench allreduce"), ", or a ",
+                             code("bench sweep"), " without ", code("--no-comm"), ", records one)."])]
+        return ReportPart(method=method(), sections=[Section("comm", "Communication", 20, blocks)])
+    cases = case_launches(ok)
+    latest = blank_single_machine(ok)
+    latest = latest[latest["run_id"].isin([recs[-1].run_id for recs in cases.values()])]
+    blocks = [Paragraph("Busbw figures are means over the launches of each case (each launch: its own mean and "
+                        "peak); the alpha-beta model and the figure show its latest launch.", "note"),
+              Table(COLUMNS, sweep_rows(cases))]
+    for (hardware, bind, world, dtype), group in latest.groupby([*PLACE, "world_size", "dtype"]):
+        blocks.append(Figure("allreduce busbw vs message size",
+                             busbw_figure(world, dtype, group, placement_text(hardware, bind))))
+    recommendation = matched_size_claims(ok)
+    return ReportPart(recommendation=recommendation, method=method(), shown=list(ok["record"]),
+                      sections=[Section("comm", "Communication", 20, blocks)])

@@ -1,0 +1,120 @@
+"""The report's view of fault-injection runs: the Elasticity section (a row per run, a sentence and a
+throughput-over-time figure per case) and the summary shown under the verdict."""
+
+from __future__ import annotations
+
+from statistics import median
+
+from bench.core.registry import PRIMARY
+from bench.report.sections import (Cell, Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left,
+                            pyplot, right)
+
+COLUMNS = [left("case"), left("backend"), left("fault"), right("world before"), right("world after"),
+           right("detection s"), right("recovery s"), right("new worker's first step s"), right("steps redone"),
+           right("restarts / resets"), right("ended after fault s"), left("status"), left("run")]
+NOTE = ["Detection: from the signal (or the join) to the first sign the system noticed it. Recovery: to the "
+        "first training step completed after the run resumed. Steps redone: steps completed before the resume "
+        "that had to be trained again (since the last checkpoint or commit). Each row is one run: recovery is "
+        "one event per run, so repeat ", code("bench fault"), " to see its spread. The plots show samples per "
+        "second completed by the process that is rank 0 at the time (batch x world size per step), in 80 equal "
+        "bins of the run, time 0 at the signal or the join."]
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return median(values) if values else None
+
+
+def run_row(r) -> list:
+    """One fault run as a table row."""
+    rec, f = r.record, r.record.metrics
+    status = r.status + (f": {rec.error.message}" if rec.error and rec.error.message else "")
+    if f is None:  # a run that ended before its figures could be read
+        return [r.case, r.backend, "not injected", *["-"] * 6, "-", "-", Cell(status, "warn"), r.run_id]
+    return [r.case, r.backend, f"step {f.fault['step']}" if f.fault else "not injected",
+            fmt(f.world_before, "d"), fmt(f.world_after, "d"), fmt(f.detection_s, ".2f"), fmt(f.recovery_s, ".2f"),
+            fmt(f.join_contributes_s, ".2f"), fmt(f.steps_redone, "d"), f"{f.restarts or 0} / {f.resets or 0}",
+            fmt(f.ended_after_fault_s, ".1f"), Cell(status, "" if r.status == "ok" else "warn"), r.run_id]
+
+
+def case_sentence(case: str, by_backend: dict) -> str:
+    """How each backend came through one case: runs that came through, median recovery, world after."""
+    parts = []
+    for backend in sorted(by_backend, key=lambda b: (b not in PRIMARY, b)):
+        recs = by_backend[backend]
+        ok = [x.metrics for x in recs if x.ok and x.metrics is not None]
+        if ok:
+            after = sorted({f.world_after for f in ok if f.world_after is not None})
+            parts.append(f"{backend} came through {len(ok)} of {len(recs)} run(s), recovering in "
+                         f"{fmt(_median([f.recovery_s for f in ok]), '.2f')} s (median) at world size "
+                         f"{', '.join(map(str, after))} with {fmt(_median([f.steps_redone for f in ok]), '.0f')} "
+                         "step(s) redone")
+        else:
+            statuses = ", ".join(sorted({x.status for x in recs}))
+            hang = _median([x.metrics.hang_observed_s for x in recs if x.metrics is not None])
+            parts.append(f"{backend} did not come through ({statuses} in {len(recs)} run(s)"
+                         + (f"; hang noticed after {hang:.1f} s" if hang is not None else "") + ")")
+    return f"{case}: " + "; ".join(parts) + "."
+
+
+def timeline_figure(case: str, by_backend: dict) -> str | None:
+    """Samples/s over time around the fault for the latest run of each backend: the fault at t = 0,
+    recovery marked."""
+    series = []
+    for backend, recs in sorted(by_backend.items()):  # a stable order: the same colours in every figure
+        shown = ([x for x in recs if x.ok] or recs)[-1]  # the latest that came through, if any
+        f = shown.metrics
+        if f is None or not (f.timeline or {}).get("t") or not f.fault:
+            continue
+        offset = f.timeline["t0"] - f.fault["time"]
+        series.append((backend, [t + offset for t in f.timeline["t"]], f.timeline["samples_per_s"], f.recovery_s,
+                       f.hang_observed_s))
+    if not series:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for backend, ts, thr, recovery, hang in series:
+        color = ax.step(ts, thr, where="post", label=backend)[0].get_color()
+        if recovery is not None:
+            ax.axvline(recovery, color=color, linestyle=":", linewidth=1.5)
+            ax.annotate(f"{backend} recovered", (recovery, max(thr) * 0.95), color=color, fontsize=8,
+                        rotation=90, va="top", ha="right")
+        elif hang is not None:
+            ax.annotate(f"{backend}: no step since", (0, max(thr) * 0.5), color=color, fontsize=8)
+    ax.axvline(0, color="black", linewidth=1.5)
+    ax.annotate("fault", (0, ax.get_ylim()[1] * 0.98), color="black", fontsize=8, va="top", ha="left")
+    ax.set_xlabel("seconds since the fault")
+    ax.set_ylabel("samples/s")
+    ax.set_title(case, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def report_part(frame, context) -> ReportPart:
+    """The fault runs' part of the page (`frame`: this task's runs only), side by side per case."""
+    if frame.empty:
+        summary = ("No fault-injection run is stored, so this page makes no claim about recovery; "
+                   f"`bench fault --backend {PRIMARY[0]}` and `--backend {PRIMARY[1]}` record them.")
+        return ReportPart(verdict_notes=[summary], sections=[Section("elasticity", "Elasticity", 50,
+                                                                     [Paragraph(summary)])])
+    runs = frame.sort_values("created_at")
+    cases: dict[str, dict[str, list]] = {}
+    for r in runs.itertuples():
+        cases.setdefault(r.case, {}).setdefault(r.backend, []).append(r.record)
+    summary = (f"{len(frame)} fault-injection run(s) in {len(cases)} case(s). Figures are per run "
+               "(a recovery is one event), from the workers' journals and, for torchrun, the agent's own events.")
+    lines = [case_sentence(case, by_backend) for case, by_backend in cases.items()]
+    figures = []
+    for case, by_backend in cases.items():
+        png = timeline_figure(case, by_backend)
+        if png:
+            figures.append(Figure(f"throughput over time, {case}", png))
+    blocks = [Paragraph(summary), *map(Paragraph, lines),
+              Table(COLUMNS, [run_row(r) for r in runs.itertuples()]), Paragraph(NOTE, "note"), *figures]
+    return ReportPart(verdict_notes=[summary, *lines], sections=[Section("elasticity", "Elasticity", 50, blocks)])
+
+
+def comparisons(frame) -> dict:
+    """None across launches: a fault run is one event (a recovery), reported per run and per case."""
+    return {}

@@ -1,0 +1,484 @@
+"""train: the measured training loop (warm-up, then timed windows), under any backend.
+
+Method (docs/method.md, "Windows and throughput" and "Uncertainty"): W untimed warm-up steps, then R
+windows of K steps timed on every rank after a barrier; a window's time is the max over ranks and
+throughput = global batch x K / window time; the mean over windows with its t interval.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from bench.core.errors import UsageError
+from bench.results.frame import placement_text
+from bench.rank.inject import injected_for, parse_inject, parse_step_delay
+from bench.core.records import Record, Startup, Summary
+from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, resolve_cpu_bind
+from bench.tasks.base import Conclusion, Launch, Task
+
+
+def build_spec(*, backend: str, workload: str, world_size: int, device: str,
+               batch_size: int | None = None, image_size: int | None = None,
+               threads: int | None = None, oversubscribe: bool = False,
+               inject: str | dict | None = None, step_delay: str | dict | None = None,
+               backend_options: dict | None = None, cluster: dict | None = None, **options) -> RunSpec:
+    """A training run's spec: defaults resolved from the workload and the machine, and a one-line error
+    for what cannot run."""
+    from bench.core.registry import get_backend
+    from bench.rank.model import workload_of
+    from workloads.data import DataError, check_source, real_classes
+
+    plugin = get_backend(backend)
+    workload, wl, source = workload_of(workload)
+    size = wl.size(device)
+    timeout = options["timeout"] if options.get("timeout") is not None else DEFAULTS["timeout"]
+    threads, resolved_options, roles = check_placement(plugin, world_size, device, threads, oversubscribe,
+                                                       backend_options, timeout, cluster)
+
+    for name in ("warmup_steps", "steps_per_window", "windows", "timeout", "lr"):
+        if name in options and options[name] is None:
+            del options[name]
+    if "save_model" in options:
+        options["save_model"] = check_save_model(options["save_model"])
+    spec_opts = {**DEFAULTS, "steps_per_window": size.window_steps, **options}
+    batch_size = size.batch if batch_size is None else batch_size
+    if batch_size < 1:
+        raise UsageError(f"--batch-size {batch_size}: the per-worker batch must be at least 1")
+    if image_size is None:
+        image_size = size.image
+    elif wl.fixed_image and image_size != size.image:
+        raise UsageError(f"workload {workload} takes {size.image}x{size.image} inputs only; drop --image-size")
+    elif image_size < 16:
+        raise UsageError(f"--image-size {image_size}: use 16 pixels or more")
+    if spec_opts["warmup_steps"] < 1:
+        raise UsageError("--warmup-steps must be at least 1: the first step (lazy initialisation) is never timed")
+    if spec_opts["steps_per_window"] < 1:
+        raise UsageError("--steps-per-window must be at least 1")
+    if spec_opts["windows"] < 2:
+        raise UsageError("--windows must be at least 2: a confidence interval needs two windows or more")
+    spec_opts["cpu_bind"] = resolve_cpu_bind(spec_opts["cpu_bind"], device, oversubscribe, cluster,
+                                             plugin.places_on_this_host(resolved_options))
+
+    try:
+        check_source(spec_opts["data"], spec_opts.get("data_dir"), world=world_size, batch=batch_size, workload=wl,
+                     image=image_size)
+    except DataError as exc:
+        raise UsageError(str(exc)) from None
+    if spec_opts.get("data_dir"):
+        spec_opts["data_dir"] = os.path.abspath(spec_opts["data_dir"])
+    classes = (size.synthetic_classes if spec_opts["data"] == "synthetic"
+               else real_classes(spec_opts["data"], spec_opts.get("data_dir"), wl))
+    check_loader(spec_opts)
+
+    processes = sum(roles.values())
+
+    if isinstance(inject, str) or inject is None:
+        inject = parse_inject(inject)
+    if inject and inject["rank"] >= processes:
+        raise UsageError(f"--inject names rank {inject['rank']}, the run has ranks 0..{processes - 1}")
+
+    if isinstance(step_delay, str) or step_delay is None:
+        step_delay = parse_step_delay(step_delay)
+
+    return RunSpec(backend=backend, workload=workload, workload_source=source, world_size=world_size, device=device,
+                   batch_size=batch_size, image_size=image_size, num_classes=classes,
+                   threads=threads, inject=inject, step_delay=step_delay,
+                   backend_options=resolved_options, roles=roles, **across_hosts(cluster),
+                   backward_passes=plugin.backward_passes(resolved_options), **spec_opts)
+
+
+
+def check_loader(spec_opts: dict) -> None:
+    """--loader and --loader-workers: the image folder is always read through a DataLoader, the other sources
+    through one only when asked; loader processes need a DataLoader."""
+    from workloads.data import LOADERS, READ_BY_LOADER
+
+    loader = spec_opts.setdefault("loader", "memory")
+    if loader not in LOADERS:
+        raise UsageError(f"--loader {loader!r}: choose one of {', '.join(LOADERS)}")
+    if spec_opts["data"] in READ_BY_LOADER:
+        spec_opts["loader"] = "dataloader"  # read from files or the user's data sets: no in-memory path
+    if spec_opts.get("loader_workers", 0) < 0:
+        raise UsageError("--loader-workers must be 0 or more")
+    if spec_opts.get("loader_workers") and spec_opts["loader"] != "dataloader":
+        raise UsageError("--loader-workers needs a DataLoader: add --loader dataloader (or use --data imagefolder "
+                         "or workload)")
+
+
+def input_limited(wait_share: float | None) -> bool | None:
+    """Whether the input pipeline limits throughput: the training loop waited for batches for at least
+    INPUT_BOUND_SHARE of its step time (docs/method.md, "Input pipeline")."""
+    return None if wait_share is None else wait_share >= INPUT_BOUND_SHARE
+
+
+INPUT_BOUND_SHARE = 0.2
+
+
+@dataclass
+class RankFigures(Record):
+    """One worker's own figures (stragglers show here)."""
+    rank: int
+    throughput: Summary
+    step_time_mean_s: float
+    peak_rss_bytes: int
+    cuda_peak_bytes: int | None
+    loss_first: float
+    loss_last: float
+    param_checksum: float
+    threads: dict
+    input_wait_share: float | None = None  # time waiting for batches / window time (a DataLoader feeds the run)
+
+
+@dataclass
+class TrainMetrics(Record):
+    throughput: Summary  # samples/s per window: global batch x K / the slowest rank's window time
+    window_times_s: list[float]
+    step_time_s: Summary
+    per_rank: list[RankFigures]
+    straggler_ratio: float | None  # slowest / fastest rank's mean step time
+    startup: Startup
+    peak_rss_bytes_max: int
+    param_count: int
+    loss_last: float
+    other_roles: list[dict] = field(default_factory=list)  # processes that do not train (PS servers)
+    input_wait_share: float | None = None  # the largest worker's share of step time spent waiting for input
+
+    @property
+    def input_limited(self) -> bool | None:
+        return input_limited(self.input_wait_share)
+
+
+class ProgressPrinter:
+    """Prints a line whenever rank 0 finishes a phase, read from its progress file."""
+
+    def __init__(self, spec: RunSpec, run_dir, stream=sys.stderr, prefix: str = "  "):
+        self.spec, self.run_dir, self.stream, self.prefix = spec, run_dir, stream, prefix
+        self.last = None
+
+    def __call__(self):
+        window = self.run_dir.latest("progress").get(0, {}).get("window")
+        if window is None or window == self.last:
+            return None
+        self.last = window
+        text = "warm-up done" if window == 0 else f"window {window}/{self.spec.windows}"
+        print(f"{self.prefix}{text}", file=self.stream, flush=True)
+        return None
+
+
+def train_rank(joined, inject: dict | None) -> dict:
+    """The measured loop on one worker: warm-up, then the timed windows; its output for the result file."""
+    import torch
+
+    from bench.rank.model import build_model, save_params
+    from bench.rank.entry import StepLoop, step_delay_seconds, thread_affinities, timed_windows
+    from workloads import get_workload
+    from workloads.data import TimedBatches, open_batches
+
+    spec, run_dir, info = joined.spec, joined.run_dir, joined.info
+    affinity = joined.affinity
+    device, sync = joined.device, joined.sync
+    workload = get_workload(spec.workload)
+    model, optimizer = build_model(spec, device)
+    model, optimizer = joined.group.wrap(model, optimizer, spec)
+    batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
+                           image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
+                           rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir,
+                           loader=spec.loader, loader_workers=spec.loader_workers, workload=workload)
+    timed_input = TimedBatches(batches) if spec.loader == "dataloader" else None
+    batches = timed_input or batches
+    input_waits = []  # input wait per timed window (a DataLoader feeds the run)
+    loss_fn = workload.make_loss()
+    passes = spec.backward_passes  # micro-batches per optimizer step; the loss is scaled to match one big batch
+    scale = 1.0 / passes
+
+    def optimizer_step():
+        optimizer.zero_grad()  # set_to_none=True, torch's default; Horovod's wrapper takes no argument
+        for _ in range(passes):
+            x, y = next(batches)
+            loss = loss_fn(model(x), y)
+            (loss * scale if passes > 1 else loss).backward()
+        optimizer.step()
+        return loss
+
+    step = StepLoop(optimizer_step, inject)
+
+    def progress(window: int):
+        if timed_input is not None:  # the wait since the last window ended: this window's, once timing began
+            input_waits.append(timed_input.wait_s)
+            timed_input.wait_s = 0.0
+        run_dir.write(joined.file_rank, joined.attempt, "progress",
+                      {"steps": step.done, "window": window, "time": time.time()})
+
+    loss = step()
+    sync()
+    joined.first_step_end = time.time()
+    loss_first = loss.item()
+    warmup_times = []
+    for _ in range(spec.warmup_steps - 1):
+        t0 = time.perf_counter()
+        loss = step()
+        sync()
+        warmup_times.append(time.perf_counter() - t0)
+    if spec.step_delay:
+        step.delay_s = step_delay_seconds(spec.step_delay, warmup_times, step, sync)
+    progress(0)
+
+    window_times, last_losses = timed_windows(step, spec.windows, spec.steps_per_window, joined.group.barrier,
+                                              sync, progress)
+    placed = thread_affinities()  # every thread the run started is alive now: where each may run
+    window_losses = [loss.item() for loss in last_losses]
+    window_input_wait = input_waits[1:] if timed_input is not None else None  # [0] is the warm-up's
+
+    plain = getattr(model, "module", model)  # the model without its data-parallel wrapper
+    with torch.no_grad():
+        params = [p.detach().double() for p in plain.parameters()]
+        checksum = float(sum(p.sum() for p in params))
+        abs_checksum = float(sum(p.abs().sum() for p in params))
+    if spec.save_params:
+        save_params(plain, run_dir.params_file(joined.file_rank, joined.attempt))
+    saved = save_model(plain, spec.save_model) if spec.save_model and info.worker_index == 0 else None
+    return {
+        "saved_model": saved,
+        "window_times": window_times,
+        "window_losses": window_losses,
+        "window_input_wait_s": window_input_wait,
+        "loss_first": loss_first,
+        "steps": step.done,
+        "step_delay_s": step.delay_s,
+        "param_count": sum(p.numel() for p in params),
+        "param_checksum": checksum,
+        "param_abs_checksum": abs_checksum,
+        "cuda_peak_bytes": torch.cuda.max_memory_allocated(device) if spec.device == "cuda" else None,
+        "threads": {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
+                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity,
+                    "process_threads": len(placed), "threads_off_affinity": sum(c != affinity for c in placed.values())},
+    }
+
+
+def save_model(model, path: str) -> str:
+    """The model's state_dict (on the CPU) written to `path` atomically: a run killed meanwhile leaves the old file
+    or none, never half of one."""
+    import torch
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def check_save_model(path: str | None) -> str | None:
+    """--save-model as an absolute path whose folder exists and can be written (refused in one line otherwise)."""
+    if path is None:
+        return None
+    full = os.path.abspath(path)
+    folder = os.path.dirname(full)
+    if not path or os.path.isdir(full):
+        raise UsageError(f"--save-model {path!r}: give a file path, such as model.pt")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UsageError(f"--save-model {path}: the folder {folder} does not exist or cannot be written")
+    return full
+
+
+def train_metrics(spec: RunSpec, results: dict, launched_at: float, run_dir=None) -> TrainMetrics:
+    """Throughput and timing metrics (docs/method.md, "Windows and throughput"). Only workers count;
+    other roles (parameter servers) are reported beside them."""
+    from bench.harness.outcome import startup, workers_and_others
+    from bench.core.stats import summarize
+
+    workers, others = workers_and_others(results)
+    ranks = sorted(workers)
+    k = spec.steps_per_window
+    per_rank_windows = [workers[r].output["window_times"] for r in ranks]
+    window_times = [max(ws) for ws in zip(*per_rank_windows)]  # a window's time: the max over ranks
+    throughput = [spec.global_batch * k / t for t in window_times]
+    per_rank = []
+    for r in ranks:
+        res, out = workers[r], workers[r].output
+        rank_thr = [spec.samples_per_step * k / t for t in out["window_times"]]
+        per_rank.append(RankFigures(
+            rank=r, throughput=Summary(**summarize(rank_thr)),
+            step_time_mean_s=sum(out["window_times"]) / (len(out["window_times"]) * k),
+            peak_rss_bytes=res.peak_rss_bytes, cuda_peak_bytes=out["cuda_peak_bytes"],
+            loss_first=out["loss_first"], loss_last=out["window_losses"][-1],
+            param_checksum=out["param_checksum"], threads=out["threads"],
+            input_wait_share=(sum(out["window_input_wait_s"]) / sum(out["window_times"])
+                              if out.get("window_input_wait_s") is not None else None)))
+    slowest = max(p.step_time_mean_s for p in per_rank)
+    fastest = min(p.step_time_mean_s for p in per_rank)
+    return TrainMetrics(
+        throughput=Summary(**summarize(throughput), unit="samples/s", per_window=throughput),
+        window_times_s=window_times,
+        step_time_s=Summary(**summarize([t / k for t in window_times])),
+        per_rank=per_rank,
+        # spread of per-rank step time: a straggler shows as a ratio well above 1
+        straggler_ratio=slowest / fastest if fastest > 0 else None,
+        startup=startup([workers[r] for r in ranks], launched_at, run_dir, spec),
+        peak_rss_bytes_max=max(p.peak_rss_bytes for p in per_rank),
+        param_count=workers[ranks[0]].output["param_count"],
+        loss_last=per_rank[0].loss_last,
+        input_wait_share=max((p.input_wait_share for p in per_rank if p.input_wait_share is not None), default=None),
+        other_roles=[{"rank": r, "role": res.rank_info.role, "served": res.output["served"],
+                      "peak_rss_bytes": res.peak_rss_bytes} for r, res in sorted(others.items())])
+
+
+def loader_words(spec) -> str:
+    """How the data reach the model, when not held on the device."""
+    if spec.loader != "dataloader":
+        return ""
+    return f" through a DataLoader ({spec.loader_workers} loader process(es)/worker)"
+
+
+def input_words(m) -> str | None:
+    """What the input pipeline cost a run fed by a DataLoader, and whether it limits throughput."""
+    if m.input_wait_share is None:
+        return None
+    verdict = ("input limits throughput" if m.input_limited else
+               "input does not limit throughput: compute and communication do")
+    return f"input wait: {m.input_wait_share:.0%} of step time (slowest worker): {verdict}"
+
+
+def fmt_throughput(thr: Summary | None) -> str:
+    if thr is None or thr.mean is None:
+        return "-"
+    mean, half = thr.mean, thr.ci_half_width
+    pct = f" ± {100 * half / mean:.1f}%" if half == half and half is not None and mean else ""
+    return f"{mean:,.0f} samples/s{pct}{' (unstable)' if thr.unstable else ''}"
+
+
+def placement_words(spec) -> str:
+    return f"{spec.world_size} GPU(s), NCCL" if spec.device == "cuda" else f"{spec.world_size} CPU process(es), gloo"
+
+
+def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:
+    """A run whose workers train (and whose other roles serve them): its status, and its metrics_of(spec, results,
+    launched_at, run_dir) when it ended ok."""
+    from bench.harness.outcome import joined_rank_map, process_status, read_results
+
+    status, error = process_status(spec, run_dir, outcome)
+    metrics = metrics_of(spec, read_results(run_dir), outcome.launched_at, run_dir) if status == "ok" else None
+    return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
+
+
+def run_training_rank(spec, run_dir, file_rank, attempt, t_process_start, loop):
+    """One process of a training run: join, then a worker runs loop(joined, inject) and any other role (a
+    parameter server) the backend's own loop over the run's steps."""
+    from bench.rank.entry import Joined
+
+    joined = Joined(spec, run_dir, file_rank, attempt, t_process_start)
+    inject = injected_for(spec, joined.info.rank)
+    if joined.info.role != "worker":
+        return joined.result({"served": joined.group.serve_training(spec, joined.info, inject)})
+    return joined.result(loop(joined, inject))
+
+
+class TrainTask(Task):
+    name = "train"
+    label = "training"
+    metrics_type = TrainMetrics
+    report_module = "bench.tasks.train.report"
+    columns = ("throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s", "startup_s",
+               "rendezvous_s", "peak_rss_mb", "input_wait_share")
+
+    # ------------------------------------------------------------ parent side
+    def describe(self, spec) -> str:
+        return (f"{spec.backend} {spec.workload}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
+                f"{spec.threads} thread(s)/worker{placement_text('', spec.cpu_bind)}, {spec.data} data"
+                f"{loader_words(spec)}, {spec.image_size}px, "
+                f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
+
+    def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
+        return Launch(command=backend.launcher.command(spec, rank_command, run_id),
+                      watcher=ProgressPrinter(spec, run_dir) if show_progress else None)
+
+    def conclude(self, spec, run_dir, outcome, before):
+        return conclude_training(spec, run_dir, outcome, train_metrics)
+
+    # ------------------------------------------------------------ child side
+    def run_rank(self, spec, run_dir, file_rank, attempt, t_process_start):
+        return run_training_rank(spec, run_dir, file_rank, attempt, t_process_start, train_rank)
+
+    # ------------------------------------------------------------ views
+    def case(self, spec) -> str:
+        return spec.workload
+
+    def ok_figure(self, record) -> str:
+        return fmt_throughput(record.metrics.throughput)
+
+    def list_figure(self, record) -> str:
+        return fmt_throughput(record.metrics.throughput if record.metrics else None)
+
+    def summary_lines(self, record) -> list[str]:
+        lines = [f"status: {record.status}"]
+        error = record.error
+        if error:
+            lines.append(f"error: {error.message}")
+            for row in error.ranks or []:
+                lines.append(f"  rank {row['rank']}: {row['state']}")
+            if error.tail:
+                lines.append("error output (tail):")
+                lines += ["  " + line for line in error.tail.splitlines()]
+        m = record.metrics
+        if m:
+            thr, step, start = m.throughput, m.step_time_s, m.startup
+            lines.append(f"throughput: {fmt_throughput(thr)} ({thr.confidence:.0%} CI {thr.ci_low:,.0f} to "
+                         f"{thr.ci_high:,.0f}, {thr.n} windows)")
+            lines.append(f"step time: {1000 * step.mean:.2f} ms (max over ranks per window)")
+            lines.append(f"startup: {start.launch_to_first_step_s:.2f} s to first step, rendezvous "
+                         f"{start.rendezvous_s:.2f} s" +
+                         "".join(f", {name} {s:.2f} s" for name, s in start.launcher_phases.items()))
+            lines.append(f"peak memory: {m.peak_rss_bytes_max / 2**20:,.0f} MiB RSS (largest rank); "
+                         f"straggler ratio {m.straggler_ratio:.3f}")
+            if input_words(m):
+                lines.append(input_words(m))
+            for row in m.per_rank:
+                lines.append(f"  rank {row.rank}: {fmt_throughput(row.throughput)}, "
+                             f"{1000 * row.step_time_mean_s:.2f} ms/step")
+            if record.spec.save_model:
+                lines.append(f"model saved to {record.spec.save_model} (state_dict of the first worker)")
+        return lines
+
+    def frame_columns(self, record) -> dict:
+        m = record.metrics
+        if m is None:
+            return {}
+        return {"throughput": m.throughput.mean, "ci_low": m.throughput.ci_low, "ci_high": m.throughput.ci_high,
+                "rel_stdev": m.throughput.rel_stdev, "unstable": m.throughput.unstable,
+                "step_time_s": m.step_time_s.mean, "startup_s": m.startup.launch_to_first_step_s,
+                "rendezvous_s": m.startup.rendezvous_s, "peak_rss_mb": m.peak_rss_bytes_max / 2**20,
+                "input_wait_share": m.input_wait_share}
+
+    def gate_figures(self, records, all_records):
+        """throughput, vs_plain (over N x the plain loop's) and efficiency (over N x its own at one
+        worker) of each backend, workload and world size (docs/method.md, "Regression gate")."""
+        from bench.core.registry import PLAIN_LOOP
+        from bench.results.gate import Figure, case_of, group_runs, not_ok_entry
+
+        def value(rec, per_window):
+            windows = rec.metrics.throughput.per_window
+            return windows if per_window else sum(windows) / len(windows)
+
+        runs, ok = group_runs(records, lambda r: (r.spec.backend, r.spec.workload, r.spec.world_size))
+        out, not_ok = {}, {}
+        for (backend, workload, n), rs in sorted(runs.items(), key=lambda kv: str(kv[0])):
+            where = f"{backend} {workload} n={n}"
+            good = ok[(backend, workload, n)]
+            if not good:
+                not_ok.update({f"{kind} {where}": not_ok_entry(rs) for kind in ("throughput", "vs_plain", "efficiency")})
+                continue
+            mine = case_of(good, value)
+            out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], [1])
+            plain = ok.get((PLAIN_LOOP, workload, 1))
+            if backend != PLAIN_LOOP and plain:
+                out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, case_of(plain, value)],
+                                                  [1, -1], scale=n)
+            one = ok.get((backend, workload, 1))
+            if n > 1 and one:
+                out[f"efficiency {where}"] = Figure(f"efficiency {where}", "efficiency", [mine, case_of(one, value)],
+                                                    [1, -1], scale=n)
+        return out, not_ok
+
+
+TASK = TrainTask()

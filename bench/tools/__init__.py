@@ -1,0 +1,2 @@
+"""Set-up and diagnosis: the Horovod build against the installed torch, `bench doctor`.
+"""

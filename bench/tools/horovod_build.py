@@ -1,0 +1,283 @@
+"""Build Horovod 0.28.1 against the installed torch, once, and cache the wheel outside the checkout.
+
+Why: Horovod's last release is a source distribution whose CMakeLists.txt (top level and
+horovod/torch/) hard-code `set(CMAKE_CXX_STANDARD 14)`, while torch's headers demand C++17 (2.1 to
+2.13) or C++20 (2.14: "C++20 or later compatible compiler is required to use ATen"). The minimal fix
+is to raise those two lines to what the installed torch needs. A second fix, for CPU-only builds:
+with a CUDA build of torch (PyPI's default on x86_64) cmake/Modules/FindPytorch.cmake treats torch as
+CUDA whenever some CUDA_HOME exists, then needs cudart and a full toolkit; on a machine with no GPU
+work to do we tell it torch is CPU-only, and get a working CPU build with or without a toolkit. A
+third, for CUDA builds: horovod/common/ops/cuda/CMakeLists.txt compiles its kernels as C++11, which
+CUDA 13's headers no longer accept; they are compiled as C++17 (any CUDA 11 or later takes it). And
+for CMake 4, which refuses projects declaring `cmake_minimum_required` below 3.5 (the bundled gloo and
+flatbuffers say 2.8.12), the build sets CMAKE_POLICY_VERSION_MINIMUM=3.5 (older CMake ignores it).
+GCC 13 and later no longer pull <string>, <stdexcept> and <cstdint> in through other standard headers,
+and Horovod's sources lean on that (group_table.h uses std::string, common.h std::logic_error without
+including them): with such a compiler those three headers are force-included (CXXFLAGS -include).
+
+Recipe: fetch the sdist from PyPI (pip download), patch, `pip wheel --no-build-isolation` in the
+environment that already has torch, with Gloo always, MPI when an MPI compiler (mpicxx) is present,
+CUDA when a toolkit is present and a GPU is to be used, NCCL when HOROVOD_GPU_OPERATIONS=NCCL asks.
+The wheel is cached under ~/.cache/elastic-vs-horovod-bench/horovod (or $BENCH_CACHE_DIR), keyed by
+Horovod, torch and Python versions and the features built, so a second set-up reuses it.
+
+Usage: python -m bench.tools.horovod_build [--force] [--print-key]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+HOROVOD_VERSION = "0.28.1"
+# distribution -> the module it provides: only missing ones are installed, so an offline machine that
+# already has them (a GPU node's image, say) needs no package index (else PIP_NO_INDEX=1 and
+# PIP_FIND_LINKS=DIR point pip at wheels carried there)
+RUNTIME_DEPS = {"cloudpickle": "cloudpickle", "psutil": "psutil", "pyyaml": "yaml", "packaging": "packaging",
+                "cffi": "cffi"}
+PATCHED_CMAKE = ("CMakeLists.txt", "horovod/torch/CMakeLists.txt")
+CUDA_KERNELS_CMAKE = "horovod/common/ops/cuda/CMakeLists.txt"
+
+
+class BuildError(Exception):
+    pass
+
+
+def cache_root() -> Path:
+    base = os.environ.get("BENCH_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "elastic-vs-horovod-bench")
+    return Path(base) / "horovod"
+
+
+def cxx_standard_for(torch_version: str) -> int:
+    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", torch_version).groups())
+    if (major, minor) >= (2, 14):
+        return 20
+    if (major, minor) >= (2, 1):
+        return 17
+    return 14
+
+
+def find_cuda_toolkit() -> str | None:
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and Path(home, "bin", "nvcc").exists():
+            return home
+    nvcc = shutil.which("nvcc")
+    return str(Path(nvcc).resolve().parent.parent) if nvcc else None
+
+
+def plan() -> dict:
+    """What this machine's build will contain, and the cache key that names it."""
+    import torch
+
+    gpu_ops = os.environ.get("HOROVOD_GPU_OPERATIONS", "")
+    toolkit = find_cuda_toolkit()
+    wants_gpu = bool(gpu_ops) or (torch.cuda.is_available() and torch.cuda.device_count() > 0)
+    cuda = bool(toolkit and torch.version.cuda and wants_gpu)
+    if gpu_ops and not cuda:
+        raise BuildError(f"HOROVOD_GPU_OPERATIONS={gpu_ops} needs a CUDA build of torch and a CUDA "
+                         "toolkit (set CUDA_HOME); unset it for a CPU build")
+    # Horovod's own switch is honoured: a node's MPI may not be the one its jobs use
+    mpi = shutil.which("mpicxx") is not None and not os.environ.get("HOROVOD_WITHOUT_MPI")
+    features = ["gloo"] + (["mpi"] if mpi else []) + (["cuda"] if cuda else []) + \
+        ([gpu_ops.lower()] if gpu_ops else [])
+    torch_version = torch.__version__.replace("+", "_")
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    key = f"horovod-{HOROVOD_VERSION}_torch-{torch_version}_{py}_{platform.machine()}_{'-'.join(features)}"
+    return {"key": key, "torch": torch.__version__, "cxx_standard": cxx_standard_for(torch.__version__),
+            "mpi": mpi, "cuda": cuda, "cuda_home": toolkit if cuda else None, "gpu_operations": gpu_ops,
+            "features": features}
+
+
+def patch_source(src: Path, cxx_standard: int, cuda: bool) -> list[str]:
+    """The minimal build fix; returns what was changed, for the log."""
+    changes = []
+    for rel in PATCHED_CMAKE:
+        path = src / rel
+        text = path.read_text()
+        new = text.replace("set(CMAKE_CXX_STANDARD 14)", f"set(CMAKE_CXX_STANDARD {cxx_standard})")
+        if new != text:
+            changes.append(f"{rel}: CMAKE_CXX_STANDARD 14 -> {cxx_standard}")
+        path.write_text(new)
+    if cuda:
+        path = src / CUDA_KERNELS_CMAKE
+        text = path.read_text()
+        if "set(CMAKE_CUDA_STANDARD 11)" in text:
+            path.write_text(text.replace("set(CMAKE_CUDA_STANDARD 11)", "set(CMAKE_CUDA_STANDARD 17)"))
+            changes.append(f"{CUDA_KERNELS_CMAKE}: CMAKE_CUDA_STANDARD 11 -> 17")
+    if not cuda:
+        # FindPytorch calls torch "CUDA" whenever torch has a CUDA build and any CUDA_HOME exists, then
+        # links cudart and calls add_cuda(). For a CPU build, build the extension as a CppExtension.
+        path = src / "cmake/Modules/FindPytorch.cmake"
+        text = path.read_text()
+        needle = 'string(TOUPPER "${Pytorch_CUDA}" Pytorch_CUDA)\n'
+        if needle not in text:
+            raise BuildError(f"{path} is not as expected (no Pytorch_CUDA test); cannot make a CPU build")
+        path.write_text(text.replace(needle, needle + "set(Pytorch_CUDA FALSE)  # CPU-only build\n", 1))
+        changes.append("cmake/Modules/FindPytorch.cmake: Pytorch_CUDA FALSE for a CPU-only build")
+    return changes
+
+
+# what GCC 13 stopped including transitively and Horovod 0.28.1 still relies on
+GCC13_INCLUDES = ("cstdint", "string", "stdexcept")
+
+
+def gcc_major() -> int | None:
+    try:
+        out = subprocess.run(["c++", "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
+        is_gcc = "Free Software Foundation" in subprocess.run(["c++", "--version"], capture_output=True,
+                                                             text=True, timeout=30).stdout
+        return int(out.strip().split(".")[0]) if is_gcc else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def compiler_flags(env: dict) -> list[str]:
+    """Extra flags this compiler needs for Horovod's sources (added to env's CXXFLAGS); returns what changed."""
+    major = gcc_major()
+    if major is None or major < 13:
+        return []
+    forced = " ".join(f"-include {header}" for header in GCC13_INCLUDES)
+    env["CXXFLAGS"] = f"{env.get('CXXFLAGS', '')} {forced}".strip()
+    return [f"CXXFLAGS {forced} (GCC {major})"]
+
+
+def fetch_sdist(workdir: Path) -> Path:
+    sdist_cache = cache_root() / "sdist"
+    sdist_cache.mkdir(parents=True, exist_ok=True)
+    found = list(sdist_cache.glob(f"horovod-{HOROVOD_VERSION}.tar.gz"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        f"horovod=={HOROVOD_VERSION}", "-d", str(sdist_cache)], check=True)
+        found = list(sdist_cache.glob(f"horovod-{HOROVOD_VERSION}.tar.gz"))
+    if not found:
+        raise BuildError(f"pip download did not produce horovod-{HOROVOD_VERSION}.tar.gz")
+    with tarfile.open(found[0]) as tar:
+        tar.extractall(workdir, filter="data")
+    return workdir / f"horovod-{HOROVOD_VERSION}"
+
+
+def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="horovod-build-") as tmp:
+        src = fetch_sdist(Path(tmp))
+        changes = patch_source(src, info["cxx_standard"], info["cuda"])
+        env = dict(os.environ, HOROVOD_WITH_PYTORCH="1", HOROVOD_WITH_GLOO="1",
+                   HOROVOD_WITHOUT_TENSORFLOW="1", HOROVOD_WITHOUT_MXNET="1", CMAKE_POLICY_VERSION_MINIMUM="3.5",
+                   MAKEFLAGS=f"-j{max(1, os.cpu_count() or 1)}")
+        env["HOROVOD_WITH_MPI" if info["mpi"] else "HOROVOD_WITHOUT_MPI"] = "1"
+        if info["cuda_home"]:
+            env["CUDA_HOME"] = info["cuda_home"]
+        changes += compiler_flags(env)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with open(log_path, "w") as log:
+            log.write(f"plan: {info}\npatches: {changes}\n")
+            log.flush()
+            proc = subprocess.Popen([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                                     "--no-deps", "-v", "-w", str(out_dir), str(src)],
+                                    env=env, stdout=log, stderr=subprocess.STDOUT)
+            while proc.poll() is None:  # a heartbeat: the build takes minutes
+                time.sleep(30)
+                if proc.poll() is None:
+                    print(f"  ... still building ({time.monotonic() - started:.0f} s)", flush=True)
+        if proc.returncode != 0:
+            raise BuildError(f"building Horovod failed (exit {proc.returncode}); full log {log_path}; its first "
+                             f"errors:\n{first_errors(log_path.read_text(errors='replace'))}")
+    wheels = list(out_dir.glob("horovod-*.whl"))
+    if not wheels:
+        raise BuildError(f"the build left no wheel in {out_dir}; see {log_path}")
+    return wheels[0]
+
+
+def missing_runtime_deps() -> list[str]:
+    import importlib.util
+
+    return [dist for dist, module in RUNTIME_DEPS.items() if importlib.util.find_spec(module) is None]
+
+
+ERROR_LINE = re.compile(r"CMake Error|error:|Error \d|fatal error|undefined reference|No such file", re.I)
+
+
+def first_errors(log: str, context: int = 3, limit: int = 12) -> str:
+    """The first error lines of a build log with a little context: pip's own tail only says it failed."""
+    lines = log.splitlines()
+    hits = [i for i, line in enumerate(lines) if ERROR_LINE.search(line)]
+    if not hits:
+        return "\n".join(lines[-25:])
+    keep = sorted({j for i in hits[:limit] for j in range(i, min(len(lines), i + context + 1))})
+    return "\n".join(lines[j] for j in keep)[:6000]
+
+
+def installed_key_file() -> Path:
+    """Marks which cached build this environment has installed, so a second set-up does nothing."""
+    return Path(sys.prefix) / "horovod-build-key.txt"
+
+
+def installed_key() -> str | None:
+    try:
+        import importlib.metadata
+
+        if importlib.metadata.version("horovod") != HOROVOD_VERSION:
+            return None
+        return installed_key_file().read_text().strip()
+    except Exception:  # not installed, or no marker: treat as not installed by us
+        return None
+
+
+def ensure(force: bool = False) -> Path | None:
+    info = plan()
+    out_dir = cache_root() / info["key"]
+    wheels = list(out_dir.glob("horovod-*.whl"))
+    if not force and wheels and installed_key() == info["key"]:
+        print(f"Horovod {HOROVOD_VERSION} ({info['key']}) is already installed from {wheels[0]}", flush=True)
+        return wheels[0]
+    # Horovod's setup.py also asks for them (setup_requires) and would fetch them itself, index or not
+    missing = missing_runtime_deps()
+    if missing:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *missing], check=True)
+    if force or not wheels:
+        print(f"building Horovod {HOROVOD_VERSION} against torch {info['torch']} "
+              f"(C++{info['cxx_standard']}, {'+'.join(info['features'])}); this takes several minutes "
+              f"once, then the wheel is reused from {out_dir}", flush=True)
+        for old in wheels:
+            old.unlink()
+        wheel = build_wheel(info, out_dir, out_dir.parent / f"{info['key']}.log")
+    else:
+        wheel = wheels[0]
+        print(f"using cached Horovod wheel {wheel}", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps",
+                    str(wheel)], check=True)
+    installed_key_file().write_text(info["key"] + "\n")
+    return wheel
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.tools.horovod_build", description=__doc__.split("\n")[0])
+    parser.add_argument("--force", action="store_true", help="rebuild even if a cached wheel exists")
+    parser.add_argument("--print-key", action="store_true", help="print the cache key and exit")
+    args = parser.parse_args(argv)
+    try:
+        if args.print_key:
+            print(plan()["key"])
+            return 0
+        ensure(force=args.force)
+    except BuildError as exc:
+        print(f"horovod build: error: {exc}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as exc:
+        print(f"horovod build: error: {' '.join(map(str, exc.cmd))} exited {exc.returncode}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

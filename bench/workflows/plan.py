@@ -1,0 +1,137 @@
+"""Sweep planning on plain values: which runs a sweep makes, in which order.
+
+A sweep is every backend x workload x world size (plus the plain single-process loop the others are
+measured against) and a communication sweep per backend and world size above 1, every case `repeats`
+times in rounds. Nothing here runs anything or reads command-line arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from bench.core.errors import UsageError
+
+# A sweep compares cases, and launches are its replicates (docs/method.md, "Replication"): by default every
+# case is launched REPEATS times in interleaved rounds, each launch short (its windows describe that launch
+# only), and the communication part reaches the sizes where bandwidth, not latency, decides.
+SWEEP_DEFAULTS = dict(repeats=3, windows=3, warmup_steps=2, max_bytes="16M")
+COMM_KEYS = ("ops", "dtype", "min_bytes", "max_bytes", "warmup_iters", "iters")
+
+
+def sweep_world_sizes(limit: int) -> list[int]:
+    """1, 2, 4 ... up to limit, and limit itself."""
+    sizes, n = [], 1
+    while n <= limit:
+        sizes.append(n)
+        n *= 2
+    if sizes[-1] != limit:
+        sizes.append(limit)
+    return sizes
+
+
+def backend_world_sizes(backend: str, world_sizes: list[int]) -> list[int]:
+    """The world sizes a sweep trains `backend` at: all of them for the primary pair, only the distributed
+    ones for a reference backend (the parameter server answers "how far from a PS at N workers"; its
+    one-worker case compares nothing), unless those are all there is."""
+    from bench.core.registry import PRIMARY
+
+    if backend in PRIMARY:
+        return list(world_sizes)
+    return [n for n in world_sizes if n > 1] or list(world_sizes)
+
+
+def available_backends(device: str, on_skip=None, names=None) -> list[str]:
+    """Every compared backend (or each of `names`) that can run on `device` here; on_skip(name, why) for each
+    that cannot."""
+    from bench.core.registry import COMPARED, get_backend
+
+    backends = []
+    for name in names or COMPARED:
+        problem = get_backend(name).unavailable_reason(device)
+        if problem:
+            if on_skip is not None:
+                on_skip(name, problem)
+        else:
+            backends.append(name)
+    return backends
+
+
+def comm_options(values: dict) -> dict:
+    """The keyword arguments of a communication spec (bench.tasks.comm.build_spec) from user values:
+    sizes as bytes or text (4, 8K, 64M), ops as a list or comma-separated; a key missing or None takes
+    bench.rank.collectives.COMM_DEFAULTS."""
+    from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
+
+    comm = {k: COMM_DEFAULTS[k] if values.get(k) is None else values[k] for k in COMM_KEYS}
+    try:
+        for key in ("min_bytes", "max_bytes"):
+            if isinstance(comm[key], str):
+                comm[key] = parse_bytes(comm[key])
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if isinstance(comm["ops"], str):
+        comm["ops"] = [op for op in comm["ops"].split(",") if op]
+    return comm
+
+
+def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm: dict, options: dict) -> list:
+    """A communication sweep per backend and world size; placement, timeout and backend options from
+    `options` (the spec options of bench.tasks.train.build_spec)."""
+    from bench.tasks.comm import build_spec
+
+    return [build_spec(backend=b, world_size=n, device=device, **comm, threads=options.get("threads"),
+                       oversubscribe=options.get("oversubscribe", False), timeout=options.get("timeout"),
+                       backend_options=options.get("backend_options"), cluster=options.get("cluster"),
+                       cpu_bind=options.get("cpu_bind"))
+            for b in backends for n in world_sizes]
+
+
+def plan_sweep(backends: list[str], workloads: list[str], device: str, world_sizes: list[int], *, options: dict,
+               comm: dict | None, sweep_id: str | None, with_plain_loop: bool = True, repeats: int = 1,
+               workloads_of: dict[str, list[str]] | None = None) -> list:
+    """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
+    size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never
+    slowed by a step delay), then, unless comm is None, a communication sweep (comm: the options of
+    comm_options) for every primary backend that has collectives and every world size above 1 (a reference
+    backend's only when it is the sweep's one backend; `bench allreduce --backend ps` measures it alone).
+    workloads_of: backend -> the only workloads it trains (the regression matrix's reference backend).
+    Repeated in rounds: every case once, then again, so a slow spell of the machine spreads over all cases
+    instead of landing on the repeats of one; each round in an order shuffled with a seed taken from the
+    sweep id and the round."""
+    from bench.core.registry import PLAIN_LOOP, PRIMARY, get_backend
+    from bench.core.spec import default_threads
+    from bench.tasks.train import build_spec
+
+    if repeats < 1:
+        raise UsageError(f"repeats {repeats}: run every case at least once")
+    # One thread count for all training runs, so world sizes differ only in their number of workers.
+    train = {"threads": default_threads(device, max(world_sizes), options.get("cluster")),
+             **{k: v for k, v in options.items() if v is not None}}
+    cluster = options.get("cluster")
+    plan = []
+    # across hosts, the whole matrix at every link asked for (links: the cluster's "links", None = unshaped)
+    for link in (cluster.get("links") or [cluster.get("link")]) if cluster else [None]:
+        at_link = {**train, "cluster": {**cluster, "link": link}} if cluster else train
+        for workload in workloads:
+            if with_plain_loop and PLAIN_LOOP not in backends:
+                plan.append(build_spec(backend=PLAIN_LOOP, workload=workload, world_size=1, device=device,
+                                       **{**at_link, "step_delay": None}))
+            for backend in backends:
+                if workloads_of and workload not in workloads_of.get(backend, [workload]):
+                    continue
+                for size in backend_world_sizes(backend, world_sizes):
+                    plan.append(build_spec(backend=backend, workload=workload, world_size=size, device=device,
+                                           **at_link))
+        if comm is not None:
+            plan += comm_specs([b for b in backends if get_backend(b).comm_ops and (b in PRIMARY or len(backends) == 1)],
+                               device, [n for n in world_sizes if n > 1], comm=comm,
+                               options={**options, "cluster": at_link.get("cluster")})
+    # Each round in its own seeded order: a case that always ran first (or always after the same case)
+    # would carry that position's bias in every launch, which interleaving alone does not remove.
+    rounds = []
+    for r in range(repeats):
+        order = list(plan)
+        random.Random(f"{sweep_id}:{r}").shuffle(order)
+        rounds += [dataclasses.replace(spec, sweep_id=sweep_id, repeat=r) for spec in order]
+    return rounds
