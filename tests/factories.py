@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from bench.rank.collectives import GB, OPS
-from bench.core.records import (SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, Startup, Summary, Times)
+from bench.core.records import SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, Startup, Summary, Times
 from bench.core.rundir import RunDir, write_json_atomic
 from bench.core.spec import RunSpec
 from bench.core.stats import summarize
 from bench.harness.supervisor import Outcome
+from bench.rank.collectives import GB, OPS
 from bench.tasks.comm import CommMetrics, CommRow
 from bench.tasks.fault import FaultMetrics
 from bench.tasks.train import RankFigures, TrainMetrics

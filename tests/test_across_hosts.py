@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from bench.testbed import hosts as testhosts
-from bench.core.errors import UsageError
-from bench.cluster.hosts import Host, parse_hosts, placement, read_hostfile, remote_shell
-from conftest import FAST, bench, bench_in_process, processes_of_run
 from test_cli_errors import assert_one_line_error
+
+from bench.cluster.hosts import remote_shell
+from bench.core.errors import UsageError
+from bench.core.hostlist import Host, parse_hosts, placement, read_hostfile
+from bench.testbed import hosts as testhosts
+from conftest import FAST, bench, bench_in_process, processes_of_run
 
 UNAVAILABLE = testhosts.unavailable_reason()
 
@@ -50,7 +51,7 @@ def test_remote_commands_carry_their_environment_quoted():
 
 
 def test_threads_are_shared_by_hosts_on_one_machine():
-    from bench.cluster.hosts import Host
+    from bench.core.hostlist import Host
     from bench.core.spec import default_threads, machine_load
 
     one_machine = {"hosts": [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}],
@@ -64,8 +65,8 @@ def test_threads_are_shared_by_hosts_on_one_machine():
 
 def test_parameter_servers_are_placed_one_per_host_by_default():
     """Across hosts the servers take no slot: one per host with workers, or --ps-servers of them round-robin."""
+    from bench.core.hostlist import Host
     from bench.core.registry import get_backend
-    from bench.cluster.hosts import Host
 
     ps = get_backend("ps")
     hosts = [{"name": "a", "slots": 2}, {"name": "b", "slots": 2}, {"name": "c", "slots": 2}]
@@ -91,10 +92,10 @@ def test_horovods_wait_for_a_lost_host_is_read_from_ssh(monkeypatch, capsys, ans
     is recorded and said when it exceeds --recovery-timeout."""
     import subprocess
 
-    import bench.cluster.hosts
+    import bench.backends.horovod
     from bench.backends.horovod import ssh_keepalive
 
-    monkeypatch.setattr(bench.cluster.hosts, "run_on", lambda host, argv, **kw: subprocess.CompletedProcess(
+    monkeypatch.setattr(bench.backends.horovod, "run_on", lambda host, argv, **kw: subprocess.CompletedProcess(
         argv, answer[0], answer[1], "" if answer[0] == 0 else "no route to host"))
     assert ssh_keepalive(["a", "b"], 90) == seconds
     err = capsys.readouterr().err
@@ -251,9 +252,9 @@ HOSTS = [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}]
 
 def link_cases(throughputs: dict):
     """Cases of runs across two hosts: {(backend, rate or None): [per-launch throughput, ...]}."""
-    from bench.results.frame import records_to_frame
     from bench.cluster.hosts import parse_link
-    from bench.tasks.train.report import replicated_cases
+    from bench.results.frame import records_to_frame
+    from bench.tasks.train.results import replicated_cases
     from factories import train_record
 
     records = []
@@ -369,9 +370,9 @@ def test_a_node_loss_is_survived_and_timed(two_hosts, store, backend):
         assert record["launch"]["ssh_keepalive_s"] == 10
     assert_host_fault_survived(record, two_hosts, "kill-host")
     # the page draws the hosts with their ranks before and after: the lost host has no process after
-    from bench.results.frame import load_frame
-    from bench.report.page import host_map_panels, render_report
     from bench.core.store import Store
+    from bench.report.page import host_map_panels, render_report
+    from bench.results.frame import load_frame
 
     frame = load_frame(Store(store))
     panels = host_map_panels(frame)

@@ -1,8 +1,8 @@
 """Verdicts across launches, and agreement between sweeps, on records built in memory."""
 
+from bench.report.sections import ReportContext
 from bench.results.agreement import agreement, contradictions, format_agreement, sweep_claims
 from bench.results.frame import records_to_frame
-from bench.report.sections import ReportContext
 from bench.tasks.train import report as train_report
 from factories import train_record
 

@@ -13,11 +13,11 @@ import struct
 
 import numpy as np
 import pytest
+from test_cli_errors import assert_one_line_error
 
 import bench.cli
 from bench.cli.options import LONG_PATH
 from conftest import ROOT, bench_in_process
-from test_cli_errors import assert_one_line_error
 
 BASELINE = ROOT / "results" / "baselines" / "cpu-gloo.json"
 # What a verb needs before it reads its other options (a bad --store of `compare` is found once it has a
@@ -76,9 +76,9 @@ class Unchanged:
 def nothing_runs(monkeypatch, tmp_path):
     """A default store in tmp_path (which must stay as it was) and no way to launch anything."""
     import bench.backends.horovod
-    import bench.results.gate
     import bench.harness.runner
     import bench.harness.supervisor
+    import bench.results.gate
 
     def launched(*args, **kwargs):
         raise AssertionError("bad input launched something")

@@ -12,12 +12,12 @@ import pytest
 import bench.workflows.regress
 from bench.cli import build_parser, options
 from bench.cli.common import names
+from bench.core.errors import UsageError
+from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
 from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
-from bench.core.errors import UsageError
-from bench.workflows.plan import SWEEP_DEFAULTS, comm_options, plan_sweep, sweep_world_sizes
-from bench.core.spec import DEFAULTS, default_threads
 from bench.tasks.fault import FAULT_DEFAULTS
+from bench.workflows.plan import SWEEP_DEFAULTS, comm_options, plan_sweep, sweep_world_sizes
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
 VERBS = ["run", "sweep", "allreduce", "converge", "list", "report", "compare", "agreement", "regress", "baseline", "fault", "selfcheck", "import",

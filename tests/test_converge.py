@@ -6,13 +6,13 @@ import struct
 
 import numpy as np
 import pytest
+from test_cli_errors import assert_one_line_error
+from test_data import write_mnist
 
 from bench.core.store import Store
 from bench.tasks.converge import build_spec
 from bench.tasks.converge.report import agreement_sentence
 from conftest import assert_nothing_left, bench, bench_in_process
-from test_cli_errors import assert_one_line_error
-from test_data import write_mnist
 from workloads.data import converge_data, split_indices, training_samples
 
 SMALL = dict(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu")

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from bench.core.errors import UsageError
-from bench.results.frame import CONDITIONS, records_to_frame
 from bench.core.spec import resolve_cpu_bind
+from bench.results.frame import CONDITIONS, records_to_frame
 from factories import train_record
 
 CLUSTER = {"hosts": [{"name": "h1", "slots": 1}, {"name": "h2", "slots": 1}], "iface": "eth0"}
@@ -36,9 +36,9 @@ def test_an_unknown_binding_is_one_line_naming_the_choices():
 
 
 def test_every_kind_of_run_holds_the_resolved_binding():
-    from bench.workflows.plan import comm_specs
     from bench.tasks.fault import build_spec as fault_spec
     from bench.tasks.train import build_spec as train_spec
+    from bench.workflows.plan import comm_specs
 
     assert train_spec(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu").cpu_bind == "cores"
     assert train_spec(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu",
@@ -63,6 +63,7 @@ def test_a_record_made_before_auto_reads_as_unpinned():
 def test_pinned_and_unpinned_runs_are_never_one_case():
     from bench.report.sections import ReportContext
     from bench.tasks.train import report as train_report
+    from bench.tasks.train import results as train_results
 
     assert "cpu_bind" in CONDITIONS
     recs = []
@@ -71,7 +72,7 @@ def test_pinned_and_unpinned_runs_are_never_one_case():
                                  created_at=1000 + i, sweep_id="s1", spec_fields={"cpu_bind": bind, "repeat": i // 2}))
     frame = records_to_frame(recs)
     assert list(frame["cpu_bind"]) == ["none", "cores", "none", "cores"]
-    cases = train_report.replicated_cases(frame[frame["status"] == "ok"])
+    cases = train_results.replicated_cases(frame[frame["status"] == "ok"])
     by_bind = {c.cond["cpu_bind"]: c for c in cases}
     assert set(by_bind) == {"none", "cores"} and all(c.launches == 2 for c in cases)
     assert [round(v) for v in by_bind["cores"].values] == [230, 228]
@@ -118,6 +119,7 @@ def test_the_communication_view_keeps_machines_and_pinnings_apart():
     import dataclasses
 
     from bench.tasks.comm import report as comm_report
+    from bench.tasks.comm import results as comm_results
     from factories import comm_record, comm_row
 
     def launch(run_id, backend, time_us, t, cpu_model="cpu", bind="none"):
@@ -140,7 +142,7 @@ def test_the_communication_view_keeps_machines_and_pinnings_apart():
     rows = comm_report.sweep_rows(comm_report.case_launches(frame[frame["status"] == "ok"]))
     assert sorted(r[0] for r in rows) == ["elastic, on cpu (2 CPUs)", "elastic, pinned, on cpu (2 CPUs)",
                                           "horovod, on Other CPU (2 CPUs)", "horovod, on cpu (2 CPUs)"]
-    assert list(comm_report.comparisons(frame)) == ["allreduce busbw elastic / horovod at 16MB, 2 ranks float32, "
+    assert list(comm_results.comparisons(frame)) == ["allreduce busbw elastic / horovod at 16MB, 2 ranks float32, "
                                                     "on cpu (2 CPUs)"]
 
 

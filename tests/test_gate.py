@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from bench.core.errors import UsageError
-from bench.results.gate import (RULES, Case, Figure, aa_rates, change_interval, compare_figures, figures, judge,
-                        read_runs_file, write_baseline)
 from bench.rank.inject import parse_step_delay
+from bench.results.gate import (RULES, Case, Figure, aa_rates, change_interval, compare_figures, figures, judge,
+                                read_runs_file, write_baseline)
 from conftest import bench
 from factories import comm_record, comm_row, train_record
 

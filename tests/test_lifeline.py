@@ -158,9 +158,9 @@ def test_the_next_command_records_a_run_whose_lifeline_died_too(store):
 def test_ctrl_c_before_the_launch_is_recorded_as_interrupted(store, monkeypatch):
     """A Ctrl-C while the run is being prepared (a launcher's own checks) is a run interrupted before its
     launch, stored like one interrupted after it; nothing is left to recover."""
-    from bench.harness.runner import execute
-    from bench.core.store import Store
     from bench.core.registry import get_task
+    from bench.core.store import Store
+    from bench.harness.runner import execute
     from bench.tasks.train import build_spec
 
     spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=1, device="cpu")
@@ -180,9 +180,9 @@ def test_a_slurm_time_limit_before_the_launch_is_recorded_as_a_timeout(store, mo
     """Slurm may send the script's warning as the job starts (up to 60 s early): a run still being prepared is
     then stored as `timeout`, as Slurm judges it, not as interrupted by a user."""
     from bench.cluster import slurm
-    from bench.harness.runner import execute
-    from bench.core.store import Store
     from bench.core.registry import get_task
+    from bench.core.store import Store
+    from bench.harness.runner import execute
     from bench.tasks.train import build_spec
 
     spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=1, device="cpu")

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_cli_errors import assert_one_line_error
 
 from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
 from conftest import FAST, assert_nothing_left, bench, bench_in_process, bench_json
-from test_cli_errors import assert_one_line_error
 from workloads.data import TimedBatches, open_batches
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.core.codec import RecordError
 from bench.core.errors import StoreError
-from bench.results.frame import records_to_frame
-from bench.core.records import SCHEMA_VERSION, RankRow, RecordError, RunRecord, upgrade
+from bench.core.records import SCHEMA_VERSION, RankRow, RunRecord, upgrade
 from bench.core.store import Store
+from bench.results.frame import records_to_frame
 from bench.tasks.comm import CommMetrics, CommRow
 from bench.tasks.fault import FaultMetrics
 from bench.tasks.train import TrainMetrics

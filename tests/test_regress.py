@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from bench.results.gate import run_hot_paths
 from bench.core.store import Store
+from bench.results.gate import run_hot_paths
 from conftest import bench
 
 pytestmark = pytest.mark.slow

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from bench.results.frame import load_frame
-from bench.report.page import render_report
 from bench.core.store import Store
+from bench.report.page import render_report
+from bench.results.frame import load_frame
 from conftest import FAST, bench
 
 pytestmark = pytest.mark.slow

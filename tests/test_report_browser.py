@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.report.page import write_report
 from bench.core.store import Store
+from bench.report.page import write_report
 
 V1_STORE = Path(__file__).resolve().parent / "data" / "store-v1.sqlite"
 

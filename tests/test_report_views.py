@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from bench.core import stats
-from bench.rank.collectives import OPS, bus_factor
 from bench.core.errors import StoreError, UsageError
-from bench.results.frame import load_frame
+from bench.core.store import Store
+from bench.rank.collectives import OPS, bus_factor
 from bench.report.page import apply_where, failed_section, render_report, write_report
 from bench.report.sections import ReportPart
-from bench.core.store import Store
+from bench.results.frame import load_frame
 from bench.tasks.train import report as train_report
 
 SAMPLE = Path(__file__).parent / "data" / "store-v1.sqlite"

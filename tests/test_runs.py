@@ -123,15 +123,15 @@ def test_sweep_list_and_report(store, tmp_path):
                  "--repeats", 1, "--report", report, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "[4/4]" in proc.stderr  # baseline, world 1, world 2, and the allreduce sweep at world 2
-    from bench.results.frame import load_frame
     from bench.core.store import Store
+    from bench.results.frame import load_frame
 
     frame = load_frame(Store(store))
     assert sorted(zip(frame["task"], frame["backend"], frame["world_size"])) == [
         ("comm", "elastic", 2), ("train", "elastic", 1), ("train", "elastic", 2), ("train", "single", 1)]
     assert frame["sweep_id"].nunique() == 1 and (frame["status"] == "ok").all()
     assert (frame["threads"] == 1).all()  # one thread count for every world size of a sweep
-    from bench.tasks.train.report import replicated_cases
+    from bench.tasks.train.results import replicated_cases
 
     cases = {(c.backend, c.world_size): c for c in replicated_cases(frame[frame["task"] == "train"])}
     assert cases[("elastic", 1)].efficiency is None and cases[("elastic", 1)].vs_plain.ratio > 0

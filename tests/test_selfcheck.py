@@ -7,11 +7,11 @@ import math
 import sys
 
 import pytest
+from test_cli_errors import assert_one_line_error
 
 import bench.workflows.selfcheck as sc
 from bench.core.stats import ratio_of_cases, ratio_of_pairs
 from conftest import FAST, bench, bench_in_process
-from test_cli_errors import assert_one_line_error
 
 
 # ---------------------------------------------------------------- bad input

@@ -11,9 +11,9 @@ import textwrap
 import pytest
 
 from bench.core.errors import StoreError
-from bench.results.frame import load_frame
 from bench.core.records import SCHEMA_VERSION, RunRecord
 from bench.core.store import Store
+from bench.results.frame import load_frame
 from conftest import ROOT
 from factories import train_record
 

@@ -6,20 +6,24 @@ import math
 
 import pytest
 
+from bench.core.codec import decode
+from bench.core.errors import UsageError
+from bench.core.records import RunError
+from bench.core.registry import get_task
+from bench.core.spec import check_timeout
 from bench.harness.outcome import process_status
 from bench.rank.collectives import GB, OPS, ops_per_size, run_sweep, sweep_plan
-from bench.core.errors import UsageError
 from bench.results.frame import records_to_frame
-from bench.core.records import RunError, build
-from bench.core.spec import check_timeout
-from bench.core.registry import get_task
-from bench.tasks.comm import build_spec as build_comm_spec, comm_metrics
-from bench.tasks.fault import (FaultMetrics, MIN_BIN_S, _detection, _processes, _rank_map, fault_metrics,
-                               fault_status, recovered, timeline)
-from bench.tasks.train import TrainMetrics, build_spec as build_train_spec, train_metrics
-from factories import (LAUNCHED_AT, RunDirBuilder, comm_output, comm_record, comm_spec, fault_journals,
-                       fault_record, fault_spec, finished_run, outcome, rank_result, rank_row, resumed, steps,
-                       train_record, train_results, train_spec)
+from bench.tasks.comm import build_spec as build_comm_spec
+from bench.tasks.comm import comm_metrics
+from bench.tasks.fault import (MIN_BIN_S, FaultMetrics, _detection, _processes, _rank_map, fault_metrics, fault_status,
+                               recovered, timeline)
+from bench.tasks.train import TrainMetrics
+from bench.tasks.train import build_spec as build_train_spec
+from bench.tasks.train import train_metrics
+from factories import (LAUNCHED_AT, RunDirBuilder, comm_output, comm_record, comm_spec, fault_journals, fault_record,
+                       fault_spec, finished_run, outcome, rank_result, rank_row, resumed, steps, train_record,
+                       train_results, train_spec)
 
 TRAIN, COMM, FAULT = get_task("train"), get_task("comm"), get_task("fault")
 
@@ -229,7 +233,7 @@ def fault_run(tmp_path, spec, **journals):
 def measured(spec, run_dir, ending="exited", returncode=0, observed=OBSERVED):
     """The fault figures and status of a run whose journals count seconds from 0 and that ended at 8 s."""
     done = outcome(ending, returncode, ended_after=8.0, launched_at=0.0)
-    metrics = build(FaultMetrics, fault_metrics(spec, run_dir, done, observed), "fault metrics")
+    metrics = decode(FaultMetrics, fault_metrics(spec, run_dir, done, observed), "fault metrics")
     return metrics, fault_status(spec, metrics, done)
 
 
@@ -369,7 +373,7 @@ def test_the_fault_task_concludes_with_the_launchers_own_report(tmp_path, kill_s
 
 # ---------------------------------------------------------------- efficiency across runs
 def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
-    from bench.tasks.train.report import replicated_cases
+    from bench.tasks.train.results import replicated_cases
 
     recs = [train_record("p", "single", 1, [100.0, 100.0], 1),
             train_record("e1-old", "elastic", 1, [50.0, 50.0], 2, sweep_id="s0"),

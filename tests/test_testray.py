@@ -10,13 +10,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from bench.testbed import hosts as testhosts
-
-from bench.testbed import ray as testray
-from conftest import FAST, bench, bench_in_process, bench_json, run_tag_of
 from test_ray import assert_no_ray_left
 from test_testhosts import assert_one_line_error
+
+from bench.testbed import hosts as testhosts
+from bench.testbed import ray as testray
+from conftest import FAST, bench, bench_in_process, bench_json, run_tag_of
 
 UNAVAILABLE = testray.unavailable_reason()
 

@@ -17,13 +17,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_testhosts import assert_one_line_error
 
 from bench.testbed import hosts as testhosts
-
 from bench.testbed import slurm as testslurm
 from bench.testbed.hosts import Host
 from conftest import FAST, bench, bench_in_process
-from test_testhosts import assert_one_line_error
 
 UNAVAILABLE = testslurm.unavailable_reason()
 

@@ -7,9 +7,9 @@ import json
 import textwrap
 
 import pytest
+from test_cli_errors import assert_one_line_error
 
 from conftest import FAST, bench, bench_in_process, bench_json, processes_of_run
-from test_cli_errors import assert_one_line_error
 
 GOOD = '''
 from workloads import Size, Workload

@@ -17,6 +17,10 @@ import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from bench.core.hostlist import placement
+from bench.core.records import RankRow
+from bench.rank.collectives import bus_factor
+
 
 @dataclass(frozen=True)
 class BackendOption:
@@ -40,8 +44,6 @@ def hostname() -> str:
 
 def rank_row(**fields):
     """One row of the rank map, as the launcher assigned it (bench.core.records.RankRow)."""
-    from bench.core.records import RankRow
-
     return RankRow(host=fields.pop("host", None) or hostname(), **fields)
 
 
@@ -156,8 +158,6 @@ class Backend:
     def host_plan(self, hosts: list, world_size: int, options: dict) -> list[tuple[object, int, dict]]:
         """Across hosts: (bench.cluster.hosts.Host, processes started there, environment they get) per host used, in
         order. By default every process takes a slot, filled in order (mpirun's -map-by slot)."""
-        from bench.cluster.hosts import placement
-
         return [(host, n, {}) for host, n in placement(hosts, sum(self.roles(options, world_size).values()))]
 
     def roles(self, options: dict, world_size: int) -> dict[str, int]:
@@ -194,6 +194,4 @@ class Backend:
         """(name, alpha coefficient, beta coefficient) of this backend's allreduce algorithm:
         T = alpha_coef * a + beta_coef * S * b. Ring allreduce by default: 2(n-1) latency steps, and each
         rank moves the bus factor's share of S."""
-        from bench.rank.collectives import bus_factor
-
         return "ring", 2.0 * (world_size - 1), bus_factor("allreduce", world_size)

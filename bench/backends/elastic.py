@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from bench.backends.base import Backend, BackendOption, ElasticMode, ProcessGroup, rank_row
 from bench.backends.torchrun import TorchrunLauncher, agent_command, agent_observations, agents_on_hosts, free_port
+from bench.core.rundir import write_atomic
 
 
 def distributed_problem(device: str) -> str | None:
@@ -147,11 +148,9 @@ class TorchrunElastic(ElasticMode):
             step += 1
             ctx.stepped(step, rank, size)
             if step % ctx.checkpoint_every == 0 and rank == 0:
-                tmp = ctx.run_dir.temporary(path)
-                torch.save({"step": step, "model": ctx.model.state_dict(),
-                            "optimizer": ctx.optimizer.state_dict()}, tmp)
-                ctx.committed(step, rank)  # journalled before it becomes visible: a kill in between loses neither
-                os.replace(tmp, path)
+                state = {"step": step, "model": ctx.model.state_dict(), "optimizer": ctx.optimizer.state_dict()}
+                # journalled before it becomes visible: a kill in between loses neither
+                write_atomic(path, write=lambda tmp: torch.save(state, tmp), before_replace=lambda: ctx.committed(step, rank))
         return step
 
 

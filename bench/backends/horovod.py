@@ -17,6 +17,12 @@ import sys
 from pathlib import Path
 
 from bench.backends.base import Backend, BackendOption, ElasticMode, Launcher, ProcessGroup, rank_row
+from bench.cluster.fanout import fanout_command
+from bench.cluster.hosts import run_on
+from bench.core.console import note
+from bench.core.environment import package_version
+from bench.core.hostlist import Host, placement
+from bench.core.rundir import write_atomic
 
 SETUP_HINT = "run `python -m bench.tools.horovod_build` (nox -s tests and nox -s bench do it for you)"
 LAUNCHERS = ("gloo", "mpi", "mpirun")
@@ -88,7 +94,6 @@ def on_first_host(spec, command: list[str]) -> list[str]:
     run where bench runs: the batch script's node, the allocation's first."""
     if not spec.hosts or spec.scheduler:
         return command
-    from bench.cluster.fanout import fanout_command
 
     return fanout_command([(spec.hosts[0]["name"], command)])
 
@@ -96,9 +101,6 @@ def on_first_host(spec, command: list[str]) -> list[str]:
 def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
     """How long the first host's ssh takes to give up on a silent peer (the longest over the others; None: never),
     from `ssh -G` there; said when it exceeds the recovery timeout."""
-    from bench.cluster.hosts import run_on
-    from bench.core.console import note
-
     def seconds(proc) -> float | None:
         values = dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
         if proc.returncode != 0 or "serveraliveinterval" not in values:
@@ -131,7 +133,6 @@ class HorovodLauncher(Launcher):
     def command(self, spec, rank_command, run_id):
         n, launcher = spec.world_size, spec.backend_options["launcher"]
         if spec.hosts:  # its own ssh launch: -H with the processes placed on each host
-            from bench.cluster.hosts import Host, placement
 
             hosts = ",".join(f"{h.name}:{k}" for h, k in placement([Host(**h) for h in spec.hosts], n))
         else:
@@ -226,16 +227,12 @@ class HorovodElastic(ElasticMode):
 
     @staticmethod
     def _write_hosts(run_dir, counts: dict[str, int]) -> None:
-        tmp = run_dir.temporary(run_dir.hosts_file)
-        tmp.write_text("".join(f"{host}:{n}\n" for host, n in counts.items() if n))
-        tmp.replace(run_dir.hosts_file)
+        write_atomic(run_dir.hosts_file, "".join(f"{host}:{n}\n" for host, n in counts.items() if n))
 
     def launch(self, spec, rank_command, run_id, run_dir):
         n, f = spec.world_size, spec.fault
         info = {}
         if spec.hosts:
-            from bench.cluster.hosts import Host, placement
-
             hosts = {h.name: k for h, k in placement([Host(**h) for h in spec.hosts], n)}
             min_np, max_np = 1, n
             info["ssh_keepalive_s"] = ssh_keepalive(list(hosts), f["recovery_timeout"])
@@ -342,8 +339,6 @@ class HorovodBackend(Backend):
         return None
 
     def doctor_lines(self):
-        from bench.core.environment import package_version
-
         problem, _ = check_build()
         lines = [f"Horovod {package_version('horovod') or 'not installed'}"]
         if problem:

@@ -35,6 +35,9 @@ from datetime import timedelta
 from bench.backends.base import Backend, BackendOption, ProcessGroup
 from bench.backends.elastic import distributed_problem, torchrun_rank_row
 from bench.backends.torchrun import TorchrunLauncher
+from bench.core.hostlist import Host, placement
+from bench.rank.inject import fire_injected
+from bench.rank.model import initial_model
 
 MODES = ("sync", "async")
 SERVERS_HERE = "BENCH_PS_SERVERS_HERE"  # across hosts: how many of the host's processes are servers
@@ -212,8 +215,6 @@ class PSGroup(ProcessGroup):
         import torch
         import torch.distributed as dist
 
-        from bench.rank.inject import fire_injected
-        from bench.rank.model import initial_model
 
         model = initial_model(spec, "cpu")  # the same initial parameters as every worker of every backend
         shards = shards_of(spec, model)
@@ -313,15 +314,11 @@ class PSBackend(Backend):
         """Across hosts, one server per host with workers unless --ps-servers says otherwise."""
         resolved = super().resolve_options(given, world_size, hosts)
         if hosts and "ps_servers" not in given:
-            from bench.cluster.hosts import Host, placement
-
             resolved["ps_servers"] = len(placement([Host(**h) for h in hosts], world_size))
         return resolved
 
     def host_plan(self, hosts, world_size, options):
         """Workers fill the slots in order; the servers go round-robin over the hosts with workers, taking no slot."""
-        from bench.cluster.hosts import placement
-
         workers = placement(hosts, world_size)
         servers = [0] * len(workers)
         for k in range(options["ps_servers"]):

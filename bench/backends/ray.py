@@ -24,6 +24,8 @@ import time
 
 from bench.backends.base import Backend, BackendOption, ElasticMode, Launcher, rank_row
 from bench.backends.elastic import DDPGroup, distributed_problem
+from bench.core.rundir import RunDir, tail, write_atomic, write_json_atomic
+from bench.rank.entry import run_process
 
 SETUP_HINT = "pip install -e '.[ray]'"
 JOINER_OBJECT_STORE_BYTES = 100 * 1000 * 1000  # Ray's least; the node only hosts a worker
@@ -69,8 +71,6 @@ def times_of(run_dir) -> dict:
 
 def write_times(run_dir, **values) -> None:
     """Merge `values` into the run's timing file (the driver and Ray Train's set-up both write there)."""
-    from bench.core.rundir import write_json_atomic
-
     write_json_atomic(run_dir.path / TIMES_FILE, {**times_of(run_dir), **values})
 
 
@@ -203,17 +203,13 @@ class RayTrainElastic(ElasticMode):
             step += 1
             ctx.stepped(step, rank, size)
             if step % ctx.checkpoint_every == 0 and rank == 0:
-                tmp = ctx.run_dir.temporary(path)
-                torch.save({"step": step, "model": ctx.model.state_dict(),
-                            "optimizer": ctx.optimizer.state_dict()}, tmp)
-                ctx.committed(step, rank)
-                os.replace(tmp, path)
+                state = {"step": step, "model": ctx.model.state_dict(), "optimizer": ctx.optimizer.state_dict()}
+                # journalled before it becomes visible: a kill in between loses neither
+                write_atomic(path, write=lambda tmp: torch.save(state, tmp), before_replace=lambda: ctx.committed(step, rank))
         return step
 
 
 def _run_dir():
-    from bench.core.rundir import RunDir
-
     return RunDir(os.environ["BENCH_RUN_DIR"])
 
 
@@ -226,8 +222,6 @@ def rank_main(config: dict) -> None:
     import psutil
     import ray.train
 
-    from bench.core.rundir import RunDir, tail
-    from bench.rank.entry import run_process
 
     run_dir = RunDir(config["run_dir"])
     rank = ray.train.get_context().get_world_rank()

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from ray.train.torch import TorchConfig
 from ray.train.torch.config import _TorchBackend
 
+from bench.backends.ray import write_times
+from bench.core.rundir import RunDir
+
 
 class TimedBackend(_TorchBackend):
     """Ray Train's own torch backend, with its set-up of the process group in the workers timed (its start and end
@@ -16,9 +19,6 @@ class TimedBackend(_TorchBackend):
     function runs, so it is the ranks' rendezvous."""
 
     def on_start(self, worker_group, backend_config):
-        from bench.backends.ray import write_times
-        from bench.core.rundir import RunDir
-
         begun = time.time()
         super().on_start(worker_group, backend_config)
         write_times(RunDir(backend_config.run_dir), process_group_start=begun, process_group_end=time.time())

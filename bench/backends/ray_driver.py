@@ -24,6 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+from bench.backends.ray import rank_main, write_times
+from bench.core.rundir import RunDir, tail
+from bench.core.spec import RunSpec
+
 SOCKET_PATH_MAX = 107  # sun_path of a unix socket, less its terminating NUL
 # what Ray adds below its temporary folder for its longest socket: /session_YYYY-MM-DD_HH-MM-SS_FFFFFF_PID/sockets/
 # plasma_store (a pid of up to 7 digits)
@@ -62,10 +66,6 @@ def _ended(signum, _frame):
 
 
 def main(argv: list[str]) -> int:
-    from bench.backends.ray import write_times
-    from bench.core.rundir import RunDir
-    from bench.core.spec import RunSpec
-
     # absolute: Ray Train's storage path must be (pyarrow refuses a relative one), and Ray's workers need not
     # share this process's working directory (the run directory is relative when the store's path is)
     run_dir, run_id = RunDir(os.path.abspath(argv[0])), argv[1]
@@ -131,7 +131,6 @@ def train(spec, run_dir, run_id: str, storage: Path, address: str | None) -> int
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from bench.backends.ray import rank_main, write_times
     from bench.backends.ray_config import timed_torch_config
 
     timeout = spec.fault["comm_timeout"] if spec.fault else max(60.0, spec.timeout)
@@ -190,8 +189,6 @@ def close_ranks(run_dir, ended_by: str, died: dict | None = None) -> None:
     """Write the exit file of every rank process that started and wrote none: it died by itself when Ray Train
     says it failed and it wrote no error (its process vanished: a signal), otherwise Ray ended it (a
     consequence of another rank's failure, or of the teardown)."""
-    from bench.core.rundir import tail
-
     exits = run_dir.read_all("exit")
     errors = run_dir.read_all("error")
     for (rank, attempt), start in sorted(run_dir.read_all("start").items()):

@@ -7,6 +7,7 @@ against the plain single-process loop), and the harness's own overhead check.
 from __future__ import annotations
 
 from bench.backends.base import Backend, Launcher, ProcessGroup, rank_row
+from bench.cluster.fanout import fanout_command
 
 
 class DirectLauncher(Launcher):
@@ -14,7 +15,6 @@ class DirectLauncher(Launcher):
 
     def command(self, spec, rank_command, run_id):
         if spec.hosts:  # the first host, as every backend's rank 0 is placed
-            from bench.cluster.fanout import fanout_command
 
             return fanout_command([(spec.hosts[0]["name"], list(rank_command))])
         return list(rank_command)

@@ -7,6 +7,11 @@ from __future__ import annotations
 import sys
 
 from bench.backends.base import Launcher
+from bench.cluster.fanout import fanout_command
+from bench.cluster.hosts import free_port_on
+from bench.cluster.slurm import srun_command
+from bench.core.hostlist import Host
+from bench.core.registry import get_backend
 
 
 def free_port() -> int:
@@ -64,10 +69,6 @@ def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restart
     given by. With `events_file` (a fault run), agents that keep their events, with the node range 1:hosts so
     that the survivors go on when a host is lost, under a launcher that outlives a lost host's agent
     (bench.cluster.fanout --node-range)."""
-    from bench.core.registry import get_backend
-    from bench.cluster.fanout import fanout_command
-    from bench.cluster.hosts import Host, free_port_on
-
     placed = get_backend(spec.backend).host_plan([Host(**h) for h in spec.hosts], spec.world_size,
                                                  spec.backend_options)
     first = placed[0][0].name
@@ -83,7 +84,6 @@ def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restart
                                   local_addr=host.name)
         steps.append((host.name, [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *agent]))
     if spec.scheduler:  # inside a Slurm allocation: one srun task per node, as Slurm users start torchrun
-        from bench.cluster.slurm import srun_command
 
         return srun_command(steps), endpoint
     return fanout_command(steps, node_range=events_file is not None), endpoint

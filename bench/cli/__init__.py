@@ -11,10 +11,12 @@ import os
 import signal
 import sys
 
-from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, import_runs, list_runs, regress, report, run,
-                       selfcheck, slurm_script, sweep, testhosts, testray, testslurm)
+from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, import_runs, list_runs, regress, report,
+                       run, selfcheck, slurm_script, sweep, testhosts, testray, testslurm)
 from bench.cli.common import Parser
+from bench.cluster.slurm import last_ending
 from bench.core.errors import EXIT_INTERRUPTED, EXIT_OK, BenchError, Interrupted
+from bench.harness.supervisor import signals_held
 
 VERBS = (run, sweep, allreduce, converge, list_runs, report, compare, agreement, regress, fault, selfcheck, import_runs, doctor,
          slurm_script, testhosts, testslurm, testray)
@@ -27,6 +29,7 @@ def build_parser() -> Parser:
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser, metavar="VERB")
     for module in VERBS:
         module.add_parser(verbs)
+    parser.set_defaults(root_parser=parser)  # a verb that checks another verb's arguments (slurm-script) parses with it
     return parser
 
 
@@ -64,8 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
         # a run in progress records its own interruption and reaps its processes (bench.harness.runner.execute)
-        from bench.cluster.slurm import last_ending
-        from bench.harness.supervisor import signals_held
 
         with signals_held():  # a second signal must not cut this line short
             judged = last_ending()  # inside a Slurm job: which of scancel and the time limit it was

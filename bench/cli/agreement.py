@@ -6,6 +6,7 @@ from __future__ import annotations
 from bench.cli import options
 from bench.cli.common import names, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
+from bench.results.agreement import agreement, format_agreement
 
 
 def add_parser(verbs) -> None:
@@ -19,8 +20,6 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.results.agreement import agreement, format_agreement
-
     store = open_store(args.store)
     sweeps: dict[str, list] = {}
     for rec in store.records():

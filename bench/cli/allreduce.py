@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from bench.core.registry import COMPARED
 from bench.cli import options
-from bench.cli.common import cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit, world_of
+from bench.cli.common import (cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit,
+                              world_of)
+from bench.core.registry import COMPARED
 from bench.harness.runner import run_specs
+from bench.rank.collectives import format_table
+from bench.workflows.plan import comm_specs
 
 ALL = "all"
 
@@ -21,8 +24,6 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.workflows.plan import comm_specs
-
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)
     backends = list(COMPARED) if args.backend == ALL else names(args.backend)
@@ -37,8 +38,6 @@ def cmd(args) -> int:
 
 def print_table(record) -> None:
     """One backend's sweep on stdout: the nccl-tests table and the alpha-beta fit, or why it failed."""
-    from bench.rank.collectives import format_table
-
     spec, m = record.spec, record.metrics
     print(f"# backend {spec.backend}, {spec.world_size} ranks ({spec.device}), status {record.status}")
     if record.ok:

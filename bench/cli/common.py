@@ -8,8 +8,17 @@ import json
 import sys
 
 from bench.cli.options import BACKEND_OPTION
-from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
+from bench.cluster import slurm
+from bench.cluster.hosts import check_hosts, parse_link, shape_links, unshape_links
 from bench.core.console import note
+from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
+from bench.core.hostlist import Host
+from bench.core.registry import BACKEND_MODULES, get_backend, get_task
+from bench.core.spec import resolve_device
+from bench.core.store import Store
+from bench.harness.runner import execute
+from bench.workflows.plan import COMM_KEYS
+from bench.workflows.plan import comm_options as resolve
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,8 +38,6 @@ SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject"
 def backend_options(args, backends=None) -> dict:
     """The backend options given, by name. With `backends` (the backends that will run), an option that
     belongs to none of them is refused: silently running without it would measure something else."""
-    from bench.core.registry import BACKEND_MODULES, get_backend
-
     given = {k[len(BACKEND_OPTION):]: v for k, v in vars(args).items() if k.startswith(BACKEND_OPTION) and v is not None}
     if backends is not None:
         owned = {opt.name for name in backends for opt in get_backend(name).options}
@@ -56,8 +63,6 @@ def cluster_of(args) -> dict | None:
     """A run across hosts (--hosts or --hostfile, or the nodes of the Slurm allocation bench runs in): the hosts,
     checked over ssh before anything is planned (bench.cluster.hosts.check_hosts), as spec builders take them; None for
     a run on this machine."""
-    from bench.cluster.hosts import Host, parse_link
-
     hosts = getattr(args, "hosts", None) or getattr(args, "hostfile", None)
     scheduler = slurm_allocation(args, hosts)
     if scheduler is not None:
@@ -80,7 +85,6 @@ def cluster_of(args) -> dict | None:
         raise UsageError("give either --hosts or --hostfile, not both")
     if args.gpus is not None:
         raise UsageError("--gpus across hosts is not supported yet; give --hosts with --nproc for CPU processes")
-    from bench.cluster.hosts import check_hosts
 
     check = check_hosts(hosts, sys.executable, args.iface)
     shaped = [x for x in (links or [link]) if x]
@@ -88,7 +92,6 @@ def cluster_of(args) -> dict | None:
         raise UsageError("--link shapes the links between hosts; with one host there is none (its loopback is "
                          "this whole machine's)")
     for each in shaped:  # each tried once now, so that a link that cannot be shaped is refused before planning
-        from bench.cluster.hosts import shape_links, unshape_links
 
         shape_links([h.name for h in hosts], check.iface, each)
         unshape_links([h.name for h in hosts], check.iface)
@@ -101,8 +104,6 @@ def cluster_of(args) -> dict | None:
 def slurm_allocation(args, hosts) -> dict | None:
     """The Slurm allocation the run spans (bench.cluster.slurm.allocation): asked for with --scheduler slurm, or found
     (SLURM_JOB_ID set) and said so; None otherwise."""
-    from bench.cluster import slurm
-
     chosen = getattr(args, "scheduler", None)
     if chosen == "none" or (chosen is None and (hosts or not slurm.in_allocation())):
         return None
@@ -118,8 +119,6 @@ def slurm_allocation(args, hosts) -> dict | None:
 def world_of(args, cluster: dict | None) -> tuple[str, int]:
     """(device, world size): on this machine from --nproc / --gpus; across hosts the sum of their slots, or
     --nproc of them."""
-    from bench.core.spec import resolve_device
-
     if cluster is None:
         return resolve_device(args.nproc, args.gpus)
     slots = sum(h["slots"] for h in cluster["hosts"])
@@ -130,8 +129,6 @@ def world_of(args, cluster: dict | None) -> tuple[str, int]:
 
 def comm_options(args) -> dict:
     """The communication sweep's options (bench.workflows.plan.comm_options) from a verb's arguments."""
-    from bench.workflows.plan import COMM_KEYS, comm_options as resolve
-
     return resolve({k: getattr(args, k) for k in COMM_KEYS})
 
 
@@ -144,8 +141,6 @@ def names(text: str | None) -> list[str] | None:
 def open_store(path: str | None, runs: bool = False):
     """The store at `path` (default $BENCH_STORE or results/bench.sqlite); with `runs`, for a verb that will
     run something, refused now if it could not take their records (nothing is created yet)."""
-    from bench.core.store import Store
-
     store = Store(path)
     if runs:
         store.check_usable()
@@ -165,8 +160,6 @@ def print_json(value) -> None:
 # ---------------------------------------------------------------- running
 def run_one(spec, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True) -> int:
     """Describe, execute and store one spec; print its record (as_json) or its summary; exit by its status."""
-    from bench.harness.runner import execute
-
     task = _task(spec)
     store = open_store(store_path)
     store.check_writable()  # a store or run directory that cannot be written is the one line said, not a second
@@ -181,6 +174,4 @@ def run_one(spec, store_path: str | None, as_json: bool, verb: str, show_progres
 
 
 def _task(spec):
-    from bench.core.registry import get_task
-
     return get_task(spec.task)

@@ -9,11 +9,11 @@ from bench.cli import options
 from bench.cli.common import open_store, print_json
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
+from bench.results.gate import BASELINE_DIR, BASELINE_FILE, aa_rates, format_aa, latest_sweep, read_runs_file
+from bench.workflows.regress import compare_and_print, this_host
 
 
 def add_parser(verbs) -> None:
-    from bench.workflows.regress import BASELINE_DIR, BASELINE_FILE
-
     p = verbs.add_parser("compare", help="compare runs with a baseline, metric by metric; exit 1 on a significant "
                                          "regression",
                          parents=[options.store(), options.parent(None, ["--sweep"]), options.json_output()])
@@ -29,9 +29,6 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.results.gate import latest_sweep, read_runs_file
-    from bench.workflows.regress import compare_and_print
-
     if args.aa:
         return compare_aa(args)
     if not args.baseline:
@@ -61,15 +58,12 @@ def this_host_if_made_here(records: list) -> dict | None:
     figures are then not gated)."""
     import socket
 
-    from bench.workflows.regress import this_host
 
     hosts = {r.environment.get("hostname") for r in records}
     return this_host(records) if hosts == {socket.gethostname()} else None
 
 
 def compare_aa(args) -> int:
-    from bench.results.gate import aa_rates, format_aa
-
     if args.baseline or args.current:
         raise UsageError("--aa compares the sweeps of --store with each other; drop --baseline/--current")
     store = open_store(args.store)

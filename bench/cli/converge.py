@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from bench.core.registry import COMPARED
 from bench.cli import options
 from bench.cli.common import names, open_store, print_json, spec_options, status_exit, world_of
-from bench.tasks.converge import CONVERGE_DEFAULTS, LR_SCALINGS
+from bench.core.console import note
+from bench.core.registry import COMPARED
+from bench.core.spec import default_threads
+from bench.harness.runner import run_specs
+from bench.report.page import output_path, write_report_with_copy
+from bench.tasks.converge import CONVERGE_DEFAULTS, LR_SCALINGS, build_spec
 
 ALL = "all"
 
@@ -55,13 +59,7 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.harness.runner import run_specs
-    from bench.core.spec import default_threads
-    from bench.tasks.converge import build_spec
-
     if args.report:
-        from bench.report.page import output_path
-
         output_path(args.report)  # before the runs, not after them
     device, world = world_of(args, None)
     backends = list(COMPARED) if args.backend == ALL else names(args.backend)
@@ -81,9 +79,6 @@ def cmd(args) -> int:
         for r in records:
             print(f"{r.spec.backend:8} world {r.spec.world_size}: {r.task.one_line(r)}")
     if args.report:
-        from bench.report.page import write_report_with_copy
-        from bench.core.console import note
-
         latest, stamped = write_report_with_copy(open_store(args.store), args.report)
         note(f"report written to {latest} (and {stamped})")
     return status_exit([r.status for r in records])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bench.core.errors import EXIT_OK
+from bench.tools.doctor import doctor_lines
 
 
 def add_parser(verbs) -> None:
@@ -11,7 +12,5 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.tools.doctor import doctor_lines
-
     print("\n".join(doctor_lines()))
     return EXIT_OK

@@ -6,6 +6,10 @@ from __future__ import annotations
 from bench.cli import options
 from bench.cli.common import cluster_of, run_one, spec_options, world_of
 from bench.core.errors import UsageError
+from bench.core.registry import elastic_backends
+from bench.core.spec import resolve_device
+from bench.tasks.fault import (AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, SIGNALS, build_spec,
+                               check_scenario_hosts)
 
 
 def _per_workload(windows: float) -> str:
@@ -16,9 +20,6 @@ def _per_workload(windows: float) -> str:
 
 
 def add_parser(verbs) -> None:
-    from bench.core.registry import elastic_backends
-    from bench.tasks.fault import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, SIGNALS
-
     p = verbs.add_parser(
         "fault", help="inject a fault (or a joining worker) into an elastic run and measure detection, recovery "
                       "and work lost",
@@ -63,9 +64,6 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.core.spec import resolve_device
-    from bench.tasks.fault import build_spec, check_scenario_hosts
-
     if args.gpus is not None:
         raise UsageError("bench fault runs CPU processes over gloo; drop --gpus and give --nproc N")
     chosen = [flag for flag, given in (("--join", args.join), ("--kill-host", args.kill_host),

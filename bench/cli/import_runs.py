@@ -7,8 +7,11 @@ from pathlib import Path
 
 from bench.cli import options
 from bench.cli.common import open_store
-from bench.core.errors import EXIT_OK, UsageError
+from bench.core.codec import RecordError
 from bench.core.console import note
+from bench.core.errors import EXIT_OK, UsageError
+from bench.core.records import RunRecord
+from bench.core.rundir import RunDir
 
 
 def add_parser(verbs) -> None:
@@ -20,9 +23,6 @@ def add_parser(verbs) -> None:
 
 
 def read_record(path: str):
-    from bench.core.records import RecordError, RunRecord
-    from bench.core.rundir import RunDir
-
     run_dir = RunDir(path)
     if not run_dir.path.is_dir():
         raise UsageError(f"{path} is not a run directory; give the folder of a run (it holds record.json)")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from bench.cli import options
 from bench.cli.common import open_store
-from bench.core.errors import EXIT_OK
 from bench.core.console import note
+from bench.core.errors import EXIT_OK
+from bench.harness.lifeline import unrecorded
+from bench.results.frame import load_frame
+from bench.results.listing import runs_table
 
 
 def add_parser(verbs) -> None:
@@ -15,10 +18,6 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.results.frame import load_frame
-    from bench.harness.lifeline import unrecorded
-    from bench.results.listing import runs_table
-
     store = open_store(args.store)
     frame = load_frame(store)
     if args.last:

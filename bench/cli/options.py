@@ -12,6 +12,13 @@ from __future__ import annotations
 import argparse
 import math
 
+from bench.core.errors import UsageError
+from bench.core.hostlist import parse_hosts, read_hostfile
+from bench.core.registry import BACKEND_MODULES, DEFAULT_BACKEND, get_backend
+from bench.core.spec import CPU_BINDS, DEFAULTS
+from bench.core.store import DEFAULT_STORE
+from bench.rank.collectives import COMM_DEFAULTS, DTYPES, OPS, parse_bytes
+
 BACKEND_OPTION = "backend_option:"  # dest prefix of a backend plug-in's own options
 
 
@@ -90,9 +97,6 @@ def nonempty_name(text: str) -> str:
 
 def host_list(text: str):
     """--hosts h1:2,h2:2 as bench.cluster.hosts.Host values."""
-    from bench.core.errors import UsageError
-    from bench.cluster.hosts import parse_hosts
-
     try:
         return parse_hosts(text)
     except UsageError as exc:
@@ -100,9 +104,6 @@ def host_list(text: str):
 
 
 def hostfile(text: str):
-    from bench.core.errors import UsageError
-    from bench.cluster.hosts import read_hostfile
-
     try:
         return read_hostfile(nonempty_path(text))
     except UsageError as exc:
@@ -110,8 +111,6 @@ def hostfile(text: str):
 
 
 def byte_size(text: str) -> int:
-    from bench.rank.collectives import parse_bytes
-
     try:
         return parse_bytes(text)
     except ValueError as exc:
@@ -126,12 +125,7 @@ def _names(names) -> str:
 def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
     """flag -> `add` keywords: every shared option is declared here, and only here, with the defaults of the
     code that owns them (read when a parser is built) and the values it refuses."""
-    from bench.core.registry import BACKEND_MODULES, DEFAULT_BACKEND
-    from bench.rank.collectives import COMM_DEFAULTS, DTYPES, OPS
-    from bench.core.spec import CPU_BINDS, DEFAULTS
-
     measured = {**DEFAULTS, **(run_defaults or {})}  # a verb may measure with its own defaults (a sweep)
-    from bench.core.store import DEFAULT_STORE
     from workloads import WORKLOADS
     from workloads.data import LOADERS, SOURCES
 
@@ -302,8 +296,6 @@ def comm(**defaults) -> argparse.ArgumentParser:
 def backend_options(backends=None) -> argparse.ArgumentParser:
     """Each backend's own knobs, from its plug-in (of `backends`, default all); a run records every value, given
     or default."""
-    from bench.core.registry import BACKEND_MODULES, get_backend
-
     p = argparse.ArgumentParser(add_help=False)
     added = set()  # an option two backends share (the DDP bucket of elastic and ray) is one flag, under its first
     for name in backends or BACKEND_MODULES:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from bench.cli import options
 from bench.cli.common import open_store
 from bench.core.errors import UsageError
+from bench.results.gate import BASELINE_DIR, HOT_PATHS_FILE
+from bench.workflows import regress as gate_workflow  # its repeat counts read when the parser is built
+from bench.workflows.regress import baseline, check_baseline_dir, regress, save_hot_paths
 
 
 def add_parser(verbs) -> None:
-    from bench.workflows.regress import BASELINE_DIR, BASELINE_REPEATS, HOT_PATHS_FILE, REGRESS_REPEATS
-
     def gate_options(repeats: int):
         p = options.parent(None, ["--timeout", "--repeats", "--store"], repeats=repeats)
         options.add(p, "--dir", default=BASELINE_DIR, type=options.nonempty_path,
@@ -21,14 +22,14 @@ def add_parser(verbs) -> None:
 
     p = verbs.add_parser("regress", help="run the fixed CPU/gloo regression matrix and compare it with the "
                                          "committed baseline",
-                         parents=[gate_options(REGRESS_REPEATS), options.parent(None, ["--inject-delay", "--json"])])
+                         parents=[gate_options(gate_workflow.REGRESS_REPEATS), options.parent(None, ["--inject-delay", "--json"])])
     p.add_argument("--no-confirm", dest="confirm", action="store_false",
                    help="fail on the first comparison; by default the runs behind a failing metric are run once "
                         "more and the gate fails only if the failure repeats")
     p.set_defaults(func=cmd_regress)
 
     p = verbs.add_parser("baseline", help="refresh the regression baseline from a run of the fixed matrix",
-                         parents=[gate_options(BASELINE_REPEATS), options.parent(None, ["--sweep"])])
+                         parents=[gate_options(gate_workflow.BASELINE_REPEATS), options.parent(None, ["--sweep"])])
     options.add(p, "--from-store", metavar="PATH", type=options.nonempty_path,
                 help="take an existing sweep (--sweep, default the latest) from this store instead of running the "
                      "matrix", invalid=["", "/", "/nonexistent/bench.sqlite", options.LONG_PATH])
@@ -37,15 +38,11 @@ def add_parser(verbs) -> None:
 
 
 def cmd_regress(args) -> int:
-    from bench.workflows.regress import regress
-
     return regress(open_store(args.store, runs=True), args.dir, repeats=args.repeats, inject_delay=args.inject_delay,
                    timeout=args.timeout, confirm=args.confirm, hot_paths=not args.no_hot_paths, as_json=args.json)
 
 
 def cmd_baseline(args) -> int:
-    from bench.workflows.regress import baseline, check_baseline_dir, save_hot_paths
-
     if args.sweep and not args.from_store:
         raise UsageError(f"--sweep {args.sweep} picks a sweep of --from-store; give --from-store PATH too "
                          "(without it the matrix is run)")

@@ -7,6 +7,7 @@ import os
 from bench.cli import options
 from bench.cli.common import open_store
 from bench.core.errors import EXIT_OK
+from bench.report.page import write_report
 
 
 def add_parser(verbs) -> None:
@@ -20,8 +21,6 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.report.page import write_report
-
     path = write_report(open_store(args.store), args.output, args.where)
     print(f"report written to {path}")
     return EXIT_OK

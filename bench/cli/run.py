@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bench.cli import options
 from bench.cli.common import cluster_of, run_one, spec_options, world_of
+from bench.tasks.train import build_spec
 
 
 def add_parser(verbs) -> None:
@@ -14,8 +15,6 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.tasks.train import build_spec
-
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)
     spec = build_spec(backend=args.backend, workload=args.workload, world_size=world, device=device,

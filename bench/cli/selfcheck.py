@@ -7,12 +7,13 @@ import argparse
 
 from bench.cli import options
 from bench.cli.common import names, spec_options
+from bench.core.spec import resolve_device
+from bench.workflows.reference import BARE_LOOPS
+from bench.workflows.selfcheck import (DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS, choose_backends, plan, selfcheck,
+                                       validate)
 
 
 def add_parser(verbs) -> None:
-    from bench.workflows.reference import BARE_LOOPS
-    from bench.workflows.selfcheck import DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS
-
     loops = ", ".join(BARE_LOOPS)
     t, b = GOALS["throughput"], GOALS["busbw"]
     own = argparse.ArgumentParser(add_help=False)
@@ -56,9 +57,6 @@ def _store() -> argparse.ArgumentParser:
 
 
 def cmd(args) -> int:
-    from bench.workflows.selfcheck import choose_backends, plan, selfcheck, validate
-    from bench.core.spec import resolve_device
-
     validate(args.pairs, args.max_minutes)
     device, world = resolve_device(args.nproc, args.gpus)
     backends = choose_backends(args.backend, device)

@@ -9,6 +9,10 @@ import re
 import sys
 
 from bench.cli import options
+from bench.cli.common import open_store
+from bench.cluster.slurm import SCRIPT_DEFAULTS as d
+from bench.cluster.slurm import early_warning_note, script
+from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
 
 VERBS = ("sweep", "run", "allreduce")
@@ -28,7 +32,6 @@ def add_parser(verbs) -> None:
                     "(elastic and ps through srun, horovod through horovodrun -H of the allocation's nodes). "
                     "Arguments after -- go to the bench command, as on the command line.",
         parents=[options.store()])
-    from bench.cluster.slurm import SCRIPT_DEFAULTS as d
 
     options.add(p, "--nodes", type=options.positive_int, default=d["nodes"], help="nodes (%(default)s)", invalid=["0", "x"])
     options.add(p, "--tasks-per-node", type=options.positive_int, default=d["tasks_per_node"],
@@ -53,11 +56,6 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.cli import build_parser
-    from bench.cli.common import open_store
-    from bench.core.console import note
-    from bench.cluster.slurm import early_warning_note, script
-
     rest = list(args.bench_args)
     if rest and rest[0] == "--":
         rest = rest[1:]
@@ -65,7 +63,7 @@ def cmd(args) -> int:
         if any(a == taken or a.startswith(taken + "=") for a in rest):
             raise UsageError(f"{taken} after --: the script sets it (the store with slurm-script's --store; the "
                              "hosts are the allocation's nodes)")
-    build_parser().parse_args([args.verb, *rest])  # the job's arguments refused now, not when the job starts
+    args.root_parser.parse_args([args.verb, *rest])  # the job's arguments refused now, not when the job starts
     store = open_store(args.store, runs=True)
     folder = os.path.dirname(os.path.abspath(store.path))
     text = script(nodes=args.nodes, tasks_per_node=args.tasks_per_node, time_limit=args.time,

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
 from bench.cli import options
-from bench.cli.common import cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit, world_of
+from bench.cli.common import (cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit,
+                              world_of)
 from bench.core.console import note
+from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
+from bench.report.page import output_path, write_report_with_copy
+from bench.workflows.plan import SWEEP_DEFAULTS, sweep_world_sizes
 from bench.workflows.sweep import run_benchmark_sweep
-from bench.workflows.plan import SWEEP_DEFAULTS
 from workloads import WORKLOADS
 
 
@@ -44,12 +46,8 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    from bench.workflows.plan import sweep_world_sizes
-
     store = open_store(args.store, runs=True)
     if args.report:
-        from bench.report.page import output_path
-
         output_path(args.report)  # before the sweep, not after it
     cluster = cluster_of(args)
     device, limit = world_of(args, cluster)
@@ -67,8 +65,6 @@ def cmd(args) -> int:
     if args.json:
         print_json([r.to_dict() for r in records])
     if args.report:
-        from bench.report.page import write_report_with_copy
-
         latest, stamped = write_report_with_copy(store, args.report)
         note(f"report written to {latest} (and {stamped})")
     return status_exit([r.status for r in records])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from bench.core.console import note
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED
 from bench.testbed.hosts import DEFAULT_SUBNET, MAX_HOSTS
 
@@ -27,7 +28,6 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     from bench.testbed import hosts as testhosts
-    from bench.core.console import note
 
     if args.action == "up":
         testhosts.plan(args.n, args.subnet)  # bad input refused before anything is checked or touched

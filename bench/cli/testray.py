@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from bench.cli import options
+from bench.core.console import note
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -29,7 +30,6 @@ def print_rows(rows: list[dict]) -> None:
 
 def cmd(args) -> int:
     from bench.testbed import ray as testray
-    from bench.core.console import note
 
     testray.require_root()
     if args.action == "up":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from bench.core.console import note
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -25,7 +26,6 @@ def print_rows(rows: list[dict]) -> None:
 
 def cmd(args) -> int:
     from bench.testbed import slurm as testslurm
-    from bench.core.console import note
 
     if args.action == "up":
         started = time.monotonic()

@@ -23,6 +23,7 @@ import sys
 import time
 
 from bench.cluster.hosts import ssh_command
+from bench.core.environment import PROJECT_ROOT
 
 GRACE_S = 10.0
 # A login's own variables: each host has its own.
@@ -41,8 +42,6 @@ def forwarded_environment(env: dict[str, str]) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    from bench.core.environment import PROJECT_ROOT
-
     node_range = argv[0] == "--node-range"
     plan = json.loads(argv[-1])
     env = forwarded_environment(dict(os.environ))

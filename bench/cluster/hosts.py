@@ -18,95 +18,14 @@ import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
+from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
+from bench.core.hostlist import Host
 
 CONNECT_TIMEOUT_S = 5
 CHECK_TIMEOUT_S = 20.0
-HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?$")
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}")
-
-
-@dataclass(frozen=True)
-class Host:
-    name: str
-    slots: int
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "slots": self.slots}
-
-
-def _host(name: str, slots_text: str, where: str) -> Host:
-    if not HOST_NAME.match(name):
-        raise UsageError(f"{where}: {name!r} is not a host name or address")
-    try:
-        slots = int(slots_text)
-    except ValueError:
-        raise UsageError(f"{where}: slots {slots_text!r} of host {name} is not an integer") from None
-    if slots < 1:
-        raise UsageError(f"{where}: host {name} needs at least 1 slot, not {slots}")
-    return Host(name, slots)
-
-
-def parse_hosts(text: str) -> list[Host]:
-    """`h1:2,h2:2` (a host without `:N` has 1 slot), as horovodrun -H and mpirun -H take it."""
-    hosts = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, _, slots = item.partition(":")
-        hosts.append(_host(name, slots or "1", f"--hosts {text}"))
-    return _distinct(hosts, f"--hosts {text}")
-
-
-def read_hostfile(path: str) -> list[Host]:
-    """One `host slots=N` (or `host`) per line, `#` comments, as mpirun and horovodrun read it."""
-    file = Path(path)
-    try:
-        lines = file.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--hostfile {path} cannot be read ({exc})") from None
-    hosts = []
-    for number, line in enumerate(lines, 1):
-        words = line.split("#", 1)[0].split()
-        if not words:
-            continue
-        slots = "1"
-        for word in words[1:]:
-            key, _, value = word.partition("=")
-            if key not in ("slots", "max_slots", "max-slots"):
-                raise UsageError(f"--hostfile {path}, line {number}: {word!r} is not slots=N")
-            if key == "slots":
-                slots = value
-        hosts.append(_host(words[0], slots, f"--hostfile {path}, line {number}"))
-    return _distinct(hosts, f"--hostfile {path}")
-
-
-def _distinct(hosts: list[Host], where: str) -> list[Host]:
-    if not hosts:
-        raise UsageError(f"{where} names no host")
-    names = [h.name for h in hosts]
-    for name in names:
-        if names.count(name) > 1:
-            raise UsageError(f"{where} names host {name} twice; give its slots once")
-    return hosts
-
-
-def placement(hosts: list[Host], processes: int) -> list[tuple[Host, int]]:
-    """(host, processes on it) in order: hosts filled slot by slot; hosts left empty are dropped."""
-    total = sum(h.slots for h in hosts)
-    if processes > total:
-        raise UsageError(f"{processes} processes do not fit the {total} slot(s) of the hosts given; lower --nproc or "
-                         "give more slots")
-    out, left = [], processes
-    for host in hosts:
-        take = min(host.slots, left)
-        if take:
-            out.append((host, take))
-        left -= take
-    return out
 
 
 # ---------------------------------------------------------------- remote commands
@@ -129,8 +48,6 @@ def run_on(host: str, argv: list[str], timeout: float = CHECK_TIMEOUT_S,
            in_checkout: bool = True) -> subprocess.CompletedProcess:
     """argv on `host` over ssh (exit 255 with the reason when ssh could not run it); in_checkout: in this checkout
     (the same path on every host), with it importable."""
-    from bench.core.environment import PROJECT_ROOT
-
     where = ({"PYTHONPATH": str(PROJECT_ROOT)}, str(PROJECT_ROOT)) if in_checkout else (None, None)
     try:
         return subprocess.run(ssh_command(host, argv, *where), capture_output=True, text=True, timeout=timeout,

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from bench.cluster.hosts import json_answer, on_every_host
+
 ROUTE_PROTO = "213"  # marks the routes bench adds: `ip route show proto 213` lists a cut in place
 IP_TIMEOUT_S = 10
 
@@ -76,8 +78,6 @@ def remote(argv: list[str]) -> dict:
 # ---------------------------------------------------------------- the harness side
 def _on_every_host(hosts: list[str], argv_of) -> dict[str, dict]:
     """This module's command on every host at once: {host: its JSON answer, or {"error": ...}}."""
-    from bench.cluster.hosts import json_answer, on_every_host
-
     return {host: json_answer(proc) for host, proc in on_every_host(hosts, argv_of).items()}
 
 

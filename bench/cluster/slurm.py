@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
 
 SCONTROL_TIMEOUT_S = 10
@@ -235,8 +236,6 @@ def script(*, nodes: int, tasks_per_node: int, time_limit: str, store: str, benc
            job_name: str = "bench", verb: str = "sweep") -> str:
     """A ready sbatch script: the allocation asked for, this checkout and environment activated, and one
     `bench VERB` inside it with --scheduler slurm and the store given (its records land there)."""
-    from bench.core.environment import PROJECT_ROOT
-
     if nodes < 1 or tasks_per_node < 1:
         raise UsageError("--nodes and --tasks-per-node must be 1 or more")
     if not re.match(r"^(\d+-)?\d+(:\d+){0,2}$", time_limit):

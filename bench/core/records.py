@@ -10,97 +10,14 @@ missing fields are an error (`RecordError`), never silently dropped.
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass, field
 
+from bench.core.codec import Record, RecordError, decode, from_json, hints_of
+from bench.core.registry import get_task
+from bench.core.spec import RunSpec
+
 SCHEMA_VERSION = 5  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
-
-
-class RecordError(ValueError):
-    """A stored record that this version cannot read."""
-
-
-# ---------------------------------------------------------------- the generic JSON round trip
-def to_json(obj):
-    """A dataclass (or container of them) as plain JSON values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [to_json(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_json(v) for k, v in obj.items()}
-    return obj
-
-
-def _hints(cls) -> dict:
-    hints = getattr(cls, "__bench_hints__", None)
-    if hints is None or hints[0] is not cls:
-        hints = (cls, typing.get_type_hints(cls))
-        cls.__bench_hints__ = hints
-    return hints[1]
-
-
-# JSON values a plain field accepts (a float field takes an integer: JSON writes 2.0 as 2 in some tools)
-PLAIN = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
-
-
-def from_json(tp, value, where: str = "record"):
-    """`value` (plain JSON) as type `tp`: dataclasses, X | None, list[X], dict[str, X], plain values."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is typing.Any or tp is object:
-        return value
-    if tp in PLAIN:
-        if not isinstance(value, PLAIN[tp]) or (isinstance(value, bool) and tp is not bool):
-            raise RecordError(f"{where}: expected {tp.__name__}, found {type(value).__name__}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1:
-            return from_json(rest[0], value, where)
-        return value  # a plain union of JSON types (int | float, ...)
-    if dataclasses.is_dataclass(tp):
-        return build(tp, value, where)
-    if origin in (list, tuple):
-        if not isinstance(value, list):
-            raise RecordError(f"{where}: expected a list, found {type(value).__name__}")
-        return [from_json(args[0] if args else typing.Any, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise RecordError(f"{where}: expected an object, found {type(value).__name__}")
-        return {k: from_json(args[1] if args else typing.Any, v, f"{where}.{k}") for k, v in value.items()}
-    return value
-
-
-def build(cls, data: dict, where: str | None = None):
-    """An instance of dataclass `cls` from a dict of its fields (typed recursively); strict about names."""
-    where = where or cls.__name__
-    if not isinstance(data, dict):
-        raise RecordError(f"{where}: expected an object, found {type(data).__name__}")
-    hints = _hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = set(data) - names
-    if unknown:
-        raise RecordError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    required = {f.name for f in dataclasses.fields(cls)
-                if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-    missing = required - set(data)
-    if missing:
-        raise RecordError(f"{where}: missing field(s) {', '.join(sorted(missing))}")
-    return cls(**{k: from_json(hints[k], v, f"{where}.{k}") for k, v in data.items()})
-
-
-class Record:
-    """Mixin: the JSON round trip for a record dataclass."""
-
-    def to_dict(self) -> dict:
-        return to_json(self)
-
-    @classmethod
-    def from_dict(cls, data: dict):
-        return build(cls, data)
 
 
 # ---------------------------------------------------------------- parts every record shares
@@ -210,8 +127,6 @@ class RunRecord(Record):
 
     @property
     def task(self):
-        from bench.core.registry import get_task
-
         return get_task(self.spec.task)
 
     @property
@@ -221,9 +136,6 @@ class RunRecord(Record):
     @classmethod
     def from_dict(cls, data: dict) -> "RunRecord":
         """A stored record of any version this bench knows, upgraded to the current one."""
-        from bench.core.spec import RunSpec
-        from bench.core.registry import get_task
-
         if not isinstance(data, dict):
             raise RecordError("a record must be a JSON object")
         data = upgrade(data)
@@ -234,10 +146,10 @@ class RunRecord(Record):
             task = get_task(data["spec"].get("task"))
         except Exception as exc:
             raise RecordError(f"{where}: {exc}") from None
-        spec = build(RunSpec, data["spec"], f"{where}.spec")
-        metrics = None if data.get("metrics") is None else build(task.metrics_type, data["metrics"],
+        spec = decode(RunSpec, data["spec"], f"{where}.spec")
+        metrics = None if data.get("metrics") is None else decode(task.metrics_type, data["metrics"],
                                                                  f"{where}.metrics")
-        hints = _hints(cls)
+        hints = hints_of(cls)
         values = {}
         for f in dataclasses.fields(cls):
             if f.name in ("spec", "metrics"):
@@ -257,8 +169,6 @@ def _v1_to_v2(rec: dict) -> dict:
     """Version 1 (before task plug-ins): specs written before `task`, `step_delay` and `repeat` existed,
     metrics nested per task and communication rows at the top level (`allreduce`): each task moves its
     own (Task.upgrade); rank map rows named the world size `size`."""
-    from bench.core.registry import get_task
-
     rec = dict(rec)
     spec = dict(rec["spec"])
     spec.setdefault("task", "train")

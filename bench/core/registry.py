@@ -9,6 +9,7 @@ Adding a backend or a task is a module (or folder) in bench/backends or bench/ta
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from bench.core.errors import UsageError
 
@@ -51,3 +52,21 @@ def get_task(name: str):
 
 def all_tasks() -> list:
     return [get_task(name) for name in TASK_MODULES]
+
+
+# The parts of a task that belong to higher layers, each a module of the task's folder, found by name:
+TASK_PARTS = {
+    "results": "what its stored runs say: gate_figures(records, all_records), comparisons(frame)",
+    "report": "its part of the page: report_part(frame, context)",
+}
+
+
+def task_part(name: str, part: str):
+    """The module of task `name` that holds its `part` (TASK_PARTS), or None when the task has none."""
+    if part not in TASK_PARTS:
+        raise ValueError(f"unknown task part {part!r}")
+    module = f"{TASK_MODULES[name]}.{part}"
+    get_task(name)  # an unknown task is a UsageError, as everywhere
+    if importlib.util.find_spec(module) is None:
+        return None
+    return importlib.import_module(module)

@@ -15,13 +15,43 @@ from pathlib import Path
 RANK_FILE = re.compile(r"rank(\d+)\.a(\d+)\.(\w+)(?:\.jsonl?)?$")
 
 
-def write_json_atomic(path: Path, data) -> None:
+def write_atomic(path: str | os.PathLike, content: str | bytes | None = None, *, write=None, mode: int | None = None,
+                 before_replace=None) -> Path:
+    """Write `path` whole or not at all: a reader never sees half a file, and a writer that fails or is ended
+    (an exception, Ctrl-C) leaves the old file or none, and no temporary file. The content is `content` (text or
+    bytes), or what `write(temporary_path)` writes (torch.save); `mode` sets the file's permissions;
+    `before_replace()` runs once the data is on disk and before it becomes visible (a journal entry that must
+    never miss a file that exists). The data is flushed to disk before the rename."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        if write is not None:
+            write(tmp)
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        else:
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else 0o600)  # the umask applies
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        if before_replace is not None:
+            before_replace()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, data) -> Path:
+    return write_atomic(path, json.dumps(data))
 
 
 def read_json(path: Path):
@@ -102,10 +132,6 @@ class RunDir:
     @property
     def discovery_script(self) -> Path:
         return self.path / "discover-hosts.sh"
-
-    def temporary(self, path: Path) -> Path:
-        """A name beside `path` for writing it aside before an atomic rename."""
-        return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
     def params_file(self, rank: int, attempt: int) -> Path:
         """A process's final parameters (--save-params)."""

@@ -6,11 +6,13 @@ resolved values are recorded, so every backend runs under the same conditions.
 
 from __future__ import annotations
 
-import os
 import math
+import os
 from dataclasses import asdict, dataclass, field
 
+from bench.core.codec import decode
 from bench.core.errors import UsageError
+from bench.core.hostlist import Host, placement
 
 DEFAULTS = dict(warmup_steps=5, windows=5, seed=0, data="synthetic",
                 lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="auto")
@@ -95,9 +97,7 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunSpec":
-        from bench.core.records import build
-
-        return build(cls, data, "spec")
+        return decode(cls, data, "spec")
 
 
 def cpu_count() -> int:
@@ -139,8 +139,6 @@ def default_threads(device: str, max_world_size: int, cluster: dict | None = Non
     """Threads per worker so that the largest world size in play fits the cores without contention (on every
     machine of a run across hosts)."""
     if cluster is not None:
-        from bench.cluster.hosts import Host, placement
-
         return fitting_threads(machine_load(cluster, placement([Host(**h) for h in cluster["hosts"]], max_world_size)))
     return max(1, cpu_count() // max_world_size)
 
@@ -212,8 +210,6 @@ def cluster_threads(plugin, cluster: dict, world_size: int, options: dict, threa
     """Threads per process across hosts: by default the cores of each machine shared by the processes placed
     on it (the backend's host_plan; hosts that share one machine, such as test hosts, share its cores), checked
     on every machine."""
-    from bench.cluster.hosts import Host
-
     per_host = [(host, n) for host, n, _ in plugin.host_plan([Host(**h) for h in cluster["hosts"]], world_size,
                                                              options)]
     if not plugin.launcher.spans_hosts and len(per_host) > 1:
@@ -239,3 +235,13 @@ def machine_load(cluster: dict, per_host: list) -> list[tuple[int, int]]:
         machine = cluster["machines"][host.name]
         load.setdefault(machine["id"], [machine["cpus"], 0])[1] += n
     return [(cpus, n) for cpus, n in load.values()]
+
+
+def pinned_words(cpu_bind: str, lead: str = " ") -> str:
+    """' pinned to its cores' for a pinned run's conditions (bench.core.spec.resolve_cpu_bind), nothing for an unpinned one."""
+    return f"{lead}pinned to its cores" if cpu_bind == "cores" else ""
+
+
+def placement_text(hardware: str, cpu_bind: str) -> str:
+    """', pinned, on MACHINE' for a case's title: its workers' pinning and, where a page has two, its machine."""
+    return (", pinned" if cpu_bind == "cores" else "") + (f", on {hardware}" if hardware else "")

@@ -24,8 +24,9 @@ import stat
 import tempfile
 from pathlib import Path
 
+from bench.core.codec import RecordError
 from bench.core.errors import StoreError
-from bench.core.records import SCHEMA_VERSION, RecordError, RunRecord
+from bench.core.records import SCHEMA_VERSION, RunRecord
 
 DEFAULT_STORE = Path("results") / "bench.sqlite"
 COLUMNS = ("run_id", "created_at", "status", "backend", "workload", "world_size", "device",

@@ -28,7 +28,15 @@ import sys
 import time
 from pathlib import Path
 
+from bench.cluster.hosts import reap_on_hosts, restore_links
+from bench.core.codec import RecordError
 from bench.core.errors import BenchError
+from bench.core.records import RunRecord
+from bench.core.registry import get_task
+from bench.core.rundir import RunDir, write_json_atomic
+from bench.core.spec import RunSpec
+from bench.core.store import Store
+from bench.harness.outcome import build_record
 from bench.harness.supervisor import TAG_VARIABLE, Outcome, reap
 
 READY, DONE = b"ready\n", b"done\n"
@@ -84,8 +92,6 @@ class Lifeline:
             self.proc.wait()
             raise RuntimeError(f"the run's lifeline did not start within {START_TIMEOUT_S:g} s (it said {ready!r})")
         if self.run_dir is not None:
-            from bench.core.rundir import write_json_atomic
-
             write_json_atomic(self.run_dir.owner_file, {"owner": _process_identity(os.getpid()),
                                                                "lifeline": _process_identity(self.proc.pid)})
         return self
@@ -109,13 +115,6 @@ class Lifeline:
 def finish(run_dir, store_path: Path, outcome: Outcome) -> str:
     """Store the record of a run whose bench process died: the record it wrote, or one built now from the
     run directory with `outcome`. Returns the status stored."""
-    from bench.harness.outcome import build_record
-    from bench.core.records import RunRecord
-    from bench.core.rundir import write_json_atomic
-    from bench.core.spec import RunSpec
-    from bench.core.store import Store
-    from bench.core.registry import get_task
-
     data = run_dir.read_json(run_dir.record_file)
     if data is not None:
         record = RunRecord.from_dict(data)
@@ -144,8 +143,6 @@ def abandoned_outcome(died_at: float, owner_pid: int | str, reaped: list, surviv
 def unrecorded(store) -> list:
     """Run directories of `store` abandoned with no watcher left to record them: an owner file and no stored
     record, the bench process and the watcher it names both gone. Reads only."""
-    from bench.core.rundir import RunDir
-
     runs = store.path.parent / "runs"
     found = []
     if not runs.is_dir():
@@ -180,10 +177,6 @@ def recover(store) -> list[str]:
 
 def reap_remote(run_dir_path: str, tag: str) -> list[dict]:
     """What was ended of the run on its other hosts (a run across hosts), over ssh; their links restored."""
-    from bench.core.records import RecordError
-    from bench.core.rundir import RunDir
-    from bench.core.spec import RunSpec
-
     data = RunDir(run_dir_path).read_json(RunDir(run_dir_path).spec_file)
     try:
         spec = RunSpec.from_dict(data) if data is not None else None
@@ -191,7 +184,6 @@ def reap_remote(run_dir_path: str, tag: str) -> list[dict]:
         spec = None
     if spec is None or not spec.hosts:
         return []
-    from bench.cluster.hosts import reap_on_hosts, restore_links
 
     ended = reap_on_hosts([h["name"] for h in spec.hosts], tag, sys.executable)
     restore_links(spec)
@@ -215,8 +207,6 @@ def watch(argv: list[str]) -> int:
     print(f"{time.strftime('%H:%M:%S')} bench process {owner_pid} ended without releasing run {tag}: "
           f"ended {len(reaped)} process(es), {len(survivors)} survived", file=sys.stderr, flush=True)
     if len(argv) >= 4:
-        from bench.core.rundir import RunDir
-
         status = finish(RunDir(argv[2]), Path(argv[3]), abandoned_outcome(died_at, owner_pid, reaped, survivors,
                                                                                     "its lifeline"))
         print(f"recorded run {tag} as {status} in {argv[3]}", file=sys.stderr, flush=True)

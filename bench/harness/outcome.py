@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 
-from bench.core.records import SCHEMA_VERSION, RankResult, RunError, RunRecord, Startup
+from bench.core.records import SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, Startup
+from bench.core.registry import get_backend
 from bench.core.rundir import RunDir, tail
 
 
@@ -85,8 +86,6 @@ def startup(results: list[RankResult], launched_at: float, run_dir: RunDir | Non
     firsts = [t.first_step_end for t in times]
     phases = {}
     if run_dir is not None and spec is not None:
-        from bench.core.registry import get_backend
-
         phases = get_backend(spec.backend).launcher.startup_phases(run_dir)
     return Startup(launch_to_process_s=max(t.process_start for t in times) - launched_at,
                    rendezvous_s=max(t.init_end - t.init_start for t in times),
@@ -139,8 +138,6 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[str, RunError | None
 
 def joined_rank_map(run_dir: RunDir) -> list:
     """Who each process was, from the file it wrote when it joined (known even for ranks that later failed)."""
-    from bench.core.records import RankRow
-
     return [RankRow.from_dict(row) for row in run_dir.latest("joined").values()]
 
 

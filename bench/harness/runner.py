@@ -8,20 +8,19 @@ import secrets
 import sys
 import time
 
-from bench.harness.outcome import build_record
-from bench.core.registry import get_backend
+from bench.cluster.hosts import shaped_links
+from bench.cluster.slurm import signal_judged
 from bench.core.console import format_duration, note
 from bench.core.environment import PROJECT_ROOT, fingerprint
 from bench.core.errors import Interrupted, RecordNotStored, StoreError
-from bench.cluster.hosts import shaped_links
-from bench.harness.lifeline import Lifeline, recover
 from bench.core.records import RunRecord
+from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir, write_json_atomic
-from bench.cluster.slurm import signal_judged
 from bench.core.spec import RunSpec
 from bench.core.store import Store
+from bench.harness.lifeline import Lifeline, recover
+from bench.harness.outcome import build_record
 from bench.harness.supervisor import TAG_VARIABLE, Outcome, interruption, supervise
-from bench.core.registry import get_task
 
 
 def new_run_id() -> str:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psutil
 
+from bench.cluster.hosts import reap_on_hosts
+from bench.cluster.slurm import job_ending
 from bench.core.errors import Interrupted
 
 TAG_VARIABLE = "BENCH_RUN_TAG"
@@ -220,8 +222,6 @@ def signals_held():
 def interruption(before_launch: bool = False) -> tuple[str, str | None]:
     """How a run that got Ctrl-C or SIGTERM ended: (ending, reason). Inside a Slurm job Slurm says which it was:
     scancel (interrupted) or the job's time limit (timeout)."""
-    from bench.cluster.slurm import job_ending
-
     with signals_held():  # asking Slurm takes a moment, and Slurm's own SIGTERM may follow its warning
         judged = job_ending()
     if judged:
@@ -268,8 +268,6 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
                     proc.kill()
                 proc.wait()
             if hosts:
-                from bench.cluster.hosts import reap_on_hosts
-
                 reaped += reap_on_hosts(list(hosts), tag, sys.executable)
     return Outcome(ending=ending, returncode=returncode, launched_at=launched_at, ended_at=ended_at,
                    log_bytes_before_teardown=log_bytes, reaped=reaped, survivors=survivors, reason=reason)

@@ -16,12 +16,11 @@ import resource
 import sys
 import time
 
-from bench.core.registry import get_backend
-from bench.rank.inject import fire_injected
 from bench.core.records import RankResult, Times
+from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir
 from bench.core.spec import RunSpec
-from bench.core.registry import get_task
+from bench.rank.inject import fire_injected
 
 
 def peak_rss_bytes() -> int:

@@ -10,16 +10,19 @@ conditions (bench.results.frame.CONDITIONS); where the environments of compared 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from pathlib import Path
 
 from bench.core import stats
 from bench.core.errors import StoreError, UsageError
-from bench.results.frame import load_frame, of_task
-from bench.report.sections import (ENV_KEYS, Bullets, Cell, Figure, Paragraph, ReportContext, ReportPart, Row, Section, Table,
-                            code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong, styled)
+from bench.core.registry import PRIMARY, all_tasks, task_part
+from bench.core.rundir import write_atomic
+from bench.core.store import check_folder_writable
+from bench.report.sections import (ENV_KEYS, Bullets, Cell, Figure, Paragraph, ReportContext, ReportPart, Row, Section,
+                                   Table, code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong, styled)
+from bench.results.agreement import agreement
+from bench.results.frame import frame_columns, load_frame, of_task
 
 TEMPLATE = "report.html.j2"  # in the package's templates folder
 
@@ -35,11 +38,7 @@ def _template():
 
 def parse_where(clause: str) -> tuple[str, set[str]]:
     """--where KEY=V1,V2 -> (KEY, {V1, V2}), KEY a column of the frame (bench.results.frame.frame_columns)."""
-    from bench.results.frame import frame_columns
-
     if "=" not in clause:
-        from bench.core.registry import PRIMARY
-
         raise UsageError(f"--where {clause!r}: expected KEY=VALUE[,VALUE...], for example "
                          f"backend={','.join(PRIMARY)}")
     key, values = clause.split("=", 1)
@@ -59,9 +58,8 @@ def apply_where(frame, where: list[str] | None):
 
 def task_parts(frame, context: ReportContext) -> list[ReportPart]:
     """Each registered task's part of the page, from the frame of its own runs."""
-    from bench.core.registry import all_tasks
-
-    parts = [task.report_part(of_task(frame, task.name), context) for task in all_tasks()]
+    parts = [view.report_part(of_task(frame, task.name), context) for task in all_tasks()
+             if (view := task_part(task.name, "report")) is not None]
     return [p for p in parts if p is not None]
 
 
@@ -75,8 +73,6 @@ def _case(record) -> str:
 def agreement_note(frame) -> tuple[str, bool]:
     """Whether the sweeps on the page agree with each other (bench.results.agreement), when there are several:
     (the sentence, whether two sweeps contradict each other)."""
-    from bench.results.agreement import agreement
-
     sweeps = {sid: list(group["record"]) for sid, group in frame.groupby("sweep_id") if sid}
     if len(sweeps) < 2:
         return "", False
@@ -255,8 +251,6 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
 
 def output_path(output) -> Path:
     """The report's file, or a one-line error for a path that cannot be one (before a sweep, not after)."""
-    from bench.core.store import check_folder_writable
-
     path = Path(output)
     try:
         if path.is_dir():
@@ -276,14 +270,10 @@ def _unwritable(path: Path, exc: OSError) -> UsageError:
 def _write(path: Path, text: str) -> Path:
     """Write through a temporary file beside `path`, so a reader never sees half a page; on failure
     nothing is left behind."""
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise _unwritable(path, exc) from None
     return path
 

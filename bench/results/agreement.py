@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.core.registry import all_tasks, task_part
 from bench.core.stats import Estimate
+from bench.results.frame import hardware, of_task, records_to_frame
 
 
 @dataclass(frozen=True)
@@ -40,13 +42,11 @@ class Claim:
 
 def sweep_claims(records: list) -> dict[str, Claim]:
     """The comparisons of one sweep's records, by key: what each task's report view compares
-    (bench.tasks.base.Task.comparisons)."""
-    from bench.results.frame import of_task, records_to_frame
-    from bench.core.registry import all_tasks
-
+    (`comparisons` of bench/tasks/<task>/results.py)."""
     frame = records_to_frame(records)
     return {key: Claim(key, est) for task in all_tasks()
-            for key, est in task.comparisons(of_task(frame, task.name)).items()}
+            if (results := task_part(task.name, "results")) is not None and hasattr(results, "comparisons")
+            for key, est in results.comparisons(of_task(frame, task.name)).items()}
 
 
 def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
@@ -61,8 +61,6 @@ def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
 
 def machine_of(records: list) -> str:
     """The machine a sweep ran on (bench.results.frame.hardware); a sweep that somehow spans two names both."""
-    from bench.results.frame import hardware
-
     return " + ".join(sorted({hardware(r) for r in records}))
 
 

@@ -4,6 +4,8 @@ vs the plain loop) are the training view's (bench.tasks.train.report.replicated_
 
 from __future__ import annotations
 
+from bench.core.registry import all_tasks
+
 GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
                    "batch_size", "backward_passes", "global_batch", "threads", "cpu_bind", "data", "input", "image_size", "network",
                    "hardware", "sweep_id", "repeat", "error", "record"]
@@ -13,8 +15,6 @@ CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", 
 
 
 def frame_columns() -> list[str]:
-    from bench.core.registry import all_tasks
-
     extra = [c for task in all_tasks() for c in task.columns]
     return GENERIC_COLUMNS[:-1] + list(dict.fromkeys(c for c in extra if c not in GENERIC_COLUMNS)) + ["record"]
 
@@ -90,16 +90,6 @@ def blank_single_machine(frame):
     by machine (runs of two machines are never one case nor compared), and name it only where two must be told
     apart."""
     return frame.assign(hardware="") if frame["hardware"].nunique() <= 1 else frame
-
-
-def pinned_words(cpu_bind: str, lead: str = " ") -> str:
-    """' pinned to its cores' for a pinned run's conditions (bench.core.spec.resolve_cpu_bind), nothing for an unpinned one."""
-    return f"{lead}pinned to its cores" if cpu_bind == "cores" else ""
-
-
-def placement_text(hardware: str, cpu_bind: str) -> str:
-    """', pinned, on MACHINE' for a case's title: its workers' pinning and, where a page has two, its machine."""
-    return (", pinned" if cpu_bind == "cores" else "") + (f", on {hardware}" if hardware else "")
 
 
 def latest_launches(frame, keys: list[str]) -> dict[tuple, list]:

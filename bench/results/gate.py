@@ -27,15 +27,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.core.codec import RecordError
 from bench.core.errors import UsageError
-from bench.core.records import RecordError, RunRecord
+from bench.core.records import RunRecord
+from bench.core.registry import task_part
+from bench.core.rundir import write_json_atomic
+from bench.core.stats import UNSTABLE_REL_STDEV
 
 BASELINE_FORMAT = "elastic-vs-horovod-bench baseline"
 BASELINE_VERSION = 1
+BASELINE_DIR = os.path.join("results", "baselines")
+BASELINE_FILE = "cpu-gloo.json"
+HOT_PATHS_FILE = "hot-paths.json"
 CONFIDENCE = 0.995  # two-sided: a regression is called at 0.25% risk when nothing changed
 WIDE = 3  # see judge()
 FAILING_VERDICTS = ("regressed", "failed")
@@ -138,7 +146,10 @@ def figures(records: list) -> tuple[dict[str, Figure], dict[str, dict]]:
     out: dict[str, Figure] = {}
     not_ok: dict[str, dict] = {}
     for name, recs in by_task.items():
-        figs, failed = recs[0].task.gate_figures(recs, records)
+        part = task_part(name, "results")
+        if part is None or not hasattr(part, "gate_figures"):
+            continue
+        figs, failed = part.gate_figures(recs, records)
         out.update(figs)
         not_ok.update(failed)
     return out, not_ok
@@ -188,8 +199,6 @@ def judge(change: float, low: float, high: float, min_effect: float, noisy: bool
 
 def noisy_cases(fig: Figure) -> list[str]:
     """Why a figure's cases are too noisy to trust, if they are: run-to-run spread above the limit."""
-    from bench.core.stats import UNSTABLE_REL_STDEV
-
     notes = []
     for c in fig.cases:
         if c.per == "run" and len(c.values) >= 2:
@@ -346,8 +355,6 @@ def latest_sweep(records: list, sweep_id: str | None = None) -> tuple[str | None
 def write_baseline(path: str | Path, records: list, sweep_id: str | None, matrix=None,
                    calibration: dict | None = None) -> Path:
     """A baseline file: the runs, and the machine they came from with its calibration (host_match)."""
-    from bench.core.rundir import write_json_atomic
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "created_at": time.time(),
@@ -366,8 +373,6 @@ def read_runs_file(path: str | Path, what: str) -> dict:
     except (FileNotFoundError, NotADirectoryError):
         raise UsageError(f"{what} file {path} does not exist; {hint}") from None
     except IsADirectoryError:
-        from bench.workflows.regress import BASELINE_FILE
-
         raise UsageError(f"{what} file {path} is a directory; give a file, such as "
                          f"{path / BASELINE_FILE} (what `bench baseline --dir {path}` writes)") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -12,7 +12,6 @@ Views: `case` (what ran, in words), `kind` (in a word or two), `one_line`, `summ
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable
@@ -103,22 +102,3 @@ class Task(ABC):
 
     def frame_columns(self, record) -> dict:
         return {}
-
-    def gate_figures(self, records: list, all_records: list) -> tuple[dict, dict]:
-        """(figures, cases with no ok run) that the regression gate compares (bench.results.gate)."""
-        return {}, {}
-
-    report_module: str | None = None  # the module holding this task's report view
-
-    def report_part(self, frame, context):
-        """This task's contribution to the report (bench.report.sections.ReportPart), from the frame of its runs."""
-        if self.report_module is None:
-            return None
-        return importlib.import_module(self.report_module).report_part(frame, context)
-
-    def comparisons(self, frame) -> dict:
-        """The comparisons this task's report view makes across launches, from the frame of its runs in one
-        sweep: name -> bench.core.stats.Estimate (`bench agreement` checks them between sweeps)."""
-        if self.report_module is None:
-            return {}
-        return importlib.import_module(self.report_module).comparisons(frame)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.core.errors import EXIT_RUN_FAILED, BenchError, UsageError
+from bench.core.rundir import write_atomic
 
 PREFIX = "bench-th"
 BRIDGE = PREFIX + "0"
@@ -349,15 +350,6 @@ def split_block(text: str) -> tuple[str, str | None]:
     return text[:start] + text[end:], text[start:end]
 
 
-def write_atomic(path: Path, text: str, mode: int) -> None:
-    tmp = path.with_name(path.name + ".bench-tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
 def install_ssh_block(path: Path, block: str) -> dict:
     """Put the block first in the file (ssh takes the first value it finds), replacing an earlier one.
     Returns what had to be created."""
@@ -372,7 +364,7 @@ def install_ssh_block(path: Path, block: str) -> dict:
     else:
         rest, mode = "", 0o600
         created["ssh_config"] = True
-    write_atomic(path, block + rest, mode)
+    write_atomic(path, block + rest, mode=mode)
     return created
 
 
@@ -394,7 +386,7 @@ def remove_ssh_block(path: Path, created: dict | None = None) -> bool:
             except OSError:
                 pass
     else:
-        write_atomic(path, rest, path.stat().st_mode & 0o777)
+        write_atomic(path, rest, mode=path.stat().st_mode & 0o777)
     return True
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import psutil
 
-from bench.testbed import hosts as testhosts
 from bench.core.errors import UsageError
 from bench.harness.supervisor import end_found, name_of
+from bench.testbed import hosts as testhosts
 from bench.testbed.hosts import SetupError, finish_removal, last_line, tool
 
 STATE_DIR = Path("/run/bench-testslurm")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from bench.core.environment import fingerprint
+from bench.core.registry import BACKEND_MODULES, get_backend
+from bench.core.spec import cpu_count
+
 
 def mpirun_version() -> str:
     import shutil
@@ -19,10 +23,6 @@ def mpirun_version() -> str:
 
 
 def doctor_lines() -> list[str]:
-    from bench.core.registry import BACKEND_MODULES, get_backend
-    from bench.core.environment import fingerprint
-    from bench.core.spec import cpu_count
-
     env = fingerprint()
     lines = [
         f"python      {env['python']} ({env['python_executable']})",

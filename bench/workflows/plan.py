@@ -11,6 +11,11 @@ import dataclasses
 import random
 
 from bench.core.errors import UsageError
+from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY, get_backend
+from bench.core.spec import default_threads
+from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
+from bench.tasks import comm as comm_task
+from bench.tasks import train as train_task
 
 # A sweep compares cases, and launches are its replicates (docs/method.md, "Replication"): by default every
 # case is launched REPEATS times in interleaved rounds, each launch short (its windows describe that launch
@@ -34,8 +39,6 @@ def backend_world_sizes(backend: str, world_sizes: list[int]) -> list[int]:
     """The world sizes a sweep trains `backend` at: all of them for the primary pair, only the distributed
     ones for a reference backend (the parameter server answers "how far from a PS at N workers"; its
     one-worker case compares nothing), unless those are all there is."""
-    from bench.core.registry import PRIMARY
-
     if backend in PRIMARY:
         return list(world_sizes)
     return [n for n in world_sizes if n > 1] or list(world_sizes)
@@ -44,8 +47,6 @@ def backend_world_sizes(backend: str, world_sizes: list[int]) -> list[int]:
 def available_backends(device: str, on_skip=None, names=None) -> list[str]:
     """Every compared backend (or each of `names`) that can run on `device` here; on_skip(name, why) for each
     that cannot."""
-    from bench.core.registry import COMPARED, get_backend
-
     backends = []
     for name in names or COMPARED:
         problem = get_backend(name).unavailable_reason(device)
@@ -61,8 +62,6 @@ def comm_options(values: dict) -> dict:
     """The keyword arguments of a communication spec (bench.tasks.comm.build_spec) from user values:
     sizes as bytes or text (4, 8K, 64M), ops as a list or comma-separated; a key missing or None takes
     bench.rank.collectives.COMM_DEFAULTS."""
-    from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
-
     comm = {k: COMM_DEFAULTS[k] if values.get(k) is None else values[k] for k in COMM_KEYS}
     try:
         for key in ("min_bytes", "max_bytes"):
@@ -78,9 +77,7 @@ def comm_options(values: dict) -> dict:
 def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm: dict, options: dict) -> list:
     """A communication sweep per backend and world size; placement, timeout and backend options from
     `options` (the spec options of bench.tasks.train.build_spec)."""
-    from bench.tasks.comm import build_spec
-
-    return [build_spec(backend=b, world_size=n, device=device, **comm, threads=options.get("threads"),
+    return [comm_task.build_spec(backend=b, world_size=n, device=device, **comm, threads=options.get("threads"),
                        oversubscribe=options.get("oversubscribe", False), timeout=options.get("timeout"),
                        backend_options=options.get("backend_options"), cluster=options.get("cluster"),
                        cpu_bind=options.get("cpu_bind"))
@@ -99,10 +96,6 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
     Repeated in rounds: every case once, then again, so a slow spell of the machine spreads over all cases
     instead of landing on the repeats of one; each round in an order shuffled with a seed taken from the
     sweep id and the round."""
-    from bench.core.registry import PLAIN_LOOP, PRIMARY, get_backend
-    from bench.core.spec import default_threads
-    from bench.tasks.train import build_spec
-
     if repeats < 1:
         raise UsageError(f"repeats {repeats}: run every case at least once")
     # One thread count for all training runs, so world sizes differ only in their number of workers.
@@ -115,13 +108,13 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
         at_link = {**train, "cluster": {**cluster, "link": link}} if cluster else train
         for workload in workloads:
             if with_plain_loop and PLAIN_LOOP not in backends:
-                plan.append(build_spec(backend=PLAIN_LOOP, workload=workload, world_size=1, device=device,
+                plan.append(train_task.build_spec(backend=PLAIN_LOOP, workload=workload, world_size=1, device=device,
                                        **{**at_link, "step_delay": None}))
             for backend in backends:
                 if workloads_of and workload not in workloads_of.get(backend, [workload]):
                     continue
                 for size in backend_world_sizes(backend, world_sizes):
-                    plan.append(build_spec(backend=backend, workload=workload, world_size=size, device=device,
+                    plan.append(train_task.build_spec(backend=backend, workload=workload, world_size=size, device=device,
                                            **at_link))
         if comm is not None:
             plan += comm_specs([b for b in backends if get_backend(b).comm_ops and (b in PRIMARY or len(backends) == 1)],

@@ -13,9 +13,17 @@ import os
 import sys
 from pathlib import Path
 
+from bench.core.environment import calibrate
 from bench.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
-
-from bench.workflows.plan import SWEEP_DEFAULTS
+from bench.core.registry import BACKEND_MODULES, get_backend
+from bench.core.spec import resolve_device
+from bench.core.store import check_folder_writable, os_reason
+from bench.harness.runner import run_specs
+from bench.results.gate import (BASELINE_DIR, BASELINE_FILE, FAILING_VERDICTS, HOT_PATHS_FILE, compare_figures, figures,
+                                format_comparison, host_match, latest_sweep, machine_of, read_runs_file, run_hot_paths,
+                                write_baseline)
+from bench.workflows.plan import SWEEP_DEFAULTS, comm_options
+from bench.workflows.sweep import run_benchmark_sweep
 
 # The fixed regression matrix is the default sweep of a 2-core machine: both workloads at their CPU size,
 # world sizes 1 and 2, the primary pair (elastic, horovod) where it can run, the plain loop, and an
@@ -29,9 +37,6 @@ REGRESS_MATRIX = dict(nproc=2, world_sizes=[1, 2], workloads=["mnist_mlp", "resn
                       comm_max_bytes=SWEEP_DEFAULTS["max_bytes"], references={"ray": ["mnist_mlp"]})
 REGRESS_REPEATS = 3
 BASELINE_REPEATS = 5
-BASELINE_DIR = os.path.join("results", "baselines")
-BASELINE_FILE = "cpu-gloo.json"
-HOT_PATHS_FILE = "hot-paths.json"
 
 
 def regress_command(repeats: int, timeout: float | None = None) -> list[str]:
@@ -48,10 +53,6 @@ def regress_command(repeats: int, timeout: float | None = None) -> list[str]:
 def run_matrix(store, title: str, repeats: int, *, inject_delay: str | None = None,
                timeout: float | None = None) -> tuple[str, list]:
     """Run the regression matrix as one sweep into `store`: (sweep id, records)."""
-    from bench.workflows.sweep import run_benchmark_sweep
-    from bench.workflows.plan import comm_options
-    from bench.core.spec import resolve_device
-
     m = REGRESS_MATRIX
     device, _ = resolve_device(m["nproc"], None)
     return run_benchmark_sweep(store, title, backends="primary", references=m["references"], workloads=m["workloads"],
@@ -62,25 +63,18 @@ def run_matrix(store, title: str, repeats: int, *, inject_delay: str | None = No
 
 def failing_list(rows: list[dict]) -> str:
     """The failing metrics of a comparison, with their change, on one line."""
-    from bench.results.gate import FAILING_VERDICTS
-
     return "; ".join(f"{r['metric']} {r['verdict']}" + (f" {r['change']:+.1%}" if r["change"] is not None else "")
                      for r in rows if r["verdict"] in FAILING_VERDICTS)
 
 
 def this_host(records: list) -> dict:
     """The machine of runs made on this host, with its calibration measured now (bench.core.environment)."""
-    from bench.core.environment import calibrate
-    from bench.results.gate import machine_of
-
     print("bench: timing the host's calibration work (a few seconds)", file=sys.stderr, flush=True)
     return {**machine_of(records), "calibration": calibrate()}
 
 
 def unavailable_backends(records: list) -> dict[str, str]:
     """backend -> why it cannot run here, for each backend of `records` that cannot (on their device)."""
-    from bench.core.registry import BACKEND_MODULES, get_backend
-
     out = {}
     for backend, device in sorted({(r.spec.backend, r.spec.device) for r in records}):
         if backend in BACKEND_MODULES and backend not in out:
@@ -96,8 +90,6 @@ def compare_and_print(baseline: dict, current: list, as_json: bool, out=None,
     `out` (default stdout) and a one-line summary on stderr that names every failing metric. `machine`:
     where the current runs were made (default: from their records, without a calibration).
     Returns (exit code, rows)."""
-    from bench.results.gate import FAILING_VERDICTS, compare_figures, figures, format_comparison, host_match, machine_of
-
     base_figs, _ = figures(baseline["records"])
     cur_figs, cur_not_ok = figures(current)
     if not cur_figs and not cur_not_ok:
@@ -129,9 +121,6 @@ def confirm_failures(records: list, rows: list[dict], store, title: str) -> list
     """Run every case behind a failing metric again, as many times as it ran, and add those runs to the
     comparison: a real slowdown reproduces, a chance one (a burst of other work on a shared machine)
     rarely survives twice the runs. Returns the records with the new ones added."""
-    from bench.harness.runner import run_specs
-    from bench.results.gate import FAILING_VERDICTS
-
     failing = [r for r in rows if r["verdict"] in FAILING_VERDICTS]
     by_id = {r.run_id: r for r in records}
     cases: dict[tuple, list] = {}
@@ -150,8 +139,6 @@ def confirm_failures(records: list, rows: list[dict], store, title: str) -> list
 
 def check_baseline_dir(folder: str) -> None:
     """A baseline folder that cannot be written is refused before the runs that fill it."""
-    from bench.core.store import check_folder_writable, os_reason
-
     try:
         check_folder_writable(Path(folder), create=False)
     except OSError as exc:
@@ -161,8 +148,6 @@ def check_baseline_dir(folder: str) -> None:
 
 def save_hot_paths(folder: str) -> int:
     """Record the harness's own hot-path benchmarks in folder/hot-paths.json."""
-    from bench.results.gate import run_hot_paths
-
     hot = os.path.join(folder, HOT_PATHS_FILE)
     code = run_hot_paths(save_to=hot)
     print(f"bench baseline: harness hot paths {'written to ' + hot if code == 0 else 'failed'}", file=sys.stderr)
@@ -173,8 +158,6 @@ def baseline(store, folder: str, *, repeats: int = BASELINE_REPEATS, timeout: fl
              from_store=None, sweep_id: str | None = None, hot_paths: bool = True) -> int:
     """Write folder/cpu-gloo.json from a fresh run of the matrix into `store` (or, given from_store, from a
     sweep already there: sweep_id, else the latest), then the hot-path figures unless hot_paths is False."""
-    from bench.results.gate import latest_sweep, write_baseline
-
     if from_store is not None:
         sweep_id, records = latest_sweep(from_store.records(), sweep_id)
         if not records:
@@ -200,8 +183,6 @@ def regress(store, folder: str, *, repeats: int = REGRESS_REPEATS, inject_delay:
     """Run the matrix into `store`, compare it with folder/cpu-gloo.json (confirming failures by running
     their cases again, unless confirm is False), then the hot paths against folder/hot-paths.json.
     With as_json, stdout carries only the final comparison."""
-    from bench.results.gate import read_runs_file, run_hot_paths
-
     runs_file, hot_file = os.path.join(folder, BASELINE_FILE), os.path.join(folder, HOT_PATHS_FILE)
     base = read_runs_file(runs_file, "baseline")  # before minutes of runs, not after
     if hot_paths and not os.path.isfile(hot_file):

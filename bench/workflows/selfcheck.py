@@ -21,9 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
-from bench.results.frame import pinned_words
 from bench.core.console import format_duration, note
+from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
+from bench.core.registry import BACKEND_MODULES, COMPARED, get_backend
+from bench.core.spec import pinned_words
+from bench.core.stats import CONFIDENCE, MIN_LAUNCHES, ratio_of_pairs, t_quantile
+from bench.core.store import Store
+from bench.harness.lifeline import Lifeline
+from bench.harness.runner import execute, new_run_id, worker_environment
+from bench.harness.supervisor import supervise
+from bench.tasks.train import build_spec
+from bench.workflows.plan import comm_options, comm_specs
+from bench.workflows.reference import BARE_LOOPS, read_figure
 
 ALLREDUCE_BYTES = 16 * 2**20  # bandwidth-bound, and the largest message of a default sweep
 DEFAULT_PAIRS = 5
@@ -81,8 +90,6 @@ def pairs_for_goal(estimate, goal: Goal, limit: int = 100_000) -> int | None:
     """How many pairs in all would narrow the interval to goal.resolution if the pairs' ratios kept the spread
     they have so far (None without an interval, or when even `limit` pairs would not): the least m with
     t(m-1) x sd / sqrt(m) <= log(1 + resolution)."""
-    from bench.core.stats import t_quantile
-
     if estimate is None or not estimate.replicated or not math.isfinite(estimate.resolution):
         return None
     n, conf = estimate.launches[0], estimate.confidence
@@ -122,8 +129,6 @@ class Check:
 
     @property
     def estimate(self):
-        from bench.core.stats import ratio_of_pairs
-
         if not self.suite or not self.bare:
             return None
         return ratio_of_pairs(self.suite, self.bare)
@@ -221,8 +226,6 @@ def run_checks(checks: list[Check], pairs: int, budget_s: float, say: Callable[[
 # ---------------------------------------------------------------- launches
 def suite_launch(spec, store, pick: Callable) -> Callable[[], float]:
     """The suite's side: the spec executed and stored exactly as `bench run` / `bench allreduce` do."""
-    from bench.harness.runner import execute
-
     def launch() -> float:
         record = execute(spec, store, show_progress=False)
         if record.status == "interrupted":
@@ -240,10 +243,6 @@ def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str)
     """The bare side: the bare loop under its own launcher, with the environment the suite's ranks get (threads,
     device visibility), supervised as a run is: a session of its own, ended with all it started at the deadline or
     when this process dies."""
-    from bench.harness.lifeline import Lifeline
-    from bench.harness.runner import new_run_id, worker_environment
-    from bench.harness.supervisor import supervise
-
     count = [0]
 
     def launch() -> float:
@@ -275,8 +274,6 @@ def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str)
 
 
 def _bare_figure(text: str, key: str) -> float | None:
-    from bench.workflows.reference import read_figure
-
     value = read_figure(text, key)
     return value if value is not None and value > 0 and math.isfinite(value) else None
 
@@ -309,9 +306,6 @@ def pick_busbw(record) -> float:
 def choose_backends(text: str | None, device: str) -> list[str]:
     """The backends to check: those named (each must have a bare loop and be able to run here), or by default
     every compared backend (those a sweep compares) with a bare loop that can run here."""
-    from bench.core.registry import BACKEND_MODULES, COMPARED, get_backend
-    from bench.workflows.reference import BARE_LOOPS
-
     choices = ", ".join(BARE_LOOPS)
     if text is None:
         chosen = []
@@ -350,9 +344,6 @@ def plan(backends: list[str], workload: str, device: str, world_size: int, *, op
          allreduce: bool, comm: dict) -> list[Plan]:
     """The suite's specs per backend: a training run (bench.tasks.train.build_spec, as `bench run`) and, with
     allreduce, a communication run at exactly ALLREDUCE_BYTES (bench.workflows.plan.comm_specs, as `bench allreduce`)."""
-    from bench.workflows.plan import comm_options, comm_specs
-    from bench.tasks.train import build_spec
-
     from workloads import WORKLOADS
 
     if ":" in workload:  # a user's workload (a plain unknown name gets build_spec's message)
@@ -372,8 +363,6 @@ def plan(backends: list[str], workload: str, device: str, world_size: int, *, op
 
 
 def checks_of(p: Plan, store, log_dir: Path) -> list[Check]:
-    from bench.workflows.reference import BARE_LOOPS
-
     loop = BARE_LOOPS[p.backend]
     t = GOALS["throughput"]
     checks = [Check(p.backend, t, {"suite": suite_launch(p.train, store, pick_throughput),
@@ -388,8 +377,6 @@ def checks_of(p: Plan, store, log_dir: Path) -> list[Check]:
 
 
 def validate(pairs: int, max_minutes: float) -> None:
-    from bench.core.stats import MIN_LAUNCHES
-
     if pairs < MIN_LAUNCHES:
         raise UsageError(f"--pairs {pairs}: an interval needs at least {MIN_LAUNCHES} launches a side")
     if not (math.isfinite(max_minutes) and max_minutes >= 0):
@@ -399,9 +386,6 @@ def validate(pairs: int, max_minutes: float) -> None:
 def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: str | None, as_json: bool) -> int:
     """Run every plan's checks (see run_checks), print the table (or JSON) on stdout; exit 0 when every figure
     passes, 1 when one does not or a launch failed."""
-    from bench.harness.runner import new_run_id
-    from bench.core.store import Store
-
     temporary = None
     if store_path is None:  # the check's runs are not the user's results: a store of their own, removed after
         temporary = Path(tempfile.mkdtemp(prefix="bench-selfcheck-"))
@@ -461,8 +445,6 @@ def more_pairs_text(check: Check, d: dict) -> str:
 def table_lines(plans: list[Plan], checks: list[Check]) -> list[str]:
     """The verdict table: per backend and figure, launches, the geometric means, the ratio, its interval and
     PASS/FAIL; then a line per figure that failed or whose interval stayed wider than its goal."""
-    from bench.core.stats import CONFIDENCE
-
     first = plans[0].train
     head = ("backend", "figure", "launches", "suite mean", "bare mean", "ratio", f"{CONFIDENCE:.0%} interval",
             "verdict")

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.results.frame import load_frame
-from bench.results.gate import compare_figures, figures
 from bench.core.rundir import RunDir
 from bench.core.store import Store
 from bench.rank.entry import StepLoop, timed_windows
+from bench.results.frame import load_frame
+from bench.results.gate import compare_figures, figures
 from factories import train_results
 
 SAMPLE_STORE = Path(__file__).resolve().parent.parent.parent / "reports" / "sample" / "bench.sqlite"

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.core.codec import Record, decode
 from bench.core.errors import UsageError
-from bench.core.records import Record, RunError, Startup, build
+from bench.core.records import RunError, Startup
+from bench.core.registry import get_backend
 from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, resolve_cpu_bind
+from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
+from bench.rank.collectives import (DTYPES, OPS, average_busbw, combine, fit_alpha_beta, format_table, measure_ceiling,
+                                    ops_per_size, run_sweep, sweep_plan)
+from bench.rank.entry import Joined
 from bench.tasks.base import Conclusion, Task
 
 
@@ -46,9 +52,6 @@ def build_spec(*, backend: str, world_size: int, device: str, ops: list[str], dt
                backend_options: dict | None = None, sweep_id: str | None = None, cluster: dict | None = None,
                cpu_bind: str | None = None) -> RunSpec:
     """A communication sweep: no model, the same placement, threads and launchers as training runs."""
-    from bench.core.registry import get_backend
-    from bench.rank.collectives import DTYPES, OPS
-
     plugin = get_backend(backend)
     if not plugin.comm_ops:
         raise UsageError(f"backend {backend} has no collectives to time; choose one of the distributed backends")
@@ -87,10 +90,6 @@ def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict
                  run_dir=None) -> CommMetrics:
     """A sweep's rows (time: max over ranks; #wrong: summed), the alpha-beta fit of its allreduce rows to
     the backend's cost model, and each row's busbw against the ceiling measured before the launch."""
-    from bench.harness.outcome import startup, workers_and_others
-    from bench.core.registry import get_backend
-    from bench.rank.collectives import average_busbw, combine, fit_alpha_beta
-
     workers, _ = workers_and_others(results)
     rows = combine(spec, {r: res.output["comm_rows"] for r, res in workers.items()})
     if ceiling:
@@ -100,7 +99,7 @@ def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict
     fit = fit_alpha_beta([r for r in rows if r["op"] == "allreduce"], alpha_coef, beta_coef)
     return CommMetrics(avg_busbw_gbps={op: average_busbw(rows, op) for op in spec.comm["ops"]},
                        wrong=sum(r["wrong"] for r in rows), model=model, fit=fit,
-                       rows=[build(CommRow, r) for r in rows], startup=startup(list(results.values()), launched_at, run_dir, spec),
+                       rows=[decode(CommRow, r) for r in rows], startup=startup(list(results.values()), launched_at, run_dir, spec),
                        peak_rss_bytes_max=max(res.peak_rss_bytes for res in results.values()), ceiling=ceiling)
 
 
@@ -115,7 +114,6 @@ class CommTask(Task):
     name = "comm"
     label = "communication sweep"
     metrics_type = CommMetrics
-    report_module = "bench.tasks.comm.report"
     columns = ("rendezvous_s", "peak_rss_mb", "dtype")
 
     # ------------------------------------------------------------ parent side
@@ -126,13 +124,9 @@ class CommTask(Task):
 
     def before_launch(self, spec):
         """The machine's limit, measured in the parent just before launch: same run, nothing else running."""
-        from bench.rank.collectives import measure_ceiling
-
         return {"ceiling": measure_ceiling(spec.device)}
 
     def conclude(self, spec, run_dir, outcome, before):
-        from bench.harness.outcome import joined_rank_map, process_status, read_results
-
         status, error = process_status(spec, run_dir, outcome)
         metrics = None
         if status == "ok":
@@ -145,9 +139,6 @@ class CommTask(Task):
 
     # ------------------------------------------------------------ child side
     def run_rank(self, spec, run_dir, file_rank, attempt, t_process_start):
-        from bench.rank.collectives import ops_per_size, run_sweep, sweep_plan
-        from bench.rank.entry import Joined
-
         joined = Joined(spec, run_dir, file_rank, attempt, t_process_start)
         info = joined.info
         if info.role != "worker":  # a parameter server takes part in every allreduce of the plan
@@ -170,8 +161,6 @@ class CommTask(Task):
         return fmt_busbw(record.metrics)
 
     def summary_lines(self, record) -> list[str]:
-        from bench.rank.collectives import format_table
-
         if not record.ok:
             return super().summary_lines(record)
         m = record.metrics
@@ -187,34 +176,5 @@ class CommTask(Task):
             out.update(rendezvous_s=record.metrics.startup.rendezvous_s,
                        peak_rss_mb=record.metrics.peak_rss_bytes_max / 2**20)
         return out
-
-    def gate_figures(self, records, all_records):
-        """busbw_fraction of each backend and world size: allreduce busbw at the largest message, per
-        timed chunk, over the limit measured in that run."""
-        from bench.results.gate import Figure, case_of, group_runs, not_ok_entry
-
-        def largest(rec):
-            return max((r for r in rec.metrics.rows if r.op == "allreduce"), key=lambda r: r.size)
-
-        def value(rec, per_window):
-            row, limit = largest(rec), rec.metrics.ceiling["limit_gbps"]
-            chunks = [row.busbw_gbps * row.time_us / t / limit for t in row.window_time_us]
-            return chunks if per_window else sum(chunks) / len(chunks)
-
-        def measured(rec):
-            return (rec.metrics.ceiling is not None
-                    and any(r.op == "allreduce" and r.window_time_us for r in rec.metrics.rows))
-
-        runs, ok = group_runs(records, lambda r: (r.spec.backend, r.spec.world_size))
-        out, not_ok = {}, {}
-        for (backend, n), rs in sorted(runs.items(), key=lambda kv: str(kv[0])):
-            key = f"busbw_fraction {backend} n={n}"
-            good = [r for r in ok[(backend, n)] if measured(r)]
-            if good:
-                out[key] = Figure(key, "busbw_fraction", [case_of(good, value)], [1])
-            else:
-                not_ok[key] = not_ok_entry(rs)
-        return out, not_ok
-
 
 TASK = CommTask()

@@ -5,9 +5,13 @@ and which primary backend's allreduce reached the higher peak bus bandwidth."""
 from __future__ import annotations
 
 from bench.core.registry import PRIMARY
+from bench.core.spec import placement_text
+from bench.core.stats import ratio_of_cases
 from bench.rank.collectives import bus_factor, format_bytes
-from bench.results.frame import blank_single_machine, latest_launches, placement_text
-from bench.report.sections import Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot, right
+from bench.report.sections import (Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot,
+                                   right)
+from bench.results.frame import blank_single_machine
+from bench.tasks.comm.results import PLACE, case_launches, matched_sizes, mean_of
 
 # The smallest message at which allreduce is bandwidth-bound: about 16 MiB over CPU loopback (gloo),
 # 64 MiB and up on GPUs (nccl-tests' usual range).
@@ -15,21 +19,6 @@ BANDWIDTH_BOUND_BYTES = {"cpu": 16 * 2**20, "cuda": 64 * 2**20}
 COLUMNS = [left("backend"), right("ranks"), left("dtype"), left("op"), right("launches"), right("avg busbw GB/s"),
            right("peak busbw GB/s"), right("peak / limit"), left("model"), right("a (us)"), right("1/b (GB/s)"),
            right("R²"), left("runs")]
-
-
-# A case: one machine (blank on a page of one), pinned or not, backend, world size, dtype. Runs of two machines,
-# or pinned and unpinned runs, are never one case nor compared.
-PLACE = ["hardware", "cpu_bind"]
-
-
-def case_launches(ok) -> dict[tuple, list]:
-    """The launches of each case from its latest sweep, oldest first."""
-    return latest_launches(blank_single_machine(ok), [*PLACE, "backend", "world_size", "dtype"])
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
 
 
 def sweep_rows(cases: dict[tuple, list]) -> list[list]:
@@ -44,8 +33,8 @@ def sweep_rows(cases: dict[tuple, list]) -> list[list]:
         latest = recs[-1].metrics
         fit, limit = latest.fit or {}, (latest.ceiling or {}).get("limit_gbps")
         for op in latest.avg_busbw_gbps:
-            avg = _mean(r.metrics.avg_busbw_gbps[op] for r in recs if op in r.metrics.avg_busbw_gbps)
-            peak = _mean(max(x.busbw_gbps for x in r.metrics.rows if x.op == op) for r in recs
+            avg = mean_of(r.metrics.avg_busbw_gbps[op] for r in recs if op in r.metrics.avg_busbw_gbps)
+            peak = mean_of(max(x.busbw_gbps for x in r.metrics.rows if x.op == op) for r in recs
                          if any(x.op == op for x in r.metrics.rows))
             modelled = op == "allreduce" and bool(fit)
             rows.append([backend + placement_text(hardware, bind), world, dtype, op, len(recs), fmt(avg, ".3f"),
@@ -57,50 +46,10 @@ def sweep_rows(cases: dict[tuple, list]) -> list[list]:
     return rows
 
 
-def _busbw_at(record, size: int) -> float | None:
-    rows = [x.busbw_gbps for x in record.metrics.rows if x.op == "allreduce" and x.size == size]
-    return rows[0] if rows and rows[0] > 0 else None
-
-
-def matched_sizes(ok) -> dict[tuple, tuple[int, list[list[float]], str]]:
-    """Per (machine, pinning, world size, dtype) where both primary backends have allreduce launches: the largest
-    message every launch of both ran, each side's busbw at that size per launch, and the device."""
-    launches = latest_launches(blank_single_machine(ok)[ok["backend"].isin(PRIMARY)],
-                               [*PLACE, "world_size", "dtype", "backend"])
-    out = {}
-    for place in sorted({k[:-1] for k in launches}):
-        sides = [launches.get((*place, b)) for b in PRIMARY]
-        if not all(sides):
-            continue
-        common = set.intersection(*({x.size for x in rec.metrics.rows if x.op == "allreduce"}
-                                    for recs in sides for rec in recs))
-        if not common:
-            continue
-        size = max(common)
-        values = [[_busbw_at(rec, size) for rec in recs] for recs in sides]
-        if all(v is not None for vs in values for v in vs):
-            out[place] = (size, values, sides[0][-1].spec.device)
-    return out
-
-
-def comparisons(frame) -> dict:
-    """The comparison the communication view makes (bench.tasks.base.Task.comparisons): the first primary
-    backend's allreduce busbw over the second's at the matched size, across launches."""
-    from bench.core.stats import ratio_of_cases
-
-    first, second = PRIMARY
-    ok = frame[frame["status"] == "ok"]
-    return {f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}"
-            f"{placement_text(hardware, bind)}": ratio_of_cases([values[0]], [values[1]])
-            for (hardware, bind, world, dtype), (size, values, _) in matched_sizes(ok).items()}
-
-
 def matched_size_claims(ok) -> list[str]:
     """Which primary backend's allreduce reached the higher bus bandwidth, per world size and dtype, at the
     largest message size every launch of both ran (a claim about bandwidth made at a size both measured,
     never peak against peak), across launches."""
-    from bench.core.stats import ratio_of_cases
-
     lines = []
     for (hardware, bind, world, dtype), (size, values, device) in matched_sizes(ok).items():
         est = ratio_of_cases([values[0]], [values[1]])

@@ -16,10 +16,15 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
+from bench.core.codec import Record, decode
 from bench.core.errors import UsageError
-from bench.core.records import Record, Startup
+from bench.core.records import Startup
+from bench.core.registry import get_backend
+from bench.harness.outcome import startup, workers_and_others
+from bench.rank.model import build_model, workload_of
 from bench.tasks.base import Launch, Task
-from bench.tasks.train import conclude_training, placement_words, run_training_rank
+from bench.tasks.train import build_spec as train_spec
+from bench.tasks.train import conclude_training, placement_words, run_training_rank, save_model
 
 LR_SCALINGS = ("none", "linear")
 CONVERGE_DEFAULTS = dict(data="digits", target=0.9, epochs=8, holdout=0.2, lr_scaling="linear", warmup_epochs=1.0,
@@ -33,8 +38,6 @@ def build_spec(*, target: float | None = None, epochs: int | None = None, eval_e
                **train_options):
     """A converge run's spec: a training spec (the same placement, data and fairness rules) with its plan of
     steps, evaluations and learning rate."""
-    from bench.rank.model import workload_of
-    from bench.tasks.train import build_spec as train_spec
     from workloads.data import DataError, training_samples
 
     c = {k: v for k, v in dict(target=target, epochs=epochs, lr_scaling=lr_scaling, warmup_epochs=warmup_epochs,
@@ -116,14 +119,10 @@ def first_at_target(curve: list[CurvePoint], target: float) -> CurvePoint | None
 
 
 def converge_metrics(spec, results: dict, launched_at: float, run_dir=None) -> ConvergeMetrics:
-    from bench.harness.outcome import startup, workers_and_others
-    from bench.core.registry import get_backend
-    from bench.core.records import build
-
     workers, others = workers_and_others(results)
     ranks = sorted(workers)
     out = next(workers[r].output for r in ranks if workers[r].output.get("curve") is not None)
-    curve = [build(CurvePoint, p) for p in out["curve"]]
+    curve = [decode(CurvePoint, p) for p in out["curve"]]
     hit = first_at_target(curve, spec.converge["target"])
     checksums = [workers[r].output["param_checksum"] for r in ranks]
     scale = max(1e-12, max(abs(c) for c in checksums))
@@ -173,8 +172,6 @@ def converge_rank(joined, inject=None) -> dict:
     """One worker's run: train the planned steps, the first worker evaluating (bench converge takes no --inject)."""
     import torch
 
-    from bench.rank.model import build_model
-    from bench.tasks.train import save_model
     from workloads import get_workload
     from workloads.data import converge_data, open_batches
 
@@ -261,7 +258,6 @@ class ConvergeTask(Task):
     name = "converge"
     label = "time to accuracy"
     metrics_type = ConvergeMetrics
-    report_module = "bench.tasks.converge.report"
     columns = ("target", "reached", "time_to_target_s", "epochs_to_target", "final_accuracy", "lr_scaling")
 
     def describe(self, spec) -> str:

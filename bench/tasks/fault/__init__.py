@@ -25,11 +25,20 @@ import signal
 import time
 from dataclasses import dataclass, field
 
+from bench.cluster import netcut
+from bench.cluster.hosts import json_answer, run_on
+from bench.cluster.netcut import check, heal
+from bench.core.codec import Record, decode
 from bench.core.errors import UsageError
-from bench.cluster.hosts import Host, placement
-from bench.core.records import RankRow, Record, RunError
-from bench.core.rundir import write_json_atomic
+from bench.core.hostlist import Host, placement
+from bench.core.records import RankRow, RunError, v1_rank_row
+from bench.core.registry import elastic_backends, get_backend
+from bench.core.rundir import tail, write_json_atomic
+from bench.harness.supervisor import launch
+from bench.rank.entry import Joined
+from bench.rank.model import build_model, save_params, workload_of
 from bench.tasks.base import Conclusion, Launch, Task
+from bench.tasks.train import build_spec as build_training_spec
 
 SCENARIOS = ("kill", "join", "kill-host", "partition-host")
 HOST_SCENARIOS = ("kill-host", "partition-host")  # across hosts: a node lost, or cut off the network
@@ -83,10 +92,6 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
                **options):
     """A RunSpec of task "fault", or a one-line error for what cannot run. Across hosts (`cluster`, as
     bench.cli.common.cluster_of gives it) the scenarios are HOST_SCENARIOS, on `host`."""
-    from bench.core.registry import elastic_backends, get_backend
-    from bench.rank.model import workload_of
-    from bench.tasks.train import build_spec as build_training_spec
-
     plugin = get_backend(backend)
     try:
         workload, wl, _ = workload_of(workload)
@@ -122,7 +127,6 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
     if cluster is not None:
         import sys
 
-        from bench.cluster.netcut import check
 
         placed = [h.name for h, _ in placement([Host(**h) for h in cluster["hosts"]], world_size)]
         problem = check(placed, host, sys.executable)
@@ -272,8 +276,6 @@ class FaultContext:
         self.journal.write("resumed", step=step, rank=rank, size=size, local_rank=local_rank, group_rank=group_rank,
                            restart_count=restart_count, pid=os.getpid(), host=self.host, checksum=self.checksum())
         if self.spec.save_params and step > 0:
-            from bench.rank.model import save_params
-
             save_params(self.model, self.run_dir.resumed_params_file(step, os.getpid()))
 
     def stepped(self, step: int, rank: int, size: int) -> None:
@@ -308,8 +310,6 @@ class FaultDriver:
         cut, so that nothing they send as they end reaches the others): when that was done, and how."""
         import sys
 
-        from bench.cluster import netcut
-        from bench.cluster.hosts import json_answer, run_on
 
         hosts = [h["name"] for h in self.spec.hosts]
         done = netcut.cut(hosts, host, sys.executable)
@@ -542,7 +542,6 @@ class FaultTask(Task):
     name = "fault"
     label = "fault injection"
     metrics_type = FaultMetrics
-    report_module = "bench.tasks.fault.report"
     columns = ("recovery_s", "detection_s")
 
     # ------------------------------------------------------------ parent side
@@ -555,8 +554,6 @@ class FaultTask(Task):
                 f"{f['max_restarts']} restarts")
 
     def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
-        from bench.harness.supervisor import launch
-
         elastic = backend.elastic
         command, extra, info = elastic.launch(spec, rank_command, run_id, run_dir)
         joiner_env = {**env, **extra}
@@ -575,20 +572,15 @@ class FaultTask(Task):
         """Its status says whether training came through the fault, not whether every process exited
         cleanly (the victim never does). A host cut off is healed first: conclude runs however the run ended
         (by bench, by its lifeline, or by the next command on the store), and healing is stateless."""
-        from bench.core.registry import get_backend
-        from bench.core.records import build
-        from bench.core.rundir import tail
-
         unhealed = {}
         if spec.fault["scenario"] in HOST_SCENARIOS:
             import sys
 
-            from bench.cluster.netcut import heal
 
             unhealed = heal([h["name"] for h in spec.hosts], sys.executable)
 
         observed = get_backend(spec.backend).elastic.observations(run_dir)
-        metrics = build(FaultMetrics, fault_metrics(spec, run_dir, outcome, observed), "fault metrics")
+        metrics = decode(FaultMetrics, fault_metrics(spec, run_dir, outcome, observed), "fault metrics")
         status, message = fault_status(spec, metrics, outcome)
         error = None if status == "ok" else RunError(
             message=message, tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
@@ -605,9 +597,6 @@ class FaultTask(Task):
         """The backend's elastic loop over FaultContext's steps."""
         import torch
 
-        from bench.core.registry import get_backend
-        from bench.rank.model import build_model, save_params
-        from bench.rank.entry import Joined
 
         journal = Journal(run_dir.journal_file(file_rank, attempt))
         journal.write("start", pid=os.getpid())
@@ -621,8 +610,6 @@ class FaultTask(Task):
         return joined.result({"steps": final_step, "param_checksum": ctx.checksum()})
 
     def upgrade(self, from_version, record):
-        from bench.core.records import v1_rank_row
-
         if from_version == 1 and record.get("metrics") is not None:  # metrics.fault, flattened
             metrics = dict(record["metrics"]["fault"])
             for key in ("rank_map_before", "rank_map_after"):

@@ -7,7 +7,7 @@ from statistics import median
 
 from bench.core.registry import PRIMARY
 from bench.report.sections import (Cell, Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left,
-                            pyplot, right)
+                                   pyplot, right)
 
 COLUMNS = [left("case"), left("backend"), left("fault"), right("world before"), right("world after"),
            right("detection s"), right("recovery s"), right("new worker's first step s"), right("steps redone"),

@@ -12,11 +12,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from bench.core.codec import Record
 from bench.core.errors import UsageError
-from bench.results.frame import placement_text
+from bench.core.records import Startup, Summary
+from bench.core.registry import get_backend
+from bench.core.rundir import write_atomic
+from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, placement_text, resolve_cpu_bind
+from bench.core.stats import summarize
+from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
+from bench.rank.entry import Joined, StepLoop, step_delay_seconds, thread_affinities, timed_windows
 from bench.rank.inject import injected_for, parse_inject, parse_step_delay
-from bench.core.records import Record, Startup, Summary
-from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, resolve_cpu_bind
+from bench.rank.model import build_model, save_params, workload_of
 from bench.tasks.base import Conclusion, Launch, Task
 
 
@@ -27,8 +33,6 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
                backend_options: dict | None = None, cluster: dict | None = None, **options) -> RunSpec:
     """A training run's spec: defaults resolved from the workload and the machine, and a one-line error
     for what cannot run."""
-    from bench.core.registry import get_backend
-    from bench.rank.model import workload_of
     from workloads.data import DataError, check_source, real_classes
 
     plugin = get_backend(backend)
@@ -172,8 +176,6 @@ def train_rank(joined, inject: dict | None) -> dict:
     """The measured loop on one worker: warm-up, then the timed windows; its output for the result file."""
     import torch
 
-    from bench.rank.model import build_model, save_params
-    from bench.rank.entry import StepLoop, step_delay_seconds, thread_affinities, timed_windows
     from workloads import get_workload
     from workloads.data import TimedBatches, open_batches
 
@@ -263,9 +265,8 @@ def save_model(model, path: str) -> str:
     or none, never half of one."""
     import torch
 
-    tmp = f"{path}.{os.getpid()}.tmp"
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
-    os.replace(tmp, path)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    write_atomic(path, write=lambda tmp: torch.save(state, tmp))
     return path
 
 
@@ -285,9 +286,6 @@ def check_save_model(path: str | None) -> str | None:
 def train_metrics(spec: RunSpec, results: dict, launched_at: float, run_dir=None) -> TrainMetrics:
     """Throughput and timing metrics (docs/method.md, "Windows and throughput"). Only workers count;
     other roles (parameter servers) are reported beside them."""
-    from bench.harness.outcome import startup, workers_and_others
-    from bench.core.stats import summarize
-
     workers, others = workers_and_others(results)
     ranks = sorted(workers)
     k = spec.steps_per_window
@@ -355,8 +353,6 @@ def placement_words(spec) -> str:
 def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:
     """A run whose workers train (and whose other roles serve them): its status, and its metrics_of(spec, results,
     launched_at, run_dir) when it ended ok."""
-    from bench.harness.outcome import joined_rank_map, process_status, read_results
-
     status, error = process_status(spec, run_dir, outcome)
     metrics = metrics_of(spec, read_results(run_dir), outcome.launched_at, run_dir) if status == "ok" else None
     return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
@@ -365,8 +361,6 @@ def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:
 def run_training_rank(spec, run_dir, file_rank, attempt, t_process_start, loop):
     """One process of a training run: join, then a worker runs loop(joined, inject) and any other role (a
     parameter server) the backend's own loop over the run's steps."""
-    from bench.rank.entry import Joined
-
     joined = Joined(spec, run_dir, file_rank, attempt, t_process_start)
     inject = injected_for(spec, joined.info.rank)
     if joined.info.role != "worker":
@@ -378,7 +372,6 @@ class TrainTask(Task):
     name = "train"
     label = "training"
     metrics_type = TrainMetrics
-    report_module = "bench.tasks.train.report"
     columns = ("throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s", "startup_s",
                "rendezvous_s", "peak_rss_mb", "input_wait_share")
 
@@ -449,36 +442,5 @@ class TrainTask(Task):
                 "step_time_s": m.step_time_s.mean, "startup_s": m.startup.launch_to_first_step_s,
                 "rendezvous_s": m.startup.rendezvous_s, "peak_rss_mb": m.peak_rss_bytes_max / 2**20,
                 "input_wait_share": m.input_wait_share}
-
-    def gate_figures(self, records, all_records):
-        """throughput, vs_plain (over N x the plain loop's) and efficiency (over N x its own at one
-        worker) of each backend, workload and world size (docs/method.md, "Regression gate")."""
-        from bench.core.registry import PLAIN_LOOP
-        from bench.results.gate import Figure, case_of, group_runs, not_ok_entry
-
-        def value(rec, per_window):
-            windows = rec.metrics.throughput.per_window
-            return windows if per_window else sum(windows) / len(windows)
-
-        runs, ok = group_runs(records, lambda r: (r.spec.backend, r.spec.workload, r.spec.world_size))
-        out, not_ok = {}, {}
-        for (backend, workload, n), rs in sorted(runs.items(), key=lambda kv: str(kv[0])):
-            where = f"{backend} {workload} n={n}"
-            good = ok[(backend, workload, n)]
-            if not good:
-                not_ok.update({f"{kind} {where}": not_ok_entry(rs) for kind in ("throughput", "vs_plain", "efficiency")})
-                continue
-            mine = case_of(good, value)
-            out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], [1])
-            plain = ok.get((PLAIN_LOOP, workload, 1))
-            if backend != PLAIN_LOOP and plain:
-                out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, case_of(plain, value)],
-                                                  [1, -1], scale=n)
-            one = ok.get((backend, workload, 1))
-            if n > 1 and one:
-                out[f"efficiency {where}"] = Figure(f"efficiency {where}", "efficiency", [mine, case_of(one, value)],
-                                                    [1, -1], scale=n)
-        return out, not_ok
-
 
 TASK = TrainTask()

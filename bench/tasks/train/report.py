@@ -12,127 +12,28 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
 
 from bench.core import stats
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
-from bench.results.frame import CONDITIONS, blank_single_machine, latest_launches, pinned_words
+from bench.core.spec import pinned_words
 from bench.report.sections import (Cell, Figure, Heading, Paragraph, ReportPart, Section, Table, code, em,
-                            env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
+                                   env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
+from bench.results.frame import CONDITIONS
+from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
+from bench.tasks.train.results import Case, difference, network_words, replicated_cases
 
 REPEAT_HINT = "bench sweep --repeats 3"  # what to run when a comparison rests on one launch a side
-
-
-@dataclass
-class Case:
-    """The ok launches of one backend and world size under one set of conditions, from its latest sweep
-    (or, for runs made outside a sweep, its latest run)."""
-    cond: dict
-    backend: str
-    world_size: int
-    records: list  # oldest first
-    vs_plain: stats.Estimate | None = None  # thr(N) / (N x the plain loop's), across launches
-    efficiency: stats.Estimate | None = None  # thr(N) / (N x thr(1)) of the same backend
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def values(self) -> list[float]:
-        """One throughput per launch: its mean over windows."""
-        return [r.metrics.throughput.mean for r in self.records]
-
-    @property
-    def launches(self) -> int:
-        return len(self.records)
-
-    @property
-    def latest(self):
-        return self.records[-1]
-
-    @property
-    def throughput(self) -> float:
-        return statistics.fmean(self.values)
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        """The t interval of the mean across launches; a single launch's interval over its windows."""
-        if self.launches >= stats.MIN_LAUNCHES:
-            s = stats.summarize(self.values)
-            return s["ci_low"], s["ci_high"]
-        t = self.latest.metrics.throughput
-        return t.ci_low, t.ci_high
-
-    @property
-    def spread(self) -> float:
-        """Launch-to-launch sd/mean; a single launch's window sd/mean."""
-        if self.launches >= stats.MIN_LAUNCHES:
-            return stats.summarize(self.values)["rel_stdev"]
-        return self.latest.metrics.throughput.rel_stdev
-
-    @property
-    def unstable(self) -> bool:
-        return self.spread > stats.UNSTABLE_REL_STDEV or any(r.metrics.throughput.unstable for r in self.records)
-
-    @property
-    def step_time_s(self) -> float:
-        return statistics.fmean(r.metrics.step_time_s.mean for r in self.records)
-
-    @property
-    def startup_s(self) -> float | None:
-        times = [r.metrics.startup.launch_to_first_step_s for r in self.records
-                 if r.metrics.startup.launch_to_first_step_s is not None]
-        return statistics.median(times) if times else None
-
-    @property
-    def run_ids(self) -> str:
-        return ", ".join(r.run_id for r in self.records)
-
-
-def replicated_cases(ok) -> list[Case]:
-    """Every (conditions, backend, world size) of the ok runs with a throughput: the launches of its latest
-    sweep, with vs-plain and efficiency estimated across launches."""
-    ok = ok[ok["throughput"].notna()]
-    ok = blank_single_machine(ok)
-    cases = {key: Case(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
-             for key, records in latest_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()}
-    for key, case in cases.items():
-        cond_key = key[:len(CONDITIONS)]
-        plain = cases.get((*cond_key, PLAIN_LOOP, 1))
-        one = cases.get((*cond_key, case.backend, 1))
-        if plain is not None and case.backend != PLAIN_LOOP:
-            case.vs_plain = stats.ratio_of_cases([case.values], [plain.values], scale=case.world_size)
-        if one is not None and case.world_size > 1:
-            case.efficiency = stats.ratio_of_cases([case.values], [one.values], scale=case.world_size)
-    return list(cases.values())
-
-
-def _network(cond: dict) -> str:
-    """', across 2 hosts, link 1gbit' for a run across hosts (nothing for one on one host), then the machine
-    where the report holds runs of more than one."""
-    where = "" if cond.get("network", "one host") == "one host" else f", across {cond['network']}"
-    return where + (f", on {cond['hardware']}" if cond.get("hardware") else "")
 
 
 def _cond_title(cond: dict) -> str:
     passes = f" x {cond['backward_passes']} passes" if cond["backward_passes"] != 1 else ""
     fed = "" if cond.get("input", "on device") == "on device" else f" through a {cond['input']}"
     return (f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
-            f"{cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, {cond['data']} data{fed}, {cond['image_size']}px{_network(cond)}")
+            f"{cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, {cond['data']} data{fed}, {cond['image_size']}px{network_words(cond)}")
 
 
 def _launches(a: Case, b: Case) -> str:
     return f"{a.launches} + {b.launches} launch{'es' if a.launches + b.launches > 1 else ''}"
-
-
-def difference(a: Case, b: Case) -> dict:
-    """a against b across launches: the faster one, by how much (and its interval, as faster/slower - 1),
-    whether that is significant, and the smallest difference this comparison could have detected."""
-    est = stats.ratio_of_cases([a.values], [b.values])
-    flip = est.ratio < 1
-    faster, slower = (b, a) if flip else (a, b)
-    low, high = (1 / est.high, 1 / est.low) if flip else (est.low, est.high)
-    return {"estimate": est, "faster": faster, "slower": slower, "gap": max(est.ratio, 1 / est.ratio) - 1,
-            "low": low - 1, "high": high - 1, "significant": est.significant, "replicated": est.replicated,
-            "resolution": est.resolution, "p": est.p}
 
 
 def difference_text(d: dict) -> str:
@@ -160,7 +61,7 @@ def verdict(cases: list[Case]) -> tuple[list[str], list[str], list[dict]]:
         where = (f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
                  f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, "
                  f"{cond['data']} data"
-                 f"{_network(cond)})")
+                 f"{network_words(cond)})")
         if all(b in rows for b in PRIMARY):
             e, h = rows[first], rows[second]
             d = difference(e, h)
@@ -217,7 +118,7 @@ def setting_label(cond: dict) -> str:
     """'Pinned, on one host' (and the machine, where a page names it): a setting of recommendation()."""
     pinned = "Pinned" if cond.get("cpu_bind") == "cores" else "Unpinned"
     one_host = cond.get("network", "one host") == "one host"
-    return pinned + (", on one host" if one_host else "") + _network(cond)  # _network: across which hosts, the machine
+    return pinned + (", on one host" if one_host else "") + network_words(cond)  # _network: across which hosts, the machine
 
 
 def recommendation(comparisons: list[dict], cases: list[Case]) -> list[str]:
@@ -418,8 +319,6 @@ def input_rows(cases: list[Case]) -> list[tuple[Case, float]]:
 def input_blocks(cases: list[Case]) -> tuple[list, list[str]]:
     """The input pipeline's cost where a DataLoader fed the run: a table and, for each case it limits, a
     sentence for the verdict (docs/method.md, "Input pipeline")."""
-    from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
-
     rows = input_rows(cases)
     if not rows:
         return [], []
@@ -607,31 +506,6 @@ LINK_METHOD = [[strong("Across hosts."), " Processes fill the hosts in order, sl
                 "bucket for a rate, netem when a delay is given) and undone after it; the verdict at each link "
                 "compares the pair at the largest world size across launches, as everywhere on this page, and "
                 "the verdict changes between two links only where both are significant and disagree."]]
-
-
-def comparisons(frame) -> dict[str, stats.Estimate]:
-    """Every comparison the training view makes (bench.tasks.base.Task.comparisons): each case against the
-    plain loop, scaling efficiency, the primary pair, and each reference backend against each primary."""
-    ok = frame[frame["status"] == "ok"]
-    cases = replicated_cases(ok) if not ok.empty else []
-    out: dict[str, stats.Estimate] = {}
-    by_place: dict[str, dict[str, Case]] = {}
-    for c in cases:
-        where = (f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
-                 f"{pinned_words(c.cond.get('cpu_bind'))}{_network(c.cond)}")
-        by_place.setdefault(where, {})[c.backend] = c
-        if c.vs_plain is not None:
-            out[f"{c.backend} / plain loop, {where}"] = c.vs_plain
-        if c.efficiency is not None:
-            out[f"{c.backend} efficiency, {where}"] = c.efficiency
-    first, second = PRIMARY
-    for where, rows in by_place.items():
-        if first in rows and second in rows:
-            out[f"{first} / {second}, {where}"] = difference(rows[first], rows[second])["estimate"]
-        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):
-            for primary in (b for b in PRIMARY if b in rows):
-                out[f"{other} / {primary}, {where}"] = difference(rows[other], rows[primary])["estimate"]
-    return out
 
 
 SIGNIFICANCE = round(1 - stats.CONFIDENCE, 10)  # stated in the method: p below this is significant

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.backends.horovod import horovodrun_path
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -24,8 +26,6 @@ def _torchrun(nproc: int) -> list[str]:
 
 
 def _horovodrun(nproc: int) -> list[str]:
-    from bench.backends.horovod import horovodrun_path
-
     return [horovodrun_path() or "horovodrun", "--gloo", "-np", str(nproc), "-H", f"localhost:{nproc}",
             sys.executable]
 

@@ -7,12 +7,17 @@ horovodrun sets no thread count: give OMP_NUM_THREADS (or --threads), or the ran
 No harness: only the workload's model and sizes are shared. Rank 0 prints one JSON line,
 {"throughput": samples/s} or {"busbw_GBps": ...} (nccl-tests: t the mean time per op, max over ranks).
 """
-import argparse, json, os, sys, time
+import argparse
+import json
+import os
+import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: find `workloads`
 import horovod.torch as hvd
 import torch
+
 from workloads import WORKLOADS
 
 p = argparse.ArgumentParser()

@@ -8,7 +8,13 @@ whose workers wrap the model with ray.train.torch.prepare_model. No harness: onl
 sizes are shared. The driver prints one JSON line, {"throughput": samples/s} or {"busbw_GBps": ...}
 (nccl-tests: t the mean time per op, max over ranks), from the file rank 0 wrote it to.
 """
-import argparse, json, os, shutil, sys, tempfile, time
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -16,6 +22,7 @@ sys.path.insert(0, ROOT)  # run as a file: find `workloads`
 import ray
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
+
 from workloads import WORKLOADS
 
 p = argparse.ArgumentParser()
@@ -48,9 +55,9 @@ def pin(local_rank):
 
 def train_loop_per_worker(config):
     sys.path.insert(0, ROOT)  # the Ray worker finds `workloads` too
+    import ray.train.torch
     import torch
     import torch.distributed as dist
-    import ray.train.torch
 
     torch.set_num_threads(a.threads)
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -78,9 +85,9 @@ def train_loop_per_worker(config):
 
 
 def train(rank, world, device, sync):
+    import ray.train.torch
     import torch
     import torch.distributed as dist
-    import ray.train.torch
 
     workload = WORKLOADS[a.workload]
     size = workload.size(a.device)

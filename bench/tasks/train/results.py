@@ -1,0 +1,173 @@
+"""What the training task's stored runs say: its cases (the ok launches of one backend, world size and conditions
+in its latest sweep), the comparisons across launches the page and `bench agreement` make, and the figures the
+regression gate compares (bench.results.gate).
+
+Every comparison is a test across launches (docs/method.md, "Replication"): each launch contributes its mean over
+windows; two cases are compared by the ratio of their geometric means with a Welch t interval on the log scale
+(bench.core.stats.ratio_of_cases). Windows describe one launch and never decide a comparison.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from bench.core import stats
+from bench.core.registry import PLAIN_LOOP, PRIMARY
+from bench.core.spec import pinned_words
+from bench.results.frame import CONDITIONS, blank_single_machine, latest_launches
+from bench.results.gate import Figure, case_of, group_runs, not_ok_entry
+
+
+def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
+    """throughput, vs_plain (over N x the plain loop's) and efficiency (over N x its own at one
+    worker) of each backend, workload and world size (docs/method.md, "Regression gate")."""
+    def value(rec, per_window):
+        windows = rec.metrics.throughput.per_window
+        return windows if per_window else sum(windows) / len(windows)
+
+    runs, ok = group_runs(records, lambda r: (r.spec.backend, r.spec.workload, r.spec.world_size))
+    out, not_ok = {}, {}
+    for (backend, workload, n), rs in sorted(runs.items(), key=lambda kv: str(kv[0])):
+        where = f"{backend} {workload} n={n}"
+        good = ok[(backend, workload, n)]
+        if not good:
+            not_ok.update({f"{kind} {where}": not_ok_entry(rs) for kind in ("throughput", "vs_plain", "efficiency")})
+            continue
+        mine = case_of(good, value)
+        out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], [1])
+        plain = ok.get((PLAIN_LOOP, workload, 1))
+        if backend != PLAIN_LOOP and plain:
+            out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, case_of(plain, value)],
+                                              [1, -1], scale=n)
+        one = ok.get((backend, workload, 1))
+        if n > 1 and one:
+            out[f"efficiency {where}"] = Figure(f"efficiency {where}", "efficiency", [mine, case_of(one, value)],
+                                                [1, -1], scale=n)
+    return out, not_ok
+
+
+@dataclass
+class Case:
+    """The ok launches of one backend and world size under one set of conditions, from its latest sweep
+    (or, for runs made outside a sweep, its latest run)."""
+    cond: dict
+    backend: str
+    world_size: int
+    records: list  # oldest first
+    vs_plain: stats.Estimate | None = None  # thr(N) / (N x the plain loop's), across launches
+    efficiency: stats.Estimate | None = None  # thr(N) / (N x thr(1)) of the same backend
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def values(self) -> list[float]:
+        """One throughput per launch: its mean over windows."""
+        return [r.metrics.throughput.mean for r in self.records]
+
+    @property
+    def launches(self) -> int:
+        return len(self.records)
+
+    @property
+    def latest(self):
+        return self.records[-1]
+
+    @property
+    def throughput(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The t interval of the mean across launches; a single launch's interval over its windows."""
+        if self.launches >= stats.MIN_LAUNCHES:
+            s = stats.summarize(self.values)
+            return s["ci_low"], s["ci_high"]
+        t = self.latest.metrics.throughput
+        return t.ci_low, t.ci_high
+
+    @property
+    def spread(self) -> float:
+        """Launch-to-launch sd/mean; a single launch's window sd/mean."""
+        if self.launches >= stats.MIN_LAUNCHES:
+            return stats.summarize(self.values)["rel_stdev"]
+        return self.latest.metrics.throughput.rel_stdev
+
+    @property
+    def unstable(self) -> bool:
+        return self.spread > stats.UNSTABLE_REL_STDEV or any(r.metrics.throughput.unstable for r in self.records)
+
+    @property
+    def step_time_s(self) -> float:
+        return statistics.fmean(r.metrics.step_time_s.mean for r in self.records)
+
+    @property
+    def startup_s(self) -> float | None:
+        times = [r.metrics.startup.launch_to_first_step_s for r in self.records
+                 if r.metrics.startup.launch_to_first_step_s is not None]
+        return statistics.median(times) if times else None
+
+    @property
+    def run_ids(self) -> str:
+        return ", ".join(r.run_id for r in self.records)
+
+
+def replicated_cases(ok) -> list[Case]:
+    """Every (conditions, backend, world size) of the ok runs with a throughput: the launches of its latest
+    sweep, with vs-plain and efficiency estimated across launches."""
+    ok = ok[ok["throughput"].notna()]
+    ok = blank_single_machine(ok)
+    cases = {key: Case(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
+             for key, records in latest_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()}
+    for key, case in cases.items():
+        cond_key = key[:len(CONDITIONS)]
+        plain = cases.get((*cond_key, PLAIN_LOOP, 1))
+        one = cases.get((*cond_key, case.backend, 1))
+        if plain is not None and case.backend != PLAIN_LOOP:
+            case.vs_plain = stats.ratio_of_cases([case.values], [plain.values], scale=case.world_size)
+        if one is not None and case.world_size > 1:
+            case.efficiency = stats.ratio_of_cases([case.values], [one.values], scale=case.world_size)
+    return list(cases.values())
+
+
+def network_words(cond: dict) -> str:
+    """', across 2 hosts, link 1gbit' for a run across hosts (nothing for one on one host), then the machine
+    where the report holds runs of more than one."""
+    where = "" if cond.get("network", "one host") == "one host" else f", across {cond['network']}"
+    return where + (f", on {cond['hardware']}" if cond.get("hardware") else "")
+
+
+def difference(a: Case, b: Case) -> dict:
+    """a against b across launches: the faster one, by how much (and its interval, as faster/slower - 1),
+    whether that is significant, and the smallest difference this comparison could have detected."""
+    est = stats.ratio_of_cases([a.values], [b.values])
+    flip = est.ratio < 1
+    faster, slower = (b, a) if flip else (a, b)
+    low, high = (1 / est.high, 1 / est.low) if flip else (est.low, est.high)
+    return {"estimate": est, "faster": faster, "slower": slower, "gap": max(est.ratio, 1 / est.ratio) - 1,
+            "low": low - 1, "high": high - 1, "significant": est.significant, "replicated": est.replicated,
+            "resolution": est.resolution, "p": est.p}
+
+
+def comparisons(frame) -> dict[str, stats.Estimate]:
+    """Every comparison the training view makes (bench.tasks.base.Task.comparisons): each case against the
+    plain loop, scaling efficiency, the primary pair, and each reference backend against each primary."""
+    ok = frame[frame["status"] == "ok"]
+    cases = replicated_cases(ok) if not ok.empty else []
+    out: dict[str, stats.Estimate] = {}
+    by_place: dict[str, dict[str, Case]] = {}
+    for c in cases:
+        where = (f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
+                 f"{pinned_words(c.cond.get('cpu_bind'))}{network_words(c.cond)}")
+        by_place.setdefault(where, {})[c.backend] = c
+        if c.vs_plain is not None:
+            out[f"{c.backend} / plain loop, {where}"] = c.vs_plain
+        if c.efficiency is not None:
+            out[f"{c.backend} efficiency, {where}"] = c.efficiency
+    first, second = PRIMARY
+    for where, rows in by_place.items():
+        if first in rows and second in rows:
+            out[f"{first} / {second}, {where}"] = difference(rows[first], rows[second])["estimate"]
+        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):
+            for primary in (b for b in PRIMARY if b in rows):
+                out[f"{other} / {primary}, {where}"] = difference(rows[other], rows[primary])["estimate"]
+    return out

@@ -1,0 +1,171 @@
+"""The house's layout, read from the source: imports run down the layers only, and no module imports itself back.
+
+Every `import` and `from ... import` of a bench module counts, at the top of a file or inside a function,
+because a function-local import is still a dependency. A layer may import its own layer and the ones below.
+A plug-in folder spans layers: a task's report view (`bench/tasks/<task>/report.py`) sits with the report and
+its results (`bench/tasks/<task>/results.py`: gate figures, comparisons) with the results, each reached through the
+registry by name (bench.core.registry.task_part).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from bench.core.registry import TASK_PARTS
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+# lowest first
+LAYERS = ["core", "rank", "cluster", "backends", "harness", "tasks", "results", "report", "workflows", "testbed",
+          "tools", "cli"]
+HEAVY = ("torch", "horovod", "ray", "workloads", "numpy", "pandas", "matplotlib", "scipy", "jinja2")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(BENCH.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in BENCH.rglob("*.py")}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if module in ("bench", "bench.__main__"):
+        return "cli"
+    if parts[1] == "tasks" and len(parts) >= 4 and parts[3] in TASK_PARTS:
+        return parts[3]  # a task's results and report views sit with the results and the report
+    return parts[1]
+
+
+def imports_of(path: Path, name: str, known: dict) -> list[tuple[str, int, bool]]:
+    """(imported bench module, line, at top level) for every import in the file."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name and target.startswith("bench"):
+                found.append((target, node.lineno, id(node) in top_level))
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    edges = {name: set() for name in known}
+    for name, path in known.items():
+        for target, _, _ in imports_of(path, name, known):
+            edges[name].add(target)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected component of more than one module (Tarjan), as a sorted list."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_module_has_a_known_layer():
+    unknown = sorted(m for m in modules() if layer_of(m) not in LAYERS)
+    assert not unknown, f"modules outside the layers {LAYERS}: {unknown}"
+
+
+def test_no_import_circle():
+    found = cycles(graph())
+    assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_imports_run_down_the_layers():
+    upward = []
+    for name, targets in graph().items():
+        for target in targets:
+            if LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(name)):
+                upward.append(f"{name} ({layer_of(name)}) -> {target} ({layer_of(target)})")
+    assert not upward, "imports up the layers:\n" + "\n".join(sorted(upward))
+
+
+def test_a_function_local_import_of_bench_keeps_a_heavy_dependency_out():
+    """A bench module imported inside a function is one that loads torch, Horovod, Ray or the workloads, and the
+    importing module runs in a process that must not load them (the CLI, the supervisor): a comment says so."""
+    known = modules()
+    heavy = {name for name, path in known.items() if _loads_heavy_at_import(path)}
+    bad = []
+    for name, path in known.items():
+        lines = path.read_text().splitlines()
+        for target, line, top in imports_of(path, name, known):
+            if top:
+                continue
+            if not _loads_heavy(target, known, heavy):
+                bad.append(f"{path.relative_to(BENCH.parent)}:{line}: {target} is light: import it at the top")
+    assert not bad, "\n".join(bad)
+
+
+def _loads_heavy_at_import(path: Path) -> bool:
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        if any(n.split(".")[0] in HEAVY for n in names):
+            return True
+    return False
+
+
+def _loads_heavy(target: str, known: dict, heavy: set, seen=None) -> bool:
+    """Whether importing `target` loads a heavy dependency, through its own top-level imports."""
+    seen = set() if seen is None else seen
+    if target in heavy:
+        return True
+    if target in seen:
+        return False
+    seen.add(target)
+    path = known[target]
+    return any(_loads_heavy(t, known, heavy, seen) for t, _, top in imports_of(path, target, known) if top)
+
+
+@pytest.mark.parametrize("layer", [name for name in LAYERS if name not in ("backends", "tasks")])
+def test_every_layer_says_what_it_is_for(layer):
+    doc = ast.get_docstring(ast.parse((BENCH / layer / "__init__.py").read_text()))
+    assert doc and "import" in doc, f"bench/{layer}/__init__.py: a docstring saying what it holds and may import"
