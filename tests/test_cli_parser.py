@@ -16,7 +16,7 @@ from bench.core.errors import UsageError
 from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
 from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
-from bench.tasks.fault import FAULT_DEFAULTS
+from bench.tasks.fault.spec import FAULT_DEFAULTS
 from bench.workflows.plan import SWEEP_DEFAULTS, comm_options, plan_sweep, sweep_world_sizes
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"

@@ -12,12 +12,12 @@ from bench.core.records import RunError
 from bench.core.registry import get_task
 from bench.core.spec import check_timeout
 from bench.harness.outcome import process_status
-from bench.rank.collectives import GB, OPS, ops_per_size, run_sweep, sweep_plan
+from bench.rank.collectives import GB, OPS, ops_per_size, time_messages, sweep_plan
 from bench.results.frame import records_to_frame
 from bench.tasks.comm import build_spec as build_comm_spec
 from bench.tasks.comm import comm_metrics
-from bench.tasks.fault import (MIN_BIN_S, FaultMetrics, _detection, _processes, _rank_map, fault_metrics, fault_status,
-                               recovered, timeline)
+from bench.tasks.fault.analysis import MIN_BIN_S, _detection, _processes, _rank_map, fault_metrics, fault_status, recovered, timeline
+from bench.tasks.fault import FaultMetrics
 from bench.tasks.train import TrainMetrics
 from bench.tasks.train import build_spec as build_train_spec
 from bench.tasks.train import train_metrics
@@ -477,7 +477,7 @@ def test_a_server_is_told_exactly_the_calls_each_worker_makes(ops, n):
     comm = {"ops": ops, "dtype": "float32", "min_bytes": 4, "max_bytes": 4096, "warmup_iters": 3, "iters": 7}
     spec = comm_spec(world_size=n, **comm)
     group = CountingGroup()
-    rows = run_sweep(spec, group, rank_row(0, n), "cpu", lambda: None)
+    rows = time_messages(spec, group, rank_row(0, n), "cpu", lambda: None)
     assert ops_per_size(comm) == 3 + 7 + 1
     plan = sweep_plan(comm, n)
     assert [(r["op"], r["count"]) for r in rows] == [(op, count) for op, _, count in plan]

@@ -4,9 +4,11 @@ backends; timing, records, statistics and reports never branch on its name.
 - `Launcher` (parent side; must not import torch at module level): the command that starts the ranks,
   the environment it needs, and how a rank reads its identity from the environment it was started with.
 - `ProcessGroup` (worker side, one per process): join the group, wrap model and optimizer, barrier,
-  collectives, shutdown, and the loops of processes whose role is not "worker" (parameter servers).
+  collectives, shutdown, and the protocol of processes whose role is not "worker" (parameter servers), whose
+  loops are the tasks'.
 - `ElasticMode` (fault runs): start the run in the backend's elastic mode, start a joining worker, the
-  worker's elastic training loop, and what the launcher itself reports about a fault.
+  worker's state through faults (`ElasticState`: resume, commit; the loop is the fault task's), and what the
+  launcher itself reports about a fault.
 - `Backend`: the name, options, limits and availability, with its launcher, process group and
   elastic mode (None when it has none).
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from bench.core.hostlist import placement
 from bench.core.records import RankRow
+from bench.core.rundir import write_atomic
 from bench.rank.collectives import bus_factor
 
 
@@ -94,13 +97,9 @@ class ProcessGroup(ABC):
         """Run one collective (bench.rank.collectives.OPS) and return the tensor holding its result."""
         raise RuntimeError(f"this backend has no collective {op!r}")
 
-    def serve_training(self, spec, info, inject: dict | None) -> dict:
-        """The loop of a process whose role is not "worker" during training; returns its counters."""
-        raise RuntimeError(f"this backend has no role {info.role!r}")
-
-    def serve_sums(self, spec, info, plan: list[tuple[int, int]]) -> dict:
-        """The same process during a communication sweep: for each (element count, rounds) of the
-        workers' plan (bench.rank.collectives.sweep_plan), take part in that many allreduce ops."""
+    def server(self, spec, info):
+        """The protocol a process whose role is not "worker" (a parameter server) speaks: what the tasks' loops
+        for that role call (bench/tasks/train/rank.py, bench/tasks/comm/rank.py)."""
         raise RuntimeError(f"this backend has no role {info.role!r}")
 
 
@@ -123,14 +122,81 @@ class ElasticMode(ABC):
         way (a discovery script's answer changed)."""
 
     @abstractmethod
-    def train(self, group, ctx) -> int:
-        """Worker side: train ctx.total_steps steps through faults (bench.tasks.fault.FaultContext),
-        resuming from the backend's checkpoint or committed state; returns the last step."""
+    def worker_state(self, group, model, optimizer, run_dir, spec, on_reset) -> "ElasticState":
+        """Worker side: the training state of one process through faults, for the fault task's loop
+        (bench/tasks/fault/rank.py); on_reset(rank, size) is called when the backend resets the group."""
 
     def observations(self, run_dir) -> dict:
         """What the launcher itself reported: {"events": [...], "rendezvous": [...],
         "detections": [(wall time, what it saw), ...]}."""
         return {"events": [], "rendezvous": [], "detections": []}
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a process of an elastic run stands when it (re)starts training."""
+    step: int  # the last committed step: the next step to train
+    rank: int
+    size: int  # workers in the group now
+    local_rank: int
+    restart_count: int  # how many times the launcher restarted the workers (0 where it does not say)
+    group_rank: int | None  # the host's (node's) rank
+
+
+class ElasticState(ABC):
+    """Worker side of an elastic mode: how one process resumes, trains and commits through faults. The loop over
+    the steps is the fault task's (bench/tasks/fault/rank.py); the backend owns restart, restore and commit."""
+
+    failures: tuple[type[BaseException], ...] = (Exception,)  # what a step that met a fault raises
+    model = None  # the model as the backend trains it (wrapped for data parallelism)
+    optimizer = None
+
+    def run(self, train) -> int:
+        """train(self) under the backend's recovery (it may be called again after a fault); its last step."""
+        return train(self)
+
+    @abstractmethod
+    def resume(self) -> Position:
+        """Restore the committed state (a checkpoint, a broadcast) and say where this process stands."""
+
+    @abstractmethod
+    def commit(self, step: int, committed, detected) -> None:
+        """Make `step` the state a restart resumes from; committed() runs once it is durable and before it is
+        visible (a journal entry), detected(what) when committing finds the membership changed."""
+
+
+class CheckpointRestart(ElasticState):
+    """Restart-from-checkpoint: every process loads the latest checkpoint when there is one (whatever the launcher's
+    restart count says: it stays 0 after a membership change), trains, and rank 0 saves one every C steps, written
+    aside and renamed so that a kill never leaves half of one. identity() gives (local rank, restart count, group
+    rank) from the environment the launcher set."""
+
+    def __init__(self, model, optimizer, training_model, checkpoint, identity):
+        self.plain_model, self.optimizer, self.model = model, optimizer, training_model
+        self.checkpoint, self.identity = checkpoint, identity
+        self.rank = 0
+
+    def resume(self) -> Position:
+        import torch
+        import torch.distributed as dist
+
+        step = 0
+        if self.checkpoint.exists():
+            saved = torch.load(self.checkpoint, map_location="cpu", weights_only=True)
+            self.plain_model.load_state_dict(saved["model"])
+            self.optimizer.load_state_dict(saved["optimizer"])
+            step = saved["step"]
+        self.rank = dist.get_rank()
+        return Position(step, self.rank, dist.get_world_size(), *self.identity())
+
+    def commit(self, step, committed, detected) -> None:
+        import torch
+
+        if self.rank != 0:
+            return
+        state = {"step": step, "model": self.plain_model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        # journalled before it becomes visible: a kill in between loses neither
+        write_atomic(self.checkpoint, write=lambda tmp: torch.save(state, tmp), before_replace=committed)
 
 
 class Backend:

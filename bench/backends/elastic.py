@@ -6,9 +6,8 @@ import importlib.util
 import os
 from datetime import timedelta
 
-from bench.backends.base import Backend, BackendOption, ElasticMode, ProcessGroup, rank_row
+from bench.backends.base import Backend, BackendOption, CheckpointRestart, ElasticMode, ProcessGroup, rank_row
 from bench.backends.torchrun import TorchrunLauncher, agent_command, agent_observations, agents_on_hosts, free_port
-from bench.core.rundir import write_atomic
 
 
 def distributed_problem(device: str) -> str | None:
@@ -120,38 +119,12 @@ class TorchrunElastic(ElasticMode):
     def observations(self, run_dir):
         return agent_observations(run_dir)
 
-    def train(self, group, ctx):
-        """Restart-from-checkpoint: every process loads the latest checkpoint when there is one (whatever
-        TORCHELASTIC_RESTART_COUNT says: it stays 0 after a membership change), trains, and rank 0 saves a
-        checkpoint every C steps (written aside and renamed, so a kill never leaves half of one)."""
-        import torch
-        import torch.distributed as dist
+    def worker_state(self, group, model, optimizer, run_dir, spec, on_reset):
         from torch.nn.parallel import DistributedDataParallel
 
-        path = ctx.run_dir.checkpoint
-        step = 0
-        if path.exists():
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-            ctx.model.load_state_dict(saved["model"])
-            ctx.optimizer.load_state_dict(saved["optimizer"])
-            step = saved["step"]
-        rank, size = dist.get_rank(), dist.get_world_size()
-        ctx.resumed(step, rank, size, int(os.environ["LOCAL_RANK"]), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
-                    int(os.environ.get("GROUP_RANK", 0)))
-        model = DistributedDataParallel(ctx.model)
-        while ctx.keep_going(step, size):
-            try:
-                ctx.train_step(model, ctx.optimizer, step, rank)
-            except Exception as exc:
-                ctx.detected(rank, f"{type(exc).__name__}: {str(exc)[:80]}")
-                raise
-            step += 1
-            ctx.stepped(step, rank, size)
-            if step % ctx.checkpoint_every == 0 and rank == 0:
-                state = {"step": step, "model": ctx.model.state_dict(), "optimizer": ctx.optimizer.state_dict()}
-                # journalled before it becomes visible: a kill in between loses neither
-                write_atomic(path, write=lambda tmp: torch.save(state, tmp), before_replace=lambda: ctx.committed(step, rank))
-        return step
+        return CheckpointRestart(model, optimizer, DistributedDataParallel(model), run_dir.checkpoint,
+                                 lambda: (int(os.environ["LOCAL_RANK"]), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
+                                          int(os.environ.get("GROUP_RANK", 0))))
 
 
 class ElasticBackend(Backend):

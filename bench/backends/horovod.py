@@ -16,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.backends.base import Backend, BackendOption, ElasticMode, Launcher, ProcessGroup, rank_row
+from bench.backends.base import (Backend, BackendOption, ElasticMode, ElasticState, Launcher, Position, ProcessGroup,
+                                 rank_row)
 from bench.cluster.fanout import fanout_command
 from bench.cluster.hosts import run_on
 from bench.core.console import note
@@ -40,8 +41,8 @@ def horovodrun_path() -> str | None:
 
 
 # The probe reads the build flags Horovod's own `horovodrun --check-build` prints, in one child that imports
-# horovod.torch (about 4 s); --check-build itself imports every framework in a child each (about 17 s),
-# which every horovod command would otherwise pay. `bench doctor` still prints --check-build in full.
+# horovod.torch only; --check-build itself imports every framework in a child each, several times slower, which
+# every horovod command would otherwise pay. `bench doctor` still prints --check-build in full.
 _PROBE = ("import json, horovod, horovod.torch as hvd; print(json.dumps({'version': horovod.__version__, "
           "'MPI': bool(hvd.mpi_built()), 'Gloo': bool(hvd.gloo_built()), 'NCCL': bool(hvd.nccl_built()), "
           "'DDL': bool(hvd.ddl_built()), 'CCL': bool(hvd.ccl_built())}))")
@@ -258,39 +259,41 @@ class HorovodElastic(ElasticMode):
         self._write_hosts(run_dir, {"localhost": spec.world_size, "127.0.0.1": 1})
         return None
 
-    def train(self, group, ctx):
-        """hvd.elastic.run over a TorchState committed every C steps: after a failure the survivors restore
-        the last commit and go on at the new size; a joining worker receives the state by broadcast."""
-        hvd = group.hvd
-        from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+    def worker_state(self, group, model, optimizer, run_dir, spec, on_reset):
+        return HorovodElasticState(group.hvd, model, optimizer, on_reset)
 
-        optimizer = hvd.DistributedOptimizer(ctx.optimizer, named_parameters=ctx.model.named_parameters())
-        state = hvd.elastic.TorchState(model=ctx.model, optimizer=optimizer, step=0)
-        state.register_reset_callbacks([lambda: ctx.reset(hvd.rank(), hvd.size())])
 
-        @hvd.elastic.run
-        def train(state):
-            rank, size = hvd.rank(), hvd.size()
-            ctx.resumed(state.step, rank, size, hvd.local_rank(), 0, hvd.cross_rank())
-            while ctx.keep_going(state.step, size):
-                try:
-                    ctx.train_step(ctx.model, optimizer, state.step, rank)
-                except HorovodInternalError as exc:
-                    ctx.detected(rank, f"HorovodInternalError: {str(exc)[:80]}")
-                    raise
-                state.step += 1
-                ctx.stepped(state.step, rank, size)
-                if state.step % ctx.checkpoint_every == 0:
-                    ctx.committed(state.step, rank)
-                    state.save()
-                    try:
-                        state.check_host_updates()
-                    except HostsUpdatedInterrupt:
-                        ctx.detected(rank, "hosts updated")
-                        raise
-            return state.step
+class HorovodElasticState(ElasticState):
+    """hvd.elastic.run over a TorchState committed every C steps: after a failure the survivors restore the last
+    commit and go on at the new size; a joining worker receives the state by broadcast."""
 
-        return train(state)
+    def __init__(self, hvd, model, optimizer, on_reset):
+        from horovod.common.exceptions import HorovodInternalError
+
+        self.hvd, self.model = hvd, model
+        self.failures = (HorovodInternalError,)
+        self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        self.state = hvd.elastic.TorchState(model=model, optimizer=self.optimizer, step=0)
+        self.state.register_reset_callbacks([lambda: on_reset(hvd.rank(), hvd.size())])
+
+    def run(self, train) -> int:
+        return self.hvd.elastic.run(lambda state: train(self))(self.state)
+
+    def resume(self) -> Position:
+        hvd = self.hvd
+        return Position(self.state.step, hvd.rank(), hvd.size(), hvd.local_rank(), 0, hvd.cross_rank())
+
+    def commit(self, step, committed, detected) -> None:
+        from horovod.common.exceptions import HostsUpdatedInterrupt
+
+        self.state.step = step
+        committed()
+        self.state.save()
+        try:
+            self.state.check_host_updates()
+        except HostsUpdatedInterrupt:
+            detected("hosts updated")
+            raise
 
 
 class HorovodBackend(Backend):

@@ -29,15 +29,12 @@ parameters through host memory; servers always run on CPU.
 from __future__ import annotations
 
 import os
-import time
 from datetime import timedelta
 
 from bench.backends.base import Backend, BackendOption, ProcessGroup
 from bench.backends.elastic import distributed_problem, torchrun_rank_row
 from bench.backends.torchrun import TorchrunLauncher
 from bench.core.hostlist import Host, placement
-from bench.rank.inject import fire_injected
-from bench.rank.model import initial_model
 
 MODES = ("sync", "async")
 SERVERS_HERE = "BENCH_PS_SERVERS_HERE"  # across hosts: how many of the host's processes are servers
@@ -114,9 +111,9 @@ class PSClient:
         self._exchange(push=True)
 
 
-def shards_of(spec, model) -> list[list[int]]:
-    sizes = [p.numel() * p.element_size() for p in model.parameters()]
-    return balance_by_bytes(sizes, spec.backend_options["ps_servers"])
+def shards_of(model, servers: int) -> list[list[int]]:
+    """Parameter indices per server, the same on every process (balance_by_bytes)."""
+    return balance_by_bytes([p.numel() * p.element_size() for p in model.parameters()], servers)
 
 
 def send_all(tensor, workers) -> None:
@@ -144,7 +141,6 @@ class PSGroup(ProcessGroup):
         if (len(self.worker_ranks), len(self.server_ranks)) != (n, servers):
             raise RuntimeError(f"the hosts started {len(self.worker_ranks)} workers and {len(self.server_ranks)} "
                                f"servers, not {n} and {servers}")
-        self.n_workers = n
         self.worker_group = dist.new_group(self.worker_ranks)  # every rank must take part in creating it
         role = roles[rank]
         if role == "worker" and spec.device == "cuda":
@@ -156,7 +152,7 @@ class PSGroup(ProcessGroup):
     def wrap(self, model, optimizer, spec):
         # The harness's optimizer is not used: the servers hold the optimizer state and apply updates.
         device = next(model.parameters()).device
-        return model, PSClient(list(model.parameters()), shards_of(spec, model), self.server_ranks, device)
+        return model, PSClient(list(model.parameters()), shards_of(model, len(self.server_ranks)), self.server_ranks, device)
 
     def barrier(self):
         import torch.distributed as dist
@@ -189,90 +185,105 @@ class PSGroup(ProcessGroup):
         return inp
 
     # ------------------------------------------------------------ server side
-    def serve_sums(self, spec, info, plan):
-        """Sum the workers' pushes of this server's chunk and send the sum back, `rounds` times for each
-        element count of the workers' sweep plan (bench.rank.collectives.sweep_plan and ops_per_size)."""
+    def server(self, spec, info) -> "ParameterServer":
+        return ParameterServer(self, spec, info)
+
+
+class ParameterServer:
+    """A server's side of the protocol, for the tasks' loops of the server role (bench/tasks/train/rank.py,
+    bench/tasks/comm/rank.py): the shard of the parameters it owns, the pushes it receives (sync: every worker's,
+    summed in a fixed order; async: the next worker's), the answers it sends (async: held back from a worker more
+    than --ps-staleness pushes ahead of the slowest), and the sums of a communication sweep."""
+
+    def __init__(self, group: PSGroup, spec, info):
+        self.workers, self.index = group.worker_ranks, info.role_rank
+        self.servers = len(group.server_ranks)
+        self.mode, self.staleness = spec.backend_options["ps_mode"], spec.backend_options["ps_staleness"]
+        self.steps = spec.total_steps
+        self.shards = None
+        self.pushes = 0
+        self._pushed = {w: 0 for w in self.workers}  # async: pushes received, by worker
+        self._waiting: list[int] = []  # async: workers whose answer the staleness bound holds back
+        self._last: int | None = None
+
+    @property
+    def updates_per_step(self) -> int:
+        """Updates a server applies in one of the workers' steps: one averaged update (sync), or one per push."""
+        return 1 if self.mode == "sync" else len(self.workers)
+
+    def shard(self, model):
+        """A flat copy of the parameters this server owns (the same sharding every worker computes)."""
         import torch
-        import torch.distributed as dist
 
-        n, dtype = self.n_workers, getattr(torch, spec.comm["dtype"])
-        pushes = 0
-        for count, rounds in plan:
-            lo, hi = chunk_bounds(count, len(self.server_ranks))[info.role_rank]
-            if hi == lo:
-                continue
-            total, incoming = torch.zeros(hi - lo, dtype=dtype), torch.zeros(hi - lo, dtype=dtype)
-            for _ in range(rounds):
-                total.zero_()
-                for worker in self.worker_ranks:
-                    dist.recv(incoming, src=worker)
-                    total += incoming
-                send_all(total, self.worker_ranks)
-                pushes += n
-        return {"server": info.role_rank, "workers": n, "pushes": pushes}
-
-    def serve_training(self, spec, info, inject):
-        import torch
-        import torch.distributed as dist
-
-
-        model = initial_model(spec, "cpu")  # the same initial parameters as every worker of every backend
-        shards = shards_of(spec, model)
-        index = info.role_rank
+        self.shards = shards_of(model, self.servers)
         params = list(model.parameters())
-        owned = torch.cat([params[i].detach().reshape(-1) for i in shards[index]]).clone()
-        weights = torch.nn.Parameter(owned)
-        optimizer = torch.optim.SGD([weights], lr=spec.lr, momentum=spec.momentum)
-        n = self.n_workers
-        steps = spec.total_steps
-        scheduled = spec.lr_at(0) != spec.lr_at(steps - 1)  # the optimizer's lr follows the run's schedule
-        nbytes = owned.numel() * owned.element_size()
-        busy = 0.0
+        owned = torch.cat([params[i].detach().reshape(-1) for i in self.shards[self.index]]).clone()
+        self._incoming, self._total = torch.zeros_like(owned), torch.zeros_like(owned)
+        self.numel, self.nbytes = owned.numel(), owned.numel() * owned.element_size()
+        return owned
 
-        workers = self.worker_ranks
-        send_all(weights.data, workers)  # the initial pull
-        incoming = torch.zeros_like(owned)
-        if spec.backend_options["ps_mode"] == "sync":
-            total = torch.zeros_like(owned)
-            for step in range(steps):
-                if inject and step == inject["step"]:
-                    fire_injected(inject["kind"], step)
-                total.zero_()
-                for worker in workers:  # a fixed order: the same sum, bit for bit, on every run
-                    dist.recv(incoming, src=worker)
-                    total += incoming
-                t0 = time.perf_counter()
-                weights.grad = total / n
-                if scheduled:
-                    optimizer.param_groups[0]["lr"] = spec.lr_at(step)
-                optimizer.step()
-                busy += time.perf_counter() - t0
-                send_all(weights.data, workers)
-        else:
-            bound = spec.backend_options["ps_staleness"]
-            pushed = {w: 0 for w in workers}  # by global rank
-            waiting: list[int] = []  # workers whose answer is held back by the staleness bound
-            for push in range(steps * n):
-                if inject and push // n == inject["step"]:
-                    fire_injected(inject["kind"], push // n)
-                worker = dist.recv(incoming)  # from whichever worker pushes next
-                t0 = time.perf_counter()
-                weights.grad = incoming / n
-                if scheduled:
-                    optimizer.param_groups[0]["lr"] = spec.lr_at(push // n)
-                optimizer.step()
-                busy += time.perf_counter() - t0
-                pushed[worker] += 1
-                waiting.append(worker)
-                slowest = min((c for c in pushed.values() if c < steps), default=steps)
-                ready = [w for w in waiting if bound is None or pushed[w] - slowest <= bound or pushed[w] >= steps]
-                waiting = [w for w in waiting if w not in ready]
-                send_all(weights.data, ready)
-            send_all(weights.data, waiting)
-        pushes = steps * n
-        return {"server": index, "mode": spec.backend_options["ps_mode"], "workers": n,
-                "parameters": owned.numel(), "shard_bytes": nbytes, "pushes": pushes,
-                "bytes_in": pushes * nbytes, "bytes_out": (pushes + n) * nbytes, "update_s": busy}
+    def start(self, weights) -> None:
+        """The workers' first pull."""
+        send_all(weights, self.workers)
+
+    def receive(self):
+        """The gradient pushed for the next update, summed over the pushes it averages (divide by len(workers))."""
+        import torch.distributed as dist
+
+        if self.mode == "sync":
+            self._total.zero_()
+            for worker in self.workers:  # a fixed order: the same sum, bit for bit, on every run
+                dist.recv(self._incoming, src=worker)
+                self._total += self._incoming
+            self.pushes += len(self.workers)
+            return self._total
+        self._last = dist.recv(self._incoming)  # from whichever worker pushes next
+        self.pushes += 1
+        return self._incoming
+
+    def answer(self, weights) -> None:
+        """The updated shard to the workers whose push it answers."""
+        if self.mode == "sync":
+            send_all(weights, self.workers)
+            return
+        self._pushed[self._last] += 1
+        self._waiting.append(self._last)
+        slowest = min((c for c in self._pushed.values() if c < self.steps), default=self.steps)
+        bound = self.staleness
+        ready = [w for w in self._waiting
+                 if bound is None or self._pushed[w] - slowest <= bound or self._pushed[w] >= self.steps]
+        self._waiting = [w for w in self._waiting if w not in ready]
+        send_all(weights, ready)
+
+    def finish(self, weights) -> None:
+        """The answers still held back when every push has been applied."""
+        send_all(weights, self._waiting)
+        self._waiting = []
+
+    def counters(self) -> dict:
+        n = len(self.workers)
+        return {"server": self.index, "mode": self.mode, "workers": n, "parameters": self.numel,
+                "shard_bytes": self.nbytes, "pushes": self.pushes, "bytes_in": self.pushes * self.nbytes,
+                "bytes_out": (self.pushes + n) * self.nbytes}
+
+    def sum_rounds(self, count: int, rounds: int, dtype: str) -> int:
+        """A communication sweep's allreduce of `count` elements, `rounds` times: sum this server's chunk of the
+        workers' pushes and send the sum back. Returns the pushes received."""
+        import torch
+        import torch.distributed as dist
+
+        lo, hi = chunk_bounds(count, self.servers)[self.index]
+        if hi == lo:
+            return 0
+        dtype = getattr(torch, dtype)
+        total, incoming = torch.zeros(hi - lo, dtype=dtype), torch.zeros(hi - lo, dtype=dtype)
+        for _ in range(rounds):
+            total.zero_()
+            for worker in self.workers:
+                dist.recv(incoming, src=worker)
+                total += incoming
+            send_all(total, self.workers)
+        return rounds * len(self.workers)
 
 
 class PSBackend(Backend):

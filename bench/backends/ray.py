@@ -22,9 +22,9 @@ import socket
 import sys
 import time
 
-from bench.backends.base import Backend, BackendOption, ElasticMode, Launcher, rank_row
+from bench.backends.base import Backend, BackendOption, CheckpointRestart, ElasticMode, Launcher, rank_row
 from bench.backends.elastic import DDPGroup, distributed_problem
-from bench.core.rundir import RunDir, tail, write_atomic, write_json_atomic
+from bench.core.rundir import RunDir, tail, write_json_atomic
 from bench.rank.entry import run_process
 
 SETUP_HINT = "pip install -e '.[ray]'"
@@ -177,36 +177,11 @@ class RayTrainElastic(ElasticMode):
                 f"--num-gpus={1 if spec.device == 'cuda' else 0}", "--block", "--disable-usage-stats",
                 f"--object-store-memory={JOINER_OBJECT_STORE_BYTES}"]
 
-    def train(self, group, ctx):
-        """Restart-from-checkpoint, as elastic's: every process loads the latest checkpoint when there is one,
-        trains, and rank 0 saves one every C steps (written aside and renamed)."""
-        import torch
-        import torch.distributed as dist
-
-        path = ctx.run_dir.checkpoint
-        step = 0
-        if path.exists():
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-            ctx.model.load_state_dict(saved["model"])
-            ctx.optimizer.load_state_dict(saved["optimizer"])
-            step = saved["step"]
-        rank, size = dist.get_rank(), dist.get_world_size()
-        ctx.resumed(step, rank, size, int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("BENCH_ATTEMPT", 0)),
-                    int(os.environ.get("NODE_RANK", 0)))
-        model, _ = group.wrap(ctx.model, ctx.optimizer, ctx.spec)
-        while ctx.keep_going(step, size):
-            try:
-                ctx.train_step(model, ctx.optimizer, step, rank)
-            except Exception as exc:
-                ctx.detected(rank, f"{type(exc).__name__}: {str(exc)[:80]}")
-                raise
-            step += 1
-            ctx.stepped(step, rank, size)
-            if step % ctx.checkpoint_every == 0 and rank == 0:
-                state = {"step": step, "model": ctx.model.state_dict(), "optimizer": ctx.optimizer.state_dict()}
-                # journalled before it becomes visible: a kill in between loses neither
-                write_atomic(path, write=lambda tmp: torch.save(state, tmp), before_replace=lambda: ctx.committed(step, rank))
-        return step
+    def worker_state(self, group, model, optimizer, run_dir, spec, on_reset):
+        training_model, _ = group.wrap(model, optimizer, spec)
+        return CheckpointRestart(model, optimizer, training_model, run_dir.checkpoint,
+                                 lambda: (int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("BENCH_ATTEMPT", 0)),
+                                          int(os.environ.get("NODE_RANK", 0))))
 
 
 def _run_dir():

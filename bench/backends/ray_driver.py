@@ -131,7 +131,7 @@ def train(spec, run_dir, run_id: str, storage: Path, address: str | None) -> int
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from bench.backends.ray_config import timed_torch_config
+    from bench.backends.ray_config import timed_torch_config  # imports Ray, like the lines above
 
     timeout = spec.fault["comm_timeout"] if spec.fault else max(60.0, spec.timeout)
     trainer = TorchTrainer(

@@ -56,6 +56,7 @@ def all_tasks() -> list:
 
 # The parts of a task that belong to higher layers, each a module of the task's folder, found by name:
 TASK_PARTS = {
+    "rank": "what one process of its runs does: run_rank(spec, run_dir, rank, attempt, t_process_start)",
     "results": "what its stored runs say: gate_figures(records, all_records), comparisons(frame)",
     "report": "its part of the page: report_part(frame, context)",
 }

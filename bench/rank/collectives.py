@@ -124,7 +124,7 @@ def timed_chunks(iters: int, chunks: int = 5) -> list[int]:
     return [iters // chunks + (1 if i < iters % chunks else 0) for i in range(chunks)]
 
 
-def run_sweep(spec, group, info, device, sync) -> list[dict]:
+def time_messages(spec, group, info, device, sync) -> list[dict]:
     """Every (op, size) of spec.comm on this rank (group: the backend's ProcessGroup): #wrong and the
     mean time per op. Each size makes ops_per_size(spec.comm) calls."""
     import torch

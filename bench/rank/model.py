@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 from bench.core.errors import UsageError
+from bench.core.rundir import write_atomic
 
 
 def workload_of(reference: str):
@@ -49,6 +50,16 @@ def build_model(spec, device):
 
     model = initial_model(spec, device)
     return model, torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+
+
+def save_model(model, path: str) -> str:
+    """The model's state_dict (on the CPU) written to `path` atomically: a run killed meanwhile leaves the old file
+    or none, never half of one."""
+    import torch
+
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    write_atomic(path, write=lambda tmp: torch.save(state, tmp))
+    return path
 
 
 def save_params(model, path) -> None:

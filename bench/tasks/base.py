@@ -1,13 +1,17 @@
-"""The task plug-in interface: one kind of run, end to end.
+"""The task plug-in interface: one kind of run, split along its jobs, each in its own module of the task's folder.
 
-Parent side: `describe` (the line printed before a run), `launch` (the command, extra environment and
-the watcher the supervisor polls), `before_launch` (anything measured in the parent just before, such as
-a communication ceiling), `conclude` (status, error, metrics and rank map from the run directory).
-Child side: `run_rank` (what one process of the run does; bench.rank.entry calls it).
-Plug-ins implement the abstract methods; a missing one fails when the plug-in is built, not mid-run.
-Views: `case` (what ran, in words), `kind` (in a word or two), `one_line`, `summary_lines`, `list_figure`
-(terminal), `frame_columns` (the columns `bench list`, `--where` and the report filter on), `gate_figures`
-(what the regression gate compares), `report_part` (the report's sections for this task's runs).
+- `Task` (the folder's `__init__`, imported by the parent): the run's life in the parent process — `describe`
+  (the line printed before a run), `launch` (the command, extra environment and the watcher the supervisor
+  polls), `before_launch` (anything measured in the parent just before, such as a communication ceiling),
+  `conclude` (status, error, metrics and rank map from the run directory), `upgrade` (its part of an old
+  record) — and its terminal views: `case` (what ran, in words), `kind` (in a word or two), `one_line`,
+  `ok_figure`, `summary_lines`, `list_figure`, `frame_columns` (the columns `bench list`, `--where` and the
+  report filter on). Plug-ins implement the abstract methods; a missing one fails when the plug-in is built.
+- `rank.py`: `run_rank`, what one process of a run does (bench.rank.entry calls it; it may import torch).
+- `results.py` (results layer): `gate_figures` (what the regression gate compares) and `comparisons` (the
+  comparisons across launches that the page and `bench agreement` make).
+- `report.py` (report layer): `report_part`, the page's sections for this task's runs.
+The parts are found by name (bench.core.registry.task_part); a task without a part has no such module.
 """
 
 from __future__ import annotations
@@ -63,11 +67,6 @@ class Task(ABC):
     def conclude(self, spec, run_dir, outcome, before: dict | None) -> Conclusion:
         """Status, error, metrics and rank map of a finished run, from its run directory and how the
         launcher ended (bench.harness.supervisor.Outcome); `before` is what before_launch measured."""
-
-    # ------------------------------------------------------------ child side
-    @abstractmethod
-    def run_rank(self, spec, run_dir, file_rank: int, attempt: int, t_process_start: float):
-        """What one process does; returns its bench.core.records.RankResult."""
 
     def upgrade(self, from_version: int, record: dict) -> dict:
         """A stored record of this task at `from_version`, with this task's part moved to the next

@@ -11,9 +11,7 @@ from bench.core.records import RunError, Startup
 from bench.core.registry import get_backend
 from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, resolve_cpu_bind
 from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
-from bench.rank.collectives import (DTYPES, OPS, average_busbw, combine, fit_alpha_beta, format_table, measure_ceiling,
-                                    ops_per_size, run_sweep, sweep_plan)
-from bench.rank.entry import Joined
+from bench.rank.collectives import DTYPES, OPS, average_busbw, combine, fit_alpha_beta, format_table, measure_ceiling
 from bench.tasks.base import Conclusion, Task
 
 
@@ -136,16 +134,6 @@ class CommTask(Task):
                 status = "failed"
                 error = RunError(message=f"{metrics.wrong} wrong elements: a collective returned wrong results")
         return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
-
-    # ------------------------------------------------------------ child side
-    def run_rank(self, spec, run_dir, file_rank, attempt, t_process_start):
-        joined = Joined(spec, run_dir, file_rank, attempt, t_process_start)
-        info = joined.info
-        if info.role != "worker":  # a parameter server takes part in every allreduce of the plan
-            plan = [(count, ops_per_size(spec.comm)) for op, _, count in sweep_plan(spec.comm, info.world_size)
-                    if op == "allreduce"]
-            return joined.result({"served": joined.group.serve_sums(spec, info, plan)})
-        return joined.result({"comm_rows": run_sweep(spec, joined.group, info, joined.device, joined.sync)})
 
     def upgrade(self, from_version, record):
         if from_version == 1 and record.get("metrics") is not None:  # metrics.comm and the rows, together

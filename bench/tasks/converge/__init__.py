@@ -13,7 +13,6 @@ clock starts when the first optimizer step has ended: that step holds every proc
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 
 from bench.core.codec import Record, decode
@@ -21,10 +20,10 @@ from bench.core.errors import UsageError
 from bench.core.records import Startup
 from bench.core.registry import get_backend
 from bench.harness.outcome import startup, workers_and_others
-from bench.rank.model import build_model, workload_of
+from bench.rank.model import workload_of
 from bench.tasks.base import Launch, Task
 from bench.tasks.train import build_spec as train_spec
-from bench.tasks.train import conclude_training, placement_words, run_training_rank, save_model
+from bench.tasks.train import conclude_training, placement_words
 
 LR_SCALINGS = ("none", "linear")
 CONVERGE_DEFAULTS = dict(data="digits", target=0.9, epochs=8, holdout=0.2, lr_scaling="linear", warmup_epochs=1.0,
@@ -143,91 +142,6 @@ def converge_metrics(spec, results: dict, launched_at: float, run_dir=None) -> C
                       "peak_rss_bytes": res.peak_rss_bytes} for r, res in sorted(others.items())])
 
 
-# ---------------------------------------------------------------- the worker's loop
-def evaluate(model, held, device, loss_fn) -> tuple[float, float]:
-    """(accuracy, mean loss per sample) of `model` (without its data-parallel wrapper) on the held-out set."""
-    import torch
-
-    was_training = model.training
-    model.eval()
-    correct, loss, n = 0, 0.0, 0
-    with torch.no_grad():
-        for x, y in held.batches():
-            x, y = x.to(device), y.to(device)
-            logits = model(x)
-            loss += loss_fn(logits, y).item() * len(y)
-            correct += int((logits.argmax(1) == y).sum())
-            n += len(y)
-    model.train(was_training)
-    return correct / n, loss / n
-
-
-def set_lr(optimizer, lr: float) -> None:
-    """The schedule's lr on the workers' optimizer (a parameter server's workers have none: their servers apply it)."""
-    for group in getattr(optimizer, "param_groups", ()):
-        group["lr"] = lr
-
-
-def converge_rank(joined, inject=None) -> dict:
-    """One worker's run: train the planned steps, the first worker evaluating (bench converge takes no --inject)."""
-    import torch
-
-    from workloads import get_workload
-    from workloads.data import converge_data, open_batches
-
-    spec, run_dir, info, c = joined.spec, joined.run_dir, joined.info, joined.spec.converge
-    affinity = joined.affinity
-    device, sync = joined.device, joined.sync
-    workload = get_workload(spec.workload)
-    model, optimizer = build_model(spec, device)
-    model, optimizer = joined.group.wrap(model, optimizer, spec)
-    plain = getattr(model, "module", model)
-    train_part, held = converge_data(spec.data, spec.data_dir, holdout=c["holdout"], seed=spec.seed,
-                                     channels=workload.channels, image=spec.image_size, workload=workload)
-    batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels, image=spec.image_size,
-                           classes=spec.num_classes, seed=spec.seed, rank=info.worker_index, world=info.world_size,
-                           device=device, data_dir=spec.data_dir, loader=spec.loader,
-                           loader_workers=spec.loader_workers, dataset=train_part, workload=workload)
-    evaluator = info.worker_index == 0
-    loss_fn = workload.make_loss()
-    passes, scale = spec.backward_passes, 1.0 / spec.backward_passes
-    curve, train_time, eval_time = [], 0.0, 0.0
-    t_segment = None
-    for step in range(c["total_steps"]):
-        lr = spec.lr_at(step)
-        set_lr(optimizer, lr)
-        optimizer.zero_grad()
-        for _ in range(passes):
-            x, y = next(batches)
-            loss = loss_fn(model(x), y)
-            (loss * scale if passes > 1 else loss).backward()
-        optimizer.step()
-        if step == 0:
-            sync()
-            joined.first_step_end = time.time()
-            t_segment = time.perf_counter()
-        done = step + 1
-        if done % c["eval_every"] == 0 or done == c["total_steps"]:
-            sync()
-            now = time.perf_counter()
-            train_time += now - t_segment
-            if evaluator:
-                accuracy, held_loss = evaluate(plain, held, device, loss_fn)
-                curve.append({"step": done, "epoch": done / c["steps_per_epoch"],
-                              "samples": done * spec.global_batch, "train_time_s": train_time,
-                              "accuracy": accuracy, "loss": held_loss, "lr": lr})
-                run_dir.write(joined.file_rank, joined.attempt, "progress",
-                              {"steps": done, "accuracy": accuracy, "time": time.time()})
-            t_segment = time.perf_counter()
-            eval_time += t_segment - now
-    with torch.no_grad():
-        checksum = float(sum(p.detach().double().sum() for p in plain.parameters()))
-    saved = save_model(plain, spec.save_model) if spec.save_model and evaluator else None
-    return {"curve": curve if evaluator else None, "train_time_s": train_time, "eval_time_s": eval_time,
-            "held_out": held.describe, "param_checksum": checksum, "saved_model": saved,
-            "threads": {"torch": torch.get_num_threads(), "affinity": affinity}}
-
-
 class ConvergeProgress:
     """A line per evaluation, from the first worker's progress file."""
 
@@ -274,10 +188,6 @@ class ConvergeTask(Task):
 
     def conclude(self, spec, run_dir, outcome, before):
         return conclude_training(spec, run_dir, outcome, converge_metrics)
-
-    def run_rank(self, spec, run_dir, file_rank, attempt, t_process_start):
-        # a parameter server serves the run's total steps (RunSpec.total_steps) with its lr rule
-        return run_training_rank(spec, run_dir, file_rank, attempt, t_process_start, converge_rank)
 
     def case(self, spec) -> str:
         return f"{spec.workload} to {spec.converge['target']:.0%} on {spec.data}"

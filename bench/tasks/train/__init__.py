@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 
 from bench.core.codec import Record
 from bench.core.errors import UsageError
 from bench.core.records import Startup, Summary
 from bench.core.registry import get_backend
-from bench.core.rundir import write_atomic
 from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, placement_text, resolve_cpu_bind
 from bench.core.stats import summarize
 from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
-from bench.rank.entry import Joined, StepLoop, step_delay_seconds, thread_affinities, timed_windows
-from bench.rank.inject import injected_for, parse_inject, parse_step_delay
-from bench.rank.model import build_model, save_params, workload_of
+from bench.rank.inject import parse_inject, parse_step_delay
+from bench.rank.model import workload_of
 from bench.tasks.base import Conclusion, Launch, Task
 
 
@@ -172,104 +169,6 @@ class ProgressPrinter:
         return None
 
 
-def train_rank(joined, inject: dict | None) -> dict:
-    """The measured loop on one worker: warm-up, then the timed windows; its output for the result file."""
-    import torch
-
-    from workloads import get_workload
-    from workloads.data import TimedBatches, open_batches
-
-    spec, run_dir, info = joined.spec, joined.run_dir, joined.info
-    affinity = joined.affinity
-    device, sync = joined.device, joined.sync
-    workload = get_workload(spec.workload)
-    model, optimizer = build_model(spec, device)
-    model, optimizer = joined.group.wrap(model, optimizer, spec)
-    batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
-                           image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                           rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir,
-                           loader=spec.loader, loader_workers=spec.loader_workers, workload=workload)
-    timed_input = TimedBatches(batches) if spec.loader == "dataloader" else None
-    batches = timed_input or batches
-    input_waits = []  # input wait per timed window (a DataLoader feeds the run)
-    loss_fn = workload.make_loss()
-    passes = spec.backward_passes  # micro-batches per optimizer step; the loss is scaled to match one big batch
-    scale = 1.0 / passes
-
-    def optimizer_step():
-        optimizer.zero_grad()  # set_to_none=True, torch's default; Horovod's wrapper takes no argument
-        for _ in range(passes):
-            x, y = next(batches)
-            loss = loss_fn(model(x), y)
-            (loss * scale if passes > 1 else loss).backward()
-        optimizer.step()
-        return loss
-
-    step = StepLoop(optimizer_step, inject)
-
-    def progress(window: int):
-        if timed_input is not None:  # the wait since the last window ended: this window's, once timing began
-            input_waits.append(timed_input.wait_s)
-            timed_input.wait_s = 0.0
-        run_dir.write(joined.file_rank, joined.attempt, "progress",
-                      {"steps": step.done, "window": window, "time": time.time()})
-
-    loss = step()
-    sync()
-    joined.first_step_end = time.time()
-    loss_first = loss.item()
-    warmup_times = []
-    for _ in range(spec.warmup_steps - 1):
-        t0 = time.perf_counter()
-        loss = step()
-        sync()
-        warmup_times.append(time.perf_counter() - t0)
-    if spec.step_delay:
-        step.delay_s = step_delay_seconds(spec.step_delay, warmup_times, step, sync)
-    progress(0)
-
-    window_times, last_losses = timed_windows(step, spec.windows, spec.steps_per_window, joined.group.barrier,
-                                              sync, progress)
-    placed = thread_affinities()  # every thread the run started is alive now: where each may run
-    window_losses = [loss.item() for loss in last_losses]
-    window_input_wait = input_waits[1:] if timed_input is not None else None  # [0] is the warm-up's
-
-    plain = getattr(model, "module", model)  # the model without its data-parallel wrapper
-    with torch.no_grad():
-        params = [p.detach().double() for p in plain.parameters()]
-        checksum = float(sum(p.sum() for p in params))
-        abs_checksum = float(sum(p.abs().sum() for p in params))
-    if spec.save_params:
-        save_params(plain, run_dir.params_file(joined.file_rank, joined.attempt))
-    saved = save_model(plain, spec.save_model) if spec.save_model and info.worker_index == 0 else None
-    return {
-        "saved_model": saved,
-        "window_times": window_times,
-        "window_losses": window_losses,
-        "window_input_wait_s": window_input_wait,
-        "loss_first": loss_first,
-        "steps": step.done,
-        "step_delay_s": step.delay_s,
-        "param_count": sum(p.numel() for p in params),
-        "param_checksum": checksum,
-        "param_abs_checksum": abs_checksum,
-        "cuda_peak_bytes": torch.cuda.max_memory_allocated(device) if spec.device == "cuda" else None,
-        "threads": {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
-                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity,
-                    "process_threads": len(placed), "threads_off_affinity": sum(c != affinity for c in placed.values())},
-    }
-
-
-def save_model(model, path: str) -> str:
-    """The model's state_dict (on the CPU) written to `path` atomically: a run killed meanwhile leaves the old file
-    or none, never half of one."""
-    import torch
-
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    write_atomic(path, write=lambda tmp: torch.save(state, tmp))
-    return path
-
-
 def check_save_model(path: str | None) -> str | None:
     """--save-model as an absolute path whose folder exists and can be written (refused in one line otherwise)."""
     if path is None:
@@ -358,16 +257,6 @@ def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:
     return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
 
 
-def run_training_rank(spec, run_dir, file_rank, attempt, t_process_start, loop):
-    """One process of a training run: join, then a worker runs loop(joined, inject) and any other role (a
-    parameter server) the backend's own loop over the run's steps."""
-    joined = Joined(spec, run_dir, file_rank, attempt, t_process_start)
-    inject = injected_for(spec, joined.info.rank)
-    if joined.info.role != "worker":
-        return joined.result({"served": joined.group.serve_training(spec, joined.info, inject)})
-    return joined.result(loop(joined, inject))
-
-
 class TrainTask(Task):
     name = "train"
     label = "training"
@@ -388,10 +277,6 @@ class TrainTask(Task):
 
     def conclude(self, spec, run_dir, outcome, before):
         return conclude_training(spec, run_dir, outcome, train_metrics)
-
-    # ------------------------------------------------------------ child side
-    def run_rank(self, spec, run_dir, file_rank, attempt, t_process_start):
-        return run_training_rank(spec, run_dir, file_rank, attempt, t_process_start, train_rank)
 
     # ------------------------------------------------------------ views
     def case(self, spec) -> str:

@@ -1,0 +1,160 @@
+"""The pieces a task's rank program is built from: joining the group (GroupMember), pinning every thread of a
+worker to its cores, the step loop the harness wraps around each optimizer step, the timed windows, the rank's
+peak memory.
+
+Method (docs/method.md, "Windows and throughput"): W warm-up steps, never timed (the first includes
+lazy initialisation); then R windows of K steps. Before each window all ranks meet at a barrier and the
+device is synchronised, so every rank times the same K steps; a window's time is taken per rank here
+and the max over ranks is taken by the parent. Nothing but the step itself runs inside a window.
+A rank measures and writes its own files; it never decides a run's status.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+
+from bench.core.records import RankResult, Times
+from bench.core.registry import get_backend
+from bench.core.rundir import RunDir
+from bench.core.spec import RunSpec
+from bench.rank.inject import fire_injected
+
+
+def peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def bind_cpus(spec, local_rank: int, role: str = "worker") -> list[int] | None:
+    """--cpu-bind cores: the worker of local rank r takes cores [r*T, (r+1)*T) of those this process may use.
+    Every thread of the process is pinned, not only the caller: by the time a rank has joined its group, the
+    backend has started threads of its own (Horovod's background loop, gloo's I/O), which would otherwise run
+    on any core. Processes that do not train (parameter servers) are left to the scheduler. Returns the
+    process's cores."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if spec.cpu_bind != "cores" or role != "worker":
+        return cores
+    start = (local_rank * spec.threads) % len(cores)
+    chosen = [cores[(start + i) % len(cores)] for i in range(spec.threads)]
+    for tid in thread_ids():
+        try:
+            os.sched_setaffinity(tid, chosen)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+    return chosen
+
+
+def thread_ids() -> list[int]:
+    """The ids of this process's threads (Linux; elsewhere the calling thread only)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
+def thread_affinities() -> dict[int, list[int]]:
+    """Each thread's cores, as the kernel holds them (what --cpu-bind achieved, checked by the tests)."""
+    out = {}
+    for tid in thread_ids():
+        try:
+            out[tid] = sorted(os.sched_getaffinity(tid))
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return out
+
+
+class StepLoop:
+    """The harness's part of one optimizer step: a test-only injected failure or delay, and the step count.
+
+    It runs inside every timed window, so it is kept to an integer comparison and an addition
+    (tests/benchmarks measures it)."""
+
+    def __init__(self, core, inject: dict | None = None, done: int = 0):
+        self.core, self.done, self.delay_s = core, done, 0.0
+        self.inject_step = inject["step"] if inject else -1
+        self.inject_kind = inject["kind"] if inject else None
+
+    def __call__(self):
+        if self.done == self.inject_step:
+            fire_injected(self.inject_kind, self.done)
+        out = self.core()
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        self.done += 1
+        return out
+
+
+def timed_windows(step, windows: int, steps_per_window: int, barrier, sync, on_window) -> tuple[list, list]:
+    """R windows of K steps: (each window's time on this rank, each window's last step output).
+
+    All ranks meet at the barrier and the device is synchronised before a window starts, so every rank
+    times the same K steps; nothing but the steps runs between the two clock readings."""
+    window_times, last = [], []
+    for window in range(windows):
+        barrier()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps_per_window):
+            out = step()
+        sync()
+        window_times.append(time.perf_counter() - t0)
+        last.append(out)
+        on_window(window + 1)
+    return window_times, last
+
+
+def step_delay_seconds(delay: dict, warmup_times: list[float], step, sync) -> float:
+    """--inject-delay: a fixed duration, or a share of the warm-up's median step time."""
+    if "seconds" in delay:
+        return delay["seconds"]
+    if not warmup_times:  # a one-step warm-up: time one more untimed step
+        t0 = time.perf_counter()
+        step()
+        sync()
+        warmup_times = [time.perf_counter() - t0]
+    return delay["fraction"] * sorted(warmup_times)[len(warmup_times) // 2]
+
+
+class GroupMember:
+    """One process after its rendezvous: the backend's process group, who it is, and when it joined."""
+
+    def __init__(self, spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_process_start: float):
+        import torch
+
+        torch.set_num_threads(spec.threads)
+        self.spec, self.run_dir, self.file_rank, self.attempt = spec, run_dir, file_rank, attempt
+        self.t_process_start = t_process_start
+        self.first_step_end: float | None = None  # set by a task whose processes time a first step
+        self.group = get_backend(spec.backend).new_group()
+        called = time.time()
+        self.info = self.group.init(spec)  # rendezvous and process-group set-up
+        self.t_init_end = time.time()
+        self.t_init_start = self.group.rendezvous_began(called)
+        self.info.pid, self.info.time = os.getpid(), self.t_init_end
+        self.affinity = bind_cpus(spec, self.info.local_rank, self.info.role)  # after the backend's threads exist
+        run_dir.write(file_rank, attempt, "joined", self.info.to_dict())
+
+    @property
+    def device(self):
+        import torch
+
+        return torch.device("cuda", self.info.local_rank) if self.spec.device == "cuda" else torch.device("cpu")
+
+    @property
+    def sync(self):
+        import torch
+
+        return torch.cuda.synchronize if self.spec.device == "cuda" else (lambda: None)
+
+    def result(self, output: dict) -> RankResult:
+        """This process's result file contents; shuts the group down first."""
+        end = time.time()
+        self.group.shutdown()
+        return RankResult(rank_info=self.info, pid=os.getpid(), peak_rss_bytes=peak_rss_bytes(), output=output,
+                          times=Times(process_start=self.t_process_start, init_start=self.t_init_start,
+                                      init_end=self.t_init_end, first_step_end=self.first_step_end, end=end))

@@ -1,0 +1,39 @@
+"""The one training step and the one parameter checksum that every task training a model shares (train, converge,
+fault): the same micro-batching, loss scaling and optimizer call, and the same sums to compare replicas by. Loaded
+only inside a run's processes (it imports torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def optimizer_step(model, optimizer, loss_fn, next_batch, passes: int = 1):
+    """One optimizer step of `passes` micro-batches from next_batch(), each loss scaled by 1/passes so that the
+    gradients match one batch of passes x the size; returns the last micro-batch's loss."""
+    optimizer.zero_grad()  # set_to_none=True, torch's default; Horovod's wrapper takes no argument
+    scale = 1.0 / passes
+    for _ in range(passes):
+        x, y = next_batch()
+        loss = loss_fn(model(x), y)
+        (loss * scale if passes > 1 else loss).backward()
+    optimizer.step()
+    return loss
+
+
+@dataclass(frozen=True)
+class ParamSums:
+    """What a model's parameters sum to, in double precision: replicas that hold the same parameters agree."""
+    count: int  # elements
+    total: float  # the sum of every element
+    absolute: float  # the sum of their absolute values (a total of zero is not a model of zeros)
+
+
+def param_sums(model) -> ParamSums:
+    """The parameter sums of `model` (without its data-parallel wrapper, if it has one)."""
+    plain = getattr(model, "module", model)
+    with torch.no_grad():
+        params = [p.detach().double() for p in plain.parameters()]
+        return ParamSums(count=sum(p.numel() for p in params), total=float(sum(p.sum() for p in params)),
+                         absolute=float(sum(p.abs().sum() for p in params)))

@@ -1,0 +1,164 @@
+"""What one worker process of a fault run does (bench.rank.entry runs it): it trains the run's steps under the
+backend's elastic state (ElasticState: resume, commit), the victim stopping at the fault step, and appends one
+journal line per event. Loaded only inside a run's processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+
+from bench.core.registry import get_backend
+from bench.core.rundir import write_json_atomic
+from bench.rank.kit import GroupMember
+from bench.rank.model import build_model, save_params
+from bench.rank.training import optimizer_step, param_sums
+from workloads import get_workload
+from workloads.data import SyntheticBatches
+
+VICTIM_WAIT_S = 30.0  # how long the victim waits for its signal before going on without it
+
+
+# ---------------------------------------------------------------- worker side
+class Journal:
+    """One worker process's event log: one JSON line per event, flushed as written (the parent reads it
+    while the run goes on, and after any ending)."""
+
+    def __init__(self, path):
+        self.fh = open(path, "a", buffering=1)
+
+    def write(self, kind: str, **fields) -> None:
+        self.fh.write(json.dumps({"kind": kind, "t": time.time(), **fields}) + "\n")
+
+
+def wait_for_fault(run_dir, journal: Journal, step: int, rank: int) -> None:
+    """The victim at its fault step: say so, then wait for the parent's signal (it normally never returns
+    from here: it is killed, terminated or stopped)."""
+    write_json_atomic(run_dir.fault_reached, {"pid": os.getpid(), "step": step, "rank": rank, "time": time.time()})
+    deadline = time.monotonic() + VICTIM_WAIT_S
+    while time.monotonic() < deadline:
+        fired = run_dir.read_json(run_dir.fault_fired)
+        if fired and fired.get("scenario") != "kill":  # a join, or a host lost or cut: this process goes on
+            return
+        time.sleep(0.002)
+    journal.write("fault_not_delivered", step=step)
+
+
+def fault_due(run_dir, spec, rank_at_start: int, rank: int, step: int) -> bool:
+    """Whether this process must stop at this step for the fault: the chosen rank (the rank it started
+    with, and still has), once per run: a replacement that reaches the step again goes on."""
+    f = spec.fault
+    return (step == f["at_step"] and rank_at_start == f["rank"] == rank
+            and not run_dir.fault_fired.exists() and not run_dir.fault_reached.exists())
+
+
+class FaultContext:
+    """A fault run's training as one worker sees it: the training step for a given step number and rank, the
+    journal, the fault point, and the checksum that proves a resumed process holds the committed parameters.
+    The backend's elastic state owns only restart, restore and commit."""
+
+    def __init__(self, spec, run_dir, journal, info, model, optimizer, device):
+        self.spec, self.run_dir, self.journal = spec, run_dir, journal
+        self.model, self.optimizer, self.device = model, optimizer, device
+        self.rank_at_start, self.host = info.rank, info.host
+        self.total_steps = spec.fault["total_steps"]
+        self.checkpoint_every = spec.fault["checkpoint_every"]
+        self.loss_fn = get_workload(spec.workload).make_loss()
+        self._batches: dict[int, object] = {}
+        self.resumed_at = 0
+        self.waiting_since: float | None = None
+
+    def keep_going(self, step: int, size: int) -> bool:
+        """Train to total_steps. A scale-up run also goes on until the joined worker has trained
+        checkpoint_every steps with the others (or, if it never comes, for --recovery-timeout)."""
+        if step < self.total_steps:
+            return True
+        if self.spec.fault["scenario"] != "join":
+            return False
+        if size > self.spec.world_size:
+            return step < self.resumed_at + self.checkpoint_every
+        if self.waiting_since is None:
+            self.waiting_since = time.monotonic()
+        return time.monotonic() - self.waiting_since < self.spec.fault["recovery_timeout"]
+
+    def batch(self, step: int, rank: int):
+        """The batch of step `step` for rank `rank`: the same after any restart or rank change."""
+        if rank not in self._batches:
+            spec = self.spec
+            self._batches[rank] = SyntheticBatches(
+                batch=spec.batch_size, channels=get_workload(spec.workload).channels, image=spec.image_size,
+                classes=spec.num_classes, seed=spec.seed, rank=rank, device=self.device)
+        return self._batches[rank].at(step)
+
+    def train_step(self, model, optimizer, step: int, rank: int):
+        """Step number `step` (0-based) on this rank, with the fault point before it."""
+        if fault_due(self.run_dir, self.spec, self.rank_at_start, rank, step):
+            wait_for_fault(self.run_dir, self.journal, step, rank)
+        return optimizer_step(model, optimizer, self.loss_fn, lambda: self.batch(step, rank))
+
+    def checksum(self) -> float:
+        return param_sums(self.model).total
+
+    def resumed(self, step: int, rank: int, size: int, local_rank: int, restart_count: int,
+                group_rank: int | None = None) -> None:
+        self.resumed_at = step
+        self.journal.write("resumed", step=step, rank=rank, size=size, local_rank=local_rank, group_rank=group_rank,
+                           restart_count=restart_count, pid=os.getpid(), host=self.host, checksum=self.checksum())
+        if self.spec.save_params and step > 0:
+            save_params(self.model, self.run_dir.resumed_params_file(step, os.getpid()))
+
+    def stepped(self, step: int, rank: int, size: int) -> None:
+        self.journal.write("step", step=step, rank=rank, size=size)
+
+    def committed(self, step: int, rank: int) -> None:
+        self.journal.write("commit", step=step, rank=rank, checksum=self.checksum())
+
+    def detected(self, rank: int, what: str) -> None:
+        """This process noticed a fault (a collective failed, hosts changed)."""
+        self.journal.write("detected", rank=rank, what=what)
+
+    def reset(self, rank: int, size: int) -> None:
+        """The backend reset this process's group after a membership change."""
+        self.journal.write("reset", rank=rank, size=size)
+
+
+def train_through_faults(state, ctx: FaultContext) -> int:
+    """Train ctx.total_steps steps (or, for a scale-up, until the joined worker has trained with the others) under
+    the backend's elastic state: resume from what it committed, report a step that met a fault, commit every
+    ctx.checkpoint_every steps. The backend may run this again after a fault (ElasticState.run). Returns the last
+    step trained."""
+
+    def train(state) -> int:
+        at = state.resume()
+        step, rank, size = at.step, at.rank, at.size
+        ctx.resumed(step, rank, size, at.local_rank, at.restart_count, at.group_rank)
+        while ctx.keep_going(step, size):
+            try:
+                ctx.train_step(state.model, state.optimizer, step, rank)
+            except state.failures as exc:
+                ctx.detected(rank, f"{type(exc).__name__}: {str(exc)[:80]}")
+                raise
+            step += 1
+            ctx.stepped(step, rank, size)
+            if step % ctx.checkpoint_every == 0:
+                done = step
+                state.commit(done, committed=lambda: ctx.committed(done, rank), detected=lambda what: ctx.detected(rank, what))
+        return step
+
+    return state.run(train)
+
+
+def run_rank(spec, run_dir, file_rank, attempt, t_process_start):
+    journal = Journal(run_dir.journal_file(file_rank, attempt))
+    journal.write("start", pid=os.getpid())
+    member = GroupMember(spec, run_dir, file_rank, attempt, t_process_start)
+    model, optimizer = build_model(spec, torch.device("cpu"))
+    ctx = FaultContext(spec, run_dir, journal, member.info, model, optimizer, torch.device("cpu"))
+    state = get_backend(spec.backend).elastic.worker_state(member.group, model, optimizer, run_dir, spec, ctx.reset)
+    final_step = train_through_faults(state, ctx)
+    journal.write("finished", step=final_step)
+    if spec.save_params:
+        save_params(model, run_dir.params_file(file_rank, attempt))
+    return member.result({"steps": final_step, "param_checksum": ctx.checksum()})
