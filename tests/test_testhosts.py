@@ -15,7 +15,9 @@ import psutil
 import pytest
 
 from bench.testbed import hosts as testhosts
-from bench.testbed.hosts import BEGIN, BRIDGE, DEFAULT_SUBNET, PREFIX, Host, SetupError
+from bench.testbed import teardown
+from bench.testbed.hosts import BEGIN, BRIDGE, DEFAULT_SUBNET, PREFIX, Host
+from bench.testbed.protocol import Cluster, SetupError
 from conftest import bench, bench_in_process
 
 UNAVAILABLE = testhosts.unavailable_reason()
@@ -84,6 +86,27 @@ def test_refused_without_ip(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(testhosts, "tool", lambda name: None)
     assert_one_line_error(bench_in_process("testhosts", "status"), 2, "`ip` (iproute2) is not installed")
+
+
+def test_every_test_cluster_follows_the_protocol():
+    wanted = {name for name in vars(Cluster) if not name.startswith("_")} | set(Cluster.__annotations__)
+    for cluster in teardown.CLUSTERS:
+        assert sorted(name for name in wanted if not hasattr(cluster, name)) == [], cluster.__name__
+
+
+def test_down_takes_the_clusters_on_the_hosts_down_first(monkeypatch):
+    gone = []
+    for cluster in teardown.CLUSTERS:  # the Ray test cluster was not up
+        monkeypatch.setattr(cluster, "down", lambda log=None, name=cluster.NAME: gone.append(name) or
+                            name != "Ray test cluster")
+    monkeypatch.setattr(testhosts, "unavailable_reason", lambda: None)
+    proc = bench_in_process("testhosts", "down")
+    assert proc.returncode == 0 and gone == ["Ray test cluster", "Slurm test cluster", "test hosts"]
+    assert proc.stderr == "bench testhosts: Slurm test cluster and test hosts removed\n"
+    monkeypatch.setattr(teardown.CLUSTERS[0], "down", lambda log=None: log("ending 3 process(es)") or True)
+    proc = bench_in_process("testhosts", "down")
+    assert proc.stderr.splitlines() == ["bench testhosts: Ray test cluster: ending 3 process(es)",
+                                        "bench testhosts: Ray test cluster, Slurm test cluster and test hosts removed"]
 
 
 def test_plan_names_and_addresses():
@@ -169,7 +192,7 @@ def machine():
     before = path.read_bytes() if path.exists() else None
     mode = path.stat().st_mode & 0o777 if before is not None else None
     had_dir = path.parent.exists()
-    testhosts.down()
+    teardown.down()
     path.parent.mkdir(mode=0o700, exist_ok=True)
     path.write_bytes((before or b"") + SENTINEL.encode())
     path.chmod(0o640)  # up must keep a file's mode
@@ -177,7 +200,7 @@ def machine():
         yield path.read_bytes()
     finally:
         try:
-            testhosts.down()
+            teardown.down()
         finally:
             if before is None:
                 path.unlink(missing_ok=True)
@@ -285,7 +308,7 @@ def nothing_left(config_bytes):
 
 @needs_hosts
 def test_a_failed_up_rolls_back(machine, monkeypatch):
-    testhosts.down()
+    teardown.down()
     start = testhosts.start_sshd
 
     def second_fails(host):

@@ -15,6 +15,7 @@ from test_testhosts import assert_one_line_error
 
 from bench.testbed import hosts as testhosts
 from bench.testbed import ray as testray
+from bench.testbed.protocol import StateFile
 from conftest import FAST, bench, bench_in_process, bench_json, run_tag_of
 
 UNAVAILABLE = testray.unavailable_reason()
@@ -38,10 +39,10 @@ def test_refused_when_not_root(monkeypatch, action):
     assert_one_line_error(bench_in_process("testray", action), 2, "root", "sudo")
 
 
-def test_refused_without_test_hosts(monkeypatch):
+def test_refused_without_test_hosts(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(testray, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(testhosts, "read_state", lambda: None)
+    monkeypatch.setattr(testhosts, "STATE", StateFile(tmp_path))  # no state file: no hosts were built
     monkeypatch.setattr(testray, "build", lambda *a: pytest.fail("built without test hosts"))
     assert_one_line_error(bench_in_process("testray", "up"), 2, "no test hosts are up", "bench testhosts up 2")
 

@@ -22,6 +22,7 @@ from test_testhosts import assert_one_line_error
 from bench.testbed import hosts as testhosts
 from bench.testbed import slurm as testslurm
 from bench.testbed.hosts import Host
+from bench.testbed.protocol import StateFile
 from conftest import FAST, bench, bench_in_process
 
 UNAVAILABLE = testslurm.unavailable_reason()
@@ -57,9 +58,9 @@ def test_refused_without_slurm_or_munge(monkeypatch):
                           "apt-get install -y slurm-wlm munge")
 
 
-def test_refused_without_test_hosts(monkeypatch):
+def test_refused_without_test_hosts(monkeypatch, tmp_path):
     monkeypatch.setattr(testslurm, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(testhosts, "read_state", lambda: None)
+    monkeypatch.setattr(testhosts, "STATE", StateFile(tmp_path))  # no state file: no hosts were built
     monkeypatch.setattr(testslurm, "build", lambda *a: pytest.fail("built without test hosts"))
     assert_one_line_error(bench_in_process("testslurm", "up"), 2, "no test hosts are up",
                           "bench testhosts up 2")

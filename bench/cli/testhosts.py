@@ -1,13 +1,18 @@
 """`bench testhosts up N | down | status`: real network hosts on this machine (network namespaces with
-their own address, hostname and sshd) for multi-host runs; bench/testbed/hosts.py builds them."""
+their own address, hostname and sshd) for multi-host runs; bench/testbed/hosts.py builds them. `down` takes the
+Slurm and Ray test clusters on them down first (bench.testbed.teardown)."""
 
 from __future__ import annotations
 
 import time
 
+from bench.cli.testbed_verbs import progress, report_down, report_status
 from bench.core.console import note
-from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED
+from bench.core.errors import EXIT_OK
+from bench.testbed import hosts as testhosts
+from bench.testbed import teardown
 from bench.testbed.hosts import DEFAULT_SUBNET, MAX_HOSTS
+from bench.testbed.protocol import require_usable
 
 
 def add_parser(verbs) -> None:
@@ -26,13 +31,17 @@ def add_parser(verbs) -> None:
     p.set_defaults(func=cmd)
 
 
-def cmd(args) -> int:
-    from bench.testbed import hosts as testhosts
+def row_line(row: dict) -> str:
+    sshd = f"sshd pid {row['sshd_pid']}" if row["sshd_pid"] else "sshd not running"
+    return f"{row['name']:<12} {row['address']:<15} {sshd:<16} ssh {row['ssh']}"
 
+
+def cmd(args) -> int:
     if args.action == "up":
         testhosts.plan(args.n, args.subnet)  # bad input refused before anything is checked or touched
         started = time.monotonic()
-        hosts = testhosts.up(args.n, args.subnet, log=lambda text: note(f"bench testhosts: {text}"))
+        # hosts replaced, or a failed set-up rolled back, take the clusters on them along
+        hosts = testhosts.up(args.n, args.subnet, log=progress("testhosts"), take_down=teardown.down)
         note(f"bench testhosts: {len(hosts)} test host(s) ready in {time.monotonic() - started:.1f} s")
         for h in hosts:
             print(f"{h.name:<12} {h.address:<15} sshd pid {testhosts.sshd_pid(h)}")
@@ -40,18 +49,7 @@ def cmd(args) -> int:
         print(f"hostfile {testhosts.hostfile()}")
         print(f"try: ssh {hosts[0].address} hostname; remove: bench testhosts down")
         return EXIT_OK
-    testhosts.require_usable()
+    require_usable(testhosts.unavailable_reason())
     if args.action == "down":
-        removed = testhosts.down()
-        note("bench testhosts: " + ("test hosts removed" if removed else "no test hosts here; nothing to do"))
-        return EXIT_OK
-    rows = testhosts.status()
-    if not rows:
-        left = testhosts.leftovers()
-        note("bench testhosts: no test hosts are up" +
-             (f"; left over: {', '.join(left)} (bench testhosts down removes them)" if left else ""))
-        return EXIT_RUN_FAILED
-    for row in rows:
-        sshd = f"sshd pid {row['sshd_pid']}" if row["sshd_pid"] else "sshd not running"
-        print(f"{row['name']:<12} {row['address']:<15} {sshd:<16} ssh {row['ssh']}")
-    return EXIT_OK if all(r["sshd_pid"] and r["ssh"] == "ok" for r in rows) else EXIT_RUN_FAILED
+        return report_down("testhosts", teardown.down(progress("testhosts")), testhosts.NAME)
+    return report_status("testhosts", testhosts, row_line, "no test hosts are up")

@@ -6,8 +6,13 @@ from __future__ import annotations
 import time
 
 from bench.cli import options
+from bench.cli.testbed_verbs import print_rows, progress, report_down, report_status
 from bench.core.console import note
-from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED
+from bench.core.errors import EXIT_OK
+from bench.testbed import ray as testray
+from bench.testbed.protocol import require_root
+
+ROW = "{name:<12} {address:<15} {cpus:>3} CPU  {state}"  # a status row
 
 
 def add_parser(verbs) -> None:
@@ -23,33 +28,18 @@ def add_parser(verbs) -> None:
     p.set_defaults(func=cmd)
 
 
-def print_rows(rows: list[dict]) -> None:
-    for row in rows:
-        print(f"{row['name']:<12} {row['address']:<15} {row['cpus']:>3} CPU  {row['state']}")
-
-
 def cmd(args) -> int:
-    from bench.testbed import ray as testray
-
-    testray.require_root()
+    log = progress("testray")
+    require_root(testray.ROOT_ONLY)
     if args.action == "up":
         started = time.monotonic()
-        hosts, address = testray.up(cpus=args.cpus, log=lambda text: note(f"bench testray: {text}"))
+        hosts, address = testray.up(cpus=args.cpus, log=log)
         note(f"bench testray: Ray cluster of {len(hosts)} worker node(s) ready in {time.monotonic() - started:.1f} s")
-        print_rows(testray.status())
+        print_rows(testray.status(), ROW.format_map)
         print(testray.export_line())
         print(f"try: bench run --backend ray --nproc {len(hosts)} --ray-address {address}; "
               "remove: bench testray down (bench testhosts down also removes it)")
         return EXIT_OK
     if args.action == "down":
-        removed = testray.down(log=lambda text: note(f"bench testray: {text}"))
-        note("bench testray: " + ("Ray test cluster removed" if removed else "no Ray test cluster here; nothing to do"))
-        return EXIT_OK
-    rows = testray.status()
-    if not rows:
-        left = testray.leftovers()
-        note("bench testray: no Ray test cluster is up" +
-             (f"; left over: {', '.join(left)} (bench testray down removes them)" if left else ""))
-        return EXIT_RUN_FAILED
-    print_rows(rows)
-    return EXIT_OK if testray.all_up(rows) else EXIT_RUN_FAILED
+        return report_down("testray", [testray.NAME] if testray.down(log=log) else [], testray.NAME)
+    return report_status("testray", testray, ROW.format_map, f"no {testray.NAME} is up")

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import time
 
+from bench.cli.testbed_verbs import print_rows, progress, report_down, report_status
 from bench.core.console import note
-from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED
+from bench.core.errors import EXIT_OK
+from bench.testbed import slurm as testslurm
+from bench.testbed.protocol import require_root
+
+ROW = "{name:<12} {address:<15} {state}"  # a status row
 
 
 def add_parser(verbs) -> None:
@@ -19,34 +24,18 @@ def add_parser(verbs) -> None:
     p.set_defaults(func=cmd)
 
 
-def print_rows(rows: list[dict]) -> None:
-    for row in rows:
-        print(f"{row['name']:<12} {row['address']:<15} {row['state']}")
-
-
 def cmd(args) -> int:
-    from bench.testbed import slurm as testslurm
-
+    log = progress("testslurm")
     if args.action == "up":
         started = time.monotonic()
-        hosts = testslurm.up(log=lambda text: note(f"bench testslurm: {text}"))
+        hosts = testslurm.up(log=log)
         note(f"bench testslurm: Slurm cluster {testslurm.CLUSTER} of {len(hosts)} node(s) ready in "
              f"{time.monotonic() - started:.1f} s")
-        print_rows(testslurm.status())
+        print_rows(testslurm.status(), ROW.format_map)
         print(testslurm.export_line())
         print(f"try: srun -N{len(hosts)} hostname; remove: bench testslurm down (before bench testhosts down)")
         return EXIT_OK
-    testslurm.require_root()
+    require_root(testslurm.ROOT_ONLY)
     if args.action == "down":
-        removed = testslurm.down(log=lambda text: note(f"bench testslurm: {text}"))
-        note("bench testslurm: " + ("Slurm test cluster removed" if removed else
-                                    "no Slurm test cluster here; nothing to do"))
-        return EXIT_OK
-    rows = testslurm.status()
-    if not rows:
-        left = testslurm.leftovers()
-        note("bench testslurm: no Slurm test cluster is up" +
-             (f"; left over: {', '.join(left)} (bench testslurm down removes them)" if left else ""))
-        return EXIT_RUN_FAILED
-    print_rows(rows)
-    return EXIT_OK if testslurm.all_up(rows) else EXIT_RUN_FAILED
+        return report_down("testslurm", [testslurm.NAME] if testslurm.down(log=log) else [], testslurm.NAME)
+    return report_status("testslurm", testslurm, ROW.format_map, f"no {testslurm.NAME} is up")

@@ -1,4 +1,6 @@
-"""Test clusters on this machine for runs across hosts: network-namespace hosts with sshd, a Slurm cluster on
-them, a Ray cluster; one written protocol (bench.testbed.protocol) and their ordered teardown. Product
-code never imports it.
+"""Test clusters on this machine, for runs across hosts without a cluster: network-namespace hosts with sshd
+(hosts), a Slurm cluster (slurm) and a Ray cluster (ray) on them. What each provides, and the helpers they share,
+is written down in protocol; teardown takes them all down, a cluster before the hosts it runs on. Only teardown
+imports every cluster; slurm and ray import hosts, and all import protocol. The folder may import bench.core,
+bench.cluster, bench.backends and bench.harness; product code never imports it.
 """

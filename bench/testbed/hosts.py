@@ -8,9 +8,10 @@ block in root's ~/.ssh/config makes plain `ssh ADDRESS` (what torchrun over ssh,
 work from the root namespace and from every host. The file system is shared, so the checkout and its
 environment are at the same path everywhere.
 
-down() finds everything by name, so it also clears what a crashed up() left; the state directory only adds
-what up() created outside those names (root's ~/.ssh/config or ~/.ssh, sshd's privilege-separation
-directory).
+A test cluster of bench.testbed.protocol, the one the others run on. down() finds everything by name, so it
+also clears what a crashed up() left; the state file only adds what up() created outside those names (root's
+~/.ssh/config or ~/.ssh, sshd's privilege-separation directory). It takes down only the hosts:
+bench.testbed.teardown takes the clusters on them down first.
 """
 
 from __future__ import annotations
@@ -21,16 +22,20 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.core.errors import EXIT_RUN_FAILED, BenchError, UsageError
+from bench.cluster.hosts import on_every_host
+from bench.core.errors import BenchError, UsageError
 from bench.core.rundir import write_atomic
+from bench.testbed.protocol import (CMD_TIMEOUT, SetupError, StateFile, build_or_roll_back, last_line, port_open,
+                                    require_usable, root_problem, run, tool)
 
+NAME = "test hosts"
+ROOT_ONLY = "test hosts must be built by root (network namespaces, sshd on port 22)"
 PREFIX = "bench-th"
 BRIDGE = PREFIX + "0"
 VETH = PREFIX + "v"  # root-side end of host i's veth: bench-thv<i>
@@ -38,6 +43,7 @@ DEFAULT_SUBNET = "10.213.7.0/24"
 MAX_HOSTS = 50
 FIRST_HOST = 10  # host i is SUBNET.(10+i)
 STATE_DIR = Path("/run/bench-testhosts")
+STATE = StateFile(STATE_DIR)
 NETNS_ETC = Path("/etc/netns")
 PRIVSEP_DIR = Path("/run/sshd")  # compiled into sshd; the Debian package creates it only when it starts sshd
 PRIVATE_NETS = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
@@ -47,17 +53,8 @@ INSTALL_SSHD = "install openssh-server (apt-get install -y openssh-server)"
 # ssh's keepalive on the test hosts (interval s, count): a session to a host lost without a word ends after 10 s,
 # as on a cluster set up for Horovod elastic (README, "Faults across hosts"); OpenSSH's default is never
 SERVER_ALIVE = (5, 2)
-CMD_TIMEOUT = 15
 SSH_TIMEOUT = 15
 READY_TIMEOUT = 10  # sshd writing its pid file and answering ssh
-TOOL_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/bin",
-                             "/bin"])
-
-
-class SetupError(BenchError):
-    """A command that builds or removes test hosts failed; the message names it."""
-
-    exit_code = EXIT_RUN_FAILED
 
 
 @dataclass(frozen=True)
@@ -92,10 +89,6 @@ def plan(n: int, subnet: str = DEFAULT_SUBNET) -> list[Host]:
     return [Host(f"{PREFIX}{i}", str(network.network_address + FIRST_HOST + i)) for i in range(1, n + 1)]
 
 
-def tool(name: str) -> str | None:
-    return shutil.which(name, path=TOOL_PATH)
-
-
 def netns_problem() -> str | None:
     if tool("ip") is None:
         return "`ip` (iproute2) is not installed"
@@ -114,9 +107,7 @@ def unavailable_reason() -> str | None:
     """Why test hosts cannot be built here, or None."""
     if not sys.platform.startswith("linux"):
         return f"test hosts need Linux network namespaces; this is {sys.platform}"
-    if os.geteuid() != 0:
-        return "test hosts must be built by root (network namespaces, sshd on port 22): run it with sudo"
-    problem = netns_problem()
+    problem = root_problem(ROOT_ONLY) or netns_problem()
     if problem:
         return problem
     for name in ("sshd", "ssh-keygen", "ssh"):
@@ -128,10 +119,15 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def require_usable() -> None:
+def unavailable_for_cluster(name: str) -> str | None:
+    """Why a cluster whose daemons run in the test hosts' namespaces (entered with nsenter) cannot be built here,
+    as far as the hosts go, or None."""
     problem = unavailable_reason()
     if problem:
-        raise UsageError(problem)
+        return f"the {name} runs on the test hosts, and {problem[0].lower()}{problem[1:]}"
+    if tool("nsenter") is None:
+        return "nsenter not found (util-linux)"
+    return None
 
 
 def subnet_conflict(network: ipaddress.IPv4Network, route_lines: list[str], addr_lines: list[str] = ()) -> str | None:
@@ -164,27 +160,6 @@ def subnet_conflict(network: ipaddress.IPv4Network, route_lines: list[str], addr
 
 
 # ---------------------------------------------------------------- commands
-def last_line(text: str) -> str:
-    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"
-
-
-def run(cmd: list[str], timeout: float = CMD_TIMEOUT, **kwargs) -> subprocess.CompletedProcess:
-    """Run a command; any failure is one SetupError naming it."""
-    shown = " ".join(cmd)
-    cmd = [tool(cmd[0]) or cmd[0], *cmd[1:]]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              **kwargs)
-    except subprocess.TimeoutExpired:
-        raise SetupError(f"`{shown}` did not finish within {timeout:g} s") from None
-    except OSError as exc:
-        raise SetupError(f"`{shown}` could not start: {exc}") from None
-    if proc.returncode != 0:
-        raise SetupError(f"`{shown}` failed (exit {proc.returncode}): {last_line(proc.stderr or proc.stdout)}")
-    return proc
-
-
 def ip(*args: str) -> str:
     return run(["ip", *args]).stdout
 
@@ -227,28 +202,12 @@ def disable_ipv6(ns: str | None, interface: str) -> None:
 
 
 # ---------------------------------------------------------------- state
-def state_file() -> Path:
-    return STATE_DIR / "state.json"
-
-
 def hostfile() -> Path:
     return STATE_DIR / "hostfile"
 
 
 def key_file() -> Path:
     return STATE_DIR / "id_ed25519"
-
-
-def read_state() -> dict | None:
-    from bench.core.rundir import read_json
-
-    return read_json(state_file())
-
-
-def write_state(state: dict) -> None:
-    from bench.core.rundir import write_json_atomic
-
-    write_json_atomic(state_file(), state)
 
 
 def hosts_of(state: dict | None) -> list[Host]:
@@ -258,7 +217,7 @@ def hosts_of(state: dict | None) -> list[Host]:
 def running_hosts() -> tuple[list[Host], str]:
     """The test hosts that are up, each with its sshd running, and the root namespace's address on their bridge
     (.1 of their subnet); a UsageError when there are none."""
-    state = read_state()
+    state = STATE.read()
     hosts = hosts_of(state)
     if not (state and state.get("complete") and hosts):
         raise UsageError("no test hosts are up: run `bench testhosts up 2` first")
@@ -267,34 +226,6 @@ def running_hosts() -> tuple[list[Host], str]:
         raise UsageError(f"test host(s) {', '.join(gone)} are not running (no sshd): run "
                          f"`bench testhosts up {len(hosts)}` first")
     return hosts, str(ipaddress.ip_network(state["subnet"]).network_address + 1)
-
-
-def port_free(port: int, address: str = "0.0.0.0") -> bool:
-    """Whether a test cluster's daemon can bind the port here (SO_REUSEADDR, as slurmctld and Ray's gRPC servers
-    bind: a connection in TIME_WAIT owns nothing)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((address, port))
-        except OSError:
-            return False
-    return True
-
-
-def finish_removal(state_dir: Path, ended: list, survivors: list, what: str) -> None:
-    """The end of a test cluster's down() (bench.testbed.slurm, bench.testbed.ray): its state directory removed, the
-    daemons it ended reaped by init, and a SetupError naming any process of it that survived SIGKILL."""
-    from bench.harness.supervisor import name_of, wait_reaped
-
-    if state_dir.exists():
-        try:
-            shutil.rmtree(state_dir)
-        except OSError as exc:
-            raise SetupError(f"removing {state_dir}: {exc}") from None
-    wait_reaped(ended)
-    if survivors:
-        raise SetupError(f"processes of the {what} survived SIGKILL: "
-                         + ", ".join(f"{name_of(p)} (pid {p.pid})" for p in survivors))
 
 
 def hosts_option(hosts: list[Host]) -> str:
@@ -448,19 +379,9 @@ def start_sshd(host: Host) -> int:
                      f"(its log: {home / 'sshd.log'})")
 
 
-def port_open(address: str, port: int) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 def ssh_answers(hosts: list[Host]) -> list[str]:
     """For each host, 'ok' when plain `ssh ADDRESS` (root's ssh configuration, as every launcher runs it) reaches
     it and it answers with its own name; otherwise what went wrong (bench.cluster.hosts runs the ssh)."""
-    from bench.cluster.hosts import on_every_host
-
     answers = on_every_host([h.address for h in hosts], lambda _: ["hostname"], SSH_TIMEOUT, in_checkout=False)
     out = []
     for host in hosts:
@@ -486,18 +407,20 @@ def leftovers() -> list[str]:
     return found
 
 
-def up(n: int, subnet: str = DEFAULT_SUBNET, log=None) -> list[Host]:
+def up(n: int, subnet: str = DEFAULT_SUBNET, log=None, take_down=None) -> list[Host]:
     """Build n test hosts (reusing identical ones that all answer); returns them. A failure removes everything
-    this call created and raises SetupError."""
+    this call created and raises SetupError. take_down() removes the hosts already here, and after a failure what
+    the call built: down() by default, bench.testbed.teardown.down to take the clusters on them down first."""
     log = log or (lambda text: None)
+    take_down = take_down or down
     hosts = plan(n, subnet)
     network = parse_subnet(subnet)
-    require_usable()
+    require_usable(unavailable_reason())
     conflict = subnet_conflict(network, ip("-4", "-o", "route", "show", "table", "all").splitlines(),
                                ip("-4", "-o", "addr", "show").splitlines())
     if conflict:
         raise UsageError(f"--subnet {network} overlaps a route or address of this machine ({conflict}); choose another")
-    state = read_state()
+    state = STATE.read()
     if state and state.get("complete") and hosts_of(state) == hosts and state.get("subnet") == str(network) \
             and ssh_block_is_current(hosts) and all(sshd_pid(h) for h in hosts) \
             and all(a == "ok" for a in ssh_answers(hosts)):
@@ -507,15 +430,8 @@ def up(n: int, subnet: str = DEFAULT_SUBNET, log=None) -> list[Host]:
         why = ("left over from an unfinished set-up" if not (state and state.get("complete")) else
                "different hosts" if hosts_of(state) != hosts else "not all answering")
         log(f"taking down the test hosts already here first ({why})")
-        down()
-    try:
-        build(hosts, network)
-    except BaseException:
-        try:
-            down()
-        except BenchError as exc:
-            log(f"rolling back the failed set-up also failed: {exc}")
-        raise
+        take_down()
+    build_or_roll_back(lambda: build(hosts, network), take_down, log)
     return hosts
 
 
@@ -528,7 +444,7 @@ def build(hosts: list[Host], network: ipaddress.IPv4Network) -> None:
         if not path.exists():
             path.mkdir(mode=mode)
             state["created"][key] = True
-    write_state(state)
+    STATE.write(state)
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-testhosts", "-f", str(key_file())],
         timeout=30)
     public = key_file().with_suffix(".pub").read_text().strip()
@@ -558,13 +474,13 @@ def build(hosts: list[Host], network: ipaddress.IPv4Network) -> None:
 
     hostfile().write_text("".join(f"{h.address} slots=1\n" for h in hosts))
     state["created"].update(install_ssh_block(ssh_config_path(), ssh_block(hosts, key_file())))
-    write_state(state)
+    STATE.write(state)
     answers = ssh_answers(hosts)
     for host, answer in zip(hosts, answers):
         if answer != "ok":
             raise SetupError(f"`ssh {host.address} hostname`: {answer}")
     state.update(complete=True, built_s=round(time.monotonic() - start, 2))
-    write_state(state)
+    STATE.write(state)
 
 
 def kill_all(ns: str, ended: list[int]) -> None:
@@ -587,19 +503,13 @@ def kill_all(ns: str, ended: list[int]) -> None:
         raise SetupError(f"processes {left} in {ns} survived SIGKILL")
 
 
-def down() -> bool:
-    """Remove everything of the test hosts; False when nothing was there. Every step is tried; the first
-    failure is raised at the end."""
-    from bench.testbed import ray as testray
-    from bench.testbed import slurm as testslurm
-
-    # a cluster on these hosts goes first: without the bridge's address, Slurm's controller would reach for the
-    # hosts' addresses through the default route, and Ray's head node would be left here without its nodes
-    testslurm.down()
-    testray.down()
+def down(log=None) -> bool:
+    """Remove everything of the test hosts, not what runs on them (bench.testbed.teardown: that first); False when
+    nothing was there. Every step is tried; the first failure is raised at the end. It reports no progress: `log`
+    is the protocol's."""
     if not leftovers():
         return False
-    state = read_state() or {}
+    state = STATE.read() or {}
     created = state.get("created", {})
     errors = []
 
@@ -639,6 +549,10 @@ def down() -> bool:
 
 def status() -> list[dict]:
     """One row per test host: name, address, sshd pid (None when not running), ssh ('ok' or the problem)."""
-    hosts = hosts_of(read_state())
+    hosts = hosts_of(STATE.read())
     answers = ssh_answers(hosts) if hosts else []
     return [{"name": h.name, "address": h.address, "sshd_pid": sshd_pid(h), "ssh": a} for h, a in zip(hosts, answers)]
+
+
+def all_up(rows: list[dict]) -> bool:
+    return bool(rows) and all(r["sshd_pid"] and r["ssh"] == "ok" for r in rows)

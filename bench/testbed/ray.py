@@ -1,4 +1,5 @@
-"""A real Ray cluster on the test hosts (bench/testbed/hosts.py), for runs of the ray backend across hosts without one.
+"""A real Ray cluster on the test hosts (bench/testbed/hosts.py), for runs of the ray backend across hosts without one:
+a test cluster of bench.testbed.protocol.
 
 The head node runs in the root namespace on the bridge's address with no CPUs (Ray's advice for a head node: it
 holds the cluster's control plane, and bench's driver and Ray Train's controller, which Ray Train places on the
@@ -17,19 +18,24 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psutil
 
+from bench.backends import ray as ray_backend
 from bench.core.errors import UsageError
-from bench.harness.supervisor import end_found, name_of, processes_of
+from bench.harness.supervisor import end_found, processes_of
 from bench.testbed import hosts as testhosts
-from bench.testbed.hosts import SetupError, finish_removal, last_line, tool
+from bench.testbed.protocol import (SetupError, StateFile, bounded, build_or_roll_back, daemon_leftovers,
+                                    finish_removal, last_line, names_path_under, port_open, require_port_free,
+                                    require_usable, start_logged, tails_of, tool)
 
+NAME = "Ray test cluster"
+ROOT_ONLY = f"the {NAME} is root's (its nodes run in the test hosts' namespaces)"
 STATE_DIR = Path("/run/bench-testray")
+STATE = StateFile(STATE_DIR)
 MARKER = "BENCH_TESTRAY"  # in the environment of every process of the cluster: STATE_DIR
 # the GCS port of the head node; outside Ray's default worker port range (10002-19999), which Ray refuses to
 # overlap, and not Ray's default 6379, so that a cluster of the user's own on this machine keeps it
@@ -40,15 +46,10 @@ START_TIMEOUT = 60  # one `ray start`
 READY_TIMEOUT = 30  # every node alive in the GCS's node table
 QUERY_TIMEOUT = 20
 INSTALL = "pip install -e '.[ray]'"
-TAIL_LINES = 6
 
 
 def token_file() -> Path:
     return STATE_DIR / "auth_token"
-
-
-def state_file() -> Path:
-    return STATE_DIR / "state.json"
 
 
 def environment() -> dict[str, str]:
@@ -63,55 +64,23 @@ def export_line() -> str:
 # ---------------------------------------------------------------- preconditions
 def unavailable_reason() -> str | None:
     """Why the cluster cannot be built here, or None (the test hosts must still be up for up())."""
-    from bench.backends.ray import ray_problem, ray_program
-
-    problem = testhosts.unavailable_reason()
-    if problem:
-        return f"the Ray test cluster runs on the test hosts, and {problem[0].lower()}{problem[1:]}"
-    problem = ray_problem()
-    if problem or ray_program() is None:
+    problem = testhosts.unavailable_for_cluster(NAME) or ray_backend.ray_problem()
+    if problem or ray_backend.ray_program() is None:
         return problem or f"the `ray` command was not found: {INSTALL}"
-    if tool("nsenter") is None:
-        return "nsenter not found (util-linux)"
     return None
 
 
-def require_usable() -> None:
-    problem = unavailable_reason()
-    if problem:
-        raise UsageError(problem)
-
-
-def require_root() -> None:
-    if os.geteuid() != 0:
-        raise UsageError("the Ray test cluster is root's (its nodes run in the test hosts' namespaces): run it "
-                         "with sudo")
-
-
 # ---------------------------------------------------------------- state and processes
-def read_state() -> dict | None:
-    from bench.core.rundir import read_json
-
-    return read_json(state_file())
-
-
-def write_state(state: dict) -> None:
-    from bench.core.rundir import write_json_atomic
-
-    write_json_atomic(state_file(), state)
-
-
 def head_address(state: dict | None) -> str | None:
     head = (state or {}).get("head")
     return f"{head['address']}:{head['port']}" if head else None
 
 
 def _is_ours(proc: psutil.Process) -> bool:
-    root = str(STATE_DIR)
     try:
-        if proc.environ().get(MARKER) == root:
+        if proc.environ().get(MARKER) == str(STATE_DIR):
             return True
-        return any(arg == root or arg.startswith(root + "/") or f"={root}/" in arg for arg in proc.cmdline())
+        return any(names_path_under(arg, STATE_DIR) for arg in proc.cmdline())
     except (psutil.Error, OSError):
         return False
 
@@ -123,20 +92,11 @@ def processes() -> list[psutil.Process]:
 
 def leftovers() -> list[str]:
     """What of the cluster is on this machine now, in words (empty when nothing is)."""
-    found = [str(STATE_DIR)] if STATE_DIR.exists() else []
-    return found + [f"{name_of(p)} (pid {p.pid})" for p in processes()]
+    return daemon_leftovers(STATE_DIR, processes())
 
 
 def log_tails() -> str:
-    parts = []
-    for path in sorted(STATE_DIR.glob("*.out")):
-        try:
-            lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-        except OSError:
-            continue
-        if lines:
-            parts.append(f"--- {path} (last lines)\n" + "\n".join(lines[-TAIL_LINES:]))
-    return "\n".join(parts) if parts else "(ray start printed nothing)"
+    return tails_of(sorted(STATE_DIR.glob("*.out")), "(ray start printed nothing)")
 
 
 # ---------------------------------------------------------------- the node table
@@ -156,13 +116,10 @@ def node_table(address: str) -> list[dict]:
     """Each node the cluster's GCS knows: its address, whether it is alive and its CPUs (SetupError when it cannot
     be read)."""
     host, port = address.rsplit(":", 1)
-    if not testhosts.port_open(host, int(port)):
+    if not port_open(host, int(port)):
         raise SetupError(f"nothing answers at {address} (the head node's GCS)")
-    try:
-        proc = subprocess.run([sys.executable, "-c", NODES_SNIPPET, address], capture_output=True, text=True,
-                              timeout=QUERY_TIMEOUT, env={**os.environ, **environment()})
-    except subprocess.TimeoutExpired:
-        raise SetupError(f"the GCS at {address} did not list its nodes within {QUERY_TIMEOUT} s") from None
+    proc = bounded([sys.executable, "-c", NODES_SNIPPET, address], QUERY_TIMEOUT, f"the GCS at {address}",
+                   "list its nodes", capture_output=True, text=True, env={**os.environ, **environment()})
     if proc.returncode != 0:
         raise SetupError(f"reading the node table at {address} failed: {last_line(proc.stderr)}")
     return json.loads(proc.stdout)
@@ -174,26 +131,17 @@ def up(cpus: int | None = None, log=None) -> tuple[list[testhosts.Host], str]:
     (default: this machine's CPUs shared by the hosts); returns the hosts and the head's address. A failure
     removes everything this call started and raises SetupError with the end of what `ray start` printed."""
     log = log or (lambda text: None)
-    require_usable()
+    require_usable(unavailable_reason())
     hosts, bridge = testhosts.running_hosts()
     if cpus is not None and cpus < 1:
         raise UsageError(f"--cpus must be at least 1, not {cpus}")
     cpus = cpus or max(1, (os.cpu_count() or 1) // len(hosts))
     if leftovers():
-        log("taking down the Ray test cluster already here first")
+        log(f"taking down the {NAME} already here first")
         down()
-    for port, what in ((GCS_PORT, "the head node's GCS"), (AGENT_PORT, "the head node's agent")):
-        if not testhosts.port_free(port, bridge):
-            raise SetupError(f"port {port} ({what}) is taken on this machine: free it, or take down what listens "
-                             "there")
-    try:
-        build(hosts, bridge, cpus, log)
-    except BaseException:
-        try:
-            down()
-        except SetupError as exc:
-            log(f"taking down the failed set-up also failed: {exc}")
-        raise
+    for port, whose in ((GCS_PORT, "the head node's GCS"), (AGENT_PORT, "the head node's agent")):
+        require_port_free(port, whose, bridge)
+    build_or_roll_back(lambda: build(hosts, bridge, cpus, log), down, log)
     return hosts, f"{bridge}:{GCS_PORT}"
 
 
@@ -201,16 +149,7 @@ def start_node(name: str, cmd: list[str]) -> None:
     """`ray start` (it starts the node's daemons in the background and returns); its output goes to
     STATE_DIR/<name>.out."""
     env = {**os.environ, **environment(), MARKER: str(STATE_DIR), "RAY_USAGE_STATS_ENABLED": "0"}
-    with open(STATE_DIR / f"{name}.out", "w") as out:
-        try:
-            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=START_TIMEOUT, env=env)
-        except subprocess.TimeoutExpired:
-            raise SetupError(f"the {name} node did not start within {START_TIMEOUT} s\n{log_tails()}") from None
-        except OSError as exc:
-            raise SetupError(f"the {name} node could not start: {exc}") from None
-    if proc.returncode != 0:
-        raise SetupError(f"the {name} node failed to start (exit {proc.returncode})\n{log_tails()}")
+    start_logged(f"the {name} node", cmd, STATE_DIR / f"{name}.out", START_TIMEOUT, env, log_tails)
 
 
 def build(hosts: list[testhosts.Host], bridge: str, cpus: int, log) -> None:
@@ -221,10 +160,8 @@ def build(hosts: list[testhosts.Host], bridge: str, cpus: int, log) -> None:
         f.write(secrets.token_hex(32))
     state = {"head": {"address": bridge, "port": GCS_PORT},
              "nodes": [{**vars(h), "cpus": cpus} for h in hosts], "complete": False}
-    write_state(state)
-    from bench.backends.ray import ray_program
-
-    ray, common = ray_program(), ["--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"]
+    STATE.write(state)
+    ray, common = ray_backend.ray_program(), ["--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"]
     start_node("head", [ray, "start", "--head", f"--node-ip-address={bridge}", f"--port={GCS_PORT}",
                         "--num-cpus=0", "--num-gpus=0", "--include-dashboard=false",
                         f"--dashboard-agent-listen-port={AGENT_PORT}", f"--temp-dir={STATE_DIR / 'head'}", *common])
@@ -251,7 +188,7 @@ def build(hosts: list[testhosts.Host], bridge: str, cpus: int, log) -> None:
                              f"{', '.join(sorted(wanted - alive))})\n{log_tails()}")
         time.sleep(0.5)
     state.update(complete=True, built_s=round(time.monotonic() - started, 2))
-    write_state(state)
+    STATE.write(state)
 
 
 def down(log=None) -> bool:
@@ -261,14 +198,14 @@ def down(log=None) -> bool:
     if not leftovers():
         return False
     ended, survivors = end_found(processes, log)  # a worker a raylet starts meanwhile: found by its next look
-    finish_removal(STATE_DIR, ended, survivors, "Ray test cluster")
+    finish_removal(STATE_DIR, ended, survivors, NAME)
     return True
 
 
 def status() -> list[dict]:
     """One row per node (the head first): name, address, CPUs and state (alive, dead, or why there is none);
     empty when the cluster is down."""
-    state = read_state()
+    state = STATE.read()
     if not state or not state.get("head"):
         return []
     rows = [{"name": "head", "address": state["head"]["address"], "cpus": 0}]

@@ -1,4 +1,5 @@
-"""A real Slurm cluster on the test hosts (bench/testbed/hosts.py), for trying launches under Slurm without one.
+"""A real Slurm cluster on the test hosts (bench/testbed/hosts.py), for trying launches under Slurm without one: a
+test cluster of bench.testbed.protocol.
 
 slurmctld runs in the root namespace and listens on the bridge's address; each test host runs one slurmd in its
 network namespace and with its hostname (the UTS namespace of the host's sshd), so a job's tasks run on the
@@ -17,18 +18,21 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import time
 from pathlib import Path
 
 import psutil
 
-from bench.core.errors import UsageError
-from bench.harness.supervisor import end_found, name_of
+from bench.harness.supervisor import end_found, name_of, processes_of
 from bench.testbed import hosts as testhosts
-from bench.testbed.hosts import SetupError, finish_removal, last_line, tool
+from bench.testbed.protocol import (SetupError, StateFile, build_or_roll_back, daemon_leftovers, finish_removal,
+                                    last_line, names_path_under, require_port_free, require_usable, run,
+                                    start_logged, tails_of, tool)
 
+NAME = "Slurm test cluster"
+ROOT_ONLY = f"the {NAME} is root's (its daemons run as root)"
 STATE_DIR = Path("/run/bench-testslurm")
+STATE = StateFile(STATE_DIR)
 CLUSTER = "benchtest"
 PARTITION = "bench"
 CTLD_PORT = 16817  # not Slurm's default 6817/6818: a packaged cluster on this machine keeps its own
@@ -43,7 +47,6 @@ DAEMONS = ("munged", "slurmctld", "slurmd")
 PROGRAMS = DAEMONS + ("munge", "sinfo", "squeue", "scancel", "scontrol", "srun", "sbatch")
 OURS_BY_NAME = DAEMONS + ("slurmstepd", "slurmscriptd")
 UP_STATES = ("idle", "mixed", "allocated", "completing")  # sinfo %T of a node that answers and takes jobs
-TAIL_LINES = 6
 
 
 # ---------------------------------------------------------------- paths
@@ -65,10 +68,6 @@ def key_file() -> Path:
 
 def env_file() -> Path:
     return STATE_DIR / "env"
-
-
-def state_file() -> Path:
-    return STATE_DIR / "state.json"
 
 
 def pid_files(nodes: list[str]) -> dict[str, Path]:
@@ -97,26 +96,13 @@ def export_line() -> str:
 # ---------------------------------------------------------------- preconditions
 def unavailable_reason() -> str | None:
     """Why the cluster cannot be built here, or None (the test hosts must still be up for up())."""
-    problem = testhosts.unavailable_reason()
+    problem = testhosts.unavailable_for_cluster(NAME)
     if problem:
-        return f"the Slurm test cluster runs on the test hosts, and {problem[0].lower()}{problem[1:]}"
+        return problem
     missing = [name for name in PROGRAMS if tool(name) is None]
     if missing:
         return f"{', '.join(missing)} not found: install Slurm and MUNGE ({INSTALL})"
-    if tool("nsenter") is None:
-        return "nsenter not found (util-linux)"
     return None
-
-
-def require_usable() -> None:
-    problem = unavailable_reason()
-    if problem:
-        raise UsageError(problem)
-
-
-def require_root() -> None:
-    if os.geteuid() != 0:
-        raise UsageError("the Slurm test cluster is root's (its daemons run as root): run it with sudo")
 
 
 # ---------------------------------------------------------------- configuration
@@ -174,18 +160,6 @@ CGROUP_CONF = "# bench testslurm: no cgroups (proctrack/linuxproc, task/none)\nC
 
 
 # ---------------------------------------------------------------- state and processes
-def read_state() -> dict | None:
-    from bench.core.rundir import read_json
-
-    return read_json(state_file())
-
-
-def write_state(state: dict) -> None:
-    from bench.core.rundir import write_json_atomic
-
-    write_json_atomic(state_file(), state)
-
-
 def node_names(state: dict | None) -> list[str]:
     return [n["name"] for n in (state or {}).get("nodes", [])]
 
@@ -201,18 +175,13 @@ def pid_alive(path: Path) -> int | None:
     return None
 
 
-def _under_state_dir(text: str) -> bool:
-    root = str(STATE_DIR)
-    return text == root or text.startswith(root + "/") or f"={root}/" in text or f" {root}/" in text
-
-
 def _is_ours(proc: psutil.Process) -> bool:
     """A daemon of the cluster (it names or holds open a file under STATE_DIR), or a task of one of its jobs."""
     try:
         if proc.name() in OURS_BY_NAME:
-            if any(_under_state_dir(arg) for arg in proc.cmdline()):
+            if any(names_path_under(arg, STATE_DIR) for arg in proc.cmdline()):
                 return True
-            if any(_under_state_dir(f.path) for f in proc.open_files()):  # slurmstepd: the slurmd's log
+            if any(names_path_under(f.path, STATE_DIR) for f in proc.open_files()):  # slurmstepd: the slurmd's log
                 return True
         env = proc.environ()
         return "SLURM_JOB_ID" in env and env.get("SLURM_CONF") == str(conf_path())
@@ -236,8 +205,6 @@ def _by_pid_file() -> list[psutil.Process]:
 
 def processes() -> list[psutil.Process]:
     """Every live process of the cluster and its descendants, never this process or one it runs under."""
-    from bench.harness.supervisor import processes_of
-
     return processes_of([(proc, True) for proc in _by_pid_file()] + [(proc, False) for proc in psutil.process_iter()],
                         _is_ours)
 
@@ -258,41 +225,23 @@ def controller_here(state: dict | None) -> bool:
 
 def leftovers() -> list[str]:
     """What of the cluster is on this machine now, in words (empty when nothing is)."""
-    found = [str(STATE_DIR)] if STATE_DIR.exists() else []
-    return found + [f"{name_of(p)} (pid {p.pid})" for p in processes()]
+    return daemon_leftovers(STATE_DIR, processes())
 
 
 # ---------------------------------------------------------------- commands
 def client(args: list[str], timeout: float = CLIENT_TIMEOUT) -> str:
     """A Slurm client command against this cluster; its stdout (SetupError when it fails)."""
-    return testhosts.run(args, timeout=timeout, env={**os.environ, **environment()}).stdout
+    return run(args, timeout=timeout, env={**os.environ, **environment()}).stdout
 
 
 def log_tails(nodes: list[str]) -> str:
-    parts = []
-    for path in log_files(nodes):
-        try:
-            lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-        except OSError:
-            continue
-        if lines:
-            parts.append(f"--- {path} (last lines)\n" + "\n".join(lines[-TAIL_LINES:]))
-    return "\n".join(parts) if parts else "(the daemons wrote no log)"
+    return tails_of(log_files(nodes), "(the daemons wrote no log)")
 
 
 def start_daemon(name: str, cmd: list[str], nodes: list[str]) -> None:
     """Run a daemon that forks into the background itself; what it prints goes to STATE_DIR/<name>.out."""
-    out = STATE_DIR / f"{name.replace(' ', '-')}.out"
-    with open(out, "w") as f:
-        try:
-            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                  timeout=START_TIMEOUT, env={**os.environ, **environment()})
-        except subprocess.TimeoutExpired:
-            raise SetupError(f"{name} did not start within {START_TIMEOUT} s\n{log_tails(nodes)}") from None
-        except OSError as exc:
-            raise SetupError(f"{name} could not start: {exc}") from None
-    if proc.returncode != 0:
-        raise SetupError(f"{name} failed to start (exit {proc.returncode})\n{log_tails(nodes)}")
+    start_logged(name, cmd, STATE_DIR / f"{name.replace(' ', '-')}.out", START_TIMEOUT,
+                 {**os.environ, **environment()}, lambda: log_tails(nodes))
 
 
 def wait_for(what: str, ready, nodes: list[str], timeout: float = START_TIMEOUT) -> None:
@@ -319,22 +268,13 @@ def up(log=None) -> list[testhosts.Host]:
     node named as the host. A failure removes everything this call started and raises SetupError with the end
     of the daemons' logs."""
     log = log or (lambda text: None)
-    require_usable()
+    require_usable(unavailable_reason())
     hosts, address = testhosts.running_hosts()
     if leftovers():
-        log("taking down the Slurm test cluster already here first")
+        log(f"taking down the {NAME} already here first")
         down()
-    if not testhosts.port_free(CTLD_PORT):
-        raise SetupError(f"port {CTLD_PORT} (slurmctld's) is taken on this machine: free it, or take down what "
-                         "listens there")
-    try:
-        build(hosts, address, log)
-    except BaseException:
-        try:
-            down()
-        except SetupError as exc:
-            log(f"taking down the failed set-up also failed: {exc}")
-        raise
+    require_port_free(CTLD_PORT, "slurmctld's")
+    build_or_roll_back(lambda: build(hosts, address, log), down, log)
     return hosts
 
 
@@ -348,7 +288,7 @@ def build(hosts: list[testhosts.Host], address: str, log) -> None:
     state = {"nodes": [vars(h) for h in hosts], "controller": {"name": controller_name(), "address": address,
                                                                "port": CTLD_PORT},
              "cpus": cpus, "complete": False}
-    write_state(state)
+    STATE.write(state)
     fd = os.open(key_file(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(os.urandom(1024))
@@ -397,13 +337,13 @@ def build(hosts: list[testhosts.Host], address: str, log) -> None:
             raise SetupError(f"the nodes were not all idle within {READY_TIMEOUT} s ({shown})\n{log_tails(nodes)}")
         time.sleep(0.2)
     state.update(complete=True, built_s=round(time.monotonic() - start, 2))
-    write_state(state)
+    STATE.write(state)
 
 
 def cancel_jobs(log) -> None:
     """scancel every job and wait (bounded) until squeue lists none, so that no job step outlives the cluster;
     nothing to do without a running slurmctld, reachable here, and the configuration that names it."""
-    if not conf_path().exists() or tool("scancel") is None or not controller_here(read_state()) or \
+    if not conf_path().exists() or tool("scancel") is None or not controller_here(STATE.read()) or \
             not any(name_of(p) == "slurmctld" for p in processes()):
         return
     try:
@@ -434,13 +374,13 @@ def down(log=None) -> bool:
         more, survivors = end_found(lambda: [p for p in processes() if not (keep_munged and name_of(p) == "munged")],
                                     log)
         ended += more
-    finish_removal(STATE_DIR, ended, survivors, "Slurm test cluster")
+    finish_removal(STATE_DIR, ended, survivors, NAME)
     return True
 
 
 def status() -> list[dict]:
     """One row per node: name, address, state (sinfo's, or why there is none); empty when the cluster is down."""
-    state = read_state()
+    state = STATE.read()
     nodes = (state or {}).get("nodes", [])
     if not nodes:
         return []
