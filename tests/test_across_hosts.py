@@ -278,7 +278,7 @@ def test_the_verdict_changes_where_the_link_makes_it_change():
     assert sentence == ("mnist_mlp at 2 workers across 2 hosts: the verdict changes between links 100mbit and "
                         "unlimited: horovod is faster at 100mbit, elastic at unlimited.")
     blocks, sentences = link_blocks(cases)
-    assert sentences == [sentence] and any(type(b).__name__ == "Figure" for b in blocks)
+    assert sentences == [sentence] and any(type(b).__name__ == "Plot" for b in blocks)
 
 
 def test_one_winner_at_every_link_is_no_crossover():

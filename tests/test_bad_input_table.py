@@ -78,13 +78,13 @@ def nothing_runs(monkeypatch, tmp_path):
     import bench.backends.horovod
     import bench.harness.runner
     import bench.harness.supervisor
-    import bench.results.gate
+    import bench.results.hot_paths
 
     def launched(*args, **kwargs):
         raise AssertionError("bad input launched something")
 
     for module, name in ((bench.harness.runner, "execute"), (bench.harness.supervisor, "supervise"), (bench.harness.supervisor, "launch"),
-                         (bench.results.gate, "run_hot_paths")):
+                         (bench.results.hot_paths, "run_hot_paths")):
         monkeypatch.setattr(module, name, launched)
     monkeypatch.setenv("BENCH_STORE", str(tmp_path / "results" / "bench.sqlite"))
     monkeypatch.chdir(ROOT)  # the committed baseline at its default path

@@ -36,7 +36,7 @@ def test_an_unknown_binding_is_one_line_naming_the_choices():
 
 
 def test_every_kind_of_run_holds_the_resolved_binding():
-    from bench.tasks.fault import build_spec as fault_spec
+    from bench.tasks.fault.spec import build_spec as fault_spec
     from bench.tasks.train import build_spec as train_spec
     from bench.workflows.plan import comm_specs
 
@@ -87,7 +87,7 @@ def test_pinning_reaches_threads_started_before_it():
     code = """
 import json, os, threading
 from types import SimpleNamespace
-from bench.rank.entry import bind_cpus, thread_affinities
+from bench.rank.kit import bind_cpus, thread_affinities
 go = threading.Event()
 helper = threading.Thread(target=go.wait, daemon=True)
 helper.start()
@@ -107,7 +107,7 @@ go.set()
 def test_a_process_that_does_not_train_is_left_to_the_scheduler():
     from types import SimpleNamespace
 
-    from bench.rank.entry import bind_cpus
+    from bench.rank.kit import bind_cpus
 
     before = sorted(os.sched_getaffinity(0))
     assert bind_cpus(SimpleNamespace(cpu_bind="cores", threads=1), 0, role="server") == before

@@ -8,8 +8,9 @@ import pytest
 
 from bench.core.errors import UsageError
 from bench.rank.inject import parse_step_delay
-from bench.results.gate import (RULES, Case, Figure, aa_rates, change_interval, compare_figures, figures, judge,
-                                read_runs_file, write_baseline)
+from bench.results.baselines import read_runs_file, write_baseline
+from bench.results.figures import CaseValues, Figure, figures
+from bench.results.gate import RULES, aa_rates, change_interval, change_verdict, compare_figures
 from conftest import bench
 from factories import comm_record, comm_row, train_record
 
@@ -22,17 +23,17 @@ def values(mean, rel_sd, n=5, seed=0):
 def fig(kind, cases, scale=1.0, key=None):
     """A figure from per-run values of one case (throughput, busbw) or of a ratio of two cases."""
     signs = [1, -1][:len(cases)]
-    return Figure(key or f"{kind} elastic mnist_mlp n=2", kind, [Case(v, "run", []) for v in cases], signs, scale)
+    return Figure(key or f"{kind} elastic mnist_mlp n=2", kind, [CaseValues(v, "run", []) for v in cases], signs, scale)
 
 
-def test_judge_needs_both_size_and_significance():
-    assert judge(-0.20, -0.25, -0.15, 0.10) == "regressed"
-    assert judge(-0.20, -0.24, +0.02, 0.10) == "ok"  # big but not significant
-    assert judge(-0.05, -0.07, -0.03, 0.10) == "ok"  # significant but small: run-to-run drift
-    assert judge(+0.30, +0.20, +0.40, 0.10) == "improved"
-    assert judge(0.0, -0.3, +0.3, 0.10, noisy=True) == "unstable"
-    assert judge(-0.05, -0.5, +0.9, 0.10) == "unstable"  # an interval that rules nothing out
-    assert judge(-0.30, -0.4, -0.2, 0.10, noisy=True) == "regressed"  # noise does not hide a clear loss
+def test_a_change_verdict_needs_both_size_and_significance():
+    assert change_verdict(-0.20, -0.25, -0.15, 0.10) == "regressed"
+    assert change_verdict(-0.20, -0.24, +0.02, 0.10) == "ok"  # big but not significant
+    assert change_verdict(-0.05, -0.07, -0.03, 0.10) == "ok"  # significant but small: run-to-run drift
+    assert change_verdict(+0.30, +0.20, +0.40, 0.10) == "improved"
+    assert change_verdict(0.0, -0.3, +0.3, 0.10, noisy=True) == "unstable"
+    assert change_verdict(-0.05, -0.5, +0.9, 0.10) == "unstable"  # an interval that rules nothing out
+    assert change_verdict(-0.30, -0.4, -0.2, 0.10, noisy=True) == "regressed"  # noise does not hide a clear loss
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -225,7 +226,7 @@ MACHINE = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cuda_devices": [], "cpu_fla
     ({"cpu_count": 4}, False, "cpu_count"),
 ])
 def test_hosts_are_matched_by_what_decides_speed_not_by_label(change, same, says):
-    from bench.results.gate import host_match
+    from bench.results.baselines import host_match
 
     ok, why = host_match(MACHINE, {**MACHINE, **change})
     assert ok == same and says in why, why
@@ -260,7 +261,7 @@ def test_a_slower_host_fails_no_absolute_figure_while_the_ratios_still_gate(caps
 
 
 def test_hot_paths_are_compared_only_on_a_host_that_runs_the_reference_at_its_saved_speed():
-    from bench.results.gate import HOT_PATH_LIMIT, REFERENCE_BENCHMARK, compare_hot_paths
+    from bench.results.hot_paths import HOT_PATH_LIMIT, REFERENCE_BENCHMARK, compare_hot_paths
 
     def bench_file(**mins):
         return {"benchmarks": [{"name": name, "stats": {"min": value}} for name, value in mins.items()]}
@@ -279,3 +280,9 @@ def test_hot_paths_are_compared_only_on_a_host_that_runs_the_reference_at_its_sa
     assert code == 0 and "host differs" in lines[0]
     code, lines = compare_hot_paths(bench_file(test_step=3.0), bench_file(test_step=30.0))
     assert code == 0 and "no test_reference_work timing" in lines[0]
+
+
+def test_the_hot_path_benchmarks_are_where_the_gate_runs_them():
+    from bench.results.hot_paths import HOT_PATH_TESTS
+
+    assert HOT_PATH_TESTS.is_dir() and (HOT_PATH_TESTS / "test_hot_paths.py").is_file(), HOT_PATH_TESTS

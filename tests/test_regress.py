@@ -7,20 +7,19 @@ import re
 import pytest
 
 from bench.core.store import Store
-from bench.results.gate import run_hot_paths
+from bench.results.hot_paths import run_hot_paths
 from conftest import bench
 
 pytestmark = pytest.mark.slow
 
 # Small: the plain loop and elastic at one worker (one thread, as in the regression matrix), on ResNet18
-# (the MLP's 5 ms steps spread the most between launches), 3 windows of 10 steps a run; like
-# `bench regress`, the baseline launches every case 5 times and the runs judged 3 times.
+# (the MLP's short steps spread the most between launches: docs/method.md, "Replication"), 3 windows of 10 steps
+# a run; like `bench regress`, the baseline launches every case 5 times and the runs judged 3 times.
 SMALL = ["--backend", "elastic", "--workload", "resnet18", "--world-sizes", "1", "--nproc", "2",
          "--threads", "1", "--warmup-steps", "3", "--windows", "3", "--steps-per-window", "10", "--no-comm"]
-# The slowdown the gate must catch here: step time x 2 (throughput -50%). On this 2-core machine launches of
-# one case spread 10-14%, so 5 + 3 launches at the gate's 99.5% cannot resolve a 20% slowdown (measured:
-# -26.7%, interval -51%..+11%, `unstable`), nor always x 1.5 (measured once: -24.8%, -46%..+4.8%, `unstable`,
-# with a baseline spread of 13%); the gate's sensitivity is measured in docs/method.md.
+# The slowdown the gate must catch here: step time x 2 (throughput -50%). Smaller ones are more than 5 + 3
+# launches of this small matrix resolve on a 2-core machine at the gate's CONFIDENCE (docs/method.md, "Catching
+# a slowdown, measured").
 SLOWDOWN = "100%"
 
 
@@ -94,12 +93,13 @@ def test_hot_paths_fail_against_a_much_faster_baseline_on_the_same_host(tmp_path
     """The hot-path half of the gate is wired: saved figures 10x faster than now fail the comparison, 10x
     slower ones pass, both with the reference work at its saved speed (the same host); when the reference
     work too was 10x faster (another host), nothing is compared and the gate says so. The host check is
-    widened to 5x here: on a shared machine the reference alone drifted 0.59x to 1.5x between runs minutes
-    apart, and this test is about the wiring (bench.results.gate.compare_hot_paths is tested exactly in test_gate)."""
-    import bench.results.gate
-    from bench.results.gate import REFERENCE_BENCHMARK
+    widened to 5x here: on a shared machine the reference alone drifts past HOT_PATH_HOST_TOLERANCE between
+    runs minutes apart (docs/method.md, "Hot paths"), and this test is about the wiring
+    (bench.results.hot_paths.compare_hot_paths is tested exactly in test_gate)."""
+    import bench.results.hot_paths
+    from bench.results.hot_paths import REFERENCE_BENCHMARK
 
-    monkeypatch.setattr(bench.results.gate, "HOT_PATH_HOST_TOLERANCE", 4.0)
+    monkeypatch.setattr(bench.results.hot_paths, "HOT_PATH_HOST_TOLERANCE", 4.0)
     saved = tmp_path / "hot.json"
     assert run_hot_paths(save_to=saved) == 0
     data = json.loads(saved.read_text())

@@ -63,31 +63,31 @@ def estimate(suite, bare):
 def test_pass_needs_1_inside_the_interval_and_a_high_enough_low_end():
     thr, busbw = sc.GOALS["throughput"], sc.GOALS["busbw"]
     same = estimate([100.0, 101.0, 99.5, 100.4], [100.2, 100.8, 99.7, 100.1])
-    assert sc.judge(same, thr) == (True, "")
+    assert sc.meets_goal(same, thr) == (True, "")
     assert sc.resolved(same, thr)
 
     slower = estimate([95.0, 95.5, 94.8, 95.2], [100.0, 100.4, 99.8, 100.1])  # the suite 5% low, tightly
-    passed, why = sc.judge(slower, thr)
+    passed, why = sc.meets_goal(slower, thr)
     assert not passed and "below 1.0" in why
     faster = estimate([105.0, 105.5, 104.8], [100.0, 100.4, 99.8])
-    passed, why = sc.judge(faster, thr)
+    passed, why = sc.meets_goal(faster, thr)
     assert not passed and "above 1.0" in why
 
     wide = estimate([90.0, 110.0, 96.0], [100.0, 101.0, 99.0])  # includes 1, but reaches far below
     assert wide.low < 1 < wide.high and wide.low < 0.95
-    passed, why = sc.judge(wide, thr)
+    passed, why = sc.meets_goal(wide, thr)
     assert not passed and "low end" in why and "0.98" in why
     assert not sc.resolved(wide, thr)
 
     # the same numbers against the busbw goal: its floor is lower
     mid = estimate([97.0, 100.0, 102.5, 99.0], [100.0, 99.5, 100.5, 100.0])
     assert 0.95 <= mid.low < 0.98 < 1 < mid.high
-    assert not sc.judge(mid, thr)[0] and sc.judge(mid, busbw)[0]
+    assert not sc.meets_goal(mid, thr)[0] and sc.meets_goal(mid, busbw)[0]
 
     one_side = estimate([100.0], [100.0, 101.0])
-    assert sc.judge(one_side, thr) == (False, "fewer than 2 pairs of launches: no interval")
+    assert sc.meets_goal(one_side, thr) == (False, "fewer than 2 pairs of launches: no interval")
     assert not sc.resolved(one_side, thr)
-    assert sc.judge(None, thr)[0] is False
+    assert sc.meets_goal(None, thr)[0] is False
 
 
 def test_a_drift_that_spans_a_pair_cancels_in_its_ratio():

@@ -16,7 +16,7 @@ import pytest
 
 from bench.testbed import hosts as testhosts
 from bench.testbed import teardown
-from bench.testbed.hosts import BEGIN, BRIDGE, DEFAULT_SUBNET, PREFIX, Host
+from bench.testbed.hosts import BEGIN, BRIDGE, DEFAULT_SUBNET, PREFIX, TestHost
 from bench.testbed.protocol import Cluster, SetupError
 from conftest import bench, bench_in_process
 
@@ -111,10 +111,10 @@ def test_down_takes_the_clusters_on_the_hosts_down_first(monkeypatch):
 
 def test_plan_names_and_addresses():
     hosts = testhosts.plan(3, "192.168.40.0/24")
-    assert hosts == [Host("bench-th1", "192.168.40.11"), Host("bench-th2", "192.168.40.12"),
-                     Host("bench-th3", "192.168.40.13")]
+    assert hosts == [TestHost("bench-th1", "192.168.40.11"), TestHost("bench-th2", "192.168.40.12"),
+                     TestHost("bench-th3", "192.168.40.13")]
     assert testhosts.hosts_option(hosts) == "192.168.40.11:1,192.168.40.12:1,192.168.40.13:1"
-    assert testhosts.plan(50)[-1] == Host("bench-th50", "10.213.7.60")
+    assert testhosts.plan(50)[-1] == TestHost("bench-th50", "10.213.7.60")
 
 
 def test_subnet_conflict():

@@ -21,7 +21,7 @@ from test_testhosts import assert_one_line_error
 
 from bench.testbed import hosts as testhosts
 from bench.testbed import slurm as testslurm
-from bench.testbed.hosts import Host
+from bench.testbed.hosts import TestHost
 from bench.testbed.protocol import StateFile
 from conftest import FAST, bench, bench_in_process
 
@@ -67,7 +67,7 @@ def test_refused_without_test_hosts(monkeypatch, tmp_path):
 
 
 def test_configuration_is_the_clusters_own():
-    hosts = [Host("bench-th1", "10.213.7.11"), Host("bench-th2", "10.213.7.12")]
+    hosts = [TestHost("bench-th1", "10.213.7.11"), TestHost("bench-th2", "10.213.7.12")]
     conf = testslurm.slurm_conf(hosts, "box", "10.213.7.1", 4)
     lines = conf.splitlines()
     state = str(testslurm.STATE_DIR)

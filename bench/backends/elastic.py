@@ -10,6 +10,11 @@ from bench.backends.base import Backend, BackendOption, CheckpointRestart, Elast
 from bench.backends.torchrun import TorchrunLauncher, agent_command, agent_observations, agents_on_hosts, free_port
 
 
+# DDP's bucket size, one option of every backend whose data parallelism is DDP (elastic, ray): one flag
+DDP_BUCKET = BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of Horovod's "
+                           "fusion threshold)", float, invalid=("0", "-1", "nan", "x"))
+
+
 def distributed_problem(device: str) -> str | None:
     """What this torch build lacks to run torch.distributed on `device`, if anything."""
     if importlib.util.find_spec("torch") is None:
@@ -131,10 +136,7 @@ class ElasticBackend(Backend):
     name = "elastic"
     summary = "torchrun (elastic agent, c10d rendezvous) + DistributedDataParallel"
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
-    options = (
-        BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of "
-                      "Horovod's fusion threshold)", float, invalid=("0", "-1", "nan", "x")),
-    )
+    options = (DDP_BUCKET,)
     launcher = TorchrunLauncher()
     group_type = DDPGroup
     elastic = TorchrunElastic()

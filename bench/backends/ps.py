@@ -255,7 +255,7 @@ class ParameterServer:
         self._waiting = [w for w in self._waiting if w not in ready]
         send_all(weights, ready)
 
-    def finish(self, weights) -> None:
+    def answer_held_back(self, weights) -> None:
         """The answers still held back when every push has been applied."""
         send_all(weights, self._waiting)
         self._waiting = []

@@ -23,7 +23,7 @@ import sys
 import time
 
 from bench.backends.base import Backend, BackendOption, CheckpointRestart, ElasticMode, Launcher, rank_row
-from bench.backends.elastic import DDPGroup, distributed_problem
+from bench.backends.elastic import DDP_BUCKET, DDPGroup, distributed_problem
 from bench.core.rundir import RunDir, tail, write_json_atomic
 from bench.rank.entry import run_process
 
@@ -247,8 +247,7 @@ class RayBackend(Backend):
     summary = "Ray Train TorchTrainer (Ray actors, torch process group) + prepare_model's DistributedDataParallel"
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     options = (
-        BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of "
-                      "Horovod's fusion threshold)", float, invalid=("0", "-1", "nan", "x")),
+        DDP_BUCKET,
         BackendOption("ray_address", None, "an existing Ray cluster (its GCS, HOST:PORT) to run on instead of "
                       "a local runtime started for the run", str, invalid=("nohost", "host:port", "h:0")),
         BackendOption("ray_resize_interval", 60.0, "bench fault --join: how often Ray Train's elastic policy looks "

@@ -9,7 +9,8 @@ from bench.cli import options
 from bench.cli.common import open_store, print_json
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
-from bench.results.gate import BASELINE_DIR, BASELINE_FILE, aa_rates, format_aa, latest_sweep, read_runs_file
+from bench.results.baselines import BASELINE_DIR, BASELINE_FILE, latest_sweep, read_runs_file
+from bench.results.gate import aa_rates, format_aa
 from bench.workflows.regress import compare_and_print, this_host
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from bench.cli import options
 from bench.cli.common import open_store
 from bench.core.errors import UsageError
-from bench.results.gate import BASELINE_DIR, HOT_PATHS_FILE
+from bench.results.baselines import BASELINE_DIR
+from bench.results.hot_paths import HOT_PATHS_FILE
 from bench.workflows import regress as gate_workflow  # its repeat counts read when the parser is built
 from bench.workflows.regress import baseline, check_baseline_dir, regress, save_hot_paths
 

@@ -62,6 +62,16 @@ def read_json(path: Path):
         return None
 
 
+class RunFile:
+    """A file of every run directory, named once: RunDir().spec_file is its path in that run's directory."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, run_dir, owner=None):
+        return self if run_dir is None else run_dir.path / self.name
+
+
 class RunDir:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -71,67 +81,29 @@ class RunDir:
         self.ranks.mkdir(parents=True, exist_ok=True)
         return self
 
-    @property
-    def spec_file(self) -> Path:
-        return self.path / "spec.json"
-
-    @property
-    def launcher_log(self) -> Path:
-        return self.path / "launcher.log"
-
-    @property
-    def record_file(self) -> Path:
-        """The run's record as JSON, written before the store is: a run is never lost with its store."""
-        return self.path / "record.json"
-
-    @property
-    def launch_file(self) -> Path:
-        """What the parent launched (command, environment, task's before-launch figures), written just
-        before the launch: what a lifeline needs to record the run if the parent dies."""
-        return self.path / "launch.json"
-
-    @property
-    def owner_file(self) -> Path:
-        """The bench process running this run and its lifeline (bench.harness.lifeline); removed once the record is
-        stored, so a run directory holding one after both are gone was abandoned unrecorded."""
-        return self.path / "owner.json"
-
-    @property
-    def lifeline_log(self) -> Path:
-        return self.path / "lifeline.log"
-
-    @property
-    def joiner_log(self) -> Path:
-        """Output of a launcher started while the run goes on (a scale-up's second agent)."""
-        return self.path / "joiner.log"
-
-    @property
-    def fault_reached(self) -> Path:
-        """Written by the victim (or rank 0, for a join) when it reaches the fault step."""
-        return self.path / "fault-reached.json"
-
-    @property
-    def fault_fired(self) -> Path:
-        """Written by the parent when the signal is sent or the joiner started."""
-        return self.path / "fault-fired.json"
-
-    @property
-    def agent_events(self) -> Path:
-        """An elastic agent's own events and metrics, one JSON line each."""
-        return self.path / "agent-events.jsonl"
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.path / "checkpoint.pt"
-
-    @property
-    def hosts_file(self) -> Path:
-        """The hosts a discovery script reports (Horovod's elastic mode)."""
-        return self.path / "hosts.txt"
-
-    @property
-    def discovery_script(self) -> Path:
-        return self.path / "discover-hosts.sh"
+    spec_file = RunFile("spec.json")
+    launcher_log = RunFile("launcher.log")
+    # the run's record as JSON, written before the store is: a run is never lost with its store
+    record_file = RunFile("record.json")
+    # what the parent launched (command, environment, task's before-launch figures), written just before the launch:
+    # what a lifeline needs to record the run if the parent dies
+    launch_file = RunFile("launch.json")
+    # the bench process running this run and its lifeline (bench.harness.lifeline); removed once the record is stored,
+    # so a run directory holding one after both are gone was abandoned unrecorded
+    owner_file = RunFile("owner.json")
+    lifeline_log = RunFile("lifeline.log")
+    # output of a launcher started while the run goes on (a scale-up's second agent)
+    joiner_log = RunFile("joiner.log")
+    # written by the victim (or rank 0, for a join) when it reaches the fault step
+    fault_reached = RunFile("fault-reached.json")
+    # written by the parent when the signal is sent or the joiner started
+    fault_fired = RunFile("fault-fired.json")
+    # an elastic agent's own events and metrics, one JSON line each
+    agent_events = RunFile("agent-events.jsonl")
+    checkpoint = RunFile("checkpoint.pt")
+    # the hosts a discovery script reports (Horovod's elastic mode)
+    hosts_file = RunFile("hosts.txt")
+    discovery_script = RunFile("discover-hosts.sh")
 
     def params_file(self, rank: int, attempt: int) -> Path:
         """A process's final parameters (--save-params)."""

@@ -1,8 +1,11 @@
 """Statistics used everywhere a figure is reported.
 
 Confidence intervals are for the mean over windows, from Student's t distribution (windows are few).
-A result is unstable, by pyperf's rules, when its standard deviation exceeds 10% of its mean or it
-has fewer than MIN_STABLE_WINDOWS windows.
+A result is unstable, by pyperf's rules, when its standard deviation exceeds UNSTABLE_REL_STDEV of its mean
+or it has fewer than MIN_STABLE_WINDOWS windows.
+
+Across launches, a ratio of case means is computed in one place, ratio_of_cases: the page's comparisons and
+the regression gate's figures (bench.results.figures) both take their values from it.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class Estimate:
     resolution: float
     launches: tuple[int, ...]  # launches behind each case, in the order given
     confidence: float
+    log_ratio: float  # log(ratio) as computed, so that a difference of two ratios loses nothing to exp and log
 
     @property
     def replicated(self) -> bool:
@@ -74,6 +78,15 @@ class Estimate:
         return f"{fmt.format(self.low - 1)} to {fmt.format(self.high - 1)}"
 
 
+def mean_log(values: list[float]) -> float:
+    """The mean of the logs of positive values: the log of their geometric mean."""
+    return sum(math.log(v) for v in values) / len(values)
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(mean_log(values))
+
+
 def ratio_of_cases(numerators: list[list[float]], denominators: list[list[float]], scale: float = 1.0,
                    confidence: float = CONFIDENCE) -> Estimate:
     """The ratio of the (geometric) case means prod(numerators) / prod(denominators) / scale, each case a list
@@ -84,14 +97,14 @@ def ratio_of_cases(numerators: list[list[float]], denominators: list[list[float]
     launches = tuple(len(c) for _, c in cases)
     if any(v <= 0 or not math.isfinite(v) for _, c in cases for v in c) or min(launches) < 1:
         raise ValueError("a ratio of cases needs positive, finite values in every case")
-    log_ratio = sum(sign * sum(math.log(v) for v in c) / len(c) for sign, c in cases) - math.log(scale)
+    log_ratio = sum(sign * mean_log(c) for sign, c in cases) - math.log(scale)
     nan = float("nan")
     if min(launches) < MIN_LAUNCHES:
-        return Estimate(math.exp(log_ratio), nan, nan, nan, nan, launches, confidence)
+        return Estimate(math.exp(log_ratio), nan, nan, nan, nan, launches, confidence, log_ratio)
     terms = []
     for _, c in cases:
         logs = [math.log(v) for v in c]
-        mean = sum(logs) / len(logs)
+        mean = mean_log(c)
         var = sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)
         terms.append((var / len(logs), len(logs) - 1))
     var = sum(v for v, _ in terms)
@@ -105,12 +118,12 @@ def _t_estimate(log_ratio: float, var: float, dof: float, launches: tuple[int, .
 
     if var == 0:
         same = math.exp(log_ratio)
-        return Estimate(same, same, same, 0.0 if log_ratio else 1.0, 0.0, launches, confidence)
+        return Estimate(same, same, same, 0.0 if log_ratio else 1.0, 0.0, launches, confidence, log_ratio)
     se = math.sqrt(var)
     half = float(student.ppf(0.5 + confidence / 2, dof)) * se
     p = float(2 * student.sf(abs(log_ratio) / se, dof))
     return Estimate(math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half), p,
-                    math.exp(half) - 1, launches, confidence)
+                    math.exp(half) - 1, launches, confidence, log_ratio)
 
 
 def ratio_of_pairs(numerators: list[float], denominators: list[float], confidence: float = CONFIDENCE) -> Estimate:
@@ -123,10 +136,11 @@ def ratio_of_pairs(numerators: list[float], denominators: list[float], confidenc
     values = list(numerators[:n]) + list(denominators[:n])
     if n < 1 or any(v <= 0 or not math.isfinite(v) for v in values):
         raise ValueError("a ratio of pairs needs positive, finite values and at least one pair")
-    logs = [math.log(a / b) for a, b in zip(numerators, denominators)]
-    mean = sum(logs) / n
+    ratios = [a / b for a, b in zip(numerators, denominators)]
+    logs = [math.log(r) for r in ratios]
+    mean = mean_log(ratios)
     nan = float("nan")
     if n < MIN_LAUNCHES:
-        return Estimate(math.exp(mean), nan, nan, nan, nan, (n, n), confidence)
+        return Estimate(math.exp(mean), nan, nan, nan, nan, (n, n), confidence, mean)
     var = sum((x - mean) ** 2 for x in logs) / (n - 1)
     return _t_estimate(mean, var / n, n - 1, (n, n), confidence)

@@ -112,7 +112,7 @@ class Lifeline:
 
 
 # ---------------------------------------------------------------- after the owner died
-def finish(run_dir, store_path: Path, outcome: Outcome) -> str:
+def record_abandoned(run_dir, store_path: Path, outcome: Outcome) -> str:
     """Store the record of a run whose bench process died: the record it wrote, or one built now from the
     run directory with `outcome`. Returns the status stored."""
     data = run_dir.read_json(run_dir.record_file)
@@ -164,7 +164,7 @@ def recover(store) -> list[str]:
         run_id = run_dir.path.name
         reaped, survivors = reap(run_id, None)
         try:
-            finish(run_dir, store.path, abandoned_outcome(time.time(), owner["owner"]["pid"], reaped, survivors,
+            record_abandoned(run_dir, store.path, abandoned_outcome(time.time(), owner["owner"]["pid"], reaped, survivors,
                                                           "the next bench command on its store"))
         except (BenchError, ValueError, OSError) as exc:  # one unreadable run must not stop the next run
             print(f"bench: run {run_id} was abandoned and cannot be recorded ({exc}); its files are in "
@@ -207,7 +207,7 @@ def watch(argv: list[str]) -> int:
     print(f"{time.strftime('%H:%M:%S')} bench process {owner_pid} ended without releasing run {tag}: "
           f"ended {len(reaped)} process(es), {len(survivors)} survived", file=sys.stderr, flush=True)
     if len(argv) >= 4:
-        status = finish(RunDir(argv[2]), Path(argv[3]), abandoned_outcome(died_at, owner_pid, reaped, survivors,
+        status = record_abandoned(RunDir(argv[2]), Path(argv[3]), abandoned_outcome(died_at, owner_pid, reaped, survivors,
                                                                                     "its lifeline"))
         print(f"recorded run {tag} as {status} in {argv[3]}", file=sys.stderr, flush=True)
     return 0

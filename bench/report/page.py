@@ -1,5 +1,5 @@
 """`bench report`: one self-contained HTML page that answers "elastic or Horovod?" for the hardware
-the stored runs ran on (inline CSS and figures, no script, no network).
+the stored runs ran on (inline CSS and plots, no script, no network).
 
 Every registered task contributes its part from the frame of its own runs (Task.report_part, a
 bench.report.sections.ReportPart): verdict sentences, recommendation, and its sections. This module adds what
@@ -19,7 +19,7 @@ from bench.core.errors import StoreError, UsageError
 from bench.core.registry import PRIMARY, all_tasks, task_part
 from bench.core.rundir import write_atomic
 from bench.core.store import check_folder_writable
-from bench.report.sections import (ENV_KEYS, Bullets, Cell, Figure, Paragraph, ReportContext, ReportPart, Row, Section,
+from bench.report.sections import (ENV_KEYS, Bullets, Cell, Paragraph, Plot, ReportContext, ReportPart, Row, Section,
                                    Table, code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong, styled)
 from bench.results.agreement import agreement
 from bench.results.frame import frame_columns, load_frame, of_task
@@ -130,7 +130,7 @@ def natural(text: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text or "")]
 
 
-def host_map_figure(panels: list[dict]) -> Figure:
+def host_map_plot(panels: list[dict]) -> Plot:
     """Each panel: one row per host of the run, one box per process there (in local-rank order) with its global
     rank, local rank and node (group) rank as the launcher gave them; servers shaded apart from workers; a host
     without processes in that phase (after a host loss) says so."""
@@ -154,7 +154,7 @@ def host_map_figure(panels: list[dict]) -> Figure:
         ax.set_xticks([])
         ax.set_title(panel["title"], fontsize=8)
     fig.tight_layout()
-    return Figure("hosts with the ranks the launcher gave each process", figure_png(fig))
+    return Plot("hosts with the ranks the launcher gave each process", figure_png(fig))
 
 
 def rank_map_section(frame) -> Section:
@@ -166,7 +166,7 @@ def rank_map_section(frame) -> Section:
         blocks += [Paragraph("Hosts and their processes in the latest run across hosts of each backend (and "
                              "before and after a fault): a box per process, with the global rank, local rank and "
                              "node (group) rank its launcher gave it; parameter servers shaded orange.", "note"),
-                   host_map_figure(panels)]
+                   host_map_plot(panels)]
     tables = []
     for r in frame.sort_values("created_at").itertuples():
         rec = r.record

@@ -1,9 +1,9 @@
 """The report's building blocks: typed sections and blocks that the page template renders, the part
 each task's report view contributes (`ReportPart`), and the helpers the views share (number formatting,
-figures as inline PNG, the environment fingerprint).
+plots as inline PNG, the environment fingerprint).
 
 A page is a header, then Sections in their `order`; a Section is a list of blocks (Heading, Paragraph,
-Bullets, Table, Figure). Text is plain (the template escapes it) or a list of plain strings and Spans
+Bullets, Table, Plot). Text is plain (the template escapes it) or a list of plain strings and Spans
 (inline code, emphasis, strong). The page's sections and their order numbers:
 
     0 Verdict, 10 Throughput and scaling, 20 Communication, 30 Where the time goes,
@@ -125,8 +125,9 @@ class Table:
 
 
 @dataclass
-class Figure:
-    kind: ClassVar[str] = "figure"
+class Plot:
+    """An inline picture: a matplotlib figure as PNG (figure_png), with its alternative text."""
+    kind: ClassVar[str] = "plot"
     alt: str
     png: str  # base64 (figure_png)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.core.registry import all_tasks, task_part
-from bench.core.stats import Estimate
+from bench.core.stats import CONFIDENCE, Estimate
 from bench.results.frame import hardware, of_task, records_to_frame
 
 
@@ -59,7 +59,7 @@ def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
     return out
 
 
-def machine_of(records: list) -> str:
+def machine_label(records: list) -> str:
     """The machine a sweep ran on (bench.results.frame.hardware); a sweep that somehow spans two names both."""
     return " + ".join(sorted({hardware(r) for r in records}))
 
@@ -68,7 +68,7 @@ def agreement(sweeps: dict[str, list]) -> dict:
     """Claims of every sweep (sweep id -> records), and the contradictions of every pair of sweeps made on one
     machine. Sweeps of two machines are not reruns of each other: where the store holds more than one machine,
     each claim's key names its machine, so none is compared with another machine's."""
-    machines = {sid: machine_of(recs) for sid, recs in sweeps.items()}
+    machines = {sid: machine_label(recs) for sid, recs in sweeps.items()}
     several = len(set(machines.values())) > 1
     claims = {}
     for sid, recs in sweeps.items():
@@ -100,8 +100,8 @@ def format_agreement(result: dict) -> str:
         lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>16}" for c in cells) + ("  NO" if key in bad else "  yes"))
     n_pairs = len(result["pairs"])
     n_bad = sum(len(v) for v in result["pairs"].values())
-    lines.append(f"* significant (95% interval excludes 0); otherwise (±R): the smallest difference that sweep "
-                 f"could have detected.")
+    lines.append(f"* significant ({CONFIDENCE:.0%} interval excludes 0); otherwise (±R): the smallest difference "
+                 "that sweep could have detected.")
     lines.append(f"{len(ids)} sweeps, {n_pairs} pairs, {len(result['keys'])} comparisons: {n_bad} contradiction(s); "
                  f"{len(result['resolved_everywhere'])} comparison(s) significant in the same direction in every sweep "
                  "that made it.")

@@ -1,6 +1,6 @@
 """Records as a pandas DataFrame (one row per run), and which launches replicate each other. The columns
 every run has are spelled here; each task adds its own (Task.columns). Figures across runs (efficiency,
-vs the plain loop) are the training view's (bench.tasks.train.report.replicated_cases)."""
+vs the plain loop) are the training task's (bench.tasks.train.results.replicated_cases)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Test hosts: N real network hosts on this one machine, for multi-host runs without a cluster.
 
-Host i is the network namespace bench-th<i>: a veth (eth0, address SUBNET.(10+i)) to the bridge bench-th0
+Test host i is the network namespace bench-th<i>: a veth (eth0, address SUBNET.(10+i)) to the bridge bench-th0
 (SUBNET.1) in the root namespace, loopback up, no default route, its own hostname (a UTS namespace for its
 sshd and everything started over ssh) and its own /etc/hosts (/etc/netns/bench-th<i>/hosts, which `ip netns
 exec` binds over /etc/hosts). Its sshd listens on eth0:22 only and accepts only the key made here. A marked
@@ -58,7 +58,9 @@ READY_TIMEOUT = 10  # sshd writing its pid file and answering ssh
 
 
 @dataclass(frozen=True)
-class Host:
+class TestHost:
+    """A test host: its namespace's name (also its hostname) and address."""
+    __test__ = False  # a product class, not a pytest test class, whatever its name
     name: str
     address: str
 
@@ -83,10 +85,10 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
     return network
 
 
-def plan(n: int, subnet: str = DEFAULT_SUBNET) -> list[Host]:
+def plan(n: int, subnet: str = DEFAULT_SUBNET) -> list[TestHost]:
     network = parse_subnet(subnet)
     parse_count(n)
-    return [Host(f"{PREFIX}{i}", str(network.network_address + FIRST_HOST + i)) for i in range(1, n + 1)]
+    return [TestHost(f"{PREFIX}{i}", str(network.network_address + FIRST_HOST + i)) for i in range(1, n + 1)]
 
 
 def netns_problem() -> str | None:
@@ -210,11 +212,11 @@ def key_file() -> Path:
     return STATE_DIR / "id_ed25519"
 
 
-def hosts_of(state: dict | None) -> list[Host]:
-    return [Host(h["name"], h["address"]) for h in (state or {}).get("hosts", [])]
+def hosts_of(state: dict | None) -> list[TestHost]:
+    return [TestHost(h["name"], h["address"]) for h in (state or {}).get("hosts", [])]
 
 
-def running_hosts() -> tuple[list[Host], str]:
+def running_hosts() -> tuple[list[TestHost], str]:
     """The test hosts that are up, each with its sshd running, and the root namespace's address on their bridge
     (.1 of their subnet); a UsageError when there are none."""
     state = STATE.read()
@@ -228,7 +230,7 @@ def running_hosts() -> tuple[list[Host], str]:
     return hosts, str(ipaddress.ip_network(state["subnet"]).network_address + 1)
 
 
-def hosts_option(hosts: list[Host]) -> str:
+def hosts_option(hosts: list[TestHost]) -> str:
     """The `--hosts` value for these hosts, one slot each."""
     return ",".join(f"{h.address}:1" for h in hosts)
 
@@ -239,7 +241,7 @@ def ssh_config_path() -> Path:
     return Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".ssh" / "config"
 
 
-def ssh_block(hosts: list[Host], key: Path) -> str:
+def ssh_block(hosts: list[TestHost], key: Path) -> str:
     lines = [BEGIN.rstrip("\n"), "# test hosts of this machine; `bench testhosts down` removes this block"]
     for h in hosts:
         lines += [f"Host {h.name}", f"    HostName {h.address}"]
@@ -260,7 +262,7 @@ def ssh_block(hosts: list[Host], key: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ssh_block_is_current(hosts: list[Host]) -> bool:
+def ssh_block_is_current(hosts: list[TestHost]) -> bool:
     """Whether root's ~/.ssh/config holds the block this version writes for these hosts."""
     try:
         return split_block(ssh_config_path().read_text())[1] == ssh_block(hosts, key_file())
@@ -322,7 +324,7 @@ def remove_ssh_block(path: Path, created: dict | None = None) -> bool:
 
 
 # ---------------------------------------------------------------- sshd per host
-def sshd_config(host: Host) -> str:
+def sshd_config(host: TestHost) -> str:
     home = STATE_DIR / host.name
     return "\n".join([
         f"ListenAddress {host.address}:22",
@@ -346,7 +348,7 @@ def sshd_config(host: Host) -> str:
     ])
 
 
-def sshd_pid(host: Host) -> int | None:
+def sshd_pid(host: TestHost) -> int | None:
     """The pid of the host's sshd if it is alive in the host's namespace."""
     try:
         pid = int((STATE_DIR / host.name / "sshd.pid").read_text().split()[0])
@@ -357,7 +359,7 @@ def sshd_pid(host: Host) -> int | None:
     return None
 
 
-def start_sshd(host: Host) -> int:
+def start_sshd(host: TestHost) -> int:
     home = STATE_DIR / host.name
     home.mkdir(mode=0o700)
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(home / "ssh_host_ed25519_key")],
@@ -379,7 +381,7 @@ def start_sshd(host: Host) -> int:
                      f"(its log: {home / 'sshd.log'})")
 
 
-def ssh_answers(hosts: list[Host]) -> list[str]:
+def ssh_answers(hosts: list[TestHost]) -> list[str]:
     """For each host, 'ok' when plain `ssh ADDRESS` (root's ssh configuration, as every launcher runs it) reaches
     it and it answers with its own name; otherwise what went wrong (bench.cluster.hosts runs the ssh)."""
     answers = on_every_host([h.address for h in hosts], lambda _: ["hostname"], SSH_TIMEOUT, in_checkout=False)
@@ -407,7 +409,7 @@ def leftovers() -> list[str]:
     return found
 
 
-def up(n: int, subnet: str = DEFAULT_SUBNET, log=None, take_down=None) -> list[Host]:
+def up(n: int, subnet: str = DEFAULT_SUBNET, log=None, take_down=None) -> list[TestHost]:
     """Build n test hosts (reusing identical ones that all answer); returns them. A failure removes everything
     this call created and raises SetupError. take_down() removes the hosts already here, and after a failure what
     the call built: down() by default, bench.testbed.teardown.down to take the clusters on them down first."""
@@ -435,7 +437,7 @@ def up(n: int, subnet: str = DEFAULT_SUBNET, log=None, take_down=None) -> list[H
     return hosts
 
 
-def build(hosts: list[Host], network: ipaddress.IPv4Network) -> None:
+def build(hosts: list[TestHost], network: ipaddress.IPv4Network) -> None:
     start = time.monotonic()
     STATE_DIR.mkdir(mode=0o700)
     state = {"subnet": str(network), "hosts": [vars(h) for h in hosts], "complete": False,

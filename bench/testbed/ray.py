@@ -126,7 +126,7 @@ def node_table(address: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------- up, down, status
-def up(cpus: int | None = None, log=None) -> tuple[list[testhosts.Host], str]:
+def up(cpus: int | None = None, log=None) -> tuple[list[testhosts.TestHost], str]:
     """Start the cluster on the test hosts that are up, replacing one already here, with `cpus` CPUs per host
     (default: this machine's CPUs shared by the hosts); returns the hosts and the head's address. A failure
     removes everything this call started and raises SetupError with the end of what `ray start` printed."""
@@ -152,7 +152,7 @@ def start_node(name: str, cmd: list[str]) -> None:
     start_logged(f"the {name} node", cmd, STATE_DIR / f"{name}.out", START_TIMEOUT, env, log_tails)
 
 
-def build(hosts: list[testhosts.Host], bridge: str, cpus: int, log) -> None:
+def build(hosts: list[testhosts.TestHost], bridge: str, cpus: int, log) -> None:
     started = time.monotonic()
     STATE_DIR.mkdir(mode=0o755)
     fd = os.open(token_file(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -111,7 +111,7 @@ def controller_name() -> str:
     return socket.gethostname().split(".")[0]
 
 
-def slurm_conf(hosts: list[testhosts.Host], controller: str, address: str, cpus: int) -> str:
+def slurm_conf(hosts: list[testhosts.TestHost], controller: str, address: str, cpus: int) -> str:
     d = STATE_DIR
     lines = [
         "# bench testslurm up wrote this; bench testslurm down removes it",
@@ -263,7 +263,7 @@ def node_states() -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- up, down, status
-def up(log=None) -> list[testhosts.Host]:
+def up(log=None) -> list[testhosts.TestHost]:
     """Start the cluster on the test hosts that are up, replacing one already here; returns the hosts, each a
     node named as the host. A failure removes everything this call started and raises SetupError with the end
     of the daemons' logs."""
@@ -278,7 +278,7 @@ def up(log=None) -> list[testhosts.Host]:
     return hosts
 
 
-def build(hosts: list[testhosts.Host], address: str, log) -> None:
+def build(hosts: list[testhosts.TestHost], address: str, log) -> None:
     start = time.monotonic()
     nodes, cpus = [h.name for h in hosts], os.cpu_count() or 1
     # munged wants every directory above its socket searchable by all and writable only by its owner

@@ -1,7 +1,8 @@
 """The regression gate's workflows: run the fixed matrix and compare it with the baseline (`bench regress`),
 refresh the baseline (`bench baseline`), confirm a failure by running its cases again.
 
-The method (what is compared, and how) is bench.results.gate's; this module runs things and prints. Progress and
+The method (what is compared, and how) is bench.results' (figures, gate, baselines, hot_paths); this module runs
+things and prints. Progress and
 verdicts go to stderr; stdout carries only a comparison (a table, or JSON when asked).
 """
 
@@ -19,9 +20,11 @@ from bench.core.registry import BACKEND_MODULES, get_backend
 from bench.core.spec import resolve_device
 from bench.core.store import check_folder_writable, os_reason
 from bench.harness.runner import run_specs
-from bench.results.gate import (BASELINE_DIR, BASELINE_FILE, FAILING_VERDICTS, HOT_PATHS_FILE, compare_figures, figures,
-                                format_comparison, host_match, latest_sweep, machine_of, read_runs_file, run_hot_paths,
-                                write_baseline)
+from bench.results.baselines import (BASELINE_FILE, host_match, latest_sweep, machine_facts, read_runs_file,
+                                     write_baseline)
+from bench.results.figures import figures
+from bench.results.gate import FAILING_VERDICTS, compare_figures, format_comparison
+from bench.results.hot_paths import HOT_PATHS_FILE, run_hot_paths
 from bench.workflows.plan import SWEEP_DEFAULTS, comm_options
 from bench.workflows.sweep import run_benchmark_sweep
 
@@ -29,9 +32,10 @@ from bench.workflows.sweep import run_benchmark_sweep
 # world sizes 1 and 2, the primary pair (elastic, horovod) where it can run, the plain loop, and an
 # allreduce sweep up to a bandwidth-bound message, with a sweep's windows; each case REGRESS_REPEATS times
 # (a baseline: BASELINE_REPEATS). So a default sweep of such a machine can serve as a baseline. Besides, in the
-# same sweep, Ray Train at 2 workers on the MLP only (where Ray is installed): each of its launches spends about
-# 30 s starting Ray, so one case keeps CI's time; its throughput and ratio to the plain loop are gated. (The
-# parameter server is left out for the same reason: its runs are tested, not gated.)
+# same sweep, Ray Train at 2 workers on the MLP only (where Ray is installed): each of its launches starts a Ray
+# runtime first, which is slow (docs/method.md, "Regression gate"), so one case keeps CI's time; its throughput
+# and ratio to the plain loop are gated. (The parameter server is left out for the same reason: its runs are
+# tested, not gated.)
 REGRESS_MATRIX = dict(nproc=2, world_sizes=[1, 2], workloads=["mnist_mlp", "resnet18"],
                       windows=SWEEP_DEFAULTS["windows"], warmup_steps=SWEEP_DEFAULTS["warmup_steps"],
                       comm_max_bytes=SWEEP_DEFAULTS["max_bytes"], references={"ray": ["mnist_mlp"]})
@@ -70,7 +74,7 @@ def failing_list(rows: list[dict]) -> str:
 def this_host(records: list) -> dict:
     """The machine of runs made on this host, with its calibration measured now (bench.core.environment)."""
     print("bench: timing the host's calibration work (a few seconds)", file=sys.stderr, flush=True)
-    return {**machine_of(records), "calibration": calibrate()}
+    return {**machine_facts(records), "calibration": calibrate()}
 
 
 def unavailable_backends(records: list) -> dict[str, str]:
@@ -95,7 +99,7 @@ def compare_and_print(baseline: dict, current: list, as_json: bool, out=None,
     if not cur_figs and not cur_not_ok:
         raise UsageError("the current runs hold no figure the gate compares (training or communication "
                          "runs of a sweep); run `bench regress` or `bench sweep` first")
-    machine = machine if machine is not None else machine_of(current)
+    machine = machine if machine is not None else machine_facts(current)
     same, why = host_match(baseline["machine"], machine)
     # asked only about backends whose baseline figures the current runs lack (a probe of Horovod takes seconds)
     lacking = {key.split(" ")[1] for key in base_figs if key not in cur_figs and key not in cur_not_ok}

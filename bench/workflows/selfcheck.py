@@ -25,7 +25,7 @@ from bench.core.console import format_duration, note
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
 from bench.core.registry import BACKEND_MODULES, COMPARED, get_backend
 from bench.core.spec import pinned_words
-from bench.core.stats import CONFIDENCE, MIN_LAUNCHES, ratio_of_pairs, t_quantile
+from bench.core.stats import CONFIDENCE, MIN_LAUNCHES, geometric_mean, ratio_of_pairs, t_quantile
 from bench.core.store import Store
 from bench.harness.lifeline import Lifeline
 from bench.harness.runner import execute, new_run_id, worker_environment
@@ -68,8 +68,9 @@ def pair_order(i: int) -> tuple[str, str]:
     return SIDES if i % 2 == 0 else SIDES[::-1]
 
 
-def judge(estimate, goal: Goal) -> tuple[bool, str]:
-    """(passed, why not): the interval must include 1.0 and its low end be at least goal.floor."""
+def meets_goal(estimate, goal: Goal) -> tuple[bool, str]:
+    """Whether the suite's figure over the bare loop's meets the goal, as (passed, why not): the interval must
+    include 1.0 and its low end be at least goal.floor."""
     if estimate is None or not estimate.replicated:
         return False, "fewer than 2 pairs of launches: no interval"
     if estimate.low > 1.0:
@@ -107,10 +108,6 @@ def pairs_for_goal(estimate, goal: Goal, limit: int = 100_000) -> int | None:
     return low
 
 
-def geometric_mean(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 @dataclass
 class Check:
     """One figure of one backend: the launches made so far on each side, in the order they ran."""
@@ -135,7 +132,7 @@ class Check:
 
     @property
     def passed(self) -> bool:
-        return self.error is None and judge(self.estimate, self.goal)[0]
+        return self.error is None and meets_goal(self.estimate, self.goal)[0]
 
     @property
     def resolved(self) -> bool:
@@ -151,7 +148,7 @@ class Check:
 
     def to_dict(self) -> dict:
         est = self.estimate
-        why = judge(est, self.goal)[1]
+        why = meets_goal(est, self.goal)[1]
 
         def num(x):
             return x if x is not None and math.isfinite(x) else None
@@ -159,7 +156,8 @@ class Check:
         return {"backend": self.backend, "figure": self.goal.figure, "label": self.goal.label, "unit": self.goal.unit,
                 "suite": self.suite, "bare": self.bare, "order": self.order,
                 "launches": [len(self.suite), len(self.bare)],
-                "suite_mean": geometric_mean(self.suite), "bare_mean": geometric_mean(self.bare),
+                "suite_mean": geometric_mean(self.suite) if self.suite else None,
+                "bare_mean": geometric_mean(self.bare) if self.bare else None,
                 "ratio": num(est.ratio) if est else None, "low": num(est.low) if est else None,
                 "high": num(est.high) if est else None, "p": num(est.p) if est else None,
                 "resolution": num(est.resolution) if est else None, "confidence": est.confidence if est else None,

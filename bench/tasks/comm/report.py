@@ -1,5 +1,5 @@
 """The report's view of communication sweeps: a row per backend, world size, dtype and op (bus
-bandwidth, the fitted alpha-beta model, the share of the machine's limit), busbw-against-size figures,
+bandwidth, the fitted alpha-beta model, the share of the machine's limit), busbw-against-size plots,
 and which primary backend's allreduce reached the higher peak bus bandwidth."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from bench.core.registry import PRIMARY
 from bench.core.spec import placement_text
 from bench.core.stats import ratio_of_cases
 from bench.rank.collectives import bus_factor, format_bytes
-from bench.report.sections import (Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot,
+from bench.report.sections import (Paragraph, Plot, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot,
                                    right)
 from bench.results.frame import blank_single_machine
 from bench.tasks.comm.results import PLACE, case_launches, matched_sizes, mean_of
 
-# The smallest message at which allreduce is bandwidth-bound: about 16 MiB over CPU loopback (gloo),
-# 64 MiB and up on GPUs (nccl-tests' usual range).
+# The smallest message at which allreduce is bandwidth-bound, over CPU loopback (gloo) and on GPUs (nccl-tests'
+# usual range): docs/method.md, "Communication".
 BANDWIDTH_BOUND_BYTES = {"cpu": 16 * 2**20, "cuda": 64 * 2**20}
 COLUMNS = [left("backend"), right("ranks"), left("dtype"), left("op"), right("launches"), right("avg busbw GB/s"),
            right("peak busbw GB/s"), right("peak / limit"), left("model"), right("a (us)"), right("1/b (GB/s)"),
@@ -57,17 +57,17 @@ def matched_size_claims(ok) -> list[str]:
         means = [sum(v) / len(v) for v in values]
         where = (f"At {format_bytes(size)}B ({world} ranks, {dtype}{placement_text(hardware, bind)}, the largest "
                  "message both ran)")
-        figures = (f"{means[top]:.2f} vs {means[other]:.2f} GB/s busbw, means of {len(values[top])} + "
-                   f"{len(values[other])} launches")
+        means_text = (f"{means[top]:.2f} vs {means[other]:.2f} GB/s busbw, means of {len(values[top])} + "
+                      f"{len(values[other])} launches")
         if est.significant:
             gap = max(est.ratio, 1 / est.ratio) - 1
             lines.append(f"{where}, {PRIMARY[top]}'s allreduce reached the higher bus bandwidth by {gap:.0%} "
-                         f"({figures}).")
+                         f"({means_text}).")
         elif est.replicated:
-            lines.append(f"{where}, the allreduce bus bandwidths do not differ significantly ({figures}; a "
+            lines.append(f"{where}, the allreduce bus bandwidths do not differ significantly ({means_text}; a "
                          f"difference beyond ±{est.resolution:.0%} would have been detected).")
         else:
-            lines.append(f"{where}, {PRIMARY[top]}'s allreduce was ahead ({figures}), which a single launch "
+            lines.append(f"{where}, {PRIMARY[top]}'s allreduce was ahead ({means_text}), which a single launch "
                          "on a side cannot tell from launch-to-launch drift.")
         bound = BANDWIDTH_BOUND_BYTES.get(device)
         if bound and size < bound:
@@ -76,7 +76,7 @@ def matched_size_claims(ok) -> list[str]:
     return lines
 
 
-def busbw_figure(world: int, dtype: str, group, where: str = "") -> str:
+def busbw_png(world: int, dtype: str, group, where: str = "") -> str:
     """Measured allreduce busbw against message size for each backend, its alpha-beta model, and the
     machine's limit."""
     plt = pyplot()
@@ -128,8 +128,8 @@ def report_part(frame, context) -> ReportPart:
                         "peak); the alpha-beta model and the figure show its latest launch.", "note"),
               Table(COLUMNS, sweep_rows(cases))]
     for (hardware, bind, world, dtype), group in latest.groupby([*PLACE, "world_size", "dtype"]):
-        blocks.append(Figure("allreduce busbw vs message size",
-                             busbw_figure(world, dtype, group, placement_text(hardware, bind))))
+        blocks.append(Plot("allreduce busbw vs message size",
+                           busbw_png(world, dtype, group, placement_text(hardware, bind))))
     recommendation = matched_size_claims(ok)
     return ReportPart(recommendation=recommendation, method=method(), shown=list(ok["record"]),
                       sections=[Section("comm", "Communication", 20, blocks)])

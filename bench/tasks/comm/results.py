@@ -1,5 +1,5 @@
 """What the communication task's stored runs say: its cases, the comparisons at a matched message size the page
-and `bench agreement` make, and the figures the regression gate compares (bench.results.gate)."""
+and `bench agreement` make, and the figures the regression gate compares (bench.results.figures)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from bench.core.spec import placement_text
 from bench.core.stats import ratio_of_cases
 from bench.rank.collectives import format_bytes
 from bench.results.frame import blank_single_machine, latest_launches
-from bench.results.gate import Figure, case_of, group_runs, not_ok_entry
+from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
 
 
 def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:

@@ -21,7 +21,7 @@ from bench.core.records import Startup
 from bench.core.registry import get_backend
 from bench.harness.outcome import startup, workers_and_others
 from bench.rank.model import workload_of
-from bench.tasks.base import Launch, Task
+from bench.tasks.base import Task
 from bench.tasks.train import build_spec as train_spec
 from bench.tasks.train import conclude_training, placement_words
 
@@ -182,9 +182,8 @@ class ConvergeTask(Task):
                 + (f"(linear scaling to {spec.lr_at(c['total_steps']):g} over {c['warmup_steps']} warm-up steps)"
                    if c["lr_scaling"] == "linear" else "(not scaled)"))
 
-    def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
-        return Launch(command=backend.launcher.command(spec, rank_command, run_id),
-                      watcher=ConvergeProgress(spec, run_dir) if show_progress else None)
+    def progress(self, spec, run_dir):
+        return ConvergeProgress(spec, run_dir)
 
     def conclude(self, spec, run_dir, outcome, before):
         return conclude_training(spec, run_dir, outcome, converge_metrics)

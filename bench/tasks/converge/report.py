@@ -1,4 +1,4 @@
-"""The report's view of time-to-accuracy runs (bench converge): the Time to accuracy section, a figure of
+"""The report's view of time-to-accuracy runs (bench converge): the Time to accuracy section, a plot of
 held-out accuracy against training time and against samples seen per case, a row per run, and whether the
 backends reach the same accuracy."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from bench.report.sections import (Cell, Figure, Heading, Paragraph, ReportPart, Section, Table, code, figure_png, fmt,
+from bench.report.sections import (Cell, Heading, Paragraph, Plot, ReportPart, Section, Table, code, figure_png, fmt,
                                    left, pyplot, right)
 from bench.tasks.converge import ACCURACY_TOLERANCE
 
@@ -118,7 +118,7 @@ def world_sentences(records: list) -> list[str]:
     return out
 
 
-def curves_figure(title: str, by_backend: dict, target: float) -> str | None:
+def curves_png(title: str, by_backend: dict, target: float) -> str | None:
     """Held-out accuracy against training time and against samples seen, one line per backend."""
     plt = pyplot()
     fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
@@ -157,8 +157,8 @@ def report_part(frame, context) -> ReportPart | None:
             if agree:
                 (warnings if wrong else notes).append(agree)
             blocks += [Paragraph(times), *([Paragraph(agree, "warn" if wrong else "")] if agree else []),
-                       Figure(f"held-out accuracy, {title}",
-                              curves_figure(title, by_backend, recs[0].spec.converge["target"]))]
+                       Plot(f"held-out accuracy, {title}",
+                            curves_png(title, by_backend, recs[0].spec.converge["target"]))]
         blocks.append(Table(COLUMNS, [run_row(r) for r in recs]))
     across = world_sentences(records)
     method = ["Time to accuracy (", code("bench converge"), "): every backend trains the same model from the same "

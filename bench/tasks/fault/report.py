@@ -1,12 +1,12 @@
 """The report's view of fault-injection runs: the Elasticity section (a row per run, a sentence and a
-throughput-over-time figure per case) and the summary shown under the verdict."""
+throughput-over-time plot per case) and the summary shown under the verdict."""
 
 from __future__ import annotations
 
 from statistics import median
 
 from bench.core.registry import PRIMARY
-from bench.report.sections import (Cell, Figure, Paragraph, ReportPart, Section, Table, code, figure_png, fmt, left,
+from bench.report.sections import (Cell, Paragraph, Plot, ReportPart, Section, Table, code, figure_png, fmt, left,
                                    pyplot, right)
 
 COLUMNS = [left("case"), left("backend"), left("fault"), right("world before"), right("world after"),
@@ -57,11 +57,11 @@ def case_sentence(case: str, by_backend: dict) -> str:
     return f"{case}: " + "; ".join(parts) + "."
 
 
-def timeline_figure(case: str, by_backend: dict) -> str | None:
+def timeline_png(case: str, by_backend: dict) -> str | None:
     """Samples/s over time around the fault for the latest run of each backend: the fault at t = 0,
     recovery marked."""
     series = []
-    for backend, recs in sorted(by_backend.items()):  # a stable order: the same colours in every figure
+    for backend, recs in sorted(by_backend.items()):  # a stable order: the same colours in every plot
         shown = ([x for x in recs if x.ok] or recs)[-1]  # the latest that came through, if any
         f = shown.metrics
         if f is None or not (f.timeline or {}).get("t") or not f.fault:
@@ -105,13 +105,13 @@ def report_part(frame, context) -> ReportPart:
     summary = (f"{len(frame)} fault-injection run(s) in {len(cases)} case(s). Figures are per run "
                "(a recovery is one event), from the workers' journals and, for torchrun, the agent's own events.")
     lines = [case_sentence(case, by_backend) for case, by_backend in cases.items()]
-    figures = []
+    plots = []
     for case, by_backend in cases.items():
-        png = timeline_figure(case, by_backend)
+        png = timeline_png(case, by_backend)
         if png:
-            figures.append(Figure(f"throughput over time, {case}", png))
+            plots.append(Plot(f"throughput over time, {case}", png))
     blocks = [Paragraph(summary), *map(Paragraph, lines),
-              Table(COLUMNS, [run_row(r) for r in runs.itertuples()]), Paragraph(NOTE, "note"), *figures]
+              Table(COLUMNS, [run_row(r) for r in runs.itertuples()]), Paragraph(NOTE, "note"), *plots]
     return ReportPart(verdict_notes=[summary, *lines], sections=[Section("elasticity", "Elasticity", 50, blocks)])
 
 

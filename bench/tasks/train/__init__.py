@@ -20,7 +20,7 @@ from bench.core.stats import summarize
 from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
 from bench.rank.inject import parse_inject, parse_step_delay
 from bench.rank.model import workload_of
-from bench.tasks.base import Conclusion, Launch, Task
+from bench.tasks.base import Conclusion, Task
 
 
 def build_spec(*, backend: str, workload: str, world_size: int, device: str,
@@ -271,9 +271,8 @@ class TrainTask(Task):
                 f"{loader_words(spec)}, {spec.image_size}px, "
                 f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
 
-    def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
-        return Launch(command=backend.launcher.command(spec, rank_command, run_id),
-                      watcher=ProgressPrinter(spec, run_dir) if show_progress else None)
+    def progress(self, spec, run_dir):
+        return ProgressPrinter(spec, run_dir)
 
     def conclude(self, spec, run_dir, outcome, before):
         return conclude_training(spec, run_dir, outcome, train_metrics)

@@ -120,7 +120,7 @@ def serve_parameters(joined, inject: dict | None) -> dict:
             optimizer.step()
             busy += time.perf_counter() - t0
             server.answer(weights.data)
-    server.finish(weights.data)
+    server.answer_held_back(weights.data)
     return {**server.counters(), "update_s": busy}
 
 

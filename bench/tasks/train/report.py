@@ -16,11 +16,11 @@ import statistics
 from bench.core import stats
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
 from bench.core.spec import pinned_words
-from bench.report.sections import (Cell, Figure, Heading, Paragraph, ReportPart, Section, Table, code, em,
+from bench.report.sections import (Cell, Heading, Paragraph, Plot, ReportPart, Section, Table, code, em,
                                    env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
 from bench.results.frame import CONDITIONS
 from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
-from bench.tasks.train.results import Case, difference, network_words, replicated_cases
+from bench.tasks.train.results import TrainingCase, difference, network_words, replicated_cases
 
 REPEAT_HINT = "bench sweep --repeats 3"  # what to run when a comparison rests on one launch a side
 
@@ -32,7 +32,7 @@ def _cond_title(cond: dict) -> str:
             f"{cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, {cond['data']} data{fed}, {cond['image_size']}px{network_words(cond)}")
 
 
-def _launches(a: Case, b: Case) -> str:
+def _launches(a: TrainingCase, b: TrainingCase) -> str:
     return f"{a.launches} + {b.launches} launch{'es' if a.launches + b.launches > 1 else ''}"
 
 
@@ -48,11 +48,11 @@ def difference_text(d: dict) -> str:
 
 
 # ---------------------------------------------------------------- verdict and recommendation
-def verdict(cases: list[Case]) -> tuple[list[str], list[str], list[dict]]:
+def verdict(cases: list[TrainingCase]) -> tuple[list[str], list[str], list[dict]]:
     """Sentences per workload and world size, fairness notes, and the comparisons behind them."""
     sentences, fairness, comparisons = [], [], []
     first, second = PRIMARY
-    groups: dict[tuple, dict[str, Case]] = {}
+    groups: dict[tuple, dict[str, TrainingCase]] = {}
     for c in cases:
         groups.setdefault((*(c.cond[k] for k in CONDITIONS), c.world_size), {})[c.backend] = c
     for key in sorted(groups, key=str):
@@ -121,7 +121,7 @@ def setting_label(cond: dict) -> str:
     return pinned + (", on one host" if one_host else "") + network_words(cond)  # _network: across which hosts, the machine
 
 
-def recommendation(comparisons: list[dict], cases: list[Case]) -> list[str]:
+def recommendation(comparisons: list[dict], cases: list[TrainingCase]) -> list[str]:
     """The choice the comparisons support, for each setting apart (machine, pinning, network: a page may hold runs
     made several ways, and one way's wins must not decide another's), then the startup sentence."""
     if not comparisons:
@@ -131,15 +131,15 @@ def recommendation(comparisons: list[dict], cases: list[Case]) -> list[str]:
         settings.setdefault(tuple(c["cond"].get(k) for k in SETTING), []).append(c)
     lines = []
     for key in sorted(settings, key=lambda k: (k[1] != "cores", str(k))):  # the pinned default first
-        said = choice(settings[key])
+        said = setting_recommendation(settings[key])
         if len(settings) > 1:
             said = [f"{setting_label(settings[key][0]['cond'])}: {said[0]}", *said[1:]]
         lines += said
     return lines + startup_sentence(cases)
 
 
-def choice(comparisons: list[dict]) -> list[str]:
-    """The wins, ties and single-launch comparisons of one setting, and the choice they support."""
+def setting_recommendation(comparisons: list[dict]) -> list[str]:
+    """The wins, ties and single-launch comparisons of one setting, and the choice of backend they support."""
     lines = []
     # At one worker nothing is distributed: those comparisons measure the wrappers' overhead only, so
     # the choice rests on the multi-worker cases when there are any.
@@ -178,7 +178,7 @@ def choice(comparisons: list[dict]) -> list[str]:
     return lines
 
 
-def startup_sentence(cases: list[Case]) -> list[str]:
+def startup_sentence(cases: list[TrainingCase]) -> list[str]:
     """Which primary backend reaches its first step sooner: every launch's launch-to-first-step time of the
     cases both ran (same conditions and world size), compared across launches like throughput."""
     both = {(tuple(c.cond.values()), c.world_size) for c in cases if c.backend == PRIMARY[0]} & \
@@ -206,7 +206,7 @@ def _estimate_cell(est: stats.Estimate | None) -> str:
     return f"{est.ratio:.1%} ({est.low:.1%} to {est.high:.1%})"
 
 
-def throughput_blocks(cases: list[Case]) -> list:
+def throughput_blocks(cases: list[TrainingCase]) -> list:
     """Per conditions: a row per backend and world size (the mean over launches), and a figure of
     throughput and scaling efficiency."""
     if not cases:
@@ -220,7 +220,7 @@ def throughput_blocks(cases: list[Case]) -> list:
                          "the interval and sd/mean are across launches, or over the windows of a single launch "
                          "where the case has one. Efficiency and vs plain loop are ratios of case means with "
                          "their interval across launches."], "note")]
-    by_cond: dict[tuple, list[Case]] = {}
+    by_cond: dict[tuple, list[TrainingCase]] = {}
     for c in cases:
         by_cond.setdefault(tuple(c.cond[k] for k in CONDITIONS), []).append(c)
     for key in sorted(by_cond, key=str):
@@ -262,11 +262,11 @@ def throughput_blocks(cases: list[Case]) -> list:
         fig.tight_layout()
         title = _cond_title(cond)
         blocks += [Heading(title), Table(columns, rows),
-                   Figure(f"throughput and scaling efficiency of {title}", figure_png(fig))]
+                   Plot(f"throughput and scaling efficiency of {title}", figure_png(fig))]
     return blocks
 
 
-def exposed_blocks(cases: list[Case]) -> list:
+def exposed_blocks(cases: list[TrainingCase]) -> list:
     """Step time against the plain loop's under the same conditions: the communication not hidden.
     Its share of the step is 1 - vs plain loop (step time is global batch / throughput), so it carries
     that ratio's interval across launches."""
@@ -303,10 +303,10 @@ def exposed_blocks(cases: list[Case]) -> list:
     columns = [left("workload"), left("backend"), right("world"), right("launches (+ plain)"), right("step ms"),
                right("plain loop step ms"), right("exposed communication ms"), right("share of the step"),
                right(ci)]
-    return [Table(columns, rows), Figure("exposed communication share", figure_png(fig))]
+    return [Table(columns, rows), Plot("exposed communication share", figure_png(fig))]
 
 
-def input_rows(cases: list[Case]) -> list[tuple[Case, float]]:
+def input_rows(cases: list[TrainingCase]) -> list[tuple[TrainingCase, float]]:
     """(case, median share of step time its workers waited for input) of the cases a DataLoader fed."""
     out = []
     for c in sorted(cases, key=lambda c: (c.cond["workload"], c.backend, c.world_size)):
@@ -316,7 +316,7 @@ def input_rows(cases: list[Case]) -> list[tuple[Case, float]]:
     return out
 
 
-def input_blocks(cases: list[Case]) -> tuple[list, list[str]]:
+def input_blocks(cases: list[TrainingCase]) -> tuple[list, list[str]]:
     """The input pipeline's cost where a DataLoader fed the run: a table and, for each case it limits, a
     sentence for the verdict (docs/method.md, "Input pipeline")."""
     rows = input_rows(cases)
@@ -337,7 +337,7 @@ def input_blocks(cases: list[Case]) -> tuple[list, list[str]]:
     return [Heading("Input pipeline"), Paragraph(note, "note"), Table(columns, table)], limited
 
 
-def startup_blocks(cases: list[Case]) -> list:
+def startup_blocks(cases: list[TrainingCase]) -> list:
     if not cases:
         return [Paragraph("No successful training run in this selection.")]
     rows = []
@@ -356,22 +356,22 @@ def startup_blocks(cases: list[Case]) -> list:
 
 def launcher_phases(ups: list) -> str:
     """Each start-up phase the launcher reported, in its order, as the median over the launches that have it."""
-    names = list(dict.fromkeys(name for u in ups for name in u.launcher_phases))
-    return ", ".join(f"{name} {statistics.median(u.launcher_phases[name] for u in ups if name in u.launcher_phases):.2f}"
-                     for name in names) or "-"
+    phases = list(dict.fromkeys(phase for u in ups for phase in u.launcher_phases))
+    return ", ".join(f"{phase} {statistics.median(u.launcher_phases[phase] for u in ups if phase in u.launcher_phases):.2f}"
+                     for phase in phases) or "-"
 
 
 # ---------------------------------------------------------------- across shaped links
-def _link(case: Case) -> tuple[float, str]:
+def _link(case: TrainingCase) -> tuple[float, str]:
     """(bytes/s, label) of the link a case's hosts were shaped to; an unshaped link sorts last."""
     link = case.latest.spec.link
     return (link["rate_bytes_per_s"], link["rate"] + (f" {link['delay']}" if link["delay"] else "")) if link \
         else (math.inf, "unlimited")
 
 
-def link_groups(cases: list[Case]) -> dict[tuple, list[Case]]:
+def link_groups(cases: list[TrainingCase]) -> dict[tuple, list[TrainingCase]]:
     """Cases across hosts under the same conditions but for the link, where two or more links were measured."""
-    groups: dict[tuple, list[Case]] = {}
+    groups: dict[tuple, list[TrainingCase]] = {}
     for c in cases:
         if c.latest.spec.hosts:
             key = (*(c.cond[k] for k in CONDITIONS if k != "network"), len(c.latest.spec.hosts))
@@ -379,12 +379,12 @@ def link_groups(cases: list[Case]) -> dict[tuple, list[Case]]:
     return {k: g for k, g in groups.items() if len({_link(c) for c in g}) >= 2}
 
 
-def link_verdicts(group: list[Case]) -> tuple[list[tuple[str, dict | None]], str]:
+def link_verdicts(group: list[TrainingCase]) -> tuple[list[tuple[str, dict | None]], str]:
     """The primary pair at the largest world size, link by link from the slowest: [(link, difference or None)],
     and the sentence saying at which link, if any, the verdict changes."""
     first, second = PRIMARY
     top = max(c.world_size for c in group)
-    at: dict[tuple, dict[str, Case]] = {}
+    at: dict[tuple, dict[str, TrainingCase]] = {}
     for c in group:
         if c.world_size == top:
             at.setdefault(_link(c), {})[c.backend] = c
@@ -415,7 +415,7 @@ def _standing(d: dict | None) -> str:
     return "significant" if d["significant"] else f"not significant (could detect ±{d['resolution']:.0%})"
 
 
-def link_blocks(cases: list[Case]) -> tuple[list, list[str]]:
+def link_blocks(cases: list[TrainingCase]) -> tuple[list, list[str]]:
     """Throughput and efficiency against the link per backend, and where the verdict changes (with the
     sentences for the verdict)."""
     groups = link_groups(cases)
@@ -463,7 +463,7 @@ def link_blocks(cases: list[Case]) -> tuple[list, list[str]]:
                    Table([left("link"), left("ahead"), right("by"), left("across launches")], verdict_rows),
                    Table([left("link"), left("backend"), right("world"), right("launches"), right("samples/s"),
                           right("efficiency")], rows),
-                   Figure(f"throughput and efficiency against the link, {title}", figure_png(fig))]
+                   Plot(f"throughput and efficiency against the link, {title}", figure_png(fig))]
     return blocks, sentences
 
 

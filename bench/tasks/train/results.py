@@ -4,7 +4,9 @@ regression gate compares (bench.results.gate).
 
 Every comparison is a test across launches (docs/method.md, "Replication"): each launch contributes its mean over
 windows; two cases are compared by the ratio of their geometric means with a Welch t interval on the log scale
-(bench.core.stats.ratio_of_cases). Windows describe one launch and never decide a comparison.
+(bench.core.stats.ratio_of_cases). Windows describe one launch and never decide a comparison. The gate's vs_plain
+and efficiency figures are the same ratios of the same launch values (bench.results.figures.Figure.estimate), so
+where the gate and the page take the same launches they state the same figure.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ from bench.core import stats
 from bench.core.registry import PLAIN_LOOP, PRIMARY
 from bench.core.spec import pinned_words
 from bench.results.frame import CONDITIONS, blank_single_machine, latest_launches
-from bench.results.gate import Figure, case_of, group_runs, not_ok_entry
+from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
+
+
+def launch_throughput(rec) -> float:
+    """What one launch contributes to a comparison across launches: its mean throughput over windows."""
+    return rec.metrics.throughput.mean
 
 
 def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
     """throughput, vs_plain (over N x the plain loop's) and efficiency (over N x its own at one
     worker) of each backend, workload and world size (docs/method.md, "Regression gate")."""
     def value(rec, per_window):
-        windows = rec.metrics.throughput.per_window
-        return windows if per_window else sum(windows) / len(windows)
+        return rec.metrics.throughput.per_window if per_window else launch_throughput(rec)
 
     runs, ok = group_runs(records, lambda r: (r.spec.backend, r.spec.workload, r.spec.world_size))
     out, not_ok = {}, {}
@@ -48,7 +54,7 @@ def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
 
 
 @dataclass
-class Case:
+class TrainingCase:
     """The ok launches of one backend and world size under one set of conditions, from its latest sweep
     (or, for runs made outside a sweep, its latest run)."""
     cond: dict
@@ -61,8 +67,8 @@ class Case:
 
     @property
     def values(self) -> list[float]:
-        """One throughput per launch: its mean over windows."""
-        return [r.metrics.throughput.mean for r in self.records]
+        """One throughput per launch (launch_throughput)."""
+        return [launch_throughput(r) for r in self.records]
 
     @property
     def launches(self) -> int:
@@ -111,12 +117,12 @@ class Case:
         return ", ".join(r.run_id for r in self.records)
 
 
-def replicated_cases(ok) -> list[Case]:
+def replicated_cases(ok) -> list[TrainingCase]:
     """Every (conditions, backend, world size) of the ok runs with a throughput: the launches of its latest
     sweep, with vs-plain and efficiency estimated across launches."""
     ok = ok[ok["throughput"].notna()]
     ok = blank_single_machine(ok)
-    cases = {key: Case(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
+    cases = {key: TrainingCase(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
              for key, records in latest_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()}
     for key, case in cases.items():
         cond_key = key[:len(CONDITIONS)]
@@ -136,7 +142,7 @@ def network_words(cond: dict) -> str:
     return where + (f", on {cond['hardware']}" if cond.get("hardware") else "")
 
 
-def difference(a: Case, b: Case) -> dict:
+def difference(a: TrainingCase, b: TrainingCase) -> dict:
     """a against b across launches: the faster one, by how much (and its interval, as faster/slower - 1),
     whether that is significant, and the smallest difference this comparison could have detected."""
     est = stats.ratio_of_cases([a.values], [b.values])
@@ -154,7 +160,7 @@ def comparisons(frame) -> dict[str, stats.Estimate]:
     ok = frame[frame["status"] == "ok"]
     cases = replicated_cases(ok) if not ok.empty else []
     out: dict[str, stats.Estimate] = {}
-    by_place: dict[str, dict[str, Case]] = {}
+    by_place: dict[str, dict[str, TrainingCase]] = {}
     for c in cases:
         where = (f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
                  f"{pinned_words(c.cond.get('cpu_bind'))}{network_words(c.cond)}")

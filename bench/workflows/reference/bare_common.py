@@ -117,7 +117,7 @@ def train_figure(args, rank: int, world: int, device: torch.device, barrier, pre
     return {"throughput": batch * world * steps / (time.perf_counter() - t0)}
 
 
-def finish(figure: dict, rank: int, shutdown) -> None:
+def print_figure_and_leave(figure: dict, rank: int, shutdown) -> None:
     """Rank 0 prints the figure, one JSON line (what bench selfcheck reads); then the backend shuts down and the
     process leaves."""
     if rank == 0:

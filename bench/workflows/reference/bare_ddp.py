@@ -35,4 +35,4 @@ if a.allreduce:
     out = bare_common.allreduce_figure(a, world, device, dist.all_reduce, dist.barrier)
 else:
     out = bare_common.train_figure(a, rank, world, device, dist.barrier, wrap)
-bare_common.finish(out, rank, dist.destroy_process_group)
+bare_common.print_figure_and_leave(out, rank, dist.destroy_process_group)

@@ -45,4 +45,4 @@ if a.allreduce:
 else:
     out = bare_common.train_figure(a, rank, world, device, hvd.barrier, lambda model: model.to(device),
                                    distributed_optimizer)
-bare_common.finish(out, rank, hvd.shutdown)
+bare_common.print_figure_and_leave(out, rank, hvd.shutdown)
