@@ -10,14 +10,15 @@ import gzip
 import json
 import os
 import struct
+import sys
 
 import numpy as np
 import pytest
-from test_cli_errors import assert_one_line_error
 
 import bench.cli
 from bench.cli.options import LONG_PATH
 from conftest import ROOT, bench_in_process
+from test_cli_errors import assert_one_line_error
 
 BASELINE = ROOT / "results" / "baselines" / "cpu-gloo.json"
 # What a verb needs before it reads its other options (a bad --store of `compare` is found once it has a
@@ -83,8 +84,14 @@ def nothing_runs(monkeypatch, tmp_path):
     def launched(*args, **kwargs):
         raise AssertionError("bad input launched something")
 
-    for module, name in ((bench.harness.runner, "execute"), (bench.harness.supervisor, "supervise"), (bench.harness.supervisor, "launch"),
-                         (bench.results.hot_paths, "run_hot_paths")):
+    # every name the launching functions are bound to, in every module that imported them
+    originals = (bench.harness.runner.execute, bench.harness.supervisor.supervise, bench.harness.supervisor.launch,
+                 bench.results.hot_paths.run_hot_paths)
+    bound = [(module, name) for module in list(sys.modules.values())
+             if getattr(module, "__name__", "").startswith("bench") for name, value in vars(module).items()
+             if any(value is original for original in originals)]
+    assert len(bound) >= len(originals)
+    for module, name in bound:
         monkeypatch.setattr(module, name, launched)
     monkeypatch.setenv("BENCH_STORE", str(tmp_path / "results" / "bench.sqlite"))
     monkeypatch.chdir(ROOT)  # the committed baseline at its default path

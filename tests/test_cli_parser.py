@@ -11,7 +11,7 @@ import pytest
 
 import bench.workflows.regress
 from bench.cli import build_parser, options
-from bench.cli.common import names
+from bench.cli.common import comma_list
 from bench.core.errors import UsageError
 from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
@@ -208,7 +208,7 @@ def test_the_regression_matrix_command_line_means_the_matrix():
     assert argv[:2] == ["bench", "sweep"]
     args = build_parser().parse_args(argv[1:])
     assert args.nproc == m["nproc"] and args.world_sizes == m["world_sizes"] and args.windows == m["windows"]
-    assert names(args.workload) == m["workloads"] and args.max_bytes == parse_bytes(m["comm_max_bytes"])
+    assert comma_list(args.workload) == m["workloads"] and args.max_bytes == parse_bytes(m["comm_max_bytes"])
     assert args.warmup_steps == m["warmup_steps"]
     # the matrix is the default sweep: a default sweep of a 2-core machine can serve as a baseline
     default = build_parser().parse_args(["sweep"])

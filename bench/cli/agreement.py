@@ -4,7 +4,7 @@ each sweep on its own; exit 1 when two sweeps contradict each other."""
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import names, open_store, print_json
+from bench.cli.common import comma_list, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.results.agreement import agreement, format_agreement
 
@@ -25,7 +25,7 @@ def cmd(args) -> int:
     for rec in store.records():
         if rec.spec.sweep_id:
             sweeps.setdefault(rec.spec.sweep_id, []).append(rec)
-    wanted = names(args.sweeps)
+    wanted = comma_list(args.sweeps)
     if wanted:
         missing = [s for s in wanted if s not in sweeps]
         if missing:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import (cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit,
+from bench.cli.common import (cluster_of, comm_options, comma_list, open_store, print_json, spec_options, status_exit,
                               world_of)
 from bench.core.registry import COMPARED
 from bench.harness.runner import run_specs
@@ -26,7 +26,7 @@ def add_parser(verbs) -> None:
 def cmd(args) -> int:
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)
-    backends = list(COMPARED) if args.backend == ALL else names(args.backend)
+    backends = list(COMPARED) if args.backend == ALL else comma_list(args.backend)
     specs = comm_specs(backends, device, [world], comm=comm_options(args),
                        options={**spec_options(args, backends), "cluster": cluster})
     records = run_specs(specs, open_store(args.store, runs=True), "bench allreduce", show_progress=True,

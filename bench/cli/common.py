@@ -132,7 +132,7 @@ def comm_options(args) -> dict:
     return resolve({k: getattr(args, k) for k in COMM_KEYS})
 
 
-def names(text: str | None) -> list[str] | None:
+def comma_list(text: str | None) -> list[str] | None:
     """A comma-separated list of names, or None when not given."""
     return [name for name in text.split(",") if name] if text else None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import names, open_store, print_json, spec_options, status_exit, world_of
+from bench.cli.common import comma_list, open_store, print_json, spec_options, status_exit, world_of
 from bench.core.console import note
 from bench.core.registry import COMPARED
 from bench.core.spec import default_threads
@@ -62,7 +62,7 @@ def cmd(args) -> int:
     if args.report:
         output_path(args.report)  # before the runs, not after them
     device, world = world_of(args, None)
-    backends = list(COMPARED) if args.backend == ALL else names(args.backend)
+    backends = list(COMPARED) if args.backend == ALL else comma_list(args.backend)
     train = spec_options(args, backends)
     sizes = args.world_sizes or [world]
     # one thread count for every world size, so sizes differ only in their number of workers (as in a sweep)

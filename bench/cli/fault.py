@@ -8,7 +8,8 @@ from bench.cli.common import cluster_of, run_one, spec_options, world_of
 from bench.core.errors import UsageError
 from bench.core.registry import elastic_backends
 from bench.core.spec import resolve_device
-from bench.tasks.fault.spec import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, SIGNALS, build_spec, check_scenario_hosts
+from bench.tasks.fault.spec import (AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, SIGNALS, build_spec,
+                                    check_scenario_hosts)
 
 
 def _per_workload(windows: float) -> str:

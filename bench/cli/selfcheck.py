@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import names, spec_options
+from bench.cli.common import spec_options
 from bench.core.spec import resolve_device
 from bench.workflows.reference import BARE_LOOPS
 from bench.workflows.selfcheck import (DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS, choose_backends, plan, selfcheck,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import (cluster_of, comm_options, names, open_store, print_json, spec_options, status_exit,
+from bench.cli.common import (cluster_of, comm_options, comma_list, open_store, print_json, spec_options, status_exit,
                               world_of)
 from bench.core.console import note
 from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
@@ -52,13 +52,13 @@ def cmd(args) -> int:
     cluster = cluster_of(args)
     device, limit = world_of(args, cluster)
     # a sweep's launches are short; its replicates are launches (bench.workflows.plan.SWEEP_DEFAULTS)
-    backends = None if args.backend == "all" else names(args.backend) or "primary"
+    backends = None if args.backend == "all" else comma_list(args.backend) or "primary"
     running = None if backends is None else \
         [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
     spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | \
         {"cluster": cluster}
     _, records = run_benchmark_sweep(store, "bench sweep", backends=backends,
-                           workloads=names(args.workload) or list(WORKLOADS), device=device,
+                           workloads=comma_list(args.workload) or list(WORKLOADS), device=device,
                            world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,
                            comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
                            repeats=args.repeats)
