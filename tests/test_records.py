@@ -185,3 +185,24 @@ def test_the_frame_of_upgraded_records_names_each_case(v1_store):
     assert by_task["train"]["throughput"].notna().all() and by_task["fault"]["throughput"].isna().all()
     ok_faults = by_task["fault"][by_task["fault"]["status"] == "ok"]
     assert ok_faults["recovery_s"].notna().all()
+
+
+def test_a_status_is_one_of_the_statuses_and_is_stored_as_its_word(tmp_path):
+    """RunStatus: a record made with a word holds the member; its JSON, the store and the frame hold the word; an
+    unknown word is refused wherever it comes from."""
+    from bench.core.records import RunStatus
+
+    rec = train_record(run_id="s1", status="crashed")
+    assert rec.status is RunStatus.CRASHED and not rec.ok
+    data = json.loads(json.dumps(rec.to_dict()))
+    assert data["status"] == "crashed" and RunRecord.from_dict(data).status is RunStatus.CRASHED
+    assert f"{rec.status}!" == "crashed!" and str(RunStatus.OK) == "ok"
+    store = Store(tmp_path / "s.sqlite")
+    store.save(rec)
+    assert sqlite3.connect(store.path).execute("SELECT status FROM runs").fetchone() == ("crashed",)
+    frame = records_to_frame(store.records())
+    assert list(frame["status"] == RunStatus.CRASHED) == [True] and list(frame["status"] == "crashed") == [True]
+    with pytest.raises(RecordError, match="'exploded' is not one of 'ok', 'failed'"):
+        RunRecord.from_dict({**data, "status": "exploded"})
+    with pytest.raises(ValueError):
+        train_record(run_id="s2", status="exploded")

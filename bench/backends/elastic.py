@@ -9,7 +9,6 @@ from datetime import timedelta
 from bench.backends.base import Backend, BackendOption, CheckpointRestart, ElasticMode, ProcessGroup, rank_row
 from bench.backends.torchrun import TorchrunLauncher, agent_command, agent_observations, agents_on_hosts, free_port
 
-
 # DDP's bucket size, one option of every backend whose data parallelism is DDP (elastic, ray): one flag
 DDP_BUCKET = BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of Horovod's "
                            "fusion threshold)", float, invalid=("0", "-1", "nan", "x"))

@@ -13,6 +13,7 @@ from bench.cluster.hosts import check_hosts, parse_link, shape_links, unshape_li
 from bench.core.console import note
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.core.hostlist import Host
+from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, get_backend, get_task
 from bench.core.spec import resolve_device
 from bench.core.store import Store
@@ -148,9 +149,9 @@ def open_store(path: str | None, runs: bool = False):
 
 
 def status_exit(statuses: list[str]) -> int:
-    if "interrupted" in statuses:
+    if RunStatus.INTERRUPTED in statuses:
         return EXIT_INTERRUPTED
-    return EXIT_OK if all(s == "ok" for s in statuses) else EXIT_RUN_FAILED
+    return EXIT_OK if all(s == RunStatus.OK for s in statuses) else EXIT_RUN_FAILED
 
 
 def print_json(value) -> None:

@@ -5,6 +5,7 @@ silently dropped."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 
@@ -21,6 +22,8 @@ def to_json(obj):
         return [to_json(v) for v in obj]
     if isinstance(obj, dict):
         return {k: to_json(v) for k, v in obj.items()}
+    if isinstance(obj, enum.Enum):
+        return obj.value
     return obj
 
 
@@ -41,6 +44,11 @@ def from_json(tp, value, where: str = "record"):
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is typing.Any or tp is object:
         return value
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise RecordError(f"{where}: {value!r} is not one of {', '.join(repr(m.value) for m in tp)}") from None
     if tp in PLAIN:
         if not isinstance(value, PLAIN[tp]) or (isinstance(value, bool) and tp is not bool):
             raise RecordError(f"{where}: expected {tp.__name__}, found {type(value).__name__}")

@@ -10,6 +10,7 @@ missing fields are an error (`RecordError`), never silently dropped.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import typing
 from dataclasses import dataclass, field
 
@@ -18,6 +19,22 @@ from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
 SCHEMA_VERSION = 5  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+
+
+class RunStatus(str, enum.Enum):
+    """How a run ended (docs/method.md, "Status of a run"); stored as its value. A str, so that a status read from
+    a store or a frame compares and prints as its word."""
+    OK = "ok"
+    FAILED = "failed"  # the launcher failed with no rank to blame, a rank produced no result, or a check failed
+    TIMEOUT = "timeout"  # the deadline (or a Slurm time limit) ended it
+    CRASHED = "crashed"  # a rank exited non-zero or by a signal the harness did not send
+    INTERRUPTED = "interrupted"  # the user (Ctrl-C, SIGTERM, scancel) ended it
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 # ---------------------------------------------------------------- parts every record shares
@@ -114,7 +131,7 @@ class RunRecord(Record):
     run_id: str
     created_at: float
     duration_s: float
-    status: str  # ok, failed, timeout, crashed, interrupted
+    status: RunStatus
     error: RunError | None
     spec: typing.Any  # bench.core.spec.RunSpec
     command: list[str]
@@ -125,13 +142,16 @@ class RunRecord(Record):
     run_dir: str
     launch: dict = field(default_factory=dict)  # what the launcher chose at run time (ports, hosts files)
 
+    def __post_init__(self):
+        self.status = RunStatus(self.status)  # a word is checked and typed here, wherever the record was made
+
     @property
     def task(self):
         return get_task(self.spec.task)
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status is RunStatus.OK
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunRecord":

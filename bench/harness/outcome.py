@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from bench.core.records import SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, Startup
+from bench.core.records import SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, RunStatus, Startup
 from bench.core.registry import get_backend
 from bench.core.rundir import RunDir, tail
 
@@ -104,14 +104,14 @@ def workers_and_others(results: dict[int, RankResult]) -> tuple[dict[int, RankRe
     return workers, {r: res for r, res in results.items() if r not in workers}
 
 
-def process_status(spec, run_dir: RunDir, outcome) -> tuple[str, RunError | None]:
+def process_status(spec, run_dir: RunDir, outcome) -> tuple[RunStatus, RunError | None]:
     """The status of a run whose processes must all end cleanly (the module's rules)."""
     cause = _root_cause(run_dir.latest("exit"), run_dir.latest("error"))
     results = run_dir.latest("result")
     missing = [r for r in range(spec.processes) if r not in results]
     if outcome.ending in ("interrupted", "timeout"):
         what = outcome.interruption() if outcome.ending == "interrupted" else outcome.deadline(spec.timeout)
-        return outcome.ending, RunError(message=what, ranks=_rank_states(run_dir, spec.processes),
+        return RunStatus(outcome.ending), RunError(message=what, ranks=_rank_states(run_dir, spec.processes),
                                         tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
     if cause is not None:
         vanished = cause.pop("vanished")
@@ -125,15 +125,15 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[str, RunError | None
                        f"{cause['exception_message']} (exited with {how})")
         else:
             message = f"{_process_name(spec, run_dir, cause['rank'])} ended with {how}"
-        return "crashed", RunError(message=message, **cause)
+        return RunStatus.CRASHED, RunError(message=message, **cause)
     if outcome.returncode != 0:
         said = tail(run_dir.launcher_log)
         last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "")
-        return "failed", RunError(message=f"launcher exited with {outcome.returncode} and no rank failed"
+        return RunStatus.FAILED, RunError(message=f"launcher exited with {outcome.returncode} and no rank failed"
                                           + (f"; its last line: {last[:200]}" if last else ""), tail=said)
     if missing:
-        return "failed", RunError(message=f"rank(s) {missing} produced no result", tail=tail(run_dir.launcher_log))
-    return "ok", None
+        return RunStatus.FAILED, RunError(message=f"rank(s) {missing} produced no result", tail=tail(run_dir.launcher_log))
+    return RunStatus.OK, None
 
 
 def joined_rank_map(run_dir: RunDir) -> list:

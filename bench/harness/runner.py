@@ -13,7 +13,7 @@ from bench.cluster.slurm import signal_judged
 from bench.core.console import format_duration, note
 from bench.core.environment import PROJECT_ROOT, fingerprint
 from bench.core.errors import Interrupted, RecordNotStored, StoreError
-from bench.core.records import RunRecord
+from bench.core.records import RunRecord, RunStatus
 from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir, write_json_atomic
 from bench.core.spec import RunSpec
@@ -142,10 +142,10 @@ def run_specs(specs: list, store, title: str, show_progress: bool = False, on_re
         note(f"{head}: {record.task.one_line(record)}{clock}")
         if on_record is not None:
             on_record(record)
-        if record.status == "interrupted" or signal_judged():  # (a Slurm time limit stores `timeout`)
+        if record.status == RunStatus.INTERRUPTED or signal_judged():  # (a Slurm time limit stores `timeout`)
             note(f"{title}: interrupted; {n - i} run(s) not started")
             break
-    failed = sum(r.status != "ok" for r in records)
+    failed = sum(r.status != RunStatus.OK for r in records)
     note(f"{title}: {len(records) - failed} ok, {failed} not ok in {format_duration(time.monotonic() - started)}; "
          f"`bench list --store {store.path}` shows them")
     return records

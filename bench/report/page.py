@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.core import stats
 from bench.core.errors import StoreError, UsageError
+from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY, all_tasks, task_part
 from bench.core.rundir import write_atomic
 from bench.core.store import check_folder_writable
@@ -110,7 +111,7 @@ def host_map_panels(frame) -> list[dict]:
     """The latest run across hosts of each backend and task, one panel per phase (before and after a fault):
     {"title", "hosts": every host of the run, "rows": its rank rows in that phase}."""
     chosen: dict[tuple, object] = {}
-    for r in sorted(frame.itertuples(), key=lambda r: (r.status == "ok", r.created_at)):  # the latest ok run wins
+    for r in sorted(frame.itertuples(), key=lambda r: (r.status == RunStatus.OK, r.created_at)):  # the latest ok run wins
         if len({x.host for x in r.record.rank_map}) > 1:
             chosen[(r.backend, r.task)] = r.record
     panels = []
@@ -196,7 +197,7 @@ def environment_section(records: list) -> Section:
 def failed_section(frame, parts: list[ReportPart]) -> Section:
     """Runs that did not end ok (with their error and its output), then results too noisy to trust."""
     failed = []
-    for r in frame[frame["status"] != "ok"].itertuples():
+    for r in frame[frame["status"] != RunStatus.OK].itertuples():
         err = r.record.error
         failed.append([r.run_id, Cell(r.status, "bad"), f"{_case(r.record)} ({r.device})",
                        Cell(err.message, pre=err.tail or "") if err else ""])
@@ -245,7 +246,7 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
     sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
     return _template().render(
         store=store_label, where=" ".join(where or []), n_runs=len(frame),
-        n_ok=int((frame["status"] == "ok").sum()), hardware=_hardware(shown),
+        n_ok=int((frame["status"] == RunStatus.OK).sum()), hardware=_hardware(shown),
         written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), sections=sections)
 
 

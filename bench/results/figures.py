@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from bench.core.records import RunStatus
 from bench.core.registry import task_part
 from bench.core.stats import Estimate, ratio_of_cases
 
@@ -79,7 +80,7 @@ def group_runs(records: list, key) -> tuple[dict, dict]:
     runs: dict = {}
     for rec in sorted(records, key=lambda r: r.created_at):
         runs.setdefault(key(rec), []).append(rec)
-    return runs, {k: [r for r in rs if r.status == "ok"] for k, rs in runs.items()}
+    return runs, {k: [r for r in rs if r.status == RunStatus.OK] for k, rs in runs.items()}
 
 
 def not_ok_entry(runs: list) -> dict:

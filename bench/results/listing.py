@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from bench.core.records import RunStatus
+
 
 def runs_table(frame) -> str:
     """`bench list`: one line per stored run; the result column is the run's task's (Task.list_figure)."""
     rows = [("run", "when (UTC)", "status", "backend", "case", "world", "device", "batch", "threads", "result")]
     for _, r in frame.iterrows():
         rec = r["record"]
-        status = r["status"] if r["status"] == "ok" else f"{r['status']}!"
+        status = r["status"] if r["status"] == RunStatus.OK else f"{r['status']}!"
         rows.append((r["run_id"], r["created_at"].strftime("%Y-%m-%d %H:%M:%S"), status, r["backend"],
                      r["case"], str(r["world_size"]), r["device"], str(r["batch_size"]), str(r["threads"]),
                      rec.task.list_figure(rec)))

@@ -20,6 +20,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable
 
+from bench.core.records import RunStatus
+
 
 @dataclass
 class Launch:
@@ -38,11 +40,14 @@ class Launch:
 class Conclusion:
     """What a task makes of a finished run."""
 
-    status: str
+    status: RunStatus
     error: object | None  # bench.core.records.RunError
     metrics: object | None  # the task's metrics_type
     rank_map: list
     events: list[dict] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.status = RunStatus(self.status)
 
 
 class Task(ABC):

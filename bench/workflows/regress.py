@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.core.environment import calibrate
 from bench.core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
+from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, get_backend
 from bench.core.spec import resolve_device
 from bench.core.store import check_folder_writable, os_reason
@@ -136,7 +137,7 @@ def confirm_failures(records: list, rows: list[dict], store, title: str) -> list
     print(f"{title}: confirming {len(failing)} failing metric(s): {len(cases)} case(s) run again",
           file=sys.stderr, flush=True)
     again = run_specs(plan, store, f"{title} (again)")
-    if any(r.status == "interrupted" for r in again):
+    if any(r.status == RunStatus.INTERRUPTED for r in again):
         raise Interrupted()
     return records + again
 
@@ -170,7 +171,7 @@ def baseline(store, folder: str, *, repeats: int = BASELINE_REPEATS, timeout: fl
     else:
         sweep_id, records = run_matrix(store, "bench baseline", repeats, timeout=timeout)
         matrix = regress_command(repeats, timeout)
-    not_ok = [r for r in records if r.status != "ok"]
+    not_ok = [r for r in records if r.status != RunStatus.OK]
     if not_ok:
         print(f"bench baseline: {len(not_ok)} run(s) not ok "
               f"({', '.join(r.spec.backend + ' ' + r.status for r in not_ok)}); "
@@ -192,7 +193,7 @@ def regress(store, folder: str, *, repeats: int = REGRESS_REPEATS, inject_delay:
     if hot_paths and not os.path.isfile(hot_file):
         raise UsageError(f"{hot_file} does not exist; make it with `bench baseline` (or pass --no-hot-paths)")
     _, records = run_matrix(store, "bench regress", repeats, inject_delay=inject_delay, timeout=timeout)
-    if any(r.status == "interrupted" for r in records):
+    if any(r.status == RunStatus.INTERRUPTED for r in records):
         return EXIT_INTERRUPTED
     out = sys.stderr if as_json else None
     machine = this_host(records)

@@ -23,6 +23,7 @@ from typing import Callable
 
 from bench.core.console import format_duration, note
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
+from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, COMPARED, get_backend
 from bench.core.spec import pinned_words
 from bench.core.stats import CONFIDENCE, MIN_LAUNCHES, geometric_mean, ratio_of_pairs, t_quantile
@@ -226,7 +227,7 @@ def suite_launch(spec, store, pick: Callable) -> Callable[[], float]:
     """The suite's side: the spec executed and stored exactly as `bench run` / `bench allreduce` do."""
     def launch() -> float:
         record = execute(spec, store, show_progress=False)
-        if record.status == "interrupted":
+        if record.status == RunStatus.INTERRUPTED:
             raise Interrupted()
         if not record.ok:
             raise LaunchFailed(f"suite run {record.run_id} ended {record.status}: "

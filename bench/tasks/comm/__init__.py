@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bench.core.codec import Record, decode
 from bench.core.errors import UsageError
-from bench.core.records import RunError, Startup
+from bench.core.records import RunError, RunStatus, Startup
 from bench.core.registry import get_backend
 from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, resolve_cpu_bind
 from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
@@ -127,11 +127,11 @@ class CommTask(Task):
     def conclude(self, spec, run_dir, outcome, before):
         status, error = process_status(spec, run_dir, outcome)
         metrics = None
-        if status == "ok":
+        if status == RunStatus.OK:
             metrics = comm_metrics(spec, read_results(run_dir), outcome.launched_at, (before or {}).get("ceiling"),
                                    run_dir)
             if metrics.wrong:
-                status = "failed"
+                status = RunStatus.FAILED
                 error = RunError(message=f"{metrics.wrong} wrong elements: a collective returned wrong results")
         return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
 

@@ -4,6 +4,7 @@ and which primary backend's allreduce reached the higher peak bus bandwidth."""
 
 from __future__ import annotations
 
+from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.core.spec import placement_text
 from bench.core.stats import ratio_of_cases
@@ -116,7 +117,7 @@ def method() -> list:
 
 def report_part(frame, context) -> ReportPart:
     """The communication sweeps' part of the page (`frame`: this task's runs only)."""
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[frame["status"] == RunStatus.OK]
     if ok.empty:
         blocks = [Paragraph(["No communication sweep in this selection (", code("bench allreduce"), ", or a ",
                              code("bench sweep"), " without ", code("--no-comm"), ", records one)."])]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from bench.cluster.netcut import heal
 from bench.core.codec import Record, decode
-from bench.core.records import RankRow, RunError, v1_rank_row
+from bench.core.records import RankRow, RunError, RunStatus, v1_rank_row
 from bench.core.registry import get_backend
 from bench.core.rundir import tail
 from bench.harness.supervisor import launch
@@ -126,7 +126,7 @@ class FaultTask(Task):
         observed = get_backend(spec.backend).elastic.observations(run_dir)
         metrics = decode(FaultMetrics, fault_metrics(spec, run_dir, outcome, observed), "fault metrics")
         status, message = fault_status(spec, metrics, outcome)
-        error = None if status == "ok" else RunError(
+        error = None if status == RunStatus.OK else RunError(
             message=message, tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
         rank_map = [dataclasses.replace(r, phase=phase) for phase, rows in
                     (("before", metrics.rank_map_before), ("after", metrics.rank_map_after)) for r in rows or []]

@@ -4,9 +4,9 @@ map before and after, and the run's status."""
 
 from __future__ import annotations
 
+from bench.core.records import RunStatus
+
 TIMELINE_BINS = 80
-
-
 MIN_BIN_S = 0.05
 
 
@@ -139,34 +139,34 @@ def _detection(lines: list[dict], launcher_saw: list[tuple[float, str]], t: floa
     return min(candidates) if candidates else None
 
 
-def fault_status(spec, metrics, outcome) -> tuple[str, str | None]:
+def fault_status(spec, metrics, outcome) -> tuple[RunStatus, str | None]:
     """ok: trained to the last step after the fault; failed: the launcher gave up (restarts exhausted, too
     few workers); timeout: the deadline, or no step within --recovery-timeout of the fault (a hang)."""
     f = spec.fault
     if outcome.ending == "interrupted":
-        return "interrupted", outcome.interruption()
+        return RunStatus.INTERRUPTED, outcome.interruption()
     if outcome.ending == "hung":
-        return "timeout", (f"hung: no training step within {f['recovery_timeout']:g} s of the fault"
+        return RunStatus.TIMEOUT, (f"hung: no training step within {f['recovery_timeout']:g} s of the fault"
                            + (f"; the fault was noticed after {metrics.detection_s:.2f} s ({metrics.detected_by})"
                               if metrics.detection_s is not None else "; nothing noticed it"))
     if outcome.ending == "timeout":
-        return "timeout", outcome.deadline(spec.timeout)
+        return RunStatus.TIMEOUT, outcome.deadline(spec.timeout)
     if metrics.fault is None:
-        return "failed", (f"the launcher exited {outcome.returncode} before the fault was injected "
+        return RunStatus.FAILED, (f"the launcher exited {outcome.returncode} before the fault was injected "
                           f"(no rank reached step {f['at_step']})")
     if metrics.fault.get("delivered") is False:
-        return "failed", "the fault could not be delivered" + (f" ({metrics.fault['why_not']})"
+        return RunStatus.FAILED, "the fault could not be delivered" + (f" ({metrics.fault['why_not']})"
                                                                if metrics.fault.get("why_not") else "")
     if outcome.returncode != 0:
-        return "failed", (f"the launcher exited {outcome.returncode} after the fault: it gave up "
+        return RunStatus.FAILED, (f"the launcher exited {outcome.returncode} after the fault: it gave up "
                           f"(restarts or resets allowed: {f['max_restarts']}, used {metrics.restarts or metrics.resets})")
     if metrics.recovery_s is None:
-        return "failed", "no training step completed after the fault, yet the launcher exited 0"
+        return RunStatus.FAILED, "no training step completed after the fault, yet the launcher exited 0"
     if f["scenario"] == "join" and not (metrics.world_after or 0) > (metrics.world_before or 0):
-        return "failed", (f"the joining worker never trained with the others (world size stayed "
+        return RunStatus.FAILED, (f"the joining worker never trained with the others (world size stayed "
                           f"{metrics.world_before} for {f['recovery_timeout']:g} s)")
     if metrics.steps_completed < f["total_steps"]:
-        return "failed", f"the launcher exited 0 but training stopped at step {metrics.steps_completed} of {f['total_steps']}"
+        return RunStatus.FAILED, f"the launcher exited 0 but training stopped at step {metrics.steps_completed} of {f['total_steps']}"
     if any(not c["equal"] for c in metrics.resume_checks):
-        return "failed", "a process resumed from parameters that differ from the committed ones"
-    return "ok", None
+        return RunStatus.FAILED, "a process resumed from parameters that differ from the committed ones"
+    return RunStatus.OK, None

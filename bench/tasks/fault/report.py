@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from statistics import median
 
+from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.report.sections import (Cell, Paragraph, Plot, ReportPart, Section, Table, code, figure_png, fmt, left,
                                    pyplot, right)
@@ -34,7 +35,7 @@ def run_row(r) -> list:
     return [r.case, r.backend, f"step {f.fault['step']}" if f.fault else "not injected",
             fmt(f.world_before, "d"), fmt(f.world_after, "d"), fmt(f.detection_s, ".2f"), fmt(f.recovery_s, ".2f"),
             fmt(f.join_contributes_s, ".2f"), fmt(f.steps_redone, "d"), f"{f.restarts or 0} / {f.resets or 0}",
-            fmt(f.ended_after_fault_s, ".1f"), Cell(status, "" if r.status == "ok" else "warn"), r.run_id]
+            fmt(f.ended_after_fault_s, ".1f"), Cell(status, "" if r.status == RunStatus.OK else "warn"), r.run_id]
 
 
 def case_sentence(case: str, by_backend: dict) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from bench.core.codec import Record
 from bench.core.errors import UsageError
-from bench.core.records import Startup, Summary
+from bench.core.records import RunStatus, Startup, Summary
 from bench.core.registry import get_backend
 from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, placement_text, resolve_cpu_bind
 from bench.core.stats import summarize
@@ -253,7 +253,7 @@ def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:
     """A run whose workers train (and whose other roles serve them): its status, and its metrics_of(spec, results,
     launched_at, run_dir) when it ended ok."""
     status, error = process_status(spec, run_dir, outcome)
-    metrics = metrics_of(spec, read_results(run_dir), outcome.launched_at, run_dir) if status == "ok" else None
+    metrics = metrics_of(spec, read_results(run_dir), outcome.launched_at, run_dir) if status == RunStatus.OK else None
     return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
 
 

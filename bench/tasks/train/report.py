@@ -14,6 +14,7 @@ import math
 import statistics
 
 from bench.core import stats
+from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
 from bench.core.spec import pinned_words
 from bench.report.sections import (Cell, Heading, Paragraph, Plot, ReportPart, Section, Table, code, em,
@@ -513,7 +514,7 @@ SIGNIFICANCE = round(1 - stats.CONFIDENCE, 10)  # stated in the method: p below 
 
 def report_part(frame, context) -> ReportPart:
     """The training runs' part of the page (`frame`: this task's runs only)."""
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[frame["status"] == RunStatus.OK]
     cases = replicated_cases(ok) if not ok.empty else []
     sentences, fairness, comparisons = verdict(cases) if cases else ([], [], [])
     links, crossovers = link_blocks(cases)

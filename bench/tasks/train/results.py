@@ -15,10 +15,11 @@ import statistics
 from dataclasses import dataclass, field
 
 from bench.core import stats
+from bench.core.records import RunStatus
 from bench.core.registry import PLAIN_LOOP, PRIMARY
 from bench.core.spec import pinned_words
-from bench.results.frame import CONDITIONS, blank_single_machine, latest_launches
 from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
+from bench.results.frame import CONDITIONS, blank_single_machine, latest_launches
 
 
 def launch_throughput(rec) -> float:
@@ -157,7 +158,7 @@ def difference(a: TrainingCase, b: TrainingCase) -> dict:
 def comparisons(frame) -> dict[str, stats.Estimate]:
     """Every comparison the training view makes (bench.tasks.base.Task.comparisons): each case against the
     plain loop, scaling efficiency, the primary pair, and each reference backend against each primary."""
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[frame["status"] == RunStatus.OK]
     cases = replicated_cases(ok) if not ok.empty else []
     out: dict[str, stats.Estimate] = {}
     by_place: dict[str, dict[str, TrainingCase]] = {}

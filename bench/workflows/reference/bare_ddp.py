@@ -9,11 +9,10 @@ time per op, max over ranks).
 """
 import os
 
+import bare_common  # beside this file, which torchrun runs as a file
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-
-import bare_common  # beside this file, which torchrun runs as a file
 
 a = bare_common.parser().parse_args()
 torch.set_num_threads(a.threads)

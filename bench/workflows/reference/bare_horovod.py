@@ -9,10 +9,9 @@ No harness: only the workload's model and sizes are shared, and the loops the ba
 beside it). Rank 0 prints one JSON line, {"throughput": samples/s} or {"busbw_GBps": ...} (nccl-tests: t the mean
 time per op, max over ranks).
 """
+import bare_common  # beside this file, which python runs as a file
 import horovod.torch as hvd
 import torch
-
-import bare_common  # beside this file, which python runs as a file
 
 a = bare_common.parser().parse_args()
 torch.set_num_threads(a.threads)

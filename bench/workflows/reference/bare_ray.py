@@ -14,11 +14,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import bare_common  # beside this file, which python runs as a file; Ray's workers get this folder on their path
 import ray
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
-
-import bare_common  # beside this file, which python runs as a file; Ray's workers get this folder on their path
 
 p = bare_common.parser()
 p.add_argument("--num-workers", type=int, default=2)
