@@ -43,8 +43,8 @@ def comm_spec(backend: str = "elastic", world_size: int = 2, **given) -> RunSpec
     names = {f.name for f in dataclasses.fields(RunSpec)}
     fields = {k: v for k, v in given.items() if k in names}
     comm = {**COMM_DEFAULTS, **{k: v for k, v in given.items() if k not in names}}
-    return train_spec(backend, "comm", world_size, **{**dict(task="comm", batch_size=0, image_size=0, num_classes=0,
-                      steps_per_window=0, warmup_steps=0, windows=0, comm=comm), **fields})
+    return train_spec(backend, None, world_size, **{**dict(task="comm", batch_size=None, image_size=None,
+                      num_classes=None, steps_per_window=None, warmup_steps=None, windows=None, comm=comm), **fields})
 
 
 def fault_spec(backend: str = "elastic", world_size: int = 2, **fault) -> RunSpec:

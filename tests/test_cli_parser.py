@@ -163,7 +163,7 @@ def test_plan_sweep_from_plain_values_in_rounds():
                       options={"windows": 3, "step_delay": "20%", "oversubscribe": True, "backend_options": {}})
     cases = [(s.task, s.backend, s.workload, s.world_size) for s in plan]
     one_round = [("train", "single", "mnist_mlp", 1), ("train", "elastic", "mnist_mlp", 1),
-                 ("train", "elastic", "mnist_mlp", 2), ("comm", "elastic", "comm", 2)]
+                 ("train", "elastic", "mnist_mlp", 2), ("comm", "elastic", None, 2)]
     # every case once a round, each round in its own (seeded, so repeatable) order
     assert sorted(cases[:4]) == sorted(cases[4:]) == sorted(one_round)
     assert [s.repeat for s in plan] == [0] * 4 + [1] * 4

@@ -206,3 +206,31 @@ def test_a_status_is_one_of_the_statuses_and_is_stored_as_its_word(tmp_path):
         RunRecord.from_dict({**data, "status": "exploded"})
     with pytest.raises(ValueError):
         train_record(run_id="s2", status="exploded")
+
+
+def test_a_communication_sweep_has_no_training_fields_and_older_ones_are_upgraded(tmp_path):
+    """v6: a communication run's spec holds None where v5 wrote placeholders (workload "comm", zeros); the committed
+    sample store's v5 records read so, and its training runs keep theirs. `bench list` shows no batch for them."""
+    from bench.core.records import TRAINING_FIELDS
+    from bench.results.listing import runs_table
+
+    fresh = comm_record("c-new")
+    assert all(getattr(fresh.spec, name) is None for name in TRAINING_FIELDS) and not fresh.spec.trains
+    assert fresh.spec.global_batch is None and fresh.spec.total_steps is None
+    sample = tmp_path / "sample.sqlite"
+    shutil.copyfile(Path(__file__).resolve().parent.parent / "reports" / "sample" / "bench.sqlite", sample)
+    with sqlite3.connect(sample) as conn:
+        stored = [json.loads(text) for (text,) in conn.execute("SELECT record FROM runs")]
+    assert max(r["schema_version"] for r in stored) == 5  # written before v6 (some earlier still)
+    assert any(r["spec"]["task"] == "comm" and r["spec"]["workload"] == "comm" for r in stored)
+    records = Store(sample).records()
+    comm = [r for r in records if r.spec.task == "comm"]
+    train = [r for r in records if r.spec.task == "train"]
+    assert comm and all(r.spec.workload is None and r.spec.batch_size is None for r in comm)
+    assert train and all(isinstance(r.spec.workload, str) and r.spec.batch_size > 0 for r in train)
+    frame = records_to_frame(comm[:1] + train[:1])
+    assert str(frame["batch_size"].dtype) == "Int64" and frame["batch_size"].astype(str).tolist()[1] == str(
+        train[0].spec.batch_size)
+    table = runs_table(frame).splitlines()
+    at = table[0].index("batch")  # the column, as the table pads it
+    assert table[1][at:].split()[0] == "-" and table[2][at:].split()[0] == str(train[0].spec.batch_size)

@@ -18,7 +18,7 @@ from bench.core.codec import Record, RecordError, decode, from_json, hints_of
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
-SCHEMA_VERSION = 5  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 6  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RunStatus(str, enum.Enum):
@@ -236,7 +236,21 @@ def _v4_to_v5(rec: dict) -> dict:
     return rec
 
 
-UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}  # version -> function that returns the record at version + 1
+TRAINING_FIELDS = ("workload", "batch_size", "image_size", "num_classes", "steps_per_window", "warmup_steps", "windows")
+
+
+def _v5_to_v6(rec: dict) -> dict:
+    """v6: a run that trains nothing (a communication sweep) has no training fields (None); v5 wrote placeholders
+    there (workload "comm", zeros)."""
+    spec = dict(rec["spec"])
+    if spec.get("task") == "comm":
+        spec.update({name: None for name in TRAINING_FIELDS})
+    rec = dict(rec, spec=spec)
+    rec["schema_version"] = 6
+    return rec
+
+
+UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict) -> dict:

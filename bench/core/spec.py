@@ -22,16 +22,17 @@ CPU_BINDS = ("auto", "none", "cores")  # what a user asks for; a spec holds "non
 @dataclass
 class RunSpec:
     backend: str
-    workload: str
+    # The training fields (workload to windows) are None for a run that trains nothing (a communication sweep).
+    workload: str | None
     world_size: int
     device: str  # "cpu" (gloo) or "cuda" (one process per GPU, NCCL)
-    batch_size: int  # per worker (weak scaling)
-    image_size: int
-    num_classes: int
+    batch_size: int | None  # per worker (weak scaling)
+    image_size: int | None
+    num_classes: int | None
     threads: int  # intra-op threads per worker, also OMP_NUM_THREADS / MKL_NUM_THREADS
-    steps_per_window: int
-    warmup_steps: int = DEFAULTS["warmup_steps"]
-    windows: int = DEFAULTS["windows"]
+    steps_per_window: int | None
+    warmup_steps: int | None = DEFAULTS["warmup_steps"]
+    windows: int | None = DEFAULTS["windows"]
     seed: int = DEFAULTS["seed"]
     data: str = DEFAULTS["data"]
     data_dir: str | None = None
@@ -66,10 +67,17 @@ class RunSpec:
         return sum(self.roles.values()) if self.roles else self.world_size
 
     @property
-    def total_steps(self) -> int:
-        """Optimizer steps every worker takes (a parameter server serves as many)."""
+    def trains(self) -> bool:
+        """Whether the run trains a model (a communication sweep does not: its training fields are None)."""
+        return self.workload is not None
+
+    @property
+    def total_steps(self) -> int | None:
+        """Optimizer steps every worker takes (a parameter server serves as many); None when nothing trains."""
         if self.converge:
             return self.converge["total_steps"]
+        if not self.trains:
+            return None
         return self.warmup_steps + self.windows * self.steps_per_window
 
     def lr_at(self, step: int) -> float:
@@ -83,14 +91,14 @@ class RunSpec:
         return peak if step >= ramp else self.lr + (peak - self.lr) * step / ramp
 
     @property
-    def samples_per_step(self) -> int:
+    def samples_per_step(self) -> int | None:
         """Samples one worker consumes per optimizer step."""
-        return self.batch_size * self.backward_passes
+        return None if self.batch_size is None else self.batch_size * self.backward_passes
 
     @property
-    def global_batch(self) -> int:
+    def global_batch(self) -> int | None:
         """Samples all workers consume per optimizer step."""
-        return self.samples_per_step * self.world_size
+        return None if self.batch_size is None else self.samples_per_step * self.world_size
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -9,6 +9,7 @@ from bench.core.registry import all_tasks
 GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
                    "batch_size", "backward_passes", "global_batch", "threads", "cpu_bind", "data", "input", "image_size", "network",
                    "hardware", "sweep_id", "repeat", "error", "record"]
+TRAINING_COUNTS = ("batch_size", "image_size", "global_batch")
 # Runs are comparable only when these conditions are equal (docs/method.md, "Fairness"); world size varies.
 CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "cpu_bind", "data", "input", "image_size",
               "network", "hardware"]
@@ -67,6 +68,9 @@ def records_to_frame(records: list):
 
     frame = pd.DataFrame([record_row(r) for r in records], columns=frame_columns())
     frame["created_at"] = pd.to_datetime(frame["created_at"], unit="s", utc=True)
+    # whole numbers that a run training nothing (a communication sweep) lacks: missing there, never 64.0 elsewhere
+    for column in TRAINING_COUNTS:
+        frame[column] = frame[column].astype("Int64")
     return frame
 
 

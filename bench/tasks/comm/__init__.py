@@ -74,9 +74,9 @@ def build_spec(*, backend: str, world_size: int, device: str, ops: list[str], dt
     timeout = DEFAULTS["timeout"] if timeout is None else timeout
     threads, resolved, roles = check_placement(plugin, world_size, device, threads, oversubscribe,
                                                backend_options, timeout, cluster)
-    return RunSpec(backend=backend, workload="comm", world_size=world_size, device=device, batch_size=0,
-                   image_size=0, num_classes=0, threads=threads, steps_per_window=0, warmup_steps=0,
-                   windows=0, timeout=timeout, backend_options=resolved,
+    return RunSpec(backend=backend, workload=None, world_size=world_size, device=device, batch_size=None,
+                   image_size=None, num_classes=None, threads=threads, steps_per_window=None, warmup_steps=None,
+                   windows=None, timeout=timeout, backend_options=resolved,
                    cpu_bind=resolve_cpu_bind(cpu_bind, device, oversubscribe, cluster,
                                              plugin.places_on_this_host(resolved)),
                    roles=roles, task="comm", sweep_id=sweep_id, **across_hosts(cluster),
