@@ -23,7 +23,8 @@ from test_cli_errors import assert_one_line_error
 BASELINE = ROOT / "results" / "baselines" / "cpu-gloo.json"
 # What a verb needs before it reads its other options (a bad --store of `compare` is found once it has a
 # baseline to compare with; `import` needs a run directory).
-VERB_ARGS = {"compare": ["--baseline", BASELINE], "import": ["{tmp}/run"]}
+IMPORTED = json.loads(BASELINE.read_text())["records"][0]  # a run directory to import is named after its run
+VERB_ARGS = {"compare": ["--baseline", BASELINE], "import": ["{tmp}/" + IMPORTED["run_id"]]}
 
 
 def _commands(parser, words=()):
@@ -106,8 +107,10 @@ def nothing_runs(monkeypatch, tmp_path):
 @pytest.mark.parametrize("verb, flag, value, needs", ROWS)
 def test_a_declared_bad_value_is_refused_before_anything_runs(verb, flag, value, needs, tmp_path, nothing_runs):
     if verb == "import":  # a run directory to import, so that the option under test is reached
-        (tmp_path / "run").mkdir()
-        (tmp_path / "run" / "record.json").write_text(json.dumps(json.loads(BASELINE.read_text())["records"][0]))
+        run = tmp_path / IMPORTED["run_id"]
+        run.mkdir()
+        (run / "record.json").write_text(json.dumps(IMPORTED))
+        (run / "spec.json").write_text(json.dumps(IMPORTED["spec"]))
         nothing_runs.snapshot()
     base = [str(a).format(tmp=tmp_path) for a in VERB_ARGS.get(verb, [])]
     line = assert_one_line_error(bench_in_process(*verb.split(), *base, *needs, *([flag] if flag else []), value))

@@ -162,14 +162,19 @@ def test_a_new_record_goes_into_an_old_store_and_both_read_back(v1_store):
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def test_a_store_holding_a_newer_record_names_it(v1_store):
+def test_a_store_holding_a_newer_record_names_it(v1_store, capsys):
+    """Read, the newer record is skipped in one line naming it and the rest is read; written to, refused."""
     newer = train_record("from-the-future").to_dict() | {"schema_version": SCHEMA_VERSION + 1}
     with sqlite3.connect(v1_store.path) as conn:
         conn.execute("UPDATE runs SET record = ? WHERE run_id = (SELECT MIN(run_id) FROM runs)",
                      (json.dumps(newer),))
+    capsys.readouterr()
+    assert len(v1_store.records()) == 24
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "skipped run" in line and "newer than this bench" in line and "update bench" in line, line
     with pytest.raises(StoreError) as err:
-        v1_store.records()
-    assert "newer than this bench" in str(err.value) and "update bench" in str(err.value)
+        v1_store.check_usable()
+    assert f"holds records of schema {SCHEMA_VERSION + 1} (run " in str(err.value) and "update bench" in str(err.value)
 
 
 def test_the_frame_of_upgraded_records_names_each_case(v1_store):

@@ -72,9 +72,11 @@ def find_mnist(data_dir: str | os.PathLike | None, files=MNIST_FILES) -> tuple[P
     found = []
     for stem in files:
         for candidate in (root / stem, root / f"{stem}.gz", root / stem.replace("-idx", ".idx")):
-            if candidate.is_file():
+            if candidate.is_file():  # a regular file (stat, which never blocks): a FIFO or a device is never opened
                 found.append(candidate)
                 break
+            if candidate.exists():
+                raise DataError(f"{candidate} is not a regular file; put MNIST's file itself there")
         else:
             raise DataError(f"MNIST file {stem}[.gz] not found in {root}; nothing is downloaded: "
                             "put MNIST's training files there, or use --data synthetic or --data digits")
@@ -102,13 +104,24 @@ def read_idx(path: Path, kind: str):
             shape: tuple[int, ...] = (count,)
             if kind == "images":
                 shape += _header(fh, path, kind)
-            data = fh.read()
+            expected = 1
+            for dim in shape:
+                expected *= dim
+            # what the header promises and one byte more, in pieces: neither a header promising too much nor a
+            # file longer than its promise is read whole
+            chunks, got = [], 0
+            while got <= expected:
+                chunk = fh.read(min(1 << 24, expected + 1 - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            data = b"".join(chunks)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         raise DataError(f"cannot read {path}: {exc}") from None
-    expected = 1
-    for dim in shape:
-        expected *= dim
-    if len(data) != expected:
+    if len(data) > expected:
+        raise DataError(f"{path} holds more data than its header promises ({expected} bytes)")
+    if len(data) < expected:
         raise DataError(f"{path} holds {len(data)} bytes of data, its header promises {expected}")
     return np.frombuffer(data, dtype=np.uint8).reshape(shape)
 

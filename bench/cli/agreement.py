@@ -13,9 +13,9 @@ def add_parser(verbs) -> None:
     p = verbs.add_parser("agreement", help="compare the verdicts of stored sweeps; exit 1 when two contradict "
                                            "each other",
                          parents=[options.store(), options.json_output()])
-    options.add(p, "--sweeps", metavar="ID,ID,...", help="comma-separated sweeps to compare (default: every sweep in "
-                                                          "the store)",
-                valid_because="any text may name sweeps; one not in the store is refused when it is read")
+    options.add(p, "--sweeps", type=options.id_names, metavar="ID,ID,...",
+                help="comma-separated sweeps to compare (default: every sweep in the store)",
+                invalid=["../x", "s1,a/b"])
     p.set_defaults(func=cmd)
 
 

@@ -14,6 +14,7 @@ import math
 
 from bench.core.errors import UsageError
 from bench.core.hostlist import parse_hosts, read_hostfile
+from bench.core.inputs import NAME_RULE, name_problem, shown
 from bench.core.registry import BACKEND_MODULES, DEFAULT_BACKEND, get_backend
 from bench.core.spec import CPU_BINDS, DEFAULTS
 from bench.core.store import DEFAULT_STORE
@@ -92,6 +93,22 @@ def nonempty_path(text: str) -> str:
 def nonempty_name(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a name, got an empty string")
+    return text
+
+
+def id_name(text: str) -> str:
+    """A sweep's (or run's) id: it names folders and table cells (bench.core.inputs)."""
+    problem = name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a name ({problem}); names are {NAME_RULE}")
+    return text
+
+
+def id_names(text: str) -> str:
+    """Comma-separated ids, each a name (empty items are dropped, as comma_list drops them)."""
+    for item in text.split(","):
+        if item:
+            id_name(item)
     return text
 
 
@@ -231,8 +248,8 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
                         invalid=["", "/", LONG_PATH]),
         "--json": dict(action="store_true", help="print the result as JSON on stdout (the record, the records or the "
                                                  "comparison), and nothing else there"),
-        "--sweep": dict(metavar="ID", help="the sweep to take from the store (default: the latest one)",
-                        valid_because="any text may name a sweep; one not in the store is refused when it is read"),
+        "--sweep": dict(type=id_name, metavar="ID", help="the sweep to take from the store (default: the latest one)",
+                        invalid=["", "../x", "a/b", "x y"]),
         "--repeats": dict(type=positive_int, help="run every case this many times, in rounds (the regression gate's "
                                                   "unit of replication; default %(default)s)", invalid=["0", "x"]),
     }

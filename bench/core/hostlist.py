@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench.core.errors import UsageError
+from bench.core.inputs import HOSTFILE_LIMIT, read_text_file
 
 HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?$")
 
@@ -47,11 +47,7 @@ def parse_hosts(text: str) -> list[Host]:
 
 def read_hostfile(path: str) -> list[Host]:
     """One `host slots=N` (or `host`) per line, `#` comments, as mpirun and horovodrun read it."""
-    file = Path(path)
-    try:
-        lines = file.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--hostfile {path} cannot be read ({exc})") from None
+    lines = read_text_file(path, "--hostfile", HOSTFILE_LIMIT).splitlines()
     hosts = []
     for number, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()

@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass, field
 
 from bench.core.codec import Record, RecordError, decode, from_json, hints_of
+from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
@@ -159,7 +160,7 @@ class RunRecord(Record):
         if not isinstance(data, dict):
             raise RecordError("a record must be a JSON object")
         data = upgrade(data)
-        where = f"record {data.get('run_id')}"
+        where = f"record {shown(data.get('run_id'))}"
         if not isinstance(data.get("spec"), dict):
             raise RecordError(f"{where}.spec: expected an object, found {type(data.get('spec')).__name__}")
         try:
@@ -181,6 +182,12 @@ class RunRecord(Record):
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise RecordError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        # names become folder names and table cells: a record from a file or a store is checked like a flag
+        for field_name, problem in (("run_id", name_problem(values["run_id"])),
+                                    ("spec.sweep_id", spec.sweep_id and name_problem(spec.sweep_id)),
+                                    ("spec.workload", workload_problem(spec.workload))):
+            if problem:
+                raise RecordError(f"{where}.{field_name}: not a valid name ({problem})")
         return cls(spec=spec, metrics=metrics, **values)
 
 
@@ -255,14 +262,17 @@ UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6
 
 def upgrade(data: dict) -> dict:
     version = data.get("schema_version")
-    if not isinstance(version, int):
-        raise RecordError(f"record {data.get('run_id')} has no schema_version")
+    if "schema_version" not in data:
+        raise RecordError(f"record {shown(data.get('run_id'))} has no schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):  # "5" or 5.5: no bench writes those
+        raise RecordError(f"record {shown(data.get('run_id'))}: schema_version {version!r} is not an integer")
     if version > SCHEMA_VERSION:
-        raise RecordError(f"record {data.get('run_id')} has schema {version}, newer than this bench "
+        raise RecordError(f"record {shown(data.get('run_id'))} has schema {version}, newer than this bench "
                           f"({SCHEMA_VERSION}); update bench")
     while version < SCHEMA_VERSION:
         if version not in UPGRADES:
-            raise RecordError(f"record {data.get('run_id')} has schema {version}, which this bench cannot upgrade")
+            raise RecordError(f"record {shown(data.get('run_id'))} has schema {version}, which this bench cannot "
+                              "upgrade")
         data = UPGRADES[version](data)
         version = data["schema_version"]
     return data

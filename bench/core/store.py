@@ -4,10 +4,19 @@ Each record is written in one transaction, so a writer killed at any moment leav
 was before or after that record, never half-written. The table keeps the fields people filter on
 as columns and the whole record as JSON; PRAGMA user_version holds the schema version.
 
-Reading never changes the store file: it is opened read-only (SQLite's mode=ro), so a file that is not
-a store (an empty one, another program's database) is refused as it is, never given a schema or
-switched to WAL. (A reader of a WAL file may leave SQLite's -wal and -shm files beside it; the next
-writer removes them.)
+Reading creates and changes no file, so that the read commands work on a read-only file system: a file that
+is not a store (an empty one, another program's database) is refused as it is. How a store is opened for
+reading (Store._read) depends on SQLite's two files beside a WAL store, which a writer makes when it connects
+and removes when the last connection closes:
+- with -wal and -shm there (a writer is connected, or one was killed): read-only (mode=ro), through them, so that
+  SQLite's locks order the read against the writer and records still in the -wal are read; nothing is made;
+- without a -wal (no writer connected: every record is in the store file itself): immutable=1, which makes no
+  -wal or -shm (mode=ro would make both) and takes no locks; a writer that starts during the read would go
+  unseen by SQLite, so the read is kept only if the file and its -wal are as they were before it, else made
+  again;
+- a -wal holding changes without its -shm (SQLite cannot read it without making one) is refused in one line.
+A record the running bench cannot read (a newer schema, a broken one) is skipped with one line naming it; a
+store holding records of a newer schema is refused for writing (check_usable), before anything is launched.
 
 The store is --store, else $BENCH_STORE, else results/bench.sqlite; an empty BENCH_STORE counts as
 unset, as `BENCH_STORE= bench list` means in a shell.
@@ -25,7 +34,9 @@ import tempfile
 from pathlib import Path
 
 from bench.core.codec import RecordError
+from bench.core.console import note
 from bench.core.errors import StoreError
+from bench.core.inputs import shown
 from bench.core.records import SCHEMA_VERSION, RunRecord
 
 DEFAULT_STORE = Path("results") / "bench.sqlite"
@@ -47,6 +58,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_case ON runs (workload, backend, world_size);
 """
+READ_TRIES = 3  # reads of a store a writer changed during each of them, before the reader gives up
 
 
 def default_store_path() -> Path:
@@ -103,8 +115,9 @@ class Store:
             raise self._unusable("it is not a file")
         return st
 
-    def _connect(self, create: bool) -> sqlite3.Connection:
-        """A connection to the store: read-only, or with `create` read-write (the store made if absent)."""
+    def _connect(self, create: bool, immutable: bool = False) -> sqlite3.Connection:
+        """A connection to the store: read-only (`immutable`: SQLite's immutable=1, see Store._read), or with
+        `create` read-write (the store made if absent)."""
         st = self._stat()
         if not create and st is None:
             raise StoreError(f"no results store at {self.path}; run `bench run` or `bench sweep` first, "
@@ -117,19 +130,21 @@ class Store:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise self._unusable(f"its folder cannot be made: {os_reason(exc)}") from None
+        conn = None
         try:
             if create:
                 conn = sqlite3.connect(self.path, timeout=30.0)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=FULL")
             else:
-                conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
+                query = "mode=ro&immutable=1" if immutable else "mode=ro"
+                conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{query}", uri=True, timeout=30.0)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as exc:
-            raise self._unreadable(exc) from None
-        except OSError as exc:
-            raise self._unreadable(os_reason(exc)) from None
+        except (sqlite3.DatabaseError, OSError) as exc:
+            if conn is not None:
+                conn.close()  # an open file would keep a read-only mount from being unmounted, say
+            raise self._unreadable(exc if isinstance(exc, sqlite3.DatabaseError) else os_reason(exc)) from None
         if version > SCHEMA_VERSION:
             conn.close()
             raise StoreError(f"results store {self.path} has schema {version}, newer than this bench "
@@ -167,7 +182,12 @@ class Store:
         before it plans its runs (the first run makes the store and its run directories)."""
         st = self._stat()
         if st is not None and st.st_size:
-            self._connect(create=False).close()  # a foreign, unreadable or newer file
+            newer = self._read(newer_records)  # a foreign, unreadable or newer file is refused on the way
+            if newer:
+                run_id, version = newer
+                raise StoreError(f"results store {self.path} holds records of schema {version} (run {shown(run_id)}), "
+                                 f"newer than this bench ({SCHEMA_VERSION}); update bench or pass --store with "
+                                 "another path")
         self._check_runs_folder(create=False)
 
     def _check_runs_folder(self, create: bool) -> None:
@@ -199,19 +219,83 @@ class Store:
             conn.close()
 
     def records(self) -> list[RunRecord]:
-        """Every stored record, oldest first, upgraded to the current schema (bench.core.records)."""
-        conn = self._connect(create=False)
-        try:
-            rows = conn.execute("SELECT run_id, record FROM runs ORDER BY created_at").fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise self._unreadable(exc) from None
-        finally:
-            conn.close()
+        """Every stored record this bench can read, oldest first, upgraded to the current schema
+        (bench.core.records); each one it cannot read is skipped with one line naming it."""
+        rows = self._read(lambda conn: conn.execute("SELECT run_id, record FROM runs ORDER BY created_at").fetchall())
         records = []
         for run_id, text in rows:
             try:
-                records.append(RunRecord.from_dict(json.loads(text)))
-            except ValueError as exc:  # RecordError is a ValueError too
-                why = exc if isinstance(exc, RecordError) else "not valid JSON"
-                raise self._unreadable(f"the record of run {run_id} is unreadable: {why}") from None
+                data = json.loads(text)
+            except (ValueError, TypeError):  # TypeError: a value that is not text at all
+                why = "not valid JSON"
+            else:
+                try:
+                    records.append(RunRecord.from_dict(data))
+                    continue
+                except RecordError as exc:
+                    why = str(exc)
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a shape no upgrade expects
+                    why = f"malformed: {type(exc).__name__}: {exc}"
+            why = " ".join(why.split())  # one line, whatever the record held
+            note(f"bench: skipped run {shown(run_id)} of {self.path}: this bench cannot read its record ({why})")
         return records
+
+    def _read(self, work):
+        """work(connection) on the store opened for reading without creating or changing a file (the module's
+        docstring says how), made again when a writer changed the store during an immutable read."""
+        wal, shm = Path(f"{self.path}-wal"), Path(f"{self.path}-shm")
+        for _ in range(READ_TRIES):
+            wal_size = _size(wal)
+            # (a writer that closes between this look and the open below leaves SQLite to make the two files again,
+            # as any reader of a live WAL store would)
+            live = wal_size is not None and shm.exists()
+            if not live and wal_size:
+                raise self._unreadable("its -wal file holds changes but the -shm file SQLite reads it with is "
+                                       "missing, and reading would make one; copy the store with both files")
+            before = self._state(wal)
+            conn = self._connect(create=False, immutable=not live)
+            try:
+                result = work(conn)
+            except sqlite3.DatabaseError as exc:
+                if not live and self._state(wal) != before:
+                    continue  # a writer changed the file under the read: read it again
+                raise self._unreadable(exc) from None
+            finally:
+                conn.close()
+            if live or self._state(wal) == before:
+                return result
+        raise self._unreadable(f"a writer changed it during each of {READ_TRIES} reads; try again")
+
+    def _state(self, wal: Path) -> tuple | None:
+        """What a writer changes: the store file (its identity, size and times) and its -wal's size."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, _size(wal)
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def newer_records(conn: sqlite3.Connection) -> tuple[str, int] | None:
+    """(run id, schema version) of a stored record of a schema newer than this bench's, or None."""
+    version = "CASE WHEN json_valid(record) THEN json_extract(record, '$.schema_version') END"
+    try:
+        return conn.execute(f"SELECT run_id, {version} FROM runs WHERE typeof({version}) = 'integer' "
+                            f"AND {version} > ? LIMIT 1", (SCHEMA_VERSION,)).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such function" not in str(exc):
+            raise
+    for run_id, text in conn.execute("SELECT run_id, record FROM runs"):  # an SQLite built without JSON
+        try:
+            version = json.loads(text).get("schema_version")
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+            return run_id, version
+    return None

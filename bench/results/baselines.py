@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bench.core.codec import RecordError
 from bench.core.errors import UsageError
+from bench.core.inputs import RUNS_FILE_LIMIT, read_text_file
 from bench.core.records import RunRecord
 from bench.core.rundir import write_json_atomic
 
@@ -80,16 +81,10 @@ def read_runs_file(path: str | Path, what: str) -> dict:
     """A baseline (or current) file, or a one-line error that says what to do."""
     path = Path(path)
     hint = "make one with `bench baseline` (or `nox -s baseline`)"
-    try:
-        text = path.read_text()
-    except (FileNotFoundError, NotADirectoryError):
-        raise UsageError(f"{what} file {path} does not exist; {hint}") from None
-    except IsADirectoryError:
+    if os.path.isdir(path):  # (os.path: a name too long for the file system is not a directory either)
         raise UsageError(f"{what} file {path} is a directory; give a file, such as "
-                         f"{path / BASELINE_FILE} (what `bench baseline --dir {path}` writes)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{what} file {path} cannot be read ({getattr(exc, 'strerror', None) or exc}); "
-                         f"{hint}") from None
+                         f"{path / BASELINE_FILE} (what `bench baseline --dir {path}` writes)")
+    text = read_text_file(path, f"{what} file", RUNS_FILE_LIMIT, hint)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from bench.core.errors import UsageError
+from bench.core.inputs import RUNS_FILE_LIMIT, read_text_file
 
 HOT_PATHS_FILE = "hot-paths.json"  # beside the baseline file (bench.results.baselines.BASELINE_DIR)
 HOT_PATH_TESTS = Path(__file__).resolve().parents[2] / "tests" / "benchmarks"  # in a source checkout
@@ -67,11 +68,12 @@ def run_hot_paths(compare_with: str | None = None, save_to: str | None = None) -
         raise UsageError(f"{HOT_PATH_TESTS} is missing; the hot-path benchmarks ship with a source checkout")
     saved = None
     if compare_with:
+        hint = "make them with `bench baseline --hot-paths-only`"
+        text = read_text_file(compare_with, "hot-path figures", RUNS_FILE_LIMIT, hint)
         try:
-            saved = json.loads(Path(compare_with).read_text())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"hot-path figures {compare_with} cannot be read ({exc}); make them with "
-                             "`bench baseline --hot-paths-only`") from None
+            saved = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"hot-path figures {compare_with} cannot be read ({exc}); {hint}") from None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(save_to).resolve() if save_to else Path(tmp) / "now.json"
         command = [sys.executable, "-m", "pytest", str(HOT_PATH_TESTS), "-q", "-p", "no:cacheprovider",
