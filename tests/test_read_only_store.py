@@ -136,6 +136,17 @@ def test_a_connected_writer_s_records_are_read_through_its_wal(tmp_path, tmp_pat
             assert [r.run_id for r in Store(folder / "bench.sqlite").records()] == ["good-1", "good-2", "in-the-wal"]
 
 
+def test_a_store_given_by_a_link_is_read_through_the_wal_beside_the_file_it_links_to(tmp_path):
+    path = small_store(tmp_path / "real" / "bench.sqlite").path
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "bench.sqlite").symlink_to(path)
+    with live_writer(path, "in-the-wal"):
+        assert [r.run_id for r in Store(tmp_path / "link" / "bench.sqlite").records()][-1] == "in-the-wal"
+    assert sorted(p.name for p in (tmp_path / "link").iterdir()) == ["bench.sqlite"]
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert_one_line_error(bench_in_process("list", "--store", tmp_path / "loop"), "cannot be used (Too many levels")
+
+
 def test_a_writer_that_comes_by_during_an_immutable_read_is_not_missed(tmp_path):
     """The store read without locks (no -wal: immutable) is changed by a writer during the read: that read is
     thrown away and made again, and sees the writer's record."""

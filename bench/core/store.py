@@ -243,7 +243,8 @@ class Store:
     def _read(self, work):
         """work(connection) on the store opened for reading without creating or changing a file (the module's
         docstring says how), made again when a writer changed the store during an immutable read."""
-        wal, shm = Path(f"{self.path}-wal"), Path(f"{self.path}-shm")
+        real = os.path.realpath(self.path)  # SQLite keeps a linked store's -wal and -shm beside the file linked to
+        wal, shm = Path(f"{real}-wal"), Path(f"{real}-shm")
         for _ in range(READ_TRIES):
             wal_size = _size(wal)
             # (a writer that closes between this look and the open below leaves SQLite to make the two files again,
