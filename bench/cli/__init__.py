@@ -2,7 +2,9 @@
 doctor, slurm-script, testhosts, testslurm, testray.
 
 One module per verb, each with `add_parser(verbs)` and the function that carries the verb out; VERBS is the
-registry. Bad input is one line on stderr and exit 2; a run not ok exits 1, an interrupted one 130.
+registry. Bad input is one line on stderr and exit 2; a run not ok exits 1, an interrupted one 130. Output that
+cannot be written (a closed pipe, a full device) changes neither what runs nor the exit status: it is dropped and
+said once on the stream that still works (bench.core.console).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, i
                        run, selfcheck, slurm_script, sweep, testhosts, testray, testslurm)
 from bench.cli.common import Parser
 from bench.cluster.slurm import last_ending
-from bench.core.errors import EXIT_INTERRUPTED, EXIT_OK, BenchError, Interrupted
+from bench.core.console import guard_std_streams, lost_output, note
+from bench.core.errors import EXIT_INTERRUPTED, BenchError, Interrupted
 from bench.harness.supervisor import signals_held
 
 VERBS = (run, sweep, allreduce, converge, list_runs, report, compare, agreement, regress, fault, selfcheck, import_runs, doctor,
@@ -56,10 +59,33 @@ def slurm_launcher_alias(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A closed pipe or a full device on stdout or stderr must neither end a run halfway nor change the exit status:
+    # writes that fail are dropped, and said once at the end.
+    guard_std_streams()
     # Ctrl-C and SIGTERM end runs cleanly, even where a shell started us with SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupted)
-    args = build_parser().parse_args(slurm_launcher_alias(sys.argv[1:] if argv is None else list(argv)))
+    verb = None
+    try:
+        args = build_parser().parse_args(slurm_launcher_alias(sys.argv[1:] if argv is None else list(argv)))
+        verb = args.verb
+        return _carry_out(args)
+    finally:
+        _report_lost_output(verb)
+
+
+def _report_lost_output(verb: str | None) -> None:
+    """Flush stdout now (at interpreter exit a failure would turn the exit status into 120), and say on stderr, if
+    it still works, that what went to stdout is lost."""
+    sys.stdout.flush()
+    lost = lost_output()
+    if "stdout" in lost and "stderr" not in lost:
+        note(f"bench{' ' + verb if verb else ''}: its output on stdout could not be written ({lost['stdout']}) and "
+             "is lost; the exit status is still the outcome's, and every run it made is stored")
+
+
+def _carry_out(args) -> int:
+    """The verb, its errors turned into one line and an exit code."""
     try:
         return args.func(args)
     except BenchError as exc:
@@ -74,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench {args.verb}: interrupted{why}; nothing it started is left running, every run it launched is "
               "stored", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        return EXIT_OK
     except Exception as exc:  # a bug: one line, and the traceback on request
         if os.environ.get("BENCH_DEBUG"):
             raise

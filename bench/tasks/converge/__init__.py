@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from bench.core.codec import Record, decode
+from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.records import Startup
 from bench.core.registry import get_backend
@@ -146,9 +147,7 @@ class ConvergeProgress:
     """A line per evaluation, from the first worker's progress file."""
 
     def __init__(self, spec, run_dir):
-        import sys
-
-        self.spec, self.run_dir, self.stream, self.last = spec, run_dir, sys.stderr, None
+        self.spec, self.run_dir, self.last = spec, run_dir, None
 
     def __call__(self):
         p = self.run_dir.latest("progress").get(0, {})
@@ -156,8 +155,8 @@ class ConvergeProgress:
             return None
         self.last = p["steps"]
         c = self.spec.converge
-        print(f"  step {p['steps']}/{c['total_steps']} (epoch {p['steps'] / c['steps_per_epoch']:.1f}): "
-              f"held-out accuracy {p['accuracy']:.3f}", file=self.stream, flush=True)
+        note(f"  step {p['steps']}/{c['total_steps']} (epoch {p['steps'] / c['steps_per_epoch']:.1f}): "
+             f"held-out accuracy {p['accuracy']:.3f}")  # a line that cannot be written must not end the run
         return None
 
 

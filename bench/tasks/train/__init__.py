@@ -8,10 +8,10 @@ throughput = global batch x K / window time; the mean over windows with its t in
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 
 from bench.core.codec import Record
+from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.records import RunStatus, Startup, Summary
 from bench.core.registry import get_backend
@@ -155,8 +155,8 @@ class TrainMetrics(Record):
 class ProgressPrinter:
     """Prints a line whenever rank 0 finishes a phase, read from its progress file."""
 
-    def __init__(self, spec: RunSpec, run_dir, stream=sys.stderr, prefix: str = "  "):
-        self.spec, self.run_dir, self.stream, self.prefix = spec, run_dir, stream, prefix
+    def __init__(self, spec: RunSpec, run_dir, prefix: str = "  "):
+        self.spec, self.run_dir, self.prefix = spec, run_dir, prefix
         self.last = None
 
     def __call__(self):
@@ -165,7 +165,7 @@ class ProgressPrinter:
             return None
         self.last = window
         text = "warm-up done" if window == 0 else f"window {window}/{self.spec.windows}"
-        print(f"{self.prefix}{text}", file=self.stream, flush=True)
+        note(f"{self.prefix}{text}")  # a line that cannot be written must not end the run
         return None
 
 
