@@ -3,7 +3,7 @@ its own data sets (train and held-out), which `--data workload` reads."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 
@@ -40,3 +40,30 @@ class Workload:
 
     def size(self, device: str) -> Size:
         return self.gpu if device == "cuda" else self.cpu
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What a run's parent knows of a workload, never its code: its declarations and, when the run reads them
+    (`--data workload`), what its own data sets hold (`data`, as workloads.data.own_data_facts gives it, or
+    {"error": why they cannot be used}). A user's workload is described in a process of its own
+    (bench.harness.workload_check), so that the parent neither runs the user's code nor imports torch."""
+
+    name: str
+    summary: str
+    channels: int
+    gpu: Size
+    cpu: Size
+    fixed_image: bool
+    classes: int | None = None
+    data: dict | None = None
+
+    def size(self, device: str) -> Size:
+        return self.gpu if device == "cuda" else self.cpu
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "WorkloadInfo":
+        return cls(**{**d, "gpu": Size(**d["gpu"]), "cpu": Size(**d["cpu"])})

@@ -4,7 +4,9 @@ a `workloads.Workload`, the protocol the built-in workloads follow (README, "Com
 The reference is made canonical in the parent (a file becomes its absolute path) and recorded with where the code
 came from (module, file, SHA-256 of the file); every process of the run loads it again from the same reference.
 What can be checked before any process starts is checked here: that it loads, that the name exists, that it is a
-Workload with sensible sizes, and that its model builds and takes a batch of its input shape.
+Workload with sensible sizes, and that its model builds and takes a batch of its input shape. That is the user's
+code running, so it runs in a process of its own, within a time limit (`probe`, run by bench.harness.workload_check),
+and the parent is told what it needs: `describe`'s WorkloadInfo and `source`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import re
 import sys
 from pathlib import Path
 
-from workloads.base import Size, Workload
+from workloads.base import Size, Workload, WorkloadInfo
+from workloads.data import DataError, own_data_facts
 
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -157,3 +160,24 @@ def source(reference: str) -> dict:
         root = str(Path(file).resolve().parents[depth - 1])
     return {"reference": reference, "module": where, "file": file, "import_path": root,
             "sha256": hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None}
+
+
+def describe(workload: Workload, with_data: bool = False) -> WorkloadInfo:
+    """What the run's parent needs of a workload (WorkloadInfo); with `with_data`, what its own data sets hold."""
+    data = None
+    if with_data:
+        try:
+            data = own_data_facts(workload)
+        except DataError as exc:  # said where the run asks for them (workloads.data.own_train_samples)
+            data = {"error": str(exc)}
+    return WorkloadInfo(name=workload.name, summary=workload.summary, channels=workload.channels, gpu=workload.gpu,
+                        cpu=workload.cpu, fixed_image=workload.fixed_image, classes=workload.classes, data=data)
+
+
+def probe(reference: str, with_data: bool = False) -> dict:
+    """A user's workload (a canonical reference) loaded and checked, in the process of its own that
+    bench.harness.workload_check starts: {"info": describe's, as a dict; "source": source's}. WorkloadError for
+    one that cannot be used."""
+    workload = load(reference)
+    check(reference, workload)
+    return {"info": describe(workload, with_data).to_dict(), "source": source(reference)}

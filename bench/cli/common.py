@@ -32,8 +32,8 @@ class Parser(argparse.ArgumentParser):
 
 # ---------------------------------------------------------------- arguments to plain values
 SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject", "inject_delay", "warmup_steps",
-                "steps_per_window", "windows", "seed", "lr", "timeout", "data", "data_dir", "loader", "loader_workers", "cpu_bind", "save_params",
-                "save_model")
+                "steps_per_window", "windows", "seed", "lr", "timeout", "check_timeout", "data", "data_dir", "loader",
+                "loader_workers", "cpu_bind", "save_params", "save_model")
 
 
 def backend_options(args, backends=None) -> dict:

@@ -47,7 +47,7 @@ def add_parser(verbs) -> None:
     options.add(own, "--report", metavar="FILE", type=options.nonempty_path,
                 help="after the runs, write the HTML report there, plus a timestamped copy beside it",
                 invalid=["", "/", options.LONG_PATH])
-    measured = options.parent("measurement", ("--batch-size", "--seed", "--lr", "--timeout"))
+    measured = options.parent("measurement", ("--batch-size", "--seed", "--lr", "--timeout", "--check-timeout"))
     p = verbs.add_parser("converge", help="time to a held-out accuracy per backend, on a real data set",
                          description="Time to a held-out accuracy per backend (and world size), on a real data set: "
                                      "--data digits by default (scikit-learn's, always here), mnist or imagefolder "

@@ -28,7 +28,7 @@ def add_parser(verbs) -> None:
                  options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe"), hidden=("--gpus",)),
                  options.hosts(),
                  options.parent("run", ("--batch-size", "--image-size", "--seed", "--lr", "--timeout",
-                                        "--save-params")),
+                                        "--check-timeout", "--save-params")),
                  options.backend_options(elastic_backends()), options.store(), options.json_output()])
     g = p.add_argument_group("the fault")
     d = FAULT_DEFAULTS

@@ -18,6 +18,7 @@ from bench.core.inputs import NAME_RULE, name_problem, shown
 from bench.core.registry import BACKEND_MODULES, DEFAULT_BACKEND, get_backend
 from bench.core.spec import CPU_BINDS, DEFAULTS
 from bench.core.store import DEFAULT_STORE
+from bench.harness.workload_check import CHECK_TIMEOUT_S
 from bench.rank.collectives import COMM_DEFAULTS, DTYPES, OPS, parse_bytes
 
 BACKEND_OPTION = "backend_option:"  # dest prefix of a backend plug-in's own options
@@ -201,6 +202,11 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
                                                f"{DEFAULTS['momentum']})", invalid=["0", "-1", "nan", "inf", "x"]),
         "--timeout": dict(type=positive_float, help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g})",
                           invalid=["0", "-1", "nan", "inf", "x"]),
+        "--check-timeout": dict(type=positive_float,
+                                help="seconds a workload of your own may take to load, build and take a batch, in a "
+                                     "process of its own before anything runs; past them it is refused, nothing "
+                                     f"started (default {CHECK_TIMEOUT_S:g}, at most --timeout; the built-in "
+                                     "workloads need no check)", invalid=["0", "-1", "nan", "inf", "x"]),
         # data
         "--data": dict(choices=SOURCES, help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and "
                                              "imagefolder need --data-dir", invalid=["imagenet"]),
@@ -257,7 +263,8 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
 
 PLACEMENT = ("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")
 HOSTS = ("--hosts", "--hostfile", "--scheduler", "--iface", "--link")
-MEASUREMENT = ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows", "--seed", "--lr", "--timeout")
+MEASUREMENT = ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows", "--seed", "--lr", "--timeout",
+               "--check-timeout")
 DATA = ("--data", "--data-dir", "--loader", "--loader-workers", "--image-size")
 HARNESS = ("--inject", "--inject-delay", "--save-params")
 COMM = ("--min-bytes", "--max-bytes", "--dtype", "--ops", "--warmup-iters", "--iters")

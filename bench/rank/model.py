@@ -1,37 +1,14 @@
-"""The model and optimizer every process of every backend starts from (first or replacement), and the workload
-a run names (built in, or the user's own)."""
+"""The model and optimizer every process of every backend starts from (first or replacement), and the process
+that loads and checks a user's own workload before a run (`python -m bench.rank.model REFERENCE [--data]`,
+started by bench.harness.workload_check)."""
 
 from __future__ import annotations
 
-import functools
+import json
+import os
+import sys
 
-from bench.core.errors import UsageError
 from bench.core.rundir import write_atomic
-
-
-def workload_of(reference: str):
-    """(the reference as the spec keeps it, the Workload, where its code came from or None for a built-in one); a
-    user's workload is loaded and its model tried on a batch here, before any process starts."""
-    from workloads import WorkloadError
-    from workloads.external import canonical, is_reference
-
-    try:
-        return _checked(canonical(reference) if is_reference(reference) else reference)
-    except WorkloadError as exc:
-        raise UsageError(str(exc)) from None
-
-
-@functools.lru_cache(maxsize=None)
-def _checked(reference: str):
-    """workload_of for a canonical reference: once per process, however many specs name it (a sweep's)."""
-    from workloads import WORKLOADS, get_workload
-    from workloads.external import check, source
-
-    if reference in WORKLOADS:
-        return reference, WORKLOADS[reference], None
-    workload = get_workload(reference)
-    check(reference, workload)
-    return reference, workload, source(reference)
 
 
 def initial_model(spec, device):
@@ -67,3 +44,26 @@ def save_params(model, path) -> None:
     import torch
 
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m bench.rank.model REFERENCE [--data]`: the user's workload loaded and checked
+    (workloads.external.probe), its answer one line of JSON on the stdout this process was started with:
+    {"answer": probe's} or {"error": the one-line refusal}. What the user's code prints goes to stderr, never into
+    the answer."""
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    from workloads import WorkloadError  # the workload's code, and torch with it, in this process only
+    from workloads.external import probe
+
+    try:
+        reply = {"answer": probe(argv[0], with_data="--data" in argv[1:])}
+    except WorkloadError as exc:
+        reply = {"error": str(exc)}
+    answer.write(json.dumps(reply) + "\n")
+    answer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

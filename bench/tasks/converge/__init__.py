@@ -21,7 +21,7 @@ from bench.core.errors import UsageError
 from bench.core.records import Startup
 from bench.core.registry import get_backend
 from bench.harness.outcome import startup, workers_and_others
-from bench.rank.model import workload_of
+from bench.harness.workload_check import workload_of
 from bench.tasks.base import Task
 from bench.tasks.train import build_spec as train_spec
 from bench.tasks.train import conclude_training, placement_words
@@ -59,7 +59,8 @@ def build_spec(*, target: float | None = None, epochs: int | None = None, eval_e
         raise UsageError("time to accuracy needs a real data set: --data digits (always here), mnist or imagefolder")
     try:
         samples = training_samples(spec.data, spec.data_dir, holdout=c["holdout"], seed=spec.seed,
-                                   workload=workload_of(spec.workload)[1], image=spec.image_size)
+                                   workload=workload_of(spec.workload, with_data=spec.data == "workload")[1],
+                                   image=spec.image_size)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     per_rank = samples // spec.world_size

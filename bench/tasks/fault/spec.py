@@ -10,7 +10,7 @@ from bench.cluster.netcut import check
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host, placement
 from bench.core.registry import elastic_backends, get_backend
-from bench.rank.model import workload_of
+from bench.harness.workload_check import workload_of
 from bench.tasks.train import build_spec as build_training_spec
 
 SCENARIOS = ("kill", "join", "kill-host", "partition-host")
@@ -40,7 +40,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
     bench.cli.common.cluster_of gives it) the scenarios are HOST_SCENARIOS, on `host`."""
     plugin = get_backend(backend)
     try:
-        workload, wl, _ = workload_of(workload)
+        workload, wl, _ = workload_of(workload, check_timeout=options.get("check_timeout"),
+                                      timeout=options.get("timeout"))
         unknown_workload = None
     except UsageError as exc:
         wl, unknown_workload = None, exc  # refused below, after what the fault itself gets wrong

@@ -18,8 +18,8 @@ from bench.core.registry import get_backend
 from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, placement_text, resolve_cpu_bind
 from bench.core.stats import summarize
 from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
+from bench.harness.workload_check import workload_of
 from bench.rank.inject import parse_inject, parse_step_delay
-from bench.rank.model import workload_of
 from bench.tasks.base import Conclusion, Task
 
 
@@ -33,7 +33,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     from workloads.data import DataError, check_source, real_classes
 
     plugin = get_backend(backend)
-    workload, wl, source = workload_of(workload)
+    workload, wl, source = workload_of(workload, with_data=options.get("data") == "workload",
+                                       check_timeout=options.pop("check_timeout", None), timeout=options.get("timeout"))
     size = wl.size(device)
     timeout = options["timeout"] if options.get("timeout") is not None else DEFAULTS["timeout"]
     threads, resolved_options, roles = check_placement(plugin, world_size, device, threads, oversubscribe,

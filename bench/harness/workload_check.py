@@ -1,0 +1,116 @@
+"""The workload a run names, as the parent needs it before anything starts: built in, or the user's own loaded and
+checked in a process of its own within a time limit.
+
+A user's workload is the user's code: its import, its build() and a batch through its model (and, under
+`--data workload`, its datasets()) may take any time or never end. So the parent never runs it: a child
+(`python -m bench.rank.model`) does, in a session of its own and carrying a tag of its own, and answers with what the
+parent needs (the workload's declarations as a WorkloadInfo, where its code came from). The parent says what it is
+waiting for every few seconds and, once the limit passes (--check-timeout, never more than the run's --timeout),
+ends the child and everything it started and refuses the workload in one line; nothing has been created by then.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+from bench.core.console import note
+from bench.core.environment import PROJECT_ROOT
+from bench.core.errors import UsageError
+from bench.core.spec import DEFAULTS
+from bench.harness.supervisor import TAG_VARIABLE, reap, signals_held
+from workloads import WORKLOADS, WorkloadError, get_workload
+from workloads.base import WorkloadInfo
+from workloads.external import canonical, describe, is_reference
+
+CHECK_TIMEOUT_S = 60.0  # the default limit: ample for an import, a build and one batch of a model on a CPU
+FIRST_NOTE_S = 10.0  # a check quieter than this says nothing (an import of torch alone can take seconds)
+NOTE_EVERY_S = 10.0
+
+# (canonical reference, with its data sets) -> workload_of's answer: a sweep's specs check a workload once
+_CHECKED: dict[tuple[str, bool], tuple] = {}
+
+
+def check_limit(check_timeout: float | None, timeout: float | None) -> float:
+    """The check's time limit: --check-timeout (default CHECK_TIMEOUT_S), never more than the run's --timeout."""
+    return min(CHECK_TIMEOUT_S if check_timeout is None else check_timeout,
+               DEFAULTS["timeout"] if timeout is None else timeout)
+
+
+def workload_of(reference: str, *, with_data: bool = False, check_timeout: float | None = None,
+                timeout: float | None = None):
+    """(the reference as the spec keeps it, its workloads.base.WorkloadInfo, where its code came from or None for a
+    built-in one). `with_data`: the run reads the workload's own data sets (`--data workload`), so they are made
+    and described too. A user's workload is loaded and checked in a child process (module docstring), within
+    check_limit(check_timeout, timeout); UsageError, one line, for one that cannot be used or that takes longer."""
+    try:
+        if reference in WORKLOADS:
+            return reference, describe(WORKLOADS[reference], with_data), None
+        if not is_reference(reference):
+            get_workload(reference)  # an unknown name: its one-line refusal
+        reference = canonical(reference)
+    except WorkloadError as exc:
+        raise UsageError(str(exc)) from None
+    for key in ((reference, True), (reference, with_data)):
+        if key in _CHECKED:
+            return _CHECKED[key]
+    answer = _probe(reference, with_data, check_limit(check_timeout, timeout))
+    _CHECKED[reference, with_data] = reference, WorkloadInfo.from_dict(answer["info"]), answer["source"]
+    return _CHECKED[reference, with_data]
+
+
+def _probe(reference: str, with_data: bool, limit: float) -> dict:
+    """workloads.external.probe's answer, from a child process ended at `limit` seconds at the latest."""
+    tag = f"workload-check-{secrets.token_hex(4)}"
+    command = [sys.executable, "-m", "bench.rank.model", reference, *(["--data"] if with_data else [])]
+    started = time.monotonic()
+    # this checkout's bench, as a run's processes import it (bench.harness.runner.worker_environment)
+    path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
+    with subprocess.Popen(command, env={**os.environ, TAG_VARIABLE: tag, "PYTHONPATH": path}, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True) as child:
+        try:
+            out, err = _wait(child, reference, started, limit)
+        finally:
+            with signals_held():  # a second Ctrl-C must not leave the child (or what it started) running
+                reap(tag, child.pid)
+                if child.poll() is None:
+                    child.kill()
+    try:
+        reply = json.loads(out.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        how = f"exit code {child.returncode}" if child.returncode >= 0 else \
+            f"signal {signal.Signals(-child.returncode).name}"
+        last = next((line.strip() for line in reversed(err.decode(errors="replace").splitlines()) if line.strip()),
+                    "")
+        raise UsageError(f"--workload {reference}: loading and checking it ended without an answer ({how})"
+                         + (f": {last[:200]}" if last else "")) from None
+    if "error" in reply:
+        raise UsageError(reply["error"])
+    return reply["answer"]
+
+
+def _wait(child: subprocess.Popen, reference: str, started: float, limit: float) -> tuple[bytes, bytes]:
+    """The child's (stdout, stderr) once it exits; a line on stderr every NOTE_EVERY_S from FIRST_NOTE_S on, and
+    UsageError once `limit` has passed."""
+    next_note = FIRST_NOTE_S
+    while True:
+        elapsed = time.monotonic() - started
+        try:
+            return child.communicate(timeout=max(0.0, min(next_note, limit) - elapsed))
+        except subprocess.TimeoutExpired:
+            pass
+        elapsed = time.monotonic() - started
+        if elapsed >= limit:
+            raise UsageError(f"--workload {reference}: loading and checking it took longer than {limit:g} s "
+                             "(--check-timeout, at most --timeout) and was stopped; its import, build() or "
+                             "datasets() may never return")
+        if elapsed >= next_note:
+            note(f"bench: loading and checking workload {reference} ({math.floor(elapsed)} s so far, limit "
+                 f"{limit:g} s)")
+            next_note += NOTE_EVERY_S
