@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from bench.core.codec import dumps
+
 HANDLER_NAME = "bench"
 LOG_PHRASES = ("new nodes", "Rendezvous complete", "closing signal", "Worker group", "restart")
 # polled every monitor interval (0.1 s): kept out of the file
@@ -24,7 +26,7 @@ QUIET_METRICS = ("_monitor_workers.success", "_monitor_workers.duration.ms", ".h
 def _append(path: str, entry: dict) -> None:
     # one short write per line on a file opened for append: lines from two agents never interleave
     with open(path, "a") as fh:
-        fh.write(json.dumps(entry, default=str) + "\n")
+        fh.write(dumps(entry, default=str) + "\n")
 
 
 class _EventLines(logging.Handler):

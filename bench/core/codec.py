@@ -1,11 +1,17 @@
 """The JSON round trip of typed records: a dataclass as plain JSON values (`to_json`), and back, typed
 recursively and strict about names (`decode`). Unknown or missing fields are an error (`RecordError`), never
-silently dropped."""
+silently dropped.
+
+Records are strict JSON (docs/method.md, "Records"): a float that is no finite number is written as the string
+"NaN", "Infinity" or "-Infinity" (`to_json`), which a field typed float reads back as that float; `dumps` is the
+one JSON writer of records and run files, and refuses a bare NaN that got past the encoding."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+import math
 import types
 import typing
 
@@ -14,8 +20,33 @@ class RecordError(ValueError):
     """A stored record that this version cannot read."""
 
 
+# how a float that is not a finite number is written (the words JavaScript and Python's json module use for them)
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def json_float(value: float):
+    """A float as a record holds it: itself, or the word for a non-finite one."""
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+
+
+def float_of(value):
+    """A float read from a record or a run file: a number, or the word written for a non-finite one (NON_FINITE).
+    For values whose field is not typed float (a rank's output, a journal line), which decoding leaves as read."""
+    return NON_FINITE[value] if isinstance(value, str) and value in NON_FINITE else value
+
+
+def dumps(value, **options) -> str:
+    """`value` as strict JSON: non-finite floats as their words (to_json); anything still not JSON is an error
+    here, when written, not in a reader that refuses the file later."""
+    return json.dumps(to_json(value), allow_nan=False, **options)
+
+
 def to_json(obj):
-    """A dataclass (or container of them) as plain JSON values."""
+    """A dataclass (or container of them) as plain JSON values, non-finite floats as their words (json_float)."""
+    if isinstance(obj, float):
+        return json_float(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
@@ -49,6 +80,8 @@ def from_json(tp, value, where: str = "record"):
             return tp(value)
         except ValueError:
             raise RecordError(f"{where}: {value!r} is not one of {', '.join(repr(m.value) for m in tp)}") from None
+    if tp is float and isinstance(value, str) and value in NON_FINITE:
+        return NON_FINITE[value]
     if tp in PLAIN:
         if not isinstance(value, PLAIN[tp]) or (isinstance(value, bool) and tp is not bool):
             raise RecordError(f"{where}: expected {tp.__name__}, found {type(value).__name__}")
@@ -59,7 +92,7 @@ def from_json(tp, value, where: str = "record"):
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1:
             return from_json(rest[0], value, where)
-        return value  # a plain union of JSON types (int | float, ...)
+        return float_of(value) if float in rest else value  # a plain union of JSON types (int | float, ...)
     if dataclasses.is_dataclass(tp):
         return decode(tp, value, where)
     if origin in (list, tuple):

@@ -19,7 +19,7 @@ from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
-SCHEMA_VERSION = 6  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 7  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RunStatus(str, enum.Enum):
@@ -30,6 +30,7 @@ class RunStatus(str, enum.Enum):
     TIMEOUT = "timeout"  # the deadline (or a Slurm time limit) ended it
     CRASHED = "crashed"  # a rank exited non-zero or by a signal the harness did not send
     INTERRUPTED = "interrupted"  # the user (Ctrl-C, SIGTERM, scancel) ended it
+    DIVERGED = "diverged"  # it ran to its end, but a loss or the parameters became non-finite (NaN or infinite)
 
     def __str__(self) -> str:
         return self.value
@@ -102,6 +103,7 @@ class RunError(Record):
     exception: str | None = None
     exception_message: str | None = None
     ranks: list[dict] | None = None  # where each rank was when the run was ended
+    step: int | None = None  # a diverged run: the step at whose check the non-finite value was seen (or earlier)
 
 
 @dataclass
@@ -137,7 +139,7 @@ class RunRecord(Record):
     spec: typing.Any  # bench.core.spec.RunSpec
     command: list[str]
     rank_map: list[RankRow]
-    metrics: typing.Any  # the task's metrics dataclass (Task.metrics_type), or None when not ok
+    metrics: typing.Any  # the task's metrics dataclass (Task.metrics_type), or None when it produced none
     events: list[dict]
     environment: dict
     run_dir: str
@@ -257,7 +259,21 @@ def _v5_to_v6(rec: dict) -> dict:
     return rec
 
 
-UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}  # version -> function that returns the record at version + 1
+def _v6_to_v7(rec: dict) -> dict:
+    """v7 adds the status `diverged` (a loss or the parameters became non-finite), the error's step, and writes
+    non-finite floats as the words "NaN", "Infinity", "-Infinity" (Python's json reads a v6 record's bare NaN as
+    a float; it is written as its word when the record is written again). A v6 `ok` run meant only that every
+    process ended cleanly: each task says which of its v6 runs diverged (Task.upgrade)."""
+    try:
+        task = get_task(rec["spec"].get("task"))
+    except Exception as exc:
+        raise RecordError(f"record {rec.get('run_id')}: {exc}") from None
+    rec = task.upgrade(6, dict(rec))
+    rec["schema_version"] = 7
+    return rec
+
+
+UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict) -> dict:

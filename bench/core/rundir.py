@@ -12,6 +12,8 @@ import os
 import re
 from pathlib import Path
 
+from bench.core.codec import dumps
+
 RANK_FILE = re.compile(r"rank(\d+)\.a(\d+)\.(\w+)(?:\.jsonl?)?$")
 
 
@@ -51,7 +53,8 @@ def write_atomic(path: str | os.PathLike, content: str | bytes | None = None, *,
 
 
 def write_json_atomic(path: str | os.PathLike, data) -> Path:
-    return write_atomic(path, json.dumps(data))
+    """`data` as strict JSON (bench.core.codec.dumps: non-finite floats as their words), written atomically."""
+    return write_atomic(path, dumps(data))
 
 
 def read_json(path: Path):

@@ -207,7 +207,7 @@ class Store:
         # the index columns of a run that trains nothing hold "" and 0 (the record itself holds None)
         row = (record.run_id, record.created_at, record.status.value, spec.backend, spec.workload or "", spec.world_size,
                spec.device, spec.batch_size or 0, spec.sweep_id, record.task.frame_columns(record).get("throughput"),
-               json.dumps(record.to_dict()))
+               json.dumps(record.to_dict(), allow_nan=False))
         conn = self._connect(create=True)
         try:
             with conn:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import sys
@@ -10,6 +9,7 @@ import time
 
 from bench.cluster.hosts import shaped_links
 from bench.cluster.slurm import signal_judged
+from bench.core.codec import dumps
 from bench.core.console import format_duration, note
 from bench.core.environment import PROJECT_ROOT, fingerprint
 from bench.core.errors import Interrupted, RecordNotStored, StoreError
@@ -62,7 +62,7 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
 def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
     run_id = new_run_id()
     run_dir = RunDir(store.run_dir(run_id)).create()
-    run_dir.spec_file.write_text(json.dumps(spec.to_dict(), indent=1))  # never changed after this
+    run_dir.spec_file.write_text(dumps(spec.to_dict(), indent=1))  # never changed after this
     backend, task = get_backend(spec.backend), get_task(spec.task)
     rank_command = [sys.executable, "-m", "bench.harness.guard", str(run_dir.path), spec.backend]
     env = {**worker_environment(spec, tag=run_id), **backend.launcher.env(spec)}

@@ -4,6 +4,7 @@ only inside a run's processes (it imports torch)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -37,3 +38,19 @@ def param_sums(model) -> ParamSums:
         params = [p.detach().double() for p in plain.parameters()]
         return ParamSums(count=sum(p.numel() for p in params), total=float(sum(p.sum() for p in params)),
                          absolute=float(sum(p.abs().sum() for p in params)))
+
+
+def first_non_finite(checks: list[tuple[int, str, float]], checksum: float, last_step: int) -> dict | None:
+    """Where this process first saw a number that is not finite, for its result file (the parent decides the run's
+    status from it), or None. `checks` are (step, what, value) in step order, such as a loss the loop already
+    brought to the host; the parameters' `checksum` is checked last, at `last_step`. Returns {"what", "step": the
+    step whose check saw it (it became non-finite there or earlier), "finite_at": the step of the check before, which
+    found it finite (None: there was none; the parameters are checked once), "value"}."""
+    finite_at = None
+    for step, what, value in checks:
+        if not math.isfinite(value):
+            return {"what": what, "step": step, "finite_at": finite_at, "value": repr(value)}
+        finite_at = step
+    if not math.isfinite(checksum):
+        return {"what": "parameters", "step": last_step, "finite_at": None, "value": repr(checksum)}
+    return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from bench.core.codec import Record, decode
+from bench.core.codec import Record, decode, float_of
 from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.records import Startup
@@ -24,7 +24,7 @@ from bench.harness.outcome import startup, workers_and_others
 from bench.harness.workload_check import workload_of
 from bench.tasks.base import Task
 from bench.tasks.train import build_spec as train_spec
-from bench.tasks.train import conclude_training, placement_words
+from bench.tasks.train import conclude_training, diverged_v6, placement_words
 
 LR_SCALINGS = ("none", "linear")
 CONVERGE_DEFAULTS = dict(data="digits", target=0.9, epochs=8, holdout=0.2, lr_scaling="linear", warmup_epochs=1.0,
@@ -125,7 +125,7 @@ def converge_metrics(spec, results: dict, launched_at: float, run_dir=None) -> C
     out = next(workers[r].output for r in ranks if workers[r].output.get("curve") is not None)
     curve = [decode(CurvePoint, p) for p in out["curve"]]
     hit = first_at_target(curve, spec.converge["target"])
-    checksums = [workers[r].output["param_checksum"] for r in ranks]
+    checksums = [float_of(workers[r].output["param_checksum"]) for r in ranks]
     scale = max(1e-12, max(abs(c) for c in checksums))
     last = curve[-1]
     return ConvergeMetrics(
@@ -187,6 +187,19 @@ class ConvergeTask(Task):
 
     def conclude(self, spec, run_dir, outcome, before):
         return conclude_training(spec, run_dir, outcome, converge_metrics)
+
+    def upgrade(self, from_version, record):
+        def sightings(m):  # the first worker's held-out losses, and each worker's final parameters
+            workers = [r for r in record["rank_map"] if r.get("role", "worker") == "worker"]
+            ranks = sorted(r["rank"] for r in workers)  # the checksums' order (converge_metrics)
+            ranks = ranks if len(ranks) == len(m["param_checksums"]) else [None] * len(m["param_checksums"])
+            first = next((r["rank"] for r in workers
+                          if (r["rank"] if r.get("role_rank") is None else r["role_rank"]) == 0), None)
+            end = record["spec"]["converge"]["total_steps"]
+            return ([(p["step"], first, "held-out loss", p["loss"]) for p in m["curve"]] +
+                    [(end, rank, "parameters", v) for rank, v in zip(ranks, m["param_checksums"])])
+
+        return diverged_v6(record, sightings) if from_version == 6 else record
 
     def case(self, spec) -> str:
         return f"{spec.workload} to {spec.converge['target']:.0%} on {spec.data}"

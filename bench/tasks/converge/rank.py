@@ -9,7 +9,7 @@ import time
 import torch
 
 from bench.rank.model import build_model, save_model
-from bench.rank.training import optimizer_step, param_sums
+from bench.rank.training import first_non_finite, optimizer_step, param_sums
 from bench.tasks.train.rank import run_training_rank
 from workloads import get_workload
 from workloads.data import converge_data, open_batches
@@ -57,22 +57,26 @@ def converge_rank(joined, inject=None) -> dict:
     loss_fn = workload.make_loss()
     passes = spec.backward_passes
     curve, train_time, eval_time = [], 0.0, 0.0
+    checks = []  # (step, what, value): the losses read where the device is synchronised already
     t_segment = None
     for step in range(c["total_steps"]):
         lr = spec.lr_at(step)
         set_lr(optimizer, lr)
-        optimizer_step(model, optimizer, loss_fn, batches.__next__, passes)
+        loss = optimizer_step(model, optimizer, loss_fn, batches.__next__, passes)
         if step == 0:
             sync()
             joined.first_step_end = time.time()
             t_segment = time.perf_counter()
+            checks.append((1, "loss", loss.item()))
         done = step + 1
         if done % c["eval_every"] == 0 or done == c["total_steps"]:
             sync()
             now = time.perf_counter()
             train_time += now - t_segment
+            checks.append((done, "loss", loss.item()))
             if evaluator:
                 accuracy, held_loss = evaluate(plain, held, device, loss_fn)
+                checks.append((done, "held-out loss", held_loss))
                 curve.append({"step": done, "epoch": done / c["steps_per_epoch"],
                               "samples": done * spec.global_batch, "train_time_s": train_time,
                               "accuracy": accuracy, "loss": held_loss, "lr": lr})
@@ -84,6 +88,7 @@ def converge_rank(joined, inject=None) -> dict:
     saved = save_model(plain, spec.save_model) if spec.save_model and evaluator else None
     return {"curve": curve if evaluator else None, "train_time_s": train_time, "eval_time_s": eval_time,
             "held_out": held.describe, "param_checksum": checksum, "saved_model": saved,
+            "non_finite": first_non_finite(checks, checksum, c["total_steps"]),
             "threads": {"torch": torch.get_num_threads(), "affinity": affinity}}
 
 

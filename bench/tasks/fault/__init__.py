@@ -65,6 +65,7 @@ class FaultMetrics(Record):
     steps_redone: int | None = None
     join_contributes_s: float | None = None
     hang_observed_s: float | None = None
+    diverged: dict | None = None  # the first non-finite parameter checksum: step, rank, value (analysis.diverged)
 
 
 def fault_in_words(fault: dict) -> str:
@@ -126,8 +127,10 @@ class FaultTask(Task):
         observed = get_backend(spec.backend).elastic.observations(run_dir)
         metrics = decode(FaultMetrics, fault_metrics(spec, run_dir, outcome, observed), "fault metrics")
         status, message = fault_status(spec, metrics, outcome)
+        where = ({"rank": metrics.diverged["rank"], "step": metrics.diverged["step"]}
+                 if status == RunStatus.DIVERGED else {})
         error = None if status == RunStatus.OK else RunError(
-            message=message, tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
+            message=message, tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown), **where)
         rank_map = [dataclasses.replace(r, phase=phase) for phase, rows in
                     (("before", metrics.rank_map_before), ("after", metrics.rank_map_after)) for r in rows or []]
         events = [{"time": time.time(), "kind": "cut_not_healed", "hosts": unhealed}] if unhealed else []

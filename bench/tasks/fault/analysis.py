@@ -4,6 +4,9 @@ map before and after, and the run's status."""
 
 from __future__ import annotations
 
+import math
+
+from bench.core.codec import float_of
 from bench.core.records import RunStatus
 
 TIMELINE_BINS = 80
@@ -78,13 +81,10 @@ def fault_metrics(spec, run_dir, outcome, observed: dict) -> dict:
            "timeline": timeline(lines, spec.batch_size), "fault": fired, "agent_events": observed["events"]}
     commits = [e for e in lines if e["kind"] == "commit"]
     resumes = [e for e in lines if e["kind"] == "resumed" and e["step"] > 0]
-    committed = {e["step"]: e["checksum"] for e in commits}
-    out["resume_checks"] = [{"step": e["step"], "pid": e.get("pid"), "restored_checksum": e["checksum"],
-                             "committed_checksum": committed.get(e["step"]),
-                             "equal": committed.get(e["step"]) is not None
-                             and abs(committed[e["step"]] - e["checksum"]) <= 1e-9 * max(1.0, abs(e["checksum"]))}
-                            for e in resumes]
+    committed = {e["step"]: float_of(e["checksum"]) for e in commits}
+    out["resume_checks"] = [resume_check(e, committed.get(e["step"])) for e in resumes]
     out["commits"] = len(commits)
+    out["diverged"] = diverged(lines)
     out["rendezvous"] = observed["rendezvous"]
     if fired is None:
         out["world_before"] = max((e["size"] for e in steps), default=None)
@@ -127,6 +127,27 @@ def fault_metrics(spec, run_dir, outcome, observed: dict) -> dict:
     return out
 
 
+def resume_check(resumed: dict, committed: float | None) -> dict:
+    """Whether a process resumed from the parameters committed at its step (their checksums agree)."""
+    restored = float_of(resumed["checksum"])
+    return {"step": resumed["step"], "pid": resumed.get("pid"), "restored_checksum": restored,
+            "committed_checksum": committed,
+            "equal": committed is not None and abs(committed - restored) <= 1e-9 * max(1.0, abs(restored))}
+
+
+def diverged(lines: list[dict]) -> dict | None:
+    """The first parameter checksum of the journals that is not a finite number, at a commit or at the end of a
+    process's training (the checks the run makes anyway: a step's loss is never read): {"step", "rank", "value"},
+    the step by which the parameters had become non-finite; None when none is."""
+    seen = [e for e in lines if e["kind"] in ("commit", "finished") and e.get("checksum") is not None
+            and not math.isfinite(float_of(e["checksum"]))]
+    if not seen:
+        return None
+    first = min(seen, key=lambda e: (e["step"], e["t"]))
+    return {"step": first["step"], "rank": first.get("rank", first["file_rank"]),
+            "value": repr(float_of(first["checksum"]))}
+
+
 def _detection(lines: list[dict], launcher_saw: list[tuple[float, str]], t: float) -> tuple[float, str] | None:
     """The first sign after the fault that the system noticed it: the launcher's own report, a worker's
     failing collective, or a reset."""
@@ -141,7 +162,8 @@ def _detection(lines: list[dict], launcher_saw: list[tuple[float, str]], t: floa
 
 def fault_status(spec, metrics, outcome) -> tuple[RunStatus, str | None]:
     """ok: trained to the last step after the fault; failed: the launcher gave up (restarts exhausted, too
-    few workers); timeout: the deadline, or no step within --recovery-timeout of the fault (a hang)."""
+    few workers); timeout: the deadline, or no step within --recovery-timeout of the fault (a hang); diverged:
+    trained through, but the parameters became non-finite."""
     f = spec.fault
     if outcome.ending == "interrupted":
         return RunStatus.INTERRUPTED, outcome.interruption()
@@ -167,6 +189,10 @@ def fault_status(spec, metrics, outcome) -> tuple[RunStatus, str | None]:
                           f"{metrics.world_before} for {f['recovery_timeout']:g} s)")
     if metrics.steps_completed < f["total_steps"]:
         return RunStatus.FAILED, f"the launcher exited 0 but training stopped at step {metrics.steps_completed} of {f['total_steps']}"
+    if metrics.diverged:  # before the resume checks: a non-finite checksum equals none, not even its own
+        d = metrics.diverged
+        return RunStatus.DIVERGED, (f"rank {d['rank']}: the parameters' checksum became {d['value']} by "
+                                    f"step {d['step']} (checked at commits and at the end)")
     if any(not c["equal"] for c in metrics.resume_checks):
         return RunStatus.FAILED, "a process resumed from parameters that differ from the committed ones"
     return RunStatus.OK, None

@@ -4,12 +4,12 @@ journal line per event. Loaded only inside a run's processes."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 import torch
 
+from bench.core.codec import dumps
 from bench.core.registry import get_backend
 from bench.core.rundir import write_json_atomic
 from bench.rank.kit import GroupMember
@@ -23,14 +23,14 @@ VICTIM_WAIT_S = 30.0  # how long the victim waits for its signal before going on
 
 # ---------------------------------------------------------------- worker side
 class Journal:
-    """One worker process's event log: one JSON line per event, flushed as written (the parent reads it
-    while the run goes on, and after any ending)."""
+    """One worker process's event log: one JSON line per event (strict JSON: a checksum that is no finite number is
+    its word), flushed as written (the parent reads it while the run goes on, and after any ending)."""
 
     def __init__(self, path):
         self.fh = open(path, "a", buffering=1)
 
     def write(self, kind: str, **fields) -> None:
-        self.fh.write(json.dumps({"kind": kind, "t": time.time(), **fields}) + "\n")
+        self.fh.write(dumps({"kind": kind, "t": time.time(), **fields}) + "\n")
 
 
 def wait_for_fault(run_dir, journal: Journal, step: int, rank: int) -> None:
@@ -63,6 +63,7 @@ class FaultContext:
         self.spec, self.run_dir, self.journal = spec, run_dir, journal
         self.model, self.optimizer, self.device = model, optimizer, device
         self.rank_at_start, self.host = info.rank, info.host
+        self.rank = info.rank  # the rank it holds now (Horovod reassigns ranks inside a process)
         self.total_steps = spec.fault["total_steps"]
         self.checkpoint_every = spec.fault["checkpoint_every"]
         self.loss_fn = get_workload(spec.workload).make_loss()
@@ -103,7 +104,7 @@ class FaultContext:
 
     def resumed(self, step: int, rank: int, size: int, local_rank: int, restart_count: int,
                 group_rank: int | None = None) -> None:
-        self.resumed_at = step
+        self.resumed_at, self.rank = step, rank
         self.journal.write("resumed", step=step, rank=rank, size=size, local_rank=local_rank, group_rank=group_rank,
                            restart_count=restart_count, pid=os.getpid(), host=self.host, checksum=self.checksum())
         if self.spec.save_params and step > 0:
@@ -158,7 +159,8 @@ def run_rank(spec, run_dir, file_rank, attempt, t_process_start):
     ctx = FaultContext(spec, run_dir, journal, member.info, model, optimizer, torch.device("cpu"))
     state = get_backend(spec.backend).elastic.worker_state(member.group, model, optimizer, run_dir, spec, ctx.reset)
     final_step = train_through_faults(state, ctx)
-    journal.write("finished", step=final_step)
+    checksum = ctx.checksum()
+    journal.write("finished", step=final_step, rank=ctx.rank, checksum=checksum)
     if spec.save_params:
         save_params(model, run_dir.params_file(file_rank, attempt))
-    return member.result({"steps": final_step, "param_checksum": ctx.checksum()})
+    return member.result({"steps": final_step, "param_checksum": checksum})

@@ -7,13 +7,14 @@ throughput = global batch x K / window time; the mean over windows with its t in
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
-from bench.core.codec import Record
+from bench.core.codec import Record, float_of
 from bench.core.console import note
 from bench.core.errors import UsageError
-from bench.core.records import RunStatus, Startup, Summary
+from bench.core.records import RunError, RunStatus, Startup, Summary
 from bench.core.registry import get_backend
 from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, placement_text, resolve_cpu_bind
 from bench.core.stats import summarize
@@ -200,8 +201,8 @@ def train_metrics(spec: RunSpec, results: dict, launched_at: float, run_dir=None
             rank=r, throughput=Summary(**summarize(rank_thr)),
             step_time_mean_s=sum(out["window_times"]) / (len(out["window_times"]) * k),
             peak_rss_bytes=res.peak_rss_bytes, cuda_peak_bytes=out["cuda_peak_bytes"],
-            loss_first=out["loss_first"], loss_last=out["window_losses"][-1],
-            param_checksum=out["param_checksum"], threads=out["threads"],
+            loss_first=float_of(out["loss_first"]), loss_last=float_of(out["window_losses"][-1]),
+            param_checksum=float_of(out["param_checksum"]), threads=out["threads"],
             input_wait_share=(sum(out["window_input_wait_s"]) / sum(out["window_times"])
                               if out.get("window_input_wait_s") is not None else None)))
     slowest = max(p.step_time_mean_s for p in per_rank)
@@ -252,10 +253,66 @@ def placement_words(spec) -> str:
 
 def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:
     """A run whose workers train (and whose other roles serve them): its status, and its metrics_of(spec, results,
-    launched_at, run_dir) when it ended ok."""
+    launched_at, run_dir) when every process ended cleanly: `ok`, or `diverged` where a worker saw a loss or its
+    parameters become non-finite (its figures are kept; every view leaves a run that is not ok out)."""
     status, error = process_status(spec, run_dir, outcome)
-    metrics = metrics_of(spec, read_results(run_dir), outcome.launched_at, run_dir) if status == RunStatus.OK else None
+    metrics = None
+    if status == RunStatus.OK:
+        results = read_results(run_dir)
+        metrics = metrics_of(spec, results, outcome.launched_at, run_dir)
+        error = divergence(workers_and_others(results)[0])
+        status = RunStatus.DIVERGED if error else status
     return Conclusion(status=status, error=error, metrics=metrics, rank_map=joined_rank_map(run_dir))
+
+
+# what each value a rank checks is, in the error's words
+CHECKED = {"loss": "the loss", "held-out loss": "the held-out loss", "parameters": "the parameters' checksum"}
+
+
+def divergence(workers: dict) -> RunError | None:
+    """The error of a run whose workers saw a non-finite value (the `non_finite` of their output, from
+    bench.rank.training.first_non_finite), or None: the earliest step seen, on the lowest rank that saw it then."""
+    seen = {r: res.output["non_finite"] for r, res in workers.items() if res.output.get("non_finite")}
+    if not seen:
+        return None
+    step = min(n["step"] for n in seen.values())
+    first = sorted(r for r, n in seen.items() if n["step"] == step)
+    n = seen[first[0]]
+    if n["finite_at"] == step - 1:
+        when = f"at step {step}"
+    elif n["finite_at"] is not None:  # checks between are not made: inside timed windows, or between evaluations
+        when = f"by step {step} (finite at step {n['finite_at']}, the check before)"
+    else:
+        when = f"by step {step}"
+    who = f"rank {first[0]}" if len(first) == 1 else f"ranks {', '.join(map(str, first))}"
+    later = f"; {len(seen)} of {len(workers)} workers by their end" if len(seen) > len(first) else ""
+    return RunError(message=f"{who}: {CHECKED.get(n['what'], n['what'])} became {n['value']} {when}{later}",
+                    rank=first[0], step=step)
+
+
+def non_finite(value) -> bool:
+    """Whether a figure read from a record is a number that is not finite (a word of bench.core.codec.NON_FINITE)."""
+    value = float_of(value)
+    return isinstance(value, (int, float)) and not math.isfinite(value)
+
+
+def diverged_v6(record: dict, sightings) -> dict:
+    """A schema-6 record (bench.core.records._v6_to_v7) of an ok run, `diverged` if one of its figures is non-finite:
+    sightings(metrics) gives (step, rank, what, value) of the figures it kept; the earliest non-finite one is its
+    error."""
+    if record.get("status") != RunStatus.OK.value or not isinstance(record.get("metrics"), dict):
+        return record
+    try:
+        bad = sorted((s for s in sightings(record["metrics"]) if non_finite(s[3])), key=lambda s: s[0])
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return record  # not shaped as v6 wrote it: decoding the record says what is wrong
+    if not bad:
+        return record
+    step, rank, what, value = bad[0]
+    who = f"rank {rank}: " if rank is not None else ""
+    return dict(record, status=RunStatus.DIVERGED.value, error={
+        "message": f"{who}{CHECKED[what]} was {float_of(value)!r} by step {step} (found when this schema-6 "
+                   "record was read: it kept no earlier check)", "rank": rank, "step": step})
 
 
 class TrainTask(Task):
@@ -277,6 +334,15 @@ class TrainTask(Task):
 
     def conclude(self, spec, run_dir, outcome, before):
         return conclude_training(spec, run_dir, outcome, train_metrics)
+
+    def upgrade(self, from_version, record):
+        def sightings(m):  # each worker's last loss and final parameters, at the run's last step
+            spec = record["spec"]
+            end = spec["warmup_steps"] + spec["windows"] * spec["steps_per_window"]
+            return [(end, row["rank"], what, row[key]) for row in m["per_rank"]
+                    for what, key in (("loss", "loss_last"), ("parameters", "param_checksum"))]
+
+        return diverged_v6(record, sightings) if from_version == 6 else record
 
     # ------------------------------------------------------------ views
     def case(self, spec) -> str:

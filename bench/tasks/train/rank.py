@@ -11,7 +11,7 @@ import torch
 from bench.rank.inject import fire_injected, injected_for
 from bench.rank.kit import GroupMember, StepLoop, step_delay_seconds, thread_affinities, timed_windows
 from bench.rank.model import build_model, initial_model, save_model, save_params
-from bench.rank.training import optimizer_step, param_sums
+from bench.rank.training import first_non_finite, optimizer_step, param_sums
 from workloads import get_workload
 from workloads.data import TimedBatches, open_batches
 
@@ -46,20 +46,26 @@ def train_rank(joined, inject: dict | None) -> dict:
     sync()
     joined.first_step_end = time.time()
     loss_first = loss.item()
+    # (step, "loss", value): every warm-up step's loss (untimed, and synchronised already), then each window's
+    # last; nothing inside a timed window reads a loss, which would add a device sync per step
+    checks = [(step.done, "loss", loss_first)]
     warmup_times = []
     for _ in range(spec.warmup_steps - 1):
         t0 = time.perf_counter()
         loss = step()
         sync()
         warmup_times.append(time.perf_counter() - t0)
+        checks.append((step.done, "loss", loss.item()))
     if spec.step_delay:
         step.delay_s = step_delay_seconds(spec.step_delay, warmup_times, step, sync)
     progress(0)
 
+    before_windows = step.done
     window_times, last_losses = timed_windows(step, spec.windows, spec.steps_per_window, joined.group.barrier,
                                               sync, progress)
     placed = thread_affinities()  # every thread the run started is alive now: where each may run
     window_losses = [loss.item() for loss in last_losses]
+    checks += [(before_windows + (w + 1) * spec.steps_per_window, "loss", v) for w, v in enumerate(window_losses)]
     window_input_wait = input_waits[1:] if timed_input is not None else None  # [0] is the warm-up's
 
     plain = getattr(model, "module", model)  # the model without its data-parallel wrapper
@@ -78,6 +84,7 @@ def train_rank(joined, inject: dict | None) -> dict:
         "param_count": sums.count,
         "param_checksum": sums.total,
         "param_abs_checksum": sums.absolute,
+        "non_finite": first_non_finite(checks, sums.total, step.done),
         "cuda_peak_bytes": torch.cuda.max_memory_allocated(device) if spec.device == "cuda" else None,
         "threads": {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity,
