@@ -2,7 +2,6 @@
 status rules, the training, communication and fault figures, efficiency, labels, the parameter server's
 share of a sweep, and spec checks. Nothing here launches a process."""
 
-import math
 
 import pytest
 
