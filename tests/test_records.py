@@ -239,3 +239,18 @@ def test_a_communication_sweep_has_no_training_fields_and_older_ones_are_upgrade
     table = runs_table(frame).splitlines()
     at = table[0].index("batch")  # the column, as the table pads it
     assert table[1][at:].split()[0] == "-" and table[2][at:].split()[0] == str(train[0].spec.batch_size)
+
+
+def test_a_non_finite_number_in_a_field_of_free_form_reads_back_as_a_number(tmp_path):
+    """A fit's dict holds an infinite bandwidth where the fitted time per byte is not positive: strict JSON writes
+    "Infinity", and the record read back holds the number again, so its views format it as one."""
+    rec = comm_record("inf1")
+    rec.metrics.fit["bandwidth_gbps"] = float("inf")
+    store = Store(tmp_path / "s.sqlite")
+    store.save(rec)
+    (text,) = sqlite3.connect(store.path).execute("SELECT record FROM runs").fetchone()
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}"))["metrics"]["fit"]["bandwidth_gbps"] \
+        == "Infinity"
+    back = store.records()[0]
+    assert back.metrics.fit["bandwidth_gbps"] == float("inf")
+    assert any("1/b = inf GB/s" in line for line in back.task.summary_lines(back))

@@ -3,8 +3,9 @@ recursively and strict about names (`decode`). Unknown or missing fields are an 
 silently dropped.
 
 Records are strict JSON (docs/method.md, "Records"): a float that is no finite number is written as the string
-"NaN", "Infinity" or "-Infinity" (`to_json`), which a field typed float reads back as that float; `dumps` is the
-one JSON writer of records and run files, and refuses a bare NaN that got past the encoding."""
+"NaN", "Infinity" or "-Infinity" (`to_json`), which reads back as that float wherever the field is not typed as
+text (a float field, or an untyped value such as a fit's dict: `restore_floats`); `dumps` is the one JSON writer
+of records and run files, and refuses a bare NaN that got past the encoding."""
 
 from __future__ import annotations
 
@@ -35,6 +36,18 @@ def float_of(value):
     """A float read from a record or a run file: a number, or the word written for a non-finite one (NON_FINITE).
     For values whose field is not typed float (a rank's output, a journal line), which decoding leaves as read."""
     return NON_FINITE[value] if isinstance(value, str) and value in NON_FINITE else value
+
+
+def restore_floats(value):
+    """Plain JSON with the words for non-finite floats turned back into floats, at any depth: what a value whose
+    field is not typed (a fit's dict, a rank's output) reads back as, so that a number written stays a number."""
+    if isinstance(value, str):
+        return NON_FINITE.get(value, value)
+    if isinstance(value, list):
+        return [restore_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: restore_floats(v) for k, v in value.items()}
+    return value
 
 
 def dumps(value, **options) -> str:
@@ -74,7 +87,7 @@ def from_json(tp, value, where: str = "record"):
     """`value` (plain JSON) as type `tp`: dataclasses, X | None, list[X], dict[str, X], plain values."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is typing.Any or tp is object:
-        return value
+        return restore_floats(value)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:
             return tp(value)
@@ -103,7 +116,7 @@ def from_json(tp, value, where: str = "record"):
         if not isinstance(value, dict):
             raise RecordError(f"{where}: expected an object, found {type(value).__name__}")
         return {k: from_json(args[1] if args else typing.Any, v, f"{where}.{k}") for k, v in value.items()}
-    return value
+    return restore_floats(value)  # an untyped container (a bare dict or list)
 
 
 def decode(cls, data: dict, where: str | None = None):
