@@ -248,13 +248,20 @@ def _v4_to_v5(rec: dict) -> dict:
 TRAINING_FIELDS = ("workload", "batch_size", "image_size", "num_classes", "steps_per_window", "warmup_steps", "windows")
 
 
+def _by_task(rec: dict, from_version: int) -> dict:
+    """The record with its task's part moved on from `from_version` (Task.upgrade): what changed for one kind of
+    run is that task's to say."""
+    try:
+        task = get_task(rec["spec"].get("task"))
+    except Exception as exc:
+        raise RecordError(f"record {rec.get('run_id')}: {exc}") from None
+    return task.upgrade(from_version, dict(rec, spec=dict(rec["spec"])))
+
+
 def _v5_to_v6(rec: dict) -> dict:
-    """v6: a run that trains nothing (a communication sweep) has no training fields (None); v5 wrote placeholders
-    there (workload "comm", zeros)."""
-    spec = dict(rec["spec"])
-    if spec.get("task") == "comm":
-        spec.update({name: None for name in TRAINING_FIELDS})
-    rec = dict(rec, spec=spec)
+    """v6: a run that trains nothing (a communication sweep) has no training fields (TRAINING_FIELDS, None); v5
+    wrote placeholders there (workload "comm", zeros): its task clears them (Task.upgrade)."""
+    rec = _by_task(rec, 5)
     rec["schema_version"] = 6
     return rec
 
@@ -264,11 +271,7 @@ def _v6_to_v7(rec: dict) -> dict:
     non-finite floats as the words "NaN", "Infinity", "-Infinity" (Python's json reads a v6 record's bare NaN as
     a float; it is written as its word when the record is written again). A v6 `ok` run meant only that every
     process ended cleanly: each task says which of its v6 runs diverged (Task.upgrade)."""
-    try:
-        task = get_task(rec["spec"].get("task"))
-    except Exception as exc:
-        raise RecordError(f"record {rec.get('run_id')}: {exc}") from None
-    rec = task.upgrade(6, dict(rec))
+    rec = _by_task(rec, 6)
     rec["schema_version"] = 7
     return rec
 

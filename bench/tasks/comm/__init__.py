@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bench.core.codec import Record, decode
 from bench.core.errors import UsageError
-from bench.core.records import RunError, RunStatus, Startup
+from bench.core.records import TRAINING_FIELDS, RunError, RunStatus, Startup
 from bench.core.registry import get_backend
 from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, resolve_cpu_bind
 from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
@@ -139,6 +139,8 @@ class CommTask(Task):
         if from_version == 1 and record.get("metrics") is not None:  # metrics.comm and the rows, together
             metrics = dict(record["metrics"])
             record["metrics"] = {**metrics.pop("comm"), **metrics, "rows": record.get("allreduce") or []}
+        if from_version == 5:  # v5 wrote placeholders where a sweep has no training values
+            record["spec"] = {**record["spec"], **{name: None for name in TRAINING_FIELDS}}
         return record
 
     # ------------------------------------------------------------ views
