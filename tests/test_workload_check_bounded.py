@@ -95,3 +95,30 @@ def test_the_parent_is_told_what_it_needs_and_imports_no_torch(tmp_path):
     assert answer["reference"] == f"{path}:TINY" and (answer["cpu"], answer["image"]) == (16, 12)
     assert len(answer["sha256"]) == 64
     assert answer["loaded"] == []
+
+
+@pytest.mark.slow
+def test_a_check_outlived_by_its_bench_process_is_ended(tmp_path):
+    """bench SIGKILLed while a user's workload is being checked: the lifeline ends the check's process and what it
+    started, as it ends a run's."""
+    path = write(tmp_path, "w.py", HANG_AT_IMPORT)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("BENCH_STORE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--workload", f"{path}:TINY", "--check-timeout", "60",
+                             "--store", str(tmp_path / "results" / "b.sqlite")], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while len(processes_naming(tmp_path)) < 2 and time.monotonic() < deadline:  # the check and what it started
+            time.sleep(0.2)
+        assert len(processes_naming(tmp_path)) >= 2, "the check never started"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while processes_naming(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = processes_naming(tmp_path)
+    for p in left:  # never leave them running, whatever the test found
+        p.kill()
+    assert left == []

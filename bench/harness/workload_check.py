@@ -24,6 +24,7 @@ from bench.core.console import note
 from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
 from bench.core.spec import DEFAULTS
+from bench.harness.lifeline import Lifeline
 from bench.harness.supervisor import TAG_VARIABLE, reap, signals_held
 from workloads import WORKLOADS, WorkloadError, get_workload
 from workloads.base import WorkloadInfo
@@ -72,8 +73,10 @@ def _probe(reference: str, with_data: bool, limit: float) -> dict:
     started = time.monotonic()
     # this checkout's bench, as a run's processes import it (bench.harness.runner.worker_environment)
     path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
-    with subprocess.Popen(command, env={**os.environ, TAG_VARIABLE: tag, "PYTHONPATH": path}, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True) as child:
+    # the lifeline ends the check (by its tag) if this bench process dies meanwhile, as it ends a run
+    with Lifeline(tag), subprocess.Popen(command, env={**os.environ, TAG_VARIABLE: tag, "PYTHONPATH": path},
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         start_new_session=True) as child:
         try:
             out, err = _wait(child, reference, started, limit)
         finally:
