@@ -1,7 +1,11 @@
 """Verdicts across launches, and agreement between sweeps, on records built in memory."""
 
-from bench.report.sections import ReportContext
-from bench.results.agreement import agreement, contradictions, format_agreement, sweep_claims
+import re
+
+from bench.core.stats import Family
+from bench.report.page import scorecard_recommendation
+from bench.report.sections import Bullets, ReportContext
+from bench.results.agreement import agreement, contradictions, format_agreement, frame_comparisons, sweep_claims
 from bench.results.frame import records_to_frame
 from bench.tasks.train import report as train_report
 from factories import train_record
@@ -17,7 +21,7 @@ def sweep(sweep_id: str, launches: dict[tuple[str, int], list[float]], t0: float
                 t += 1
                 v = values[r]
                 recs.append(train_record(f"{sweep_id}-{backend}-{n}-{r}", backend, n, per_window=[v * 0.99, v, v * 1.01],
-                                         created_at=t, sweep_id=sweep_id, spec_fields={"repeat": r}))
+                                         created_at=t, sweep_id=sweep_id, spec_fields={"repeat": r, "cpu_bind": "cores"}))
     return recs
 
 
@@ -27,15 +31,28 @@ CLEAR = {("single", 1): [100, 102, 98], ("elastic", 1): [95, 96, 94], ("horovod"
 
 def page_part(records):
     frame = records_to_frame(records)
-    return train_report.report_part(frame, ReportContext("test", [], frame))
+    return train_report.report_part(frame, ReportContext("test", [], frame, Family(frame_comparisons(frame))))
+
+
+def in_words(part) -> list[str]:
+    """The comparisons in words that the training view lists under Throughput."""
+    section = next(s for s in part.sections if s.id == "throughput")
+    return [" ".join(x.text for x in item) for b in section.blocks if isinstance(b, Bullets) for item in b.items]
+
+
+def row(part, measure: str, workers: int):
+    return next(r for r in part.scorecard if r.measure == measure and f", {workers} worker" in r.condition)
 
 
 def test_the_verdict_is_a_test_across_launches():
     part = page_part(sweep("s1", CLEAR))
-    two = next(s for s in part.verdict if "2 worker(s)" in s)
-    assert "elastic is faster by" in two and "means of 3 + 3 launches" in two
-    assert "95% interval +" in two and "would have been detected" in two
-    assert any("For throughput on this hardware, choose elastic." in line for line in part.recommendation)
+    two = row(part, "training throughput", 2)
+    assert two.outcome.startswith("elastic faster by") and two.winner == "elastic" and two.launches == "3 + 3"
+    assert "(Holm)" in two.difference and two.decides
+    words = next(s for s in in_words(part) if "2 worker(s)" in s and "against horovod" in s)
+    assert "means of 3 + 3 launches" in words and "95% interval +" in words and "after Holm's correction" in words
+    assert "Choose elastic on this hardware." in " ".join(scorecard_recommendation(part.scorecard))
+    assert not row(part, "training throughput", 1).decides  # one worker: the wrappers' overhead only
     # horovod at one worker runs the plain loop: indistinguishable from it, and the page says by how much
     table = next(s for s in part.sections if s.id == "throughput")
     rows = {(r.cells[0].text, r.cells[1].text): r for b in table.blocks if hasattr(b, "rows") for r in b.rows}
@@ -46,16 +63,39 @@ def test_the_verdict_is_a_test_across_launches():
 def test_windows_of_one_launch_never_decide():
     # one launch a side with tight windows: a t-test over windows would call this; across launches it cannot
     recs = sweep("s1", {("elastic", 2): [150], ("horovod", 2): [120]})
-    part = page_part(recs)
-    assert any("cannot tell with a single launch on a side" in s for s in part.verdict)
-    assert not any("is faster by" in s for s in part.verdict)
+    two = row(page_part(recs), "training throughput", 2)
+    assert two.standing == "one launch" and two.outcome.startswith("cannot tell: one launch on a side")
+    assert two.winner is None
 
 
-def test_the_latest_sweep_of_a_case_is_its_launches():
-    old = sweep("s0", {("elastic", 2): [10, 11, 12], ("horovod", 2): [50, 51, 49]}, t0=0)
-    new = sweep("s1", {("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]}, t0=100)
-    part = page_part(old + new)
-    assert any("elastic is faster by" in s and "means of 3 + 3 launches" in s for s in part.verdict)
+def test_sweeps_of_the_same_code_are_pooled_and_other_code_is_left_out():
+    import dataclasses
+
+    def code(records, commit):
+        return [dataclasses.replace(r, environment={**r.environment, "git": {"commit": commit, "dirty": False}})
+                for r in records]
+
+    old = code(sweep("s0", {("elastic", 2): [10, 11, 12], ("horovod", 2): [50, 51, 49]}, t0=0), "aaa")
+    first = code(sweep("s1", {("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]}, t0=100), "bbb")
+    again = code(sweep("s2", {("elastic", 2): [151, 149, 152], ("horovod", 2): [121, 119, 122]}, t0=200), "bbb")
+    two = row(page_part(old + first + again), "training throughput", 2)
+    assert two.launches == "6 + 6 (2 sweeps pooled)" and two.winner == "elastic"
+    assert row(page_part(old + first), "training throughput", 2).launches == "3 + 3"  # other code: left out
+    alone = row(page_part(first), "training throughput", 2)
+    pooled = row(page_part(first + again), "training throughput", 2)
+    bounds = [re.search(r"\(([-+.\d]+)% to ([-+.\d]+)%\)", r.difference).groups() for r in (alone, pooled)]
+    width = [float(high) - float(low) for low, high in bounds]
+    assert width[1] < width[0]  # running the sweep again narrows the interval
+
+
+def test_no_difference_is_quantified_as_an_equivalence():
+    tie = {("elastic", 2): [150, 151, 149, 150, 152], ("horovod", 2): [151, 149, 150, 152, 150]}
+    two = row(page_part(sweep("s1", tie)), "training throughput", 2)
+    assert two.standing == "within" and two.outcome.startswith("within ±") and two.winner is None
+    assert 0 < two.margin < 0.05
+    noisy = {("elastic", 2): [100, 160, 120], ("horovod", 2): [150, 90, 130]}
+    two = row(page_part(sweep("s1", noisy)), "training throughput", 2)
+    assert two.standing == "unresolved" and "the data allow up to ±" in two.outcome
 
 
 def test_sweeps_that_agree_and_sweeps_that_contradict():
@@ -63,20 +103,20 @@ def test_sweeps_that_agree_and_sweeps_that_contradict():
     b = sweep("b", CLEAR, t0=100)
     result = agreement({"a": a, "b": b})
     assert not any(result["pairs"].values())
-    assert "elastic / horovod, mnist_mlp cpu b64 x2" in result["resolved_everywhere"]
+    assert "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores" in result["resolved_everywhere"]
     text = format_agreement(result)
     assert "0 contradiction(s)" in text and " *" in text
     flipped = {**CLEAR, ("elastic", 2): [118, 121, 119], ("horovod", 2): [150, 152, 149]}
     c = sweep("c", flipped, t0=200)
     result = agreement({"a": a, "c": c})
-    assert "elastic / horovod, mnist_mlp cpu b64 x2" in result["pairs"][("a", "c")]
+    assert "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores" in result["pairs"][("a", "c")]
     assert "NO" in format_agreement(result)
 
 
 def test_a_significant_claim_is_contradicted_by_an_estimate_leaning_the_other_way():
     a = sweep_claims(sweep("a", {("elastic", 2): [150, 152, 149], ("horovod", 2): [120, 121, 119]}))
     b = sweep_claims(sweep("b", {("elastic", 2): [100, 140, 110], ("horovod", 2): [130, 100, 125]}))
-    key = "elastic / horovod, mnist_mlp cpu b64 x2"
+    key = "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores"
     assert a[key].direction == 1 and b[key].direction == 0 and b[key].leaning == -1
     assert contradictions(a, b) == [key]
 
@@ -88,7 +128,10 @@ def test_the_page_says_whether_its_sweeps_agree():
     assert "Rerun check: this selection holds 2 sweeps" in page and "no contradiction" in page
     flipped = {**CLEAR, ("elastic", 2): [118, 121, 119], ("horovod", 2): [150, 152, 149]}
     page = render_report(records_to_frame(sweep("a", CLEAR) + sweep("c", flipped, t0=200)), "test")
-    assert "1 comparison(s) contradict between sweeps: elastic / horovod, mnist_mlp cpu b64 x2" in page
+    said = re.search(r"(\d) comparison\(s\) contradict between sweeps: ([^<]*)", page)
+    assert said and said.group(1) == "2"  # the throughput pair, and their efficiencies against each other
+    assert said.group(2).split("; ") == ["efficiency elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores",
+                                         "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores."]
     # one sweep: nothing to check, nothing said
     assert "Rerun check" not in render_report(records_to_frame(sweep("a", CLEAR)), "test")
 
@@ -108,14 +151,14 @@ def test_sooner_startup_is_claimed_only_across_launches():
     recs = sweep("s1", CLEAR)
     recs = with_startup(recs, "elastic", [9.0, 9.2, 8.9, 9.1, 9.0, 9.1])
     recs = with_startup(recs, "horovod", [11.0, 11.3, 10.9, 11.2, 11.1, 11.0])
-    assert any(line.startswith("elastic reached its first step sooner (median 9.1 s vs 11.1 s for horovod, 6 + 6 launches)")
-               for line in page_part(recs).recommendation)
+    start = row(page_part(recs), "startup to the first step", 2)
+    assert start.outcome.startswith("elastic starts sooner by") and start.operations
+    assert start.figures == {"elastic": "9.1 s (median)", "horovod": "11.2 s (median)"} and start.launches == "3 + 3"
     # one launch a side: a median, never "sooner"
     one = sweep("s2", {("elastic", 2): [150], ("horovod", 2): [120]})
     one = with_startup(with_startup(one, "elastic", [5.0]), "horovod", [9.0])
-    lines = page_part(one).recommendation
-    assert not any("sooner" in line for line in lines)
-    assert any(line.startswith("Startup to the first step did not differ significantly") for line in lines)
+    start = row(page_part(one), "startup to the first step", 2)
+    assert "sooner" not in start.outcome and start.standing == "one launch"
 
 
 def test_ray_is_measured_against_elastic_and_the_ps_against_the_faster_primary():
@@ -123,12 +166,12 @@ def test_ray_is_measured_against_elastic_and_the_ps_against_the_faster_primary()
     backend, even where the other primary is faster; the parameter server with the faster primary."""
     launches = {("single", 1): [100, 102, 98], ("elastic", 2): [120, 118, 123], ("horovod", 2): [150, 155, 148],
                 ("ray", 2): [110, 112, 109], ("ps", 2): [90, 91, 89]}
-    part = page_part(sweep("s1", launches))
-    ray = next(s for s in part.verdict if s.split(": ", 1)[1].startswith("ray ("))
-    assert "ray (the same data-parallel path as elastic, under its own runtime) is" in ray
-    assert "slower than elastic (3 + 3 launches" in ray
-    ps = next(s for s in part.verdict if ": the ps baseline" in s)
-    assert "slower than horovod" in ps
+    lines = in_words(page_part(sweep("s1", launches)))
+    ray = next(s for s in lines if ": ray (" in s)
+    assert "against elastic: elastic faster by" in ray and "3 + 3 launches" in ray
+    ps = next(s for s in lines if ": ps (" in s)
+    assert "against horovod: horovod faster by" in ps
+    assert "None" not in " ".join(lines)  # options in words, never a raw Python value
 
 
 def test_runs_of_two_machines_are_separate_cases_never_compared():
@@ -139,11 +182,11 @@ def test_runs_of_two_machines_are_separate_cases_never_compared():
     there = [dataclasses.replace(r, environment={"cpu_model": "Other CPU", "cpu_count": 8}) for r in faster]
 
     assert set(records_to_frame(here + there)["hardware"]) == {"cpu (2 CPUs)", "Other CPU (8 CPUs)"}
-    one_machine = page_part(here).verdict
+    one_machine = in_words(page_part(here))
     assert not any(" on cpu (2 CPUs)" in line for line in one_machine)  # nothing to tell apart: not named
 
-    lines = page_part(here + there).verdict
-    pair = next(line for line in lines if "elastic is faster by" in line)
+    lines = in_words(page_part(here + there))
+    pair = next(line for line in lines if "elastic faster by" in line)
     # elastic's launches of this machine against horovod's of this machine, not the other machine's later ones
     assert "on cpu (2 CPUs))" in pair and "elastic 151 vs horovod 120" in pair
     assert not any("Other CPU" in line and "horovod" in line for line in lines)

@@ -78,3 +78,26 @@ def _blank(path) -> bool:
     pixels = imread(str(path))[..., :3].reshape(-1, 3)
     spread = pixels.max(axis=0) - pixels.min(axis=0)
     return bool(spread.max() < 0.05)
+
+
+SAMPLE_STORE = Path(__file__).resolve().parent.parent / "reports" / "sample" / "bench.sqlite"
+
+
+def test_the_scorecard_is_in_the_first_screen(tmp_path):
+    """At 1280x800, a reader sees the scorecard (its header and first rows, the default condition's) without
+    scrolling, on the page of the committed sample store."""
+    from playwright.sync_api import sync_playwright
+
+    store = tmp_path / "bench.sqlite"
+    shutil.copy(SAMPLE_STORE, store)
+    path = write_report(Store(store), tmp_path / "report.html")
+    with sync_playwright() as p:
+        browser = _launch(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(path.as_uri())
+        first_rows = page.eval_on_selector_all(
+            "#scorecard tr", "rows => rows.slice(0, 4).map(r => r.getBoundingClientRect().bottom)")
+        assert len(first_rows) == 4 and max(first_rows) <= 800, first_rows
+        cells = page.eval_on_selector_all("#scorecard tr:nth-child(2) td", "cells => cells.map(c => c.innerText)")
+        assert cells[0] == "training throughput" and "pinned, one host" in cells[1]
+        browser.close()

@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from bench.core import stats
 from bench.core.stats import summarize
 
 
@@ -83,3 +84,58 @@ def test_scaled_ratios_of_several_cases():
     assert est.ratio == pytest.approx(1.0, abs=0.01) and not est.significant
     with pytest.raises(ValueError):
         ratio_of_cases([[0.0, 1.0]], [[1.0, 1.0]])
+
+
+# ---------------------------------------------------------------- many comparisons: Holm, and equivalence
+def test_holm_adjusts_step_down_and_keeps_the_order():
+    adjusted = stats.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": float("nan")})
+    # sorted 0.01, 0.03, 0.04 of m = 3: x3, x2, x1, each at least the one before
+    assert adjusted["a"] == pytest.approx(0.03) and adjusted["c"] == pytest.approx(0.06)
+    assert adjusted["b"] == pytest.approx(0.06) and math.isnan(adjusted["d"])
+    assert stats.holm({"x": 0.9, "y": 0.8}) == {"x": 1.0, "y": 1.0}
+
+
+def test_a_page_of_ties_calls_a_difference_at_most_five_percent_of_the_time():
+    """40 comparisons of 3 + 3 launches whose true ratio is 1, on 300 pages: judged one by one, most pages call
+    something significant; judged as a family (Holm), at most about 5% do."""
+    import random
+
+    rng = random.Random(7)
+    raw_pages = family_pages = 0
+    for _ in range(300):
+        estimates = {f"c{i}": stats.ratio_of_cases([[rng.lognormvariate(0, 0.05) for _ in range(3)]],
+                                                   [[rng.lognormvariate(0, 0.05) for _ in range(3)]])
+                     for i in range(40)}
+        family = stats.Family(estimates)
+        raw_pages += any(e.significant for e in estimates.values())
+        family_pages += any(family.judge(k).significant for k in estimates)
+    assert raw_pages / 300 > 0.6
+    assert family_pages / 300 <= 0.09  # 5% in expectation; the bound leaves room for 300 pages' sampling
+
+
+def test_the_equivalence_margin_is_where_two_one_sided_tests_just_pass():
+    from scipy.stats import t as student
+
+    est = stats.ratio_of_cases([[100, 103, 98, 101]], [[99, 102, 100, 97]])
+    margin = stats.equivalence_margin(est, 0.05)
+    bound = math.log(1 + margin)
+    # at the margin, the one-sided test against the nearer bound has p = 0.05 exactly
+    upper_p = student.cdf((est.log_ratio - bound) / est.se, est.dof)
+    lower_p = student.sf((est.log_ratio + bound) / est.se, est.dof)
+    assert max(upper_p, lower_p) == pytest.approx(0.05)
+    assert margin > abs(est.ratio - 1)  # never narrower than the point estimate
+    assert math.isnan(stats.equivalence_margin(stats.ratio_of_cases([[100]], [[99]]), 0.05))
+
+
+def test_a_judgement_says_within_only_when_not_significant_and_narrow():
+    tie = stats.ratio_of_cases([[100, 101, 99, 100]], [[100, 99, 101, 100]])
+    j = stats.Family({"tie": tie}).judge("tie")
+    assert not j.significant and j.equivalent and j.margin < 0.03
+    wide = stats.ratio_of_cases([[60, 140, 100]], [[140, 60, 100]])
+    j = stats.Family({"wide": wide}).judge("wide")
+    assert not j.significant and not j.equivalent and j.margin > stats.EQUIVALENCE_USEFUL
+    clear = stats.ratio_of_cases([[150, 151, 149]], [[100, 101, 99]])
+    nulls = {f"n{i}": stats.ratio_of_cases([[100, 110, 90]], [[105, 95, 100]]) for i in range(30)}
+    assert stats.Family({"clear": clear, **nulls}).judge("clear").significant  # a real difference survives
+    borderline = stats.ratio_of_cases([[104, 106, 105]], [[100, 102, 99]])
+    assert borderline.significant and not stats.Family({"b": borderline, **nulls}).judge("b").significant

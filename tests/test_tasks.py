@@ -374,8 +374,11 @@ def test_the_fault_task_concludes_with_the_launchers_own_report(tmp_path, kill_s
 def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
     from bench.tasks.train.results import replicated_cases
 
-    recs = [train_record("p", "single", 1, [100.0, 100.0], 1),
-            train_record("e1-old", "elastic", 1, [50.0, 50.0], 2, sweep_id="s0"),
+    import dataclasses
+
+    old = train_record("e1-old", "elastic", 1, [50.0, 50.0], 2, sweep_id="s0")
+    old = dataclasses.replace(old, environment={**old.environment, "git": {"commit": "older", "dirty": False}})
+    recs = [train_record("p", "single", 1, [100.0, 100.0], 1), old,
             train_record("e1", "elastic", 1, [90.0, 90.0], 3), train_record("e2", "elastic", 2, [150.0, 150.0], 4),
             train_record("e4", "elastic", 4, [240.0, 240.0], 5), train_record("h2", "horovod", 2, [160.0, 160.0], 6),
             train_record("x", "elastic", 2, None, 7, status="crashed"),
@@ -384,7 +387,7 @@ def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
     cases = {(c.backend, c.world_size, c.cond["batch_size"]): c
              for c in replicated_cases(frame[frame["status"] == "ok"])}
     assert [r.run_id for r in cases[("elastic", 2, 64)].records] == ["e2"]  # only ok runs
-    assert [r.run_id for r in cases[("elastic", 1, 64)].records] == ["e1"]  # the latest sweep of the case
+    assert [r.run_id for r in cases[("elastic", 1, 64)].records] == ["e1"]  # the latest code's launches of the case
     assert cases[("elastic", 2, 64)].efficiency.ratio == pytest.approx(150 / (2 * 90))
     assert cases[("elastic", 4, 64)].efficiency.ratio == pytest.approx(240 / (4 * 90))
     assert cases[("elastic", 1, 64)].efficiency is None  # defined above one worker

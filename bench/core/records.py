@@ -19,7 +19,7 @@ from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
-SCHEMA_VERSION = 7  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 8  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RunStatus(str, enum.Enum):
@@ -276,7 +276,14 @@ def _v6_to_v7(rec: dict) -> dict:
     return rec
 
 
-UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7}  # version -> function that returns the record at version + 1
+def _v7_to_v8(rec: dict) -> dict:
+    """v8 records, for a run across hosts, how many machines the hosts are on (spec.machines); v7 did not say,
+    so it is None: not known to be separate machines."""
+    rec = dict(rec, spec=dict(rec["spec"], machines=None), schema_version=8)
+    return rec
+
+
+UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict) -> dict:

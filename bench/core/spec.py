@@ -55,6 +55,9 @@ class RunSpec:
     save_model: str | None = None  # the first worker writes the trained model's state_dict there (absolute path)
     hosts: list[dict] | None = None  # a run across hosts: [{"name", "slots"}] in order (bench.cluster.hosts)
     iface: str | None = None  # the network interface every backend uses across hosts
+    # across hosts: how many machines they are on (hosts of one machine, such as test hosts, share its cores);
+    # None on one host, and in records made before schema 8, which did not say
+    machines: int | None = None
     link: dict | None = None  # every host's link shaped for the run: {"rate", "delay", "rate_bytes_per_s"}
     workload_source: dict | None = None  # a user's workload: reference, module, file, sha256 (workloads.external)
     scheduler: dict | None = None  # inside a Slurm allocation: {"name": "slurm", "job_id", "nodelist"} (bench.cluster.slurm)
@@ -209,7 +212,9 @@ def across_hosts(cluster: dict | None) -> dict:
     if not cluster:
         return {}
     scheduler = cluster.get("scheduler")
+    machines = cluster.get("machines")
     return {"hosts": cluster["hosts"], "iface": cluster["iface"], "link": cluster.get("link"),
+            "machines": len({m["id"] for m in machines.values()}) if machines else None,
             "scheduler": {k: scheduler[k] for k in ("name", "job_id", "nodelist")} if scheduler else None}
 
 

@@ -62,6 +62,8 @@ class Estimate:
     launches: tuple[int, ...]  # launches behind each case, in the order given
     confidence: float
     log_ratio: float  # log(ratio) as computed, so that a difference of two ratios loses nothing to exp and log
+    se: float = float("nan")  # the standard error of log_ratio
+    dof: float = float("nan")  # its degrees of freedom (Welch-Satterthwaite's, or n - 1 for pairs)
 
     @property
     def replicated(self) -> bool:
@@ -118,12 +120,12 @@ def _t_estimate(log_ratio: float, var: float, dof: float, launches: tuple[int, .
 
     if var == 0:
         same = math.exp(log_ratio)
-        return Estimate(same, same, same, 0.0 if log_ratio else 1.0, 0.0, launches, confidence, log_ratio)
+        return Estimate(same, same, same, 0.0 if log_ratio else 1.0, 0.0, launches, confidence, log_ratio, 0.0, dof)
     se = math.sqrt(var)
     half = float(student.ppf(0.5 + confidence / 2, dof)) * se
     p = float(2 * student.sf(abs(log_ratio) / se, dof))
     return Estimate(math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half), p,
-                    math.exp(half) - 1, launches, confidence, log_ratio)
+                    math.exp(half) - 1, launches, confidence, log_ratio, se, dof)
 
 
 def ratio_of_pairs(numerators: list[float], denominators: list[float], confidence: float = CONFIDENCE) -> Estimate:
@@ -144,3 +146,77 @@ def ratio_of_pairs(numerators: list[float], denominators: list[float], confidenc
         return Estimate(math.exp(mean), nan, nan, nan, nan, (n, n), confidence, mean)
     var = sum((x - mean) ** 2 for x in logs) / (n - 1)
     return _t_estimate(mean, var / n, n - 1, (n, n), confidence)
+
+
+# ---------------------------------------------------------------- a page's comparisons as one family
+def equivalence_margin(est: Estimate, alpha: float) -> float:
+    """The smallest margin m for which two one-sided tests at level `alpha` conclude that the ratio lies within
+    [1 / (1 + m), 1 + m]: exp(|log ratio| + t(1 - alpha) x se) - 1 (the (1 - 2 alpha) interval's farther end).
+    NaN for a comparison with a single launch on a side."""
+    from scipy.stats import t as student
+
+    if not est.replicated:
+        return float("nan")
+    if est.se == 0:
+        return math.exp(abs(est.log_ratio)) - 1
+    return math.exp(abs(est.log_ratio) + float(student.ppf(1 - alpha, est.dof)) * est.se) - 1
+
+
+def holm(pvalues: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of a family of p-values (NaN ones are not members and stay NaN): the k-th
+    smallest of m is multiplied by m - k + 1, and each adjusted value is at least the one before it. A comparison
+    whose adjusted p is below 1 - CONFIDENCE is significant with the family-wise error rate held at that level
+    however many comparisons the family has, and whatever their dependence."""
+    members = sorted((p, key) for key, p in pvalues.items() if math.isfinite(p))
+    m, out, running = len(members), {key: float("nan") for key in pvalues}, 0.0
+    for k, (p, key) in enumerate(members):
+        running = max(running, min(1.0, (m - k) * p))
+        out[key] = running
+    return out
+
+
+EQUIVALENCE_USEFUL = 0.25  # beyond this margin, "within ±X%" says too little: the page calls it unresolved
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a page may say of one comparison of a family (Family.judge)."""
+    estimate: Estimate
+    p_adjusted: float  # Holm's, over the family
+    family_size: int
+    margin: float  # the equivalence margin (two one-sided tests at 1 - CONFIDENCE), NaN without replication
+
+    @property
+    def replicated(self) -> bool:
+        return self.estimate.replicated
+
+    @property
+    def significant(self) -> bool:
+        return self.replicated and self.p_adjusted < 1 - self.estimate.confidence
+
+    @property
+    def equivalent(self) -> bool:
+        """Not significant, and shown within a margin small enough to act on."""
+        return self.replicated and not self.significant and self.margin <= EQUIVALENCE_USEFUL
+
+
+class Family:
+    """The comparisons a page (or a sweep, in `bench agreement`) makes, judged together: a difference is called
+    significant when Holm's adjusted p is below 1 - CONFIDENCE, so that the chance of calling any true tie a
+    difference is at most 5% for the whole page, however many comparisons it makes. Where a difference is not
+    significant, the equivalence margin is that of two one-sided tests at 1 - CONFIDENCE: each "within ±X%" is
+    its comparison's own 95% statement, like an interval (docs/method.md, "Many comparisons")."""
+
+    def __init__(self, estimates: dict[str, Estimate]):
+        self.estimates = dict(estimates)
+        self.adjusted = holm({k: e.p if e.replicated else float("nan") for k, e in self.estimates.items()})
+        self.size = sum(1 for e in self.estimates.values() if e.replicated and math.isfinite(e.p))
+
+    def judge(self, key: str, est: Estimate | None = None) -> Judgement:
+        """The judgement of comparison `key` (a member of the family; `est` only where the caller holds it)."""
+        est = est if est is not None else self.estimates[key]
+        m = max(self.size, 1)
+        p = self.adjusted.get(key, float("nan"))
+        if not math.isfinite(p) and est.replicated and math.isfinite(est.p):  # not in the family: as its last
+            p = min(1.0, est.p * m)
+        return Judgement(est, p, m, equivalence_margin(est, 1 - est.confidence))

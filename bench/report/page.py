@@ -20,10 +20,12 @@ from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY, all_tasks, task_part
 from bench.core.rundir import write_atomic
 from bench.core.store import check_folder_writable
-from bench.report.sections import (ENV_KEYS, Bullets, Cell, Paragraph, Plot, ReportContext, ReportPart, Row, Section,
-                                   Table, code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong, styled)
-from bench.results.agreement import agreement
-from bench.results.frame import frame_columns, load_frame, of_task
+from bench.core.stats import Family
+from bench.report.sections import (ENV_KEYS, Bullets, Cell, Paragraph, Plot, ReportContext, ReportPart, Row, ScoreRow,
+                                   Section, Table, code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong,
+                                   styled)
+from bench.results.agreement import agreement, frame_comparisons
+from bench.results.frame import DISTORTION_NOTE, frame_columns, load_frame, of_task
 
 TEMPLATE = "report.html.j2"  # in the package's templates folder
 
@@ -87,16 +89,132 @@ def agreement_note(frame) -> tuple[str, bool]:
                    "direction in every sweep that made them."), False
 
 
-def verdict_section(parts: list[ReportPart], rerun: tuple[str, bool] = ("", False)) -> Section:
-    sentences = [s for p in parts for s in p.verdict]
-    blocks = [Bullets(sentences, "verdict")] if sentences else []
+# The scorecard's measures in the order a reader weighs them; a measure not listed here follows them.
+MEASURE_ORDER = ("training throughput", "scaling efficiency", "startup to the first step", "allreduce bus bandwidth",
+                 "recovery from a killed worker", "recovery from a hung worker", "recovery from a lost host",
+                 "a joining worker")
+
+
+def row_order(row: ScoreRow) -> tuple:
+    """The default condition first, then the other undistorted ones, then the distorted; by measure within each."""
+    measure = MEASURE_ORDER.index(row.measure) if row.measure in MEASURE_ORDER else len(MEASURE_ORDER)
+    return (bool(row.artefact), not row.default, not row.decides, measure, row.condition)
+
+
+def scorecard_table(rows: list[ScoreRow]) -> Table:
+    first, second = PRIMARY
+    columns = [left("measure"), left("condition"), right(first), right(second),
+               right(f"{first} / {second} - 1 ({pct(stats.CONFIDENCE)} CI)"), right("launches"), left("outcome")]
+    out = []
+    for r in sorted(rows, key=row_order):
+        condition = Cell(r.condition + (f" (distorted: {r.artefact})" if r.artefact else ""))
+        figures = [Cell(r.figures.get(b, "-"), "win" if r.winner == b else "") for b in PRIMARY]
+        outcome = Cell(r.outcome, "bad" if r.standing == "failed" else "")
+        out.append(Row([r.measure, condition, *figures, r.difference, r.launches, outcome],
+                       "artefact" if r.artefact else ""))
+    return Table(columns, out, id="scorecard")
+
+
+def _listing(rows: list[ScoreRow]) -> str:
+    return "; ".join(f"{r.measure}, {r.condition}: {r.outcome} ({r.launches})" for r in rows)
+
+
+def scorecard_recommendation(rows: list[ScoreRow]) -> list[str]:
+    """Two or three sentences that follow from the scorecard: training speed, then operations, then the choice;
+    rows under distorting conditions, and one-worker rows (wrapper overhead only), are shown but not weighed."""
+    basis = [r for r in rows if not r.artefact and r.decides]
+    speed = [r for r in basis if not r.operations]
+    ops = [r for r in basis if r.operations]
+    said = []
+    speed_wins = {b: [r for r in speed if r.winner == b] for b in PRIMARY}
+    within = [r for r in speed if r.standing == "within"]
+    if not speed:
+        said.append("No training speed was compared under conditions that do not distort it.")
+    elif not any(speed_wins.values()):
+        said.append(f"Training speed does not separate them: within ±{max(r.margin for r in within):.0%} of each "
+                    f"other in {len(within)} of {len(speed)} comparison(s)" if within else
+                    "Training speed does not separate them: no comparison resolved a difference")
+        said[-1] += (f", the other {len(speed) - len(within)} not resolved." if within and len(within) < len(speed)
+                     else ".")
+    else:
+        said.append("On training speed, " + " and ".join(f"{b} is ahead in {len(won)} of {len(speed)} comparison(s) "
+                                                          f"({_listing(won)})" for b, won in speed_wins.items() if won)
+                    + ".")
+    ops_wins = {b: [r for r in ops if r.winner == b] for b in PRIMARY}
+    if ops:
+        ahead = [f"{b} in {len(won)} ({_listing(won)})" for b, won in ops_wins.items() if won]
+        said.append(f"On operations ({len(ops)} measure(s)): " + ("; ".join(ahead) if ahead else
+                                                                 "neither is ahead where measured") + ".")
+    else:
+        said.append("No operations measure (startup, recovery from a fault) is stored for both.")
+    speed_leader = [b for b, won in speed_wins.items() if won]
+    ops_leader = [b for b, won in ops_wins.items() if won]
+    if len(speed_leader) == 1 and set(ops_leader) <= set(speed_leader):
+        said.append(f"Choose {speed_leader[0]} on this hardware.")
+    elif not speed_leader and len(ops_leader) == 1:
+        said.append(f"Choose {ops_leader[0]}: training speed is a tie here, and it is ahead on operations." if speed
+                    else f"On operations, choose {ops_leader[0]}; no training speed here can be weighed.")
+    elif speed_leader or ops_leader:
+        said.append("Each is ahead somewhere: weigh the rows above for your use.")
+    else:
+        said.append("Neither is ahead on what this page measured: choose on what it does not (your cluster's "
+                    "launcher and scheduler, the frameworks you use).")
+    left_out = [r for r in rows if r.artefact]
+    if left_out:
+        said.append(f"{len(left_out)} row(s) under conditions that distort the comparison (shaded, with the reason) "
+                    "are left out of this recommendation.")
+    return said
+
+
+def scope_line(frame) -> str:
+    """What the scorecard rests on (the machines, devices, world sizes and hosts of the ok runs) and what it
+    does not cover."""
+    ok = frame[frame["status"] == RunStatus.OK]
+    if ok.empty:
+        return "Scope: no run ended ok, so nothing is measured."
+    hardware = sorted({h for h in ok["hardware"] if h})
+    sizes = sorted({int(n) for n in ok["world_size"]})
+    across = [r for r in ok["record"] if r.spec.hosts]
+    separate = [r for r in across if r.spec.machines is not None and r.spec.machines == len(r.spec.hosts)]
+    words = [f"Scope: {len(ok)} ok runs on {'; '.join(hardware) or 'an unknown machine'}",
+             f"world sizes {', '.join(map(str, sizes))}",
+             "on one host" + (f" and across up to {max(len(r.spec.hosts) for r in across)} hosts" if across else "")]
+    missing = []
+    if not (ok["device"] == "cuda").any():
+        missing.append("no GPU (so no NCCL) data")
+    missing.append(f"nothing above {max(sizes)} workers")
+    if across and not separate:
+        missing.append("no hosts known to be separate machines")
+    elif not across:
+        missing.append("no run across hosts")
+    return ", ".join(words) + ". Not covered: " + ", ".join(missing) + "."
+
+
+def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("", False)) -> Section:
+    """The answer first: the scorecard (every compared measure, default condition first), the recommendation
+    that follows from it, its scope, and whether the sweeps on the page agree with each other."""
+    rows = [r for p in parts for r in p.scorecard]
+    blocks: list = []
+    if rows:
+        family = Paragraph(
+            [f"Each row compares {' and '.join(PRIMARY)} under equal conditions, across launches. A difference is "
+             f"called only where it holds after Holm's correction over this page's comparisons; where none is "
+             f"found, the row says how close the two were shown to be (two one-sided tests at {pct(stats.CONFIDENCE)}). "
+             "One-worker rows measure the wrappers' overhead only."], "note")
+        blocks += [scorecard_table(rows), family]
+        if any(r.artefact for r in rows):
+            blocks.append(Paragraph(f"Shaded rows: {DISTORTION_NOTE[0].lower()}{DISTORTION_NOTE[1:]}", "note"))
+        blocks.append(Paragraph([strong("Recommendation from this data. "), " ".join(scorecard_recommendation(rows))],
+                                "rec"))
+    else:
+        blocks += [Paragraph(p.no_verdict) for p in parts if p.no_verdict]
+        blocks.append(Paragraph([strong("Recommendation from this data. "),
+                                 f"None yet: run both {' and '.join(PRIMARY)} under the same conditions "
+                                 "(`bench sweep`)."], "rec"))
+    blocks.append(Paragraph(scope_line(frame), "scope"))
     if rerun[0]:
         blocks.append(Paragraph(rerun[0], "warn" if rerun[1] else "note"))
-    blocks += [Paragraph(p.no_verdict) for p in parts if p.no_verdict and not p.verdict]
     blocks += [Paragraph(line, "warn") for p in parts for line in p.fairness]
-    blocks += [Paragraph(line) for p in parts for line in p.verdict_notes]
-    blocks.append(Paragraph([strong("Recommendation from this data."),
-                             *(f" {line}" for p in parts for line in p.recommendation)], "rec"))
     return Section("verdict", "Verdict", 0, blocks)
 
 
@@ -214,9 +332,9 @@ def failed_section(frame, parts: list[ReportPart]) -> Section:
 
 def method_section(parts: list[ReportPart]) -> Section:
     fairness = [strong("Fairness."), " The harness sets threads (OMP_NUM_THREADS, torch), seed, batch, data, dtype "
-                "and device placement identically for every backend; only runs with equal conditions are compared, "
-                "and the latest run of each case is shown. Every figure names the run it comes from (",
-                code("bench list"), ")."]
+                "and device placement identically for every backend; only runs with equal conditions are compared. "
+                "A case pools every launch of the sweeps made with the same code as its latest (docs/method.md, "
+                "\"Replication\"); ", code("bench list"), " lists the runs."]
     return Section("method", "Methodology", 90, [Bullets([*(m for p in parts for m in p.method), fairness])])
 
 
@@ -239,9 +357,11 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
     if frame.empty:
         raise UsageError(f"no run in {store_label} matches --where {' '.join(where or [])}; "
                          "`bench list` shows what is stored")
-    parts = task_parts(frame, ReportContext(store_label, list(where or []), frame))
+    family = Family(frame_comparisons(frame))
+    parts = task_parts(frame, ReportContext(store_label, list(where or []), frame, family))
     shown = [rec for p in parts for rec in p.shown] or list(frame["record"])
-    sections = [verdict_section(parts, agreement_note(frame)), *(s for p in parts for s in p.sections), rank_map_section(frame),
+    sections = [verdict_section(parts, frame, agreement_note(frame)), *(s for p in parts for s in p.sections),
+                rank_map_section(frame),
                 environment_section(shown), failed_section(frame, parts), method_section(parts)]
     sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
     return _template().render(

@@ -116,6 +116,7 @@ class Table:
     columns: list[Column]
     rows: list  # Row, or a list of cells
     details: str | None = None  # when set, the table is collapsed under this summary line
+    id: str = ""  # an anchor for the table, where a page links to it
 
     def __post_init__(self):
         self.rows = [r if isinstance(r, Row) else Row(r) for r in self.rows]
@@ -147,17 +148,63 @@ class Section:
 
 # ---------------------------------------------------------------- what a task's view returns
 @dataclass
+class ScoreRow:
+    """One row of the page's scorecard: one measure under one condition, each compared backend's figure, their
+    difference and what it amounts to in words (bench.report.page.scorecard_section)."""
+    measure: str  # "training throughput", "recovery from a killed worker", ...
+    condition: str  # the conditions in words: "mnist_mlp, 2 workers, pinned, one host"
+    figures: dict  # backend -> its figure in words
+    difference: str  # the difference with its interval, or "-"
+    launches: str  # launches (or runs) per side: "6 + 6"
+    outcome: str  # in words: "elastic faster by 12%", "within ±6% of each other", "horovod did not recover"
+    winner: str | None = None  # the backend the outcome favours, where it is resolved
+    standing: str = "unresolved"  # "ahead", "within", "unresolved", "one launch", "failed", "one side"
+    artefact: str = ""  # why this condition distorts the comparison; such rows never drive the recommendation
+    default: bool = False  # the default sweep's condition: listed first
+    operations: bool = False  # a measure of operations (startup, recovery), not of training speed
+    decides: bool = True  # False where the row measures overhead only (one worker): shown, not weighed
+    margin: float = float("nan")  # the equivalence margin, where the outcome is "within"
+
+
+def judged_outcome(judgement, a: str, b: str, higher_is_better: bool = True,
+                   words: tuple[str, str] = ("faster", "slower")) -> dict:
+    """The ScoreRow fields of a comparison of backend a against b (a bench.core.stats.Judgement of a / b): the
+    difference and its interval, the outcome in words, the winner and the standing. `higher_is_better` False for
+    a time (the lower ratio wins); `words` name the better and the worse side ("sooner", "later")."""
+    est = judgement.estimate
+    if not est.replicated:
+        ahead = a if (est.ratio > 1) == higher_is_better else b
+        return {"difference": f"{est.ratio - 1:+.1%}", "standing": "one launch", "winner": None,
+                "outcome": f"cannot tell: one launch on a side ({ahead} ahead {by_how_much(est.ratio)})"}
+    difference = f"{est.ratio - 1:+.1%} ({est.low - 1:+.1%} to {est.high - 1:+.1%}), p {judgement.p_adjusted:.2g} (Holm)"
+    if judgement.significant:
+        winner = a if (est.ratio > 1) == higher_is_better else b
+        return {"difference": difference, "standing": "ahead", "winner": winner,
+                "outcome": f"{winner} {words[0]} {by_how_much(est.ratio)}"}
+    margin = judgement.margin
+    if judgement.equivalent:
+        return {"difference": difference, "standing": "within", "winner": None, "margin": margin,
+                "outcome": f"within ±{margin:.0%} of each other"}
+    return {"difference": difference, "standing": "unresolved", "winner": None, "margin": margin,
+            "outcome": f"not resolved: the data allow up to ±{margin:.0%}; more launches narrow it"}
+
+
+def by_how_much(ratio: float) -> str:
+    """'by 12%', or 'by 3.4x' from twice on (a percentage of thousands reads as noise)."""
+    factor = max(ratio, 1 / ratio)
+    return f"by {factor:.1f}x" if factor >= 2 else f"by {factor - 1:.0%}"
+
+
+@dataclass
 class ReportPart:
     """One task's contribution to the page, from the frame of its own runs."""
-    verdict: list[str] = field(default_factory=list)  # sentences listed under the verdict
-    no_verdict: str = ""  # said instead when this part has no verdict sentence
-    fairness: list[str] = field(default_factory=list)  # warnings: compared runs that are not like for like
-    verdict_notes: list[str] = field(default_factory=list)  # paragraphs shown under the verdict
-    recommendation: list[str] = field(default_factory=list)
+    no_verdict: str = ""  # said under the verdict when the page has no scorecard row: what to run for one
+    fairness: list[str] = field(default_factory=list)  # warnings under the verdict: compared runs not like for like
     unstable: list[str] = field(default_factory=list)  # one note per unstable result
     method: list = field(default_factory=list)  # Methodology bullets (str, Span, or lists of them)
     shown: list = field(default_factory=list)  # the RunRecords whose figures the page shows
     sections: list[Section] = field(default_factory=list)
+    scorecard: list[ScoreRow] = field(default_factory=list)  # this task's rows of the page's scorecard
 
 
 @dataclass
@@ -166,6 +213,7 @@ class ReportContext:
     store_label: str
     where: list[str]
     frame: object  # every run on the page (pandas DataFrame)
+    family: object = None  # every comparison on the page, judged together (bench.core.stats.Family)
 
 
 # ---------------------------------------------------------------- shared helpers

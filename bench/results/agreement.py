@@ -2,7 +2,8 @@
 pair, the reference backend against each of them, each case against the plain loop, scaling efficiency,
 allreduce busbw at a matched size) is taken from each sweep on its own, and two sweeps contradict each
 other on a comparison when one calls it significant in one direction and the other's estimate points
-the other way (docs/method.md, "Replication").
+the other way (docs/method.md, "Replication"). A sweep's comparisons are judged as one family, as a page's are
+(bench.core.stats.Family: Holm's correction), so "significant" means the same here as on the page.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.core.registry import all_tasks, task_part
-from bench.core.stats import CONFIDENCE, Estimate
+from bench.core.stats import CONFIDENCE, Estimate, Family
 from bench.results.frame import hardware, of_task, records_to_frame
 
 
@@ -19,11 +20,12 @@ class Claim:
     """One comparison in one sweep: its estimate, as a ratio (above 1: the first named side is ahead)."""
     key: str
     estimate: Estimate
+    significant: bool  # after Holm's correction over the comparisons of its sweep
 
     @property
     def direction(self) -> int:
         """+1 or -1 where significant, else 0."""
-        if not self.estimate.significant:
+        if not self.significant:
             return 0
         return 1 if self.estimate.ratio > 1 else -1
 
@@ -40,13 +42,18 @@ class Claim:
         return text + (" *" if self.direction else f" (±{e.resolution:.0%})")
 
 
-def sweep_claims(records: list) -> dict[str, Claim]:
-    """The comparisons of one sweep's records, by key: what each task's report view compares
-    (`comparisons` of bench/tasks/<task>/results.py)."""
-    frame = records_to_frame(records)
-    return {key: Claim(key, est) for task in all_tasks()
+def frame_comparisons(frame) -> dict[str, Estimate]:
+    """Every comparison the views make of the runs of `frame`, by key (`comparisons` of
+    bench/tasks/<task>/results.py): the family a page, or a sweep here, is judged as."""
+    return {key: est for task in all_tasks()
             if (results := task_part(task.name, "results")) is not None and hasattr(results, "comparisons")
             for key, est in results.comparisons(of_task(frame, task.name)).items()}
+
+
+def sweep_claims(records: list) -> dict[str, Claim]:
+    """The comparisons of one sweep's records, by key, each judged within the sweep's family."""
+    family = Family(frame_comparisons(records_to_frame(records)))
+    return {key: Claim(key, est, family.judge(key).significant) for key, est in family.estimates.items()}
 
 
 def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
@@ -75,7 +82,7 @@ def agreement(sweeps: dict[str, list]) -> dict:
         claims[sid] = {}
         for key, claim in sweep_claims(recs).items():
             key = f"{key}, on {machines[sid]}" if several else key
-            claims[sid][key] = Claim(key, claim.estimate)
+            claims[sid][key] = Claim(key, claim.estimate, claim.significant)
     ids = sorted(claims)
     pairs = {(a, b): contradictions(claims[a], claims[b]) for i, a in enumerate(ids) for b in ids[i + 1:]
              if machines[a] == machines[b]}
@@ -100,8 +107,8 @@ def format_agreement(result: dict) -> str:
         lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>16}" for c in cells) + ("  NO" if key in bad else "  yes"))
     n_pairs = len(result["pairs"])
     n_bad = sum(len(v) for v in result["pairs"].values())
-    lines.append(f"* significant ({CONFIDENCE:.0%} interval excludes 0); otherwise (±R): the smallest difference "
-                 "that sweep could have detected.")
+    lines.append(f"* significant at {1 - CONFIDENCE:.0%} after Holm's correction over the sweep's comparisons; "
+                 "otherwise (±R): the smallest difference that sweep could have detected.")
     lines.append(f"{len(ids)} sweeps, {n_pairs} pairs, {len(result['keys'])} comparisons: {n_bad} contradiction(s); "
                  f"{len(result['resolved_everywhere'])} comparison(s) significant in the same direction in every sweep "
                  "that made it.")

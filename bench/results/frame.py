@@ -84,11 +84,6 @@ def of_task(frame, task: str):
     return frame[frame["task"] == task]
 
 
-def launch_group(row) -> str:
-    """Which launches replicate each other: those of one sweep (a run made on its own stands alone)."""
-    return row.sweep_id if isinstance(row.sweep_id, str) and row.sweep_id else row.run_id
-
-
 def blank_single_machine(frame):
     """The frame with its machine column blank when it holds runs of one machine only: the views key their cases
     by machine (runs of two machines are never one case nor compared), and name it only where two must be told
@@ -96,12 +91,54 @@ def blank_single_machine(frame):
     return frame.assign(hardware="") if frame["hardware"].nunique() <= 1 else frame
 
 
-def latest_launches(frame, keys: list[str]) -> dict[tuple, list]:
-    """The records of each case (one value of `keys`) from its latest launch group, oldest first: the
-    launches a report compares (docs/method.md, "Replication")."""
+def code_version(rec) -> tuple:
+    """The code a run measured with: its checkout's commit, and whether that checkout had changes."""
+    git = (rec.environment or {}).get("git") or {}
+    return git.get("commit"), git.get("dirty")
+
+
+def pooled_launches(frame, keys: list[str]) -> dict[tuple, list]:
+    """The records of each case (one value of `keys`), oldest first: every launch group (sweep) of the case made
+    with the same code as its latest one, pooled, so that running a sweep again narrows a case's interval
+    (docs/method.md, "Replication"). A group made with other code, or a checkout with changes after one without,
+    is left out: it measured something else."""
     out = {}
     for key, group in frame.sort_values("created_at").groupby(keys, sort=True):
-        batches = [launch_group(r) for r in group.itertuples()]
-        out[key if isinstance(key, tuple) else (key,)] = [rec for rec, b in zip(group["record"], batches)
-                                                          if b == batches[-1]]
+        records = list(group["record"])
+        latest = code_version(records[-1])
+        out[key if isinstance(key, tuple) else (key,)] = [rec for rec in records if code_version(rec) == latest]
     return out
+
+
+def sweeps_in(records: list) -> int:
+    """How many launch groups (sweeps, or runs made on their own) a case's records come from."""
+    return len({rec.spec.sweep_id or rec.run_id for rec in records})
+
+
+# What each mark of distortion() means, said once under a table that shows it.
+DISTORTION_NOTE = ("Distorted conditions: unpinned on one host, each backend's helper threads (Horovod's background "
+                   "loop, gloo's I/O) run on the other workers' cores, so the backend with more threads loses; hosts "
+                   "not shown to be separate machines (records before schema 8 did not say) or on fewer machines "
+                   "than hosts share those machines' cores, as test hosts share this one's; oversubscribed, the "
+                   "workers' threads outnumber the cores.")
+
+
+def distortion(cond: dict, records: list, speed: bool = True) -> str:
+    """Why runs under these conditions distort a comparison of backends, in a few words ("" when nothing is known
+    to): unpinned CPU workers on one host, hosts that share one machine's cores (test hosts), or more threads than
+    cores (DISTORTION_NOTE). Such cases are shown, marked, and never drive a recommendation (docs/method.md,
+    "Artefacts"). `speed` False for a measure that pinning does not bear on (a recovery)."""
+    why = []
+    spec = records[-1].spec
+    if speed and cond.get("device") == "cpu" and not spec.hosts and cond.get("cpu_bind") != "cores":
+        why.append("unpinned on one host")
+    if spec.hosts:
+        machines = {rec.spec.machines for rec in records}
+        if None in machines:
+            why.append("hosts not shown to be separate machines")
+        elif min(machines) < len(spec.hosts):
+            why.append(f"{len(spec.hosts)} hosts on {min(machines)} machine(s)")
+    cores = min(((rec.environment or {}).get("cpu_count") or 0) for rec in records)
+    if cond.get("device") == "cpu" and not spec.hosts and cores and spec.threads * spec.processes > cores:
+        why.append(f"oversubscribed: {spec.processes} x {spec.threads} threads on {cores} cores")
+    return "; ".join(why)

@@ -7,12 +7,12 @@ from __future__ import annotations
 from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.core.spec import placement_text
-from bench.core.stats import ratio_of_cases
+from bench.core.stats import Family, ratio_of_cases
 from bench.rank.collectives import bus_factor, format_bytes
-from bench.report.sections import (Paragraph, Plot, ReportPart, Section, Table, code, figure_png, fmt, left, pyplot,
-                                   right)
+from bench.report.sections import (Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code, figure_png, fmt,
+                                   judged_outcome, left, pyplot, right)
 from bench.results.frame import blank_single_machine
-from bench.tasks.comm.results import PLACE, case_launches, matched_sizes, mean_of
+from bench.tasks.comm.results import PLACE, case_launches, matched_key, matched_sizes, mean_of
 
 # The smallest message at which allreduce is bandwidth-bound, over CPU loopback (gloo) and on GPUs (nccl-tests'
 # usual range): docs/method.md, "Communication".
@@ -47,34 +47,30 @@ def sweep_rows(cases: dict[tuple, list]) -> list[list]:
     return rows
 
 
-def matched_size_claims(ok) -> list[str]:
-    """Which primary backend's allreduce reached the higher bus bandwidth, per world size and dtype, at the
-    largest message size every launch of both ran (a claim about bandwidth made at a size both measured,
-    never peak against peak), across launches."""
-    lines = []
-    for (hardware, bind, world, dtype), (size, values, device) in matched_sizes(ok).items():
+def matched_size_rows(ok, family=None) -> tuple[list[ScoreRow], list[str]]:
+    """The primary pair's allreduce bus bandwidth per world size and dtype, at the largest message size every
+    launch of both ran (a claim about bandwidth made at a size both measured, never peak against peak), across
+    launches: the scorecard's rows, and the notes for this section."""
+    first, second = PRIMARY
+    rows, lines = [], []
+    for place, (size, values, device) in matched_sizes(ok).items():
+        hardware, bind, world, dtype = place
         est = ratio_of_cases([values[0]], [values[1]])
-        top, other = (0, 1) if est.ratio >= 1 else (1, 0)
-        means = [sum(v) / len(v) for v in values]
-        where = (f"At {format_bytes(size)}B ({world} ranks, {dtype}{placement_text(hardware, bind)}, the largest "
-                 "message both ran)")
-        means_text = (f"{means[top]:.2f} vs {means[other]:.2f} GB/s busbw, means of {len(values[top])} + "
-                      f"{len(values[other])} launches")
-        if est.significant:
-            gap = max(est.ratio, 1 / est.ratio) - 1
-            lines.append(f"{where}, {PRIMARY[top]}'s allreduce reached the higher bus bandwidth by {gap:.0%} "
-                         f"({means_text}).")
-        elif est.replicated:
-            lines.append(f"{where}, the allreduce bus bandwidths do not differ significantly ({means_text}; a "
-                         f"difference beyond ±{est.resolution:.0%} would have been detected).")
-        else:
-            lines.append(f"{where}, {PRIMARY[top]}'s allreduce was ahead ({means_text}), which a single launch "
-                         "on a side cannot tell from launch-to-launch drift.")
+        key = matched_key(place, size)
+        judgement = (family or Family({key: est})).judge(key, est)
+        said = judged_outcome(judgement, first, second, words=("ahead", "behind"))
+        condition = (f"{format_bytes(size)}B messages (the largest both ran), {world} ranks, {dtype}, {device}"
+                     f"{placement_text(hardware, bind)}")
+        rows.append(ScoreRow("allreduce bus bandwidth", condition,
+                             {b: f"{mean_of(v):.2f} GB/s" for b, v in zip(PRIMARY, values)},
+                             launches=f"{len(values[0])} + {len(values[1])}", default=bind == "cores",
+                             artefact="" if bind == "cores" or device != "cpu" else "unpinned ranks on one host",
+                             **said))
         bound = BANDWIDTH_BOUND_BYTES.get(device)
         if bound and size < bound:
-            lines.append(f"That size is below {format_bytes(bound)}B, where bandwidth rather than latency "
-                         f"decides; `--max-bytes {format_bytes(bound)}` or more measures it.")
-    return lines
+            lines.append(f"At {condition}: that size is below {format_bytes(bound)}B, where bandwidth rather than "
+                         f"latency decides; `--max-bytes {format_bytes(bound)}` or more measures it.")
+    return rows, lines
 
 
 def busbw_png(world: int, dtype: str, group, where: str = "") -> str:
@@ -131,6 +127,6 @@ def report_part(frame, context) -> ReportPart:
     for (hardware, bind, world, dtype), group in latest.groupby([*PLACE, "world_size", "dtype"]):
         blocks.append(Plot("allreduce busbw vs message size",
                            busbw_png(world, dtype, group, placement_text(hardware, bind))))
-    recommendation = matched_size_claims(ok)
-    return ReportPart(recommendation=recommendation, method=method(), shown=list(ok["record"]),
-                      sections=[Section("comm", "Communication", 20, blocks)])
+    rows, notes = matched_size_rows(ok, getattr(context, "family", None))
+    return ReportPart(scorecard=rows, method=method(), shown=list(ok["record"]),
+                      sections=[Section("comm", "Communication", 20, [*map(Paragraph, notes), *blocks])])

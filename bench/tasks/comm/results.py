@@ -9,7 +9,7 @@ from bench.core.spec import placement_text
 from bench.core.stats import ratio_of_cases
 from bench.rank.collectives import format_bytes
 from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
-from bench.results.frame import blank_single_machine, latest_launches
+from bench.results.frame import blank_single_machine, pooled_launches
 
 
 def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
@@ -46,7 +46,7 @@ PLACE = ["hardware", "cpu_bind"]
 
 def case_launches(ok) -> dict[tuple, list]:
     """The launches of each case from its latest sweep, oldest first."""
-    return latest_launches(blank_single_machine(ok), [*PLACE, "backend", "world_size", "dtype"])
+    return pooled_launches(blank_single_machine(ok), [*PLACE, "backend", "world_size", "dtype"])
 
 
 def mean_of(values) -> float:
@@ -62,7 +62,7 @@ def busbw_at(record, size: int) -> float | None:
 def matched_sizes(ok) -> dict[tuple, tuple[int, list[list[float]], str]]:
     """Per (machine, pinning, world size, dtype) where both primary backends have allreduce launches: the largest
     message every launch of both ran, each side's busbw at that size per launch, and the device."""
-    launches = latest_launches(blank_single_machine(ok)[ok["backend"].isin(PRIMARY)],
+    launches = pooled_launches(blank_single_machine(ok)[ok["backend"].isin(PRIMARY)],
                                [*PLACE, "world_size", "dtype", "backend"])
     out = {}
     for place in sorted({k[:-1] for k in launches}):
@@ -80,11 +80,17 @@ def matched_sizes(ok) -> dict[tuple, tuple[int, list[list[float]], str]]:
     return out
 
 
+def matched_key(place: tuple, size: int) -> str:
+    """The name of the busbw comparison of the primary pair at a matched size (page, family, `bench agreement`)."""
+    hardware, bind, world, dtype = place
+    first, second = PRIMARY
+    return f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}" \
+           f"{placement_text(hardware, bind)}"
+
+
 def comparisons(frame) -> dict:
     """The comparison the communication view makes (bench.tasks.base.Task.comparisons): the first primary
     backend's allreduce busbw over the second's at the matched size, across launches."""
-    first, second = PRIMARY
     ok = frame[frame["status"] == RunStatus.OK]
-    return {f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}"
-            f"{placement_text(hardware, bind)}": ratio_of_cases([values[0]], [values[1]])
-            for (hardware, bind, world, dtype), (size, values, _) in matched_sizes(ok).items()}
+    return {matched_key(place, size): ratio_of_cases([values[0]], [values[1]])
+            for place, (size, values, _) in matched_sizes(ok).items()}

@@ -145,7 +145,7 @@ def report_part(frame, context) -> ReportPart | None:
     cases: dict[tuple, list] = {}
     for rec in records:
         cases.setdefault(case_key(rec), []).append(rec)
-    notes, warnings, blocks = [], [], []
+    warnings, blocks = [], []
     for recs in cases.values():
         title = case_title(recs[0])
         blocks.append(Heading(title))
@@ -153,10 +153,10 @@ def report_part(frame, context) -> ReportPart | None:
         if by_backend:
             times = times_sentence(title, recs)
             agree, wrong = agreement_sentence(title, by_backend)
-            notes.append(times)
-            if agree:
-                (warnings if wrong else notes).append(agree)
-            blocks += [Paragraph(times), *([Paragraph(agree, "warn" if wrong else "")] if agree else []),
+            if agree and wrong:
+                warnings.append(agree)
+            # a disagreement is said once, under the verdict (fairness); agreement here, by its figures
+            blocks += [Paragraph(times), *([Paragraph(agree)] if agree and not wrong else []),
                        Plot(f"held-out accuracy, {title}",
                             curves_png(title, by_backend, recs[0].spec.converge["target"]))]
         blocks.append(Table(COLUMNS, [run_row(r) for r in recs]))
@@ -172,7 +172,7 @@ def report_part(frame, context) -> ReportPart | None:
               "points and every worker ends with the same parameters."]
     section = Section("converge", "Time to accuracy", 45,
                       [*map(Paragraph, across), Paragraph(method, "note"), *blocks], nav="Accuracy")
-    return ReportPart(verdict_notes=notes[:6] + across[:3], fairness=warnings, method=[method],
+    return ReportPart(fairness=warnings, method=[method],
                       shown=[r for recs in cases.values() for r in latest_ok(recs).values()], sections=[section])
 
 

@@ -1,14 +1,17 @@
 """The report's view of fault-injection runs: the Elasticity section (a row per run, a sentence and a
-throughput-over-time plot per case) and the summary shown under the verdict."""
+throughput-over-time plot per case) and the scorecard's recovery rows."""
 
 from __future__ import annotations
 
 from statistics import median
 
+from bench.core import stats
 from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
-from bench.report.sections import (Cell, Paragraph, Plot, ReportPart, Section, Table, code, figure_png, fmt, left,
-                                   pyplot, right)
+from bench.report.sections import (Cell, Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code, figure_png, fmt,
+                                   judged_outcome, left, pyplot, right)
+from bench.results.frame import distortion
+from bench.tasks.fault.results import recovery_cases, recovery_key
 
 COLUMNS = [left("case"), left("backend"), left("fault"), right("world before"), right("world after"),
            right("detection s"), right("recovery s"), right("new worker's first step s"), right("steps redone"),
@@ -92,13 +95,45 @@ def timeline_png(case: str, by_backend: dict) -> str | None:
     return figure_png(fig)
 
 
+def scorecard_rows(frame, family=None) -> list[ScoreRow]:
+    """A row per fault case that both primary backends ran: each one's median time to recover (or how it failed),
+    compared across the runs that came through where both did."""
+    first, second = PRIMARY
+    rows = []
+    for case, by_backend in recovery_cases(frame).items():
+        if first not in by_backend or second not in by_backend:
+            continue
+        sides = [by_backend[first], by_backend[second]]
+        figures = {c.backend: (f"{c.median_s:.1f} s" + (" (median)" if len(c.times) > 1 else "")
+                               if c.times else f"did not recover ({c.failures()})") for c in sides}
+        launches = f"{len(sides[0].records)} + {len(sides[1].records)} runs"
+        records = sides[0].records + sides[1].records
+        common = {"condition": case, "figures": figures, "launches": launches, "operations": True,
+                  "default": not records[-1].spec.hosts,
+                  "artefact": distortion({"device": records[-1].spec.device}, records, speed=False)}
+        if all(c.times for c in sides):
+            key = recovery_key(case, first, second)
+            est = stats.ratio_of_cases([sides[0].times], [sides[1].times])
+            said = judged_outcome((family or stats.Family({key: est})).judge(key, est), first, second,
+                                  higher_is_better=False, words=("recovers sooner", "recovers later"))
+            failed = [c for c in sides if c.failures()]
+            if failed:
+                said["outcome"] += "; " + "; ".join(f"{c.backend} failed {c.failures()}" for c in failed)
+        else:
+            through = [c.backend for c in sides if c.times]
+            said = {"difference": "-", "standing": "failed", "winner": through[0] if len(through) == 1 else None,
+                    "outcome": " and ".join(f"{c.backend} did not recover ({c.failures()})" for c in sides
+                                            if not c.times)}
+        rows.append(ScoreRow(sides[0].measure, **common, **said))
+    return rows
+
+
 def report_part(frame, context) -> ReportPart:
     """The fault runs' part of the page (`frame`: this task's runs only), side by side per case."""
     if frame.empty:
         summary = ("No fault-injection run is stored, so this page makes no claim about recovery; "
                    f"`bench fault --backend {PRIMARY[0]}` and `--backend {PRIMARY[1]}` record them.")
-        return ReportPart(verdict_notes=[summary], sections=[Section("elasticity", "Elasticity", 50,
-                                                                     [Paragraph(summary)])])
+        return ReportPart(sections=[Section("elasticity", "Elasticity", 50, [Paragraph(summary)])])
     runs = frame.sort_values("created_at")
     cases: dict[str, dict[str, list]] = {}
     for r in runs.itertuples():
@@ -113,7 +148,8 @@ def report_part(frame, context) -> ReportPart:
             plots.append(Plot(f"throughput over time, {case}", png))
     blocks = [Paragraph(summary), *map(Paragraph, lines),
               Table(COLUMNS, [run_row(r) for r in runs.itertuples()]), Paragraph(NOTE, "note"), *plots]
-    return ReportPart(verdict_notes=[summary, *lines], sections=[Section("elasticity", "Elasticity", 50, blocks)])
+    return ReportPart(scorecard=scorecard_rows(frame, getattr(context, "family", None)),
+                      sections=[Section("elasticity", "Elasticity", 50, blocks)])
 
 
 def comparisons(frame) -> dict:

@@ -17,11 +17,13 @@ from bench.core import stats
 from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
 from bench.core.spec import pinned_words
-from bench.report.sections import (Cell, Heading, Paragraph, Plot, ReportPart, Section, Table, code, em,
-                                   env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
-from bench.results.frame import CONDITIONS
+from bench.report.sections import (Bullets, Cell, Heading, Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code,
+                                   em, env_differences, figure_png, fmt, judged_outcome, left, pct, pyplot, right,
+                                   strong)
+from bench.results.frame import CONDITIONS, distortion
 from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
-from bench.tasks.train.results import TrainingCase, difference, network_words, replicated_cases
+from bench.tasks.train.results import (TrainingCase, difference, efficiency_ratio, network_words, pair_key,
+                                       replicated_cases)
 
 REPEAT_HINT = "bench sweep --repeats 3"  # what to run when a comparison rests on one launch a side
 
@@ -37,165 +39,169 @@ def _launches(a: TrainingCase, b: TrainingCase) -> str:
     return f"{a.launches} + {b.launches} launch{'es' if a.launches + b.launches > 1 else ''}"
 
 
-def difference_text(d: dict) -> str:
+def difference_text(d: dict, judgement=None) -> str:
     """The figures behind a comparison, in words."""
     f, s = d["faster"], d["slower"]
     if not d["replicated"]:
         return f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, {_launches(f, s)}"
     means = (f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, means of "
              f"{_launches(f, s)}")
+    adjusted = f", {judgement.p_adjusted:.2g} after Holm's correction" if judgement is not None else ""
     return (f"{means}; {pct(d['estimate'].confidence)} interval {d['low']:+.1%} to {d['high']:+.1%}, "
-            f"p = {d['p']:.2g}; a difference beyond ±{d['resolution']:.1%} would have been detected")
+            f"p = {d['p']:.2g}{adjusted}")
 
 
-# ---------------------------------------------------------------- verdict and recommendation
-def verdict(cases: list[TrainingCase]) -> tuple[list[str], list[str], list[dict]]:
-    """Sentences per workload and world size, fairness notes, and the comparisons behind them."""
-    sentences, fairness, comparisons = [], [], []
-    first, second = PRIMARY
+# ---------------------------------------------------------------- comparisons in words, and the scorecard
+def judge(family, key: str, est: stats.Estimate):
+    """The family's judgement of comparison `key` (a page judges all its comparisons together); alone where the
+    view is used without a page's family."""
+    return (family or stats.Family({key: est})).judge(key, est)
+
+
+def case_groups(cases: list[TrainingCase]) -> dict[tuple, dict[str, TrainingCase]]:
+    """Cases by (conditions, world size), then backend."""
     groups: dict[tuple, dict[str, TrainingCase]] = {}
     for c in cases:
         groups.setdefault((*(c.cond[k] for k in CONDITIONS), c.world_size), {})[c.backend] = c
-    for key in sorted(groups, key=str):
-        rows = groups[key]
+    return groups
+
+
+def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str]]:
+    """Each comparison in words, per conditions and world size (the primary pair, and each reference backend
+    against the better primary), and fairness notes: compared runs whose environments differ."""
+    sentences, fairness = [], []
+    first, second = PRIMARY
+    for key, rows in sorted(case_groups(cases).items(), key=lambda kv: str(kv[0])):
         cond = {**dict(zip(CONDITIONS, key)), "world_size": key[-1]}
         where = (f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
                  f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, "
-                 f"{cond['data']} data"
-                 f"{network_words(cond)})")
-        if all(b in rows for b in PRIMARY):
-            e, h = rows[first], rows[second]
-            d = difference(e, h)
-            caution = [c.backend for c in (e, h) if c.unstable]
+                 f"{cond['data']} data{network_words(cond)})")
+        pairs = [PRIMARY] if all(b in rows for b in PRIMARY) else []
+        primaries = [rows[b] for b in PRIMARY if b in rows]
+        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # reference backends (the PS, Ray)
+            if primaries:
+                counterpart = get_backend(other).counterpart if other in BACKEND_MODULES else None
+                best = rows[counterpart] if counterpart in rows else max(primaries, key=lambda c: c.throughput)
+                pairs.append((other, best.backend))
+        for a, b in pairs:
+            x, y = rows[a], rows[b]
+            d = difference(x, y)
+            j = judge(family, pair_key("", a, b, x.place), d["estimate"])
+            said = judged_outcome(j, a, b)
+            caution = [c.backend for c in (x, y) if c.unstable]
             caution = f" Caution: {', '.join(caution)} unstable." if caution else ""
-            if d["significant"]:
-                sentences.append(f"{where}: {d['faster'].backend} is faster by {d['gap']:.1%} "
-                                 f"({difference_text(d)}).{caution}")
-            elif d["replicated"]:
-                sentences.append(f"{where}: no significant difference ({d['faster'].backend} ahead by "
-                                 f"{d['gap']:.1%}; {difference_text(d)}).{caution}")
-            else:
-                sentences.append(f"{where}: cannot tell with a single launch on a side ({d['faster'].backend} "
-                                 f"ahead by {d['gap']:.1%}: {difference_text(d)}), as launches of one case differ "
-                                 f"by several percent; `{REPEAT_HINT}` replicates it.")
-            comparisons.append({"cond": cond, "winner": d["faster"].backend if d["significant"] else None,
-                                "pct": d["gap"] * 100, "p": d["p"], "replicated": d["replicated"],
-                                "resolution": d["resolution"]})
-            differs = env_differences([e.latest, h.latest])
+            what = a if (a, b) == PRIMARY else f"{a} ({backend_options_words(x)})"
+            sentences.append(f"{where}: {what} against {b}: {said['outcome']} ({difference_text(d, j)}).{caution}")
+        if pairs and pairs[0] == PRIMARY:
+            differs = env_differences([rows[first].latest, rows[second].latest])
             if differs:
                 fairness.append(f"{where}: the {first} and {second} runs differ in {', '.join(differs)}; "
                                 "their comparison is not like for like.")
-        primaries = [rows[b] for b in PRIMARY if b in rows]
-        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # reference backends (the PS, Ray)
-            if not primaries:
-                continue
-            counterpart = get_backend(other).counterpart if other in BACKEND_MODULES else None
-            best = rows[counterpart] if counterpart in rows else max(primaries, key=lambda c: c.throughput)
-            d = difference(rows[other], best)
-            est = d["estimate"]
-            rel = 1 - est.ratio
-            word = "slower" if rel > 0 else "faster"
-            if d["significant"]:
-                sig = f"{pct(est.confidence)} interval {1 - est.high:+.1%} to {1 - est.low:+.1%}"
-            elif d["replicated"]:
-                sig = f"not a significant difference; beyond ±{d['resolution']:.1%} would have been detected"
-            else:
-                sig = "cannot tell from a single launch on a side"
-            opts = ", ".join(f"{k}={v}" for k, v in rows[other].latest.spec.backend_options.items())
-            what = f"the {other} baseline ({opts})" if best.backend != counterpart else \
-                f"{other} ({opts + '; ' if opts else ''}the same data-parallel path as {counterpart}, under its own " \
-                "runtime)"
-            sentences.append(f"{where}: {what} is {abs(rel):.1%} {word} than "
-                             f"{best.backend} ({_launches(rows[other], best)}, {sig}).")
-    return sentences, fairness, comparisons
+    return sentences, fairness
 
 
-# What sets apart the ways a page's runs were made, each with its own recommendation: the machine, the
-# workers' pinning, the network.
-SETTING = ("hardware", "cpu_bind", "network")
+def backend_options_words(case: TrainingCase) -> str:
+    """A reference backend's options as the page states them: set ones only, in words."""
+    opts = {k: v for k, v in case.latest.spec.backend_options.items() if v is not None}
+    return ", ".join(f"{k.replace('_', ' ')} {v:g}" if isinstance(v, float) else f"{k.replace('_', ' ')} {v}"
+                     for k, v in opts.items()) or "its defaults"
 
 
-def setting_label(cond: dict) -> str:
-    """'Pinned, on one host' (and the machine, where a page names it): a setting of recommendation()."""
-    pinned = "Pinned" if cond.get("cpu_bind") == "cores" else "Unpinned"
-    one_host = cond.get("network", "one host") == "one host"
-    return pinned + (", on one host" if one_host else "") + network_words(cond)  # _network: across which hosts, the machine
+def condition_words(cond: dict, world: int, varying: set[str]) -> str:
+    """A case's conditions as a scorecard row states them: the workload, workers, device, pinning and network,
+    then whichever other condition differs between the page's cases."""
+    words = [cond["workload"], f"{world} worker{'s' if world > 1 else ''}", cond["device"]]
+    if cond["device"] == "cpu":
+        words.append("pinned" if cond.get("cpu_bind") == "cores" else "unpinned")
+    words.append("one host" if cond.get("network", "one host") == "one host" else f"across {cond['network']}")
+    extra = {"batch_size": f"batch {cond['batch_size']}/worker", "threads": f"{cond['threads']} thread(s)/worker",
+             "backward_passes": f"{cond['backward_passes']} passes/step", "data": f"{cond['data']} data",
+             "input": f"input {cond['input']}", "image_size": f"{cond['image_size']}px",
+             "hardware": f"on {cond['hardware']}"}
+    words += [text for key, text in extra.items() if key in varying and cond.get(key)]
+    return ", ".join(words)
 
 
-def recommendation(comparisons: list[dict], cases: list[TrainingCase]) -> list[str]:
-    """The choice the comparisons support, for each setting apart (machine, pinning, network: a page may hold runs
-    made several ways, and one way's wins must not decide another's), then the startup sentence."""
-    if not comparisons:
-        return [f"Run both {' and '.join(PRIMARY)} under the same conditions (bench sweep) for a recommendation."]
-    settings: dict[tuple, list[dict]] = {}
-    for c in comparisons:
-        settings.setdefault(tuple(c["cond"].get(k) for k in SETTING), []).append(c)
-    lines = []
-    for key in sorted(settings, key=lambda k: (k[1] != "cores", str(k))):  # the pinned default first
-        said = setting_recommendation(settings[key])
-        if len(settings) > 1:
-            said = [f"{setting_label(settings[key][0]['cond'])}: {said[0]}", *said[1:]]
-        lines += said
-    return lines + startup_sentence(cases)
+def setting_words(cond: dict) -> str:
+    """Where a case ran, shortly: pinned or not, one host or across which, and the machine where a page has two."""
+    pinned = ("pinned" if cond.get("cpu_bind") == "cores" else "unpinned") if cond.get("device") == "cpu" else \
+        cond.get("device", "")
+    where = "one host" if cond.get("network", "one host") == "one host" else cond["network"]
+    return ", ".join(w for w in (pinned, where, cond.get("hardware") or "") if w)
 
 
-def setting_recommendation(comparisons: list[dict]) -> list[str]:
-    """The wins, ties and single-launch comparisons of one setting, and the choice of backend they support."""
-    lines = []
-    # At one worker nothing is distributed: those comparisons measure the wrappers' overhead only, so
-    # the choice rests on the multi-worker cases when there are any.
-    distributed = [c for c in comparisons if c["cond"]["world_size"] > 1]
-    single = [c for c in comparisons if c["cond"]["world_size"] == 1]
-    basis = distributed or comparisons
-    wins = {b: [c for c in basis if c["winner"] == b] for b in PRIMARY}
-    ties = [c for c in basis if c["winner"] is None and c["replicated"]]
-    unknown = [c for c in basis if not c["replicated"]]
-    total = len(basis)
-    scope = "multi-worker " if distributed else ""
-    for backend, won in wins.items():
-        if won:
-            where = "; ".join(f"{c['cond']['workload']} at {c['cond']['world_size']} worker(s) (+{c['pct']:.1f}%)"
-                              for c in won)
-            lines.append(f"{backend} was significantly faster in {len(won)} of {total} {scope}comparison(s): "
-                         f"{where}.")
-    if ties:
-        lines.append(f"{len(ties)} of {total} {scope}comparison(s) showed no significant difference (each could "
-                     f"have detected {min(c['resolution'] for c in ties):.0%} or more).")
-    if unknown:
-        lines.append(f"{len(unknown)} of {total} {scope}comparison(s) rest on a single launch on a side and cannot "
-                     f"tell; `{REPEAT_HINT}` replicates them.")
-    leader, other = sorted(PRIMARY, key=lambda b: -len(wins[b]))
-    if len(wins[leader]) > len(wins[other]):
-        lines.append(f"For throughput on this hardware, choose {leader}.")
-    elif unknown and not any(wins.values()):
-        lines.append("No comparison is replicated yet: no recommendation on throughput.")
-    else:
-        lines.append("Throughput does not separate them here: choose on operations (launcher, elasticity, "
-                     "ecosystem).")
-    if distributed and single:
-        overhead = {b: sum(c["winner"] == b for c in single) for b in PRIMARY}
-        lines.append("At one worker, where only the wrapper's overhead is measured: " +
-                     ", ".join(f"{b} significantly faster in {k} of {len(single)}" for b, k in overhead.items()) + ".")
-    return lines
+def throughput_axes(plt, with_efficiency: bool):
+    """A figure with a throughput panel, and a scaling-efficiency panel only where there is an efficiency to
+    draw (no empty panel)."""
+    fig, axes = plt.subplots(1, 2 if with_efficiency else 1, figsize=(10 if with_efficiency else 5.5, 3.6),
+                             squeeze=False)
+    return fig, axes[0][0], (axes[0][1] if with_efficiency else None)
 
 
-def startup_sentence(cases: list[TrainingCase]) -> list[str]:
-    """Which primary backend reaches its first step sooner: every launch's launch-to-first-step time of the
-    cases both ran (same conditions and world size), compared across launches like throughput."""
-    both = {(tuple(c.cond.values()), c.world_size) for c in cases if c.backend == PRIMARY[0]} & \
-        {(tuple(c.cond.values()), c.world_size) for c in cases if c.backend == PRIMARY[1]}
-    times = {b: [r.metrics.startup.launch_to_first_step_s for c in cases if c.backend == b
-                 and (tuple(c.cond.values()), c.world_size) in both for r in c.records
-                 if r.metrics.startup.launch_to_first_step_s] for b in PRIMARY}
-    if not all(times.values()):
-        return []
-    est = stats.ratio_of_cases([times[PRIMARY[0]]], [times[PRIMARY[1]]])
-    quick, slow = (PRIMARY[0], PRIMARY[1]) if est.ratio < 1 else (PRIMARY[1], PRIMARY[0])
-    medians = (f"median {statistics.median(times[quick]):.1f} s vs {statistics.median(times[slow]):.1f} s for "
-               f"{slow}, {len(times[quick])} + {len(times[slow])} launches")
-    if est.significant:
-        return [f"{quick} reached its first step sooner ({medians})."]
-    return [f"Startup to the first step did not differ significantly ({quick} {medians})."]
+def runs_table(cases: list[TrainingCase]) -> Table:
+    """The run ids behind each case of a table, collapsed: `bench list` finds them."""
+    rows = [[c.cond["workload"], setting_words(c.cond), c.backend, c.world_size, c.run_ids]
+            for c in sorted(cases, key=lambda c: (c.cond["workload"], setting_words(c.cond), c.backend, c.world_size))]
+    return Table([left("workload"), left("condition"), left("backend"), right("world"), left("runs")], rows,
+                 details=f"The runs behind these rows ({sum(c.launches for c in cases)})")
+
+
+def is_default_condition(cond: dict, artefact: str) -> bool:
+    """The conditions of the default sweep: pinned CPU workers (or GPUs) on one host, data held on the device."""
+    return (not artefact and cond.get("network", "one host") == "one host" and cond.get("input") == "on device"
+            and cond.get("backward_passes") == 1)
+
+
+def launches_words(*cases: TrainingCase) -> str:
+    sweeps = max(c.sweeps for c in cases)
+    return " + ".join(str(c.launches) for c in cases) + (f" ({sweeps} sweeps pooled)" if sweeps > 1 else "")
+
+
+def scorecard_rows(cases: list[TrainingCase], family=None) -> list[ScoreRow]:
+    """Rows of the page's scorecard where both primary backends ran under the same conditions: throughput at each
+    world size, scaling efficiency and startup to the first step at the largest."""
+    first, second = PRIMARY
+    varying = {k for k in CONDITIONS if k != "workload" and any(
+        len({str(c.cond[k]) for c in cases if c.cond["workload"] == w}) > 1 for w in {c.cond["workload"] for c in cases})}
+    ones = {(tuple(c.cond.values()), c.backend): c for c in cases if c.world_size == 1}
+    groups = case_groups(cases)
+    largest: dict[tuple, int] = {}
+    for key, rows in groups.items():
+        if all(b in rows for b in PRIMARY):
+            largest[key[:-1]] = max(largest.get(key[:-1], 0), key[-1])
+    out = []
+    for key, rows in groups.items():
+        if not all(b in rows for b in PRIMARY):
+            continue
+        e, h = rows[first], rows[second]
+        cond, world = dict(zip(CONDITIONS, key)), key[-1]
+        artefact = distortion(cond, e.records + h.records)
+        common = {"condition": condition_words(cond, world, varying), "artefact": artefact,
+                  "default": is_default_condition(cond, artefact)}
+        est = difference(e, h)["estimate"]
+        said = judged_outcome(judge(family, pair_key("", first, second, e.place), est), first, second)
+        out.append(ScoreRow("training throughput", figures={c.backend: f"{c.throughput:,.0f} samples/s"
+                                                            for c in (e, h)},
+                            launches=launches_words(e, h), decides=world > 1, **common, **said))
+        if world != largest[key[:-1]]:
+            continue
+        e1, h1 = ones.get((tuple(e.cond.values()), first)), ones.get((tuple(h.cond.values()), second))
+        if world > 1 and e1 is not None and h1 is not None:
+            est = efficiency_ratio(e, e1, h, h1)
+            said = judged_outcome(judge(family, pair_key("efficiency ", first, second, e.place), est), first, second,
+                                  words=("scales better", "scales worse"))
+            out.append(ScoreRow("scaling efficiency", figures={c.backend: fmt(c.efficiency.ratio, ".0%")
+                                                               for c in (e, h)},
+                                launches=launches_words(e, h, e1, h1), **common, **said))
+        if e.startup_values and h.startup_values:
+            est = stats.ratio_of_cases([e.startup_values], [h.startup_values])
+            said = judged_outcome(judge(family, pair_key("startup ", first, second, e.place), est), first, second,
+                                  higher_is_better=False, words=("starts sooner", "starts later"))
+            out.append(ScoreRow("startup to the first step", operations=True,
+                                figures={c.backend: f"{statistics.median(c.startup_values):.1f} s (median)"
+                                         for c in (e, h)},
+                                launches=f"{len(e.startup_values)} + {len(h.startup_values)}", **common, **said))
+    return out
 
 
 # ---------------------------------------------------------------- sections
@@ -216,7 +222,7 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
     ci = f"{pct(stats.CONFIDENCE)} CI"
     columns = [left("backend"), right("world"), right("launches"), right("samples/s"), right(ci),
                right("sd/mean"), right(f"efficiency ({ci})"), right(f"vs plain loop ({ci})"), right("step ms"),
-               right("straggler ratio"), right("peak RSS MiB"), left("runs")]
+               right("straggler ratio"), right("peak RSS MiB")]
     blocks = [Paragraph(["Each row is the mean over launches of the case (each launch: its mean over windows); "
                          "the interval and sd/mean are across launches, or over the windows of a single launch "
                          "where the case has one. Efficiency and vs plain loop are ratios of case means with "
@@ -236,8 +242,8 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
                          _estimate_cell(c.efficiency), _estimate_cell(c.vs_plain),
                          fmt(c.step_time_s * 1000 if c.step_time_s else None, ".2f"),
                          fmt(c.latest.metrics.straggler_ratio, ".3f"),
-                         fmt(max(r.metrics.peak_rss_bytes_max for r in c.records) / 2**20, ",.0f"), c.run_ids])
-        fig, (ax_thr, ax_eff) = plt.subplots(1, 2, figsize=(10, 3.6))
+                         fmt(max(r.metrics.peak_rss_bytes_max for r in c.records) / 2**20, ",.0f")])
+        fig, ax_thr, ax_eff = throughput_axes(plt, any(c.efficiency is not None for c in group))
         sizes = sorted({c.world_size for c in group})
         for backend in sorted({c.backend for c in group}):
             mine = [c for c in group if c.backend == backend]
@@ -246,25 +252,28 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
             err = [[m - c.interval[0] for m, c in zip(means, mine)], [c.interval[1] - m for m, c in zip(means, mine)]]
             ax_thr.errorbar(xs, means, yerr=err, marker="o", capsize=3, label=backend)
             eff = [(c.world_size, c.efficiency) for c in mine if c.efficiency is not None]
-            if eff:
+            if eff and ax_eff is not None:
                 ax_eff.errorbar([x for x, _ in eff], [e.ratio for _, e in eff],
                                 yerr=[[e.ratio - e.low if e.replicated else 0 for _, e in eff],
                                       [e.high - e.ratio if e.replicated else 0 for _, e in eff]],
                                 marker="o", capsize=3, label=backend)
-        ax_eff.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
-        for ax, title in ((ax_thr, f"throughput (samples/s, {ci} across launches)"), (ax_eff, "scaling efficiency")):
+        panels = [(ax_thr, f"throughput (samples/s, {ci} across launches)")]
+        if ax_eff is not None:
+            ax_eff.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
+            ax_eff.set_ylim(bottom=0)
+            panels.append((ax_eff, "scaling efficiency"))
+        for ax, title in panels:
             ax.set_xscale("log", base=2)
             ax.set_xticks(sizes, [str(s) for s in sizes])
             ax.set_xlabel("world size (workers)")
             ax.set_title(title, fontsize=10)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
-        ax_eff.set_ylim(bottom=0)
         fig.tight_layout()
         title = _cond_title(cond)
         blocks += [Heading(title), Table(columns, rows),
                    Plot(f"throughput and scaling efficiency of {title}", figure_png(fig))]
-    return blocks
+    return blocks + [runs_table(cases)]
 
 
 def exposed_blocks(cases: list[TrainingCase]) -> list:
@@ -273,17 +282,18 @@ def exposed_blocks(cases: list[TrainingCase]) -> list:
     that ratio's interval across launches."""
     rows, shares = [], []
     plain = {tuple(c.cond[k] for k in CONDITIONS): c for c in cases if c.backend == PLAIN_LOOP and c.world_size == 1}
-    for c in sorted(cases, key=lambda c: (c.cond["workload"], c.backend, c.world_size)):
+    for c in sorted(cases, key=lambda c: (c.cond["workload"], setting_words(c.cond), c.backend, c.world_size)):
         base = plain.get(tuple(c.cond[k] for k in CONDITIONS))
         if c.backend == PLAIN_LOOP or base is None or c.vs_plain is None:
             continue
         est = c.vs_plain
         share = 1 - est.ratio
         interval = f"{1 - est.high:.1%} to {1 - est.low:.1%}" if est.replicated else "- (1 launch)"
-        rows.append([c.cond["workload"], c.backend, c.world_size, f"{c.launches} + {base.launches}",
+        rows.append([c.cond["workload"], setting_words(c.cond), c.backend, c.world_size,
+                     f"{c.launches} + {base.launches}",
                      fmt(c.step_time_s * 1000, ".2f"), fmt(base.step_time_s * 1000, ".2f"),
                      fmt((c.step_time_s - base.step_time_s) * 1000, ".2f"), fmt(share, ".1%"), interval])
-        shares.append((f"{c.cond['workload']}\n{c.backend} x{c.world_size}", est))
+        shares.append((f"{c.cond['workload']}, {setting_words(c.cond)}\n{c.backend} x{c.world_size}", est))
     if not rows:
         return [Paragraph(["Needs a plain single-process run (backend ", em(PLAIN_LOOP), ") under the same "
                            "conditions as the distributed runs; ", code("bench sweep"), " records one unless ",
@@ -301,7 +311,8 @@ def exposed_blocks(cases: list[TrainingCase]) -> list:
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     ci = f"{pct(stats.CONFIDENCE)} CI"
-    columns = [left("workload"), left("backend"), right("world"), right("launches (+ plain)"), right("step ms"),
+    columns = [left("workload"), left("condition"), left("backend"), right("world"), right("launches (+ plain)"),
+               right("step ms"),
                right("plain loop step ms"), right("exposed communication ms"), right("share of the step"),
                right(ci)]
     return [Table(columns, rows), Plot("exposed communication share", figure_png(fig))]
@@ -342,14 +353,15 @@ def startup_blocks(cases: list[TrainingCase]) -> list:
     if not cases:
         return [Paragraph("No successful training run in this selection.")]
     rows = []
-    for c in sorted(cases, key=lambda c: (c.cond["workload"], c.backend, c.world_size)):
+    for c in sorted(cases, key=lambda c: (c.cond["workload"], setting_words(c.cond), c.backend, c.world_size)):
         ups = [r.metrics.startup for r in c.records]
-        rows.append([c.cond["workload"], c.backend, c.world_size, c.launches,
+        rows.append([c.cond["workload"], setting_words(c.cond), c.backend, c.world_size, c.launches,
                      fmt(statistics.median(u.launch_to_process_s for u in ups), ".2f"),
                      fmt(statistics.median(u.rendezvous_s for u in ups), ".3f"), fmt(c.startup_s, ".2f"),
-                     launcher_phases(ups), c.run_ids])
-    columns = [left("workload"), left("backend"), right("world"), right("launches"), right("launch to processes s"),
-               right("rendezvous s"), right("launch to first step s"), left("launcher's own phases s"), left("runs")]
+                     launcher_phases(ups)])
+    columns = [left("workload"), left("condition"), left("backend"), right("world"), right("launches"),
+               right("launch to processes s"), right("rendezvous s"), right("launch to first step s"),
+               left("launcher's own phases s")]
     return [Paragraph("Medians over the launches of each case. The launcher's own phases are those a launcher "
                       "reports of its start-up (starting a runtime, placing the workers), within launch to first "
                       "step.", "note"), Table(columns, rows)]
@@ -380,7 +392,14 @@ def link_groups(cases: list[TrainingCase]) -> dict[tuple, list[TrainingCase]]:
     return {k: g for k, g in groups.items() if len({_link(c) for c in g}) >= 2}
 
 
-def link_verdicts(group: list[TrainingCase]) -> tuple[list[tuple[str, dict | None]], str]:
+def judged_difference(a: TrainingCase, b: TrainingCase, family=None) -> dict:
+    """difference(a, b) with the family's judgement of it (`judgement`), and `significant` as the family says."""
+    d = difference(a, b)
+    j = judge(family, pair_key("", a.backend, b.backend, a.place), d["estimate"])
+    return {**d, "judgement": j, "significant": j.significant}
+
+
+def link_verdicts(group: list[TrainingCase], family=None) -> tuple[list[tuple[str, dict | None]], str]:
     """The primary pair at the largest world size, link by link from the slowest: [(link, difference or None)],
     and the sentence saying at which link, if any, the verdict changes."""
     first, second = PRIMARY
@@ -389,7 +408,8 @@ def link_verdicts(group: list[TrainingCase]) -> tuple[list[tuple[str, dict | Non
     for c in group:
         if c.world_size == top:
             at.setdefault(_link(c), {})[c.backend] = c
-    steps = [(label, difference(rows[first], rows[second]) if first in rows and second in rows else None)
+    steps = [(label, judged_difference(rows[first], rows[second], family) if first in rows and second in rows
+              else None)
              for (_, label), rows in sorted(at.items())]
     won = [(label, d["faster"].backend) for label, d in steps if d and d["significant"]]
     winners = {w for _, w in won}
@@ -413,10 +433,12 @@ def _standing(d: dict | None) -> str:
         return "not both backends"
     if not d["replicated"]:
         return "cannot tell: one launch on a side"
-    return "significant" if d["significant"] else f"not significant (could detect ±{d['resolution']:.0%})"
+    if d["significant"]:
+        return f"significant (p {d['judgement'].p_adjusted:.2g}, Holm)"
+    return judged_outcome(d["judgement"], d["faster"].backend, d["slower"].backend)["outcome"]
 
 
-def link_blocks(cases: list[TrainingCase]) -> tuple[list, list[str]]:
+def link_blocks(cases: list[TrainingCase], family=None) -> tuple[list, list[str]]:
     """Throughput and efficiency against the link per backend, and where the verdict changes (with the
     sentences for the verdict)."""
     groups = link_groups(cases)
@@ -427,13 +449,14 @@ def link_blocks(cases: list[TrainingCase]) -> tuple[list, list[str]]:
     blocks, sentences = [], []
     for key in sorted(groups, key=str):
         group = groups[key]
-        steps, sentence = link_verdicts(group)
+        steps, sentence = link_verdicts(group, family)
         sentences.append(sentence)
         top = max(c.world_size for c in group)
         links = sorted({_link(c) for c in group})
         finite = [rate for rate, _ in links if math.isfinite(rate)]
         where_x = {link: (link[0] if math.isfinite(link[0]) else max(finite) * 4) * 8 / 1e9 for link in links}
-        fig, (ax_thr, ax_eff) = plt.subplots(1, 2, figsize=(10, 3.6))
+        fig, ax_thr, ax_eff = throughput_axes(plt, any(c.efficiency is not None for c in group
+                                                       if c.world_size == top))
         rows = []
         for backend in sorted({c.backend for c in group}):
             mine = sorted((c for c in group if c.backend == backend and c.world_size == top), key=_link)
@@ -442,12 +465,16 @@ def link_blocks(cases: list[TrainingCase]) -> tuple[list, list[str]]:
                             yerr=[[c.throughput - c.interval[0] for c in mine],
                                   [c.interval[1] - c.throughput for c in mine]], marker="o", capsize=3, label=backend)
             eff = [(where_x[_link(c)], c.efficiency) for c in mine if c.efficiency is not None]
-            if eff:
+            if eff and ax_eff is not None:
                 ax_eff.plot([x for x, _ in eff], [e.ratio for _, e in eff], marker="o", label=backend)
             for c in mine:
                 rows.append([_link(c)[1], backend, top, c.launches, fmt(c.throughput, ",.0f"),
                              _estimate_cell(c.efficiency)])
-        for ax, title in ((ax_thr, f"throughput at {top} workers (samples/s)"), (ax_eff, "scaling efficiency")):
+        panels = [(ax_thr, f"throughput at {top} workers (samples/s)")]
+        if ax_eff is not None:
+            ax_eff.set_ylim(bottom=0)
+            panels.append((ax_eff, "scaling efficiency"))
+        for ax, title in panels:
             ax.set_xscale("log")
             ax.set_xticks([where_x[link] for link in links], [label for _, label in links], fontsize=8)
             ax.set_xlabel("link (every host's, shaped with tc)")
@@ -455,7 +482,6 @@ def link_blocks(cases: list[TrainingCase]) -> tuple[list, list[str]]:
             ax.grid(True, alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
-        ax_eff.set_ylim(bottom=0)
         fig.tight_layout()
         title = _cond_title({**dict(zip([k for k in CONDITIONS if k != "network"], key)), "network": "one host"})
         verdict_rows = [[label, d["faster"].backend if d else "-", f"{d['gap']:.1%}" if d else "-", _standing(d)]
@@ -478,10 +504,13 @@ def method() -> list:
         [strong("Launches are the unit of replication."), " A sweep launches every case several times in "
          "interleaved rounds. A case's figure is the mean over its launches with a "
          f"{pct(stats.CONFIDENCE)} confidence interval across launches (Student's t). Two cases are compared by "
-         "the ratio of their geometric means with a Welch t interval on the log scale; a difference is "
-         f"significant when that interval excludes 1 (p < {SIGNIFICANCE:g}), and each comparison states the "
-         "smallest difference it could have detected (the interval's half-width). A comparison with a single "
-         f"launch on a side says it cannot tell. Windows of one launch describe that launch only."],
+         "the ratio of their geometric means with a Welch t interval on the log scale. The page's comparisons "
+         f"are judged as one family: a difference is significant when its p-value, adjusted by Holm's method "
+         f"over them all, is below {SIGNIFICANCE:g}, so the page calls a true tie a difference with a chance of "
+         f"at most {SIGNIFICANCE:g} however many comparisons it makes. Where none is found, two one-sided tests "
+         f"at {SIGNIFICANCE:g} give the margin the two are shown to be within. Sweeps of the same code are "
+         "pooled. A comparison with a single launch on a side says it cannot tell. Windows of one launch "
+         "describe that launch only."],
         [strong("Uncertainty of one launch."), f" Mean over windows with a {pct(stats.CONFIDENCE)} confidence "
          f"interval of the mean (Student's t). A result is unstable when its standard deviation exceeds "
          f"{pct(stats.UNSTABLE_REL_STDEV)} of its mean or it has fewer than {stats.MIN_STABLE_WINDOWS} windows "
@@ -516,10 +545,10 @@ def report_part(frame, context) -> ReportPart:
     """The training runs' part of the page (`frame`: this task's runs only)."""
     ok = frame[frame["status"] == RunStatus.OK]
     cases = replicated_cases(ok) if not ok.empty else []
-    sentences, fairness, comparisons = verdict(cases) if cases else ([], [], [])
-    links, crossovers = link_blocks(cases)
-    sentences = sentences + crossovers
-    inputs, input_limited_notes = input_blocks(cases)
+    family = getattr(context, "family", None)
+    sentences, fairness = verdict(cases, family) if cases else ([], [])
+    links, crossovers = link_blocks(cases, family)
+    inputs, _ = input_blocks(cases)
     across_hosts = any(c.latest.spec.hosts for c in cases)
     unstable = [f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
                 f"{r.record.metrics.throughput.n} windows"
@@ -527,16 +556,18 @@ def report_part(frame, context) -> ReportPart:
     unstable += [f"{c.backend} {c.cond['workload']} world {c.world_size}: its {c.launches} launches spread "
                  f"{c.spread:.1%} (sd/mean)" for c in cases
                  if c.launches >= stats.MIN_LAUNCHES and c.spread > stats.UNSTABLE_REL_STDEV]
-    no_verdict = "" if sentences else (
+    rows = scorecard_rows(cases, family)
+    no_verdict = "" if rows else (
         f"No workload and world size has ok runs of both {' and '.join(PRIMARY)} under the same conditions "
-        f"in this selection, so there is nothing to compare; `bench sweep --backend {','.join(PRIMARY)}` "
+        f"in this selection, so there is no training figure to compare; `bench sweep --backend {','.join(PRIMARY)}` "
         "records them.")
+    words = [Heading("Each comparison in words"), Bullets(sentences + crossovers)] if sentences + crossovers else []
     return ReportPart(
-        verdict=sentences, no_verdict=no_verdict, fairness=fairness, verdict_notes=input_limited_notes,
-        recommendation=recommendation(comparisons, cases), unstable=unstable,
+        no_verdict=no_verdict, fairness=fairness, unstable=unstable, scorecard=rows,
         method=method() + (LINK_METHOD if across_hosts else []),
         shown=[r for c in cases for r in c.records],
-        sections=[Section("throughput", "Throughput and scaling", 10, throughput_blocks(cases), nav="Throughput"),
+        sections=[Section("throughput", "Throughput and scaling", 10, words + throughput_blocks(cases),
+                          nav="Throughput"),
                   Section("time", "Where the time goes", 30, exposed_blocks(cases) + inputs),
                   Section("startup", "Startup and rendezvous", 40, startup_blocks(cases), nav="Startup"),
                   *([Section("links", "Across hosts: the link", 20, links, nav="Links")] if across_hosts else [])])

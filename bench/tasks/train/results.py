@@ -19,7 +19,7 @@ from bench.core.records import RunStatus
 from bench.core.registry import PLAIN_LOOP, PRIMARY
 from bench.core.spec import pinned_words
 from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
-from bench.results.frame import CONDITIONS, blank_single_machine, latest_launches
+from bench.results.frame import CONDITIONS, blank_single_machine, pooled_launches, sweeps_in
 
 
 def launch_throughput(rec) -> float:
@@ -117,6 +117,24 @@ class TrainingCase:
     def run_ids(self) -> str:
         return ", ".join(r.run_id for r in self.records)
 
+    @property
+    def sweeps(self) -> int:
+        """How many sweeps (of the same code) its launches were pooled from."""
+        return sweeps_in(self.records)
+
+    @property
+    def startup_values(self) -> list[float]:
+        """Every launch's time from launch to the end of its first step."""
+        return [r.metrics.startup.launch_to_first_step_s for r in self.records
+                if r.metrics.startup.launch_to_first_step_s]
+
+    @property
+    def place(self) -> str:
+        """The case's conditions and world size in words: the key of its comparisons."""
+        c = self.cond
+        return (f"{c['workload']} {c['device']} b{c['batch_size']} x{self.world_size}"
+                f"{pinned_words(c.get('cpu_bind'))}{network_words(c)}")
+
 
 def replicated_cases(ok) -> list[TrainingCase]:
     """Every (conditions, backend, world size) of the ok runs with a throughput: the launches of its latest
@@ -124,7 +142,7 @@ def replicated_cases(ok) -> list[TrainingCase]:
     ok = ok[ok["throughput"].notna()]
     ok = blank_single_machine(ok)
     cases = {key: TrainingCase(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
-             for key, records in latest_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()}
+             for key, records in pooled_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()}
     for key, case in cases.items():
         cond_key = key[:len(CONDITIONS)]
         plain = cases.get((*cond_key, PLAIN_LOOP, 1))
@@ -155,26 +173,44 @@ def difference(a: TrainingCase, b: TrainingCase) -> dict:
             "resolution": est.resolution, "p": est.p}
 
 
+def pair_key(measure: str, a: str, b: str, place: str) -> str:
+    """The name of a comparison of backend a against b: the page, its family and `bench agreement` share it."""
+    return f"{measure}{a} / {b}, {place}"
+
+
+def efficiency_ratio(a: TrainingCase, a_one: TrainingCase, b: TrainingCase, b_one: TrainingCase) -> stats.Estimate:
+    """a's scaling efficiency over b's at one world size: thr_a(N) thr_b(1) / (thr_b(N) thr_a(1)), across launches."""
+    return stats.ratio_of_cases([a.values, b_one.values], [b.values, a_one.values])
+
+
 def comparisons(frame) -> dict[str, stats.Estimate]:
     """Every comparison the training view makes (bench.tasks.base.Task.comparisons): each case against the
-    plain loop, scaling efficiency, the primary pair, and each reference backend against each primary."""
+    plain loop, scaling efficiency, and for the primary pair (and each reference backend against each primary)
+    throughput, scaling efficiency against each other and the time to the first step."""
     ok = frame[frame["status"] == RunStatus.OK]
     cases = replicated_cases(ok) if not ok.empty else []
     out: dict[str, stats.Estimate] = {}
     by_place: dict[str, dict[str, TrainingCase]] = {}
+    ones = {(tuple(c.cond.values()), c.backend): c for c in cases if c.world_size == 1}
     for c in cases:
-        where = (f"{c.cond['workload']} {c.cond['device']} b{c.cond['batch_size']} x{c.world_size}"
-                 f"{pinned_words(c.cond.get('cpu_bind'))}{network_words(c.cond)}")
-        by_place.setdefault(where, {})[c.backend] = c
+        by_place.setdefault(c.place, {})[c.backend] = c
         if c.vs_plain is not None:
-            out[f"{c.backend} / plain loop, {where}"] = c.vs_plain
+            out[f"{c.backend} / plain loop, {c.place}"] = c.vs_plain
         if c.efficiency is not None:
-            out[f"{c.backend} efficiency, {where}"] = c.efficiency
-    first, second = PRIMARY
-    for where, rows in by_place.items():
-        if first in rows and second in rows:
-            out[f"{first} / {second}, {where}"] = difference(rows[first], rows[second])["estimate"]
-        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):
-            for primary in (b for b in PRIMARY if b in rows):
-                out[f"{other} / {primary}, {where}"] = difference(rows[other], rows[primary])["estimate"]
+            out[f"{c.backend} efficiency, {c.place}"] = c.efficiency
+    for place, rows in by_place.items():
+        pairs = [PRIMARY] + [(other, primary) for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP})
+                             for primary in PRIMARY]
+        for a, b in pairs:
+            if a not in rows or b not in rows:
+                continue
+            x, y = rows[a], rows[b]
+            out[pair_key("", a, b, place)] = difference(x, y)["estimate"]
+            if (a, b) != PRIMARY:
+                continue
+            x1, y1 = ones.get((tuple(x.cond.values()), a)), ones.get((tuple(y.cond.values()), b))
+            if x.world_size > 1 and x1 is not None and y1 is not None:
+                out[pair_key("efficiency ", a, b, place)] = efficiency_ratio(x, x1, y, y1)
+            if x.startup_values and y.startup_values:
+                out[pair_key("startup ", a, b, place)] = stats.ratio_of_cases([x.startup_values], [y.startup_values])
     return out
