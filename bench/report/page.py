@@ -190,6 +190,24 @@ def scope_line(frame) -> str:
     return ", ".join(words) + ". Not covered: " + ", ".join(missing) + "."
 
 
+def scorecard_markdown(frame, page_link: str = "") -> str:
+    """The scorecard of `frame`'s runs as Markdown (for the README): its undistorted rows, default condition first,
+    the recommendation and the scope line; the distorted rows are counted and left to the page."""
+    parts = task_parts(frame, ReportContext("", [], frame, Family(frame_comparisons(frame))))
+    rows = [r for p in parts for r in p.scorecard]
+    first, second = PRIMARY
+    lines = [f"| measure | condition | {first} | {second} | {first} / {second} - 1 (95% CI) | launches | outcome |",
+             "|---|---|--:|--:|--:|--:|---|"]
+    for r in sorted((r for r in rows if not r.artefact), key=row_order):
+        figures = [f"**{r.figures.get(b, '-')}**" if r.winner == b else r.figures.get(b, "-") for b in PRIMARY]
+        lines.append("| " + " | ".join([r.measure, r.condition, *figures, r.difference, r.launches, r.outcome]) + " |")
+    distorted = sum(1 for r in rows if r.artefact)
+    more = f" {distorted} more row(s), under conditions that distort the comparison, are on the page" + \
+        (f" ({page_link})" if page_link else "") + "." if distorted else ""
+    return "\n".join([*lines, "", f"**Recommendation from this data.** {' '.join(scorecard_recommendation(rows))}", "",
+                      scope_line(frame) + more])
+
+
 def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("", False)) -> Section:
     """The answer first: the scorecard (every compared measure, default condition first), the recommendation
     that follows from it, its scope, and whether the sweeps on the page agree with each other."""

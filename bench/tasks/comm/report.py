@@ -19,7 +19,7 @@ from bench.tasks.comm.results import PLACE, case_launches, matched_key, matched_
 BANDWIDTH_BOUND_BYTES = {"cpu": 16 * 2**20, "cuda": 64 * 2**20}
 COLUMNS = [left("backend"), right("ranks"), left("dtype"), left("op"), right("launches"), right("avg busbw GB/s"),
            right("peak busbw GB/s"), right("peak / limit"), left("model"), right("a (us)"), right("1/b (GB/s)"),
-           right("R²"), left("runs")]
+           right("R²")]
 
 
 def sweep_rows(cases: dict[tuple, list]) -> list[list]:
@@ -43,8 +43,16 @@ def sweep_rows(cases: dict[tuple, list]) -> list[list]:
                          fmt(peak / limit if limit else None, ".1%"), latest.model if modelled else "-",
                          fmt(fit["alpha_s"] * 1e6, ".1f") if modelled else "-",
                          fmt(fit["bandwidth_gbps"], ".2f") if modelled else "-",
-                         fmt(fit["r2_weighted"], ".3f") if modelled else "-", ", ".join(r.run_id for r in recs)])
+                         fmt(fit["r2_weighted"], ".3f") if modelled else "-"])
     return rows
+
+
+def runs_table(cases: dict[tuple, list]) -> Table:
+    """The run ids behind the rows, collapsed: `bench list` finds them."""
+    rows = [[backend + placement_text(hardware, bind), world, dtype, ", ".join(r.run_id for r in recs)]
+            for (hardware, bind, backend, world, dtype), recs in sorted(cases.items(), key=lambda kv: str(kv[0]))]
+    return Table([left("backend"), right("ranks"), left("dtype"), left("runs")], rows,
+                 details=f"The runs behind these rows ({sum(len(recs) for recs in cases.values())})")
 
 
 def matched_size_rows(ok, family=None) -> tuple[list[ScoreRow], list[str]]:
@@ -123,7 +131,7 @@ def report_part(frame, context) -> ReportPart:
     latest = latest[latest["run_id"].isin([recs[-1].run_id for recs in cases.values()])]
     blocks = [Paragraph("Busbw figures are means over the launches of each case (each launch: its own mean and "
                         "peak); the alpha-beta model and the figure show its latest launch.", "note"),
-              Table(COLUMNS, sweep_rows(cases))]
+              Table(COLUMNS, sweep_rows(cases)), runs_table(cases)]
     for (hardware, bind, world, dtype), group in latest.groupby([*PLACE, "world_size", "dtype"]):
         blocks.append(Plot("allreduce busbw vs message size",
                            busbw_png(world, dtype, group, placement_text(hardware, bind))))
