@@ -271,14 +271,15 @@ def parser_defaults() -> dict[str, tuple[set[str], set[str]]]:
 
 
 VALUE = r"((?:`(?!-)[^`]+`)|[\d.]+[%MKG]?)(?=[ ,;:)])(?! x )"
+OPTION = r"`(--[a-z][\w-]*)(?: [\w|,.]+)?`"  # `--opt` or `--opt METAVAR`
 STATED = [re.compile(p) for p in (
-    rf"`(--[a-z][\w-]*)(?: [A-Z_|]+)?` \({VALUE}",
-    rf"`(--[a-z][\w-]*)(?: [A-Z_|]+)?`[\w ]{{0,25}}(?:, |\()default:? {VALUE}",
+    rf"{OPTION} \({VALUE}",
+    rf"{OPTION}[\w ]{{0,25}}(?:, |\()default:? {VALUE}",
     r"`(--[a-z][\w-]*) ([^`\s]+)` by default",
     r"`(--[a-z][\w-]*)`, ([\d.]+)(?: \w+)? by default",
 )]
 # "`--opt` ... (default: the words its help says)": a default the code computes, stated as the parser's help states it
-STATED_IN_WORDS = re.compile(r"`(--[a-z][\w-]*)(?: [A-Z_|]+)?`[\w ]{0,25}\(default: ([^,;)`]+)")
+STATED_IN_WORDS = re.compile(rf"{OPTION}[\w ]{{0,25}}\(default: ([^;)]+)")
 
 
 def stated_defaults(text: str):
@@ -350,8 +351,8 @@ NOT_DEFAULTS = {
 @pytest.mark.parametrize("path", [p for p in documents() if "studies" not in p.parts],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_sentence_stating_a_default_is_checked(path):
-    """A sentence (outside the studies, which record the settings of their time) that says "default", names an
-    option and holds a number states that option's default in one of the forms the tests above check."""
+    """In a sentence (outside the studies, which record the settings of their time) that names an option and holds a
+    number, every "default" is part of a statement in one of the forms the tests above check."""
     text = path.read_text()
     unchecked = []
     for sentence in sentences(text):
@@ -360,10 +361,12 @@ def test_every_sentence_stating_a_default_is_checked(path):
             continue
         if any(key in sentence for key in NOT_DEFAULTS):
             continue
-        checked = any(True for _ in stated_defaults(sentence)) or STATED_IN_WORDS.search(sentence) \
-            or any(True for _ in claim_findings(sentence))
-        if not checked:
-            unchecked.append(sentence[:160])
+        spans = [m.span() for m in stated_defaults(sentence)] + \
+            [m.span() for m in STATED_IN_WORDS.finditer(sentence)] + \
+            [m.span() for _, m, _ in claim_findings(sentence)]
+        for word in re.finditer(r"\bdefaults?\b", sentence, re.I):
+            if not any(start - 40 <= word.start() <= end + 40 for start, end in spans):
+                unchecked.append(sentence[max(0, word.start() - 80):word.end() + 60])
     assert not unchecked, f"{path.relative_to(ROOT)}: defaults stated in a form no test checks: {unchecked}"
 
 
