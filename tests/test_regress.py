@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 SMALL = ["--backend", "elastic", "--workload", "resnet18", "--world-sizes", "1", "--nproc", "2",
          "--threads", "1", "--warmup-steps", "3", "--windows", "3", "--steps-per-window", "10", "--no-comm"]
 # The slowdown the gate must catch here: step time x 2 (throughput -50%). Smaller ones are more than 5 + 3
-# launches of this small matrix resolve on a 2-core machine at the gate's CONFIDENCE (docs/method.md, "Catching
-# a slowdown, measured").
+# launches of this small matrix resolve on a 2-core machine at the gate's CONFIDENCE (docs/studies/gate.md,
+# "Catching a slowdown").
 SLOWDOWN = "100%"
 
 

@@ -1,0 +1,410 @@
+"""The documentation against the code: the README short and in its order, its two commands the ones CI and nox run,
+every relative link and anchor of the README and docs/ resolving, every default the documents state the code's,
+and every section the code cites existing.
+
+Defaults are read from the code that owns them (the workloads, the sweep plan, the fault spec, the regression matrix,
+the backends' options) and from the real parser (bench.cli.build_parser): its defaults and the defaults its help
+states."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+from bench.backends.base import BackendOption
+from bench.cli import build_parser
+from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
+from bench.tasks.fault.spec import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS
+from bench.tasks.fault.spec import build_spec as build_fault_spec
+from bench.workflows.plan import SWEEP_DEFAULTS
+from bench.workflows.regress import REGRESS_REPEATS, regress_command
+from workloads import WORKLOADS
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+# Written from the parser by its own generator; linked to before it lands.
+GENERATED = {DOCS / "cli.md"}
+README_WORDS = 2500
+README_SECTIONS = ["The answer so far", "Quick start: a laptop CPU", "Quick start: one 8-GPU node",
+                   "Quick start: a cluster", "More"]
+SCORECARD = ("<!-- scorecard:begin -->", "<!-- scorecard:end -->")
+
+FENCE = re.compile(r"^```.*?^```[ \t]*$", re.S | re.M)
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def documents() -> list[Path]:
+    return [README, *sorted(p for p in DOCS.rglob("*.md") if p not in GENERATED)]
+
+
+def prose(text: str) -> str:
+    """The text without its fenced code blocks (a link or a default in a code block is an example)."""
+    return FENCE.sub("", text)
+
+
+def words(text: str) -> int:
+    """Words as a reader counts them: runs of non-space holding a letter or a digit (not a table's pipes)."""
+    return sum(1 for token in text.split() if re.search(r"\w", token))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its text, lower case, without punctuation, spaces as hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for match in re.finditer(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", prose(path.read_text()), re.M):
+        base = slug(match.group(1))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def headings(path: Path, level: int) -> list[str]:
+    return re.findall(rf"^{'#' * level}[ \t]+(.+?)[ \t]*$", prose(path.read_text()), re.M)
+
+
+# ---------------------------------------------------------------------------------------------------- the README
+
+def test_readme_is_read_in_five_minutes():
+    count = words(README.read_text())
+    assert count <= README_WORDS, f"README.md has {count} words, more than {README_WORDS}: move detail to docs/"
+
+
+def test_readme_says_what_the_project_is_then_gives_its_two_commands():
+    text = README.read_text()
+    lines = text.splitlines()
+    assert lines[0].startswith("# ")
+    first = next(line for line in lines[1:] if line.strip())
+    assert first.endswith(".") and not re.search(r"[.!?]\s+[A-Z]", first), \
+        f"the first line after the title must be one sentence saying what the project is: {first!r}"
+    block = re.search(r"^```bash\n(.*?)^```", text, re.S | re.M)
+    assert block and block.start() < text.index("\n## "), "the two commands come before the first section"
+    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+    assert commands == ["pip install nox && nox -s bench", "pip install nox && nox -s tests"]
+
+
+def test_readme_sections_come_in_order_with_the_scorecard_markers():
+    assert headings(README, 2) == README_SECTIONS
+    text = README.read_text()
+    begin, end = (text.count(marker) for marker in SCORECARD)
+    assert (begin, end) == (1, 1), "each scorecard marker exactly once, as written"
+    answer = text.index("## " + README_SECTIONS[0])
+    assert answer < text.index(SCORECARD[0]) < text.index(SCORECARD[1]) < text.index("## " + README_SECTIONS[1])
+
+
+def test_readme_commands_are_what_ci_and_nox_run():
+    """`.ci/run` runs the README's test command; `nox -s bench` is a sweep of the primary pair on this machine's
+    CPU that writes reports/latest.html, as the README's first command says."""
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    normalised = [re.sub(r"\bpython3? -m (nox|pip)\b", r"\1", line) for line in ci]
+    assert "nox -s tests" in normalised
+    assert any(re.fullmatch(r"pip install( --?\S+)* nox", line) for line in normalised)
+
+    sessions = {}
+    for node in ast.parse((ROOT / "noxfile.py").read_text()).body:
+        if isinstance(node, ast.FunctionDef) and any(
+                ast.unparse(d) in ("nox.session", "nox.session()") for d in node.decorator_list):
+            sessions[node.name] = [ast.literal_eval(arg) for call in ast.walk(node) if isinstance(call, ast.Call)
+                                   and ast.unparse(call.func) == "session.run"
+                                   for arg in call.args if isinstance(arg, ast.Constant)]
+    assert "pytest" in sessions["tests"]
+    bench_run = sessions["bench"]
+    assert bench_run[bench_run.index("bench"):][:4] == ["bench", "sweep", "--report", "reports/latest.html"]
+    args = build_parser().parse_args(["sweep"])
+    assert args.backend is None and args.gpus is None  # the primary pair, CPU processes
+    assert PRIMARY == ("elastic", "horovod")
+
+
+# ------------------------------------------------------------------------------------------------------ links
+
+@pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_and_anchor_resolves(path):
+    broken = []
+    for match in LINK.finditer(prose(path.read_text())):
+        target = match.group(1)
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, mailto: ...
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if dest in GENERATED and not dest.exists():
+            assert not anchor, f"{target}: a generated page's anchors cannot be checked before it exists"
+            continue
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading with that anchor in {dest.relative_to(ROOT)}")
+    assert not broken, f"{path.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_sections_the_code_cites_exist():
+    """`docs/method.md, "Replication"` in a comment, docstring or message names a heading (or a bold lead-in) of
+    that file."""
+    cited = re.compile(r"(docs/[\w/.-]+\.md), [\"']([^\"']+)[\"']")
+    missing = []
+    for folder in ("bench", "tests", "workloads", "examples", "scripts"):
+        for source in sorted((ROOT / folder).rglob("*")):
+            if source.suffix not in (".py", ".sh", ".j2") or source == Path(__file__):
+                continue
+            text = re.sub(r"\n\s*#?\s*", " ", source.read_text())  # citations wrap over comment lines
+            for file, title in cited.findall(text):
+                doc = ROOT / file
+                titles = set(headings(doc, 2) + headings(doc, 3) + headings(doc, 4)) if doc.exists() else set()
+                titles |= set(re.findall(r"\*\*([^*]+)\*\*", doc.read_text())) if doc.exists() else set()
+                if title not in titles:
+                    missing.append(f"{source.relative_to(ROOT)}: {file}, {title!r}")
+    assert not missing, "cited sections that do not exist: " + "; ".join(missing)
+
+
+# --------------------------------------------------------------------------------------------------- defaults
+
+def workload_defaults() -> dict:
+    mlp, resnet = WORKLOADS["mnist_mlp"], WORKLOADS["resnet18"]
+    return dict(mlp=mlp, resnet=resnet,
+                at_step={name: int(AT_STEP_WINDOWS * w.size("cpu").window_steps) for name, w in WORKLOADS.items()},
+                checkpoint={name: CHECKPOINT_WINDOWS * w.size("cpu").window_steps for name, w in WORKLOADS.items()})
+
+
+def fault_steps_multiple() -> int:
+    """What `--steps` defaults to, in checkpoint intervals after the fault, as the fault spec computes it."""
+    at, every = 7, 5
+    spec = build_fault_spec(backend="elastic", workload="mnist_mlp", world_size=2, scenario="kill", rank=1,
+                            at_step=at, signal_name="KILL", max_restarts=3, checkpoint_every=every, total_steps=None,
+                            comm_timeout=10.0, recovery_timeout=90.0)
+    return (spec.fault["total_steps"] - at) // every
+
+
+@functools.cache
+def claims() -> list[tuple[str, str, tuple]]:
+    """(what, pattern, the code's values): every statement of a default that names the workloads, or says more than
+    one option's value. Each must be found in the documents at least once, and every finding must hold the code's
+    values."""
+    w = workload_defaults()
+    mlp, resnet = w["mlp"], w["resnet"]
+    cpu_m, cpu_r, gpu_m, gpu_r = mlp.cpu, resnet.cpu, mlp.gpu, resnet.gpu
+    return [
+        ("steps per window by workload", r"on CPU (\d+) for mnist_mlp and (\d+) for resnet18; on GPU (\d+) and (\d+)",
+         (cpu_m.window_steps, cpu_r.window_steps, gpu_m.window_steps, gpu_r.window_steps)),
+        ("batch by workload, MLP", r"\| `mnist_mlp` \|[^|\n]*\| 1x(\d+)x\1, batch (\d+) \| the same \|",
+         (gpu_m.image, gpu_m.batch)),
+        ("batch by workload, ResNet18",
+         r"\| `resnet18` \|[^|\n]*\| 3x(\d+)x\1, batch (\d+), (\d+) synthetic classes \| 3x(\d+)x\4, batch (\d+), "
+         r"(\d+) classes \|", (gpu_r.image, gpu_r.batch, gpu_r.synthetic_classes, cpu_r.image, cpu_r.batch,
+                               cpu_r.synthetic_classes)),
+        ("fault step (method)", r"`--at-step`, default ([\d.]+) x the workload's window:\s+(\d+) for mnist_mlp, "
+         r"(\d+) for resnet18", (AT_STEP_WINDOWS, w["at_step"]["mnist_mlp"], w["at_step"]["resnet18"])),
+        ("checkpoint interval (method)", r"checkpoint or commit every (\d+) windows\s+\(`--checkpoint-every`: (\d+) "
+         r"for mnist_mlp, (\d+) for resnet18\)", (CHECKPOINT_WINDOWS, w["checkpoint"]["mnist_mlp"],
+                                                   w["checkpoint"]["resnet18"])),
+        ("fault step and checkpoint interval (usage)",
+         r"fault at ([\d.]+) windows \(step (\d+) for mnist_mlp, (\d+) for resnet18\), checkpoint or commit every "
+         r"(\d+)\s+windows \((\d+), (\d+)\)",
+         (AT_STEP_WINDOWS, w["at_step"]["mnist_mlp"], w["at_step"]["resnet18"], CHECKPOINT_WINDOWS,
+          w["checkpoint"]["mnist_mlp"], w["checkpoint"]["resnet18"])),
+        ("fault steps", r"`--steps`,? =? ?at-step \+ (\d+) x checkpoint-every", (fault_steps_multiple(),)),
+        ("fault kill", r"Defaults: (\w+), rank (\d+),\s+`(\w+)`",
+         (build_parser().parse_args(["fault"]).workload, FAULT_DEFAULTS["kill_rank"], FAULT_DEFAULTS["signal"])),
+        ("fault timeouts (method)", r"`--max-restarts (\d+)`, `--comm-timeout (\d+)`, `--recovery-timeout (\d+)`",
+         (FAULT_DEFAULTS["max_restarts"], FAULT_DEFAULTS["comm_timeout"], FAULT_DEFAULTS["recovery_timeout"])),
+        ("a sweep's launches", r"\((\d+) warm-up steps and (\d+) windows unless given\)",
+         (SWEEP_DEFAULTS["warmup_steps"], SWEEP_DEFAULTS["windows"])),
+        ("a sweep's repeats", r"launches every case (\d+) times by default", (SWEEP_DEFAULTS["repeats"],)),
+        ("the regression matrix", r"`(bench sweep --nproc \d[^`]*--repeats \d+)`",
+         (" ".join(regress_command(REGRESS_REPEATS)),)),
+    ]
+
+
+def normalised(value) -> str:
+    """A value as documents write it: 10.0 as 10, a float to its shortest form."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def claim_findings(text: str):
+    for what, pattern, expected in claims():
+        for match in re.finditer(pattern, text):
+            yield what, match, tuple(normalised(v) for v in expected)
+
+
+def parsers(parser: argparse.ArgumentParser):
+    """The parser and every parser under it (verbs, and verbs of verbs: `bench testray up`)."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from parsers(sub)
+
+
+def words_of(phrase: str) -> str:
+    return " ".join(phrase.replace("`", "").lower().split())
+
+
+@functools.cache
+def parser_defaults() -> dict[str, tuple[set[str], set[str]]]:
+    """Option -> (every default value the real parser gives it in any verb, the phrases its help says it defaults
+    to): the argparse default, the values its help says when the code fills them in later (`default 5, at least
+    1`), and the words where the code computes it (`default: cores / largest world size`)."""
+    found: dict[str, tuple[set[str], set[str]]] = {}
+    for sub in parsers(build_parser()):
+        for action in sub._actions:
+            help_text = " ".join(((action.help or "") % {"default": action.default}).split()) if action.help else ""
+            for option in action.option_strings:
+                values, phrases = found.setdefault(option, (set(), set()))
+                if action.default not in (None, False, True, argparse.SUPPRESS):
+                    values.add(normalised(action.default))
+                for stated in re.findall(r"default:? (`?[\w./$%-]+`?)", help_text):
+                    values.add(value_of(stated.strip("`")))
+                phrases.update(words_of(p) for p in re.findall(r"default: ([^;)]+)", help_text))
+    return found
+
+
+VALUE = r"((?:`(?!-)[^`]+`)|[\d.]+[%MKG]?)(?=[ ,;:)])(?! x )"
+OPTION = r"`(--[a-z][\w-]*)(?: [\w|,.]+)?`"  # `--opt` or `--opt METAVAR`
+STATED = [re.compile(p) for p in (
+    rf"{OPTION} \({VALUE}",
+    rf"{OPTION}[\w ]{{0,25}}(?:, |\()default:? {VALUE}",
+    r"`(--[a-z][\w-]*) ([^`\s]+)` by default",
+    r"`(--[a-z][\w-]*)`, ([\d.]+)(?: \w+)? by default",
+)]
+# "`--opt` ... (default: the words its help says)": a default the code computes, stated as the parser's help states it
+STATED_IN_WORDS = re.compile(rf"{OPTION}[\w ]{{0,25}}\(default: ([^;)]+)")
+
+
+def stated_defaults(text: str):
+    for pattern in STATED:
+        for match in pattern.finditer(text):
+            yield match
+
+
+def value_of(stated: str) -> str:
+    stated = stated.strip("`")
+    try:
+        return normalised(float(stated))
+    except ValueError:
+        return stated
+
+
+def test_every_claim_is_found_and_holds_the_codes_values():
+    text = "\n".join(prose(p.read_text()) for p in documents())
+    found, wrong = set(), []
+    for what, match, expected in claim_findings(text):
+        found.add(what)
+        got = tuple(normalised(value_of(" ".join(g.split()))) for g in match.groups() if g is not None)[:len(expected)]
+        if got != expected:
+            wrong.append(f"{what}: the documents say {got}, the code {expected} ({match.group(0)!r})")
+    unfound = [what for what, _, _ in claims() if what not in found]
+    assert not wrong, "; ".join(wrong)
+    assert not unfound, f"no document states these any more (drop the claim or the drift): {unfound}"
+
+
+@pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_option_default_a_document_states_is_the_parsers(path):
+    known = parser_defaults()
+    text = prose(path.read_text())
+    wrong = []
+    for match in stated_defaults(text):
+        option, stated = match.group(1), value_of(match.group(2))
+        if option not in known:
+            wrong.append(f"{option}: no such option")
+        elif stated not in known[option][0]:
+            wrong.append(f"{option} {stated!r} (the code: {sorted(known[option][0]) or 'none'})")
+    for match in STATED_IN_WORDS.finditer(text):
+        option, stated = match.group(1), words_of(match.group(2))
+        phrases = known.get(option, (set(), set()))[1]
+        if not any(stated.startswith(p) or p.startswith(stated) for p in phrases):
+            wrong.append(f"{option}: default {stated!r} (the code's help: {sorted(phrases) or 'none'})")
+    assert not wrong, f"{path.relative_to(ROOT)} states defaults the code does not have: " + "; ".join(wrong)
+
+
+def sentences(text: str):
+    """Sentences of prose, list items and table rows, each on one line."""
+    for block in re.split(r"\n\s*\n", prose(text)):
+        if block.lstrip().startswith("|"):
+            yield from block.splitlines()
+            continue
+        for item in re.split(r"\n(?=\s*(?:[-*]|\d+\.) )", block):
+            yield from re.split(r"(?<=\.)\s+(?=[A-Z`(*\[])", " ".join(item.split()))
+
+
+# Sentences that say "default" and name an option beside a number that is no default of this suite's options
+# (another program's default, or an example): why each is not checked.
+NOT_DEFAULTS = {
+    "ServerAliveCountMax": "ssh's keepalive, Debian's default",
+    "Horovod's default would wait 600 s": "Horovod's own elastic timeout",
+    "`--ray-resize-interval` seconds (Ray's default": "Ray's own default, checked in backends.md's table",
+    "three pinned default CPU sweeps": "the sample page's sweeps, made with the defaults",
+}
+
+
+@pytest.mark.parametrize("path", [p for p in documents() if "studies" not in p.parts],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_sentence_stating_a_default_is_checked(path):
+    """In a sentence (outside the studies, which record the settings of their time) that names an option and holds a
+    number, every "default" is part of a statement in one of the forms the tests above check."""
+    text = path.read_text()
+    unchecked = []
+    for sentence in sentences(text):
+        if not (re.search(r"\bdefault", sentence, re.I) and re.search(r"`-?-[a-z]", sentence)
+                and re.search(r"\b\d", sentence)):
+            continue
+        if any(key in sentence for key in NOT_DEFAULTS):
+            continue
+        spans = [m.span() for m in stated_defaults(sentence)] + \
+            [m.span() for m in STATED_IN_WORDS.finditer(sentence)] + \
+            [m.span() for _, m, _ in claim_findings(sentence)]
+        for word in re.finditer(r"\bdefaults?\b", sentence, re.I):
+            if not any(start - 40 <= word.start() <= end + 40 for start, end in spans):
+                unchecked.append(sentence[max(0, word.start() - 80):word.end() + 60])
+    assert not unchecked, f"{path.relative_to(ROOT)}: defaults stated in a form no test checks: {unchecked}"
+
+
+# ------------------------------------------------------------------------------------------------ backends.md
+
+def backend_options() -> dict[str, tuple[BackendOption, set[str]]]:
+    out: dict[str, tuple[BackendOption, set[str]]] = {}
+    for name in BACKEND_MODULES:
+        for option in get_backend(name).options:
+            out.setdefault(option.flag, (option, set()))[1].add(name)
+    return out
+
+
+def test_backend_options_table_holds_every_option_with_its_default():
+    rows = [line for line in (DOCS / "backends.md").read_text().splitlines()
+            if line.startswith("| `--")]
+    declared = backend_options()
+    listed = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        for flag in re.findall(r"`(--[\w-]+)", cells[0]):
+            listed[flag] = (cells[1], cells[-1])
+    assert set(listed) == set(declared), "backends.md's options table lists exactly the backends' options"
+    wrong = []
+    for flag, (backends, default) in listed.items():
+        option, owners = declared[flag]
+        if {b.strip() for b in backends.split(",")} != owners:
+            wrong.append(f"{flag}: backends {backends!r}, the code {sorted(owners)}")
+        if option.default is None:
+            ok = default.startswith("none")
+        else:
+            ok = value_of(default) == normalised(option.default)
+        if not ok:
+            wrong.append(f"{flag}: default {default!r}, the code {option.default!r}")
+    assert not wrong, "; ".join(wrong)
+
+
+def test_the_plain_loop_and_the_primary_pair_are_the_ones_documented():
+    text = (DOCS / "backends.md").read_text()
+    assert f"`{PLAIN_LOOP}` is the plain loop" in text
+    assert "default: elastic and horovod" in (DOCS / "usage.md").read_text()
