@@ -408,3 +408,14 @@ def test_the_plain_loop_and_the_primary_pair_are_the_ones_documented():
     text = (DOCS / "backends.md").read_text()
     assert f"`{PLAIN_LOOP}` is the plain loop" in text
     assert "default: elastic and horovod" in (DOCS / "usage.md").read_text()
+
+
+def test_the_readme_scorecard_is_what_the_sample_store_makes():
+    """The README's answer is generated from the committed sample store (scripts/readme_scorecard.py), so it cannot
+    drift from the page that store makes."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme_scorecard.py"), "--check"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr + "\nrun: python scripts/readme_scorecard.py"

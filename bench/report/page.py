@@ -351,8 +351,8 @@ def failed_section(frame, parts: list[ReportPart]) -> Section:
 def method_section(parts: list[ReportPart]) -> Section:
     fairness = [strong("Fairness."), " The harness sets threads (OMP_NUM_THREADS, torch), seed, batch, data, dtype "
                 "and device placement identically for every backend; only runs with equal conditions are compared. "
-                "A case pools every launch of the sweeps made with the same code as its latest (docs/method.md, "
-                "\"Replication\"); ", code("bench list"), " lists the runs."]
+                "A case pools every launch of the sweeps made with the same code as its latest ("
+                "docs/method.md, 'Replication'); ", code("bench list"), " lists the runs."]
     return Section("method", "Methodology", 90, [Bullets([*(m for p in parts for m in p.method), fairness])])
 
 
