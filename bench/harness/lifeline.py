@@ -1,16 +1,22 @@
-"""A run's lifeline: a watcher process that ends the run and records it when the bench process dies.
+"""A run's lifeline: a watcher process that ends the run and records it when the bench process dies, and holds
+the run's deadline when the bench process cannot (stopped, say).
 
 A bench process can die without running its teardown: SIGKILL, an OOM kill, a closed terminal's SIGHUP.
 Its launchers would then be re-parented to init and train on (torchrun and horovodrun each have trees
 of their own), and the run would never be recorded. So before a run is launched, bench starts this
 watcher in a session of its own (a Ctrl-C or a hang-up of the terminal does not reach it) and holds the
-only write end of a pipe to its stdin. Over it bench says, a line each: `record JSON` once the record is made,
-and `done` once it is kept. The kernel closes that pipe whenever bench ends, however it ends:
+only write end of a pipe to its stdin. Over it bench says, a line each: `deadline SECONDS` just before the launch,
+`ended` once the launcher has ended, `record JSON` once the record is made, and `done` once it is kept. The kernel
+closes that pipe whenever bench ends, however it ends:
 
 - bench ends the run normally: it writes `done` first, and the watcher exits doing nothing;
 - otherwise the watcher reads end-of-file without `done`: it ends every process carrying the run's tag
   (bench.harness.supervisor.reap) and, for a run with a run directory, stores the run's record (the one bench
   handed over or kept, or one built from what the ranks wrote, status `interrupted`).
+
+A deadline passed by DEADLINE_GRACE_S with the launcher not yet ended (bench stopped with SIGSTOP or Ctrl-Z, or
+stuck) is held here: the watcher writes the run directory's overdue file, ends the run's processes, and stores
+the run as `timeout`; bench, once it goes on, finds the overdue file and records the same (`overdue_outcome`).
 
 A run whose watcher died too (a reboot, or the watcher killed with bench) is found by the next command
 that writes to its store (`recover`): a run directory not in the store whose owner and watcher are both
@@ -42,10 +48,12 @@ from bench.core.spec import RunSpec
 from bench.core.store import Store
 from bench.harness.keep import drop_spare, keep_record, kept_record, spare_record
 from bench.harness.outcome import build_record
-from bench.harness.supervisor import TAG_VARIABLE, Outcome, reap
+from bench.harness.supervisor import TAG_VARIABLE, Outcome, reap, run_processes
 
 READY, DONE = b"ready\n", b"done\n"
 START_TIMEOUT_S = 30.0
+# after a run's deadline, the time its bench process has to end the run itself (its own teardown begins at once)
+DEADLINE_GRACE_S = 5.0
 
 
 def _process_identity(pid: int) -> dict:
@@ -100,6 +108,15 @@ class Lifeline:
             write_json_atomic(self.run_dir.owner_file, {"owner": _process_identity(os.getpid()),
                                                                "lifeline": _process_identity(self.proc.pid)})
         return self
+
+    def hold_deadline(self, timeout: float) -> None:
+        """Said just before the launch: the watcher ends the run `timeout` s (+ DEADLINE_GRACE_S) from now if it is
+        still running then."""
+        self._say(f"deadline {timeout!r}\n".encode())
+
+    def launcher_ended(self) -> None:
+        """The run's processes are ended (bench.harness.supervisor.supervise returned): no deadline to hold."""
+        self._say(b"ended\n")
 
     def hand_over(self, record: RunRecord) -> None:
         """The record as made: what the watcher stores should bench die before it is kept."""
@@ -230,6 +247,73 @@ def _settle(run_dir: RunDir) -> None:
     run_dir.owner_file.unlink(missing_ok=True)
 
 
+# ---------------------------------------------------------------- a deadline bench did not hold
+def end_overdue(tag: str, owner_pid: str, run_dir: RunDir | None, store_path: Path | None,
+                timeout: float) -> Outcome | None:
+    """End a run its bench process left running past its deadline: the overdue file first (a bench that goes on
+    then finds why its launcher ended), the processes, and, while bench is still stopped, the run stored as
+    `timeout`, its owner file kept (bench may go on and store its own record). None where nothing of the run is
+    left to end."""
+    if not run_processes(tag, None):
+        return None  # it ended by itself: bench has only to say so
+    how = "stopped" if _stopped(owner_pid) else "not ending it"
+    reason = (f"deadline of {timeout:g} s passed while its bench process (pid {owner_pid}) was {how}; its lifeline "
+              "ended the run")
+    said = {"time": time.time(), "reason": reason}
+    if run_dir is not None:
+        said["log_bytes"] = run_dir.launcher_log.stat().st_size if run_dir.launcher_log.exists() else None
+        _write_overdue(run_dir, said)
+    reaped, survivors = reap(tag, None)
+    if run_dir is not None:
+        reaped += reap_remote(str(run_dir.path), tag)
+    print(f"{time.strftime('%H:%M:%S')} {reason}: ended {len(reaped)} process(es), {len(survivors)} survived",
+          file=sys.stderr, flush=True)
+    outcome = Outcome(ending="timeout", returncode=None, launched_at=said["time"], ended_at=said["time"],
+                      log_bytes_before_teardown=said.get("log_bytes"), reaped=reaped, survivors=survivors, reason=reason)
+    if run_dir is None:
+        return outcome
+    _write_overdue(run_dir, {**said, "reaped": reaped, "survivors": survivors})
+    if _stopped(owner_pid):  # (a bench that went on meanwhile stores its own record, which says the same)
+        try:
+            record = built_record(run_dir, outcome)
+            where = keep_record(record, run_dir, Store(store_path), retry_delays=())
+            print(f"stored run {tag} as {record.status} in {store_path}" if where.stored else
+                  where.not_stored(record, store_path), file=sys.stderr, flush=True)
+        except (BenchError, ValueError, OSError) as exc:
+            print(f"run {tag} cannot be recorded ({exc})", file=sys.stderr, flush=True)
+    return outcome
+
+
+def _stopped(pid: str) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(int(pid)).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except (psutil.Error, ValueError):
+        return False
+
+
+def _write_overdue(run_dir: RunDir, said: dict) -> None:
+    try:
+        write_json_atomic(run_dir.overdue_file, said)
+    except OSError:  # (a full disk): the run is still ended; bench then records how its launcher ended
+        pass
+
+
+def overdue_outcome(run_dir: RunDir, outcome: Outcome) -> Outcome:
+    """`outcome` as supervise saw it, made a `timeout` where the lifeline ended the run at its deadline (bench was
+    stopped meanwhile, and saw its launcher end once it went on)."""
+    said = run_dir.read_json(run_dir.overdue_file)
+    if not isinstance(said, dict) or outcome.ending == "timeout":
+        return outcome
+    outcome.ending, outcome.reason = "timeout", said.get("reason")
+    outcome.ended_at = said.get("time", outcome.ended_at)
+    outcome.log_bytes_before_teardown = said.get("log_bytes", outcome.log_bytes_before_teardown)
+    outcome.reaped = list(said.get("reaped", [])) + outcome.reaped
+    outcome.survivors = list(said.get("survivors", [])) + outcome.survivors
+    return outcome
+
+
 def reap_remote(run_dir_path: str, tag: str) -> list[dict]:
     """What was ended of the run on its other hosts (a run across hosts), over ssh; their links restored."""
     data = RunDir(run_dir_path).read_json(RunDir(run_dir_path).spec_file)
@@ -254,8 +338,13 @@ def watch(argv: list[str]) -> int:
         signal.signal(sig, signal.SIG_IGN)
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
-    fd, pending, handed_over = sys.stdin.fileno(), b"", None
+    fd, pending, deadline, handed_over, overdue = sys.stdin.fileno(), b"", None, None, None
     while True:  # until bench says `done`, or the kernel closes its end
+        wait = None if deadline is None else max(0.0, deadline[0] - time.monotonic())
+        if not select.select([fd], [], [], wait)[0]:
+            overdue = end_overdue(tag, owner_pid, run_dir, store_path, deadline[1])
+            deadline = None
+            continue
         chunk = os.read(fd, 1 << 16)
         if not chunk:
             break
@@ -264,7 +353,11 @@ def watch(argv: list[str]) -> int:
             word, _, rest = line.partition(b" ")
             if word + b"\n" == DONE:
                 return 0
-            if word == b"record":
+            if word == b"deadline":
+                deadline = (time.monotonic() + float(rest) + DEADLINE_GRACE_S, float(rest))
+            elif word == b"ended":
+                deadline = None
+            elif word == b"record":
                 handed_over = json.loads(rest)
     died_at = time.time()
     reaped, survivors = reap(tag, None)
@@ -273,7 +366,7 @@ def watch(argv: list[str]) -> int:
     print(f"{time.strftime('%H:%M:%S')} bench process {owner_pid} ended without releasing run {tag}: "
           f"ended {len(reaped)} process(es), {len(survivors)} survived", file=sys.stderr, flush=True)
     if run_dir is not None:
-        outcome = abandoned_outcome(died_at, owner_pid, reaped, survivors, "its lifeline")
+        outcome = overdue or abandoned_outcome(died_at, owner_pid, reaped, survivors, "its lifeline")
         try:
             status, _ = record_abandoned(run_dir, store_path, outcome, handed_over)
             print(f"recorded run {tag} as {status} in {store_path}", file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ from bench.core.rundir import RunDir, write_json_atomic
 from bench.core.spec import RunSpec
 from bench.core.store import Store
 from bench.harness.keep import keep_record
-from bench.harness.lifeline import Lifeline, recover
+from bench.harness.lifeline import Lifeline, overdue_outcome, recover
 from bench.harness.outcome import build_record
 from bench.harness.supervisor import TAG_VARIABLE, Outcome, interruption, supervise
 
@@ -52,8 +52,8 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
     checked before anything starts; the record is also kept in the run directory (record.json), so a
     store that fails afterwards loses nothing (bench.harness.keep; RecordNotStored says where it is and how to add
     it later). From the run directory's creation to the stored record, a lifeline (bench.harness.lifeline) ends and
-    records the run if this process dies; a Ctrl-C before the launch is recorded as an interrupted run like one after
-    it."""
+    records the run if this process dies, and holds its deadline if this process is stopped; a Ctrl-C before the
+    launch is recorded as an interrupted run like one after it."""
     store.check_writable()
     for run_id, status, own in recover(store):
         note(f"bench: stored run {run_id} ({status}) from the record it kept: it was not stored when it ended" if own
@@ -84,8 +84,11 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
             ending, reason = interruption(before_launch=True)
             outcome = Outcome(ending=ending, returncode=None, launched_at=now, ended_at=now, reason=reason)
         else:
+            lifeline.hold_deadline(spec.timeout)  # held there too, should this process be stopped
             outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=launch.watcher,
                                 poll_interval=launch.poll_interval, hosts=[h["name"] for h in spec.hosts or ()])
+            lifeline.launcher_ended()
+            outcome = overdue_outcome(run_dir, outcome)  # the lifeline ended it at its deadline while this was stopped
         record = build_record(run_id, spec, run_dir, outcome, environment, command,
                               task.conclude(spec, run_dir, outcome, before), info)
         lifeline.hand_over(record)  # stored with its own status should this process die while it keeps it
