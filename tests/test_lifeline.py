@@ -11,9 +11,11 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
-
 from conftest import ROOT, bench, processes_of_run
+
+from bench.harness.lifeline import DEADLINE_GRACE_S
 
 LEFT_WITHIN_S = 10.0
 
@@ -201,3 +203,44 @@ def test_a_slurm_time_limit_before_the_launch_is_recorded_as_a_timeout(store, mo
     assert record.status == "timeout"
     assert record.error.message == "the Slurm job 7 reached its time limit (00:01:00), before the launch"
     assert stored(store, record.run_id)["status"] == "timeout"
+
+
+# ---------------------------------------------------------------- the deadline without the bench process
+@pytest.mark.slow
+def test_a_stopped_bench_process_does_not_keep_its_run_past_the_deadline(store):
+    """`bench run --timeout 10` stopped (SIGSTOP) once launched: its lifeline ends the run's processes at the deadline
+    (+ DEADLINE_GRACE_S) and stores the run as `timeout`; bench, let go on, records `timeout` too and exits 1. It costs
+    one small run held to its deadline: some 20 s."""
+    timeout = 10
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("BENCH_STORE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "elastic", "--nproc", "1",
+                             "--warmup-steps", "1", "--steps-per-window", "30", "--windows", "200", "--timeout",
+                             str(timeout), "--store", str(store)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=ROOT)
+    runs = store.parent / "runs"
+    run_id = None
+    try:
+        launch = wait_for(lambda: list(runs.glob("*/launch.json")) if runs.is_dir() else [], 180, "the launch")
+        run_id = launch[0].parent.name
+        wait_for(lambda: processes_of_run(run_id), 30, "the run's processes")
+        proc.send_signal(signal.SIGSTOP)
+        took = gone_within(run_id, timeout + DEADLINE_GRACE_S + 30)
+        assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED  # ended with bench still stopped
+        by_lifeline = wait_for(lambda: stored(store, run_id), LEFT_WITHIN_S, "the lifeline's record")
+        proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        for left in processes_of_run(run_id) if run_id else []:
+            left.kill()
+    assert by_lifeline["status"] == "timeout"
+    assert proc.returncode == 1 and "Traceback" not in err and "internal error" not in err, err
+    record = stored(store, run_id)
+    assert record["status"] == "timeout"
+    assert record["error"]["message"] == (f"deadline of {timeout} s passed while its bench process (pid {proc.pid}) "
+                                          "was stopped; its lifeline ended the run")
+    assert any(e["kind"] == "reaped" for e in record["events"])
+    assert not (runs / run_id / "owner.json").exists()
+    print(f"the run's processes ended {took:.1f} s after bench was stopped")

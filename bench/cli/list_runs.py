@@ -6,6 +6,7 @@ from bench.cli import options
 from bench.cli.common import open_store
 from bench.core.console import note
 from bench.core.errors import EXIT_OK
+from bench.harness.keep import kept_record
 from bench.harness.lifeline import unrecorded
 from bench.results.frame import load_frame
 from bench.results.listing import runs_table
@@ -24,6 +25,13 @@ def cmd(args) -> int:
         frame = frame.tail(args.last)
     print(runs_table(frame) if not frame.empty else f"no runs stored in {store.path}")
     for run_dir, _ in unrecorded(store):
-        note(f"bench list: run {run_dir.path.name} was abandoned (its bench process died) and is not stored yet; "
-             "the next run on this store records it")
+        kept = kept_record(run_dir)
+        if kept is not None:
+            data, file = kept
+            note(f"bench list: run {run_dir.path.name} ended {data.get('status')} but is not stored yet (its record is "
+                 f"kept in {file}); the next run on this store stores it, or `bench import {file.parent} --store "
+                 f"{store.path}`")
+        else:
+            note(f"bench list: run {run_dir.path.name} was abandoned (its bench process died) and is not stored yet; "
+                 "the next run on this store records it")
     return EXIT_OK

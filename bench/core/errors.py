@@ -17,11 +17,19 @@ class UsageError(BenchError):
 
 
 class StoreError(BenchError):
-    """The results store cannot be read or written."""
+    """The results store cannot be read or written; `reason`, why in a few words (the message, where not given)."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason or message
+
+
+class StoreFull(StoreError):
+    """The store's file system has no room for what SQLite must write (a record, its -shm file)."""
 
 
 class RecordNotStored(BenchError):
-    """A run ended, but its record could not be written to the store (it is kept in its run directory)."""
+    """A run ended, but its record could not be written to the store (the message says where it is kept)."""
 
     exit_code = EXIT_RUN_FAILED
 

@@ -95,6 +95,8 @@ class RunDir:
     # so a run directory holding one after both are gone was abandoned unrecorded
     owner_file = RunFile("owner.json")
     lifeline_log = RunFile("lifeline.log")
+    # written by the lifeline when it ended the run at its deadline, the bench process not doing so (stopped, say)
+    overdue_file = RunFile("overdue.json")
     # output of a launcher started while the run goes on (a scale-up's second agent)
     joiner_log = RunFile("joiner.log")
     # written by the victim (or rank 0, for a join) when it reaches the fault step

@@ -8,12 +8,14 @@ Reading creates and changes no file, so that the read commands work on a read-on
 is not a store (an empty one, another program's database) is refused as it is. How a store is opened for
 reading (Store._read) depends on SQLite's two files beside a WAL store, which a writer makes when it connects
 and removes when the last connection closes:
-- with -wal and -shm there (a writer is connected, or one was killed): read-only (mode=ro), through them, so that
-  SQLite's locks order the read against the writer and records still in the -wal are read; nothing is made;
-- without a -wal (no writer connected: every record is in the store file itself): immutable=1, which makes no
-  -wal or -shm (mode=ro would make both) and takes no locks; a writer that starts during the read would go
-  unseen by SQLite, so the read is kept only if the file and its -wal are as they were before it, else made
-  again;
+- with -wal and -shm there and the -wal holding changes (a writer is connected, or one was killed): read-only
+  (mode=ro), through them, so that SQLite's locks order the read against the writer and records still in the
+  -wal are read; nothing is made;
+- without a -wal, or with an empty one (every record is in the store file itself; SQLite leaves an empty -wal and a
+  short -shm where it could not grow the -shm, on a full disk, and reading through them would need room):
+  immutable=1, which makes no -wal or -shm (mode=ro would make both) and takes no locks; a writer that starts
+  during the read would go unseen by SQLite, so the read is kept only if the file and its -wal are as they were
+  before it, else made again;
 - a -wal holding changes without its -shm (SQLite cannot read it without making one) is refused in one line.
 A record the running bench cannot read (a newer schema, a broken one) is skipped with one line naming it; a
 store holding records of a newer schema is refused for writing (check_usable), before anything is launched.
@@ -35,7 +37,7 @@ from pathlib import Path
 
 from bench.core.codec import RecordError
 from bench.core.console import note
-from bench.core.errors import StoreError
+from bench.core.errors import StoreError, StoreFull
 from bench.core.inputs import shown
 from bench.core.records import SCHEMA_VERSION, RunRecord
 
@@ -59,6 +61,8 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_by_case ON runs (workload, backend, world_size);
 """
 READ_TRIES = 3  # reads of a store a writer changed during each of them, before the reader gives up
+# SQLite's codes for a file system without room (Python before 3.11 names neither): a write, the -shm file grown
+SQLITE_FULL, SQLITE_IOERR_SHMSIZE = 13, 4874
 
 
 def default_store_path() -> Path:
@@ -70,24 +74,63 @@ def os_reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def check_folder_writable(folder: Path, create: bool) -> None:
+def check_folder_writable(folder: Path, create: bool) -> list[Path]:
     """Raise OSError (its strerror says why) unless a file can be written in `folder`: made first with
-    `create`, else its nearest existing folder is tried, so that nothing is left behind."""
-    existing = folder
+    `create` (and removed again when no file can be written there), else its nearest existing folder is tried,
+    so that nothing is left behind. Returns the folders it made, deepest first."""
+    made = []
     if create and not folder.is_dir():
-        with contextlib.suppress(OSError):  # a file in the way, say: found and said below
+        missing = folder
+        while not missing.exists() and missing != missing.parent:
+            made.append(missing)
+            missing = missing.parent
+        try:
             folder.mkdir(parents=True)
+        except OSError:  # a file in the way, say: found and said below
+            made = []
+    existing = folder
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir():
-        where = "it" if existing == folder else str(existing)
-        raise NotADirectoryError(errno.ENOTDIR, f"{where} is a file, not a folder")
-    fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-check-")
     try:
-        os.write(fd, b"ok")
-    finally:
-        os.close(fd)
-        os.unlink(probe)
+        if not existing.is_dir():
+            where = "it" if existing == folder else str(existing)
+            raise NotADirectoryError(errno.ENOTDIR, f"{where} is a file, not a folder")
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-check-")
+        try:
+            os.write(fd, b"ok")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError:
+        remove_folders(made)
+        raise
+    return made
+
+
+def remove_folders(made: list[Path]) -> None:
+    """Remove folders made here, deepest first, each only while it is empty (another process may use it now)."""
+    for path in made:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+def no_space(exc: sqlite3.Error) -> bool:
+    """Whether SQLite failed for want of room on the store's file system: SQLITE_FULL, or the -shm file it could not
+    grow (SQLITE_IOERR_SHMSIZE); by the message where Python does not say the code."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "database or disk is full" in str(exc)
+    return code in (SQLITE_FULL, SQLITE_IOERR_SHMSIZE)
+
+
+def space_left(folder: Path) -> str:
+    """'; its file system has 24 KiB free' where `folder`'s file system is nearly full (under 1 MiB), else ''."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    return f"; its file system has {free // 1024} KiB free" if free < 1 << 20 else ""
 
 
 class Store:
@@ -96,10 +139,11 @@ class Store:
 
     def _unreadable(self, why) -> StoreError:
         return StoreError(f"results store {self.path} cannot be read ({why}); move it aside or "
-                          "pass --store with another path")
+                          "pass --store with another path", reason=f"it cannot be read: {why}")
 
     def _unusable(self, why) -> StoreError:
-        return StoreError(f"results store {self.path} cannot be used ({why}); pass --store with another path")
+        return StoreError(f"results store {self.path} cannot be used ({why}); pass --store with another path",
+                          reason=f"it cannot be used: {why}")
 
     def _stat(self) -> os.stat_result | None:
         """The store file's status, or None where there is none; a path that cannot be a store is refused."""
@@ -130,6 +174,8 @@ class Store:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise self._unusable(f"its folder cannot be made: {os_reason(exc)}") from None
+            if st is None or st.st_size == 0:
+                self._create(replace_empty=st is not None)
         conn = None
         try:
             if create:
@@ -144,38 +190,111 @@ class Store:
         except (sqlite3.DatabaseError, OSError) as exc:
             if conn is not None:
                 conn.close()  # an open file would keep a read-only mount from being unmounted, say
+            if create and isinstance(exc, sqlite3.DatabaseError) and no_space(exc):
+                raise self._full(exc) from None
             raise self._unreadable(exc if isinstance(exc, sqlite3.DatabaseError) else os_reason(exc)) from None
         if version > SCHEMA_VERSION:
             conn.close()
             raise StoreError(f"results store {self.path} has schema {version}, newer than this bench "
                              f"({SCHEMA_VERSION}); update bench or pass --store with another path")
-        if "runs" not in tables and (tables or not create):
+        if "runs" not in tables:  # (a store bench makes has its table from the start: _create)
             conn.close()
             raise self._unreadable("it is an SQLite file but not a bench store")
         if create and version < SCHEMA_VERSION and "runs" in tables:
             # older records stay as written (each carries its version and is upgraded when read); the
             # store's version says which bench may add to it, so an older bench refuses a newer record
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        if create and "runs" not in tables:
+        return conn
+
+    def _full(self, exc: sqlite3.Error) -> StoreFull:
+        why = (f"no room to grow its -shm file: {exc}" if getattr(exc, "sqlite_errorcode", None) == SQLITE_IOERR_SHMSIZE
+               else str(exc))
+        why += space_left(self.path.parent)
+        return StoreFull(f"results store {self.path} cannot be written ({why}); free some space there or pass --store "
+                         "with another path", reason=why)
+
+    def _create(self, replace_empty: bool) -> None:
+        """Make the store whole or not at all: its table is made in a temporary file beside it, which is switched
+        to WAL and made to take the write lock (SQLite's -shm file needs room too), then put in place (linked, so
+        that a store another bench made meanwhile is kept; an empty file at the path is replaced). On any failure,
+        a signal included, nothing is left: no store, no temporary file."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            try:
+                self._build(tmp)
+                self._put_in_place(tmp, replace_empty)
+            finally:
+                for path in (tmp, *(Path(f"{tmp}{suffix}") for suffix in ("-journal", "-wal", "-shm"))):
+                    with contextlib.suppress(OSError):
+                        path.unlink(missing_ok=True)
+        except sqlite3.DatabaseError as exc:  # said once the temporary files are gone: the free space is then true
+            if no_space(exc):
+                raise self._full(exc) from None
+            raise StoreError(f"results store {self.path} cannot be made ({exc}); pass --store with another "
+                             "path") from None
+        except OSError as exc:
+            raise StoreError(f"results store {self.path} cannot be made ({os_reason(exc)}"
+                             f"{space_left(self.path.parent)}); pass --store with another path") from None
+
+    @staticmethod
+    def _build(tmp: Path) -> None:
+        conn = sqlite3.connect(tmp)
+        try:
             with conn:
                 conn.executescript(CREATE)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        return conn
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                raise sqlite3.OperationalError(f"it cannot be switched to WAL mode (it stays {mode})")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+
+    def _put_in_place(self, tmp: Path, replace_empty: bool) -> None:
+        if replace_empty:
+            if self.path.stat().st_size == 0:  # still empty: no writer has made it a store meanwhile
+                os.replace(tmp, self.path)
+        else:
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                return  # another bench made the store meanwhile: that one is used
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+                    raise
+                if self.path.exists():  # a file system without hard links: renamed, unless one is there now
+                    return
+                os.rename(tmp, self.path)
+        with contextlib.suppress(OSError):  # the new name on disk, not only the file's data
+            fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def check_writable(self) -> None:
         """Open (or create) the store and take its write lock for a moment: a store that cannot take a
-        record is found before a run is launched, not after it has measured."""
+        record is found before a run is launched, not after it has measured. Refused, it leaves no folder it made."""
         self.check_usable()  # what can be found without creating anything first: bad input creates nothing
-        conn = self._connect(create=True)
+        made = self._check_runs_folder(create=True)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"results store {self.path} cannot be written ({exc}); pass --store with "
-                             "a writable path") from None
-        finally:
-            conn.close()
-        self._check_runs_folder(create=True)
+            conn = self._connect(create=True)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("ROLLBACK")
+            except sqlite3.DatabaseError as exc:
+                if no_space(exc):
+                    raise self._full(exc) from None
+                raise StoreError(f"results store {self.path} cannot be written ({exc}); pass --store with "
+                                 "a writable path") from None
+            finally:
+                conn.close()
+        except BaseException:
+            remove_folders(made)
+            raise
 
     def check_usable(self) -> None:
         """What check_writable refuses, found without creating anything: for a command that takes its store
@@ -190,10 +309,11 @@ class Store:
                                  "another path")
         self._check_runs_folder(create=False)
 
-    def _check_runs_folder(self, create: bool) -> None:
+    def _check_runs_folder(self, create: bool) -> list[Path]:
+        """The folders it made (with `create`), deepest first."""
         runs = self.path.parent / "runs"
         try:
-            check_folder_writable(runs, create)
+            return check_folder_writable(runs, create)
         except OSError as exc:
             raise StoreError(f"run directory {runs} cannot be written ({os_reason(exc)}); every run keeps its "
                              "files there, beside the store: pass --store with a path in a writable folder") from None
@@ -214,9 +334,21 @@ class Store:
                 conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) "
                              f"VALUES ({', '.join('?' * len(COLUMNS))})", row)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot write to results store {self.path}: {exc}") from None
+            if no_space(exc):
+                raise self._full(exc) from None
+            raise StoreError(f"cannot write to results store {self.path}: {exc}", reason=str(exc)) from None
         finally:
             conn.close()
+
+    def stored_run_ids(self, run_ids: list[str]) -> set[str]:
+        """Those of `run_ids` whose record is in the store (none where there is no store yet)."""
+        st = self._stat()
+        if st is None or st.st_size == 0:
+            return set()
+        marks = ", ".join("?" * len(run_ids))
+        rows = self._read(lambda conn: conn.execute(f"SELECT run_id FROM runs WHERE run_id IN ({marks})",
+                                                    list(run_ids)).fetchall())
+        return {row[0] for row in rows}
 
     def records(self) -> list[RunRecord]:
         """Every stored record this bench can read, oldest first, upgraded to the current schema
@@ -249,7 +381,7 @@ class Store:
             wal_size = _size(wal)
             # (a writer that closes between this look and the open below leaves SQLite to make the two files again,
             # as any reader of a live WAL store would)
-            live = wal_size is not None and shm.exists()
+            live = bool(wal_size) and shm.exists()
             if not live and wal_size:
                 raise self._unreadable("its -wal file holds changes but the -shm file SQLite reads it with is "
                                        "missing, and reading would make one; copy the store with both files")

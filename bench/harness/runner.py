@@ -12,13 +12,14 @@ from bench.cluster.slurm import signal_judged
 from bench.core.codec import dumps
 from bench.core.console import format_duration, note
 from bench.core.environment import PROJECT_ROOT, fingerprint
-from bench.core.errors import Interrupted, RecordNotStored, StoreError
+from bench.core.errors import Interrupted, RecordNotStored
 from bench.core.records import RunRecord, RunStatus
 from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir, write_json_atomic
 from bench.core.spec import RunSpec
 from bench.core.store import Store
-from bench.harness.lifeline import Lifeline, recover
+from bench.harness.keep import keep_record
+from bench.harness.lifeline import Lifeline, overdue_outcome, recover
 from bench.harness.outcome import build_record
 from bench.harness.supervisor import TAG_VARIABLE, Outcome, interruption, supervise
 
@@ -49,12 +50,14 @@ def worker_environment(spec: RunSpec, tag: str) -> dict[str, str]:
 def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecord:
     """Launch, supervise and record one run; the record is stored whatever the ending. The store is
     checked before anything starts; the record is also kept in the run directory (record.json), so a
-    store that fails afterwards loses nothing (RecordNotStored says how to add it later). From the run
-    directory's creation to the stored record, a lifeline (bench.harness.lifeline) ends and records the run if
-    this process dies; a Ctrl-C before the launch is recorded as an interrupted run like one after it."""
+    store that fails afterwards loses nothing (bench.harness.keep; RecordNotStored says where it is and how to add
+    it later). From the run directory's creation to the stored record, a lifeline (bench.harness.lifeline) ends and
+    records the run if this process dies, and holds its deadline if this process is stopped; a Ctrl-C before the
+    launch is recorded as an interrupted run like one after it."""
     store.check_writable()
-    for run_id in recover(store):
-        note(f"bench: recorded run {run_id} as interrupted: its bench process died before recording it")
+    for run_id, status, own in recover(store):
+        note(f"bench: stored run {run_id} ({status}) from the record it kept: it was not stored when it ended" if own
+             else f"bench: recorded run {run_id} as {status}: its bench process died before recording it")
     with shaped_links(spec):  # before the run exists: a link that cannot be shaped is refused with nothing made
         return _execute(spec, store, show_progress)
 
@@ -66,7 +69,7 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
     backend, task = get_backend(spec.backend), get_task(spec.task)
     rank_command = [sys.executable, "-m", "bench.harness.guard", str(run_dir.path), spec.backend]
     env = {**worker_environment(spec, tag=run_id), **backend.launcher.env(spec)}
-    with Lifeline(run_id, run_dir, store.path):
+    with Lifeline(run_id, run_dir, store.path) as lifeline:
         command, info, environment, before = [], {}, {}, None
         try:
             environment = fingerprint(env)
@@ -81,22 +84,22 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
             ending, reason = interruption(before_launch=True)
             outcome = Outcome(ending=ending, returncode=None, launched_at=now, ended_at=now, reason=reason)
         else:
+            lifeline.hold_deadline(spec.timeout)  # held there too, should this process be stopped
             outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=launch.watcher,
                                 poll_interval=launch.poll_interval, hosts=[h["name"] for h in spec.hosts or ()])
+            lifeline.launcher_ended()
+            outcome = overdue_outcome(run_dir, outcome)  # the lifeline ended it at its deadline while this was stopped
         record = build_record(run_id, spec, run_dir, outcome, environment, command,
                               task.conclude(spec, run_dir, outcome, before), info)
-        write_json_atomic(run_dir.record_file, record.to_dict())
-        try:
-            store.save(record)
-            not_stored = None
-        except StoreError as exc:
-            not_stored = exc
-        # stored, or the user is told how to import it: nothing for a later command to recover
-        run_dir.owner_file.unlink(missing_ok=True)
-    if not_stored is not None:
-        raise RecordNotStored(f"run {run_id} ended {record.status}, but its record could not be stored "
-                              f"({not_stored}); it is kept in {run_dir.record_file}: add it with "
-                              f"`bench import {run_dir.path} --store PATH`")
+        lifeline.hand_over(record)  # stored with its own status should this process die while it keeps it
+        kept = keep_record(record, run_dir, store)
+        if kept.stored or kept.file is None:  # else the next command on the store stores the file (recover)
+            run_dir.owner_file.unlink(missing_ok=True)
+    if not kept.stored:
+        raise RecordNotStored(kept.not_stored(record, store.path))
+    if kept.file_why is not None:
+        note(f"bench: run {run_id}: its run directory could not take record.json ({kept.file_why}); the record is "
+             f"stored in {store.path}")
     return record
 
 

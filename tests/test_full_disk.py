@@ -1,0 +1,294 @@
+"""A full disk loses nothing and leaves nothing half-made: a run whose disk fills after its last window ends with its
+own status, its record kept where there is room (its run directory, else a folder in $TMPDIR, else the JSON on
+stderr) and a one-line message saying how to add it (`bench import`), exit 1; the next command on the store adds it
+once there is room, and nothing calls it abandoned. A store is made whole or not at all, and a failed or interrupted
+write leaves no temporary file.
+
+The disk is a small tmpfs mounted here (root only), filled with a file sized from its free space; it is unmounted
+whatever the test does."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FAST, ROOT, bench_in_process
+from factories import train_record
+
+from bench.core.rundir import RunDir, write_atomic
+from bench.core.store import Store
+from bench.harness import keep
+from bench.harness.keep import keep_record, spare_folder
+from bench.harness.lifeline import recover
+
+DISK_SIZE = "2m"
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """A 2 MiB tmpfs of this test's own, unmounted on the way out."""
+    if os.geteuid() != 0:
+        pytest.skip("a disk of its own to fill is a tmpfs mount, which needs root")
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        if subprocess.run(["umount", str(folder)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(folder)], check=True)  # something still holds a file open
+
+
+def fill(disk: Path, leave: int = 0) -> Path:
+    """Fill `disk` until `leave` bytes are free (its page size rounds it); returns the filler, to free the space."""
+    filler = disk / "filler"
+    st = os.statvfs(disk)
+    size = max(0, st.f_bavail * st.f_frsize - leave)
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while size > 0:  # to the last byte: a write that meets the end of the space is cut short
+            try:
+                size -= os.write(fd, b"\0" * min(size, 1 << 20))
+            except OSError:
+                break
+    finally:
+        os.close(fd)
+    return filler
+
+
+def temporary_files(*folders: Path) -> list[Path]:
+    return [p for folder in folders for p in folder.rglob("*") if p.name.endswith(".tmp") or ".tmp-" in p.name]
+
+
+def whole_store_or_none(path: Path) -> None:
+    """The store at `path` is absent, or a bench store every reader opens."""
+    if path.exists():
+        Store(path).records()  # raises on anything but a whole store
+
+
+def one_error_line(stderr: str, verb: str = "run") -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.startswith(f"bench {verb}: error: ")]
+    assert len(lines) == 1 and "Traceback" not in stderr and "internal error" not in stderr, stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- a real run, its disk filled after its last window
+@pytest.mark.slow
+def test_a_run_whose_disk_fills_after_its_last_window_keeps_its_record_and_says_how_to_add_it(disk, tmp_path,
+                                                                                               monkeypatch):
+    """The bench process is stopped (SIGSTOP) once its rank has written its exit file, the disk filled to the last
+    byte, and the process let go on: the run and its record are made, and nothing on that disk can take them."""
+    store, spare_root = disk / "bench.sqlite", tmp_path / "tmp"
+    spare_root.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(spare_root))
+    env.pop("BENCH_STORE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1", *FAST,
+                             "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 240
+        while not list(disk.glob("runs/*/ranks/*.exit.json")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            filler = fill(disk)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    run_dir = RunDir(next((disk / "runs").iterdir()))
+    run_id = run_dir.path.name
+    spare = spare_root / f"bench-records-{os.getuid()}" / run_id  # (spare_folder in bench's own $TMPDIR)
+    assert proc.returncode == 1, err
+    said = one_error_line(err)
+    assert f"run {run_id} ended ok, but its record could not be stored in {store}" in said
+    assert f"it is kept in {spare / 'record.json'}: add it with `bench import {spare} --store {store}`" in said
+    assert "trying again" in err  # the store was tried again before the record went elsewhere
+    assert temporary_files(disk, spare_root) == []
+    whole_store_or_none(store)
+    monkeypatch.setattr("tempfile.tempdir", str(spare_root))  # the later commands here: the same $TMPDIR as the run's
+    listed = bench_in_process("list", "--store", store)
+    assert f"run {run_id} ended ok but is not stored yet" in listed.stderr and "abandoned" not in listed.stderr
+
+    filler.unlink()  # room again: the next command on the store adds the record, with the run's own status
+    assert recover(Store(store)) == [(run_id, "ok", True)]
+    stored = {r.run_id: r for r in Store(store).records()}[run_id]
+    assert stored.status == "ok" and stored.metrics.throughput.mean > 0
+    assert json.loads(run_dir.record_file.read_text())["run_id"] == run_id and not spare.exists()
+    assert not run_dir.owner_file.exists()
+    other = tmp_path / "other.sqlite"  # and the run directory, whole again, imports like any other
+    assert bench_in_process("import", run_dir.path, "--store", other).returncode == 0
+    assert [r.status for r in Store(other).records()] == ["ok"]
+    assert temporary_files(disk, spare_root) == []
+
+
+def test_a_record_kept_in_the_temporary_directory_is_added_by_bench_import(disk, tmp_path, monkeypatch):
+    """The record of a run whose store and run directory are full goes to $TMPDIR's spare folder, which `bench import`
+    takes; the run directory is then made whole by the next command on the store."""
+    store = small_store(disk)
+    run_dir, rec = made_run(disk, "20250101-000000-aaaaaa")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    filler = fill(disk)
+    kept = keep_record(rec, run_dir, store, retry_delays=())
+    assert not kept.stored and kept.file == spare_folder(rec.run_id) / "record.json"
+    assert kept.file.parent.parent.parent == tmp_path
+    assert "nor written to its run directory (No space left on device)" in kept.not_stored(rec, store.path)
+    assert temporary_files(disk, tmp_path) == []
+    filler.unlink()
+    proc = bench_in_process("import", kept.file.parent, "--store", store.path)
+    assert proc.returncode == 0, proc.stderr
+    assert rec.run_id in {r.run_id for r in store.records()}
+    assert recover(store) == []  # stored already: its run directory is only made whole
+    assert json.loads(run_dir.record_file.read_text())["run_id"] == rec.run_id
+    assert not run_dir.owner_file.exists() and not kept.file.exists()
+
+
+def test_a_record_with_no_room_anywhere_is_printed_whole(disk, monkeypatch, capsys):
+    store = small_store(disk)
+    run_dir, rec = made_run(disk, "20250101-000000-bbbbbb")
+    monkeypatch.setattr("tempfile.tempdir", str(disk / "tmp"))  # the temporary directory is on the full disk too
+    (disk / "tmp").mkdir()
+    fill(disk)
+    kept = keep_record(rec, run_dir, store, retry_delays=())
+    assert not kept.stored and kept.file is None
+    printed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    assert [json.loads(line)["run_id"] for line in printed] == [rec.run_id]
+    said = kept.not_stored(rec, store.path)
+    assert "it is the JSON line above: save it as" in said and f"`bench import {rec.run_dir} --store" in said
+    assert temporary_files(disk) == [] and not spare_folder(rec.run_id).exists()
+
+
+def test_a_store_without_room_is_tried_again_and_takes_the_record_once_there_is(disk, monkeypatch):
+    store = small_store(disk)
+    run_dir, rec = made_run(disk, "20250101-000000-cccccc")
+    filler = fill(disk)
+    said = []
+
+    def room_freed_meanwhile(line):  # (the moment bench says it tries again; the space comes back then)
+        said.append(line)
+        filler.unlink()
+
+    monkeypatch.setattr(keep, "note", room_freed_meanwhile)
+    kept = keep_record(rec, run_dir, store, retry_delays=(0.1,))
+    assert kept.stored and len(said) == 1 and "has no room for the record" in said[0] and "trying again" in said[0]
+    assert rec.run_id in {r.run_id for r in store.records()}
+
+
+def small_store(disk: Path) -> Store:
+    store = Store(disk / "bench.sqlite")
+    store.check_writable()
+    return store
+
+
+def made_run(disk: Path, run_id: str):
+    """A run directory as a run leaves it before its record (spec and owner file), and the record made for it."""
+    run_dir = RunDir(disk / "runs" / run_id).create()
+    rec = train_record(run_id, run_dir=str(run_dir.path))
+    run_dir.spec_file.write_text(json.dumps(rec.spec.to_dict(), indent=1))
+    run_dir.owner_file.write_text(json.dumps({"owner": {"pid": 1, "started": 0.0}, "lifeline": None}))
+    return run_dir, rec
+
+
+# ---------------------------------------------------------------- a store made whole or not at all
+@pytest.mark.parametrize("free_kib", [0, 4, 24, 40])
+def test_a_store_is_made_whole_or_not_at_all(disk, free_kib):
+    """Too little room for a store that can take a record (its file, and SQLite's 32 KiB -shm file beside it): one
+    line, exit 2, and nothing made: no store, no folder, no temporary file."""
+    fill(disk, free_kib * 1024)
+    store = disk / "results" / "bench.sqlite"
+    proc = bench_in_process("run", "--backend", "single", "--nproc", "1", *FAST, "--store", store)
+    said = one_error_line(proc.stderr)
+    assert proc.returncode == 2 and ("cannot be written" in said or "cannot be made" in said), proc.stderr
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+
+def test_a_store_made_where_there_is_room_is_whole(disk):
+    fill(disk, 256 * 1024)
+    (disk / "bench.sqlite").touch()  # an empty file in its place is made a store as well
+    store = small_store(disk)
+    assert store.records() == [] and store.stored_run_ids(["x"]) == set()
+    assert sorted(p.name for p in disk.iterdir()) == ["bench.sqlite", "filler", "runs"]
+
+
+# ---------------------------------------------------------------- no temporary file after a failed write
+def test_a_write_without_room_leaves_the_old_file_and_no_temporary_file(disk):
+    path = disk / "page.html"
+    path.write_text("old")
+    fill(disk)
+    with pytest.raises(OSError):
+        write_atomic(path, "x" * 100_000)
+    assert path.read_text() == "old" and temporary_files(disk) == []
+
+
+def test_bench_report_without_room_says_so_and_leaves_no_temporary_file(disk, tmp_path):
+    store = Store(tmp_path / "bench.sqlite")
+    store.save(train_record("r1"))
+    fill(disk, 16 * 1024)  # room to check the folder is writable, not for the page (some 40 KB)
+    proc = bench_in_process("report", "--store", store.path, "-o", disk / "report.html")
+    said = one_error_line(proc.stderr, "report")
+    assert proc.returncode == 2 and "no space left on device" in said, proc.stderr
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+
+def test_a_write_interrupted_from_within_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "record.json"
+    path.write_text("old")
+
+    def interrupted_half_way(tmp):
+        Path(tmp).write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(path, write=interrupted_half_way)
+    assert path.read_text() == "old" and temporary_files(tmp_path) == []
+
+
+WRITER = textwrap.dedent("""
+    import signal, sys, time
+    from pathlib import Path
+    from bench.core.errors import Interrupted
+    from bench.core.rundir import write_atomic
+
+    def interrupted(signum, frame):  # what bench's command line does with SIGTERM
+        raise Interrupted()
+
+    signal.signal(signal.SIGTERM, interrupted)
+
+    def slow(tmp):
+        Path(tmp).write_text("half of it")
+        print("writing", flush=True)
+        time.sleep(60)
+
+    try:
+        write_atomic(sys.argv[1], write=slow)
+    except (KeyboardInterrupt, Interrupted):
+        sys.exit(130)
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_a_write_leaves_the_old_file_and_no_temporary_file(tmp_path, sig):
+    path = tmp_path / "report.html"
+    path.write_text("old")
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        assert len(temporary_files(tmp_path)) == 1  # the write is half done
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        with contextlib.suppress(OSError):
+            proc.kill()
+    assert path.read_text() == "old" and temporary_files(tmp_path) == []
