@@ -57,8 +57,8 @@ def check_build() -> tuple[str | None, dict]:
     probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
-        return f"Horovod is installed but does not import with this torch ({last}); " \
-               f"rebuild it: python -m bench.tools.horovod_build --force", {}
+        return f"Horovod is installed but does not import ({last}); build it for this torch: " \
+               f"python -m bench.tools.horovod_build --force", {}
     return None, json.loads(probe.stdout.strip().splitlines()[-1])
 
 

@@ -10,7 +10,7 @@ from bench.cli.common import (cluster_of, comm_options, comma_list, open_store, 
 from bench.core.console import note
 from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
 from bench.report.page import output_path, write_report_with_copy
-from bench.workflows.plan import SWEEP_DEFAULTS, sweep_world_sizes
+from bench.workflows.plan import SWEEP_DEFAULTS, check_pair_can_run, sweep_world_sizes
 from bench.workflows.sweep import run_benchmark_sweep
 from workloads import WORKLOADS
 
@@ -18,9 +18,11 @@ from workloads import WORKLOADS
 def add_parser(verbs) -> None:
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("what runs")
-    options.add(g, "--backend", help=f"comma-separated backends, or all (every compared backend that can run "
-                                      f"here, of {', '.join(COMPARED)}); default: {' and '.join(PRIMARY)}, the "
-                                      f"question's pair, where they can run", invalid=["tensorflow", "elastic,horovd"])
+    options.add(g, "--backend", help=f"comma-separated backends, or all (every compared backend, of "
+                                      f"{', '.join(COMPARED)}: those besides {' and '.join(PRIMARY)} where they can "
+                                      f"run here); default: {' and '.join(PRIMARY)}, the question's pair (both must "
+                                      "be able to run here, or the sweep says how to set up the missing one and "
+                                      "runs nothing)", invalid=["tensorflow", "elastic,horovd"])
     options.add(g, "--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)}); your "
                                        "own as PKG.MODULE:NAME or path/to/file.py:NAME",
                 invalid=["gpt5", "mnist_mlp,gpt5"])
@@ -53,6 +55,8 @@ def cmd(args) -> int:
     device, limit = world_of(args, cluster)
     # a sweep's launches are short; its replicates are launches (bench.workflows.plan.SWEEP_DEFAULTS)
     backends = None if args.backend == "all" else comma_list(args.backend) or "primary"
+    if backends in (None, "primary"):
+        check_pair_can_run(device)  # before anything runs: one side alone would answer nothing
     running = None if backends is None else \
         [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
     spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | \
