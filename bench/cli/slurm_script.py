@@ -9,7 +9,7 @@ import re
 import sys
 
 from bench.cli import options
-from bench.cli.common import open_store
+from bench.cli.common import examples, open_store
 from bench.cluster.slurm import SCRIPT_DEFAULTS as d
 from bench.cluster.slurm import early_warning_note, script
 from bench.core.console import note
@@ -31,6 +31,9 @@ def add_parser(verbs) -> None:
         description="Submit the script unchanged with sbatch: inside the job bench runs with --scheduler slurm "
                     "(elastic and ps through srun, horovod through horovodrun -H of the allocation's nodes). "
                     "Arguments after -- go to the bench command, as on the command line.",
+        epilog=examples("bench slurm-script --nodes 2 --tasks-per-node 1 --time 30 --store results/cluster.sqlite "
+                        "-o sweep.sh -- --backend elastic,horovod --workload mnist_mlp",
+                        "bench slurm-script --verb allreduce --nodes 4 --partition gpu --gpus-per-node 4"),
         parents=[options.store()])
 
     options.add(p, "--nodes", type=options.positive_int, default=d["nodes"], help="nodes (%(default)s)", invalid=["0", "x"])
@@ -49,7 +52,7 @@ def add_parser(verbs) -> None:
     # its own dest: `verb` is the verb bench was given (slurm-script), which its messages name
     options.add(p, "--verb", dest="job_verb", choices=VERBS, default=d["verb"], help="what the job runs (%(default)s)",
                 invalid=["train"])
-    options.add(p, "--output", "-o", metavar="FILE", help="write the script there (mode 755) instead of to stdout",
+    options.add(p, "-o", "--output", metavar="FILE", help="write the script there, mode 755 (default: stdout)",
                 invalid=["/nonexistent/folder/job.sh"])
     options.add(p, "bench_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                 help="arguments of the bench command inside the job, such as --backend elastic,horovod",
