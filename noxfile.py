@@ -1,6 +1,7 @@
 """Sessions: `nox` runs the tests; `nox -s bench -- ARGS` runs `bench sweep ARGS` and writes the report;
 `nox -s regress` is the regression gate (fixed CPU/gloo matrix vs results/baselines/, exit 1 on a
-regression); `nox -s baseline` refreshes that baseline on this machine.
+regression); `nox -s baseline` refreshes that baseline on this machine. Those two keep their runs in the gate's own
+store, bench's default for those verbs (results/regress.sqlite), as `bench regress` run by hand does.
 
 Both sessions install the project (torch 2.14.1, torchvision 0.29.1) and Horovod 0.28.1, built once
 against that torch by `python -m bench.tools.horovod_build` and cached outside the checkout; `tests` and `bench` also
@@ -29,18 +30,18 @@ def tests(session):
 def bench(session):
     """The main job: a sweep on this machine (CPU processes unless --gpus is given), then the report."""
     install(session, "[ray]")
-    session.run("bench", "sweep", "--report", "reports/latest.html", *session.posargs)
+    session.run("bench", "sweep", "--output", "reports/latest.html", *session.posargs)
 
 
 @nox.session
 def regress(session):
     """The regression gate: `bench regress -- ARGS` (for instance `-- --inject-delay 20%` to see it fail)."""
     install(session, "[test,ray]")
-    session.run("bench", "regress", "--store", "results/regress.sqlite", *session.posargs)
+    session.run("bench", "regress", *session.posargs)
 
 
 @nox.session
 def baseline(session):
     """Refresh results/baselines/ from a run of the regression matrix on this machine (then commit it)."""
     install(session, "[test,ray]")
-    session.run("bench", "baseline", "--store", "results/regress.sqlite", *session.posargs)
+    session.run("bench", "baseline", *session.posargs)

@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--warmup-steps", "2", "--steps-per-window", "3", "--windows", "2"]
 
 
-def bench(*args, timeout=300, cwd=None):
-    """Run the real CLI in a child process, as a user would."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def bench(*args, timeout=300, cwd=None, env=None):
+    """Run the real CLI in a child process, as a user would (`env`: variables to set or replace)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     env.pop("BENCH_STORE", None)
     return subprocess.run([sys.executable, "-m", "bench", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=cwd or ROOT, env=env)

@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FAST, bench, bench_in_process, processes_of_run
 from test_cli_errors import assert_one_line_error
 
 from bench.cluster.hosts import remote_shell
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host, parse_hosts, placement, read_hostfile
 from bench.testbed import hosts as testhosts
-from conftest import FAST, bench, bench_in_process, processes_of_run
 
 UNAVAILABLE = testhosts.unavailable_reason()
 
@@ -252,10 +252,11 @@ HOSTS = [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}]
 
 def link_cases(throughputs: dict):
     """Cases of runs across two hosts: {(backend, rate or None): [per-launch throughput, ...]}."""
+    from factories import train_record
+
     from bench.cluster.hosts import parse_link
     from bench.results.frame import records_to_frame
     from bench.tasks.train.results import replicated_cases
-    from factories import train_record
 
     records = []
     for (backend, rate), launches in throughputs.items():
@@ -298,7 +299,7 @@ def test_a_link_sweep_and_its_report(two_hosts, tmp_path, store):
     report = tmp_path / "report.html"
     proc = bench("sweep", "--hosts", across(two_hosts), "--links", "100mbit,unlimited", "--backend", "elastic,horovod",
                  "--workload", "mnist_mlp", "--world-sizes", "2", "--no-plain-loop", "--no-comm", "--repeats", "1",
-                 "--threads", "1", "--store", store, "--report", report, *FAST, timeout=600)
+                 "--threads", "1", "--store", store, "--output", report, *FAST, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "links 100mbit, unlimited" in proc.stderr
     records = _stored(store)

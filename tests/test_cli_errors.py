@@ -1,11 +1,13 @@
 """Bad input: one line on stderr, exit 2, no traceback, nothing run. The CLI's main() is called in this
 process for the many cases; a few go through the real entry point in a child process."""
 
+import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
-
-from conftest import bench, bench_in_process
+from conftest import ROOT, bench, bench_in_process
 
 
 def assert_one_line_error(proc, *fragments):
@@ -100,3 +102,46 @@ def test_the_real_entry_point_gives_the_same_one_line(args, fragments, store):
     """`python -m bench` in a child process: the exit code and stderr a shell sees."""
     assert_one_line_error(bench(*args, "--store", store), *fragments)
     assert not store.exists()
+
+
+# ---------------------------------------------------------------- a set-up without Horovod
+@pytest.fixture
+def without_horovod(tmp_path):
+    """The environment of a set-up whose Horovod is not built: a `horovod` package first on the path whose import
+    fails as an unbuilt one does, in the child processes bench starts too (its probe of the build among them)."""
+    shadow = tmp_path / "shadow"
+    (shadow / "horovod").mkdir(parents=True)
+    (shadow / "horovod" / "__init__.py").write_text("raise ImportError('horovod was not built in this environment')\n")
+    return {"PYTHONPATH": f"{shadow}{os.pathsep}{ROOT}"}
+
+
+def test_the_shadow_makes_horovod_unimportable(without_horovod):
+    proc = subprocess.run([sys.executable, "-c", "import horovod"], capture_output=True, text=True,
+                          env=dict(os.environ, **without_horovod))
+    assert proc.returncode != 0 and "was not built" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["--backend", "all"]])
+def test_a_sweep_of_the_pair_without_horovod_says_how_to_build_it_and_runs_nothing(args, without_horovod, store):
+    """By default (and with `all`) a sweep compares elastic and horovod: without Horovod it would measure one side
+    and say so in a note among its progress lines; it refuses instead, before anything runs."""
+    proc = bench("sweep", *args, "--workload", "mnist_mlp", "--world-sizes", "1", "--repeats", "1", "--no-comm",
+                 "--store", store, env=without_horovod)
+    line = assert_one_line_error(proc, "compares elastic and horovod", "horovod cannot run here",
+                                 "python -m bench.tools.horovod_build", "--backend elastic")
+    assert "was not built" in line
+    assert not store.exists() and not (store.parent / "runs").exists()
+
+
+def test_a_horovod_run_without_horovod_says_how_to_build_it(without_horovod, store):
+    assert_one_line_error(bench("run", "--backend", "horovod", "--store", store, env=without_horovod),
+                          "backend horovod cannot run here", "python -m bench.tools.horovod_build")
+    assert not store.exists()
+
+
+def test_a_sweep_of_elastic_alone_does_not_need_horovod(without_horovod, store):
+    """One side asked for by name is measured without Horovod: refused here only for the world size (64 workers on
+    this machine), which shows the sweep went past the Horovod check to its planning."""
+    line = assert_one_line_error(bench("sweep", "--backend", "elastic", "--world-sizes", "64", "--store", store,
+                                       env=without_horovod), "needs 64 cores")
+    assert "horovod" not in line.lower()

@@ -3,15 +3,21 @@ them sets them, each shared option declared once, bad numbers refused while pars
 plain values, and the one loop that runs a list of specs."""
 
 import argparse
+import ast
+import functools
 import re
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import bench as bench_process
 
 import bench.workflows.regress
-from bench.cli import build_parser, options
-from bench.cli.common import comma_list
+from bench.cli import VERB_GROUPS, build_parser, options, slurm_launcher_alias
+from bench.cli.common import HelpFormatter, comma_list
+from bench.cli.docs import _commands
+from bench.cli.renamed import RENAMED
 from bench.core.errors import UsageError
 from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
@@ -83,7 +89,7 @@ def test_names_in_help_come_from_the_registries(capsys):
     from workloads import WORKLOADS
 
     run = help_of("run", capsys)
-    assert f"one of {', '.join(BACKEND_MODULES)} (default {DEFAULT_BACKEND})" in run
+    assert f"one of {', '.join(BACKEND_MODULES)} (default {DEFAULT_BACKEND}:" in run
     assert f"one of {', '.join(WORKLOADS)}" in run
     assert f"elastic mode: {', '.join(elastic_backends())}." in help_of("fault", capsys)
     assert build_parser().parse_args(["run"]).backend == DEFAULT_BACKEND
@@ -94,7 +100,7 @@ def test_shared_options_are_declared_once():
     # sweep's and allreduce's --backend and --workload are other options under the same flag: lists
     shared = [flag for flag in options.declarations() if flag not in ("--backend", "--workload")]
     for flag in shared:
-        declared = [name for name, text in sources.items() for _ in re.finditer(rf'"{flag}"\s*:', text)]
+        declared = [name for name, text in sources.items() for _ in re.finditer(rf'"{flag}"\s*:\s*dict\(', text)]
         assert declared == ["options.py"], f"{flag} declared in {declared}"
         added = [name for name, text in sources.items() if re.search(rf'add_argument\(\s*"{flag}"', text)]
         assert added == [], f"{flag} added again in {added}"
@@ -107,6 +113,149 @@ def test_hidden_option_is_parsed_but_not_shown(capsys):
     assert "--gpus" not in help_of("fault", capsys)
     assert build_parser().parse_args(["fault", "--gpus", "1"]).gpus == 1  # refused by the verb, with a reason
     assert "--gpus" in help_of("run", capsys)
+
+
+def test_test_only_options_are_accepted_but_not_shown(capsys):
+    parse = build_parser().parse_args
+    for verb in ("run", "sweep"):
+        shown = help_of(verb, capsys)
+        assert "--inject" not in shown and "--ray-resize-interval" not in shown, verb
+        args = parse([verb, "--inject", "crash:1:3", "--inject-delay", "20%", "--ray-resize-interval", "5"])
+        assert (args.inject, args.inject_delay) == ("crash:1:3", "20%")
+        assert vars(args)[options.BACKEND_OPTION + "ray_resize_interval"] == 5.0
+    assert "--ray-resize-interval" in help_of("fault", capsys)  # an option of fault runs: shown where it applies
+    assert "--inject-delay" in help_of("regress", capsys)  # the gate's documented way to see it fail
+
+
+def commands_and_help():
+    """(`bench VERB [ACTION]`, its help as one line) of every command."""
+    out = []
+    for words, sub in _commands(build_parser()):
+        sub.formatter_class = functools.partial(HelpFormatter, width=10_000)  # one line per paragraph
+        out.append((" ".join(words), sub.format_help()))
+    return out
+
+
+def test_no_help_says_none():
+    said = [f"{command}: {line.strip()}" for command, text in commands_and_help() for line in text.splitlines()
+            if re.search(r"\bNone\b", line)]
+    assert not said, "say the default in words: " + "; ".join(said)
+
+
+def test_the_top_level_help_lists_every_verb_once_in_its_group(capsys):
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(["--help"])
+    assert exit.value.code == 0
+    text = capsys.readouterr().out
+    listed = []
+    for group, names in VERB_GROUPS:
+        block = text.split(f"\n{group}:\n", 1)[1].split("\n\n", 1)[0]
+        listed += [line.split()[0] for line in block.splitlines() if not line.startswith(" " * 4)]
+        assert [line.split()[0] for line in block.splitlines() if not line.startswith(" " * 4)] == list(names)
+    assert sorted(listed) == sorted(VERBS)
+    assert "positional arguments" not in text  # argparse's flat list is replaced by the groups
+
+
+def test_version_and_no_verb():
+    version = bench_process("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"bench {bench.__version__}"
+    bare = bench_process()
+    assert bare.returncode == 2 and bare.stdout == ""  # no verb is bad input, as argparse has it; the help says what
+    assert bare.stderr.startswith("usage: bench") and all(f"\n{group}:\n" in bare.stderr for group, _ in VERB_GROUPS)
+
+
+def test_every_verb_has_examples_that_parse(capsys):
+    parser = build_parser()
+    for verb in VERBS:
+        text = build_parser()._subparsers._group_actions[0].choices[verb].format_help()
+        assert "\nexamples:\n" in text, f"bench {verb} --help has no examples"
+        commands = [line.strip() for line in text.split("\nexamples:\n", 1)[1].splitlines() if line.strip()]
+        assert commands and all(c.startswith(f"bench {verb}") for c in commands), commands
+        for command in commands:
+            argv = shlex.split(command, comments=True)[1:]
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit:
+                raise AssertionError(f"the example does not parse: {command}\n{capsys.readouterr().err}")
+            assert args.verb == verb
+
+
+# a value each renamed option takes (none for a flag)
+RENAMED_VALUES = {"--output": ["r.html"], "--hvd-launcher": ["mpi"], "--no-comm": [], "--no-plain-loop": []}
+
+
+def test_every_renamed_option_keeps_its_old_spelling_with_a_notice(capsys):
+    parser = build_parser()
+    verbs = parser._subparsers._group_actions[0].choices
+    checked = 0
+    for r in RENAMED:
+        for verb, sub in verbs.items():
+            if r.new not in sub._option_string_actions or (r.verbs is not None and verb not in r.verbs):
+                continue
+            value = RENAMED_VALUES[r.new]
+            new = parser.parse_args([verb, r.new, *value])
+            assert capsys.readouterr().err == ""
+            old = parser.parse_args([verb, r.old, *value])
+            assert vars(old) == vars(new), (verb, r.old)
+            err = capsys.readouterr().err.splitlines()
+            assert err == [f"bench {verb}: {r.old} is now {r.new} ({r.why}); the old name still works for now"]
+            assert not re.search(rf"{r.old}\b(?!-)", sub.format_help()), f"bench {verb} --help shows {r.old}"
+            checked += 1
+    # --launcher on every verb that takes Horovod's options; --report on sweep and converge; one verb each else
+    assert checked == sum(len(r.verbs) for r in RENAMED if r.verbs) + sum(
+        "--hvd-launcher" in sub._option_string_actions for sub in verbs.values())
+    # the old spelling refuses what the new one refuses
+    with pytest.raises(SystemExit) as exit:
+        parser.parse_args(["run", "--launcher", "ssh"])
+    assert exit.value.code == 2 and "invalid choice: 'ssh'" in capsys.readouterr().err
+    # and `--launcher slurm`, as people write it for a Slurm launch, is still --scheduler slurm
+    assert slurm_launcher_alias(["run", "--launcher", "slurm"]) == ["run", "--scheduler", "slurm"]
+
+
+def test_each_backend_option_says_its_default_and_why_it_differs(capsys):
+    helps = {}
+    for verb in VERBS:
+        sub = build_parser()._subparsers._group_actions[0].choices[verb]
+        action = sub._option_string_actions.get("--backend")
+        if action is not None:
+            helps[verb] = " ".join(action.help.split()) % {"default": action.default}
+    assert set(helps) == {"run", "sweep", "allreduce", "converge", "fault", "selfcheck"}
+    for verb, text in helps.items():
+        assert re.search(r"default[ :]", text), (verb, text)
+        # the default, then why: after it, a colon or a comma and the reason
+        assert re.search(r"default[^)]*[:,] [a-z]", text), (verb, text)
+    assert "default: elastic and horovod" in helps["sweep"] and "since a sweep compares" in helps["sweep"]
+    assert "default all:" in helps["allreduce"] and "default all:" in helps["converge"]
+    assert len(set(helps.values())) == len(helps)  # each verb's own words
+
+
+def test_the_regression_gate_and_nox_use_one_store():
+    """`bench regress` and `bench baseline` default to the gate's store, and nox's sessions leave it to them."""
+    from bench.cli.regress import gate_store
+    from bench.workflows.regress import REGRESS_STORE
+
+    parse = build_parser().parse_args
+    assert gate_store(parse(["regress"])) == gate_store(parse(["baseline"])) == str(REGRESS_STORE)
+    assert gate_store(parse(["regress", "--store", "x.sqlite"])) == "x.sqlite"
+    tree = ast.parse((CLI.parent.parent / "noxfile.py").read_text())
+    sessions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    for name in ("regress", "baseline"):
+        runs = [call for call in ast.walk(sessions[name]) if isinstance(call, ast.Call)
+                and getattr(call.func, "attr", "") == "run" and call.args
+                and getattr(call.args[0], "value", None) == "bench"]
+        assert [a.value for a in runs[0].args[:2]] == ["bench", name]
+        assert not any(getattr(a, "value", None) == "--store" for a in runs[0].args), f"nox -s {name} passes --store"
+
+
+def test_docs_cli_md_is_what_the_parser_generates():
+    from bench.cli import docs
+
+    path = CLI.parent.parent / "docs" / "cli.md"
+    committed = path.read_text()
+    made_with = docs.generated_with(committed)
+    if made_with != docs.PYTHON:
+        pytest.skip(f"docs/cli.md was generated with Python {made_with}; argparse's layout differs in {docs.PYTHON}")
+    assert committed == docs.page(), f"docs/cli.md is not what the parser says; regenerate it: {docs.COMMAND}"
 
 
 @pytest.mark.parametrize("argv, flag", [

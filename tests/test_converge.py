@@ -6,13 +6,13 @@ import struct
 
 import numpy as np
 import pytest
+from conftest import assert_nothing_left, bench, bench_in_process
 from test_cli_errors import assert_one_line_error
 from test_data import write_mnist
 
 from bench.core.store import Store
 from bench.tasks.converge import build_spec
 from bench.tasks.converge.report import agreement_sentence
-from conftest import assert_nothing_left, bench, bench_in_process
 from workloads.data import converge_data, split_indices, training_samples
 
 SMALL = dict(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu")
@@ -71,7 +71,7 @@ def test_backends_reach_the_target_on_digits_and_the_report_shows_the_curves(tmp
     the same curve of accuracy against samples (same model, data, seed and lr rule), and the page draws it."""
     store, page = tmp_path / "c.sqlite", tmp_path / "c.html"
     proc = bench("converge", "--backend", "elastic,horovod,ps", "--nproc", 2, "--epochs", 4, "--target", 0.85, "--store", store,
-                 "--report", page, "--json", timeout=600)
+                 "--output", page, "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr
     records = json.loads(proc.stdout)
     assert [r["spec"]["backend"] for r in records] == ["elastic", "horovod", "ps"]

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import FAST, ROOT, assert_nothing_left, bench_json
 
 pytestmark = pytest.mark.slow
@@ -59,7 +58,7 @@ def test_two_process_horovod_run(workload, store):
 
 @pytest.mark.parametrize("launcher, marker", [("mpi", "--mpi"), ("mpirun", "-bind-to")])
 def test_mpi_controllers(launcher, marker, store):
-    proc, record = bench_json("run", "--backend", "horovod", "--launcher", launcher, "--nproc", 2,
+    proc, record = bench_json("run", "--backend", "horovod", "--hvd-launcher", launcher, "--nproc", 2,
                               "--store", store, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok" and marker in record["command"]

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import FAST, ROOT, assert_nothing_left, bench, bench_json
 
 pytestmark = pytest.mark.slow
@@ -120,7 +119,7 @@ def test_two_runs_at_once_do_not_collide(tmp_path):
 def test_sweep_list_and_report(store, tmp_path):
     report = tmp_path / "out" / "latest.html"
     proc = bench("sweep", "--backend", "elastic", "--workload", "mnist_mlp", "--nproc", 2, "--store", store,
-                 "--repeats", 1, "--report", report, *FAST)
+                 "--repeats", 1, "--output", report, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "[4/4]" in proc.stderr  # baseline, world 1, world 2, and the allreduce sweep at world 2
     from bench.core.store import Store

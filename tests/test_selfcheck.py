@@ -7,11 +7,11 @@ import math
 import sys
 
 import pytest
+from conftest import FAST, bench, bench_in_process
 from test_cli_errors import assert_one_line_error
 
 import bench.workflows.selfcheck as sc
 from bench.core.stats import ratio_of_cases, ratio_of_pairs
-from conftest import FAST, bench, bench_in_process
 
 
 # ---------------------------------------------------------------- bad input
@@ -25,7 +25,7 @@ from conftest import FAST, bench, bench_in_process
     (["--max-minutes", "-1"], ["--max-minutes", "0 or more"]),
     (["--max-minutes", "inf"], ["--max-minutes", "finite"]),
     (["--workload", "gpt5"], ["unknown workload 'gpt5'"]),
-    (["--nproc", "1"], ["allreduce needs 2 processes", "--no-allreduce"]),
+    (["--nproc", "1"], ["allreduce needs 2 processes", "--no-comm"]),
     (["--nproc", "64"], ["needs 64 cores"]),
     (["--windows", "1"], ["at least 2"]),
 ])
@@ -285,7 +285,7 @@ def test_the_verb_prints_a_row_per_figure_and_exits_by_the_verdict(monkeypatch, 
 
     fake_launches(monkeypatch, {("throughput", "suite"): [100.0, 100.02], ("throughput", "bare"): [100.01, 100.0]})
     proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "2", "--max-minutes", "0",
-                            "--no-allreduce", "--json", "--store", tmp_path / "s.sqlite")
+                            "--no-comm", "--json", "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["passed"] is True and [c["figure"] for c in out["checks"]] == ["throughput"]
@@ -295,7 +295,7 @@ def test_the_verb_prints_a_row_per_figure_and_exits_by_the_verdict(monkeypatch, 
 
     fake_launches(monkeypatch, {("throughput", "suite"): [100.0, 100.5],
                                 ("throughput", "bare"): [sc.LaunchFailed("bare loop exited 1 (boom); log L")]})
-    proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "2", "--no-allreduce",
+    proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "2", "--no-comm",
                             "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 1
     assert "FAIL: a launch failed: bare loop exited 1 (boom); log L" in proc.stdout
@@ -337,7 +337,7 @@ def test_elastic_against_its_bare_loop(tmp_path):
     """Two pairs of real launches (the suite's run and bare_ddp.py under torchrun), MLP, few steps."""
     store = tmp_path / "bench.sqlite"
     proc = bench("selfcheck", "--backend", "elastic", "--workload", "mnist_mlp", "--pairs", "2", "--max-minutes", "0",
-                 "--no-allreduce", *FAST, "--json", "--store", store, timeout=240)
+                 "--no-comm", *FAST, "--json", "--store", store, timeout=240)
     assert proc.returncode in (0, 1), proc.stderr  # the verdict depends on the machine; the shape does not
     out = json.loads(proc.stdout)
     (check,) = out["checks"]

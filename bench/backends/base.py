@@ -29,16 +29,24 @@ from bench.rank.collectives import bus_factor
 class BackendOption:
     """A knob users tune on one backend; shown in --help and recorded in spec.backend_options."""
 
-    name: str  # key in spec.backend_options; the CLI flag is --name with dashes
+    name: str  # key in spec.backend_options; the CLI flag is --name with dashes unless `cli_flag` says otherwise
     default: object
     help: str
     type: type = str
     choices: tuple | None = None
     invalid: tuple[str, ...] = ()  # values the flag must refuse (tests/test_bad_input_table.py gives each)
+    default_words: str | None = None  # what the default means, where its value (None) says nothing to a reader
+    cli_flag: str | None = None  # the flag, where it is not the name: a name kept as stored records hold it
+    fault_only: bool = False  # an option of the elastic mode's fault runs: shown in `bench fault --help` only
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.cli_flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def shown_default(self) -> str:
+        """The default as help says it: in words where given, else the value."""
+        return self.default_words or str(self.default)
 
 
 def hostname() -> str:

@@ -1,6 +1,6 @@
 """horovod: horovodrun (Gloo controller by default, MPI on request) + hvd.DistributedOptimizer.
 
-Launchers (--launcher): `gloo` = horovodrun --gloo; `mpi` = horovodrun --mpi; `mpirun` = plain
+Launchers (--hvd-launcher): `gloo` = horovodrun --gloo; `mpi` = horovodrun --mpi; `mpirun` = plain
 OpenMPI mpirun in the classic form (-bind-to none -map-by slot -x VAR ...). Both MPI launchers need
 a Horovod built with MPI (`horovodrun --check-build`). Fusion threshold and cycle time go through
 HOROVOD_FUSION_THRESHOLD / HOROVOD_CYCLE_TIME, which every launcher passes on.
@@ -57,8 +57,8 @@ def check_build() -> tuple[str | None, dict]:
     probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
-        return f"Horovod is installed but does not import with this torch ({last}); " \
-               f"rebuild it: python -m bench.tools.horovod_build --force", {}
+        return f"Horovod is installed but does not import ({last}); build it for this torch: " \
+               f"python -m bench.tools.horovod_build --force", {}
     return None, json.loads(probe.stdout.strip().splitlines()[-1])
 
 
@@ -302,17 +302,18 @@ class HorovodBackend(Backend):
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     comm_dtypes = ("float32", "float16")  # 0.28.1 has no bfloat16 tensors on CPU
     options = (
+        # recorded as `launcher`, as every stored horovod run holds it; the flag names it as Horovod's, beside --hvd-*
         BackendOption("launcher", "gloo", "gloo: horovodrun --gloo; mpi: horovodrun --mpi; "
-                      "mpirun: plain mpirun", str, LAUNCHERS, invalid=("ssh",)),
+                      "mpirun: plain mpirun", str, LAUNCHERS, invalid=("ssh",), cli_flag="--hvd-launcher"),
         BackendOption("hvd_compression", "none", "gradient compression on the wire", str, ("none", "fp16"),
                       invalid=("fp8",)),
         BackendOption("hvd_backward_passes", 1, "backward passes per step (local accumulation)", int,
                       invalid=("0", "-1", "x")),
         BackendOption("hvd_op", "average", "gradient reduction", str, ("average", "adasum"), invalid=("sum",)),
-        BackendOption("hvd_fusion_mb", None, "fusion threshold in MiB (HOROVOD_FUSION_THRESHOLD; "
-                      "None keeps Horovod's own)", float, invalid=("-1", "nan", "x")),
-        BackendOption("hvd_cycle_ms", None, "cycle time in ms (HOROVOD_CYCLE_TIME; None keeps "
-                      "Horovod's own)", float, invalid=("-1", "inf", "x")),
+        BackendOption("hvd_fusion_mb", None, "fusion threshold in MiB (HOROVOD_FUSION_THRESHOLD)", float,
+                      invalid=("-1", "nan", "x"), default_words="Horovod's own"),
+        BackendOption("hvd_cycle_ms", None, "cycle time in ms (HOROVOD_CYCLE_TIME)", float,
+                      invalid=("-1", "inf", "x"), default_words="Horovod's own"),
     )
     launcher = HorovodLauncher()
     group_type = HorovodGroup
@@ -335,9 +336,9 @@ class HorovodBackend(Backend):
                 return f"--{name.replace('_', '-')} must be 0 or more"
         if options["launcher"] in ("mpi", "mpirun"):
             if shutil.which("mpirun") is None:
-                return f"--launcher {options['launcher']} needs mpirun (apt-get install openmpi-bin libopenmpi-dev)"
+                return f"--hvd-launcher {options['launcher']} needs mpirun (apt-get install openmpi-bin libopenmpi-dev)"
             if not built_with("MPI"):
-                return (f"--launcher {options['launcher']} needs a Horovod built with MPI; install "
+                return (f"--hvd-launcher {options['launcher']} needs a Horovod built with MPI; install "
                         "libopenmpi-dev and rebuild: python -m bench.tools.horovod_build --force")
         return None
 

@@ -297,7 +297,7 @@ class PSBackend(Backend):
         BackendOption("ps_mode", "sync", "sync: one averaged update per step; async: each push applied "
                       "as it arrives", str, MODES, invalid=("semi",)),
         BackendOption("ps_staleness", None, "async only: how many pushes a worker may run ahead of the "
-                      "slowest (None = unbounded)", int, invalid=("-1", "x")),
+                      "slowest", int, invalid=("-1", "x"), default_words="unbounded"),
     )
     launcher = TorchrunLauncher()  # ranks 0..N-1 workers, N..N+K-1 servers
     group_type = PSGroup

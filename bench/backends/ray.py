@@ -248,11 +248,12 @@ class RayBackend(Backend):
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     options = (
         DDP_BUCKET,
-        BackendOption("ray_address", None, "an existing Ray cluster (its GCS, HOST:PORT) to run on instead of "
-                      "a local runtime started for the run", str, invalid=("nohost", "host:port", "h:0")),
+        BackendOption("ray_address", None, "an existing Ray cluster (its GCS, HOST:PORT) to run on", str,
+                      invalid=("nohost", "host:port", "h:0"), default_words="a local Ray runtime started for the run"),
         BackendOption("ray_resize_interval", 60.0, "bench fault --join: how often Ray Train's elastic policy looks "
                       "for room to grow the worker group, in seconds (ScalingConfig's "
-                      "elastic_resize_monitor_interval_s; 60 is Ray's default)", float, invalid=("0", "-1", "nan", "x")),
+                      "elastic_resize_monitor_interval_s; 60 is Ray's default)", float, invalid=("0", "-1", "nan", "x"),
+                      fault_only=True),
     )
     launcher = RayLauncher()
     group_type = RayTrainGroup

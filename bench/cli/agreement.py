@@ -4,7 +4,7 @@ each sweep on its own; exit 1 when two sweeps contradict each other."""
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import comma_list, open_store, print_json
+from bench.cli.common import comma_list, examples, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.results.agreement import agreement, format_agreement
 
@@ -12,6 +12,8 @@ from bench.results.agreement import agreement, format_agreement
 def add_parser(verbs) -> None:
     p = verbs.add_parser("agreement", help="compare the verdicts of stored sweeps; exit 1 when two contradict "
                                            "each other",
+                         epilog=examples("bench agreement --store results/bench.sqlite   # every sweep stored there",
+                                         "bench agreement --sweeps SWEEP_A,SWEEP_B --json"),
                          parents=[options.store(), options.json_output()])
     options.add(p, "--sweeps", type=options.id_names, metavar="ID,ID,...",
                 help="comma-separated sweeps to compare (default: every sweep in the store)",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import (cluster_of, comm_options, comma_list, open_store, print_json, spec_options, status_exit,
-                              world_of)
+from bench.cli.common import (cluster_of, comm_options, comma_list, examples, open_store, print_json, spec_options,
+                              status_exit, world_of)
 from bench.core.registry import COMPARED
 from bench.harness.runner import run_specs
 from bench.rank.collectives import format_table
@@ -15,10 +15,16 @@ ALL = "all"
 
 def add_parser(verbs) -> None:
     p = verbs.add_parser("allreduce", help="communication sweep over message sizes, as nccl-tests prints it",
+                         epilog=examples(
+                             "bench allreduce --nproc 2                       # every backend, 4 B to 64 MiB",
+                             "bench allreduce --backend elastic,horovod --nproc 2 --min-bytes 8K --max-bytes 1G",
+                             "bench allreduce --backend horovod --ops allreduce,allgather --dtype float16 --json"),
                          parents=[options.placement([*options.PLACEMENT, "--timeout"]), options.hosts(), options.comm(),
                                   options.backend_options(), options.store(), options.json_output()])
     options.add(p, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
-                                                   f"({', '.join(COMPARED)}) (default %(default)s)",
+                                                   f"({', '.join(COMPARED)}) (default %(default)s: a sweep of "
+                                                   "message sizes takes seconds a backend, and its table is read "
+                                                   "across backends)",
                 invalid=["tensorflow", "elastic,nope"])
     p.set_defaults(func=cmd)
 

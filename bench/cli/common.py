@@ -22,12 +22,32 @@ from bench.workflows.plan import COMM_KEYS
 from bench.workflows.plan import comm_options as resolve
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's, but a paragraph with an indented line (a verb's examples, the list of verbs) is kept as written;
+    other paragraphs are wrapped to the terminal."""
+
+    def _fill_text(self, text, width, indent):
+        blocks = text.split("\n\n")
+        return "\n\n".join("\n".join(indent + line for line in block.splitlines())
+                             if any(line.startswith(" ") for line in block.splitlines())
+                             else super(HelpFormatter, self)._fill_text(block, width, indent) for block in blocks)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, but its errors are one line that says where to look."""
+    """argparse, but its errors are one line that says where to look, and its help keeps examples as written."""
+
+    def __init__(self, *args, formatter_class=HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message):
         print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+def examples(*commands: str) -> str:
+    """A verb's epilog: its examples, each a command line and, after two spaces and #, what it does
+    (tests/test_cli_parser.py parses every one with the real parser)."""
+    return "examples:\n" + "\n".join(f"  {command}" for command in commands)
 
 
 # ---------------------------------------------------------------- arguments to plain values
@@ -140,7 +160,7 @@ def comma_list(text: str | None) -> list[str] | None:
 
 # ---------------------------------------------------------------- stores and output
 def open_store(path: str | None, runs: bool = False):
-    """The store at `path` (default $BENCH_STORE or results/bench.sqlite); with `runs`, for a verb that will
+    """The store at `path` (default $BENCH_STORE, else results/bench.sqlite); with `runs`, for a verb that will
     run something, refused now if it could not take their records (nothing is created yet)."""
     store = Store(path)
     if runs:

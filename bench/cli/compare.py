@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from bench.cli import options
-from bench.cli.common import open_store, print_json
+from bench.cli.common import examples, open_store, print_json
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
 from bench.results.baselines import BASELINE_DIR, BASELINE_FILE, latest_sweep, read_runs_file
@@ -17,11 +17,18 @@ from bench.workflows.regress import compare_and_print, this_host
 def add_parser(verbs) -> None:
     p = verbs.add_parser("compare", help="compare runs with a baseline, metric by metric; exit 1 on a significant "
                                          "regression",
+                         epilog=examples(
+                             "bench compare --baseline results/baselines/cpu-gloo.json   # the latest sweep stored",
+                             "bench compare --baseline results/baselines/cpu-gloo.json --store results/bench.sqlite "
+                             "--sweep SWEEP_ID",
+                             "bench compare --aa --store results/bench.sqlite   # how often the gate fails A/A"),
                          parents=[options.store(), options.parent(None, ["--sweep"]), options.json_output()])
     not_runs_files = ["/nonexistent/baseline.json", "/", options.LONG_PATH, __file__]
-    options.add(p, "--baseline", metavar="FILE", help="baseline file (from `bench baseline`)", invalid=not_runs_files)
+    options.add(p, "--baseline", metavar="FILE", help="baseline file (from `bench baseline`; the committed one is "
+                                                       f"{os.path.join(BASELINE_DIR, BASELINE_FILE)})",
+                invalid=not_runs_files)
     options.add(p, "--current", metavar="FILE", help="runs to judge, as a baseline-format file (instead of a sweep "
-                                                      "in --store)",
+                                                      "in --store; default: the latest sweep there)",
                 invalid=not_runs_files, needs=["--baseline", os.path.join(BASELINE_DIR, BASELINE_FILE)])
     p.add_argument("--aa", action="store_true",
                    help="A/A calibration: compare every pair of sweeps in --store (same code, same machine) and print "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import comma_list, open_store, print_json, spec_options, status_exit, world_of
+from bench.cli.common import comma_list, examples, open_store, print_json, spec_options, status_exit, world_of
 from bench.core.console import note
 from bench.core.registry import COMPARED
 from bench.core.spec import default_threads
@@ -21,7 +21,8 @@ def add_parser(verbs) -> None:
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("what runs")
     options.add(g, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
-                                                   f"({', '.join(COMPARED)}) (default %(default)s)",
+                                                   f"({', '.join(COMPARED)}) (default %(default)s: time to accuracy "
+                                                   "is compared across every backend, each run on the same data)",
                 invalid=["tensorflow", "elastic,nope"])
     options.add(g, "--world-sizes", type=options.world_sizes,
                 help="comma-separated world sizes, to see how the lr rule changes time to accuracy "
@@ -44,23 +45,25 @@ def add_parser(verbs) -> None:
     options.add(t, "--holdout", type=options.positive_float,
                 help=f"share of the data held out for evaluation, where the data set has no test set of its own "
                      f"(default {d['holdout']:g})", invalid=["0", "1", "x"])
-    options.add(own, "--report", metavar="FILE", type=options.nonempty_path,
-                help="after the runs, write the HTML report there, plus a timestamped copy beside it",
-                invalid=["", "/", options.LONG_PATH])
     measured = options.parent("measurement", ("--batch-size", "--seed", "--lr", "--timeout", "--check-timeout"))
     p = verbs.add_parser("converge", help="time to a held-out accuracy per backend, on a real data set",
                          description="Time to a held-out accuracy per backend (and world size), on a real data set: "
                                      "--data digits by default (scikit-learn's, always here), mnist or imagefolder "
-                                     "with --data-dir. Every run is stored; --report writes the page.",
+                                     "with --data-dir. Every run is stored; -o writes the page.",
+                         epilog=examples(
+                             "bench converge --nproc 2 -o reports/converge.html   # digits, every backend, to 90%",
+                             "bench converge --backend elastic,horovod --world-sizes 1,2 --lr-scaling linear",
+                             "bench converge --data mnist --data-dir ~/mnist --target 0.97 --epochs 3"),
                          parents=[own, options.parent("what runs", ("--workload",)), options.placement(), measured,
                                   options.parent("data", options.DATA, data=d["data"]),
-                                  options.backend_options(), options.store(), options.json_output()])
+                                  options.backend_options(), options.store(), options.json_output(),
+                                  options.report_output()])
     p.set_defaults(func=cmd)
 
 
 def cmd(args) -> int:
-    if args.report:
-        output_path(args.report)  # before the runs, not after them
+    if args.output:
+        output_path(args.output)  # before the runs, not after them
     device, world = world_of(args, None)
     backends = list(COMPARED) if args.backend == ALL else comma_list(args.backend)
     train = spec_options(args, backends)
@@ -78,7 +81,7 @@ def cmd(args) -> int:
     else:
         for r in records:
             print(f"{r.spec.backend:8} world {r.spec.world_size}: {r.task.one_line(r)}")
-    if args.report:
-        latest, stamped = write_report_with_copy(open_store(args.store), args.report)
+    if args.output:
+        latest, stamped = write_report_with_copy(open_store(args.store), args.output)
         note(f"report written to {latest} (and {stamped})")
     return status_exit([r.status for r in records])

@@ -4,9 +4,9 @@ detection, recovery and work lost measured."""
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import cluster_of, run_one, spec_options, world_of
+from bench.cli.common import cluster_of, examples, run_one, spec_options, world_of
 from bench.core.errors import UsageError
-from bench.core.registry import elastic_backends
+from bench.core.registry import DEFAULT_BACKEND, elastic_backends
 from bench.core.spec import resolve_device
 from bench.tasks.fault.spec import (AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, SIGNALS, build_spec,
                                     check_scenario_hosts)
@@ -24,12 +24,18 @@ def add_parser(verbs) -> None:
         "fault", help="inject a fault (or a joining worker) into an elastic run and measure detection, recovery "
                       "and work lost",
         description=f"Backends with an elastic mode: {', '.join(elastic_backends())}. Runs CPU processes over gloo.",
-        parents=[options.parent("what runs", ("--backend", "--workload")),
+        epilog=examples("bench fault --backend elastic --nproc 2 --kill-rank 1     # SIGKILL a worker mid-run",
+                        "bench fault --backend horovod --nproc 2 --signal STOP     # a hung worker",
+                        "bench fault --backend elastic --nproc 1 --join            # scale-up: a worker joins",
+                        "bench fault --backend ray --nproc 1 --join --ray-resize-interval 5"),
+        parents=[options.parent("what runs", ("--backend", "--workload"), helps={"--backend": (
+                     f"one of {', '.join(elastic_backends())} (default {DEFAULT_BACKEND}, as for `bench run`: a "
+                     "fault run measures one backend's elastic mode)")}),
                  options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe"), hidden=("--gpus",)),
                  options.hosts(),
                  options.parent("run", ("--batch-size", "--image-size", "--seed", "--lr", "--timeout",
                                         "--check-timeout", "--save-params")),
-                 options.backend_options(elastic_backends()), options.store(), options.json_output()])
+                 options.backend_options(elastic_backends(), fault=True), options.store(), options.json_output()])
     g = p.add_argument_group("the fault")
     d = FAULT_DEFAULTS
     options.add(g, "--kill-rank", type=options.count, default=d["kill_rank"],

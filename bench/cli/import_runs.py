@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from bench.cli import options
-from bench.cli.common import open_store
+from bench.cli.common import examples, open_store
 from bench.core.codec import RecordError
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
@@ -21,6 +21,8 @@ from bench.core.rundir import RunDir
 def add_parser(verbs) -> None:
     p = verbs.add_parser("import", help="add runs to a store from their run directories (their record.json, checked "
                                         "against the directory's name and its spec.json)",
+                         epilog=examples("bench import results/runs/RUN_ID",
+                                         "bench import --store results/cluster.sqlite copied/runs/*"),
                          parents=[options.store()])
     options.add(p, "run_dirs", nargs="+", metavar="RUN_DIR", help="a run directory holding record.json and spec.json, "
                                                                   "named after its run",

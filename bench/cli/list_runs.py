@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import open_store
+from bench.cli.common import examples, open_store
 from bench.core.console import note
 from bench.core.errors import EXIT_OK
 from bench.harness.keep import kept_record
@@ -13,8 +13,10 @@ from bench.results.listing import runs_table
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("list", help="stored runs as a table", parents=[options.store()])
-    options.add(p, "--last", type=options.positive_int, metavar="N", help="only the last N runs", invalid=["0", "x"])
+    p = verbs.add_parser("list", help="stored runs as a table", parents=[options.store()],
+                         epilog=examples("bench list", "bench list --last 20 --store results/cluster.sqlite"))
+    options.add(p, "--last", type=options.positive_int, metavar="N", help="only the last N runs (default: all)",
+                invalid=["0", "x"])
     p.set_defaults(func=cmd)
 
 

@@ -149,7 +149,9 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
 
     return {
         # what runs
-        "--backend": dict(default=DEFAULT_BACKEND, help=f"one of {_names(BACKEND_MODULES)} (default %(default)s)",
+        "--backend": dict(default=DEFAULT_BACKEND, help=f"one of {_names(BACKEND_MODULES)} (default %(default)s: "
+                                                         "a run measures one backend, and this is the first of the "
+                                                         "question's pair)",
                           invalid=["tensorflow", ""]),
         "--workload": dict(default=next(iter(WORKLOADS)),  # the registry's first: the quick one
                            help=f"one of {_names(WORKLOADS)} (default %(default)s), or your own: PKG.MODULE:NAME "
@@ -158,7 +160,8 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         # placement
         "--nproc": dict(type=positive_int, help="CPU worker processes (gloo); default min(2, cores)",
                         invalid=["0", "-1", "two", "1.5", ""]),
-        "--gpus": dict(type=positive_int, help="one worker per GPU (NCCL)", invalid=["0", "-1", "x"]),
+        "--gpus": dict(type=positive_int, help="one worker per GPU (NCCL) (default: none, CPU processes)",
+                       invalid=["0", "-1", "x"]),
         "--threads": dict(type=positive_int, help="threads per worker, set for every backend alike "
                                                   "(default: cores / largest world size)",
                            invalid=["0", "-1", "x"]),
@@ -210,8 +213,9 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         # data
         "--data": dict(choices=SOURCES, help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and "
                                              "imagefolder need --data-dir", invalid=["imagenet"]),
-        "--data-dir": dict(help="folder with MNIST's IDX files, or an ImageFolder tree (one sub-folder of images "
-                                "per class); nothing is downloaded", needs=["--data", "mnist"],
+        "--data-dir": dict(metavar="DIR", help="folder with MNIST's IDX files, or an ImageFolder tree (one "
+                                               "sub-folder of images per class); nothing is downloaded",
+                           needs=["--data", "mnist"],
                            invalid=["/nonexistent/mnist", "", "/"]),
         "--loader": dict(choices=LOADERS, help="how in-memory data reach the model: memory (held on the device, "
                                                "never the limit) or dataloader (torch's DataLoader with a "
@@ -232,7 +236,8 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--save-params": dict(action="store_true", help="save each rank's parameters in the run directory (a fault "
                                                         "run: also those each process resumed from)"),
         "--save-model": dict(metavar="PATH", help="after training, the first worker writes the model's state_dict "
-                                                  "there (torch.save, atomically), under every backend",
+                                                  "there (torch.save, atomically), under every backend (default: "
+                                                  "not saved)",
                              invalid=["/nonexistent/folder/model.pt", "", "/"]),
         # communication sweep
         "--min-bytes": dict(type=byte_size, default=COMM_DEFAULTS["min_bytes"],
@@ -249,13 +254,17 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--iters": dict(type=positive_int, default=COMM_DEFAULTS["iters"],
                         help="timed ops per size (default %(default)s)", invalid=["0", "x"]),
         # results
-        "--store": dict(type=nonempty_path,
-                        help=f"results store (SQLite file); default {DEFAULT_STORE} or $BENCH_STORE",
+        "--store": dict(type=nonempty_path, metavar="FILE",
+                        help=f"results store (SQLite file); default $BENCH_STORE, else {DEFAULT_STORE}",
                         invalid=["", "/", LONG_PATH]),
         "--json": dict(action="store_true", help="print the result as JSON on stdout (the record, the records or the "
                                                  "comparison), and nothing else there"),
         "--sweep": dict(type=id_name, metavar="ID", help="the sweep to take from the store (default: the latest one)",
                         invalid=["", "../x", "a/b", "x y"]),
+        "--output": dict(short="-o", metavar="FILE", type=nonempty_path,
+                         help="after the runs, write the HTML report of the store there, plus a timestamped copy "
+                              "beside it (default: no report; `bench report` writes one any time)",
+                         invalid=["", "/", LONG_PATH]),
         "--repeats": dict(type=positive_int, help="run every case this many times, in rounds (the regression gate's "
                                                   "unit of replication; default %(default)s)", invalid=["0", "x"]),
     }
@@ -270,23 +279,33 @@ HARNESS = ("--inject", "--inject-delay", "--save-params")
 COMM = ("--min-bytes", "--max-bytes", "--dtype", "--ops", "--warmup-iters", "--iters")
 
 
-def parent(title: str | None, flags, *, hidden=(), run_defaults: dict | None = None,
-           **defaults) -> argparse.ArgumentParser:
+def parent(title: str | None, flags, *, hidden=(), helps: dict[str, str] | None = None,
+           run_defaults: dict | None = None, **defaults) -> argparse.ArgumentParser:
     """A parent parser declaring `flags` (in an argument group `title`, if given). `hidden` flags are still
-    parsed (so a verb can refuse them with a clear message) but left out of --help; `defaults` replace the
-    declared defaults for this parser only (a fresh parent is built for every verb)."""
+    parsed (so a verb can refuse them with a clear message, or a test use them) but left out of --help; `helps`:
+    flag -> this verb's own help (a default that differs here, and why); `defaults` replace the declared defaults
+    for this parser only (a fresh parent is built for every verb)."""
     declared = declarations(run_defaults)
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group(title) if title else p
     for flag in flags:
-        kwargs = declared[flag]
-        add(g, flag, **(dict(kwargs, help=argparse.SUPPRESS) if flag in hidden else kwargs))
+        kwargs = dict(declared[flag], **({"help": helps[flag]} if helps and flag in helps else {}))
+        short = kwargs.pop("short", None)
+        if flag in hidden:
+            kwargs["help"] = argparse.SUPPRESS
+        add(g, *([short] if short else []), flag, **kwargs)
     p.set_defaults(**defaults)
     return p
 
 
-def store() -> argparse.ArgumentParser:
-    return parent(None, ["--store"])
+def store(help: str | None = None) -> argparse.ArgumentParser:
+    """--store; `help`: what it means for a verb whose default store is not the results store."""
+    return parent(None, ["--store"], helps={"--store": help} if help else None)
+
+
+def report_output() -> argparse.ArgumentParser:
+    """-o/--output: the report page a verb writes after its runs."""
+    return parent("output", ["--output"])
 
 
 def json_output() -> argparse.ArgumentParser:
@@ -309,17 +328,21 @@ def data() -> argparse.ArgumentParser:
     return parent("data", DATA)
 
 
+TEST_ONLY = ("--inject", "--inject-delay")  # accepted, but not shown: the tests' means of making a run fail or slow
+
+
 def harness() -> argparse.ArgumentParser:
-    return parent("testing the harness", HARNESS)
+    return parent("testing the harness", HARNESS, hidden=TEST_ONLY)
 
 
 def comm(**defaults) -> argparse.ArgumentParser:
     return parent("communication sweep (nccl-tests conventions)", COMM, **defaults)
 
 
-def backend_options(backends=None) -> argparse.ArgumentParser:
+def backend_options(backends=None, fault: bool = False) -> argparse.ArgumentParser:
     """Each backend's own knobs, from its plug-in (of `backends`, default all); a run records every value, given
-    or default."""
+    or default. An option of fault runs only (BackendOption.fault_only) is shown in the help of `fault` (the verb
+    that builds this with `fault`) and accepted, unshown, elsewhere."""
     p = argparse.ArgumentParser(add_help=False)
     added = set()  # an option two backends share (the DDP bucket of elastic and ray) is one flag, under its first
     for name in backends or BACKEND_MODULES:
@@ -334,8 +357,9 @@ def backend_options(backends=None) -> argparse.ArgumentParser:
             add(g, opt.flag, dest=BACKEND_OPTION + opt.name, choices=opt.choices,
                 metavar=None if opt.choices else opt.name.upper(),
                 type=finite_float if opt.type is float else opt.type,
-                help=(f"{opt.help} (default {opt.default})" +
-                      (f"; backends {', '.join(owners)}" if len(owners) > 1 else "")).replace("%", "%%"),
+                help=argparse.SUPPRESS if opt.fault_only and not fault else
+                (f"{opt.help} (default{':' if opt.default_words else ''} {opt.shown_default})" +
+                 (f"; backends {', '.join(owners)}" if len(owners) > 1 else "")).replace("%", "%%"),
                 invalid=opt.invalid, needs=["--backend", name])
     return p
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import spec_options
+from bench.cli.common import examples, spec_options
 from bench.core.spec import resolve_device
 from bench.workflows.reference import BARE_LOOPS
 from bench.workflows.selfcheck import (DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS, choose_backends, plan, selfcheck,
@@ -18,8 +18,8 @@ def add_parser(verbs) -> None:
     t, b = GOALS["throughput"], GOALS["busbw"]
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("the check")
-    options.add(g, "--backend", help=f"comma-separated, of {loops} (default: each of them that a sweep compares and "
-                "can run here)",
+    options.add(g, "--backend", help=f"comma-separated, of {loops} (default: each of them that a sweep compares "
+                "and can run here: the check is of the suite, so every backend it would measure is checked)",
                 invalid=["ps", "single", "nope", "elastic,nope"])
     options.add(g, "--pairs", type=options.positive_int, default=DEFAULT_PAIRS,
                 help="pairs of launches (suite and bare loop) per figure, at least (default %(default)s, at "
@@ -28,7 +28,7 @@ def add_parser(verbs) -> None:
                 help=f"after --pairs, pairs are added until each interval is within ±{100 * t.resolution:g}%% "
                      f"(throughput) or ±{100 * b.resolution:g}%% (busbw), or until this many minutes per backend "
                      "have passed (default %(default)s; 0: --pairs pairs only)", invalid=["-1", "nan", "inf", "x"])
-    g.add_argument("--no-allreduce", action="store_true",
+    g.add_argument("--no-comm", action="store_true",
                    help="check training throughput only, not allreduce busbw at 16 MiB")
     p = verbs.add_parser(
         "selfcheck", help="the suite against bare torchrun/horovodrun loops: ratio and interval per figure",
@@ -38,28 +38,25 @@ def add_parser(verbs) -> None:
                     f"{t.floor:g} (throughput) or {b.floor:g} (busbw). ps and single have no external bare loop to "
                     "compare with and are not accepted. The suite's runs go to a temporary store unless --store is "
                     "given.",
+        epilog=examples("bench selfcheck --workload resnet18 --nproc 2     # every bare loop that can run here",
+                        "bench selfcheck --backend elastic --pairs 4 --max-minutes 0",
+                        "bench selfcheck --backend horovod --no-comm --store results/selfcheck.sqlite"),
         parents=[own, options.parent("what runs", ("--workload",)),
                  options.placement(("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")),
                  options.parent("measurement", ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows",
                                                 "--timeout")),
                  options.parent("allreduce", ("--warmup-iters", "--iters")),
-                 _store(), options.json_output()])
+                 # a check's runs are not results: its default store is not the results store
+                 options.store("keep the suite's runs in this results store (default: a temporary one, removed "
+                               "after)"),
+                 options.json_output()])
     p.set_defaults(func=cmd)
-
-
-def _store() -> argparse.ArgumentParser:
-    """The shared --store, whose default here is not the results store: a check's runs are not results."""
-    p = options.store()
-    for action in p._actions:
-        if "--store" in action.option_strings:
-            action.help = "keep the suite's runs in this results store (default: a temporary one, removed after)"
-    return p
 
 
 def cmd(args) -> int:
     validate(args.pairs, args.max_minutes)
     device, world = resolve_device(args.nproc, args.gpus)
     backends = choose_backends(args.backend, device)
-    plans = plan(backends, args.workload, device, world, options=spec_options(args, backends), allreduce=not args.no_allreduce,
-                 comm={"warmup_iters": args.warmup_iters, "iters": args.iters})
+    plans = plan(backends, args.workload, device, world, options=spec_options(args, backends),
+                 allreduce=not args.no_comm, comm={"warmup_iters": args.warmup_iters, "iters": args.iters})
     return selfcheck(plans, pairs=args.pairs, max_minutes=args.max_minutes, store_path=args.store, as_json=args.json)

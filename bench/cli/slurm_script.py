@@ -9,7 +9,7 @@ import re
 import sys
 
 from bench.cli import options
-from bench.cli.common import open_store
+from bench.cli.common import examples, open_store
 from bench.cluster.slurm import SCRIPT_DEFAULTS as d
 from bench.cluster.slurm import early_warning_note, script
 from bench.core.console import note
@@ -31,6 +31,9 @@ def add_parser(verbs) -> None:
         description="Submit the script unchanged with sbatch: inside the job bench runs with --scheduler slurm "
                     "(elastic and ps through srun, horovod through horovodrun -H of the allocation's nodes). "
                     "Arguments after -- go to the bench command, as on the command line.",
+        epilog=examples("bench slurm-script --nodes 2 --tasks-per-node 1 --time 30 --store results/cluster.sqlite "
+                        "-o sweep.sh -- --backend elastic,horovod --workload mnist_mlp",
+                        "bench slurm-script --verb allreduce --nodes 4 --partition gpu --gpus-per-node 4"),
         parents=[options.store()])
 
     options.add(p, "--nodes", type=options.positive_int, default=d["nodes"], help="nodes (%(default)s)", invalid=["0", "x"])
@@ -46,8 +49,10 @@ def add_parser(verbs) -> None:
         options.add(p, flag, type=slurm_name, help=what, invalid=["a b", "x;y", ""])
     options.add(p, "--job-name", type=slurm_name, default=d["job_name"], help="the job's name (%(default)s)",
                 invalid=["my job", ""])
-    options.add(p, "--verb", choices=VERBS, default=d["verb"], help="what the job runs (%(default)s)", invalid=["train"])
-    options.add(p, "--output", "-o", metavar="FILE", help="write the script there (mode 755) instead of to stdout",
+    # its own dest: `verb` is the verb bench was given (slurm-script), which its messages name
+    options.add(p, "--verb", dest="job_verb", choices=VERBS, default=d["verb"], help="what the job runs (%(default)s)",
+                invalid=["train"])
+    options.add(p, "-o", "--output", metavar="FILE", help="write the script there, mode 755 (default: stdout)",
                 invalid=["/nonexistent/folder/job.sh"])
     options.add(p, "bench_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                 help="arguments of the bench command inside the job, such as --backend elastic,horovod",
@@ -63,12 +68,12 @@ def cmd(args) -> int:
         if any(a == taken or a.startswith(taken + "=") for a in rest):
             raise UsageError(f"{taken} after --: the script sets it (the store with slurm-script's --store; the "
                              "hosts are the allocation's nodes)")
-    args.root_parser.parse_args([args.verb, *rest])  # the job's arguments refused now, not when the job starts
+    args.root_parser.parse_args([args.job_verb, *rest])  # the job's arguments refused now, not when the job starts
     store = open_store(args.store, runs=True)
     folder = os.path.dirname(os.path.abspath(store.path))
     text = script(nodes=args.nodes, tasks_per_node=args.tasks_per_node, time_limit=args.time,
                   store=str(store.path), bench_args=rest, gpus_per_node=args.gpus_per_node,
-                  partition=args.partition, account=args.account, job_name=args.job_name, verb=args.verb)
+                  partition=args.partition, account=args.account, job_name=args.job_name, verb=args.job_verb)
     out_folder = os.path.dirname(os.path.abspath(args.output)) if args.output is not None else None
     if out_folder is not None and out_folder != folder and not os.path.isdir(out_folder):
         raise UsageError(f"--output {args.output}: its folder does not exist")  # (the store's folder is made)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import (cluster_of, comm_options, comma_list, open_store, print_json, spec_options, status_exit,
-                              world_of)
+from bench.cli.common import (cluster_of, comm_options, comma_list, examples, open_store, print_json, spec_options,
+                              status_exit, world_of)
 from bench.core.console import note
 from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
 from bench.report.page import output_path, write_report_with_copy
-from bench.workflows.plan import SWEEP_DEFAULTS, sweep_world_sizes
+from bench.workflows.plan import SWEEP_DEFAULTS, check_pair_can_run, sweep_world_sizes
 from bench.workflows.sweep import run_benchmark_sweep
 from workloads import WORKLOADS
 
@@ -18,41 +18,52 @@ from workloads import WORKLOADS
 def add_parser(verbs) -> None:
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("what runs")
-    options.add(g, "--backend", help=f"comma-separated backends, or all (every compared backend that can run "
-                                      f"here, of {', '.join(COMPARED)}); default: {' and '.join(PRIMARY)}, the "
-                                      f"question's pair, where they can run", invalid=["tensorflow", "elastic,horovd"])
+    options.add(g, "--backend", help=f"comma-separated backends, or all (every compared backend, of "
+                                      f"{', '.join(COMPARED)}: those besides {' and '.join(PRIMARY)} where they can "
+                                      f"run here); default: {' and '.join(PRIMARY)}, the question's pair, since a "
+                                      "sweep compares (both must be able to run here, or the sweep says how to set "
+                                      "up the missing one and runs nothing)",
+                invalid=["tensorflow", "elastic,horovd"])
     options.add(g, "--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)}); your "
                                        "own as PKG.MODULE:NAME or path/to/file.py:NAME",
                 invalid=["gpt5", "mnist_mlp,gpt5"])
     options.add(g, "--world-sizes", type=options.world_sizes,
                 help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)",
                 invalid=["1,x", "0", "", "-2"])
-    g.add_argument("--no-plain-loop", "--no-baseline", dest="no_plain_loop", action="store_true",
-                   help="skip the plain single-process run that scaling is also measured against "
-                        "(--no-baseline: its former name)")
+    g.add_argument("--no-plain-loop", action="store_true",
+                   help="skip the plain single-process run that scaling is also measured against")
     g.add_argument("--no-comm", action="store_true",
                    help="skip the short communication sweep run for each backend and world size above 1")
     options.add(g, "--links", metavar="L1,L2,...",
                 help="across hosts: the whole matrix at each link, RATE[:DELAY] or unlimited (1gbit,10gbit,unlimited); "
-                     "the report plots each backend against the link and says where the verdict changes",
+                     "the report plots each backend against the link and says where the verdict changes "
+                     "(default: the links as they are)",
                 invalid=["", ",", "fast,1gbit", "1gbit"])  # 1gbit alone: only across hosts
-    options.add(own, "--report", metavar="FILE", type=options.nonempty_path,
-                help="after the sweep, write the HTML report there, plus a timestamped copy beside it",
-                invalid=["", "/", options.LONG_PATH])
     p = verbs.add_parser("sweep", help="backends x workloads x world sizes, every run stored",
+                         description="Every backend x workload x world size, plus the plain single-process loop and "
+                                     "a short communication sweep, each case launched --repeats times in "
+                                     "interleaved rounds; every run is stored, and -o writes the report.",
+                         epilog=examples(
+                             "bench sweep --nproc 4                  # elastic and horovod, world sizes 1, 2, 4",
+                             "bench sweep --backend all --nproc 2    # with the parameter server and Ray Train",
+                             "bench sweep --workload mnist_mlp --world-sizes 2 --no-comm -o reports/sweep.html",
+                             "bench sweep --backend elastic --gpus 8 --repeats 5"),
                          parents=[own, options.parent(None, ["--repeats"], repeats=SWEEP_DEFAULTS["repeats"]),
-                                  *options.training(SWEEP_DEFAULTS), options.comm(max_bytes=SWEEP_DEFAULTS["max_bytes"])])
+                                  *options.training(SWEEP_DEFAULTS),
+                                  options.comm(max_bytes=SWEEP_DEFAULTS["max_bytes"]), options.report_output()])
     p.set_defaults(func=cmd)
 
 
 def cmd(args) -> int:
     store = open_store(args.store, runs=True)
-    if args.report:
-        output_path(args.report)  # before the sweep, not after it
+    if args.output:
+        output_path(args.output)  # before the sweep, not after it
     cluster = cluster_of(args)
     device, limit = world_of(args, cluster)
     # a sweep's launches are short; its replicates are launches (bench.workflows.plan.SWEEP_DEFAULTS)
     backends = None if args.backend == "all" else comma_list(args.backend) or "primary"
+    if backends in (None, "primary"):
+        check_pair_can_run(device)  # before anything runs: one side alone would answer nothing
     running = None if backends is None else \
         [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
     spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | \
@@ -64,7 +75,7 @@ def cmd(args) -> int:
                            repeats=args.repeats)
     if args.json:
         print_json([r.to_dict() for r in records])
-    if args.report:
-        latest, stamped = write_report_with_copy(store, args.report)
+    if args.output:
+        latest, stamped = write_report_with_copy(store, args.output)
         note(f"report written to {latest} (and {stamped})")
     return status_exit([r.status for r in records])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from bench.cli.common import examples
 from bench.cli.testbed_verbs import progress, report_down, report_status
 from bench.core.console import note
 from bench.core.errors import EXIT_OK
@@ -16,7 +17,10 @@ from bench.testbed.protocol import require_usable
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("testhosts", help="test hosts on this machine: network namespaces with their own sshd")
+    p = verbs.add_parser("testhosts", help="test hosts on this machine: network namespaces with their own sshd",
+                         epilog=examples("bench testhosts up 2         # two hosts, each with its own address and sshd",
+                                         "bench testhosts status",
+                                         "bench testhosts down       # also takes down the clusters on them"))
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help=f"build N test hosts (1 to {MAX_HOSTS}), replacing any already up")
     n = up.add_argument("n", type=int, metavar="N", help="how many hosts")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from bench.cli import options
+from bench.cli.common import examples
 from bench.cli.testbed_verbs import print_rows, progress, report_down, report_status
 from bench.core.console import note
 from bench.core.errors import EXIT_OK
@@ -16,7 +17,9 @@ ROW = "{name:<12} {address:<15} {cpus:>3} CPU  {state}"  # a status row
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("testray", help="a Ray cluster on the test hosts: the head node here, a worker node on each")
+    p = verbs.add_parser("testray", help="a Ray cluster on the test hosts: the head node here, a worker node on each",
+                         epilog=examples("bench testray up --cpus 1   # after bench testhosts up N",
+                                         "bench testray status", "bench testray down"))
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start it on the test hosts that are up (bench testhosts up N first), "
                                        "replacing one already up")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from bench.cli.common import examples
 from bench.cli.testbed_verbs import print_rows, progress, report_down, report_status
 from bench.core.console import note
 from bench.core.errors import EXIT_OK
@@ -15,7 +16,9 @@ ROW = "{name:<12} {address:<15} {state}"  # a status row
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("testslurm", help="a Slurm cluster on the test hosts: slurmctld here, a slurmd on each")
+    p = verbs.add_parser("testslurm", help="a Slurm cluster on the test hosts: slurmctld here, a slurmd on each",
+                         epilog=examples("bench testslurm up       # after bench testhosts up N",
+                                         "bench testslurm status", "bench testslurm down"))
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("up", help="start it on the test hosts that are up (bench testhosts up N first), "
                                   "replacing one already up")

@@ -131,10 +131,15 @@ def patch_source(src: Path, cxx_standard: int, cuda: bool) -> list[str]:
 GCC13_INCLUDES = ("cstdint", "string", "stdexcept")
 
 
+def cxx_compiler() -> str:
+    """The C++ compiler the build uses: $CXX, as CMake reads it, else c++."""
+    return os.environ.get("CXX") or "c++"
+
+
 def gcc_major() -> int | None:
     try:
-        out = subprocess.run(["c++", "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
-        is_gcc = "Free Software Foundation" in subprocess.run(["c++", "--version"], capture_output=True,
+        out = subprocess.run([cxx_compiler(), "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
+        is_gcc = "Free Software Foundation" in subprocess.run([cxx_compiler(), "--version"], capture_output=True,
                                                              text=True, timeout=30).stdout
         return int(out.strip().split(".")[0]) if is_gcc else None
     except (OSError, ValueError, subprocess.SubprocessError):

@@ -58,6 +58,18 @@ def available_backends(device: str, on_skip=None, names=None) -> list[str]:
     return backends
 
 
+def check_pair_can_run(device: str) -> None:
+    """Refuse (UsageError) a sweep that asks for the question's pair (PRIMARY, by default or with `all`) when one
+    of it cannot run on `device` here, saying how to set it up: one side measured alone answers nothing, and a note
+    among a sweep's progress lines is easily missed."""
+    for name in PRIMARY:
+        problem = get_backend(name).unavailable_reason(device)
+        if problem:
+            rest = ",".join(b for b in PRIMARY if b != name)
+            raise UsageError(f"a sweep compares {' and '.join(PRIMARY)}, and {name} cannot run here: {problem}; "
+                             f"or give --backend {rest} to measure without it")
+
+
 def comm_options(values: dict) -> dict:
     """The keyword arguments of a communication spec (bench.tasks.comm.build_spec) from user values:
     sizes as bytes or text (4, 8K, 64M), ops as a list or comma-separated; a key missing or None takes

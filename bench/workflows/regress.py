@@ -42,6 +42,9 @@ REGRESS_MATRIX = dict(nproc=2, world_sizes=[1, 2], workloads=["mnist_mlp", "resn
                       comm_max_bytes=SWEEP_DEFAULTS["max_bytes"], references={"ray": ["mnist_mlp"]})
 REGRESS_REPEATS = 3
 BASELINE_REPEATS = 5
+# Where `bench regress` and `bench baseline` (and so `nox -s regress` and `nox -s baseline`) keep their runs by
+# default: a store of the gate's own, so that its sweeps never mix with the results `bench report` reads.
+REGRESS_STORE = Path("results") / "regress.sqlite"
 
 
 def regress_command(repeats: int, timeout: float | None = None) -> list[str]:

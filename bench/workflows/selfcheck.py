@@ -350,7 +350,7 @@ def plan(backends: list[str], workload: str, device: str, world_size: int, *, op
                          f"({', '.join(WORKLOADS)})")
     if allreduce and world_size < 2:
         raise UsageError(f"--nproc {world_size}: an allreduce needs 2 processes or more; "
-                         "raise --nproc or pass --no-allreduce")
+                         "raise --nproc or pass --no-comm")
     sizes = comm_options({**comm, "ops": "allreduce", "dtype": "float32", "min_bytes": ALLREDUCE_BYTES,
                           "max_bytes": ALLREDUCE_BYTES})
     out = []

@@ -1,0 +1,95 @@
+"""docs/cli.md, generated from the parser: `python -m bench.cli.docs > docs/cli.md` (tests/test_cli_parser.py fails
+when the committed file differs from what this prints).
+
+Help is laid out at a fixed width, so that the page does not depend on the terminal it was made in; argparse's
+layout differs a little between Python versions, so the page says which one made it (the test compares under that
+version only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import sys
+
+from bench.cli import EXIT_INTERNAL, VERB_GROUPS, build_parser
+from bench.cli.common import HelpFormatter
+from bench.cli.options import TEST_ONLY
+from bench.cli.renamed import RENAMED
+from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
+from bench.core.registry import BACKEND_MODULES, get_backend
+
+COMMAND = "python -m bench.cli.docs > docs/cli.md"
+WIDTH = 100
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def generated_with(text: str) -> str | None:
+    """The Python version a page says made it (its first line names it), or None."""
+    found = re.search(r"generated with Python (\d+\.\d+)", text.split("\n", 1)[0])
+    return found.group(1) if found else None
+
+
+def _commands(parser: argparse.ArgumentParser, words=("bench",)):
+    """(words, parser) of `bench`, of every verb and of every verb's own action (testhosts up ...)."""
+    yield words, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, (*words, name))
+
+
+def _help(parser: argparse.ArgumentParser) -> str:
+    parser.formatter_class = functools.partial(HelpFormatter, width=WIDTH)
+    return parser.format_help().rstrip()
+
+
+def _renamed_rows() -> list[str]:
+    rows = ["| old spelling | now | on | why |", "|---|---|---|---|"]
+    for r in RENAMED:
+        on = ", ".join(f"`{verb}`" for verb in r.verbs) if r.verbs else f"every verb with `{r.new}`"
+        rows.append(f"| `{r.old}` | `{r.new}` | {on} | {r.why} |")
+    return rows
+
+
+def fault_only_flags() -> list[str]:
+    return [opt.flag for name in BACKEND_MODULES for opt in get_backend(name).options if opt.fault_only]
+
+
+def page() -> str:
+    parser = build_parser()
+    groups = "; ".join(f"{group}: " + ", ".join(f"`{name}`" for name in names) for group, names in VERB_GROUPS)
+    lines = [
+        f"# The command line (generated with Python {PYTHON}; do not edit)",
+        "",
+        f"This page is made from the parser itself: `{COMMAND}`. `tests/test_cli_parser.py` fails when it and the "
+        "parser differ; run the command again after changing an option or its help.",
+        "",
+        "## Conventions",
+        "",
+        f"- The verbs come in groups: {groups}.",
+        f"- `bench` with no verb prints the help below on stderr and exits {EXIT_BAD_INPUT}, as argparse does for a "
+        "missing argument; `bench --help` prints it on stdout and exits 0; `bench --version` prints the version.",
+        f"- Exit codes: {EXIT_OK} ok; {EXIT_RUN_FAILED} a run not ok, or a comparison that failed; {EXIT_BAD_INPUT} "
+        f"bad input (one line on stderr, before anything is created or launched); {EXIT_INTERNAL} a bug in bench "
+        f"(`BENCH_DEBUG=1` shows the traceback); {EXIT_INTERRUPTED} interrupted.",
+        "- The file a verb writes is `-o/--output`; skipping communication is `--no-comm`; Horovod's options are "
+        "`--hvd-*`. Defaults are said in each option's help, and where a verb's default differs from another's, "
+        "its help says why.",
+        f"- Test-only options ({', '.join(f'`{flag}`' for flag in TEST_ONLY)}) and, outside `bench fault`, the "
+        f"options of fault runs only ({', '.join(f'`{flag}`' for flag in fault_only_flags())}) are accepted but not "
+        "shown in help.",
+        "- Old spellings still work for now: each says once on stderr what it is called now. `--launcher slurm`, "
+        "as people write it for a Slurm launch, means `--scheduler slurm`.",
+        "",
+        *_renamed_rows(),
+        "",
+    ]
+    for words, sub in _commands(parser):
+        lines += [f"## {' '.join(words)}", "", "```text", _help(sub), "```", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(page())
