@@ -121,7 +121,7 @@ def test_readme_commands_are_what_ci_and_nox_run():
                                    for arg in call.args if isinstance(arg, ast.Constant)]
     assert "pytest" in sessions["tests"]
     bench_run = sessions["bench"]
-    assert bench_run[bench_run.index("bench"):][:4] == ["bench", "sweep", "--report", "reports/latest.html"]
+    assert bench_run[bench_run.index("bench"):][:4] == ["bench", "sweep", "--output", "reports/latest.html"]
     args = build_parser().parse_args(["sweep"])
     assert args.backend is None and args.gpus is None  # the primary pair, CPU processes
     assert PRIMARY == ("elastic", "horovod")
