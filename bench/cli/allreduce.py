@@ -16,7 +16,7 @@ ALL = "all"
 def add_parser(verbs) -> None:
     p = verbs.add_parser("allreduce", help="communication sweep over message sizes, as nccl-tests prints it",
                          parents=[options.placement([*options.PLACEMENT, "--timeout"]), options.hosts(), options.comm(),
-                                  options.backend_options(), options.store(), options.json_output()])
+                                  options.backend_options(), options.sharing(), options.store(), options.json_output()])
     options.add(p, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
                                                    f"({', '.join(COMPARED)}) (default %(default)s)",
                 invalid=["tensorflow", "elastic,nope"])

@@ -17,6 +17,7 @@ from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, get_backend, get_task
 from bench.core.spec import resolve_device
 from bench.core.store import Store
+from bench.harness.cores import set_sharing
 from bench.harness.runner import execute
 from bench.workflows.plan import COMM_KEYS
 from bench.workflows.plan import comm_options as resolve
@@ -28,6 +29,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+# ---------------------------------------------------------------- before a verb runs anything
+def before_runs(args) -> None:
+    """What a verb that runs something settles first (bench.cli._carry_out calls it for every verb with the sharing
+    options): what its runs do where another bench run holds the cores (bench.harness.cores)."""
+    set_sharing(args.allow_shared, args.wait_for_cores)
 
 
 # ---------------------------------------------------------------- arguments to plain values

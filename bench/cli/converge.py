@@ -54,7 +54,7 @@ def add_parser(verbs) -> None:
                                      "with --data-dir. Every run is stored; --report writes the page.",
                          parents=[own, options.parent("what runs", ("--workload",)), options.placement(), measured,
                                   options.parent("data", options.DATA, data=d["data"]),
-                                  options.backend_options(), options.store(), options.json_output()])
+                                  options.backend_options(), options.sharing(), options.store(), options.json_output()])
     p.set_defaults(func=cmd)
 
 

@@ -14,7 +14,7 @@ from bench.workflows.regress import baseline, check_baseline_dir, regress, save_
 
 def add_parser(verbs) -> None:
     def gate_options(repeats: int):
-        p = options.parent(None, ["--timeout", "--repeats", "--store"], repeats=repeats)
+        p = options.parent(None, ["--timeout", "--repeats", "--store", *options.SHARING], repeats=repeats)
         options.add(p, "--dir", default=BASELINE_DIR, type=options.nonempty_path,
                     help="baseline folder (default %(default)s)",
                     invalid=[__file__, "", options.LONG_PATH])  # a file, not a folder

@@ -43,7 +43,7 @@ def add_parser(verbs) -> None:
                  options.parent("measurement", ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows",
                                                 "--timeout")),
                  options.parent("allreduce", ("--warmup-iters", "--iters")),
-                 _store(), options.json_output()])
+                 options.sharing(), _store(), options.json_output()])
     p.set_defaults(func=cmd)
 
 

@@ -19,7 +19,7 @@ from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
-SCHEMA_VERSION = 7  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 8  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RunStatus(str, enum.Enum):
@@ -144,6 +144,9 @@ class RunRecord(Record):
     environment: dict
     run_dir: str
     launch: dict = field(default_factory=dict)  # what the launcher chose at run time (ports, hosts files)
+    # other bench runs that ran on any of this run's cores while it ran ({"run_id", "label", "store"}: one of them
+    # ran with --allow-shared; bench.harness.cores): such a run measured them too, and is compared with nothing
+    shared_with: list[dict] = field(default_factory=list)
 
     def __post_init__(self):
         self.status = RunStatus(self.status)  # a word is checked and typed here, wherever the record was made
@@ -155,6 +158,11 @@ class RunRecord(Record):
     @property
     def ok(self) -> bool:
         return self.status is RunStatus.OK
+
+    @property
+    def comparable(self) -> bool:
+        """Whether its figures may enter a comparison, a verdict or the gate: ok, and alone on its cores."""
+        return self.ok and not self.shared_with
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunRecord":
@@ -276,7 +284,16 @@ def _v6_to_v7(rec: dict) -> dict:
     return rec
 
 
-UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7}  # version -> function that returns the record at version + 1
+def _v7_to_v8(rec: dict) -> dict:
+    """v8 adds `shared_with`, the other bench runs that ran on the run's cores while it ran: before v8 no bench
+    looked, so a v7 run is recorded as sharing with none it knew of."""
+    rec = dict(rec, shared_with=[])
+    rec["schema_version"] = 8
+    return rec
+
+
+UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7,
+            7: _v7_to_v8}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict) -> dict:

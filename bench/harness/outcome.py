@@ -157,12 +157,13 @@ def run_events(run_dir: RunDir, outcome) -> list[dict]:
 
 
 def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict, command: list[str],
-                 conclusion, launch_info: dict) -> RunRecord:
-    """The one place a RunRecord is made: the run's facts, and what its task concluded."""
+                 conclusion, launch_info: dict, shared_with: list[dict] | None = None) -> RunRecord:
+    """The one place a RunRecord is made: the run's facts, and what its task concluded; `shared_with`: the other
+    bench runs that ran on its cores meanwhile (bench.harness.cores)."""
     events = run_events(run_dir, outcome) + list(conclusion.events)
     events.sort(key=lambda e: e["time"])
     return RunRecord(schema_version=SCHEMA_VERSION, run_id=run_id, created_at=outcome.launched_at,
                      duration_s=outcome.ended_at - outcome.launched_at, status=conclusion.status,
                      error=conclusion.error, spec=spec, command=list(command), rank_map=conclusion.rank_map,
                      metrics=conclusion.metrics, events=events, environment=environment,
-                     run_dir=str(run_dir.path), launch=launch_info)
+                     run_dir=str(run_dir.path), launch=launch_info, shared_with=list(shared_with or []))
