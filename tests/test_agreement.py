@@ -165,3 +165,31 @@ def test_sweeps_of_two_machines_are_not_reruns_of_each_other():
     again = sweep("s3", {("elastic", 2): [151, 150, 149], ("horovod", 2): [121, 119, 120]}, t0=3000)
     three = agreement({"s1": fast_elastic, "s2": there, "s3": again})
     assert list(three["pairs"]) == [("s1", "s3")] and three["pairs"][("s1", "s3")] == []
+
+
+def test_runs_that_shared_their_cores_are_left_out_of_verdicts_the_page_and_the_gate():
+    """A sweep whose elastic launches ran alongside another bench run: they are not compared, the page says so in
+    one line, and the gate has no figure of them."""
+    import dataclasses
+
+    from bench.report.page import render_report
+    from bench.results.figures import figures
+
+    recs = sweep("s1", CLEAR)
+    other = [{"run_id": "20250101-000000-abcdef", "label": "horovod mnist_mlp, world 2", "store": "/x.sqlite"}]
+    marked = [dataclasses.replace(r, shared_with=other) if (r.spec.backend, r.spec.world_size) == ("elastic", 2)
+              else r for r in recs]
+    before = [s for s in page_part(recs).verdict if "2 worker(s)" in s]
+    after = [s for s in page_part(marked).verdict if "2 worker(s)" in s]
+    assert any("elastic is faster by" in s for s in before)
+    assert not any("elastic" in s and "faster" in s for s in after)
+    assert not any(k.startswith("elastic") and "x2" in k for k in sweep_claims(marked))
+    page = render_report(records_to_frame(marked), "test")
+    assert ("3 ok run(s) left out of every comparison, verdict and the gate: another bench run shared their cores"
+            in page)
+    assert "20250101-000000-abcdef" in page
+    assert "left out of every comparison" not in render_report(records_to_frame(recs), "test")
+    figs, not_ok = figures(marked)
+    assert "throughput elastic mnist_mlp n=2" not in figs and "efficiency elastic mnist_mlp n=2" not in figs
+    assert not_ok["throughput elastic mnist_mlp n=2"]["status"] == "ok, but another bench run shared its cores"
+    assert "throughput horovod mnist_mlp n=2" in figs

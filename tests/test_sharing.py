@@ -12,7 +12,7 @@ import pytest
 
 from bench.core.errors import CoresInUse
 from bench.harness.cores import CoreClaim, Sharing
-from conftest import FAST, ROOT
+from conftest import FAST, ROOT, bench_in_process
 
 HOLDER = """
 import sys, time
@@ -137,3 +137,10 @@ def test_allow_shared_runs_alongside_and_both_records_say_so(tmp_path):
     assert [r["run_id"] for r in two["shared_with"]] == [one["run_id"]]
     assert [r["run_id"] for r in one["shared_with"]] == [two["run_id"]]
     assert one["shared_with"][0] == {"run_id": two["run_id"], "label": "single mnist_mlp, world 1", "store": str(store)}
+    from bench.core.store import Store
+    from bench.results.frame import comparable_runs, load_frame
+
+    frame = load_frame(Store(store))
+    assert frame["shared"].all() and comparable_runs(frame).empty
+    listing = bench_in_process("list", "--store", store)
+    assert listing.returncode == 0 and listing.stdout.count("ok, shared") == 2

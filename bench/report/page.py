@@ -23,7 +23,7 @@ from bench.core.store import check_folder_writable
 from bench.report.sections import (ENV_KEYS, Bullets, Cell, Paragraph, Plot, ReportContext, ReportPart, Row, Section,
                                    Table, code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong, styled)
 from bench.results.agreement import agreement
-from bench.results.frame import frame_columns, load_frame, of_task
+from bench.results.frame import frame_columns, load_frame, of_task, shared_runs
 
 TEMPLATE = "report.html.j2"  # in the package's templates folder
 
@@ -87,9 +87,22 @@ def agreement_note(frame) -> tuple[str, bool]:
                    "direction in every sweep that made them."), False
 
 
-def verdict_section(parts: list[ReportPart], rerun: tuple[str, bool] = ("", False)) -> Section:
+def shared_note(frame) -> str:
+    """The one line that says which ok runs are left out because another bench run shared their cores."""
+    shared = shared_runs(frame)
+    if shared.empty:
+        return ""
+    runs = "; ".join(f"{r.run_id} (with {', '.join(o['run_id'] for o in r.record.shared_with)})"
+                     for r in shared.itertuples())
+    return (f"{len(shared)} ok run(s) left out of every comparison, verdict and the gate: another bench run shared "
+            f"their cores while they ran (--allow-shared), so they measured it too: {runs}.")
+
+
+def verdict_section(parts: list[ReportPart], rerun: tuple[str, bool] = ("", False), shared: str = "") -> Section:
     sentences = [s for p in parts for s in p.verdict]
     blocks = [Bullets(sentences, "verdict")] if sentences else []
+    if shared:
+        blocks.append(Paragraph(shared, "warn"))
     if rerun[0]:
         blocks.append(Paragraph(rerun[0], "warn" if rerun[1] else "note"))
     blocks += [Paragraph(p.no_verdict) for p in parts if p.no_verdict and not p.verdict]
@@ -241,8 +254,8 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
                          "`bench list` shows what is stored")
     parts = task_parts(frame, ReportContext(store_label, list(where or []), frame))
     shown = [rec for p in parts for rec in p.shown] or list(frame["record"])
-    sections = [verdict_section(parts, agreement_note(frame)), *(s for p in parts for s in p.sections), rank_map_section(frame),
-                environment_section(shown), failed_section(frame, parts), method_section(parts)]
+    sections = [verdict_section(parts, agreement_note(frame), shared_note(frame)), *(s for p in parts for s in p.sections),
+                rank_map_section(frame), environment_section(shown), failed_section(frame, parts), method_section(parts)]
     sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
     return _template().render(
         store=store_label, where=" ".join(where or []), n_runs=len(frame),

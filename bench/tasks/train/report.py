@@ -14,12 +14,11 @@ import math
 import statistics
 
 from bench.core import stats
-from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
 from bench.core.spec import pinned_words
 from bench.report.sections import (Cell, Heading, Paragraph, Plot, ReportPart, Section, Table, code, em,
                                    env_differences, figure_png, fmt, left, pct, pyplot, right, strong)
-from bench.results.frame import CONDITIONS
+from bench.results.frame import CONDITIONS, comparable_runs
 from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
 from bench.tasks.train.results import TrainingCase, difference, network_words, replicated_cases
 
@@ -514,7 +513,7 @@ SIGNIFICANCE = round(1 - stats.CONFIDENCE, 10)  # stated in the method: p below 
 
 def report_part(frame, context) -> ReportPart:
     """The training runs' part of the page (`frame`: this task's runs only)."""
-    ok = frame[frame["status"] == RunStatus.OK]
+    ok = comparable_runs(frame)
     cases = replicated_cases(ok) if not ok.empty else []
     sentences, fairness, comparisons = verdict(cases) if cases else ([], [], [])
     links, crossovers = link_blocks(cases)
