@@ -79,10 +79,13 @@ def agreement_note(frame) -> tuple[str, bool]:
         return "", False
     result = agreement(sweeps)
     bad = sorted({k for keys in result["pairs"].values() for k in keys})
+    far = sorted({k for keys in result["apart"].values() for k in keys} - set(bad))
     head = (f"Rerun check: this selection holds {len(sweeps)} sweeps; each comparison taken from each sweep on its "
             f"own ({len(result['keys'])} comparisons, {len(result['pairs'])} pairs of sweeps, `bench agreement`): ")
-    if bad:
-        return head + f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}.", True
+    said = ([f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}"] if bad else []) + \
+        ([f"{len(far)} comparison(s) disagree beyond their resolution: {'; '.join(far)}"] if far else [])
+    if said:
+        return head + "; ".join(said) + ".", True
     return head + (f"no contradiction; {len(result['resolved_everywhere'])} comparison(s) significant in the same "
                    "direction in every sweep that made them."), False
 
