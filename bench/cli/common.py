@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from bench.cli.options import BACKEND_OPTION
 from bench.cluster import slurm
-from bench.cluster.hosts import check_hosts, parse_link, shape_links, unshape_links
+from bench.cluster.hosts import check_hosts, check_interface_variables, parse_link, shape_links, unshape_links
 from bench.core.console import note
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.core.hostlist import Host
@@ -34,7 +35,14 @@ class Parser(argparse.ArgumentParser):
 # ---------------------------------------------------------------- before a verb runs anything
 def before_runs(args) -> None:
     """What a verb that runs something settles first (bench.cli._carry_out calls it for every verb with the sharing
-    options): what its runs do where another bench run holds the cores (bench.harness.cores)."""
+    options): the interface variables of the environment, checked as --iface is (here for a run on this machine;
+    across hosts by bench.harness.runner.execute, once the interface is known), and what its runs do where another
+    bench run holds the cores (bench.harness.cores)."""
+    scheduler = getattr(args, "scheduler", None)
+    across = getattr(args, "hosts", None) or getattr(args, "hostfile", None) or scheduler == "slurm" or \
+        (scheduler is None and slurm.in_allocation())
+    if not across:
+        check_interface_variables(os.environ)
     set_sharing(args.allow_shared, args.wait_for_cores)
 
 

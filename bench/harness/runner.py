@@ -7,7 +7,7 @@ import secrets
 import sys
 import time
 
-from bench.cluster.hosts import shaped_links
+from bench.cluster.hosts import check_interface_variables, shaped_links
 from bench.cluster.slurm import signal_judged
 from bench.core.codec import dumps
 from bench.core.console import format_duration, note
@@ -58,6 +58,7 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
     store.check_writable()
     for run_id in recover(store):
         note(f"bench: recorded run {run_id} as interrupted: its bench process died before recording it")
+    check_interface_variables(os.environ, spec.iface if spec.hosts else None)
     run_id = new_run_id()
     label = f"{spec.backend} {get_task(spec.task).case(spec)}, world {spec.world_size}"
     with CoreClaim(run_id, label, str(store.path), run_resources(spec)) as claim:
