@@ -79,6 +79,19 @@ def test_crashed_worker_names_rank_and_exit(kind, how, store):
     assert_nothing_left(record)
 
 
+def test_a_rank_that_exits_zero_mid_run_is_blamed_not_its_peer(store):
+    """Rank 1 leaves with os._exit(0) at step 4; rank 0 then fails on the closed connection: rank 1 is the cause."""
+    proc, record = bench_json("run", "--nproc", 2, "--inject", "exit:1:4", "--timeout", 120, "--store", store, *FAST)
+    assert proc.returncode == 1 and record["status"] == "crashed"
+    error = record["error"]
+    assert (error["rank"], error["exit_code"], error["signal"], error["exception"]) == (1, 0, None, None)
+    assert error["message"].startswith("rank 1 exited (code 0) before the run ended, without an error or its result "
+                                       "(its last report: "), error["message"]
+    assert "; rank 0 then failed: " in error["message"]
+    assert "injected exit (code 0) at step 4" in error["tail"]
+    assert_nothing_left(record)
+
+
 def _run_dirs(store: Path):
     return list((store.parent / "runs").glob("*")) if (store.parent / "runs").exists() else []
 

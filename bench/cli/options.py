@@ -230,7 +230,8 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--image-size": dict(type=positive_int, help="input side for image models (default: the workload's CPU or "
                                                      "GPU size)", invalid=["0", "x", "8"]),
         # testing the harness
-        "--inject": dict(metavar="KIND:RANK:STEP", help="test-only fault: hang, crash or kill rank RANK at step STEP",
+        "--inject": dict(metavar="KIND:RANK:STEP", help="test-only fault: hang, crash (raise), kill (SIGKILL) or exit "
+                                                         "(os._exit(0), without a word) rank RANK at step STEP",
                          invalid=["explode:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"]),
         "--inject-delay": dict(metavar="DELAY",
                                help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of "

@@ -57,6 +57,8 @@ def main(argv: list[str]) -> int:
     for sig in FORWARDED:
         signal.signal(sig, forward)
     returncode = child.wait()
+    # a worker that left before its result (its error or none): its log's tail tells how
+    ended_early = returncode != 0 or not run_dir.rank_file(rank, attempt, "result").exists()
     run_dir.write(rank, attempt, "exit", {
         "rank": rank, "attempt": attempt, "pid": child.pid, "time": time.time(),
         "returncode": returncode,
@@ -65,7 +67,7 @@ def main(argv: list[str]) -> int:
         # A signal that reached the guard from outside means the launcher or the harness ended this
         # rank: a consequence of another failure, not its cause.
         "terminated_by": received[0] if received else None,
-        "tail": tail(log_path) if returncode != 0 else "",
+        "tail": tail(log_path) if ended_early else "",
     })
     if returncode < 0:
         signal.signal(-returncode, signal.SIG_DFL)
