@@ -82,6 +82,20 @@ def assert_nothing_left(record: dict) -> None:
             psutil.Process(row["pid"]).status() == psutil.STATUS_ZOMBIE, f"rank {row['rank']} survived"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def lock_dir_of_this_session(tmp_path_factory):
+    """The runs of this test session claim their cores in a folder of their own (bench.harness.cores): they still
+    wait for each other, but not for another session's runs on this shared machine."""
+    folder = tmp_path_factory.mktemp("bench-locks")
+    before = os.environ.get("BENCH_LOCK_DIR")
+    os.environ["BENCH_LOCK_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("BENCH_LOCK_DIR", None)
+    else:
+        os.environ["BENCH_LOCK_DIR"] = before
+
+
 @pytest.fixture
 def store(tmp_path):
     return tmp_path / "results" / "bench.sqlite"

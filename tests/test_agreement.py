@@ -1,5 +1,6 @@
 """Verdicts across launches, and agreement between sweeps, on records built in memory."""
 
+import json
 import re
 
 from bench.core.stats import Family
@@ -208,3 +209,62 @@ def test_sweeps_of_two_machines_are_not_reruns_of_each_other():
     again = sweep("s3", {("elastic", 2): [151, 150, 149], ("horovod", 2): [121, 119, 120]}, t0=3000)
     three = agreement({"s1": fast_elastic, "s2": there, "s3": again})
     assert list(three["pairs"]) == [("s1", "s3")] and three["pairs"][("s1", "s3")] == []
+
+
+def test_estimates_apart_beyond_their_resolution_are_not_called_agreeing(tmp_path):
+    """+32% against -71%, neither significant (so no contradiction): they differ by more than the half-width of
+    their difference, so they disagree beyond their resolution, and `bench agreement` says so and exits 1."""
+    from bench.core.store import Store
+    from conftest import bench_in_process
+
+    key = "elastic / horovod, mnist_mlp cpu b64 x2"
+    a = sweep("a", {("elastic", 2): [132, 110, 158], ("horovod", 2): [100, 90, 110]})
+    b = sweep("b", {("elastic", 2): [29, 17, 50], ("horovod", 2): [100, 90, 110]}, t0=100)
+    claims_a, claims_b = sweep_claims(a), sweep_claims(b)
+    assert claims_a[key].cell() == "+32.3% (±45%)" and claims_b[key].cell() == "-70.8% (±260%)"
+    assert contradictions(claims_a, claims_b) == []
+    result = agreement({"a": a, "b": b})
+    assert result["apart"][("a", "b")] == [key]
+    text = format_agreement(result)
+    line = next(x for x in text.splitlines() if x.startswith(key))
+    assert line.endswith("APART") and "0 contradiction(s), 1 disagreement(s) beyond their resolution" in text
+    # close estimates of the same comparison stay in agreement
+    c = sweep("c", {("elastic", 2): [128, 115, 150], ("horovod", 2): [100, 92, 108]}, t0=200)
+    assert agreement({"a": a, "c": c})["apart"][("a", "c")] == []
+
+    store = Store(tmp_path / "bench.sqlite")
+    for rec in a + b:
+        store.save(rec)
+    proc = bench_in_process("agreement", "--store", store.path)
+    assert proc.returncode == 1 and "APART" in proc.stdout, proc.stderr
+    proc = bench_in_process("agreement", "--store", store.path, "--json")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["beyond_resolution"] == [{"sweeps": ["a", "b"], "comparisons": [key]}]
+
+
+def test_runs_that_shared_their_cores_are_left_out_of_verdicts_the_page_and_the_gate():
+    """A sweep whose elastic launches ran alongside another bench run: they are not compared, the page says so in
+    one line, and the gate has no figure of them."""
+    import dataclasses
+
+    from bench.report.page import render_report
+    from bench.results.figures import figures
+
+    recs = sweep("s1", CLEAR)
+    other = [{"run_id": "20250101-000000-abcdef", "label": "horovod mnist_mlp, world 2", "store": "/x.sqlite"}]
+    marked = [dataclasses.replace(r, shared_with=other) if (r.spec.backend, r.spec.world_size) == ("elastic", 2)
+              else r for r in recs]
+    before = [s for s in page_part(recs).verdict if "2 worker(s)" in s]
+    after = [s for s in page_part(marked).verdict if "2 worker(s)" in s]
+    assert any("elastic is faster by" in s for s in before)
+    assert not any("elastic" in s and "faster" in s for s in after)
+    assert not any(k.startswith("elastic") and "x2" in k for k in sweep_claims(marked))
+    page = render_report(records_to_frame(marked), "test")
+    assert ("3 ok run(s) left out of every comparison, verdict and the gate: another bench run shared their cores"
+            in page)
+    assert "20250101-000000-abcdef" in page
+    assert "left out of every comparison" not in render_report(records_to_frame(recs), "test")
+    figs, not_ok = figures(marked)
+    assert "throughput elastic mnist_mlp n=2" not in figs and "efficiency elastic mnist_mlp n=2" not in figs
+    assert not_ok["throughput elastic mnist_mlp n=2"]["status"] == "ok, but another bench run shared its cores"
+    assert "throughput horovod mnist_mlp n=2" in figs

@@ -228,3 +228,36 @@ def test_a_run_directory_that_cannot_be_written_is_refused_before_launch(tmp_pat
     for verb in ("run", "sweep", "allreduce", "regress"):
         assert_one_line_error(bench_in_process(verb, "--store", tmp_path / "bench.sqlite"),
                               f"run directory {tmp_path}/runs cannot be written (it is a file, not a folder)")
+
+
+RUNNING_VERBS = ["run", "sweep", "allreduce", "converge", "fault", "selfcheck", "regress", "baseline"]
+
+
+@pytest.mark.parametrize("verb", RUNNING_VERBS)
+@pytest.mark.parametrize("variable, value, named", [("GLOO_SOCKET_IFNAME", "nonexist0", "nonexist0"),
+                                                    ("GLOO_SOCKET_IFNAME", "lo,nonexist0", "nonexist0"),
+                                                    ("NCCL_SOCKET_IFNAME", "nonexist", "nonexist*"),
+                                                    ("TP_SOCKET_IFNAME", "nonexist0", "nonexist0"),
+                                                    ("HOROVOD_GLOO_IFACE", "nonexist0", "nonexist0")])
+def test_an_interface_variable_naming_no_interface_is_refused_like_iface(verb, variable, value, named, monkeypatch,
+                                                                         nothing_runs):
+    """Set in the environment, it would break one backend and not another: refused before anything, as --iface."""
+    monkeypatch.setenv(variable, value)
+    assert_one_line_error(bench_in_process(verb), f"{variable}={value} in the environment: no interface {named} on "
+                                                  "this machine (it has lo", f"unset {variable}")
+
+
+def test_interface_variables_that_name_an_interface_or_exclude_some_pass():
+    from bench.cluster.hosts import check_interface_variables
+    from bench.core.errors import UsageError
+
+    for env in ({"GLOO_SOCKET_IFNAME": "lo"}, {"NCCL_SOCKET_IFNAME": "^docker,nonexist"}, {"NCCL_SOCKET_IFNAME": "l"},
+                {"NCCL_SOCKET_IFNAME": "=lo"}, {"OMPI_MCA_btl_tcp_if_include": "lo,10.0.0.0/8"},
+                {"GLOO_SOCKET_IFNAME": ""}):
+        check_interface_variables(env)
+    with pytest.raises(UsageError, match="no interface l on this machine"):
+        check_interface_variables({"NCCL_SOCKET_IFNAME": "=l"})  # "=": the exact name, not a prefix
+    # across hosts the ones bench sets from --iface are replaced; the others must name it
+    check_interface_variables({"GLOO_SOCKET_IFNAME": "nonexist0"}, iface="eth0")
+    with pytest.raises(UsageError, match="across hosts every backend uses --iface eth0; unset HOROVOD_GLOO_IFACE"):
+        check_interface_variables({"HOROVOD_GLOO_IFACE": "eth1"}, iface="eth0")

@@ -129,6 +129,18 @@ def test_crashed_and_hung_horovod_workers(store):
     assert_nothing_left(hung)
 
 
+def test_a_horovod_rank_that_exits_zero_mid_run_is_blamed(store):
+    """Rank 1 leaves with os._exit(0) at step 4: rank 0's "Horovod has been shut down" is its consequence."""
+    proc, record = bench_json("run", "--backend", "horovod", "--nproc", 2, "--inject", "exit:1:4", "--timeout", 120,
+                              "--store", store, *FAST)
+    assert proc.returncode == 1 and record["status"] == "crashed", record["error"]
+    error = record["error"]
+    assert (error["rank"], error["exit_code"], error["signal"], error["exception"]) == (1, 0, None, None)
+    assert error["message"].startswith("rank 1 exited (code 0) before the run ended, without an error or its result")
+    assert "injected exit (code 0) at step 4" in error["tail"]
+    assert_nothing_left(record)
+
+
 def test_broken_horovod_install_is_one_line(tmp_path, store):
     """A Horovod that does not import (as after a torch upgrade) names the command that fixes it."""
     fake = tmp_path / "shadow" / "horovod"

@@ -113,6 +113,7 @@ def test_every_schema_1_record_upgrades(v1_store):
     records = v1_store.records()
     assert Counter(r.spec.task for r in records) == {"train": 14, "comm": 3, "fault": 8}
     assert all(r.schema_version == SCHEMA_VERSION and r.launch == {} for r in records)
+    assert all(r.shared_with == [] for r in records)  # v8: no bench before it looked for runs sharing the cores
     assert [r.created_at for r in records] == sorted(r.created_at for r in records)
     for rec in records:
         old = raw[rec.run_id]

@@ -78,6 +78,57 @@ def test_crashed_worker_names_rank_and_exit(kind, how, store):
     assert_nothing_left(record)
 
 
+def test_a_rank_that_exits_zero_mid_run_is_blamed_not_its_peer(store):
+    """Rank 1 leaves with os._exit(0) at step 4; rank 0 then fails on the closed connection: rank 1 is the cause."""
+    proc, record = bench_json("run", "--nproc", 2, "--inject", "exit:1:4", "--timeout", 120, "--store", store, *FAST)
+    assert proc.returncode == 1 and record["status"] == "crashed"
+    error = record["error"]
+    assert (error["rank"], error["exit_code"], error["signal"], error["exception"]) == (1, 0, None, None)
+    assert error["message"].startswith("rank 1 exited (code 0) before the run ended, without an error or its result "
+                                       "(its last report: "), error["message"]
+    assert "; rank 0 then failed: " in error["message"]
+    assert "injected exit (code 0) at step 4" in error["tail"]
+    assert_nothing_left(record)
+
+
+NOISY = '''
+import os
+import sys
+
+from workloads import Size, Workload
+
+
+def build(num_classes, image):
+    import torch.nn as nn
+
+    if os.environ.get("BENCH_RANK") is not None:  # in the run's rank, not in the check before it
+        for i in range(120_000):
+            print(f"line {i:06d} " + "x" * 40)
+        print("the last line", flush=True)
+    return nn.Sequential(nn.Flatten(), nn.Linear(image * image, 16), nn.ReLU(), nn.Linear(16, num_classes))
+
+
+NOISY = Workload(name="noisy", summary="prints 6 MB", channels=1, gpu=Size(16, 12, 4, 5), cpu=Size(16, 12, 4, 5),
+                 fixed_image=False, build=build)
+'''
+
+
+def test_a_rank_that_prints_without_end_leaves_a_capped_log_with_its_tail(store, tmp_path):
+    from bench.core.rundir import LOG_HEAD_BYTES, LOG_TAIL_BYTES, RunDir
+
+    (tmp_path / "noisy.py").write_text(NOISY)
+    proc, record = bench_json("run", "--backend", "single", "--nproc", 1, "--workload", f"{tmp_path}/noisy.py:NOISY",
+                              "--store", store, *FAST)
+    assert proc.returncode == 0 and record["status"] == "ok", proc.stderr
+    log = RunDir(record["run_dir"]).rank_file(0, 0, "log")
+    data = log.read_bytes()
+    printed = 120_000 * len("line 000000 " + "x" * 40 + "\n")
+    assert printed > 6_000_000 and len(data) <= LOG_HEAD_BYTES + LOG_TAIL_BYTES + 200
+    assert data.startswith(b"line 000000 ")
+    assert b"bytes of this rank's output dropped here; its log keeps the first 1048576 and the last 1048576" in data
+    assert b"line 119999 " + b"x" * 40 + b"\nthe last line\n" in data[-LOG_TAIL_BYTES:]
+
+
 def _run_dirs(store: Path):
     return list((store.parent / "runs").glob("*")) if (store.parent / "runs").exists() else []
 

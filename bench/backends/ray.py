@@ -20,11 +20,12 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 
 from bench.backends.base import Backend, BackendOption, CheckpointRestart, ElasticMode, Launcher, rank_row
 from bench.backends.elastic import DDP_BUCKET, DDPGroup, distributed_problem
-from bench.core.rundir import RunDir, tail, write_json_atomic
+from bench.core.rundir import LOG_DRAIN_S, CappedLog, RunDir, copy_output, tail, write_json_atomic
 from bench.rank.entry import run_process
 
 SETUP_HINT = "pip install -e '.[ray]'"
@@ -190,8 +191,9 @@ def _run_dir():
 
 def rank_main(config: dict) -> None:
     """Ray Train's train_loop_per_worker: one rank of the run, in the Ray worker's own process. What bench.harness.guard
-    does for the other backends' ranks is done here: the rank's output goes to its log, and whatever the ending
-    its exit file is written (a rank that raised exits with code 1, as a Python process would)."""
+    does for the other backends' ranks is done here: the rank's output goes to its log, capped as the guard caps it
+    (through a pipe, copied by a thread of this process), and whatever the ending its exit file is written (a rank
+    that raised exits with code 1, as a Python process would)."""
     import traceback
 
     import psutil
@@ -206,9 +208,12 @@ def rank_main(config: dict) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+    read_end, write_end = os.pipe()
+    pump = threading.Thread(target=copy_output, args=(read_end, CappedLog(log_path)), daemon=True)
+    pump.start()
+    os.dup2(write_end, 1)
+    os.dup2(write_end, 2)
+    os.close(write_end)
     returncode = 1
     try:
         run_process(run_dir, rank, attempt, psutil.Process().create_time())  # the Ray worker's process start
@@ -217,16 +222,18 @@ def rank_main(config: dict) -> None:
         traceback.print_exc()
         raise
     finally:
+        ended = time.time()
         sys.stdout.flush()
         sys.stderr.flush()
+        os.dup2(saved[0], 1)  # the pipe's last write ends of this process: its copy ends once it has the rest
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        pump.join(LOG_DRAIN_S)
         run_dir.write(rank, attempt, "exit", {
-            "rank": rank, "attempt": attempt, "pid": os.getpid(), "time": time.time(), "returncode": returncode,
+            "rank": rank, "attempt": attempt, "pid": os.getpid(), "time": ended, "returncode": returncode,
             "exit_code": returncode, "signal": None, "terminated_by": None,
             "tail": tail(log_path) if returncode else ""})
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (log, *saved):
-            os.close(fd)
 
 
 def address_problem(address: str) -> str | None:

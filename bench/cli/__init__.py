@@ -21,7 +21,7 @@ import textwrap
 from bench import __version__
 from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, import_runs, list_runs, regress, report,
                        run, selfcheck, slurm_script, sweep, testhosts, testray, testslurm)
-from bench.cli.common import Parser
+from bench.cli.common import Parser, before_runs
 from bench.cli.renamed import add_old_spellings
 from bench.cluster.slurm import last_ending
 from bench.core.console import guard_std_streams, lost_output, note
@@ -130,6 +130,8 @@ def _report_lost_output(verb: str | None) -> None:
 def _carry_out(args) -> int:
     """The verb, its errors turned into one line and an exit code."""
     try:
+        if hasattr(args, "allow_shared"):  # a verb that runs something on this machine
+            before_runs(args)
         return args.func(args)
     except BenchError as exc:
         print(f"bench {args.verb}: error: {exc}", file=sys.stderr)

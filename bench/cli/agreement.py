@@ -1,17 +1,17 @@
 """`bench agreement`: do stored sweeps of the same code agree? Each comparison the report makes, taken from
-each sweep on its own; exit 1 when two sweeps contradict each other."""
+each sweep on its own; exit 1 when two sweeps contradict each other or disagree beyond their resolution."""
 
 from __future__ import annotations
 
 from bench.cli import options
 from bench.cli.common import comma_list, examples, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
-from bench.results.agreement import agreement, format_agreement
+from bench.results.agreement import agreement, disagree, format_agreement
 
 
 def add_parser(verbs) -> None:
     p = verbs.add_parser("agreement", help="compare the verdicts of stored sweeps; exit 1 when two contradict "
-                                           "each other",
+                                           "each other or disagree beyond their resolution",
                          epilog=examples("bench agreement --store results/bench.sqlite   # every sweep stored there",
                                          "bench agreement --sweeps SWEEP_A,SWEEP_B --json"),
                          parents=[options.store(), options.json_output()])
@@ -44,7 +44,9 @@ def cmd(args) -> int:
                                        "significant": c.estimate.significant, "launches": c.estimate.launches}
                                    for k, c in cl.items()} for s, cl in result["claims"].items()},
                     "contradictions": [{"sweeps": list(pair), "comparisons": keys}
-                                       for pair, keys in result["pairs"].items() if keys]})
+                                       for pair, keys in result["pairs"].items() if keys],
+                    "beyond_resolution": [{"sweeps": list(pair), "comparisons": keys}
+                                          for pair, keys in result["apart"].items() if keys]})
     else:
         print(format_agreement(result))
-    return EXIT_RUN_FAILED if any(result["pairs"].values()) else EXIT_OK
+    return EXIT_RUN_FAILED if disagree(result) else EXIT_OK

@@ -20,7 +20,7 @@ def add_parser(verbs) -> None:
                              "bench allreduce --backend elastic,horovod --nproc 2 --min-bytes 8K --max-bytes 1G",
                              "bench allreduce --backend horovod --ops allreduce,allgather --dtype float16 --json"),
                          parents=[options.placement([*options.PLACEMENT, "--timeout"]), options.hosts(), options.comm(),
-                                  options.backend_options(), options.store(), options.json_output()])
+                                  options.backend_options(), options.sharing(), options.store(), options.json_output()])
     options.add(p, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
                                                    f"({', '.join(COMPARED)}) (default %(default)s: a sweep of "
                                                    "message sizes takes seconds a backend, and its table is read "

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from bench.cli.options import BACKEND_OPTION
 from bench.cluster import slurm
-from bench.cluster.hosts import check_hosts, parse_link, shape_links, unshape_links
+from bench.cluster.hosts import check_hosts, check_interface_variables, parse_link, shape_links, unshape_links
 from bench.core.console import note
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.core.hostlist import Host
@@ -17,6 +18,7 @@ from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, get_backend, get_task
 from bench.core.spec import resolve_device
 from bench.core.store import Store
+from bench.harness.cores import set_sharing
 from bench.harness.runner import execute
 from bench.workflows.plan import COMM_KEYS
 from bench.workflows.plan import comm_options as resolve
@@ -48,6 +50,18 @@ def examples(*commands: str) -> str:
     """A verb's epilog: its examples, each a command line and, after two spaces and #, what it does
     (tests/test_cli_parser.py parses every one with the real parser)."""
     return "examples:\n" + "\n".join(f"  {command}" for command in commands)
+# ---------------------------------------------------------------- before a verb runs anything
+def before_runs(args) -> None:
+    """What a verb that runs something settles first (bench.cli._carry_out calls it for every verb with the sharing
+    options): the interface variables of the environment, checked as --iface is (here for a run on this machine;
+    across hosts by bench.harness.runner.execute, once the interface is known), and what its runs do where another
+    bench run holds the cores (bench.harness.cores)."""
+    scheduler = getattr(args, "scheduler", None)
+    across = getattr(args, "hosts", None) or getattr(args, "hostfile", None) or scheduler == "slurm" or \
+        (scheduler is None and slurm.in_allocation())
+    if not across:
+        check_interface_variables(os.environ)
+    set_sharing(args.allow_shared, args.wait_for_cores)
 
 
 # ---------------------------------------------------------------- arguments to plain values

@@ -56,7 +56,7 @@ def add_parser(verbs) -> None:
                              "bench converge --data mnist --data-dir ~/mnist --target 0.97 --epochs 3"),
                          parents=[own, options.parent("what runs", ("--workload",)), options.placement(), measured,
                                   options.parent("data", options.DATA, data=d["data"]),
-                                  options.backend_options(), options.store(), options.json_output(),
+                                  options.backend_options(), options.sharing(), options.store(), options.json_output(),
                                   options.report_output()])
     p.set_defaults(func=cmd)
 

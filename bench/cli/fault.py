@@ -35,7 +35,8 @@ def add_parser(verbs) -> None:
                  options.hosts(),
                  options.parent("run", ("--batch-size", "--image-size", "--seed", "--lr", "--timeout",
                                         "--check-timeout", "--save-params")),
-                 options.backend_options(elastic_backends(), fault=True), options.store(), options.json_output()])
+                 options.backend_options(elastic_backends(), fault=True), options.sharing(), options.store(),
+                 options.json_output()])
     g = p.add_argument_group("the fault")
     d = FAULT_DEFAULTS
     options.add(g, "--kill-rank", type=options.count, default=d["kill_rank"],

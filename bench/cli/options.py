@@ -18,6 +18,7 @@ from bench.core.inputs import NAME_RULE, name_problem, shown
 from bench.core.registry import BACKEND_MODULES, DEFAULT_BACKEND, get_backend
 from bench.core.spec import CPU_BINDS, DEFAULTS
 from bench.core.store import DEFAULT_STORE
+from bench.harness.cores import DEFAULT_WAIT_S
 from bench.harness.workload_check import CHECK_TIMEOUT_S
 from bench.rank.collectives import COMM_DEFAULTS, DTYPES, OPS, parse_bytes
 
@@ -72,6 +73,13 @@ def positive_float(text: str) -> float:
     value = finite_float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a positive, finite number")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of 0 or more")
     return value
 
 
@@ -226,7 +234,8 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--image-size": dict(type=positive_int, help="input side for image models (default: the workload's CPU or "
                                                      "GPU size)", invalid=["0", "x", "8"]),
         # testing the harness
-        "--inject": dict(metavar="KIND:RANK:STEP", help="test-only fault: hang, crash or kill rank RANK at step STEP",
+        "--inject": dict(metavar="KIND:RANK:STEP", help="test-only fault: hang, crash (raise), kill (SIGKILL) or exit "
+                                                         "(os._exit(0), without a word) rank RANK at step STEP",
                          invalid=["explode:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"]),
         "--inject-delay": dict(metavar="DELAY",
                                help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of "
@@ -253,6 +262,15 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
                                help="untimed ops per size (default %(default)s)", invalid=["-1", "x"]),
         "--iters": dict(type=positive_int, default=COMM_DEFAULTS["iters"],
                         help="timed ops per size (default %(default)s)", invalid=["0", "x"]),
+        # sharing the machine (bench.harness.cores)
+        "--wait-for-cores": dict(type=nonnegative_float, default=DEFAULT_WAIT_S, metavar="SECONDS",
+                                 help="while another bench run on this machine holds the cores a run needs, wait up to "
+                                      "this long for them (in the order runs arrived), then refuse with exit 2 "
+                                      "(default %(default)g; 0: refuse at once)",
+                                 invalid=["-1", "nan", "inf", "x"]),
+        "--allow-shared": dict(action="store_true",
+                               help="run at once even where another bench run holds the cores: both runs' records "
+                                    "are marked (shared_with) and left out of verdicts and the gate"),
         # results
         "--store": dict(type=nonempty_path, metavar="FILE",
                         help=f"results store (SQLite file); default $BENCH_STORE, else {DEFAULT_STORE}",
@@ -276,6 +294,7 @@ MEASUREMENT = ("--batch-size", "--warmup-steps", "--steps-per-window", "--window
                "--check-timeout")
 DATA = ("--data", "--data-dir", "--loader", "--loader-workers", "--image-size")
 HARNESS = ("--inject", "--inject-delay", "--save-params")
+SHARING = ("--wait-for-cores", "--allow-shared")
 COMM = ("--min-bytes", "--max-bytes", "--dtype", "--ops", "--warmup-iters", "--iters")
 
 
@@ -335,6 +354,11 @@ def harness() -> argparse.ArgumentParser:
     return parent("testing the harness", HARNESS, hidden=TEST_ONLY)
 
 
+def sharing() -> argparse.ArgumentParser:
+    """Every verb that runs something on this machine: what its runs do where another bench run holds the cores."""
+    return parent("sharing the machine (one benchmark at a time per set of cores)", SHARING)
+
+
 def comm(**defaults) -> argparse.ArgumentParser:
     return parent("communication sweep (nccl-tests conventions)", COMM, **defaults)
 
@@ -367,5 +391,5 @@ def backend_options(backends=None, fault: bool = False) -> argparse.ArgumentPars
 def training(run_defaults: dict | None = None) -> list[argparse.ArgumentParser]:
     """Everything a training run takes: `bench run` and `bench sweep` (run_defaults: the sweep's own
     warm-up and windows, shown in its help)."""
-    return [placement(), hosts(), measurement(run_defaults), data(), harness(), backend_options(), store(),
+    return [placement(), hosts(), measurement(run_defaults), data(), harness(), backend_options(), sharing(), store(),
             json_output()]

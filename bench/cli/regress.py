@@ -14,7 +14,7 @@ from bench.workflows.regress import REGRESS_STORE, baseline, check_baseline_dir,
 
 def add_parser(verbs) -> None:
     def gate_options(repeats: int):
-        p = options.parent(None, ["--timeout", "--repeats", "--store"], repeats=repeats,
+        p = options.parent(None, ["--timeout", "--repeats", "--store", *options.SHARING], repeats=repeats,
                            helps={"--store": f"the gate's store (SQLite file); default {REGRESS_STORE}, whatever "
                                              "$BENCH_STORE says: the gate's runs are kept apart from the results "
                                              "`bench report` reads"})

@@ -47,6 +47,7 @@ def add_parser(verbs) -> None:
                                                 "--timeout")),
                  options.parent("allreduce", ("--warmup-iters", "--iters")),
                  # a check's runs are not results: its default store is not the results store
+                 options.sharing(),
                  options.store("keep the suite's runs in this results store (default: a temporary one, removed "
                                "after)"),
                  options.json_output()])

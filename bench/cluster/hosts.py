@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shlex
+import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -159,6 +160,50 @@ def check_hosts(hosts: list[Host], python: str, iface: str | None) -> HostCheck:
         seen = ", ".join(f"{h}: {d}" for h, d in devices.items())
         raise UsageError(f"the hosts reach each other through different interfaces ({seen}); choose one with --iface")
     return HostCheck(chosen.pop(), "the interface the hosts route to each other through", machines)
+
+
+# The variables that choose a library's network interface, and how they name one: "name" exactly one, "names" a
+# comma-separated list (entries with a "/" are Open MPI's subnets, not names), "nccl" NCCL's list of prefixes ("=" in
+# front: exact names; "^" in front: interfaces to exclude, nothing to check).
+INTERFACE_VARIABLES = {"GLOO_SOCKET_IFNAME": "names", "NCCL_SOCKET_IFNAME": "nccl", "TP_SOCKET_IFNAME": "name",
+                       "HOROVOD_GLOO_IFACE": "name", "OMPI_MCA_btl_tcp_if_include": "names",
+                       "OMPI_MCA_oob_tcp_if_include": "names"}
+SET_FROM_IFACE = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # across hosts, bench.harness.runner sets them to --iface
+
+
+def _named_interfaces(style: str, value: str) -> tuple[list[str], bool]:
+    """(the interface names a variable's value asks for, whether a name may be a prefix of one)."""
+    if style == "nccl":
+        if value.startswith("^"):
+            return [], False
+        exact = value.startswith("=")
+        return [n.strip() for n in value.lstrip("=").split(",") if n.strip()], not exact
+    if style == "name":
+        return [value.strip()], False
+    return [n.strip() for n in value.split(",") if n.strip() and "/" not in n], False
+
+
+def check_interface_variables(environ, iface: str | None = None) -> None:
+    """The interface variables set in the environment (INTERFACE_VARIABLES), checked before anything is launched as
+    --iface is: on this machine, every interface they name must exist (one that does not would break one backend
+    and not another); across hosts (`iface`, checked on every host), the ones bench does not set from --iface must
+    name it. A one-line error otherwise."""
+    interfaces = [name for _, name in socket.if_nameindex()]
+    for variable, style in INTERFACE_VARIABLES.items():
+        value = environ.get(variable)
+        if not value or (iface and variable in SET_FROM_IFACE):
+            continue
+        names, prefix = _named_interfaces(style, value)
+        if iface:
+            if names and names != [iface]:
+                raise UsageError(f"{variable}={value} in the environment: across hosts every backend uses --iface "
+                                 f"{iface}; unset {variable}, or give --iface {names[0]}")
+            continue
+        for name in names:
+            if not any(i == name or (prefix and i.startswith(name)) for i in interfaces):
+                raise UsageError(f"{variable}={value} in the environment: no interface {name}"
+                                 f"{'*' if prefix else ''} on this machine (it has {', '.join(interfaces)}); unset "
+                                 f"{variable} or name one of those")
 
 
 def free_port_on(host: str, python: str) -> int:

@@ -16,6 +16,11 @@ class UsageError(BenchError):
     """Bad input: unknown name, impossible size, missing files."""
 
 
+class CoresInUse(BenchError):
+    """Another bench run holds the cores a run needs, past the time it may wait (bench.harness.cores); nothing of the
+    run was started."""
+
+
 class StoreError(BenchError):
     """The results store cannot be read or written; `reason`, why in a few words (the message, where not given)."""
 

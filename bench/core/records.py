@@ -144,6 +144,9 @@ class RunRecord(Record):
     environment: dict
     run_dir: str
     launch: dict = field(default_factory=dict)  # what the launcher chose at run time (ports, hosts files)
+    # other bench runs that ran on any of this run's cores while it ran ({"run_id", "label", "store"}: one of them
+    # ran with --allow-shared; bench.harness.cores): such a run measured them too, and is compared with nothing
+    shared_with: list[dict] = field(default_factory=list)
 
     def __post_init__(self):
         self.status = RunStatus(self.status)  # a word is checked and typed here, wherever the record was made
@@ -155,6 +158,11 @@ class RunRecord(Record):
     @property
     def ok(self) -> bool:
         return self.status is RunStatus.OK
+
+    @property
+    def comparable(self) -> bool:
+        """Whether its figures may enter a comparison, a verdict or the gate: ok, and alone on its cores."""
+        return self.ok and not self.shared_with
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunRecord":
@@ -277,13 +285,16 @@ def _v6_to_v7(rec: dict) -> dict:
 
 
 def _v7_to_v8(rec: dict) -> dict:
-    """v8 records, for a run across hosts, how many machines the hosts are on (spec.machines); v7 did not say,
-    so it is None: not known to be separate machines."""
-    rec = dict(rec, spec=dict(rec["spec"], machines=None), schema_version=8)
+    """v8 adds `shared_with`, the other bench runs that ran on the run's cores while it ran (before v8 no bench
+    looked, so a v7 run is recorded as sharing with none it knew of), and, for a run across hosts, how many
+    machines the hosts are on (spec.machines; v7 did not say, so None: not known to be separate machines)."""
+    rec = dict(rec, shared_with=[], spec=dict(rec["spec"], machines=None))
+    rec["schema_version"] = 8
     return rec
 
 
-UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}  # version -> function that returns the record at version + 1
+UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7,
+            7: _v7_to_v8}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict) -> dict:

@@ -208,3 +208,82 @@ def tail(path: Path, lines: int = 30, max_bytes: int = 16384, upto: int | None =
     except OSError:
         return ""
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+# A rank's log keeps the first LOG_HEAD_BYTES of its output and the last LOG_TAIL_BYTES, with one line between them
+# saying how many bytes were dropped there: a rank that prints without end cannot fill the disk, and the start (how
+# it began) and the end (how it ended, what the error tail shows) are both kept. While the rank runs, the file may
+# hold up to LOG_TAIL_BYTES more before it is cut back (so that it is not rewritten at every write).
+LOG_HEAD_BYTES = 1 << 20
+LOG_TAIL_BYTES = 1 << 20
+LOG_DRAIN_S = 2.0  # once a rank's process has ended, how long its output may still arrive (from a child outliving it)
+DROPPED_LINE = "\n[bench: {n} bytes of this rank's output dropped here; its log keeps the first {head} and the last " \
+               "{tail} bytes]\n"
+
+
+class CappedLog:
+    """A rank's log, written as its output arrives (`write`), capped as LOG_HEAD_BYTES and LOG_TAIL_BYTES say;
+    `close()` cuts it to its final size."""
+
+    def __init__(self, path: Path, head: int = LOG_HEAD_BYTES, tail_bytes: int = LOG_TAIL_BYTES):
+        self.fh = open(path, "r+b")
+        self.fh.seek(0, os.SEEK_END)
+        self.head, self.tail = head, tail_bytes
+        self.dropped = 0
+        self.marked = False  # whether the file holds the dropped line (after the head)
+
+    def write(self, data: bytes) -> None:
+        self.fh.write(data)
+        self.fh.flush()  # read while the rank runs (an error tail, a progress check)
+        if self.fh.tell() > self.head + 2 * self.tail + len(self._line()):
+            self._cut()
+
+    def _line(self) -> bytes:
+        return DROPPED_LINE.format(n=self.dropped, head=self.head, tail=self.tail).encode()
+
+    def _cut(self) -> None:
+        """Keep the head, the dropped line and the last `tail` bytes (from the start of a line, where one begins
+        near the cut)."""
+        size = self.fh.tell()
+        start = self.head + (len(self._line()) if self.marked else 0)  # the line now in the file
+        keep_from = max(start, size - self.tail)
+        if keep_from <= start:
+            return
+        self.fh.seek(keep_from)
+        kept = self.fh.read(size - keep_from)
+        newline = kept.find(b"\n", 0, 4096)
+        if 0 <= newline < len(kept) - 1:
+            kept = kept[newline + 1:]
+        self.dropped += size - start - len(kept)
+        self.fh.seek(self.head)
+        self.fh.truncate()
+        self.fh.write(self._line() + kept)
+        self.fh.flush()
+        self.marked = True
+
+    def close(self) -> None:
+        if self.fh.tell() > self.head + self.tail + (len(self._line()) if self.marked else 0):
+            self._cut()
+        self.fh.close()
+
+
+def copy_output(read_end: int, log: CappedLog) -> None:
+    """A rank's output, from the read end of its pipe, into its log until every process holding the write end has
+    closed it (run in a thread of the process that keeps the log: bench.harness.guard, a Ray worker's rank_main)."""
+    writable = True
+    try:
+        while True:
+            data = os.read(read_end, 1 << 16)
+            if not data:
+                break
+            if writable:
+                try:
+                    log.write(data)
+                except OSError:  # a full disk: the rank's output is dropped, never its pipe closed under it
+                    writable = False
+    finally:
+        try:
+            log.close()
+        except OSError:
+            pass
+        os.close(read_end)

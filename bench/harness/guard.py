@@ -13,10 +13,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from bench.core.registry import get_backend
-from bench.core.rundir import RunDir, tail
+from bench.core.rundir import LOG_DRAIN_S, CappedLog, RunDir, copy_output, tail
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -40,10 +41,14 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, BENCH_RANK=str(rank), BENCH_ATTEMPT=str(attempt))
     received: list[str] = []
 
-    with open(log_path, "ab") as log:
-        child = subprocess.Popen([sys.executable, "-m", "bench.rank.entry", str(run_dir.path)],
-                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 env=env, preexec_fn=_die_with_parent)
+    read_end, write_end = os.pipe()
+    child = subprocess.Popen([sys.executable, "-m", "bench.rank.entry", str(run_dir.path)],
+                             stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.STDOUT,
+                             env=env, preexec_fn=_die_with_parent)
+    os.close(write_end)
+    log = CappedLog(log_path)
+    pump = threading.Thread(target=copy_output, args=(read_end, log), daemon=True)
+    pump.start()
 
     def forward(signum, _frame):
         received.append(signal.Signals(signum).name)
@@ -57,15 +62,19 @@ def main(argv: list[str]) -> int:
     for sig in FORWARDED:
         signal.signal(sig, forward)
     returncode = child.wait()
+    exited_at = time.time()  # before its output is drained: the exit time orders the ranks that left (outcome)
+    pump.join(LOG_DRAIN_S)
+    # a worker that left before its result (its error or none): its log's tail tells how
+    ended_early = returncode != 0 or not run_dir.rank_file(rank, attempt, "result").exists()
     run_dir.write(rank, attempt, "exit", {
-        "rank": rank, "attempt": attempt, "pid": child.pid, "time": time.time(),
+        "rank": rank, "attempt": attempt, "pid": child.pid, "time": exited_at,
         "returncode": returncode,
         "exit_code": returncode if returncode >= 0 else None,
         "signal": signal.Signals(-returncode).name if returncode < 0 else None,
         # A signal that reached the guard from outside means the launcher or the harness ended this
         # rank: a consequence of another failure, not its cause.
         "terminated_by": received[0] if received else None,
-        "tail": tail(log_path) if returncode != 0 else "",
+        "tail": tail(log_path) if ended_early else "",
     })
     if returncode < 0:
         signal.signal(-returncode, signal.SIG_DFL)

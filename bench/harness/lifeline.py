@@ -46,6 +46,7 @@ from bench.core.registry import get_task
 from bench.core.rundir import RunDir, write_json_atomic
 from bench.core.spec import RunSpec
 from bench.core.store import Store
+from bench.harness.cores import overlaps_of
 from bench.harness.keep import drop_spare, keep_record, kept_record, spare_record
 from bench.harness.outcome import build_record
 from bench.harness.supervisor import TAG_VARIABLE, Outcome, reap, run_processes
@@ -78,10 +79,12 @@ def _alive(identity: dict | None) -> bool:
 class Lifeline:
     """`with Lifeline(tag, run_dir, store_path):` around everything from launch to the stored record. On a
     normal exit the watcher is released; on an exception (a defect after launch) it is not, so it finishes
-    the run as it would after a kill."""
+    the run as it would after a kill. `holds`: file descriptors the watcher keeps open for as long as it lives (the
+    run's claim on its cores, bench.harness.cores, whose lock then outlives a dead bench process until the run is
+    ended)."""
 
-    def __init__(self, tag: str, run_dir=None, store_path: Path | None = None):
-        self.tag, self.run_dir, self.store_path = tag, run_dir, store_path
+    def __init__(self, tag: str, run_dir=None, store_path: Path | None = None, holds: tuple[int, ...] = ()):
+        self.tag, self.run_dir, self.store_path, self.holds = tag, run_dir, store_path, tuple(holds)
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "Lifeline":
@@ -93,7 +96,7 @@ class Lifeline:
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "bench.harness.lifeline", *args], env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                         start_new_session=True)
+                                         start_new_session=True, pass_fds=self.holds)
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
@@ -154,7 +157,7 @@ def built_record(run_dir, outcome: Outcome) -> RunRecord:
         outcome.launched_at = launch["launched_at"]
     conclusion = task.conclude(spec, run_dir, outcome, launch.get("before"))
     return build_record(run_dir.path.name, spec, run_dir, outcome, launch.get("environment", {}),
-                        launch.get("command", []), conclusion, launch.get("info", {}))
+                        launch.get("command", []), conclusion, launch.get("info", {}), overlaps_of(run_dir.path.name))
 
 
 def record_abandoned(run_dir, store_path: Path, outcome: Outcome, handed_over: dict | None = None) -> tuple[str, bool]:

@@ -3,8 +3,9 @@ events every run has, startup, and the one function that builds a record (build_
 
 Status rules, the same for every backend (docs/method.md, "Status of a run"):
 - interrupted / timeout: the user or the deadline ended the run (whatever the ranks did after);
-- crashed: a rank exited non-zero or by a signal that did not come from the launcher or the harness;
-  the earliest such exit is the root cause (its rank, exit code or signal and error tail are kept);
+- crashed: a rank exited non-zero or by a signal that did not come from the launcher or the harness, or exited
+  by itself (any code) before the run's end with neither an error nor its result; the root cause is chosen by
+  _root_cause (its rank, exit code or signal and error tail are kept);
 - failed: the launcher failed with no rank to blame, or a rank produced no result;
 - ok: the launcher exited 0 and every rank wrote its result.
 """
@@ -18,34 +19,57 @@ from bench.core.registry import get_backend
 from bench.core.rundir import RunDir, tail
 
 
-def _root_cause(exits: dict[int, dict], errors: dict[int, dict]) -> dict | None:
+def _root_cause(exits: dict[int, dict], errors: dict[int, dict], results: dict[int, dict]) -> dict | None:
     """The rank whose failure caused the others, in this order of evidence:
-    1. a rank killed by a signal that neither its launcher nor the harness sent (SIGKILL, an OOM kill,
-       a segfault): its peers then fail with "connection closed", within microseconds, sometimes before
-       its guard has even seen it die, so timestamps cannot order them; the death is the cause;
-    2. else the rank that raised first (its error file is written when the exception is raised: a rank
-       that fails because a peer died does so later, even when it happens to exit sooner);
+    1. a rank that left without a word before the run's end: killed by a signal that neither its launcher nor the
+       harness sent (SIGKILL, an OOM kill, a segfault), or exited by itself, whatever its code (os._exit(0) too),
+       with neither an exception nor its result. Its peers then fail ("connection reset by peer", "Horovod has
+       been shut down") within microseconds, sometimes before its guard has even seen it go, so their errors cannot
+       order them: its leaving is the cause; the first to leave, by the exit times the guards write (where every
+       rank exited 0 and none raised, nothing failed after it: its missing result makes the run `failed`);
+    2. else the rank that raised first (its error file is written when the exception is raised: a rank that
+       fails because a peer died does so later, even when it happens to exit sooner);
     3. else the first rank to exit non-zero by itself.
     A rank its launcher terminated is a victim, unless it had already failed by itself."""
-    failures = [e for e in exits.values()
-                if e["returncode"] != 0 and (not e.get("terminated_by") or e["rank"] in errors)]
-    if not failures:
-        return None
+    by_itself = [e for e in exits.values() if not e.get("terminated_by") or e["rank"] in errors]
+    failures = [e for e in by_itself if e["returncode"] != 0]
     # a process that vanished with no exit status its launcher could read (a Ray worker) died as a killed one does
-    killed = [e for e in failures
-              if (e["signal"] or e.get("vanished")) and not e.get("terminated_by") and e["rank"] not in errors]
+    left = [e for e in by_itself if not e.get("terminated_by") and e["rank"] not in errors
+            and (e["signal"] or e.get("vanished") or e["rank"] not in results)]
+    if not errors and all(e["returncode"] == 0 for e in exits.values()):
+        left = []  # ranks that left with code 0 and nothing failed after them: the run lacks their result (failed)
     raised = [e for e in failures if e["rank"] in errors]
-    if killed:
-        first = min(killed, key=lambda e: e["time"])
+    if left:
+        first = min(left, key=lambda e: e["time"])
     elif raised:
         first = min(raised, key=lambda e: errors[e["rank"]]["time"])
-    else:
+    elif failures:
         first = min(failures, key=lambda e: e["time"])
+    else:
+        return None
     err = errors.get(first["rank"]) or {}
     return {"rank": first["rank"], "attempt": first["attempt"], "exit_code": first["exit_code"],
             "signal": first["signal"], "vanished": bool(first.get("vanished")), "exception": err.get("type"),
             "exception_message": err.get("message"),
             "tail": first["tail"]}
+
+
+def _then(spec, run_dir: RunDir, cause: int, exits: dict[int, dict], errors: dict[int, dict]) -> str:
+    """'; rank 0 then failed: RuntimeError: ...' for the first other rank that failed after the cause (by its
+    exception's time, else its exit's), or nothing."""
+    raised = sorted((e["time"], r) for r, e in errors.items() if r != cause)
+    if raised:
+        rank = raised[0][1]
+        said = (errors[rank].get("message") or "").strip().splitlines()
+        return (f"; {_process_name(spec, run_dir, rank)} then failed: {errors[rank].get('type')}"
+                + (f": {said[0][:200]}" if said else ""))
+    failed = sorted((e["time"], r) for r, e in exits.items() if r != cause and e["returncode"] != 0
+                    and not e.get("terminated_by"))
+    if failed:
+        e = exits[failed[0][1]]
+        how = f"signal {e['signal']}" if e["signal"] else f"exit code {e['exit_code']}"
+        return f"; {_process_name(spec, run_dir, failed[0][1])} then ended with {how}"
+    return ""
 
 
 def _process_name(spec, run_dir: RunDir, rank: int) -> str:
@@ -106,8 +130,8 @@ def workers_and_others(results: dict[int, RankResult]) -> tuple[dict[int, RankRe
 
 def process_status(spec, run_dir: RunDir, outcome) -> tuple[RunStatus, RunError | None]:
     """The status of a run whose processes must all end cleanly (the module's rules)."""
-    cause = _root_cause(run_dir.latest("exit"), run_dir.latest("error"))
-    results = run_dir.latest("result")
+    exits, errors, results = run_dir.latest("exit"), run_dir.latest("error"), run_dir.latest("result")
+    cause = _root_cause(exits, errors, results)
     missing = [r for r in range(spec.processes) if r not in results]
     if outcome.ending in ("interrupted", "timeout"):
         what = outcome.interruption() if outcome.ending == "interrupted" else outcome.deadline(spec.timeout)
@@ -115,16 +139,23 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[RunStatus, RunError 
                                         tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
     if cause is not None:
         vanished = cause.pop("vanished")
+        name = _process_name(spec, run_dir, cause["rank"])
         how = (f"signal {cause['signal']}" if cause["signal"] else
                "no exit status its launcher could read (its process vanished, as one killed by a signal does)"
                if vanished else f"exit code {cause['exit_code']}")
         if cause["exception"]:
             # it failed by itself first; how it then exited (a launcher may kill it while it shuts down)
             # is secondary
-            message = (f"{_process_name(spec, run_dir, cause['rank'])} raised {cause['exception']}: "
-                       f"{cause['exception_message']} (exited with {how})")
-        else:
-            message = f"{_process_name(spec, run_dir, cause['rank'])} ended with {how}"
+            message = f"{name} raised {cause['exception']}: {cause['exception_message']} (exited with {how})"
+        elif cause["signal"] or vanished:
+            message = f"{name} ended with {how}"
+        else:  # it exited by itself, without an error or its result: the others' errors follow from it
+            state = _rank_states(run_dir, spec.processes)[cause["rank"]] if cause["rank"] < spec.processes else {}
+            last = state.get("state", "no report")
+            if state.get("steps_reported") is not None:
+                last += f", step {state['steps_reported']}"
+            message = (f"{name} exited (code {cause['exit_code']}) before the run ended, without an error or its "
+                       f"result (its last report: {last})" + _then(spec, run_dir, cause["rank"], exits, errors))
         return RunStatus.CRASHED, RunError(message=message, **cause)
     if outcome.returncode != 0:
         said = tail(run_dir.launcher_log)
@@ -157,12 +188,13 @@ def run_events(run_dir: RunDir, outcome) -> list[dict]:
 
 
 def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict, command: list[str],
-                 conclusion, launch_info: dict) -> RunRecord:
-    """The one place a RunRecord is made: the run's facts, and what its task concluded."""
+                 conclusion, launch_info: dict, shared_with: list[dict] | None = None) -> RunRecord:
+    """The one place a RunRecord is made: the run's facts, and what its task concluded; `shared_with`: the other
+    bench runs that ran on its cores meanwhile (bench.harness.cores)."""
     events = run_events(run_dir, outcome) + list(conclusion.events)
     events.sort(key=lambda e: e["time"])
     return RunRecord(schema_version=SCHEMA_VERSION, run_id=run_id, created_at=outcome.launched_at,
                      duration_s=outcome.ended_at - outcome.launched_at, status=conclusion.status,
                      error=conclusion.error, spec=spec, command=list(command), rank_map=conclusion.rank_map,
                      metrics=conclusion.metrics, events=events, environment=environment,
-                     run_dir=str(run_dir.path), launch=launch_info)
+                     run_dir=str(run_dir.path), launch=launch_info, shared_with=list(shared_with or []))

@@ -7,7 +7,7 @@ import secrets
 import sys
 import time
 
-from bench.cluster.hosts import shaped_links
+from bench.cluster.hosts import check_interface_variables, shaped_links
 from bench.cluster.slurm import signal_judged
 from bench.core.codec import dumps
 from bench.core.console import format_duration, note
@@ -18,6 +18,7 @@ from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir, write_json_atomic
 from bench.core.spec import RunSpec
 from bench.core.store import Store
+from bench.harness.cores import CoreClaim, run_resources
 from bench.harness.keep import keep_record
 from bench.harness.lifeline import Lifeline, overdue_outcome, recover
 from bench.harness.outcome import build_record
@@ -51,25 +52,31 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
     """Launch, supervise and record one run; the record is stored whatever the ending. The store is
     checked before anything starts; the record is also kept in the run directory (record.json), so a
     store that fails afterwards loses nothing (bench.harness.keep; RecordNotStored says where it is and how to add
-    it later). From the run directory's creation to the stored record, a lifeline (bench.harness.lifeline) ends and
-    records the run if this process dies, and holds its deadline if this process is stopped; a Ctrl-C before the
-    launch is recorded as an interrupted run like one after it."""
+    it later). Before anything of the run exists, it claims the machine's cores it will use (bench.harness.cores:
+    it waits while another bench run holds them, or runs alongside, marked, as the process's sharing rule says).
+    From the run directory's creation to the stored record, a lifeline (bench.harness.lifeline) ends and records
+    the run if this process dies, and holds its deadline if this process is stopped; a Ctrl-C before the launch is
+    recorded as an interrupted run like one after it."""
     store.check_writable()
     for run_id, status, own in recover(store):
         note(f"bench: stored run {run_id} ({status}) from the record it kept: it was not stored when it ended" if own
              else f"bench: recorded run {run_id} as {status}: its bench process died before recording it")
-    with shaped_links(spec):  # before the run exists: a link that cannot be shaped is refused with nothing made
-        return _execute(spec, store, show_progress)
-
-
-def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
+    check_interface_variables(os.environ, spec.iface if spec.hosts else None)
     run_id = new_run_id()
+    label = f"{spec.backend} {get_task(spec.task).case(spec)}, world {spec.world_size}"
+    with CoreClaim(run_id, label, str(store.path), run_resources(spec)) as claim:
+        with shaped_links(spec):  # before the run exists: a link that cannot be shaped is refused with nothing made
+            return _execute(spec, store, show_progress, run_id, claim)
+
+
+def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, claim: CoreClaim) -> RunRecord:
     run_dir = RunDir(store.run_dir(run_id)).create()
     run_dir.spec_file.write_text(dumps(spec.to_dict(), indent=1))  # never changed after this
     backend, task = get_backend(spec.backend), get_task(spec.task)
     rank_command = [sys.executable, "-m", "bench.harness.guard", str(run_dir.path), spec.backend]
     env = {**worker_environment(spec, tag=run_id), **backend.launcher.env(spec)}
-    with Lifeline(run_id, run_dir, store.path) as lifeline:
+    # the lifeline holds the claim too: if this process dies, the cores stay claimed until it has ended the run
+    with Lifeline(run_id, run_dir, store.path, holds=(claim.fd,)) as lifeline:
         command, info, environment, before = [], {}, {}, None
         try:
             environment = fingerprint(env)
@@ -89,8 +96,12 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool) -> RunRecord:
                                 poll_interval=launch.poll_interval, hosts=[h["name"] for h in spec.hosts or ()])
             lifeline.launcher_ended()
             outcome = overdue_outcome(run_dir, outcome)  # the lifeline ended it at its deadline while this was stopped
+        shared_with = claim.finish()  # its processes are gone: the cores are free for the next run
+        if shared_with:
+            note(f"bench: run {run_id} shared its cores with {', '.join(r['run_id'] for r in shared_with)}: its record "
+                 "is marked, and left out of verdicts and the gate")
         record = build_record(run_id, spec, run_dir, outcome, environment, command,
-                              task.conclude(spec, run_dir, outcome, before), info)
+                              task.conclude(spec, run_dir, outcome, before), info, shared_with)
         lifeline.hand_over(record)  # stored with its own status should this process die while it keeps it
         kept = keep_record(record, run_dir, store)
         if kept.stored or kept.file is None:  # else the next command on the store stores the file (recover)

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 from bench.core.errors import UsageError
 
-INJECT_KINDS = ("hang", "crash", "kill")
+INJECT_KINDS = ("hang", "crash", "kill", "exit")
 
 
 def parse_inject(text: str | None) -> dict | None:
-    """'KIND:RANK:STEP' -> dict. Test-only: makes rank RANK hang, raise, or SIGKILL itself at STEP."""
+    """'KIND:RANK:STEP' -> dict. Test-only: makes rank RANK hang, raise, SIGKILL itself, or exit with code 0
+    without a word (os._exit: no error, no result) at STEP."""
     if not text:
         return None
     parts = text.split(":")
@@ -55,7 +57,7 @@ def injected_for(spec, rank: int) -> dict | None:
 
 
 def fire_injected(kind: str, step: int) -> None:
-    """Make this process hang, raise, or SIGKILL itself."""
+    """Make this process hang, raise, SIGKILL itself, or leave at once with exit code 0."""
     if kind == "hang":
         while True:
             time.sleep(1)
@@ -63,3 +65,6 @@ def fire_injected(kind: str, step: int) -> None:
         raise RuntimeError(f"injected crash at step {step}")
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "exit":
+        print(f"injected exit (code 0) at step {step}", file=sys.stderr, flush=True)
+        os._exit(0)

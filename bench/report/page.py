@@ -25,7 +25,7 @@ from bench.report.sections import (ENV_KEYS, Bullets, Cell, Paragraph, Plot, Rep
                                    Section, Table, code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong,
                                    styled)
 from bench.results.agreement import agreement, frame_comparisons
-from bench.results.frame import DISTORTION_NOTE, frame_columns, load_frame, of_task
+from bench.results.frame import DISTORTION_NOTE, frame_columns, load_frame, of_task, shared_runs
 
 TEMPLATE = "report.html.j2"  # in the package's templates folder
 
@@ -81,10 +81,13 @@ def agreement_note(frame) -> tuple[str, bool]:
         return "", False
     result = agreement(sweeps)
     bad = sorted({k for keys in result["pairs"].values() for k in keys})
+    far = sorted({k for keys in result["apart"].values() for k in keys} - set(bad))
     head = (f"Rerun check: this selection holds {len(sweeps)} sweeps; each comparison taken from each sweep on its "
             f"own ({len(result['keys'])} comparisons, {len(result['pairs'])} pairs of sweeps, `bench agreement`): ")
-    if bad:
-        return head + f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}.", True
+    said = ([f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}"] if bad else []) + \
+        ([f"{len(far)} comparison(s) disagree beyond their resolution: {'; '.join(far)}"] if far else [])
+    if said:
+        return head + "; ".join(said) + ".", True
     return head + (f"no contradiction; {len(result['resolved_everywhere'])} comparison(s) significant in the same "
                    "direction in every sweep that made them."), False
 
@@ -208,7 +211,18 @@ def scorecard_markdown(frame, page_link: str = "") -> str:
                       scope_line(frame) + more])
 
 
-def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("", False)) -> Section:
+def shared_note(frame) -> str:
+    """The one line that says which ok runs are left out because another bench run shared their cores."""
+    shared = shared_runs(frame)
+    if shared.empty:
+        return ""
+    runs = "; ".join(f"{r.run_id} (with {', '.join(o['run_id'] for o in r.record.shared_with)})"
+                     for r in shared.itertuples())
+    return (f"{len(shared)} ok run(s) left out of every comparison, verdict and the gate: another bench run shared "
+            f"their cores while they ran (--allow-shared), so they measured it too: {runs}.")
+
+
+def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("", False), shared: str = "") -> Section:
     """The answer first: the scorecard (every compared measure, default condition first), the recommendation
     that follows from it, its scope, and whether the sweeps on the page agree with each other."""
     rows = [r for p in parts for r in p.scorecard]
@@ -230,6 +244,8 @@ def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("
                                  f"None yet: run both {' and '.join(PRIMARY)} under the same conditions "
                                  "(`bench sweep`)."], "rec"))
     blocks.append(Paragraph(scope_line(frame), "scope"))
+    if shared:
+        blocks.append(Paragraph(shared, "warn"))
     if rerun[0]:
         blocks.append(Paragraph(rerun[0], "warn" if rerun[1] else "note"))
     blocks += [Paragraph(line, "warn") for p in parts for line in p.fairness]
@@ -378,8 +394,8 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
     family = Family(frame_comparisons(frame))
     parts = task_parts(frame, ReportContext(store_label, list(where or []), frame, family))
     shown = [rec for p in parts for rec in p.shown] or list(frame["record"])
-    sections = [verdict_section(parts, frame, agreement_note(frame)), *(s for p in parts for s in p.sections),
-                rank_map_section(frame),
+    sections = [verdict_section(parts, frame, agreement_note(frame), shared_note(frame)),
+                *(s for p in parts for s in p.sections), rank_map_section(frame),
                 environment_section(shown), failed_section(frame, parts), method_section(parts)]
     sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
     return _template().render(

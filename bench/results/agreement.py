@@ -1,13 +1,16 @@
 """Do sweeps of the same code on the same machine agree? Every comparison the report makes (the primary
 pair, the reference backend against each of them, each case against the plain loop, scaling efficiency,
-allreduce busbw at a matched size) is taken from each sweep on its own, and two sweeps contradict each
-other on a comparison when one calls it significant in one direction and the other's estimate points
-the other way (docs/method.md, "Replication"). A sweep's comparisons are judged as one family, as a page's are
-(bench.core.stats.Family: Holm's correction), so "significant" means the same here as on the page.
+allreduce busbw at a matched size) is taken from each sweep on its own. Two sweeps disagree on a comparison when
+one calls it significant in one direction and the other's estimate points the other way (a contradiction), or
+when their two estimates differ by more than the 95% half-width of their difference, whatever either calls
+significant (apart: beyond their resolution) (docs/method.md, "Replication"). A sweep's comparisons are judged as
+one family, as a page's are (bench.core.stats.Family: Holm's correction), so "significant" means the same here as
+on the page.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from bench.core.registry import all_tasks, task_part
@@ -66,6 +69,22 @@ def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
     return out
 
 
+def apart(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
+    """The keys on which the two sweeps' estimates, both across launches, differ by more than the 95% half-width of
+    their difference: |log ratio a - log ratio b| above sqrt(h_a^2 + h_b^2), h each estimate's half-width on the log
+    scale (log(1 + resolution)). Two sweeps of the same code differ by more only 1 time in 25 to 80 (3 to 10
+    launches a side); a difference above either half-width alone would be called 1 time in 9 to 30."""
+    out = []
+    for key in sorted(set(a) & set(b)):
+        x, y = a[key].estimate, b[key].estimate
+        if not (x.replicated and y.replicated):
+            continue
+        allowed = math.hypot(math.log1p(x.resolution), math.log1p(y.resolution))
+        if abs(x.log_ratio - y.log_ratio) > allowed:
+            out.append(key)
+    return out
+
+
 def machine_label(records: list) -> str:
     """The machine a sweep ran on (bench.results.frame.hardware); a sweep that somehow spans two names both."""
     return " + ".join(sorted({hardware(r) for r in records}))
@@ -84,8 +103,10 @@ def agreement(sweeps: dict[str, list]) -> dict:
             key = f"{key}, on {machines[sid]}" if several else key
             claims[sid][key] = Claim(key, claim.estimate, claim.significant)
     ids = sorted(claims)
-    pairs = {(a, b): contradictions(claims[a], claims[b]) for i, a in enumerate(ids) for b in ids[i + 1:]
-             if machines[a] == machines[b]}
+    same = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:] if machines[a] == machines[b]]
+    pairs = {(a, b): contradictions(claims[a], claims[b]) for a, b in same}
+    # beyond their resolution, and not already a contradiction
+    far = {(a, b): [k for k in apart(claims[a], claims[b]) if k not in pairs[(a, b)]] for a, b in same}
     keys = sorted({k for c in claims.values() for k in c})
     # significant, and in the same direction, in every sweep that made the comparison (two or more)
     resolved = []
@@ -93,7 +114,13 @@ def agreement(sweeps: dict[str, list]) -> dict:
         made = [claims[s][k] for s in ids if k in claims[s]]
         if len(made) >= 2 and all(c.direction for c in made) and len({c.direction for c in made}) == 1:
             resolved.append(k)
-    return {"sweeps": ids, "claims": claims, "pairs": pairs, "keys": keys, "resolved_everywhere": resolved}
+    return {"sweeps": ids, "claims": claims, "pairs": pairs, "apart": far, "keys": keys,
+            "resolved_everywhere": resolved}
+
+
+def disagree(result: dict) -> bool:
+    """Whether two sweeps contradict each other, or differ beyond their resolution, on any comparison."""
+    return any(result["pairs"].values()) or any(result["apart"].values())
 
 
 def format_agreement(result: dict) -> str:
@@ -102,14 +129,21 @@ def format_agreement(result: dict) -> str:
     lines = [f"{'comparison (first / second - 1)':<{width}}  " + "  ".join(f"{s[-6:]:>16}" for s in ids) + "  agree",
              ]
     bad = {k for keys in result["pairs"].values() for k in keys}
+    far = {k for keys in result["apart"].values() for k in keys} - bad
     for key in result["keys"]:
         cells = [claims[s][key].cell() if key in claims[s] else "-" for s in ids]
-        lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>16}" for c in cells) + ("  NO" if key in bad else "  yes"))
+        said = "  NO" if key in bad else "  APART" if key in far else "  yes"
+        lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>16}" for c in cells) + said)
     n_pairs = len(result["pairs"])
     n_bad = sum(len(v) for v in result["pairs"].values())
+    n_far = sum(len(v) for v in result["apart"].values())
     lines.append(f"* significant at {1 - CONFIDENCE:.0%} after Holm's correction over the sweep's comparisons; "
                  "otherwise (±R): the smallest difference that sweep could have detected.")
-    lines.append(f"{len(ids)} sweeps, {n_pairs} pairs, {len(result['keys'])} comparisons: {n_bad} contradiction(s); "
+    lines.append("NO: one sweep significant one way, another's estimate the other way. APART: two sweeps' estimates "
+                 f"differ by more than the {CONFIDENCE:.0%} half-width of their difference (sqrt(R1² + R2²) on the "
+                 "log scale): they disagree beyond their resolution.")
+    lines.append(f"{len(ids)} sweeps, {n_pairs} pairs, {len(result['keys'])} comparisons: {n_bad} contradiction(s), "
+                 f"{n_far} disagreement(s) beyond their resolution; "
                  f"{len(result['resolved_everywhere'])} comparison(s) significant in the same direction in every sweep "
                  "that made it.")
     return "\n".join(lines)

@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from bench.core.records import RunStatus
 from bench.core.registry import task_part
 from bench.core.stats import Estimate, ratio_of_cases
 
@@ -76,16 +75,20 @@ def case_of(runs: list, value) -> CaseValues:
 
 
 def group_runs(records: list, key) -> tuple[dict, dict]:
-    """(all runs per case, ok runs per case), oldest first; key(record) names a record's case."""
+    """(all runs per case, comparable runs per case: ok and alone on their cores), oldest first; key(record) names
+    a record's case."""
     runs: dict = {}
     for rec in sorted(records, key=lambda r: r.created_at):
         runs.setdefault(key(rec), []).append(rec)
-    return runs, {k: [r for r in rs if r.status == RunStatus.OK] for k, rs in runs.items()}
+    return runs, {k: [r for r in rs if r.comparable] for k, rs in runs.items()}
 
 
 def not_ok_entry(runs: list) -> dict:
-    """How a case none of whose runs succeeded ended (its last run)."""
-    return {"status": runs[-1].status, "run_id": runs[-1].run_id}
+    """How a case none of whose runs can be compared ended (its last run): not ok, or ok but on cores another bench
+    run shared."""
+    last = runs[-1]
+    status = f"{last.status}, but another bench run shared its cores" if last.ok and last.shared_with else last.status
+    return {"status": status, "run_id": last.run_id}
 
 
 def figures(records: list) -> tuple[dict[str, Figure], dict[str, dict]]:

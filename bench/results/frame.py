@@ -4,11 +4,12 @@ vs the plain loop) are the training task's (bench.tasks.train.results.replicated
 
 from __future__ import annotations
 
+from bench.core.records import RunStatus
 from bench.core.registry import all_tasks
 
 GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
                    "batch_size", "backward_passes", "global_batch", "threads", "cpu_bind", "data", "input", "image_size", "network",
-                   "hardware", "sweep_id", "repeat", "error", "record"]
+                   "hardware", "sweep_id", "repeat", "shared", "error", "record"]
 TRAINING_COUNTS = ("batch_size", "image_size", "global_batch")
 # Runs are comparable only when these conditions are equal (docs/method.md, "Fairness"); world size varies.
 CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "cpu_bind", "data", "input", "image_size",
@@ -31,7 +32,7 @@ def record_row(rec) -> dict:
         "cpu_bind": spec.cpu_bind,
         "data": spec.data, "input": input_path(spec), "image_size": spec.image_size, "network": network(spec),
         "hardware": hardware(rec), "sweep_id": spec.sweep_id,
-        "repeat": spec.repeat,
+        "repeat": spec.repeat, "shared": bool(rec.shared_with),
         "error": rec.error.message if rec.error else None, "record": rec,
     }
     row.update(rec.task.frame_columns(rec))
@@ -77,6 +78,17 @@ def records_to_frame(records: list):
 def load_frame(store):
     """Every run of a store as a frame."""
     return records_to_frame(store.records())
+
+
+def comparable_runs(frame):
+    """The runs whose figures enter comparisons, verdicts and the gate (RunRecord.comparable): ok, and alone on their
+    cores (a run that shared them with another bench run measured that run too)."""
+    return frame[(frame["status"] == RunStatus.OK) & ~frame["shared"].astype(bool)]
+
+
+def shared_runs(frame):
+    """The ok runs left out of every comparison because another bench run shared their cores."""
+    return frame[(frame["status"] == RunStatus.OK) & frame["shared"].astype(bool)]
 
 
 def of_task(frame, task: str):

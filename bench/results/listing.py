@@ -11,6 +11,8 @@ def runs_table(frame) -> str:
     for _, r in frame.iterrows():
         rec = r["record"]
         status = r["status"] if r["status"] == RunStatus.OK else f"{r['status']}!"
+        if r["shared"]:  # another bench run shared its cores: compared with nothing
+            status += ", shared"
         rows.append((r["run_id"], r["created_at"].strftime("%Y-%m-%d %H:%M:%S"), status, r["backend"],
                      r["case"], str(r["world_size"]), r["device"], _count(r["batch_size"]), str(r["threads"]),
                      rec.task.list_figure(rec)))

@@ -174,10 +174,10 @@ def baseline(store, folder: str, *, repeats: int = BASELINE_REPEATS, timeout: fl
     else:
         sweep_id, records = run_matrix(store, "bench baseline", repeats, timeout=timeout)
         matrix = regress_command(repeats, timeout)
-    not_ok = [r for r in records if r.status != RunStatus.OK]
+    not_ok = [r for r in records if not r.comparable]
     if not_ok:
-        print(f"bench baseline: {len(not_ok)} run(s) not ok "
-              f"({', '.join(r.spec.backend + ' ' + r.status for r in not_ok)}); "
+        print(f"bench baseline: {len(not_ok)} run(s) not ok or not alone on their cores "
+              f"({', '.join(r.spec.backend + ' ' + r.status + (' shared' if r.shared_with else '') for r in not_ok)}); "
               "a baseline must be clean: fix them and run again", file=sys.stderr)
         return EXIT_RUN_FAILED
     calibration = this_host(records)["calibration"] if from_store is None else None

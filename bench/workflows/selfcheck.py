@@ -28,6 +28,7 @@ from bench.core.registry import BACKEND_MODULES, COMPARED, get_backend
 from bench.core.spec import pinned_words
 from bench.core.stats import CONFIDENCE, MIN_LAUNCHES, geometric_mean, ratio_of_pairs, t_quantile
 from bench.core.store import Store
+from bench.harness.cores import CoreClaim, run_resources
 from bench.harness.lifeline import Lifeline
 from bench.harness.runner import execute, new_run_id, worker_environment
 from bench.harness.supervisor import supervise
@@ -233,6 +234,8 @@ def suite_launch(spec, store, pick: Callable) -> Callable[[], float]:
             raise LaunchFailed(f"suite run {record.run_id} ended {record.status}: "
                                f"{record.error.message if record.error else 'no error recorded'} "
                                f"(`bench list --store {store.path}`)")
+        if record.shared_with:
+            raise LaunchFailed(f"suite run {record.run_id} {shared_words(record.shared_with)}")
         return pick(record)
 
     return launch
@@ -253,9 +256,12 @@ def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str)
         # as the unix sockets Ray makes there need.
         scratch = tempfile.mkdtemp(prefix="bare-")
         try:
-            with Lifeline(tag):  # a killed selfcheck leaves no bare loop behind either
+            # the machine's cores to itself, as a suite run has them (bench.harness.cores)
+            with CoreClaim(tag, f"selfcheck's bare {name} loop", None, run_resources(spec)) as claim, \
+                    Lifeline(tag, holds=(claim.fd,)):  # a killed selfcheck leaves no bare loop behind either
                 outcome = supervise(loop.command(spec.world_size, args),
                                     {**worker_environment(spec, tag), "TMPDIR": scratch}, log, spec.timeout)
+                shared = claim.finish()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         if outcome.ending == "interrupted":
@@ -267,9 +273,17 @@ def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str)
         if outcome.returncode != 0 or value is None:
             last = (text.strip().splitlines() or ["no output"])[-1][:200]
             raise LaunchFailed(f"bare loop exited {outcome.returncode} without its figure ({last}); log {log}")
+        if shared:
+            raise LaunchFailed(f"bare loop {shared_words(shared)}")
         return value
 
     return launch
+
+
+def shared_words(shared_with: list[dict]) -> str:
+    """Why a launch that shared its cores cannot be counted."""
+    return (f"shared its cores with {', '.join(r['run_id'] for r in shared_with)} (--allow-shared): the check compares "
+            "launches that each had the machine to itself; run it again without --allow-shared")
 
 
 def _bare_figure(text: str, key: str) -> float | None:

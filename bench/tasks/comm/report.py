@@ -4,14 +4,13 @@ and which primary backend's allreduce reached the higher peak bus bandwidth."""
 
 from __future__ import annotations
 
-from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.core.spec import placement_text
 from bench.core.stats import Family, ratio_of_cases
 from bench.rank.collectives import bus_factor, format_bytes
 from bench.report.sections import (Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code, figure_png, fmt,
                                    judged_outcome, left, pyplot, right)
-from bench.results.frame import blank_single_machine
+from bench.results.frame import blank_single_machine, comparable_runs
 from bench.tasks.comm.results import PLACE, case_launches, matched_key, matched_sizes, mean_of
 
 # The smallest message at which allreduce is bandwidth-bound, over CPU loopback (gloo) and on GPUs (nccl-tests'
@@ -121,7 +120,7 @@ def method() -> list:
 
 def report_part(frame, context) -> ReportPart:
     """The communication sweeps' part of the page (`frame`: this task's runs only)."""
-    ok = frame[frame["status"] == RunStatus.OK]
+    ok = comparable_runs(frame)
     if ok.empty:
         blocks = [Paragraph(["No communication sweep in this selection (", code("bench allreduce"), ", or a ",
                              code("bench sweep"), " without ", code("--no-comm"), ", records one)."])]

@@ -3,13 +3,12 @@ and `bench agreement` make, and the figures the regression gate compares (bench.
 
 from __future__ import annotations
 
-from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.core.spec import placement_text
 from bench.core.stats import ratio_of_cases
 from bench.rank.collectives import format_bytes
 from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
-from bench.results.frame import blank_single_machine, pooled_launches
+from bench.results.frame import blank_single_machine, comparable_runs, pooled_launches
 
 
 def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
@@ -91,6 +90,6 @@ def matched_key(place: tuple, size: int) -> str:
 def comparisons(frame) -> dict:
     """The comparison the communication view makes (bench.tasks.base.Task.comparisons): the first primary
     backend's allreduce busbw over the second's at the matched size, across launches."""
-    ok = frame[frame["status"] == RunStatus.OK]
+    ok = comparable_runs(frame)
     return {matched_key(place, size): ratio_of_cases([values[0]], [values[1]])
             for place, (size, values, _) in matched_sizes(ok).items()}

@@ -42,10 +42,10 @@ def run_row(rec) -> list:
 
 
 def latest_ok(recs: list) -> dict:
-    """The latest ok run of each backend."""
+    """The latest ok run of each backend that had its cores to itself."""
     out = {}
     for rec in sorted(recs, key=lambda r: r.created_at):
-        if rec.ok and rec.metrics is not None:
+        if rec.comparable and rec.metrics is not None:
             out[rec.spec.backend] = rec
     return out
 
@@ -79,7 +79,7 @@ def times_sentence(title: str, recs: list) -> str:
     """Each backend's time to the target in one case: its one run, or the median and range of its runs."""
     runs: dict[str, list] = {}
     for rec in recs:
-        if rec.ok and rec.metrics is not None:
+        if rec.comparable and rec.metrics is not None:
             runs.setdefault(rec.spec.backend, []).append(rec.metrics)
     parts = []
     for backend, ms in runs.items():
@@ -99,7 +99,7 @@ def world_sentences(records: list) -> list[str]:
     """How time to target changes with the world size, per backend and lr rule, where several sizes ran."""
     groups: dict[tuple, dict[int, list]] = {}
     for rec in records:
-        if rec.ok and rec.metrics is not None:
+        if rec.comparable and rec.metrics is not None:
             s, c = rec.spec, rec.spec.converge
             key = (s.backend, s.workload, s.data, c["target"], c["lr_scaling"])
             groups.setdefault(key, {}).setdefault(s.world_size, []).append(rec.metrics)

@@ -60,10 +60,13 @@ class RecoveryCase:
 
 
 def recovery_cases(frame) -> dict[str, dict[str, RecoveryCase]]:
-    """case -> backend -> RecoveryCase, for every fault run of `frame` (this task's runs)."""
+    """case -> backend -> RecoveryCase, for every fault run of `frame` (this task's runs) that had its cores to
+    itself (a run that shared them with another bench run measured that one too)."""
     out: dict[str, dict[str, RecoveryCase]] = {}
     for r in frame.sort_values("created_at").itertuples():
         rec = r.record
+        if rec.shared_with:
+            continue
         case = out.setdefault(r.case, {}).setdefault(r.backend, RecoveryCase(r.case, measure_of(rec.spec), r.backend))
         case.records.append(rec)
     return out

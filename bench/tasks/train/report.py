@@ -14,13 +14,12 @@ import math
 import statistics
 
 from bench.core import stats
-from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
 from bench.core.spec import pinned_words
 from bench.report.sections import (Bullets, Cell, Heading, Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code,
                                    em, env_differences, figure_png, fmt, judged_outcome, left, pct, pyplot, right,
                                    strong)
-from bench.results.frame import CONDITIONS, distortion
+from bench.results.frame import CONDITIONS, comparable_runs, distortion
 from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
 from bench.tasks.train.results import (TrainingCase, difference, efficiency_ratio, network_words, pair_key,
                                        replicated_cases)
@@ -543,7 +542,7 @@ SIGNIFICANCE = round(1 - stats.CONFIDENCE, 10)  # stated in the method: p below 
 
 def report_part(frame, context) -> ReportPart:
     """The training runs' part of the page (`frame`: this task's runs only)."""
-    ok = frame[frame["status"] == RunStatus.OK]
+    ok = comparable_runs(frame)
     cases = replicated_cases(ok) if not ok.empty else []
     family = getattr(context, "family", None)
     sentences, fairness = verdict(cases, family) if cases else ([], [])

@@ -15,11 +15,10 @@ import statistics
 from dataclasses import dataclass, field
 
 from bench.core import stats
-from bench.core.records import RunStatus
 from bench.core.registry import PLAIN_LOOP, PRIMARY
 from bench.core.spec import pinned_words
 from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
-from bench.results.frame import CONDITIONS, blank_single_machine, pooled_launches, sweeps_in
+from bench.results.frame import CONDITIONS, blank_single_machine, comparable_runs, pooled_launches, sweeps_in
 
 
 def launch_throughput(rec) -> float:
@@ -137,8 +136,9 @@ class TrainingCase:
 
 
 def replicated_cases(ok) -> list[TrainingCase]:
-    """Every (conditions, backend, world size) of the ok runs with a throughput: the launches of its latest
-    sweep, with vs-plain and efficiency estimated across launches."""
+    """Every (conditions, backend, world size) of the comparable runs (ok, alone on their cores) with a throughput:
+    the launches of its latest sweep, with vs-plain and efficiency estimated across launches."""
+    ok = comparable_runs(ok)
     ok = ok[ok["throughput"].notna()]
     ok = blank_single_machine(ok)
     cases = {key: TrainingCase(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
@@ -187,7 +187,7 @@ def comparisons(frame) -> dict[str, stats.Estimate]:
     """Every comparison the training view makes (bench.tasks.base.Task.comparisons): each case against the
     plain loop, scaling efficiency, and for the primary pair (and each reference backend against each primary)
     throughput, scaling efficiency against each other and the time to the first step."""
-    ok = frame[frame["status"] == RunStatus.OK]
+    ok = comparable_runs(frame)
     cases = replicated_cases(ok) if not ok.empty else []
     out: dict[str, stats.Estimate] = {}
     by_place: dict[str, dict[str, TrainingCase]] = {}
