@@ -32,7 +32,7 @@ DOCS = ROOT / "docs"
 GENERATED = {DOCS / "cli.md"}
 README_WORDS = 2500
 README_SECTIONS = ["The answer so far", "Quick start: a laptop CPU", "Quick start: one 8-GPU node",
-                   "Quick start: a cluster", "More"]
+                   "Quick start: a cluster", "What it guarantees", "More"]
 SCORECARD = ("<!-- scorecard:begin -->", "<!-- scorecard:end -->")
 
 FENCE = re.compile(r"^```.*?^```[ \t]*$", re.S | re.M)
