@@ -7,7 +7,6 @@ from bench.cli.common import open_store
 from bench.core.console import note
 from bench.core.errors import EXIT_OK
 from bench.harness.lifeline import unrecorded
-from bench.results.frame import load_frame
 from bench.results.listing import runs_table
 
 
@@ -19,10 +18,8 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     store = open_store(args.store)
-    frame = load_frame(store)
-    if args.last:
-        frame = frame.tail(args.last)
-    print(runs_table(frame) if not frame.empty else f"no runs stored in {store.path}")
+    records = store.records(last=args.last)
+    print(runs_table(records) if records else f"no runs stored in {store.path}")
     for run_dir, _ in unrecorded(store):
         note(f"bench list: run {run_dir.path.name} was abandoned (its bench process died) and is not stored yet; "
              "the next run on this store records it")
