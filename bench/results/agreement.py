@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from bench.core.registry import all_tasks, task_part
 from bench.core.stats import CONFIDENCE, Estimate
-from bench.results.frame import hardware, of_task, records_to_frame
+from bench.results.frame import hardware, records_to_frame
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,21 @@ class Claim:
 def sweep_claims(records: list) -> dict[str, Claim]:
     """The comparisons of one sweep's records, by key: what each task's report view compares
     (`comparisons` of bench/tasks/<task>/results.py)."""
-    frame = records_to_frame(records)
-    return {key: Claim(key, est) for task in all_tasks()
-            if (results := task_part(task.name, "results")) is not None and hasattr(results, "comparisons")
-            for key, est in results.comparisons(of_task(frame, task.name)).items()}
+    return claims_by_sweep({"": records})[""]
+
+
+def claims_by_sweep(sweeps: dict[str, list]) -> dict[str, dict[str, Claim]]:
+    """sweep_claims of every sweep (sweep id -> records), from one frame of all their runs cut by sweep and task:
+    a store of a thousand sweeps would otherwise build a thousand frames."""
+    frame = records_to_frame([rec for recs in sweeps.values() for rec in recs])
+    labels = [sid for sid, recs in sweeps.items() for _ in recs]
+    parts = dict(iter(frame.groupby([labels, frame["task"].tolist()], sort=False))) if labels else {}
+    none = frame.iloc[0:0]
+    views = [(task.name, results) for task in all_tasks()
+             if (results := task_part(task.name, "results")) is not None and hasattr(results, "comparisons")]
+    return {sid: {key: Claim(key, est) for name, results in views
+                  for key, est in results.comparisons(parts.get((sid, name), none)).items()}
+            for sid in sweeps}
 
 
 def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
@@ -56,6 +67,30 @@ def contradictions(a: dict[str, Claim], b: dict[str, Claim]) -> list[str]:
         x, y = a[key], b[key]
         if (x.direction and y.leaning == -x.direction) or (y.direction and x.leaning == -y.direction):
             out.append(key)
+    return out
+
+
+def pair_contradictions(claims: dict[str, dict[str, Claim]], pairs: list[tuple[str, str]]) -> dict[tuple, list[str]]:
+    """contradictions() of each pair of sweeps (a, b), a before b in sorted order, `claims` sweep id -> its claims.
+    The same rule taken key by key, not pair by pair: on a key, the sweeps significant in one direction contradict
+    those that lean the other way, and only those pairs are visited (a store of a thousand sweeps makes half a
+    million pairs, nearly all of them without a contradiction)."""
+    out: dict[tuple, list[str]] = {pair: [] for pair in pairs}
+    by_key: dict[str, dict[str, Claim]] = {}
+    for sid, made in claims.items():
+        for key, claim in made.items():
+            by_key.setdefault(key, {})[sid] = claim
+    for key in sorted(by_key):  # each pair's keys in sorted order, as contradictions() lists them
+        leaning: dict[int, list[str]] = {1: [], -1: [], 0: []}
+        for sid, claim in by_key[key].items():
+            leaning[claim.leaning].append(sid)
+        found = set()
+        for sid, claim in by_key[key].items():
+            if claim.direction:
+                found.update(tuple(sorted((sid, other))) for other in leaning[-claim.direction])
+        for pair in found:
+            if pair in out:  # sweeps of one machine only
+                out[pair].append(key)
     return out
 
 
@@ -71,14 +106,14 @@ def agreement(sweeps: dict[str, list]) -> dict:
     machines = {sid: machine_label(recs) for sid, recs in sweeps.items()}
     several = len(set(machines.values())) > 1
     claims = {}
-    for sid, recs in sweeps.items():
+    for sid, made in claims_by_sweep(sweeps).items():
         claims[sid] = {}
-        for key, claim in sweep_claims(recs).items():
+        for key, claim in made.items():
             key = f"{key}, on {machines[sid]}" if several else key
             claims[sid][key] = Claim(key, claim.estimate)
     ids = sorted(claims)
-    pairs = {(a, b): contradictions(claims[a], claims[b]) for i, a in enumerate(ids) for b in ids[i + 1:]
-             if machines[a] == machines[b]}
+    pairs = pair_contradictions(claims, [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:]
+                                         if machines[a] == machines[b]])
     keys = sorted({k for c in claims.values() for k in c})
     # significant, and in the same direction, in every sweep that made the comparison (two or more)
     resolved = []

@@ -84,9 +84,9 @@ def of_task(frame, task: str):
     return frame[frame["task"] == task]
 
 
-def launch_group(row) -> str:
+def launch_group(sweep_id, run_id: str) -> str:
     """Which launches replicate each other: those of one sweep (a run made on its own stands alone)."""
-    return row.sweep_id if isinstance(row.sweep_id, str) and row.sweep_id else row.run_id
+    return sweep_id if isinstance(sweep_id, str) and sweep_id else run_id
 
 
 def blank_single_machine(frame):
@@ -98,10 +98,18 @@ def blank_single_machine(frame):
 
 def latest_launches(frame, keys: list[str]) -> dict[tuple, list]:
     """The records of each case (one value of `keys`) from its latest launch group, oldest first: the
-    launches a report compares (docs/method.md, "Replication")."""
-    out = {}
-    for key, group in frame.sort_values("created_at").groupby(keys, sort=True):
-        batches = [launch_group(r) for r in group.itertuples()]
-        out[key if isinstance(key, tuple) else (key,)] = [rec for rec, b in zip(group["record"], batches)
-                                                          if b == batches[-1]]
-    return out
+    launches a report compares (docs/method.md, "Replication"). Cases in sorted order; a run missing a key is in
+    none (as pandas' groupby has it). Plain Python over the columns: it runs once per sweep of a store, thousands
+    of times on a large one, where a groupby's fixed cost would be most of the report's time."""
+    import pandas as pd
+
+    ordered = frame.sort_values("created_at")
+    records = ordered["record"].tolist()
+    launches = [launch_group(sweep_id, run_id) for sweep_id, run_id in zip(ordered["sweep_id"].tolist(),
+                                                                           ordered["run_id"].tolist())]
+    cases: dict[tuple, list[int]] = {}
+    for i, key in enumerate(zip(*(ordered[k].tolist() for k in keys))):
+        if not any(pd.isna(value) for value in key):
+            cases.setdefault(key, []).append(i)
+    return {key: [records[i] for i in rows if launches[i] == launches[rows[-1]]]
+            for key, rows in sorted(cases.items())}
