@@ -318,3 +318,30 @@ def test_a_store_made_before_the_column_is_read_as_it_is_and_given_it_by_the_fir
     assert store.records() == records
     store.save(fake_record(1))
     assert store.records() == [fake_record(1), *records]  # the oldest run of all
+
+
+def test_the_script_that_makes_a_large_store_makes_new_launches_of_the_sample_s_runs(tmp_path):
+    """scripts/scale_store.py (docs/studies/store-scale.md): whole copies of the sample, each with fresh run and sweep
+    ids and later than the one before, readable as the sample is; the sample itself untouched."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scale_store", ROOT / "scripts" / "scale_store.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    sample = legacy_store(tmp_path / "sample.sqlite")
+    before = sample.path.read_bytes()
+    target = tmp_path / "large.sqlite"
+    assert script.main(["--source", str(sample.path), "--runs", "600", str(target)]) == 0
+    assert sample.path.read_bytes() == before
+    originals, copies = sample.records(), Store(target).records()
+    assert len(copies) == 3 * len(originals)  # whole copies: at least 600
+    assert len({r.run_id for r in copies}) == len(copies) and all(r.run_dir.endswith(r.run_id) for r in copies)
+    sweep_ids = {r.spec.sweep_id for r in originals if r.spec.sweep_id}
+    assert len({r.spec.sweep_id for r in copies if r.spec.sweep_id}) == 3 * len(sweep_ids)
+    first, last = copies[:len(originals)], copies[-len(originals):]  # the first copy is the sample itself
+    assert [r.run_id for r in first] == [r.run_id for r in originals]
+    assert not {r.spec.sweep_id for r in last} & sweep_ids and min(r.created_at for r in last) > max(
+        r.created_at for r in copies[:-len(originals)])
+    for copy, run in zip(last, originals):  # the same run, but for its ids and times
+        assert dataclasses.replace(copy.spec, sweep_id=run.spec.sweep_id) == run.spec and copy.metrics == run.metrics
+        assert copy.status == run.status and copy.rank_map == run.rank_map
