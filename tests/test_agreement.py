@@ -3,13 +3,15 @@
 import json
 import re
 
+from factories import train_record
+
 from bench.core.stats import Family
 from bench.report.page import scorecard_recommendation
 from bench.report.sections import Bullets, ReportContext
-from bench.results.agreement import agreement, contradictions, format_agreement, frame_comparisons, sweep_claims
+from bench.results.agreement import (agreement, contradictions, format_agreement, frame_comparisons, pair_contradictions,
+                                     sweep_claims)
 from bench.results.frame import records_to_frame
 from bench.tasks.train import report as train_report
-from factories import train_record
 
 
 def sweep(sweep_id: str, launches: dict[tuple[str, int], list[float]], t0: float = 1000.0) -> list:
@@ -120,6 +122,23 @@ def test_a_significant_claim_is_contradicted_by_an_estimate_leaning_the_other_wa
     key = "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores"
     assert a[key].direction == 1 and b[key].direction == 0 and b[key].leaning == -1
     assert contradictions(a, b) == [key]
+
+
+def test_the_contradictions_of_all_pairs_are_those_of_each_pair():
+    """pair_contradictions (key by key, for stores of many sweeps) finds what contradictions() finds pair by pair:
+    sweeps significant either way, leaning either way, and even, on every comparison they make."""
+    fast_elastic = {("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123], ("elastic", 1): [95, 96, 94]}
+    fast_horovod = {("elastic", 2): [120, 118, 123], ("horovod", 2): [150, 155, 148], ("elastic", 1): [50, 52, 49]}
+    leaning = {("elastic", 2): [100, 140, 110], ("horovod", 2): [130, 100, 125], ("elastic", 1): [95, 60, 90]}
+    even = {("elastic", 2): [120, 120, 120], ("horovod", 2): [120, 120, 120], ("elastic", 1): [60, 60, 60]}
+    kinds = [fast_elastic, fast_horovod, leaning, even, fast_elastic, leaning]
+    claims = {f"s{i}": sweep_claims(sweep(f"s{i}", kind, t0=1000.0 * i)) for i, kind in enumerate(kinds)}
+    ids = sorted(claims)
+    pairs = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:]]
+    expected = {(a, b): contradictions(claims[a], claims[b]) for a, b in pairs}
+    assert sum(map(len, expected.values())) >= 10 and not all(expected.values())  # some pairs contradict, not all
+    assert pair_contradictions(claims, pairs) == expected
+    assert pair_contradictions(claims, pairs[:3]) == {pair: expected[pair] for pair in pairs[:3]}
 
 
 def test_the_page_says_whether_its_sweeps_agree():

@@ -1,6 +1,7 @@
 """The report page from the committed sample store (written by the previous version: 14 training runs,
 3 communication sweeps, 8 fault runs), without launching anything."""
 
+import dataclasses
 import html
 import re
 import shutil
@@ -12,9 +13,10 @@ from bench.core import stats
 from bench.core.errors import StoreError, UsageError
 from bench.core.store import Store
 from bench.rank.collectives import OPS, bus_factor
-from bench.report.page import apply_where, failed_section, render_report, write_report
+from bench.report.page import (apply_where, environment_section, failed_section, rank_map_section, render_report,
+                               write_report)
 from bench.report.sections import ReportPart
-from bench.results.frame import load_frame
+from bench.results.frame import load_frame, records_to_frame
 from bench.tasks.train import report as train_report
 
 SAMPLE = Path(__file__).parent / "data" / "store-v1.sqlite"
@@ -95,7 +97,7 @@ def test_fault_runs_are_named_by_their_fault(page, frame):
         case = html.escape(r.record.task.case(r.record.spec))
         row = elasticity.split(r.run_id)[0].rsplit("<tr>", 1)[1]  # the table row that ends with the run id
         assert case in row and f">{r.backend}<" in row
-        assert f"{r.run_id}: {r.backend} {case}, world {r.world_size} ({r.status})" in ranks
+        assert f"{r.backend} {case}, world {r.world_size}, " in ranks and r.run_id in ranks  # its rank map's runs
         if r.status != "ok":
             listed = failed.split(r.run_id)[1].split("</tr>")[0]
             assert case in listed and "communication" not in listed
@@ -183,3 +185,73 @@ def test_unwritable_output_is_a_usage_error_and_leaves_nothing(tmp_path, monkeyp
 def test_bus_factor_is_the_ops_factor():
     assert bus_factor("allreduce", 4) == 1.5 == OPS["allreduce"].factor(4)
     assert bus_factor("broadcast", 8) == 1.0
+
+
+# ---------------------------------------------------------------- rank maps and the environment, without noise
+def tables_of(section) -> list:
+    return [b for b in section.blocks if b.kind == "table"]
+
+
+def cells_of(table) -> list[str]:
+    return [c.text for r in table.rows for c in r.cells]
+
+
+def test_the_rank_map_shows_runs_across_hosts_fault_runs_and_one_example_per_case():
+    """One host, no fault: only each case's latest ok run. Across hosts or with a fault: one table per case and rank
+    map (process ids aside), the runs that had it behind a disclosure of their own."""
+    from factories import fault_record, rank_row, train_record
+
+    two_hosts = [rank_row(0, 2, host="h1", local_rank=0, group_rank=0), rank_row(1, 2, host="h2", local_rank=0,
+                                                                                  group_rank=1)]
+    moved = [rank_row(0, 2, host="h2", local_rank=0, group_rank=0), rank_row(1, 2, host="h1", local_rank=0,
+                                                                              group_rank=1)]
+    records = [train_record("one-1", created_at=1.0), train_record("one-2", created_at=2.0),
+               train_record("one-3", created_at=3.0, status="crashed"),  # the latest, but not ok
+               train_record("single-1", "single", 1, created_at=4.0),
+               train_record("across-1", created_at=5.0, rank_map=two_hosts),
+               train_record("across-2", created_at=6.0, rank_map=[dataclasses.replace(r, pid=r.pid + 7)
+                                                                  for r in two_hosts]),
+               train_record("across-3", created_at=7.0, rank_map=moved),
+               fault_record("fault-1", created_at=8.0), fault_record("fault-2", created_at=9.0, status="timeout")]
+    section = rank_map_section(records_to_frame(records))
+    tables = tables_of(section)
+    summaries = [t.details for t in tables]
+    assert summaries[0] == "elastic mnist_mlp, world 2: one-2 (ok), the latest ok of its 3 runs on one host"
+    assert summaries[1].startswith("elastic mnist_mlp, world 2, 2 hosts: 2 runs with this rank map (2 ok); "
+                                   "process ids of the latest, across-2 (ok)")
+    assert summaries[2] == "the 2 runs with that rank map"
+    assert cells_of(tables[2]) == ["ok", "across-2, across-1"]
+    assert summaries[3].startswith("elastic mnist_mlp, world 2, 2 hosts: 1 run with this rank map")
+    assert "before and after a fault: 2 runs with this rank map (1 ok, 1 timeout)" in summaries[4]
+    assert cells_of(tables[5]) == ["timeout", "fault-2", "ok", "fault-1"]
+    assert tables[5].rows[0].cells[0].css == "bad"
+    assert summaries[6] == "single mnist_mlp, world 1: single-1 (ok), the latest ok of its 1 run on one host"
+    assert len(tables) == 7
+    # every table holds a rank map or, behind its own disclosure, the runs that had one: no run id in a cell else
+    for table in tables:
+        assert table.details
+        if table.columns[0].name == "role":
+            assert not any(rec.run_id in cells_of(table) for rec in records)
+    assert [c.text for c in tables[4].rows[-1].cells][-1] == "after" and cells_of(tables[4])[8] == "before"
+
+
+def test_the_environment_says_what_differs_grouped_by_value_with_the_runs_behind_a_disclosure():
+    from factories import train_record
+
+    records = [train_record(f"r{i}", created_at=float(i), environment={"cpu_model": "AMD EPYC", "cpu_count": 2})
+               for i in range(4)]
+    records += [train_record("x1", created_at=9.0, environment={"cpu_model": "Intel Xeon", "cpu_count": 2}),
+                train_record("x2", created_at=10.0, environment={"cpu_count": 2})]
+    section = environment_section(records)
+    facts, which = tables_of(section)
+    rows = {r.cells[0].text: r for r in facts.rows}
+    assert rows["cpu_model"].cells[1].text == "AMD EPYC (4 runs); Intel Xeon (1 run); - (1 run)"
+    assert rows["cpu_model"].css == "diff"
+    assert rows["cpu_count"].cells[1].text == "2" and rows["cpu_count"].css == ""
+    assert rows["torch"].cells[1].text == "-"  # recorded by none
+    assert facts.details is None and not any(r.run_id in cells_of(facts) for r in records)
+    assert which.details and [cells_of(which)[i:i + 3] for i in range(0, len(which.rows) * 3, 3)] == [
+        ["cpu_model", "Intel Xeon", "x1"], ["cpu_model", "-", "x2"], ["cpu_model", "AMD EPYC", "the other 4 runs"]]
+    page = render_report(records_to_frame(records), "test")
+    env = page.split('<h2 id="env">')[1].split("<h2 ")[0]
+    assert env.count("<details>") == 1 and env.index("<details>") < env.index("x1")

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from bench.core import stats
-from bench.core.stats import summarize
+from bench.core.stats import summarize, t_quantile, t_two_sided_p
 
 
 def test_confidence_interval_uses_student_t():
@@ -13,6 +13,18 @@ def test_confidence_interval_uses_student_t():
     # t(0.975, 4) = 2.7764
     assert s["ci_half_width"] == pytest.approx(2.7764 * math.sqrt(2.5) / math.sqrt(5), rel=1e-4)
     assert s["ci_low"] < 11.0 < s["ci_high"]
+
+
+def test_student_t_is_scipy_stats_t_to_the_last_bit():
+    """t_quantile and t_two_sided_p compute what scipy.stats' t does (its ppf and sf call the same functions), at
+    whole and fractional (Welch) degrees of freedom, small and huge, so that no figure moves."""
+    from scipy.stats import t
+
+    for dof in (1, 2, 3, 4, 7, 29, 1.0001, 1.73, 2.5, 11.2, 58.9, 1e3, 1e6, 1e30, math.inf):
+        for confidence in (0.5, 0.9, 0.95, 0.99):
+            assert t_quantile(confidence, dof) == float(t.ppf(0.5 + confidence / 2, dof))
+        for value in (0.0, 0.3, -1.96, 2.5, -40.0):
+            assert t_two_sided_p(value, dof) == float(2 * t.sf(abs(value), dof))
 
 
 def test_unstable_by_pyperf_rules():

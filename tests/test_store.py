@@ -1,6 +1,8 @@
 """The store: typed records in and out, schema checks; a writer killed mid-run and concurrent writers
 (real processes, marked slow)."""
 
+import contextlib
+import dataclasses
 import json
 import signal
 import sqlite3
@@ -9,13 +11,13 @@ import sys
 import textwrap
 
 import pytest
+from conftest import ROOT
+from factories import train_record
 
 from bench.core.errors import StoreError
 from bench.core.records import SCHEMA_VERSION, RunRecord
 from bench.core.store import Store
 from bench.results.frame import load_frame
-from conftest import ROOT
-from factories import train_record
 
 
 def fake_record(i: int) -> RunRecord:
@@ -161,8 +163,9 @@ def test_an_empty_bench_store_variable_means_the_default(monkeypatch):
     lambda p: p.mkdir(),
 ])
 def test_a_store_that_cannot_take_a_record_is_refused_before_anything_runs(tmp_path, make_bad):
-    from bench.harness.runner import execute
     from factories import train_spec
+
+    from bench.harness.runner import execute
 
     bad = tmp_path / "bench.sqlite"
     make_bad(bad)
@@ -175,8 +178,9 @@ def test_a_store_that_cannot_take_a_record_is_refused_before_anything_runs(tmp_p
 
 
 def test_bench_import_adds_a_kept_record_and_refuses_what_is_not_one(tmp_path):
-    from bench.core.rundir import RunDir, write_json_atomic
     from conftest import bench_in_process
+
+    from bench.core.rundir import RunDir, write_json_atomic
 
     rec = fake_record(7)
     run_dir = RunDir(tmp_path / "runs" / rec.run_id).create()
@@ -225,3 +229,119 @@ def test_a_run_whose_store_breaks_while_it_runs_is_kept_and_can_be_imported(tmp_
     other = tmp_path / "other.sqlite"
     assert bench_in_process("import", run_dir, "--store", other).returncode == 0
     assert Store(other).records()[0].run_id == kept["run_id"]
+
+
+# ---------------------------------------------------------------- what is asked often is not a scan of every record
+def legacy_store(path) -> Store:
+    """A store as benches wrote them before the schema_version column: the committed sample, copied."""
+    import shutil
+
+    shutil.copyfile(ROOT / "reports" / "sample" / "bench.sqlite", path)
+    return Store(path)
+
+
+def columns_of(path) -> set[str]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+
+
+def test_the_last_runs_are_read_without_the_others(tmp_path, capsys):
+    """records(last=N) decodes the latest rows only: an unreadable record older than them goes unread (no line
+    skips it), one among them is skipped and the next older one read instead; oldest first, as records() orders
+    them, equal times in the order they were stored."""
+    store = Store(tmp_path / "bench.sqlite")
+    for i in range(6):
+        store.save(fake_record(i))
+    store.save(dataclasses.replace(fake_record(6), created_at=fake_record(5).created_at))
+    with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
+        conn.execute("UPDATE runs SET record = '{cut short' WHERE run_id IN ('run-000000', 'run-000004')")
+    capsys.readouterr()
+    ids = [r.run_id for r in store.records()]
+    assert ids == ["run-000001", "run-000002", "run-000003", "run-000005", "run-000006"]
+    assert capsys.readouterr().err.count("skipped run") == 2
+    assert [r.run_id for r in store.records(last=2)] == ids[-2:]
+    assert capsys.readouterr().err == ""  # the unreadable ones are older: not read at all
+    assert [r.run_id for r in store.records(last=3)] == ids[-3:]
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "skipped run run-000004" in line
+    assert [r.run_id for r in store.records(last=50)] == ids
+
+
+def test_each_record_s_schema_is_a_column_that_save_fills(tmp_path):
+    store = Store(tmp_path / "bench.sqlite")
+    store.save(fake_record(1))
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        assert conn.execute("SELECT schema_version FROM runs").fetchall() == [(SCHEMA_VERSION,)]
+        indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"runs_by_time", "runs_by_schema"} <= indexes
+
+
+def test_the_check_before_a_run_asks_the_column_not_the_records(tmp_path):
+    """Where a row's schema_version column says its schema, check_usable takes it (the record's JSON is not read);
+    where it says none (a row an older bench wrote), the record's JSON is read."""
+    store = Store(tmp_path / "bench.sqlite")
+    store.save(fake_record(1))
+    store.save(fake_record(2))
+    newer = json.dumps({**fake_record(2).to_dict(), "schema_version": SCHEMA_VERSION + 1})
+    with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
+        conn.execute("UPDATE runs SET record = ? WHERE run_id = 'run-000002'", (newer,))
+    store.check_usable()  # its column still says the current schema
+    with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
+        conn.execute("UPDATE runs SET schema_version = NULL WHERE run_id = 'run-000002'")
+    with pytest.raises(StoreError, match=f"holds records of schema {SCHEMA_VERSION + 1} \\(run run-000002\\)"):
+        store.check_usable()
+    with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
+        conn.execute("UPDATE runs SET schema_version = ? WHERE run_id = 'run-000002'", (SCHEMA_VERSION + 1,))
+        conn.execute("UPDATE runs SET record = ? WHERE run_id = 'run-000002'", (json.dumps(fake_record(2).to_dict()),))
+    with pytest.raises(StoreError, match=f"holds records of schema {SCHEMA_VERSION + 1} \\(run run-000002\\)"):
+        store.check_usable()
+
+
+def test_a_store_made_before_the_column_is_read_as_it_is_and_given_it_by_the_first_write(tmp_path):
+    store = legacy_store(tmp_path / "bench.sqlite")
+    assert "schema_version" not in columns_of(store.path)
+    before = store.path.read_bytes()
+    records = store.records()
+    assert [r.run_id for r in store.records(last=3)] == [r.run_id for r in records[-3:]]
+    store.check_usable()
+    assert store.path.read_bytes() == before  # read paths change nothing, so the column is not added there
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        written = {run_id: json.loads(text)["schema_version"] for run_id, text in conn.execute(
+            "SELECT run_id, record FROM runs")}
+    assert set(written.values()) == {2, 3, 4, 5}  # records of four schemas, each as it was written
+    store.check_writable()
+    assert "schema_version" in columns_of(store.path)
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        assert dict(conn.execute("SELECT run_id, schema_version FROM runs")) == written
+        indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"runs_by_time", "runs_by_schema"} <= indexes
+    assert store.records() == records
+    store.save(fake_record(1))
+    assert store.records() == [fake_record(1), *records]  # the oldest run of all
+
+
+def test_the_script_that_makes_a_large_store_makes_new_launches_of_the_sample_s_runs(tmp_path):
+    """scripts/scale_store.py (docs/studies/store-scale.md): whole copies of the sample, each with fresh run and sweep
+    ids and later than the one before, readable as the sample is; the sample itself untouched."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scale_store", ROOT / "scripts" / "scale_store.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    sample = legacy_store(tmp_path / "sample.sqlite")
+    before = sample.path.read_bytes()
+    target = tmp_path / "large.sqlite"
+    assert script.main(["--source", str(sample.path), "--runs", "600", str(target)]) == 0
+    assert sample.path.read_bytes() == before
+    originals, copies = sample.records(), Store(target).records()
+    assert len(copies) == 3 * len(originals)  # whole copies: at least 600
+    assert len({r.run_id for r in copies}) == len(copies) and all(r.run_dir.endswith(r.run_id) for r in copies)
+    sweep_ids = {r.spec.sweep_id for r in originals if r.spec.sweep_id}
+    assert len({r.spec.sweep_id for r in copies if r.spec.sweep_id}) == 3 * len(sweep_ids)
+    first, last = copies[:len(originals)], copies[-len(originals):]  # the first copy is the sample itself
+    assert [r.run_id for r in first] == [r.run_id for r in originals]
+    assert not {r.spec.sweep_id for r in last} & sweep_ids and min(r.created_at for r in last) > max(
+        r.created_at for r in copies[:-len(originals)])
+    for copy, run in zip(last, originals):  # the same run, but for its ids and times
+        assert dataclasses.replace(copy.spec, sweep_id=run.spec.sweep_id) == run.spec and copy.metrics == run.metrics
+        assert copy.status == run.status and copy.rank_map == run.rank_map

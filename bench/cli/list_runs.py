@@ -8,7 +8,6 @@ from bench.core.console import note
 from bench.core.errors import EXIT_OK
 from bench.harness.keep import kept_record
 from bench.harness.lifeline import unrecorded
-from bench.results.frame import load_frame
 from bench.results.listing import runs_table
 
 
@@ -22,10 +21,8 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     store = open_store(args.store)
-    frame = load_frame(store)
-    if args.last:
-        frame = frame.tail(args.last)
-    print(runs_table(frame) if not frame.empty else f"no runs stored in {store.path}")
+    records = store.records(last=args.last)
+    print(runs_table(records) if records else f"no runs stored in {store.path}")
     for run_dir, _ in unrecorded(store):
         kept = kept_record(run_dir)
         if kept is not None:

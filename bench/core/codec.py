@@ -41,6 +41,13 @@ def float_of(value):
 def restore_floats(value):
     """Plain JSON with the words for non-finite floats turned back into floats, at any depth: what a value whose
     field is not typed (a fit's dict, a rank's output) reads back as, so that a number written stays a number."""
+    kind = type(value)  # JSON's own types first, by identity (a record holds hundreds of values), then subclasses
+    if kind in NUMBERS:
+        return value
+    if kind is dict:
+        return {k: v if type(v) in NUMBERS else restore_floats(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in NUMBERS else restore_floats(v) for v in value]
     if isinstance(value, str):
         return NON_FINITE.get(value, value)
     if isinstance(value, list):
@@ -48,6 +55,9 @@ def restore_floats(value):
     if isinstance(value, dict):
         return {k: restore_floats(v) for k, v in value.items()}
     return value
+
+
+NUMBERS = frozenset({int, float, bool, type(None)})  # JSON values that are neither a container nor a word: kept
 
 
 def dumps(value, **options) -> str:
@@ -85,56 +95,150 @@ PLAIN = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
 
 def from_json(tp, value, where: str = "record"):
     """`value` (plain JSON) as type `tp`: dataclasses, X | None, list[X], dict[str, X], plain values."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is typing.Any or tp is object:
-        return restore_floats(value)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(value)
-        except ValueError:
-            raise RecordError(f"{where}: {value!r} is not one of {', '.join(repr(m.value) for m in tp)}") from None
-    if tp is float and isinstance(value, str) and value in NON_FINITE:
-        return NON_FINITE[value]
-    if tp in PLAIN:
-        if not isinstance(value, PLAIN[tp]) or (isinstance(value, bool) and tp is not bool):
-            raise RecordError(f"{where}: expected {tp.__name__}, found {type(value).__name__}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1:
-            return from_json(rest[0], value, where)
-        return float_of(value) if float in rest else value  # a plain union of JSON types (int | float, ...)
-    if dataclasses.is_dataclass(tp):
-        return decode(tp, value, where)
-    if origin in (list, tuple):
-        if not isinstance(value, list):
-            raise RecordError(f"{where}: expected a list, found {type(value).__name__}")
-        return [from_json(args[0] if args else typing.Any, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise RecordError(f"{where}: expected an object, found {type(value).__name__}")
-        return {k: from_json(args[1] if args else typing.Any, v, f"{where}.{k}") for k, v in value.items()}
-    return restore_floats(value)  # an untyped container (a bare dict or list)
+    return converter(tp)(value, where)
 
 
 def decode(cls, data: dict, where: str | None = None):
     """An instance of dataclass `cls` from a dict of its fields (typed recursively); strict about names."""
-    where = where or cls.__name__
-    if not isinstance(data, dict):
-        raise RecordError(f"{where}: expected an object, found {type(data).__name__}")
-    hints = hints_of(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = set(data) - names
-    if unknown:
-        raise RecordError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    required = {f.name for f in dataclasses.fields(cls)
-                if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-    missing = required - set(data)
-    if missing:
-        raise RecordError(f"{where}: missing field(s) {', '.join(sorted(missing))}")
-    return cls(**{k: from_json(hints[k], v, f"{where}.{k}") for k, v in data.items()})
+    return converter(cls)(data, where or cls.__name__)
+
+
+# ---------------------------------------------------------------- converters, one per type, made once
+# A converter is convert(value, where) -> the typed value, or RecordError naming where the value is. Records are
+# read by the thousand (a store, a report), so each type's checks are worked out once, not per value, and `where`
+# is spelled only for an error: below the top it is (the parent's where, a field name or key), or (the parent's
+# where, a list index, LIST_ITEM).
+_CONVERTERS: dict = {}
+LIST_ITEM = "[]"
+
+
+def converter(tp):
+    """The converter of type `tp` (from_json's rules), made on first use."""
+    try:
+        return _CONVERTERS[tp]
+    except KeyError:
+        conv = _CONVERTERS[tp] = _make_converter(tp)
+        return conv
+
+
+def spell(where) -> str:
+    """A where as the message says it: "record r1.rank_map[0].host"."""
+    parts = []
+    while isinstance(where, tuple):
+        where, key, *index = where  # (parent, field name) or (parent, list index, LIST_ITEM)
+        parts.append(f"[{key}]" if index else f".{key}")
+    return where + "".join(reversed(parts))
+
+
+def _make_converter(tp):
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is typing.Any or tp is object:
+        return lambda value, where: restore_floats(value)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return _enum_converter(tp)
+    if tp in PLAIN:
+        return _plain_converter(tp)
+    if origin in (typing.Union, types.UnionType):
+        return _union_converter(args)
+    if dataclasses.is_dataclass(tp):
+        return _dataclass_converter(tp)
+    if origin in (list, tuple):
+        return _list_converter(args[0] if args else typing.Any)
+    if origin is dict:
+        return _dict_converter(args[1] if args else typing.Any)
+    return lambda value, where: restore_floats(value)  # an untyped container (a bare dict or list)
+
+
+def _enum_converter(tp):
+    def convert(value, where):
+        try:
+            return tp(value)
+        except ValueError:
+            raise RecordError(f"{spell(where)}: {value!r} is not one of "
+                              f"{', '.join(repr(m.value) for m in tp)}") from None
+    return convert
+
+
+def _plain_converter(tp):
+    accepted = PLAIN[tp]
+    exact = frozenset(accepted)  # JSON's own types: a bool's type is bool, so it is never taken for an int here
+
+    def convert(value, where):
+        if type(value) in exact:
+            return value
+        if tp is float and isinstance(value, str) and value in NON_FINITE:
+            return NON_FINITE[value]
+        if not isinstance(value, accepted) or (isinstance(value, bool) and tp is not bool):
+            raise RecordError(f"{spell(where)}: expected {tp.__name__}, found {type(value).__name__}")
+        return value
+    return convert
+
+
+def _union_converter(args):
+    optional = type(None) in args
+    rest = [a for a in args if a is not type(None)]
+    if len(rest) == 1:
+        inner = converter(rest[0])
+
+        def convert(value, where):
+            if value is None and optional:
+                return None
+            return inner(value, where)
+        return convert
+    numeric = float in rest
+
+    def convert_plain(value, where):  # a plain union of JSON types (int | float, ...)
+        if value is None and optional:
+            return None
+        return float_of(value) if numeric else value
+    return convert_plain
+
+
+def _dataclass_converter(cls):
+    plan = []  # (field names, required names, converter of each field), worked out on first use: the field types
+    # may name classes defined after this one
+
+    def convert(data, where):
+        if not plan:
+            hints = hints_of(cls)
+            fields = [f for f in dataclasses.fields(cls) if f.init]
+            plan[:] = [frozenset(f.name for f in fields),
+                       frozenset(f.name for f in fields if f.default is dataclasses.MISSING
+                                 and f.default_factory is dataclasses.MISSING),
+                       {f.name: converter(hints[f.name]) for f in fields}]
+        names, required, fields = plan
+        if not isinstance(data, dict):
+            raise RecordError(f"{spell(where)}: expected an object, found {type(data).__name__}")
+        keys = data.keys()
+        if not keys <= names:
+            raise RecordError(f"{spell(where)}: unknown field(s) {', '.join(sorted(set(data) - names))}")
+        if not required <= keys:
+            raise RecordError(f"{spell(where)}: missing field(s) {', '.join(sorted(required - set(data)))}")
+        return cls(**{k: fields[k](v, (where, k)) for k, v in data.items()})
+    return convert
+
+
+def _list_converter(item_type):
+    item = converter(item_type)
+    exact = frozenset(PLAIN.get(item_type, ()))  # a list of plain values that need no conversion is copied as it is
+
+    def convert(value, where):
+        if not isinstance(value, list):
+            raise RecordError(f"{spell(where)}: expected a list, found {type(value).__name__}")
+        if exact and all(type(v) in exact for v in value):
+            return list(value)
+        return [item(v, (where, i, LIST_ITEM)) for i, v in enumerate(value)]
+    return convert
+
+
+def _dict_converter(value_type):
+    item = converter(value_type)
+
+    def convert(value, where):
+        if not isinstance(value, dict):
+            raise RecordError(f"{spell(where)}: expected an object, found {type(value).__name__}")
+        return {k: item(v, (where, k)) for k, v in value.items()}
+    return convert
 
 
 class Record:

@@ -20,6 +20,12 @@ and removes when the last connection closes:
 A record the running bench cannot read (a newer schema, a broken one) is skipped with one line naming it; a
 store holding records of a newer schema is refused for writing (check_usable), before anything is launched.
 
+Stores grow to tens of thousands of runs, so what is asked often is answered from columns and indexes, not by
+decoding every record: the latest runs (`records(last=N)`: an index on created_at) and the schema each record was
+written with (the schema_version column, filled by `save`, indexed), which check_usable asks before every run.
+Stores made before that column are read as they are (read-only opens cannot change a file; newer_records reads
+their records' JSON instead), and the first write adds the column and its indexes (_add_version_column).
+
 The store is --store, else $BENCH_STORE, else results/bench.sqlite; an empty BENCH_STORE counts as
 unset, as `BENCH_STORE= bench list` means in a shell.
 """
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import json
 import os
 import sqlite3
@@ -42,8 +49,13 @@ from bench.core.inputs import shown
 from bench.core.records import SCHEMA_VERSION, RunRecord
 
 DEFAULT_STORE = Path("results") / "bench.sqlite"
+# the columns of every store's runs table, whichever bench made it
 COLUMNS = ("run_id", "created_at", "status", "backend", "workload", "world_size", "device",
            "batch_size", "sweep_id", "throughput", "record")
+# the schema the row's record was written with: NULL in a row written by a bench that did not know the column
+VERSION_COLUMN = "schema_version"
+INDEXES = ("CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at)",
+           "CREATE INDEX IF NOT EXISTS runs_by_schema ON runs (schema_version)")
 CREATE = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -56,13 +68,30 @@ CREATE TABLE IF NOT EXISTS runs (
     batch_size INTEGER NOT NULL,
     sweep_id TEXT,
     throughput REAL,
-    record TEXT NOT NULL
+    record TEXT NOT NULL,
+    schema_version INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_case ON runs (workload, backend, world_size);
-"""
+""" + "".join(f"{index};\n" for index in INDEXES)
+FETCH_ROWS = 500  # records fetched at once by records(last=N) (each one an SQL variable: SQLite allows 999 at least)
 READ_TRIES = 3  # reads of a store a writer changed during each of them, before the reader gives up
 # SQLite's codes for a file system without room (Python before 3.11 names neither): a write, the -shm file grown
 SQLITE_FULL, SQLITE_IOERR_SHMSIZE = 13, 4874
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off for a block (as it was after it). For work that makes many objects that
+    stay alive (decoding a store's records makes millions, and no reference cycle): each of the collector's full
+    passes meanwhile would walk every object made so far, and a 30,000-run store would spend a third of its decoding
+    there. Cyclic garbage made in the block is collected after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def default_store_path() -> Path:
@@ -204,6 +233,8 @@ class Store:
             # older records stay as written (each carries its version and is upgraded when read); the
             # store's version says which bench may add to it, so an older bench refuses a newer record
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if create and VERSION_COLUMN not in table_columns(conn):
+            self._add_version_column(conn)
         return conn
 
     def _full(self, exc: sqlite3.Error) -> StoreFull:
@@ -275,6 +306,24 @@ class Store:
             finally:
                 os.close(fd)
 
+    def _add_version_column(self, conn: sqlite3.Connection) -> None:
+        """A store made before the schema_version column: the column added, filled from each record's JSON (once,
+        in one transaction, so a writer killed here leaves the store as it was), and indexed with created_at."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock first: another writer may be adding it too
+            if VERSION_COLUMN not in table_columns(conn):
+                conn.create_function("stored_version", 1, stored_version, deterministic=True)
+                conn.execute(f"ALTER TABLE runs ADD COLUMN {VERSION_COLUMN} INTEGER")
+                conn.execute(f"UPDATE runs SET {VERSION_COLUMN} = stored_version(record)")
+                for index in INDEXES:  # (executescript would commit first)
+                    conn.execute(index)
+            conn.commit()
+        except sqlite3.DatabaseError as exc:
+            conn.rollback()
+            conn.close()
+            raise StoreError(f"results store {self.path} cannot be written ({exc}); pass --store with "
+                             "a writable path") from None
+
     def check_writable(self) -> None:
         """Open (or create) the store and take its write lock for a moment: a store that cannot take a
         record is found before a run is launched, not after it has measured. Refused, it leaves no folder it made."""
@@ -327,12 +376,13 @@ class Store:
         # the index columns of a run that trains nothing hold "" and 0 (the record itself holds None)
         row = (record.run_id, record.created_at, record.status.value, spec.backend, spec.workload or "", spec.world_size,
                spec.device, spec.batch_size or 0, spec.sweep_id, record.task.frame_columns(record).get("throughput"),
-               json.dumps(record.to_dict(), allow_nan=False))
+               json.dumps(record.to_dict(), allow_nan=False), record.schema_version)
+        columns = (*COLUMNS, VERSION_COLUMN)
         conn = self._connect(create=True)
         try:
             with conn:
-                conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) "
-                             f"VALUES ({', '.join('?' * len(COLUMNS))})", row)
+                conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(columns)}) "
+                             f"VALUES ({', '.join('?' * len(columns))})", row)
         except sqlite3.DatabaseError as exc:
             if no_space(exc):
                 raise self._full(exc) from None
@@ -350,27 +400,20 @@ class Store:
                                                     list(run_ids)).fetchall())
         return {row[0] for row in rows}
 
-    def records(self) -> list[RunRecord]:
+    def records(self, last: int | None = None) -> list[RunRecord]:
         """Every stored record this bench can read, oldest first, upgraded to the current schema
-        (bench.core.records); each one it cannot read is skipped with one line naming it."""
-        rows = self._read(lambda conn: conn.execute("SELECT run_id, record FROM runs ORDER BY created_at").fetchall())
-        records = []
-        for run_id, text in rows:
-            try:
-                data = json.loads(text)
-            except (ValueError, TypeError):  # TypeError: a value that is not text at all
-                why = "not valid JSON"
+        (bench.core.records); each one it cannot read is skipped with one line naming it. With `last`, only the
+        latest `last` of them: the rows are read newest first and decoded until there are that many."""
+        with collector_paused():
+            if last is None:
+                query = f"SELECT run_id, record FROM runs ORDER BY {OLDEST_FIRST}"
+                read = [(run_id, decoded(text)) for run_id, text in self._read(lambda c: c.execute(query).fetchall())]
             else:
-                try:
-                    records.append(RunRecord.from_dict(data))
-                    continue
-                except RecordError as exc:
-                    why = str(exc)
-                except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a shape no upgrade expects
-                    why = f"malformed: {type(exc).__name__}: {exc}"
-            why = " ".join(why.split())  # one line, whatever the record held
-            note(f"bench: skipped run {shown(run_id)} of {self.path}: this bench cannot read its record ({why})")
-        return records
+                read = self._read(lambda conn: latest_decoded(conn, last))[::-1]
+        for run_id, got in read:
+            if isinstance(got, str):
+                note(f"bench: skipped run {shown(run_id)} of {self.path}: this bench cannot read its record ({got})")
+        return [got for _, got in read if not isinstance(got, str)]
 
     def _read(self, work):
         """work(connection) on the store opened for reading without creating or changing a file (the module's
@@ -415,20 +458,76 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def newer_records(conn: sqlite3.Connection) -> tuple[str, int] | None:
-    """(run id, schema version) of a stored record of a schema newer than this bench's, or None."""
-    version = "CASE WHEN json_valid(record) THEN json_extract(record, '$.schema_version') END"
+# the order of the runs: the order they were made in (then stored in); both orders read the created_at index
+OLDEST_FIRST, NEWEST_FIRST = "created_at, rowid", "created_at DESC, rowid DESC"
+
+
+def decoded(text) -> RunRecord | str:
+    """A stored record's JSON as the record (upgraded to the current schema), or why this bench cannot read it, in
+    one line."""
     try:
-        return conn.execute(f"SELECT run_id, {version} FROM runs WHERE typeof({version}) = 'integer' "
-                            f"AND {version} > ? LIMIT 1", (SCHEMA_VERSION,)).fetchone()
+        data = json.loads(text)
+    except (ValueError, TypeError):  # TypeError: a value that is not text at all
+        return "not valid JSON"
+    try:
+        return RunRecord.from_dict(data)
+    except RecordError as exc:
+        why = str(exc)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a shape no upgrade expects
+        why = f"malformed: {type(exc).__name__}: {exc}"
+    return " ".join(why.split())  # one line, whatever the record held
+
+
+def latest_decoded(conn: sqlite3.Connection, count: int) -> list[tuple[str, RunRecord | str]]:
+    """(run id, decoded) of the latest rows, newest first, until `count` of them are records this bench can read: the
+    order is found from created_at alone (its index, or in a store made before it a sort of that column only), and the
+    records are fetched a few at a time, so only as many are read and decoded as that takes."""
+    out, readable = [], 0
+    newest = conn.execute(f"SELECT rowid FROM runs ORDER BY {NEWEST_FIRST}")
+    while readable < count and (rowids := [rowid for (rowid,) in newest.fetchmany(min(count - readable, FETCH_ROWS))]):
+        rows = {rowid: (run_id, text) for rowid, run_id, text in conn.execute(
+            f"SELECT rowid, run_id, record FROM runs WHERE rowid IN ({', '.join('?' * len(rowids))})", rowids)}
+        for run_id, text in map(rows.__getitem__, rowids):
+            got = decoded(text)
+            out.append((run_id, got))
+            readable += not isinstance(got, str)
+    return out
+
+
+def table_columns(conn: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+
+
+def stored_version(text) -> int | None:
+    """The schema_version a stored record's JSON says, where it is an integer (what newer_records compares)."""
+    try:
+        version = json.loads(text).get("schema_version")
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return version if type(version) is int else None  # not a bool, not a float
+
+
+def newer_records(conn: sqlite3.Connection) -> tuple[str, int] | None:
+    """(run id, schema version) of a stored record of a schema newer than this bench's, or None: from the
+    schema_version column where the store has it (an index lookup), from the JSON of the rows it does not say for
+    (all of them in a store made before the column; in a newer one, those an older bench wrote)."""
+    unsaid = []  # the rows whose column says no schema
+    if VERSION_COLUMN in table_columns(conn):
+        found = conn.execute(f"SELECT run_id, {VERSION_COLUMN} FROM runs WHERE {VERSION_COLUMN} > ? LIMIT 1",
+                             (SCHEMA_VERSION,)).fetchone()
+        if found:
+            return found
+        unsaid = [f"{VERSION_COLUMN} IS NULL"]
+    version = "CASE WHEN json_valid(record) THEN json_extract(record, '$.schema_version') END"
+    newer = " AND ".join([*unsaid, f"typeof({version}) = 'integer'", f"{version} > ?"])
+    try:
+        return conn.execute(f"SELECT run_id, {version} FROM runs WHERE {newer} LIMIT 1", (SCHEMA_VERSION,)).fetchone()
     except sqlite3.OperationalError as exc:
         if "no such function" not in str(exc):
             raise
-    for run_id, text in conn.execute("SELECT run_id, record FROM runs"):  # an SQLite built without JSON
-        try:
-            version = json.loads(text).get("schema_version")
-        except (ValueError, TypeError, AttributeError):
-            continue
-        if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+    rows = f"SELECT run_id, record FROM runs{''.join(f' WHERE {c}' for c in unsaid)}"
+    for run_id, text in conn.execute(rows):  # an SQLite built without JSON
+        version = stored_version(text)
+        if version is not None and version > SCHEMA_VERSION:
             return run_id, version
     return None

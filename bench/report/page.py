@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from pathlib import Path
 
 from bench.core import stats
@@ -254,6 +255,7 @@ def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("
 
 RANK_COLUMNS = [left("role"), right("rank"), right("local"), right("group"), right("role rank"), right("restarts"),
                 left("host"), right("pid"), left("phase")]
+PID_AT = [c.name for c in RANK_COLUMNS].index("pid")
 
 
 HOST_MAP_PANELS = 6  # the latest runs across hosts drawn, one panel per backend, task and phase
@@ -263,9 +265,10 @@ def host_map_panels(frame) -> list[dict]:
     """The latest run across hosts of each backend and task, one panel per phase (before and after a fault):
     {"title", "hosts": every host of the run, "rows": its rank rows in that phase}."""
     chosen: dict[tuple, object] = {}
-    for r in sorted(frame.itertuples(), key=lambda r: (r.status == RunStatus.OK, r.created_at)):  # the latest ok run wins
-        if len({x.host for x in r.record.rank_map}) > 1:
-            chosen[(r.backend, r.task)] = r.record
+    runs = zip(frame["status"], frame["created_at"], frame["backend"], frame["task"], frame["record"])
+    for _, _, backend, task, rec in sorted(runs, key=lambda r: (r[0] == RunStatus.OK, r[1])):  # the latest ok run wins
+        if len({x.host for x in rec.rank_map}) > 1:
+            chosen[(backend, task)] = rec
     panels = []
     for rec in chosen.values():
         hosts = sorted({x.host for x in rec.rank_map}, key=natural)  # the same order in every panel of the run
@@ -310,9 +313,66 @@ def host_map_plot(panels: list[dict]) -> Plot:
     return Plot("hosts with the ranks the launcher gave each process", figure_png(fig))
 
 
+def rank_rows(rec) -> list[list]:
+    """A run's rank map as table rows (RANK_COLUMNS), before a fault and then after it, by rank."""
+    return [[x.role or "worker", x.rank, x.local_rank, x.group_rank, x.role_rank, x.restart_count, x.host, x.pid,
+             x.phase or ""] for x in sorted(rec.rank_map, key=lambda x: (x.phase != "before", x.rank))]
+
+
+def rank_layout(rec) -> tuple:
+    """What the launcher gave each process of a run, without what differs from run to run anyway (process ids):
+    runs with equal layouts have the same rank map."""
+    return tuple(tuple(cell for i, cell in enumerate(row) if i != PID_AT) for row in rank_rows(rec))
+
+
+def runs_word(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def rank_map_tables(records: list) -> list:
+    """The rank maps worth reading, each a collapsed table: of runs across hosts and of runs whose rank map a fault
+    changed (phases before and after), one per case and distinct rank map, showing the latest run that had it, with
+    the others' ids behind a disclosure of their own; of every other case (backend, what ran, world size), one
+    example, its latest ok run. `records` oldest first."""
+    examples: dict[str, list] = {}  # case -> its runs on one host without a fault
+    alike: dict[tuple, list] = {}  # (case, layout) -> the runs across hosts or with a fault that had it
+    for rec in records:
+        spread = len({x.host for x in rec.rank_map}) > 1
+        if spread or any(x.phase for x in rec.rank_map):
+            alike.setdefault((_case(rec), rank_layout(rec)), []).append(rec)
+        else:
+            examples.setdefault(_case(rec), []).append(rec)
+    tables = []
+    for case in sorted({c for c in examples} | {c for c, _ in alike}):
+        runs = examples.get(case, [])
+        ok = [r for r in runs if r.ok]
+        if ok:
+            rec = ok[-1]
+            tables.append(Table(RANK_COLUMNS, rank_rows(rec), details=f"{case}: {rec.run_id} ({rec.status}), the "
+                                f"latest ok of its {runs_word(len(runs))} on one host"))
+        for (_, layout), group in sorted(((k, g) for k, g in alike.items() if k[0] == case),
+                                         key=lambda item: item[1][-1].created_at):
+            rec = group[-1]
+            hosts = len({x.host for x in rec.rank_map})
+            where = f"{hosts} hosts" if hosts > 1 else "one host"
+            changed = ", before and after a fault" if any(x.phase for x in rec.rank_map) else ""
+            statuses = ", ".join(f"{n} {status}" for status, n in Counter(str(r.status) for r in group).items())
+            tables.append(Table(RANK_COLUMNS, rank_rows(rec),
+                                details=f"{case}, {where}{changed}: {runs_word(len(group))} with this rank map "
+                                        f"({statuses}); process ids of the latest, {rec.run_id} ({rec.status})"))
+            if len(group) > 1:
+                by_status: dict[str, list[str]] = {}
+                for r in reversed(group):
+                    by_status.setdefault(str(r.status), []).append(r.run_id)
+                tables.append(Table([left("status"), left("runs, latest first")],
+                                    [[Cell(status, "" if status == RunStatus.OK else "bad"), ", ".join(ids)]
+                                     for status, ids in by_status.items()],
+                                    details=f"the {runs_word(len(group))} with that rank map"))
+    return tables
+
+
 def rank_map_section(frame) -> Section:
-    """Every run's rank map (before and after a fault, where there was one), collapsed; runs across hosts drawn
-    first, host by host."""
+    """Runs across hosts drawn first, host by host; then the rank maps worth reading (rank_map_tables), collapsed."""
     blocks = []
     panels = host_map_panels(frame)
     if panels:
@@ -320,30 +380,42 @@ def rank_map_section(frame) -> Section:
                              "before and after a fault): a box per process, with the global rank, local rank and "
                              "node (group) rank its launcher gave it; parameter servers shaded orange.", "note"),
                    host_map_plot(panels)]
-    tables = []
-    for r in frame.sort_values("created_at").itertuples():
-        rec = r.record
-        rows = [[x.role or "worker", x.rank, x.local_rank, x.group_rank, x.role_rank, x.restart_count, x.host,
-                 x.pid, x.phase or ""]
-                for x in sorted(rec.rank_map, key=lambda x: (x.phase != "before", x.rank))]
-        tables.append(Table(RANK_COLUMNS, rows, details=f"{rec.run_id}: {_case(rec)} ({rec.status})"))
-    return Section("ranks", "Rank map", 60, blocks + tables)
+    blocks.append(Paragraph("What each process was given by its launcher: for every case (backend, what ran, world "
+                            "size), its latest ok run on one host; for runs across hosts and runs with a fault, every "
+                            "rank map they had (before and after the fault), with the runs that had it.", "note"))
+    return Section("ranks", "Rank map", 60, blocks + rank_map_tables(list(frame.sort_values("created_at")["record"])))
+
+
+def env_text(value) -> str:
+    """A fingerprint value as the page shows it ("-" where the run recorded none)."""
+    return "-" if value in (None, "", []) else str(value)
 
 
 def environment_section(records: list) -> Section:
-    """The runs' fingerprint: one value per fact, or each run's value, shaded, where they differ."""
+    """The runs' fingerprint: one value per fact; where the runs differ, each value with how many runs had it
+    (shaded), and which runs those were behind a disclosure (every value's but the commonest's)."""
     flats = [flat_env(r.environment or {}) for r in records]
     keys = list(ENV_KEYS) + sorted({k for f in flats for k in f if k.startswith("$")})
-    rows = []
+    rows, which = [], []
     for key in keys:
-        values = [f.get(key) for f in flats]
-        if len({repr(v) for v in values}) == 1:
-            rows.append(Row([key, "-" if values[0] in (None, "", []) else str(values[0])]))
-        else:
-            rows.append(Row([key, "; ".join(f"{r.run_id}: {f.get(key)}" for r, f in zip(records, flats))], "diff"))
+        by_value: dict[str, list] = {}  # repr of the value -> (its text, the runs that had it), first seen first
+        for rec, flat in zip(records, flats):
+            by_value.setdefault(repr(flat.get(key)), [env_text(flat.get(key)), []])[1].append(rec.run_id)
+        if len(by_value) == 1:
+            rows.append(Row([key, next(iter(by_value.values()))[0]]))
+            continue
+        groups = sorted(by_value.values(), key=lambda g: -len(g[1]))  # stable: equal counts keep their order
+        rows.append(Row([key, "; ".join(f"{text} ({runs_word(len(ids))})" for text, ids in groups)], "diff"))
+        which += [[key, text, ", ".join(ids)] for text, ids in groups[1:]]
+        which.append([key, groups[0][0], f"the other {runs_word(len(groups[0][1]))}"])
     note = Paragraph(["The fingerprint of the runs on this page. Rows shaded ", styled("like this", "diff"),
-                      " differ between runs: figures from such runs are not like for like."], "note")
-    return Section("env", "Environment", 70, [note, Table([left("fact"), left("value")], rows)])
+                      " differ between runs (each value with the number of runs that had it; which runs, below): "
+                      "figures from such runs are not like for like."], "note")
+    blocks = [note, Table([left("fact"), left("value")], rows)]
+    if which:
+        blocks.append(Table([left("fact"), left("value"), left("runs")], which,
+                            details="Which runs had each value of the facts that differ"))
+    return Section("env", "Environment", 70, blocks)
 
 
 def failed_section(frame, parts: list[ReportPart]) -> Section:

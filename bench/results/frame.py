@@ -113,12 +113,21 @@ def pooled_launches(frame, keys: list[str]) -> dict[tuple, list]:
     """The records of each case (one value of `keys`), oldest first: every launch group (sweep) of the case made
     with the same code as its latest one, pooled, so that running a sweep again narrows a case's interval
     (docs/method.md, "Replication"). A group made with other code, or a checkout with changes after one without,
-    is left out: it measured something else."""
+    is left out: it measured something else. Cases in sorted order; a run missing a key is in none (as pandas'
+    groupby has it). Plain Python over the columns: it runs once per sweep of a store in the rerun check,
+    thousands of times on a large one, where a groupby's fixed cost would be most of the report's time."""
+    import pandas as pd
+
+    ordered = frame.sort_values("created_at")
+    records = ordered["record"].tolist()
+    cases: dict[tuple, list[int]] = {}
+    for i, key in enumerate(zip(*(ordered[k].tolist() for k in keys))):
+        if not any(pd.isna(value) for value in key):
+            cases.setdefault(key, []).append(i)
     out = {}
-    for key, group in frame.sort_values("created_at").groupby(keys, sort=True):
-        records = list(group["record"])
-        latest = code_version(records[-1])
-        out[key if isinstance(key, tuple) else (key,)] = [rec for rec in records if code_version(rec) == latest]
+    for key, rows in sorted(cases.items()):
+        latest = code_version(records[rows[-1]])
+        out[key] = [records[i] for i in rows if code_version(records[i]) == latest]
     return out
 
 

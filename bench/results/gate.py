@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bench.core.stats import UNSTABLE_REL_STDEV, mean_log
+from bench.core.stats import UNSTABLE_REL_STDEV, mean_log, t_quantile
 from bench.results.figures import Figure, figures
 
 CONFIDENCE = 0.995  # two-sided: a regression is called at 0.25% risk when nothing changed
@@ -55,8 +55,6 @@ def change_interval(base: Figure, cur: Figure, confidence: float = CONFIDENCE) -
     Each case's run-to-run variance is pooled over its baseline and current runs (the same case on the
     same kind of machine: what an A/A comparison assumes), giving n_b + n_c - 2 degrees of freedom; the
     cases of a ratio are combined by Welch-Satterthwaite."""
-    from scipy.stats import t as student
-
     diff = cur.log_value - base.log_value
     terms = []  # (variance of this case's contribution to diff, its degrees of freedom)
     for b, c in zip(base.cases, cur.cases):
@@ -71,7 +69,7 @@ def change_interval(base: Figure, cur: Figure, confidence: float = CONFIDENCE) -
     if var == 0:
         return math.exp(diff) - 1, math.exp(diff) - 1, math.exp(diff) - 1
     dof = var ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)  # Welch-Satterthwaite
-    half = float(student.ppf(0.5 + confidence / 2, dof)) * math.sqrt(var)
+    half = t_quantile(confidence, dof) * math.sqrt(var)
     return math.exp(diff) - 1, math.exp(diff - half) - 1, math.exp(diff + half) - 1
 
 

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-from bench.core.records import RunStatus
+import time
 
 
-def runs_table(frame) -> str:
-    """`bench list`: one line per stored run; the result column is the run's task's (Task.list_figure)."""
+def runs_table(records: list) -> str:
+    """`bench list`: one line per stored run (RunRecords, in the order given); the result column is the run's task's
+    (Task.list_figure). Built from the records themselves, without a frame: listing the latest runs of a large store
+    reads only those."""
     rows = [("run", "when (UTC)", "status", "backend", "case", "world", "device", "batch", "threads", "result")]
-    for _, r in frame.iterrows():
-        rec = r["record"]
-        status = r["status"] if r["status"] == RunStatus.OK else f"{r['status']}!"
-        if r["shared"]:  # another bench run shared its cores: compared with nothing
+    for rec in records:
+        spec = rec.spec
+        status = str(rec.status) if rec.ok else f"{rec.status}!"
+        if rec.shared_with:  # another bench run shared its cores: compared with nothing
             status += ", shared"
-        rows.append((r["run_id"], r["created_at"].strftime("%Y-%m-%d %H:%M:%S"), status, r["backend"],
-                     r["case"], str(r["world_size"]), r["device"], _count(r["batch_size"]), str(r["threads"]),
+        rows.append((rec.run_id, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(rec.created_at)), status,
+                     spec.backend, rec.task.case(spec), str(spec.world_size), spec.device,
+                     "-" if spec.batch_size is None else str(spec.batch_size), str(spec.threads),
                      rec.task.list_figure(rec)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
-
-
-def _count(value) -> str:
-    """A whole number of the frame, or "-" where the run has none (a communication sweep's batch)."""
-    try:
-        return str(int(value))
-    except (TypeError, ValueError):  # None, pandas' missing value, NaN
-        return "-"
