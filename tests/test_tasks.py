@@ -397,6 +397,52 @@ def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
     assert not cases[("elastic", 2, 64)].efficiency.replicated
 
 
+# ---------------------------------------------------------------- recovery across launches
+def test_recovery_per_backend_and_fault_across_the_launches_of_the_latest_sweep():
+    from bench.tasks.fault.results import comparisons, recovery_cases
+
+    stop = {"signal": "STOP"}
+    hung = {"recovery_s": None, "world_after": None, "steps_redone": None, "resumed_from_step": None,
+            "rank_map_after": None, "restarts": 0, "hang_observed_s": 3.0}
+    recs = [fault_record("old", "elastic", sweep_id="s0", created_at=1.0, metrics={"recovery_s": 50.0}),
+            fault_record("ek1", "elastic", sweep_id="s1", created_at=2.0, metrics={"recovery_s": 12.0}),
+            fault_record("ek2", "elastic", sweep_id="s1", created_at=3.0, metrics={"recovery_s": 18.0}),
+            fault_record("hk1", "horovod", sweep_id="s1", created_at=4.0,
+                         metrics={"recovery_s": 0.2, "world_after": 1}),
+            fault_record("hk2", "horovod", sweep_id="s1", created_at=5.0,
+                         metrics={"recovery_s": 0.3, "world_after": 1}),
+            fault_record("eh1", "elastic", sweep_id="s1", created_at=6.0, fault=stop, metrics={"recovery_s": 16.0}),
+            fault_record("hh1", "horovod", sweep_id="s1", created_at=7.0, status="timeout", fault=stop, metrics=hung),
+            # a fault never injected measures nothing: a launch of the case, not one that failed to recover
+            fault_record("hh2", "horovod", sweep_id="s1", created_at=8.0, status="failed", fault=stop,
+                         metrics={**hung, "fault": None}),
+            # another collective timeout is another case
+            fault_record("ek3", "elastic", sweep_id="s1", created_at=9.0, fault={"comm_timeout": 2.0})]
+    frame = records_to_frame(recs)
+    cases = {(c.backend, c.kind, c.cond["comm_timeout"]): c for c in recovery_cases(frame)}
+    assert sorted(cases) == [("elastic", "hang", 10.0), ("elastic", "kill", 2.0), ("elastic", "kill", 10.0),
+                             ("horovod", "hang", 10.0), ("horovod", "kill", 10.0)]
+    killed = cases[("elastic", "kill", 10.0)]
+    assert [r.run_id for r in killed.records] == ["ek1", "ek2"]  # the latest sweep's launches
+    assert killed.recovered and killed.came_through == killed.launches == 2 and killed.recovery_values == [12.0, 18.0]
+    assert killed.recovery["median"] == 15.0 and killed.recovery["ci_low"] < 15.0 < killed.recovery["ci_high"]
+    assert killed.cond["workload"] == "mnist_mlp" and killed.world_size == 2 and killed.steps_redone == 2
+    assert cases[("horovod", "kill", 10.0)].world_after == [1]
+    once = cases[("elastic", "hang", 10.0)]
+    assert once.recovered and once.recovery["median"] == 16.0 and once.recovery["ci_low"] is None  # one launch
+    stuck = cases[("horovod", "hang", 10.0)]
+    assert stuck.launches == 2 and [r.run_id for r in stuck.measured] == ["hh1"]
+    assert not stuck.recovered and stuck.came_through == 0 and stuck.recovery is None
+    assert stuck.statuses == ["timeout", "failed"]
+    # recovery times compared where both sides came through every launch that measured the fault
+    compared = comparisons(frame)
+    assert [k.split(",")[1].split()[0] for k in compared] == ["kill"]
+    key = next(iter(compared))
+    assert key.startswith("recovery elastic / horovod, kill mnist_mlp x2")
+    assert compared[key].ratio == pytest.approx((12.0 * 18.0) ** 0.5 / (0.2 * 0.3) ** 0.5)
+    assert comparisons(frame.iloc[0:0]) == {}
+
+
 # ---------------------------------------------------------------- labels
 def test_each_task_names_its_case(kill_spec):
     assert TRAIN.case(train_spec(workload="resnet18")) == "resnet18"
@@ -404,6 +450,7 @@ def test_each_task_names_its_case(kill_spec):
     assert FAULT.case(kill_spec) == "mnist_mlp: SIGKILL to 1 of 2 workers, checkpoint/commit every 4 steps"
     joined = fault_spec(world_size=1, scenario="join")
     assert FAULT.case(joined) == "mnist_mlp: a worker joins 1 running, checkpoint/commit every 4 steps"
+    assert [FAULT.kind(s) for s in (kill_spec, fault_spec(signal="STOP"), joined)] == ["kill", "hang", "join"]
     assert FAULT.describe(kill_spec) == ("elastic mnist_mlp, 2 workers, SIGKILL to rank 1 at step 6 of 12, "
                                          "checkpoint/commit every 4, up to 3 restarts")
 

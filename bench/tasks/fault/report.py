@@ -114,8 +114,3 @@ def report_part(frame, context) -> ReportPart:
     blocks = [Paragraph(summary), *map(Paragraph, lines),
               Table(COLUMNS, [run_row(r) for r in runs.itertuples()]), Paragraph(NOTE, "note"), *plots]
     return ReportPart(verdict_notes=[summary, *lines], sections=[Section("elasticity", "Elasticity", 50, blocks)])
-
-
-def comparisons(frame) -> dict:
-    """None across launches: a fault run is one event (a recovery), reported per run and per case."""
-    return {}
