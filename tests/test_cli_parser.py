@@ -18,8 +18,8 @@ from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
 from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
 from bench.tasks.fault.spec import FAULT_DEFAULTS
-from bench.workflows.plan import (SWEEP_DEFAULTS, SWEEP_FAULTS, comm_options, faults_missing, plan_sweep,
-                                  sweep_world_sizes)
+from bench.workflows.plan import (SWEEP_DEFAULTS, SWEEP_FAULTS, comm_options, fault_specs, faults_missing,
+                                  plan_sweep, sweep_world_sizes)
 from factories import fault_spec
 from workloads import WORKLOADS
 
@@ -228,8 +228,13 @@ def test_the_default_sweep_plans_a_killed_and_a_hung_worker_under_each_elastic_b
         assert f["checkpoint_every"] == window < f["at_step"] < 2 * window < f["total_steps"]
         assert (f["comm_timeout"], f["recovery_timeout"]) == (SWEEP_FAULTS["comm_timeout"],
                                                               SWEEP_FAULTS["recovery_timeout"])
-    # the rest of the sweep as it was: every training case in each round
+    # the rest of the sweep as it was: every training case in each round, with the fault runs' thread count
     assert sum(s.task == "train" for s in plan) == SWEEP_DEFAULTS["repeats"] * len(WORKLOADS) * (1 + 2 * 2)
+    assert {s.threads for s in plan} == {default_threads("cpu", 2)}
+    # threads not given (a sweep of GPUs): those that fit the fault's workers on this machine's cores
+    alone = fault_specs(["elastic", "ps"], "mnist_mlp", 2, kinds=["kill"], options={"lr": 0.5, "step_delay": "20%"})
+    assert [(s.backend, s.device, s.threads, s.lr, s.step_delay) for s in alone] == [
+        ("elastic", "cpu", default_threads("cpu", 2), 0.5, None)]
 
     # more fault launches than rounds: the extra rounds hold fault runs only; a join starts one worker short
     plan = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id="s2", repeats=1, comm=None, options={},

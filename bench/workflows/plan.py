@@ -128,8 +128,10 @@ def faults_missing(backends: list[str], world_sizes: list[int], cluster: dict | 
 
 def fault_specs(backends: list[str], workload: str, world_size: int, *, kinds: list[str], options: dict) -> list:
     """The sweep's fault runs (SWEEP_FAULTS): each kind under each backend with an elastic mode, on CPU processes as
-    every fault run; spec options from `options` (FAULT_SPEC_KEYS only)."""
-    given = {k: options[k] for k in FAULT_SPEC_KEYS if options.get(k) is not None}
+    every fault run; spec options from `options` (FAULT_SPEC_KEYS only; threads, when not given, fitting
+    world_size workers on this machine's cores)."""
+    given = {"threads": default_threads("cpu", world_size),
+             **{k: options[k] for k in FAULT_SPEC_KEYS if options.get(k) is not None}}
     _, info, _ = workload_of(workload, check_timeout=given.get("check_timeout"), timeout=given.get("timeout"))
     window = info.size("cpu").window_steps
     at_step = max(1, int(SWEEP_FAULTS["at_step_windows"] * window))
@@ -191,8 +193,10 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
                                options={**options, "cluster": at_link.get("cluster")})
     planned_faults = []
     if faults and faults_missing(backends, world_sizes, cluster) is None:
+        # on CPUs with the training runs' thread count; a sweep of GPUs gives its fault runs (on CPUs) their own
+        cpu = train if device == "cpu" else {**train, "threads": options.get("threads")}
         planned_faults = fault_specs(backends, workloads[0], min(n for n in world_sizes if n > 1),
-                                     kinds=check_fault_kinds(faults), options=train)
+                                     kinds=check_fault_kinds(faults), options=cpu)
     # Each round in its own seeded order: a case that always ran first (or always after the same case)
     # would carry that position's bias in every launch, which interleaving alone does not remove.
     rounds = []
