@@ -188,8 +188,9 @@ def fault_metrics_for(spec: RunSpec, **fields) -> FaultMetrics:
 
 
 def fault_record(run_id: str = "f1", backend: str = "elastic", world_size: int = 2, status: str = "ok",
-                 fault: dict | None = None, metrics: dict | None = None, **fields) -> RunRecord:
-    spec = fault_spec(backend, world_size, **(fault or {}))
+                 fault: dict | None = None, metrics: dict | None = None, sweep_id: str | None = None,
+                 **fields) -> RunRecord:
+    spec = dataclasses.replace(fault_spec(backend, world_size, **(fault or {})), sweep_id=sweep_id)
     m = fault_metrics_for(spec, **(metrics or {}))
     rank_map = [dataclasses.replace(r, phase=phase) for phase, rows in
                 (("before", m.rank_map_before), ("after", m.rank_map_after)) for r in rows or []]

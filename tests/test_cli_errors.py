@@ -41,6 +41,7 @@ def assert_one_line_error(proc, *fragments):
     (["sweep", "--world-sizes", "1,x"], ["comma-separated"]),
     (["run", "--ps-servers", "2"], ["--ps-servers is an option of backend ps", "(elastic)"]),
     (["sweep", "--backend", "elastic", "--hvd-fusion-mb", "8"], ["backend horovod", "--backend"]),
+    (["sweep", "--no-faults", "--faults", "kill"], ["--no-faults makes no fault run"]),
     (["frobnicate"], ["invalid choice"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragments, store):

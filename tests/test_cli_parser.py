@@ -19,11 +19,15 @@ from bench.cli.common import HelpFormatter, comma_list
 from bench.cli.docs import _commands
 from bench.cli.renamed import RENAMED
 from bench.core.errors import UsageError
+from bench.core.registry import PRIMARY, get_task
 from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
 from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
 from bench.tasks.fault.spec import FAULT_DEFAULTS
-from bench.workflows.plan import SWEEP_DEFAULTS, comm_options, plan_sweep, sweep_world_sizes
+from bench.workflows.plan import (SWEEP_DEFAULTS, SWEEP_FAULTS, comm_options, fault_specs, faults_missing,
+                                  plan_sweep, sweep_world_sizes)
+from factories import fault_spec
+from workloads import WORKLOADS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
 VERBS = ["run", "sweep", "allreduce", "converge", "list", "report", "compare", "agreement", "regress", "baseline", "fault", "selfcheck", "import",
@@ -351,6 +355,51 @@ def test_plan_sweep_from_plain_values_in_rounds():
         plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None, repeats=0)
 
 
+def test_the_default_sweep_plans_a_killed_and_a_hung_worker_under_each_elastic_backend(monkeypatch):
+    import bench.backends.horovod
+
+    # planning checks that each backend can run here; Horovod's build probe (a child process) is this machine's
+    monkeypatch.setattr(bench.backends.horovod, "check_build", lambda: (None, {}))
+    args = build_parser().parse_args(["sweep"])
+    assert not args.no_faults and args.faults is None and args.fault_repeats is None  # SWEEP_FAULTS, as below
+    plan = plan_sweep(list(PRIMARY), list(WORKLOADS), "cpu", [1, 2], sweep_id="s1", repeats=SWEEP_DEFAULTS["repeats"],
+                      comm=None, options={"windows": SWEEP_DEFAULTS["windows"], "backend_options": {}},
+                      faults=list(SWEEP_FAULTS["kinds"]))
+    fault = get_task("fault")
+    faults = [s for s in plan if s.task == "fault"]
+    assert sorted((s.backend, fault.kind(s)) for s in faults) == [("elastic", "hang"), ("elastic", "kill"),
+                                                                   ("horovod", "hang"), ("horovod", "kill")]
+    assert {(s.workload, s.world_size, s.sweep_id, s.repeat, s.device) for s in faults} == {
+        ("mnist_mlp", 2, "s1", 0, "cpu")}
+    window = WORKLOADS["mnist_mlp"].size("cpu").window_steps
+    for s in faults:  # short: the fault between two checkpoints, then training on
+        f = s.fault
+        assert f["checkpoint_every"] == window < f["at_step"] < 2 * window < f["total_steps"]
+        assert (f["comm_timeout"], f["recovery_timeout"]) == (SWEEP_FAULTS["comm_timeout"],
+                                                              SWEEP_FAULTS["recovery_timeout"])
+    # the rest of the sweep as it was: every training case in each round, with the fault runs' thread count
+    assert sum(s.task == "train" for s in plan) == SWEEP_DEFAULTS["repeats"] * len(WORKLOADS) * (1 + 2 * 2)
+    assert {s.threads for s in plan} == {default_threads("cpu", 2)}
+    # threads not given (a sweep of GPUs): those that fit the fault's workers on this machine's cores
+    alone = fault_specs(["elastic", "ps"], "mnist_mlp", 2, kinds=["kill"], options={"lr": 0.5, "step_delay": "20%"})
+    assert [(s.backend, s.device, s.threads, s.lr, s.step_delay) for s in alone] == [
+        ("elastic", "cpu", default_threads("cpu", 2), 0.5, None)]
+
+    # more fault launches than rounds: the extra rounds hold fault runs only; a join starts one worker short
+    plan = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id="s2", repeats=1, comm=None, options={},
+                      faults=["join", "kill"], fault_repeats=2)
+    assert sorted((s.repeat, s.task, fault.kind(s) if s.task == "fault" else None, s.world_size) for s in plan) == [
+        (0, "fault", "join", 1), (0, "fault", "kill", 2), (0, "train", None, 1), (0, "train", None, 1),
+        (0, "train", None, 2), (1, "fault", "join", 1), (1, "fault", "kill", 2)]
+    # what has no fault to make says why, and plans none
+    assert "across hosts" in faults_missing(["elastic"], [1, 2], {"hosts": []})
+    assert "elastic mode" in faults_missing(["ps"], [1, 2], None)
+    assert "2 workers" in faults_missing(["elastic"], [1], None)
+    assert faults_missing(["elastic", "ps"], [1, 2], None) is None
+    bare = plan_sweep(["ps"], ["mnist_mlp"], "cpu", [1, 2], sweep_id=None, comm=None, options={}, faults=["kill"])
+    assert {s.task for s in bare} == {"train"}
+
+
 def test_the_regression_matrix_command_line_means_the_matrix():
     m = bench.workflows.regress.REGRESS_MATRIX
     argv = bench.workflows.regress.regress_command(5, timeout=60.0)
@@ -413,10 +462,14 @@ def test_run_specs_stops_after_a_run_a_slurm_time_limit_ended(monkeypatch, capsy
 def test_time_left_counts_each_remaining_run_by_its_own_case():
     from bench.harness.runner import time_left
 
-    def spec(backend, n):
-        return SimpleNamespace(task="train", backend=backend, workload="mnist_mlp", world_size=n)
+    def spec(backend, n, task="train"):
+        return SimpleNamespace(task=task, backend=backend, workload="mnist_mlp", world_size=n)
 
     assert time_left([spec("elastic", 2)], {}) is None
-    done = {("elastic", "mnist_mlp", 1): [10.0, 12.0], ("horovod", "mnist_mlp", 1): [20.0]}
+    done = {("train", "elastic", "mnist_mlp", 1): [10.0, 12.0], ("train", "horovod", "mnist_mlp", 1): [20.0]}
     # a case already seen counts at its own mean; a new one at the mean of every run so far (14 s)
     assert time_left([spec("elastic", 1), spec("horovod", 1), spec("ps", 2)], done) == 11.0 + 20.0 + 14.0
+    # a new case of a task seen before counts at that task's mean: a fault run is no training run
+    killed, stopped = fault_spec("elastic"), fault_spec("horovod", signal="STOP")
+    done[("fault", "elastic", get_task("fault").case(killed), 2)] = [40.0]
+    assert time_left([stopped, spec("ps", 2)], done) == 40.0 + 14.0

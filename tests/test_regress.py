@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 # (the MLP's short steps spread the most between launches: docs/method.md, "Replication"), 3 windows of 10 steps
 # a run; like `bench regress`, the baseline launches every case 5 times and the runs judged 3 times.
 SMALL = ["--backend", "elastic", "--workload", "resnet18", "--world-sizes", "1", "--nproc", "2",
-         "--threads", "1", "--warmup-steps", "3", "--windows", "3", "--steps-per-window", "10", "--no-comm"]
+         "--threads", "1", "--warmup-steps", "3", "--windows", "3", "--steps-per-window", "10", "--no-comm",
+         "--no-faults"]
 # The slowdown the gate must catch here: step time x 2 (throughput -50%). Smaller ones are more than 5 + 3
 # launches of this small matrix resolve on a 2-core machine at the gate's CONFIDENCE (docs/studies/gate.md,
 # "Catching a slowdown").

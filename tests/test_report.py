@@ -21,8 +21,8 @@ def populated_store(folder):
     if "path" not in _CACHE:
         path = folder / "sweep" / "bench.sqlite"
         proc = bench("sweep", "--backend", "elastic,horovod,ps", "--workload", "mnist_mlp", "--nproc", 2,
-                     "--max-bytes", "64K", "--warmup-iters", 1, "--iters", 3, "--repeats", 2, "--store", path, *FAST,
-                     timeout=900)
+                     "--max-bytes", "64K", "--warmup-iters", 1, "--iters", 3, "--repeats", 2, "--no-faults",
+                     "--store", path, *FAST, timeout=900)
         assert proc.returncode == 0, proc.stderr
         proc = bench("run", "--backend", "horovod", "--nproc", 2, "--inject", "crash:1:3", "--store", path, *FAST)
         assert proc.returncode == 1

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, ROOT, assert_nothing_left, bench, bench_json
+
+from conftest import FAST, ROOT, assert_nothing_left, bench, bench_json, processes_of_run
 
 pytestmark = pytest.mark.slow
 
@@ -170,7 +171,7 @@ def test_two_runs_at_once_do_not_collide(tmp_path):
 def test_sweep_list_and_report(store, tmp_path):
     report = tmp_path / "out" / "latest.html"
     proc = bench("sweep", "--backend", "elastic", "--workload", "mnist_mlp", "--nproc", 2, "--store", store,
-                 "--repeats", 1, "--output", report, *FAST)
+                 "--repeats", 1, "--no-faults", "--output", report, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "[4/4]" in proc.stderr  # baseline, world 1, world 2, and the allreduce sweep at world 2
     from bench.core.store import Store
@@ -192,6 +193,31 @@ def test_sweep_list_and_report(store, tmp_path):
     assert "<script" not in page and "http" not in page.split("</style>")[0]
     copies = list(report.parent.glob("report-*.html"))
     assert len(copies) == 1 and copies[0].read_text() == page
+
+
+def test_a_sweep_measures_recovery_from_a_killed_and_a_hung_worker(store):
+    """The sweep's elasticity part for real, under Horovod's elastic mode: a worker killed (the survivor goes on) and
+    one stopped (which Horovod does not come through: a result of the sweep, not its failure, so it exits 0), stored
+    as fault runs of the sweep, their recovery read back per backend and fault."""
+    proc = bench("sweep", "--backend", "horovod", "--workload", "mnist_mlp", "--nproc", 2, "--world-sizes", 2,
+                 "--no-plain-loop", "--no-comm", "--repeats", 1, "--faults", "kill,hang", "--store", store, *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "[3/3]" in proc.stderr and "1 run(s) not ok as a result, not a failure" in proc.stderr
+    from bench.core.store import Store
+    from bench.results.frame import load_frame
+    from bench.tasks.fault.results import recovery_cases
+
+    frame = load_frame(Store(store))
+    assert sorted(frame["task"]) == ["fault", "fault", "train"] and frame["sweep_id"].nunique() == 1
+    assert frame["sweep_id"].notna().all()
+    faults = frame[frame["task"] == "fault"]
+    assert all(processes_of_run(run_id) == [] for run_id in faults["run_id"]), "a process of a fault run outlived it"
+    cases = {c.kind: c for c in recovery_cases(faults)}
+    assert set(cases) == {"kill", "hang"} and {c.backend for c in cases.values()} == {"horovod"}
+    killed, hung = cases["kill"], cases["hang"]
+    assert killed.recovered and killed.recovery["median"] > 0 and killed.world_after == [1]
+    assert not hung.recovered and len(hung.measured) == 1 and hung.statuses == ["timeout"]
+    assert hung.recovery is None and 0 < hung.detection["median"] < hung.cond["recovery_timeout"]
 
 
 @pytest.mark.parametrize("data", ["digits", "mnist"])

@@ -400,6 +400,37 @@ def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
     assert not cases[("elastic", 2, 64)].efficiency.replicated
 
 
+# ---------------------------------------------------------------- recovery across launches
+def test_recovery_per_case_and_backend_and_its_scorecard_rows():
+    from bench.tasks.fault.report import scorecard_rows
+    from bench.tasks.fault.results import comparisons, recovery_cases
+
+    stop = {"signal": "STOP"}
+    hung = {"recovery_s": None, "world_after": None, "steps_redone": None, "resumed_from_step": None,
+            "rank_map_after": None, "restarts": 0, "hang_observed_s": 3.0}
+    recs = [fault_record("ek1", "elastic", sweep_id="s1", created_at=2.0, metrics={"recovery_s": 12.0}),
+            fault_record("ek2", "elastic", sweep_id="s1", created_at=3.0, metrics={"recovery_s": 18.0}),
+            fault_record("hk1", "horovod", sweep_id="s1", created_at=4.0, metrics={"recovery_s": 0.2, "world_after": 1}),
+            fault_record("hk2", "horovod", sweep_id="s1", created_at=5.0, metrics={"recovery_s": 0.3, "world_after": 1}),
+            fault_record("eh1", "elastic", sweep_id="s1", created_at=6.0, fault=stop, metrics={"recovery_s": 16.0}),
+            fault_record("hh1", "horovod", sweep_id="s1", created_at=7.0, status="timeout", fault=stop, metrics=hung)]
+    frame = records_to_frame(recs)
+    cases = recovery_cases(frame)
+    killed = next(by for case, by in cases.items() if "SIGKILL" in case)
+    assert killed["elastic"].times == [12.0, 18.0] and killed["elastic"].median_s == 15.0
+    hang = next(by for case, by in cases.items() if "SIGSTOP" in case)
+    assert hang["horovod"].times == [] and hang["horovod"].failures() == "timeout in 1 run"
+    compared = comparisons(frame)
+    assert len(compared) == 1 and next(iter(compared)).startswith("recovery elastic / horovod, ")
+    assert next(iter(compared.values())).ratio == pytest.approx((12.0 * 18.0) ** 0.5 / (0.2 * 0.3) ** 0.5)
+    rows = {r.measure: r for r in scorecard_rows(frame)}
+    assert rows["recovery from a killed worker"].winner == "horovod"  # 0.25 s against 15 s
+    stuck = rows["recovery from a hung worker"]
+    assert stuck.standing == "failed" and stuck.winner == "elastic"
+    assert stuck.outcome == "horovod did not recover (timeout in 1 run)"
+    assert comparisons(frame.iloc[0:0]) == {}
+
+
 # ---------------------------------------------------------------- labels
 def test_each_task_names_its_case(kill_spec):
     assert TRAIN.case(train_spec(workload="resnet18")) == "resnet18"
@@ -407,6 +438,7 @@ def test_each_task_names_its_case(kill_spec):
     assert FAULT.case(kill_spec) == "mnist_mlp: SIGKILL to 1 of 2 workers, checkpoint/commit every 4 steps"
     joined = fault_spec(world_size=1, scenario="join")
     assert FAULT.case(joined) == "mnist_mlp: a worker joins 1 running, checkpoint/commit every 4 steps"
+    assert [FAULT.kind(s) for s in (kill_spec, fault_spec(signal="STOP"), joined)] == ["kill", "hang", "join"]
     assert FAULT.describe(kill_spec) == ("elastic mnist_mlp, 2 workers, SIGKILL to rank 1 at step 6 of 12, "
                                          "checkpoint/commit every 4, up to 3 restarts")
 

@@ -1,4 +1,4 @@
-"""`bench sweep`: backends x workloads x world sizes (and a communication sweep), every run stored."""
+"""`bench sweep`: backends x workloads x world sizes (and a communication sweep, and faults), every run stored."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from bench.cli import options
 from bench.cli.common import (cluster_of, comm_options, comma_list, examples, open_store, print_json, spec_options,
                               status_exit, world_of)
 from bench.core.console import note
+from bench.core.errors import UsageError
 from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
 from bench.report.page import output_path, write_report_with_copy
-from bench.workflows.plan import SWEEP_DEFAULTS, check_pair_can_run, sweep_world_sizes
+from bench.tasks.fault.spec import FAULT_KINDS
+from bench.workflows.plan import SWEEP_DEFAULTS, SWEEP_FAULTS, check_fault_kinds, check_pair_can_run, sweep_world_sizes
 from bench.workflows.sweep import run_benchmark_sweep
 from workloads import WORKLOADS
 
@@ -34,6 +36,14 @@ def add_parser(verbs) -> None:
                    help="skip the plain single-process run that scaling is also measured against")
     g.add_argument("--no-comm", action="store_true",
                    help="skip the short communication sweep run for each backend and world size above 1")
+    g.add_argument("--no-faults", action="store_true",
+                   help="skip the short elasticity comparison: each fault under every backend with an elastic mode")
+    options.add(g, "--faults", metavar="F1,F2,...",
+                help=f"the faults of that comparison, from {', '.join(FAULT_KINDS)} (a worker killed, stopped, or "
+                     f"one joining; default {','.join(SWEEP_FAULTS['kinds'])})", invalid=["crash", "kill,hng", ","])
+    options.add(g, "--fault-repeats", type=options.positive_int, metavar="N",
+                help=f"launches of each fault case (default {SWEEP_FAULTS['repeats']}, what fits the default sweep's "
+                     "time; 2 or more give each recovery time a spread)", invalid=["0", "x"])
     options.add(g, "--links", metavar="L1,L2,...",
                 help="across hosts: the whole matrix at each link, RATE[:DELAY] or unlimited (1gbit,10gbit,unlimited); "
                      "the report plots each backend against the link and says where the verdict changes "
@@ -55,6 +65,10 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
+    if args.no_faults and (args.faults is not None or args.fault_repeats is not None):
+        raise UsageError("--no-faults makes no fault run; drop --faults and --fault-repeats, or --no-faults")
+    faults = None if args.no_faults else \
+        check_fault_kinds(SWEEP_FAULTS["kinds"] if args.faults is None else [k for k in args.faults.split(",") if k])
     store = open_store(args.store, runs=True)
     if args.output:
         output_path(args.output)  # before the sweep, not after it
@@ -72,10 +86,11 @@ def cmd(args) -> int:
                            workloads=comma_list(args.workload) or list(WORKLOADS), device=device,
                            world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,
                            comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
-                           repeats=args.repeats)
+                           repeats=args.repeats, faults=faults,
+                           fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"])
     if args.json:
         print_json([r.to_dict() for r in records])
     if args.output:
         latest, stamped = write_report_with_copy(store, args.output)
         note(f"report written to {latest} (and {stamped})")
-    return status_exit([r.status for r in records])
+    return status_exit([r.status for r in records if not r.task.measured(r)])

@@ -116,20 +116,24 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
 
 def time_left(specs: list, durations: dict) -> float | None:
     """Seconds the runs of `specs` should take: each by the mean duration of the runs made so far of its
-    case (backend, task case, world size), else of all runs so far; None before the first run ends."""
+    case (task, backend, task case, world size), else of its task's (a fault run takes longer than a training
+    run), else of all runs so far; None before the first run ends."""
     if not durations:
         return None
+    by_task: dict[str, list[float]] = {}
+    for (task, *_), ds in durations.items():
+        by_task.setdefault(task, []).extend(ds)
     every = [d for ds in durations.values() for d in ds]
-    overall = sum(every) / len(every)
     total = 0.0
     for spec in specs:
-        mine = durations.get(_kind(spec))
-        total += sum(mine) / len(mine) if mine else overall
+        kind = _kind(spec)
+        mine = durations.get(kind) or by_task.get(kind[0]) or every
+        total += sum(mine) / len(mine)
     return total
 
 
 def _kind(spec) -> tuple:
-    return spec.backend, get_task(spec.task).case(spec), spec.world_size
+    return spec.task, spec.backend, get_task(spec.task).case(spec), spec.world_size
 
 
 def run_specs(specs: list, store, title: str, show_progress: bool = False, on_record=None) -> list:

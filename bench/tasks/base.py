@@ -4,7 +4,8 @@
   (the line printed before a run), `launch` (the command, extra environment and the watcher the supervisor
   polls), `before_launch` (anything measured in the parent just before, such as a communication ceiling),
   `conclude` (status, error, metrics and rank map from the run directory), `upgrade` (its part of an old
-  record) — and its terminal views: `case` (what ran, in words), `kind` (in a word or two), `one_line`,
+  record), `measured` (whether its status is a result, even when not ok: what a sweep's exit status leaves
+  out) — and its terminal views: `case` (what ran, in words), `kind` (in a word or two), `one_line`,
   `ok_figure`, `summary_lines`, `list_figure`, `frame_columns` (the columns `bench list`, `--where` and the
   report filter on). Plug-ins implement the abstract methods; a missing one fails when the plug-in is built.
 - `rank.py`: `run_rank`, what one process of a run does (bench.rank.entry calls it; it may import torch).
@@ -89,8 +90,13 @@ class Task(ABC):
         return self.label
 
     def kind(self, spec) -> str:
-        """The kind of run in a word or two, for a figure's title ("train"; a fault run's scenario)."""
+        """The kind of run in a word or two, for a figure's title ("train"; a fault run's fault: "kill", "hang")."""
         return self.name
+
+    def measured(self, record) -> bool:
+        """Whether the run measured what it set out to, so that its status is a result even when not ok (a fault
+        that training did not come through); a sweep's exit status counts only the runs that did not."""
+        return record.ok
 
     def one_line(self, record) -> str:
         """A run in one line: how it failed, or `ok` and its headline figure (ok_figure)."""

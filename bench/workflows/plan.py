@@ -1,8 +1,9 @@
 """Sweep planning on plain values: which runs a sweep makes, in which order.
 
 A sweep is every backend x workload x world size (plus the plain single-process loop the others are
-measured against) and a communication sweep per backend and world size above 1, every case `repeats`
-times in rounds. Nothing here runs anything or reads command-line arguments.
+measured against), a communication sweep per backend and world size above 1, every case `repeats` times in
+rounds, and a short elasticity comparison (each fault of SWEEP_FAULTS under every backend with an elastic mode),
+every fault case `fault_repeats` times. Nothing here runs anything or reads command-line arguments.
 """
 
 from __future__ import annotations
@@ -13,15 +14,29 @@ import random
 from bench.core.errors import UsageError
 from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY, get_backend
 from bench.core.spec import default_threads
+from bench.harness.workload_check import workload_of
 from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
 from bench.tasks import comm as comm_task
 from bench.tasks import train as train_task
+from bench.tasks.fault import spec as fault_task
 
 # A sweep compares cases, and launches are its replicates (docs/method.md, "Replication"): by default every
 # case is launched REPEATS times in interleaved rounds, each launch short (its windows describe that launch
 # only), and the communication part reaches the sizes where bandwidth, not latency, decides.
 SWEEP_DEFAULTS = dict(repeats=3, windows=3, warmup_steps=2, max_bytes="16M")
 COMM_KEYS = ("ops", "dtype", "min_bytes", "max_bytes", "warmup_iters", "iters")
+# The elasticity part (docs/method.md, "Fault recovery"): each fault kind (bench.tasks.fault.spec.FAULT_KINDS) under
+# every backend of the sweep with an elastic mode, on its first workload at its smallest world size above 1 (a
+# join: one less, joined by one), in short runs (in the workload's windows: a checkpoint or commit every window,
+# the fault half a window after one, 3 windows in all). A stopped peer is noticed after comm_timeout; a run with no
+# step within recovery_timeout of the fault is called hung, which a backend that never recovers from it costs in
+# full, so it is short, yet long enough for torchrun's restart of the whole group on a busy 2-core machine. One
+# launch of each (repeats): what fits the default sweep's time on a 2-core machine.
+SWEEP_FAULTS = dict(kinds=("kill", "hang"), repeats=1, checkpoint_windows=1, at_step_windows=1.5, steps_windows=3,
+                    comm_timeout=3.0, recovery_timeout=30.0)
+# the spec options of the sweep that its fault runs take too (they train on synthetic data, never slowed, unpinned)
+FAULT_SPEC_KEYS = ("batch_size", "image_size", "threads", "oversubscribe", "seed", "lr", "timeout", "check_timeout",
+                   "backend_options")
 
 
 def sweep_world_sizes(limit: int) -> list[int]:
@@ -96,20 +111,76 @@ def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm
             for b in backends for n in world_sizes]
 
 
+def check_fault_kinds(kinds: list[str]) -> list[str]:
+    """The fault kinds named (--faults), each one of FAULT_KINDS, or a one-line error."""
+    for kind in kinds:
+        if kind not in fault_task.FAULT_KINDS:
+            raise UsageError(f"--faults: unknown fault {kind!r}; choose from {', '.join(fault_task.FAULT_KINDS)}")
+    if not kinds:
+        raise UsageError(f"--faults names no fault; choose from {', '.join(fault_task.FAULT_KINDS)}, or give "
+                         "--no-faults")
+    return list(dict.fromkeys(kinds))
+
+
+def fault_backends(backends: list[str]) -> list[str]:
+    """The backends of a sweep that have an elastic mode (the ones its fault runs compare)."""
+    return [b for b in backends if get_backend(b).elastic is not None]
+
+
+def faults_missing(backends: list[str], world_sizes: list[int], cluster: dict | None) -> str | None:
+    """Why a sweep of these backends and world sizes can make no fault run (None when it can)."""
+    if cluster is not None:
+        return "across hosts the faults are a host lost or cut off: `bench fault --kill-host` measures them"
+    if not fault_backends(backends):
+        return f"none of {', '.join(backends)} has an elastic mode"
+    if not any(n > 1 for n in world_sizes):
+        return "a fault needs 2 workers or more: give a world size above 1"
+    return None
+
+
+def fault_specs(backends: list[str], workload: str, world_size: int, *, kinds: list[str], options: dict) -> list:
+    """The sweep's fault runs (SWEEP_FAULTS): each kind under each backend with an elastic mode, on CPU processes as
+    every fault run; spec options from `options` (FAULT_SPEC_KEYS only; threads, when not given, fitting
+    world_size workers on this machine's cores)."""
+    given = {"threads": default_threads("cpu", world_size),
+             **{k: options[k] for k in FAULT_SPEC_KEYS if options.get(k) is not None}}
+    _, info, _ = workload_of(workload, check_timeout=given.get("check_timeout"), timeout=given.get("timeout"))
+    window = info.size("cpu").window_steps
+    at_step = max(1, int(SWEEP_FAULTS["at_step_windows"] * window))
+    total = max(at_step + 1, int(SWEEP_FAULTS["steps_windows"] * window))
+    specs = []
+    for backend in fault_backends(backends):
+        for kind in kinds:
+            fault = fault_task.FAULT_KINDS[kind]
+            joins = fault["scenario"] == "join"
+            specs.append(fault_task.build_spec(
+                backend=backend, workload=workload, world_size=world_size - 1 if joins else world_size,
+                scenario=fault["scenario"], rank=fault_task.FAULT_DEFAULTS["kill_rank"], at_step=at_step,
+                signal_name=fault["signal"] or fault_task.FAULT_DEFAULTS["signal"],
+                max_restarts=fault_task.FAULT_DEFAULTS["max_restarts"],
+                checkpoint_every=max(1, SWEEP_FAULTS["checkpoint_windows"] * window), total_steps=total,
+                comm_timeout=SWEEP_FAULTS["comm_timeout"], recovery_timeout=SWEEP_FAULTS["recovery_timeout"],
+                **given))
+    return specs
+
+
 def plan_sweep(backends: list[str], workloads: list[str], device: str, world_sizes: list[int], *, options: dict,
                comm: dict | None, sweep_id: str | None, with_plain_loop: bool = True, repeats: int = 1,
-               workloads_of: dict[str, list[str]] | None = None) -> list:
+               workloads_of: dict[str, list[str]] | None = None, faults: list[str] | None = None,
+               fault_repeats: int = SWEEP_FAULTS["repeats"]) -> list:
     """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
     size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never
     slowed by a step delay), then, unless comm is None, a communication sweep (comm: the options of
     comm_options) for every primary backend that has collectives and every world size above 1 (a reference
     backend's only when it is the sweep's one backend; `bench allreduce --backend ps` measures it alone).
     workloads_of: backend -> the only workloads it trains (the regression matrix's reference backend).
+    faults: the fault kinds (FAULT_KINDS) of its elasticity part (fault_specs, where faults_missing finds nothing
+    missing), each case in the first `fault_repeats` rounds (more rounds than `repeats` hold fault runs only).
     Repeated in rounds: every case once, then again, so a slow spell of the machine spreads over all cases
     instead of landing on the repeats of one; each round in an order shuffled with a seed taken from the
     sweep id and the round."""
-    if repeats < 1:
-        raise UsageError(f"repeats {repeats}: run every case at least once")
+    if repeats < 1 or fault_repeats < 1:
+        raise UsageError(f"repeats {min(repeats, fault_repeats)}: run every case at least once")
     # One thread count for all training runs, so world sizes differ only in their number of workers.
     train = {"threads": default_threads(device, max(world_sizes), options.get("cluster")),
              **{k: v for k, v in options.items() if v is not None}}
@@ -132,11 +203,17 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
             plan += comm_specs([b for b in backends if get_backend(b).comm_ops and (b in PRIMARY or len(backends) == 1)],
                                device, [n for n in world_sizes if n > 1], comm=comm,
                                options={**options, "cluster": at_link.get("cluster")})
+    planned_faults = []
+    if faults and faults_missing(backends, world_sizes, cluster) is None:
+        # on CPUs with the training runs' thread count; a sweep of GPUs gives its fault runs (on CPUs) their own
+        cpu = train if device == "cpu" else {**train, "threads": options.get("threads")}
+        planned_faults = fault_specs(backends, workloads[0], min(n for n in world_sizes if n > 1),
+                                     kinds=check_fault_kinds(faults), options=cpu)
     # Each round in its own seeded order: a case that always ran first (or always after the same case)
     # would carry that position's bias in every launch, which interleaving alone does not remove.
     rounds = []
-    for r in range(repeats):
-        order = list(plan)
+    for r in range(max(repeats, fault_repeats if planned_faults else 0)):
+        order = (plan if r < repeats else []) + (planned_faults if r < fault_repeats else [])
         random.Random(f"{sweep_id}:{r}").shuffle(order)
         rounds += [dataclasses.replace(spec, sweep_id=sweep_id, repeat=r) for spec in order]
     return rounds

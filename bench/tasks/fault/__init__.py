@@ -31,7 +31,7 @@ from bench.harness.supervisor import launch
 from bench.tasks.base import Conclusion, Launch, Task
 from bench.tasks.fault.analysis import fault_metrics, fault_status
 from bench.tasks.fault.driver import FaultDriver
-from bench.tasks.fault.spec import HOST_SCENARIOS
+from bench.tasks.fault.spec import HOST_SCENARIOS, fault_kind
 
 
 @dataclass
@@ -161,7 +161,18 @@ class FaultTask(Task):
         return f"{spec.workload}: {what}, checkpoint/commit every {f['checkpoint_every']} steps"
 
     def kind(self, spec) -> str:
-        return spec.fault["scenario"]
+        return fault_kind(spec.fault)
+
+    def measured(self, record) -> bool:
+        """A fault delivered is measured whether training came through it or not (a hang, the launcher giving up);
+        not one never injected or delivered, an interrupted run, parameters gone non-finite or resumed from other
+        than the committed ones."""
+        f = record.metrics
+        if record.ok:
+            return True
+        return (record.status in (RunStatus.TIMEOUT, RunStatus.FAILED) and f is not None and bool(f.fault)
+                and f.fault.get("delivered") is not False and not f.diverged
+                and all(c["equal"] for c in f.resume_checks))
 
     def ok_figure(self, record) -> str:
         f = record.metrics

@@ -150,8 +150,3 @@ def report_part(frame, context) -> ReportPart:
               Table(COLUMNS, [run_row(r) for r in runs.itertuples()]), Paragraph(NOTE, "note"), *plots]
     return ReportPart(scorecard=scorecard_rows(frame, getattr(context, "family", None)),
                       sections=[Section("elasticity", "Elasticity", 50, blocks)])
-
-
-def comparisons(frame) -> dict:
-    """None across launches: a fault run is one event (a recovery), reported per run and per case."""
-    return {}

@@ -22,6 +22,12 @@ HOST_SCENARIOS = ("kill-host", "partition-host")  # across hosts: a node lost, o
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP}
 
 
+# The faults by name, as a sweep injects them (bench.workflows.plan) and its results key them (fault_kind): a crashed
+# worker, a hung one (stopped: alive, holding its sockets, answering nothing), one more worker joining.
+FAULT_KINDS = {"kill": {"scenario": "kill", "signal": "KILL"}, "hang": {"scenario": "kill", "signal": "STOP"},
+               "join": {"scenario": "join", "signal": None}}
+
+
 # `bench fault`'s defaults; --at-step and --checkpoint-every default to multiples of the workload's window
 FAULT_DEFAULTS = dict(kill_rank=1, signal="KILL", max_restarts=3, comm_timeout=10.0, recovery_timeout=90.0)
 
@@ -121,3 +127,11 @@ def check_scenario_hosts(scenario: str, hosts: list[dict] | None, host: str | No
     if host == placed[0]:
         raise UsageError(f"{flag} {host}: the first host holds the run's rendezvous (torchrun's c10d store, "
                          f"horovodrun itself), without which no survivor can go on; choose another host")
+
+
+def fault_kind(fault: dict) -> str:
+    """The fault of a spec in a word (FAULT_KINDS' names; a polite stop is `term`, a host lost or cut off its
+    scenario's name)."""
+    if fault["scenario"] == "kill":
+        return {"KILL": "kill", "STOP": "hang", "TERM": "term"}[fault["signal"]]
+    return fault["scenario"]
