@@ -220,7 +220,7 @@ def claims() -> list[tuple[str, str, tuple]]:
         ("a sweep's launches", r"\((\d+) warm-up steps and (\d+) windows unless given\)",
          (SWEEP_DEFAULTS["warmup_steps"], SWEEP_DEFAULTS["windows"])),
         ("a sweep's repeats", r"launches every case (\d+) times by default", (SWEEP_DEFAULTS["repeats"],)),
-        ("the regression matrix", r"`(bench sweep --nproc \d[^`]*--repeats \d+)`",
+        ("the regression matrix", r"`(bench sweep --nproc \d[^`]*--repeats \d+(?:\s--no-faults)?)`",
          (" ".join(regress_command(REGRESS_REPEATS)),)),
     ]
 
