@@ -46,14 +46,15 @@ def test_sections_in_order_and_verdict_computed(store_path):
                         "Startup and rendezvous", "Elasticity", "Rank map", "Environment",
                         "Failed and unstable runs", "Methodology"]
     verdict = page.split('id="verdict"')[1].split('id="throughput"')[0]
-    # one sentence per workload and world size, with the figures and the test across launches behind it
+    # the scorecard: a row per workload and world size, with the figures and the test across launches behind it
     for world in (1, 2):
-        assert f"mnist_mlp, {world} worker(s) on cpu" in verdict
-    assert verdict.count("means of 2 + 2 launches; 95% interval") >= 2
-    assert ("is faster by" in verdict) or ("no significant difference" in verdict)
-    assert "the ps baseline (ps_servers=1, ps_mode=sync, ps_staleness=None) is" in verdict
-    assert "Recommendation from this data." in verdict
-    assert "2 fault-injection run(s) in 1 case(s)" in verdict
+        assert f"mnist_mlp, {world} worker" in verdict
+    assert verdict.count("<td>2 + 2</td>") >= 2 and "(Holm)" in verdict
+    assert "Recommendation from this data." in verdict and "Scope: " in verdict
+    assert "ps_staleness=None" not in page and "None" not in verdict  # reference backends, in words, elsewhere
+    words = page.split('id="throughput"')[1]
+    assert "ps (ps servers 1, ps mode sync) against" in words and "means of 2 + 2 launches; 95% interval" in words
+    assert "2 fault-injection run(s) in 1 case(s)" in page.split('id="elasticity"')[1]
 
 
 def test_the_sweep_of_the_three_backends(store_path):
