@@ -368,8 +368,9 @@ class Store:
                              "files there, beside the store: pass --store with a path in a writable folder") from None
 
     def run_dir(self, run_id: str) -> Path:
-        """Where a run's raw files (spec, logs, per-rank files) are kept, beside the store."""
-        return self.path.parent / "runs" / run_id
+        """Where a run's raw files (spec, logs, per-rank files) are kept, beside the store: an absolute path, since
+        the processes of a run across hosts start elsewhere (in the home folder of an ssh login) and find it there."""
+        return (self.path.parent / "runs" / run_id).absolute()
 
     def save(self, record: RunRecord) -> None:
         spec = record.spec
