@@ -19,7 +19,7 @@ from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
-SCHEMA_VERSION = 8  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 9  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RunStatus(str, enum.Enum):
@@ -293,8 +293,16 @@ def _v7_to_v8(rec: dict) -> dict:
     return rec
 
 
+def _v8_to_v9(rec: dict) -> dict:
+    """v9 adds, to a training run's metrics, its warm-up timed in parts (`profile`: the scaling model's inputs);
+    a v8 run was not profiled, so None."""
+    rec = _by_task(rec, 8)
+    rec["schema_version"] = 9
+    return rec
+
+
 UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7,
-            7: _v7_to_v8}  # version -> function that returns the record at version + 1
+            7: _v7_to_v8, 8: _v8_to_v9}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict) -> dict:

@@ -10,16 +10,26 @@ from dataclasses import dataclass
 import torch
 
 
-def optimizer_step(model, optimizer, loss_fn, next_batch, passes: int = 1):
+def optimizer_step(model, optimizer, loss_fn, next_batch, passes: int = 1, mark=None):
     """One optimizer step of `passes` micro-batches from next_batch(), each loss scaled by 1/passes so that the
-    gradients match one batch of passes x the size; returns the last micro-batch's loss."""
+    gradients match one batch of passes x the size; returns the last micro-batch's loss. mark(phase), where given
+    (a warm-up step's bench.rank.profile.StepProfiler), is told when the step starts and when each of its parts
+    (the first micro-batch's forward and backward, the optimizer) ends."""
+    if mark:
+        mark("start")
     optimizer.zero_grad()  # set_to_none=True, torch's default; Horovod's wrapper takes no argument
     scale = 1.0 / passes
     for _ in range(passes):
         x, y = next_batch()
         loss = loss_fn(model(x), y)
+        if mark:
+            mark("forward")
         (loss * scale if passes > 1 else loss).backward()
+        if mark:
+            mark("backward")
     optimizer.step()
+    if mark:
+        mark("optimizer")
     return loss
 
 

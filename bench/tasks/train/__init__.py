@@ -148,6 +148,8 @@ class TrainMetrics(Record):
     loss_last: float
     other_roles: list[dict] = field(default_factory=list)  # processes that do not train (PS servers)
     input_wait_share: float | None = None  # the largest worker's share of step time spent waiting for input
+    # the first worker's warm-up, timed in parts (bench.rank.profile.summarize_steps); None before schema 9
+    profile: dict | None = None
 
     @property
     def input_limited(self) -> bool | None:
@@ -218,6 +220,7 @@ def train_metrics(spec: RunSpec, results: dict, launched_at: float, run_dir=None
         peak_rss_bytes_max=max(p.peak_rss_bytes for p in per_rank),
         param_count=workers[ranks[0]].output["param_count"],
         loss_last=per_rank[0].loss_last,
+        profile=workers[ranks[0]].output.get("profile"),
         input_wait_share=max((p.input_wait_share for p in per_rank if p.input_wait_share is not None), default=None),
         other_roles=[{"rank": r, "role": res.rank_info.role, "served": res.output["served"],
                       "peak_rss_bytes": res.peak_rss_bytes} for r, res in sorted(others.items())])
@@ -342,6 +345,8 @@ class TrainTask(Task):
             return [(end, row["rank"], what, row[key]) for row in m["per_rank"]
                     for what, key in (("loss", "loss_last"), ("parameters", "param_checksum"))]
 
+        if from_version == 8 and isinstance(record.get("metrics"), dict):  # v9: the warm-up's profile (none before)
+            return dict(record, metrics=dict(record["metrics"], profile=None))
         return diverged_v6(record, sightings) if from_version == 6 else record
 
     # ------------------------------------------------------------ views

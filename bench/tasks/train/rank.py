@@ -10,6 +10,7 @@ import torch
 
 from bench.rank.inject import fire_injected, injected_for
 from bench.rank.kit import GroupMember, StepLoop, step_delay_seconds, thread_affinities, timed_windows
+from bench.rank.profile import StepProfiler
 from bench.rank.model import build_model, initial_model, save_model, save_params
 from bench.rank.training import first_non_finite, optimizer_step, param_sums
 from workloads import get_workload
@@ -34,6 +35,7 @@ def train_rank(joined, inject: dict | None) -> dict:
     loss_fn = workload.make_loss()
     passes = spec.backward_passes  # micro-batches per optimizer step (the loss scaled to match one big batch)
     step = StepLoop(lambda: optimizer_step(model, optimizer, loss_fn, batches.__next__, passes), inject)
+    plain_core = step.core
 
     def progress(window: int):
         if timed_input is not None:  # the wait since the last window ended: this window's, once timing began
@@ -50,12 +52,17 @@ def train_rank(joined, inject: dict | None) -> dict:
     # last; nothing inside a timed window reads a loss, which would add a device sync per step
     checks = [(step.done, "loss", loss_first)]
     warmup_times = []
+    # the warm-up after the first step is profiled (bench.rank.profile); the windows run the plain step
+    profiler = StepProfiler(model, sync)
+    step.core = lambda: optimizer_step(model, optimizer, loss_fn, batches.__next__, passes, profiler.mark)
     for _ in range(spec.warmup_steps - 1):
         t0 = time.perf_counter()
         loss = step()
         sync()
         warmup_times.append(time.perf_counter() - t0)
         checks.append((step.done, "loss", loss.item()))
+    step.core = plain_core
+    profile = profiler.close()
     if spec.step_delay:
         step.delay_s = step_delay_seconds(spec.step_delay, warmup_times, step, sync)
     progress(0)
@@ -81,6 +88,7 @@ def train_rank(joined, inject: dict | None) -> dict:
         "loss_first": loss_first,
         "steps": step.done,
         "step_delay_s": step.delay_s,
+        "profile": profile,
         "param_count": sums.count,
         "param_checksum": sums.total,
         "param_abs_checksum": sums.absolute,
