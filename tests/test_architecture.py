@@ -19,7 +19,7 @@ from bench.core.registry import TASK_PARTS
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 # lowest first
-LAYERS = ["core", "rank", "cluster", "backends", "harness", "tasks", "results", "report", "workflows", "testbed",
+LAYERS = ["core", "rank", "cluster", "backends", "harness", "tasks", "results", "projection", "report", "workflows", "testbed",
           "tools", "cli"]
 # The parts of a task (bench.core.registry.TASK_PARTS) that sit in a higher layer than the task; its rank program
 # is the task's own (the rank entry reaches it through the registry, as the harness reaches the task).

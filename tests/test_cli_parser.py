@@ -30,8 +30,8 @@ from factories import fault_spec
 from workloads import WORKLOADS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
-VERBS = ["run", "sweep", "allreduce", "converge", "list", "report", "compare", "agreement", "regress", "baseline", "fault", "selfcheck", "import",
-         "doctor", "slurm-script", "testhosts", "testslurm", "testray"]
+VERBS = ["run", "sweep", "allreduce", "converge", "list", "report", "compare", "agreement", "predict", "regress", "baseline",
+         "fault", "selfcheck", "import", "doctor", "slurm-script", "testhosts", "testslurm", "testray"]
 
 
 def verb_names() -> list[str]:
@@ -223,7 +223,7 @@ def test_each_backend_option_says_its_default_and_why_it_differs(capsys):
         action = sub._option_string_actions.get("--backend")
         if action is not None:
             helps[verb] = " ".join(action.help.split()) % {"default": action.default}
-    assert set(helps) == {"run", "sweep", "allreduce", "converge", "fault", "selfcheck"}
+    assert set(helps) == {"run", "sweep", "allreduce", "converge", "fault", "selfcheck", "predict"}
     for verb, text in helps.items():
         assert re.search(r"default[ :]", text), (verb, text)
         # the default, then why: after it, a colon or a comma and the reason

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.backends import horovod as hvd
 from bench.backends.base import BackendOption
+from bench.backends.elastic import DDP_FIRST_BUCKET_BYTES
 from bench.cli import build_parser
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
 from bench.tasks.fault.spec import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS
@@ -220,6 +222,12 @@ def claims() -> list[tuple[str, str, tuple]]:
         ("a sweep's launches", r"\((\d+) warm-up steps and (\d+) windows unless given\)",
          (SWEEP_DEFAULTS["warmup_steps"], SWEEP_DEFAULTS["windows"])),
         ("a sweep's repeats", r"launches every case (\d+) times by default", (SWEEP_DEFAULTS["repeats"],)),
+        ("Horovod's cycle in the projection", r"wakes every cycle \(([\d.]+) ms by default",
+         (hvd.DEFAULT_CYCLE_MS,)),
+        ("Horovod's fusion threshold in the projection", r"fusion threshold \(([\d.]+) MiB by default\)",
+         (hvd.DEFAULT_FUSION_MB,)),
+        ("DDP's first bucket in the projection", r"\(the first of at most ([\d.]+) MiB\)",
+         (DDP_FIRST_BUCKET_BYTES / 2**20,)),
         ("the regression matrix", r"`(bench sweep --nproc \d[^`]*--repeats \d+(?:\s--no-faults)?)`",
          (" ".join(regress_command(REGRESS_REPEATS)),)),
     ]

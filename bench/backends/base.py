@@ -15,6 +15,7 @@ backends; timing, records, statistics and reports never branch on its name.
 
 from __future__ import annotations
 
+import math
 import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -23,6 +24,34 @@ from bench.core.hostlist import placement
 from bench.core.records import RankRow
 from bench.core.rundir import write_atomic
 from bench.rank.collectives import bus_factor
+
+
+@dataclass(frozen=True)
+class CommSchedule:
+    """When a backend moves a step's gradients, as the scaling model (bench.projection.model) replays it:
+
+    - "buckets": the gradients, in the order they become ready, are grouped into buckets of at most cap_bytes (the
+      first of at most first_cap_bytes); a bucket's collective starts once its last gradient is ready, one at a time;
+    - "cycles": a background loop wakes every cycle_s (a cycle begins no sooner than the last one's collectives
+      ended) and fuses the gradients ready by then into collectives of at most cap_bytes;
+    - "after_backward": one exchange of every gradient once the backward pass is over (nothing overlaps);
+    - "none": nothing is exchanged.
+    wire_scale: bytes sent per byte of gradient (0.5 when gradients are compressed to 16 bits)."""
+    kind: str
+    cap_bytes: float = float("inf")
+    first_cap_bytes: float | None = None
+    cycle_s: float = 0.0
+    wire_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What one collective of S bytes puts on the links between hosts, for the scaling model: `steps` messages one
+    after another (each pays a link's latency) and `link_bytes` that cross the busiest host's link in one direction,
+    one after another (so the link's time is link_bytes / its bandwidth). `name` says which algorithm."""
+    name: str
+    steps: float
+    link_bytes: float
 
 
 @dataclass(frozen=True)
@@ -263,6 +292,26 @@ class Backend:
     def doctor_lines(self) -> list[str]:
         """Extra facts for `bench doctor`."""
         return []
+
+    def comm_schedule(self, options: dict) -> CommSchedule:
+        """When this backend moves gradients during a step (the scaling model's rule); none by default."""
+        return CommSchedule("none")
+
+    def exchanges(self, nbytes: float, world_size: int, hosts: int, device: str, options: dict) -> list[Exchange]:
+        """The ways an exchange of `nbytes` among `world_size` workers spread evenly over `hosts` hosts can go over
+        the links between them (the scaling model takes the fastest, as NCCL's tuner picks an algorithm). A ring by
+        default: 2(n-1) steps, and each host's link carries 2(n-1)/n of the bytes (one ring edge leaves each host);
+        on GPUs NCCL may also take a tree: 2 log2(hosts) steps across hosts plus the steps within one, the bytes once
+        each way."""
+        n = world_size
+        if hosts <= 1 or n <= 1:
+            return [Exchange("within a host", 2.0 * (n - 1), 0.0)]
+        ring = Exchange("ring", 2.0 * (n - 1), 2.0 * (n - 1) / n * nbytes)
+        if device != "cuda":
+            return [ring]
+        per_host = max(1, round(n / hosts))
+        tree = Exchange("tree", 2.0 * (math.ceil(math.log2(hosts)) + per_host - 1), nbytes)
+        return [ring, tree]
 
     def cost_model(self, world_size: int, options: dict) -> tuple[str, float, float]:
         """(name, alpha coefficient, beta coefficient) of this backend's allreduce algorithm:

@@ -6,10 +6,22 @@ import importlib.util
 import os
 from datetime import timedelta
 
-from bench.backends.base import Backend, BackendOption, CheckpointRestart, ElasticMode, ProcessGroup, rank_row
+from bench.backends.base import (Backend, BackendOption, CheckpointRestart, CommSchedule, ElasticMode, ProcessGroup,
+                                 rank_row)
 from bench.backends.torchrun import TorchrunLauncher, agent_command, agent_observations, agents_on_hosts, free_port
 
 # DDP's bucket size, one option of every backend whose data parallelism is DDP (elastic, ray): one flag
+# DDP's first bucket holds at most 1 MiB (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES), so that the first
+# allreduce starts early in the backward pass; the others hold up to --ddp-bucket-mb
+DDP_FIRST_BUCKET_BYTES = 2**20
+
+
+def ddp_schedule(options: dict) -> CommSchedule:
+    """DDP's reducer: buckets in the order gradients become ready (it rebuilds them so after the first step), each
+    allreduced once its last gradient is ready (the scaling model's rule, bench.backends.base.CommSchedule)."""
+    return CommSchedule("buckets", cap_bytes=options["ddp_bucket_mb"] * 2**20, first_cap_bytes=DDP_FIRST_BUCKET_BYTES)
+
+
 DDP_BUCKET = BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of Horovod's "
                            "fusion threshold)", float, invalid=("0", "-1", "nan", "x"))
 
@@ -147,6 +159,9 @@ class ElasticBackend(Backend):
 
     def unavailable_reason(self, device):
         return distributed_problem(device)
+
+    def comm_schedule(self, options):
+        return ddp_schedule(options)
 
 
 BACKEND = ElasticBackend()

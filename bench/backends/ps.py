@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from bench.backends.base import Backend, BackendOption, ProcessGroup
+from bench.backends.base import Backend, BackendOption, CommSchedule, Exchange, ProcessGroup
 from bench.backends.elastic import distributed_problem, torchrun_rank_row
 from bench.backends.torchrun import TorchrunLauncher
 from bench.core.hostlist import Host, placement
@@ -339,6 +339,23 @@ class PSBackend(Backend):
     def cost_model(self, world_size, options):
         # every server link carries N x S/K bytes each way; a push and a pull per op
         return "parameter server", 2.0, world_size / options["ps_servers"]
+
+    def comm_schedule(self, options):
+        return CommSchedule("after_backward")  # the optimizer's step() pushes every gradient, then pulls
+
+    def exchanges(self, nbytes, world_size, hosts, device, options):
+        """A push of every gradient and a pull of every parameter through the servers: across hosts one per host (the
+        default placement; the projection assumes it). A server receives the workers' pushes one worker after another (ParameterServer
+        .receive: a fixed order, and gloo moves a message once its receive is posted), so the pushes cross the links
+        in sequence: each worker sends the (K-1)/K of S its host's server does not own. Then every server answers every
+        worker at once: a host's link carries its server's shard to the workers of the other hosts."""
+        n = world_size
+        if hosts <= 1 or n <= 1:
+            return [Exchange("within a host", 2.0, 0.0)]
+        servers, per_host = hosts, n / hosts
+        remote_push = (servers - 1) / servers * nbytes  # what one worker sends to the servers of other hosts
+        answers = (n - per_host) * nbytes / servers  # what one host's server sends to the workers of other hosts
+        return [Exchange("push, then pull", n + 1.0, n * remote_push + answers)]
 
 
 BACKEND = PSBackend()

@@ -24,7 +24,7 @@ import threading
 import time
 
 from bench.backends.base import Backend, BackendOption, CheckpointRestart, ElasticMode, Launcher, rank_row
-from bench.backends.elastic import DDP_BUCKET, DDPGroup, distributed_problem
+from bench.backends.elastic import DDP_BUCKET, DDPGroup, ddp_schedule, distributed_problem
 from bench.core.rundir import LOG_DRAIN_S, CappedLog, RunDir, copy_output, tail, write_json_atomic
 from bench.rank.entry import run_process
 
@@ -275,6 +275,9 @@ class RayBackend(Backend):
         if options["ray_address"] is not None:
             return address_problem(options["ray_address"])
         return None
+
+    def comm_schedule(self, options):
+        return ddp_schedule(options)  # prepare_model's DistributedDataParallel
 
     def places_on_this_host(self, options):
         return options.get("ray_address") is None  # an existing cluster's nodes may share one machine's cores

@@ -1,5 +1,5 @@
 """`bench`: its verbs, in the groups `bench --help` shows (VERB_GROUPS): measure (run, sweep, allreduce, converge,
-fault), analyse what is stored (list, report, compare, agreement, import), the regression gate (regress, baseline),
+fault), analyse what is stored (list, report, compare, agreement, predict, import), the regression gate (regress, baseline),
 check this machine and the suite (doctor, selfcheck), clusters (slurm-script, testhosts, testslurm, testray).
 
 One module per verb, each with `add_parser(verbs)` and the function that carries the verb out; VERBS is the
@@ -19,8 +19,8 @@ import sys
 import textwrap
 
 from bench import __version__
-from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, import_runs, list_runs, regress, report,
-                       run, selfcheck, slurm_script, sweep, testhosts, testray, testslurm)
+from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, import_runs, list_runs, predict, regress,
+                       report, run, selfcheck, slurm_script, sweep, testhosts, testray, testslurm)
 from bench.cli.common import Parser, before_runs
 from bench.cli.renamed import add_old_spellings
 from bench.cluster.slurm import last_ending
@@ -28,12 +28,12 @@ from bench.core.console import guard_std_streams, lost_output, note
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BenchError, Interrupted
 from bench.harness.supervisor import signals_held
 
-VERBS = (run, sweep, allreduce, converge, list_runs, report, compare, agreement, regress, fault, selfcheck, import_runs, doctor,
-         slurm_script, testhosts, testslurm, testray)
+VERBS = (run, sweep, allreduce, converge, list_runs, report, compare, agreement, predict, regress, fault, selfcheck,
+         import_runs, doctor, slurm_script, testhosts, testslurm, testray)
 # How `bench --help` lists the verbs: by what they are for.
 VERB_GROUPS = (
     ("measure", ("run", "sweep", "allreduce", "converge", "fault")),
-    ("analyse what is stored", ("list", "report", "compare", "agreement", "import")),
+    ("analyse what is stored", ("list", "report", "compare", "agreement", "predict", "import")),
     ("regression gate", ("regress", "baseline")),
     ("check this machine and the suite", ("doctor", "selfcheck")),
     ("clusters", ("slurm-script", "testhosts", "testslurm", "testray")),

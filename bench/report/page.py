@@ -22,6 +22,7 @@ from bench.core.registry import PRIMARY, all_tasks, task_part
 from bench.core.rundir import write_atomic
 from bench.core.store import check_folder_writable
 from bench.core.stats import Family
+from bench.report.scale import scale_section
 from bench.report.sections import (ENV_KEYS, Bullets, Cell, Paragraph, Plot, ReportContext, ReportPart, Row, ScoreRow,
                                    Section, Table, code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong,
                                    styled)
@@ -466,8 +467,9 @@ def render_report(frame, store_label: str, where: list[str] | None = None) -> st
     family = Family(frame_comparisons(frame))
     parts = task_parts(frame, ReportContext(store_label, list(where or []), frame, family))
     shown = [rec for p in parts for rec in p.shown] or list(frame["record"])
+    scale = scale_section(list(frame["record"]))
     sections = [verdict_section(parts, frame, agreement_note(frame), shared_note(frame)),
-                *(s for p in parts for s in p.sections), rank_map_section(frame),
+                *(s for p in parts for s in p.sections), *([scale] if scale else []), rank_map_section(frame),
                 environment_section(shown), failed_section(frame, parts), method_section(parts)]
     sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
     return _template().render(

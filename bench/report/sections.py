@@ -6,8 +6,8 @@ A page is a header, then Sections in their `order`; a Section is a list of block
 Bullets, Table, Plot). Text is plain (the template escapes it) or a list of plain strings and Spans
 (inline code, emphasis, strong). The page's sections and their order numbers:
 
-    0 Verdict, 10 Throughput and scaling, 20 Communication, 30 Where the time goes,
-    40 Startup and rendezvous, 50 Elasticity, 60 Rank map, 70 Environment, 80 Failed and unstable runs,
+    0 Verdict, 10 Throughput and scaling, 20 Communication, 30 Where the time goes, 35 At your scale (the scaling
+    model's projection), 40 Startup and rendezvous, 50 Elasticity, 60 Rank map, 70 Environment, 80 Failed and unstable runs,
     90 Methodology.
 """
 

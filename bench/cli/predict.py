@@ -1,0 +1,242 @@
+"""`bench predict`: the scaling model's projection of a case to a cluster that is not here (bench.projection), or,
+with --validate, the model against the stored runs across test hosts that it was not fitted on."""
+
+from __future__ import annotations
+
+import math
+
+from bench.cli import options
+from bench.cli.common import comma_list, examples, open_store, print_json
+from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
+from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP
+from bench.projection.clusters import DEFAULT_CLUSTER, MAX_WORKERS, PROFILES, parse_cluster, profile
+from bench.projection.fit import Case, cases_in, fit
+from bench.projection.model import crossover, project, with_compute
+from bench.projection.validate import validate
+
+DEFAULT_BACKENDS = "elastic,horovod,ps"
+
+
+def add_parser(verbs) -> None:
+    p = verbs.add_parser(
+        "predict", help="project step time, throughput and scaling efficiency to a cluster (a model, fitted on "
+                        "the stored runs of one host); --validate checks it on runs across test hosts",
+        epilog=examples("bench predict --workload resnet18 --cluster cpu-10g      # nodes like this one, 10 Gbit/s",
+                        "bench predict --workload resnet18 --cluster ib-100g --compute-ms 14.5   # a GPU's step",
+                        "bench predict --cluster 64x8:100gbit:5us --backend elastic,horovod --json",
+                        "bench predict --validate --store docs/studies/projection/bench.sqlite"),
+        parents=[options.store(), options.json_output()])
+    options.add(p, "--workload", metavar="NAME", type=options.nonempty_name, invalid=[""],
+                help="the workload to project (default: every one the store has a profiled plain-loop run of)")
+    options.add(p, "--backend", default=DEFAULT_BACKENDS, metavar="B1,B2,...", invalid=["nope"],
+                help="comma-separated backends (default: %(default)s, the ones the model's validation covers)")
+    options.add(p, "--batch-size", type=options.positive_int, metavar="N", invalid=["0", "x"],
+                help="per-worker batch (default: the one the store's runs used, when they used one)")
+    options.add(p, "--threads", type=options.positive_int, metavar="N", invalid=["0"],
+                help="threads per worker of the runs to fit from (default: the one the store's runs used)")
+    options.add(p, "--cluster", default=DEFAULT_CLUSTER, metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY]",
+                invalid=["nowhere", "4x8:fast"],
+                help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}) or descriptions such as "
+                     f"64x8:100gbit:5us (default {DEFAULT_CLUSTER}; a GPU profile needs --compute-ms)")
+    options.add(p, "--compute-ms", type=options.positive_float, metavar="MS", invalid=["0", "-1", "x"],
+                help="one worker's step time on the cluster's hardware, measured there (a GPU's, for a GPU profile); "
+                     "the step's shape comes from the stored profile")
+    options.add(p, "--compute-from", type=options.id_name, metavar="RUN_ID", invalid=["../x"],
+                help="a stored run at 1 worker on the cluster's hardware (bench import brings it here) whose step time "
+                     "is the compute")
+    options.add(p, "--max-workers", type=options.positive_int, default=MAX_WORKERS, metavar="N", invalid=["0"],
+                help=f"project up to this many workers (default {MAX_WORKERS})")
+    options.add(p, "--validate", action="store_true",
+                help="instead: predict every stored run across test hosts with a shaped link from the one-host runs, "
+                     "and print predicted against measured; exit 1 when the model misses its goal")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args) -> int:
+    backends = comma_list(args.backend)
+    unknown = [b for b in backends if b not in BACKEND_MODULES or b == PLAIN_LOOP]
+    if unknown:
+        raise UsageError(f"--backend {','.join(unknown)}: choose from {DEFAULT_BACKENDS}, ray")
+    if args.compute_ms is not None and args.compute_from:
+        raise UsageError("--compute-ms and --compute-from both give the compute: give one")
+    clusters = comma_list(args.cluster)
+    for name in clusters:  # refused before the store is read
+        if name not in PROFILES:
+            parse_cluster(name)
+    store = open_store(args.store)
+    records = store.records()
+    if args.validate:
+        return show_validation(validate(records), args.json)
+    cases = choose_cases(cases_in(records), args)
+    out, text = [], []
+    for case in cases:
+        fitted = {}
+        for backend in backends:
+            try:
+                fitted[backend] = fit(records, backend, case)
+            except UsageError as exc:
+                text.append(f"# {backend}: not projected: {exc}")
+        if not fitted:
+            raise UsageError(f"no backend could be fitted for {case.workload}: " + "; ".join(text))
+        for name in clusters:
+            cluster = cluster_of(name, fitted)
+            inputs = {b: compute_for(i, cluster, args, store) for b, i in fitted.items()}
+            points = {b: project(i, cluster, [n for n in cluster.worker_counts(args.max_workers)])
+                      for b, i in inputs.items()}
+            out.append({"case": case.__dict__, "cluster": cluster_json(cluster),
+                        "backends": {b: {"inputs": inputs_json(inputs[b]), "points": [point_json(p) for p in pts]}
+                                     for b, pts in points.items()},
+                        "fastest_changes": [{"workers": n, "before": a, "after": b}
+                                            for n, a, b in crossover(points)]})
+            text += projection_text(case, cluster, inputs, points)
+    if args.json:
+        print_json({"projection": "model projection, not a measurement", "results": out})
+    else:
+        print("\n".join(text))
+    return EXIT_OK
+
+
+def choose_cases(cases: list[Case], args) -> list[Case]:
+    if not cases:
+        raise UsageError("the store has no plain-loop run at 1 worker with a profile, which the model starts from: "
+                         "run `bench sweep --world-sizes 1,2` (or `nox -s bench`) first")
+    if args.workload:
+        cases = [c for c in cases if c.workload == args.workload]
+        if not cases:
+            raise UsageError(f"no profiled plain-loop run of workload {args.workload!r} in the store; run "
+                             f"`bench sweep --workload {args.workload} --world-sizes 1,2` first")
+    for flag, attr in (("batch_size", "batch"), ("threads", "threads")):
+        wanted = getattr(args, flag)
+        if wanted is not None:
+            cases = [c for c in cases if getattr(c, attr) == wanted]
+            if not cases:
+                raise UsageError(f"no profiled plain-loop run at --{flag.replace('_', '-')} {wanted} in the store")
+    by_workload: dict[str, list[Case]] = {}
+    for c in cases:
+        by_workload.setdefault(c.workload, []).append(c)
+    ambiguous = {w: cs for w, cs in by_workload.items() if len(cs) > 1}
+    if ambiguous:
+        w, cs = next(iter(ambiguous.items()))
+        raise UsageError(f"the store has {w} runs at several conditions ("
+                         + "; ".join(f"batch {c.batch}, {c.threads} thread(s), {c.device}" for c in cs)
+                         + "): choose with --batch-size and --threads")
+    return [cs[0] for cs in by_workload.values()]
+
+
+def cluster_of(name: str, fitted: dict):
+    per_host = max(i.fit_world for i in fitted.values())
+    device = next(iter(fitted.values())).device
+    return profile(name, per_host) if name in PROFILES else parse_cluster(name, device)
+
+
+def compute_for(inputs, cluster, args, store):
+    """The inputs with the cluster's compute: given, read from a stored run, or (same device) the measured one."""
+    if args.compute_ms is not None:
+        return with_compute(inputs, args.compute_ms / 1e3, cluster.device,
+                            f"compute: {args.compute_ms:g} ms per step as given (--compute-ms); the step's shape is "
+                            "the stored profile's; the backend's overheads there are unknown and left out")
+    if args.compute_from:
+        rec = store.get(args.compute_from) if hasattr(store, "get") else None
+        rec = rec or next((r for r in store.records() if r.run_id == args.compute_from), None)
+        if rec is None or rec.spec.task != "train" or not rec.ok or rec.metrics is None:
+            raise UsageError(f"--compute-from {args.compute_from}: no ok training run of that id in the store "
+                             "(`bench list` shows them; `bench import` brings another machine's)")
+        if rec.spec.world_size != 1:
+            raise UsageError(f"--compute-from {args.compute_from}: it ran {rec.spec.world_size} workers; give a run "
+                             "at 1 worker")
+        return with_compute(inputs, rec.metrics.step_time_s.mean, rec.spec.device,
+                            f"compute: run {rec.run_id}'s step ({rec.metrics.step_time_s.mean * 1e3:.1f} ms, "
+                            f"{rec.spec.device}); the backend's overheads there are unknown and left out")
+    if cluster.device != inputs.device:
+        raise UsageError(f"--cluster {cluster.name} is a {cluster.device} cluster and the store's runs are "
+                         f"{inputs.device}: give --compute-ms (a measured one-worker step there) or --compute-from")
+    return inputs
+
+
+# ---------------------------------------------------------------- output
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f}" if math.isfinite(seconds) else "-"
+
+
+def projection_text(case, cluster, inputs: dict, points: dict) -> list[str]:
+    lines = ["", f"model projection (not a measurement): {case.workload}, batch {case.batch} per worker, "
+                 f"{case.threads} thread(s); cluster {cluster.name}: {cluster.summary}", f"  source: {cluster.source}"]
+    for backend, pts in points.items():
+        i = inputs[backend]
+        lines.append(f"  {backend}: compute {ms(i.compute.mean)} ms ({len(i.compute.runs)} run(s)), overhead "
+                     f"{ms(i.overhead.mean)} ms/step, slowdown {i.slowdown.mean:.2f} s per s overlapped, "
+                     f"alpha {i.alpha.mean * 1e6:.1f} us, beta {i.beta.mean * 1e9:.2f} ns/B (fitted at "
+                     f"{i.fit_world} workers on one host)")
+        for note in i.notes:
+            lines.append(f"    note: {note}")
+        lines.append(f"    {'workers':>7} {'nodes':>5} {'step ms (95%)':>22} {'samples/s':>11} "
+                     f"{'efficiency (95%)':>20}  {'compute':>8} {'slowed':>7} {'hidden':>7} {'exposed':>8} "
+                     f"{'overhead':>8}  algorithm")
+        for p in pts:
+            parts = p.parts
+            lines.append(f"    {p.workers:>7} {p.nodes:>5} {ms(p.step):>8} ({ms(p.step_low)}-{ms(p.step_high)})"
+                         f"{'':>1} {p.throughput:>11,.0f} {p.efficiency:>8.0%} ({p.efficiency_low:.0%}-"
+                         f"{p.efficiency_high:.0%})  {ms(parts.compute):>8} {ms(parts.slowdown):>7} "
+                         f"{ms(parts.hidden):>7} {ms(parts.exposed):>8} {ms(parts.overhead):>8}  {p.algorithm}")
+    changes = crossover(points)
+    if len(points) > 1:
+        lines.append("  fastest: " + (", ".join(f"{b} from {n} workers (before: {a})" for n, a, b in changes)
+                                      if changes else "the same backend at every worker count projected"))
+    return lines
+
+
+def cluster_json(cluster) -> dict:
+    return {"name": cluster.name, "summary": cluster.summary, "device": cluster.device,
+            "workers_per_node": cluster.workers_per_node, "max_nodes": cluster.max_nodes, "source": cluster.source,
+            "network": cluster.network.__dict__ if cluster.network else None,
+            "node_link": cluster.node_link.__dict__ if cluster.node_link else None}
+
+
+def inputs_json(i) -> dict:
+    values = {name: {"mean": getattr(i, name).mean, "se": getattr(i, name).se, "dof": getattr(i, name).dof}
+              for name in ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta")}
+    return {"values": values, "runs": {k: list(v) for k, v in i.runs().items()}, "fit_world": i.fit_world,
+            "options": i.options, "notes": list(i.notes)}
+
+
+def point_json(p) -> dict:
+    return {"workers": p.workers, "nodes": p.nodes, "step_s": p.step, "step_low_s": p.step_low,
+            "step_high_s": p.step_high, "throughput": p.throughput, "efficiency": p.efficiency,
+            "efficiency_low": p.efficiency_low, "efficiency_high": p.efficiency_high, "algorithm": p.algorithm,
+            "parts_s": {"compute": p.parts.compute, "slowdown": p.parts.slowdown, "hidden": p.parts.hidden,
+                        "exposed": p.parts.exposed, "overhead": p.parts.overhead}}
+
+
+def validation_lines(v) -> list[str]:
+    lines = ["model projection against measured runs it was not fitted on (runs across test hosts)",
+             f"{'workload':<10} {'backend':<8} {'hosts':>5} {'link':<8} {'measured ms (95%)':>24} "
+             f"{'predicted ms (95%)':>24} {'error':>7} {'compute share':>13}"]
+    for r in v.rows:
+        lines.append(f"{r.workload:<10} {r.backend:<8} {r.hosts:>5} {r.link:<8} {ms(r.measured.mean):>9} "
+                     f"({ms(r.measured_low)}-{ms(r.measured_high)}) n={len(r.runs)} {ms(r.point.step):>9} "
+                     f"({ms(r.point.step_low)}-{ms(r.point.step_high)}) {r.error:>+7.1%} {r.compute_share:>13.0%}")
+    for w in v.winners:
+        lines.append(f"winner {w.workload} {w.hosts} hosts {w.link}: {w.faster} faster than {w.slower} by "
+                     f"{w.ratio - 1:.1%} ({'significant' if w.significant else 'not significant'}); predicted "
+                     f"{w.predicted_faster}: {'agrees' if w.agrees else 'DISAGREES'}")
+    lines += [f"skipped: {s}" for s in v.skipped]
+    lines.append(v.summary())
+    return lines
+
+
+def show_validation(v, as_json: bool) -> int:
+    if not v.rows and not v.skipped:
+        raise UsageError("the store has no ok training run across test hosts with a shaped link (--link) to check "
+                         "the model against; see docs/studies/projection.md for the runs it takes")
+    if as_json:
+        print_json({"rows": [{"workload": r.workload, "backend": r.backend, "hosts": r.hosts, "link": r.link,
+                              "measured_s": r.measured.mean, "measured_low_s": r.measured_low,
+                              "measured_high_s": r.measured_high, "launches": len(r.runs), "runs": list(r.runs),
+                              "predicted": point_json(r.point), "error": r.error, "compute_share": r.compute_share}
+                             for r in v.rows],
+                    "winners": [w.__dict__ | {"agrees": w.agrees} for w in v.winners],
+                    "skipped": v.skipped, "median_error": v.median_error, "worst_error": v.worst_error,
+                    "meets_goal": v.meets_goal(), "summary": v.summary()})
+    else:
+        print("\n".join(validation_lines(v)))
+    return EXIT_OK if v.meets_goal() else EXIT_RUN_FAILED

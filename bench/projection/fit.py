@@ -1,0 +1,127 @@
+"""The scaling model's inputs, read from stored runs on one host (bench.projection.model.Inputs), each kept with the
+runs it came from. Runs across hosts are never read here: they are what the model is checked against
+(bench.projection.validate).
+
+For a case (workload, per-worker batch, threads, device) and a backend:
+- compute: the plain loop's step at one worker (each launch's mean over its windows; launches are the unit), split
+  as its profiled warm-up measured (the median shares over its launches);
+- overhead_one: the backend's own step at one worker beyond that compute;
+- the backend's communication: the alpha-beta fit of its communication sweep on one host (each launch's fit);
+- slowdown and overhead, from its runs at the most workers one host ran (2 on this machine): the backward pass they
+  profiled against the plain loop's gives the compute the overlapping communication added, per second of the
+  communication the replay puts inside the backward pass; what each launch measured beyond the replay is the
+  per-step overhead."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+
+from bench.core.errors import UsageError
+from bench.core.registry import PLAIN_LOOP, get_backend
+from bench.projection.clusters import Cluster
+from bench.projection.model import Inputs, Shape, Value, step_parts
+
+
+@dataclass(frozen=True)
+class Case:
+    workload: str
+    batch: int
+    threads: int
+    device: str
+
+
+def one_host(records: list) -> list:
+    """The ok runs made on one host: what the model may be fitted on."""
+    return [r for r in records if r.ok and not r.spec.hosts and r.spec.scheduler in (None, "none")]
+
+
+def _train(records, backend: str, case: Case, world: int | None = None) -> list:
+    return [r for r in records if r.spec.task == "train" and r.spec.backend == backend
+            and r.spec.workload == case.workload and r.spec.batch_size == case.batch and r.spec.threads == case.threads
+            and r.spec.device == case.device and (world is None or r.spec.world_size == world)
+            and r.metrics is not None]
+
+
+def _ids(records) -> tuple[str, ...]:
+    return tuple(r.run_id for r in records)
+
+
+def cases_in(records: list) -> list[Case]:
+    """Every case the plain loop ran at one worker on one host, with a profile."""
+    found = {Case(r.spec.workload, r.spec.batch_size, r.spec.threads, r.spec.device) for r in one_host(records)
+              if r.spec.task == "train" and r.spec.backend == PLAIN_LOOP and r.spec.world_size == 1
+              and r.metrics is not None and r.metrics.profile}
+    return sorted(found, key=lambda c: (c.workload, c.device, c.batch, c.threads))
+
+
+def this_host(device: str, workers: int) -> Cluster:
+    return Cluster("one host", "the measured host", device, max(1, workers), 1, None)
+
+
+def median_shape(records: list) -> Shape:
+    shapes = [Shape.of_profile(r.metrics.profile, r.run_id) for r in records if r.metrics.profile]
+    if not shapes:
+        raise UsageError("the plain loop's runs have no profile (they were stored by an older bench): run "
+                         "`bench sweep --world-sizes 1,2` again to measure the model's inputs")
+    last = shapes[-1]
+    return Shape(statistics.median(s.forward for s in shapes), statistics.median(s.backward for s in shapes),
+                 statistics.median(s.optimizer for s in shapes),
+                 tuple((statistics.median(s.grads[i][0] for s in shapes if len(s.grads) == len(last.grads)), b)
+                       for i, (_, b) in enumerate(last.grads)), last.run)
+
+
+def fit(records: list, backend: str, case: Case) -> Inputs:
+    """The inputs of `backend` for `case`, from the one-host runs among `records`; a one-line error naming the runs
+    to make when some are missing."""
+    runs = one_host(records)
+    plain = _train(runs, PLAIN_LOOP, case, 1)
+    where = f"{case.workload} at batch {case.batch}, {case.threads} thread(s), {case.device}"
+    if not plain:
+        raise UsageError(f"no plain-loop run at 1 worker for {where} in the store: the model starts from it; run "
+                         f"`bench sweep --workload {case.workload} --world-sizes 1,2` (it runs the plain loop)")
+    compute = Value.of([r.metrics.step_time_s.mean for r in plain], _ids(plain))
+    shape = median_shape(plain)
+    plugin = get_backend(backend)
+    own_one = _train(runs, backend, case, 1)
+    multi = [r for r in _train(runs, backend, case) if r.spec.world_size > 1]
+    if not multi:
+        raise UsageError(f"no {backend} run at 2 or more workers on one host for {where}: run `bench sweep "
+                         f"--backend {backend} --workload {case.workload} --world-sizes 1,2`")
+    world = max(r.spec.world_size for r in multi)
+    multi = [r for r in multi if r.spec.world_size == world]
+    options = multi[-1].spec.backend_options
+    comm = [r for r in runs if r.spec.task == "comm" and r.spec.backend == backend and r.spec.world_size == world
+            and r.spec.device == case.device and r.metrics is not None and r.metrics.fit]
+    if not comm:
+        raise UsageError(f"no {backend} communication sweep at {world} workers on one host ({case.device}) with an "
+                         f"alpha-beta fit: run `bench allreduce --backend {backend} --nproc {world}` (or a sweep "
+                         "without --no-comm)")
+    alpha = Value.of([r.metrics.fit["alpha_s"] for r in comm], _ids(comm))
+    beta = Value.of([r.metrics.fit["beta_s_per_byte"] for r in comm], _ids(comm))
+    notes = []
+    if own_one:
+        overhead_one = Value.of([r.metrics.step_time_s.mean for r in own_one], _ids(own_one)).minus(compute)
+    else:
+        overhead_one = Value(0.0)
+        notes.append(f"no {backend} run at 1 worker: its one-worker overhead is taken as 0")
+    inputs = Inputs(case.workload, backend, options, case.batch, case.threads, case.device, compute, shape,
+                    overhead_one, Value(0.0), Value(0.0), alpha, beta, world, tuple(notes))
+    host = this_host(case.device, world)
+
+    # slowdown: the backward pass each multi-worker launch profiled, against the plain loop's, per second of the
+    # communication the replay (at the means, without slowdown) puts inside it (on one host it is all processing)
+    base = step_parts(inputs, host, world)[0]
+    plain_backward = statistics.median(r.metrics.profile["gradients_s"] for r in plain if r.metrics.profile)
+    profiled = [r for r in multi if r.metrics.profile]
+    if base.hidden > 0 and profiled:
+        slowdown = Value.of([max(0.0, r.metrics.profile["gradients_s"] - plain_backward) / base.hidden
+                             for r in profiled], _ids(profiled) + _ids(plain))
+    else:
+        slowdown = Value(0.0, runs=_ids(profiled))
+    inputs = replace(inputs, slowdown=slowdown)
+    replayed = step_parts(inputs, host, world)[0].step - inputs.overhead.mean
+    overhead = Value.of([r.metrics.step_time_s.mean - replayed for r in multi], _ids(multi))
+    return replace(inputs, overhead=overhead)
+
+

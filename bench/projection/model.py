@@ -1,0 +1,331 @@
+"""One training step at N workers, replayed from measured parts (docs/method.md, "Projection").
+
+    step(N) = forward + backward compute (slowed by the communication it overlaps) + exposed communication
+              + optimizer + the backend's per-step overhead
+
+- Compute is the plain loop's step at one worker, split in the proportions its profiled warm-up measured
+  (bench.rank.profile); on test hosts that share a machine's cores it is slowed by workers x threads / cores.
+- The gradients become ready during the backward pass at the times the profile measured (as shares of it), and the
+  backend moves them by its own rule (bench.backends.base.CommSchedule): DDP's buckets, Horovod's cycles and fusion,
+  the parameter server's push and pull after the backward pass.
+- A collective of S bytes costs the backend's own processing, from the alpha-beta fit of its communication sweep on
+  one host, plus the wire between hosts: the fastest of the backend's exchanges (bench.backends.base.Exchange),
+  steps x the link's latency + the bytes on the busiest host's link / its bandwidth. Collectives run one at a time.
+  The processing is beta x the bus bytes at N, and alpha x the latency steps of the fit's world size, as a fixed
+  cost per collective: a sweep at one world size cannot tell a per-call cost from a per-step one, and taking all of
+  it per step would multiply a call's overhead by 2(N-1) (2,046 at 1,024 workers); the steps' latency is the link's.
+- Communication that overlaps the backward pass is not free on CPU: gloo's threads use the same cores. Each second of
+  the backend's own processing (the fit's part of a collective, not the time it waits for the wire) inside the
+  backward pass adds `slowdown` seconds of compute, measured at 2 workers on one host (bench.projection.fit); the
+  replay is repeated with the stretched backward pass until it settles.
+- The backend's per-step overhead is what its 2-worker runs on one host measured beyond this replay (Horovod's
+  negotiation, the reducer's bookkeeping), taken as constant in N.
+
+Intervals (the delta method): each measured input moves the step by (replay at mean + se - replay at mean - se) / 2;
+those moves, taken as independent, add in quadrature to the step's standard error, whose degrees of freedom are
+Welch-Satterthwaite's over the inputs' (launches - 1 each), and the 95% interval is Student's t on it. The same on the
+log scale gives the efficiency's. (Drawing inputs from t distributions of 2 degrees of freedom, as 3 launches give,
+makes the tails of a simulated interval move by 20% between seeds; this is exact for a replay that is linear in its
+inputs near their means and costs 13 replays a point.)"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from bench.core.registry import get_backend
+from bench.core.stats import CONFIDENCE, t_quantile
+from bench.projection.clusters import Cluster
+
+SETTLE = 3  # replays of the stretched backward pass
+INPUT_NAMES = ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta")
+
+
+@dataclass(frozen=True)
+class Value:
+    """A measured input: mean, standard error, degrees of freedom, and the runs it came from."""
+    mean: float
+    se: float = 0.0
+    dof: int = 0
+    runs: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, values: list[float], runs: tuple[str, ...] = ()) -> "Value":
+        n = len(values)
+        mean = float(np.mean(values))
+        se = float(np.std(values, ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+        return cls(mean, se, n - 1, runs)
+
+    def minus(self, other: "Value") -> "Value":
+        """The difference of two independent inputs."""
+        dof = min(d for d in (self.dof, other.dof) if d) if (self.dof or other.dof) else 0
+        return Value(self.mean - other.mean, math.hypot(self.se, other.se), dof, self.runs + other.runs)
+
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A step's parts as shares of its compute (forward, backward, optimizer add to 1), and its gradients as
+    (share of the backward pass by which each is ready, bytes), in the order they become ready."""
+    forward: float
+    backward: float
+    optimizer: float
+    grads: tuple[tuple[float, float], ...]
+    run: str = ""
+
+    @property
+    def nbytes(self) -> float:
+        return float(sum(b for _, b in self.grads))
+
+    @classmethod
+    def of_profile(cls, profile: dict, run: str = "") -> "Shape":
+        total = profile["forward_s"] + profile["gradients_s"] + profile["optimizer_s"]
+        backward = profile["gradients_s"]
+        grads = tuple((ready / backward if backward > 0 else 1.0, numel * size)
+                      for _, numel, size, ready in profile["grads"])
+        return cls(profile["forward_s"] / total, backward / total, profile["optimizer_s"] / total, grads, run)
+
+    @classmethod
+    def of_layers(cls, sizes: list[float]) -> "Shape":
+        """Without a profile: the rule of thumb that backward costs twice forward, the optimizer nothing, and each
+        gradient ready in reverse layer order after a share of the backward pass proportional to the parameters
+        before it (an assumption, said wherever it is used)."""
+        total, done, grads = float(sum(sizes)), 0.0, []
+        for size in reversed(sizes):
+            done += size
+            grads.append((done / total if total else 1.0, size))
+        return cls(1 / 3, 2 / 3, 0.0, tuple(grads), "layer order")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything the model needs about one case (a workload at a per-worker batch under one backend), measured."""
+    workload: str
+    backend: str
+    options: dict
+    batch: int
+    threads: int
+    device: str
+    compute: Value  # seconds per step of the plain loop at one worker
+    shape: Shape
+    overhead_one: Value  # the backend's step at one worker beyond compute
+    overhead: Value  # per step at 2 or more workers, beyond the replay (measured at fit_world on one host)
+    slowdown: Value  # compute seconds added per second of communication overlapping the backward pass
+    alpha: Value  # the backend's own cost per latency step (s), from its communication sweep on one host
+    beta: Value  # per byte of its bus traffic (s/byte)
+    fit_world: int
+    notes: tuple[str, ...] = ()  # what was assumed where a measurement was missing
+
+    def runs(self) -> dict[str, tuple[str, ...]]:
+        """Each input's runs, for the page and the JSON."""
+        return {name: getattr(self, name).runs for name in
+                ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta")} | {"shape": (self.shape.run,)}
+
+
+@dataclass(frozen=True)
+class Parts:
+    """One replayed step, in seconds."""
+    compute: float  # forward + backward + optimizer, without the slowdown
+    slowdown: float  # compute added by overlapping communication
+    hidden: float  # communication during the backward pass
+    exposed: float  # communication after it
+    overhead: float
+    collectives: int
+
+    @property
+    def step(self) -> float:
+        return self.compute + self.slowdown + self.exposed + self.overhead
+
+
+@dataclass(frozen=True)
+class Point:
+    """The projection at one worker count: the replay at the inputs' means, and the 95% interval of the draws."""
+    workers: int
+    nodes: int
+    parts: Parts
+    step_low: float
+    step_high: float
+    efficiency: float
+    efficiency_low: float
+    efficiency_high: float
+    batch: int
+    algorithm: str
+
+    @property
+    def step(self) -> float:
+        return self.parts.step
+
+    @property
+    def throughput(self) -> float:
+        return self.workers * self.batch / self.step
+
+
+# ---------------------------------------------------------------- one collective
+def collective_cost(inputs: Inputs, cluster: Cluster, workers: int, alpha: float, beta: float):
+    """A function nbytes -> (seconds, of which the backend's own processing) for one collective at `workers` on
+    `cluster`, and the algorithm it takes."""
+    backend = get_backend(inputs.backend)
+    schedule = backend.comm_schedule(inputs.options)
+    _, _, beta_coef = backend.cost_model(workers, inputs.options)
+    _, alpha_coef, _ = backend.cost_model(inputs.fit_world, inputs.options)
+    nodes = cluster.nodes_for(workers)
+    # the backend's own cost: measured on one host; a GPU cluster's collectives are the link's alone unless a GPU
+    # communication sweep was fitted (the inputs' device says which)
+    own = inputs.device == cluster.device
+    chosen = {"name": "within a host"}
+
+    def cost(nbytes: float) -> tuple[float, float]:
+        wire = nbytes * schedule.wire_scale
+        processing = (alpha * alpha_coef + beta * beta_coef * wire) if own else 0.0
+        if nodes > 1 and cluster.network is not None:
+            link, hosts = cluster.network, nodes
+        elif cluster.node_link is not None and workers > 1:
+            link, hosts = cluster.node_link, workers  # within a node: each worker its own link
+        else:
+            return processing, processing
+        best = min(backend.exchanges(wire, workers, hosts, cluster.device, inputs.options),
+                   key=lambda e: e.steps * link.latency_s + e.link_bytes / link.bandwidth)
+        chosen["name"] = best.name
+        return processing + best.steps * link.latency_s + best.link_bytes / link.bandwidth, processing
+
+    return cost, chosen
+
+
+# ---------------------------------------------------------------- the replay
+def replay(schedule, grads, backward: float, cost) -> tuple[float, float, float, int]:
+    """(when the last collective ends, the communication time inside [0, backward], the processing time inside it,
+    collectives) for gradients (ready time, bytes) in ready order under the backend's schedule, where cost(bytes)
+    gives (seconds, of which processing); time 0 is the start of the backward pass."""
+    busy, working, end, count = 0.0, 0.0, 0.0, 0
+
+    def run(ready_at: float, nbytes: float):
+        nonlocal busy, working, end, count
+        start = max(ready_at, end)
+        took, processing = cost(nbytes)
+        end = start + took
+        inside = max(0.0, min(end, backward) - min(start, backward))
+        busy += inside
+        working += processing * (inside / took if took > 0 else 0.0)  # spread evenly over the collective
+        count += 1
+
+    if schedule.kind == "none" or not grads:
+        return 0.0, 0.0, 0.0, 0
+    if schedule.kind == "after_backward":
+        run(backward, sum(b for _, b in grads))
+    elif schedule.kind == "buckets":
+        cap, size, ready = schedule.first_cap_bytes or schedule.cap_bytes, 0.0, 0.0
+        for at, nbytes in grads:
+            if size and size + nbytes > cap:
+                run(ready, size)
+                cap, size = schedule.cap_bytes, 0.0
+            size, ready = size + nbytes, max(ready, at)
+        run(ready, size)
+    elif schedule.kind == "cycles":
+        cycle = max(schedule.cycle_s, 1e-6)
+        wake, i = cycle / 2, 0  # the loop's phase against the step: half a cycle on average
+        while i < len(grads):
+            if grads[i][0] > wake:  # nothing ready: sleep whole cycles until something is
+                wake += math.ceil((grads[i][0] - wake) / cycle) * cycle
+            size = 0.0
+            while i < len(grads) and grads[i][0] <= wake:
+                if size and size + grads[i][1] > schedule.cap_bytes:
+                    run(wake, size)
+                    size = 0.0
+                size += grads[i][1]
+                i += 1
+            run(wake, size)
+            wake = max(wake + cycle, end)
+    else:
+        raise ValueError(f"unknown schedule {schedule.kind!r}")
+    return end, busy, working, count
+
+
+def step_parts(inputs: Inputs, cluster: Cluster, workers: int, draw: dict | None = None) -> tuple[Parts, str]:
+    """The replayed step at `workers` on `cluster` with the inputs' means (or one draw of them)."""
+    v = draw or {name: getattr(inputs, name).mean for name in INPUT_NAMES}
+    shape = inputs.shape
+    share = 1.0
+    if cluster.shared_cores:  # test hosts on one machine: every worker's threads on the same cores
+        share = max(1.0, workers * inputs.threads / cluster.shared_cores)
+    compute = max(v["compute"], 1e-9) * share
+    forward, backward, optimizer = compute * shape.forward, compute * shape.backward, compute * shape.optimizer
+    if workers <= 1:
+        return Parts(compute, 0.0, 0.0, 0.0, v["overhead_one"], 0), "none"
+    schedule = get_backend(inputs.backend).comm_schedule(inputs.options)
+    cost, chosen = collective_cost(inputs, cluster, workers, max(v["alpha"], 0.0), max(v["beta"], 0.0))
+    stretched = backward
+    for _ in range(SETTLE):
+        grads = [(at * stretched, nbytes) for at, nbytes in shape.grads]
+        end, busy, working, count = replay(schedule, grads, stretched, cost)
+        stretched = backward + max(v["slowdown"], 0.0) * working
+    grads = [(at * stretched, nbytes) for at, nbytes in shape.grads]
+    end, busy, working, count = replay(schedule, grads, stretched, cost)
+    exposed = max(0.0, end - stretched)
+    return Parts(forward + backward + optimizer, stretched - backward, busy, exposed, v["overhead"], count), \
+        chosen["name"]
+
+
+def _half_width(moves: list[tuple[float, int]]) -> float:
+    """t(95%) x the standard error that independent moves (move, degrees of freedom) add up to."""
+    var = sum(m * m for m, _ in moves)
+    if var == 0:
+        return 0.0
+    dof = var * var / sum(m ** 4 / d for m, d in moves if m)
+    return t_quantile(CONFIDENCE, dof) * math.sqrt(var)
+
+
+def project(inputs: Inputs, cluster: Cluster, counts: list[int] | None = None) -> list[Point]:
+    """The projection at each worker count (1, 2, 4, ... up to the cluster's size by default)."""
+    counts = counts or cluster.worker_counts()
+    means = {name: getattr(inputs, name).mean for name in INPUT_NAMES}
+    shifted = []  # (inputs a standard error up, a standard error down, degrees of freedom) per uncertain input
+    for name in INPUT_NAMES:
+        value = getattr(inputs, name)
+        if value.se > 0 and value.dof >= 1:
+            shifted.append(({**means, name: value.mean + value.se}, {**means, name: value.mean - value.se},
+                            value.dof))
+
+    def step(n: int, v: dict | None = None) -> float:
+        return step_parts(inputs, cluster, n, v)[0].step
+
+    one = step(1)
+    ones = [(step(1, up), step(1, down)) for up, down, _ in shifted]
+    points = []
+    for n in counts:
+        parts, algorithm = step_parts(inputs, cluster, n)
+        moved = [(step(n, up), step(n, down)) for up, down, _ in shifted]
+        half = _half_width([((a - b) / 2, d) for (a, b), (_, _, d) in zip(moved, shifted)])
+        log_half = _half_width([((math.log(o_up / a) - math.log(o_down / b)) / 2, d)
+                                for (a, b), (o_up, o_down), (_, _, d) in zip(moved, ones, shifted)])
+        efficiency = one / parts.step
+        points.append(Point(n, cluster.nodes_for(n), parts, parts.step - half, parts.step + half, efficiency,
+                            efficiency * math.exp(-log_half), efficiency * math.exp(log_half), inputs.batch,
+                            algorithm))
+    return points
+
+
+def with_compute(inputs: Inputs, step_s: float, device: str, note: str) -> Inputs:
+    """The inputs with another machine's compute (a given single-worker step time): its overheads and the
+    backend's own communication cost are unknown there, so they are left out (said in `notes`)."""
+    zero = Value(0.0)
+    return replace(inputs, compute=Value(step_s), device=device, overhead_one=zero, overhead=zero,
+                   slowdown=zero, notes=inputs.notes + (note,))
+
+
+def crossover(points_by_backend: dict[str, list[Point]]) -> list[tuple[int, str, str]]:
+    """Where the fastest backend changes along the worker counts: (workers, before, after)."""
+    changes, best = [], None
+    counts = sorted({p.workers for pts in points_by_backend.values() for p in pts if p.workers > 1})
+    for n in counts:
+        at = {b: next((p for p in pts if p.workers == n), None) for b, pts in points_by_backend.items()}
+        at = {b: p for b, p in at.items() if p is not None}
+        if not at:
+            continue
+        leader = min(at, key=lambda b: at[b].step)
+        if best is not None and leader != best:
+            changes.append((n, best, leader))
+        best = leader
+    return changes
+

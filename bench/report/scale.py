@@ -1,0 +1,135 @@
+"""The page's "At your scale" section: the scaling model (bench.projection) fitted on the page's runs on one host,
+projected to the named cluster profiles up to 1,024 workers, with the N where the predicted fastest backend changes,
+and the model's error against the page's runs across test hosts that it was not fitted on. Every figure here is a
+model projection, and the section says so wherever one is shown."""
+
+from __future__ import annotations
+
+from bench.core.errors import UsageError
+from bench.projection.clusters import PROFILES, profile
+from bench.projection.fit import cases_in, fit
+from bench.projection.model import crossover, project
+from bench.projection.validate import GOAL_MEDIAN, GOAL_WORST, validate
+from bench.report.sections import (Bullets, Paragraph, Plot, Section, Table, code, figure_png, fmt, left, pyplot,
+                                   right, strong)
+
+BACKENDS = ("elastic", "horovod", "ps")
+SHOWN_AT = (2, 8, 64, 1024)  # worker counts the table gives
+ORDER = 35  # after "Where the time goes", before startup
+
+
+def scale_section(records: list) -> Section | None:
+    """The section, or None when the page has no run the model can start from (said in the Methodology instead)."""
+    cases = cases_in(records)
+    if not cases:
+        return None
+    blocks: list = [Paragraph([strong("Model projection, not a measurement. "),
+                               "Step time at N workers = compute (measured: the plain loop at one worker) + the "
+                               "communication the backend does not hide behind the backward pass (replayed from the "
+                               "measured gradient order, each backend's own schedule and the alpha-beta fit of its "
+                               "communication sweep, plus the cluster's link) + the backend's per-step overhead "
+                               "(measured at 2 workers on one host). Efficiency is the step at 1 worker over the "
+                               "step at N (same per-worker batch). Intervals carry the spread of the measured inputs "
+                               "over their launches (docs/method.md, \"Projection\"). ", code("bench predict"),
+                               " gives every figure and part, for any cluster."], "note")]
+    blocks += validation_blocks(records)
+    gpu_profiles = [name for name, c in PROFILES.items() if c.device == "cuda"]
+    for case in cases:
+        fitted, missing = {}, []
+        for backend in BACKENDS:
+            try:
+                fitted[backend] = fit(records, backend, case)
+            except UsageError as exc:
+                missing.append(f"{backend}: {exc}")
+        if not fitted:
+            blocks.append(Paragraph(f"{case.workload}: no backend can be projected: " + "; ".join(missing), "note"))
+            continue
+        per_host = max(i.fit_world for i in fitted.values())
+        names = [n for n, c in PROFILES.items() if c.device == case.device]
+        for name in names:
+            cluster = profile(name, per_host)
+            points = {b: project(i, cluster) for b, i in fitted.items()}
+            blocks += projection_blocks(case, cluster, points)
+        if missing:
+            blocks.append(Paragraph("Not projected: " + "; ".join(missing), "note"))
+        if case.device != "cuda":
+            blocks.append(Paragraph(
+                f"GPU profiles ({', '.join(gpu_profiles)}) need a GPU's measured step: this page has no GPU run of "
+                f"{case.workload}. Use {code('bench predict --cluster ib-100g --compute-ms MS').text} with a step "
+                "measured there, or `bench import` that machine's runs. The GPU inputs are untested.", "note"))
+    return Section("scale", "At your scale (model projection)", ORDER, blocks, nav="At your scale")
+
+
+def projection_blocks(case, cluster, points: dict) -> list:
+    title = f"{case.workload}, batch {case.batch}/worker, on {cluster.name}"
+    changes = crossover(points)
+    if changes:
+        said = "; ".join(f"from {n} workers {after} is predicted faster than {before}" for n, before, after in changes)
+    else:
+        leader = min(points, key=lambda b: points[b][-1].step)
+        said = f"{leader} is predicted fastest at every N from 2 to {points[leader][-1].workers}"
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    for backend, pts in points.items():
+        xs = [p.workers for p in pts]
+        line, = ax.plot(xs, [100 * p.efficiency for p in pts], marker="o", markersize=3, label=backend)
+        ax.fill_between(xs, [100 * p.efficiency_low for p in pts], [100 * p.efficiency_high for p in pts],
+                        color=line.get_color(), alpha=0.15)
+    for n, _, _ in changes:
+        ax.axvline(n, color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("workers")
+    ax.set_ylabel("scaling efficiency, % (projection)")
+    ax.set_ylim(0, 110)
+    ax.set_title(f"model projection: {title}", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    rows = []
+    for backend, pts in points.items():
+        by_n = {p.workers: p for p in pts}
+        cells = [backend]
+        for n in SHOWN_AT:
+            p = by_n.get(n)
+            cells.append(f"{p.efficiency:.0%} ({p.efficiency_low:.0%}-{p.efficiency_high:.0%})" if p else "-")
+        last = pts[-1]
+        cells.append(f"{fmt(last.step * 1e3, ',.1f')} ms: compute {fmt(last.parts.compute * 1e3, ',.1f')}, exposed "
+                     f"{fmt(last.parts.exposed * 1e3, ',.1f')}, overhead {fmt(last.parts.overhead * 1e3, ',.1f')}")
+        rows.append(cells)
+    columns = [left("backend"), *(right(f"efficiency at {n}") for n in SHOWN_AT),
+               left(f"step at {pts[-1].workers} (parts)")]
+    return [Paragraph([strong(f"{title}: "), f"{cluster.summary}. {said} (model projection). Source of the "
+                       f"cluster's figures: {cluster.source}."]),
+            Plot(f"model projection of scaling efficiency, {title}", figure_png(fig)),
+            Table(columns, rows)]
+
+
+def validation_blocks(records: list) -> list:
+    """The model against the page's runs across test hosts (never used to fit it), or where that check lives."""
+    checked = validate(records)
+    if not checked.rows:
+        return [Paragraph("This page's store has no run across test hosts with a shaped link, so the model is not "
+                          "checked here; docs/studies/projection.md checks it on such runs (run "
+                          "`bench predict --validate` on a store that has them).", "note")]
+    sig = checked.significant_winners
+    good = checked.meets_goal()
+    rows = [[r.workload, r.backend, r.hosts, r.link, f"{fmt(r.measured.mean * 1e3, ',.1f')} "
+             f"({fmt(r.measured_low * 1e3, ',.1f')}-{fmt(r.measured_high * 1e3, ',.1f')}), n={len(r.runs)}",
+             f"{fmt(r.point.step * 1e3, ',.1f')} ({fmt(r.point.step_low * 1e3, ',.1f')}-"
+             f"{fmt(r.point.step_high * 1e3, ',.1f')})", f"{r.error:+.1%}", f"{r.compute_share:.0%}"]
+            for r in checked.rows]
+    blocks = [Paragraph([strong("Checked on runs it was not fitted on: "), checked.summary() + ". ",
+                         "The goal is met." if good else "The goal is not met: read the projections with that "
+                         f"error in mind (goal: median at most {GOAL_MEDIAN:.0%}, none worse than {GOAL_WORST:.0%}, "
+                         "the winner right wherever the measured difference is significant)."],
+                        "rec" if good else "warn"),
+              Table([left("workload"), left("backend"), right("hosts"), left("link"),
+                     right("measured step ms (95%)"), right("predicted ms (95%)"), right("error"),
+                     right("compute share (predicted)")], rows,
+                    details=f"predicted against measured step time at {len(rows)} points (model projection)")]
+    wrong = [w for w in sig if not w.agrees]
+    if wrong:
+        blocks.append(Bullets([f"{w.workload} at {w.hosts} hosts, {w.link}: measured {w.faster} faster than "
+                               f"{w.slower} by {w.ratio - 1:.1%}, predicted {w.predicted_faster}" for w in wrong],
+                              "warn"))
+    return blocks

@@ -1,0 +1,235 @@
+"""The scaling model (bench.projection): its replay of each backend's schedule, the bytes each exchange puts on the
+links, the clusters, the projection's intervals, and the profile it starts from (a real warm-up, timed in parts)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.backends.base import CommSchedule
+from bench.core.errors import UsageError
+from bench.core.registry import get_backend
+from bench.projection.clusters import PROFILES, TCP_GOODPUT, Cluster, Link, parse_cluster, profile, shaped_test_hosts
+from bench.projection.model import Inputs, Shape, Value, crossover, project, replay, step_parts
+
+S = 1e6  # bytes
+
+
+def fixed(seconds):
+    return lambda nbytes: (seconds, seconds)
+
+
+# ---------------------------------------------------------------- each backend's schedule, replayed
+def test_ddp_buckets_start_when_their_last_gradient_is_ready_one_at_a_time():
+    schedule = CommSchedule("buckets", cap_bytes=2 * S, first_cap_bytes=1 * S)
+    grads = [(0.1, 1 * S), (0.2, 1 * S), (0.3, 1 * S), (0.4, 1 * S)]
+    # buckets: [g0] (first cap 1 MB), [g1, g2], [g3]; each collective takes 0.15 s
+    end, busy, working, count = replay(schedule, grads, 0.4, fixed(0.15))
+    assert count == 3
+    # g0 at 0.1 -> 0.25; [g1, g2] ready at 0.3 -> 0.45; [g3] ready 0.4, waits for 0.45 -> 0.6
+    assert end == pytest.approx(0.6)
+    assert busy == pytest.approx(0.15 + 0.1)  # inside the backward pass (0 to 0.4)
+    assert working == pytest.approx(busy)  # all of it the backend's own processing here
+
+
+def test_horovod_cycles_fuse_what_is_ready_and_what_piles_up_behind_a_long_collective():
+    schedule = CommSchedule("cycles", cap_bytes=100 * S, cycle_s=0.01)
+    grads = [(0.001, S), (0.002, S), (0.05, S), (0.06, S), (0.07, S)]
+    end, _, _, count = replay(schedule, grads, 0.07, fixed(0.1))
+    # first wake at 0.005 fuses the first two; the next wake is when that collective ends (0.105): the other three
+    # are ready by then and go as one
+    assert count == 2
+    assert end == pytest.approx(0.205)
+
+
+def test_a_fusion_threshold_splits_one_cycles_gradients():
+    schedule = CommSchedule("cycles", cap_bytes=1.5 * S, cycle_s=0.01)
+    _, _, _, count = replay(schedule, [(0.0, S), (0.0, S), (0.0, S)], 0.01, fixed(0.001))
+    assert count == 3
+
+
+def test_the_parameter_server_exchanges_everything_after_the_backward_pass():
+    schedule = get_backend("ps").comm_schedule({})
+    end, busy, _, count = replay(schedule, [(0.1, S), (0.5, S)], 0.5, fixed(0.2))
+    assert (count, busy) == (1, 0.0)
+    assert end == pytest.approx(0.7)
+
+
+def test_every_backend_says_its_schedule():
+    assert get_backend("elastic").comm_schedule({"ddp_bucket_mb": 25.0}) == \
+        CommSchedule("buckets", cap_bytes=25 * 2**20, first_cap_bytes=2**20)
+    assert get_backend("ray").comm_schedule({"ddp_bucket_mb": 4.0}).kind == "buckets"
+    hvd = get_backend("horovod").comm_schedule({"hvd_fusion_mb": None, "hvd_cycle_ms": None,
+                                                "hvd_compression": "fp16"})
+    assert (hvd.kind, hvd.cap_bytes, hvd.cycle_s, hvd.wire_scale) == ("cycles", 128 * 2**20, 0.001, 0.5)
+    assert get_backend("single").comm_schedule({}).kind == "none"
+
+
+# ---------------------------------------------------------------- what an exchange puts on the links
+def test_a_ring_carries_two_n_minus_one_over_n_of_the_bytes_per_host():
+    ring = get_backend("elastic").exchanges(S, 4, 4, "cpu", {})
+    assert [(e.name, e.steps, e.link_bytes) for e in ring] == [("ring", 6.0, pytest.approx(1.5 * S))]
+    assert get_backend("elastic").exchanges(S, 2, 1, "cpu", {})[0].link_bytes == 0
+
+
+def test_on_gpus_a_tree_is_offered_and_wins_on_latency_at_scale():
+    options = {}
+    found = {e.name: e for e in get_backend("elastic").exchanges(S, 1024, 128, "cuda", options)}
+    assert set(found) == {"ring", "tree"}
+    assert found["tree"].steps < found["ring"].steps / 50
+
+
+def test_parameter_server_pushes_in_sequence_then_answers():
+    """4 hosts, one worker and one server each: every worker pushes 3/4 of S, one after another (4 x 3/4 S), then a
+    host's server answers the 3 other workers with its quarter (3/4 S): 3.75 S on the busiest link."""
+    (ps,) = get_backend("ps").exchanges(S, 4, 4, "cpu", {"ps_servers": 4})
+    assert ps.link_bytes == pytest.approx(3.75 * S)
+    assert ps.steps == 5
+    (two,) = get_backend("ps").exchanges(S, 2, 2, "cpu", {})
+    assert two.link_bytes == pytest.approx(1.5 * S)  # 2 x S/2 pushed, S/2 answered
+
+
+# ---------------------------------------------------------------- clusters
+def test_cluster_descriptions_and_profiles():
+    c = parse_cluster("64x8:100gbit:5us")
+    assert (c.max_nodes, c.workers_per_node, c.network.latency_s) == (64, 8, pytest.approx(5e-6))
+    assert c.network.bandwidth == pytest.approx(100e9 / 8 * TCP_GOODPUT)
+    assert c.worker_counts() == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    assert parse_cluster("3x1:10mbit").worker_counts() == [1, 2, 3]
+    assert profile("cpu-10g", 2).workers_per_node == 2
+    for name, cluster in PROFILES.items():
+        assert cluster.source, name
+    assert profile("ib-100g").max_workers == 1024
+
+
+@pytest.mark.parametrize("text", ["8x", "0x8:1gbit", "4x8:fast", "4x8:1gbit:soon", "nowhere"])
+def test_a_bad_cluster_is_one_line(text):
+    with pytest.raises(UsageError) as err:
+        profile(text) if "x" not in text else parse_cluster(text)
+    assert "\n" not in str(err.value)
+
+
+def test_test_hosts_are_a_shaped_link_and_shared_cores():
+    c = shaped_test_hosts({"rate": "100mbit", "rate_bytes_per_s": 12.5e6, "delay": "2ms"}, 3, 2)
+    assert (c.workers_per_node, c.max_nodes, c.shared_cores) == (1, 3, 2)
+    assert c.network.latency_s == pytest.approx(2.05e-3)
+
+
+# ---------------------------------------------------------------- the projection
+def inputs(backend="elastic", se=0.0, **changes) -> Inputs:
+    shape = Shape(0.3, 0.6, 0.1, tuple((k / 4, 0.25 * 4e6) for k in range(1, 5)))
+    values = dict(compute=Value(0.1, 0.1 * se, 2), overhead_one=Value(0.002), overhead=Value(0.001, 0.0005 * se, 2),
+                  slowdown=Value(0.5, 0.05 * se, 2), alpha=Value(50e-6, 5e-6 * se, 2), beta=Value(1e-9, 1e-10 * se, 2))
+    values.update(changes)
+    options = {"elastic": {"ddp_bucket_mb": 1.0}, "horovod": {"hvd_fusion_mb": None, "hvd_cycle_ms": None,
+                                                               "hvd_compression": "none"},
+               "ps": {"ps_servers": 1, "ps_mode": "sync", "ps_staleness": None}}[backend]
+    return Inputs("w", backend, options, 32, 1, "cpu", shape=shape, fit_world=2, **values)
+
+
+NET = Cluster("net", "nodes of 1 over 1 Gbit/s", "cpu", 1, 1024, Link(125e6, 50e-6))
+
+
+def test_one_worker_is_compute_and_the_backends_own_overhead():
+    parts, _ = step_parts(inputs(), NET, 1)
+    assert parts.step == pytest.approx(0.1 + 0.002)
+    (point,) = project(inputs(), NET, [1])
+    assert point.efficiency == 1.0
+
+
+def test_parts_add_up_and_a_slower_link_exposes_more():
+    fast = Cluster("fast", "", "cpu", 1, 64, Link(10e9, 5e-6))
+    slow = Cluster("slow", "", "cpu", 1, 64, Link(1.25e6, 5e-6))  # 10 Mbit/s
+    a, _ = step_parts(inputs(), fast, 8)
+    b, _ = step_parts(inputs(), slow, 8)
+    for parts in (a, b):
+        assert parts.step == pytest.approx(parts.compute + parts.slowdown + parts.exposed + parts.overhead)
+    assert b.exposed > a.exposed > 0
+    # at 10 Mbit/s the link dominates: 2 x 7/8 x 4 MB / 1.25 MB/s
+    assert b.step == pytest.approx(2 * 7 / 8 * 4e6 / 1.25e6, rel=0.1)
+
+
+def test_communication_inside_the_backward_pass_slows_it_by_the_measured_rate():
+    without = step_parts(inputs(slowdown=Value(0.0)), NET, 4)[0]
+    with_it = step_parts(inputs(slowdown=Value(1.0)), NET, 4)[0]
+    assert without.slowdown == 0 and with_it.slowdown > 0
+    assert with_it.step > without.step
+
+
+def test_shared_cores_slow_the_compute_past_their_count():
+    shared = Cluster("th", "", "cpu", 1, 4, Link(1e12, 1e-9), shared_cores=2)
+    assert step_parts(inputs(), shared, 2)[0].compute == pytest.approx(0.1)
+    assert step_parts(inputs(), shared, 4)[0].compute == pytest.approx(0.2)
+
+
+def test_intervals_hold_the_point_and_grow_with_the_inputs_spread():
+    a = project(inputs(se=1.0), NET, [1, 8, 64])
+    for p in a[1:]:
+        assert p.step_low < p.step < p.step_high
+        assert p.efficiency_low < p.efficiency < p.efficiency_high
+    wider = project(inputs(se=2.0), NET, [8])[0]
+    assert wider.step_high - wider.step > 1.5 * (a[1].step_high - a[1].step)
+    exact = project(inputs(), NET, [8])[0]
+    assert exact.step_low == pytest.approx(exact.step) == pytest.approx(exact.step_high)
+
+
+def test_one_uncertain_input_gives_t_times_its_move():
+    """Compute alone uncertain (3 launches: 2 degrees of freedom): the half-width is t(0.975, 2) = 4.303 times the
+    step's move when compute moves by its standard error."""
+    only = inputs(compute=Value(0.1, 0.01, 2))
+    (p,) = project(only, NET, [1])
+    assert p.step_high - p.step == pytest.approx(4.303 * 0.01, rel=1e-3)
+
+
+def test_the_fastest_backend_changes_where_the_replays_cross():
+    points = {b: project(inputs(b), NET, [2, 16, 256]) for b in ("elastic", "ps")}
+    changes = crossover(points)
+    steps = {b: [p.step for p in pts] for b, pts in points.items()}
+    leaders = [min(steps, key=lambda b: steps[b][k]) for k in range(3)]
+    assert [(n, a, b) for n, a, b in changes] == [
+        (n, leaders[k - 1], leaders[k]) for k, n in enumerate([2, 16, 256]) if k and leaders[k] != leaders[k - 1]]
+
+
+def test_value_of_launches():
+    v = Value.of([1.0, 2.0, 3.0], ("a", "b", "c"))
+    assert (v.mean, v.dof, v.runs) == (2.0, 2, ("a", "b", "c"))
+    assert v.se == pytest.approx(1 / math.sqrt(3))
+    d = v.minus(Value(0.5, 0.0, 0))
+    assert (d.mean, d.se) == (1.5, v.se)
+
+
+def test_a_shape_from_layers_readies_gradients_in_reverse_order():
+    shape = Shape.of_layers([10.0, 30.0, 60.0])
+    assert [b for _, b in shape.grads] == [60.0, 30.0, 10.0]
+    assert shape.grads[-1][0] == 1.0
+    assert shape.forward + shape.backward + shape.optimizer == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- the profile, on a real warm-up
+def test_a_warm_up_profiled_in_parts():
+    import torch
+
+    from bench.rank.profile import StepProfiler
+    from bench.rank.training import optimizer_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    profiler = StepProfiler(model, lambda: None)
+    for _ in range(3):
+        optimizer_step(model, optimizer, torch.nn.CrossEntropyLoss(), lambda: (x, y), 1, profiler.mark)
+    profile = profiler.close()
+    assert profile["steps"] == 3
+    # ready in reverse layer order: the last layer's bias and weight first
+    assert [g[0] for g in profile["grads"]][:2] in ([3, 2], [2, 3])
+    assert sorted(g[0] for g in profile["grads"]) == [0, 1, 2, 3]
+    assert sum(g[1] for g in profile["grads"]) == sum(p.numel() for p in model.parameters())
+    assert 0 < profile["gradients_s"] <= profile["backward_s"]
+    shape = Shape.of_profile(profile)
+    assert shape.forward + shape.backward + shape.optimizer == pytest.approx(1.0)
+    assert shape.grads[-1][0] == pytest.approx(1.0)
+    # the hooks are gone: a step after close() records nothing
+    optimizer_step(model, optimizer, torch.nn.CrossEntropyLoss(), lambda: (x, y))
+    assert len(profiler.steps) == 3
