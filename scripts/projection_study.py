@@ -1,6 +1,7 @@
 """The scaling model's validation study (docs/studies/projection.md): the runs it is fitted on (one host: the plain
-loop, each backend at 1 and 2 workers, and their communication sweeps) and the runs it must predict without seeing
-them (2, 3 and 4 test hosts, one worker each, links shaped to three rates per workload), all into one store.
+loop, each backend at 1 and 2 workers, and their communication sweeps; and each backend's allreduce across 2 test
+hosts at each link rate) and the training runs it must predict without seeing them (2, 3 and 4 test hosts, one
+worker each, links shaped to three rates per workload), all into one store.
 
 Usage (as root, test hosts up: `bench testhosts up 4`):
     python scripts/projection_study.py --store docs/studies/projection/bench.sqlite [--part fit|test|all] [--repeats 3]
@@ -47,7 +48,7 @@ def bench(*args: str, verb: str = "sweep") -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True)
-    parser.add_argument("--part", choices=("fit", "test", "all"), default="all")
+    parser.add_argument("--part", choices=("fit", "links", "test", "all"), default="all")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workload", default=",".join(WORKLOADS))
     args = parser.parse_args()
@@ -58,6 +59,14 @@ def main() -> None:
         bench("--backend", BACKENDS, "--workload", ",".join(workloads), "--world-sizes", "1,2", *common)
         for _ in range(args.repeats):  # a sweep runs the communication sweeps of elastic and Horovod only
             bench("--backend", "ps", "--nproc", "2", "--store", args.store, verb="allreduce")
+    if args.part in ("links", "all"):  # each backend's allreduce at each link, across 2 hosts: a fit input
+        rates = sorted({rate for w in workloads for rate in WORKLOADS[w][2]}, key=rate_bytes)
+        two = ",".join(HOSTS.split(",")[:2])
+        for rate in rates:
+            top = int(min(64 * 2**20, max(2**20, rate_bytes(rate) * 2)))  # the largest message: about 2 s
+            for backend in BACKENDS.split(","):
+                bench("--backend", backend, "--hosts", two, "--nproc", "2", "--link", rate, "--max-bytes", str(top),
+                      "--iters", "5", "--warmup-iters", "2", "--store", args.store, verb="allreduce")
     if args.part in ("test", "all"):
         for workload in workloads:
             for rate in WORKLOADS[workload][2]:

@@ -407,3 +407,47 @@ def test_host_faults_refuse_what_cannot_run(two_hosts, store, flag_args, fragmen
                  "--store", store)
     assert_one_line_error(proc, fragment)
     assert not store.exists()
+
+
+# ---------------------------------------------------------------- the scaling model, checked on unseen runs
+@needs_hosts
+def test_the_scaling_model_predicts_runs_across_hosts_it_was_not_fitted_on(two_hosts, tmp_path):
+    """A small version of docs/studies/projection.md: fitted on the runs of one host (the plain loop, elastic at 1
+    and 2 workers, its communication sweep) and elastic's allreduce across the 2 hosts at 20 Mbit/s, the model
+    predicts elastic's training across the 2 hosts at that link (3 launches), which it never read, within the
+    study's bounds."""
+    from bench.cli.common import open_store
+    from bench.projection.fit import Case, fit, one_host
+    from bench.projection.validate import GOAL_MEDIAN, GOAL_WORST
+
+    store = str(tmp_path / "model.sqlite")
+    common = ["--backend", "elastic", "--workload", "mnist_mlp", "--threads", "1", "--no-faults", "--store", store,
+              "--output", str(tmp_path / "page.html")]
+    fitted = bench("sweep", *common, "--world-sizes", "1,2", "--repeats", "2", *FAST, timeout=600)
+    assert fitted.returncode == 0, fitted.stderr
+    link = bench("allreduce", "--backend", "elastic", "--hosts", across(two_hosts), "--nproc", "2", "--link", "20mbit",
+                 "--max-bytes", str(4 * 2**20), "--iters", "5", "--warmup-iters", "2", "--store", store, timeout=600)
+    assert link.returncode == 0, link.stderr
+    held_out = bench("sweep", *common, "--hosts", across(two_hosts), "--links", "20mbit", "--world-sizes", "2",
+                     "--repeats", "3", "--no-plain-loop", "--no-comm", "--warmup-steps", "2", "--windows", "2",
+                     "--steps-per-window", "1", timeout=600)
+    assert held_out.returncode == 0, held_out.stderr
+
+    proc, result = run_json("predict", "--validate", "--store", store)
+    (row,) = result["rows"]
+    assert (row["backend"], row["hosts"], row["link"], row["launches"]) == ("elastic", 2, "20mbit", 3)
+    assert row["link_measured"], row
+    assert abs(row["error"]) <= GOAL_WORST, row
+    assert result["median_error"] <= GOAL_MEDIAN, result["summary"]
+    assert proc.returncode == 0, result["summary"]
+
+    # the fit never read a training run across hosts: its inputs are the one-host runs'
+    records = open_store(store).records()
+    inputs = fit(records, "elastic", Case("mnist_mlp", 64, 1, "cpu"))
+    one = {r.run_id for r in one_host(records)}
+    assert {run for runs in inputs.runs().values() for run in runs} <= one
+    assert set(row["runs"]).isdisjoint(one)
+
+    # and the page says it: the section, the label, the check
+    page = (tmp_path / "page.html").read_text()
+    assert "At your scale (model projection)" in page and "Checked on runs it was not fitted on" in page

@@ -199,13 +199,6 @@ def test_value_of_launches():
     assert (d.mean, d.se) == (1.5, v.se)
 
 
-def test_a_shape_from_layers_readies_gradients_in_reverse_order():
-    shape = Shape.of_layers([10.0, 30.0, 60.0])
-    assert [b for _, b in shape.grads] == [60.0, 30.0, 10.0]
-    assert shape.grads[-1][0] == 1.0
-    assert shape.forward + shape.backward + shape.optimizer == pytest.approx(1.0)
-
-
 # ---------------------------------------------------------------- the profile, on a real warm-up
 def test_a_warm_up_profiled_in_parts():
     import torch
@@ -233,3 +226,24 @@ def test_a_warm_up_profiled_in_parts():
     # the hooks are gone: a step after close() records nothing
     optimizer_step(model, optimizer, torch.nn.CrossEntropyLoss(), lambda: (x, y))
     assert len(profiler.steps) == 3
+
+
+# ---------------------------------------------------------------- which checked points are judged
+def test_a_point_is_judged_only_where_the_link_dominates_and_the_launches_agree():
+    from bench.projection.validate import Row, Validation
+
+    (point,) = project(inputs(), NET, [4])
+
+    def row(share, low, high, error=0.05):
+        measured = Value(point.step / (1 + error), 0.01, 2, ("a", "b", "c"))
+        return Row("w", "elastic", 4, "1gbit", measured, measured.mean * low, measured.mean * high, point, share,
+                   measured.runs, point, False)
+
+    judged, cores, scattered = row(0.2, 0.9, 1.1), row(0.8, 0.9, 1.1), row(0.2, 0.5, 1.5, error=-0.6)
+    assert judged.left_out == ""
+    assert "shared cores decide it" in cores.left_out
+    assert "scatter by ±50%" in scattered.left_out
+    v = Validation([judged, cores, scattered], [], [])
+    assert v.judged == [judged]
+    assert v.median_error == pytest.approx(0.05) and v.meets_goal()
+    assert "1 of 3 points judged" in v.summary()

@@ -301,8 +301,8 @@ class Backend:
         """The ways an exchange of `nbytes` among `world_size` workers spread evenly over `hosts` hosts can go over
         the links between them (the scaling model takes the fastest, as NCCL's tuner picks an algorithm). A ring by
         default: 2(n-1) steps, and each host's link carries 2(n-1)/n of the bytes (one ring edge leaves each host);
-        on GPUs NCCL may also take a tree: 2 log2(hosts) steps across hosts plus the steps within one, the bytes once
-        each way."""
+        on GPUs NCCL may also take a tree: 2 log2(hosts) steps across hosts plus the steps within one, and the same
+        bytes (NCCL's tree reaches about the ring's bus bandwidth: it saves latency, not bytes)."""
         n = world_size
         if hosts <= 1 or n <= 1:
             return [Exchange("within a host", 2.0 * (n - 1), 0.0)]
@@ -310,7 +310,7 @@ class Backend:
         if device != "cuda":
             return [ring]
         per_host = max(1, round(n / hosts))
-        tree = Exchange("tree", 2.0 * (math.ceil(math.log2(hosts)) + per_host - 1), nbytes)
+        tree = Exchange("tree", 2.0 * (math.ceil(math.log2(hosts)) + per_host - 1), ring.link_bytes)
         return [ring, tree]
 
     def cost_model(self, world_size: int, options: dict) -> tuple[str, float, float]:

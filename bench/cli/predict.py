@@ -4,6 +4,7 @@ with --validate, the model against the stored runs across test hosts that it was
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from bench.cli import options
 from bench.cli.common import comma_list, examples, open_store, print_json
@@ -41,6 +42,8 @@ def add_parser(verbs) -> None:
     options.add(p, "--compute-ms", type=options.positive_float, metavar="MS", invalid=["0", "-1", "x"],
                 help="one worker's step time on the cluster's hardware, measured there (a GPU's, for a GPU profile); "
                      "the step's shape comes from the stored profile")
+    options.add(p, "--compute-batch", type=options.positive_int, metavar="N", invalid=["0"],
+                help="the per-worker batch of the --compute-ms step, for the throughput (default: the stored case's)")
     options.add(p, "--compute-from", type=options.id_name, metavar="RUN_ID", invalid=["../x"],
                 help="a stored run at 1 worker on the cluster's hardware (bench import brings it here) whose step time "
                      "is the compute")
@@ -59,6 +62,8 @@ def cmd(args) -> int:
         raise UsageError(f"--backend {','.join(unknown)}: choose from {DEFAULT_BACKENDS}, ray")
     if args.compute_ms is not None and args.compute_from:
         raise UsageError("--compute-ms and --compute-from both give the compute: give one")
+    if args.compute_batch is not None and args.compute_ms is None:
+        raise UsageError("--compute-batch is the batch of a --compute-ms step: give --compute-ms too")
     clusters = comma_list(args.cluster)
     for name in clusters:  # refused before the store is read
         if name not in PROFILES:
@@ -132,21 +137,23 @@ def cluster_of(name: str, fitted: dict):
 def compute_for(inputs, cluster, args, store):
     """The inputs with the cluster's compute: given, read from a stored run, or (same device) the measured one."""
     if args.compute_ms is not None:
-        return with_compute(inputs, args.compute_ms / 1e3, cluster.device,
-                            f"compute: {args.compute_ms:g} ms per step as given (--compute-ms); the step's shape is "
-                            "the stored profile's; the backend's overheads there are unknown and left out")
+        batch = args.compute_batch or inputs.batch
+        return replace(with_compute(inputs, args.compute_ms / 1e3, cluster.device,
+                                    f"compute: {args.compute_ms:g} ms per step at batch {batch} as given "
+                                    "(--compute-ms); the step's shape is the stored profile's; the backend's overheads "
+                                    "and own processing there are unknown and left out"), batch=batch)
     if args.compute_from:
-        rec = store.get(args.compute_from) if hasattr(store, "get") else None
-        rec = rec or next((r for r in store.records() if r.run_id == args.compute_from), None)
+        rec = next((r for r in store.records() if r.run_id == args.compute_from), None)
         if rec is None or rec.spec.task != "train" or not rec.ok or rec.metrics is None:
             raise UsageError(f"--compute-from {args.compute_from}: no ok training run of that id in the store "
                              "(`bench list` shows them; `bench import` brings another machine's)")
         if rec.spec.world_size != 1:
             raise UsageError(f"--compute-from {args.compute_from}: it ran {rec.spec.world_size} workers; give a run "
                              "at 1 worker")
-        return with_compute(inputs, rec.metrics.step_time_s.mean, rec.spec.device,
+        return replace(with_compute(inputs, rec.metrics.step_time_s.mean, rec.spec.device,
                             f"compute: run {rec.run_id}'s step ({rec.metrics.step_time_s.mean * 1e3:.1f} ms, "
-                            f"{rec.spec.device}); the backend's overheads there are unknown and left out")
+                            f"{rec.spec.device}); the backend's overheads there are unknown and left out"),
+                       batch=rec.spec.batch_size)
     if cluster.device != inputs.device:
         raise UsageError(f"--cluster {cluster.name} is a {cluster.device} cluster and the store's runs are "
                          f"{inputs.device}: give --compute-ms (a measured one-worker step there) or --compute-from")
@@ -210,15 +217,18 @@ def point_json(p) -> dict:
 def validation_lines(v) -> list[str]:
     lines = ["model projection against measured runs it was not fitted on (runs across test hosts)",
              f"{'workload':<10} {'backend':<8} {'hosts':>5} {'link':<8} {'measured ms (95%)':>24} "
-             f"{'predicted ms (95%)':>24} {'error':>7} {'compute share':>13}"]
+             f"{'predicted ms (95%)':>24} {'error':>7} {'compute share':>13} {'link fit':>8} {'nominal link':>12}"]
     for r in v.rows:
         lines.append(f"{r.workload:<10} {r.backend:<8} {r.hosts:>5} {r.link:<8} {ms(r.measured.mean):>9} "
                      f"({ms(r.measured_low)}-{ms(r.measured_high)}) n={len(r.runs)} {ms(r.point.step):>9} "
-                     f"({ms(r.point.step_low)}-{ms(r.point.step_high)}) {r.error:>+7.1%} {r.compute_share:>13.0%}")
+                     f"({ms(r.point.step_low)}-{ms(r.point.step_high)}) {r.error:>+7.1%} {r.compute_share:>13.0%} "
+                     f"{'measured' if r.link_measured else 'nominal':>8} {r.nominal_error:>+12.1%}"
+                     + (f"  (not judged: {r.left_out})" if r.left_out else ""))
     for w in v.winners:
         lines.append(f"winner {w.workload} {w.hosts} hosts {w.link}: {w.faster} faster than {w.slower} by "
                      f"{w.ratio - 1:.1%} ({'significant' if w.significant else 'not significant'}); predicted "
-                     f"{w.predicted_faster}: {'agrees' if w.agrees else 'DISAGREES'}")
+                     f"{w.predicted_faster}: {'agrees' if w.agrees else 'disagrees'}"
+                     + ("" if w.judged else " (a point not judged)"))
     lines += [f"skipped: {s}" for s in v.skipped]
     lines.append(v.summary())
     return lines
@@ -232,10 +242,14 @@ def show_validation(v, as_json: bool) -> int:
         print_json({"rows": [{"workload": r.workload, "backend": r.backend, "hosts": r.hosts, "link": r.link,
                               "measured_s": r.measured.mean, "measured_low_s": r.measured_low,
                               "measured_high_s": r.measured_high, "launches": len(r.runs), "runs": list(r.runs),
-                              "predicted": point_json(r.point), "error": r.error, "compute_share": r.compute_share}
+                              "predicted": point_json(r.point), "error": r.error, "compute_share": r.compute_share,
+                              "link_measured": r.link_measured, "link_runs": list(r.link_runs),
+                              "predicted_nominal_link": point_json(r.nominal), "nominal_error": r.nominal_error,
+                              "judged": not r.left_out, "left_out": r.left_out}
                              for r in v.rows],
                     "winners": [w.__dict__ | {"agrees": w.agrees} for w in v.winners],
                     "skipped": v.skipped, "median_error": v.median_error, "worst_error": v.worst_error,
+                    "nominal_median_error": v.nominal_median_error, "all_median_error": v.all_median_error,
                     "meets_goal": v.meets_goal(), "summary": v.summary()})
     else:
         print("\n".join(validation_lines(v)))

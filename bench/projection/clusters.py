@@ -119,16 +119,20 @@ def parse_cluster(text: str, device: str = "cpu") -> Cluster:
                    source="described on the command line; TCP payload share of a 1500-byte frame")
 
 
-def shaped_test_hosts(link: dict, hosts: int, cores: int) -> Cluster:
-    """The test hosts of a run across hosts (bench/testbed): one worker per host, each host's link shaped by tc to
-    link["rate_bytes_per_s"] (tbf counts whole frames, so TCP's payload share of it is what moves), the latency of
-    the veth pair (about 50 us measured with ping under load: an assumption) plus any netem delay; every host shares
-    this machine's `cores`."""
+def shaped_test_hosts(link: dict, hosts: int, cores: int, measured: Link | None = None) -> Cluster:
+    """The test hosts of a run across hosts (bench/testbed): one worker per host, every host sharing this machine's
+    `cores`. Their link: `measured` where a backend's allreduce across 2 hosts measured it
+    (bench.projection.fit.measured_link), else nominal: tc's rate (tbf counts whole frames, so TCP's payload share of
+    it is what moves) and a latency of 50 us (the veth pair under load: an assumption) plus any netem delay."""
     delay = link.get("delay")
     extra = 0.0
     if delay:
         value = float(re.sub(r"[a-z]+$", "", delay))
         extra = value * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[re.sub(r"^[\d.]+", "", delay)]
+    nominal = Link(link["rate_bytes_per_s"] * TCP_GOODPUT, 50e-6 + extra)
+    how = "as the backend's allreduce across 2 hosts measured it" if measured else "nominal"
     return Cluster(f"test hosts at {link['rate']}", f"{hosts} test hosts on one machine, links shaped to "
-                   f"{link['rate']}", "cpu", 1, hosts, Link(link["rate_bytes_per_s"] * TCP_GOODPUT, 50e-6 + extra),
-                   shared_cores=cores, source="tc's rate on each host's link; TCP payload share of a 1500-byte frame")
+                   f"{link['rate']} ({how})", "cpu", 1, hosts, measured or nominal, shared_cores=cores,
+                   source="tc's rate on each host's link" + (
+                       "; the link's bandwidth and latency fitted from the backend's allreduce there" if measured
+                       else "; TCP payload share of a 1500-byte frame"))

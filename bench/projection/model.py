@@ -87,17 +87,6 @@ class Shape:
                       for _, numel, size, ready in profile["grads"])
         return cls(profile["forward_s"] / total, backward / total, profile["optimizer_s"] / total, grads, run)
 
-    @classmethod
-    def of_layers(cls, sizes: list[float]) -> "Shape":
-        """Without a profile: the rule of thumb that backward costs twice forward, the optimizer nothing, and each
-        gradient ready in reverse layer order after a share of the backward pass proportional to the parameters
-        before it (an assumption, said wherever it is used)."""
-        total, done, grads = float(sum(sizes)), 0.0, []
-        for size in reversed(sizes):
-            done += size
-            grads.append((done / total if total else 1.0, size))
-        return cls(1 / 3, 2 / 3, 0.0, tuple(grads), "layer order")
-
 
 @dataclass(frozen=True)
 class Inputs:
@@ -308,10 +297,11 @@ def project(inputs: Inputs, cluster: Cluster, counts: list[int] | None = None) -
 
 def with_compute(inputs: Inputs, step_s: float, device: str, note: str) -> Inputs:
     """The inputs with another machine's compute (a given single-worker step time): its overheads and the
-    backend's own communication cost are unknown there, so they are left out (said in `notes`)."""
+    backend's own communication cost are unknown there, so they are left out (said in `notes`): the collectives
+    cost what the cluster's links and the backend's schedule make them cost."""
     zero = Value(0.0)
     return replace(inputs, compute=Value(step_s), device=device, overhead_one=zero, overhead=zero,
-                   slowdown=zero, notes=inputs.notes + (note,))
+                   slowdown=zero, alpha=zero, beta=zero, notes=inputs.notes + (note,))
 
 
 def crossover(points_by_backend: dict[str, list[Point]]) -> list[tuple[int, str, str]]:

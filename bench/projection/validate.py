@@ -1,5 +1,6 @@
 """The scaling model against runs it has not seen: every stored training run across test hosts with a shaped link
-(bench/testbed), predicted from the runs on one host only (bench.projection.fit never reads a run across hosts).
+(bench/testbed), predicted from the runs on one host and, where stored, each backend's allreduce across 2 hosts at
+that link (bench.projection.fit.measured_link): no training run across hosts is read to fit it.
 
 A point is a workload, a backend, a number of hosts (one worker each) and a link rate; its measured step time is the
 mean over its launches (each launch's mean over its windows) with the t interval; the prediction is the model at
@@ -17,11 +18,17 @@ from dataclasses import dataclass
 from bench.core.errors import UsageError
 from bench.core.stats import CONFIDENCE, Family, ratio_of_cases, t_quantile
 from bench.projection.clusters import shaped_test_hosts
-from bench.projection.fit import Case, fit
+from bench.projection.fit import Case, fit, measured_link
 from bench.projection.model import Point, Value, project
 
 GOAL_MEDIAN = 0.08  # the model's goal: median absolute error at most 8%
 GOAL_WORST = 0.20  # and none worse than 20%
+# The test hosts share one machine's cores, so a point is judged only where that cannot decide it: where the model
+# puts most of the step outside compute (the link dominates; decided from the prediction, before any comparison),
+# and where the measurement itself is resolved (its launches' 95% interval within +-25% of their mean: a point whose
+# launches scatter more measures the machine's scheduling, not the link). Points left out are shown, with why.
+LINK_DOMINATED = 0.5  # predicted compute share of the step at most this
+RESOLVED = 0.25  # measured interval half-width / mean at most this
 
 
 @dataclass(frozen=True)
@@ -33,13 +40,31 @@ class Row:
     measured: Value  # step time (s) over launches
     measured_low: float
     measured_high: float
-    point: Point  # the prediction
+    point: Point  # the prediction: with the link as the backend's allreduce measured it where stored, else nominal
     compute_share: float  # predicted compute (with the cores' sharing) over the predicted step
     runs: tuple[str, ...]
+    nominal: Point  # the prediction with the nominal link (tc's rate, TCP's payload share)
+    link_measured: bool  # whether `point` used a measured link
+    link_runs: tuple[str, ...] = ()
 
     @property
     def error(self) -> float:
         return self.point.step / self.measured.mean - 1
+
+    @property
+    def left_out(self) -> str:
+        """Why the point is not judged ("" when it is)."""
+        if self.compute_share > LINK_DOMINATED:
+            return f"compute {self.compute_share:.0%} of the predicted step: the shared cores decide it"
+        spread = (self.measured_high - self.measured.mean) / self.measured.mean
+        if not spread <= RESOLVED:
+            return (f"launches scatter by ±{spread:.0%} (95%): the measurement does not resolve the step" if spread == spread
+                    else "fewer than 2 launches")
+        return ""
+
+    @property
+    def nominal_error(self) -> float:
+        return self.nominal.step / self.measured.mean - 1
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,7 @@ class Winner:
     ratio: float  # slower's step / faster's, measured
     significant: bool
     predicted_faster: str
+    judged: bool = True  # both points judged (Row.left_out)
 
     @property
     def agrees(self) -> bool:
@@ -65,33 +91,53 @@ class Validation:
     skipped: list[str]  # points the model could not be fitted for, and why
 
     @property
+    def judged(self) -> list[Row]:
+        return [r for r in self.rows if not r.left_out]
+
+    @property
     def errors(self) -> list[float]:
-        return [abs(r.error) for r in self.rows]
+        return [abs(r.error) for r in self.judged]
 
     @property
     def median_error(self) -> float:
-        return statistics.median(self.errors) if self.rows else float("nan")
+        return statistics.median(self.errors) if self.errors else float("nan")
 
     @property
     def worst_error(self) -> float:
-        return max(self.errors) if self.rows else float("nan")
+        return max(self.errors) if self.errors else float("nan")
 
     @property
     def significant_winners(self) -> list[Winner]:
-        return [w for w in self.winners if w.significant]
+        return [w for w in self.winners if w.significant and w.judged]
 
     def meets_goal(self) -> bool:
-        return (bool(self.rows) and self.median_error <= GOAL_MEDIAN and self.worst_error <= GOAL_WORST
+        return (bool(self.judged) and self.median_error <= GOAL_MEDIAN and self.worst_error <= GOAL_WORST
                 and all(w.agrees for w in self.significant_winners))
+
+    @property
+    def nominal_median_error(self) -> float:
+        errors = [abs(r.nominal_error) for r in self.judged]
+        return statistics.median(errors) if errors else float("nan")
+
+    @property
+    def all_median_error(self) -> float:
+        return statistics.median(abs(r.error) for r in self.rows) if self.rows else float("nan")
 
     def summary(self) -> str:
         if not self.rows:
             return "no run across test hosts with a shaped link to check the model against"
+        if not self.judged:
+            return (f"{len(self.rows)} points, none judged (each is left out: the shared cores decide it or its "
+                    f"launches scatter); median absolute error over all {self.all_median_error:.1%}")
         sig = self.significant_winners
         agree = sum(w.agrees for w in sig)
-        return (f"{len(self.rows)} points: median absolute error {self.median_error:.1%}, worst "
+        measured = sum(r.link_measured for r in self.judged)
+        return (f"{len(self.judged)} of {len(self.rows)} points judged ({measured} with the link as each backend's "
+                f"allreduce measured it): median absolute error {self.median_error:.1%}, worst "
                 f"{self.worst_error:.1%} (goal: at most {GOAL_MEDIAN:.0%} and {GOAL_WORST:.0%}); the predicted "
-                f"winner is the measured one at {agree} of {len(sig)} significant differences")
+                f"winner is the measured one at {agree} of {len(sig)} significant differences; with the nominal link, "
+                f"median {self.nominal_median_error:.1%}; over all {len(self.rows)} points, median "
+                f"{self.all_median_error:.1%}")
 
 
 def held_out(records: list) -> list:
@@ -121,14 +167,17 @@ def validate(records: list) -> Validation:
             skipped.append(f"{backend} {workload} at {world} hosts, {rate}: {inputs}")
             continue
         cores = runs[-1].environment.get("cpu_count") or 1
-        cluster = shaped_test_hosts(runs[-1].spec.link, world, cores)
-        point = project(inputs, cluster, [world])[0]
+        link = measured_link(records, inputs, rate, delay)
+        nominal = project(inputs, shaped_test_hosts(runs[-1].spec.link, world, cores), [world])[0]
+        point = nominal if link is None else \
+            project(inputs, shaped_test_hosts(runs[-1].spec.link, world, cores, link[0]), [world])[0]
         values = [r.metrics.step_time_s.mean for r in runs]
         measured = Value.of(values, tuple(r.run_id for r in runs))
         from_t = _t_half(measured)
         share = point.parts.compute / point.step
         rows.append(Row(workload, backend, world, rate + (f":{delay}" if delay else ""), measured,
-                        measured.mean - from_t, measured.mean + from_t, point, share, measured.runs))
+                        measured.mean - from_t, measured.mean + from_t, point, share, measured.runs, nominal,
+                        link is not None, link[1] if link else ()))
     return Validation(rows, winners(rows, groups), skipped)
 
 
@@ -161,5 +210,5 @@ def winners(rows: list[Row], groups: dict) -> list[Winner]:
         ratio = est.ratio if est.ratio >= 1 else 1 / est.ratio
         out.append(Winner(point[0], point[1], point[2], faster.backend, slower.backend,
                           ratio if math.isfinite(ratio) else float("nan"), family.judge(key).significant,
-                          predicted.backend))
+                          predicted.backend, not a.left_out and not b.left_out))
     return out

@@ -19,10 +19,18 @@ ORDER = 35  # after "Where the time goes", before startup
 
 
 def scale_section(records: list) -> Section | None:
-    """The section, or None when the page has no run the model can start from (said in the Methodology instead)."""
+    """The section; where the page has no run the model can start from, what to run for one; None on a page with no
+    training run at all."""
     cases = cases_in(records)
     if not cases:
-        return None
+        if not any(r.spec.task == "train" for r in records):
+            return None
+        return Section("scale", "At your scale (model projection)", ORDER, [Paragraph(
+            ["Nothing to project: the scaling model starts from a plain-loop run at one worker with its warm-up "
+             "profiled (runs stored before schema 9 have none). Run ", code("bench sweep --world-sizes 1,2"),
+             " (or ", code("nox -s bench"), "), then this section projects each backend to the cluster profiles; "
+             "docs/studies/projection.md shows it checked on runs across test hosts."], "note")],
+            nav="At your scale")
     blocks: list = [Paragraph([strong("Model projection, not a measurement. "),
                                "Step time at N workers = compute (measured: the plain loop at one worker) + the "
                                "communication the backend does not hide behind the backward pass (replayed from the "
@@ -44,6 +52,7 @@ def scale_section(records: list) -> Section | None:
         if not fitted:
             blocks.append(Paragraph(f"{case.workload}: no backend can be projected: " + "; ".join(missing), "note"))
             continue
+        blocks.append(inputs_table(case, fitted))
         per_host = max(i.fit_world for i in fitted.values())
         names = [n for n, c in PROFILES.items() if c.device == case.device]
         for name in names:
@@ -104,6 +113,27 @@ def projection_blocks(case, cluster, points: dict) -> list:
             Table(columns, rows)]
 
 
+INPUT_WORDS = (("compute", "compute: plain loop, 1 worker (ms/step)", 1e3),
+               ("overhead_one", "overhead at 1 worker (ms/step)", 1e3),
+               ("overhead", "overhead at 2+ workers (ms/step)", 1e3),
+               ("slowdown", "slowdown (s per s of overlapped processing)", 1.0),
+               ("alpha", "alpha: cost per collective (us)", 1e6),
+               ("beta", "beta: per bus byte (ns)", 1e9))
+
+
+def inputs_table(case, fitted: dict) -> Table:
+    """Each measured input of each backend's model, with its standard error, launches and runs."""
+    rows = []
+    for backend, i in fitted.items():
+        for name, words, scale in INPUT_WORDS:
+            v = getattr(i, name)
+            rows.append([backend, words, fmt(v.mean * scale, ",.3g"), fmt(v.se * scale, ",.2g") if v.se else "-",
+                         v.dof + 1 if v.runs else "-", ", ".join(v.runs) or "-"])
+        rows.append([backend, "gradient order and times (the profile)", "-", "-", 1, i.shape.run or "-"])
+    return Table([left("backend"), left("input"), right("value"), right("standard error"), right("launches"),
+                  left("runs")], rows, details=f"{case.workload}: the model's inputs, each with the runs it came from")
+
+
 def validation_blocks(records: list) -> list:
     """The model against the page's runs across test hosts (never used to fit it), or where that check lives."""
     checked = validate(records)
@@ -116,7 +146,8 @@ def validation_blocks(records: list) -> list:
     rows = [[r.workload, r.backend, r.hosts, r.link, f"{fmt(r.measured.mean * 1e3, ',.1f')} "
              f"({fmt(r.measured_low * 1e3, ',.1f')}-{fmt(r.measured_high * 1e3, ',.1f')}), n={len(r.runs)}",
              f"{fmt(r.point.step * 1e3, ',.1f')} ({fmt(r.point.step_low * 1e3, ',.1f')}-"
-             f"{fmt(r.point.step_high * 1e3, ',.1f')})", f"{r.error:+.1%}", f"{r.compute_share:.0%}"]
+             f"{fmt(r.point.step_high * 1e3, ',.1f')})", f"{r.error:+.1%}", f"{r.compute_share:.0%}",
+             "measured" if r.link_measured else "nominal", f"{r.nominal_error:+.1%}", r.left_out or "judged"]
             for r in checked.rows]
     blocks = [Paragraph([strong("Checked on runs it was not fitted on: "), checked.summary() + ". ",
                          "The goal is met." if good else "The goal is not met: read the projections with that "
@@ -125,7 +156,8 @@ def validation_blocks(records: list) -> list:
                         "rec" if good else "warn"),
               Table([left("workload"), left("backend"), right("hosts"), left("link"),
                      right("measured step ms (95%)"), right("predicted ms (95%)"), right("error"),
-                     right("compute share (predicted)")], rows,
+                     right("compute share (predicted)"), left("link"), right("error, nominal link"),
+                     left("judged?")], rows,
                     details=f"predicted against measured step time at {len(rows)} points (model projection)")]
     wrong = [w for w in sig if not w.agrees]
     if wrong:
