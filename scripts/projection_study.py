@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("fit", "links", "test", "all"), default="all")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workload", default=",".join(WORKLOADS))
+    parser.add_argument("--skip-link", default="", help="links part: rates already measured")
     args = parser.parse_args()
     common = ["--store", args.store, "--repeats", str(args.repeats), "--no-faults", "--threads", "1",
               "--output", args.store.rsplit(".", 1)[0] + ".html"]
@@ -63,10 +64,13 @@ def main() -> None:
         rates = sorted({rate for w in workloads for rate in WORKLOADS[w][2]}, key=rate_bytes)
         two = ",".join(HOSTS.split(",")[:2])
         for rate in rates:
+            if args.skip_link and rate in args.skip_link.split(","):
+                continue
             top = int(min(64 * 2**20, max(2**20, rate_bytes(rate) * 2)))  # the largest message: about 2 s
             for backend in BACKENDS.split(","):
                 bench("--backend", backend, "--hosts", two, "--nproc", "2", "--link", rate, "--max-bytes", str(top),
-                      "--iters", "5", "--warmup-iters", "2", "--store", args.store, verb="allreduce")
+                      "--iters", "5", "--warmup-iters", "2", "--store", args.store, "--oversubscribe",
+                      verb="allreduce")  # the parameter server's 2 servers beside the 2 workers: 4 processes
     if args.part in ("test", "all"):
         for workload in workloads:
             for rate in WORKLOADS[workload][2]:

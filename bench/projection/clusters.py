@@ -37,6 +37,7 @@ class Cluster:
     node_link: Link | None = None  # between the workers of one node; None: the backend's one-host cost only
     shared_cores: int | None = None  # test hosts: every host runs on these cores (compute slows past them)
     source: str = ""
+    link_measured: bool = False  # the network link was fitted from a backend's allreduce there: processing included
 
     @property
     def max_workers(self) -> int:
@@ -133,6 +134,7 @@ def shaped_test_hosts(link: dict, hosts: int, cores: int, measured: Link | None 
     how = "as the backend's allreduce across 2 hosts measured it" if measured else "nominal"
     return Cluster(f"test hosts at {link['rate']}", f"{hosts} test hosts on one machine, links shaped to "
                    f"{link['rate']} ({how})", "cpu", 1, hosts, measured or nominal, shared_cores=cores,
+                   link_measured=measured is not None,
                    source="tc's rate on each host's link" + (
                        "; the link's bandwidth and latency fitted from the backend's allreduce there" if measured
                        else "; TCP payload share of a 1500-byte frame"))

@@ -59,36 +59,40 @@ def cases_in(records: list) -> list[Case]:
 
 def measured_link(records: list, inputs: Inputs, rate: str, delay: str | None = None) -> tuple[Link, tuple] | None:
     """The link at `rate` as the backend's own allreduce across 2 hosts met it (its communication sweep there, one
-    worker per host): what each message size took beyond the backend's processing (its one-host fit), regressed on
-    the exchange's latency steps and the bytes it puts on a host's link (weighted by 1/time, as the one-host fit), so
-    latency_s and bandwidth are the link's as this backend's traffic finds them (TCP's and the shaper's losses
-    included). None when no such sweep is stored. Training runs across hosts are never read."""
+    worker per host): the time of each message of LINK_FIT_BYTES or more, regressed on the bytes the exchange puts on
+    a host's link (a straight line: its slope is 1 / bandwidth, its intercept the fixed cost of a collective there,
+    spread over the exchange's latency steps), so bandwidth and latency_s are the link's as this backend's traffic
+    finds it, its own processing, TCP's and the shaper's losses included (the model then takes a collective's time
+    as the larger of that and the processing alone: bench.projection.model.collective_cost). Small messages are left
+    out: at one world size their fixed cost cannot be split into per-step latency and per-call overhead, and in a
+    fit with them that split decides the slope. None when no such sweep is stored. Training runs across hosts are
+    never read."""
     sweeps = [r for r in records if r.ok and r.spec.task == "comm" and r.spec.backend == inputs.backend
               and r.spec.hosts and len(r.spec.hosts) == 2 and r.spec.world_size == 2 and r.spec.link
               and r.spec.link["rate"] == rate and r.spec.link.get("delay") == delay and r.metrics is not None]
     if not sweeps:
         return None
     plugin = get_backend(inputs.backend)
-    _, alpha_coef, beta_coef = plugin.cost_model(2, inputs.options)
-    steps, wire, spent, weight = [], [], [], []
+    steps, wire, spent = [], [], []
     for r in sweeps:
         for row in r.metrics.rows:
             if row.op != "allreduce" or row.time_us <= 0:
                 continue
             (exchange,) = plugin.exchanges(float(row.size), 2, 2, "cpu", r.spec.backend_options)[:1]
-            took = row.time_us * 1e-6
-            processing = inputs.alpha.mean * alpha_coef + inputs.beta.mean * beta_coef * row.size
+            if row.size < LINK_FIT_BYTES:
+                continue
             steps.append(exchange.steps)
             wire.append(exchange.link_bytes)
-            spent.append(took - processing)
-            weight.append(1.0 / took)
-    if len(spent) < 2:
+            spent.append(row.time_us * 1e-6)
+    if len(set(wire)) < 2:
         return None
-    design = np.array([steps, wire]).T * np.array(weight)[:, None]
-    (latency, per_byte), *_ = np.linalg.lstsq(design, np.array(spent) * np.array(weight), rcond=None)
+    per_byte, fixed = np.polyfit(np.array(wire), np.array(spent), 1)
     if per_byte <= 0:
         return None
-    return Link(1.0 / per_byte, max(0.0, float(latency))), _ids(sweeps)
+    return Link(float(1.0 / per_byte), max(0.0, float(fixed)) / max(steps)), _ids(sweeps)
+
+
+LINK_FIT_BYTES = 2**20  # the smallest message a link fit takes (measured_link)
 
 
 def this_host(device: str, workers: int) -> Cluster:

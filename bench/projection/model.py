@@ -177,7 +177,10 @@ def collective_cost(inputs: Inputs, cluster: Cluster, workers: int, alpha: float
         best = min(backend.exchanges(wire, workers, hosts, cluster.device, inputs.options),
                    key=lambda e: e.steps * link.latency_s + e.link_bytes / link.bandwidth)
         chosen["name"] = best.name
-        return processing + best.steps * link.latency_s + best.link_bytes / link.bandwidth, processing
+        wire_s = best.steps * link.latency_s + best.link_bytes / link.bandwidth
+        if cluster.link_measured and link is cluster.network:  # the fit at the link holds the processing already
+            return max(wire_s, processing), min(wire_s, processing)
+        return processing + wire_s, processing
 
     return cost, chosen
 

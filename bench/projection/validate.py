@@ -209,6 +209,6 @@ def winners(rows: list[Row], groups: dict) -> list[Winner]:
         predicted = a if a.point.step <= b.point.step else b
         ratio = est.ratio if est.ratio >= 1 else 1 / est.ratio
         out.append(Winner(point[0], point[1], point[2], faster.backend, slower.backend,
-                          ratio if math.isfinite(ratio) else float("nan"), family.judge(key).significant,
+                          float(ratio) if math.isfinite(ratio) else float("nan"), bool(family.judge(key).significant),
                           predicted.backend, not a.left_out and not b.left_out))
     return out
