@@ -11,7 +11,7 @@ from bench.cli.common import comma_list, examples, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP
 from bench.projection.clusters import DEFAULT_CLUSTER, MAX_WORKERS, PROFILES, parse_cluster, profile
-from bench.projection.fit import Case, cases_in, fit
+from bench.projection.fit import Case, cases_in, fit_backends
 from bench.projection.model import crossover, project, with_compute
 from bench.projection.validate import validate
 
@@ -75,12 +75,8 @@ def cmd(args) -> int:
     cases = choose_cases(cases_in(records), args)
     out, text = [], []
     for case in cases:
-        fitted = {}
-        for backend in backends:
-            try:
-                fitted[backend] = fit(records, backend, case)
-            except UsageError as exc:
-                text.append(f"# {backend}: not projected: {exc}")
+        fitted, missing = fit_backends(records, backends, case)
+        text += [f"# {backend}: not projected: {why}" for backend, why in missing.items()]
         if not fitted:
             raise UsageError(f"no backend could be fitted for {case.workload}: " + "; ".join(text))
         for name in clusters:

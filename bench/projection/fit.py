@@ -165,3 +165,14 @@ def fit(records: list, backend: str, case: Case) -> Inputs:
     return replace(inputs, overhead=overhead)
 
 
+
+
+def fit_backends(records: list, backends, case: Case) -> tuple[dict[str, Inputs], dict[str, str]]:
+    """The inputs of every backend that can be fitted for `case`, and why each other one cannot."""
+    fitted, missing = {}, {}
+    for backend in backends:
+        try:
+            fitted[backend] = fit(records, backend, case)
+        except UsageError as exc:
+            missing[backend] = str(exc)
+    return fitted, missing

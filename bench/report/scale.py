@@ -5,9 +5,8 @@ model projection, and the section says so wherever one is shown."""
 
 from __future__ import annotations
 
-from bench.core.errors import UsageError
 from bench.projection.clusters import PROFILES, profile
-from bench.projection.fit import cases_in, fit
+from bench.projection.fit import cases_in, fit_backends
 from bench.projection.model import crossover, project
 from bench.projection.validate import GOAL_MEDIAN, GOAL_WORST, validate
 from bench.report.sections import (Bullets, Paragraph, Plot, Section, Table, code, figure_png, fmt, left, pyplot,
@@ -43,12 +42,8 @@ def scale_section(records: list) -> Section | None:
     blocks += validation_blocks(records)
     gpu_profiles = [name for name, c in PROFILES.items() if c.device == "cuda"]
     for case in cases:
-        fitted, missing = {}, []
-        for backend in BACKENDS:
-            try:
-                fitted[backend] = fit(records, backend, case)
-            except UsageError as exc:
-                missing.append(f"{backend}: {exc}")
+        fitted, why_not = fit_backends(records, BACKENDS, case)
+        missing = [f"{backend}: {why}" for backend, why in why_not.items()]
         if not fitted:
             blocks.append(Paragraph(f"{case.workload}: no backend can be projected: " + "; ".join(missing), "note"))
             continue
