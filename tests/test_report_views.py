@@ -20,7 +20,8 @@ from bench.results.frame import load_frame, records_to_frame
 from bench.tasks.train import report as train_report
 
 SAMPLE = Path(__file__).parent / "data" / "store-v1.sqlite"
-SECTIONS = ["Verdict", "Throughput and scaling", "Communication", "Where the time goes", "Startup and rendezvous",
+SECTIONS = ["Verdict", "Throughput and scaling", "Communication", "Where the time goes",
+            "At your scale (model projection)", "Startup and rendezvous",
             "Elasticity", "Rank map", "Environment", "Failed and unstable runs", "Methodology"]
 COMM_ONLY = ["task=comm"]  # a small page: one figure
 
@@ -47,6 +48,7 @@ def page(frame):
 
 def test_sections_in_order_with_a_matching_nav(page):
     assert re.findall(r'<h2 id="\w+">([^<]+)</h2>', page) == SECTIONS
+    assert "Nothing to project" in section(page, "scale")  # its runs have no profile: it says what to run
     anchors = re.findall(r'<h2 id="(\w+)">', page)
     nav = page.split("<nav>")[1].split("</nav>")[0]
     assert re.findall(r'<a href="#(\w+)">', nav) == anchors
