@@ -125,6 +125,9 @@ class Validation:
 
     def summary(self) -> str:
         if not self.rows:
+            if self.skipped:
+                return (f"none of the {len(self.skipped)} points across test hosts could be predicted (each is listed "
+                        "as skipped, with what to run)")
             return "no run across test hosts with a shaped link to check the model against"
         if not self.judged:
             return (f"{len(self.rows)} points, none judged (each is left out: the shared cores decide it or its "
