@@ -265,6 +265,10 @@ class Backend:
         them); False where something else places them (an existing cluster's scheduler)."""
         return True
 
+    def transport(self, device: str, options: dict) -> str:
+        """What carries its collectives on `device`, in a word or two (the line printed before a run)."""
+        return "NCCL" if device == "cuda" else "gloo"
+
     def backward_passes(self, options: dict) -> int:
         """Backward passes (micro-batches) per optimizer step; the worker loop runs that many."""
         return 1
