@@ -102,7 +102,8 @@ def tensorflow_install() -> tuple[str, str] | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     dists = importlib.metadata.packages_distributions().get("tensorflow", [])
-    versions = [importlib.metadata.version(d) for d in dists if d.startswith(("tensorflow", "tf-nightly", "tf_nightly"))]
+    versions = [importlib.metadata.version(d) for d in dists
+                if d.startswith(("tensorflow", "tf-nightly", "tf_nightly"))]
     if not versions:
         return None
     root = Path(list(spec.submodule_search_locations)[0])
@@ -147,7 +148,7 @@ def patch_source(src: Path, cxx_standard: int, cuda: bool, tf_include: str | Non
         if text.count(XLA_OPS_GUARD) != 1:
             raise BuildError(f"{path} is not as expected (no single {XLA_OPS_GUARD.strip()!r}); cannot leave its XLA "
                              "ops out")
-        path.write_text(text.replace(XLA_OPS_GUARD, "#if 0  // XLA ops left out: this TensorFlow lacks their headers\n"))
+        path.write_text(text.replace(XLA_OPS_GUARD, "#if 0  // XLA ops left out: no headers for them in this TF\n"))
         changes.append(f"{XLA_OPS_SOURCE}: compiled empty (no {XLA_OPS_HEADER} in this TensorFlow)")
     for rel in PATCHED_CMAKE:
         path = src / rel
