@@ -5,7 +5,11 @@ store, bench's default for those verbs (results/regress.sqlite), as `bench regre
 
 Both sessions install the project (torch 2.14.1, torchvision 0.29.1) and Horovod 0.28.1, built once
 against that torch by `python -m bench.tools.horovod_build` and cached outside the checkout; `tests` and `bench` also
-install Ray Train (the `ray` extra) for the ray backend; `regress` and `baseline` too (the gate's Ray case).
+install Ray Train (the `ray` extra) for the ray backend; `regress` and `baseline` too (the gate's Ray case). `tests`
+installs TensorFlow 2.21.0 and tf_keras (the `tf` extra) for the TensorFlow backends, before Horovod's build, which
+then builds Horovod's TensorFlow library too (one Horovod for both frameworks). `bench` does not: its default sweep
+is PyTorch's (elastic and Horovod), and TensorFlow would add a large download and a longer build to the first set-up;
+`pip install -e .[tf]` and `python -m bench.tools.horovod_build --force` in its environment add them.
 """
 
 import nox
@@ -22,7 +26,7 @@ def install(session, extras=""):
 
 @nox.session
 def tests(session):
-    install(session, "[test,ray]")
+    install(session, "[test,ray,tf]")
     session.run("pytest", *session.posargs)
 
 

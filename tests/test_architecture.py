@@ -24,7 +24,8 @@ LAYERS = ["core", "rank", "cluster", "backends", "harness", "tasks", "results", 
 # The parts of a task (bench.core.registry.TASK_PARTS) that sit in a higher layer than the task; its rank program
 # is the task's own (the rank entry reaches it through the registry, as the harness reaches the task).
 VIEW_PARTS = ("results", "report")
-HEAVY = ("torch", "horovod", "ray", "workloads", "numpy", "pandas", "matplotlib", "scipy", "jinja2")
+HEAVY = ("torch", "horovod", "ray", "workloads", "numpy", "pandas", "matplotlib", "scipy", "jinja2", "tensorflow",
+         "tf_keras")
 
 
 def module_name(path: Path) -> str:

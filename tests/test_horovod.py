@@ -153,3 +153,15 @@ def test_broken_horovod_install_is_one_line(tmp_path, store):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "python -m bench.tools.horovod_build --force" in lines[0], proc.stderr
     assert "undefined symbol" in lines[0]
+
+
+def test_doctor_says_which_frameworks_horovod_was_built_with():
+    """One Horovod build for both frameworks: with TensorFlow installed, bench.tools.horovod_build builds its
+    TensorFlow library too, and `bench doctor` names both."""
+    import importlib.util
+
+    from bench.backends.horovod import BACKEND, built_frameworks
+
+    expected = ["PyTorch"] + (["TensorFlow"] if importlib.util.find_spec("tensorflow") else [])
+    assert built_frameworks() == expected
+    assert f"Horovod built with: {', '.join(expected)}" in BACKEND.doctor_lines()

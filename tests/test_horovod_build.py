@@ -99,3 +99,39 @@ def test_new_gcc_gets_the_headers_horovod_forgets(monkeypatch):
 def test_horovod_without_mpi_is_honoured(monkeypatch):
     monkeypatch.setenv("HOROVOD_WITHOUT_MPI", "1")
     assert hb.plan()["mpi"] is False and "mpi" not in hb.plan()["features"]
+
+
+def test_a_torch_only_build_keeps_its_key(monkeypatch):
+    """Without TensorFlow (or with Horovod's own switch leaving it out) the key is what it always was, so an
+    environment's cached torch-only wheel stays valid; with TensorFlow the key and the frameworks name it."""
+    monkeypatch.setattr(hb, "tensorflow_install", lambda: None)
+    plain = hb.plan()
+    assert "_tf-" not in plain["key"] and plain["frameworks"] == ["torch"] and plain["tensorflow"] is None
+    monkeypatch.setattr(hb, "tensorflow_install", lambda: ("2.21.0", "/nowhere/include"))
+    both = hb.plan()
+    assert both["key"] == plain["key"].replace("_py", "_tf-2.21.0_py", 1)
+    assert both["frameworks"] == ["torch", "tensorflow"] and both["tensorflow"] == "2.21.0"
+
+
+def test_horovod_without_tensorflow_is_honoured(monkeypatch):
+    monkeypatch.setenv("HOROVOD_WITHOUT_TENSORFLOW", "1")
+    assert hb.tensorflow_install() is None and hb.plan()["frameworks"] == ["torch"]
+
+
+def test_xla_ops_are_left_out_where_tensorflow_lacks_their_headers(tmp_path):
+    """TF >= 2.19 ships no tensorflow/compiler/xla/client/xla_builder.h (and not the highwayhash headers the moved
+    XLA headers need): Horovod's XLA ops file is compiled empty. A TF that has the header keeps it whole."""
+    src = _extract(tmp_path / "src")
+    new_tf, old_tf = tmp_path / "tf-new", tmp_path / "tf-old"
+    (old_tf / hb.XLA_OPS_HEADER).parent.mkdir(parents=True)
+    (old_tf / hb.XLA_OPS_HEADER).write_text("")
+    new_tf.mkdir()
+    original = (src / hb.XLA_OPS_SOURCE).read_text()
+    assert not any("xla_mpi_ops" in c for c in hb.patch_source(src, 20, cuda=False, tf_include=str(old_tf)))
+    assert (src / hb.XLA_OPS_SOURCE).read_text() == original
+    changes = hb.patch_source(src, 20, cuda=False, tf_include=str(new_tf))
+    assert changes[0].startswith(hb.XLA_OPS_SOURCE) and not any("CMAKE_CXX_STANDARD" in c for c in changes)
+    text = (src / hb.XLA_OPS_SOURCE).read_text()
+    assert hb.XLA_OPS_GUARD not in text and text.count("#if 0") == 1
+    with pytest.raises(hb.BuildError, match="not as expected"):  # twice: the guard is gone
+        hb.patch_source(src, 20, cuda=False, tf_include=str(new_tf))

@@ -32,6 +32,9 @@ class Workload:
     # read through a DataLoader with a DistributedSampler under `--data workload`; None: it has none
     datasets: Callable[[], tuple] | None = None
     classes: int | None = None  # the class count of its own data sets (needed with `datasets`)
+    # (num_classes, image side) -> the same model as a Keras model (tf_keras) taking channels-last inputs, for the
+    # TensorFlow backends; None: the workload has none, and runs under the PyTorch backends only
+    build_keras: Callable[[int, int], "object"] | None = None
 
     def make_loss(self):
         import torch.nn as nn

@@ -24,6 +24,7 @@ from bench.core.hostlist import placement
 from bench.core.records import RankRow
 from bench.core.rundir import write_atomic
 from bench.rank.collectives import bus_factor
+from bench.rank.training import TorchTraining
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,19 @@ class Launcher(ABC):
 
 
 class ProcessGroup(ABC):
-    """Worker side: one instance in each process of a run."""
+    """Worker side: one instance in each process of a run. Its framework is PyTorch unless it says otherwise
+    (set_threads, training): a TensorFlow backend's group gives its own."""
+
+    def set_threads(self, threads: int) -> None:
+        """The framework's compute threads in this process (--threads), set before the group is joined."""
+        import torch  # here: a TensorFlow backend's processes never load torch
+
+        torch.set_num_threads(threads)
+
+    def training(self, joined, workload):
+        """The train task's framework side (bench.rank.training.TorchTraining's methods): the model and optimizer,
+        wrapped by this group (wrap), the worker's batches and one step."""
+        return TorchTraining(joined, workload)
 
     @abstractmethod
     def init(self, spec):
@@ -239,6 +252,8 @@ class CheckpointRestart(ElasticState):
 class Backend:
     name = ""
     summary = ""
+    framework = "torch"  # what trains the model: "torch" or "tensorflow" (the page compares within and across)
+    tasks: tuple[str, ...] = ("train", "comm", "fault", "converge")  # the kinds of run it takes (bench.core.registry)
     max_world_size: int | None = None
     options: tuple[BackendOption, ...] = ()
     comm_ops: tuple[str, ...] = ()  # collectives run_op can time (bench allreduce --ops)
@@ -249,6 +264,9 @@ class Backend:
     # a reference backend that runs a primary backend's data-parallel path under its own runtime is measured
     # against that backend (its overhead); otherwise against the faster primary
     counterpart: str | None = None
+    # the backend of the same framework a backend of another framework than the primary pair's is also compared with
+    # on the page ("within TensorFlow"); its counterpart, of the primary pair, is the comparison across frameworks
+    rival: str | None = None
 
     def new_group(self) -> ProcessGroup:
         return self.group_type()
@@ -275,6 +293,10 @@ class Backend:
         """Whether the run's workers are this host's processes, numbered by local rank (so --cpu-bind auto may pin
         them); False where something else places them (an existing cluster's scheduler)."""
         return True
+
+    def transport(self, device: str, options: dict) -> str:
+        """What carries its collectives on `device`, in a word or two (the line printed before a run)."""
+        return "NCCL" if device == "cuda" else "gloo"
 
     def backward_passes(self, options: dict) -> int:
         """Backward passes (micro-batches) per optimizer step; the worker loop runs that many."""

@@ -62,6 +62,23 @@ def check_build() -> tuple[str | None, dict]:
     return None, json.loads(probe.stdout.strip().splitlines()[-1])
 
 
+# each framework's library in an installed Horovod, as its build leaves it (horovod/<dir>/mpi_lib*.so)
+FRAMEWORK_LIBRARIES = {"PyTorch": ("torch", "mpi_lib_v2"), "TensorFlow": ("tensorflow", "mpi_lib")}
+
+
+@functools.lru_cache(maxsize=None)
+def built_frameworks() -> list[str]:
+    """The frameworks this Horovod was built with, from the libraries it installed (no framework imported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("horovod")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = Path(list(spec.submodule_search_locations)[0])
+    return [name for name, (folder, lib) in FRAMEWORK_LIBRARIES.items()
+            if any((root / folder).glob(f"{lib}.*.so")) or (root / folder / f"{lib}.so").exists()]
+
+
 def built_with(feature: str) -> bool:
     """Whether this Horovod was built with a controller or tensor operation, e.g. 'MPI', 'Gloo' or 'NCCL'."""
     return bool(check_build()[1].get(feature))
@@ -347,6 +364,7 @@ class HorovodBackend(Backend):
         lines = [f"Horovod {package_version('horovod') or 'not installed'}"]
         if problem:
             return lines
+        lines.append(f"Horovod built with: {', '.join(built_frameworks()) or 'no framework'}")
         out = subprocess.run([horovodrun_path(), "--check-build"], capture_output=True, text=True, timeout=120)
         return lines + ["horovodrun --check-build:"] + ["  " + line for line in out.stdout.splitlines() if line.strip()]
 

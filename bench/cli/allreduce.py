@@ -5,7 +5,7 @@ from __future__ import annotations
 from bench.cli import options
 from bench.cli.common import (cluster_of, comm_options, comma_list, examples, open_store, print_json, spec_options,
                               status_exit, world_of)
-from bench.core.registry import COMPARED
+from bench.core.registry import compared_for
 from bench.harness.runner import run_specs
 from bench.rank.collectives import format_table
 from bench.workflows.plan import comm_specs
@@ -22,7 +22,7 @@ def add_parser(verbs) -> None:
                          parents=[options.placement([*options.PLACEMENT, "--timeout"]), options.hosts(), options.comm(),
                                   options.backend_options(), options.sharing(), options.store(), options.json_output()])
     options.add(p, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
-                                                   f"({', '.join(COMPARED)}) (default %(default)s: a sweep of "
+                                                   f"({', '.join(compared_for('comm'))}) (default %(default)s: a sweep of "
                                                    "message sizes takes seconds a backend, and its table is read "
                                                    "across backends)",
                 invalid=["tensorflow", "elastic,nope"])
@@ -32,7 +32,7 @@ def add_parser(verbs) -> None:
 def cmd(args) -> int:
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)
-    backends = list(COMPARED) if args.backend == ALL else comma_list(args.backend)
+    backends = list(compared_for('comm')) if args.backend == ALL else comma_list(args.backend)
     specs = comm_specs(backends, device, [world], comm=comm_options(args),
                        options={**spec_options(args, backends), "cluster": cluster})
     records = run_specs(specs, open_store(args.store, runs=True), "bench allreduce", show_progress=True,

@@ -7,7 +7,7 @@ import argparse
 from bench.cli import options
 from bench.cli.common import comma_list, examples, open_store, print_json, spec_options, status_exit, world_of
 from bench.core.console import note
-from bench.core.registry import COMPARED
+from bench.core.registry import compared_for
 from bench.core.spec import default_threads
 from bench.harness.runner import run_specs
 from bench.report.page import output_path, write_report_with_copy
@@ -21,7 +21,7 @@ def add_parser(verbs) -> None:
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("what runs")
     options.add(g, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
-                                                   f"({', '.join(COMPARED)}) (default %(default)s: time to accuracy "
+                                                   f"({', '.join(compared_for('converge'))}) (default %(default)s: time to accuracy "
                                                    "is compared across every backend, each run on the same data)",
                 invalid=["tensorflow", "elastic,nope"])
     options.add(g, "--world-sizes", type=options.world_sizes,
@@ -65,7 +65,7 @@ def cmd(args) -> int:
     if args.output:
         output_path(args.output)  # before the runs, not after them
     device, world = world_of(args, None)
-    backends = list(COMPARED) if args.backend == ALL else comma_list(args.backend)
+    backends = list(compared_for('converge')) if args.backend == ALL else comma_list(args.backend)
     train = spec_options(args, backends)
     sizes = args.world_sizes or [world]
     # one thread count for every world size, so sizes differ only in their number of workers (as in a sweep)

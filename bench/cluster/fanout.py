@@ -3,7 +3,9 @@
 A launcher that is started once per host (torchrun: one agent per node) becomes one process the supervisor
 can watch: this one. PLAN_JSON is a list of {"host", "argv"}; each argv runs on its host in this checkout
 with this process's environment written into the ssh command (ssh carries none), less what belongs to this
-machine's login (HOME, SSH_*, ...). It exits when every host's command has ended, with the first non-zero
+machine's login (HOME, SSH_*, ...). A step whose host is null runs here, a child of this process, with "env"
+added to this process's environment: the workers a backend starts one by one on this machine, each with an
+environment of its own (TensorFlow's MultiWorkerMirroredStrategy: a TF_CONFIG each). It exits when every host's command has ended, with the first non-zero
 exit status among them; when one fails, the others are not waited for longer than GRACE_S, and the
 supervisor ends what is left on every host (bench.harness.supervisor reap, run over ssh).
 
@@ -37,6 +39,18 @@ def fanout_command(steps: list[tuple[str, list[str]]], node_range: bool = False)
             json.dumps([{"host": h, "argv": a} for h, a in steps])]
 
 
+def local_processes_command(steps: list[tuple[dict[str, str], list[str]]]) -> list[str]:
+    """The launcher command that runs each (extra environment, argv) of `steps` as a process of this machine."""
+    return [sys.executable, "-m", "bench.cluster.fanout",
+            json.dumps([{"host": None, "env": env, "argv": argv} for env, argv in steps])]
+
+
+def start(step: dict, env: dict[str, str]) -> subprocess.Popen:
+    if step["host"] is None:
+        return subprocess.Popen(step["argv"], env={**os.environ, **step.get("env", {})}, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(ssh_command(step["host"], step["argv"], env, str(PROJECT_ROOT)), stdin=subprocess.DEVNULL)
+
+
 def forwarded_environment(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in LOCAL_ONLY and not k.startswith(("SSH_", "BASH_FUNC_"))}
 
@@ -45,8 +59,7 @@ def main(argv: list[str]) -> int:
     node_range = argv[0] == "--node-range"
     plan = json.loads(argv[-1])
     env = forwarded_environment(dict(os.environ))
-    procs = [subprocess.Popen(ssh_command(step["host"], step["argv"], env, str(PROJECT_ROOT)),
-                              stdin=subprocess.DEVNULL) for step in plan]
+    procs = [start(step, env) for step in plan]
 
     def stop(signum, _frame):
         for proc in procs:
@@ -70,7 +83,8 @@ def main(argv: list[str]) -> int:
     codes = [proc.poll() for proc in procs]
     for step, code in zip(plan, codes):
         if code not in (None, 0):
-            print(f"bench.cluster.fanout: {step['host']}: exited with {code}", file=sys.stderr, flush=True)
+            where = step["host"] or f"process {plan.index(step)}"
+            print(f"bench.cluster.fanout: {where}: exited with {code}", file=sys.stderr, flush=True)
     if node_range and 0 in codes:
         return 0
     for code in codes:

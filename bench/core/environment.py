@@ -137,7 +137,7 @@ def _static_fingerprint() -> dict:
         "memory_bytes": memory,
         **torch_facts(),
         "packages": {name: package_version(name) for name in
-                     ("torchvision", "numpy", "horovod", "mpi4py")},
+                     ("torchvision", "numpy", "horovod", "mpi4py", "tensorflow", "tf-keras")},
         "git": git_state(),
         "bench": package_version("elastic-vs-horovod-bench"),
     }

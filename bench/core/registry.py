@@ -19,8 +19,11 @@ BACKEND_MODULES = {
     "ps": "bench.backends.ps",
     "single": "bench.backends.single",
     "ray": "bench.backends.ray",
+    "tf-mwms": "bench.backends.tf_mwms",  # TensorFlow's MultiWorkerMirroredStrategy
+    "horovod-tf": "bench.backends.horovod_tf",  # Horovod's TensorFlow side
 }
-COMPARED = ("elastic", "horovod", "ps", "ray")  # what `--backend all` runs (where each can run)
+# what `--backend all` runs (where each can run; compared_for: those that take a task)
+COMPARED = ("elastic", "horovod", "ps", "ray", "tf-mwms", "horovod-tf")
 PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are reference points
 PLAIN_LOOP = "single"  # the plain loop every backend is also measured against
 DEFAULT_BACKEND = "elastic"  # `bench run` and `bench fault` without --backend
@@ -33,10 +36,27 @@ TASK_MODULES = {
 }
 
 
+FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
+
+
+def framework_words(a: str, b: str) -> str:
+    """How the page labels a comparison of backend a against b: "within TensorFlow", "across frameworks (TensorFlow
+    against PyTorch)", or "" for two PyTorch backends (the suite's first question, unlabelled)."""
+    fa, fb = (FRAMEWORK_NAMES.get(get_backend(n).framework if n in BACKEND_MODULES else "torch") for n in (a, b))
+    if fa == fb:
+        return "" if fa == "PyTorch" else f"within {fa}"
+    return f"across frameworks ({fa} against {fb})"
+
+
 def get_backend(name: str):
     if name not in BACKEND_MODULES:
         raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_MODULES)}")
     return importlib.import_module(BACKEND_MODULES[name]).BACKEND
+
+
+def compared_for(task: str) -> tuple[str, ...]:
+    """The compared backends that take runs of `task` (a backend's `tasks`): what `--backend all` means for it."""
+    return tuple(name for name in COMPARED if task in get_backend(name).tasks)
 
 
 def elastic_backends() -> list[str]:

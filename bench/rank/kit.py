@@ -124,13 +124,11 @@ class GroupMember:
     """One process after its rendezvous: the backend's process group, who it is, and when it joined."""
 
     def __init__(self, spec: RunSpec, run_dir: RunDir, file_rank: int, attempt: int, t_process_start: float):
-        import torch
-
-        torch.set_num_threads(spec.threads)
         self.spec, self.run_dir, self.file_rank, self.attempt = spec, run_dir, file_rank, attempt
         self.t_process_start = t_process_start
         self.first_step_end: float | None = None  # set by a task whose processes time a first step
         self.group = get_backend(spec.backend).new_group()
+        self.group.set_threads(spec.threads)  # the framework's compute threads, before it starts any
         called = time.time()
         self.info = self.group.init(spec)  # rendezvous and process-group set-up
         self.t_init_end = time.time()

@@ -1,13 +1,14 @@
 """The one training step and the one parameter checksum that every task training a model shares (train, converge,
-fault): the same micro-batching, loss scaling and optimizer call, and the same sums to compare replicas by. Loaded
-only inside a run's processes (it imports torch)."""
+fault): the same micro-batching, loss scaling and optimizer call, and the same sums to compare replicas by, and the
+train task's PyTorch side (TorchTraining). Loaded only inside a run's processes; torch is imported where it is used,
+so that a TensorFlow backend's processes, which read first_non_finite and ParamSums here, never load it."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-import torch
+from bench.rank.model import build_model, save_model, save_params
 
 
 def optimizer_step(model, optimizer, loss_fn, next_batch, passes: int = 1, mark=None):
@@ -43,6 +44,8 @@ class ParamSums:
 
 def param_sums(model) -> ParamSums:
     """The parameter sums of `model` (without its data-parallel wrapper, if it has one)."""
+    import torch
+
     plain = getattr(model, "module", model)
     with torch.no_grad():
         params = [p.detach().double() for p in plain.parameters()]
@@ -64,3 +67,67 @@ def first_non_finite(checks: list[tuple[int, str, float]], checksum: float, last
     if not math.isfinite(checksum):
         return {"what": "parameters", "step": last_step, "finite_at": None, "value": repr(checksum)}
     return None
+
+
+class TorchTraining:
+    """A training run's framework side under the PyTorch backends, for the train task's loop: the seeded model and
+    optimizer wrapped by the backend's process group, the worker's batches, one step, and what the loop reads
+    afterwards. A backend of another framework gives its own (ProcessGroup.training) with the same methods."""
+
+    framework = "torch"
+
+    def __init__(self, joined, workload):
+        from workloads.data import TimedBatches, open_batches  # the workloads import torch: here, not at the top
+
+        spec, info, device = joined.spec, joined.info, joined.device
+        self.spec, self.device, self.sync = spec, device, joined.sync
+        model, optimizer = build_model(spec, device)
+        self.model, self.optimizer = joined.group.wrap(model, optimizer, spec)
+        batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
+                               image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
+                               rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir,
+                               loader=spec.loader, loader_workers=spec.loader_workers, workload=workload)
+        self.timed_input = TimedBatches(batches) if spec.loader == "dataloader" else None
+        self.batches = self.timed_input or batches
+        self.loss_fn = workload.make_loss()
+        self.passes = spec.backward_passes  # micro-batches per optimizer step (the loss scaled to match one big batch)
+
+    def step(self):
+        """One optimizer step; returns its loss as the framework holds it (read with value(), outside windows)."""
+        return optimizer_step(self.model, self.optimizer, self.loss_fn, self.batches.__next__, self.passes)
+
+    def profiled(self):
+        """(a bench.rank.profile.StepProfiler on the model, the step that feeds it), for the warm-up."""
+        from bench.rank.profile import StepProfiler  # it imports torch, as this class's other parts do
+
+        profiler = StepProfiler(self.model, self.sync)
+        return profiler, lambda: optimizer_step(self.model, self.optimizer, self.loss_fn, self.batches.__next__,
+                                                self.passes, profiler.mark)
+
+    @staticmethod
+    def value(loss) -> float:
+        return loss.item()
+
+    @property
+    def plain_model(self):
+        return getattr(self.model, "module", self.model)  # the model without its data-parallel wrapper
+
+    def param_sums(self) -> ParamSums:
+        return param_sums(self.plain_model)
+
+    def save_params(self, path) -> None:
+        save_params(self.plain_model, path)
+
+    def save_model(self, path: str) -> str:
+        return save_model(self.plain_model, path)
+
+    def device_peak_bytes(self) -> int | None:
+        import torch
+
+        return torch.cuda.max_memory_allocated(self.device) if self.spec.device == "cuda" else None
+
+    @staticmethod
+    def threads() -> dict:
+        import torch
+
+        return {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads()}

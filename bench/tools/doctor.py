@@ -104,6 +104,8 @@ def doctor_lines() -> list[str]:
         f"torch       {env['torch']} (CUDA build: {env['torch_cuda_build'] or 'none'}, "
         f"cuDNN: {env['cudnn'] or 'none'})",
         f"torchvision {env['packages']['torchvision'] or 'not installed'}",
+        f"tensorflow  {env['packages']['tensorflow'] or 'not installed'} "
+        f"(tf_keras: {env['packages']['tf-keras'] or 'not installed'})",
         f"CUDA        {len(env['cuda_devices'])} device(s)" +
         (": " + ", ".join(env["cuda_devices"]) if env["cuda_devices"] else ""),
         f"gloo        {'yes' if env['gloo'] else 'no'}",
@@ -120,7 +122,7 @@ def doctor_lines() -> list[str]:
         for device in devices:
             problem = backend.unavailable_reason(device)
             states.append(f"{device}: {'usable' if problem is None else 'not usable: ' + problem}")
-        lines.append(f"  {name:<9} {backend.summary}")
-        lines.append(f"  {'':<9} " + "; ".join(states))
-        lines += [f"  {'':<9} {extra}" for extra in backend.doctor_lines()]
+        lines.append(f"  {name:<10} {backend.summary}")
+        lines.append(f"  {'':<10} " + "; ".join(states))
+        lines += [f"  {'':<10} {extra}" for extra in backend.doctor_lines()]
     return lines

@@ -1,4 +1,5 @@
-"""Build Horovod 0.28.1 against the installed torch, once, and cache the wheel outside the checkout.
+"""Build Horovod 0.28.1 against the installed torch (and TensorFlow, where it is installed), once, and cache the
+wheel outside the checkout.
 
 Why: Horovod's last release is a source distribution whose CMakeLists.txt (top level and
 horovod/torch/) hard-code `set(CMAKE_CXX_STANDARD 14)`, while torch's headers demand C++17 (2.1 to
@@ -15,11 +16,21 @@ GCC 13 and later no longer pull <string>, <stdexcept> and <cstdint> in through o
 and Horovod's sources lean on that (group_table.h uses std::string, common.h std::logic_error without
 including them): with such a compiler those three headers are force-included (CXXFLAGS -include).
 
+TensorFlow (the `tf` extra): one build holds both frameworks' libraries, each compiled with its own flags (Horovod's
+horovod/tensorflow/CMakeLists.txt sets C++17 for TF >= 2.10 in its own scope, so torch's C++20 does not reach it).
+Horovod 0.28.1's CI stopped at TF 2.12. From TF 2.19 the XLA builder header that horovod/tensorflow/xla_mpi_ops.cc
+includes, tensorflow/compiler/xla/client/xla_builder.h, is gone from the wheel (moved to xla/hlo/builder/), and the
+XLA headers it would then reach include highwayhash, which the wheel does not ship. That file holds Horovod's XLA
+ops only (opt-in through HOROVOD_ENABLE_XLA_OPS=1 under jit_compile; the suite never uses them): with such a TF it
+is compiled empty (XLA_OPS_SOURCE), and everything else of Horovod's TensorFlow library builds unchanged.
+HOROVOD_WITHOUT_TENSORFLOW=1 leaves TensorFlow out though it is installed.
+
 Recipe: fetch the sdist from PyPI (pip download), patch, `pip wheel --no-build-isolation` in the
 environment that already has torch, with Gloo always, MPI when an MPI compiler (mpicxx) is present,
-CUDA when a toolkit is present and a GPU is to be used, NCCL when HOROVOD_GPU_OPERATIONS=NCCL asks.
-The wheel is cached under ~/.cache/elastic-vs-horovod-bench/horovod (or $BENCH_CACHE_DIR), keyed by
-Horovod, torch and Python versions and the features built, so a second set-up reuses it.
+CUDA when a toolkit is present and a GPU is to be used, NCCL when HOROVOD_GPU_OPERATIONS=NCCL asks,
+TensorFlow when it is installed. The wheel is cached under ~/.cache/elastic-vs-horovod-bench/horovod (or
+$BENCH_CACHE_DIR), keyed by Horovod, torch, TensorFlow (when built with it) and Python versions and the features
+built, so a second set-up reuses it.
 
 Usage: python -m bench.tools.horovod_build [--force] [--print-key]
 """
@@ -46,6 +57,10 @@ RUNTIME_DEPS = {"cloudpickle": "cloudpickle", "psutil": "psutil", "pyyaml": "yam
                 "cffi": "cffi"}
 PATCHED_CMAKE = ("CMakeLists.txt", "horovod/torch/CMakeLists.txt")
 CUDA_KERNELS_CMAKE = "horovod/common/ops/cuda/CMakeLists.txt"
+# Horovod's XLA ops, and the header whose absence (TF >= 2.19) means the TF wheel can no longer compile them
+XLA_OPS_SOURCE = "horovod/tensorflow/xla_mpi_ops.cc"
+XLA_OPS_HEADER = "tensorflow/compiler/xla/client/xla_builder.h"
+XLA_OPS_GUARD = "#if TENSORFLOW_VERSION >= 2006000000\n"
 
 
 class BuildError(Exception):
@@ -75,6 +90,26 @@ def find_cuda_toolkit() -> str | None:
     return str(Path(nvcc).resolve().parent.parent) if nvcc else None
 
 
+def tensorflow_install() -> tuple[str, str] | None:
+    """(version, include directory) of the installed TensorFlow, or None when there is none or
+    HOROVOD_WITHOUT_TENSORFLOW=1 leaves it out. Read without importing it (seconds, and its threads)."""
+    import importlib.metadata
+    import importlib.util
+
+    if os.environ.get("HOROVOD_WITHOUT_TENSORFLOW") == "1":
+        return None
+    spec = importlib.util.find_spec("tensorflow")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    dists = importlib.metadata.packages_distributions().get("tensorflow", [])
+    versions = [importlib.metadata.version(d) for d in dists
+                if d.startswith(("tensorflow", "tf-nightly", "tf_nightly"))]
+    if not versions:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0])
+    return versions[0], str(root / "include")
+
+
 def plan() -> dict:
     """What this machine's build will contain, and the cache key that names it."""
     import torch
@@ -90,17 +125,31 @@ def plan() -> dict:
     mpi = shutil.which("mpicxx") is not None and not os.environ.get("HOROVOD_WITHOUT_MPI")
     features = ["gloo"] + (["mpi"] if mpi else []) + (["cuda"] if cuda else []) + \
         ([gpu_ops.lower()] if gpu_ops else [])
+    tf = tensorflow_install()
+    frameworks = ["torch"] + (["tensorflow"] if tf else [])
     torch_version = torch.__version__.replace("+", "_")
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    key = f"horovod-{HOROVOD_VERSION}_torch-{torch_version}_{py}_{platform.machine()}_{'-'.join(features)}"
+    # a torch-only build keeps the key it always had, so that its cached wheel stays valid
+    tf_part = f"_tf-{tf[0].replace('+', '_')}" if tf else ""
+    key = f"horovod-{HOROVOD_VERSION}_torch-{torch_version}{tf_part}_{py}_{platform.machine()}_{'-'.join(features)}"
     return {"key": key, "torch": torch.__version__, "cxx_standard": cxx_standard_for(torch.__version__),
             "mpi": mpi, "cuda": cuda, "cuda_home": toolkit if cuda else None, "gpu_operations": gpu_ops,
-            "features": features}
+            "features": features, "frameworks": frameworks, "tensorflow": tf[0] if tf else None,
+            "tf_include": tf[1] if tf else None}
 
 
-def patch_source(src: Path, cxx_standard: int, cuda: bool) -> list[str]:
-    """The minimal build fix; returns what was changed, for the log."""
+def patch_source(src: Path, cxx_standard: int, cuda: bool, tf_include: str | None = None) -> list[str]:
+    """The minimal build fix; returns what was changed, for the log. `tf_include`: the include directory of the
+    TensorFlow built against: without the XLA headers Horovod's XLA ops need, that file is compiled empty."""
     changes = []
+    if tf_include and not Path(tf_include, XLA_OPS_HEADER).exists():
+        path = src / XLA_OPS_SOURCE
+        text = path.read_text()
+        if text.count(XLA_OPS_GUARD) != 1:
+            raise BuildError(f"{path} is not as expected (no single {XLA_OPS_GUARD.strip()!r}); cannot leave its XLA "
+                             "ops out")
+        path.write_text(text.replace(XLA_OPS_GUARD, "#if 0  // XLA ops left out: no headers for them in this TF\n"))
+        changes.append(f"{XLA_OPS_SOURCE}: compiled empty (no {XLA_OPS_HEADER} in this TensorFlow)")
     for rel in PATCHED_CMAKE:
         path = src / rel
         text = path.read_text()
@@ -174,10 +223,14 @@ def fetch_sdist(workdir: Path) -> Path:
 def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="horovod-build-") as tmp:
         src = fetch_sdist(Path(tmp))
-        changes = patch_source(src, info["cxx_standard"], info["cuda"])
+        changes = patch_source(src, info["cxx_standard"], info["cuda"], info.get("tf_include"))
         env = dict(os.environ, HOROVOD_WITH_PYTORCH="1", HOROVOD_WITH_GLOO="1",
-                   HOROVOD_WITHOUT_TENSORFLOW="1", HOROVOD_WITHOUT_MXNET="1", CMAKE_POLICY_VERSION_MINIMUM="3.5",
+                   HOROVOD_WITHOUT_MXNET="1", CMAKE_POLICY_VERSION_MINIMUM="3.5",
                    MAKEFLAGS=f"-j{max(1, os.cpu_count() or 1)}")
+        for switch in ("HOROVOD_WITH_TENSORFLOW", "HOROVOD_WITHOUT_TENSORFLOW"):
+            env.pop(switch, None)
+        # with TensorFlow installed it is required (a failure says so), else left out
+        env["HOROVOD_WITH_TENSORFLOW" if info.get("tensorflow") else "HOROVOD_WITHOUT_TENSORFLOW"] = "1"
         env["HOROVOD_WITH_MPI" if info["mpi"] else "HOROVOD_WITHOUT_MPI"] = "1"
         if info["cuda_home"]:
             env["CUDA_HOME"] = info["cuda_home"]
@@ -194,6 +247,10 @@ def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
                 time.sleep(30)
                 if proc.poll() is None:
                     print(f"  ... still building ({time.monotonic() - started:.0f} s)", flush=True)
+            took = time.monotonic() - started
+            log.write(f"\nbuild took {took:.0f} s (exit {proc.returncode})\n")
+        if proc.returncode == 0:
+            print(f"  built in {took:.0f} s", flush=True)
         if proc.returncode != 0:
             raise BuildError(f"building Horovod failed (exit {proc.returncode}); full log {log_path}; its first "
                              f"errors:\n{first_errors(log_path.read_text(errors='replace'))}")
@@ -250,7 +307,8 @@ def ensure(force: bool = False) -> Path | None:
     if missing:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *missing], check=True)
     if force or not wheels:
-        print(f"building Horovod {HOROVOD_VERSION} against torch {info['torch']} "
+        against = f"torch {info['torch']}" + (f" and TensorFlow {info['tensorflow']}" if info["tensorflow"] else "")
+        print(f"building Horovod {HOROVOD_VERSION} against {against} "
               f"(C++{info['cxx_standard']}, {'+'.join(info['features'])}); this takes several minutes "
               f"once, then the wheel is reused from {out_dir}", flush=True)
         for old in wheels:

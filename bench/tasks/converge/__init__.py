@@ -54,6 +54,9 @@ def build_spec(*, target: float | None = None, epochs: int | None = None, eval_e
     if train_options.get("inject") or train_options.get("step_delay"):
         raise UsageError("bench converge takes no --inject or --inject-delay: it measures training as it is")
     train_options.setdefault("data", CONVERGE_DEFAULTS["data"])
+    backend = train_options.get("backend")
+    if backend is not None and "converge" not in get_backend(backend).tasks:
+        raise UsageError(f"backend {backend} takes no converge runs (it takes {', '.join(get_backend(backend).tasks)})")
     spec = train_spec(**train_options)
     if spec.data == "synthetic":
         raise UsageError("time to accuracy needs a real data set: --data digits (always here), mnist or imagefolder")

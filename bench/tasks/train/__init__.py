@@ -251,7 +251,9 @@ def fmt_throughput(thr: Summary | None) -> str:
 
 
 def placement_words(spec) -> str:
-    return f"{spec.world_size} GPU(s), NCCL" if spec.device == "cuda" else f"{spec.world_size} CPU process(es), gloo"
+    transport = get_backend(spec.backend).transport(spec.device, spec.backend_options)
+    return f"{spec.world_size} GPU(s), {transport}" if spec.device == "cuda" else \
+        f"{spec.world_size} CPU process(es), {transport}"
 
 
 def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:

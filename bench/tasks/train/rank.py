@@ -6,36 +6,22 @@ from __future__ import annotations
 import os
 import time
 
-import torch
-
 from bench.rank.inject import fire_injected, injected_for
 from bench.rank.kit import GroupMember, StepLoop, step_delay_seconds, thread_affinities, timed_windows
-from bench.rank.profile import StepProfiler
-from bench.rank.model import build_model, initial_model, save_model, save_params
-from bench.rank.training import first_non_finite, optimizer_step, param_sums
+from bench.rank.model import initial_model
+from bench.rank.training import first_non_finite
 from workloads import get_workload
-from workloads.data import TimedBatches, open_batches
 
 
 def train_rank(joined, inject: dict | None) -> dict:
     """The measured loop on one worker: warm-up, then the timed windows; its output for the result file."""
     spec, run_dir, info = joined.spec, joined.run_dir, joined.info
     affinity = joined.affinity
-    device, sync = joined.device, joined.sync
     workload = get_workload(spec.workload)
-    model, optimizer = build_model(spec, device)
-    model, optimizer = joined.group.wrap(model, optimizer, spec)
-    batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
-                           image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                           rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir,
-                           loader=spec.loader, loader_workers=spec.loader_workers, workload=workload)
-    timed_input = TimedBatches(batches) if spec.loader == "dataloader" else None
-    batches = timed_input or batches
+    training = joined.group.training(joined, workload)  # the framework's side: model, optimizer, batches, step
+    sync, timed_input = training.sync, training.timed_input
     input_waits = []  # input wait per timed window (a DataLoader feeds the run)
-    loss_fn = workload.make_loss()
-    passes = spec.backward_passes  # micro-batches per optimizer step (the loss scaled to match one big batch)
-    step = StepLoop(lambda: optimizer_step(model, optimizer, loss_fn, batches.__next__, passes), inject)
-    plain_core = step.core
+    step = StepLoop(training.step, inject)
 
     def progress(window: int):
         if timed_input is not None:  # the wait since the last window ended: this window's, once timing began
@@ -47,22 +33,24 @@ def train_rank(joined, inject: dict | None) -> dict:
     loss = step()
     sync()
     joined.first_step_end = time.time()
-    loss_first = loss.item()
+    loss_first = training.value(loss)
     # (step, "loss", value): every warm-up step's loss (untimed, and synchronised already), then each window's
     # last; nothing inside a timed window reads a loss, which would add a device sync per step
     checks = [(step.done, "loss", loss_first)]
     warmup_times = []
-    # the warm-up after the first step is profiled (bench.rank.profile); the windows run the plain step
-    profiler = StepProfiler(model, sync)
-    step.core = lambda: optimizer_step(model, optimizer, loss_fn, batches.__next__, passes, profiler.mark)
+    # the warm-up after the first step is profiled where the framework can (bench.rank.profile); the windows run
+    # the plain step
+    profiler, profiled_step = training.profiled()
+    if profiled_step is not None:
+        step.core = profiled_step
     for _ in range(spec.warmup_steps - 1):
         t0 = time.perf_counter()
         loss = step()
         sync()
         warmup_times.append(time.perf_counter() - t0)
-        checks.append((step.done, "loss", loss.item()))
-    step.core = plain_core
-    profile = profiler.close()
+        checks.append((step.done, "loss", training.value(loss)))
+    step.core = training.step
+    profile = profiler.close() if profiler is not None else None
     if spec.step_delay:
         step.delay_s = step_delay_seconds(spec.step_delay, warmup_times, step, sync)
     progress(0)
@@ -71,15 +59,14 @@ def train_rank(joined, inject: dict | None) -> dict:
     window_times, last_losses = timed_windows(step, spec.windows, spec.steps_per_window, joined.group.barrier,
                                               sync, progress)
     placed = thread_affinities()  # every thread the run started is alive now: where each may run
-    window_losses = [loss.item() for loss in last_losses]
+    window_losses = [training.value(loss) for loss in last_losses]
     checks += [(before_windows + (w + 1) * spec.steps_per_window, "loss", v) for w, v in enumerate(window_losses)]
     window_input_wait = input_waits[1:] if timed_input is not None else None  # [0] is the warm-up's
 
-    plain = getattr(model, "module", model)  # the model without its data-parallel wrapper
-    sums = param_sums(plain)
+    sums = training.param_sums()
     if spec.save_params:
-        save_params(plain, run_dir.params_file(joined.file_rank, joined.attempt))
-    saved = save_model(plain, spec.save_model) if spec.save_model and info.worker_index == 0 else None
+        training.save_params(run_dir.params_file(joined.file_rank, joined.attempt))
+    saved = training.save_model(spec.save_model) if spec.save_model and info.worker_index == 0 else None
     return {
         "saved_model": saved,
         "window_times": window_times,
@@ -93,8 +80,8 @@ def train_rank(joined, inject: dict | None) -> dict:
         "param_checksum": sums.total,
         "param_abs_checksum": sums.absolute,
         "non_finite": first_non_finite(checks, sums.total, step.done),
-        "cuda_peak_bytes": torch.cuda.max_memory_allocated(device) if spec.device == "cuda" else None,
-        "threads": {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
+        "cuda_peak_bytes": training.device_peak_bytes(),
+        "threads": {**training.threads(),
                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity,
                     "process_threads": len(placed), "threads_off_affinity": sum(c != affinity for c in placed.values())},
     }
@@ -115,6 +102,8 @@ def serve_parameters(joined, inject: dict | None) -> dict:
     worker of every backend, and applies the same optimizer (SGD with the run's lr, its schedule and momentum) to
     the gradients the workers push (the backend's protocol: ProcessGroup.server). Returns its counters, with the
     time spent applying updates."""
+    import torch  # here, not at the top: a TensorFlow backend's workers load this module too
+
     spec = joined.spec
     server = joined.group.server(spec, joined.info)
     weights = torch.nn.Parameter(server.shard(initial_model(spec, "cpu")))

@@ -14,7 +14,7 @@ import math
 import statistics
 
 from bench.core import stats
-from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
+from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, framework_words, get_backend
 from bench.core.spec import pinned_words
 from bench.report.sections import (Bullets, Cell, Heading, Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code,
                                    em, env_differences, figure_png, fmt, judged_outcome, left, pct, pyplot, right,
@@ -82,6 +82,9 @@ def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str
                 counterpart = get_backend(other).counterpart if other in BACKEND_MODULES else None
                 best = rows[counterpart] if counterpart in rows else max(primaries, key=lambda c: c.throughput)
                 pairs.append((other, best.backend))
+            rival = get_backend(other).rival if other in BACKEND_MODULES else None
+            if rival in rows:
+                pairs.append((other, rival))
         for a, b in pairs:
             x, y = rows[a], rows[b]
             d = difference(x, y)
@@ -90,7 +93,10 @@ def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str
             caution = [c.backend for c in (x, y) if c.unstable]
             caution = f" Caution: {', '.join(caution)} unstable." if caution else ""
             what = a if (a, b) == PRIMARY else f"{a} ({backend_options_words(x)})"
-            sentences.append(f"{where}: {what} against {b}: {said['outcome']} ({difference_text(d, j)}).{caution}")
+            label = framework_words(a, b)
+            label = f"{label}, " if label else ""
+            sentences.append(f"{where}: {label}{what} against {b}: {said['outcome']} ({difference_text(d, j)})."
+                             f"{caution}")
         if pairs and pairs[0] == PRIMARY:
             differs = env_differences([rows[first].latest, rows[second].latest])
             if differs:

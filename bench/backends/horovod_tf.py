@@ -1,0 +1,112 @@
+"""horovod-tf: Horovod's TensorFlow side, horovodrun (the same launchers as the horovod backend: Gloo by default, MPI on
+request) + hvd.DistributedGradientTape, variables broadcast from rank 0 before the first step.
+
+One Horovod build holds both frameworks (bench.tools.horovod_build builds against TensorFlow too where it is
+installed); this backend needs its TensorFlow library. The step is a tf.function: forward and loss under a
+GradientTape, the tape wrapped by DistributedGradientTape (its gradients averaged over the workers, or Adasum;
+fp16 compression on request), then the Keras optimizer's update. Fusion threshold and cycle time are Horovod's own
+variables, as for the horovod backend. Horovod's Keras layer (horovod.tensorflow.keras) would need TF_USE_LEGACY_KERAS=1
+from TF 2.16 on; the tape needs no Keras of Horovod's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from bench.backends.base import Backend, ProcessGroup, rank_row
+from bench.backends.horovod import HorovodBackend, HorovodLauncher, built_frameworks, check_build
+from bench.backends.tf_training import (TF_ENV, TF_TASKS, KerasTraining, optimizer_variables, set_tf_threads,
+                                        tensorflow_problem, visible_gpu)
+
+
+class HorovodTFLauncher(HorovodLauncher):
+    def env(self, spec):
+        return {**super().env(spec), **TF_ENV}
+
+
+class HorovodTFGroup(ProcessGroup):
+    def set_threads(self, threads):
+        set_tf_threads(threads)
+
+    def init(self, spec):
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        hvd.init()
+        if spec.device == "cuda":
+            visible_gpu(hvd.local_rank())
+        self.hvd, self.tf, self.spec = hvd, tf, spec
+        return rank_row(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(),
+                        local_world_size=hvd.local_size(), group_rank=hvd.cross_rank(),
+                        role_rank=hvd.rank(), restart_count=0)
+
+    def barrier(self):
+        # horovod.tensorflow has no barrier: an allreduce every rank takes part in is one
+        self.hvd.allreduce(self.tf.constant(0.0), op=self.hvd.Sum, name="bench.barrier").numpy()
+
+    def shutdown(self):
+        self.hvd.shutdown()
+
+    def training(self, joined, workload):
+        return KerasTraining(joined, workload, self)
+
+    # ------------------------------------------------------------ KerasTraining's hooks
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def replicated(self, model, optimizer):
+        """Rank 0's initial parameters and optimizer state, everywhere (hvd.broadcast_variables)."""
+        self.hvd.broadcast_variables(model.variables, root_rank=0)
+        self.hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
+
+    def train_step(self, model, optimizer, loss_of):
+        hvd, tf, opts = self.hvd, self.tf, self.spec.backend_options
+        compression = hvd.Compression.fp16 if opts["hvd_compression"] == "fp16" else hvd.Compression.none
+        op = hvd.Adasum if opts["hvd_op"] == "adasum" else hvd.Average
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_of(x, y)
+            tape = hvd.DistributedGradientTape(tape, compression=compression, op=op)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        return step
+
+
+class HorovodTFBackend(HorovodBackend):
+    name = "horovod-tf"
+    summary = "horovodrun (Gloo or MPI controller) + hvd.DistributedGradientTape (TensorFlow, Keras models)"
+    framework = "tensorflow"
+    tasks = TF_TASKS
+    counterpart = "horovod"  # the same launcher and library, in the other framework
+    rival = "tf-mwms"  # within TensorFlow: Horovod against TensorFlow's own
+    comm_ops = ()
+    # the horovod backend's options less local accumulation (DistributedGradientTape has no backward passes per step)
+    options = tuple(o for o in HorovodBackend.options if o.name != "hvd_backward_passes")
+    launcher = HorovodTFLauncher()
+    group_type = HorovodTFGroup
+    elastic = None
+
+    def unavailable_reason(self, device):
+        problem = tensorflow_problem(device) or super().unavailable_reason(device)
+        if problem:
+            return problem
+        if "TensorFlow" not in built_frameworks():
+            return "this Horovod was built without TensorFlow; with TensorFlow installed, rebuild it: " \
+                   "python -m bench.tools.horovod_build --force"
+        return None
+
+    def check_options(self, options, device):
+        return super().check_options({**options, "hvd_backward_passes": 1}, device)
+
+    def backward_passes(self, options):
+        return 1
+
+    def doctor_lines(self):
+        return []  # the horovod backend's lines say which build this is and which frameworks it holds
+
+
+BACKEND = HorovodTFBackend()

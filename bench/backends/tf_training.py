@@ -1,0 +1,211 @@
+"""The TensorFlow side shared by the two TensorFlow backends (tf-mwms: MultiWorkerMirroredStrategy; horovod-tf:
+Horovod's TensorFlow side): availability, threads, and the train task's framework side (KerasTraining), the
+counterpart of bench.rank.training.TorchTraining. Each backend's group gives what differs: the scope the model is
+built in, what happens once it is built (Horovod broadcasts from rank 0), and the step.
+
+The same model as the PyTorch backends (the workload's build_keras: the same layers and parameter count, checked by
+tests/test_tf.py), the same optimizer (SGD with the run's lr and momentum: Keras's v = m*v - lr*g, p += v equals
+PyTorch's v = m*v + g, p -= lr*v at a constant lr), the same loss (mean cross-entropy of the logits) and the same
+per-worker batch. Synthetic data is drawn here with numpy from the same per-rank seed (the same shapes and
+distribution as the PyTorch backends', not the same numbers: torch's generator is not numpy's); a real data set
+(--data digits or mnist, --loader memory) is the PyTorch backends' own batch stream, the same samples in the same
+order, converted per batch (it loads torch into the process). Inputs are channels-last (NHWC).
+
+Nothing here imports TensorFlow at module level: the parent (bench doctor, --help, spec checks) loads this module.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from bench.core.rundir import write_atomic
+from bench.rank.training import ParamSums
+
+# TF's start-up chatter (oneDNN, CPU features, "no CUDA drivers") is kept out of the rank logs; errors still show
+TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+# the kinds of run they take: the fault, communication and converge tasks' rank programs are PyTorch's
+TF_TASKS = ("train",)
+INSTALL_HINT = "pip install -e .[tf] (TensorFlow and tf_keras), then python -m bench.tools.horovod_build"
+
+
+def tensorflow_problem(device: str) -> str | None:
+    """None when TensorFlow and tf_keras are installed, else what is missing and how to get it (read without
+    importing them)."""
+    missing = [name for name in ("tensorflow", "tf_keras") if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed: {INSTALL_HINT}"
+    return None
+
+
+def set_tf_threads(threads: int) -> None:
+    """--threads as TensorFlow's intra-op pool (what torch.set_num_threads sets); its inter-op pool gets as many,
+    at least 2: a collective waiting for a peer holds one inter-op thread, and one pool thread would deadlock."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+
+
+def synthetic_arrays(*, batch: int, channels: int, image: int, classes: int, seed: int, rank: int, count: int):
+    """A fixed set of seeded batches, NHWC float32 inputs and int64 labels, cycled by the caller: the numpy twin of
+    workloads.data.SyntheticBatches (same count, shapes, distribution and per-rank seed)."""
+    import numpy as np
+
+    from workloads.data import rank_seed
+
+    rng = np.random.default_rng(rank_seed(seed, rank))
+    x = rng.standard_normal((count, batch, channels, image, image), dtype=np.float32)
+    y = rng.integers(0, classes, (count, batch), dtype=np.int64)
+    return np.ascontiguousarray(x.transpose(0, 1, 3, 4, 2)), y
+
+
+class TorchBatchesAsArrays:
+    """The PyTorch backends' batch stream of a real data set, each batch converted to NHWC numpy arrays."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        x, y = next(self.inner)
+        return x.permute(0, 2, 3, 1).contiguous().numpy(), y.numpy()
+
+
+def open_arrays(spec, info, workload):
+    """The worker's batches as (inputs, labels) numpy arrays, cycled forever."""
+    from workloads.data import SYNTHETIC_BATCHES, open_batches
+
+    if spec.loader != "memory":
+        raise RuntimeError(f"the TensorFlow backends read batches from memory only (--loader memory), not "
+                           f"--loader {spec.loader}")
+    if spec.data == "synthetic":
+        xs, ys = synthetic_arrays(batch=spec.batch_size, channels=workload.channels, image=spec.image_size,
+                                  classes=spec.num_classes, seed=spec.seed, rank=info.worker_index,
+                                  count=SYNTHETIC_BATCHES)
+
+        def cycle():
+            while True:
+                for i in range(len(xs)):
+                    yield xs[i], ys[i]
+        return cycle()
+    return TorchBatchesAsArrays(open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
+                                             image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
+                                             rank=info.worker_index, world=info.world_size, device="cpu",
+                                             data_dir=spec.data_dir, loader="memory", workload=workload))
+
+
+def keras_sgd(spec):
+    from workloads.keras import keras
+
+    return keras().optimizers.SGD(learning_rate=spec.lr, momentum=spec.momentum)
+
+
+def per_example_loss():
+    """Cross-entropy of the logits per example: the caller averages (PyTorch's CrossEntropyLoss, mean)."""
+    from workloads.keras import keras
+
+    k = keras()
+    return k.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=k.losses.Reduction.NONE)
+
+
+def optimizer_variables(optimizer) -> list:
+    """The optimizer's own variables (iterations, momentum slots), a property or a method by Keras version."""
+    found = optimizer.variables
+    return list(found() if callable(found) else found)
+
+
+class KerasTraining:
+    """A training run's framework side under a TensorFlow backend, with TorchTraining's methods. `group` gives
+    scope() (where the model and optimizer are built), replicated(model, optimizer) (called once they exist, before
+    the first step) and train_step(model, optimizer, loss_of) (the step as a tf.function of a batch, returning this
+    worker's loss)."""
+
+    framework = "tensorflow"
+    timed_input = None  # batches come from memory: no input wait to time
+
+    def __init__(self, joined, workload, group):
+        import tensorflow as tf
+
+        spec, info = joined.spec, joined.info
+        if workload.build_keras is None:
+            raise RuntimeError(f"workload {workload.name} has no Keras model (build_keras): the TensorFlow backends "
+                               "cannot run it")
+        if spec.backward_passes != 1:
+            raise RuntimeError("the TensorFlow backends take one backward pass per step")
+        self.spec, self.tf = spec, tf
+        self.device = "/GPU:0" if spec.device == "cuda" else "/CPU:0"
+        from workloads.keras import keras
+
+        keras().utils.set_random_seed(spec.seed)  # Python's, numpy's and TensorFlow's: the same initial weights
+        with group.scope():
+            self.model = workload.build_keras(spec.num_classes, spec.image_size)
+            self.optimizer = keras_sgd(spec)
+            self.optimizer.build(self.model.trainable_variables)
+        group.replicated(self.model, self.optimizer)
+        losses = per_example_loss()
+
+        def loss_of(x, y):
+            return tf.reduce_mean(losses(y, self.model(x, training=True)))
+        self._step = group.train_step(self.model, self.optimizer, loss_of)
+        self.batches = open_arrays(spec, info, workload)
+        self._last = None
+
+    def step(self):
+        x, y = next(self.batches)
+        self._last = self._step(x, y)
+        return self._last
+
+    @staticmethod
+    def profiled():
+        """No profile: the scaling model's per-gradient ready times come from PyTorch's hooks (bench.rank.profile)."""
+        return None, None
+
+    @staticmethod
+    def value(loss) -> float:
+        return float(loss.numpy())
+
+    def sync(self) -> None:
+        """Wait for the last step's work: its loss is the last thing it computes (the updates come before)."""
+        if self._last is not None:
+            self._last.numpy()
+
+    def param_sums(self) -> ParamSums:
+        import numpy as np
+
+        params = [np.asarray(w.numpy(), dtype=np.float64) for w in self.model.trainable_weights]
+        return ParamSums(count=sum(p.size for p in params), total=float(sum(p.sum() for p in params)),
+                         absolute=float(sum(np.abs(p).sum() for p in params)))
+
+    def save_params(self, path) -> None:
+        """Every weight (trainable or not) by its Keras name, as a numpy .npz file at `path`."""
+        import numpy as np
+
+        with open(path, "wb") as fh:
+            np.savez(fh, **{w.name: w.numpy() for w in self.model.weights})
+
+    def save_model(self, path: str) -> str:
+        write_atomic(path, write=lambda tmp: self.save_params(tmp))
+        return path
+
+    def device_peak_bytes(self) -> int | None:
+        if self.spec.device != "cuda":
+            return None
+        return int(self.tf.config.experimental.get_memory_info("GPU:0")["peak"])
+
+    def threads(self) -> dict:
+        threading = self.tf.config.threading
+        return {"tensorflow": threading.get_intra_op_parallelism_threads(),
+                "interop": threading.get_inter_op_parallelism_threads()}
+
+
+def visible_gpu(local_rank: int) -> None:
+    """On a GPU run, this worker sees only the GPU of its local rank (as torch.cuda.set_device picks it)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
+        tf.config.experimental.set_memory_growth(gpus[local_rank % len(gpus)], True)
