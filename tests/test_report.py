@@ -43,8 +43,12 @@ def test_sections_in_order_and_verdict_computed(store_path):
     page = render_report(load_frame(Store(store_path)), "s")
     headings = re.findall(r"<h2 id=\"\w+\">([^<]+)</h2>", page)
     assert headings == ["Verdict", "Throughput and scaling", "Communication", "Where the time goes",
-                        "Startup and rendezvous", "Elasticity", "Rank map", "Environment",
-                        "Failed and unstable runs", "Methodology"]
+                        "At your scale (model projection)", "Startup and rendezvous", "Elasticity", "Rank map",
+                        "Environment", "Failed and unstable runs", "Methodology"]
+    scale = page.split('id="scale"')[1].split('id="startup"')[0]
+    # the sweep's plain loop, backends at 1 and 2 workers and communication sweeps: a projection, labelled so
+    assert "Model projection, not a measurement." in scale and "on cpu-10g" in scale
+    assert "efficiency at 1024" in scale and "the model&#39;s inputs" in scale
     verdict = page.split('id="verdict"')[1].split('id="throughput"')[0]
     # the scorecard: a row per workload and world size, with the figures and the test across launches behind it
     for world in (1, 2):

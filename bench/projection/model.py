@@ -125,7 +125,9 @@ class Parts:
 
     @property
     def step(self) -> float:
-        return self.compute + self.slowdown + self.exposed + self.overhead
+        """The parts' sum; never below half the compute: a fitted overhead may be negative (the replay over-counts at
+        2 workers), and past that floor it is noise of short runs, not a faster step."""
+        return max(self.compute + self.slowdown + self.exposed + self.overhead, 0.5 * self.compute)
 
 
 @dataclass(frozen=True)
