@@ -10,6 +10,7 @@ registry by name (bench.core.registry.task_part).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,12 @@ def _loads_heavy(target: str, known: dict, heavy: set, seen=None) -> bool:
 def test_every_layer_says_what_it_is_for(layer):
     doc = ast.get_docstring(ast.parse((BENCH / layer / "__init__.py").read_text()))
     assert doc and "import" in doc, f"bench/{layer}/__init__.py: a docstring saying what it holds and may import"
+
+
+def test_nothing_outside_the_tasks_compares_a_runs_task_with_a_name():
+    """Docs/architecture.md, "Two rules": what differs between kinds of run is a property of the task plug-in
+    (Task.model_input, Task.measured, ...), never a test of `spec.task` against a task's name elsewhere."""
+    found = [f"{path.relative_to(BENCH.parent)}:{n}" for name, path in modules().items()
+             if layer_of(name) != "tasks" for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"""\.task\s*(==|!=)\s*["']|\.task\s+(not\s+)?in\s+\(["']""", line)]
+    assert not found, found

@@ -247,3 +247,37 @@ def test_a_point_is_judged_only_where_the_link_dominates_and_the_launches_agree(
     assert v.judged == [judged]
     assert v.median_error == pytest.approx(0.05) and v.meets_goal()
     assert "1 of 3 points judged" in v.summary()
+
+
+def test_the_tasks_say_what_their_runs_give_the_model():
+    from bench.core.registry import all_tasks, get_task
+
+    assert get_task("train").model_input == "step" and get_task("comm").model_input == "collective"
+    assert {t.name for t in all_tasks() if not t.model_input} == {"fault", "converge"}
+
+
+# ---------------------------------------------------------------- bench predict on the study's committed store
+STUDY = __import__("pathlib").Path(__file__).resolve().parent.parent / "docs/studies/projection/bench.sqlite"
+
+
+def test_the_studys_table_is_what_bench_predict_validate_says():
+    """docs/studies/projection/validate.txt is the output of `bench predict --validate` on the committed store: the
+    model, its fit and its check have not drifted from the study; it misses a goal there, so it exits 1."""
+    from conftest import bench
+
+    proc = bench("predict", "--validate", "--store", str(STUDY))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == (STUDY.parent / "validate.txt").read_text()
+
+
+def test_compute_from_another_workloads_run_is_refused_in_one_line():
+    from conftest import bench
+    from test_cli_errors import assert_one_line_error
+
+    from bench.cli.common import open_store
+
+    other = next(r.run_id for r in open_store(str(STUDY)).records()
+                 if r.spec.backend == "single" and r.spec.workload == "resnet18")
+    proc = bench("predict", "--store", str(STUDY), "--workload", "mnist_mlp", "--backend", "elastic",
+                 "--compute-from", other)
+    assert_one_line_error(proc, f"--compute-from {other}: it trained resnet18, not mnist_mlp")

@@ -9,13 +9,13 @@ from dataclasses import replace
 from bench.cli import options
 from bench.cli.common import comma_list, examples, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
-from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP
+from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PROJECTED
 from bench.projection.clusters import DEFAULT_CLUSTER, MAX_WORKERS, PROFILES, parse_cluster, profile
-from bench.projection.fit import Case, cases_in, fit_backends
+from bench.projection.fit import Case, cases_in, fit_backends, gives
 from bench.projection.model import crossover, project, with_compute
 from bench.projection.validate import validate
 
-DEFAULT_BACKENDS = "elastic,horovod,ps"
+DEFAULT_BACKENDS = ",".join(PROJECTED)
 
 
 def add_parser(verbs) -> None:
@@ -59,7 +59,8 @@ def cmd(args) -> int:
     backends = comma_list(args.backend)
     unknown = [b for b in backends if b not in BACKEND_MODULES or b == PLAIN_LOOP]
     if unknown:
-        raise UsageError(f"--backend {','.join(unknown)}: choose from {DEFAULT_BACKENDS}, ray")
+        raise UsageError(f"--backend {','.join(unknown)}: choose from "
+                         f"{', '.join(b for b in BACKEND_MODULES if b != PLAIN_LOOP)}")
     if args.compute_ms is not None and args.compute_from:
         raise UsageError("--compute-ms and --compute-from both give the compute: give one")
     if args.compute_batch is not None and args.compute_ms is None:
@@ -140,9 +141,12 @@ def compute_for(inputs, cluster, args, store):
                                     "and own processing there are unknown and left out"), batch=batch)
     if args.compute_from:
         rec = next((r for r in store.records() if r.run_id == args.compute_from), None)
-        if rec is None or rec.spec.task != "train" or not rec.ok or rec.metrics is None:
+        if rec is None or not gives(rec, "step") or not rec.ok or rec.metrics is None:
             raise UsageError(f"--compute-from {args.compute_from}: no ok training run of that id in the store "
                              "(`bench list` shows them; `bench import` brings another machine's)")
+        if rec.spec.workload != inputs.workload:
+            raise UsageError(f"--compute-from {args.compute_from}: it trained {rec.spec.workload}, not "
+                             f"{inputs.workload}; give a run of the same workload (or --workload {rec.spec.workload})")
         if rec.spec.world_size != 1:
             raise UsageError(f"--compute-from {args.compute_from}: it ran {rec.spec.world_size} workers; give a run "
                              "at 1 worker")

@@ -25,6 +25,7 @@ BACKEND_MODULES = {
 # what `--backend all` runs (where each can run; compared_for: those that take a task)
 COMPARED = ("elastic", "horovod", "ps", "ray", "tf-mwms", "horovod-tf")
 PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are reference points
+PROJECTED = ("elastic", "horovod", "ps")  # what the scaling model covers by default: the backends its study checked
 PLAIN_LOOP = "single"  # the plain loop every backend is also measured against
 DEFAULT_BACKEND = "elastic"  # `bench run` and `bench fault` without --backend
 

@@ -33,13 +33,18 @@ class Case:
     device: str
 
 
+def gives(record, what: str) -> bool:
+    """Whether `record`'s task gives the model this kind of input (bench.tasks.base.Task.model_input)."""
+    return record.task.model_input == what
+
+
 def one_host(records: list) -> list:
     """The ok runs made on one host: what the model may be fitted on."""
     return [r for r in records if r.ok and not r.spec.hosts and r.spec.scheduler in (None, "none")]
 
 
 def _train(records, backend: str, case: Case, world: int | None = None) -> list:
-    return [r for r in records if r.spec.task == "train" and r.spec.backend == backend
+    return [r for r in records if gives(r, "step") and r.spec.backend == backend
             and r.spec.workload == case.workload and r.spec.batch_size == case.batch and r.spec.threads == case.threads
             and r.spec.device == case.device and (world is None or r.spec.world_size == world)
             and r.metrics is not None]
@@ -52,7 +57,7 @@ def _ids(records) -> tuple[str, ...]:
 def cases_in(records: list) -> list[Case]:
     """Every case the plain loop ran at one worker on one host, with a profile."""
     found = {Case(r.spec.workload, r.spec.batch_size, r.spec.threads, r.spec.device) for r in one_host(records)
-              if r.spec.task == "train" and r.spec.backend == PLAIN_LOOP and r.spec.world_size == 1
+              if gives(r, "step") and r.spec.backend == PLAIN_LOOP and r.spec.world_size == 1
               and r.metrics is not None and r.metrics.profile}
     return sorted(found, key=lambda c: (c.workload, c.device, c.batch, c.threads))
 
@@ -67,7 +72,7 @@ def measured_link(records: list, inputs: Inputs, rate: str, delay: str | None = 
     out: at one world size their fixed cost cannot be split into per-step latency and per-call overhead, and in a
     fit with them that split decides the slope. None when no such sweep is stored. Training runs across hosts are
     never read."""
-    sweeps = [r for r in records if r.ok and r.spec.task == "comm" and r.spec.backend == inputs.backend
+    sweeps = [r for r in records if r.ok and gives(r, "collective") and r.spec.backend == inputs.backend
               and r.spec.hosts and len(r.spec.hosts) == 2 and r.spec.world_size == 2 and r.spec.link
               and r.spec.link["rate"] == rate and r.spec.link.get("delay") == delay and r.metrics is not None]
     if not sweeps:
@@ -78,7 +83,7 @@ def measured_link(records: list, inputs: Inputs, rate: str, delay: str | None = 
         for row in r.metrics.rows:
             if row.op != "allreduce" or row.time_us <= 0:
                 continue
-            (exchange,) = plugin.exchanges(float(row.size), 2, 2, "cpu", r.spec.backend_options)[:1]
+            exchange = plugin.exchanges(float(row.size), 2, 2, "cpu", r.spec.backend_options)[0]
             if row.size < LINK_FIT_BYTES:
                 continue
             steps.append(exchange.steps)
@@ -131,7 +136,7 @@ def fit(records: list, backend: str, case: Case) -> Inputs:
     world = max(r.spec.world_size for r in multi)
     multi = [r for r in multi if r.spec.world_size == world]
     options = multi[-1].spec.backend_options
-    comm = [r for r in runs if r.spec.task == "comm" and r.spec.backend == backend and r.spec.world_size == world
+    comm = [r for r in runs if gives(r, "collective") and r.spec.backend == backend and r.spec.world_size == world
             and r.spec.device == case.device and r.metrics is not None and r.metrics.fit]
     if not comm:
         raise UsageError(f"no {backend} communication sweep at {world} workers on one host ({case.device}) with an "

@@ -16,9 +16,9 @@ import statistics
 from dataclasses import dataclass
 
 from bench.core.errors import UsageError
-from bench.core.stats import CONFIDENCE, Family, ratio_of_cases, t_quantile
+from bench.core.stats import Family, ratio_of_cases, summarize
 from bench.projection.clusters import shaped_test_hosts
-from bench.projection.fit import Case, fit, measured_link
+from bench.projection.fit import Case, fit, gives, measured_link
 from bench.projection.model import Point, Value, project
 
 GOAL_MEDIAN = 0.08  # the model's goal: median absolute error at most 8%
@@ -145,7 +145,7 @@ class Validation:
 
 def held_out(records: list) -> list:
     """The ok training runs across hosts with a shaped link: what the model is checked against."""
-    return [r for r in records if r.ok and r.spec.task == "train" and r.spec.hosts and r.spec.link
+    return [r for r in records if r.ok and gives(r, "step") and r.spec.hosts and r.spec.link
             and r.metrics is not None]
 
 
@@ -176,16 +176,12 @@ def validate(records: list) -> Validation:
             project(inputs, shaped_test_hosts(runs[-1].spec.link, world, cores, link[0]), [world])[0]
         values = [r.metrics.step_time_s.mean for r in runs]
         measured = Value.of(values, tuple(r.run_id for r in runs))
-        from_t = _t_half(measured)
+        interval = summarize(values)  # the mean over launches with its t interval (NaN bounds from one launch)
         share = point.parts.compute / point.step
         rows.append(Row(workload, backend, world, rate + (f":{delay}" if delay else ""), measured,
-                        measured.mean - from_t, measured.mean + from_t, point, share, measured.runs, nominal,
+                        interval["ci_low"], interval["ci_high"], point, share, measured.runs, nominal,
                         link is not None, link[1] if link else ()))
     return Validation(rows, winners(rows, groups), skipped)
-
-
-def _t_half(value: Value) -> float:
-    return t_quantile(CONFIDENCE, value.dof) * value.se if value.dof >= 1 else float("nan")
 
 
 def winners(rows: list[Row], groups: dict) -> list[Winner]:

@@ -6,13 +6,13 @@ model projection, and the section says so wherever one is shown."""
 from __future__ import annotations
 
 from bench.projection.clusters import PROFILES, profile
-from bench.projection.fit import cases_in, fit_backends
+from bench.core.registry import PROJECTED
+from bench.projection.fit import cases_in, fit_backends, gives
 from bench.projection.model import crossover, project
 from bench.projection.validate import GOAL_MEDIAN, GOAL_WORST, validate
 from bench.report.sections import (Bullets, Paragraph, Plot, Section, Table, code, figure_png, fmt, left, pyplot,
                                    right, strong)
 
-BACKENDS = ("elastic", "horovod", "ps")
 SHOWN_AT = (2, 8, 64, 1024)  # worker counts the table gives
 ORDER = 35  # after "Where the time goes", before startup
 
@@ -22,7 +22,7 @@ def scale_section(records: list) -> Section | None:
     training run at all."""
     cases = cases_in(records)
     if not cases:
-        if not any(r.spec.task == "train" for r in records):
+        if not any(gives(r, "step") for r in records):
             return None
         return Section("scale", "At your scale (model projection)", ORDER, [Paragraph(
             ["Nothing to project: the scaling model starts from a plain-loop run at one worker with its warm-up "
@@ -42,7 +42,7 @@ def scale_section(records: list) -> Section | None:
     blocks += validation_blocks(records)
     gpu_profiles = [name for name, c in PROFILES.items() if c.device == "cuda"]
     for case in cases:
-        fitted, why_not = fit_backends(records, BACKENDS, case)
+        fitted, why_not = fit_backends(records, PROJECTED, case)
         missing = [f"{backend}: {why}" for backend, why in why_not.items()]
         if not fitted:
             blocks.append(Paragraph(f"{case.workload}: no backend can be projected: " + "; ".join(missing), "note"))

@@ -56,6 +56,9 @@ class Task(ABC):
     label = ""  # what a run of this task is called: "training", "communication sweep", "fault injection"
     metrics_type: type = object
     columns: tuple[str, ...] = ()  # frame_columns' names, declared so that every frame has them all
+    # what its runs give the scaling model (bench.projection): "step" (a measured, profiled training step),
+    # "collective" (an alpha-beta fit of the backend's allreduce), or "" (nothing)
+    model_input = ""
 
     # ------------------------------------------------------------ parent side
     @abstractmethod

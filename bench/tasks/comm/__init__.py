@@ -111,6 +111,7 @@ def fmt_busbw(metrics: CommMetrics | None) -> str:
 class CommTask(Task):
     name = "comm"
     label = "communication sweep"
+    model_input = "collective"
     metrics_type = CommMetrics
     columns = ("rendezvous_s", "peak_rss_mb", "dtype")
 

@@ -323,6 +323,7 @@ def diverged_v6(record: dict, sightings) -> dict:
 class TrainTask(Task):
     name = "train"
     label = "training"
+    model_input = "step"
     metrics_type = TrainMetrics
     columns = ("throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s", "startup_s",
                "rendezvous_s", "peak_rss_mb", "input_wait_share")
