@@ -266,3 +266,40 @@ def test_both_tensorflow_backends_end_with_the_same_parameters(store):
         sums[backend] = [(r["param_checksum"], r["loss_last"]) for r in record["metrics"]["per_rank"]]
     for (total, loss), (total_h, loss_h) in zip(sums["tf-mwms"], sums["horovod-tf"]):
         assert total_h == pytest.approx(total, rel=1e-5) and loss_h == pytest.approx(loss, rel=1e-4)
+
+
+def test_the_bare_keras_loops_are_started_as_their_guides_start_them():
+    import sys
+
+    from bench.workflows.reference import BARE_LOOPS
+
+    mwms = BARE_LOOPS["tf-mwms"].command(3, ["--steps", 12])  # the script starts its workers, each with a TF_CONFIG
+    assert mwms == [sys.executable, str(BARE_LOOPS["tf-mwms"].script), "--num-workers", "3", "--steps", "12"]
+    hvd = BARE_LOOPS["horovod-tf"].command(2, [])
+    assert hvd[1:6] == ["--gloo", "-np", "2", "-H", "localhost:2"] and hvd[-1].endswith("bare_horovod_tf.py")
+    for loop in ("tf-mwms", "horovod-tf"):  # no harness and no torch in a bare Keras loop
+        source = BARE_LOOPS[loop].script.read_text() + (BARE_LOOPS[loop].script.parent / "bare_keras_common.py").read_text()
+        assert "import torch" not in source and "from bench" not in source and "import bench" not in source
+
+
+@needs_tf
+@pytest.mark.slow
+def test_the_tensorflow_backends_against_their_bare_keras_loops(tmp_path):
+    """Two pairs of real launches per figure: the suite's run and the bare Keras loop (bare_mwms.py starting its own
+    workers; bare_horovod_tf.py under horovodrun), training and a 16 MiB allreduce."""
+    import json
+
+    from conftest import bench
+
+    proc = bench("selfcheck", "--backend", "tf-mwms,horovod-tf", "--workload", "mnist_mlp", "--pairs", "2",
+                 "--max-minutes", "0", *FAST, "--json", "--store", tmp_path / "s.sqlite", timeout=400)
+    assert proc.returncode in (0, 1), proc.stderr  # the verdict depends on the machine; the shape does not
+    out = json.loads(proc.stdout)
+    assert [(c["backend"], c["figure"]) for c in out["checks"]] == [
+        ("tf-mwms", "throughput"), ("tf-mwms", "busbw"), ("horovod-tf", "throughput"), ("horovod-tf", "busbw")]
+    for check in out["checks"]:
+        assert check["launches"] == [2, 2] and not check["why"].startswith("a launch failed"), check["why"]
+        assert all(v > 0 for v in check["suite"] + check["bare"]) and check["low"] < check["ratio"] < check["high"]
+        # the same work on both sides: far from equal would be another model, batch or message, not noise
+        assert 0.5 < check["ratio"] < 2.0, check
+    assert "Traceback" not in proc.stderr

@@ -66,7 +66,7 @@ class MWMSGroup(ProcessGroup):
         # a stopped peer is noticed within the run's timeout, as gloo's is under the other backends
         options = tf.distribute.experimental.CommunicationOptions(implementation=implementation,
                                                                   timeout_seconds=max(60.0, spec.timeout))
-        self.tf = tf
+        self.tf, self.index, self.world, self.timeout_s = tf, index, world, max(60.0, spec.timeout)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         self._barrier = self._collective = None
         self.barrier()  # the rendezvous: every worker's server is up and the collective group formed
@@ -81,6 +81,21 @@ class MWMSGroup(ProcessGroup):
                 return strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
             self._barrier = meet
         self._barrier().numpy()
+
+    def shutdown(self):
+        """Worker 0 leaves last. A worker fetches its peers' parts of a collective from their servers (gRPC
+        RecvBuf), so a worker that exits as soon as its own last collective returned can cut off a peer still
+        fetching from it ("Connection reset by peer"); each other worker says it is done in the strategy's
+        coordination service (held by worker 0), and worker 0 waits for every one of them, for at most the run's
+        timeout."""
+        from tensorflow.python.eager import context
+
+        coordination = context.context()
+        if self.index == 0:
+            for peer in range(1, self.world):
+                coordination.get_config_key_value(f"bench.left/{peer}", int(self.timeout_s * 1000))
+        else:
+            coordination.set_config_key_value(f"bench.left/{self.index}", "1")
 
     def training(self, joined, workload):
         return KerasTraining(joined, workload, self)

@@ -3,9 +3,10 @@ harness around it, and how its own launcher starts it. `bench selfcheck` (bench.
 next to the suite's run of the same backend.
 
 A bare loop is started the way its launcher's documentation shows (`torchrun --standalone`,
-`horovodrun --gloo -np N -H localhost:N`, a Ray Train script run by python as its own driver), never through the backend plug-in's launcher: the check would
-otherwise hold the suite against a part of itself. The scripts import nothing of the harness but the
-workload's model builder and sizes, so the model and the data shape are the suite's.
+`horovodrun --gloo -np N -H localhost:N`, a Ray Train script run by python as its own driver, N TensorFlow workers each
+with its TF_CONFIG), never through the backend plug-in's launcher: the check would otherwise hold the suite against a
+part of itself. The scripts import nothing of the harness but the workload's model builder (PyTorch's or Keras's)
+and sizes, so the model and the data shape are the suite's.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ BARE_LOOPS = {
     "elastic": BareLoop("elastic", HERE / "bare_ddp.py", _torchrun),
     "horovod": BareLoop("horovod", HERE / "bare_horovod.py", _horovodrun),
     "ray": BareLoop("ray", HERE / "bare_ray.py", _python, "--num-workers"),
+    # TensorFlow's: a custom training loop of each guide (bare_keras_common.py); MultiWorkerMirroredStrategy has no
+    # launcher, so its script starts its workers itself, each with its TF_CONFIG, as the guide does by hand
+    "tf-mwms": BareLoop("tf-mwms", HERE / "bare_mwms.py", _python, "--num-workers"),
+    "horovod-tf": BareLoop("horovod-tf", HERE / "bare_horovod_tf.py", _horovodrun),
 }
 
 
