@@ -156,12 +156,14 @@ def test_the_page_labels_comparisons_within_and_across_frameworks():
 
 def test_all_means_the_backends_that_take_the_task():
     """`--backend all` of bench allreduce and bench converge leaves out the TensorFlow backends, which take training
-    runs only; a sweep's `all` has them."""
-    from bench.core.registry import COMPARED, compared_for
+    runs (and horovod-tf fault runs: Horovod's TensorFlow elastic mode); a sweep's `all` has them."""
+    from bench.core.registry import COMPARED, compared_for, elastic_backends
 
     assert {"tf-mwms", "horovod-tf"} <= set(compared_for("train")) and compared_for("train") == COMPARED
-    for task in ("comm", "converge", "fault"):
+    for task in ("comm", "converge"):
         assert not {"tf-mwms", "horovod-tf"} & set(compared_for(task))
+    assert "horovod-tf" in compared_for("fault") and "tf-mwms" not in compared_for("fault")
+    assert "horovod-tf" in elastic_backends() and "tf-mwms" not in elastic_backends()
 
 
 @pytest.mark.parametrize("argv, says", [
