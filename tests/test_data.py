@@ -132,6 +132,21 @@ def test_synthetic_data_is_seeded_per_rank():
     assert not torch.equal(first(1, 0), first(2, 0))
 
 
+def test_the_tensorflow_backends_train_on_the_same_synthetic_numbers():
+    """Every backend's synthetic batches come from one generator (workloads.data.synthetic_arrays): the TensorFlow
+    backends' are the PyTorch backends' numbers, channels-last, for every rank and batch."""
+    from bench.backends.tf_training import channels_last_arrays
+
+    for rank in (0, 1):
+        theirs = SyntheticBatches(batch=4, channels=3, image=8, classes=10, seed=5, rank=rank, device="cpu")
+        xs, ys = channels_last_arrays(batch=4, channels=3, image=8, classes=10, seed=5, rank=rank)
+        assert len(xs) == len(theirs.x) == 8
+        for i in range(len(xs)):
+            x, y = theirs.at(i)
+            assert np.array_equal(xs[i], x.permute(0, 2, 3, 1).numpy()) and np.array_equal(ys[i], y.numpy())
+        assert xs.dtype == np.float32 and ys.dtype == np.int64
+
+
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
 def test_workload_models_take_their_cpu_inputs(name):
     wl = WORKLOADS[name]

@@ -11,7 +11,7 @@ from bench.core.records import RunError
 from bench.core.registry import get_task
 from bench.core.spec import check_timeout
 from bench.harness.outcome import process_status
-from bench.rank.collectives import GB, OPS, ops_per_size, time_messages, sweep_plan
+from bench.rank.collectives import GB, OPS, TorchBuffers, ops_per_size, time_messages, sweep_plan
 from bench.results.frame import records_to_frame
 from bench.tasks.comm import build_spec as build_comm_spec
 from bench.tasks.comm import comm_metrics
@@ -516,7 +516,7 @@ def test_a_server_is_told_exactly_the_calls_each_worker_makes(ops, n):
     comm = {"ops": ops, "dtype": "float32", "min_bytes": 4, "max_bytes": 4096, "warmup_iters": 3, "iters": 7}
     spec = comm_spec(world_size=n, **comm)
     group = CountingGroup()
-    rows = time_messages(spec, group, rank_row(0, n), "cpu", lambda: None)
+    rows = time_messages(spec, group, rank_row(0, n), TorchBuffers("float32", "cpu", lambda: None))
     assert ops_per_size(comm) == 3 + 7 + 1
     plan = sweep_plan(comm, n)
     assert [(r["op"], r["count"]) for r in rows] == [(op, count) for op, _, count in plan]

@@ -155,19 +155,21 @@ def test_the_page_labels_comparisons_within_and_across_frameworks():
 
 
 def test_all_means_the_backends_that_take_the_task():
-    """`--backend all` of bench allreduce and bench converge leaves out the TensorFlow backends, which take training
-    runs (and horovod-tf fault runs: Horovod's TensorFlow elastic mode); a sweep's `all` has them."""
+    """`--backend all` of bench converge leaves out the TensorFlow backends, whose converge runs are not written; a
+    sweep's and bench allreduce's `all` have them, and bench fault's has horovod-tf (Horovod's TensorFlow elastic
+    mode), not tf-mwms (no elastic mode)."""
     from bench.core.registry import COMPARED, compared_for, elastic_backends
 
     assert {"tf-mwms", "horovod-tf"} <= set(compared_for("train")) and compared_for("train") == COMPARED
-    for task in ("comm", "converge"):
-        assert not {"tf-mwms", "horovod-tf"} & set(compared_for(task))
+    assert {"tf-mwms", "horovod-tf"} <= set(compared_for("comm"))
+    assert not {"tf-mwms", "horovod-tf"} & set(compared_for("converge"))
     assert "horovod-tf" in compared_for("fault") and "tf-mwms" not in compared_for("fault")
     assert "horovod-tf" in elastic_backends() and "tf-mwms" not in elastic_backends()
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["allreduce", "--backend", "tf-mwms"], "backend tf-mwms has no collectives to time"),
+    (["allreduce", "--backend", "tf-mwms", "--ops", "broadcast"], "backend tf-mwms has no broadcast"),
+    (["allreduce", "--backend", "tf-mwms", "--dtype", "bfloat16"], "backend tf-mwms cannot reduce bfloat16"),
     (["converge", "--backend", "horovod-tf"], "backend horovod-tf takes no converge runs"),
     (["fault", "--backend", "tf-mwms"], "tf-mwms"),
 ])
@@ -177,6 +179,60 @@ def test_the_tasks_they_do_not_take_are_refused_in_one_line(argv, says, tmp_path
 
     assert_one_line_error(bench(*argv, "--store", tmp_path / "s.sqlite"), says)
     assert not (tmp_path / "s.sqlite").exists()
+
+
+@needs_tf
+def test_a_tensorflow_sweep_counts_wrong_elements():
+    """The sweep's check on TensorFlow tensors (TFBuffers): a collective that returns the right values is clean, one
+    that gets an element wrong is counted at every size, in every dtype the backends take."""
+    from bench.backends.tf_training import TFBuffers
+    from bench.rank.collectives import time_messages
+    from factories import comm_spec, rank_row
+
+    class OneRankGroup:  # a world of one: every collective returns its input
+        def __init__(self, off_by=0.0):
+            self.off_by = off_by
+
+        def run_op(self, op, inp, out):
+            import tensorflow as tf
+
+            return inp + tf.one_hot(0, inp.shape[0], dtype=inp.dtype) * self.off_by
+
+        def barrier(self):
+            pass
+
+    for dtype in ("float32", "float16"):
+        comm = {"ops": ["allreduce", "allgather", "broadcast"], "dtype": dtype, "min_bytes": 8, "max_bytes": 64,
+                "warmup_iters": 1, "iters": 2}
+        spec = comm_spec(world_size=1, **{k: v for k, v in comm.items()})
+        clean = time_messages(spec, OneRankGroup(), rank_row(0, 1), TFBuffers(dtype, "cpu"))
+        broken = time_messages(spec, OneRankGroup(1.0), rank_row(0, 1), TFBuffers(dtype, "cpu"))
+        assert len(clean) == 12 and all(r["wrong"] == 0 for r in clean)
+        assert [r["wrong"] for r in broken] == [1] * 12
+
+
+@needs_tf
+@pytest.mark.slow
+@pytest.mark.parametrize("backend, ops, dtype", [
+    ("tf-mwms", "allreduce,allgather", "float32"),
+    ("horovod-tf", "allreduce,allgather,broadcast", "float16"),
+])
+def test_a_real_tensorflow_sweep_has_no_wrong_elements(backend, ops, dtype, store):
+    from bench.rank.collectives import OPS, sweep_plan
+
+    proc, record = bench_json("allreduce", "--backend", backend, "--nproc", 2, "--ops", ops, "--dtype", dtype,
+                              "--min-bytes", 4, "--max-bytes", "256K", "--warmup-iters", 1, "--iters", 3,
+                              "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    assert record["status"] == "ok" and record["spec"]["task"] == "comm"
+    rows = record["metrics"]["rows"]
+    assert {r["op"] for r in rows} == set(ops.split(",")) and all(r["wrong"] == 0 for r in rows)
+    assert [(r["op"], r["size"]) for r in rows] == [(op, size) for op, size, _ in sweep_plan(record["spec"]["comm"], 2)]
+    for r in rows:
+        assert r["time_us"] == pytest.approx(max(r["per_rank_time_us"]))
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * OPS[r["op"]].factor(2))
+    assert record["metrics"]["model"] == "ring"
+    assert_nothing_left(record)
 
 
 def test_a_tensorflow_run_without_tensorflow_says_how_to_install_it(tmp_path):

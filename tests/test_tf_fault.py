@@ -22,15 +22,14 @@ def keras_two_worker_sgd(spec, steps):
     the mean of theirs). Its weights, in the model's order."""
     import tensorflow as tf
 
-    from bench.backends.tf_training import mean_loss, seeded_model, synthetic_arrays
+    from bench.backends.tf_training import channels_last_arrays, mean_loss, seeded_model
     from workloads import WORKLOADS
-    from workloads.data import SYNTHETIC_BATCHES
 
     run = SimpleNamespace(**spec)
     model, optimizer = seeded_model(run, WORKLOADS["mnist_mlp"], SimpleNamespace(scope=contextlib.nullcontext))
     loss_of = mean_loss(model)
-    data = [synthetic_arrays(batch=run.batch_size, channels=1, image=run.image_size, classes=run.num_classes,
-                             seed=run.seed, rank=r, count=SYNTHETIC_BATCHES) for r in (0, 1)]
+    data = [channels_last_arrays(batch=run.batch_size, channels=1, image=run.image_size, classes=run.num_classes,
+                                 seed=run.seed, rank=r) for r in (0, 1)]
     for step in range(steps):
         x = np.concatenate([xs[step % len(xs)] for xs, _ in data])
         y = np.concatenate([ys[step % len(ys)] for _, ys in data])

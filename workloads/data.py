@@ -184,15 +184,28 @@ def load_real(source: str, data_dir: str | None, files=MNIST_FILES):
 
 
 # ---------------------------------------------------------------- batch streams
+def synthetic_arrays(*, batch, channels, image, classes, seed, rank, count=SYNTHETIC_BATCHES):
+    """A rank's synthetic batches as numpy arrays, (count, batch, channels, image, image) float32 inputs from a
+    standard normal and (count, batch) int64 labels uniform in [0, classes), from numpy's PCG64 seeded with the
+    rank's seed: one generator that no framework owns, so the PyTorch and the TensorFlow backends train on the same
+    numbers (the TensorFlow side transposes them to channels-last)."""
+    import numpy as np
+
+    rng = np.random.default_rng(rank_seed(seed, rank))
+    x = rng.standard_normal((count, batch, channels, image, image), dtype=np.float32)
+    y = rng.integers(0, classes, (count, batch), dtype=np.int64)
+    return x, y
+
+
 class SyntheticBatches:
-    """A fixed set of seeded batches, already on the device, cycled forever."""
+    """A fixed set of seeded batches (synthetic_arrays), already on the device, cycled forever."""
 
     def __init__(self, *, batch, channels, image, classes, seed, rank, device):
         import torch
 
-        gen = torch.Generator().manual_seed(rank_seed(seed, rank))
-        self.x = torch.randn(SYNTHETIC_BATCHES, batch, channels, image, image, generator=gen).to(device)
-        self.y = torch.randint(0, classes, (SYNTHETIC_BATCHES, batch), generator=gen).to(device)
+        x, y = synthetic_arrays(batch=batch, channels=channels, image=image, classes=classes, seed=seed, rank=rank)
+        self.x = torch.from_numpy(x).to(device)
+        self.y = torch.from_numpy(y).to(device)
         self.i = 0
 
     def __iter__(self):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from bench.core.hostlist import placement
 from bench.core.records import RankRow
 from bench.core.rundir import write_atomic
-from bench.rank.collectives import bus_factor
+from bench.rank.collectives import TorchBuffers, bus_factor
 from bench.rank.training import TorchElasticTraining, TorchTraining
 
 
@@ -147,6 +147,11 @@ class ProcessGroup(ABC):
 
     def shutdown(self) -> None:
         pass
+
+    def buffers(self, spec, member):
+        """A communication sweep's buffers (bench.rank.collectives.TorchBuffers: torch tensors of the sweep's dtype
+        on the worker's device); a group of another framework gives its own."""
+        return TorchBuffers(spec.comm["dtype"], member.device, member.sync)
 
     def run_op(self, op: str, inp, out):
         """Run one collective (bench.rank.collectives.OPS) and return the tensor holding its result."""

@@ -23,8 +23,12 @@ from pathlib import Path
 from bench.backends.base import ProcessGroup, rank_row
 from bench.backends.horovod import (HorovodBackend, HorovodElastic, HorovodElasticState, HorovodLauncher,
                                     built_frameworks)
-from bench.backends.tf_training import (TF_ENV, TF_TASKS, KerasElasticTraining, KerasTraining, optimizer_variables,
-                                        set_tf_threads, tensorflow_problem, visible_gpu)
+from bench.backends.tf_training import (TF_ENV, TF_TASKS, KerasElasticTraining, KerasTraining, TFBuffers,
+                                        collective_function, optimizer_variables, set_tf_threads, tensorflow_problem,
+                                        visible_gpu)
+
+
+HOROVOD_OPS = HorovodBackend.comm_ops  # the same four collectives, and the same dtypes, as on the PyTorch side
 
 
 class HorovodTFLauncher(HorovodLauncher):
@@ -44,6 +48,7 @@ class HorovodTFGroup(ProcessGroup):
         if spec.device == "cuda":
             visible_gpu(hvd.local_rank())
         self.hvd, self.tf, self.spec = hvd, tf, spec
+        self._collective = None
         return rank_row(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(),
                         local_world_size=hvd.local_size(), group_rank=hvd.cross_rank(),
                         role_rank=hvd.rank(), restart_count=0)
@@ -60,6 +65,28 @@ class HorovodTFGroup(ProcessGroup):
 
     def elastic_training(self, spec, workload):
         return KerasElasticTraining(spec, workload, self)
+
+    def buffers(self, spec, member):
+        return TFBuffers(spec.comm["dtype"], spec.device)
+
+    def run_op(self, op, inp, out):
+        """Horovod's TensorFlow collectives, each in a tf.function as DistributedGradientTape's allreduce runs in the
+        training step's (fusion, the controller and its cycle are measured too)."""
+        if op not in HOROVOD_OPS:
+            return super().run_op(op, inp, out)
+        if self._collective is None:
+            hvd = self.hvd
+
+            def body(name, x):
+                if name == "allreduce":
+                    return hvd.allreduce(x, op=hvd.Sum, name="bench.allreduce")
+                if name == "broadcast":
+                    return hvd.broadcast(x, root_rank=0, name="bench.broadcast")
+                if name == "allgather":
+                    return hvd.allgather(x, name="bench.allgather")
+                return hvd.reducescatter(x, op=hvd.Sum, name="bench.reduce_scatter")
+            self._collective = collective_function(self.tf, body)
+        return self._collective(op, inp)
 
     # ------------------------------------------------------------ KerasTraining's hooks
     def scope(self):
@@ -87,7 +114,7 @@ class HorovodTFGroup(ProcessGroup):
 
 
 # the operations whose failure horovod.tensorflow.elastic.run takes for a lost peer (an UnknownError naming one)
-HOROVOD_OPS = ("HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast")
+PEER_LOST_OPS = ("HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast")
 
 
 class HorovodTFElasticState(HorovodElasticState):
@@ -113,7 +140,7 @@ class HorovodTFElasticState(HorovodElasticState):
             try:
                 return train(self)
             except self.tf.errors.UnknownError as exc:
-                if any(op in exc.message for op in HOROVOD_OPS):
+                if any(op in exc.message for op in PEER_LOST_OPS):
                     raise
                 # hvd.elastic.run for TensorFlow (0.28.1) swallows any other UnknownError and returns None
                 raise RuntimeError(f"TensorFlow: {exc.message}") from exc
@@ -137,7 +164,6 @@ class HorovodTFBackend(HorovodBackend):
     tasks = (*TF_TASKS, "fault")
     counterpart = "horovod"  # the same launcher and library, in the other framework
     rival = "tf-mwms"  # within TensorFlow: Horovod against TensorFlow's own
-    comm_ops = ()
     # the horovod backend's options less local accumulation (DistributedGradientTape has no backward passes per step)
     options = tuple(o for o in HorovodBackend.options if o.name != "hvd_backward_passes")
     launcher = HorovodTFLauncher()

@@ -15,11 +15,15 @@ import json
 import os
 
 from bench.backends.base import Backend, BackendOption, Launcher, ProcessGroup, rank_row
-from bench.backends.tf_training import TF_ENV, TF_TASKS, KerasTraining, set_tf_threads, tensorflow_problem, visible_gpu
+from bench.backends.tf_training import (TF_ENV, TF_TASKS, KerasTraining, TFBuffers, collective_function,
+                                        set_tf_threads, tensorflow_problem, visible_gpu)
 from bench.backends.torchrun import free_port
 from bench.cluster.fanout import local_processes_command
 
 COLLECTIVES = ("auto", "ring", "nccl")
+# the collectives a replica context offers (all_reduce, all_gather): the strategy has no public broadcast or
+# reduce-scatter of a replica's tensor
+MWMS_OPS = ("allreduce", "allgather")
 
 
 def tf_config(addresses: list[str], index: int) -> str:
@@ -64,7 +68,7 @@ class MWMSGroup(ProcessGroup):
                                                                   timeout_seconds=max(60.0, spec.timeout))
         self.tf = tf
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        self._barrier = None
+        self._barrier = self._collective = None
         self.barrier()  # the rendezvous: every worker's server is up and the collective group formed
         return rank_row(rank=index, world_size=world, local_rank=index, local_world_size=world, group_rank=0,
                         role_rank=index, restart_count=0)
@@ -80,6 +84,29 @@ class MWMSGroup(ProcessGroup):
 
     def training(self, joined, workload):
         return KerasTraining(joined, workload, self)
+
+    def buffers(self, spec, member):
+        return TFBuffers(spec.comm["dtype"], spec.device)
+
+    def run_op(self, op, inp, out):
+        """The collective as a training step makes it: inside strategy.run, through the replica context."""
+        if op not in MWMS_OPS:
+            return super().run_op(op, inp, out)
+        if self._collective is None:
+            tf, strategy = self.tf, self.strategy
+
+            def body(name, x):
+                def replica(value):
+                    context = tf.distribute.get_replica_context()
+                    # a collective's destination is its tensor's device, which a function's input does not have
+                    with tf.device(strategy.extended.worker_devices[0]):
+                        value = tf.identity(value)
+                    if name == "allreduce":
+                        return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+                    return context.all_gather(value, axis=0)
+                return strategy.experimental_local_results(strategy.run(replica, args=(x,)))[0]
+            self._collective = collective_function(tf, body)
+        return self._collective(op, inp)
 
     # ------------------------------------------------------------ KerasTraining's hooks
     def scope(self):
@@ -116,6 +143,8 @@ class MWMSBackend(Backend):
         BackendOption("tf_collective", "auto", "the strategy's all-reduce: ring (gRPC), nccl (GPU), auto: ring on "
                       "the CPU, nccl on a GPU", str, COLLECTIVES, invalid=("gloo",)),
     )
+    comm_ops = MWMS_OPS
+    comm_dtypes = ("float32", "float16")  # its collectives take no bfloat16 (TensorFlow 2.21)
     launcher = TFConfigLauncher()
     group_type = MWMSGroup
 

@@ -7,10 +7,10 @@ built in, what happens once it is built (Horovod broadcasts from rank 0), and th
 The same model as the PyTorch backends (the workload's build_keras: the same layers and parameter count, checked by
 tests/test_tf.py), the same optimizer (SGD with the run's lr and momentum: Keras's v = m*v - lr*g, p += v equals
 PyTorch's v = m*v + g, p -= lr*v at a constant lr), the same loss (mean cross-entropy of the logits) and the same
-per-worker batch. Synthetic data is drawn here with numpy from the same per-rank seed (the same shapes and
-distribution as the PyTorch backends', not the same numbers: torch's generator is not numpy's); a real data set
-(--data digits or mnist, --loader memory) is the PyTorch backends' own batch stream, the same samples in the same
-order, converted per batch (it loads torch into the process). Inputs are channels-last (NHWC).
+per-worker batch. Synthetic data are the PyTorch backends' own numbers (workloads.data.synthetic_arrays, numpy's
+generator, so no torch is loaded); a real data set (--data digits or mnist, --loader memory) is the PyTorch
+backends' own batch stream, the same samples in the same order, converted per batch (it loads torch into the
+process). Inputs are channels-last (NHWC).
 
 Nothing here imports TensorFlow at module level: the parent (bench doctor, --help, spec checks) loads this module.
 """
@@ -25,9 +25,9 @@ from bench.rank.training import ParamSums
 
 # TF's start-up chatter (oneDNN, CPU features, "no CUDA drivers") is kept out of the rank logs; errors still show
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-# the kinds of run both take: the communication and converge tasks' rank programs are PyTorch's; a fault run needs
-# an elastic mode, which only horovod-tf has (it adds "fault")
-TF_TASKS = ("train",)
+# the kinds of run both take: the converge task's rank program is PyTorch's; a fault run needs an elastic mode,
+# which only horovod-tf has (it adds "fault")
+TF_TASKS = ("train", "comm")
 INSTALL_HINT = "pip install -e .[tf] (TensorFlow and tf_keras), then python -m bench.tools.horovod_build"
 
 
@@ -49,16 +49,14 @@ def set_tf_threads(threads: int) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
 
 
-def synthetic_arrays(*, batch: int, channels: int, image: int, classes: int, seed: int, rank: int, count: int):
-    """A fixed set of seeded batches, NHWC float32 inputs and int64 labels, cycled by the caller: the numpy twin of
-    workloads.data.SyntheticBatches (same count, shapes, distribution and per-rank seed)."""
+def channels_last_arrays(*, batch: int, channels: int, image: int, classes: int, seed: int, rank: int):
+    """The PyTorch backends' synthetic batches (workloads.data.synthetic_arrays: the same numbers), inputs
+    transposed to NHWC."""
     import numpy as np
 
-    from workloads.data import rank_seed
+    from workloads.data import synthetic_arrays
 
-    rng = np.random.default_rng(rank_seed(seed, rank))
-    x = rng.standard_normal((count, batch, channels, image, image), dtype=np.float32)
-    y = rng.integers(0, classes, (count, batch), dtype=np.int64)
+    x, y = synthetic_arrays(batch=batch, channels=channels, image=image, classes=classes, seed=seed, rank=rank)
     return np.ascontiguousarray(x.transpose(0, 1, 3, 4, 2)), y
 
 
@@ -78,15 +76,14 @@ class TorchBatchesAsArrays:
 
 def open_arrays(spec, info, workload):
     """The worker's batches as (inputs, labels) numpy arrays, cycled forever."""
-    from workloads.data import SYNTHETIC_BATCHES, open_batches
+    from workloads.data import open_batches
 
     if spec.loader != "memory":
         raise RuntimeError(f"the TensorFlow backends read batches from memory only (--loader memory), not "
                            f"--loader {spec.loader}")
     if spec.data == "synthetic":
-        xs, ys = synthetic_arrays(batch=spec.batch_size, channels=workload.channels, image=spec.image_size,
-                                  classes=spec.num_classes, seed=spec.seed, rank=info.worker_index,
-                                  count=SYNTHETIC_BATCHES)
+        xs, ys = channels_last_arrays(batch=spec.batch_size, channels=workload.channels, image=spec.image_size,
+                                      classes=spec.num_classes, seed=spec.seed, rank=info.worker_index)
 
         def cycle():
             while True:
@@ -229,7 +226,8 @@ class KerasElasticTraining:
     """A fault run's framework side under a TensorFlow backend, with bench.rank.training.TorchElasticTraining's
     methods: the seeded Keras model and optimizer (nothing broadcast here: the elastic mode's state syncs them from
     rank 0 when training starts and after each reset), one step on the batch of a given step number and rank
-    (synthetic_arrays' batch number step % SYNTHETIC_BATCHES of that rank: the same after any restart or rank change),
+    (workloads.data.synthetic_arrays' batch number step % SYNTHETIC_BATCHES of that rank, channels last: the PyTorch
+    backends' numbers, the same after any restart or rank change),
     the checksum and the parameters saved (.npz). `group` gives scope() and train_step(model, optimizer, loss_of) as
     for KerasTraining; the step is traced once per model and optimizer."""
 
@@ -244,12 +242,10 @@ class KerasElasticTraining:
     def batch(self, step: int, rank: int):
         """The batch of step `step` for rank `rank`, as (inputs, labels) numpy arrays."""
         if rank not in self._arrays:
-            from workloads.data import SYNTHETIC_BATCHES
-
             spec = self.spec
-            self._arrays[rank] = synthetic_arrays(batch=spec.batch_size, channels=self.workload.channels,
-                                                  image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                                                  rank=rank, count=SYNTHETIC_BATCHES)
+            self._arrays[rank] = channels_last_arrays(batch=spec.batch_size, channels=self.workload.channels,
+                                                      image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
+                                                      rank=rank)
         xs, ys = self._arrays[rank]
         return xs[step % len(xs)], ys[step % len(ys)]
 
@@ -265,6 +261,55 @@ class KerasElasticTraining:
 
     def save_params(self, path) -> None:
         save_keras_params(self.model, path)
+
+
+class TFBuffers:
+    """A communication sweep's buffers as TensorFlow tensors of the sweep's dtype on the worker's device, with the
+    methods of bench.rank.collectives.TorchBuffers. TensorFlow's collectives return a new tensor (there is no
+    in-place op): the group's run_op returns it and leaves `out` unused. Waiting for the last op: on the CPU,
+    TensorFlow's eager runtime returns from an op or a function call when its kernels have run (synchronous
+    execution, its default), so there is nothing to wait for; on a GPU kernels are queued, and reading one element of
+    the last result waits for them."""
+
+    def __init__(self, dtype: str, device: str):
+        import tensorflow as tf
+
+        self.tf, self.dtype = tf, getattr(tf, dtype)
+        self.device, self.cuda = ("/GPU:0", True) if device == "cuda" else ("/CPU:0", False)
+
+    def zeros(self, count: int):
+        with self.tf.device(self.device):
+            return self.tf.zeros([count], dtype=self.dtype)
+
+    def pattern(self, count: int, rank: int):
+        tf = self.tf
+        with tf.device(self.device):
+            return tf.cast((tf.range(count, dtype=tf.int64) % 7 + 1) * (rank + 1), self.dtype)
+
+    def concat(self, parts: list):
+        return self.tf.concat(parts, axis=0)
+
+    def wrong(self, result, want) -> int:
+        tf = self.tf
+        if tuple(result.shape) != tuple(want.shape):
+            return int(want.shape[0])
+        return int(tf.reduce_sum(tf.cast(tf.not_equal(result, want), tf.int64)).numpy())
+
+    def sync(self, last=None) -> None:
+        if self.cuda and last is not None:
+            self.tf.reshape(last, [-1])[:1].numpy()
+
+
+def collective_function(tf, body):
+    """body(op, tensor) as one tf.function per collective, as the training steps run them (traced once per message
+    size in the untimed warm-up ops)."""
+    functions = {}
+
+    def run(op, tensor):
+        if op not in functions:
+            functions[op] = tf.function(lambda x: body(op, x))
+        return functions[op](tensor)
+    return run
 
 
 def visible_gpu(local_rank: int) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from bench.cli import options
 from bench.cli.common import (cluster_of, comm_options, comma_list, examples, open_store, print_json, spec_options,
                               status_exit, world_of)
+from bench.core.console import note
 from bench.core.registry import compared_for
 from bench.harness.runner import run_specs
 from bench.rank.collectives import format_table
-from bench.workflows.plan import comm_specs
+from bench.workflows.plan import available_backends, comm_specs
 
 ALL = "all"
 
@@ -32,7 +33,11 @@ def add_parser(verbs) -> None:
 def cmd(args) -> int:
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)
-    backends = list(compared_for('comm')) if args.backend == ALL else comma_list(args.backend)
+    if args.backend == ALL:  # those that can run here, saying which cannot (TensorFlow's without the tf extra)
+        backends = available_backends(device, lambda name, why: note(f"bench allreduce: skipping {name}: {why}"),
+                                      compared_for("comm"))
+    else:
+        backends = comma_list(args.backend)
     specs = comm_specs(backends, device, [world], comm=comm_options(args),
                        options={**spec_options(args, backends), "cluster": cluster})
     records = run_specs(specs, open_store(args.store, runs=True), "bench allreduce", show_progress=True,

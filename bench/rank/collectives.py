@@ -97,25 +97,47 @@ def ops_per_size(comm: dict) -> int:
 
 
 # ---------------------------------------------------------------- worker side
-def pattern(count: int, rank: int, dtype):
-    """Small integers, exact in every dtype for the sums of a few ranks."""
-    import torch
+class TorchBuffers:
+    """A sweep's buffers as torch tensors of the run's dtype on the worker's device (what ProcessGroup.buffers gives
+    by default). A framework's buffers offer the same: zeros, pattern, concat, wrong, sync(last result)."""
 
-    return ((torch.arange(count, dtype=torch.int64) % 7 + 1) * (rank + 1)).to(dtype)
+    def __init__(self, dtype: str, device, sync):
+        import torch
+
+        self.torch, self.dtype, self.device, self._sync = torch, getattr(torch, dtype), device, sync
+
+    def zeros(self, count: int):
+        return self.torch.zeros(count, dtype=self.dtype, device=self.device)
+
+    def pattern(self, count: int, rank: int):
+        """Small integers, exact in every dtype for the sums of a few ranks."""
+        torch = self.torch
+        return ((torch.arange(count, dtype=torch.int64) % 7 + 1) * (rank + 1)).to(self.dtype).to(self.device)
+
+    def concat(self, parts: list):
+        return self.torch.cat(parts)
+
+    def wrong(self, result, want) -> int:
+        """Elements of `result` that differ from `want` (all of them when the shapes differ)."""
+        if tuple(result.shape) != tuple(want.shape):
+            return int(want.numel())
+        return int((result != want).sum().item())
+
+    def sync(self, last=None) -> None:
+        self._sync()
 
 
-def expected(op: Op, count: int, rank: int, n: int, dtype):
-    import torch
-
+def expected(op: Op, count: int, rank: int, n: int, buffers):
+    """What rank `rank` must hold after `op` on the ranks' patterns (buffers.pattern), as the buffers' tensors."""
     if op.name == "allreduce":
-        return pattern(count, 0, dtype) * (n * (n + 1) // 2)
+        return buffers.pattern(count, 0) * (n * (n + 1) // 2)
     if op.name == "broadcast":
-        return pattern(count, 0, dtype)
+        return buffers.pattern(count, 0)
     if op.name == "allgather":
         per = count // n
-        return torch.cat([pattern(per, r, dtype) for r in range(n)])
+        return buffers.concat([buffers.pattern(per, r) for r in range(n)])
     per = count // n  # reduce_scatter: this rank's slice of the summed input
-    return (pattern(count, 0, dtype) * (n * (n + 1) // 2))[rank * per:(rank + 1) * per]
+    return (buffers.pattern(count, 0) * (n * (n + 1) // 2))[rank * per:(rank + 1) * per]
 
 
 def timed_chunks(iters: int, chunks: int = 5) -> list[int]:
@@ -124,36 +146,34 @@ def timed_chunks(iters: int, chunks: int = 5) -> list[int]:
     return [iters // chunks + (1 if i < iters % chunks else 0) for i in range(chunks)]
 
 
-def time_messages(spec, group, info, device, sync) -> list[dict]:
-    """Every (op, size) of spec.comm on this rank (group: the backend's ProcessGroup): #wrong and the
-    mean time per op. Each size makes ops_per_size(spec.comm) calls."""
-    import torch
-
+def time_messages(spec, group, info, buffers) -> list[dict]:
+    """Every (op, size) of spec.comm on this rank (group: the backend's ProcessGroup; buffers: its framework's,
+    ProcessGroup.buffers): #wrong and the mean time per op. Each size makes ops_per_size(spec.comm) calls. A
+    framework whose collectives return a new tensor (TensorFlow's) gets `out` too and may leave it unused."""
     comm = spec.comm
-    dtype = getattr(torch, comm["dtype"])
     n, rows = info.world_size, []
     for op_name, _size, count in sweep_plan(comm, n):
         op = OPS[op_name]
         # As nccl-tests: time first, on fresh buffers, then check one op on known data.
-        inp = torch.zeros(op.in_count(count, n), dtype=dtype, device=device)
-        out = inp if op.in_place else torch.zeros(op.out_count(count, n), dtype=dtype, device=device)
+        inp = buffers.zeros(op.in_count(count, n))
+        out = inp if op.in_place else buffers.zeros(op.out_count(count, n))
+        result = None
         for _ in range(comm["warmup_iters"]):
-            group.run_op(op.name, inp, out)
+            result = group.run_op(op.name, inp, out)
         group.barrier()
-        sync()
+        buffers.sync(result)
         chunk_times = []  # per-op time of each timed chunk: the windows the regression gate resamples
         t0 = time.perf_counter()
         for chunk in timed_chunks(comm["iters"]):
             t_chunk = time.perf_counter()
             for _ in range(chunk):
-                group.run_op(op.name, inp, out)
-            sync()
+                result = group.run_op(op.name, inp, out)
+            buffers.sync(result)
             chunk_times.append((time.perf_counter() - t_chunk) / chunk)
         elapsed = time.perf_counter() - t0
-        inp.copy_(pattern(inp.numel(), info.worker_index, dtype).to(device))
-        result = group.run_op(op.name, inp, out)
-        want = expected(op, count, info.worker_index, n, dtype).to(device)
-        wrong = int((result != want).sum().item()) if result.shape == want.shape else want.numel()
+        known = buffers.pattern(op.in_count(count, n), info.worker_index)
+        result = group.run_op(op.name, known, known if op.in_place else out)
+        wrong = buffers.wrong(result, expected(op, count, info.worker_index, n, buffers))
         rows.append({"op": op.name, "size": count * ELEMENT_SIZE[comm["dtype"]], "count": count,
                      "time_s": elapsed / comm["iters"], "chunk_times_s": chunk_times, "wrong": wrong})
     return rows

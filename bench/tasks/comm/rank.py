@@ -13,7 +13,7 @@ def run_rank(spec, run_dir, file_rank, attempt, t_process_start):
     info = member.info
     if info.role != "worker":
         return member.result({"served": serve_sums(member)})
-    return member.result({"comm_rows": time_messages(spec, member.group, info, member.device, member.sync)})
+    return member.result({"comm_rows": time_messages(spec, member.group, info, member.group.buffers(spec, member))})
 
 
 def serve_sums(member) -> dict:
