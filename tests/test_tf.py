@@ -156,12 +156,15 @@ def test_the_page_labels_comparisons_within_and_across_frameworks():
 
 def test_all_means_the_backends_that_take_the_task():
     """`--backend all` of bench converge leaves out the TensorFlow backends, whose converge runs are not written; a
-    sweep's and bench allreduce's `all` have them."""
-    from bench.core.registry import COMPARED, compared_for
+    sweep's and bench allreduce's `all` have them, and bench fault's has horovod-tf (Horovod's TensorFlow elastic
+    mode), not tf-mwms (no elastic mode)."""
+    from bench.core.registry import COMPARED, compared_for, elastic_backends
 
     assert {"tf-mwms", "horovod-tf"} <= set(compared_for("train")) and compared_for("train") == COMPARED
     assert {"tf-mwms", "horovod-tf"} <= set(compared_for("comm"))
     assert not {"tf-mwms", "horovod-tf"} & set(compared_for("converge"))
+    assert "horovod-tf" in compared_for("fault") and "tf-mwms" not in compared_for("fault")
+    assert "horovod-tf" in elastic_backends() and "tf-mwms" not in elastic_backends()
 
 
 @pytest.mark.parametrize("argv, says", [

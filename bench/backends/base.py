@@ -24,7 +24,7 @@ from bench.core.hostlist import placement
 from bench.core.records import RankRow
 from bench.core.rundir import write_atomic
 from bench.rank.collectives import TorchBuffers, bus_factor
-from bench.rank.training import TorchTraining
+from bench.rank.training import TorchElasticTraining, TorchTraining
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,11 @@ class ProcessGroup(ABC):
         """The train task's framework side (bench.rank.training.TorchTraining's methods): the model and optimizer,
         wrapped by this group (wrap), the worker's batches and one step."""
         return TorchTraining(joined, workload)
+
+    def elastic_training(self, spec, workload):
+        """The fault task's framework side (bench.rank.training.TorchElasticTraining's methods): the model and
+        optimizer the elastic mode's worker state tracks, the step of a given step number and rank, the checksum."""
+        return TorchElasticTraining(spec, workload)
 
     @abstractmethod
     def init(self, spec):

@@ -235,8 +235,12 @@ class HorovodElastic(ElasticMode):
 
     scenarios = ("kill", "join", "kill-host", "partition-host")
 
+    def unavailable_reason(self) -> str | None:
+        """Why its backend cannot run a fault run (on CPU processes) here, if it cannot."""
+        return BACKEND.unavailable_reason("cpu")
+
     def problem(self, scenario, world_size, options=None):
-        problem = BACKEND.unavailable_reason("cpu")
+        problem = self.unavailable_reason()
         if problem:
             return problem
         if scenario == "kill" and world_size < 2:
@@ -282,16 +286,24 @@ class HorovodElastic(ElasticMode):
 
 class HorovodElasticState(ElasticState):
     """hvd.elastic.run over a TorchState committed every C steps: after a failure the survivors restore the last
-    commit and go on at the new size; a joining worker receives the state by broadcast."""
+    commit and go on at the new size; a joining worker receives the state by broadcast. `hvd` is the framework's
+    Horovod module (horovod.torch here), whose hvd.elastic.run and State a subclass of another framework's takes
+    (tracked)."""
 
     def __init__(self, hvd, model, optimizer, on_reset):
         from horovod.common.exceptions import HorovodInternalError
 
-        self.hvd, self.model = hvd, model
+        self.hvd = hvd
         self.failures = (HorovodInternalError,)
-        self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-        self.state = hvd.elastic.TorchState(model=model, optimizer=self.optimizer, step=0)
+        self.model, self.optimizer, self.state = self.tracked(hvd, model, optimizer)
         self.state.register_reset_callbacks([lambda: on_reset(hvd.rank(), hvd.size())])
+
+    @staticmethod
+    def tracked(hvd, model, optimizer):
+        """(the model and optimizer as trained, the hvd.elastic State that commits, restores and syncs them and the
+        step): hvd.DistributedOptimizer's gradients averaged, in a TorchState."""
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        return model, optimizer, hvd.elastic.TorchState(model=model, optimizer=optimizer, step=0)
 
     def run(self, train) -> int:
         return self.hvd.elastic.run(lambda state: train(self))(self.state)

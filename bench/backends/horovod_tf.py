@@ -7,6 +7,12 @@ GradientTape, the tape wrapped by DistributedGradientTape (its gradients average
 fp16 compression on request), then the Keras optimizer's update. Fusion threshold and cycle time are Horovod's own
 variables, as for the horovod backend. Horovod's Keras layer (horovod.tensorflow.keras) would need TF_USE_LEGACY_KERAS=1
 from TF 2.16 on; the tape needs no Keras of Horovod's.
+
+Its elastic mode (`bench fault`) is the horovod backend's (the same horovodrun --min-np/--max-np, discovery script,
+hosts and scenarios) over horovod.tensorflow.elastic: hvd.elastic.run and a TensorFlowKerasState holding the Keras
+model's and optimizer's variables and the step (commit, restore, and sync by broadcast from rank 0). Horovod's other
+TensorFlow state, TensorFlowState (a list of variables), broadcasts them only when it is made under eager execution,
+never in sync: a joining worker would then make a collective the others never join.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from bench.backends.base import Backend, ProcessGroup, rank_row
-from bench.backends.horovod import HorovodBackend, HorovodLauncher, built_frameworks, check_build
-from bench.backends.tf_training import (TF_ENV, TF_TASKS, KerasTraining, TFBuffers, collective_function,
-                                        optimizer_variables, set_tf_threads, tensorflow_problem, visible_gpu)
+from bench.backends.base import ProcessGroup, rank_row
+from bench.backends.horovod import (HorovodBackend, HorovodElastic, HorovodElasticState, HorovodLauncher,
+                                    built_frameworks)
+from bench.backends.tf_training import (TF_ENV, TF_TASKS, KerasElasticTraining, KerasTraining, TFBuffers,
+                                        collective_function, optimizer_variables, set_tf_threads, tensorflow_problem,
+                                        visible_gpu)
 
 
 HOROVOD_OPS = HorovodBackend.comm_ops  # the same four collectives, and the same dtypes, as on the PyTorch side
@@ -54,6 +62,9 @@ class HorovodTFGroup(ProcessGroup):
 
     def training(self, joined, workload):
         return KerasTraining(joined, workload, self)
+
+    def elastic_training(self, spec, workload):
+        return KerasElasticTraining(spec, workload, self)
 
     def buffers(self, spec, member):
         return TFBuffers(spec.comm["dtype"], spec.device)
@@ -102,18 +113,62 @@ class HorovodTFGroup(ProcessGroup):
         return step
 
 
+# the operations whose failure horovod.tensorflow.elastic.run takes for a lost peer (an UnknownError naming one)
+PEER_LOST_OPS = ("HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast")
+
+
+class HorovodTFElasticState(HorovodElasticState):
+    """The horovod backend's worker state over horovod.tensorflow: hvd.elastic.run and a TensorFlowKerasState. A
+    collective that meets a lost peer raises TensorFlow's UnknownError naming the Horovod operation, which
+    hvd.elastic.run takes for a HorovodInternalError (restore the last commit, reset, go on)."""
+
+    def __init__(self, hvd, model, optimizer, on_reset):
+        import tensorflow as tf
+
+        super().__init__(hvd, model, optimizer, on_reset)
+        self.tf = tf
+        self.failures = (*self.failures, tf.errors.UnknownError)
+
+    @staticmethod
+    def tracked(hvd, model, optimizer):
+        """The model and optimizer as they are (the group's train_step averages the gradients through
+        DistributedGradientTape), in a TensorFlowKerasState."""
+        return model, optimizer, hvd.elastic.TensorFlowKerasState(model, optimizer, step=0)
+
+    def run(self, train) -> int:
+        def guarded(state):
+            try:
+                return train(self)
+            except self.tf.errors.UnknownError as exc:
+                if any(op in exc.message for op in PEER_LOST_OPS):
+                    raise
+                # hvd.elastic.run for TensorFlow (0.28.1) swallows any other UnknownError and returns None
+                raise RuntimeError(f"TensorFlow: {exc.message}") from exc
+        return self.hvd.elastic.run(guarded)(self.state)
+
+
+class HorovodTFElastic(HorovodElastic):
+    """The horovod backend's elastic mode, its workers Horovod's TensorFlow side."""
+
+    def unavailable_reason(self):
+        return BACKEND.unavailable_reason("cpu")
+
+    def worker_state(self, group, model, optimizer, run_dir, spec, on_reset):
+        return HorovodTFElasticState(group.hvd, model, optimizer, on_reset)
+
+
 class HorovodTFBackend(HorovodBackend):
     name = "horovod-tf"
     summary = "horovodrun (Gloo or MPI controller) + hvd.DistributedGradientTape (TensorFlow, Keras models)"
     framework = "tensorflow"
-    tasks = TF_TASKS
+    tasks = (*TF_TASKS, "fault")
     counterpart = "horovod"  # the same launcher and library, in the other framework
     rival = "tf-mwms"  # within TensorFlow: Horovod against TensorFlow's own
     # the horovod backend's options less local accumulation (DistributedGradientTape has no backward passes per step)
     options = tuple(o for o in HorovodBackend.options if o.name != "hvd_backward_passes")
     launcher = HorovodTFLauncher()
     group_type = HorovodTFGroup
-    elastic = None
+    elastic = HorovodTFElastic()
 
     def unavailable_reason(self, device):
         problem = tensorflow_problem(device) or super().unavailable_reason(device)

@@ -1,6 +1,7 @@
 """The TensorFlow side shared by the two TensorFlow backends (tf-mwms: MultiWorkerMirroredStrategy; horovod-tf:
-Horovod's TensorFlow side): availability, threads, and the train task's framework side (KerasTraining), the
-counterpart of bench.rank.training.TorchTraining. Each backend's group gives what differs: the scope the model is
+Horovod's TensorFlow side): availability, threads, the train task's framework side (KerasTraining), the
+counterpart of bench.rank.training.TorchTraining, and the fault task's (KerasElasticTraining, the counterpart of
+bench.rank.training.TorchElasticTraining). Each backend's group gives what differs: the scope the model is
 built in, what happens once it is built (Horovod broadcasts from rank 0), and the step.
 
 The same model as the PyTorch backends (the workload's build_keras: the same layers and parameter count, checked by
@@ -24,7 +25,8 @@ from bench.rank.training import ParamSums
 
 # TF's start-up chatter (oneDNN, CPU features, "no CUDA drivers") is kept out of the rank logs; errors still show
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-# the kinds of run they take: the converge task's rank program is PyTorch's
+# the kinds of run both take: the converge task's rank program is PyTorch's; a fault run needs an elastic mode,
+# which only horovod-tf has (it adds "fault")
 TF_TASKS = ("train", "comm")
 INSTALL_HINT = "pip install -e .[tf] (TensorFlow and tf_keras), then python -m bench.tools.horovod_build"
 
@@ -114,6 +116,51 @@ def optimizer_variables(optimizer) -> list:
     return list(found() if callable(found) else found)
 
 
+def seeded_model(spec, workload, group):
+    """(the workload's Keras model, its SGD optimizer, built) from the run's seed, in the group's scope."""
+    if workload.build_keras is None:
+        raise RuntimeError(f"workload {workload.name} has no Keras model (build_keras): the TensorFlow backends "
+                           "cannot run it")
+    if spec.backward_passes != 1:
+        raise RuntimeError("the TensorFlow backends take one backward pass per step")
+    from workloads.keras import keras
+
+    keras().utils.set_random_seed(spec.seed)  # Python's, numpy's and TensorFlow's: the same initial weights
+    with group.scope():
+        model = workload.build_keras(spec.num_classes, spec.image_size)
+        optimizer = keras_sgd(spec)
+        optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
+def mean_loss(model):
+    """loss_of(x, y): the mean cross-entropy of `model`'s logits on a batch, as the groups' train_step takes it."""
+    import tensorflow as tf
+
+    losses = per_example_loss()
+
+    def loss_of(x, y):
+        return tf.reduce_mean(losses(y, model(x, training=True)))
+    return loss_of
+
+
+def keras_param_sums(model) -> ParamSums:
+    """The parameter sums of a Keras model's trainable weights (bench.rank.training.param_sums' counterpart)."""
+    import numpy as np
+
+    params = [np.asarray(w.numpy(), dtype=np.float64) for w in model.trainable_weights]
+    return ParamSums(count=sum(p.size for p in params), total=float(sum(p.sum() for p in params)),
+                     absolute=float(sum(np.abs(p).sum() for p in params)))
+
+
+def save_keras_params(model, path) -> None:
+    """Every weight (trainable or not) by its Keras name, as a numpy .npz file at `path`."""
+    import numpy as np
+
+    with open(path, "wb") as fh:
+        np.savez(fh, **{w.name: w.numpy() for w in model.weights})
+
+
 class KerasTraining:
     """A training run's framework side under a TensorFlow backend, with TorchTraining's methods. `group` gives
     scope() (where the model and optimizer are built), replicated(model, optimizer) (called once they exist, before
@@ -127,26 +174,11 @@ class KerasTraining:
         import tensorflow as tf
 
         spec, info = joined.spec, joined.info
-        if workload.build_keras is None:
-            raise RuntimeError(f"workload {workload.name} has no Keras model (build_keras): the TensorFlow backends "
-                               "cannot run it")
-        if spec.backward_passes != 1:
-            raise RuntimeError("the TensorFlow backends take one backward pass per step")
         self.spec, self.tf = spec, tf
         self.device = "/GPU:0" if spec.device == "cuda" else "/CPU:0"
-        from workloads.keras import keras
-
-        keras().utils.set_random_seed(spec.seed)  # Python's, numpy's and TensorFlow's: the same initial weights
-        with group.scope():
-            self.model = workload.build_keras(spec.num_classes, spec.image_size)
-            self.optimizer = keras_sgd(spec)
-            self.optimizer.build(self.model.trainable_variables)
+        self.model, self.optimizer = seeded_model(spec, workload, group)
         group.replicated(self.model, self.optimizer)
-        losses = per_example_loss()
-
-        def loss_of(x, y):
-            return tf.reduce_mean(losses(y, self.model(x, training=True)))
-        self._step = group.train_step(self.model, self.optimizer, loss_of)
+        self._step = group.train_step(self.model, self.optimizer, mean_loss(self.model))
         self.batches = open_arrays(spec, info, workload)
         self._last = None
 
@@ -170,18 +202,10 @@ class KerasTraining:
             self._last.numpy()
 
     def param_sums(self) -> ParamSums:
-        import numpy as np
-
-        params = [np.asarray(w.numpy(), dtype=np.float64) for w in self.model.trainable_weights]
-        return ParamSums(count=sum(p.size for p in params), total=float(sum(p.sum() for p in params)),
-                         absolute=float(sum(np.abs(p).sum() for p in params)))
+        return keras_param_sums(self.model)
 
     def save_params(self, path) -> None:
-        """Every weight (trainable or not) by its Keras name, as a numpy .npz file at `path`."""
-        import numpy as np
-
-        with open(path, "wb") as fh:
-            np.savez(fh, **{w.name: w.numpy() for w in self.model.weights})
+        save_keras_params(self.model, path)
 
     def save_model(self, path: str) -> str:
         write_atomic(path, write=lambda tmp: self.save_params(tmp))
@@ -196,6 +220,47 @@ class KerasTraining:
         threading = self.tf.config.threading
         return {"tensorflow": threading.get_intra_op_parallelism_threads(),
                 "interop": threading.get_inter_op_parallelism_threads()}
+
+
+class KerasElasticTraining:
+    """A fault run's framework side under a TensorFlow backend, with bench.rank.training.TorchElasticTraining's
+    methods: the seeded Keras model and optimizer (nothing broadcast here: the elastic mode's state syncs them from
+    rank 0 when training starts and after each reset), one step on the batch of a given step number and rank
+    (workloads.data.synthetic_arrays' batch number step % SYNTHETIC_BATCHES of that rank, channels last: the PyTorch
+    backends' numbers, the same after any restart or rank change),
+    the checksum and the parameters saved (.npz). `group` gives scope() and train_step(model, optimizer, loss_of) as
+    for KerasTraining; the step is traced once per model and optimizer."""
+
+    framework = "tensorflow"
+
+    def __init__(self, spec, workload, group):
+        self.spec, self.workload, self.group = spec, workload, group
+        self.model, self.optimizer = seeded_model(spec, workload, group)
+        self._steps: dict[tuple[int, int], object] = {}
+        self._arrays: dict[int, tuple] = {}
+
+    def batch(self, step: int, rank: int):
+        """The batch of step `step` for rank `rank`, as (inputs, labels) numpy arrays."""
+        if rank not in self._arrays:
+            spec = self.spec
+            self._arrays[rank] = channels_last_arrays(batch=spec.batch_size, channels=self.workload.channels,
+                                                      image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
+                                                      rank=rank)
+        xs, ys = self._arrays[rank]
+        return xs[step % len(xs)], ys[step % len(ys)]
+
+    def step(self, model, optimizer, step: int, rank: int):
+        """Step number `step` (0-based) on rank `rank`, of the model and optimizer as the elastic mode trains them."""
+        key = (id(model), id(optimizer))
+        if key not in self._steps:
+            self._steps[key] = self.group.train_step(model, optimizer, mean_loss(model))
+        return self._steps[key](*self.batch(step, rank))
+
+    def checksum(self) -> float:
+        return keras_param_sums(self.model).total
+
+    def save_params(self, path) -> None:
+        save_keras_params(self.model, path)
 
 
 class TFBuffers:

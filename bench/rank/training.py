@@ -1,6 +1,6 @@
 """The one training step and the one parameter checksum that every task training a model shares (train, converge,
-fault): the same micro-batching, loss scaling and optimizer call, and the same sums to compare replicas by, and the
-train task's PyTorch side (TorchTraining). Loaded only inside a run's processes; torch is imported where it is used,
+fault): the same micro-batching, loss scaling and optimizer call, and the same sums to compare replicas by, the
+train task's PyTorch side (TorchTraining) and the fault task's (TorchElasticTraining). Loaded only inside a run's processes; torch is imported where it is used,
 so that a TensorFlow backend's processes, which read first_non_finite and ParamSums here, never load it."""
 
 from __future__ import annotations
@@ -131,3 +131,43 @@ class TorchTraining:
         import torch
 
         return {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads()}
+
+
+class TorchElasticTraining:
+    """A fault run's framework side under the PyTorch backends, for the fault task's loop (bench/tasks/fault/rank.py):
+    the seeded model and optimizer, plain (the backend's elastic mode wraps them: ElasticMode.worker_state), one step
+    on the batch of a given step number and rank (the same after any restart or rank change: SyntheticBatches.at),
+    the parameter checksum a resumed process is checked by, and its parameters saved. A backend of another framework
+    gives its own (ProcessGroup.elastic_training) with the same methods. Fault runs train on CPU processes."""
+
+    framework = "torch"
+
+    def __init__(self, spec, workload):
+        import torch
+
+        self.spec, self.workload = spec, workload
+        self.device = torch.device("cpu")
+        self.model, self.optimizer = build_model(spec, self.device)
+        self.loss_fn = workload.make_loss()
+        self._batches: dict[int, object] = {}
+
+    def batch(self, step: int, rank: int):
+        """The batch of step `step` for rank `rank`."""
+        if rank not in self._batches:
+            from workloads.data import SyntheticBatches  # the workloads import torch: here, not at the top
+
+            spec = self.spec
+            self._batches[rank] = SyntheticBatches(batch=spec.batch_size, channels=self.workload.channels,
+                                                   image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
+                                                   rank=rank, device=self.device)
+        return self._batches[rank].at(step)
+
+    def step(self, model, optimizer, step: int, rank: int):
+        """Step number `step` (0-based) on rank `rank`, of the model and optimizer as the elastic mode trains them."""
+        return optimizer_step(model, optimizer, self.loss_fn, lambda: self.batch(step, rank))
+
+    def checksum(self) -> float:
+        return param_sums(self.model).total
+
+    def save_params(self, path) -> None:
+        save_params(self.model, path)

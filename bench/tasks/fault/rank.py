@@ -1,22 +1,19 @@
 """What one worker process of a fault run does (bench.rank.entry runs it): it trains the run's steps under the
 backend's elastic state (ElasticState: resume, commit), the victim stopping at the fault step, and appends one
-journal line per event. Loaded only inside a run's processes."""
+journal line per event. Its framework side (model and optimizer, the step of a given step number and rank, the
+checksum) is the backend's (ProcessGroup.elastic_training): no framework is imported here. Loaded only inside a run's
+processes."""
 
 from __future__ import annotations
 
 import os
 import time
 
-import torch
-
 from bench.core.codec import dumps
 from bench.core.registry import get_backend
 from bench.core.rundir import write_json_atomic
 from bench.rank.kit import GroupMember
-from bench.rank.model import build_model, save_params
-from bench.rank.training import optimizer_step, param_sums
 from workloads import get_workload
-from workloads.data import SyntheticBatches
 
 VICTIM_WAIT_S = 30.0  # how long the victim waits for its signal before going on without it
 
@@ -57,17 +54,15 @@ def fault_due(run_dir, spec, rank_at_start: int, rank: int, step: int) -> bool:
 class FaultContext:
     """A fault run's training as one worker sees it: the training step for a given step number and rank, the
     journal, the fault point, and the checksum that proves a resumed process holds the committed parameters.
-    The backend's elastic state owns only restart, restore and commit."""
+    The backend's elastic state owns only restart, restore and commit; `training`, the framework side
+    (bench.rank.training.TorchElasticTraining's methods), owns the model, the step and the checksum."""
 
-    def __init__(self, spec, run_dir, journal, info, model, optimizer, device):
-        self.spec, self.run_dir, self.journal = spec, run_dir, journal
-        self.model, self.optimizer, self.device = model, optimizer, device
+    def __init__(self, spec, run_dir, journal, info, training):
+        self.spec, self.run_dir, self.journal, self.training = spec, run_dir, journal, training
         self.rank_at_start, self.host = info.rank, info.host
         self.rank = info.rank  # the rank it holds now (Horovod reassigns ranks inside a process)
         self.total_steps = spec.fault["total_steps"]
         self.checkpoint_every = spec.fault["checkpoint_every"]
-        self.loss_fn = get_workload(spec.workload).make_loss()
-        self._batches: dict[int, object] = {}
         self.resumed_at = 0
         self.waiting_since: float | None = None
 
@@ -84,23 +79,14 @@ class FaultContext:
             self.waiting_since = time.monotonic()
         return time.monotonic() - self.waiting_since < self.spec.fault["recovery_timeout"]
 
-    def batch(self, step: int, rank: int):
-        """The batch of step `step` for rank `rank`: the same after any restart or rank change."""
-        if rank not in self._batches:
-            spec = self.spec
-            self._batches[rank] = SyntheticBatches(
-                batch=spec.batch_size, channels=get_workload(spec.workload).channels, image=spec.image_size,
-                classes=spec.num_classes, seed=spec.seed, rank=rank, device=self.device)
-        return self._batches[rank].at(step)
-
     def train_step(self, model, optimizer, step: int, rank: int):
-        """Step number `step` (0-based) on this rank, with the fault point before it."""
+        """Step number `step` (0-based) on this rank, on the batch of (step, rank), with the fault point before it."""
         if fault_due(self.run_dir, self.spec, self.rank_at_start, rank, step):
             wait_for_fault(self.run_dir, self.journal, step, rank)
-        return optimizer_step(model, optimizer, self.loss_fn, lambda: self.batch(step, rank))
+        return self.training.step(model, optimizer, step, rank)
 
     def checksum(self) -> float:
-        return param_sums(self.model).total
+        return self.training.checksum()
 
     def resumed(self, step: int, rank: int, size: int, local_rank: int, restart_count: int,
                 group_rank: int | None = None) -> None:
@@ -108,7 +94,7 @@ class FaultContext:
         self.journal.write("resumed", step=step, rank=rank, size=size, local_rank=local_rank, group_rank=group_rank,
                            restart_count=restart_count, pid=os.getpid(), host=self.host, checksum=self.checksum())
         if self.spec.save_params and step > 0:
-            save_params(self.model, self.run_dir.resumed_params_file(step, os.getpid()))
+            self.training.save_params(self.run_dir.resumed_params_file(step, os.getpid()))
 
     def stepped(self, step: int, rank: int, size: int) -> None:
         self.journal.write("step", step=step, rank=rank, size=size)
@@ -139,7 +125,7 @@ def train_through_faults(state, ctx: FaultContext) -> int:
             try:
                 ctx.train_step(state.model, state.optimizer, step, rank)
             except state.failures as exc:
-                ctx.detected(rank, f"{type(exc).__name__}: {str(exc)[:80]}")
+                ctx.detected(rank, f"{type(exc).__name__}: {' '.join(str(exc).split())[:80]}")  # one line
                 raise
             step += 1
             ctx.stepped(step, rank, size)
@@ -155,12 +141,13 @@ def run_rank(spec, run_dir, file_rank, attempt, t_process_start):
     journal = Journal(run_dir.journal_file(file_rank, attempt))
     journal.write("start", pid=os.getpid())
     member = GroupMember(spec, run_dir, file_rank, attempt, t_process_start)
-    model, optimizer = build_model(spec, torch.device("cpu"))
-    ctx = FaultContext(spec, run_dir, journal, member.info, model, optimizer, torch.device("cpu"))
-    state = get_backend(spec.backend).elastic.worker_state(member.group, model, optimizer, run_dir, spec, ctx.reset)
+    training = member.group.elastic_training(spec, get_workload(spec.workload))  # the framework's side
+    ctx = FaultContext(spec, run_dir, journal, member.info, training)
+    state = get_backend(spec.backend).elastic.worker_state(member.group, training.model, training.optimizer, run_dir,
+                                                           spec, ctx.reset)
     final_step = train_through_faults(state, ctx)
     checksum = ctx.checksum()
     journal.write("finished", step=final_step, rank=ctx.rank, checksum=checksum)
     if spec.save_params:
-        save_params(model, run_dir.params_file(file_rank, attempt))
+        training.save_params(run_dir.params_file(file_rank, attempt))
     return member.result({"steps": final_step, "param_checksum": checksum})
