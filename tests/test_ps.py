@@ -76,6 +76,8 @@ def test_killed_server_ends_the_run(store):
     assert proc.returncode == 1 and record["status"] == "crashed", record["error"]
     assert record["error"]["rank"] == 2 and record["error"]["signal"] == "SIGKILL"
     assert {r["rank"]: r["role"] for r in record["rank_map"]}[2] == "server"
+    # the killed rank's guard ends by the same signal (SIGKILL can be neither caught nor reset), with no error of its own
+    assert "bench/harness/guard.py" not in (Path(record["run_dir"]) / "launcher.log").read_text()
     assert_nothing_left(record)
 
 

@@ -271,6 +271,16 @@ def test_both_tensorflow_backends_end_with_the_same_parameters(store):
         assert total_h == pytest.approx(total, rel=1e-5) and loss_h == pytest.approx(loss, rel=1e-4)
 
 
+def test_the_scaling_model_says_why_it_does_not_project_them():
+    from bench.core.errors import UsageError
+    from bench.projection.fit import Case, fit
+
+    case = Case(workload="mnist_mlp", batch=64, threads=1, device="cpu")
+    for backend in ("tf-mwms", "horovod-tf"):
+        with pytest.raises(UsageError, match=f"does not project {backend}: its runs have no step profile"):
+            fit([], backend, case)
+
+
 def test_the_bare_keras_loops_are_started_as_their_guides_start_them():
     import sys
 

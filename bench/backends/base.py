@@ -325,6 +325,10 @@ class Backend:
         """Extra facts for `bench doctor`."""
         return []
 
+    def projection_problem(self) -> str | None:
+        """None when the scaling model (bench.projection) can project this backend, else why not."""
+        return None
+
     def comm_schedule(self, options: dict) -> CommSchedule:
         """When this backend moves gradients during a step (the scaling model's rule); none by default."""
         return CommSchedule("none")

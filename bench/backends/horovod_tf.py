@@ -23,9 +23,9 @@ from pathlib import Path
 from bench.backends.base import ProcessGroup, rank_row
 from bench.backends.horovod import (HorovodBackend, HorovodElastic, HorovodElasticState, HorovodLauncher,
                                     built_frameworks)
-from bench.backends.tf_training import (TF_ENV, TF_TASKS, KerasElasticTraining, KerasTraining, TFBuffers,
-                                        collective_function, optimizer_variables, set_tf_threads, tensorflow_problem,
-                                        visible_gpu)
+from bench.backends.tf_training import (NOT_PROJECTED, TF_ENV, TF_TASKS, KerasElasticTraining, KerasTraining,
+                                        TFBuffers, collective_function, optimizer_variables, set_tf_threads,
+                                        tensorflow_problem, visible_gpu)
 
 
 HOROVOD_OPS = HorovodBackend.comm_ops  # the same four collectives, and the same dtypes, as on the PyTorch side
@@ -184,6 +184,9 @@ class HorovodTFBackend(HorovodBackend):
 
     def backward_passes(self, options):
         return 1
+
+    def projection_problem(self):
+        return NOT_PROJECTED
 
     def doctor_lines(self):
         return []  # the horovod backend's lines say which build this is and which frameworks it holds

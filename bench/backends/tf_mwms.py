@@ -15,8 +15,8 @@ import json
 import os
 
 from bench.backends.base import Backend, BackendOption, Launcher, ProcessGroup, rank_row
-from bench.backends.tf_training import (TF_ENV, TF_TASKS, KerasTraining, TFBuffers, collective_function,
-                                        set_tf_threads, tensorflow_problem, visible_gpu)
+from bench.backends.tf_training import (NOT_PROJECTED, TF_ENV, TF_TASKS, KerasTraining, TFBuffers,
+                                        collective_function, set_tf_threads, tensorflow_problem, visible_gpu)
 from bench.backends.torchrun import free_port
 from bench.cluster.fanout import local_processes_command
 
@@ -165,6 +165,9 @@ class MWMSBackend(Backend):
 
     def unavailable_reason(self, device):
         return tensorflow_problem(device)
+
+    def projection_problem(self):
+        return NOT_PROJECTED
 
     def transport(self, device, options):
         choice = options["tf_collective"]

@@ -28,6 +28,9 @@ TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 # the kinds of run both take: the converge task's rank program is PyTorch's; a fault run needs an elastic mode,
 # which only horovod-tf has (it adds "fault")
 TF_TASKS = ("train", "comm")
+# why the scaling model does not project them (Backend.projection_problem)
+NOT_PROJECTED = ("its runs have no step profile: the scaling model replays each gradient's ready time, which PyTorch's "
+                 "hooks give, and a TensorFlow tape computes every gradient in one call")
 INSTALL_HINT = "pip install -e .[tf] (TensorFlow and tf_keras), then python -m bench.tools.horovod_build"
 
 

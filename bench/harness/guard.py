@@ -76,8 +76,9 @@ def main(argv: list[str]) -> int:
         "terminated_by": received[0] if received else None,
         "tail": tail(log_path) if ended_early else "",
     })
-    if returncode < 0:
-        signal.signal(-returncode, signal.SIG_DFL)
+    if returncode < 0:  # end as the rank ended, so that the launcher sees the same signal
+        if -returncode not in (signal.SIGKILL, signal.SIGSTOP):  # neither can be caught, nor its handler reset
+            signal.signal(-returncode, signal.SIG_DFL)
         os.kill(os.getpid(), -returncode)
     return returncode
 

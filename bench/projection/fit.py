@@ -119,6 +119,9 @@ def median_shape(records: list) -> Shape:
 def fit(records: list, backend: str, case: Case) -> Inputs:
     """The inputs of `backend` for `case`, from the one-host runs among `records`; a one-line error naming the runs
     to make when some are missing."""
+    problem = get_backend(backend).projection_problem()
+    if problem:
+        raise UsageError(f"the scaling model does not project {backend}: {problem}")
     runs = one_host(records)
     plain = _train(runs, PLAIN_LOOP, case, 1)
     where = f"{case.workload} at batch {case.batch}, {case.threads} thread(s), {case.device}"
