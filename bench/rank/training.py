@@ -1,7 +1,8 @@
 """The one training step and the one parameter checksum that every task training a model shares (train, converge,
 fault): the same micro-batching, loss scaling and optimizer call, and the same sums to compare replicas by, the
-train task's PyTorch side (TorchTraining) and the fault task's (TorchElasticTraining). Loaded only inside a run's processes; torch is imported where it is used,
-so that a TensorFlow backend's processes, which read first_non_finite and ParamSums here, never load it."""
+train task's PyTorch side (TorchTraining) and the fault task's (TorchElasticTraining). Loaded only inside a run's
+processes; torch is imported where it is used, so that a TensorFlow backend's processes, which read first_non_finite
+and ParamSums here, never load it."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ Like the loops, it imports only the standard library, torch and the workloads. T
 horovodrun, or python as a Ray driver), so their folder, and this module with it, is first on sys.path; Ray puts
 the driver's folder on its workers' path too.
 """
-import argparse
 import json
 import os
 import sys
@@ -17,39 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # run from the che
 import torch
 import torch.distributed as dist
 
+from bare_options import parser, pin  # noqa: F401  (the loops' options, beside this file)
 from workloads import WORKLOADS
 
 BATCHES = 8  # synthetic batches made once, cycled
-
-
-def parser() -> argparse.ArgumentParser:
-    """Every bare loop's options (bench selfcheck passes the suite's run's values)."""
-    p = argparse.ArgumentParser()
-    p.add_argument("--workload", default="mnist_mlp", choices=list(WORKLOADS))
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--batch-size", type=int)  # per worker; batch, image and classes default to the workload's
-    p.add_argument("--image-size", type=int)
-    p.add_argument("--classes", type=int)
-    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
-    p.add_argument("--warmup-steps", type=int, default=5)
-    p.add_argument("--steps", type=int)  # timed steps; default 5 of the workload's windows
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--allreduce", type=int, metavar="BYTES", help="time a float32 allreduce instead of training")
-    p.add_argument("--warmup-iters", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
-    # cores: local rank r on cores [r*T, (r+1)*T)
-    p.add_argument("--cpu-bind", default="none", choices=("none", "cores"))
-    return p
-
-
-def pin(local_rank: int, threads: int) -> None:
-    """--cpu-bind cores: every thread of this process on the local rank's own cores."""
-    cores = sorted(os.sched_getaffinity(0))
-    chosen = [cores[(local_rank * threads + i) % len(cores)] for i in range(threads)]
-    for thread in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(thread), chosen)
 
 
 def synchronizer(device: torch.device):

@@ -8,7 +8,6 @@ momentum, mean cross-entropy of the logits. Like the loops, it imports only the 
 tf_keras and the workloads' Keras builders; never torch, never the harness. The loops run as files, so their
 folder, and this module with it, is first on sys.path.
 """
-import argparse
 import json
 import os
 import sys
@@ -18,30 +17,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # run from the checkout: find `workloads` in it
 import numpy as np
 
+from bare_options import parser, pin  # noqa: F401  (the loops' options, beside this file)
 from workloads import WORKLOADS
 
 BATCHES = 8  # synthetic batches made once, cycled
-
-
-def parser() -> argparse.ArgumentParser:
-    """Every bare Keras loop's options: those of the PyTorch bare loops (bench selfcheck passes the same)."""
-    p = argparse.ArgumentParser()
-    p.add_argument("--workload", default="mnist_mlp", choices=list(WORKLOADS))
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--batch-size", type=int)  # per worker; batch, image and classes default to the workload's
-    p.add_argument("--image-size", type=int)
-    p.add_argument("--classes", type=int)
-    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
-    p.add_argument("--warmup-steps", type=int, default=5)
-    p.add_argument("--steps", type=int)  # timed steps; default 5 of the workload's windows
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--allreduce", type=int, metavar="BYTES", help="time a float32 allreduce instead of training")
-    p.add_argument("--warmup-iters", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--cpu-bind", default="none", choices=("none", "cores"))  # cores: local rank r on [r*T, (r+1)*T)
-    return p
 
 
 def start_tensorflow(args):
@@ -62,14 +41,6 @@ def use_gpu(tf, local_rank: int) -> None:
     if gpus:
         tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
         tf.config.experimental.set_memory_growth(gpus[local_rank % len(gpus)], True)
-
-
-def pin(local_rank: int, threads: int) -> None:
-    """--cpu-bind cores: every thread of this process on the local rank's own cores."""
-    cores = sorted(os.sched_getaffinity(0))
-    chosen = [cores[(local_rank * threads + i) % len(cores)] for i in range(threads)]
-    for thread in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(thread), chosen)
 
 
 def sizes(args):
