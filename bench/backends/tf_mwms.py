@@ -95,7 +95,12 @@ class MWMSGroup(ProcessGroup):
             for peer in range(1, self.world):
                 coordination.get_config_key_value(f"bench.left/{peer}", int(self.timeout_s * 1000))
         else:
-            coordination.set_config_key_value(f"bench.left/{self.index}", "1")
+            try:
+                coordination.set_config_key_value(f"bench.left/{self.index}", "1")
+            except self.tf.errors.OpError:
+                # worker 0 took the key and left before its answer came back ("Socket closed"), or is gone: this
+                # worker's part is over either way, and worker 0's own ending is its own rank's to record
+                pass
 
     def training(self, joined, workload):
         return KerasTraining(joined, workload, self)
