@@ -271,6 +271,25 @@ def test_both_tensorflow_backends_end_with_the_same_parameters(store):
         assert total_h == pytest.approx(total, rel=1e-5) and loss_h == pytest.approx(loss, rel=1e-4)
 
 
+def test_they_are_measured_against_their_own_one_worker_run_not_pytorchs_plain_loop():
+    """The plain loop is PyTorch's: a TensorFlow backend's step computes with another framework, so its figure against
+    the plain loop would mix the framework's compute into "the communication not hidden". It is trained at one worker
+    too, and its efficiency is over that run."""
+    from factories import train_record
+
+    from bench.tasks.train.results import gate_figures
+    from bench.workflows.plan import backend_world_sizes
+
+    assert backend_world_sizes("tf-mwms", [1, 2]) == backend_world_sizes("horovod-tf", [1, 2]) == [1, 2]
+    assert backend_world_sizes("ps", [1, 2]) == [2]  # a reference backend of the plain loop's framework
+    runs = [train_record(f"r{i}", backend, n) for i, (backend, n) in enumerate(
+        [("single", 1), ("elastic", 1), ("elastic", 2), ("tf-mwms", 1), ("tf-mwms", 2)])]
+    figures, _ = gate_figures(runs, runs)
+    assert "vs_plain elastic mnist_mlp n=2" in figures and "efficiency elastic mnist_mlp n=2" in figures
+    assert "efficiency tf-mwms mnist_mlp n=2" in figures
+    assert not [name for name in figures if name.startswith("vs_plain tf-mwms")]
+
+
 def test_the_scaling_model_says_why_it_does_not_project_them():
     from bench.core.errors import UsageError
     from bench.projection.fit import Case, fit

@@ -60,6 +60,13 @@ def compared_for(task: str) -> tuple[str, ...]:
     return tuple(name for name in COMPARED if task in get_backend(name).tasks)
 
 
+def against_the_plain_loop(backend: str) -> bool:
+    """Whether `backend`'s runs are compared with the plain loop's (vs plain, the communication not hidden): only a
+    backend of the plain loop's framework, whose step computes what the plain loop's does. Another framework's
+    compute differs from the plain loop's, so it is measured against its own run at one worker (efficiency)."""
+    return get_backend(backend).framework == get_backend(PLAIN_LOOP).framework
+
+
 def elastic_backends() -> list[str]:
     """The backends with an elastic mode (what `bench fault` takes)."""
     return [name for name in BACKEND_MODULES if get_backend(name).elastic is not None]

@@ -12,7 +12,7 @@ import dataclasses
 import random
 
 from bench.core.errors import UsageError
-from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY, get_backend
+from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY, against_the_plain_loop, get_backend
 from bench.core.spec import default_threads
 from bench.harness.workload_check import workload_of
 from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
@@ -51,10 +51,11 @@ def sweep_world_sizes(limit: int) -> list[int]:
 
 
 def backend_world_sizes(backend: str, world_sizes: list[int]) -> list[int]:
-    """The world sizes a sweep trains `backend` at: all of them for the primary pair, only the distributed
-    ones for a reference backend (the parameter server answers "how far from a PS at N workers"; its
-    one-worker case compares nothing), unless those are all there is."""
-    if backend in PRIMARY:
+    """The world sizes a sweep trains `backend` at: all of them for the primary pair and for a backend of another
+    framework than the plain loop's (its one-worker run is its yardstick: bench.core.registry.against_the_plain_loop),
+    only the distributed ones for another reference backend (the parameter server answers "how far from a PS at N
+    workers"; its one-worker case compares nothing), unless those are all there is."""
+    if backend in PRIMARY or not against_the_plain_loop(backend):
         return list(world_sizes)
     return [n for n in world_sizes if n > 1] or list(world_sizes)
 

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from bench.core import stats
-from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
+from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, against_the_plain_loop, get_backend
 from bench.core.spec import pinned_words
 from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
 from bench.results.frame import CONDITIONS, blank_single_machine, comparable_runs, pooled_launches, sweeps_in
@@ -43,7 +43,7 @@ def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
         mine = case_of(good, value)
         out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], [1])
         plain = ok.get((PLAIN_LOOP, workload, 1))
-        if backend != PLAIN_LOOP and plain:
+        if backend != PLAIN_LOOP and plain and against_the_plain_loop(backend):
             out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, case_of(plain, value)],
                                               [1, -1], scale=n)
         one = ok.get((backend, workload, 1))
@@ -147,7 +147,7 @@ def replicated_cases(ok) -> list[TrainingCase]:
         cond_key = key[:len(CONDITIONS)]
         plain = cases.get((*cond_key, PLAIN_LOOP, 1))
         one = cases.get((*cond_key, case.backend, 1))
-        if plain is not None and case.backend != PLAIN_LOOP:
+        if plain is not None and case.backend != PLAIN_LOOP and against_the_plain_loop(case.backend):
             case.vs_plain = stats.ratio_of_cases([case.values], [plain.values], scale=case.world_size)
         if one is not None and case.world_size > 1:
             case.efficiency = stats.ratio_of_cases([case.values], [one.values], scale=case.world_size)
