@@ -3,9 +3,10 @@
 import pytest
 
 from bench.core.codec import float_of
-from bench.rank.collectives import OPS, element_count, fit_alpha_beta, format_table, parse_bytes, sweep_sizes
+from bench.rank.collectives import OPS, element_count, fit_alpha_beta, format_table, parse_bytes, sweep_plan, sweep_sizes
 from conftest import bench, bench_json
 from factories import ceiling, comm_row
+from test_tf import needs_tf  # it also imports torch's compiler stack before TensorFlow (see there)
 
 
 @pytest.mark.parametrize("op, n, factor", [("allreduce", 2, 1.0), ("allreduce", 8, 1.75),
@@ -65,6 +66,9 @@ def test_table_has_nccl_tests_columns():
     ("horovod", "allreduce,allgather,broadcast", "float32"),
     ("horovod", "allreduce", "float16"),
     ("ps", "allreduce", "float32"),
+    # TensorFlow's collectives, on TensorFlow tensors (TFBuffers): the strategy's two, Horovod's in float16
+    pytest.param("tf-mwms", "allreduce,allgather", "float32", marks=needs_tf),
+    pytest.param("horovod-tf", "allreduce,allgather,broadcast", "float16", marks=needs_tf),
 ])
 def test_real_two_rank_sweep_has_no_wrong_elements(backend, ops, dtype, store):
     proc, record = bench_json("allreduce", "--backend", backend, "--nproc", 2, "--ops", ops, "--dtype", dtype,
@@ -73,7 +77,7 @@ def test_real_two_rank_sweep_has_no_wrong_elements(backend, ops, dtype, store):
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok" and record["spec"]["task"] == "comm"
     rows = record["metrics"]["rows"]
-    assert {r["op"] for r in rows} == set(ops.split(","))
+    assert [(r["op"], r["size"]) for r in rows] == [(op, size) for op, size, _ in sweep_plan(record["spec"]["comm"], 2)]
     assert all(r["wrong"] == 0 for r in rows)
     for r in rows:
         assert r["time_us"] == pytest.approx(max(r["per_rank_time_us"]))  # max over ranks

@@ -211,30 +211,6 @@ def test_a_tensorflow_sweep_counts_wrong_elements():
         assert [r["wrong"] for r in broken] == [1] * 12
 
 
-@needs_tf
-@pytest.mark.slow
-@pytest.mark.parametrize("backend, ops, dtype", [
-    ("tf-mwms", "allreduce,allgather", "float32"),
-    ("horovod-tf", "allreduce,allgather,broadcast", "float16"),
-])
-def test_a_real_tensorflow_sweep_has_no_wrong_elements(backend, ops, dtype, store):
-    from bench.rank.collectives import OPS, sweep_plan
-
-    proc, record = bench_json("allreduce", "--backend", backend, "--nproc", 2, "--ops", ops, "--dtype", dtype,
-                              "--min-bytes", 4, "--max-bytes", "256K", "--warmup-iters", 1, "--iters", 3,
-                              "--store", store)
-    assert proc.returncode == 0, proc.stderr
-    assert record["status"] == "ok" and record["spec"]["task"] == "comm"
-    rows = record["metrics"]["rows"]
-    assert {r["op"] for r in rows} == set(ops.split(",")) and all(r["wrong"] == 0 for r in rows)
-    assert [(r["op"], r["size"]) for r in rows] == [(op, size) for op, size, _ in sweep_plan(record["spec"]["comm"], 2)]
-    for r in rows:
-        assert r["time_us"] == pytest.approx(max(r["per_rank_time_us"]))
-        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * OPS[r["op"]].factor(2))
-    assert record["metrics"]["model"] == "ring"
-    assert_nothing_left(record)
-
-
 def test_a_tensorflow_run_without_tensorflow_says_how_to_install_it(tmp_path):
     """TensorFlow hidden (a sitecustomize that makes find_spec miss it, as on a machine without the extra): each
     backend is unavailable, in one line naming the extra, before anything is created."""

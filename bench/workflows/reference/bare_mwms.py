@@ -5,7 +5,8 @@
 
 Started as TensorFlow's multi-worker guide starts it: one process per worker, each with a TF_CONFIG naming every
 worker's address and its own index. Without a TF_CONFIG the script is that launcher: it starts --num-workers copies
-of itself on this machine (free local ports), waits for them, and exits with the first failure's status. Each worker
+of itself on this machine (free local ports), waits for them, and exits with the first failure's status (ending
+the others, which would wait for the failed one in a collective). Each worker
 builds the model under strategy.scope() and runs a tf.function step under strategy.run, the loss scaled by
 1/workers (the strategy sums the replicas' gradients). No harness: only the workload's Keras model and sizes are
 shared, and the loops the bare Keras loops share (bare_keras_common.py, beside it). Worker 0 prints one JSON line,
@@ -16,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import bare_keras_common as common  # beside this file, which python runs as a file
 
@@ -37,8 +39,17 @@ def launch_workers() -> int:
     for index in range(a.num_workers):
         config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
         workers.append(subprocess.Popen([sys.executable, *sys.argv], env={**os.environ, "TF_CONFIG": json.dumps(config)}))
-    codes = [w.wait() for w in workers]
-    return next((c for c in codes if c), 0)
+    # a worker that failed leaves the others waiting in a collective: end them, and exit with its status
+    while True:
+        codes = [w.poll() for w in workers]
+        failed = next((c for c in codes if c), None)
+        if failed is not None or all(c == 0 for c in codes):
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                    w.wait()
+            return failed or 0
+        time.sleep(0.1)
 
 
 if "TF_CONFIG" not in os.environ:
