@@ -48,7 +48,7 @@ def launch_workers() -> int:
                 if w.poll() is None:
                     w.kill()
                     w.wait()
-            return failed or 0
+            return 128 - failed if failed and failed < 0 else failed or 0  # a signal as a shell reports it
         time.sleep(0.1)
 
 
