@@ -18,7 +18,7 @@ from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, get_backend, get_task
 from bench.core.spec import resolve_device
 from bench.core.store import Store
-from bench.harness.cores import set_sharing
+from bench.harness.cores import check_lock_folder, set_sharing
 from bench.harness.runner import execute
 from bench.workflows.plan import COMM_KEYS
 from bench.workflows.plan import comm_options as resolve
@@ -62,6 +62,7 @@ def before_runs(args) -> None:
     if not across:
         check_interface_variables(os.environ)
     set_sharing(args.allow_shared, args.wait_for_cores)
+    check_lock_folder()  # a folder bench may not use is refused before anything is made
 
 
 # ---------------------------------------------------------------- arguments to plain values

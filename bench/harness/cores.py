@@ -9,9 +9,15 @@ run. Claims live in one folder every bench process on the machine shares (`$BENC
   owner for as long as it lives. The kernel drops that lock when the process ends, however it ends (the run's
   lifeline holds it too, until it has ended the run's processes), so a claim nobody holds the lock of is a dead
   process's, and the next bench that looks removes it;
-- `RUN_ID.shared`: one JSON line for each run that started on the claimed resources while this one ran;
+- `RUN_ID.shared`: one JSON line for each run that started on the claimed resources while this one ran (made by
+  the run with its claim, writable by every user);
 - `registry.lock`: flocked while a bench process reads and changes the claims (milliseconds), so that two never
   decide at once.
+
+Another local user may write to that folder too, so nothing in it is trusted (docs/method.md, "One benchmark at a
+time"): the folder must belong to this user or root, files are opened through the folder's descriptor and never
+through a link, only the file a run has just made for others to append to is writable by them, and a claim blocks
+only while a live bench process that wrote it holds it.
 
 A run whose resources a running run holds waits, in the order runs arrived, saying which run holds them, up to
 `--wait-for-cores` seconds, then is refused (exit 2). With `--allow-shared` it runs at once alongside; both runs'
@@ -21,16 +27,20 @@ records then name each other (RunRecord.shared_with), and such runs are left out
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import pwd
+import re
+import stat
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.core.console import format_duration, note
-from bench.core.errors import CoresInUse, UsageError
+from bench.core.errors import BenchError, CoresInUse, UsageError
 
 LOCK_DIR_VARIABLE = "BENCH_LOCK_DIR"
 DEFAULT_LOCK_DIR = Path("/tmp/bench-locks")  # one per machine, for every user: not a per-user runtime folder
@@ -98,32 +108,246 @@ def resources_text(resources) -> str:
 
 
 def describe_claim(claim: dict) -> str:
-    """'run ID (what; pid P, since HH:MM:SS, store S)'."""
+    """'run ID (what; pid P, since HH:MM:SS, store S)'; what another user's claim says is shown as printable text."""
     since = time.strftime("%H:%M:%S", time.localtime(claim.get("since", 0)))
-    store = f", store {claim['store']}" if claim.get("store") else ""
-    what = claim.get("label") or "a bench run"
+    store = f", store {printable(claim['store'])}" if claim.get("store") else ""
+    what = printable(claim.get("label") or "a bench run")
     return f"run {claim.get('run_id')} ({what}; pid {claim.get('pid')}, since {since}{store})"
 
 
-def _open_shared(path: Path, flags: int) -> int:
-    """An fd of a file in the lock folder that every user may write (the folder is sticky, as /tmp is)."""
-    fd = os.open(path, flags | os.O_CREAT, 0o666)
+def printable(text, limit: int = 200) -> str:
+    """Text from a file anybody may write, for one line of a message: control characters escaped, length capped."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# ---------------------------------------------------------------- the folder, and the files in it
+# The folder is shared by every user of the machine, so nothing in it is trusted: it is used only when it belongs to
+# this user or root (and, where others may write to it, is sticky, as /tmp is, so that nobody replaces another's
+# file); every file is opened relative to the folder's own descriptor, never through a symbolic link, and only if it
+# is a regular file with one name; a file is made world-writable only by the process that has just created it; and
+# what another process wrote (run ids, pids, labels) is checked before it names a file or blocks a run.
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+REGISTRY = "registry.lock"
+REGISTRY_WAIT_S = 60.0  # the registry is held for milliseconds; longer means a process holds it on purpose
+MAX_CLAIM_BYTES = 1 << 16
+MAX_SHARED_BYTES = 1 << 20
+STATES = ("waiting", "running", "ended")
+_NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO planted under a claim's name never blocks
+
+
+def valid_run_id(value) -> bool:
+    """Whether a run id read from a file could name a file of the folder: a bench run id or test tag, never a path."""
+    return isinstance(value, str) and RUN_ID.fullmatch(value) is not None and ".." not in value
+
+
+class LockFolderRefused(UsageError):
+    pass
+
+
+def _refuse(folder: Path, problem: str) -> LockFolderRefused:
+    return LockFolderRefused(
+        f"the cores' lock folder {printable(folder)} {problem}: another user could replace the files bench opens "
+        f"there; remove it (root can make it for every user: install -d -m 1777 {printable(folder)}), or set "
+        f"{LOCK_DIR_VARIABLE} to a folder of your own (runs then wait only for runs that use that folder)")
+
+
+def _owner(uid: int) -> str:
     try:
-        os.fchmod(fd, 0o666)
-    except OSError:  # another user's file: it is theirs to open up
-        pass
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def open_folder(folder: Path, create: bool = True) -> int:
+    """A descriptor of the claims folder, checked (LockFolderRefused says what is wrong with it in one line); made,
+    sticky and writable for every user, if it does not exist and `create`."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    made = False
+    try:
+        try:
+            fd = os.open(folder, flags)
+        except FileNotFoundError:
+            if not create:
+                raise
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(folder, 0o700)
+                made = True
+            except FileExistsError:  # made at the same moment by another bench
+                pass
+            fd = os.open(folder, flags)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _refuse(folder, "is a symbolic link or not a folder") from None
+        raise
+    info = os.fstat(fd)
+    if made and info.st_uid == os.geteuid():
+        os.fchmod(fd, 0o1777)  # one folder for every user of the machine: this process has just made it
+        return fd
+    problem = None
+    if info.st_uid not in (os.geteuid(), 0):
+        problem = f"belongs to {_owner(info.st_uid)}, not to you or root"
+    elif info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        problem = f"may be written by other users (mode {stat.S_IMODE(info.st_mode):o}) and is not sticky"
+    if problem:
+        os.close(fd)
+        raise _refuse(folder, problem)
     return fd
 
 
-@contextmanager
-def _registry(folder: Path):
-    """Hold the lock on the claims folder while the claims are read and changed."""
-    fd = _open_shared(folder / "registry.lock", os.O_RDWR)
+def check_lock_folder() -> None:
+    """Refuse (LockFolderRefused, one line) a claims folder bench may not use, making it if it does not exist."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.close(open_folder(lock_dir()))
+    except OSError as exc:
+        raise UsageError(f"cannot make the cores' lock folder {printable(lock_dir())} ({exc.strerror or exc}): set "
+                         f"{LOCK_DIR_VARIABLE} to a folder every bench process here can write") from None
+
+
+def _open_file(folder_fd: int, name: str, flags: int, mode: int = 0o644) -> int:
+    """A file of the folder, never through a symbolic link, and only a regular file with one name (OSError else)."""
+    fd = os.open(name, flags | _NOFOLLOW, mode, dir_fd=folder_fd)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise OSError(errno.EPERM, "not a regular file with one name", name)
+    return fd
+
+
+def _open_or_create(folder_fd: int, name: str, flags: int) -> int:
+    """Open `name`, creating it (owner-writable, readable by all) if it does not exist. Creation is exclusive: an
+    existing file is opened as it is, never made anew nor changed in mode."""
+    while True:
+        try:
+            return _open_file(folder_fd, name, flags)
+        except FileNotFoundError:
+            pass
+        try:
+            return _open_file(folder_fd, name, flags | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:  # made in between by another bench
+            continue
+
+
+def _unlink(folder_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=folder_fd)
+    except OSError:  # gone already, or another user's in a sticky folder
+        pass
+
+
+@contextmanager
+def _registry(folder_fd: int, folder: Path):
+    """Hold the lock on the claims folder while the claims are read and changed (at most REGISTRY_WAIT_S to get it)."""
+    try:
+        fd = _open_or_create(folder_fd, REGISTRY, os.O_RDONLY)  # flock needs no write access
+    except OSError as exc:
+        raise _refuse(folder, f"has a {REGISTRY} that bench cannot use ({exc.strerror or exc})") from None
+    try:
+        deadline = time.monotonic() + REGISTRY_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise CoresInUse(
+                        f"{printable(folder / REGISTRY)} (of {_owner(os.fstat(fd).st_uid)}) has been locked for "
+                        f"{REGISTRY_WAIT_S:g} s, where bench holds it for milliseconds: end the process that holds "
+                        f"it (fuser {printable(folder / REGISTRY)}), or set {LOCK_DIR_VARIABLE} to a folder of your "
+                        "own") from None
+                time.sleep(0.01)
         yield
     finally:
         os.close(fd)  # closing drops the lock
+
+
+def _read_claim(fd: int, run_id: str) -> dict | None:
+    """A claim as bench writes it, or None for anything else (its values checked, not trusted)."""
+    try:
+        claim = json.loads(os.pread(fd, MAX_CLAIM_BYTES + 1, 0) or b"{}")
+    except ValueError:
+        return None
+    if not isinstance(claim, dict) or claim.get("run_id") != run_id or claim.get("state") not in STATES:
+        return None
+    resources, since, seen = claim.get("resources"), claim.get("since"), claim.get("seen")
+    seen = seen if isinstance(seen, list) else []
+    holders = claim.get("holders") or [{"pid": claim.get("pid"), "start": claim.get("start")}]
+    if not (isinstance(resources, list) and all(isinstance(r, str) for r in resources)
+            and isinstance(since, (int, float)) and isinstance(holders, list)
+            and all(isinstance(h, dict) and type(h.get("pid")) is int and h["pid"] > 0 for h in holders)):
+        return None
+    return {"run_id": run_id, "label": claim.get("label"), "store": claim.get("store"), "pid": holders[0]["pid"],
+            "resources": resources, "since": since, "state": claim["state"], "holders": holders,
+            "seen": [b for b in (_checked_brief(s) for s in seen if isinstance(s, dict)) if b]}
+
+
+def _checked_brief(entry: dict) -> dict | None:
+    """An entry naming a run (a claim's `seen`, a line of a `.shared` file), or None if it is not one bench wrote."""
+    if not valid_run_id(entry.get("run_id")):
+        return None
+    if any(entry.get(k) is not None and not isinstance(entry.get(k), str) for k in ("label", "store")):
+        return None
+    return _brief(entry)
+
+
+def process_facts(pid: int) -> dict | None:
+    """What /proc says of a live process: its effective uid, its start time (clock ticks after boot: with the pid,
+    it names one process, whatever reuses the pid later) and its command line; None if there is no such process,
+    {} if it exists but cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            start = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open(f"/proc/{pid}/status", "rb") as f:
+            uid = int(next(line for line in f if line.startswith(b"Uid:")).split()[2])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, IndexError, StopIteration):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return {}
+    return {"uid": uid, "start": start, "argv": argv}
+
+
+def names_bench(argv: list[str]) -> bool:
+    """Whether a command line runs bench: its entry point (`bench VERB`), `python -m bench[.module]`, or a program
+    that imports it (`python -c '... bench ...'`)."""
+    for i, arg in enumerate(argv):
+        if os.path.basename(arg) == "bench" or (i and argv[i - 1] == "-m" and arg.split(".")[0] == "bench"):
+            return True
+        if i and argv[i - 1] == "-c" and re.search(r"\bfrom bench\b|\bimport bench\b", arg):
+            return True
+    return False
+
+
+def _held_by_bench(claim: dict, owner_uid: int) -> bool:
+    """Whether a locked claim is a live bench run's: one of the processes it names (the run's bench process, its
+    lifeline) is alive, is the one that wrote it (same start time), runs as the claim file's owner and, for another
+    user's claim, runs bench. A claim that fails this (a forged one, or one whose pid was reused) never blocks."""
+    for holder in claim["holders"]:
+        if holder["pid"] == os.getpid():
+            return True
+        facts = process_facts(holder["pid"])
+        if facts is None:
+            continue
+        if not facts:  # alive, but this user may not read /proc of it (hidepid): the lock is all there is to go on
+            return True
+        if holder.get("start") in (None, facts["start"]) and facts["uid"] == owner_uid \
+                and (owner_uid == os.geteuid() or names_bench(facts["argv"])):
+            return True
+    return False
+
+
+def _own_start() -> int | None:
+    facts = process_facts(os.getpid())
+    return facts.get("start") if facts else None
 
 
 class CoreClaim:
@@ -133,79 +357,106 @@ class CoreClaim:
 
     def __init__(self, run_id: str, label: str, store: str | None, resources: list[str],
                  rule: Sharing | None = None):
+        if not valid_run_id(run_id):
+            raise ValueError(f"not a run id: {run_id!r}")
         self.run_id, self.label, self.store, self.resources = run_id, label, store, list(resources)
         self.rule = rule or sharing()
         self.folder = lock_dir()
-        self.path = self.folder / f"{run_id}.claim"
+        self.name = f"{run_id}.claim"
+        self.folder_fd: int | None = None
         self.fd: int | None = None
         self.state = "waiting"
         self.since = time.time()
+        self.holders = [{"pid": os.getpid(), "start": _own_start()}]
         self.seen: list[dict] = []  # running runs it started alongside
         self.shared_with: list[dict] = []  # set by finish(): every run it overlapped
+
+    @property
+    def path(self) -> Path:
+        return self.folder / self.name
 
     # ---------------------------------------------------------------- the claim's own file
     def _entry(self) -> dict:
         return {"run_id": self.run_id, "label": self.label, "store": self.store, "pid": os.getpid(),
-                "resources": self.resources, "since": self.since, "state": self.state, "seen": self.seen}
+                "holders": self.holders, "resources": self.resources, "since": self.since, "state": self.state,
+                "seen": self.seen}
 
     def _write(self) -> None:
         data = json.dumps(self._entry()).encode()
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, data, 0)
 
+    def add_holder(self, pid: int) -> None:
+        """Another process holds the claim's lock too (the run's lifeline): the claim stays live while it does."""
+        facts = process_facts(pid)
+        with _registry(self.folder_fd, self.folder):
+            self.holders.append({"pid": pid, "start": facts.get("start") if facts else None})
+            self._write()
+
     def _others(self) -> list[dict]:
-        """The live claims of other runs on any of this run's resources; those of dead processes are removed."""
+        """The live claims of other runs on any of this run's resources; those of dead processes are removed, and
+        anything else in the folder (a forged claim, a claim whose processes are not bench's) is passed over."""
         mine, found = set(self.resources), []
-        for path in self.folder.glob("*.claim"):
-            if path == self.path:
+        for name in os.listdir(self.folder_fd):
+            run_id = name[:-len(".claim")]
+            if not name.endswith(".claim") or name == self.name or not valid_run_id(run_id):
                 continue
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = _open_file(self.folder_fd, name, os.O_RDONLY)
             except OSError:
                 continue
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                except BlockingIOError:  # its owner (or its lifeline) is alive
-                    claim = json.loads(os.pread(fd, 1 << 20, 0) or b"{}")
-                    if mine & set(claim.get("resources") or ()):
+                except BlockingIOError:  # its owner (or its lifeline) holds it: if it is a live bench run
+                    claim = _read_claim(fd, run_id)
+                    if claim and mine & set(claim["resources"]) and _held_by_bench(claim, os.fstat(fd).st_uid):
                         found.append(claim)
                 else:  # nobody holds it: its process ended without removing it
-                    for stale in (path, path.with_suffix(".shared")):
-                        try:
-                            stale.unlink()
-                        except OSError:
-                            pass
-            except ValueError:  # not JSON: nothing a bench wrote
-                pass
+                    _unlink(self.folder_fd, name)
+                    _unlink(self.folder_fd, f"{run_id}.shared")
             finally:
                 os.close(fd)
         return found
 
     def _mark(self, other: dict) -> None:
-        """Tell a running run that this one started alongside it."""
+        """Tell a running run that this one started alongside it: a line appended to the file its owner made for
+        that (only if it is a regular file of that owner's; another's is passed over)."""
         line = json.dumps({"run_id": self.run_id, "label": self.label, "store": self.store}) + "\n"
-        fd = _open_shared(self.folder / f"{other['run_id']}.shared", os.O_WRONLY | os.O_APPEND)
         try:
-            os.write(fd, line.encode())
+            owner = os.stat(f"{other['run_id']}.claim", dir_fd=self.folder_fd, follow_symlinks=False).st_uid
+            fd = _open_file(self.folder_fd, f"{other['run_id']}.shared", os.O_WRONLY | os.O_APPEND)
+        except OSError:
+            return
+        try:
+            if os.fstat(fd).st_uid == owner:
+                os.write(fd, line.encode())
         finally:
             os.close(fd)
 
     # ---------------------------------------------------------------- taking and releasing
     def __enter__(self) -> "CoreClaim":
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            try:
-                os.chmod(self.folder, 0o1777)
-            except OSError:  # another user's folder: made so by its maker
-                pass
-            with _registry(self.folder):  # created and locked at once: a claim nobody locks is a dead process's
-                self.fd = _open_shared(self.path, os.O_RDWR)
+            self.folder_fd = open_folder(self.folder)
+            with _registry(self.folder_fd, self.folder):  # made and locked at once: a claim nobody locks is a dead
+                # process's; made anew (O_EXCL): a file planted under its name is never opened
+                self.fd = _open_file(self.folder_fd, self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
                 fcntl.flock(self.fd, fcntl.LOCK_EX)
+                shared = _open_file(self.folder_fd, f"{self.run_id}.shared", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                os.fchmod(shared, 0o622)  # just made, for the runs of other users that start alongside to append to
+                os.close(shared)
+        except BenchError:
+            self._release()
+            raise
+        except FileExistsError:
+            self._release()
+            raise _refuse(self.folder, f"already holds a file named {self.name} or {self.run_id}.shared, which this "
+                                       "new run was to make") from None
         except OSError as exc:
-            raise UsageError(f"cannot claim the cores in {self.folder} ({exc.strerror or exc}): every bench run on "
-                             f"this machine claims them there; set {LOCK_DIR_VARIABLE} to a folder every bench process "
-                             "here can write") from None
+            self._release()
+            raise UsageError(f"cannot claim the cores in {printable(self.folder)} ({exc.strerror or exc}): every "
+                             f"bench run on this machine claims them there; set {LOCK_DIR_VARIABLE} to a folder "
+                             "every bench process here can write") from None
         try:
             self._take()
         except BaseException:
@@ -216,7 +467,7 @@ class CoreClaim:
     def _take(self) -> None:
         started, said_at = time.monotonic(), None
         while True:
-            with _registry(self.folder):
+            with _registry(self.folder_fd, self.folder):
                 self._write()
                 others = self._others()
                 running = [c for c in others if c.get("state") == "running"]
@@ -258,7 +509,7 @@ class CoreClaim:
     def finish(self) -> list[dict]:
         """The run's processes have ended: its resources are free for the next run, and the runs it overlapped
         (those it started alongside, and those that started alongside it) are known. Returns them."""
-        with _registry(self.folder):
+        with _registry(self.folder_fd, self.folder):
             self.state = "ended"
             self._write()
             self.shared_with = overlaps_of(self.run_id)
@@ -268,35 +519,48 @@ class CoreClaim:
         self._release()
 
     def _release(self) -> None:
-        if self.fd is None:
-            return
         try:
-            with _registry(self.folder):
-                for path in (self.path, self.path.with_suffix(".shared")):
-                    try:
-                        path.unlink()
-                    except OSError:
-                        pass
+            if self.fd is not None:
+                with _registry(self.folder_fd, self.folder):
+                    _unlink(self.folder_fd, self.name)
+                    _unlink(self.folder_fd, f"{self.run_id}.shared")
         finally:
-            os.close(self.fd)
-            self.fd = None
+            for fd in (self.fd, self.folder_fd):
+                if fd is not None:
+                    os.close(fd)
+            self.fd = self.folder_fd = None
 
 
 def overlaps_of(run_id: str) -> list[dict]:
     """The runs that ran on a run's resources while it ran, as its claim files say (those it started alongside,
     then those that started alongside it); none once its claim is gone. Also read by the run's lifeline, which
-    records a run whose bench process died."""
-    folder, found = lock_dir(), {}
+    records a run whose bench process died. Entries that are not a run's, as bench writes them, are passed over."""
+    found: dict = {}
     try:
-        seen = json.loads((folder / f"{run_id}.claim").read_text() or "{}").get("seen") or []
-    except (OSError, ValueError):
-        seen = []
+        folder_fd = open_folder(lock_dir(), create=False)
+    except (OSError, BenchError):
+        return []
     try:
-        later = [json.loads(line) for line in (folder / f"{run_id}.shared").read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        later = []
-    for entry in seen + later:
-        found.setdefault(entry.get("run_id"), _brief(entry))
+        entries = []
+        for name, read in ((f"{run_id}.claim", lambda data: (json.loads(data or b"{}").get("seen") or [])),
+                           (f"{run_id}.shared", lambda data: [json.loads(line) for line in data.splitlines()
+                                                              if line.strip()])):
+            try:
+                fd = _open_file(folder_fd, name, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                entries += read(os.pread(fd, MAX_SHARED_BYTES, 0))
+            except (OSError, ValueError, AttributeError):
+                pass
+            finally:
+                os.close(fd)
+        for entry in entries:
+            brief = _checked_brief(entry) if isinstance(entry, dict) else None
+            if brief and brief["run_id"] != run_id:
+                found.setdefault(brief["run_id"], brief)
+    finally:
+        os.close(folder_fd)
     return list(found.values())
 
 

@@ -77,6 +77,7 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
     env = {**worker_environment(spec, tag=run_id), **backend.launcher.env(spec)}
     # the lifeline holds the claim too: if this process dies, the cores stay claimed until it has ended the run
     with Lifeline(run_id, run_dir, store.path, holds=(claim.fd,)) as lifeline:
+        claim.add_holder(lifeline.proc.pid)
         command, info, environment, before = [], {}, {}, None
         try:
             environment = fingerprint(env)

@@ -258,7 +258,8 @@ def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str)
         try:
             # the machine's cores to itself, as a suite run has them (bench.harness.cores)
             with CoreClaim(tag, f"selfcheck's bare {name} loop", None, run_resources(spec)) as claim, \
-                    Lifeline(tag, holds=(claim.fd,)):  # a killed selfcheck leaves no bare loop behind either
+                    Lifeline(tag, holds=(claim.fd,)) as lifeline:  # a killed selfcheck leaves no bare loop behind
+                claim.add_holder(lifeline.proc.pid)
                 outcome = supervise(loop.command(spec.world_size, args),
                                     {**worker_environment(spec, tag), "TMPDIR": scratch}, log, spec.timeout)
                 shared = claim.finish()
