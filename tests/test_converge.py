@@ -13,7 +13,7 @@ from test_data import write_mnist
 from bench.core.store import Store
 from bench.tasks.converge import build_spec
 from bench.tasks.converge.report import agreement_sentence
-from workloads.data import converge_data, split_indices, training_samples
+from workloads.data.holdout import converge_data, split_indices, training_samples
 
 SMALL = dict(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu")
 

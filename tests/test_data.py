@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from workloads import WORKLOADS
-from workloads.data import DataError, ShardedBatches, SyntheticBatches, check_source, open_batches, read_idx
+from workloads.data.memory import ShardedBatches, SyntheticBatches
+from workloads.data.mnist import read_idx
+from workloads.data.names import DataError
+from workloads.data.sources import check_source, load_real, open_batches
 
 
 def write_mnist(folder, n=50, gz=False, images_magic=2051, label=None):
@@ -97,8 +100,6 @@ def test_mnist_batches_take_the_workload_shape(tmp_path, workload, channels, ima
 
 
 def test_real_data_shards_are_disjoint_and_cover_an_epoch():
-    from workloads.data import load_real
-
     images, labels = load_real("digits", None)
     assert images.shape == (1797, 8, 8) and images.dtype == np.uint8
     world, batch = 3, 32
@@ -114,8 +115,6 @@ def test_real_data_shards_are_disjoint_and_cover_an_epoch():
 
 
 def test_data_set_too_small_for_the_batch():
-    from workloads.data import load_real
-
     images, labels = load_real("digits", None)
     with pytest.raises(DataError, match="too few"):
         ShardedBatches(images, labels, batch=1000, channels=1, image=28, seed=0, rank=0, world=2,
@@ -133,8 +132,8 @@ def test_synthetic_data_is_seeded_per_rank():
 
 
 def test_the_tensorflow_backends_train_on_the_same_synthetic_numbers():
-    """Every backend's synthetic batches come from one generator (workloads.data.synthetic_arrays): the TensorFlow
-    backends' are the PyTorch backends' numbers, channels-last, for every rank and batch."""
+    """Every backend's synthetic batches come from one generator (workloads.data.synthetic.synthetic_arrays): the
+    TensorFlow backends' are the PyTorch backends' numbers, channels-last, for every rank and batch."""
     from bench.backends.tf_training import channels_last_arrays
 
     for rank in (0, 1):

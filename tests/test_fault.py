@@ -25,7 +25,7 @@ def two_worker_sgd(spec, steps):
     """`steps` steps of 2-worker synchronous SGD, computed here in one process: each step on both ranks' batches
     at once (the two gradients of equal batches are averaged)."""
     from workloads import WORKLOADS
-    from workloads.data import SyntheticBatches
+    from workloads.data.memory import SyntheticBatches
 
     torch.manual_seed(spec["seed"])
     model = WORKLOADS["mnist_mlp"].build(spec["num_classes"], spec["image_size"])

@@ -8,7 +8,8 @@ from test_cli_errors import assert_one_line_error
 
 from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
 from conftest import FAST, assert_nothing_left, bench, bench_in_process, bench_json
-from workloads.data import TimedBatches, open_batches
+from workloads.data.sources import open_batches
+from workloads.data.timing import TimedBatches
 
 
 def _take(source, loader, workers, *, rank, world, steps=12, channels=1, image=28, batch=16):

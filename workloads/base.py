@@ -48,7 +48,7 @@ class Workload:
 @dataclass(frozen=True)
 class WorkloadInfo:
     """What a run's parent knows of a workload, never its code: its declarations and, when the run reads them
-    (`--data workload`), what its own data sets hold (`data`, as workloads.data.own_data_facts gives it, or
+    (`--data workload`), what its own data sets hold (`data`, as workloads.data.own.own_data_facts gives it, or
     {"error": why they cannot be used}). A user's workload is described in a process of its own
     (bench.harness.workload_check), so that the parent neither runs the user's code nor imports torch."""
 

@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from workloads.base import Size, Workload, WorkloadInfo
-from workloads.data import DataError, own_data_facts
+from workloads.data.names import DataError
+from workloads.data.own import own_data_facts
 
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -168,7 +169,7 @@ def describe(workload: Workload, with_data: bool = False) -> WorkloadInfo:
     if with_data:
         try:
             data = own_data_facts(workload)
-        except DataError as exc:  # said where the run asks for them (workloads.data.own_train_samples)
+        except DataError as exc:  # said where the run asks for them (workloads.data.own.own_train_samples)
             data = {"error": str(exc)}
     return WorkloadInfo(name=workload.name, summary=workload.summary, channels=workload.channels, gpu=workload.gpu,
                         cpu=workload.cpu, fixed_image=workload.fixed_image, classes=workload.classes, data=data)

@@ -7,8 +7,8 @@ built in, what happens once it is built (Horovod broadcasts from rank 0), and th
 The same model as the PyTorch backends (the workload's build_keras: the same layers and parameter count, checked by
 tests/test_tf.py), the same optimizer (SGD with the run's lr and momentum: Keras's v = m*v - lr*g, p += v equals
 PyTorch's v = m*v + g, p -= lr*v at a constant lr), the same loss (mean cross-entropy of the logits) and the same
-per-worker batch. Synthetic data are the PyTorch backends' own numbers (workloads.data.synthetic_arrays, numpy's
-generator, so no torch is loaded); a real data set (--data digits or mnist, --loader memory) is the PyTorch
+per-worker batch. Synthetic data are the PyTorch backends' own numbers (workloads.data.synthetic.synthetic_arrays,
+numpy's generator, so no torch is loaded); a real data set (--data digits or mnist, --loader memory) is the PyTorch
 backends' own batch stream, the same samples in the same order, converted per batch (it loads torch into the
 process). Inputs are channels-last (NHWC).
 
@@ -53,11 +53,11 @@ def set_tf_threads(threads: int) -> None:
 
 
 def channels_last_arrays(*, batch: int, channels: int, image: int, classes: int, seed: int, rank: int):
-    """The PyTorch backends' synthetic batches (workloads.data.synthetic_arrays: the same numbers), inputs
+    """The PyTorch backends' synthetic batches (workloads.data.synthetic.synthetic_arrays: the same numbers), inputs
     transposed to NHWC."""
     import numpy as np
 
-    from workloads.data import synthetic_arrays
+    from workloads.data.synthetic import synthetic_arrays
 
     x, y = synthetic_arrays(batch=batch, channels=channels, image=image, classes=classes, seed=seed, rank=rank)
     return np.ascontiguousarray(x.transpose(0, 1, 3, 4, 2)), y
@@ -79,7 +79,7 @@ class TorchBatchesAsArrays:
 
 def open_arrays(spec, info, workload):
     """The worker's batches as (inputs, labels) numpy arrays, cycled forever."""
-    from workloads.data import open_batches
+    from workloads.data.sources import open_batches
 
     if spec.loader != "memory":
         raise RuntimeError(f"the TensorFlow backends read batches from memory only (--loader memory), not "
@@ -229,8 +229,8 @@ class KerasElasticTraining:
     """A fault run's framework side under a TensorFlow backend, with bench.rank.training.TorchElasticTraining's
     methods: the seeded Keras model and optimizer (nothing broadcast here: the elastic mode's state syncs them from
     rank 0 when training starts and after each reset), one step on the batch of a given step number and rank
-    (workloads.data.synthetic_arrays' batch number step % SYNTHETIC_BATCHES of that rank, channels last: the PyTorch
-    backends' numbers, the same after any restart or rank change),
+    (workloads.data.synthetic.synthetic_arrays' batch number step % SYNTHETIC_BATCHES of that rank, channels last: the
+    PyTorch backends' numbers, the same after any restart or rank change),
     the checksum and the parameters saved (.npz). `group` gives scope() and train_step(model, optimizer, loss_of) as
     for KerasTraining; the step is traced once per model and optimizer."""
 

@@ -153,7 +153,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
     code that owns them (read when a parser is built) and the values it refuses."""
     measured = {**DEFAULTS, **(run_defaults or {})}  # a verb may measure with its own defaults (a sweep)
     from workloads import WORKLOADS
-    from workloads.data import LOADERS, SOURCES
+    from workloads.data.names import LOADERS, SOURCES
 
     return {
         # what runs

@@ -78,7 +78,8 @@ class TorchTraining:
     framework = "torch"
 
     def __init__(self, joined, workload):
-        from workloads.data import TimedBatches, open_batches  # the workloads import torch: here, not at the top
+        from workloads.data.sources import open_batches  # the workloads import torch: here, not at the top
+        from workloads.data.timing import TimedBatches
 
         spec, info, device = joined.spec, joined.info, joined.device
         self.spec, self.device, self.sync = spec, device, joined.sync
@@ -155,7 +156,7 @@ class TorchElasticTraining:
     def batch(self, step: int, rank: int):
         """The batch of step `step` for rank `rank`."""
         if rank not in self._batches:
-            from workloads.data import SyntheticBatches  # the workloads import torch: here, not at the top
+            from workloads.data.memory import SyntheticBatches  # the workloads import torch: here, not at the top
 
             spec = self.spec
             self._batches[rank] = SyntheticBatches(batch=spec.batch_size, channels=self.workload.channels,

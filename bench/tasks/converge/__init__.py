@@ -38,7 +38,8 @@ def build_spec(*, target: float | None = None, epochs: int | None = None, eval_e
                **train_options):
     """A converge run's spec: a training spec (the same placement, data and fairness rules) with its plan of
     steps, evaluations and learning rate."""
-    from workloads.data import DataError, training_samples
+    from workloads.data.holdout import training_samples
+    from workloads.data.names import DataError
 
     c = {k: v for k, v in dict(target=target, epochs=epochs, lr_scaling=lr_scaling, warmup_epochs=warmup_epochs,
                                 holdout=holdout).items() if v is not None}

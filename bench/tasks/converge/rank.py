@@ -12,7 +12,8 @@ from bench.rank.model import build_model, save_model
 from bench.rank.training import first_non_finite, optimizer_step, param_sums
 from bench.tasks.train.rank import run_training_rank
 from workloads import get_workload
-from workloads.data import converge_data, open_batches
+from workloads.data.holdout import converge_data
+from workloads.data.sources import open_batches
 
 
 def evaluate(model, held, device, loss_fn) -> tuple[float, float]:

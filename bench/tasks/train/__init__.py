@@ -31,7 +31,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
                backend_options: dict | None = None, cluster: dict | None = None, **options) -> RunSpec:
     """A training run's spec: defaults resolved from the workload and the machine, and a one-line error
     for what cannot run."""
-    from workloads.data import DataError, check_source, real_classes
+    from workloads.data.names import DataError
+    from workloads.data.sources import check_source, real_classes
 
     plugin = get_backend(backend)
     workload, wl, source = workload_of(workload, with_data=options.get("data") == "workload",
@@ -97,7 +98,7 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
 def check_loader(spec_opts: dict) -> None:
     """--loader and --loader-workers: the image folder is always read through a DataLoader, the other sources
     through one only when asked; loader processes need a DataLoader."""
-    from workloads.data import LOADERS, READ_BY_LOADER
+    from workloads.data.names import LOADERS, READ_BY_LOADER
 
     loader = spec_opts.setdefault("loader", "memory")
     if loader not in LOADERS:
