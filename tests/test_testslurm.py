@@ -174,15 +174,17 @@ def test_a_generated_script_asks_for_what_was_given(tmp_path):
     lines = proc.stdout.splitlines()
     for line in ("#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=2", "#SBATCH --time=1:00:00",
                  "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --gpus-per-node=8",
-                 f"#SBATCH --output={tmp_path}/s/slurm-%j.out", "#SBATCH --signal=B:TERM@45"):
+                 "#SBATCH --signal=B:TERM@45", "#SBATCH --open-mode=append"):
         assert line in lines
+    # the job's output beside the store, in the folder the job makes (writing the script makes none)
+    assert f"mkdir -p -- {tmp_path}/s" in lines and not (tmp_path / "s").exists()
     assert lines[-1].endswith(f"-m bench sweep --scheduler slurm --store {tmp_path}/s/b.sqlite --backend elastic "
                               "--world-sizes 6")
-    # written beside a store whose folder does not exist yet: the folder is made (the job's output goes there)
-    script = tmp_path / "new" / "job.sh"
+    script = tmp_path / "job.sh"
     proc = bench("slurm-script", "--store", tmp_path / "new" / "b.sqlite", "--output", script)
     assert proc.returncode == 0, proc.stderr
     assert script.read_text().startswith("#!/bin/bash\n") and os.access(script, os.X_OK)
+    assert sorted(os.listdir(tmp_path)) == ["job.sh"]
 
 
 def test_launcher_slurm_is_the_scheduler(tmp_path):
@@ -328,6 +330,7 @@ def test_sbatch_wait_runs_a_two_node_job(cluster):
 def job_script(cluster, name, *args, time_limit="10", verb="run"):
     """A script from `bench slurm-script` for 2 nodes x 1 task into its own store: (script, store)."""
     folder = cluster["folder"] / name
+    folder.mkdir()
     store = folder / "bench.sqlite"
     proc = bench("slurm-script", "--nodes", 2, "--tasks-per-node", 1, "--time", time_limit, "--verb", verb,
                  "--store", store, "--output", folder / "job.sh", "--", "--workload", "mnist_mlp", "--threads", 1,

@@ -1,9 +1,16 @@
 """`bench slurm-script`: a ready sbatch script that runs a sweep (or one run, or an allreduce sweep) across the
-nodes of its allocation, its records landing in the store given (bench/cluster/slurm.py writes it)."""
+nodes of its allocation, its records landing in the store given (bench/cluster/slurm.py writes it).
+
+Writing it creates nothing but the script itself (with -o): the store's folder and the job's output are made by the
+job. What the script will carry is refused here in one line where it cannot: names that are not plain words on an
+#SBATCH line, and a control character (a newline, say) in any value, the store's path and the current folder
+included."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
 import sys
@@ -11,18 +18,32 @@ import sys
 from bench.cli import options
 from bench.cli.common import examples, open_store
 from bench.cluster.slurm import SCRIPT_DEFAULTS as d
-from bench.cluster.slurm import early_warning_note, script
+from bench.cluster.slurm import directive_problem, early_warning_note, script, shell_word
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
+from bench.core.inputs import NAME_MAX, shown
 
 VERBS = ("sweep", "run", "allreduce")
-SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # what goes on an #SBATCH line as a name
+SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # what goes on an #SBATCH line as a name
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # a newline, a carriage return, a tab...
 
 
 def slurm_name(text: str) -> str:
-    if not SLURM_NAME.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r}: letters, digits, '.', '_' and '-' only")
+    if len(text) > NAME_MAX or not SLURM_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{shown(text)}: 1 to {NAME_MAX} letters, digits, '.', '_' and '-', "
+                                         "starting with a letter or digit")
+    problem = directive_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {problem}; choose another")
     return text
+
+
+def no_control_character(what: str, value: str, instead: str) -> str:
+    """`value`, refused in one line where it holds a control character: bench writes none into a job script."""
+    if CONTROL.search(value):
+        raise UsageError(f"{what} {shown(value)} holds a control character (a newline, say), which bench does not "
+                         f"write into a job script; {instead}")
+    return value
 
 
 def add_parser(verbs) -> None:
@@ -43,19 +64,21 @@ def add_parser(verbs) -> None:
                 invalid=["0", "x"])
     options.add(p, "--time", default=d["time_limit"], help="time limit: MINUTES, HH:MM:SS or D-HH:MM:SS (%(default)s); bench "
                                                 "records a run still going at the limit as timeout",
-                invalid=["soon", ""])
+                invalid=["soon", "", "30\n", "30;x"])
     for flag, what in (("--partition", "Slurm partition (the cluster's default when not given)"),
                        ("--account", "Slurm account to charge (the user's default when not given)")):
-        options.add(p, flag, type=slurm_name, help=what, invalid=["a b", "x;y", ""])
+        options.add(p, flag, type=slurm_name, help=what, invalid=["a b", "x;y", "", "gpu\n", "hetjob"])
     options.add(p, "--job-name", type=slurm_name, default=d["job_name"], help="the job's name (%(default)s)",
-                invalid=["my job", ""])
+                invalid=["my job", "", "-x", "a" * (NAME_MAX + 1), "packjob1"])
     # its own dest: `verb` is the verb bench was given (slurm-script), which its messages name
     options.add(p, "--verb", dest="job_verb", choices=VERBS, default=d["verb"], help="what the job runs (%(default)s)",
                 invalid=["train"])
-    options.add(p, "-o", "--output", metavar="FILE", help="write the script there, mode 755 (default: stdout)",
+    options.add(p, "-o", "--output", metavar="FILE", help="write the script there, mode 755, in a folder that "
+                                                          "exists (default: stdout)",
                 invalid=["/nonexistent/folder/job.sh"])
     options.add(p, "bench_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
-                help="arguments of the bench command inside the job, such as --backend elastic,horovod",
+                help="arguments of the bench command inside the job, such as --backend elastic,horovod; relative "
+                     "paths among them are read from the folder this command runs in, as the job runs there",
                 valid_because="they are checked here by the parser of the command the job runs")
     p.set_defaults(func=cmd)
 
@@ -68,19 +91,34 @@ def cmd(args) -> int:
         if any(a == taken or a.startswith(taken + "=") for a in rest):
             raise UsageError(f"{taken} after --: the script sets it (the store with slurm-script's --store; the "
                              "hosts are the allocation's nodes)")
-    args.root_parser.parse_args([args.job_verb, *rest])  # the job's arguments refused now, not when the job starts
-    store = open_store(args.store, runs=True)
-    folder = os.path.dirname(os.path.abspath(store.path))
-    text = script(nodes=args.nodes, tasks_per_node=args.tasks_per_node, time_limit=args.time,
-                  store=str(store.path), bench_args=rest, gpus_per_node=args.gpus_per_node,
-                  partition=args.partition, account=args.account, job_name=args.job_name, verb=args.job_verb)
-    out_folder = os.path.dirname(os.path.abspath(args.output)) if args.output is not None else None
-    if out_folder is not None and out_folder != folder and not os.path.isdir(out_folder):
-        raise UsageError(f"--output {args.output}: its folder does not exist")  # (the store's folder is made)
-    try:  # the job writes its output beside the store: the folder must exist when it starts
-        os.makedirs(folder, exist_ok=True)
+    for arg in rest:
+        no_control_character("the argument", arg, "give the job's arguments without one")
+    try:  # the job's arguments refused now, not when the job starts
+        with contextlib.redirect_stdout(io.StringIO()):  # a help they ask for stays off stdout, the script's place
+            args.root_parser.parse_args([args.job_verb, *rest])
+    except SystemExit as exc:
+        if exc.code:
+            raise  # the job's parser said why, in one line
+        raise UsageError(f"the arguments after -- ask for the help of bench {args.job_verb}, which is not a job; "
+                         f"see `bench {args.job_verb} --help`") from None
+    try:  # the job runs where this command runs, so that its relative paths mean what they mean here
+        workdir = os.getcwd()  # (as the system resolves it: no symbolic link in it)
     except OSError as exc:
-        raise UsageError(f"the store's folder {folder} cannot be made ({exc})") from None
+        raise UsageError(f"the current folder cannot be read ({exc.strerror}); run bench slurm-script from a folder "
+                         "that exists on the job's nodes") from None
+    no_control_character("the current folder", workdir, "run bench slurm-script from a folder without one")
+    given = open_store(args.store).path
+    # the store as the job's nodes find it: its symbolic links followed now, so the script names no link
+    store = os.path.realpath(given)
+    no_control_character("--store", str(given), "choose a store path without one")
+    no_control_character("--store", store, f"{shown(str(given))} leads there: choose a store folder without one")
+    open_store(store, runs=True)  # refused now if the job could not store its runs there; nothing is created
+    text = script(nodes=args.nodes, tasks_per_node=args.tasks_per_node, time_limit=args.time, store=store,
+                  workdir=workdir, bench_args=rest, gpus_per_node=args.gpus_per_node, partition=args.partition,
+                  account=args.account, job_name=args.job_name, verb=args.job_verb)
+    if args.output is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        raise UsageError(f"--output {shown(args.output)}: its folder does not exist; make it first, or write the "
+                         "script to stdout")
     short = early_warning_note(args.time)
     if short:
         note(f"bench slurm-script: note: {short}")
@@ -92,6 +130,6 @@ def cmd(args) -> int:
             f.write(text)
         os.chmod(args.output, 0o755)
     except OSError as exc:
-        raise UsageError(f"--output {args.output}: cannot write it ({exc})") from None
-    note(f"bench slurm-script: wrote {args.output}; submit it with: sbatch {args.output}")
+        raise UsageError(f"--output {shown(args.output)}: cannot write it ({exc.strerror})") from None
+    note(f"bench slurm-script: wrote {shell_word(args.output)}; submit it with: sbatch {shell_word(args.output)}")
     return EXIT_OK

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
+from bench.core.inputs import shown
 
 SCONTROL_TIMEOUT_S = 10
 # the script asks Slurm for SIGTERM this long before the time limit, so that bench records the run as
@@ -231,34 +232,92 @@ def _judge(job: str, now: float | None) -> tuple[str, str] | None:
 
 
 # ---------------------------------------------------------------- the batch script
-def script(*, nodes: int, tasks_per_node: int, time_limit: str, store: str, bench_args: list[str],
+# What an `#SBATCH --OPTION=VALUE` line may carry. sbatch reads a directive line as words: it splits at white space,
+# takes quotes and backslashes as quoting, ends the line at an unquoted '#', and a line that names `hetjob` (or its
+# older name `packjob`) anywhere starts the next component of a heterogeneous job; a directive cannot span lines.
+# So a value is written bare, and only one made of characters none of that touches.
+DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@,-]*")
+HETJOB_WORDS = ("hetjob", "packjob")
+PRINTABLE_ASCII = re.compile(r"[ -~]*")
+# the rest of the job's output file's name, beside the store: its job id (said plainly if run outside a job)
+JOB_OUTPUT_SUFFIX = '"${SLURM_JOB_ID:?submit this script with sbatch}".out'
+
+
+def directive_problem(value: str) -> str | None:
+    """Why `value` cannot be written as an #SBATCH option's value, or None when it can."""
+    if not DIRECTIVE_VALUE.fullmatch(value):
+        return "only letters, digits and . _ : @ , - are written on an #SBATCH line, starting with a letter or digit"
+    word = next((w for w in HETJOB_WORDS if w in value.lower()), None)
+    if word:
+        return f"sbatch reads {word!r} on an #SBATCH line as the start of another job (a heterogeneous job's part)"
+    return None
+
+
+def directive(option: str, value) -> str:
+    text = str(value)
+    problem = directive_problem(text)
+    if problem:
+        raise UsageError(f"--{option} {shown(text)}: {problem}")
+    return f"#SBATCH --{option}={text}"
+
+
+def shell_word(text: str) -> str:
+    """`text` as one word of a bash line, kept on that line: shlex.quote where it is printable ASCII, else bash's
+    $'...' with every other byte as \\xHH (a path's bytes as the file system holds them, undecodable ones included).
+    No value can then start a line of its own (which sbatch could read as a directive), and the script is ASCII."""
+    if "\0" in text:
+        raise UsageError(f"{shown(text)}: a NUL character cannot be passed to a command")
+    if PRINTABLE_ASCII.fullmatch(text):
+        return shlex.quote(text)
+    out = []
+    for byte in os.fsencode(text):
+        char = chr(byte)
+        out.append("\\" + char if char in "\\'" else char if 0x20 <= byte < 0x7f else f"\\x{byte:02x}")
+    return "$'" + "".join(out) + "'"
+
+
+def script(*, nodes: int, tasks_per_node: int, time_limit: str, store: str, workdir: str, bench_args: list[str],
            gpus_per_node: int | None = None, partition: str | None = None, account: str | None = None,
            job_name: str = "bench", verb: str = "sweep") -> str:
-    """A ready sbatch script: the allocation asked for, this checkout and environment activated, and one
-    `bench VERB` inside it with --scheduler slurm and the store given (its records land there)."""
+    """A ready sbatch script: the allocation asked for, and one `bench VERB` inside it with --scheduler slurm and the
+    store given (its records land there), run in `workdir` (where the user wrote the script: the job's arguments mean
+    what they meant there) with this checkout importable and this environment activated. `store` and `workdir` are
+    absolute, as the job's nodes see them. The job's output goes beside the store (slurm-JOBID.out), whose folder the
+    job makes: nothing is made before it runs. Every value is written as its reader takes it: bare on the #SBATCH lines,
+    and refused there unless it is of the few characters sbatch reads as they are (directive_problem); one quoted word
+    of a bash line everywhere else (shell_word)."""
     if nodes < 1 or tasks_per_node < 1:
         raise UsageError("--nodes and --tasks-per-node must be 1 or more")
-    if not re.match(r"^(\d+-)?\d+(:\d+){0,2}$", time_limit):
-        raise UsageError(f"--time {time_limit!r}: give Slurm's MINUTES, HH:MM:SS or D-HH:MM:SS")
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name}", f"#SBATCH --nodes={nodes}",
-             f"#SBATCH --ntasks-per-node={tasks_per_node}", f"#SBATCH --time={time_limit}",
-             f"#SBATCH --output={Path(store).resolve().parent}/slurm-%j.out",
+    if not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}", time_limit):
+        raise UsageError(f"--time {shown(time_limit)}: give Slurm's MINUTES, HH:MM:SS or D-HH:MM:SS")
+    for what, path in (("--store", store), ("the job's folder", workdir)):
+        if not os.path.isabs(path):
+            raise UsageError(f"{what} {shown(path)}: the script needs it as an absolute path")
+    lines = ["#!/bin/bash", directive("job-name", job_name), directive("nodes", nodes),
+             directive("ntasks-per-node", tasks_per_node), directive("time", time_limit),
              # SIGTERM to bench (the batch shell, by exec) before the limit: it records `timeout` and ends its runs
-             f"#SBATCH --signal=B:TERM@{WARN_BEFORE_LIMIT_S}"]
+             directive("signal", f"B:TERM@{WARN_BEFORE_LIMIT_S}"),
+             # Slurm's own file (slurm-JOBID.out where sbatch ran) is the job's until the script's output goes beside
+             # the store; appended to, so that where the two are one file neither writes over the other
+             directive("open-mode", "append")]
     if gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
+        lines.append(directive("gpus-per-node", gpus_per_node))
     if partition:
-        lines.append(f"#SBATCH --partition={partition}")
+        lines.append(directive("partition", partition))
     if account:
-        lines.append(f"#SBATCH --account={account}")
+        lines.append(directive("account", account))
+    folder = os.path.dirname(store)
+    lines += ["", "set -euo pipefail",
+              f"mkdir -p -- {shell_word(folder)}",
+              f"exec >>{shell_word(os.path.join(folder, 'slurm-'))}{JOB_OUTPUT_SUFFIX} 2>&1",
+              f"cd -- {shell_word(workdir)}"]
     activate = Path(sys.prefix) / "bin" / "activate"
-    lines += ["", "set -euo pipefail", f"cd {shlex.quote(str(PROJECT_ROOT))}"]
     if activate.exists():
-        lines.append(f"source {shlex.quote(str(activate))}")
-    lines += [f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
-              "exec " + " ".join(shlex.quote(a) for a in
-                                 [sys.executable, "-m", "bench", verb, "--scheduler", "slurm",
-                                  "--store", str(Path(store).resolve()), *bench_args])]
+        lines.append(f"source {shell_word(str(activate))}")
+    lines += [f"export PYTHONPATH={shell_word(str(PROJECT_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+              "exec " + " ".join(shell_word(a) for a in
+                                 [sys.executable, "-m", "bench", verb, "--scheduler", "slurm", "--store", store,
+                                  *bench_args])]
     return "\n".join(lines) + "\n"
 
 

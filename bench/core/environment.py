@@ -12,7 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# the folder that holds the `bench` and `workloads` packages, two above this file (bench/core/): the checkout. It
+# goes first on the PYTHONPATH of a run's processes, and a process started on another host starts there.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 VARIABLE_PREFIXES = ("HOROVOD_", "TORCH", "NCCL_", "OMP_", "MKL_", "GLOO_", "CUDA_VISIBLE_DEVICES",
                      "MASTER_", "OPENBLAS_", "KMP_", "PYTORCH_")
 
