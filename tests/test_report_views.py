@@ -138,6 +138,43 @@ def test_store_path_is_escaped_once(tmp_path):
     assert list(out.parent.iterdir()) == [out]
 
 
+def test_a_store_in_a_folder_whose_name_is_not_utf_8_is_reported_and_listed(tmp_path):
+    """The store's folder has a byte that is not UTF-8 in its name, as the runs' folders beside it (and a failed run's
+    error, which names its log there): `bench report` writes a page that is UTF-8, showing the byte escaped, and
+    `bench list` lists the runs, each with exit 0, on a terminal that takes UTF-8 only."""
+    import codecs
+    import os
+
+    from conftest import bench
+    from factories import RunError, train_record
+
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/r\xffuns"))
+    store = Store(folder / "bench.sqlite")
+    for i, status in enumerate(("ok", "ok", "crashed")):
+        run_id = f"run-{i}"
+        log = store.run_dir(run_id) / "rank-1.log"
+        store.save(train_record(run_id, created_at=1000.0 + i, sweep_id=None, status=status, run_dir=str(log.parent),
+                                error=RunError(f"rank 1 crashed; its log: {log}", rank=1) if status != "ok" else None))
+    strict = {"PYTHONIOENCODING": "utf-8:strict"}  # what a terminal in a UTF-8 locale is to Python
+    out = folder / "report.html"
+    proc = bench("report", "--store", store.path, "-o", out, env=strict)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    shown = f"{tmp_path}/r\\xffuns"  # the folder as the page and the terminal show it
+    assert proc.stdout == f"report written to {shown}/report.html\n"
+    page = out.read_bytes().decode("utf-8")  # strict: every byte of the page is UTF-8
+    (said,) = re.findall(r"Store (.*?): 3 runs \(2 ok\)", page)
+    assert said == f"{shown}/bench.sqlite"
+    assert os.path.samefile(codecs.escape_decode(said.encode())[0], store.path)  # the escape names the real file
+    assert f"its log: {shown}/runs/run-2/rank-1.log" in section(page, "failed")
+    assert all(f'id="{anchor}"' in page for anchor in re.findall(r'href="#([^"]*)"', page))  # every link leads somewhere
+    listed = bench("list", "--store", store.path, env=strict)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["run-0", "run-1", "run-2"]
+    Store(folder / "empty.sqlite").check_writable()  # a store, without runs
+    listed = bench("list", "--store", folder / "empty.sqlite", env=strict)
+    assert listed.returncode == 0 and listed.stdout == f"no runs stored in {shown}/empty.sqlite\n", listed.stderr
+
+
 def test_page_is_self_contained(page):
     assert "<script" not in page.lower()
     assert re.findall(r'(?:src|href)="(?!data:image/png;base64,|#)', page) == []

@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+import test_full_disk
 from conftest import ROOT
 from factories import train_record
 
@@ -18,6 +19,8 @@ from bench.core.errors import StoreError
 from bench.core.records import SCHEMA_VERSION, RunRecord
 from bench.core.store import Store
 from bench.results.frame import load_frame
+
+disk = test_full_disk.disk  # the fixture: a small tmpfs of the test's own (root only)
 
 
 def fake_record(i: int) -> RunRecord:
@@ -310,13 +313,13 @@ def test_a_store_made_before_the_column_is_read_as_it_is_and_given_it_by_the_fir
             "SELECT run_id, record FROM runs")}
     assert set(written.values()) == {2, 3, 4, 5}  # records of four schemas, each as it was written
     store.check_writable()
+    assert store.path.read_bytes() == before  # the check before a run stores nothing, so it upgrades nothing
+    store.save(fake_record(1))  # the first record stored brings the column, in its own transaction
     assert "schema_version" in columns_of(store.path)
     with contextlib.closing(sqlite3.connect(store.path)) as conn:
-        assert dict(conn.execute("SELECT run_id, schema_version FROM runs")) == written
+        assert dict(conn.execute("SELECT run_id, schema_version FROM runs WHERE run_id != 'run-000001'")) == written
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"runs_by_time", "runs_by_schema"} <= indexes
-    assert store.records() == records
-    store.save(fake_record(1))
     assert store.records() == [fake_record(1), *records]  # the oldest run of all
 
 
@@ -345,3 +348,126 @@ def test_the_script_that_makes_a_large_store_makes_new_launches_of_the_sample_s_
     for copy, run in zip(last, originals):  # the same run, but for its ids and times
         assert dataclasses.replace(copy.spec, sweep_id=run.spec.sweep_id) == run.spec and copy.metrics == run.metrics
         assert copy.status == run.status and copy.rank_map == run.rank_map
+
+
+# ---------------------------------------------------------------- a row that is not UTF-8, a write that is refused
+def break_utf8(path, run_id: str) -> None:
+    """The record of `run_id` made not UTF-8: one byte inside its JSON (the backend's name) turned into 0xff, the
+    row's value still of type TEXT, as a damaged file or a foreign writer could leave it."""
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        (raw,) = conn.execute("SELECT CAST(record AS BLOB) FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        assert b'"backend": "elastic"' in raw
+        conn.execute("UPDATE runs SET record = CAST(? AS TEXT) WHERE run_id = ?",
+                     (raw.replace(b'"backend": "elastic"', b'"backend": "ela\xffstic"', 1), run_id))
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # what sqlite3 makes of it when it decodes the rows itself
+        assert conn.execute("SELECT typeof(record) FROM runs WHERE run_id = ?", (run_id,)).fetchone() == ("text",)
+        with pytest.raises(sqlite3.OperationalError, match="Could not decode to UTF-8"):
+            conn.execute("SELECT record FROM runs").fetchall()
+
+
+def test_a_record_that_is_not_utf_8_is_skipped_naming_it_and_the_others_are_read(tmp_path, capsys):
+    from conftest import bench
+
+    store = Store(tmp_path / "bench.sqlite")
+    for i in range(4):
+        store.save(fake_record(i))
+    break_utf8(store.path, "run-000002")
+    capsys.readouterr()
+    assert [r.run_id for r in store.records()] == ["run-000000", "run-000001", "run-000003"]
+    assert [r.run_id for r in store.records(last=2)] == ["run-000001", "run-000003"]
+    store.check_usable()  # the check before a run reads the store too
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 2 and all(line.startswith(f"bench: skipped run run-000002 of {store.path}: ") and
+                                  "not UTF-8: byte 0xff at offset" in line for line in said), said
+
+    listed = bench("list", "--store", store.path)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["run-000000", "run-000001", "run-000003"]
+    (line,) = listed.stderr.strip().splitlines()
+    assert line.startswith("bench: skipped run run-000002 of ") and "not UTF-8" in line, line
+    page = tmp_path / "report.html"
+    reported = bench("report", "--store", store.path, "-o", page)
+    assert reported.returncode == 0, reported.stderr
+    (line,) = reported.stderr.strip().splitlines()
+    assert line.startswith("bench: skipped run run-000002 of ") and "not UTF-8" in line, line
+    assert f"Store {store.path}: 3 runs (1 ok)" in page.read_text(encoding="utf-8")
+
+
+def test_a_store_made_before_the_column_takes_a_record_beside_one_that_is_not_utf_8(tmp_path):
+    """The first record stored fills the new column from every record's JSON: a record that is not UTF-8 gets none
+    (and stays skipped), instead of failing the write."""
+    store = legacy_store(tmp_path / "bench.sqlite")
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        broken = conn.execute("SELECT run_id FROM runs WHERE record LIKE '%\"backend\": \"elastic\"%' "
+                              "ORDER BY created_at LIMIT 1").fetchone()[0]
+    break_utf8(store.path, broken)
+    readable = [r.run_id for r in store.records()]
+    assert broken not in readable
+    store.save(fake_record(1))
+    assert [r.run_id for r in store.records()] == ["run-000001", *readable]
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        versions = dict(conn.execute("SELECT run_id, schema_version FROM runs"))
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert versions[broken] is None and versions["run-000001"] == SCHEMA_VERSION
+    assert all(versions[run_id] in (2, 3, 4, 5) for run_id in readable)
+
+
+def store_state(path) -> tuple[int, list, bytes]:
+    """What an older bench would see of a store: its user_version, its tables and indexes, its bytes (read without
+    changing them)."""
+    with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)) as conn:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        schema = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+    return version, schema, path.read_bytes()
+
+
+def test_a_refused_run_leaves_an_older_store_as_it_was(tmp_path):
+    """`bench run` checks its store (check_writable), then is refused (its cores are another run's, and it may not
+    wait): an older store keeps its user_version, its table and every byte, so the older bench still takes it."""
+    import os
+
+    from conftest import FAST, bench
+
+    from bench.harness.cores import CoreClaim, Sharing
+
+    store = legacy_store(tmp_path / "bench.sqlite")
+    before = store_state(store.path)
+    assert before[0] == 5 < SCHEMA_VERSION and "schema_version" not in columns_of(store.path)
+    cpus = [f"cpu{c}" for c in sorted(os.sched_getaffinity(0))]  # what a run of this machine claims
+    with CoreClaim("holder-of-the-cores", "a test holder", None, cpus, Sharing(wait_s=0)):
+        proc = bench("run", "--backend", "single", "--nproc", "1", "--workload", "mnist_mlp", *FAST,
+                     "--wait-for-cores", "0", "--store", store.path)
+    assert proc.returncode == 2 and "still in use by run holder-of-the-cores" in proc.stderr, proc.stderr
+    assert store_state(store.path) == before
+    assert not list((tmp_path / "runs").glob("*"))  # refused before anything of the run was made
+    store.save(fake_record(1))  # a record stored upgrades it, with the record
+    assert store_state(store.path)[0] == SCHEMA_VERSION and "schema_version" in columns_of(store.path)
+
+
+def test_a_write_without_room_leaves_an_older_store_as_it_was(disk, tmp_path):
+    """`bench import` into an older store on a full disk: the record cannot be stored (one line, exit 2), and the
+    store is as it was: the upgrade that would have come with the record (the new column filled for every row, the
+    user_version) is not kept without it."""
+    from conftest import bench_in_process
+
+    from bench.core.rundir import RunDir, write_json_atomic
+
+    older = legacy_store(tmp_path / "sample.sqlite").path
+    with contextlib.closing(sqlite3.connect(older)) as conn:  # its first 60 runs, to fit the small disk with room
+        with conn:
+            conn.execute("DELETE FROM runs WHERE rowid NOT IN (SELECT rowid FROM runs ORDER BY created_at LIMIT 60)")
+        conn.execute("VACUUM")
+    path = disk / "bench.sqlite"
+    path.write_bytes(older.read_bytes())
+    before = store_state(path)
+    assert before[0] == 5 < SCHEMA_VERSION and "schema_version" not in columns_of(path)
+    rec = fake_record(7)
+    run_dir = RunDir(tmp_path / "runs" / rec.run_id).create()
+    run_dir.spec_file.write_text(json.dumps(rec.spec.to_dict(), indent=1))
+    write_json_atomic(run_dir.record_file, rec.to_dict())
+    assert len(before[2]) > 3 * 128 * 1024
+    test_full_disk.fill(disk, 128 * 1024)  # room for SQLite's -shm file and a few pages, not for the upgrade
+    proc = bench_in_process("import", run_dir.path, "--store", path)
+    assert proc.returncode == 2 and "cannot be written" in proc.stderr and "full" in proc.stderr, proc.stderr
+    assert store_state(path) == before
+    assert not [p.name for p in disk.iterdir() if p.name.startswith("bench.sqlite-") or ".tmp" in p.name]

@@ -6,6 +6,7 @@ from bench.cli import options
 from bench.cli.common import examples, open_store
 from bench.core.console import note
 from bench.core.errors import EXIT_OK
+from bench.core.inputs import printable
 from bench.harness.keep import kept_record
 from bench.harness.lifeline import unrecorded
 from bench.results.listing import runs_table
@@ -22,7 +23,7 @@ def add_parser(verbs) -> None:
 def cmd(args) -> int:
     store = open_store(args.store)
     records = store.records(last=args.last)
-    print(runs_table(records) if records else f"no runs stored in {store.path}")
+    print(printable(runs_table(records) if records else f"no runs stored in {store.path}"))
     for run_dir, _ in unrecorded(store):
         kept = kept_record(run_dir)
         if kept is not None:

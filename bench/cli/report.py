@@ -7,6 +7,7 @@ import os
 from bench.cli import options
 from bench.cli.common import examples, open_store
 from bench.core.errors import EXIT_OK
+from bench.core.inputs import printable
 from bench.core.store import collector_paused
 from bench.report.page import write_report
 
@@ -30,5 +31,5 @@ def cmd(args) -> int:
     # a third of a large store's report (the cyclic garbage its plots leave, tens of MB, is collected after it)
     with collector_paused():
         path = write_report(open_store(args.store), args.output, args.where)
-    print(f"report written to {path}")
+    print(f"report written to {printable(str(path))}")
     return EXIT_OK

@@ -13,8 +13,11 @@ from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
 from bench.report.page import output_path, write_report_with_copy
 from bench.tasks.fault.spec import FAULT_KINDS
 from bench.workflows.plan import SWEEP_DEFAULTS, SWEEP_FAULTS, check_fault_kinds, check_pair_can_run, sweep_world_sizes
-from bench.workflows.sweep import run_benchmark_sweep
+from bench.workflows.sweep import resume_sweep, run_benchmark_sweep
 from workloads import WORKLOADS
+
+# what --resume takes besides the sweep: where its runs go, what it prints, and how they share the machine
+RESUME_TAKES = ("store", "output", "json", "allow_shared", "wait_for_cores")
 
 
 def add_parser(verbs) -> None:
@@ -49,6 +52,12 @@ def add_parser(verbs) -> None:
                      "the report plots each backend against the link and says where the verdict changes "
                      "(default: the links as they are)",
                 invalid=["", ",", "fast,1gbit", "1gbit"])  # 1gbit alone: only across hosts
+    r = own.add_argument_group("an interrupted sweep")
+    options.add(r, "--resume", nargs="?", const=True, type=options.id_name, metavar="SWEEP_ID",
+                help="finish the latest interrupted sweep of --store (or SWEEP_ID): run the launches of its stored "
+                     "plan that did not run, under its sweep id, then mark it complete; takes only --store, -o, "
+                     "--json, --allow-shared and --wait-for-cores, since the plan fixes everything else "
+                     "(default: a new sweep)", invalid=["", "../x", "a/b"])
     p = verbs.add_parser("sweep", help="backends x workloads x world sizes, every run stored",
                          description="Every backend x workload x world size, plus the plain single-process loop and "
                                      "a short communication sweep, each case launched --repeats times in "
@@ -57,7 +66,8 @@ def add_parser(verbs) -> None:
                              "bench sweep --nproc 4                  # elastic and horovod, world sizes 1, 2, 4",
                              "bench sweep --backend all --nproc 2    # with the parameter server and Ray Train",
                              "bench sweep --workload mnist_mlp --world-sizes 2 --no-comm -o reports/sweep.html",
-                             "bench sweep --backend elastic --gpus 8 --repeats 5"),
+                             "bench sweep --backend elastic --gpus 8 --repeats 5",
+                             "bench sweep --resume                   # finish the latest interrupted sweep"),
                          parents=[own, options.parent(None, ["--repeats"], repeats=SWEEP_DEFAULTS["repeats"]),
                                   *options.training(SWEEP_DEFAULTS),
                                   options.comm(max_bytes=SWEEP_DEFAULTS["max_bytes"]), options.report_output()])
@@ -65,6 +75,8 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
+    if args.resume is not None:
+        return resume(args)
     if args.no_faults and (args.faults is not None or args.fault_repeats is not None):
         raise UsageError("--no-faults makes no fault run; drop --faults and --fault-repeats, or --no-faults")
     faults = None if args.no_faults else \
@@ -94,3 +106,36 @@ def cmd(args) -> int:
         latest, stamped = write_report_with_copy(store, args.output)
         note(f"report written to {latest} (and {stamped})")
     return status_exit([r.status for r in records if not r.task.measured(r)])
+
+
+def resume(args) -> int:
+    """`bench sweep --resume [SWEEP_ID]`: the sweep's stored plan finished; the exit status and --json are those of
+    every launch of the sweep that ran, before and now."""
+    refuse_plan_options(args)
+    store = open_store(args.store, runs=True)
+    if args.output:
+        output_path(args.output)
+    _, records = resume_sweep(store, None if args.resume is True else args.resume)
+    if args.json:
+        print_json([r.to_dict() for r in records])
+    if args.output:
+        latest, stamped = write_report_with_copy(store, args.output)
+        note(f"report written to {latest} (and {stamped})")
+    return status_exit([r.status for r in records if not r.task.measured(r)])
+
+
+def refuse_plan_options(args) -> None:
+    """An option that would shape a new sweep, given with --resume, refused in one line: the stored plan fixes what
+    runs, and running other launches under its id would make it another sweep."""
+    root = args.root_parser
+    defaults = vars(root.parse_args(["sweep"]))
+    given = [dest for dest, value in vars(args).items()
+             if dest in defaults and dest not in (*RESUME_TAKES, "resume") and value != defaults[dest]]
+    if not given:
+        return
+    verbs = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+    actions = [a for a in verbs.choices["sweep"]._actions if a.option_strings]
+    flags = [next((a.option_strings[-1] for a in actions if a.dest == dest), dest) for dest in given]
+    raise UsageError(f"--resume runs the sweep's stored plan, which fixes what {', '.join(flags)} would set; drop "
+                     f"{'it' if len(flags) == 1 else 'them'} (with --resume: --store, -o, --json, --allow-shared, "
+                     "--wait-for-cores)")

@@ -37,6 +37,27 @@ def shown(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# a lone surrogate: what Python makes of a byte of a file name that is not UTF-8 (os.fsdecode keeps it as U+DC80 to
+# U+DCFF), or what a JSON "\ud800" escape reads as; no UTF-8 page, file or terminal can take one
+SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """`text` as UTF-8 can write it (a page, a terminal's line): a byte of a file name that is not UTF-8 as its
+    escape, `\\xff`; any other lone surrogate as `\\udXXX`. Text without one is returned as it is. For text to show:
+    a path to be used again (in a script) keeps its bytes instead (os.fsencode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return SURROGATE.sub(_escaped, text)
+    return text
+
+
+def _escaped(found: re.Match) -> str:
+    code = ord(found.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
 def name_problem(value) -> str | None:
     """Why `value` cannot be a run id or sweep id (NAME_RULE), or None when it can."""
     if not isinstance(value, str):

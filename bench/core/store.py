@@ -17,14 +17,26 @@ and removes when the last connection closes:
   during the read would go unseen by SQLite, so the read is kept only if the file and its -wal are as they were
   before it, else made again;
 - a -wal holding changes without its -shm (SQLite cannot read it without making one) is refused in one line.
-A record the running bench cannot read (a newer schema, a broken one) is skipped with one line naming it; a
-store holding records of a newer schema is refused for writing (check_usable), before anything is launched.
+A record the running bench cannot read (a newer schema, a broken one, bytes that are not UTF-8) is skipped with one
+line naming it: records are fetched as bytes and decoded one by one, so a row that does not decode is that row's
+problem alone. A store holding records of a newer schema is refused for writing (check_usable), before anything is
+launched.
+
+A write changes the store only with its record: the upgrade of an older store (its user_version raised to this
+bench's schema, the schema_version column added) is made in the transaction that stores the record (save), never
+by a check or a write that is refused, so that a refused run leaves an older store to the older bench that made it.
+
+A sweep (bench.workflows.sweep) also keeps one row of a second table, `sweeps`: its plan (the specs of every
+launch it will make, as JSON with the schema they were written with), its state (running, complete, interrupted)
+and the bench process that runs it. The table is made by the first sweep that writes to a store (a store without
+it holds no sweep's plan: reads find none); the store's schema (user_version) is not raised for it, so a bench
+that predates the table reads and writes such a store as before, and ignores the table.
 
 Stores grow to tens of thousands of runs, so what is asked often is answered from columns and indexes, not by
 decoding every record: the latest runs (`records(last=N)`: an index on created_at) and the schema each record was
 written with (the schema_version column, filled by `save`, indexed), which check_usable asks before every run.
 Stores made before that column are read as they are (read-only opens cannot change a file; newer_records reads
-their records' JSON instead), and the first write adds the column and its indexes (_add_version_column).
+their records' JSON instead), and the first record stored adds the column and its indexes (_upgrade).
 
 The store is --store, else $BENCH_STORE, else results/bench.sqlite; an empty BENCH_STORE counts as
 unset, as `BENCH_STORE= bench list` means in a shell.
@@ -73,6 +85,22 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_case ON runs (workload, backend, world_size);
 """ + "".join(f"{index};\n" for index in INDEXES)
+# a sweep's plan and state (bench.results.sweeps says what a row means); made when the first sweep starts
+SWEEPS_TABLE = """
+CREATE TABLE IF NOT EXISTS sweeps (
+    sweep_id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    state TEXT NOT NULL,
+    title TEXT NOT NULL,
+    description TEXT NOT NULL,
+    planned INTEGER NOT NULL,
+    owner TEXT,
+    why TEXT,
+    plan TEXT NOT NULL
+)"""
+SWEEP_COLUMNS = ("sweep_id", "created_at", "updated_at", "state", "title", "description", "planned", "owner", "why",
+                 "plan")
 FETCH_ROWS = 500  # records fetched at once by records(last=N) (each one an SQL variable: SQLite allows 999 at least)
 READ_TRIES = 3  # reads of a store a writer changed during each of them, before the reader gives up
 # SQLite's codes for a file system without room (Python before 3.11 names neither): a write, the -shm file grown
@@ -229,12 +257,7 @@ class Store:
         if "runs" not in tables:  # (a store bench makes has its table from the start: _create)
             conn.close()
             raise self._unreadable("it is an SQLite file but not a bench store")
-        if create and version < SCHEMA_VERSION and "runs" in tables:
-            # older records stay as written (each carries its version and is upgraded when read); the
-            # store's version says which bench may add to it, so an older bench refuses a newer record
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        if create and VERSION_COLUMN not in table_columns(conn):
-            self._add_version_column(conn)
+        # (an older store is upgraded by save, in the transaction of the record it stores: _upgrade)
         return conn
 
     def _full(self, exc: sqlite3.Error) -> StoreFull:
@@ -306,23 +329,24 @@ class Store:
             finally:
                 os.close(fd)
 
-    def _add_version_column(self, conn: sqlite3.Connection) -> None:
-        """A store made before the schema_version column: the column added, filled from each record's JSON (once,
-        in one transaction, so a writer killed here leaves the store as it was), and indexed with created_at."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")  # the write lock first: another writer may be adding it too
-            if VERSION_COLUMN not in table_columns(conn):
-                conn.create_function("stored_version", 1, stored_version, deterministic=True)
-                conn.execute(f"ALTER TABLE runs ADD COLUMN {VERSION_COLUMN} INTEGER")
-                conn.execute(f"UPDATE runs SET {VERSION_COLUMN} = stored_version(record)")
-                for index in INDEXES:  # (executescript would commit first)
-                    conn.execute(index)
-            conn.commit()
-        except sqlite3.DatabaseError as exc:
-            conn.rollback()
-            conn.close()
-            raise StoreError(f"results store {self.path} cannot be written ({exc}); pass --store with "
-                             "a writable path") from None
+    @staticmethod
+    def _upgrade(conn: sqlite3.Connection) -> None:
+        """An older store made current, inside the caller's write transaction (its write lock taken: another writer
+        may be upgrading it too), so that it is upgraded together with the record stored, or not at all:
+        - a store made before the schema_version column: the column added, filled from each record's JSON, and
+          indexed with created_at;
+        - its user_version raised to this bench's schema (never lowered): older records stay as written (each carries
+          its version and is upgraded when read); the store's version says which bench may add to it, so an older
+          bench refuses a store holding a newer record."""
+        if VERSION_COLUMN not in table_columns(conn):
+            conn.create_function("stored_version", 1, stored_version, deterministic=True)
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {VERSION_COLUMN} INTEGER")
+            # (the record as bytes: a row that is not UTF-8 gets no version, instead of failing the write)
+            conn.execute(f"UPDATE runs SET {VERSION_COLUMN} = stored_version(CAST(record AS BLOB))")
+            for index in INDEXES:  # (executescript would commit first)
+                conn.execute(index)
+        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def check_writable(self) -> None:
         """Open (or create) the store and take its write lock for a moment: a store that cannot take a
@@ -381,9 +405,15 @@ class Store:
         columns = (*COLUMNS, VERSION_COLUMN)
         conn = self._connect(create=True)
         try:
-            with conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._upgrade(conn)
                 conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(columns)}) "
                              f"VALUES ({', '.join('?' * len(columns))})", row)
+                conn.commit()
+            except BaseException:
+                conn.rollback()  # the upgrade goes with the record: neither stays
+                raise
         except sqlite3.DatabaseError as exc:
             if no_space(exc):
                 raise self._full(exc) from None
@@ -407,8 +437,9 @@ class Store:
         latest `last` of them: the rows are read newest first and decoded until there are that many."""
         with collector_paused():
             if last is None:
-                query = f"SELECT run_id, record FROM runs ORDER BY {OLDEST_FIRST}"
-                read = [(run_id, decoded(text)) for run_id, text in self._read(lambda c: c.execute(query).fetchall())]
+                query = f"SELECT {ROW_BYTES} FROM runs ORDER BY {OLDEST_FIRST}"
+                read = [(run_id_text(run_id), decoded(raw))
+                        for run_id, raw in self._read(lambda c: c.execute(query).fetchall())]
             else:
                 read = self._read(lambda conn: latest_decoded(conn, last))[::-1]
         for run_id, got in read:
@@ -451,6 +482,82 @@ class Store:
             return None
         return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, _size(wal)
 
+    # ---------------------------------------------------------------- sweeps (the `sweeps` table)
+    def begin_sweep(self, row: dict) -> None:
+        """Store a new sweep's row (SWEEP_COLUMNS), the table made first where the store has none."""
+        def insert(conn):
+            conn.execute(SWEEPS_TABLE)
+            conn.execute(f"INSERT INTO sweeps ({', '.join(SWEEP_COLUMNS)}) "
+                         f"VALUES ({', '.join('?' * len(SWEEP_COLUMNS))})", [row[c] for c in SWEEP_COLUMNS])
+        self._write(insert)
+
+    def update_sweep(self, sweep_id: str, check=None, **fields) -> None:
+        """Set `fields` of a sweep's row in one transaction; check(row), given, first sees the row as it is then (a
+        dict, None where there is none) under the write lock and raises to leave it unchanged."""
+        def update(conn):
+            if check is not None:
+                check(_sweep_row(conn, sweep_id))
+            conn.execute(f"UPDATE sweeps SET {', '.join(f'{k} = ?' for k in fields)} WHERE sweep_id = ?",
+                         [*fields.values(), sweep_id])
+        self._write(update)
+
+    def _write(self, work) -> None:
+        """work(connection) in one write transaction (the write lock taken first), committed, or rolled back on any
+        error (a signal included)."""
+        conn = self._connect(create=True)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                work(conn)
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+        except sqlite3.DatabaseError as exc:
+            if no_space(exc):
+                raise self._full(exc) from None
+            raise StoreError(f"cannot write to results store {self.path}: {exc}", reason=str(exc)) from None
+        finally:
+            conn.close()
+
+    def sweeps(self, sweep_id: str | None = None) -> list[dict]:
+        """The sweeps' rows (SWEEP_COLUMNS), oldest first (of `sweep_id` only, where given); none where there is no
+        store, or no sweep table. Creates nothing."""
+        st = self._stat()
+        if st is None or st.st_size == 0:
+            return []
+
+        def rows(conn):
+            if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sweeps'").fetchone():
+                return []
+            where, values = (" WHERE sweep_id = ?", [sweep_id]) if sweep_id is not None else ("", [])
+            found = conn.execute(f"SELECT {', '.join(SWEEP_COLUMNS)} FROM sweeps{where} ORDER BY created_at, rowid",
+                                 values).fetchall()
+            return [dict(zip(SWEEP_COLUMNS, r)) for r in found]
+        return self._read(rows)
+
+    def sweep_records(self, sweep_id: str) -> list[RunRecord]:
+        """The stored records of one sweep this bench can read, oldest first (one it cannot is skipped, said as
+        records() says it)."""
+        st = self._stat()
+        if st is None or st.st_size == 0:
+            return []
+        query = f"SELECT {ROW_BYTES} FROM runs WHERE sweep_id = ? ORDER BY {OLDEST_FIRST}"
+        with collector_paused():
+            read = [(run_id_text(run_id), decoded(raw)) for run_id, raw in
+                    self._read(lambda c: c.execute(query, (sweep_id,)).fetchall())]
+        for run_id, got in read:
+            if isinstance(got, str):
+                note(f"bench: skipped run {shown(run_id)} of {self.path}: this bench cannot read its record ({got})")
+        return [got for _, got in read if not isinstance(got, str)]
+
+
+def _sweep_row(conn: sqlite3.Connection, sweep_id: str) -> dict | None:
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sweeps'").fetchone():
+        return None
+    found = conn.execute(f"SELECT {', '.join(SWEEP_COLUMNS)} FROM sweeps WHERE sweep_id = ?", (sweep_id,)).fetchone()
+    return dict(zip(SWEEP_COLUMNS, found)) if found else None
+
 
 def _size(path: Path) -> int | None:
     try:
@@ -461,11 +568,24 @@ def _size(path: Path) -> int | None:
 
 # the order of the runs: the order they were made in (then stored in); both orders read the created_at index
 OLDEST_FIRST, NEWEST_FIRST = "created_at, rowid", "created_at DESC, rowid DESC"
+# a row's run id and record as SQLite holds them, bytes: sqlite3 would decode text inside fetchall, where one row that
+# is not UTF-8 fails the whole read; each row is decoded on its own instead (run_id_text, decoded)
+ROW_BYTES = "CAST(run_id AS BLOB), CAST(record AS BLOB)"
 
 
-def decoded(text) -> RunRecord | str:
-    """A stored record's JSON as the record (upgraded to the current schema), or why this bench cannot read it, in
-    one line."""
+def run_id_text(raw) -> str:
+    """A row's run id as text, to name the row by (bytes that are not UTF-8 as backslash escapes); the record's own
+    run id is the one checked when it is decoded."""
+    return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
+
+
+def decoded(raw) -> RunRecord | str:
+    """A stored record's JSON (bytes, as ROW_BYTES fetches it) as the record (upgraded to the current schema), or why
+    this bench cannot read it, in one line."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}"
     try:
         data = json.loads(text)
     except (ValueError, TypeError):  # TypeError: a value that is not text at all
@@ -486,11 +606,11 @@ def latest_decoded(conn: sqlite3.Connection, count: int) -> list[tuple[str, RunR
     out, readable = [], 0
     newest = conn.execute(f"SELECT rowid FROM runs ORDER BY {NEWEST_FIRST}")
     while readable < count and (rowids := [rowid for (rowid,) in newest.fetchmany(min(count - readable, FETCH_ROWS))]):
-        rows = {rowid: (run_id, text) for rowid, run_id, text in conn.execute(
-            f"SELECT rowid, run_id, record FROM runs WHERE rowid IN ({', '.join('?' * len(rowids))})", rowids)}
-        for run_id, text in map(rows.__getitem__, rowids):
-            got = decoded(text)
-            out.append((run_id, got))
+        rows = {rowid: (run_id, raw) for rowid, run_id, raw in conn.execute(
+            f"SELECT rowid, {ROW_BYTES} FROM runs WHERE rowid IN ({', '.join('?' * len(rowids))})", rowids)}
+        for run_id, raw in map(rows.__getitem__, rowids):
+            got = decoded(raw)
+            out.append((run_id_text(run_id), got))
             readable += not isinstance(got, str)
     return out
 
@@ -499,11 +619,12 @@ def table_columns(conn: sqlite3.Connection) -> set[str]:
     return {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
 
 
-def stored_version(text) -> int | None:
-    """The schema_version a stored record's JSON says, where it is an integer (what newer_records compares)."""
+def stored_version(raw) -> int | None:
+    """The schema_version a stored record's JSON (text, or bytes that must be UTF-8) says, where it is an integer
+    (what newer_records compares)."""
     try:
-        version = json.loads(text).get("schema_version")
-    except (ValueError, TypeError, AttributeError):
+        version = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw).get("schema_version")
+    except (ValueError, TypeError, AttributeError):  # (UnicodeDecodeError is a ValueError)
         return None
     return version if type(version) is int else None  # not a bool, not a float
 
@@ -514,21 +635,23 @@ def newer_records(conn: sqlite3.Connection) -> tuple[str, int] | None:
     (all of them in a store made before the column; in a newer one, those an older bench wrote)."""
     unsaid = []  # the rows whose column says no schema
     if VERSION_COLUMN in table_columns(conn):
-        found = conn.execute(f"SELECT run_id, {VERSION_COLUMN} FROM runs WHERE {VERSION_COLUMN} > ? LIMIT 1",
-                             (SCHEMA_VERSION,)).fetchone()
+        found = conn.execute(f"SELECT CAST(run_id AS BLOB), {VERSION_COLUMN} FROM runs WHERE {VERSION_COLUMN} > ? "
+                             "LIMIT 1", (SCHEMA_VERSION,)).fetchone()
         if found:
-            return found
+            return run_id_text(found[0]), found[1]
         unsaid = [f"{VERSION_COLUMN} IS NULL"]
     version = "CASE WHEN json_valid(record) THEN json_extract(record, '$.schema_version') END"
     newer = " AND ".join([*unsaid, f"typeof({version}) = 'integer'", f"{version} > ?"])
     try:
-        return conn.execute(f"SELECT run_id, {version} FROM runs WHERE {newer} LIMIT 1", (SCHEMA_VERSION,)).fetchone()
+        found = conn.execute(f"SELECT CAST(run_id AS BLOB), {version} FROM runs WHERE {newer} LIMIT 1",
+                             (SCHEMA_VERSION,)).fetchone()
+        return (run_id_text(found[0]), found[1]) if found else None
     except sqlite3.OperationalError as exc:
         if "no such function" not in str(exc):
             raise
-    rows = f"SELECT run_id, record FROM runs{''.join(f' WHERE {c}' for c in unsaid)}"
-    for run_id, text in conn.execute(rows):  # an SQLite built without JSON
-        version = stored_version(text)
+    rows = f"SELECT {ROW_BYTES} FROM runs{''.join(f' WHERE {c}' for c in unsaid)}"
+    for run_id, raw in conn.execute(rows):  # an SQLite built without JSON
+        version = stored_version(raw)
         if version is not None and version > SCHEMA_VERSION:
-            return run_id, version
+            return run_id_text(run_id), version
     return None

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench.core import stats
 from bench.core.errors import StoreError, UsageError
+from bench.core.inputs import printable
 from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY, all_tasks, task_part
 from bench.core.rundir import write_atomic
@@ -28,6 +29,7 @@ from bench.report.sections import (ENV_KEYS, Bullets, Cell, Paragraph, Plot, Rep
                                    styled)
 from bench.results.agreement import agreement, frame_comparisons
 from bench.results.frame import DISTORTION_NOTE, frame_columns, load_frame, of_task, shared_runs
+from bench.results.sweeps import RUNNING, SweepStatus, sweep_statuses
 
 TEMPLATE = "report.html.j2"  # in the package's templates folder
 
@@ -61,11 +63,24 @@ def apply_where(frame, where: list[str] | None):
     return frame
 
 
-def task_parts(frame, context: ReportContext) -> list[ReportPart]:
-    """Each registered task's part of the page, from the frame of its own runs."""
-    parts = [view.report_part(of_task(frame, task.name), context) for task in all_tasks()
-             if (view := task_part(task.name, "report")) is not None]
-    return [p for p in parts if p is not None]
+def task_parts(frame, context: ReportContext, unfinished: dict[str, SweepStatus] | None = None) -> list[ReportPart]:
+    """Each registered task's part of the page, from the frame of its own runs. `unfinished`: the sweeps on the page
+    that did not run their whole plan (sweep id -> status); the scorecard rows of a task whose runs include one's say
+    so beside their launches, which are then not a whole sweep's."""
+    parts = []
+    for task in all_tasks():
+        view = task_part(task.name, "report")
+        if view is None:
+            continue
+        mine = of_task(frame, task.name)
+        part = view.report_part(mine, context)
+        if part is None:
+            continue
+        cut = {unfinished[sid].state for sid in set(mine["sweep_id"].dropna()) if sid in (unfinished or {})}
+        for row in part.scorecard if cut else []:
+            row.launches += " (sweep still running)" if cut == {RUNNING} else " (sweep interrupted)"
+        parts.append(part)
+    return parts
 
 
 def _case(record) -> str:
@@ -224,11 +239,13 @@ def shared_note(frame) -> str:
             f"their cores while they ran (--allow-shared), so they measured it too: {runs}.")
 
 
-def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("", False), shared: str = "") -> Section:
-    """The answer first: the scorecard (every compared measure, default condition first), the recommendation
+def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("", False), shared: str = "",
+                    unfinished: list[SweepStatus] = ()) -> Section:
+    """The answer first: a sweep on the page that did not run its whole plan (interrupted, or still running) said
+    before anything else; the scorecard (every compared measure, default condition first), the recommendation
     that follows from it, its scope, and whether the sweeps on the page agree with each other."""
     rows = [r for p in parts for r in p.scorecard]
-    blocks: list = []
+    blocks: list = [Paragraph(status.sentence(), "warn") for status in unfinished]
     if rows:
         family = Paragraph(
             [f"Each row compares {' and '.join(PRIMARY)} under equal conditions, across launches. A difference is "
@@ -456,26 +473,35 @@ def _hardware(records: list) -> str:
 
 
 # ---------------------------------------------------------------- the page
-def render_report(frame, store_label: str, where: list[str] | None = None) -> str:
-    """The page for the runs of `frame` (bench.results.frame.load_frame); `store_label` is plain text."""
+def render_report(frame, store_label: str, where: list[str] | None = None, sweeps: list[dict] | None = None) -> str:
+    """The page for the runs of `frame` (bench.results.frame.load_frame); `store_label` is plain text. `sweeps`: the
+    store's sweep rows (bench.core.store.Store.sweeps), from which a sweep on the page that did not run its whole
+    plan is said, with how many of its planned launches ran (counted over every run of `frame`, before --where)."""
     if frame.empty:
         raise StoreError(f"no runs in {store_label}: nothing to report; run `bench sweep` first")
+    statuses = sweep_statuses(sweeps or [], list(frame["record"]))
     frame = apply_where(frame, where)
     if frame.empty:
         raise UsageError(f"no run in {store_label} matches --where {' '.join(where or [])}; "
                          "`bench list` shows what is stored")
+    on_page = set(frame["sweep_id"].dropna())
+    unfinished = {sid: status for sid, status in statuses.items() if sid in on_page and not status.complete}
     family = Family(frame_comparisons(frame))
-    parts = task_parts(frame, ReportContext(store_label, list(where or []), frame, family))
+    parts = task_parts(frame, ReportContext(store_label, list(where or []), frame, family), unfinished)
     shown = [rec for p in parts for rec in p.shown] or list(frame["record"])
     scale = scale_section(list(frame["record"]))
-    sections = [verdict_section(parts, frame, agreement_note(frame), shared_note(frame)),
+    sections = [verdict_section(parts, frame, agreement_note(frame), shared_note(frame), list(unfinished.values())),
                 *(s for p in parts for s in p.sections), *([scale] if scale else []), rank_map_section(frame),
                 environment_section(shown), failed_section(frame, parts), method_section(parts)]
     sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
-    return _template().render(
+    # the page is UTF-8 whatever it shows: a path that is not (the store's folder, one in a run's error or
+    # environment) is shown with its odd bytes escaped, instead of the page not being written
+    return printable(_template().render(
         store=store_label, where=" ".join(where or []), n_runs=len(frame),
         n_ok=int((frame["status"] == RunStatus.OK).sum()), hardware=_hardware(shown),
-        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), sections=sections)
+        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), sections=sections,
+        unfinished=[f"sweep {sid} {'still running' if s.state == RUNNING else 'interrupted'}: {s.ran} of its "
+                    f"{s.planned} planned launches ran" for sid, s in unfinished.items()]))
 
 
 def output_path(output) -> Path:
@@ -511,7 +537,7 @@ def write_report(store, output, where: list[str] | None = None) -> Path:
     path = output_path(output)
     for clause in where or []:
         parse_where(clause)  # before the store is read
-    return _write(path, render_report(load_frame(store), str(store.path), where))
+    return _write(path, render_report(load_frame(store), str(store.path), where, store.sweeps()))
 
 
 def write_report_with_copy(store, output, where: list[str] | None = None) -> tuple[Path, Path]:

@@ -15,6 +15,7 @@ from bench.core.errors import UsageError
 from bench.core.inputs import RUNS_FILE_LIMIT, read_text_file
 from bench.core.records import RunRecord
 from bench.core.rundir import write_json_atomic
+from bench.results.sweeps import launches
 
 BASELINE_FORMAT = "elastic-vs-horovod-bench baseline"
 BASELINE_VERSION = 1
@@ -56,13 +57,14 @@ def host_match(base: dict, cur: dict) -> tuple[bool, str]:
 
 
 def latest_sweep(records: list, sweep_id: str | None = None) -> tuple[str | None, list]:
-    """The records of one sweep: the one named, else the most recent sweep."""
+    """The records of one sweep: the one named, else the most recent sweep; a launch interrupted and run again by
+    `bench sweep --resume` is its later run only (bench.results.sweeps.launches)."""
     swept = [r for r in records if r.spec.sweep_id]
     if sweep_id is None:
         if not swept:
             return None, []
         sweep_id = max(swept, key=lambda r: r.created_at).spec.sweep_id
-    return sweep_id, [r for r in swept if r.spec.sweep_id == sweep_id]
+    return sweep_id, launches([r for r in swept if r.spec.sweep_id == sweep_id])
 
 
 def write_baseline(path: str | Path, records: list, sweep_id: str | None, matrix=None,

@@ -4,6 +4,7 @@ vs the plain loop) are the training task's (bench.tasks.train.results.replicated
 
 from __future__ import annotations
 
+from bench.core.inputs import printable
 from bench.core.records import RunStatus
 from bench.core.registry import all_tasks
 
@@ -36,7 +37,9 @@ def record_row(rec) -> dict:
         "error": rec.error.message if rec.error else None, "record": rec,
     }
     row.update(rec.task.frame_columns(rec))
-    return row
+    # a column of text holds it as UTF-8 (pandas' string columns are Arrow's): a path that is not, in an error or a
+    # workload's reference, is held with its odd bytes escaped (the record keeps it as it is)
+    return {k: printable(v) if type(v) is str else v for k, v in row.items()}
 
 
 def input_path(spec) -> str:

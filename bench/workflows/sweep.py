@@ -1,11 +1,23 @@
 """A benchmark sweep run end to end: planned (bench.workflows.plan), then every run made through the harness's one
-loop (bench.harness.runner.run_specs), under a new sweep id."""
+loop (bench.harness.runner.run_specs), under a new sweep id. The store keeps the sweep's plan and state from its
+start (bench.results.sweeps): running, then complete once every planned launch has run, or interrupted when it
+stops before (a signal, a launch refused after waiting for cores, an error); `resume_sweep` runs the planned
+launches an interrupted sweep did not, under its id, and marks it complete."""
 
 from __future__ import annotations
 
+import json
+import time
+
 from bench.core.console import note
+from bench.core.environment import git_state
+from bench.core.errors import BenchError, Interrupted, UsageError
+from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.harness.runner import new_run_id, run_specs
+from bench.harness.supervisor import signals_held
+from bench.results.sweeps import (COMPLETE, INTERRUPTED, RUNNING, missing_launches, owner_alive, plan_of, plan_text,
+                                  ran, sweep_status, this_process)
 from bench.workflows.plan import SWEEP_FAULTS, available_backends, fault_backends, faults_missing, plan_sweep
 
 
@@ -37,11 +49,136 @@ def run_benchmark_sweep(store, title: str, *, backends: list[str] | str | None, 
         rounds += (f"; faults {', '.join(faults)} under {', '.join(fault_backends(backends))} ({workloads[0]}, "
                    f"{min(n for n in world_sizes if n > 1)} workers, {fault_repeats} launch"
                    f"{'es' if fault_repeats > 1 else ''} each)")
-    note(f"{title}: {', '.join(backends)} x {', '.join(workloads)} x world sizes "
-         f"{', '.join(map(str, world_sizes))}{rounds}")
-    records = run_specs(plan, store, f"{title} {sweep_id}")
+    description = (f"{', '.join(backends)} x {', '.join(workloads)} x world sizes "
+                   f"{', '.join(map(str, world_sizes))}{rounds}")
+    note(f"{title}: {description}")
+    store.check_writable()  # before the sweep's row makes the store: a store that cannot take its runs says so first
+    now = time.time()
+    store.begin_sweep({"sweep_id": sweep_id, "created_at": now, "updated_at": now, "state": RUNNING, "title": title,
+                       "description": description, "planned": len(plan), "owner": json.dumps(this_process()),
+                       "why": None, "plan": plan_text(plan, git_state())})
+    records = run_marked(store, sweep_id, plan, f"{title} {sweep_id}", len(plan), 0)
+    say_measured(title, records)
+    return sweep_id, records
+
+
+def say_measured(title: str, records: list) -> None:
+    """The runs not ok whose status is what they measured, said in one line."""
     results = [r for r in records if not r.ok and r.task.measured(r)]
     if results:  # a backend that did not come through a fault: what the run measured, not a failure of the sweep
         note(f"{title}: {len(results)} run(s) not ok as a result, not a failure (the exit status leaves them out): "
              + "; ".join(f"{r.spec.backend} {r.task.case(r.spec)}: {r.status}" for r in results))
-    return sweep_id, records
+
+
+def run_marked(store, sweep_id: str, specs: list, title: str, planned: int, ran_before: int) -> list:
+    """run_specs, then the sweep marked complete when every one of `specs` ran (none interrupted), else interrupted;
+    also when something ends it before (a signal, an error), which then goes on up. `planned`: its planned launches,
+    `ran_before` of them ran before these (said when it is interrupted). Returns the records made."""
+    made: list = []  # the records so far, should something end run_specs before it returns them
+    try:
+        records = run_specs(specs, store, title, on_record=made.append)
+    except BaseException as exc:
+        interrupted(store, sweep_id, stopped_by(exc), ran_before + len(ran(made)), planned)
+        raise
+    cut = [r for r in records if r.status == RunStatus.INTERRUPTED]
+    if len(records) == len(specs) and not cut:
+        mark(store, sweep_id, COMPLETE, None)
+    else:
+        why = f"{cut[-1].error.message if cut[-1].error else 'interrupted'}, during a launch" if cut else \
+            "stopped after a launch (the job's time limit)"
+        interrupted(store, sweep_id, why, ran_before + len(ran(records)), planned)
+    return records
+
+
+def interrupted(store, sweep_id: str, why: str, done: int, planned: int) -> None:
+    mark(store, sweep_id, INTERRUPTED, why)
+    note(f"bench: sweep {sweep_id} interrupted ({why}) after {done} of its {planned} planned launches; `bench sweep "
+         f"--resume {sweep_id} --store {store.path}` runs the other {planned - done}")
+
+
+def stopped_by(exc: BaseException) -> str:
+    """Why a sweep stopped, in a few words, from what ended it."""
+    if isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        return "Ctrl-C or SIGTERM"
+    if isinstance(exc, BenchError):  # its first clause: a refusal goes on to say what to do
+        return " ".join(str(exc).split()).split("; ")[0]
+    return f"an error: {type(exc).__name__}"
+
+
+def mark(store, sweep_id: str, state: str, why: str | None) -> None:
+    """Set a sweep's state, a second signal held off meanwhile; a store that cannot take it is said, not raised (its
+    row then says running, and once this process is gone it reads as interrupted)."""
+    with signals_held():
+        try:
+            store.update_sweep(sweep_id, state=state, why=why, updated_at=time.time())
+        except BenchError as exc:
+            note(f"bench: sweep {sweep_id} could not be marked {state} in {store.path}: {exc}")
+
+
+# ---------------------------------------------------------------- resuming an interrupted sweep
+def sweep_to_resume(store, sweep_id: str | None) -> dict:
+    """The row of the sweep to resume: `sweep_id`'s, else the latest interrupted one of the store; a one-line
+    UsageError where there is none, or where it is complete or still running. Reads only."""
+    rows = store.sweeps(sweep_id)
+    if sweep_id is not None:
+        if not rows:
+            known = {r.spec.sweep_id for r in store.sweep_records(sweep_id)}
+            raise UsageError(f"sweep {sweep_id} was made by a bench that kept no plan of it, so it cannot be resumed"
+                             if known else f"no sweep {sweep_id} in {store.path}; --resume without an id takes its "
+                             "latest interrupted sweep")
+        row = rows[0]
+    else:
+        if not rows:
+            raise UsageError(f"no sweep to resume in {store.path}: it holds no sweep's plan")
+        states = {row["sweep_id"]: sweep_status(row, []).state for row in rows}
+        cut = [row for row in rows if states[row["sweep_id"]] == INTERRUPTED]
+        if not cut:
+            latest = rows[-1]
+            raise UsageError(f"no interrupted sweep to resume in {store.path}: its latest, {latest['sweep_id']}, is "
+                             f"{states[latest['sweep_id']]}")
+        row = cut[-1]
+    refuse_unless_interrupted(row, row["sweep_id"], store)
+    return row
+
+
+def refuse_unless_interrupted(row: dict | None, sweep_id: str, store) -> None:
+    """A one-line UsageError unless the sweep's row says interrupted (or running, by a process that is gone)."""
+    if row is None:
+        raise UsageError(f"sweep {sweep_id} is no longer in {store.path}")
+    state = sweep_status(row, []).state
+    if state == COMPLETE:
+        raise UsageError(f"sweep {row['sweep_id']} is complete: nothing to resume; `bench sweep` starts a new one")
+    if state == RUNNING:
+        owner = json.loads(row["owner"] or "{}")
+        alive = "still runs it" if owner_alive(owner) else "runs it on another host (it cannot be checked from here)"
+        raise UsageError(f"sweep {row['sweep_id']} is running: bench process {owner.get('pid')} on {owner.get('host')} "
+                         f"{alive}; resume it once that process has ended")
+
+
+def resume_sweep(store, sweep_id: str | None) -> tuple[str, list]:
+    """Run the planned launches of an interrupted sweep (`sweep_id`, else the store's latest interrupted one) that did
+    not run, under its id, then mark it complete (interrupted again, if it stops before). Returns (its id, the records
+    of its launches that ran: those stored before and those made now)."""
+    row = sweep_to_resume(store, sweep_id)
+    sweep_id, title = row["sweep_id"], row["title"]
+    specs, code = plan_of(row)
+    if code and code != git_state():
+        raise UsageError(f"sweep {sweep_id} was planned with the code at commit {code.get('commit')}"
+                         f"{' with changes' if code.get('dirty') else ''}, and this checkout differs: launches made "
+                         "now would not be pooled with its earlier ones (the page pools launches of the same code "
+                         "only); resume it from that code, or start a new sweep")
+    before = store.sweep_records(sweep_id)
+    left = missing_launches(specs, before)
+    store.check_writable()
+    # taken in one transaction: of two resumes at once, the second finds it running
+    store.update_sweep(sweep_id, lambda now: refuse_unless_interrupted(now, sweep_id, store), state=RUNNING, why=None,
+                       owner=json.dumps(this_process()), updated_at=time.time())
+    done = len(specs) - len(left)
+    note(f"{title}: resuming sweep {sweep_id} ({row['description']}): {done} of its {len(specs)} planned launches ran; "
+         + (f"running the {len(left)} left" if left else "none is left to run"))
+    if not left:
+        mark(store, sweep_id, COMPLETE, None)
+        return sweep_id, ran(before)
+    made = run_marked(store, sweep_id, left, f"{title} {sweep_id} (resumed)", len(specs), done)
+    say_measured(title, made)
+    return sweep_id, ran(before) + made
