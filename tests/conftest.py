@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,20 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Short runs: the tests check behaviour, not figures.
 FAST = ["--warmup-steps", "2", "--steps-per-window", "3", "--windows", "2"]
+
+
+def programs_missing(*names: str, install: str) -> str | None:
+    """Why a test that runs the system programs `names` cannot run here, naming the package that installs them
+    (`install`, as apt-get takes it); None where every one is on PATH."""
+    missing = [name for name in names if shutil.which(name) is None]
+    return f"{', '.join(missing)} not found: apt-get install {install} (.ci/run does)" if missing else None
+
+
+def needs_system(missing: str | None):
+    """The mark of a test that needs a system package (`missing`: why it cannot run here, from programs_missing): it
+    skips saying so, except in CI (CI=true), whose .ci/run installs every such package: there it runs, and fails
+    saying what is missing, so that CI never passes by skipping it."""
+    return pytest.mark.skipif(missing is not None and os.environ.get("CI") != "true", reason=missing or "")
 
 
 def bench(*args, timeout=300, cwd=None, env=None):

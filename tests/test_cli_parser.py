@@ -70,14 +70,14 @@ def test_help_shows_the_defaults_of_the_code_that_owns_them(monkeypatch, capsys)
     run = help_of("run", capsys)
     assert "timed windows (default 17, at least 2)" in run
     assert "untimed steps first (default 13, at least 1)" in run
-    assert "deadline per run in seconds (default 321)" in run
+    assert "deadline per run in seconds (default 321, at most 604800 s, 7 days)" in run
     assert "timed ops per size (default 33)" in help_of("allreduce", capsys)
     assert "largest message (default 32M)" in help_of("allreduce", capsys)
     sweep = help_of("sweep", capsys)
     assert "largest message (default 2M)" in sweep and "timed windows (default 4, at least 2)" in sweep
     assert "in rounds" in sweep and "default 6" in sweep
     fault = help_of("fault", capsys)
-    assert "rank that receives the signal (7)" in fault and "hung (55.0)" in fault
+    assert "rank that receives the signal (7)" in fault and "hung (55.0; at most 604800 s, 7 days)" in fault
     assert "default 9" in help_of("regress", capsys)
     assert "default 11" in help_of("baseline", capsys)
 

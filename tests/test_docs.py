@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,6 +130,19 @@ def test_readme_commands_are_what_ci_and_nox_run():
     args = build_parser().parse_args(["sweep"])
     assert args.backend is None and args.gpus is None  # the primary pair, CPU processes
     assert PRIMARY == ("elastic", "horovod")
+
+
+def test_a_test_whose_system_package_is_missing_skips_naming_it(tmp_path):
+    """What the README's test line says of a machine without the packages .ci/run installs: the tests that need
+    OpenMPI or Chromium skip there, naming the package (here a PATH with no program on it; outside CI)."""
+    env = {name: value for name, value in os.environ.items() if name != "CI"}
+    env["PATH"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           "tests/test_horovod.py::test_mpi_controllers", "tests/test_report_browser.py"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "\n5 skipped in " in proc.stdout, proc.stdout[-3000:]
+    assert "mpirun, mpicxx not found: apt-get install openmpi-bin libopenmpi-dev" in proc.stdout
+    assert "chromium not found: apt-get install chromium" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------------------ links

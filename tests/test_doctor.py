@@ -55,7 +55,7 @@ def test_a_missing_compiler_and_cmake_say_what_to_do(tmp_path):
 def small_disk(tmp_path):
     """A real 64 MiB tmpfs, unmounted afterwards (also when the test fails)."""
     if shutil.which("mount") is None:
-        pytest.skip("no mount here")
+        pytest.skip("mount not found: apt-get install mount")
     folder = tmp_path / "small"
     folder.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)], capture_output=True,

@@ -10,6 +10,7 @@ whatever the test does."""
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,15 +18,17 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import FAST, ROOT, bench_in_process
-from factories import train_record
+from factories import RunDirBuilder, outcome, train_record, train_results, train_spec
 
 from bench.core.rundir import RunDir, write_atomic
 from bench.core.store import Store
 from bench.harness import keep
 from bench.harness.keep import keep_record, spare_folder
 from bench.harness.lifeline import recover
+from bench.harness.outcome import process_status, unrecorded_exits
 
 DISK_SIZE = "2m"
 
@@ -35,6 +38,8 @@ def disk(tmp_path):
     """A 2 MiB tmpfs of this test's own, unmounted on the way out."""
     if os.geteuid() != 0:
         pytest.skip("a disk of its own to fill is a tmpfs mount, which needs root")
+    if shutil.which("mount") is None:
+        pytest.skip("mount not found: apt-get install mount")
     folder = tmp_path / "disk"
     folder.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(folder)],
@@ -131,6 +136,99 @@ def test_a_run_whose_disk_fills_after_its_last_window_keeps_its_record_and_says_
     assert bench_in_process("import", run_dir.path, "--store", other).returncode == 0
     assert [r.status for r in Store(other).records()] == ["ok"]
     assert temporary_files(disk, spare_root) == []
+
+
+def the_guard(run: subprocess.Popen, disk: Path, deadline: float) -> psutil.Process:
+    """The guard of the run's one rank, once it has started the rank."""
+    while True:
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-2000:]
+        for proc in psutil.Process(run.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "bench.harness.guard" in proc.cmdline() and str(disk) in " ".join(proc.cmdline()) \
+                        and proc.children():
+                    return proc
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_a_rank_whose_exit_file_meets_a_full_disk_keeps_its_measurement(disk, tmp_path, monkeypatch):
+    """The disk fills between the rank's result and its exit file: the guard (stopped from the rank's start until the
+    rank has written its result and ended, the disk filled meanwhile) cannot write the exit file, and still exits as
+    the rank did. The run is ok with its figures; its events say which exit file is missing and that the disk is
+    full; the record, which the full disk cannot take either, is kept and stored once there is room."""
+    store, spare_root = disk / "bench.sqlite", tmp_path / "tmp"
+    spare_root.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(spare_root))
+    env.pop("BENCH_STORE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1", *FAST,
+                             "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 240
+        guard = the_guard(proc, disk, deadline)
+        guard.suspend()
+        try:
+            [rank] = guard.children()
+            while rank.status() != psutil.STATUS_ZOMBIE:  # it has written its result and ended
+                assert time.monotonic() < deadline, proc.communicate()[1][-2000:]
+                time.sleep(0.01)
+            assert list(disk.glob("runs/*/ranks/rank0.a0.result.json"))
+            filler = fill(disk)
+        finally:
+            guard.resume()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    run_dir = RunDir(next((disk / "runs").iterdir()))
+    run_id = run_dir.path.name
+    assert proc.returncode == 1, err  # the record could not be stored: it is kept, as any record the disk cannot take
+    assert f"run {run_id} ended ok, but its record could not be stored in {store}" in one_error_line(err)
+    missing = (f"bench: run {run_id}: rank 0 (attempt 0) wrote its result, but its exit file is missing: its guard "
+               f"could not write it: the disk of {run_dir.path} is full (")
+    assert missing in err and "Traceback" not in err, err
+    assert not run_dir.rank_file(0, 0, "exit").exists()
+
+    filler.unlink()
+    monkeypatch.setattr("tempfile.tempdir", str(spare_root))  # (where the run kept its record: its $TMPDIR)
+    assert recover(Store(store)) == [(run_id, "ok", True)]
+    [stored] = Store(store).records()
+    assert stored.status == "ok" and stored.error is None and stored.metrics.throughput.mean > 0
+    [unrecorded] = [e for e in stored.events if e["kind"] == "rank_exit_unrecorded"]
+    assert (unrecorded["rank"], unrecorded["attempt"]) == (0, 0) and missing.split(": ", 2)[2] in unrecorded["message"]
+    assert [e["returncode"] for e in stored.events if e["kind"] == "launcher_exited"] == [0]
+    assert temporary_files(disk, spare_root) == []
+
+
+def test_what_a_full_disk_cut_short_is_said_to_be_the_disk(disk):
+    """A run directory on a full disk: a launcher that failed with no rank's failure recorded, and a rank without its
+    result, are said to be on a full disk, where the missing file may be; a rank whose result is there but whose exit
+    file is not is an event of the record (its result counts), saying why where the disk says."""
+    spec = train_spec(world_size=2)
+    results = train_results(spec, [[0.1, 0.1], [0.1, 0.1]])
+    builder = RunDirBuilder(disk / "run", spec).finished(results[0]).joined(1)
+    builder.run_dir.write(1, 0, "result", results[1].to_dict())  # (its exit file is what the disk could not take)
+    run_dir = builder.run_dir
+    assert [e["message"] for e in unrecorded_exits(run_dir, outcome())] == [
+        "rank 1 (attempt 0) wrote its result, but its exit file is missing: its guard could not write it (a full disk "
+        "that had room again by the end, or the file removed); its result is kept, its exit time is not among the "
+        "events"]
+    filler = fill(disk)
+    full = f"the disk of {run_dir.path} is full ("
+    [event] = unrecorded_exits(run_dir, outcome())
+    assert (event["kind"], event["rank"]) == ("rank_exit_unrecorded", 1)
+    assert f"could not write it: {full}" in event["message"]
+    assert unrecorded_exits(run_dir, outcome(returncode=1)) == []  # (a failed launcher is said in the error)
+    assert process_status(spec, run_dir, outcome()) == ("ok", None)
+    status, error = process_status(spec, run_dir, outcome(returncode=1))
+    assert status == "failed" and error.message.startswith(
+        f"launcher exited with 1, no rank's failure is recorded, and {full}")
+    assert "what a rank or its guard had to write may be what is missing" in error.message
+    (run_dir.ranks / "rank1.a0.result.json").unlink()
+    status, error = process_status(spec, run_dir, outcome())
+    assert status == "failed" and error.message.startswith(f"rank(s) [1] produced no result ({full}")
+    filler.unlink()
+    status, error = process_status(spec, run_dir, outcome(returncode=1))
+    assert error.message == "launcher exited with 1 and no rank failed"
 
 
 def test_a_record_kept_in_the_temporary_directory_is_added_by_bench_import(disk, tmp_path, monkeypatch):

@@ -48,24 +48,29 @@ OWNER = textwrap.dedent("""
     import os, subprocess, sys, time
     from bench.harness.lifeline import Lifeline
     tag = sys.argv[1]
-    with Lifeline(tag):
+    with Lifeline(tag) as lifeline:
         # a launcher of its own session, as torchrun's workers and horovodrun's tree are
         subprocess.Popen(["sleep", "600"], env=dict(os.environ, BENCH_RUN_TAG=tag), start_new_session=True)
+        if len(sys.argv) > 3:
+            lifeline.hold_deadline(float(sys.argv[3]))
         print("launched", flush=True)
         time.sleep(600 if sys.argv[2] == "hold" else 0)
 """)
 
 
-def start_owner(tag: str, mode: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", OWNER, tag, mode], stdout=subprocess.PIPE, text=True,
+def start_owner(tag: str, mode: str, *deadline: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, tag, mode, *deadline], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.stdout.readline().strip() == "launched"
     return proc
 
 
-def test_a_killed_owner_leaves_nothing_behind():
-    tag = f"lifeline-test-{os.getpid()}-kill"
-    owner = start_owner(tag, "hold")
+@pytest.mark.parametrize("deadline", [(), ("1e10",)], ids=["no deadline", "a deadline past what select() takes"])
+def test_a_killed_owner_leaves_nothing_behind(deadline):
+    """Also where the deadline it holds is further off than one select() can wait: the watcher waits for it in parts,
+    and still ends the run when its owner dies."""
+    tag = f"lifeline-test-{os.getpid()}-kill{len(deadline)}"
+    owner = start_owner(tag, "hold", *deadline)
     try:
         assert processes_of_run(tag), "the tagged process should be running"
         owner.send_signal(signal.SIGKILL)

@@ -37,6 +37,8 @@ def read_only_mount(folder: Path, files):
     """`files` copied onto a tmpfs mounted at `folder`, which is then made read-only; unmounted on the way out."""
     if os.geteuid() != 0:
         pytest.skip("a read-only mount needs root (and root ignores permission bits, so nothing less would do)")
+    if shutil.which("mount") is None:
+        pytest.skip("mount not found: apt-get install mount")
     folder.mkdir(parents=True)
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)], capture_output=True,
                              text=True)

@@ -1,12 +1,13 @@
-"""The report in a real browser: headless Chromium (Debian's package; CI installs it) through
-Playwright. No console errors, every figure decoded and drawn, and readable with JavaScript off. The page
-is the one of the committed store written before typed records (training, communication and fault runs,
-read through the upgrade), so no run is launched here; test_report.py covers pages of fresh runs."""
+"""The report in a real browser: headless Chromium (Debian's package; CI installs it, and elsewhere these tests skip
+without it, naming it) through Playwright. No console errors, every figure decoded and drawn, and readable with
+JavaScript off. The page is the one of the committed store written before typed records (training, communication and
+fault runs, read through the upgrade), so no run is launched here; test_report.py covers pages of fresh runs."""
 
 import shutil
 from pathlib import Path
 
 import pytest
+from conftest import needs_system
 
 from bench.core.store import Store
 from bench.report.page import write_report
@@ -14,6 +15,7 @@ from bench.report.page import write_report
 V1_STORE = Path(__file__).resolve().parent / "data" / "store-v1.sqlite"
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = needs_system(None if CHROMIUM else "chromium not found: apt-get install chromium (.ci/run does)")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
 

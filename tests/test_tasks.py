@@ -550,7 +550,7 @@ def test_sweeps_a_backend_cannot_run_are_refused(backend, options, says):
         build_comm_spec(backend=backend, world_size=1, device="cpu", **options)
 
 
-@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1, "10"])
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1, "10", 1e10, 7 * 24 * 3600 + 1])
 def test_a_timeout_must_be_a_positive_finite_number(timeout):
     with pytest.raises(UsageError, match="positive, finite number of seconds"):
         check_timeout(timeout)
@@ -558,4 +558,5 @@ def test_a_timeout_must_be_a_positive_finite_number(timeout):
 
 def test_a_usable_timeout_passes():
     check_timeout(0.5)
+    check_timeout(7 * 24 * 3600)
     check_timeout(900)

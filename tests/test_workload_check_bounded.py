@@ -63,7 +63,7 @@ def test_a_workload_that_hangs_is_refused_at_the_limit(tmp_path, text, limit_arg
 def test_the_limit_and_its_default_are_in_the_help():
     text = " ".join(bench("run", "--help").stdout.split())
     assert "--check-timeout CHECK_TIMEOUT seconds a workload of your own may take to load, build and take a batch" \
-        in text and "(default 60, at most --timeout;" in text
+        in text and "(default 60; it never exceeds --timeout, and is at most 604800 s" in text
 
 
 def test_a_check_that_dies_without_an_answer_is_one_line(tmp_path):

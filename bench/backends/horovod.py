@@ -27,6 +27,7 @@ from bench.core.rundir import write_atomic
 
 SETUP_HINT = "run `python -m bench.tools.horovod_build` (nox -s tests and nox -s bench do it for you)"
 LAUNCHERS = ("gloo", "mpi", "mpirun")
+MAX_CYCLE_MS = 60_000.0  # --hvd-cycle-ms at most: a minute (every collective may wait a cycle)
 # Variables mpirun must carry to the ranks (it passes the environment only to local ranks by itself):
 # those the harness always sets, and those passed on when they are set.
 MPIRUN_EXPORTS = ("BENCH_RUN_TAG", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -341,8 +342,9 @@ class HorovodBackend(Backend):
         BackendOption("hvd_op", "average", "gradient reduction", str, ("average", "adasum"), invalid=("sum",)),
         BackendOption("hvd_fusion_mb", None, "fusion threshold in MiB (HOROVOD_FUSION_THRESHOLD)", float,
                       invalid=("-1", "nan", "x"), default_words="Horovod's own"),
-        BackendOption("hvd_cycle_ms", None, "cycle time in ms (HOROVOD_CYCLE_TIME)", float,
-                      invalid=("-1", "inf", "x"), default_words="Horovod's own"),
+        BackendOption("hvd_cycle_ms", None, f"cycle time in ms (HOROVOD_CYCLE_TIME), at most {MAX_CYCLE_MS:g}, a "
+                      "minute, as every collective may wait a cycle", float, invalid=("-1", "nan", "inf", "x", "1e10"),
+                      default_words="Horovod's own"),
     )
     launcher = HorovodLauncher()
     group_type = HorovodGroup
@@ -363,6 +365,8 @@ class HorovodBackend(Backend):
         for name in ("hvd_fusion_mb", "hvd_cycle_ms"):
             if options[name] is not None and options[name] < 0:
                 return f"--{name.replace('_', '-')} must be 0 or more"
+        if options["hvd_cycle_ms"] is not None and options["hvd_cycle_ms"] > MAX_CYCLE_MS:
+            return f"--hvd-cycle-ms must be at most {MAX_CYCLE_MS:g}, a minute"
         if options["launcher"] in ("mpi", "mpirun"):
             if shutil.which("mpirun") is None:
                 return f"--hvd-launcher {options['launcher']} needs mpirun (apt-get install openmpi-bin libopenmpi-dev)"

@@ -26,6 +26,7 @@ import time
 from bench.backends.base import Backend, BackendOption, CheckpointRestart, ElasticMode, Launcher, rank_row
 from bench.backends.elastic import DDP_BUCKET, DDPGroup, ddp_schedule, distributed_problem
 from bench.core.rundir import LOG_DRAIN_S, CappedLog, RunDir, copy_output, tail, write_json_atomic
+from bench.core.spec import MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS
 from bench.rank.entry import run_process
 
 SETUP_HINT = "pip install -e '.[ray]'"
@@ -259,8 +260,8 @@ class RayBackend(Backend):
                       invalid=("nohost", "host:port", "h:0"), default_words="a local Ray runtime started for the run"),
         BackendOption("ray_resize_interval", 60.0, "bench fault --join: how often Ray Train's elastic policy looks "
                       "for room to grow the worker group, in seconds (ScalingConfig's "
-                      "elastic_resize_monitor_interval_s; 60 is Ray's default)", float, invalid=("0", "-1", "nan", "x"),
-                      fault_only=True),
+                      f"elastic_resize_monitor_interval_s; 60 is Ray's default; at most {MAX_TIMEOUT_WORDS})", float,
+                      invalid=("0", "-1", "nan", "inf", "x", "1e10"), fault_only=True),
     )
     launcher = RayLauncher()
     group_type = RayTrainGroup
@@ -270,8 +271,8 @@ class RayBackend(Backend):
     def check_options(self, options, device):
         if options["ddp_bucket_mb"] <= 0:
             return "--ddp-bucket-mb must be positive"
-        if not 0 < options["ray_resize_interval"] < float("inf"):
-            return "--ray-resize-interval must be a positive number of seconds"
+        if not 0 < options["ray_resize_interval"] <= MAX_TIMEOUT_S:
+            return f"--ray-resize-interval must be a positive number of seconds, at most {MAX_TIMEOUT_WORDS}"
         if options["ray_address"] is not None:
             return address_problem(options["ray_address"])
         return None

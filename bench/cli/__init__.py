@@ -119,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report_lost_output(verb: str | None) -> None:
     """Flush stdout now (at interpreter exit a failure would turn the exit status into 120), and say on stderr, if
-    it still works, that what went to stdout is lost."""
-    sys.stdout.flush()
+    it still works, that what went to stdout is lost (a stream closed when bench started is one: bench.core.console)."""
+    if sys.stdout is not None:  # (main called where guard_std_streams could not give it /dev/null)
+        sys.stdout.flush()
     lost = lost_output()
     if "stdout" in lost and "stderr" not in lost:
         note(f"bench{' ' + verb if verb else ''}: its output on stdout could not be written ({lost['stdout']}) and "

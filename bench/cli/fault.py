@@ -7,7 +7,7 @@ from bench.cli import options
 from bench.cli.common import cluster_of, examples, run_one, spec_options, world_of
 from bench.core.errors import UsageError
 from bench.core.registry import DEFAULT_BACKEND, elastic_backends
-from bench.core.spec import resolve_device
+from bench.core.spec import MAX_TIMEOUT_WORDS, resolve_device
 from bench.tasks.fault.spec import (AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, SIGNALS, build_spec,
                                     check_scenario_hosts)
 
@@ -61,12 +61,12 @@ def add_parser(verbs) -> None:
                      f"window: {_per_workload(CHECKPOINT_WINDOWS)})", invalid=["0", "x"])
     options.add(g, "--steps", type=options.positive_int,
                 help="steps to train in all (default at-step + 3 x checkpoint-every)", invalid=["0", "x", "1"])
-    options.add(g, "--comm-timeout", type=options.positive_float, default=d["comm_timeout"],
-                help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s)",
-                invalid=["0", "nan", "inf", "x"])
-    options.add(g, "--recovery-timeout", type=options.positive_float, default=d["recovery_timeout"],
-                help="seconds after the fault with no training step before the run is called hung (%(default)s)",
-                invalid=["0", "nan", "inf", "x"])
+    options.add(g, "--comm-timeout", type=options.timeout_seconds, default=d["comm_timeout"],
+                help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s; at most "
+                     f"{MAX_TIMEOUT_WORDS})", invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG])
+    options.add(g, "--recovery-timeout", type=options.timeout_seconds, default=d["recovery_timeout"],
+                help="seconds after the fault with no training step before the run is called hung (%(default)s; at "
+                     f"most {MAX_TIMEOUT_WORDS})", invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG])
     p.set_defaults(func=cmd)
 
 

@@ -16,7 +16,7 @@ from bench.core.errors import UsageError
 from bench.core.hostlist import parse_hosts, read_hostfile
 from bench.core.inputs import NAME_RULE, name_problem, shown
 from bench.core.registry import BACKEND_MODULES, DEFAULT_BACKEND, get_backend
-from bench.core.spec import CPU_BINDS, DEFAULTS
+from bench.core.spec import CPU_BINDS, DEFAULTS, MAX_THREADS_PER_CORE, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS
 from bench.core.store import DEFAULT_STORE
 from bench.harness.cores import DEFAULT_WAIT_S
 from bench.harness.workload_check import CHECK_TIMEOUT_S
@@ -81,6 +81,24 @@ def nonnegative_float(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of 0 or more")
     return value
+
+
+def at_most(parse, most: float, words: str):
+    """A value type: what `parse` takes, up to `most` (`words`: that bound as help and errors say it). Every duration
+    option has one (docs/cli.md says each)."""
+    def bounded(text: str) -> float:
+        value = parse(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(f"{text!r}: at most {words}")
+        return value
+
+    return bounded
+
+
+# a timeout or a wait in seconds: positive (or 0 where it may be), at most MAX_TIMEOUT_S (bench.core.spec says why)
+timeout_seconds = at_most(positive_float, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS)
+wait_seconds = at_most(nonnegative_float, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS)
+TOO_LONG = ["1e10", f"{MAX_TIMEOUT_S + 1:g}"]  # what every timeout option refuses past its bound
 
 
 def world_sizes(text: str) -> list[int]:
@@ -166,8 +184,10 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
                                 "or path/to/file.py:NAME (README, 'Compare on your own model')",
                            invalid=["gpt5", "", "missing.py:W", "no_such_module:W"]),
         # placement
-        "--nproc": dict(type=positive_int, help="CPU worker processes (gloo); default min(2, cores)",
-                        invalid=["0", "-1", "two", "1.5", ""]),
+        "--nproc": dict(type=positive_int, help="CPU worker processes (gloo); default min(2, cores); their threads "
+                                                f"at most the cores, or {MAX_THREADS_PER_CORE} a core with "
+                                                "--oversubscribe",
+                        invalid=["0", "-1", "two", "1.5", "", "100000"], needs=["--oversubscribe"]),
         "--gpus": dict(type=positive_int, help="one worker per GPU (NCCL) (default: none, CPU processes)",
                        invalid=["0", "-1", "x"]),
         "--threads": dict(type=positive_int, help="threads per worker, set for every backend alike "
@@ -178,18 +198,20 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
                                 "scheduler; auto (default): cores for CPU workers on one host that fit its cores, "
                                 "none on GPUs, with --oversubscribe, across hosts, on an existing Ray cluster and in "
                                 "fault runs", invalid=["all"]),
-        "--oversubscribe": dict(action="store_true", help="allow more worker threads than cores (measures contention)"),
+        "--oversubscribe": dict(action="store_true", help="allow more worker threads than cores, up to "
+                                                          f"{MAX_THREADS_PER_CORE} a core (measures contention)"),
         # across hosts
         "--hosts": dict(type=host_list, metavar="H1:N,H2:N",
                         help="run across these hosts, N processes each at most (horovodrun/mpirun -H); the world "
                              "size is the sum unless --nproc chooses fewer",
-                        invalid=["", ",", "h1:0", "h1:x", "bad host:1", "h1:1,h1:2"]),
+                        invalid=["", ",", "h1:0", "h1:x", "bad host:1", "h1:1,h1:2", "h1\n:2"]),
         "--hostfile": dict(type=hostfile, metavar="FILE", help="the hosts, one `host slots=N` per line (as mpirun "
                                                                "and horovodrun read it)",
                            invalid=["", "/nonexistent/hostfile"]),
         "--link": dict(metavar="RATE[:DELAY]", help="shape every host's link with tc for each run: a rate limit "
                                                      "and a delay, such as 1gbit:0.1ms or 100mbit (needs --hosts)",
-                       invalid=["", "fast", "1gbit:soon", "0mbit", "1gbit"]),  # 1gbit alone: only across hosts
+                       invalid=["", "fast", "1gbit:soon", "0mbit", "1gbit",  # 1gbit alone: only across hosts
+                                "1gbit\n:1ms", "1gbit:1ms\n:"]),
         "--scheduler": dict(choices=("slurm", "none"),
                             help="slurm: run across the nodes of the Slurm allocation bench runs in (the default "
                                  "inside one, that is where SLURM_JOB_ID is set); none: ignore an allocation",
@@ -211,13 +233,15 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
                        invalid=["-1", "x", "1.5"]),
         "--lr": dict(type=positive_float, help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum "
                                                f"{DEFAULTS['momentum']})", invalid=["0", "-1", "nan", "inf", "x"]),
-        "--timeout": dict(type=positive_float, help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g})",
-                          invalid=["0", "-1", "nan", "inf", "x"]),
-        "--check-timeout": dict(type=positive_float,
+        "--timeout": dict(type=timeout_seconds, help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g}, "
+                                                     f"at most {MAX_TIMEOUT_WORDS})",
+                          invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG]),
+        "--check-timeout": dict(type=timeout_seconds,
                                 help="seconds a workload of your own may take to load, build and take a batch, in a "
                                      "process of its own before anything runs; past them it is refused, nothing "
-                                     f"started (default {CHECK_TIMEOUT_S:g}, at most --timeout; the built-in "
-                                     "workloads need no check)", invalid=["0", "-1", "nan", "inf", "x"]),
+                                     f"started (default {CHECK_TIMEOUT_S:g}; it never exceeds --timeout, and is at "
+                                     f"most {MAX_TIMEOUT_WORDS}; the built-in workloads need no check)",
+                                invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG]),
         # data
         "--data": dict(choices=SOURCES, help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and "
                                              "imagefolder need --data-dir", invalid=["imagenet"]),
@@ -239,9 +263,9 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
                          invalid=["explode:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"]),
         "--inject-delay": dict(metavar="DELAY",
                                help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of "
-                                    "its warm-up median step time (20%%) or a duration (5ms); a sweep never slows "
-                                    "the plain single-process loop it measures the others against",
-                               invalid=["x", "20", "-5ms", "100s", "10000%"]),
+                                    "its warm-up median step time (20%%) or a duration (5ms), under 10000%% or 100 s; "
+                                    "a sweep never slows the plain single-process loop it measures the others against",
+                               invalid=["x", "20", "-5ms", "100s", "10000%", "nan%", "infs"]),
         "--save-params": dict(action="store_true", help="save each rank's parameters in the run directory (a fault "
                                                         "run: also those each process resumed from)"),
         "--save-model": dict(metavar="PATH", help="after training, the first worker writes the model's state_dict "
@@ -263,11 +287,11 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--iters": dict(type=positive_int, default=COMM_DEFAULTS["iters"],
                         help="timed ops per size (default %(default)s)", invalid=["0", "x"]),
         # sharing the machine (bench.harness.cores)
-        "--wait-for-cores": dict(type=nonnegative_float, default=DEFAULT_WAIT_S, metavar="SECONDS",
+        "--wait-for-cores": dict(type=wait_seconds, default=DEFAULT_WAIT_S, metavar="SECONDS",
                                  help="while another bench run on this machine holds the cores a run needs, wait up to "
                                       "this long for them (in the order runs arrived), then refuse with exit 2 "
-                                      "(default %(default)g; 0: refuse at once)",
-                                 invalid=["-1", "nan", "inf", "x"]),
+                                      f"(default %(default)g; 0: refuse at once; at most {MAX_TIMEOUT_WORDS})",
+                                 invalid=["-1", "nan", "inf", "x", *TOO_LONG]),
         "--allow-shared": dict(action="store_true",
                                help="run at once even where another bench run holds the cores: both runs' records "
                                     "are marked (shared_with) and left out of verdicts and the gate"),

@@ -16,6 +16,8 @@ from bench.projection.model import crossover, project, with_compute
 from bench.projection.validate import validate
 
 DEFAULT_BACKENDS = ",".join(PROJECTED)
+# --compute-ms at most: a step is one batch's forward and backward, and an hour of it is a slip of the unit
+MAX_COMPUTE_MS = 3600 * 1000.0
 
 
 def add_parser(verbs) -> None:
@@ -36,12 +38,13 @@ def add_parser(verbs) -> None:
     options.add(p, "--threads", type=options.positive_int, metavar="N", invalid=["0"],
                 help="threads per worker of the runs to fit from (default: the one the store's runs used)")
     options.add(p, "--cluster", default=DEFAULT_CLUSTER, metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY]",
-                invalid=["nowhere", "4x8:fast"],
+                invalid=["nowhere", "4x8:fast", "4x8:100gbit\n:5us", "4x8:100gbit:5us\n:"],
                 help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}) or descriptions such as "
                      f"64x8:100gbit:5us (default {DEFAULT_CLUSTER}; a GPU profile needs --compute-ms)")
-    options.add(p, "--compute-ms", type=options.positive_float, metavar="MS", invalid=["0", "-1", "x"],
-                help="one worker's step time on the cluster's hardware, measured there (a GPU's, for a GPU profile); "
-                     "the step's shape comes from the stored profile")
+    options.add(p, "--compute-ms", type=options.at_most(options.positive_float, MAX_COMPUTE_MS, "3600000, an hour"),
+                metavar="MS", invalid=["0", "-1", "x", "nan", "inf", "1e10"],
+                help="one worker's step time on the cluster's hardware, measured there (a GPU's, for a GPU profile), "
+                     "at most 3600000, an hour; the step's shape comes from the stored profile")
     options.add(p, "--compute-batch", type=options.positive_int, metavar="N", invalid=["0"],
                 help="the per-worker batch of the --compute-ms step, for the throughput (default: the stored case's)")
     options.add(p, "--compute-from", type=options.id_name, metavar="RUN_ID", invalid=["../x"],

@@ -37,7 +37,7 @@ def add_parser(verbs) -> None:
                                   options.parent(None, ["--inject-delay", "--json"], helps={"--inject-delay": (
                                       "the gate's own check: every compared backend's workers sleep DELAY in every "
                                       "timed step, a share of the warm-up median step time (20%%) or a duration "
-                                      "(5ms), and the gate must fail (default: no delay)")})])
+                                      "(5ms), under 10000%% or 100 s, and the gate must fail (default: no delay)")})])
     p.add_argument("--no-confirm", dest="confirm", action="store_false",
                    help="fail on the first comparison; by default the runs behind a failing metric are run once "
                         "more and the gate fails only if the failure repeats")

@@ -9,8 +9,8 @@ from bench.cli import options
 from bench.cli.common import examples, spec_options
 from bench.core.spec import resolve_device
 from bench.workflows.reference import BARE_LOOPS
-from bench.workflows.selfcheck import (DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS, choose_backends, plan, selfcheck,
-                                       validate)
+from bench.workflows.selfcheck import (DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS, MAX_MINUTES, MAX_MINUTES_WORDS,
+                                       choose_backends, plan, selfcheck, validate)
 
 
 def add_parser(verbs) -> None:
@@ -24,10 +24,12 @@ def add_parser(verbs) -> None:
     options.add(g, "--pairs", type=options.positive_int, default=DEFAULT_PAIRS,
                 help="pairs of launches (suite and bare loop) per figure, at least (default %(default)s, at "
                      "least 2)", invalid=["0", "1", "x"])
-    options.add(g, "--max-minutes", type=options.finite_float, default=DEFAULT_MAX_MINUTES,
+    options.add(g, "--max-minutes", type=options.at_most(options.nonnegative_float, MAX_MINUTES, MAX_MINUTES_WORDS),
+                default=DEFAULT_MAX_MINUTES,
                 help=f"after --pairs, pairs are added until each interval is within ±{100 * t.resolution:g}%% "
                      f"(throughput) or ±{100 * b.resolution:g}%% (busbw), or until this many minutes per backend "
-                     "have passed (default %(default)s; 0: --pairs pairs only)", invalid=["-1", "nan", "inf", "x"])
+                     f"have passed (default %(default)s; 0: --pairs pairs only; at most {MAX_MINUTES_WORDS})",
+                invalid=["-1", "nan", "inf", "x", "1e10", f"{MAX_MINUTES + 1:g}"])
     g.add_argument("--no-comm", action="store_true",
                    help="check training throughput only, not allreduce busbw at 16 MiB")
     p = verbs.add_parser(

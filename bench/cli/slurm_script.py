@@ -18,7 +18,7 @@ import sys
 from bench.cli import options
 from bench.cli.common import examples, open_store
 from bench.cluster.slurm import SCRIPT_DEFAULTS as d
-from bench.cluster.slurm import directive_problem, early_warning_note, script, shell_word
+from bench.cluster.slurm import directive_problem, early_warning_note, requested_seconds, script, shell_word
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
 from bench.core.inputs import NAME_MAX, shown
@@ -35,6 +35,22 @@ def slurm_name(text: str) -> str:
     problem = directive_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(f"{shown(text)}: {problem}; choose another")
+    return text
+
+
+# --time at most a year: past it a value is a slip of the unit (a partition's own MaxTime, usually far less, applies
+# too)
+MAX_TIME_S = 365 * 24 * 3600
+
+
+def time_limit(text: str) -> str:
+    """--time, at most MAX_TIME_S; its form is checked where the script is written (bench.cluster.slurm.script)."""
+    try:
+        seconds = requested_seconds(text)
+    except ValueError:
+        return text  # not a time at all: refused there, in its own words
+    if seconds > MAX_TIME_S:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: at most 365 days, 365-00:00:00")
     return text
 
 
@@ -62,9 +78,10 @@ def add_parser(verbs) -> None:
                 help="worker slots per node (%(default)s)", invalid=["0", "x"])
     options.add(p, "--gpus-per-node", type=options.positive_int, help="GPUs per node (none by default)",
                 invalid=["0", "x"])
-    options.add(p, "--time", default=d["time_limit"], help="time limit: MINUTES, HH:MM:SS or D-HH:MM:SS (%(default)s); bench "
-                                                "records a run still going at the limit as timeout",
-                invalid=["soon", "", "30\n", "30;x"])
+    options.add(p, "--time", type=time_limit, default=d["time_limit"],
+                help="time limit: MINUTES, HH:MM:SS or D-HH:MM:SS (%(default)s; at most 365 days); bench records a run "
+                     "still going at the limit as timeout", invalid=["soon", "", "30\n", "30;x", "366-00:00:00",
+                                                                     "99999999999"])
     for flag, what in (("--partition", "Slurm partition (the cluster's default when not given)"),
                        ("--account", "Slurm account to charge (the user's default when not given)")):
         options.add(p, flag, type=slurm_name, help=what, invalid=["a b", "x;y", "", "gpu\n", "hetjob"])

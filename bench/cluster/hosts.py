@@ -228,17 +228,18 @@ def reap_on_hosts(hosts: list[str], tag: str, python: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------- shaped links
-RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit)$", re.IGNORECASE)
-DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$", re.IGNORECASE)
+# each matched whole (fullmatch: `$` alone would let a "\n" after it through, into tc's command line)
+RATE = re.compile(r"\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit)", re.IGNORECASE)
+DELAY = re.compile(r"\d+(\.\d+)?(us|ms|s)", re.IGNORECASE)
 UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 
 
 def parse_link(text: str) -> dict:
     """`RATE[:DELAY]` (tc's units: 1gbit, 100mbit; 0.1ms, 50us) as {"rate", "delay", "rate_bytes_per_s"}."""
     rate, _, delay = text.strip().partition(":")
-    if not RATE.match(rate):
+    if not RATE.fullmatch(rate):
         raise UsageError(f"--link {text!r}: the rate must be a number with tc's unit, such as 1gbit or 100mbit")
-    if delay and not DELAY.match(delay):
+    if delay and not DELAY.fullmatch(delay):
         raise UsageError(f"--link {text!r}: the delay must be a number with a unit, such as 0.1ms or 50us")
     unit = re.sub(r"^[\d.]+", "", rate).lower()
     bits = float(rate[: len(rate) - len(unit)]) * UNITS[unit]

@@ -58,12 +58,54 @@ class GuardedStream:
         return getattr(self._stream, name)
 
 
+STD_FDS = {"stdin": 0, "stdout": 1, "stderr": 2}
+CLOSED = "it was closed when bench started"  # the `lost` of a stream closed before the process began (`>&-`)
+
+
 def guard_std_streams() -> None:
-    """Wrap sys.stdout and sys.stderr in GuardedStream (once; a closed descriptor, None, is left as it is)."""
+    """Wrap sys.stdout and sys.stderr in GuardedStream (once). A standard descriptor closed when the process began
+    (`bench ... >&-`; Python then sets the stream to None) is given /dev/null first: left closed, its number would go
+    to the next file bench opens (a lock, a log, the store), and a process started afterwards would take that file as
+    its own stdout. A closed stdout or stderr is then a stream whose output is lost (`lost_output`), as one whose
+    writes fail."""
+    for name, fd in STD_FDS.items():
+        if getattr(sys, name) is None and _closed(fd):
+            _devnull_at(fd)
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
-        if stream is not None and not isinstance(stream, GuardedStream):
+        if stream is None:
+            stream = GuardedStream(_devnull_stream(STD_FDS[name]))
+            stream.lost = CLOSED
+            setattr(sys, name, stream)
+        elif not isinstance(stream, GuardedStream):
             setattr(sys, name, GuardedStream(stream))
+
+
+def _closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+def _devnull_at(fd: int) -> None:
+    """/dev/null opened on descriptor `fd` (which is closed)."""
+    opened = os.open(os.devnull, os.O_RDWR)
+    if opened != fd:
+        os.dup2(opened, fd)
+        os.close(opened)
+
+
+def _devnull_stream(fd: int):
+    """A text stream on `fd` where it is /dev/null (as _devnull_at left it), else on a /dev/null of its own (the
+    descriptor was taken by something else before bench could give it /dev/null, and is left to it)."""
+    try:
+        if os.path.samestat(os.fstat(fd), os.stat(os.devnull)):
+            return open(fd, "w", closefd=False)
+    except OSError:
+        pass
+    return open(os.devnull, "w")
 
 
 def lost_output() -> dict[str, str]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from bench.core.errors import UsageError
 from bench.core.inputs import HOSTFILE_LIMIT, read_text_file
 
-HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?$")
+HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?")  # the whole name (fullmatch: no "\n" after it)
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Host:
 
 
 def _host(name: str, slots_text: str, where: str) -> Host:
-    if not HOST_NAME.match(name):
+    if not HOST_NAME.fullmatch(name):
         raise UsageError(f"{where}: {name!r} is not a host name or address")
     try:
         slots = int(slots_text)
@@ -35,14 +35,14 @@ def _host(name: str, slots_text: str, where: str) -> Host:
 
 def parse_hosts(text: str) -> list[Host]:
     """`h1:2,h2:2` (a host without `:N` has 1 slot), as horovodrun -H and mpirun -H take it."""
-    hosts = []
+    hosts, where = [], f"--hosts {text if text.isprintable() else ascii(text)}"  # (a message is one line)
     for item in text.split(","):
         item = item.strip()
         if not item:
             continue
         name, _, slots = item.partition(":")
-        hosts.append(_host(name, slots or "1", f"--hosts {text}"))
-    return _distinct(hosts, f"--hosts {text}")
+        hosts.append(_host(name, slots or "1", where))
+    return _distinct(hosts, where)
 
 
 def read_hostfile(path: str) -> list[Host]:

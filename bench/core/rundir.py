@@ -196,6 +196,23 @@ class RunDir:
         return {rank: data for rank, (_, data) in sorted(best.items())}
 
 
+# Less room than this on a run directory's disk, and the small files of a run (a rank's exit file, the record) may not
+# fit: the disk is full for the run's purposes.
+FULL_BELOW_BYTES = 64 * 1024
+
+
+def full_disk(path: str | os.PathLike) -> str | None:
+    """'the disk of PATH is full (N bytes free)' where the file system holding `path` has less than FULL_BELOW_BYTES
+    that this process may write (root may use the blocks a file system keeps for it), else None (also where it cannot
+    be asked)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+    return f"the disk of {path} is full ({free} bytes free)" if free < FULL_BELOW_BYTES else None
+
+
 def tail(path: Path, lines: int = 30, max_bytes: int = 16384, upto: int | None = None) -> str:
     """The last lines of a log (of its first `upto` bytes when given), for error reports."""
     try:

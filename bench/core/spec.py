@@ -17,6 +17,15 @@ from bench.core.hostlist import Host, placement
 DEFAULTS = dict(warmup_steps=5, windows=5, seed=0, data="synthetic",
                 lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="auto")
 CPU_BINDS = ("auto", "none", "cores")  # what a user asks for; a spec holds "none" or "cores" (resolve_cpu_bind)
+# The longest timeout or wait any option takes (a run's deadline, a workload's check, a collective's timeout, a
+# recovery, a wait for cores): 7 days. Past it a value is a slip of the unit, and far past it what holds it overflows
+# (select(), with which the lifeline holds a run's deadline, takes some 292 years at most: 1e10 s does not fit).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_TIMEOUT_WORDS = f"{MAX_TIMEOUT_S:g} s, 7 days"
+# --oversubscribe lets a run's worker threads outnumber the cores, to measure contention: up to this many a core.
+# Past it a run measures the scheduler rather than a backend, and each worker is a process holding its own framework
+# (some hundreds of MiB), so an unbounded --nproc would exhaust the machine's memory or processes first.
+MAX_THREADS_PER_CORE = 8
 
 
 @dataclass
@@ -154,9 +163,10 @@ def default_threads(device: str, max_world_size: int, cluster: dict | None = Non
     return max(1, cpu_count() // max_world_size)
 
 
-def check_timeout(timeout: float) -> None:
-    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
-        raise UsageError(f"--timeout {timeout}: give a positive, finite number of seconds")
+def check_timeout(timeout: float, flag: str = "--timeout") -> None:
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+        raise UsageError(f"{flag} {timeout}: give a positive, finite number of seconds, at most "
+                         f"{MAX_TIMEOUT_WORDS}")
 
 
 def check_placement(plugin, world_size: int, device: str, threads: int | None, oversubscribe: bool,
@@ -188,6 +198,10 @@ def check_placement(plugin, world_size: int, device: str, threads: int | None, o
         raise UsageError(f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
                          f"this machine has {cores}; lower --nproc or --threads, or pass --oversubscribe "
                          "to measure contention on purpose")
+    if device == "cpu" and world_size * threads > MAX_THREADS_PER_CORE * cores:
+        raise UsageError(f"world size {world_size} x {threads} thread(s) is {world_size * threads} worker threads on "
+                         f"this machine's {cores} cores; --oversubscribe allows at most {MAX_THREADS_PER_CORE} a core "
+                         f"({MAX_THREADS_PER_CORE * cores} here): lower --nproc or --threads")
     return threads, resolved, roles
 
 

@@ -2,9 +2,11 @@
 
 Launchers (torchrun, horovodrun, mpirun, the PS launcher) start this guard in place of the worker. The
 guard captures the worker's output to a per-rank log and, whatever the ending (exit code, exception,
-signal), writes the rank's exit file: so the failing rank, its exit code or signal and its error tail
-are known the same way under every launcher. It imports no torch and exits as its worker did, so the
-launcher sees the same status it would have seen without it.
+signal), writes the rank's exit file: so the failing rank, its exit code or signal (a SIGKILL from the kernel's
+OOM killer named as such, where its memory cgroup counted it: bench.harness.oom) and its error tail are known the
+same way under every launcher. It imports no torch and exits as its worker did, so the launcher sees the same
+status it would have seen without it, even where the exit file cannot be written (a full disk): the rank's own
+files (its result) are the measurement, and the parent says which exit file is missing (bench.harness.outcome).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import sys
 import threading
 import time
 
+from bench.core.console import guard_std_streams, note
 from bench.core.registry import get_backend
 from bench.core.rundir import LOG_DRAIN_S, CappedLog, RunDir, copy_output, tail
+from bench.harness.oom import oom_killed_words, own_oom_count
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -32,6 +36,7 @@ def _die_with_parent():
 
 
 def main(argv: list[str]) -> int:
+    guard_std_streams()  # its output goes to the launcher's log: a full disk there must not change its exit status
     run_dir, backend = RunDir(argv[0]), get_backend(argv[1])
     rank, attempt = backend.launcher.rank_identity(os.environ)
     # A rank number may be reused by replacement processes their launcher does not number apart: each
@@ -41,6 +46,8 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, BENCH_RANK=str(rank), BENCH_ATTEMPT=str(attempt))
     received: list[str] = []
 
+    oom_count = own_oom_count()  # its memory cgroup's OOM kills, which its rank's are counted in (bench.harness.oom)
+    oom_before = oom_count.read() if oom_count is not None else None
     read_end, write_end = os.pipe()
     child = subprocess.Popen([sys.executable, "-m", "bench.rank.entry", str(run_dir.path)],
                              stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.STDOUT,
@@ -66,16 +73,22 @@ def main(argv: list[str]) -> int:
     pump.join(LOG_DRAIN_S)
     # a worker that left before its result (its error or none): its log's tail tells how
     ended_early = returncode != 0 or not run_dir.rank_file(rank, attempt, "result").exists()
-    run_dir.write(rank, attempt, "exit", {
-        "rank": rank, "attempt": attempt, "pid": child.pid, "time": exited_at,
-        "returncode": returncode,
-        "exit_code": returncode if returncode >= 0 else None,
-        "signal": signal.Signals(-returncode).name if returncode < 0 else None,
-        # A signal that reached the guard from outside means the launcher or the harness ended this
-        # rank: a consequence of another failure, not its cause.
-        "terminated_by": received[0] if received else None,
-        "tail": tail(log_path) if ended_early else "",
-    })
+    try:
+        run_dir.write(rank, attempt, "exit", {
+            "rank": rank, "attempt": attempt, "pid": child.pid, "time": exited_at,
+            "returncode": returncode,
+            "exit_code": returncode if returncode >= 0 else None,
+            "signal": signal.Signals(-returncode).name if returncode < 0 else None,
+            # A signal that reached the guard from outside means the launcher or the harness ended this
+            # rank: a consequence of another failure, not its cause.
+            "terminated_by": received[0] if received else None,
+            # who sent a SIGKILL, where the kernel says it was its OOM killer (None: no OOM kill was counted)
+            "oom_kill": oom_killed_words(oom_count, oom_before) if returncode == -signal.SIGKILL else None,
+            "tail": tail(log_path) if ended_early else "",
+        })
+    except OSError as exc:  # (a full disk) the rank's status still goes to the launcher, below
+        how = f"signal {signal.Signals(-returncode).name}" if returncode < 0 else f"exit code {returncode}"
+        note(f"bench: rank {rank}'s exit file could not be written ({exc.strerror or exc}); it ended with {how}")
     if returncode < 0:  # end as the rank ended, so that the launcher sees the same signal
         if -returncode not in (signal.SIGKILL, signal.SIGSTOP):  # neither can be caught, nor its handler reset
             signal.signal(-returncode, signal.SIG_DFL)

@@ -55,6 +55,9 @@ READY, DONE = b"ready\n", b"done\n"
 START_TIMEOUT_S = 30.0
 # after a run's deadline, the time its bench process has to end the run itself (its own teardown begins at once)
 DEADLINE_GRACE_S = 5.0
+# the longest one wait of the watcher: a deadline further off is waited for in parts, as select() takes no timeout past
+# some 292 years (a run's --timeout is at most bench.core.spec.MAX_TIMEOUT_S; this holds whatever it is handed)
+WAIT_PART_S = 3600.0
 
 
 def _process_identity(pid: int) -> dict:
@@ -343,10 +346,11 @@ def watch(argv: list[str]) -> int:
     sys.stdout.flush()
     fd, pending, deadline, handed_over, overdue = sys.stdin.fileno(), b"", None, None, None
     while True:  # until bench says `done`, or the kernel closes its end
-        wait = None if deadline is None else max(0.0, deadline[0] - time.monotonic())
+        wait = None if deadline is None else min(WAIT_PART_S, max(0.0, deadline[0] - time.monotonic()))
         if not select.select([fd], [], [], wait)[0]:
-            overdue = end_overdue(tag, owner_pid, run_dir, store_path, deadline[1])
-            deadline = None
+            if time.monotonic() >= deadline[0]:
+                overdue = end_overdue(tag, owner_pid, run_dir, store_path, deadline[1])
+                deadline = None
             continue
         chunk = os.read(fd, 1 << 16)
         if not chunk:

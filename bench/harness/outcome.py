@@ -3,11 +3,15 @@ events every run has, startup, and the one function that builds a record (build_
 
 Status rules, the same for every backend (docs/method.md, "Status of a run"):
 - interrupted / timeout: the user or the deadline ended the run (whatever the ranks did after);
-- crashed: a rank exited non-zero or by a signal that did not come from the launcher or the harness, or exited
+- crashed: a rank exited non-zero or by a signal that did not come from the launcher or the harness (a SIGKILL of the
+  kernel's OOM killer is named so where the rank's memory cgroup counted it), or exited
   by itself (any code) before the run's end with neither an error nor its result; the root cause is chosen by
   _root_cause (its rank, exit code or signal and error tail are kept);
-- failed: the launcher failed with no rank to blame, or a rank produced no result;
-- ok: the launcher exited 0 and every rank wrote its result.
+- failed: the launcher failed with no rank to blame, or a rank produced no result (where the run directory's disk is
+  full, the error says so: what a rank or its guard had to write may be what is missing);
+- ok: the launcher exited 0 and every rank wrote its result. A rank whose exit file is missing (its guard could not
+  write it: a full disk) still counts by its result, its guard having exited as the rank did; the record's events say
+  which exit went unrecorded, and why where the disk says (`unrecorded_exits`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import time
 
 from bench.core.records import SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, RunStatus, Startup
 from bench.core.registry import get_backend
-from bench.core.rundir import RunDir, tail
+from bench.core.rundir import RunDir, full_disk, tail
 
 
 def _root_cause(exits: dict[int, dict], errors: dict[int, dict], results: dict[int, dict]) -> dict | None:
@@ -49,9 +53,13 @@ def _root_cause(exits: dict[int, dict], errors: dict[int, dict], results: dict[i
         return None
     err = errors.get(first["rank"]) or {}
     return {"rank": first["rank"], "attempt": first["attempt"], "exit_code": first["exit_code"],
-            "signal": first["signal"], "vanished": bool(first.get("vanished")), "exception": err.get("type"),
-            "exception_message": err.get("message"),
-            "tail": first["tail"]}
+            "signal": first["signal"], "vanished": bool(first.get("vanished")), "oom_kill": first.get("oom_kill"),
+            "exception": err.get("type"), "exception_message": err.get("message"), "tail": first["tail"]}
+
+
+def _signal_words(ended: dict) -> str:
+    """'signal SIGKILL', and who sent it where the guard knows: '(from the kernel's OOM killer: ...)'."""
+    return f"signal {ended['signal']}" + (f" (from {ended['oom_kill']})" if ended.get("oom_kill") else "")
 
 
 def _then(spec, run_dir: RunDir, cause: int, exits: dict[int, dict], errors: dict[int, dict]) -> str:
@@ -67,7 +75,7 @@ def _then(spec, run_dir: RunDir, cause: int, exits: dict[int, dict], errors: dic
                     and not e.get("terminated_by"))
     if failed:
         e = exits[failed[0][1]]
-        how = f"signal {e['signal']}" if e["signal"] else f"exit code {e['exit_code']}"
+        how = _signal_words(e) if e["signal"] else f"exit code {e['exit_code']}"
         return f"; {_process_name(spec, run_dir, failed[0][1])} then ended with {how}"
     return ""
 
@@ -140,7 +148,7 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[RunStatus, RunError 
     if cause is not None:
         vanished = cause.pop("vanished")
         name = _process_name(spec, run_dir, cause["rank"])
-        how = (f"signal {cause['signal']}" if cause["signal"] else
+        how = (_signal_words(cause) if cause["signal"] else
                "no exit status its launcher could read (its process vanished, as one killed by a signal does)"
                if vanished else f"exit code {cause['exit_code']}")
         if cause["exception"]:
@@ -156,15 +164,41 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[RunStatus, RunError 
                 last += f", step {state['steps_reported']}"
             message = (f"{name} exited (code {cause['exit_code']}) before the run ended, without an error or its "
                        f"result (its last report: {last})" + _then(spec, run_dir, cause["rank"], exits, errors))
+        cause.pop("oom_kill")  # (said in the message)
         return RunStatus.CRASHED, RunError(message=message, **cause)
+    full = full_disk(run_dir.path)
     if outcome.returncode != 0:
         said = tail(run_dir.launcher_log)
         last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "")
-        return RunStatus.FAILED, RunError(message=f"launcher exited with {outcome.returncode} and no rank failed"
-                                          + (f"; its last line: {last[:200]}" if last else ""), tail=said)
+        message = (f"launcher exited with {outcome.returncode}, no rank's failure is recorded, and {full}: what a "
+                   "rank or its guard had to write may be what is missing" if full else
+                   f"launcher exited with {outcome.returncode} and no rank failed")
+        return RunStatus.FAILED, RunError(message=message + (f"; its last line: {last[:200]}" if last else ""),
+                                          tail=said)
     if missing:
-        return RunStatus.FAILED, RunError(message=f"rank(s) {missing} produced no result", tail=tail(run_dir.launcher_log))
+        return RunStatus.FAILED, RunError(message=f"rank(s) {missing} produced no result"
+                                          + (f" ({full}: a result that could not be written is missing)" if full
+                                             else ""), tail=tail(run_dir.launcher_log))
     return RunStatus.OK, None
+
+
+def unrecorded_exits(run_dir: RunDir, outcome) -> list[dict]:
+    """An event for each process that wrote its result but has no exit file, in a run whose launcher exited 0: its
+    guard could not write the exit file (a full disk), and exited as the rank did. Its result is the measurement;
+    what is lost is its exit (the time, its pid). Why, where the run directory's disk says: it is full now."""
+    if outcome.returncode != 0:
+        return []
+    exits = run_dir.read_all("exit")
+    missing = sorted(key for key in run_dir.read_all("result") if key not in exits)
+    if not missing:
+        return []
+    full = full_disk(run_dir.path)
+    why = (f"its guard could not write it: {full}" if full else
+           "its guard could not write it (a full disk that had room again by the end, or the file removed)")
+    return [{"time": outcome.ended_at, "kind": "rank_exit_unrecorded", "rank": rank, "attempt": attempt,
+             "message": f"rank {rank} (attempt {attempt}) wrote its result, but its exit file is missing: {why}; its "
+                        "result is kept, its exit time is not among the events"}
+            for rank, attempt in missing]
 
 
 def joined_rank_map(run_dir: RunDir) -> list:
@@ -178,6 +212,7 @@ def run_events(run_dir: RunDir, outcome) -> list[dict]:
     for attempt_exit in sorted(run_dir.read_all("exit").values(), key=lambda e: e["time"]):
         events.append({"time": attempt_exit["time"], "kind": "rank_exit",
                        **{k: attempt_exit[k] for k in ("rank", "attempt", "returncode", "terminated_by")}})
+    events += unrecorded_exits(run_dir, outcome)
     events.append({"time": outcome.ended_at, "kind": f"launcher_{outcome.ending}",
                    "returncode": outcome.returncode})
     if outcome.reaped:

@@ -103,6 +103,9 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
                  "is marked, and left out of verdicts and the gate")
         record = build_record(run_id, spec, run_dir, outcome, environment, command,
                               task.conclude(spec, run_dir, outcome, before), info, shared_with)
+        for event in record.events:
+            if event["kind"] == "rank_exit_unrecorded":  # (bench.harness.outcome.unrecorded_exits)
+                note(f"bench: run {run_id}: {event['message']}")
         lifeline.hand_over(record)  # stored with its own status should this process die while it keeps it
         kept = keep_record(record, run_dir, store)
         if kept.stored or kept.file is None:  # else the next command on the store stores the file (recover)

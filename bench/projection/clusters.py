@@ -91,20 +91,21 @@ def profile(name: str, workers_per_node: int | None = None) -> Cluster:
     return cluster
 
 
-RATE = re.compile(r"^(\d+(?:\.\d+)?)(mbit|gbit)$", re.IGNORECASE)
-LATENCY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms)$", re.IGNORECASE)
-DESCRIPTION = re.compile(r"^(\d+)x(\d+):([^:]+)(?::([^:]+))?$", re.IGNORECASE)
+# each matched whole (fullmatch: `$` alone would let a "\n" after it through)
+RATE = re.compile(r"(\d+(?:\.\d+)?)(mbit|gbit)", re.IGNORECASE)
+LATENCY = re.compile(r"(\d+(?:\.\d+)?)(us|ms)", re.IGNORECASE)
+DESCRIPTION = re.compile(r"(\d+)x(\d+):([^:]+)(?::([^:]+))?", re.IGNORECASE)
 
 
 def parse_cluster(text: str, device: str = "cpu") -> Cluster:
     """NODESxWORKERS:RATE[:LATENCY], such as 64x8:100gbit:5us: nodes, workers per node, each node's link rate (TCP's
     payload share is taken off) and the latency per message (30us when not given)."""
-    match = DESCRIPTION.match(text.strip())
+    match = DESCRIPTION.fullmatch(text.strip())
     if not match:
         raise UsageError(f"--cluster {text!r}: give a profile ({', '.join(PROFILES)}) or NODESxWORKERS:RATE[:LATENCY], "
                          "such as 64x8:100gbit:5us")
     nodes, per_node, rate, latency = int(match[1]), int(match[2]), match[3], match[4] or "30us"
-    rate_match, latency_match = RATE.match(rate), LATENCY.match(latency)
+    rate_match, latency_match = RATE.fullmatch(rate), LATENCY.fullmatch(latency)
     if not rate_match:
         raise UsageError(f"--cluster {text!r}: the rate must be a number with mbit or gbit, such as 100gbit")
     if not latency_match:

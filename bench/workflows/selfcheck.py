@@ -25,7 +25,7 @@ from bench.core.console import format_duration, note
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError
 from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, COMPARED, get_backend
-from bench.core.spec import pinned_words
+from bench.core.spec import MAX_TIMEOUT_S, pinned_words
 from bench.core.stats import CONFIDENCE, MIN_LAUNCHES, geometric_mean, ratio_of_pairs, t_quantile
 from bench.core.store import Store
 from bench.harness.cores import CoreClaim, run_resources
@@ -39,6 +39,8 @@ from bench.workflows.reference import BARE_LOOPS, read_figure
 ALLREDUCE_BYTES = 16 * 2**20  # bandwidth-bound, and the largest message of a default sweep
 DEFAULT_PAIRS = 5
 DEFAULT_MAX_MINUTES = 10.0  # per backend, both figures together
+MAX_MINUTES = MAX_TIMEOUT_S / 60  # --max-minutes at most: 7 days, as every wait (bench.core.spec.MAX_TIMEOUT_S)
+MAX_MINUTES_WORDS = f"{MAX_MINUTES:g}, 7 days"
 SIDES = ("suite", "bare")
 
 
@@ -393,8 +395,9 @@ def checks_of(p: Plan, store, log_dir: Path) -> list[Check]:
 def validate(pairs: int, max_minutes: float) -> None:
     if pairs < MIN_LAUNCHES:
         raise UsageError(f"--pairs {pairs}: an interval needs at least {MIN_LAUNCHES} launches a side")
-    if not (math.isfinite(max_minutes) and max_minutes >= 0):
-        raise UsageError(f"--max-minutes {max_minutes:g}: give 0 or more (0: only the --pairs pairs)")
+    if not (math.isfinite(max_minutes) and 0 <= max_minutes <= MAX_MINUTES):
+        raise UsageError(f"--max-minutes {max_minutes:g}: give 0 or more, at most {MAX_MINUTES_WORDS} (0: only the "
+                         "--pairs pairs)")
 
 
 def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: str | None, as_json: bool) -> int:

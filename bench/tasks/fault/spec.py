@@ -10,6 +10,7 @@ from bench.cluster.netcut import check
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host, placement
 from bench.core.registry import elastic_backends, get_backend
+from bench.core.spec import check_timeout
 from bench.harness.workload_check import workload_of
 from bench.tasks.train import build_spec as build_training_spec
 
@@ -71,8 +72,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
         raise UsageError("--checkpoint-every must be 1 or more")
     if max_restarts < 0:
         raise UsageError("--max-restarts must be 0 or more")
-    if not (0 < comm_timeout < float("inf") and 0 < recovery_timeout < float("inf")):
-        raise UsageError("--comm-timeout and --recovery-timeout must be positive numbers of seconds")
+    for flag, seconds in (("--comm-timeout", comm_timeout), ("--recovery-timeout", recovery_timeout)):
+        check_timeout(seconds, flag)
     total = total_steps if total_steps is not None else at_step + 3 * checkpoint_every
     if total <= at_step:
         raise UsageError(f"--steps {total} must exceed --at-step {at_step}: the run must train after the fault")
