@@ -100,12 +100,7 @@ def cmd(args) -> int:
                            comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
                            repeats=args.repeats, faults=faults,
                            fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"])
-    if args.json:
-        print_json([r.to_dict() for r in records])
-    if args.output:
-        latest, stamped = write_report_with_copy(store, args.output)
-        note(f"report written to {latest} (and {stamped})")
-    return status_exit([r.status for r in records if not r.task.measured(r)])
+    return finish(args, store, records)
 
 
 def resume(args) -> int:
@@ -116,6 +111,11 @@ def resume(args) -> int:
     if args.output:
         output_path(args.output)
     _, records = resume_sweep(store, None if args.resume is True else args.resume)
+    return finish(args, store, records)
+
+
+def finish(args, store, records) -> int:
+    """The sweep's launches as JSON (--json), its page (-o), and the exit status of what it measured."""
     if args.json:
         print_json([r.to_dict() for r in records])
     if args.output:

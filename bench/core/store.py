@@ -403,23 +403,12 @@ class Store:
                spec.device, spec.batch_size or 0, spec.sweep_id, record.task.frame_columns(record).get("throughput"),
                json.dumps(record.to_dict(), allow_nan=False), record.schema_version)
         columns = (*COLUMNS, VERSION_COLUMN)
-        conn = self._connect(create=True)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._upgrade(conn)
-                conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(columns)}) "
-                             f"VALUES ({', '.join('?' * len(columns))})", row)
-                conn.commit()
-            except BaseException:
-                conn.rollback()  # the upgrade goes with the record: neither stays
-                raise
-        except sqlite3.DatabaseError as exc:
-            if no_space(exc):
-                raise self._full(exc) from None
-            raise StoreError(f"cannot write to results store {self.path}: {exc}", reason=str(exc)) from None
-        finally:
-            conn.close()
+
+        def insert(conn):
+            self._upgrade(conn)  # in the record's transaction: a refused write leaves an older store as it was
+            conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(columns)}) "
+                         f"VALUES ({', '.join('?' * len(columns))})", row)
+        self._write(insert)
 
     def stored_run_ids(self, run_ids: list[str]) -> set[str]:
         """Those of `run_ids` whose record is in the store (none where there is no store yet)."""
