@@ -10,6 +10,9 @@ installs TensorFlow 2.21.0 and tf_keras (the `tf` extra) for the TensorFlow back
 then builds Horovod's TensorFlow library too (one Horovod for both frameworks). `bench` does not: its default sweep
 is PyTorch's (elastic and Horovod), and TensorFlow would add a large download and a longer build to the first set-up;
 `pip install -e .[tf]` and `python -m bench.tools.horovod_build --force` in its environment add them.
+
+`nox -s lint` checks the code without installing the project: ruff's linter and its formatter (`--check`: it changes
+nothing), then mypy (strict on bench/core and bench/harness), with the configuration in pyproject.toml.
 """
 
 import nox
@@ -22,6 +25,20 @@ nox.options.reuse_venv = "yes"
 def install(session, extras=""):
     session.install("-e", f".{extras}")
     session.run("python", "-m", "bench.tools.horovod_build")
+
+
+# the linters' versions, pinned: a new release may flag code that passed
+LINT_TOOLS = ["ruff==0.17.5", "mypy==2.4.1"]
+
+
+@nox.session
+def lint(session):
+    """ruff check, ruff format --check and mypy (seconds): the formatter's and linter's fixes are `ruff format` and
+    `ruff check --fix`, run by hand."""
+    session.install(*LINT_TOOLS)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
 
 
 @nox.session

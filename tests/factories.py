@@ -1,5 +1,5 @@
-"""Hand-made records, rank results and run directories, for testing the parent-side logic without
-launching a process.
+"""Hand-made records, rank results, run directories and input files (MNIST's IDX files, a user's workload), for
+testing the parent-side logic without launching a process.
 
 Specs are built as RunSpec values directly (no placement check against this machine's cores), records
 with the same dataclasses the harness writes, and run directories with bench.core.rundir.RunDir.write, the
@@ -9,7 +9,13 @@ way each rank's worker and guard write them.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
+import struct
+import textwrap
+from pathlib import Path
+
+import numpy as np
 
 from bench.core.records import SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, Startup, Summary, Times
 from bench.core.rundir import RunDir, write_json_atomic
@@ -137,6 +143,33 @@ def train_record(run_id: str = "r1", backend: str = "elastic", world_size: int =
     return record(spec, metrics, run_id, created_at, status, fields.pop("error", error), **fields)
 
 
+def large_record(i: int) -> RunRecord:
+    """Run number `i`: ok, or crashed for every third; its environment padded so that a write spans several pages."""
+    rec = train_record(f"run-{i:06d}", per_window=[990.0 + i, 1010.0 + i], created_at=1.0e9 + i,
+                       status="ok" if i % 3 else "crashed", sweep_id=None)
+    rec.environment["payload"] = "x" * 20000
+    return rec
+
+
+def sweep_records(sweep_id: str, launches: dict[tuple[str, int], list[float]], t0: float = 1000.0) -> list[RunRecord]:
+    """One sweep: each (backend, world size) launched once per value (its throughput), in rounds."""
+    recs, t = [], t0
+    rounds = max(len(v) for v in launches.values())
+    for r in range(rounds):
+        for (backend, n), values in launches.items():
+            if r < len(values):
+                t += 1
+                v = values[r]
+                recs.append(train_record(f"{sweep_id}-{backend}-{n}-{r}", backend, n, per_window=[v * 0.99, v, v * 1.01],
+                                         created_at=t, sweep_id=sweep_id, spec_fields={"repeat": r, "cpu_bind": "cores"}))
+    return recs
+
+
+# throughputs of three launches per case whose comparisons are clear: elastic ahead at two workers, horovod at one
+CLEAR = {("single", 1): [100, 102, 98], ("elastic", 1): [95, 96, 94], ("horovod", 1): [99, 101, 100],
+         ("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]}
+
+
 def comm_row(op: str = "allreduce", size: int = 1024, time_us: float = 100.0, world_size: int = 2,
              window_time_us: list[float] | None = None, wrong: int = 0, limit_gbps: float | None = None) -> CommRow:
     """A row as nccl-tests defines it: algbw = size / time, busbw = algbw x the op's bus factor."""
@@ -171,17 +204,17 @@ def comm_record(run_id: str = "c1", backend: str = "elastic", world_size: int = 
 def fault_metrics_for(spec: RunSpec, **fields) -> FaultMetrics:
     """What a kill run that recovered in 1.5 s measured (the journals of fault_journals)."""
     f = spec.fault
-    fired = {"scenario": f["scenario"], "time": 2.0, "signal": f["signal"], "pid": 4001, "rank": f["rank"],
-             "step": f["at_step"], "delivered": True}
+    fired = {"scenario": f.scenario, "time": 2.0, "signal": f.signal, "pid": 4001, "rank": f.rank,
+             "step": f.at_step, "delivered": True}
     before = [rank_row(r, spec.world_size, attempt=0) for r in range(spec.world_size)]
     after = [rank_row(r, spec.world_size, attempt=1, restart_count=1) for r in range(spec.world_size)]
-    values = dict(scenario=f["scenario"], signal=f["signal"], at_step=f["at_step"], total_steps=f["total_steps"],
-                  checkpoint_every=f["checkpoint_every"], max_restarts=f["max_restarts"],
-                  steps_completed=f["total_steps"], timeline={"t": [], "samples_per_s": [], "bin_s": None},
+    values = dict(scenario=f.scenario, signal=f.signal, at_step=f.at_step, total_steps=f.total_steps,
+                  checkpoint_every=f.checkpoint_every, max_restarts=f.max_restarts,
+                  steps_completed=f.total_steps, timeline={"t": [], "samples_per_s": [], "bin_s": None},
                   fault=fired, resume_checks=[{"step": 4, "pid": 4001, "restored_checksum": 1.0,
                                                "committed_checksum": 1.0, "equal": True}],
                   commits=3, world_before=spec.world_size, ended_after_fault_s=5.0, rank_map_before=before,
-                  step_at_fault=f["at_step"], detection_s=0.1, detected_by="elastic agent saw the worker group fail",
+                  step_at_fault=f.at_step, detection_s=0.1, detected_by="elastic agent saw the worker group fail",
                   resets=0, restarts=1, recovery_s=1.5, resumed_from_step=4, world_after=spec.world_size,
                   rank_map_after=after, steps_redone=2)
     return FaultMetrics(**{**values, **fields})
@@ -222,24 +255,24 @@ class RunDirBuilder:
         self.spec = spec
         self.run_dir.spec_file.write_text(json.dumps(spec.to_dict()))
 
-    def started(self, rank: int, attempt: int = 0) -> "RunDirBuilder":
+    def started(self, rank: int, attempt: int = 0) -> RunDirBuilder:
         self.run_dir.write(rank, attempt, "start", {"pid": 4000 + rank, "time": LAUNCHED_AT + 0.5})
         return self
 
-    def joined(self, rank: int, attempt: int = 0) -> "RunDirBuilder":
+    def joined(self, rank: int, attempt: int = 0) -> RunDirBuilder:
         self.started(rank, attempt)
         n = self.spec.world_size  # servers follow the workers, as the parameter server lays them out
         role, role_rank = ("worker", rank) if rank < n else ("server", rank - n)
         self.run_dir.write(rank, attempt, "joined", rank_row(rank, self.spec.processes, role, role_rank).to_dict())
         return self
 
-    def progress(self, rank: int, window: int, attempt: int = 0) -> "RunDirBuilder":
+    def progress(self, rank: int, window: int, attempt: int = 0) -> RunDirBuilder:
         self.joined(rank, attempt)
         self.run_dir.write(rank, attempt, "progress", {"steps": 5 + window * self.spec.steps_per_window,
                                                        "window": window, "time": LAUNCHED_AT + 3 + window})
         return self
 
-    def finished(self, result: RankResult, attempt: int = 0) -> "RunDirBuilder":
+    def finished(self, result: RankResult, attempt: int = 0) -> RunDirBuilder:
         """A rank that ended cleanly: its start, joined and result files, and a guard's exit 0."""
         rank = result.rank_info.rank
         self.joined(rank, attempt)
@@ -247,30 +280,30 @@ class RunDirBuilder:
         return self.exited(rank, 0, t=LAUNCHED_AT + 9.0 + 0.01 * rank, attempt=attempt)
 
     def exited(self, rank: int, returncode: int, t: float, terminated_by: str | None = None, attempt: int = 0,
-               tail: str = "") -> "RunDirBuilder":
+               tail: str = "") -> RunDirBuilder:
         self.run_dir.write(rank, attempt, "exit", exit_row(rank, t, returncode, terminated_by, attempt, tail))
         return self
 
-    def raised(self, rank: int, exception: str, message: str, t: float, attempt: int = 0) -> "RunDirBuilder":
+    def raised(self, rank: int, exception: str, message: str, t: float, attempt: int = 0) -> RunDirBuilder:
         self.run_dir.write(rank, attempt, "error", {"time": t, "type": exception, "message": message})
         return self
 
-    def launcher_log(self, text: str) -> "RunDirBuilder":
+    def launcher_log(self, text: str) -> RunDirBuilder:
         self.run_dir.launcher_log.write_text(text)
         return self
 
-    def journal(self, rank: int, attempt: int, *lines: dict) -> "RunDirBuilder":
+    def journal(self, rank: int, attempt: int, *lines: dict) -> RunDirBuilder:
         """A fault run's journal lines of one process, appended as bench.tasks.fault.Journal does."""
         with open(self.run_dir.journal_file(rank, attempt), "a") as fh:
             for line in lines:
                 fh.write(json.dumps(line) + "\n")
         return self
 
-    def fault_fired(self, **fired) -> "RunDirBuilder":
+    def fault_fired(self, **fired) -> RunDirBuilder:
         write_json_atomic(self.run_dir.fault_fired, fired)
         return self
 
-    def agent_events(self, *events: dict) -> "RunDirBuilder":
+    def agent_events(self, *events: dict) -> RunDirBuilder:
         self.run_dir.agent_events.write_text("".join(json.dumps(e) + "\n" for e in events))
         return self
 
@@ -284,6 +317,11 @@ def finished_run(path, spec: RunSpec, results: dict[int, RankResult]) -> RunDir:
 
 
 # ---------------------------------------------------------------- fault journals
+# what a launcher that reports nothing of its own observed (bench.backends.base.ElasticMode.observations)
+OBSERVED = {"events": [], "rendezvous": [], "detections": []}
+
+
+
 def resumed(t: float, step: int, rank: int, size: int, pid: int, checksum: float, restart_count: int = 0) -> dict:
     return {"kind": "resumed", "t": t, "step": step, "rank": rank, "size": size, "local_rank": rank,
             "restart_count": restart_count, "pid": pid, "host": "node", "checksum": checksum}
@@ -316,3 +354,45 @@ def fault_journals(builder: RunDirBuilder, *, last_step: int = 12, restored: flo
             builder.journal(rank, 1, resumed(3.0 + 0.05 * rank, 4, rank, 2, 200 + rank, restored, restart_count=1),
                             *steps(5, last_step, 3.5, rank, 2))
     return builder
+
+
+# ---------------------------------------------------------------- input files
+def write_mnist(folder: Path, n: int = 50, *, gz: bool = False, images_magic: int = 2051,
+                label: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """MNIST's two training files in `folder` (made if missing) with n random samples (label: sample 3 gets it);
+    returns the images and labels written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
+    if label is not None:
+        labels[3] = label
+    opener, ext = (gzip.open, ".gz") if gz else (open, "")
+    with opener(folder / f"train-images-idx3-ubyte{ext}", "wb") as fh:
+        fh.write(struct.pack(">IIII", images_magic, n, 28, 28) + images.tobytes())
+    with opener(folder / f"train-labels-idx1-ubyte{ext}", "wb") as fh:
+        fh.write(struct.pack(">II", 2049, n) + labels.tobytes())
+    return images, labels
+
+
+# a user's workload that loads and checks: a tiny MLP, TINY
+TINY_WORKLOAD = '''
+from workloads import Size, Workload
+
+
+def build(num_classes, image):
+    import torch.nn as nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(image * image, 32), nn.ReLU(), nn.Linear(32, num_classes))
+
+
+TINY = Workload(name="tiny", summary="a tiny MLP", channels=1, gpu=Size(64, 12, 4, 50), cpu=Size(16, 12, 4, 5),
+                fixed_image=False, build=build)
+'''
+
+
+def write_source(folder: Path, name: str, text: str) -> Path:
+    """A file `name` in `folder` holding `text` (dedented): a user's workload module, say."""
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path

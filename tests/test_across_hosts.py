@@ -8,13 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, bench, bench_in_process, processes_of_run
-from test_cli_errors import assert_one_line_error
 
 from bench.cluster.hosts import remote_shell
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host, parse_hosts, placement, read_hostfile
 from bench.testbed import hosts as testhosts
+from conftest import FAST, assert_one_line_error, bench, bench_in_process, processes_of_run
 
 UNAVAILABLE = testhosts.unavailable_reason()
 
@@ -92,10 +91,10 @@ def test_horovods_wait_for_a_lost_host_is_read_from_ssh(monkeypatch, capsys, ans
     is recorded and said when it exceeds --recovery-timeout."""
     import subprocess
 
-    import bench.backends.horovod
-    from bench.backends.horovod import ssh_keepalive
+    import bench.backends.horovod.launcher
+    from bench.backends.horovod.launcher import ssh_keepalive
 
-    monkeypatch.setattr(bench.backends.horovod, "run_on", lambda host, argv, **kw: subprocess.CompletedProcess(
+    monkeypatch.setattr(bench.backends.horovod.launcher, "run_on", lambda host, argv, **kw: subprocess.CompletedProcess(
         argv, answer[0], answer[1], "" if answer[0] == 0 else "no route to host"))
     assert ssh_keepalive(["a", "b"], 90) == seconds
     err = capsys.readouterr().err
@@ -196,7 +195,7 @@ def test_allreduce_across_two_hosts_is_correct(two_hosts, store):
     assert sorted(r["spec"]["backend"] for r in records) == ["elastic", "horovod", "ps"]
     for record in records:
         assert record["status"] == "ok", record["error"]
-        assert all(row["wrong"] == 0 for row in record["metrics"]["rows"])
+        assert record["metrics"]["rows"] and all(row["wrong"] == 0 for row in record["metrics"]["rows"])
         assert processes_of_run(record["run_id"]) == []
 
 
@@ -252,11 +251,10 @@ HOSTS = [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}]
 
 def link_cases(throughputs: dict):
     """Cases of runs across two hosts: {(backend, rate or None): [per-launch throughput, ...]}."""
-    from factories import train_record
-
     from bench.cluster.hosts import parse_link
     from bench.results.frame import records_to_frame
     from bench.tasks.train.results import replicated_cases
+    from factories import train_record
 
     records = []
     for (backend, rate), launches in throughputs.items():
@@ -399,8 +397,8 @@ def test_a_partitioned_host_is_left_behind(two_hosts, store):
 @pytest.mark.parametrize("flag_args, fragment", [
     (lambda h: ["--kill-host", h[0].address], "the first host holds the run's rendezvous"),
     (lambda h: ["--kill-host", "10.213.7.77"], "name one of them"),
-    (lambda h: ["--partition-host", h[1].address, "--join"], "choose one fault a run"),
-    (lambda h: ["--kill-rank", "1"], "--kill-rank and --join run on this machine"),
+    (lambda h: ["--partition-host", h[1].address, "--fault", "join"], "choose one fault a run"),
+    (lambda h: ["--kill-rank", "1"], "--kill-rank and --fault join run on this machine"),
 ])
 def test_host_faults_refuse_what_cannot_run(two_hosts, store, flag_args, fragment):
     proc = bench("fault", "--backend", "elastic", "--hosts", across(two_hosts), *flag_args(two_hosts),

@@ -8,8 +8,17 @@ import pytest
 from bench.core.records import SCHEMA_VERSION, RunRecord
 from bench.core.registry import get_task
 from bench.harness.outcome import _root_cause, build_record, startup
-from factories import (LAUNCHED_AT, exit_row, finished_run, outcome, rank_result, times, train_output, train_results,
-                       train_spec)
+from factories import (
+    LAUNCHED_AT,
+    exit_row,
+    finished_run,
+    outcome,
+    rank_result,
+    times,
+    train_output,
+    train_results,
+    train_spec,
+)
 
 
 def test_victim_that_exits_first_is_not_blamed():

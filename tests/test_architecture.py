@@ -10,12 +10,18 @@ registry by name (bench.core.registry.task_part).
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from bench.core.registry import TASK_PARTS
+from bench.backends.base import Launcher
+from bench.core.registry import BACKEND_MODULES, TASK_PARTS, get_backend
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -195,3 +201,93 @@ def test_nothing_outside_the_tasks_compares_a_runs_task_with_a_name():
              if layer_of(name) != "tasks" for n, line in enumerate(path.read_text().splitlines(), 1)
              if re.search(r"""\.task\s*(==|!=)\s*["']|\.task\s+(not\s+)?in\s+\(["']""", line)]
     assert not found, found
+
+
+# ---------------------------------------------------------------- a backend is its folder
+# Where a backend may be named outside its folder (bench/backends/<its folder>/; docs/architecture.md, "Adding a
+# backend"): the registry (bench/core/registry.py: its line, and how the backends are compared), its bare loop
+# (bench/workflows/reference/: `bench selfcheck` holds the suite against it, so it must not go through the plug-in),
+# and docs. Today's other places, each for its reason:
+NAMED_ELSEWHERE = {
+    "horovod": {
+        "bench/core/environment.py": "the Python package horovod, whose version the run's fingerprint records",
+        "bench/tools/horovod_build.py": "builds and installs the Python package horovod (for both frameworks)",
+    },
+    "ray": {
+        "bench/testbed/ray.py": "the Ray test cluster: it asks the backend whether Ray is installed and starts its "
+                                "nodes with the backend's `ray` program, rather than a copy of either",
+        "bench/workflows/regress.py": "the gate's matrix gates the Ray backend on one workload only (its runtime's "
+                                      "start-up is slow)",
+    },
+    "ps": {"bench/cli/selfcheck.py": "--backend's declared bad values: a backend with no bare loop is refused",
+           "bench/cli/fault.py": "--backend's declared bad value: a backend with no elastic mode is refused"},
+    "single": {"bench/cli/selfcheck.py": "--backend's declared bad values: a backend with no bare loop is refused"},
+}
+ANYWHERE = ("bench/core/registry.py", "bench/workflows/reference/")
+
+
+def backend_folder(package: str) -> str:
+    return package.replace(".", "/") + "/"
+
+
+@functools.cache
+def names_in(path: Path) -> tuple[frozenset, frozenset]:
+    """(the strings the module holds, the modules it imports: `from a import b` as both a and a.b)."""
+    strings, imported = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings.add(node.value)
+        elif isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            imported.update([node.module, *(f"{node.module}.{a.name}" for a in node.names)])
+    return frozenset(strings), frozenset(imported)
+
+
+def names_backend(path: Path, name: str, package: str) -> bool:
+    """Whether the module names backend `name`: its registry name as a string, or an import of its package."""
+    strings, imported = names_in(path)
+    return name in strings or any(m == package or m.startswith(package + ".") for m in imported)
+
+
+@pytest.mark.parametrize("name", list(BACKEND_MODULES))
+def test_a_backend_is_named_outside_its_folder_only_by_the_registry_its_bare_loop_and_the_listed(name):
+    package = BACKEND_MODULES[name]
+    assert (BENCH.parent / backend_folder(package) / "__init__.py").is_file(), f"{name}: a folder, {package}"
+    sources = sorted([*BENCH.rglob("*.py"), *(BENCH.parent / "workloads").rglob("*.py")])
+    naming = {str(p.relative_to(BENCH.parent)) for p in sources
+              if not str(p.relative_to(BENCH.parent)).startswith(backend_folder(package))
+              and names_backend(p, name, package)}
+    allowed = NAMED_ELSEWHERE.get(name, {})
+    unexpected = sorted(p for p in naming if p not in allowed and not p.startswith(ANYWHERE))
+    assert not unexpected, f"{name} is named outside {backend_folder(package)} in {unexpected}: move what differs " \
+                           "into the backend (or what several share into bench/backends/shared/)"
+    stale = sorted(set(allowed) - naming)
+    assert not stale, f"{name} is no longer named in {stale}: drop them from NAMED_ELSEWHERE"
+
+
+def test_the_parent_loads_no_framework_with_the_backends():
+    """Every backend's parent side (its package, launcher and elastic mode) imports no framework: the CLI, the
+    harness and the supervisor load all of them."""
+    code = ("import sys; from bench.core.registry import BACKEND_MODULES, get_backend; "
+            "[get_backend(n).elastic for n in BACKEND_MODULES]; "
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=BENCH.parent, env={**os.environ, "PYTHONPATH": str(BENCH.parent)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"loaded with the backends: {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize("name", list(BACKEND_MODULES))
+def test_a_backend_gives_what_base_requires(name):
+    """bench.backends.base's required parts: a name (its registry name), a summary, a launcher, and a group: a
+    module of its folder or of bench/backends/shared/ that ends with GROUP (read, not imported: it loads the
+    framework)."""
+    backend = get_backend(name)
+    assert backend.name == name and backend.summary
+    assert isinstance(backend.launcher, Launcher)
+    assert backend.group.startswith((BACKEND_MODULES[name] + ".", "bench.backends.shared.")), backend.group
+    tree = ast.parse(Path(importlib.util.find_spec(backend.group).origin).read_text())
+    assigned = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                if isinstance(t, ast.Name)}
+    assert "GROUP" in assigned, f"{backend.group}: end it with GROUP = its ProcessGroup class"

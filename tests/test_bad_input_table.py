@@ -6,22 +6,16 @@ without declared values fails test_every_option_declares_what_it_refuses. Then t
 baseline files and bad stores. All in this process: seconds."""
 
 import argparse
-import gzip
 import json
 import os
-import struct
-import sys
 
-import numpy as np
 import pytest
-from conftest import ROOT, bench_in_process
-from test_cli_errors import assert_one_line_error
 
-import bench.cli
 from bench.cli.options import LONG_PATH
 from bench.cli.renamed import OldSpelling
+from conftest import BASELINE, assert_one_line_error, bench_in_process, cli_parser
+from factories import write_mnist
 
-BASELINE = ROOT / "results" / "baselines" / "cpu-gloo.json"
 # What a verb needs before it reads its other options (a bad --store of `compare` is found once it has a
 # baseline to compare with; `import` needs a run directory).
 IMPORTED = json.loads(BASELINE.read_text())["records"][0]  # a run directory to import is named after its run
@@ -42,7 +36,7 @@ def _takes_a_value(action) -> bool:
     return action.nargs != 0 and not isinstance(action, argparse._SubParsersAction)
 
 
-PARSER = bench.cli.build_parser()
+PARSER = cli_parser()
 # an old spelling (bench.cli.renamed) refuses what its new one refuses, after its notice: tests/test_cli_parser.py
 OPTIONS = [(" ".join(words), action) for words, p in _commands(PARSER) for action in p._actions
            if _takes_a_value(action) and not isinstance(action, OldSpelling)]
@@ -65,47 +59,6 @@ def test_every_option_declares_what_it_refuses():
     assert len(ROWS) > 200  # the walk found the parser's options
 
 
-class Unchanged:
-    """tmp_path as a case left it (snapshot()), checked again at the end: bad input creates nothing."""
-
-    def __init__(self, folder):
-        self.folder = folder
-        self.snapshot()
-
-    def snapshot(self):
-        self.files = sorted(self.folder.rglob("*"))
-
-
-@pytest.fixture
-def nothing_runs(monkeypatch, tmp_path):
-    """A default store in tmp_path (which must stay as it was) and no way to launch anything."""
-    import bench.backends.horovod
-    import bench.harness.runner
-    import bench.harness.supervisor
-    import bench.results.hot_paths
-
-    def launched(*args, **kwargs):
-        raise AssertionError("bad input launched something")
-
-    # every name the launching functions are bound to, in every module that imported them
-    originals = (bench.harness.runner.execute, bench.harness.supervisor.supervise, bench.harness.supervisor.launch,
-                 bench.results.hot_paths.run_hot_paths)
-    bound = [(module, name) for module in list(sys.modules.values())
-             if getattr(module, "__name__", "").startswith("bench") for name, value in vars(module).items()
-             if any(value is original for original in originals)]
-    assert len(bound) >= len(originals)
-    for module, name in bound:
-        monkeypatch.setattr(module, name, launched)
-    monkeypatch.setenv("BENCH_STORE", str(tmp_path / "results" / "bench.sqlite"))
-    monkeypatch.chdir(ROOT)  # the committed baseline at its default path
-    monkeypatch.setattr(bench.cli, "build_parser", lambda: PARSER)  # built once: parsing is not what is tested
-    # Horovod's build probe (seconds, in child processes) is this machine's, not the input's
-    monkeypatch.setattr(bench.backends.horovod, "check_build", lambda: (None, {}))
-    unchanged = Unchanged(tmp_path)
-    yield unchanged
-    assert sorted(tmp_path.rglob("*")) == unchanged.files, "bad input must create nothing"
-
-
 @pytest.mark.parametrize("verb, flag, value, needs", ROWS)
 def test_a_declared_bad_value_is_refused_before_anything_runs(verb, flag, value, needs, tmp_path, nothing_runs):
     if verb == "import":  # a run directory to import, so that the option under test is reached
@@ -121,38 +74,28 @@ def test_a_declared_bad_value_is_refused_before_anything_runs(verb, flag, value,
 
 
 # ---------------------------------------------------------------- the cases of bad data, baselines and stores
-def write_mnist(folder, n=200, label=None, gz=False):
-    folder.mkdir(exist_ok=True)
-    rng = np.random.default_rng(0)
-    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
-    if label is not None:
-        labels[3] = label
-    opener, ext = (gzip.open, ".gz") if gz else (open, "")
-    with opener(folder / f"train-images-idx3-ubyte{ext}", "wb") as fh:
-        fh.write(struct.pack(">IIII", 2051, n, 28, 28) + rng.integers(0, 256, (n, 28, 28), dtype=np.uint8).tobytes())
-    with opener(folder / f"train-labels-idx1-ubyte{ext}", "wb") as fh:
-        fh.write(struct.pack(">II", 2049, n) + labels.tobytes())
-    return folder
-
-
 def header_cut_short(tmp_path):
-    d = write_mnist(tmp_path / "mnist")
+    d = tmp_path / "mnist"
+    write_mnist(d, n=200)
     (d / "train-images-idx3-ubyte").write_bytes((d / "train-images-idx3-ubyte").read_bytes()[:8])
     return ["--data-dir", d], [f"{d}/train-images-idx3-ubyte is too short", "header is cut short"]
 
 
 def too_few_samples(tmp_path):
-    d = write_mnist(tmp_path / "mnist", n=10)
+    d = tmp_path / "mnist"
+    write_mnist(d, n=10)
     return ["--data-dir", d, "--nproc", "2", "--batch-size", "64"], ["10 samples: too few for 2 worker(s) x batch 64"]
 
 
 def label_out_of_range(tmp_path):
-    d = write_mnist(tmp_path / "mnist", label=255)
+    d = tmp_path / "mnist"
+    write_mnist(d, n=200, label=255)
     return ["--data-dir", d], [f"{d}/train-labels-idx1-ubyte holds label 255", "labels 0..9"]
 
 
 def corrupt_gzip(tmp_path):
-    d = write_mnist(tmp_path / "mnist", gz=True)
+    d = tmp_path / "mnist"
+    write_mnist(d, n=200, gz=True)
     raw = (d / "train-images-idx3-ubyte.gz").read_bytes()
     (d / "train-images-idx3-ubyte.gz").write_bytes(raw[:20] + bytes(len(raw) - 40) + raw[-20:])
     return ["--data-dir", d], [f"cannot read {d}/train-images-idx3-ubyte.gz"]

@@ -10,10 +10,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from conftest import ROOT
-
 from bench.cluster import fanout, hosts
 from bench.core.environment import PROJECT_ROOT
+from conftest import ROOT
 
 WHERE = "import os, sys, bench; print(os.getcwd()); print(bench.__file__); print(os.environ.get('PYTHONPATH'))"
 

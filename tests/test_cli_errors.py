@@ -7,18 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, bench, bench_in_process
 
-
-def assert_one_line_error(proc, *fragments):
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    assert proc.stdout == ""
-    return lines[0]
+from conftest import ROOT, assert_one_line_error, bench, bench_in_process
 
 
 @pytest.mark.parametrize("args, fragments", [

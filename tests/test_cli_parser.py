@@ -11,7 +11,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import bench as bench_process
 
 import bench.workflows.regress
 from bench.cli import VERB_GROUPS, build_parser, options, slurm_launcher_alias
@@ -24,8 +23,16 @@ from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
 from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
 from bench.tasks.fault.spec import FAULT_DEFAULTS
-from bench.workflows.plan import (SWEEP_DEFAULTS, SWEEP_FAULTS, comm_options, fault_specs, faults_missing,
-                                  plan_sweep, sweep_world_sizes)
+from bench.workflows.plan import (
+    SWEEP_DEFAULTS,
+    SWEEP_FAULTS,
+    comm_options,
+    fault_specs,
+    faults_missing,
+    plan_sweep,
+    sweep_world_sizes,
+)
+from conftest import bench as bench_process
 from factories import fault_spec
 from workloads import WORKLOADS
 
@@ -74,7 +81,11 @@ def test_help_shows_the_defaults_of_the_code_that_owns_them(monkeypatch, capsys)
     assert "timed ops per size (default 33)" in help_of("allreduce", capsys)
     assert "largest message (default 32M)" in help_of("allreduce", capsys)
     sweep = help_of("sweep", capsys)
-    assert "largest message (default 2M)" in sweep and "timed windows (default 4, at least 2)" in sweep
+    # a sweep's own defaults for its launches, said as the sweep's, beside the run's
+    assert "largest message (default 2M in a sweep," in sweep and "32M for `bench allreduce`" in sweep
+    assert "timed windows (default 4 in a sweep, whose replicates are launches" in sweep
+    assert "17 for `bench run`; at least 2)" in sweep
+    assert "untimed steps first (default 2 in a sweep" in sweep and "13 for `bench run`" in sweep
     assert "in rounds" in sweep and "default 6" in sweep
     fault = help_of("fault", capsys)
     assert "rank that receives the signal (7)" in fault and "hung (55.0; at most 604800 s, 7 days)" in fault
@@ -93,17 +104,20 @@ def test_names_in_help_come_from_the_registries(capsys):
     from workloads import WORKLOADS
 
     run = help_of("run", capsys)
-    assert f"one of {', '.join(BACKEND_MODULES)} (default {DEFAULT_BACKEND}:" in run
-    assert f"one of {', '.join(WORKLOADS)}" in run
-    assert f"elastic mode: {', '.join(elastic_backends())}." in help_of("fault", capsys)
+    assert f"comma-separated backends, or all: each is run in turn, every run stored (default {DEFAULT_BACKEND}:" in run
+    assert f"comma-separated workloads, or all ({', '.join(WORKLOADS)})" in run
+    fault = help_of("fault", capsys)
+    assert f"elastic mode: {', '.join(elastic_backends())}." in fault
+    assert f"each is run in turn, of {', '.join(elastic_backends())} (default {DEFAULT_BACKEND}" in fault
     assert build_parser().parse_args(["run"]).backend == DEFAULT_BACKEND
+    # every backend bench knows is a valid name (whether a verb takes it is the verb's to say)
+    for name in BACKEND_MODULES:
+        assert options.backend_names(name) == name
 
 
 def test_shared_options_are_declared_once():
     sources = {path.name: path.read_text() for path in CLI.glob("*.py")}
-    # sweep's and allreduce's --backend and --workload are other options under the same flag: lists
-    shared = [flag for flag in options.declarations() if flag not in ("--backend", "--workload")]
-    for flag in shared:
+    for flag in options.declarations():
         declared = [name for name, text in sources.items() for _ in re.finditer(rf'"{flag}"\s*:\s*dict\(', text)]
         assert declared == ["options.py"], f"{flag} declared in {declared}"
         added = [name for name, text in sources.items() if re.search(rf'add_argument\(\s*"{flag}"', text)]
@@ -180,12 +194,14 @@ def test_every_verb_has_examples_that_parse(capsys):
             try:
                 args = parser.parse_args(argv)
             except SystemExit:
-                raise AssertionError(f"the example does not parse: {command}\n{capsys.readouterr().err}")
+                raise AssertionError(f"the example does not parse: {command}\n{capsys.readouterr().err}") from None
             assert args.verb == verb
 
 
-# a value each renamed option takes (none for a flag)
-RENAMED_VALUES = {"--output": ["r.html"], "--hvd-launcher": ["mpi"], "--no-comm": [], "--no-plain-loop": []}
+# old spelling -> (the value it is given, the value the new spelling takes for it); none for a flag
+RENAMED_VALUES = {"--report": ("r.html", "r.html"), "--launcher": ("mpi", "mpi"), "--no-allreduce": (),
+                  "--no-baseline": (), "--wait-for-cores": ("5", "5"), "--max-minutes": ("2.5", "150"),
+                  "--nproc": ("3", "3"), "--gpus": ("1", "1"), "--signal": ("stop", "hang"), "--join": ()}
 
 
 def test_every_renamed_option_keeps_its_old_spelling_with_a_notice(capsys):
@@ -196,22 +212,34 @@ def test_every_renamed_option_keeps_its_old_spelling_with_a_notice(capsys):
         for verb, sub in verbs.items():
             if r.new not in sub._option_string_actions or (r.verbs is not None and verb not in r.verbs):
                 continue
-            value = RENAMED_VALUES[r.new]
-            new = parser.parse_args([verb, r.new, *value])
+            given, taken = RENAMED_VALUES[r.old] or ((), (r.value,) if r.value else ())
+            given, taken = ([given] if isinstance(given, str) else list(given)), \
+                ([taken] if isinstance(taken, str) else list(taken))
+            new = parser.parse_args([verb, r.new, *taken])
             assert capsys.readouterr().err == ""
-            old = parser.parse_args([verb, r.old, *value])
+            old = parser.parse_args([verb, r.old, *given])
             assert vars(old) == vars(new), (verb, r.old)
             err = capsys.readouterr().err.splitlines()
-            assert err == [f"bench {verb}: {r.old} is now {r.new} ({r.why}); the old name still works for now"]
+            # the notice names the new spelling (with the value it takes, where the value changed unit or words)
+            said = f"{r.old} {given[0]} is now {r.new} {taken[0]}" if r.convert else \
+                f"{r.old} is now {r.new} {r.value}" if r.value else f"{r.old} is now {r.new}"
+            assert err == [f"bench {verb}: {said} ({r.why}); the old name still works for now"]
             assert not re.search(rf"{r.old}\b(?!-)", sub.format_help()), f"bench {verb} --help shows {r.old}"
             checked += 1
-    # --launcher on every verb that takes Horovod's options; --report on sweep and converge; one verb each else
+    # --launcher on every verb that takes Horovod's options, --wait-for-cores on every verb that runs something;
+    # --report on sweep and converge; one verb each else
     assert checked == sum(len(r.verbs) for r in RENAMED if r.verbs) + sum(
-        "--hvd-launcher" in sub._option_string_actions for sub in verbs.values())
-    # the old spelling refuses what the new one refuses
-    with pytest.raises(SystemExit) as exit:
-        parser.parse_args(["run", "--launcher", "ssh"])
-    assert exit.value.code == 2 and "invalid choice: 'ssh'" in capsys.readouterr().err
+        "--hvd-launcher" in sub._option_string_actions for sub in verbs.values()) + sum(
+        "--cores-timeout" in sub._option_string_actions for sub in verbs.values())
+    # the old spelling refuses what the new one refuses (in the old spelling's words, where its value changed)
+    for argv, said in ((["run", "--launcher", "ssh"], "invalid choice: 'ssh'"),
+                       (["fault", "--signal", "HUP"], "argument --signal: invalid choice: 'HUP'"),
+                       (["selfcheck", "--max-minutes", "-1"], "argument --max-minutes: '-1': expected a finite number"),
+                       (["sweep", "--nproc", "0"], "argument --nproc: '0': expected an integer of at least 1")):
+        with pytest.raises(SystemExit) as exit:
+            parser.parse_args(argv)
+        err = capsys.readouterr().err.splitlines()
+        assert exit.value.code == 2 and len(err) == 1 and said in err[0], err  # no notice before the refusal
     # and `--launcher slurm`, as people write it for a Slurm launch, is still --scheduler slurm
     assert slurm_launcher_alias(["run", "--launcher", "slurm"]) == ["run", "--scheduler", "slurm"]
 
@@ -231,6 +259,8 @@ def test_each_backend_option_says_its_default_and_why_it_differs(capsys):
     assert "default: elastic and horovod" in helps["sweep"] and "since a sweep compares" in helps["sweep"]
     assert "default all:" in helps["allreduce"] and "default all:" in helps["converge"]
     assert len(set(helps.values())) == len(helps)  # each verb's own words
+    for verb, text in helps.items():  # one meaning: a comma-separated list, or all, which each verb says
+        assert text.startswith("comma-separated backends, or all") and "all:" in text, (verb, text)
 
 
 def test_the_regression_gate_and_nox_use_one_store():
@@ -332,9 +362,12 @@ def test_plan_sweep_from_plain_values_in_rounds():
     assert {s.threads for s in train} == {default_threads("cpu", 2)}  # one thread count for the whole sweep
     assert {s.windows for s in train} == {3}
     plain = [s for s in train if s.backend == "single"]
+    slowed = [s for s in train if s.backend != "single"]
+    comm = [s for s in plan if s.task == "comm"]
+    assert plain and slowed and comm
     assert all(s.step_delay is None for s in plain)  # the yardstick is never slowed
-    assert all(s.step_delay == {"fraction": 0.2} for s in train if s.backend != "single")
-    assert all(s.comm["max_bytes"] == 1024 and s.comm["ops"] == ["allreduce"] for s in plan if s.task == "comm")
+    assert all(s.step_delay == {"fraction": 0.2} for s in slowed)
+    assert all(s.comm.max_bytes == 1024 and s.comm.ops == ["allreduce"] for s in comm)
 
     # a reference backend (the parameter server) trains only where it is distributed, unless that is nowhere
     both = plan_sweep(["elastic", "ps"], ["mnist_mlp"], "cpu", [1, 2], options={}, comm=None, sweep_id=None)
@@ -374,9 +407,8 @@ def test_the_default_sweep_plans_a_killed_and_a_hung_worker_under_each_elastic_b
     window = WORKLOADS["mnist_mlp"].size("cpu").window_steps
     for s in faults:  # short: the fault between two checkpoints, then training on
         f = s.fault
-        assert f["checkpoint_every"] == window < f["at_step"] < 2 * window < f["total_steps"]
-        assert (f["comm_timeout"], f["recovery_timeout"]) == (SWEEP_FAULTS["comm_timeout"],
-                                                              SWEEP_FAULTS["recovery_timeout"])
+        assert f.checkpoint_every == window < f.at_step < 2 * window < f.total_steps
+        assert (f.comm_timeout, f.recovery_timeout) == (SWEEP_FAULTS["comm_timeout"], SWEEP_FAULTS["recovery_timeout"])
     # the rest of the sweep as it was: every training case in each round, with the fault runs' thread count
     assert sum(s.task == "train" for s in plan) == SWEEP_DEFAULTS["repeats"] * len(WORKLOADS) * (1 + 2 * 2)
     assert {s.threads for s in plan} == {default_threads("cpu", 2)}
@@ -405,7 +437,7 @@ def test_the_regression_matrix_command_line_means_the_matrix():
     argv = bench.workflows.regress.regress_command(5, timeout=60.0)
     assert argv[:2] == ["bench", "sweep"]
     args = build_parser().parse_args(argv[1:])
-    assert args.nproc == m["nproc"] and args.world_sizes == m["world_sizes"] and args.windows == m["windows"]
+    assert args.max_nproc == m["nproc"] and args.world_sizes == m["world_sizes"] and args.windows == m["windows"]
     assert comma_list(args.workload) == m["workloads"] and args.max_bytes == parse_bytes(m["comm_max_bytes"])
     assert args.warmup_steps == m["warmup_steps"]
     # the matrix is the default sweep: a default sweep of a 2-core machine can serve as a baseline

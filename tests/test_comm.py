@@ -3,10 +3,18 @@
 import pytest
 
 from bench.core.codec import float_of
-from bench.rank.collectives import OPS, element_count, fit_alpha_beta, format_table, parse_bytes, sweep_plan, sweep_sizes
-from conftest import bench, bench_json
+from bench.rank.collectives import (
+    OPS,
+    element_count,
+    fit_alpha_beta,
+    format_table,
+    parse_bytes,
+    sweep_plan,
+    sweep_sizes,
+)
+from bench.tasks.comm.settings import CommSettings
+from conftest import bench, bench_json, needs_tf
 from factories import ceiling, comm_row
-from test_tf import needs_tf  # it also imports torch's compiler stack before TensorFlow (see there)
 
 
 @pytest.mark.parametrize("op, n, factor", [("allreduce", 2, 1.0), ("allreduce", 8, 1.75),
@@ -77,8 +85,8 @@ def test_real_two_rank_sweep_has_no_wrong_elements(backend, ops, dtype, store):
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok" and record["spec"]["task"] == "comm"
     rows = record["metrics"]["rows"]
-    assert [(r["op"], r["size"]) for r in rows] == [(op, size) for op, size, _ in sweep_plan(record["spec"]["comm"], 2)]
-    assert all(r["wrong"] == 0 for r in rows)
+    assert [(r["op"], r["size"]) for r in rows] == [(op, size) for op, size, _ in sweep_plan(CommSettings.from_dict(record["spec"]["comm"]), 2)]
+    assert rows and all(r["wrong"] == 0 for r in rows)
     for r in rows:
         assert r["time_us"] == pytest.approx(max(r["per_rank_time_us"]))  # max over ranks
         assert r["algbw_gbps"] == pytest.approx(r["size"] / (r["time_us"] * 1e-6) / 1e9)

@@ -6,13 +6,12 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import assert_nothing_left, bench, bench_in_process
-from test_cli_errors import assert_one_line_error
-from test_data import write_mnist
 
 from bench.core.store import Store
 from bench.tasks.converge import build_spec
 from bench.tasks.converge.report import agreement_sentence
+from conftest import assert_nothing_left, assert_one_line_error, bench, bench_in_process
+from factories import write_mnist
 from workloads.data.holdout import converge_data, split_indices, training_samples
 
 SMALL = dict(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu")
@@ -21,14 +20,14 @@ SMALL = dict(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu"
 def test_plan_of_steps_and_lr_rule():
     spec = build_spec(**SMALL, epochs=3, warmup_epochs=1)
     c = spec.converge
-    assert c["training_samples"] == 1438 and c["steps_per_epoch"] == 1438 // 2 // 64  # digits: 20% held out
-    assert c["total_steps"] == 3 * c["steps_per_epoch"] and c["warmup_steps"] == c["steps_per_epoch"]
-    assert spec.total_steps == c["total_steps"]
+    assert c.training_samples == 1438 and c.steps_per_epoch == 1438 // 2 // 64  # digits: 20% held out
+    assert c.total_steps == 3 * c.steps_per_epoch and c.warmup_steps == c.steps_per_epoch
+    assert spec.total_steps == c.total_steps
     # linear: --lr x world size, reached by a linear ramp from --lr
-    assert spec.lr_at(0) == pytest.approx(0.01) and spec.lr_at(c["warmup_steps"]) == pytest.approx(0.02)
-    assert spec.lr_at(c["warmup_steps"] // 2) == pytest.approx(0.01 + 0.01 * (c["warmup_steps"] // 2) / c["warmup_steps"])
+    assert spec.lr_at(0) == pytest.approx(0.01) and spec.lr_at(c.warmup_steps) == pytest.approx(0.02)
+    assert spec.lr_at(c.warmup_steps // 2) == pytest.approx(0.01 + 0.01 * (c.warmup_steps // 2) / c.warmup_steps)
     flat = build_spec(**SMALL, lr_scaling="none")
-    assert {flat.lr_at(s) for s in range(flat.total_steps)} == {0.01} and flat.converge["warmup_steps"] == 0
+    assert {flat.lr_at(s) for s in range(flat.total_steps)} == {0.01} and flat.converge.warmup_steps == 0
 
 
 def test_held_out_split_is_seeded_and_disjoint():

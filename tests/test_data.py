@@ -1,33 +1,15 @@
 """Data sources: MNIST's IDX format, sharding of real data, determinism of synthetic data."""
 
-import gzip
-import struct
-
 import numpy as np
 import pytest
 import torch
 
+from factories import write_mnist
 from workloads import WORKLOADS
 from workloads.data.memory import ShardedBatches, SyntheticBatches
 from workloads.data.mnist import read_idx
 from workloads.data.names import DataError
 from workloads.data.sources import check_source, load_real, open_batches
-
-
-def write_mnist(folder, n=50, gz=False, images_magic=2051, label=None):
-    """MNIST's two training files with n random samples (label: sample 3 gets it)."""
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
-    if label is not None:
-        labels[3] = label
-    opener = gzip.open if gz else open
-    ext = ".gz" if gz else ""
-    with opener(folder / f"train-images-idx3-ubyte{ext}", "wb") as fh:
-        fh.write(struct.pack(">IIII", images_magic, n, 28, 28) + images.tobytes())
-    with opener(folder / f"train-labels-idx1-ubyte{ext}", "wb") as fh:
-        fh.write(struct.pack(">II", 2049, n) + labels.tobytes())
-    return images, labels
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -134,7 +116,7 @@ def test_synthetic_data_is_seeded_per_rank():
 def test_the_tensorflow_backends_train_on_the_same_synthetic_numbers():
     """Every backend's synthetic batches come from one generator (workloads.data.synthetic.synthetic_arrays): the
     TensorFlow backends' are the PyTorch backends' numbers, channels-last, for every rank and batch."""
-    from bench.backends.tf_training import channels_last_arrays
+    from bench.backends.shared.keras_batches import channels_last_arrays
 
     for rank in (0, 1):
         theirs = SyntheticBatches(batch=4, channels=3, image=8, classes=10, seed=5, rank=rank, device="cpu")

@@ -24,9 +24,19 @@ from bench.tasks.fault.rank import Journal
 from bench.tasks.train import TASK as TRAIN
 from bench.tasks.train.results import comparisons
 from conftest import FAST, bench, bench_json
-from factories import (RunDirBuilder, commit, fault_journals, fault_spec, finished_run, outcome, rank_result,
-                       train_output, train_record, train_spec)
-from test_tasks import OBSERVED
+from factories import (
+    OBSERVED,
+    RunDirBuilder,
+    commit,
+    fault_journals,
+    fault_spec,
+    finished_run,
+    outcome,
+    rank_result,
+    train_output,
+    train_record,
+    train_spec,
+)
 
 
 def _refuse(constant):

@@ -21,7 +21,7 @@ import pytest
 
 from bench.backends import horovod as hvd
 from bench.backends.base import BackendOption
-from bench.backends.elastic import DDP_FIRST_BUCKET_BYTES
+from bench.backends.shared.ddp import DDP_FIRST_BUCKET_BYTES
 from bench.cli import build_parser
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, get_backend
 from bench.tasks.fault.spec import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS
@@ -125,10 +125,14 @@ def test_readme_commands_are_what_ci_and_nox_run():
                                    and ast.unparse(call.func) == "session.run"
                                    for arg in call.args if isinstance(arg, ast.Constant)]
     assert "pytest" in sessions["tests"]
+    # the code is checked before the tests run: the formatter (checking only), the linter and the type checker
+    assert normalised.index("nox -s lint") < normalised.index("nox -s tests")
+    lint = sessions["lint"]
+    assert ["ruff", "check"] == lint[:2] and ["ruff", "format", "--check"] == lint[3:6] and "mypy" in lint
     bench_run = sessions["bench"]
     assert bench_run[bench_run.index("bench"):][:4] == ["bench", "sweep", "--output", "reports/latest.html"]
     args = build_parser().parse_args(["sweep"])
-    assert args.backend is None and args.gpus is None  # the primary pair, CPU processes
+    assert args.backend is None and args.max_gpus is None  # the primary pair, CPU processes
     assert PRIMARY == ("elastic", "horovod")
 
 
@@ -200,7 +204,7 @@ def fault_steps_multiple() -> int:
     spec = build_fault_spec(backend="elastic", workload="mnist_mlp", world_size=2, scenario="kill", rank=1,
                             at_step=at, signal_name="KILL", max_restarts=3, checkpoint_every=every, total_steps=None,
                             comm_timeout=10.0, recovery_timeout=90.0)
-    return (spec.fault["total_steps"] - at) // every
+    return (spec.fault.total_steps - at) // every
 
 
 @functools.cache
@@ -232,7 +236,8 @@ def claims() -> list[tuple[str, str, tuple]]:
           w["checkpoint"]["mnist_mlp"], w["checkpoint"]["resnet18"])),
         ("fault steps", r"`--steps`,? =? ?at-step \+ (\d+) x checkpoint-every", (fault_steps_multiple(),)),
         ("fault kill", r"Defaults: (\w+), rank (\d+),\s+`(\w+)`",
-         (build_parser().parse_args(["fault"]).workload, FAULT_DEFAULTS["kill_rank"], FAULT_DEFAULTS["signal"])),
+         (build_parser().parse_args(["fault"]).workload, FAULT_DEFAULTS["kill_rank"],
+          build_parser().parse_args(["fault"]).fault)),
         ("fault timeouts (method)", r"`--max-restarts (\d+)`, `--comm-timeout (\d+)`, `--recovery-timeout (\d+)`",
          (FAULT_DEFAULTS["max_restarts"], FAULT_DEFAULTS["comm_timeout"], FAULT_DEFAULTS["recovery_timeout"])),
         ("a sweep's launches", r"\((\d+) warm-up steps and (\d+) windows unless given\)",
@@ -244,7 +249,7 @@ def claims() -> list[tuple[str, str, tuple]]:
          (hvd.DEFAULT_FUSION_MB,)),
         ("DDP's first bucket in the projection", r"\(the first of at most ([\d.]+) MiB\)",
          (DDP_FIRST_BUCKET_BYTES / 2**20,)),
-        ("the regression matrix", r"`(bench sweep --nproc \d[^`]*--repeats \d+(?:\s--no-faults)?)`",
+        ("the regression matrix", r"`(bench sweep --max-nproc \d[^`]*--repeats \d+(?:\s--no-faults)?)`",
          (" ".join(regress_command(REGRESS_REPEATS)),)),
     ]
 
@@ -308,8 +313,7 @@ STATED_IN_WORDS = re.compile(rf"{OPTION}[\w ]{{0,25}}\(default: ([^;)]+)")
 
 def stated_defaults(text: str):
     for pattern in STATED:
-        for match in pattern.finditer(text):
-            yield match
+        yield from pattern.finditer(text)
 
 
 def value_of(stated: str) -> str:
@@ -434,6 +438,7 @@ def test_the_plain_loop_and_the_primary_pair_are_the_ones_documented():
     assert "default: elastic and horovod" in (DOCS / "usage.md").read_text()
 
 
+@pytest.mark.slow  # the sample store's page, rendered (seconds)
 def test_the_readme_scorecard_is_what_the_sample_store_makes():
     """The README's answer is generated from the committed sample store (scripts/readme_scorecard.py), so it cannot
     drift from the page that store makes."""

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import bench
 
 from bench.tools.doctor import ENVIRONMENT_GB, disk_line
+from conftest import bench
 
 PREREQUISITES = ("Linux", "Python 3.10+", "C++ compiler", "CMake", "disk")
 

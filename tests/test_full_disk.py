@@ -10,7 +10,6 @@ whatever the test does."""
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,8 +19,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import FAST, ROOT, bench_in_process
-from factories import RunDirBuilder, outcome, train_record, train_results, train_spec
 
 from bench.core.rundir import RunDir, write_atomic
 from bench.core.store import Store
@@ -29,45 +26,8 @@ from bench.harness import keep
 from bench.harness.keep import keep_record, spare_folder
 from bench.harness.lifeline import recover
 from bench.harness.outcome import process_status, unrecorded_exits
-
-DISK_SIZE = "2m"
-
-
-@pytest.fixture
-def disk(tmp_path):
-    """A 2 MiB tmpfs of this test's own, unmounted on the way out."""
-    if os.geteuid() != 0:
-        pytest.skip("a disk of its own to fill is a tmpfs mount, which needs root")
-    if shutil.which("mount") is None:
-        pytest.skip("mount not found: apt-get install mount")
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        if subprocess.run(["umount", str(folder)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(folder)], check=True)  # something still holds a file open
-
-
-def fill(disk: Path, leave: int = 0) -> Path:
-    """Fill `disk` until `leave` bytes are free (its page size rounds it); returns the filler, to free the space."""
-    filler = disk / "filler"
-    st = os.statvfs(disk)
-    size = max(0, st.f_bavail * st.f_frsize - leave)
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        while size > 0:  # to the last byte: a write that meets the end of the space is cut short
-            try:
-                size -= os.write(fd, b"\0" * min(size, 1 << 20))
-            except OSError:
-                break
-    finally:
-        os.close(fd)
-    return filler
+from conftest import FAST, ROOT, bench_in_process, fill
+from factories import RunDirBuilder, outcome, train_record, train_results, train_spec
 
 
 def temporary_files(*folders: Path) -> list[Path]:

@@ -2,9 +2,8 @@
 DistributedSampler, as users' scripts read their own copy of ImageNet; nothing is downloaded."""
 
 import pytest
-from test_cli_errors import assert_one_line_error
 
-from conftest import FAST, bench_in_process, bench_json, processes_of_run
+from conftest import FAST, assert_one_line_error, bench_in_process, bench_json, processes_of_run
 
 
 def image_tree(folder, classes=("cat", "dog"), per_class=12, side=40):

@@ -13,9 +13,9 @@ import time
 
 import psutil
 import pytest
-from conftest import ROOT, bench, processes_of_run
 
 from bench.harness.lifeline import DEADLINE_GRACE_S
+from conftest import ROOT, bench, processes_of_run
 
 LEFT_WITHIN_S = 10.0
 

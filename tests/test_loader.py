@@ -4,10 +4,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli_errors import assert_one_line_error
 
 from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
-from conftest import FAST, assert_nothing_left, bench, bench_in_process, bench_json
+from conftest import FAST, assert_nothing_left, assert_one_line_error, bench, bench_in_process, bench_json
 from workloads.data.sources import open_batches
 from workloads.data.timing import TimedBatches
 

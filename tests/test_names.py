@@ -9,16 +9,11 @@ import signal
 
 import pytest
 
-import test_bad_input_table
-from bench.core.inputs import HOSTFILE_LIMIT, RUNS_FILE_LIMIT, name_problem, read_regular_file, workload_problem
 from bench.core.errors import UsageError
+from bench.core.inputs import HOSTFILE_LIMIT, RUNS_FILE_LIMIT, name_problem, read_regular_file, workload_problem
 from bench.core.store import Store
-from conftest import bench_in_process
-from factories import train_record
-from test_bad_input_table import BASELINE, write_mnist
-from test_cli_errors import assert_one_line_error
-
-nothing_runs = test_bad_input_table.nothing_runs  # the fixture: a default store in tmp_path and no launch
+from conftest import BASELINE, assert_one_line_error, bench_in_process
+from factories import train_record, write_mnist
 
 
 class Blocked(BaseException):
@@ -198,7 +193,8 @@ def test_a_hostfile_that_is_not_a_bounded_regular_file_is_refused(make, tmp_path
 
 
 def test_an_mnist_file_that_is_a_fifo_is_refused(tmp_path, nothing_runs, no_blocking):
-    folder = write_mnist(tmp_path / "mnist")
+    folder = tmp_path / "mnist"
+    write_mnist(folder, n=200)
     (folder / "train-images-idx3-ubyte").unlink()
     os.mkfifo(folder / "train-images-idx3-ubyte")
     nothing_runs.snapshot()
@@ -207,7 +203,8 @@ def test_an_mnist_file_that_is_a_fifo_is_refused(tmp_path, nothing_runs, no_bloc
 
 
 def test_an_mnist_file_longer_than_its_header_promises_is_refused(tmp_path, nothing_runs):
-    folder = write_mnist(tmp_path / "mnist")
+    folder = tmp_path / "mnist"
+    write_mnist(folder, n=200)
     with open(folder / "train-labels-idx1-ubyte", "ab") as fh:
         fh.write(b"\0" * 10)
     nothing_runs.snapshot()

@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, ROOT, assert_nothing_left
 
 from bench.harness.oom import OomCount, _cgroup_mounts, oom_killed_words, own_oom_count
-
+from conftest import FAST, ROOT, assert_nothing_left
 
 HOG = '''
 import os

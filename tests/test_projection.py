@@ -271,10 +271,8 @@ def test_the_studys_table_is_what_bench_predict_validate_says():
 
 
 def test_compute_from_another_workloads_run_is_refused_in_one_line():
-    from conftest import bench
-    from test_cli_errors import assert_one_line_error
-
     from bench.cli.common import open_store
+    from conftest import assert_one_line_error, bench
 
     other = next(r.run_id for r in open_store(str(STUDY)).records()
                  if r.spec.backend == "single" and r.spec.workload == "resnet18")

@@ -1,11 +1,11 @@
-"""The parameter-server backend: sync and async, sharding, equivalence with elastic, failures."""
+"""The parameter-server backend: sync and async, sharding, the staleness bound (its server killed, crashed and hung,
+and its equivalence with elastic: tests/test_backend_contract.py, whose failing process is a run's last: its
+server)."""
 
-from pathlib import Path
 
 import pytest
-import torch
 
-from bench.backends.ps import balance_by_bytes
+from bench.backends.ps.group import balance_by_bytes
 from conftest import FAST, assert_nothing_left, bench, bench_json
 
 
@@ -19,9 +19,10 @@ def test_shards_are_balanced_by_bytes():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("servers, mode", [(1, "sync"), (2, "sync"), (1, "async")])
-def test_ps_run(servers, mode, store):
-    proc, record = bench_json("run", "--backend", "ps", "--nproc", 2, "--ps-servers", servers,
-                              "--ps-mode", mode, "--store", store, *FAST)
+def test_ps_run(servers, mode, two_worker_run):
+    # the synchronous run with 2 servers is shared with the contract's equivalence test
+    run = two_worker_run("ps", "mnist_mlp", "--ps-servers", servers, "--ps-mode", mode)
+    proc, record = run.proc, run.record
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok"
     spec = record["spec"]
@@ -53,38 +54,3 @@ def test_async_with_staleness_bound(store):
                               "--ps-staleness", 0, "--store", store, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert record["spec"]["backend_options"]["ps_staleness"] == 0
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("workload, servers", [("mnist_mlp", 2)])  # ResNet18 under ps: test_across_hosts, the sweeps
-def test_sync_ps_equals_elastic(workload, servers, store):
-    common = ["--workload", workload, "--nproc", 2, "--save-params", "--seed", 3, "--store", store, *FAST]
-    params = {}
-    for backend, extra in (("elastic", []), ("ps", ["--ps-servers", servers])):
-        proc, record = bench_json("run", "--backend", backend, *extra, *common)
-        assert proc.returncode == 0, proc.stderr
-        params[backend] = torch.load(Path(record["run_dir"]) / "ranks" / "rank0.a0.params.pt")
-    for name, value in params["elastic"].items():
-        if value.is_floating_point():
-            torch.testing.assert_close(params["ps"][name], value, rtol=1e-4, atol=1e-5, msg=name)
-
-
-@pytest.mark.slow
-def test_killed_server_ends_the_run(store):
-    proc, record = bench_json("run", "--backend", "ps", "--nproc", 2, "--inject", "kill:2:4",
-                              "--timeout", 120, "--store", store, *FAST)
-    assert proc.returncode == 1 and record["status"] == "crashed", record["error"]
-    assert record["error"]["rank"] == 2 and record["error"]["signal"] == "SIGKILL"
-    assert {r["rank"]: r["role"] for r in record["rank_map"]}[2] == "server"
-    # the killed rank's guard ends by the same signal (SIGKILL can be neither caught nor reset), with no error of its own
-    assert "bench/harness/guard.py" not in (Path(record["run_dir"]) / "launcher.log").read_text()
-    assert_nothing_left(record)
-
-
-@pytest.mark.slow
-def test_hung_server_times_out(store):
-    proc, record = bench_json("run", "--backend", "ps", "--nproc", 2, "--inject", "hang:2:4",
-                              "--timeout", 15, "--store", store, *FAST)
-    assert proc.returncode == 1 and record["status"] == "timeout"
-    assert len(record["error"]["ranks"]) == 3
-    assert_nothing_left(record)

@@ -1,7 +1,8 @@
 """The ray backend: Ray Train's TorchTrainer running the suite's ranks, through the CLI, with real Ray runtimes.
 
-Each run starts a local Ray runtime (seconds on 2 cores), so the runs are few: one per workload (the MLP's also
-checked against elastic's parameters), a crash, a hang, and a communication sweep."""
+Each run starts a local Ray runtime (seconds on 2 cores), so the runs are few: ResNet18 with the rank map and start-up
+phases Ray gave, a communication sweep, a joining node, and the bare loop (its crash, kill, hang, fault and
+equivalence with elastic: tests/test_backend_contract.py)."""
 
 import json
 import socket
@@ -13,33 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FAST, assert_nothing_left, bench, bench_json, run_tag_of
-
-ray_missing = pytest.mark.skipif(find_spec("ray") is None,
-                                 reason="Ray is not installed (pip install -e '.[ray]')")
-
-
-def ray_processes_of(record: dict) -> list[str]:
-    """Live processes of Ray that belong to the run: its tag in their environment, or its run directory (or the
-    short temporary folder named after the run) in their command line (raylet, gcs_server, workers, agents)."""
-    marks = (record["run_dir"], f"bench-ray-{record['run_id']}")
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            cmdline = " ".join(proc.cmdline())
-            if run_tag_of(proc.pid) == record["run_id"] or any(m in cmdline for m in marks):
-                found.append(f"{proc.pid} {cmdline[:120]}")
-        except psutil.Error:
-            continue
-    return found
-
-
-def assert_no_ray_left(record: dict) -> None:
-    assert ray_processes_of(record) == []
-    assert_nothing_left(record)
-    assert not Path(f"/tmp/bench-ray-{record['run_id']}").exists(), "the run's Ray folder under /tmp was left"
+from conftest import FAST, SHORT, assert_nothing_left, bench, bench_json, needs_ray
 
 
 def closed_port() -> int:
@@ -49,7 +24,7 @@ def closed_port() -> int:
 
 
 # ---------------------------------------------------------------- refused before anything runs
-@ray_missing
+@needs_ray
 def test_unreachable_ray_address_is_one_line_within_seconds(store):
     started = time.monotonic()
     proc = bench("run", "--backend", "ray", "--ray-address", f"127.0.0.1:{closed_port()}", "--store", store, *FAST)
@@ -60,7 +35,7 @@ def test_unreachable_ray_address_is_one_line_within_seconds(store):
     assert not store.exists()
 
 
-@ray_missing
+@needs_ray
 def test_ray_address_of_the_wrong_form_and_for_another_backend(store):
     proc = bench("run", "--backend", "ray", "--ray-address", "localhost", "--store", store)
     assert proc.returncode == 2 and "HOST:PORT" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -81,7 +56,7 @@ def test_doctor_says_whether_ray_can_run():
 
 
 # ---------------------------------------------------------------- real runs
-@ray_missing
+@needs_ray
 @pytest.mark.slow
 def test_two_worker_resnet18_run(tmp_path):
     # a store given by a relative path, as `--store results/x.sqlite` from a checkout: the run directory is then
@@ -105,66 +80,11 @@ def test_two_worker_resnet18_run(tmp_path):
     assert phases["ray runtime start"] > 0 and m["startup"]["launch_to_first_step_s"] > phases["ray runtime start"]
     assert record["spec"]["backend_options"] == {"ddp_bucket_mb": 25.0, "ray_address": None,
                                                   "ray_resize_interval": 60.0}
-    assert "bench.backends.ray_driver" in record["command"]
-    assert_no_ray_left(record)
+    assert "bench.backends.ray.driver" in record["command"]
+    assert_nothing_left(record)
 
 
-@ray_missing
-@pytest.mark.slow
-def test_mlp_run_has_the_same_parameters_as_elastic(store):
-    """Same seed, data and per-worker batch: prepare_model's DDP averages the same gradients as elastic's."""
-    import torch
-
-    common = ["--workload", "mnist_mlp", "--nproc", 2, "--save-params", "--seed", 3, "--store", store, *FAST]
-    params, records = {}, {}
-    for backend in ("elastic", "ray"):
-        proc, record = bench_json("run", "--backend", backend, *common, timeout=400)
-        assert proc.returncode == 0, proc.stderr
-        records[backend] = record
-        params[backend] = torch.load(Path(record["run_dir"]) / "ranks" / "rank0.a0.params.pt")
-    moved = 0
-    for name, value in params["elastic"].items():
-        if value.is_floating_point():
-            torch.testing.assert_close(params["ray"][name], value, rtol=1e-4, atol=1e-5, msg=name)
-            moved += 1
-    assert moved > 0
-    ray_run = records["ray"]
-    assert ray_run["status"] == "ok" and ray_run["spec"]["threads"] == 1
-    assert all(r["threads"]["torch"] == 1 for r in ray_run["metrics"]["per_rank"])
-    assert_no_ray_left(ray_run)
-
-
-@ray_missing
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["crash"])  # a SIGKILLed worker: test_killed_worker_is_replaced... and by hand
-def test_crashed_worker_is_named(kind, store):
-    proc, record = bench_json("run", "--backend", "ray", "--nproc", 2, "--inject", f"{kind}:1:4", "--store", store,
-                              *FAST, timeout=400)
-    assert proc.returncode == 1 and record["status"] == "crashed", record["error"]
-    error = record["error"]
-    assert error["rank"] == 1
-    if kind == "crash":
-        assert error["exception"] == "RuntimeError"
-        assert error["message"] == "rank 1 raised RuntimeError: injected crash at step 4 (exited with exit code 1)"
-        assert "injected crash at step 4" in error["tail"]
-    else:  # SIGKILLed: Ray Train sees its worker die, and no exit status reaches the driver
-        assert error["exception"] is None and error["message"].startswith("rank 1 ended with no exit status")
-        assert "the Ray worker process died" in error["tail"]
-    assert_no_ray_left(record)
-
-
-@ray_missing
-@pytest.mark.slow
-def test_hung_worker_is_ended_at_the_deadline(store):
-    proc, record = bench_json("run", "--backend", "ray", "--nproc", 2, "--inject", "hang:1:3", "--timeout", 60,
-                              "--store", store, *FAST, timeout=400)
-    assert proc.returncode == 1 and record["status"] == "timeout", record["error"]
-    assert {row["rank"] for row in record["error"]["ranks"]} == {0, 1}
-    assert record["error"]["message"] == "deadline of 60 s passed"
-    assert_no_ray_left(record)
-
-
-@ray_missing
+@needs_ray
 @pytest.mark.slow
 def test_allreduce_sweep_has_no_wrong_element(store):
     proc, record = bench_json("allreduce", "--backend", "ray", "--nproc", 2, "--ops", "allreduce,allgather",
@@ -172,59 +92,33 @@ def test_allreduce_sweep_has_no_wrong_element(store):
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok" and record["metrics"]["wrong"] == 0
     assert {r["op"] for r in record["metrics"]["rows"]} == {"allreduce", "allgather"}
-    assert_no_ray_left(record)
+    assert_nothing_left(record)
 
 
-@ray_missing
-@pytest.mark.slow
-def test_killed_worker_is_replaced_and_resumes_the_checkpoint(store):
-    """bench fault under Ray Train's FailureConfig: the worker group is replaced at the same size and resumes from
-    the last checkpoint, holding 2-worker SGD's parameters."""
-    from test_fault import SHORT, assert_resumed_params_are_two_worker_sgd
-
-    proc, record = bench_json("fault", "--backend", "ray", "--nproc", 2, "--kill-rank", 1, *SHORT, "--save-params",
-                              "--store", store, timeout=400)
-    assert proc.returncode == 0 and record["status"] == "ok", record["error"]
-    f = record["metrics"]
-    assert f["fault"]["signal"] == "KILL" and f["fault"]["step"] == 25 and f["fault"]["delivered"]
-    assert (f["world_before"], f["world_after"]) == (2, 2)
-    assert f["restarts"] == 1 and f["resumed_from_step"] == 20 and f["steps_redone"] == 5
-    assert 0 < f["detection_s"] <= f["recovery_s"] and f["steps_completed"] == 60
-    before = [r for r in record["rank_map"] if r["phase"] == "before"]
-    after = [r for r in record["rank_map"] if r["phase"] == "after"]
-    assert [r["rank"] for r in before] == [0, 1] == [r["rank"] for r in after]
-    assert not {r["pid"] for r in before} & {r["pid"] for r in after}
-    assert len(f["resume_checks"]) == 2 and all(c["equal"] for c in f["resume_checks"])
-    assert_resumed_params_are_two_worker_sgd(record, steps=20, processes=2)
-    assert_no_ray_left(record)
-
-
-@ray_missing
+@needs_ray
 @pytest.mark.slow
 def test_a_joining_node_grows_the_worker_group(store):
     """bench fault --join under Train V2's elastic worker count: a node with one worker's CPUs joins the run's
     runtime, and Ray Train restarts the group at 2 workers from the checkpoint; nothing of the joined node is
     left (its agents rename themselves, hiding the run's tag from a plain read of their environment)."""
-    from test_fault import SHORT
-
-    proc, record = bench_json("fault", "--backend", "ray", "--nproc", 1, "--threads", 1, "--join",
+    proc, record = bench_json("fault", "--backend", "ray", "--nproc", 1, "--threads", 1, "--fault", "join",
                               "--ray-resize-interval", 2, *SHORT, "--store", store, timeout=400)
     assert proc.returncode == 0 and record["status"] == "ok", record["error"]
     f = record["metrics"]
     assert f["scenario"] == "join" and (f["world_before"], f["world_after"]) == (1, 2)
     assert f["recovery_s"] > 0 and f["resumed_from_step"] % 10 == 0
     after = sorted(r["rank"] for r in record["rank_map"] if r["phase"] == "after")
-    assert after == [0, 1] and all(c["equal"] for c in f["resume_checks"])
-    assert_no_ray_left(record)
+    assert after == [0, 1] and f["resume_checks"] and all(c["equal"] for c in f["resume_checks"])
+    assert_nothing_left(record)
 
 
 def test_a_join_on_a_cluster_of_anothers_is_refused(store):
-    proc = bench("fault", "--backend", "ray", "--join", "--ray-address", "127.0.0.1:6379", "--store", store)
+    proc = bench("fault", "--backend", "ray", "--fault", "join", "--ray-address", "127.0.0.1:6379", "--store", store)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "adds a node to the run's own runtime" in proc.stderr
 
 
-@ray_missing
+@needs_ray
 @pytest.mark.slow
 def test_the_bare_ray_loop_leaves_no_ray_session_behind():
     """The self-check's bare TorchTrainer script keeps Ray's session files in its own folder and removes it."""

@@ -16,15 +16,12 @@ from pathlib import Path
 
 import pytest
 
-import test_bad_input_table
 from bench.core.records import SCHEMA_VERSION
 from bench.core.store import COLUMNS, Store
-from conftest import ROOT, bench_in_process
+from conftest import ROOT, assert_one_line_error, bench_in_process
 from factories import train_record
-from test_cli_errors import assert_one_line_error
 
 SAMPLE = ROOT / "reports" / "sample" / "bench.sqlite"  # committed, in WAL mode, without -wal or -shm
-nothing_runs = test_bad_input_table.nothing_runs  # the fixture: a default store in tmp_path and no launch
 
 # every verb that only reads a store, as a user gives it ({out}: a writable folder for what the verb writes)
 READ_VERBS = {"list": ["list"], "report": ["report", "-o", "{out}/report.html"], "agreement": ["agreement"],

@@ -8,7 +8,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from factories import comm_record, comm_row, fault_record, train_record
 
 from bench.core.codec import RecordError
 from bench.core.errors import StoreError
@@ -18,6 +17,7 @@ from bench.results.frame import records_to_frame
 from bench.tasks.comm import CommMetrics, CommRow
 from bench.tasks.fault import FaultMetrics
 from bench.tasks.train import TrainMetrics
+from factories import comm_record, comm_row, fault_record, train_record
 
 V1_STORE = Path(__file__).resolve().parent / "data" / "store-v1.sqlite"
 EXAMPLES = {"train": lambda: train_record(per_window=[100.0, 120.0, 110.0]),
@@ -36,7 +36,7 @@ def test_each_tasks_record_survives_the_json_round_trip(kind):
     back = through_json(rec)
     assert back == rec
     assert type(back.metrics) is type(rec.metrics)
-    assert all(isinstance(r, RankRow) for r in back.rank_map)
+    assert back.rank_map and all(isinstance(r, RankRow) for r in back.rank_map)
     assert back.to_dict() == rec.to_dict()
 
 
@@ -47,7 +47,7 @@ def test_typed_parts_land_in_their_dataclasses():
     assert comm.metrics.rows[0].window_time_us == [90.0, 110.0]
     assert isinstance(fault.metrics, FaultMetrics)
     assert [r.phase for r in fault.rank_map] == ["before", "before", "after", "after"]
-    assert all(isinstance(r, RankRow) for r in fault.metrics.rank_map_after)
+    assert fault.metrics.rank_map_after and all(isinstance(r, RankRow) for r in fault.metrics.rank_map_after)
     crashed = through_json(EXAMPLES["failed"]())
     assert crashed.metrics is None and crashed.error.rank == 1 and not crashed.ok
 
@@ -134,7 +134,7 @@ def test_schema_1_fields_land_where_schema_2_puts_them(v1_store):
         old = raw[rec.run_id]
         rows = rec.metrics.rows
         assert [r.to_dict() for r in rows] == [{**r, "window_time_us": None} for r in old["allreduce"]]
-        assert all(r.busbw_gbps > 0 and r.busbw_fraction_of_limit > 0 for r in rows)
+        assert rows and all(r.busbw_gbps > 0 and r.busbw_fraction_of_limit > 0 for r in rows)
         assert rec.metrics.ceiling == old["metrics"]["comm"]["ceiling"] and rec.metrics.ceiling["limit_gbps"] > 0
         assert rec.metrics.avg_busbw_gbps == old["metrics"]["comm"]["avg_busbw_gbps"]
         assert rec.metrics.startup.rendezvous_s == old["metrics"]["startup"]["rendezvous_s"]
@@ -146,7 +146,7 @@ def test_schema_1_fields_land_where_schema_2_puts_them(v1_store):
         assert m.scenario == old["scenario"] and m.recovery_s == old["recovery_s"] and m.fault == old["fault"]
         assert [(r.rank, r.world_size, r.pid) for r in m.rank_map_before] == \
                [(r["rank"], r["size"], r["pid"]) for r in old["rank_map_before"]]
-        assert all(isinstance(r, RankRow) and r.world_size >= 1 for r in m.rank_map_before)
+        assert m.rank_map_before and all(isinstance(r, RankRow) and r.world_size >= 1 for r in m.rank_map_before)
         assert {r.phase for r in rec.rank_map} <= {"before", "after"}
     assert {m.scenario for m in (r.metrics for r in faults)} == {"kill", "join"}
     assert sorted(r.status for r in faults) == ["ok"] * 7 + ["timeout"]

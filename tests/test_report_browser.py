@@ -7,15 +7,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import needs_system
 
 from bench.core.store import Store
 from bench.report.page import write_report
+from conftest import needs_system
 
 V1_STORE = Path(__file__).resolve().parent / "data" / "store-v1.sqlite"
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = needs_system(None if CHROMIUM else "chromium not found: apt-get install chromium (.ci/run does)")
+# slow: a browser started for each test (seconds)
+pytestmark = [needs_system(None if CHROMIUM else "chromium not found: apt-get install chromium (.ci/run does)"),
+              pytest.mark.slow]
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
 

@@ -13,8 +13,14 @@ from bench.core import stats
 from bench.core.errors import StoreError, UsageError
 from bench.core.store import Store
 from bench.rank.collectives import OPS, bus_factor
-from bench.report.page import (apply_where, environment_section, failed_section, rank_map_section, render_report,
-                               write_report)
+from bench.report.page import (
+    apply_where,
+    environment_section,
+    failed_section,
+    rank_map_section,
+    render_report,
+    write_report,
+)
 from bench.report.sections import ReportPart
 from bench.results.frame import load_frame, records_to_frame
 from bench.tasks.train import report as train_report
@@ -166,7 +172,8 @@ def test_a_store_in_a_folder_whose_name_is_not_utf_8_is_reported_and_listed(tmp_
     assert said == f"{shown}/bench.sqlite"
     assert os.path.samefile(codecs.escape_decode(said.encode())[0], store.path)  # the escape names the real file
     assert f"its log: {shown}/runs/run-2/rank-1.log" in section(page, "failed")
-    assert all(f'id="{anchor}"' in page for anchor in re.findall(r'href="#([^"]*)"', page))  # every link leads somewhere
+    anchors = re.findall(r'href="#([^"]*)"', page)
+    assert anchors and all(f'id="{anchor}"' in page for anchor in anchors)  # every link leads somewhere
     listed = bench("list", "--store", store.path, env=strict)
     assert listed.returncode == 0 and listed.stderr == "", listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["run-0", "run-1", "run-2"]

@@ -11,6 +11,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from bench.core.store import Store
 from bench.report.page import render_report
 from bench.results.frame import load_frame
@@ -28,6 +30,7 @@ def page_text(path: Path) -> list[str]:
     return [re.sub(r"Written \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "Written (time)", line) for line in lines if line]
 
 
+@pytest.mark.slow  # the whole page of the sample store, rendered (seconds)
 def test_the_sample_page_is_what_the_code_makes_of_the_sample_store(tmp_path):
     store = tmp_path / "bench.sqlite"
     shutil.copyfile(SAMPLE / "bench.sqlite", store)  # the read must not depend on (or touch) the committed file

@@ -7,11 +7,10 @@ import math
 import sys
 
 import pytest
-from conftest import FAST, bench, bench_in_process
-from test_cli_errors import assert_one_line_error
 
 import bench.workflows.selfcheck as sc
 from bench.core.stats import ratio_of_cases, ratio_of_pairs
+from conftest import FAST, assert_one_line_error, bench, bench_in_process
 
 
 # ---------------------------------------------------------------- bad input
@@ -22,8 +21,11 @@ from bench.core.stats import ratio_of_cases, ratio_of_pairs
     (["--backend", ","], ["names no backend", "elastic, horovod"]),
     (["--pairs", "1"], ["--pairs 1", "at least 2"]),
     (["--pairs", "0"], ["--pairs", "at least 1"]),
-    (["--max-minutes", "-1"], ["--max-minutes", "0 or more"]),
+    (["--pairs-timeout", "-1"], ["--pairs-timeout", "0 or more"]),
+    (["--pairs-timeout", "inf"], ["--pairs-timeout", "finite"]),
+    (["--max-minutes", "-1"], ["--max-minutes", "0 or more"]),  # the old spelling refuses what it refused
     (["--max-minutes", "inf"], ["--max-minutes", "finite"]),
+    (["--workload", "mnist_mlp,resnet18"], ["checks one workload at a time"]),
     (["--workload", "gpt5"], ["unknown workload 'gpt5'"]),
     (["--nproc", "1"], ["allreduce needs 2 processes", "--no-comm"]),
     (["--nproc", "64"], ["needs 64 cores"]),
@@ -52,7 +54,8 @@ def test_help_says_which_backends_and_why(capsys):
         build_parser().parse_args(["selfcheck", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "of elastic, horovod" in text and "ps and single have no external bare loop" in text
-    assert f"default {sc.DEFAULT_PAIRS}" in text and f"default {sc.DEFAULT_MAX_MINUTES}" in text
+    assert f"default {sc.DEFAULT_PAIRS}" in text
+    assert f"default {sc.DEFAULT_MAX_MINUTES * 60:g}, {sc.DEFAULT_MAX_MINUTES:g} minutes" in text  # in seconds
 
 
 # ---------------------------------------------------------------- the rule, on given numbers
@@ -217,8 +220,8 @@ def test_the_suite_specs_and_the_bare_loop_arguments_match():
                     "--warmup-steps": "2", "--steps": "12", "--seed": str(t.seed), "--lr": str(t.lr),
                     "--momentum": str(t.momentum), "--cpu-bind": "cores"}  # auto: each CPU worker on its own core
     assert c.task == "comm" and c.threads == t.threads and c.cpu_bind == t.cpu_bind == "cores"
-    assert c.comm == {"ops": ["allreduce"], "dtype": "float32", "min_bytes": 16 * 2**20, "max_bytes": 16 * 2**20,
-                      "warmup_iters": 3, "iters": 7}
+    assert c.comm.to_dict() == {"ops": ["allreduce"], "dtype": "float32", "min_bytes": 16 * 2**20,
+                                "max_bytes": 16 * 2**20, "warmup_iters": 3, "iters": 7}
     assert sc.allreduce_args(c) == ["--device", "cpu", "--threads", t.threads, "--allreduce", 16 * 2**20,
                                     "--warmup-iters", 3, "--iters", 7, "--cpu-bind", "cores"]
     unpinned = sc.plan(["elastic"], "mnist_mlp", "cpu", 2, allreduce=True, comm={},
@@ -270,7 +273,7 @@ def test_the_verb_prints_a_row_per_figure_and_exits_by_the_verdict(monkeypatch, 
     fake_launches(monkeypatch, {("throughput", "suite"): [100.0, 100.5, 99.8],
                                 ("throughput", "bare"): [100.2, 100.1, 99.9],
                                 ("busbw", "suite"): [1.0, 0.8, 1.2], ("busbw", "bare"): [1.0, 1.0, 1.0]})
-    proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "3", "--max-minutes", "0",
+    proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "3", "--pairs-timeout", "0",
                             "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
@@ -280,11 +283,11 @@ def test_the_verb_prints_a_row_per_figure_and_exits_by_the_verdict(monkeypatch, 
     assert lines[3].startswith("elastic  allreduce busbw 16 MiB") and lines[3].endswith("FAIL")
     assert any(line.startswith("elastic allreduce busbw 16 MiB: FAIL: the interval's low end") for line in lines)
     assert any("goal resolution not reached" in line and "pairs in all would reach it" in line
-               and "raise --max-minutes" in line for line in lines)
+               and "raise --pairs-timeout" in line for line in lines)
     assert "[elastic throughput 3/3]" in proc.stderr and "[elastic busbw 1/3]" in proc.stderr
 
     fake_launches(monkeypatch, {("throughput", "suite"): [100.0, 100.02], ("throughput", "bare"): [100.01, 100.0]})
-    proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "2", "--max-minutes", "0",
+    proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "2", "--pairs-timeout", "0",
                             "--no-comm", "--json", "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -336,14 +339,15 @@ def test_a_bare_launch_past_its_deadline_leaves_no_folder_nor_process(tmp_path):
 def test_elastic_against_its_bare_loop(tmp_path):
     """Two pairs of real launches (the suite's run and bare_ddp.py under torchrun), MLP, few steps."""
     store = tmp_path / "bench.sqlite"
-    proc = bench("selfcheck", "--backend", "elastic", "--workload", "mnist_mlp", "--pairs", "2", "--max-minutes", "0",
+    proc = bench("selfcheck", "--backend", "elastic", "--workload", "mnist_mlp", "--pairs", "2", "--pairs-timeout", "0",
                  "--no-comm", *FAST, "--json", "--store", store, timeout=240)
     assert proc.returncode in (0, 1), proc.stderr  # the verdict depends on the machine; the shape does not
     out = json.loads(proc.stdout)
     (check,) = out["checks"]
     assert check["backend"] == "elastic" and check["figure"] == "throughput" and check["launches"] == [2, 2]
     assert check["order"] == ["suite", "bare", "bare", "suite"]
-    assert all(v > 0 for v in check["suite"] + check["bare"]) and check["low"] < check["ratio"] < check["high"]
+    assert check["suite"] and check["bare"] and all(v > 0 for v in check["suite"] + check["bare"])
+    assert check["low"] < check["ratio"] < check["high"]
     assert out["passed"] == check["passed"] == (proc.returncode == 0)
     assert "[elastic throughput 2/2]" in proc.stderr and "Traceback" not in proc.stderr
     from bench.core.store import Store

@@ -14,12 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, bench_in_process
-from test_cli_errors import assert_one_line_error
 
 import bench.cli
 from bench.cluster.slurm import shell_word
 from bench.core.errors import UsageError
+from conftest import ROOT, assert_one_line_error, bench_in_process
 
 PARSER = bench.cli.build_parser()
 SBATCH = shutil.which("sbatch")  # Slurm's own, where installed: it lists the options it reads from a script
@@ -115,7 +114,8 @@ def assert_script_shape(script: str) -> None:
     lines = script.split("\n")
     assert lines[0] == "#!/bin/bash" and lines[-1] == ""
     shell = lines[lines.index("") + 1:-1]
-    assert all(line.startswith("#SBATCH ") for line in lines[1:lines.index("")]), script
+    directives = lines[1:lines.index("")]
+    assert directives and all(line.startswith("#SBATCH ") for line in directives), script
     assert len(shell) == len(SHELL_LINES) and all(line.startswith(start) for line, start in zip(shell, SHELL_LINES)), \
         script
 

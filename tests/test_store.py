@@ -11,34 +11,23 @@ import sys
 import textwrap
 
 import pytest
-import test_full_disk
-from conftest import ROOT
-from factories import train_record
 
 from bench.core.errors import StoreError
-from bench.core.records import SCHEMA_VERSION, RunRecord
+from bench.core.records import SCHEMA_VERSION
 from bench.core.store import Store
 from bench.results.frame import load_frame
-
-disk = test_full_disk.disk  # the fixture: a small tmpfs of the test's own (root only)
-
-
-def fake_record(i: int) -> RunRecord:
-    rec = train_record(f"run-{i:06d}", per_window=[990.0 + i, 1010.0 + i], created_at=1.0e9 + i,
-                       status="ok" if i % 3 else "crashed", sweep_id=None)
-    rec.environment["payload"] = "x" * 20000  # big enough that a write spans several pages
-    return rec
-
+from conftest import ROOT, fill
+from factories import large_record
 
 WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
     from bench.core.store import Store
-    from test_store import fake_record
+    from factories import large_record
     store = Store(sys.argv[1])
     i = 0
     while True:
-        store.save(fake_record(i))
+        store.save(large_record(i))
         i += 1
         print(i, flush=True)
 """)
@@ -61,16 +50,16 @@ def test_store_survives_a_writer_killed_mid_run(tmp_path):
     records = Store(path).records()
     assert len(records) >= written
     assert [r.run_id for r in records] == [f"run-{i:06d}" for i in range(len(records))]
-    assert records[-1] == fake_record(len(records) - 1)  # the last record whole, not half-written
+    assert records[-1] == large_record(len(records) - 1)  # the last record whole, not half-written
     frame = load_frame(Store(path))
     assert len(frame) == len(records) and set(frame["status"]) == {"ok", "crashed"}
-    Store(path).save(fake_record(10**6))  # and it still takes new records
+    Store(path).save(large_record(10**6))  # and it still takes new records
     assert len(Store(path).records()) == len(records) + 1
 
 
 def test_newer_schema_is_refused(tmp_path):
     path = tmp_path / "bench.sqlite"
-    Store(path).save(fake_record(1))
+    Store(path).save(large_record(1))
     with sqlite3.connect(path) as conn:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(StoreError, match="newer"):
@@ -79,9 +68,9 @@ def test_newer_schema_is_refused(tmp_path):
 
 def test_record_round_trip_and_frame_columns(tmp_path):
     store = Store(tmp_path / "s.sqlite")
-    store.save(fake_record(7))
+    store.save(large_record(7))
     (rec,) = store.records()
-    assert rec == fake_record(7)
+    assert rec == large_record(7)
     frame = load_frame(store)
     row = frame.iloc[0]
     assert row["throughput"] == 1007.0 and row["global_batch"] == 128 and row["status"] == "ok"
@@ -95,10 +84,10 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         import sys
         sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'tests')!r})
         from bench.core.store import Store
-        from test_store import fake_record
+        from factories import large_record
         base = int(sys.argv[2])
         for i in range(base, base + 30):
-            Store(sys.argv[1]).save(fake_record(i))
+            Store(sys.argv[1]).save(large_record(i))
     """)
     procs = [subprocess.Popen([sys.executable, "-c", script, str(path), str(k * 1000)]) for k in range(3)]
     for proc in procs:
@@ -120,7 +109,7 @@ def test_what_is_not_a_readable_store_is_said_in_one_line(tmp_path, capsys):
     with pytest.raises(StoreError, match="cannot be read"):
         Store(tmp_path / "garbage.sqlite").records()
     store = Store(tmp_path / "bench.sqlite")
-    store.save(fake_record(1))
+    store.save(large_record(1))
     with sqlite3.connect(store.path) as conn:
         conn.execute("UPDATE runs SET record = '{cut short'")
     capsys.readouterr()
@@ -132,7 +121,7 @@ def test_what_is_not_a_readable_store_is_said_in_one_line(tmp_path, capsys):
 def test_reading_never_changes_the_file(tmp_path):
     """Reads open the store read-only: not even its journal mode changes (WAL is set by writers)."""
     path = tmp_path / "bench.sqlite"
-    Store(path).save(fake_record(1))
+    Store(path).save(large_record(1))
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA journal_mode=DELETE")
     before = path.read_bytes()
@@ -166,9 +155,8 @@ def test_an_empty_bench_store_variable_means_the_default(monkeypatch):
     lambda p: p.mkdir(),
 ])
 def test_a_store_that_cannot_take_a_record_is_refused_before_anything_runs(tmp_path, make_bad):
-    from factories import train_spec
-
     from bench.harness.runner import execute
+    from factories import train_spec
 
     bad = tmp_path / "bench.sqlite"
     make_bad(bad)
@@ -181,11 +169,10 @@ def test_a_store_that_cannot_take_a_record_is_refused_before_anything_runs(tmp_p
 
 
 def test_bench_import_adds_a_kept_record_and_refuses_what_is_not_one(tmp_path):
+    from bench.core.rundir import RunDir, write_json_atomic
     from conftest import bench_in_process
 
-    from bench.core.rundir import RunDir, write_json_atomic
-
-    rec = fake_record(7)
+    rec = large_record(7)
     run_dir = RunDir(tmp_path / "runs" / rec.run_id).create()
     run_dir.spec_file.write_text(json.dumps(rec.spec.to_dict(), indent=1))  # as bench.harness.runner writes it
     write_json_atomic(run_dir.record_file, rec.to_dict())
@@ -254,8 +241,8 @@ def test_the_last_runs_are_read_without_the_others(tmp_path, capsys):
     them, equal times in the order they were stored."""
     store = Store(tmp_path / "bench.sqlite")
     for i in range(6):
-        store.save(fake_record(i))
-    store.save(dataclasses.replace(fake_record(6), created_at=fake_record(5).created_at))
+        store.save(large_record(i))
+    store.save(dataclasses.replace(large_record(6), created_at=large_record(5).created_at))
     with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
         conn.execute("UPDATE runs SET record = '{cut short' WHERE run_id IN ('run-000000', 'run-000004')")
     capsys.readouterr()
@@ -272,7 +259,7 @@ def test_the_last_runs_are_read_without_the_others(tmp_path, capsys):
 
 def test_each_record_s_schema_is_a_column_that_save_fills(tmp_path):
     store = Store(tmp_path / "bench.sqlite")
-    store.save(fake_record(1))
+    store.save(large_record(1))
     with contextlib.closing(sqlite3.connect(store.path)) as conn:
         assert conn.execute("SELECT schema_version FROM runs").fetchall() == [(SCHEMA_VERSION,)]
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
@@ -283,9 +270,9 @@ def test_the_check_before_a_run_asks_the_column_not_the_records(tmp_path):
     """Where a row's schema_version column says its schema, check_usable takes it (the record's JSON is not read);
     where it says none (a row an older bench wrote), the record's JSON is read."""
     store = Store(tmp_path / "bench.sqlite")
-    store.save(fake_record(1))
-    store.save(fake_record(2))
-    newer = json.dumps({**fake_record(2).to_dict(), "schema_version": SCHEMA_VERSION + 1})
+    store.save(large_record(1))
+    store.save(large_record(2))
+    newer = json.dumps({**large_record(2).to_dict(), "schema_version": SCHEMA_VERSION + 1})
     with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
         conn.execute("UPDATE runs SET record = ? WHERE run_id = 'run-000002'", (newer,))
     store.check_usable()  # its column still says the current schema
@@ -295,7 +282,7 @@ def test_the_check_before_a_run_asks_the_column_not_the_records(tmp_path):
         store.check_usable()
     with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
         conn.execute("UPDATE runs SET schema_version = ? WHERE run_id = 'run-000002'", (SCHEMA_VERSION + 1,))
-        conn.execute("UPDATE runs SET record = ? WHERE run_id = 'run-000002'", (json.dumps(fake_record(2).to_dict()),))
+        conn.execute("UPDATE runs SET record = ? WHERE run_id = 'run-000002'", (json.dumps(large_record(2).to_dict()),))
     with pytest.raises(StoreError, match=f"holds records of schema {SCHEMA_VERSION + 1} \\(run run-000002\\)"):
         store.check_usable()
 
@@ -314,13 +301,13 @@ def test_a_store_made_before_the_column_is_read_as_it_is_and_given_it_by_the_fir
     assert set(written.values()) == {2, 3, 4, 5}  # records of four schemas, each as it was written
     store.check_writable()
     assert store.path.read_bytes() == before  # the check before a run stores nothing, so it upgrades nothing
-    store.save(fake_record(1))  # the first record stored brings the column, in its own transaction
+    store.save(large_record(1))  # the first record stored brings the column, in its own transaction
     assert "schema_version" in columns_of(store.path)
     with contextlib.closing(sqlite3.connect(store.path)) as conn:
         assert dict(conn.execute("SELECT run_id, schema_version FROM runs WHERE run_id != 'run-000001'")) == written
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"runs_by_time", "runs_by_schema"} <= indexes
-    assert store.records() == [fake_record(1), *records]  # the oldest run of all
+    assert store.records() == [large_record(1), *records]  # the oldest run of all
 
 
 def test_the_script_that_makes_a_large_store_makes_new_launches_of_the_sample_s_runs(tmp_path):
@@ -370,7 +357,7 @@ def test_a_record_that_is_not_utf_8_is_skipped_naming_it_and_the_others_are_read
 
     store = Store(tmp_path / "bench.sqlite")
     for i in range(4):
-        store.save(fake_record(i))
+        store.save(large_record(i))
     break_utf8(store.path, "run-000002")
     capsys.readouterr()
     assert [r.run_id for r in store.records()] == ["run-000000", "run-000001", "run-000003"]
@@ -403,13 +390,13 @@ def test_a_store_made_before_the_column_takes_a_record_beside_one_that_is_not_ut
     break_utf8(store.path, broken)
     readable = [r.run_id for r in store.records()]
     assert broken not in readable
-    store.save(fake_record(1))
+    store.save(large_record(1))
     assert [r.run_id for r in store.records()] == ["run-000001", *readable]
     with contextlib.closing(sqlite3.connect(store.path)) as conn:
         versions = dict(conn.execute("SELECT run_id, schema_version FROM runs"))
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert versions[broken] is None and versions["run-000001"] == SCHEMA_VERSION
-    assert all(versions[run_id] in (2, 3, 4, 5) for run_id in readable)
+    assert readable and all(versions[run_id] in (2, 3, 4, 5) for run_id in readable)
 
 
 def store_state(path) -> tuple[int, list, bytes]:
@@ -426,9 +413,8 @@ def test_a_refused_run_leaves_an_older_store_as_it_was(tmp_path):
     wait): an older store keeps its user_version, its table and every byte, so the older bench still takes it."""
     import os
 
-    from conftest import FAST, bench
-
     from bench.harness.cores import CoreClaim, Sharing
+    from conftest import FAST, bench
 
     store = legacy_store(tmp_path / "bench.sqlite")
     before = store_state(store.path)
@@ -440,7 +426,7 @@ def test_a_refused_run_leaves_an_older_store_as_it_was(tmp_path):
     assert proc.returncode == 2 and "still in use by run holder-of-the-cores" in proc.stderr, proc.stderr
     assert store_state(store.path) == before
     assert not list((tmp_path / "runs").glob("*"))  # refused before anything of the run was made
-    store.save(fake_record(1))  # a record stored upgrades it, with the record
+    store.save(large_record(1))  # a record stored upgrades it, with the record
     assert store_state(store.path)[0] == SCHEMA_VERSION and "schema_version" in columns_of(store.path)
 
 
@@ -448,9 +434,8 @@ def test_a_write_without_room_leaves_an_older_store_as_it_was(disk, tmp_path):
     """`bench import` into an older store on a full disk: the record cannot be stored (one line, exit 2), and the
     store is as it was: the upgrade that would have come with the record (the new column filled for every row, the
     user_version) is not kept without it."""
-    from conftest import bench_in_process
-
     from bench.core.rundir import RunDir, write_json_atomic
+    from conftest import bench_in_process
 
     older = legacy_store(tmp_path / "sample.sqlite").path
     with contextlib.closing(sqlite3.connect(older)) as conn:  # its first 60 runs, to fit the small disk with room
@@ -461,12 +446,12 @@ def test_a_write_without_room_leaves_an_older_store_as_it_was(disk, tmp_path):
     path.write_bytes(older.read_bytes())
     before = store_state(path)
     assert before[0] == 5 < SCHEMA_VERSION and "schema_version" not in columns_of(path)
-    rec = fake_record(7)
+    rec = large_record(7)
     run_dir = RunDir(tmp_path / "runs" / rec.run_id).create()
     run_dir.spec_file.write_text(json.dumps(rec.spec.to_dict(), indent=1))
     write_json_atomic(run_dir.record_file, rec.to_dict())
     assert len(before[2]) > 3 * 128 * 1024
-    test_full_disk.fill(disk, 128 * 1024)  # room for SQLite's -shm file and a few pages, not for the upgrade
+    fill(disk, 128 * 1024)  # room for SQLite's -shm file and a few pages, not for the upgrade
     proc = bench_in_process("import", run_dir.path, "--store", path)
     assert proc.returncode == 2 and "cannot be written" in proc.stderr and "full" in proc.stderr, proc.stderr
     assert store_state(path) == before

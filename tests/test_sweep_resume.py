@@ -12,15 +12,13 @@ import sys
 import time
 
 import pytest
-from conftest import FAST, ROOT, bench, bench_in_process
-from factories import train_spec
-from test_agreement import CLEAR, sweep
-from test_cli_errors import assert_one_line_error
 
 from bench.core.environment import git_state
 from bench.core.errors import CoresInUse, Interrupted
 from bench.core.store import Store
 from bench.results.sweeps import GONE, plan_text, sweep_statuses, this_process
+from conftest import FAST, ROOT, assert_one_line_error, bench, bench_in_process
+from factories import CLEAR, sweep_records, train_spec
 
 SWEEP = ["sweep", "--backend", "single", "--workload", "mnist_mlp", "--world-sizes", "1", "--no-comm", "--no-faults",
          "--repeats", "2", *FAST]
@@ -169,8 +167,8 @@ def stored_sweep(path, sweep_id="s1", state="interrupted", owner=None, planned=2
     ("other schema", [], ["sweep s1 was planned by a bench of record schema 1,"]),
     ("other code", [], ["sweep s1 was planned with the code at commit 0000", "would not be pooled"]),
     ("interrupted", ["--backend", "elastic"], ["fixes what --backend would set; drop it"]),
-    ("interrupted", ["--repeats", "5", "--nproc", "2", "--no-comm"],
-     ["fixes what --", "--repeats", "--nproc", "--no-comm", "would set; drop them"]),
+    ("interrupted", ["--repeats", "5", "--max-nproc", "2", "--no-comm"],
+     ["fixes what --", "--repeats", "--max-nproc", "--no-comm", "would set; drop them"]),
 ])
 def test_what_cannot_be_resumed_is_one_line_and_runs_nothing(make, args, says, store):
     if make == "older bench":
@@ -197,7 +195,7 @@ def test_the_page_says_which_sweep_is_not_complete_and_marks_its_rows(tmp_path):
     path = tmp_path / "bench.sqlite"
     store = stored_sweep(path, "a", state="running", planned=18)  # its owner on another host: not known to be gone
     stored_sweep(path, "b", state="complete", planned=15)
-    for rec in sweep("a", CLEAR) + sweep("b", CLEAR, t0=100):  # 15 launches each
+    for rec in sweep_records("a", CLEAR) + sweep_records("b", CLEAR, t0=100):  # 15 launches each
         store.save(rec)
     page = render_report(load_frame(store), "test", None, store.sweeps())
     assert "Sweep a (bench sweep, started " in page

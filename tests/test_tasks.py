@@ -11,18 +11,43 @@ from bench.core.records import RunError
 from bench.core.registry import get_task
 from bench.core.spec import check_timeout
 from bench.harness.outcome import process_status
-from bench.rank.collectives import GB, OPS, TorchBuffers, ops_per_size, time_messages, sweep_plan
+from bench.rank.collectives import GB, OPS, TorchBuffers, ops_per_size, sweep_plan, time_messages
 from bench.results.frame import records_to_frame
 from bench.tasks.comm import build_spec as build_comm_spec
 from bench.tasks.comm import comm_metrics
-from bench.tasks.fault.analysis import MIN_BIN_S, _detection, _processes, _rank_map, fault_metrics, fault_status, recovered, timeline
 from bench.tasks.fault import FaultMetrics
-from bench.tasks.train import TrainMetrics
+from bench.tasks.fault.analysis import (
+    MIN_BIN_S,
+    _detection,
+    _processes,
+    _rank_map,
+    fault_metrics,
+    fault_status,
+    recovered,
+    timeline,
+)
+from bench.tasks.train import TrainMetrics, train_metrics
 from bench.tasks.train import build_spec as build_train_spec
-from bench.tasks.train import train_metrics
-from factories import (LAUNCHED_AT, RunDirBuilder, comm_output, comm_record, comm_spec, fault_journals, fault_record,
-                       fault_spec, finished_run, outcome, rank_result, rank_row, resumed, steps, train_record,
-                       train_results, train_spec)
+from factories import (
+    LAUNCHED_AT,
+    OBSERVED,
+    RunDirBuilder,
+    comm_output,
+    comm_record,
+    comm_spec,
+    fault_journals,
+    fault_record,
+    fault_spec,
+    finished_run,
+    outcome,
+    rank_result,
+    rank_row,
+    resumed,
+    steps,
+    train_record,
+    train_results,
+    train_spec,
+)
 
 TRAIN, COMM, FAULT = get_task("train"), get_task("comm"), get_task("fault")
 
@@ -217,9 +242,6 @@ def test_a_sweep_with_wrong_elements_is_failed(tmp_path, wrong, status):
 
 
 # ---------------------------------------------------------------- fault figures
-OBSERVED = {"events": [], "rendezvous": [], "detections": []}
-
-
 @pytest.fixture
 def kill_spec():
     return fault_spec(world_size=2)
@@ -372,9 +394,9 @@ def test_the_fault_task_concludes_with_the_launchers_own_report(tmp_path, kill_s
 
 # ---------------------------------------------------------------- efficiency across runs
 def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
-    from bench.tasks.train.results import replicated_cases
-
     import dataclasses
+
+    from bench.tasks.train.results import replicated_cases
 
     old = train_record("e1-old", "elastic", 1, [50.0, 50.0], 2, sweep_id="s0")
     old = dataclasses.replace(old, environment={**old.environment, "git": {"commit": "older", "dirty": False}})
@@ -513,8 +535,8 @@ class CountingGroup:
 
 @pytest.mark.parametrize("ops, n", [(["allreduce"], 2), (["allreduce", "allgather", "broadcast"], 3)])
 def test_a_server_is_told_exactly_the_calls_each_worker_makes(ops, n):
-    comm = {"ops": ops, "dtype": "float32", "min_bytes": 4, "max_bytes": 4096, "warmup_iters": 3, "iters": 7}
-    spec = comm_spec(world_size=n, **comm)
+    spec = comm_spec(world_size=n, ops=ops, dtype="float32", min_bytes=4, max_bytes=4096, warmup_iters=3, iters=7)
+    comm = spec.comm
     group = CountingGroup()
     rows = time_messages(spec, group, rank_row(0, n), TorchBuffers("float32", "cpu", lambda: None))
     assert ops_per_size(comm) == 3 + 7 + 1

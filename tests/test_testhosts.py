@@ -18,7 +18,7 @@ from bench.testbed import hosts as testhosts
 from bench.testbed import teardown
 from bench.testbed.hosts import BEGIN, BRIDGE, DEFAULT_SUBNET, PREFIX, TestHost
 from bench.testbed.protocol import Cluster, SetupError
-from conftest import bench, bench_in_process
+from conftest import assert_fails_in_one_line, bench, bench_in_process
 
 UNAVAILABLE = testhosts.unavailable_reason()
 
@@ -33,14 +33,6 @@ def needs_hosts(test):
 # what the hosts run over ssh: this environment's python, at the same path on every host (one file system)
 PYTHON = sys.executable
 SENTINEL = "# a line of the user's own, before any block\nServerAliveInterval 30\nHost example\n    Port 2222\n"
-
-
-def assert_one_line_error(proc, code, *fragments):
-    assert proc.returncode == code, (proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 # ---------------------------------------------------------------- refusals (no root needed)
@@ -59,18 +51,18 @@ def assert_one_line_error(proc, code, *fragments):
     (["sideways"], ["invalid choice: 'sideways'"]),
 ])
 def test_bad_input_is_refused(args, fragments):
-    assert_one_line_error(bench_in_process("testhosts", *args), 2, *fragments)
+    assert_fails_in_one_line(bench_in_process("testhosts", *args), 2, *fragments)
 
 
 @pytest.mark.parametrize("action", [["up", "2"], ["down"], ["status"]])
 def test_refused_when_not_root(monkeypatch, action):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert_one_line_error(bench_in_process("testhosts", *action), 2, "must be built by root", "sudo")
+    assert_fails_in_one_line(bench_in_process("testhosts", *action), 2, "must be built by root", "sudo")
 
 
 def test_refused_when_not_linux(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert_one_line_error(bench_in_process("testhosts", "up", "2"), 2, "need Linux network namespaces", "darwin")
+    assert_fails_in_one_line(bench_in_process("testhosts", "up", "2"), 2, "need Linux network namespaces", "darwin")
 
 
 @pytest.mark.parametrize("missing", ["sshd", "ssh-keygen"])
@@ -78,14 +70,14 @@ def test_refused_without_openssh_server(monkeypatch, missing):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(testhosts, "netns_problem", lambda: None)
     monkeypatch.setattr(testhosts, "tool", lambda name: None if name == missing else f"/usr/bin/{name}")
-    assert_one_line_error(bench_in_process("testhosts", "up", "2"), 2, f"{missing} not found",
+    assert_fails_in_one_line(bench_in_process("testhosts", "up", "2"), 2, f"{missing} not found",
                           "install openssh-server")
 
 
 def test_refused_without_ip(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(testhosts, "tool", lambda name: None)
-    assert_one_line_error(bench_in_process("testhosts", "status"), 2, "`ip` (iproute2) is not installed")
+    assert_fails_in_one_line(bench_in_process("testhosts", "status"), 2, "`ip` (iproute2) is not installed")
 
 
 def test_every_test_cluster_follows_the_protocol():
@@ -250,14 +242,15 @@ def test_hosts_reach_only_their_own_network(hosts, machine):
 @needs_hosts
 def test_host1_reaches_a_port_on_host2(hosts):
     one, two = hosts
-    server = ("import socket; s = socket.create_server((%r, 29500)); s.settimeout(15); print('ready', flush=True); "
-              "c, peer = s.accept(); c.sendall(socket.gethostname().encode()); print(peer[0])" % two.address)
+    server = (f"import socket; s = socket.create_server(({two.address!r}, 29500)); s.settimeout(15); "
+              "print('ready', flush=True); c, peer = s.accept(); c.sendall(socket.gethostname().encode()); "
+              "print(peer[0])")
     listener = subprocess.Popen(["ssh", two.address, shlex.join([PYTHON, "-c", server])], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
         assert listener.stdout.readline().strip() == "ready", listener.stderr.read()
-        client = ("import socket; c = socket.create_connection((%r, 29500), timeout=10); "
-                  "print(c.recv(100).decode())" % two.address)
+        client = (f"import socket; c = socket.create_connection(({two.address!r}, 29500), timeout=10); "
+                  "print(c.recv(100).decode())")
         proc = ssh(one.address, PYTHON, "-c", client)
         assert proc.stdout.strip() == two.name, proc.stderr
         out, err = listener.communicate(timeout=20)
@@ -318,14 +311,14 @@ def test_a_failed_up_rolls_back(machine, monkeypatch):
 
     monkeypatch.setattr(testhosts, "start_sshd", second_fails)
     proc = bench_in_process("testhosts", "up", "2")
-    assert_one_line_error(proc, 1, "bench testhosts: error: `sshd` of bench-th2: refused for this test")
+    assert_fails_in_one_line(proc, 1, "bench testhosts: error: `sshd` of bench-th2: refused for this test")
     nothing_left(machine)
 
 
 @needs_hosts
 def test_down_leaves_nothing(hosts, machine):
     pids = [testhosts.sshd_pid(h) for h in hosts]
-    assert all(pids)
+    assert pids and all(pids)
     proc = bench("testhosts", "down", timeout=60)
     assert proc.returncode == 0 and "test hosts removed" in proc.stderr, proc.stderr
     nothing_left(machine)

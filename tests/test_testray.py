@@ -10,13 +10,19 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_ray import assert_no_ray_left
-from test_testhosts import assert_one_line_error
 
 from bench.testbed import hosts as testhosts
 from bench.testbed import ray as testray
 from bench.testbed.protocol import StateFile
-from conftest import FAST, bench, bench_in_process, bench_json, run_tag_of
+from conftest import (
+    FAST,
+    assert_fails_in_one_line,
+    assert_nothing_left,
+    bench,
+    bench_in_process,
+    bench_json,
+    run_tag_of,
+)
 
 UNAVAILABLE = testray.unavailable_reason()
 
@@ -30,13 +36,13 @@ UNAVAILABLE = testray.unavailable_reason()
     (["up", "--cpus", "0"], ["--cpus"]),
 ])
 def test_bad_input_is_refused(args, fragments):
-    assert_one_line_error(bench_in_process("testray", *args), 2, *fragments)
+    assert_fails_in_one_line(bench_in_process("testray", *args), 2, *fragments)
 
 
 @pytest.mark.parametrize("action", ["up", "down", "status"])
 def test_refused_when_not_root(monkeypatch, action):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert_one_line_error(bench_in_process("testray", action), 2, "root", "sudo")
+    assert_fails_in_one_line(bench_in_process("testray", action), 2, "root", "sudo")
 
 
 def test_refused_without_test_hosts(monkeypatch, tmp_path):
@@ -44,14 +50,14 @@ def test_refused_without_test_hosts(monkeypatch, tmp_path):
     monkeypatch.setattr(testray, "unavailable_reason", lambda: None)
     monkeypatch.setattr(testhosts, "STATE", StateFile(tmp_path))  # no state file: no hosts were built
     monkeypatch.setattr(testray, "build", lambda *a: pytest.fail("built without test hosts"))
-    assert_one_line_error(bench_in_process("testray", "up"), 2, "no test hosts are up", "bench testhosts up 2")
+    assert_fails_in_one_line(bench_in_process("testray", "up"), 2, "no test hosts are up", "bench testhosts up 2")
 
 
 def test_refused_without_ray(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(testhosts, "unavailable_reason", lambda: None)
     monkeypatch.setattr("bench.backends.ray.ray_problem", lambda: "Ray is not installed; pip install -e '.[ray]'")
-    assert_one_line_error(bench_in_process("testray", "up"), 2, "Ray is not installed", "pip install")
+    assert_fails_in_one_line(bench_in_process("testray", "up"), 2, "Ray is not installed", "pip install")
 
 
 def test_a_client_joins_with_the_clusters_own_token():
@@ -111,9 +117,9 @@ def test_ray_trains_across_the_test_hosts_and_leaves_the_cluster_as_it_was(clust
     assert "ray runtime start" in m["startup"]["launcher_phases"]  # here: joining the cluster
     # nothing of the run left, and the cluster as it was: none of its processes ended by the run's teardown (a
     # cluster-wide actor the run made, Ray Train's AutoscalingCoordinator, stays the cluster's, untagged)
-    assert_no_ray_left(record)
+    assert_nothing_left(record)
     assert not [p for p in testray.processes() if p.pid not in before and tagged(p)]
-    assert all(psutil.pid_exists(pid) for pid in before)
+    assert before and all(psutil.pid_exists(pid) for pid in before)
     assert bench("testray", "status").returncode == 0
 
     proc = bench("testray", "down")

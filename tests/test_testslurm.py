@@ -17,13 +17,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_testhosts import assert_one_line_error
 
 from bench.testbed import hosts as testhosts
 from bench.testbed import slurm as testslurm
 from bench.testbed.hosts import TestHost
 from bench.testbed.protocol import StateFile
-from conftest import FAST, bench, bench_in_process
+from conftest import FAST, assert_fails_in_one_line, bench, bench_in_process
 
 UNAVAILABLE = testslurm.unavailable_reason()
 
@@ -40,13 +39,13 @@ def needs_cluster(test):
     (["up", "2"], ["unrecognized arguments: 2"]),
 ])
 def test_bad_input_is_refused(args, fragments):
-    assert_one_line_error(bench_in_process("testslurm", *args), 2, *fragments)
+    assert_fails_in_one_line(bench_in_process("testslurm", *args), 2, *fragments)
 
 
 @pytest.mark.parametrize("action", ["up", "down", "status"])
 def test_refused_when_not_root(monkeypatch, action):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert_one_line_error(bench_in_process("testslurm", action), 2, "root", "sudo")
+    assert_fails_in_one_line(bench_in_process("testslurm", action), 2, "root", "sudo")
 
 
 def test_refused_without_slurm_or_munge(monkeypatch):
@@ -54,7 +53,7 @@ def test_refused_without_slurm_or_munge(monkeypatch):
     monkeypatch.setattr(testhosts, "netns_problem", lambda: None)
     monkeypatch.setattr(testhosts, "tool", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(testslurm, "tool", lambda name: None if name in ("slurmctld", "munged") else f"/usr/bin/{name}")
-    assert_one_line_error(bench_in_process("testslurm", "up"), 2, "munged, slurmctld not found",
+    assert_fails_in_one_line(bench_in_process("testslurm", "up"), 2, "munged, slurmctld not found",
                           "apt-get install -y slurm-wlm munge")
 
 
@@ -62,7 +61,7 @@ def test_refused_without_test_hosts(monkeypatch, tmp_path):
     monkeypatch.setattr(testslurm, "unavailable_reason", lambda: None)
     monkeypatch.setattr(testhosts, "STATE", StateFile(tmp_path))  # no state file: no hosts were built
     monkeypatch.setattr(testslurm, "build", lambda *a: pytest.fail("built without test hosts"))
-    assert_one_line_error(bench_in_process("testslurm", "up"), 2, "no test hosts are up",
+    assert_fails_in_one_line(bench_in_process("testslurm", "up"), 2, "no test hosts are up",
                           "bench testhosts up 2")
 
 

@@ -1,26 +1,28 @@
 """The TensorFlow backends (tf-mwms, horovod-tf): the same models as the PyTorch backends, the same update from the
-same weights, and real runs through the CLI.
+same weights, and real runs through the CLI (their hang, crash, kill, fault and equivalence:
+tests/test_backend_contract.py).
 
 They need TensorFlow and tf_keras (the `tf` extra, which the nox sessions install) and, for horovod-tf, a Horovod
 built with TensorFlow (`python -m bench.tools.horovod_build`). Where TensorFlow is missing they are skipped saying so,
 except under CI (CI=true), where a missing TensorFlow fails them: CI can never pass by skipping them.
 """
 
-import importlib.util
 import os
 
 import numpy as np
 import pytest
-# torch's compiler stack (torch._dynamo, which loads triton) before TensorFlow: triton and TensorFlow each carry an
-# LLVM, and triton's loaded after TensorFlow crashes the process (a segmentation fault importing triton/knobs.py)
-import torch._dynamo  # noqa: F401
-import torchvision  # noqa: F401
 
-from conftest import FAST, assert_nothing_left, bench_json
+from conftest import (
+    FAST,
+    ROOT,
+    assert_nothing_left,
+    assert_one_line_error,
+    bench,
+    needs_tf,
+    torch_compiler_before_tensorflow,
+)
 
-MISSING = [name for name in ("tensorflow", "tf_keras") if importlib.util.find_spec(name) is None]
-needs_tf = pytest.mark.skipif(bool(MISSING) and os.environ.get("CI") != "true",
-                              reason=f"{' and '.join(MISSING)} not installed (pip install -e .[tf])")
+torch_compiler_before_tensorflow()  # the models are built and stepped here, in this process
 
 # SGD steps with momentum from the same weights on the same batch: PyTorch's and Keras's parameters afterwards agree
 # within this, relative to the largest change the steps made (float32 arithmetic in another order: convolution and
@@ -49,6 +51,7 @@ def _same_model(name):
 
 
 @needs_tf
+@pytest.mark.slow  # TensorFlow loaded in this process (seconds)
 @pytest.mark.parametrize("name", ["mnist_mlp", "resnet18"])
 def test_keras_models_have_the_same_layers_and_parameter_counts(name):
     workload, size, theirs, ours, copied = _same_model(name)
@@ -60,6 +63,7 @@ def test_keras_models_have_the_same_layers_and_parameter_counts(name):
 
 
 @needs_tf
+@pytest.mark.slow  # TensorFlow loaded in this process (seconds)
 @pytest.mark.parametrize("name", ["mnist_mlp", "resnet18"])
 def test_one_step_of_each_framework_computes_the_same_update(name):
     import tensorflow as tf
@@ -72,7 +76,8 @@ def test_one_step_of_each_framework_computes_the_same_update(name):
     x = torch.randn(size.batch, workload.channels, size.image, size.image, generator=gen)
     y = torch.randint(0, size.synthetic_classes, (size.batch,), generator=gen)
     before = [p.detach().numpy().copy() for p in theirs.parameters()]
-    assert all(np.array_equal(a, b) for a, b in zip(before, torch_view(ours, theirs)))
+    view = torch_view(ours, theirs)
+    assert before and len(view) == len(before) and all(np.array_equal(a, b) for a, b in zip(before, view))
 
     # the same logits before any step: the forward passes agree
     theirs.train()
@@ -110,9 +115,9 @@ def test_one_step_of_each_framework_computes_the_same_update(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tf-mwms", "horovod-tf"])
 @pytest.mark.parametrize("workload", ["mnist_mlp", "resnet18"])
-def test_two_process_tensorflow_run(backend, workload, store):
-    proc, record = bench_json("run", "--backend", backend, "--workload", workload, "--nproc", 2,
-                              "--store", store, *FAST)
+def test_two_process_tensorflow_run(backend, workload, two_worker_run):
+    run = two_worker_run(backend, workload)  # the MLP's shared with the contract's equivalence test
+    proc, record = run.proc, run.record
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok", record.get("error")
     spec, m = record["spec"], record["metrics"]
@@ -128,21 +133,6 @@ def test_two_process_tensorflow_run(backend, workload, store):
     assert sorted(r["threads"]["affinity"] for r in ranks) == [[0], [1]]
     assert all(r["threads"]["threads_off_affinity"] == 0 for r in ranks), ranks
     assert_nothing_left(record)
-
-
-@needs_tf
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["tf-mwms", "horovod-tf"])
-def test_crashed_and_hung_tensorflow_workers(backend, store):
-    proc, crashed = bench_json("run", "--backend", backend, "--nproc", 2, "--inject", "crash:1:4",
-                               "--store", store, *FAST)
-    assert proc.returncode == 1 and crashed["status"] == "crashed", crashed.get("error")
-    assert crashed["error"]["rank"] == 1
-    assert_nothing_left(crashed)
-    proc, hung = bench_json("run", "--backend", backend, "--nproc", 2, "--inject", "hang:0:3", "--timeout", 25,
-                            "--store", store, *FAST)
-    assert proc.returncode == 1 and hung["status"] == "timeout", hung.get("error")
-    assert_nothing_left(hung)
 
 
 # ------------------------------------------------------------------------------------------ without TensorFlow
@@ -174,18 +164,16 @@ def test_all_means_the_backends_that_take_the_task():
     (["fault", "--backend", "tf-mwms"], "tf-mwms"),
 ])
 def test_the_tasks_they_do_not_take_are_refused_in_one_line(argv, says, tmp_path):
-    from conftest import bench
-    from test_cli_errors import assert_one_line_error
-
     assert_one_line_error(bench(*argv, "--store", tmp_path / "s.sqlite"), says)
     assert not (tmp_path / "s.sqlite").exists()
 
 
 @needs_tf
+@pytest.mark.slow  # TensorFlow loaded in this process (seconds)
 def test_a_tensorflow_sweep_counts_wrong_elements():
     """The sweep's check on TensorFlow tensors (TFBuffers): a collective that returns the right values is clean, one
     that gets an element wrong is counted at every size, in every dtype the backends take."""
-    from bench.backends.tf_training import TFBuffers
+    from bench.backends.shared.keras import TFBuffers
     from bench.rank.collectives import time_messages
     from factories import comm_spec, rank_row
 
@@ -214,9 +202,6 @@ def test_a_tensorflow_sweep_counts_wrong_elements():
 def test_a_tensorflow_run_without_tensorflow_says_how_to_install_it(tmp_path):
     """TensorFlow hidden (a sitecustomize that makes find_spec miss it, as on a machine without the extra): each
     backend is unavailable, in one line naming the extra, before anything is created."""
-    from conftest import ROOT, bench
-    from test_cli_errors import assert_one_line_error
-
     monkey = tmp_path / "shadow"
     monkey.mkdir()
     (monkey / "sitecustomize.py").write_text(
@@ -233,28 +218,13 @@ def test_a_tensorflow_run_without_tensorflow_says_how_to_install_it(tmp_path):
     assert not store.exists()
 
 
-@needs_tf
-@pytest.mark.slow
-def test_both_tensorflow_backends_end_with_the_same_parameters(store):
-    """The same seeded Keras model, the same per-rank batches and the mean of the same gradients each step: TensorFlow's
-    own strategy and Horovod's tape hold the same parameters afterwards (any difference is a bug of one of them)."""
-    sums = {}
-    for backend in ("tf-mwms", "horovod-tf"):
-        proc, record = bench_json("run", "--backend", backend, "--nproc", 2, "--seed", 7, "--store", store, *FAST)
-        assert proc.returncode == 0 and record["status"] == "ok", proc.stderr
-        sums[backend] = [(r["param_checksum"], r["loss_last"]) for r in record["metrics"]["per_rank"]]
-    for (total, loss), (total_h, loss_h) in zip(sums["tf-mwms"], sums["horovod-tf"]):
-        assert total_h == pytest.approx(total, rel=1e-5) and loss_h == pytest.approx(loss, rel=1e-4)
-
-
 def test_they_are_measured_against_their_own_one_worker_run_not_pytorchs_plain_loop():
     """The plain loop is PyTorch's: a TensorFlow backend's step computes with another framework, so its figure against
     the plain loop would mix the framework's compute into "the communication not hidden". It is trained at one worker
     too, and its efficiency is over that run."""
-    from factories import train_record
-
     from bench.tasks.train.results import gate_figures
     from bench.workflows.plan import backend_world_sizes
+    from factories import train_record
 
     assert backend_world_sizes("tf-mwms", [1, 2]) == backend_world_sizes("horovod-tf", [1, 2]) == [1, 2]
     assert backend_world_sizes("ps", [1, 2]) == [2]  # a reference backend of the plain loop's framework
@@ -297,8 +267,6 @@ def test_the_tensorflow_backends_against_their_bare_keras_loops(tmp_path):
     workers; bare_horovod_tf.py under horovodrun), training and a 16 MiB allreduce."""
     import json
 
-    from conftest import bench
-
     proc = bench("selfcheck", "--backend", "tf-mwms,horovod-tf", "--workload", "mnist_mlp", "--pairs", "2",
                  "--max-minutes", "0", *FAST, "--json", "--store", tmp_path / "s.sqlite", timeout=400)
     assert proc.returncode in (0, 1), proc.stderr  # the verdict depends on the machine; the shape does not
@@ -307,7 +275,8 @@ def test_the_tensorflow_backends_against_their_bare_keras_loops(tmp_path):
         ("tf-mwms", "throughput"), ("tf-mwms", "busbw"), ("horovod-tf", "throughput"), ("horovod-tf", "busbw")]
     for check in out["checks"]:
         assert check["launches"] == [2, 2] and not check["why"].startswith("a launch failed"), check["why"]
-        assert all(v > 0 for v in check["suite"] + check["bare"]) and check["low"] < check["ratio"] < check["high"]
+        assert check["suite"] and check["bare"] and all(v > 0 for v in check["suite"] + check["bare"])
+        assert check["low"] < check["ratio"] < check["high"]
         # the same work on both sides: far from equal would be another model, batch or message, not noise
         assert 0.5 < check["ratio"] < 2.0, check
     assert "Traceback" not in proc.stderr

@@ -4,45 +4,24 @@ run as the README shows them."""
 
 import hashlib
 import json
-import textwrap
 
 import pytest
-from test_cli_errors import assert_one_line_error
 
-from conftest import FAST, bench, bench_in_process, bench_json, processes_of_run
-
-GOOD = '''
-from workloads import Size, Workload
-
-
-def build(num_classes, image):
-    import torch.nn as nn
-
-    return nn.Sequential(nn.Flatten(), nn.Linear(image * image, 32), nn.ReLU(), nn.Linear(32, num_classes))
-
-
-TINY = Workload(name="tiny", summary="a tiny MLP", channels=1, gpu=Size(64, 12, 4, 50), cpu=Size(16, 12, 4, 5),
-                fixed_image=False, build=build)
-'''
-
-
-def write(folder, name, text):
-    path = folder / name
-    path.write_text(textwrap.dedent(text))
-    return path
+from conftest import FAST, assert_one_line_error, bench, bench_in_process, bench_json, processes_of_run
+from factories import TINY_WORKLOAD, write_source
 
 
 @pytest.mark.parametrize("text, ref, fragment", [
     (None, "missing.py:TINY", "no file"),
     ("def broken(:\n", "w.py:TINY", "does not import (SyntaxError"),
     ("raise RuntimeError('no GPU here')\n", "w.py:TINY", "does not import (RuntimeError: no GPU here)"),
-    (GOOD, "w.py:HUGE", "has no 'HUGE'; its workloads: TINY"),
-    (GOOD + "\nNOT_ONE = 3\n", "w.py:NOT_ONE", "is a int, not a workloads.Workload"),
-    (GOOD.replace("cpu=Size(16, 12, 4, 5)", "cpu=Size(0, 12, 4, 5)"), "w.py:TINY", "TINY.cpu.batch must be a positive"),
-    (GOOD.replace("return nn.Sequential", "raise ValueError('bad width')\n    return nn.Sequential"), "w.py:TINY",
+    (TINY_WORKLOAD, "w.py:HUGE", "has no 'HUGE'; its workloads: TINY"),
+    (TINY_WORKLOAD + "\nNOT_ONE = 3\n", "w.py:NOT_ONE", "is a int, not a workloads.Workload"),
+    (TINY_WORKLOAD.replace("cpu=Size(16, 12, 4, 5)", "cpu=Size(0, 12, 4, 5)"), "w.py:TINY", "TINY.cpu.batch must be a positive"),
+    (TINY_WORKLOAD.replace("return nn.Sequential", "raise ValueError('bad width')\n    return nn.Sequential"), "w.py:TINY",
      "build(4, 12) failed (ValueError: bad width)"),
-    (GOOD.replace("nn.Linear(32, num_classes)", "nn.Linear(32, 7)"), "w.py:TINY", "(2, 4) scores, not (2, 7)"),
-    (GOOD.replace("image * image, 32", "99, 32"), "w.py:TINY", "does not take a batch of shape (2, 1, 12, 12)"),
+    (TINY_WORKLOAD.replace("nn.Linear(32, num_classes)", "nn.Linear(32, 7)"), "w.py:TINY", "(2, 4) scores, not (2, 7)"),
+    (TINY_WORKLOAD.replace("image * image, 32", "99, 32"), "w.py:TINY", "does not take a batch of shape (2, 1, 12, 12)"),
     (None, "no_such_pkg.mod:TINY", "no module 'no_such_pkg.mod'"),
     (None, "w.py:", "give a built-in name, PKG.MODULE:NAME or path/to/file.py:NAME"),
     (None, "not a module:TINY", "neither a .py file nor a dotted module name"),
@@ -50,13 +29,13 @@ def write(folder, name, text):
 def test_a_broken_workload_is_one_line_before_anything_runs(tmp_path, monkeypatch, text, ref, fragment):
     monkeypatch.chdir(tmp_path)
     if text is not None:
-        write(tmp_path, "w.py", text)
+        write_source(tmp_path, "w.py", text)
     store = tmp_path / "results" / "b.sqlite"
     assert_one_line_error(bench_in_process("run", "--workload", ref, "--store", store), fragment)
     assert not store.exists()
 
 
-OWN_DATA = GOOD + """
+OWN_DATA = TINY_WORKLOAD + """
 
 def datasets():
     import torch
@@ -72,6 +51,7 @@ OWN = Workload(name="own", summary="with its data", channels=1, gpu=Size(64, 12,
 """
 
 
+@pytest.mark.slow  # each a check in a process of its own that builds the data sets with torch (seconds)
 @pytest.mark.parametrize("change, args, fragment", [
     (("classes=4", "classes=None"), [], "OWN.classes must say how many classes"),
     (("datasets=datasets, classes", "datasets=3, classes"), [], "OWN.datasets must be None or callable"),
@@ -87,7 +67,7 @@ OWN = Workload(name="own", summary="with its data", channels=1, gpu=Size(64, 12,
 ])
 def test_a_broken_dataset_factory_or_loss_is_one_line(tmp_path, monkeypatch, change, args, fragment):
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, "w.py", OWN_DATA.replace(*change) if change[0] else OWN_DATA)
+    write_source(tmp_path, "w.py", OWN_DATA.replace(*change) if change[0] else OWN_DATA)
     store = tmp_path / "results" / "b.sqlite"
     proc = bench_in_process("run", "--workload", "w.py:OWN", "--data", "workload", "--nproc", 2, *args,
                             "--store", store)
@@ -97,7 +77,7 @@ def test_a_broken_dataset_factory_or_loss_is_one_line(tmp_path, monkeypatch, cha
 
 def test_data_workload_needs_a_factory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, "w.py", GOOD)
+    write_source(tmp_path, "w.py", TINY_WORKLOAD)
     assert_one_line_error(bench_in_process("run", "--workload", "w.py:TINY", "--data", "workload",
                                            "--store", tmp_path / "b.sqlite"), "brings no data sets of its own")
 
@@ -122,7 +102,7 @@ def test_a_users_workload_runs_under_every_backend(tmp_path, store, backend, for
     there too); its source is recorded."""
     folder = tmp_path / "mine"
     folder.mkdir()
-    path = write(folder, "models.py", GOOD)
+    path = write_source(folder, "models.py", TINY_WORKLOAD)
     (folder / "__init__.py").write_text("")
     reference = f"{path}:TINY" if form == "file" else "mine.models:TINY"
     proc = bench("run", "--backend", backend, "--workload", reference, "--nproc", 2, "--store", store, "--json",

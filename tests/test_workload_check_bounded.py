@@ -12,17 +12,17 @@ import time
 
 import psutil
 import pytest
-from test_user_workloads import GOOD, write
 
 from conftest import ROOT, bench
+from factories import TINY_WORKLOAD, write_source
 
 LINGER = '''
 import subprocess, sys
 # a process of its own that outlives nothing: it must be ended with the check
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", __file__])
 '''
-HANG_AT_IMPORT = LINGER + "import time\ntime.sleep(600)\n" + GOOD
-HANG_IN_BUILD = GOOD.replace("    import torch.nn as nn\n", "    while True:\n        pass\n")
+HANG_AT_IMPORT = LINGER + "import time\ntime.sleep(600)\n" + TINY_WORKLOAD
+HANG_IN_BUILD = TINY_WORKLOAD.replace("    import torch.nn as nn\n", "    while True:\n        pass\n")
 
 
 def processes_naming(folder) -> list:
@@ -43,7 +43,7 @@ def processes_naming(folder) -> list:
     (HANG_IN_BUILD, ["--check-timeout", "12"], 12),
 ])
 def test_a_workload_that_hangs_is_refused_at_the_limit(tmp_path, text, limit_args, limit):
-    path = write(tmp_path, "w.py", text)
+    path = write_source(tmp_path, "w.py", text)
     store = tmp_path / "results" / "b.sqlite"
     began = time.monotonic()
     proc = bench("run", "--workload", f"{path}:TINY", *limit_args, "--store", store, timeout=120)
@@ -62,12 +62,12 @@ def test_a_workload_that_hangs_is_refused_at_the_limit(tmp_path, text, limit_arg
 
 def test_the_limit_and_its_default_are_in_the_help():
     text = " ".join(bench("run", "--help").stdout.split())
-    assert "--check-timeout CHECK_TIMEOUT seconds a workload of your own may take to load, build and take a batch" \
+    assert "--check-timeout SECONDS seconds a workload of your own may take to load, build and take a batch" \
         in text and "(default 60; it never exceeds --timeout, and is at most 604800 s" in text
 
 
 def test_a_check_that_dies_without_an_answer_is_one_line(tmp_path):
-    path = write(tmp_path, "w.py", "import os, sys\nprint('going', file=sys.stderr)\nos._exit(3)\n")
+    path = write_source(tmp_path, "w.py", "import os, sys\nprint('going', file=sys.stderr)\nos._exit(3)\n")
     proc = bench("run", "--workload", f"{path}:TINY", "--store", tmp_path / "b.sqlite", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -79,14 +79,15 @@ def test_a_check_that_dies_without_an_answer_is_one_line(tmp_path):
 def test_the_parent_is_told_what_it_needs_and_imports_no_torch(tmp_path):
     """What the user's code prints (at import, in build()) goes to stderr, never into the answer; the parent gets
     the workload's sizes and its source, and holds no torch (nor the user's module) afterwards."""
-    path = write(tmp_path, "w.py", "print('hello from the import')\n" + GOOD)
+    path = write_source(tmp_path, "w.py", "print('hello from the import')\n" + TINY_WORKLOAD)
     script = textwrap.dedent(f"""
         import json, sys
         from bench.harness.workload_check import workload_of
         reference, info, source = workload_of({f'{path}:TINY'!r})
         print(json.dumps({{"reference": reference, "cpu": info.size("cpu").batch, "image": info.cpu.image,
                            "sha256": source["sha256"],
-                           "loaded": sorted(m for m in sys.modules if m == "torch" or m.startswith("bench_workload_"))}}))
+                           "loaded": sorted(m for m in sys.modules
+                                            if m == "torch" or m.startswith("bench_workload_"))}}))
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -101,7 +102,7 @@ def test_the_parent_is_told_what_it_needs_and_imports_no_torch(tmp_path):
 def test_a_check_outlived_by_its_bench_process_is_ended(tmp_path):
     """bench SIGKILLed while a user's workload is being checked: the lifeline ends the check's process and what it
     started, as it ends a run's."""
-    path = write(tmp_path, "w.py", HANG_AT_IMPORT)
+    path = write_source(tmp_path, "w.py", HANG_AT_IMPORT)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("BENCH_STORE", None)
     proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--workload", f"{path}:TINY", "--check-timeout", "60",

@@ -3,8 +3,8 @@ its own data sets (train and held-out), which `--data workload` reads."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,8 @@ class Size:
     batch: int  # per-worker batch
     image: int  # side of the square input image, in pixels
     synthetic_classes: int  # class count of the synthetic data set at this size
-    window_steps: int  # default steps per timed window: about a second of work on one core (launches, not windows, average out the noise)
+    # default steps per timed window: about a second of work on one core (launches, not windows, average out the noise)
+    window_steps: int
 
 
 @dataclass(frozen=True)
@@ -25,16 +26,16 @@ class Workload:
     gpu: Size
     cpu: Size  # the "CPU size": what runs when no GPU is in play
     fixed_image: bool  # True when the model only accepts its native image side
-    build: Callable[[int, int], "object"]  # (num_classes, image side) -> torch.nn.Module
+    build: Callable[[int, int], object]  # (num_classes, image side) -> torch.nn.Module
     # () -> a loss module called as loss(scores, class indices); None: torch.nn.CrossEntropyLoss()
-    loss: Callable[[], "object"] | None = None
+    loss: Callable[[], object] | None = None
     # () -> (train, held_out): torch Datasets of (input of shape (channels, image, image), class index) pairs,
     # read through a DataLoader with a DistributedSampler under `--data workload`; None: it has none
     datasets: Callable[[], tuple] | None = None
     classes: int | None = None  # the class count of its own data sets (needed with `datasets`)
     # (num_classes, image side) -> the same model as a Keras model (tf_keras) taking channels-last inputs, for the
     # TensorFlow backends; None: the workload has none, and runs under the PyTorch backends only
-    build_keras: Callable[[int, int], "object"] | None = None
+    build_keras: Callable[[int, int], object] | None = None
 
     def make_loss(self):
         import torch.nn as nn
@@ -68,5 +69,5 @@ class WorkloadInfo:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "WorkloadInfo":
+    def from_dict(cls, d: dict) -> WorkloadInfo:
         return cls(**{**d, "gpu": Size(**d["gpu"]), "cpu": Size(**d["cpu"])})

@@ -3,7 +3,7 @@ the Keras that Horovod 0.28.1's TensorFlow side and tf.distribute's custom train
 TensorFlow 2.16 `tf.keras` is Keras 3 unless TF_USE_LEGACY_KERAS=1; importing tf_keras by name needs neither).
 
 Models are channels-last (NHWC), TensorFlow's layout on the CPU; the batches the workers share are the PyTorch
-backends' own (channels-first), transposed once per batch (bench.backends.tf_training)."""
+backends' own (channels-first), transposed once per batch (bench.backends.shared.keras_batches)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def torch_view(keras_model, torch_model) -> list:
     """The Keras model's trainable weights laid out as the PyTorch model's parameters() (the inverse conversion),
     numpy arrays in the same order: what a comparison of the two frameworks' updates reads."""
     out = []
-    for src, layer in paired_layers(keras_model, torch_model):
+    for _, layer in paired_layers(keras_model, torch_model):
         kind = type(layer).__name__
         for w in layer.trainable_weights:
             value = w.numpy()

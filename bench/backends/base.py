@@ -1,20 +1,35 @@
-"""The backend plug-in interface, split along its real seams. A backend holds only what differs between
-backends; timing, records, statistics and reports never branch on its name.
+"""The backend plug-in interface. A backend holds only what differs between backends; timing, records, statistics
+and reports never branch on its name. It is one folder, bench/backends/<name>/, split by the process that runs
+each part:
 
-- `Launcher` (parent side; must not import torch at module level): the command that starts the ranks,
-  the environment it needs, and how a rank reads its identity from the environment it was started with.
-- `ProcessGroup` (worker side, one per process): join the group, wrap model and optimizer, barrier,
-  collectives, shutdown, and the protocol of processes whose role is not "worker" (parameter servers), whose
-  loops are the tasks'.
-- `ElasticMode` (fault runs): start the run in the backend's elastic mode, start a joining worker, the
-  worker's state through faults (`ElasticState`: resume, commit; the loop is the fault task's), and what the
-  launcher itself reports about a fault.
-- `Backend`: the name, options, limits and availability, with its launcher, process group and
-  elastic mode (None when it has none).
+- `__init__.py` (the parent; no framework import): `Backend`, what the parent needs: the name, options, limits,
+  availability, the cost model, its `Launcher`, its `ElasticMode` (None when it has none), and the dotted path of
+  its process group's module (`group`), which only a run's processes import;
+- `launcher.py` (the parent; no framework import): `Launcher`, the command that starts the ranks, the environment
+  it needs and how a rank reads its identity from the environment it was started with; and `ElasticMode`, a
+  fault run's launch in the backend's elastic mode, a joining worker's start, what the launcher reported;
+- `group.py` (a run's processes; its framework imported at the top): `ProcessGroup`, one per process: join the
+  group, wrap model and optimizer, barrier, collectives, shutdown, the worker's state through faults
+  (`ElasticState`: resume, commit; the loop is the fault task's) and the protocol of processes whose role is not
+  "worker" (parameter servers), whose loops are the tasks'. The module ends with `GROUP = ...`.
+
+What a backend must give (everything else has a default here, used unless it has reason to differ):
+
+| part | required |
+|---|---|
+| `Backend` | `name`, `summary`, `launcher`, `group` |
+| `Launcher` | `command`, `rank_identity` |
+| `ProcessGroup` | `init` |
+| `ElasticMode` (only with an elastic mode) | `scenarios`, `launch`, `join`; its `ProcessGroup.elastic_state` |
+| `ElasticState` | `resume`, `commit` |
+
+Code that several backends share (the torchrun launcher, DistributedDataParallel's group, the TensorFlow side) is
+in bench/backends/shared/.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import socket
 from abc import ABC, abstractmethod
@@ -22,7 +37,6 @@ from dataclasses import dataclass
 
 from bench.core.hostlist import placement
 from bench.core.records import RankRow
-from bench.core.rundir import write_atomic
 from bench.rank.collectives import TorchBuffers, bus_factor
 from bench.rank.training import TorchElasticTraining, TorchTraining
 
@@ -89,7 +103,7 @@ def rank_row(**fields):
 
 
 class Launcher(ABC):
-    """Parent side: how the ranks of a run are started."""
+    """Parent side: how the ranks of a run are started (launcher.py; no framework import)."""
 
     spans_hosts = False  # whether command() starts ranks on several hosts (spec.hosts); else one host at most
 
@@ -111,12 +125,12 @@ class Launcher(ABC):
 
 
 class ProcessGroup(ABC):
-    """Worker side: one instance in each process of a run. Its framework is PyTorch unless it says otherwise
-    (set_threads, training): a TensorFlow backend's group gives its own."""
+    """Worker side: one instance in each process of a run (group.py). Its framework is PyTorch unless it says
+    otherwise (set_threads, training, elastic_training, buffers): a TensorFlow backend's group gives its own."""
 
     def set_threads(self, threads: int) -> None:
         """The framework's compute threads in this process (--threads), set before the group is joined."""
-        import torch  # here: a TensorFlow backend's processes never load torch
+        import torch  # here, not at the top: a TensorFlow backend's processes never load torch
 
         torch.set_num_threads(threads)
 
@@ -148,10 +162,10 @@ class ProcessGroup(ABC):
     def shutdown(self) -> None:
         pass
 
-    def buffers(self, spec, member):
-        """A communication sweep's buffers (bench.rank.collectives.TorchBuffers: torch tensors of the sweep's dtype
-        on the worker's device); a group of another framework gives its own."""
-        return TorchBuffers(spec.comm["dtype"], member.device, member.sync)
+    def buffers(self, dtype: str, member):
+        """A communication sweep's buffers (bench.rank.collectives.TorchBuffers: torch tensors of `dtype` on the
+        worker's device); a group of another framework gives its own."""
+        return TorchBuffers(dtype, member.device, member.sync)
 
     def run_op(self, op: str, inp, out):
         """Run one collective (bench.rank.collectives.OPS) and return the tensor holding its result."""
@@ -162,9 +176,17 @@ class ProcessGroup(ABC):
         for that role call (bench/tasks/train/rank.py, bench/tasks/comm/rank.py)."""
         raise RuntimeError(f"this backend has no role {info.role!r}")
 
+    def elastic_state(self, model, optimizer, run_dir, spec, on_reset) -> "ElasticState":
+        """The training state of this process through faults, under the backend's elastic mode, for the fault
+        task's loop (bench/tasks/fault/rank.py); on_reset(rank, size) is called when the backend resets the group."""
+        raise RuntimeError("this backend has no elastic mode")
+
 
 class ElasticMode(ABC):
-    """A backend's elastic mode, as `bench fault` drives it."""
+    """A backend's elastic mode, as `bench fault` drives it: its parent side (launcher.py; the worker's side is
+    ProcessGroup.elastic_state). `fault` is the fault task's settings (bench.tasks.fault.settings.FaultSettings),
+    given by the fault task: what an elastic mode reads of them is `joining` (one more worker joins, rather than
+    one lost), `max_restarts` and `recovery_timeout`."""
 
     scenarios: tuple[str, ...] = ()  # fault scenarios it supports ("kill", "join")
 
@@ -173,18 +195,13 @@ class ElasticMode(ABC):
         return None
 
     @abstractmethod
-    def launch(self, spec, rank_command: list[str], run_id: str, run_dir) -> tuple[list[str], dict, dict]:
+    def launch(self, spec, fault, rank_command: list[str], run_id: str, run_dir) -> tuple[list[str], dict, dict]:
         """(command, extra environment, launch info kept in the record) that starts spec.world_size workers."""
 
     @abstractmethod
-    def join(self, spec, rank_command: list[str], run_id: str, run_dir, info: dict) -> list[str] | None:
+    def join(self, spec, fault, rank_command: list[str], run_id: str, run_dir, info: dict) -> list[str] | None:
         """Scale-up: a command that starts the joining worker, or None when the backend was told another
         way (a discovery script's answer changed)."""
-
-    @abstractmethod
-    def worker_state(self, group, model, optimizer, run_dir, spec, on_reset) -> "ElasticState":
-        """Worker side: the training state of one process through faults, for the fault task's loop
-        (bench/tasks/fault/rank.py); on_reset(rank, size) is called when the backend resets the group."""
 
     def observations(self, run_dir) -> dict:
         """What the launcher itself reported: {"events": [...], "rendezvous": [...],
@@ -225,61 +242,27 @@ class ElasticState(ABC):
         visible (a journal entry), detected(what) when committing finds the membership changed."""
 
 
-class CheckpointRestart(ElasticState):
-    """Restart-from-checkpoint: every process loads the latest checkpoint when there is one (whatever the launcher's
-    restart count says: it stays 0 after a membership change), trains, and rank 0 saves one every C steps, written
-    aside and renamed so that a kill never leaves half of one. identity() gives (local rank, restart count, group
-    rank) from the environment the launcher set."""
-
-    def __init__(self, model, optimizer, training_model, checkpoint, identity):
-        self.plain_model, self.optimizer, self.model = model, optimizer, training_model
-        self.checkpoint, self.identity = checkpoint, identity
-        self.rank = 0
-
-    def resume(self) -> Position:
-        import torch
-        import torch.distributed as dist
-
-        step = 0
-        if self.checkpoint.exists():
-            saved = torch.load(self.checkpoint, map_location="cpu", weights_only=True)
-            self.plain_model.load_state_dict(saved["model"])
-            self.optimizer.load_state_dict(saved["optimizer"])
-            step = saved["step"]
-        self.rank = dist.get_rank()
-        return Position(step, self.rank, dist.get_world_size(), *self.identity())
-
-    def commit(self, step, committed, detected) -> None:
-        import torch
-
-        if self.rank != 0:
-            return
-        state = {"step": step, "model": self.plain_model.state_dict(), "optimizer": self.optimizer.state_dict()}
-        # journalled before it becomes visible: a kill in between loses neither
-        write_atomic(self.checkpoint, write=lambda tmp: torch.save(state, tmp), before_replace=committed)
-
-
 class Backend:
+    """What the parent knows of a backend (its folder's `__init__.py`, which ends with `BACKEND = ...`). Required:
+    `name` (its registry name), `summary`, `launcher` and `group`; the rest are optional, with the defaults below."""
+
     name = ""
-    summary = ""
+    summary = ""  # a line for `bench doctor`
+    launcher: Launcher
+    # the dotted path of the module holding its process group (GROUP, a ProcessGroup class): imported by a run's
+    # processes only (new_group), so that the parent never loads the backend's framework
+    group = ""
     framework = "torch"  # what trains the model: "torch" or "tensorflow" (the page compares within and across)
     tasks: tuple[str, ...] = ("train", "comm", "fault", "converge")  # the kinds of run it takes (bench.core.registry)
     max_world_size: int | None = None
     options: tuple[BackendOption, ...] = ()
     comm_ops: tuple[str, ...] = ()  # collectives run_op can time (bench allreduce --ops)
     comm_dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
-    launcher: Launcher
-    group_type: type = ProcessGroup
     elastic: ElasticMode | None = None
-    # a reference backend that runs a primary backend's data-parallel path under its own runtime is measured
-    # against that backend (its overhead); otherwise against the faster primary
-    counterpart: str | None = None
-    # the backend of the same framework a backend of another framework than the primary pair's is also compared with
-    # on the page ("within TensorFlow"); its counterpart, of the primary pair, is the comparison across frameworks
-    rival: str | None = None
 
     def new_group(self) -> ProcessGroup:
-        return self.group_type()
+        """This process's group (a run's processes only: it imports the framework)."""
+        return importlib.import_module(self.group).GROUP()
 
     def resolve_options(self, given: dict, world_size: int | None = None, hosts: list[dict] | None = None) -> dict:
         """Every option of this backend with its value (given or default), for the record; a default may depend on

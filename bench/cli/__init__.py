@@ -1,6 +1,6 @@
 """`bench`: its verbs, in the groups `bench --help` shows (VERB_GROUPS): measure (run, sweep, allreduce, converge,
-fault), analyse what is stored (list, report, compare, agreement, predict, import), the regression gate (regress, baseline),
-check this machine and the suite (doctor, selfcheck), clusters (slurm-script, testhosts, testslurm, testray).
+fault), analyse what is stored (list, report, compare, agreement, predict, import), the regression gate (regress,
+baseline), check this machine and the suite (doctor, selfcheck), clusters (slurm-script, testhosts, testslurm, testray).
 
 One module per verb, each with `add_parser(verbs)` and the function that carries the verb out; VERBS is the
 registry. Bad input is one line on stderr and exit 2; a run not ok exits 1, an interrupted one 130. Output that
@@ -19,8 +19,26 @@ import sys
 import textwrap
 
 from bench import __version__
-from bench.cli import (agreement, allreduce, compare, converge, doctor, fault, import_runs, list_runs, predict, regress,
-                       report, run, selfcheck, slurm_script, sweep, testhosts, testray, testslurm)
+from bench.cli import (
+    agreement,
+    allreduce,
+    compare,
+    converge,
+    doctor,
+    fault,
+    import_runs,
+    list_runs,
+    predict,
+    regress,
+    report,
+    run,
+    selfcheck,
+    slurm_script,
+    sweep,
+    testhosts,
+    testray,
+    testslurm,
+)
 from bench.cli.common import Parser, before_runs
 from bench.cli.renamed import add_old_spellings
 from bench.cluster.slurm import last_ending

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import (cluster_of, comm_options, comma_list, examples, open_store, print_json, spec_options,
-                              status_exit, world_of)
-from bench.core.console import note
+from bench.cli.common import (
+    chosen_backends,
+    cluster_of,
+    comm_options,
+    examples,
+    open_store,
+    print_json,
+    spec_options,
+    status_exit,
+    world_of,
+)
 from bench.core.registry import compared_for
 from bench.harness.runner import run_specs
 from bench.rank.collectives import format_table
-from bench.workflows.plan import available_backends, comm_specs
-
-ALL = "all"
+from bench.workflows.plan import comm_specs
 
 
 def add_parser(verbs) -> None:
@@ -20,24 +26,22 @@ def add_parser(verbs) -> None:
                              "bench allreduce --nproc 2                       # every backend, 4 B to 64 MiB",
                              "bench allreduce --backend elastic,horovod --nproc 2 --min-bytes 8K --max-bytes 1G",
                              "bench allreduce --backend horovod --ops allreduce,allgather --dtype float16 --json"),
-                         parents=[options.placement([*options.PLACEMENT, "--timeout"]), options.hosts(), options.comm(),
+                         parents=[options.what_runs(
+                                      f"a table each, in turn (default {options.ALL}: every backend with collectives, "
+                                      f"of {', '.join(compared_for('comm'))}, that can run here, since a sweep of "
+                                      "message sizes takes seconds a backend, and its table is read across backends)",
+                                      options.ALL, flags=("--backend",)),
+                                  options.placement([*options.group("world size"), *options.group("placement"),
+                                                     "--timeout"]), options.hosts(), options.comm(),
                                   options.backend_options(), options.sharing(), options.store(), options.json_output()])
-    options.add(p, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
-                                                   f"({', '.join(compared_for('comm'))}) (default %(default)s: a sweep of "
-                                                   "message sizes takes seconds a backend, and its table is read "
-                                                   "across backends)",
-                invalid=["tensorflow", "elastic,nope"])
     p.set_defaults(func=cmd)
 
 
 def cmd(args) -> int:
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)
-    if args.backend == ALL:  # those that can run here, saying which cannot (TensorFlow's without the tf extra)
-        backends = available_backends(device, lambda name, why: note(f"bench allreduce: skipping {name}: {why}"),
-                                      compared_for("comm"))
-    else:
-        backends = comma_list(args.backend)
+    # with all, those that can run here, saying which cannot (TensorFlow's without the tf extra)
+    backends = chosen_backends(args.backend, compared_for("comm"), device=device, verb="allreduce")
     specs = comm_specs(backends, device, [world], comm=comm_options(args),
                        options={**spec_options(args, backends), "cluster": cluster})
     records = run_specs(specs, open_store(args.store, runs=True), "bench allreduce", show_progress=True,

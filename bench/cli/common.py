@@ -4,10 +4,13 @@ running one spec (a list of specs runs through bench.harness.runner.run_specs)."
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import sys
 
+from bench.cli import hints, options
 from bench.cli.options import BACKEND_OPTION
 from bench.cluster import slurm
 from bench.cluster.hosts import check_hosts, check_interface_variables, parse_link, shape_links, unshape_links
@@ -19,8 +22,8 @@ from bench.core.registry import BACKEND_MODULES, get_backend, get_task
 from bench.core.spec import resolve_device
 from bench.core.store import Store
 from bench.harness.cores import check_lock_folder, set_sharing
-from bench.harness.runner import execute
-from bench.workflows.plan import COMM_KEYS
+from bench.harness.runner import execute, run_specs
+from bench.workflows.plan import COMM_KEYS, available_backends
 from bench.workflows.plan import comm_options as resolve
 
 
@@ -36,7 +39,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but its errors are one line that says where to look, and its help keeps examples as written."""
+    """argparse, but its errors are one line that says where to look (and, for a mistyped verb, choice or option, or a
+    launcher's flag, what was meant: bench.cli.hints), and its help keeps examples as written."""
 
     def __init__(self, *args, formatter_class=HelpFormatter, **kwargs):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
@@ -44,6 +48,19 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
+
+    def parse_args(self, args=None, namespace=None):
+        argv = sys.argv[1:] if args is None else [str(a) for a in args]
+        hints.check_foreign_flags(self, argv)
+        parsed, extras = self.parse_known_args(argv, namespace)
+        if extras:  # said by the command that was given them, with what it takes instead
+            command = hints.innermost(self, parsed)
+            command.error(hints.unrecognized(self, command, extras))
+        return parsed
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            raise argparse.ArgumentError(action, hints.choice_message(action, value))
 
 
 def examples(*commands: str) -> str:
@@ -61,7 +78,7 @@ def before_runs(args) -> None:
         (scheduler is None and slurm.in_allocation())
     if not across:
         check_interface_variables(os.environ)
-    set_sharing(args.allow_shared, args.wait_for_cores)
+    set_sharing(args.allow_shared, args.cores_timeout)
     check_lock_folder()  # a folder bench may not use is refused before anything is made
 
 
@@ -74,7 +91,8 @@ SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject"
 def backend_options(args, backends=None) -> dict:
     """The backend options given, by name. With `backends` (the backends that will run), an option that
     belongs to none of them is refused: silently running without it would measure something else."""
-    given = {k[len(BACKEND_OPTION):]: v for k, v in vars(args).items() if k.startswith(BACKEND_OPTION) and v is not None}
+    given = {k[len(BACKEND_OPTION):]: v for k, v in vars(args).items()
+             if k.startswith(BACKEND_OPTION) and v is not None}
     if backends is not None:
         owned = {opt.name for name in backends for opt in get_backend(name).options}
         for name in given.keys() - owned:
@@ -119,8 +137,10 @@ def cluster_of(args) -> dict | None:
         return None
     if args.hosts and args.hostfile:
         raise UsageError("give either --hosts or --hostfile, not both")
-    if args.gpus is not None:
-        raise UsageError("--gpus across hosts is not supported yet; give --hosts with --nproc for CPU processes")
+    (nproc_flag, _), (gpus_flag, gpus) = world_size_given(args)
+    if gpus is not None:
+        raise UsageError(f"{gpus_flag} across hosts is not supported yet; give --hosts with {nproc_flag} for CPU "
+                         "processes")
 
     check = check_hosts(hosts, sys.executable, args.iface)
     shaped = [x for x in (links or [link]) if x]
@@ -152,20 +172,59 @@ def slurm_allocation(args, hosts) -> dict | None:
     return allocation
 
 
+def world_size_given(args) -> tuple[tuple[str, int | None], tuple[str, int | None]]:
+    """(flag, value) of the world size on CPUs and on GPUs of a verb's arguments: --nproc and --gpus (one run's world
+    size), or a sweep's --max-nproc and --max-gpus (its largest)."""
+    if hasattr(args, "max_nproc"):
+        return ("--max-nproc", args.max_nproc), ("--max-gpus", args.max_gpus)
+    return ("--nproc", getattr(args, "nproc", None)), ("--gpus", getattr(args, "gpus", None))
+
+
+@contextlib.contextmanager
+def said_in_flags_of(args):
+    """A refusal that names the world size flags (--nproc, --gpus) said in this verb's: a sweep's are --max-nproc and
+    --max-gpus, its largest world size."""
+    try:
+        yield
+    except UsageError as exc:
+        if not hasattr(args, "max_nproc"):
+            raise
+        raise UsageError(re.sub(r"--(nproc|gpus)(?![\w-])", lambda m: f"--max-{m.group(1)}", str(exc))) from None
+
+
 def world_of(args, cluster: dict | None) -> tuple[str, int]:
-    """(device, world size): on this machine from --nproc / --gpus; across hosts the sum of their slots, or
-    --nproc of them."""
+    """(device, world size) from the world size options (a sweep's: its largest): on this machine from --nproc /
+    --gpus; across hosts the sum of their slots, or --nproc of them."""
+    (nproc_flag, nproc), (gpus_flag, gpus) = world_size_given(args)
     if cluster is None:
-        return resolve_device(args.nproc, args.gpus)
+        if nproc is not None and gpus is not None:
+            raise UsageError(f"give either {nproc_flag} (CPU processes) or {gpus_flag} (one process per GPU), not "
+                             "both")
+        with said_in_flags_of(args):
+            return resolve_device(nproc, gpus)
     slots = sum(h["slots"] for h in cluster["hosts"])
-    if args.nproc is not None and args.nproc > slots:
-        raise UsageError(f"--nproc {args.nproc}: the hosts have {slots} slot(s); lower --nproc or give more slots")
-    return "cpu", args.nproc or slots
+    if nproc is not None and nproc > slots:
+        raise UsageError(f"{nproc_flag} {nproc}: the hosts have {slots} slot(s); lower {nproc_flag} or give more "
+                         "slots")
+    return "cpu", nproc or slots
 
 
 def comm_options(args) -> dict:
     """The communication sweep's options (bench.workflows.plan.comm_options) from a verb's arguments."""
     return resolve({k: getattr(args, k) for k in COMM_KEYS})
+
+
+def chosen_backends(text: str | None, every, *, device: str | None, verb: str, default=None) -> list[str]:
+    """--backend as the backends to run, in order: those named (`default` when none is given); with all, every one of
+    `every` that can run on `device` here, each one skipped said (every one, for a verb that runs nothing: predict)."""
+    if options.is_all(text):
+        if device is None:
+            return list(every)
+        found = available_backends(device, lambda name, why: note(f"bench {verb}: skipping {name}: {why}"), every)
+        if not found:
+            raise UsageError(f"--backend all: none of {', '.join(every)} can run here; `bench doctor` says why")
+        return found
+    return options.chosen(text, every, default)
 
 
 def comma_list(text: str | None) -> list[str] | None:
@@ -207,6 +266,19 @@ def run_one(spec, store_path: str | None, as_json: bool, verb: str, show_progres
         print("\n".join(record.task.summary_lines(record)))
     note(f"stored run {record.run_id} in {store.path}")
     return status_exit([record.status])
+
+
+def run_each(specs: list, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True) -> int:
+    """One spec as run_one runs it; several (--backend a,b or --workload a,b of a verb that runs one) each in turn,
+    through run_specs, each run's summary printed as it ends; --json: the list of their records. Exit by their
+    statuses."""
+    if len(specs) == 1:
+        return run_one(specs[0], store_path, as_json, verb, show_progress)
+    records = run_specs(specs, open_store(store_path, runs=True), f"bench {verb}", show_progress=show_progress,
+                        on_record=None if as_json else lambda r: print("\n".join(r.task.summary_lines(r)), flush=True))
+    if as_json:
+        print_json([r.to_dict() for r in records])
+    return status_exit([r.status for r in records])
 
 
 def _task(spec):

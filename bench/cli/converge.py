@@ -5,28 +5,19 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import comma_list, examples, open_store, print_json, spec_options, status_exit, world_of
+from bench.cli.common import chosen_backends, examples, open_store, print_json, spec_options, status_exit, world_of
 from bench.core.console import note
 from bench.core.registry import compared_for
-from bench.core.spec import default_threads
+from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
 from bench.report.page import output_path, write_report_with_copy
 from bench.tasks.converge import CONVERGE_DEFAULTS, LR_SCALINGS, build_spec
-
-ALL = "all"
+from workloads import WORKLOADS
 
 
 def add_parser(verbs) -> None:
     d = CONVERGE_DEFAULTS
     own = argparse.ArgumentParser(add_help=False)
-    g = own.add_argument_group("what runs")
-    options.add(g, "--backend", default=ALL, help=f"a backend, a comma-separated list, or {ALL} "
-                                                   f"({', '.join(compared_for('converge'))}) (default %(default)s: time to accuracy "
-                                                   "is compared across every backend, each run on the same data)",
-                invalid=["tensorflow", "elastic,nope"])
-    options.add(g, "--world-sizes", type=options.world_sizes,
-                help="comma-separated world sizes, to see how the lr rule changes time to accuracy "
-                     "(default: --nproc or --gpus alone)", invalid=["1,x", "0", "", "-2"])
     t = own.add_argument_group("time to accuracy")
     options.add(t, "--target", type=options.positive_float,
                 help=f"held-out accuracy to reach, 0 to 1 (default {d['target']})", invalid=["0", "x", "1.5"])
@@ -54,8 +45,19 @@ def add_parser(verbs) -> None:
                              "bench converge --nproc 2 -o reports/converge.html   # digits, every backend, to 90%",
                              "bench converge --backend elastic,horovod --world-sizes 1,2 --lr-scaling linear",
                              "bench converge --data mnist --data-dir ~/mnist --target 0.97 --epochs 3"),
-                         parents=[own, options.parent("what runs", ("--workload",)), options.placement(), measured,
-                                  options.parent("data", options.DATA, data=d["data"]),
+                         parents=[options.what_runs(
+                                      f"each run in turn (default {options.ALL}: every backend that trains to "
+                                      f"accuracy, of {', '.join(compared_for('converge'))}, that can run here, since "
+                                      "time to accuracy is compared across every backend, each run on the same data)",
+                                      options.ALL),
+                                  options.parent("what runs", ["--world-sizes"], helps={"--world-sizes": (
+                                      "comma-separated world sizes, to see how the lr rule changes time to accuracy "
+                                      "(default: --nproc or --gpus alone: each world size is a whole training)")}),
+                                  own, options.placement(), measured,
+                                  options.data(data=d["data"], helps={"--data": (
+                                      f"default {d['data']} here, real data, since accuracy on random labels means "
+                                      f"nothing ({DEFAULTS['data']} for the verbs that time steps); digits is "
+                                      "scikit-learn's, mnist and imagefolder need --data-dir")}),
                                   options.backend_options(), options.sharing(), options.store(), options.json_output(),
                                   options.report_output()])
     p.set_defaults(func=cmd)
@@ -65,7 +67,7 @@ def cmd(args) -> int:
     if args.output:
         output_path(args.output)  # before the runs, not after them
     device, world = world_of(args, None)
-    backends = list(compared_for('converge')) if args.backend == ALL else comma_list(args.backend)
+    backends = chosen_backends(args.backend, compared_for("converge"), device=device, verb="converge")
     train = spec_options(args, backends)
     sizes = args.world_sizes or [world]
     # one thread count for every world size, so sizes differ only in their number of workers (as in a sweep)
@@ -73,14 +75,16 @@ def cmd(args) -> int:
     plan = dict(target=args.target, epochs=args.epochs, eval_every=args.eval_every, lr_scaling=args.lr_scaling,
                 warmup_epochs=args.warmup_epochs, holdout=args.holdout)
     # every spec is built (and checked) before the first run starts
-    specs = [build_spec(backend=backend, workload=args.workload, world_size=n, device=device, **plan, **train)
-             for n in sizes for backend in backends]
+    workloads = options.chosen(args.workload, WORKLOADS)
+    specs = [build_spec(backend=backend, workload=workload, world_size=n, device=device, **plan, **train)
+             for workload in workloads for n in sizes for backend in backends]
     records = run_specs(specs, open_store(args.store, runs=True), "bench converge", show_progress=not args.json)
     if args.json:
         print_json([r.to_dict() for r in records] if len(records) > 1 else records[0].to_dict())
     else:
         for r in records:
-            print(f"{r.spec.backend:8} world {r.spec.world_size}: {r.task.one_line(r)}")
+            case = f"{r.spec.workload} " if len(workloads) > 1 else ""
+            print(f"{r.spec.backend:8} {case}world {r.spec.world_size}: {r.task.one_line(r)}")
     if args.output:
         latest, stamped = write_report_with_copy(open_store(args.store), args.output)
         note(f"report written to {latest} (and {stamped})")

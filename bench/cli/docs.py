@@ -15,7 +15,8 @@ import sys
 
 from bench.cli import EXIT_INTERNAL, VERB_GROUPS, build_parser
 from bench.cli.common import HelpFormatter
-from bench.cli.options import TEST_ONLY
+from bench.cli.hints import FOREIGN
+from bench.cli.options import FAULT_WORDS, FAULTS_TAKEN, test_only_flags
 from bench.cli.renamed import RENAMED
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
 from bench.core.registry import BACKEND_MODULES, get_backend
@@ -49,7 +50,27 @@ def _renamed_rows() -> list[str]:
     rows = ["| old spelling | now | on | why |", "|---|---|---|---|"]
     for r in RENAMED:
         on = ", ".join(f"`{verb}`" for verb in r.verbs) if r.verbs else f"every verb with `{r.new}`"
-        rows.append(f"| `{r.old}` | `{r.new}` | {on} | {r.why} |")
+        now = f"`{r.new} {r.value}`" if r.value else f"`{r.new}` ({r.converts})" if r.converts else f"`{r.new}`"
+        rows.append(f"| `{r.old}` | {now} | {on} | {r.why} |")
+    return rows
+
+
+def _foreign_rows() -> list[str]:
+    rows = ["| flag | whose | bench |", "|---|---|---|"]
+    flags_of: dict = {}  # the flags that share one answer, on one row
+    for flag, f in FOREIGN.items():
+        flags_of.setdefault(f, []).append(flag)
+    for f, flags in flags_of.items():
+        instead = " (a sweep: ".join(f"`{i}`" for i in f.instead) + (")" if len(f.instead) > 1 else "")
+        rows.append(f"| {', '.join(f'`{flag}`' for flag in flags)} | {f.whose} | {instead or f.advice} |")
+    return rows
+
+
+def _fault_rows() -> list[str]:
+    rows = ["| word | the fault | taken by |", "|---|---|---|"]
+    for word, what in FAULT_WORDS.items():
+        taken = ", ".join(f"`{where}`" for where, words in FAULTS_TAKEN.items() if word in words)
+        rows.append(f"| `{word}` | {what} | {taken} |")
     return rows
 
 
@@ -74,16 +95,32 @@ def page() -> str:
         f"- Exit codes: {EXIT_OK} ok; {EXIT_RUN_FAILED} a run not ok, or a comparison that failed; {EXIT_BAD_INPUT} "
         f"bad input (one line on stderr, before anything is created or launched); {EXIT_INTERNAL} a bug in bench "
         f"(`BENCH_DEBUG=1` shows the traceback); {EXIT_INTERRUPTED} interrupted.",
-        "- The file a verb writes is `-o/--output`; skipping communication is `--no-comm`; Horovod's options are "
-        "`--hvd-*`. Defaults are said in each option's help, and where a verb's default differs from another's, "
-        "its help says why.",
-        f"- Test-only options ({', '.join(f'`{flag}`' for flag in TEST_ONLY)}) and, outside `bench fault`, the "
+        "- One flag has one meaning on every verb. `--backend` and `--workload` take one name, a comma-separated "
+        "list or `all`, and a verb that runs one (`run`, `fault`) runs each given in turn; `--nproc` and `--gpus` "
+        "are one run's world size, `--max-nproc` and `--max-gpus` a sweep's largest, `--world-sizes` the list a "
+        "verb runs; every time limit is a `--*-timeout` in seconds (`bench slurm-script --time` is sbatch's own "
+        "option, in sbatch's format, as its other options are sbatch's); the file a verb writes is `-o/--output`; "
+        "skipping communication is `--no-comm`; Horovod's options are `--hvd-*`. Defaults are said in each option's "
+        "help, and where a verb's default differs from another's, its help says why.",
+        "- A mistyped verb, choice or option is answered with the closest one (`bench swep`: did you mean sweep?), "
+        "an option of another verb with the verbs that take it, and a flag of torchrun, horovodrun or mpirun with "
+        "bench's own (the table below); each in one line, exit 2.",
+        f"- Test-only options ({', '.join(f'`{flag}`' for flag in test_only_flags())}) and, outside `bench fault`, the "
         f"options of fault runs only ({', '.join(f'`{flag}`' for flag in fault_only_flags())}) are accepted but not "
         "shown in help.",
         "- Old spellings still work for now: each says once on stderr what it is called now. `--launcher slurm`, "
         "as people write it for a Slurm launch, means `--scheduler slurm`.",
         "",
         *_renamed_rows(),
+        "",
+        "- The fault words are the same on every verb that makes a fault; each verb takes those it can make:",
+        "",
+        *_fault_rows(),
+        "",
+        "- What users of torchrun, horovodrun and mpirun type, and bench's spelling (`bench run -np 4`: -np is "
+        "horovodrun's and mpirun's process count; bench's is --nproc 4):",
+        "",
+        *_foreign_rows(),
         "",
     ]
     for words, sub in _commands(parser):

@@ -3,20 +3,36 @@ detection, recovery and work lost measured."""
 
 from __future__ import annotations
 
+import argparse
+
 from bench.cli import options
-from bench.cli.common import cluster_of, examples, run_one, spec_options, world_of
+from bench.cli.common import chosen_backends, cluster_of, examples, run_each, spec_options, world_of
+from bench.core.console import note
 from bench.core.errors import UsageError
-from bench.core.registry import DEFAULT_BACKEND, elastic_backends
+from bench.core.registry import DEFAULT_BACKEND, elastic_backends, get_backend
 from bench.core.spec import MAX_TIMEOUT_WORDS, resolve_device
-from bench.tasks.fault.spec import (AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, SIGNALS, build_spec,
-                                    check_scenario_hosts)
+from bench.tasks.fault.spec import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, build_spec, check_scenario_hosts
+from workloads import WORKLOADS
+
+# bench fault's default fault, in the fault words: the signal its defaults name (KILL: kill)
+DEFAULT_FAULT = next(word for word, signal in options.SIGNAL_OF.items() if signal == FAULT_DEFAULTS["signal"])
 
 
 def _per_workload(windows: float) -> str:
     """`windows` x each workload's window, in steps, for the help text."""
-    from workloads import WORKLOADS
-
     return ", ".join(f"{int(windows * w.size('cpu').window_steps)} for {name}" for name, w in WORKLOADS.items())
+
+
+class OneFault(argparse._StoreAction):
+    """--fault, given once a run (or its old spellings, --signal and --join): two different faults are refused rather
+    than the last one kept."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, "fault_given", None)
+        if before is not None and before != values:
+            raise argparse.ArgumentError(self, f"--fault {before} and --fault {values}: choose one fault a run")
+        namespace.fault_given = values
+        super().__call__(parser, namespace, values, option_string)
 
 
 def add_parser(verbs) -> None:
@@ -25,12 +41,14 @@ def add_parser(verbs) -> None:
                       "and work lost",
         description=f"Backends with an elastic mode: {', '.join(elastic_backends())}. Runs CPU processes over gloo.",
         epilog=examples("bench fault --backend elastic --nproc 2 --kill-rank 1     # SIGKILL a worker mid-run",
-                        "bench fault --backend horovod --nproc 2 --signal STOP     # a hung worker",
-                        "bench fault --backend elastic --nproc 1 --join            # scale-up: a worker joins",
-                        "bench fault --backend ray --nproc 1 --join --ray-resize-interval 5"),
-        parents=[options.parent("what runs", ("--backend", "--workload"), helps={"--backend": (
-                     f"one of {', '.join(elastic_backends())} (default {DEFAULT_BACKEND}, as for `bench run`: a "
-                     "fault run measures one backend's elastic mode)")}),
+                        "bench fault --backend horovod --nproc 2 --fault hang      # a hung worker",
+                        "bench fault --backend elastic --nproc 1 --fault join      # scale-up: a worker joins",
+                        "bench fault --backend ray --nproc 1 --fault join --ray-resize-interval 5",
+                        "bench fault --backend all --nproc 2 --fault hang          # each elastic mode in turn"),
+        parents=[options.what_runs(
+                     f"each is run in turn, of {', '.join(elastic_backends())} (default {DEFAULT_BACKEND}, as for "
+                     "`bench run`: a fault run measures one backend's elastic mode; all: every one of them that can "
+                     "run here)", DEFAULT_BACKEND, refuses={"--backend": ["ps"]}),
                  options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe"), hidden=("--gpus",)),
                  options.hosts(),
                  options.parent("run", ("--batch-size", "--image-size", "--seed", "--lr", "--timeout",
@@ -44,10 +62,12 @@ def add_parser(verbs) -> None:
     options.add(g, "--at-step", type=options.positive_int,
                 help=f"the signal comes when that rank has completed this many steps ({AT_STEP_WINDOWS:g} x the "
                      f"workload's window: {_per_workload(AT_STEP_WINDOWS)})", invalid=["0", "x"])
-    options.add(g, "--signal", type=str.upper, default=d["signal"], choices=list(SIGNALS),
-                help="KILL (a crash), TERM (a polite stop), STOP (a hung worker) (%(default)s)", invalid=["HUP", ""])
-    g.add_argument("--join", action="store_true", help="scale-up instead: at --at-step one more worker joins (a "
-                                                       "second launcher agent, or a new host)")
+    options.add(g, "--fault", action=OneFault, type=options.fault_word, default=DEFAULT_FAULT,
+                metavar="|".join(options.FAULTS_TAKEN["bench fault --fault"]),
+                help="kill (SIGKILL: a crash), term (SIGTERM: a polite stop) or hang (SIGSTOP: a hung worker) rank "
+                     "--kill-rank at --at-step; or join: scale-up instead, one more worker joins at --at-step (a "
+                     "second launcher agent, or a new host) (default %(default)s; the fault words of every verb: "
+                     "docs/usage.md, 'Faults')", invalid=["HUP", "", "crash", "stop", "kil"])
     options.add(g, "--kill-host", metavar="HOST",
                 help="across hosts (--hosts): lose this host at --at-step, as a machine that loses power: its link "
                      "is cut, then every process of the run there is SIGKILLed at once", invalid=["10.213.7.12"])
@@ -61,10 +81,10 @@ def add_parser(verbs) -> None:
                      f"window: {_per_workload(CHECKPOINT_WINDOWS)})", invalid=["0", "x"])
     options.add(g, "--steps", type=options.positive_int,
                 help="steps to train in all (default at-step + 3 x checkpoint-every)", invalid=["0", "x", "1"])
-    options.add(g, "--comm-timeout", type=options.timeout_seconds, default=d["comm_timeout"],
+    options.add(g, "--comm-timeout", type=options.timeout_seconds, default=d["comm_timeout"], metavar="SECONDS",
                 help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s; at most "
                      f"{MAX_TIMEOUT_WORDS})", invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG])
-    options.add(g, "--recovery-timeout", type=options.timeout_seconds, default=d["recovery_timeout"],
+    options.add(g, "--recovery-timeout", type=options.timeout_seconds, default=d["recovery_timeout"], metavar="SECONDS",
                 help="seconds after the fault with no training step before the run is called hung (%(default)s; at "
                      f"most {MAX_TIMEOUT_WORDS})", invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG])
     p.set_defaults(func=cmd)
@@ -73,12 +93,14 @@ def add_parser(verbs) -> None:
 def cmd(args) -> int:
     if args.gpus is not None:
         raise UsageError("bench fault runs CPU processes over gloo; drop --gpus and give --nproc N")
-    chosen = [flag for flag, given in (("--join", args.join), ("--kill-host", args.kill_host),
+    chosen = [flag for flag, given in (("--fault join", args.fault == "join"), ("--kill-host", args.kill_host),
                                        ("--partition-host", args.partition_host)) if given]
     if len(chosen) > 1:
         raise UsageError(f"{' and '.join(chosen)}: choose one fault a run")
-    scenario = {"--join": "join", "--kill-host": "kill-host", "--partition-host": "partition-host"}.get(
+    scenario = {"--fault join": "join", "--kill-host": "kill-host", "--partition-host": "partition-host"}.get(
         chosen[0] if chosen else None, "kill")
+    # the signal a run records (a join, or a host's loss, records the default as before)
+    signal_name = options.SIGNAL_OF.get(args.fault, FAULT_DEFAULTS["signal"])
     hosts = args.hosts or args.hostfile
     if not (args.hosts and args.hostfile) and not getattr(args, "scheduler", None):
         # what the names alone refuse, before any host is asked (an allocation's hosts are checked with the spec)
@@ -87,10 +109,20 @@ def cmd(args) -> int:
                              args.kill_host or args.partition_host, min(args.nproc or slots, slots))
     cluster = cluster_of(args)
     _, world = world_of(args, cluster) if cluster else resolve_device(args.nproc, None)
-    spec = build_spec(backend=args.backend, workload=args.workload, world_size=world, scenario=scenario,
-                      host=args.kill_host or args.partition_host, cluster=cluster,
-                      rank=args.kill_rank, at_step=args.at_step,
-                      signal_name=args.signal, max_restarts=args.max_restarts, checkpoint_every=args.checkpoint_every,
-                      total_steps=args.steps, comm_timeout=args.comm_timeout, recovery_timeout=args.recovery_timeout,
-                      **spec_options(args, [args.backend]))
-    return run_one(spec, args.store, args.json, "fault", show_progress=False)
+    backends = chosen_backends(args.backend, elastic_backends(), device="cpu", verb="fault")
+    if options.is_all(args.backend):  # every elastic mode that can make this fault; one named is refused if it cannot
+        for name in [b for b in backends if scenario not in get_backend(b).elastic.scenarios]:
+            note(f"bench fault: skipping {name}: its elastic mode has no {scenario} scenario")
+            backends.remove(name)
+        if not backends:
+            raise UsageError(f"--backend all: no elastic mode that can run here makes a {scenario} fault")
+    given = spec_options(args, backends)
+    # every spec is built (and checked) before the first run starts
+    specs = [build_spec(backend=backend, workload=workload, world_size=world, scenario=scenario,
+                        host=args.kill_host or args.partition_host, cluster=cluster,
+                        rank=args.kill_rank, at_step=args.at_step,
+                        signal_name=signal_name, max_restarts=args.max_restarts,
+                        checkpoint_every=args.checkpoint_every, total_steps=args.steps,
+                        comm_timeout=args.comm_timeout, recovery_timeout=args.recovery_timeout, **given)
+             for workload in options.chosen(args.workload, WORKLOADS) for backend in backends]
+    return run_each(specs, args.store, args.json, "fault", show_progress=False)

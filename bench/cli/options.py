@@ -1,7 +1,10 @@
-"""Options that several verbs take, each declared once, handed to the verbs as argparse parent parsers.
+"""Options that several verbs take, each declared once (with its group), handed to the verbs as argparse parent
+parsers.
 
-A verb picks the groups it needs (`parents=[...]`). The defaults shown in help come from the code that
-owns them: bench.core.spec.DEFAULTS, bench.rank.collectives.COMM_DEFAULTS, the backend and workload registries.
+A verb picks the groups it needs (`parents=[...]`: placement(), hosts(), ...), or some flags of them (`parent`). One
+flag has one meaning on every verb: the same value type, unit and choices; where a verb's default differs, its help
+says why (tests/test_cli_parser.py walks every verb's parser for it). The defaults shown in help come from the code
+that owns them: bench.core.spec.DEFAULTS, bench.rank.collectives.COMM_DEFAULTS, the backend and workload registries.
 
 Every option that takes a value is declared with values it must refuse (`add`: invalid=...), or with the
 reason every string is valid; tests/test_bad_input_table.py gives each to every verb that takes the option.
@@ -10,17 +13,20 @@ reason every string is valid; tests/test_bad_input_table.py gives each to every 
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 
 from bench.core.errors import UsageError
 from bench.core.hostlist import parse_hosts, read_hostfile
 from bench.core.inputs import NAME_RULE, name_problem, shown
-from bench.core.registry import BACKEND_MODULES, DEFAULT_BACKEND, get_backend
+from bench.core.registry import BACKEND_MODULES, get_backend
 from bench.core.spec import CPU_BINDS, DEFAULTS, MAX_THREADS_PER_CORE, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS
 from bench.core.store import DEFAULT_STORE
 from bench.harness.cores import DEFAULT_WAIT_S
 from bench.harness.workload_check import CHECK_TIMEOUT_S
 from bench.rank.collectives import COMM_DEFAULTS, DTYPES, OPS, parse_bytes
+from bench.rank.inject import INJECT_KINDS
+from bench.tasks.fault.spec import FAULT_KINDS
 
 BACKEND_OPTION = "backend_option:"  # dest prefix of a backend plug-in's own options
 
@@ -95,9 +101,11 @@ def at_most(parse, most: float, words: str):
     return bounded
 
 
-# a timeout or a wait in seconds: positive (or 0 where it may be), at most MAX_TIMEOUT_S (bench.core.spec says why)
+# Every time limit is a `--*-timeout` in seconds: positive (or 0 where it may be: refuse at once), at most
+# MAX_TIMEOUT_S (bench.core.spec says why).
 timeout_seconds = at_most(positive_float, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS)
 wait_seconds = at_most(nonnegative_float, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS)
+SECONDS_TYPES = (timeout_seconds, wait_seconds)  # tests/test_cli_parser.py: every --*-timeout takes one of these
 TOO_LONG = ["1e10", f"{MAX_TIMEOUT_S + 1:g}"]  # what every timeout option refuses past its bound
 
 
@@ -161,184 +169,392 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+
+def closest(word: str, choices) -> str:
+    """'; did you mean X?' for the choice closest to a mistyped `word`, or '' when none is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+# ---------------------------------------------------------------- backends and workloads: a list, or all
+ALL = "all"  # every backend (or workload) the verb can run here; each verb's help says which
+
+
+def _items(text: str, what: str, choices) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"{shown(text)} names no {what}; give one of {', '.join(choices)}, a "
+                                         f"comma-separated list of them, or {ALL}")
+    if ALL in items and len(items) > 1:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {ALL} stands alone (it already means every {what})")
+    return items
+
+
+def backend_names(text: str) -> str:
+    """--backend on every verb: one backend, a comma-separated list, or `all`; each a backend bench knows (whether the
+    verb takes it, and whether it can run here, is the verb's to say)."""
+    for name in _items(text, "backend", BACKEND_MODULES):
+        if name != ALL and name not in BACKEND_MODULES:
+            raise argparse.ArgumentTypeError(f"unknown backend {name!r}{closest(name, BACKEND_MODULES)} (choose from "
+                                             f"{', '.join(BACKEND_MODULES)}, or {ALL})")
+    return text
+
+
+def workload_names(text: str) -> str:
+    """--workload on every verb: one workload, a comma-separated list, or `all` (the built-in ones); each a built-in
+    workload or a reference to your own (PKG.MODULE:NAME, path/to/file.py:NAME), which the verb loads and checks."""
+    from workloads import WORKLOADS, is_reference
+
+    for name in _items(text, "workload", WORKLOADS):
+        if name != ALL and name not in WORKLOADS and not is_reference(name):
+            raise argparse.ArgumentTypeError(f"unknown workload {name!r}{closest(name, WORKLOADS)} (choose from "
+                                             f"{', '.join(WORKLOADS)}, or give your own as PKG.MODULE:NAME or "
+                                             "path/to/file.py:NAME)")
+    return text
+
+
+def is_all(text: str | None) -> bool:
+    return text is not None and [item.strip() for item in text.split(",") if item.strip()] == [ALL]
+
+
+def chosen(text: str | None, every, default=None) -> list[str]:
+    """The names a --backend or --workload value gives (`every` for all; `default` when not given), in order, once
+    each."""
+    if text is None:
+        return list(default if default is not None else every)
+    if is_all(text):
+        return list(every)
+    return list(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+
+
+# ---------------------------------------------------------------- faults: one vocabulary
+# The words for a fault, the same on every verb that makes one; each verb takes the ones it can make (FAULTS_TAKEN).
+FAULT_WORDS = {
+    "kill": "a worker killed (SIGKILL: a crash from outside)",
+    "term": "a worker asked to stop (SIGTERM)",
+    "hang": "a hung worker: alive, holding its sockets, answering nothing (SIGSTOP from outside; with --inject the "
+            "rank blocks)",
+    "crash": "a rank raising an exception",
+    "exit": "a rank leaving at once with exit code 0, without a word",
+    "join": "one more worker joining (scale-up)",
+}
+# bench fault's words for a signal -> the signal its record keeps (bench.tasks.fault.spec.SIGNALS)
+SIGNAL_OF = {"kill": "KILL", "term": "TERM", "hang": "STOP"}
+FAULTS_TAKEN = {
+    "bench run --inject": INJECT_KINDS,  # test-only, from inside the rank
+    "bench fault --fault": (*SIGNAL_OF, "join"),
+    "bench sweep --faults": tuple(FAULT_KINDS),
+}
+
+
+def fault_problem(word: str, taken, flag: str) -> str | None:
+    """Why `word` is no fault `flag` makes (one of `taken`), saying where the vocabulary's other words are taken; None
+    when it is one."""
+    if word in taken:
+        return None
+    where = [f"{verb} {word}" for verb, words in FAULTS_TAKEN.items() if word in words and not verb.endswith(flag)]
+    if where:
+        return f"{word!r}, {FAULT_WORDS[word]}, is {' and '.join(where)}, not a fault {flag} makes ({flag} takes " \
+               f"{', '.join(taken)})"
+    return f"unknown fault {word!r}{closest(word, taken)} ({flag} takes {', '.join(taken)})"
+
+
+def fault_word(text: str) -> str:
+    """bench fault's --fault: one word of the vocabulary it takes."""
+    word = text.strip().lower()
+    problem = fault_problem(word, FAULTS_TAKEN["bench fault --fault"], "--fault")
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return word
+
+
+def sweep_faults(text: str) -> str:
+    """bench sweep's --faults: comma-separated words of the vocabulary it takes."""
+    words = [word.strip() for word in text.split(",") if word.strip()]
+    taken = FAULTS_TAKEN["bench sweep --faults"]
+    if not words:
+        raise argparse.ArgumentTypeError(f"{shown(text)} names no fault; choose from {', '.join(taken)}, or give "
+                                         "--no-faults")
+    for word in words:
+        problem = fault_problem(word, taken, "--faults")
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def inject_fault(text: str) -> str:
+    """--inject KIND:RANK:STEP: its KIND checked here, in the vocabulary's words (bench.rank.inject reads the rest)."""
+    problem = fault_problem(text.split(":", 1)[0], INJECT_KINDS, "--inject")
+    if problem:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {problem}, as KIND:RANK:STEP, for example hang:1:3")
+    return text
+
+
+# ---------------------------------------------------------------- the groups
+# Each shared option names its group in its one declaration: the title its flags appear under in a verb's help.
+# A verb takes a group whole (placement(), hosts(), ...) or some of its flags (parent).
+GROUP_TITLES = {
+    "what runs": "what runs",
+    "world size": "placement",  # one run's
+    "largest world size": "placement",  # a sweep's: its world sizes go up to it
+    "placement": "placement",
+    "hosts": "across hosts (ssh without a password to each; the same checkout path on every host)",
+    "measurement": "measurement",
+    "data": "data",
+    "harness": "testing the harness",
+    "comm": "communication sweep (nccl-tests conventions)",
+    "sharing": "sharing the machine (one benchmark at a time per set of cores)",
+    "results": None,  # each verb places these where they read best
+}
+
+
+def group(name: str) -> tuple[str, ...]:
+    """The flags of group `name`, in the order they are declared."""
+    if name not in GROUP_TITLES:
+        raise KeyError(f"no option group {name!r}; the groups are {', '.join(GROUP_TITLES)}")
+    return tuple(flag for flag, d in declarations().items() if d["group"] == name)
+
+
+def test_only_flags() -> tuple[str, ...]:
+    """Accepted, but not shown: the tests' means of making a run fail or slow."""
+    return tuple(flag for flag, d in declarations().items() if d.get("test_only"))
+
+
 # ---------------------------------------------------------------- the declarations
 def _names(names) -> str:
     return ", ".join(names)
 
 
 def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
-    """flag -> `add` keywords: every shared option is declared here, and only here, with the defaults of the
-    code that owns them (read when a parser is built) and the values it refuses."""
-    measured = {**DEFAULTS, **(run_defaults or {})}  # a verb may measure with its own defaults (a sweep)
+    """flag -> its group and `add` keywords: every shared option is declared here, and only here, with the defaults of
+    the code that owns them (read when a parser is built) and the values it refuses. `run_defaults`: a sweep's own
+    defaults for its launches (bench.workflows.plan.SWEEP_DEFAULTS), which its help states as the sweep's."""
+    sweep = run_defaults or {}
+    measured = {**DEFAULTS, **sweep}
     from workloads import WORKLOADS
     from workloads.data.names import LOADERS, SOURCES
 
+    def launch_default(key: str, words: str) -> str:
+        """`default N` of a run, or a sweep's own default for its launches, saying why it is not the run's."""
+        if key in sweep and sweep[key] != DEFAULTS[key]:
+            return (f"default {sweep[key]} in a sweep, whose replicates are launches, so each is short; "
+                    f"{DEFAULTS[key]} for `bench run`; {words}")
+        return f"default {measured[key]}, {words}"
+
     return {
         # what runs
-        "--backend": dict(default=DEFAULT_BACKEND, help=f"one of {_names(BACKEND_MODULES)} (default %(default)s: "
-                                                         "a run measures one backend, and this is the first of the "
-                                                         "question's pair)",
-                          invalid=["tensorflow", ""]),
-        "--workload": dict(default=next(iter(WORKLOADS)),  # the registry's first: the quick one
-                           help=f"one of {_names(WORKLOADS)} (default %(default)s), or your own: PKG.MODULE:NAME "
-                                "or path/to/file.py:NAME (README, 'Compare on your own model')",
-                           invalid=["gpt5", "", "missing.py:W", "no_such_module:W"]),
-        # placement
-        "--nproc": dict(type=positive_int, help="CPU worker processes (gloo); default min(2, cores); their threads "
-                                                f"at most the cores, or {MAX_THREADS_PER_CORE} a core with "
-                                                "--oversubscribe",
+        "--backend": dict(group="what runs", type=backend_names, metavar="B1,B2|all",
+                          help="comma-separated backends, or all",  # each verb says its default, and what all is
+                          invalid=["tensorflow", "", ",", "elastic,horovd", "all,elastic"]),
+        "--workload": dict(group="what runs", type=workload_names, metavar="W1,W2|all",
+                           default=next(iter(WORKLOADS)),  # the registry's first: the quick one
+                           help=f"comma-separated workloads, or all ({_names(WORKLOADS)}), each run in turn; your own "
+                                "as PKG.MODULE:NAME or path/to/file.py:NAME "
+                                "(docs/usage.md, 'Compare on your own model') (default %(default)s, the quick one)",
+                           invalid=["gpt5", "", ",", "mnist_mlp,gpt5"]),
+        "--world-sizes": dict(group="what runs", type=world_sizes, metavar="N1,N2,...",
+                              help="comma-separated world sizes, each run in turn",  # each verb says its default
+                              invalid=["1,x", "0", "", "-2"]),
+        # placement: one run's world size, or the largest of a sweep's
+        "--nproc": dict(group="world size", type=positive_int, metavar="N",
+                        help="the world size: N CPU worker processes (gloo); default min(2, cores); their threads at "
+                             f"most the cores, or {MAX_THREADS_PER_CORE} a core with --oversubscribe",
                         invalid=["0", "-1", "two", "1.5", "", "100000"], needs=["--oversubscribe"]),
-        "--gpus": dict(type=positive_int, help="one worker per GPU (NCCL) (default: none, CPU processes)",
-                       invalid=["0", "-1", "x"]),
-        "--threads": dict(type=positive_int, help="threads per worker, set for every backend alike "
-                                                  "(default: cores / largest world size)",
-                           invalid=["0", "-1", "x"]),
-        "--cpu-bind": dict(choices=CPU_BINDS,
+        "--gpus": dict(group="world size", type=positive_int, metavar="N",
+                       help="the world size on GPUs: one worker per GPU, N of them (NCCL) (default: none, CPU "
+                            "processes)", invalid=["0", "-1", "x"]),
+        "--max-nproc": dict(group="largest world size", type=positive_int, metavar="N",
+                            help="the largest world size of the sweep's CPU runs: world sizes 1, 2, 4 ... up to N, and "
+                                 "N (default min(2, cores)); --world-sizes chooses them instead",
+                            invalid=["0", "-1", "two", "1.5", "", "100000"], needs=["--oversubscribe"]),
+        "--max-gpus": dict(group="largest world size", type=positive_int, metavar="N",
+                           help="the largest world size on GPUs, one worker per GPU: world sizes 1, 2, 4 ... up to N, "
+                                "and N (default: none, CPU processes)", invalid=["0", "-1", "x"]),
+        "--threads": dict(group="placement", type=positive_int, help="threads per worker, set for every backend alike "
+                                                                      "(default: cores / largest world size)",
+                          invalid=["0", "-1", "x"]),
+        "--cpu-bind": dict(group="placement", choices=CPU_BINDS,
                            help="cores: pin each worker (every thread of it) to its own cores; none: leave them to the "
                                 "scheduler; auto (default): cores for CPU workers on one host that fit its cores, "
                                 "none on GPUs, with --oversubscribe, across hosts, on an existing Ray cluster and in "
                                 "fault runs", invalid=["all"]),
-        "--oversubscribe": dict(action="store_true", help="allow more worker threads than cores, up to "
-                                                          f"{MAX_THREADS_PER_CORE} a core (measures contention)"),
+        "--oversubscribe": dict(group="placement", action="store_true",
+                                help=f"allow more worker threads than cores, up to {MAX_THREADS_PER_CORE} a core "
+                                     "(measures contention)"),
         # across hosts
-        "--hosts": dict(type=host_list, metavar="H1:N,H2:N",
+        "--hosts": dict(group="hosts", type=host_list, metavar="H1:N,H2:N",
                         help="run across these hosts, N processes each at most (horovodrun/mpirun -H); the world "
-                             "size is the sum unless --nproc chooses fewer",
+                             "size is the sum of the slots unless the world size options choose fewer",
                         invalid=["", ",", "h1:0", "h1:x", "bad host:1", "h1:1,h1:2", "h1\n:2"]),
-        "--hostfile": dict(type=hostfile, metavar="FILE", help="the hosts, one `host slots=N` per line (as mpirun "
-                                                               "and horovodrun read it)",
+        "--hostfile": dict(group="hosts", type=hostfile, metavar="FILE",
+                           help="the hosts, one `host slots=N` per line (as mpirun and horovodrun read it)",
                            invalid=["", "/nonexistent/hostfile"]),
-        "--link": dict(metavar="RATE[:DELAY]", help="shape every host's link with tc for each run: a rate limit "
-                                                     "and a delay, such as 1gbit:0.1ms or 100mbit (needs --hosts)",
-                       invalid=["", "fast", "1gbit:soon", "0mbit", "1gbit",  # 1gbit alone: only across hosts
-                                "1gbit\n:1ms", "1gbit:1ms\n:"]),
-        "--scheduler": dict(choices=("slurm", "none"),
+        "--scheduler": dict(group="hosts", choices=("slurm", "none"),
                             help="slurm: run across the nodes of the Slurm allocation bench runs in (the default "
                                  "inside one, that is where SLURM_JOB_ID is set); none: ignore an allocation",
                             invalid=["pbs", "slurm"]),  # slurm here: not inside an allocation
-        "--iface": dict(type=nonempty_name, metavar="NAME", help="network interface every backend uses across hosts (default: the one "
-                                             "the hosts route to each other through)",
+        "--iface": dict(group="hosts", type=nonempty_name, metavar="NAME",
+                        help="network interface every backend uses across hosts (default: the one the hosts route to "
+                             "each other through)",
                         invalid=["", "lo"]),  # "lo" without --hosts: the option applies across hosts only
+        "--link": dict(group="hosts", metavar="RATE[:DELAY]",
+                       help="shape every host's link with tc for each run: a rate limit and a delay, such as "
+                            "1gbit:0.1ms or 100mbit (needs --hosts)",
+                       invalid=["", "fast", "1gbit:soon", "0mbit", "1gbit",  # 1gbit alone: only across hosts
+                                "1gbit\n:1ms", "1gbit:1ms\n:"]),
         # measurement
-        "--batch-size": dict(type=positive_int, help="per-worker batch (default: the workload's)",
+        "--batch-size": dict(group="measurement", type=positive_int, help="per-worker batch (default: the workload's)",
                              invalid=["0", "-1", "x"]),
-        "--warmup-steps": dict(type=positive_int,
-                               help=f"untimed steps first (default {measured['warmup_steps']}, at least 1)",
+        "--warmup-steps": dict(group="measurement", type=positive_int,
+                               help=f"untimed steps first ({launch_default('warmup_steps', 'at least 1')})",
                                invalid=["0", "x"]),
-        "--steps-per-window": dict(type=positive_int, help="steps timed per window (default: the workload's, about "
-                                                           "a second of work or less)", invalid=["0", "x"]),
-        "--windows": dict(type=positive_int, help=f"timed windows (default {measured['windows']}, at least 2)",
+        "--steps-per-window": dict(group="measurement", type=positive_int,
+                                   help="steps timed per window (default: the workload's, about a second of work or "
+                                        "less)", invalid=["0", "x"]),
+        "--windows": dict(group="measurement", type=positive_int,
+                          help=f"timed windows ({launch_default('windows', 'at least 2')})",
                           invalid=["0", "1", "x"]),
-        "--seed": dict(type=count, help=f"seed of the model and the data (default {DEFAULTS['seed']})",
-                       invalid=["-1", "x", "1.5"]),
-        "--lr": dict(type=positive_float, help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum "
-                                               f"{DEFAULTS['momentum']})", invalid=["0", "-1", "nan", "inf", "x"]),
-        "--timeout": dict(type=timeout_seconds, help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g}, "
-                                                     f"at most {MAX_TIMEOUT_WORDS})",
-                          invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG]),
-        "--check-timeout": dict(type=timeout_seconds,
+        "--seed": dict(group="measurement", type=count, help=f"seed of the model and the data (default "
+                                                             f"{DEFAULTS['seed']})", invalid=["-1", "x", "1.5"]),
+        "--lr": dict(group="measurement", type=positive_float,
+                     help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum {DEFAULTS['momentum']})",
+                     invalid=["0", "-1", "nan", "inf", "x"]),
+        "--timeout": dict(group="measurement", type=timeout_seconds, metavar="SECONDS",
+                          help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g}, at most "
+                               f"{MAX_TIMEOUT_WORDS})", invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG]),
+        "--check-timeout": dict(group="measurement", type=timeout_seconds, metavar="SECONDS",
                                 help="seconds a workload of your own may take to load, build and take a batch, in a "
                                      "process of its own before anything runs; past them it is refused, nothing "
                                      f"started (default {CHECK_TIMEOUT_S:g}; it never exceeds --timeout, and is at "
                                      f"most {MAX_TIMEOUT_WORDS}; the built-in workloads need no check)",
                                 invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG]),
         # data
-        "--data": dict(choices=SOURCES, help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and "
-                                             "imagefolder need --data-dir", invalid=["imagenet"]),
-        "--data-dir": dict(metavar="DIR", help="folder with MNIST's IDX files, or an ImageFolder tree (one "
-                                               "sub-folder of images per class); nothing is downloaded",
-                           needs=["--data", "mnist"],
-                           invalid=["/nonexistent/mnist", "", "/"]),
-        "--loader": dict(choices=LOADERS, help="how in-memory data reach the model: memory (held on the device, "
-                                               "never the limit) or dataloader (torch's DataLoader with a "
-                                               "DistributedSampler, as training scripts read data) (default memory)",
-                         invalid=["disk"]),
-        "--loader-workers": dict(type=count, help="DataLoader processes per worker, with --loader dataloader or "
-                                                  "--data imagefolder (default 0: in the worker)", invalid=["-1", "x"]),
-        "--image-size": dict(type=positive_int, help="input side for image models (default: the workload's CPU or "
-                                                     "GPU size)", invalid=["0", "x", "8"]),
+        "--data": dict(group="data", choices=SOURCES,
+                       help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and imagefolder need "
+                            "--data-dir", invalid=["imagenet"]),
+        "--data-dir": dict(group="data", metavar="DIR",
+                           help="folder with MNIST's IDX files, or an ImageFolder tree (one sub-folder of images per "
+                                "class); nothing is downloaded",
+                           needs=["--data", "mnist"], invalid=["/nonexistent/mnist", "", "/"]),
+        "--loader": dict(group="data", choices=LOADERS,
+                         help="how in-memory data reach the model: memory (held on the device, never the limit) or "
+                              "dataloader (torch's DataLoader with a DistributedSampler, as training scripts read "
+                              "data) (default memory)", invalid=["disk"]),
+        "--loader-workers": dict(group="data", type=count,
+                                 help="DataLoader processes per worker, with --loader dataloader or --data imagefolder "
+                                      "(default 0: in the worker)", invalid=["-1", "x"]),
+        "--image-size": dict(group="data", type=positive_int,
+                             help="input side for image models (default: the workload's CPU or GPU size)",
+                             invalid=["0", "x", "8"]),
         # testing the harness
-        "--inject": dict(metavar="KIND:RANK:STEP", help="test-only fault: hang, crash (raise), kill (SIGKILL) or exit "
-                                                         "(os._exit(0), without a word) rank RANK at step STEP",
-                         invalid=["explode:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"]),
-        "--inject-delay": dict(metavar="DELAY",
+        "--inject": dict(group="harness", test_only=True, type=inject_fault, metavar="KIND:RANK:STEP",
+                         help=f"test-only fault: {', '.join(INJECT_KINDS)} "
+                              "(the fault words of docs/usage.md, 'Faults') of rank RANK at step STEP",
+                         invalid=["explode:1:1", "join:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"]),
+        "--inject-delay": dict(group="harness", test_only=True, metavar="DELAY",
                                help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of "
                                     "its warm-up median step time (20%%) or a duration (5ms), under 10000%% or 100 s; "
                                     "a sweep never slows the plain single-process loop it measures the others against",
                                invalid=["x", "20", "-5ms", "100s", "10000%", "nan%", "infs"]),
-        "--save-params": dict(action="store_true", help="save each rank's parameters in the run directory (a fault "
-                                                        "run: also those each process resumed from)"),
-        "--save-model": dict(metavar="PATH", help="after training, the first worker writes the model's state_dict "
-                                                  "there (torch.save, atomically), under every backend (default: "
-                                                  "not saved)",
+        "--save-params": dict(group="harness", action="store_true",
+                              help="save each rank's parameters in the run directory (a fault run: also those each "
+                                   "process resumed from)"),
+        "--save-model": dict(group="results", metavar="PATH",
+                             help="after training, the first worker writes the model's state_dict there (torch.save, "
+                                  "atomically), under every backend (default: not saved)",
                              invalid=["/nonexistent/folder/model.pt", "", "/"]),
         # communication sweep
-        "--min-bytes": dict(type=byte_size, default=COMM_DEFAULTS["min_bytes"],
+        "--min-bytes": dict(group="comm", type=byte_size, default=COMM_DEFAULTS["min_bytes"],
                             help="smallest message: 4, 8K, 64M, 1G (default %(default)s)",
                             invalid=["0", "-1", "x", "1Q", "1.5K"]),
-        "--max-bytes": dict(type=byte_size, default=COMM_DEFAULTS["max_bytes"],
+        "--max-bytes": dict(group="comm", type=byte_size, default=COMM_DEFAULTS["max_bytes"],
                             help="largest message (default %(default)s)", invalid=["0", "-1", "x", "1Q", "1.5K"]),
-        "--dtype": dict(default=COMM_DEFAULTS["dtype"], help=f"one of {_names(DTYPES)} (default %(default)s)",
-                        invalid=["float128", ""]),
-        "--ops": dict(default=COMM_DEFAULTS["ops"], help=f"comma-separated, from {_names(OPS)} (default %(default)s)",
+        "--dtype": dict(group="comm", default=COMM_DEFAULTS["dtype"], help=f"one of {_names(DTYPES)} (default "
+                                                                           "%(default)s)", invalid=["float128", ""]),
+        "--ops": dict(group="comm", default=COMM_DEFAULTS["ops"],
+                      help=f"comma-separated, from {_names(OPS)} (default %(default)s)",
                       invalid=["nope", "allreduce,nope", "", ","]),
-        "--warmup-iters": dict(type=count, default=COMM_DEFAULTS["warmup_iters"],
+        "--warmup-iters": dict(group="comm", type=count, default=COMM_DEFAULTS["warmup_iters"],
                                help="untimed ops per size (default %(default)s)", invalid=["-1", "x"]),
-        "--iters": dict(type=positive_int, default=COMM_DEFAULTS["iters"],
+        "--iters": dict(group="comm", type=positive_int, default=COMM_DEFAULTS["iters"],
                         help="timed ops per size (default %(default)s)", invalid=["0", "x"]),
         # sharing the machine (bench.harness.cores)
-        "--wait-for-cores": dict(type=wait_seconds, default=DEFAULT_WAIT_S, metavar="SECONDS",
-                                 help="while another bench run on this machine holds the cores a run needs, wait up to "
-                                      "this long for them (in the order runs arrived), then refuse with exit 2 "
-                                      f"(default %(default)g; 0: refuse at once; at most {MAX_TIMEOUT_WORDS})",
-                                 invalid=["-1", "nan", "inf", "x", *TOO_LONG]),
-        "--allow-shared": dict(action="store_true",
+        "--cores-timeout": dict(group="sharing", type=wait_seconds, default=DEFAULT_WAIT_S, metavar="SECONDS",
+                                help="while another bench run on this machine holds the cores a run needs, wait up "
+                                     "to this many seconds for them (in the order runs arrived), then refuse with "
+                                     f"exit 2 (default %(default)g; 0: refuse at once; at most {MAX_TIMEOUT_WORDS})",
+                                invalid=["-1", "nan", "inf", "x", *TOO_LONG]),
+        "--allow-shared": dict(group="sharing", action="store_true",
                                help="run at once even where another bench run holds the cores: both runs' records "
                                     "are marked (shared_with) and left out of verdicts and the gate"),
         # results
-        "--store": dict(type=nonempty_path, metavar="FILE",
+        "--store": dict(group="results", type=nonempty_path, metavar="FILE",
                         help=f"results store (SQLite file); default $BENCH_STORE, else {DEFAULT_STORE}",
                         invalid=["", "/", LONG_PATH]),
-        "--json": dict(action="store_true", help="print the result as JSON on stdout (the record, the records or the "
-                                                 "comparison), and nothing else there"),
-        "--sweep": dict(type=id_name, metavar="ID", help="the sweep to take from the store (default: the latest one)",
+        "--json": dict(group="results", action="store_true",
+                       help="print the result as JSON on stdout (the record, the records or the comparison), and "
+                            "nothing else there"),
+        "--sweep": dict(group="results", type=id_name, metavar="ID",
+                        help="the sweep to take from the store (default: the latest one)",
                         invalid=["", "../x", "a/b", "x y"]),
-        "--output": dict(short="-o", metavar="FILE", type=nonempty_path,
+        "--output": dict(group="results", short="-o", metavar="FILE", type=nonempty_path,
                          help="after the runs, write the HTML report of the store there, plus a timestamped copy "
                               "beside it (default: no report; `bench report` writes one any time)",
                          invalid=["", "/", LONG_PATH]),
-        "--repeats": dict(type=positive_int, help="run every case this many times, in rounds (the regression gate's "
-                                                  "unit of replication; default %(default)s)", invalid=["0", "x"]),
+        "--repeats": dict(group="results", type=positive_int,
+                          help="run every case this many times, in rounds (the regression gate's unit of "
+                               "replication; default %(default)s)", invalid=["0", "x"]),
     }
 
 
-PLACEMENT = ("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")
-HOSTS = ("--hosts", "--hostfile", "--scheduler", "--iface", "--link")
-MEASUREMENT = ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows", "--seed", "--lr", "--timeout",
-               "--check-timeout")
-DATA = ("--data", "--data-dir", "--loader", "--loader-workers", "--image-size")
-HARNESS = ("--inject", "--inject-delay", "--save-params")
-SHARING = ("--wait-for-cores", "--allow-shared")
-COMM = ("--min-bytes", "--max-bytes", "--dtype", "--ops", "--warmup-iters", "--iters")
-
-
 def parent(title: str | None, flags, *, hidden=(), helps: dict[str, str] | None = None,
-           run_defaults: dict | None = None, **defaults) -> argparse.ArgumentParser:
+           refuses: dict[str, list[str]] | None = None, run_defaults: dict | None = None,
+           **defaults) -> argparse.ArgumentParser:
     """A parent parser declaring `flags` (in an argument group `title`, if given). `hidden` flags are still
     parsed (so a verb can refuse them with a clear message, or a test use them) but left out of --help; `helps`:
-    flag -> this verb's own help (a default that differs here, and why); `defaults` replace the declared defaults
-    for this parser only (a fresh parent is built for every verb)."""
+    flag -> this verb's own help (a default that differs here, and why); `refuses`: flag -> values this verb refuses
+    besides the declared ones (bench fault: a backend without an elastic mode); `defaults` replace the declared
+    defaults for this parser only (a fresh parent is built for every verb)."""
     declared = declarations(run_defaults)
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group(title) if title else p
     for flag in flags:
         kwargs = dict(declared[flag], **({"help": helps[flag]} if helps and flag in helps else {}))
         short = kwargs.pop("short", None)
-        if flag in hidden:
+        kwargs.pop("group")
+        if kwargs.pop("test_only", False) or flag in hidden:
             kwargs["help"] = argparse.SUPPRESS
+        if refuses and flag in refuses:
+            kwargs["invalid"] = [*kwargs.get("invalid", ()), *refuses[flag]]
         add(g, *([short] if short else []), flag, **kwargs)
     p.set_defaults(**defaults)
     return p
+
+
+def of_group(name: str, flags=None, **kwargs) -> argparse.ArgumentParser:
+    """A parent parser of group `name` (or of those of its `flags` given), under the group's title."""
+    return parent(GROUP_TITLES[name], flags or group(name), **kwargs)
+
+
+DECLARED = object()  # what_runs: keep the declared default
+
+
+def what_runs(backend_help: str, backend_default: str | None, *, workload_help: str | None = None,
+              workload_default=DECLARED, refuses: dict[str, list[str]] | None = None, loads: bool = True,
+              flags=("--backend", "--workload")) -> argparse.ArgumentParser:
+    """--backend (and --workload), with this verb's default and what `all` means for it: `backend_help` says both,
+    and why the default is what it is. `loads`: the verb loads a workload of your own (and so refuses one that does
+    not load); predict only names stored ones."""
+    helps = {"--backend": f"comma-separated backends, or all: {backend_help}"}
+    if workload_help:
+        helps["--workload"] = workload_help
+    refuses = dict(refuses or {})
+    if loads and "--workload" in flags:
+        refuses["--workload"] = ["missing.py:W", "no_such_module:W", *refuses.get("--workload", [])]
+    defaults = {"backend": backend_default}
+    if workload_default is not DECLARED:
+        defaults["workload"] = workload_default
+    return parent(GROUP_TITLES["what runs"], flags, helps=helps, refuses=refuses, **defaults)
 
 
 def store(help: str | None = None) -> argparse.ArgumentParser:
@@ -355,36 +571,35 @@ def json_output() -> argparse.ArgumentParser:
     return parent(None, ["--json"])
 
 
-def placement(flags=PLACEMENT, **kwargs) -> argparse.ArgumentParser:
-    return parent("placement", flags, **kwargs)
+def placement(flags=None, *, largest: bool = False, **kwargs) -> argparse.ArgumentParser:
+    """The world size (or, `largest`, a sweep's largest) and where the workers go: `flags` of them, or all."""
+    every = (*group("largest world size" if largest else "world size"), *group("placement"))
+    return parent(GROUP_TITLES["placement"], flags or every, **kwargs)
 
 
 def hosts() -> argparse.ArgumentParser:
-    return parent("across hosts (ssh without a password to each; the same checkout path on every host)", HOSTS)
+    return of_group("hosts")
 
 
 def measurement(run_defaults: dict | None = None) -> argparse.ArgumentParser:
-    return parent("measurement", MEASUREMENT, run_defaults=run_defaults)
+    return of_group("measurement", run_defaults=run_defaults)
 
 
-def data() -> argparse.ArgumentParser:
-    return parent("data", DATA)
-
-
-TEST_ONLY = ("--inject", "--inject-delay")  # accepted, but not shown: the tests' means of making a run fail or slow
+def data(**kwargs) -> argparse.ArgumentParser:
+    return of_group("data", **kwargs)
 
 
 def harness() -> argparse.ArgumentParser:
-    return parent("testing the harness", HARNESS, hidden=TEST_ONLY)
+    return of_group("harness")
 
 
 def sharing() -> argparse.ArgumentParser:
     """Every verb that runs something on this machine: what its runs do where another bench run holds the cores."""
-    return parent("sharing the machine (one benchmark at a time per set of cores)", SHARING)
+    return of_group("sharing")
 
 
-def comm(**defaults) -> argparse.ArgumentParser:
-    return parent("communication sweep (nccl-tests conventions)", COMM, **defaults)
+def comm(**kwargs) -> argparse.ArgumentParser:
+    return of_group("comm", **kwargs)
 
 
 def backend_options(backends=None, fault: bool = False) -> argparse.ArgumentParser:
@@ -412,8 +627,8 @@ def backend_options(backends=None, fault: bool = False) -> argparse.ArgumentPars
     return p
 
 
-def training(run_defaults: dict | None = None) -> list[argparse.ArgumentParser]:
-    """Everything a training run takes: `bench run` and `bench sweep` (run_defaults: the sweep's own
-    warm-up and windows, shown in its help)."""
-    return [placement(), hosts(), measurement(run_defaults), data(), harness(), backend_options(), sharing(), store(),
-            json_output()]
+def training(run_defaults: dict | None = None, *, largest: bool = False) -> list[argparse.ArgumentParser]:
+    """Everything a training run takes: `bench run` and `bench sweep` (run_defaults: the sweep's own warm-up and
+    windows, shown in its help as the sweep's; `largest`: the sweep's world size options, its largest)."""
+    return [placement(largest=largest), hosts(), measurement(run_defaults), data(), harness(), backend_options(),
+            sharing(), store(), json_output()]

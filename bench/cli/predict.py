@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 
 from bench.cli import options
-from bench.cli.common import comma_list, examples, open_store, print_json
+from bench.cli.common import chosen_backends, comma_list, examples, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PROJECTED
 from bench.projection.clusters import DEFAULT_CLUSTER, MAX_WORKERS, PROFILES, parse_cluster, profile
@@ -16,6 +16,7 @@ from bench.projection.model import crossover, project, with_compute
 from bench.projection.validate import validate
 
 DEFAULT_BACKENDS = ",".join(PROJECTED)
+PROJECTABLE = tuple(name for name in BACKEND_MODULES if name != PLAIN_LOOP)  # the plain loop is the model's start
 # --compute-ms at most: a step is one batch's forward and backward, and an hour of it is a slip of the unit
 MAX_COMPUTE_MS = 3600 * 1000.0
 
@@ -28,15 +29,17 @@ def add_parser(verbs) -> None:
                         "bench predict --workload resnet18 --cluster ib-100g --compute-ms 14.5   # a GPU's step",
                         "bench predict --cluster 64x8:100gbit:5us --backend elastic,horovod --json",
                         "bench predict --validate --store docs/studies/projection/bench.sqlite"),
-        parents=[options.store(), options.json_output()])
-    options.add(p, "--workload", metavar="NAME", type=options.nonempty_name, invalid=[""],
-                help="the workload to project (default: every one the store has a profiled plain-loop run of)")
-    options.add(p, "--backend", default=DEFAULT_BACKENDS, metavar="B1,B2,...", invalid=["nope"],
-                help="comma-separated backends (default: %(default)s, the ones the model's validation covers)")
-    options.add(p, "--batch-size", type=options.positive_int, metavar="N", invalid=["0", "x"],
-                help="per-worker batch (default: the one the store's runs used, when they used one)")
-    options.add(p, "--threads", type=options.positive_int, metavar="N", invalid=["0"],
-                help="threads per worker of the runs to fit from (default: the one the store's runs used)")
+        parents=[options.what_runs(
+                     f"the backends to project (default {DEFAULT_BACKENDS}: the ones the model's validation covers; "
+                     f"all: every backend but the plain loop, {', '.join(PROJECTABLE)})", DEFAULT_BACKENDS,
+                     workload_help="comma-separated workloads to project, or all (default: all, every one the store "
+                                   "has a profiled plain-loop run of)", workload_default=None, loads=False),
+                 options.parent("the runs to fit from", ["--batch-size", "--threads"], helps={
+                     "--batch-size": "per-worker batch of the runs to fit from (default: the one the store's runs "
+                                     "used, when they used one, since the model starts from them)",
+                     "--threads": "threads per worker of the runs to fit from (default: the one the store's runs used, "
+                                  "since the model starts from them)"}),
+                 options.store(), options.json_output()])
     options.add(p, "--cluster", default=DEFAULT_CLUSTER, metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY]",
                 invalid=["nowhere", "4x8:fast", "4x8:100gbit\n:5us", "4x8:100gbit:5us\n:"],
                 help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}) or descriptions such as "
@@ -59,11 +62,11 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    backends = comma_list(args.backend)
-    unknown = [b for b in backends if b not in BACKEND_MODULES or b == PLAIN_LOOP]
+    backends = chosen_backends(args.backend, PROJECTABLE, device=None, verb="predict")
+    unknown = [b for b in backends if b not in PROJECTABLE]
     if unknown:
-        raise UsageError(f"--backend {','.join(unknown)}: choose from "
-                         f"{', '.join(b for b in BACKEND_MODULES if b != PLAIN_LOOP)}")
+        raise UsageError(f"--backend {','.join(unknown)}: the plain loop is what the model starts from; choose from "
+                         f"{', '.join(PROJECTABLE)}")
     if args.compute_ms is not None and args.compute_from:
         raise UsageError("--compute-ms and --compute-from both give the compute: give one")
     if args.compute_batch is not None and args.compute_ms is None:
@@ -105,11 +108,13 @@ def choose_cases(cases: list[Case], args) -> list[Case]:
     if not cases:
         raise UsageError("the store has no plain-loop run at 1 worker with a profile, which the model starts from: "
                          "run `bench sweep --world-sizes 1,2` (or `nox -s bench`) first")
-    if args.workload:
-        cases = [c for c in cases if c.workload == args.workload]
-        if not cases:
-            raise UsageError(f"no profiled plain-loop run of workload {args.workload!r} in the store; run "
-                             f"`bench sweep --workload {args.workload} --world-sizes 1,2` first")
+    if args.workload and not options.is_all(args.workload):
+        wanted = options.chosen(args.workload, [])
+        missing = [w for w in wanted if w not in {c.workload for c in cases}]
+        if missing:
+            raise UsageError(f"no profiled plain-loop run of workload {missing[0]!r} in the store; run "
+                             f"`bench sweep --workload {missing[0]} --world-sizes 1,2` first")
+        cases = [c for c in cases if c.workload in wanted]
     for flag, attr in (("batch_size", "batch"), ("threads", "threads")):
         wanted = getattr(args, flag)
         if wanted is not None:

@@ -13,11 +13,13 @@ from bench.workflows.regress import REGRESS_STORE, baseline, check_baseline_dir,
 
 
 def add_parser(verbs) -> None:
-    def gate_options(repeats: int):
-        p = options.parent(None, ["--timeout", "--repeats", "--store", *options.SHARING], repeats=repeats,
-                           helps={"--store": f"the gate's store (SQLite file); default {REGRESS_STORE}, whatever "
-                                             "$BENCH_STORE says: the gate's runs are kept apart from the results "
-                                             "`bench report` reads"})
+    def gate_options(repeats: int, repeats_help: str | None = None):
+        helps = {"--store": f"the gate's store (SQLite file); default {REGRESS_STORE}, whatever $BENCH_STORE says: "
+                            "the gate's runs are kept apart from the results `bench report` reads"}
+        if repeats_help:
+            helps["--repeats"] = repeats_help
+        p = options.parent(None, ["--timeout", "--repeats", "--store", *options.group("sharing")], repeats=repeats,
+                           helps=helps)
         options.add(p, "--dir", default=BASELINE_DIR, type=options.nonempty_path,
                     help="baseline folder (default %(default)s)",
                     invalid=[__file__, "", options.LONG_PATH])  # a file, not a folder
@@ -48,7 +50,10 @@ def add_parser(verbs) -> None:
                                          f"{BASELINE_DIR}/{BASELINE_FILE}",
                                          "bench baseline --from-store results/bench.sqlite --sweep SWEEP_ID",
                                          "bench baseline --hot-paths-only"),
-                         parents=[gate_options(gate_workflow.BASELINE_REPEATS), options.parent(None, ["--sweep"])])
+                         parents=[gate_options(gate_workflow.BASELINE_REPEATS, (
+                             "run every case this many times, in rounds (default %(default)s, more than `bench "
+                             f"regress` takes, {gate_workflow.REGRESS_REPEATS}, since every later run of the gate is "
+                             "judged against the baseline)")), options.parent(None, ["--sweep"])])
     options.add(p, "--from-store", metavar="PATH", type=options.nonempty_path,
                 help="take an existing sweep (--sweep, default the latest) from this store instead of running the "
                      "matrix", invalid=["", "/", "/nonexistent/bench.sqlite", options.LONG_PATH])

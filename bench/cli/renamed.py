@@ -1,12 +1,35 @@
 """Options renamed so that one thing has one name on every verb: the old spelling is still accepted, not shown in
-help, and says once on stderr what it is now called. One table, one mechanism (`add_old_spellings`)."""
+help, and says once on stderr what it is now called (with its value in the new spelling's unit or words, where those
+changed too). One table, one mechanism (`add_old_spellings`)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.cli.options import SIGNAL_OF, at_most, nonnegative_float
 from bench.core.console import note
+from bench.workflows.selfcheck import MAX_MINUTES, MAX_MINUTES_WORDS
+
+TIME_LIMITS = "every time limit is a --*-timeout, in seconds"
+WORLD_SIZES = "a sweep's largest world size; --nproc and --gpus are one run's world size on every verb"
+FAULT_WORDS = "one set of fault words on every verb: kill, term, hang, crash, exit, join"
+
+
+def minutes_as_seconds(text: str) -> str:
+    """--max-minutes M, as it was refused, as the seconds of --pairs-timeout."""
+    minutes = at_most(nonnegative_float, MAX_MINUTES, MAX_MINUTES_WORDS)(text)
+    return f"{minutes * 60:g}"
+
+
+def signal_as_word(text: str) -> str:
+    """--signal KILL|TERM|STOP (any case, as it was taken) as bench fault's --fault word."""
+    word = {signal: word for word, signal in SIGNAL_OF.items()}.get(text.upper())
+    if word is None:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(SIGNAL_OF.values())}; "
+                                         f"now --fault {', '.join(SIGNAL_OF)})")
+    return word
 
 
 @dataclass(frozen=True)
@@ -15,6 +38,14 @@ class Renamed:
     new: str
     verbs: tuple[str, ...] | None = None  # the verbs the old spelling was an option of; None: every verb with `new`
     why: str = ""  # why it changed, where the new name alone does not say
+    # the old value as the new spelling takes it (minutes as seconds); refuses what the old spelling refused
+    convert: Callable[[str], str] | None = None
+    value: str | None = None  # an old flag without a value: the new option's value it stands for (--join: join)
+    converts: str = ""  # the conversion in words, for docs/cli.md
+
+    def __post_init__(self):
+        if self.convert is not None and not self.converts:
+            raise ValueError(f"{self.old}: say in `converts` how its value becomes {self.new}'s")
 
 
 RENAMED = (
@@ -22,6 +53,14 @@ RENAMED = (
     Renamed("--no-allreduce", "--no-comm", ("selfcheck",), "skipping communication is --no-comm on every verb"),
     Renamed("--no-baseline", "--no-plain-loop", ("sweep",), "a baseline is the regression gate's"),
     Renamed("--launcher", "--hvd-launcher", None, "it chooses Horovod's launcher, beside the other --hvd-* options"),
+    Renamed("--wait-for-cores", "--cores-timeout", None, TIME_LIMITS),
+    Renamed("--max-minutes", "--pairs-timeout", ("selfcheck",), TIME_LIMITS, convert=minutes_as_seconds,
+            converts="minutes x 60"),
+    Renamed("--nproc", "--max-nproc", ("sweep",), WORLD_SIZES),
+    Renamed("--gpus", "--max-gpus", ("sweep",), WORLD_SIZES),
+    Renamed("--signal", "--fault", ("fault",), FAULT_WORDS, convert=signal_as_word, converts="KILL, TERM, STOP: "
+            "kill, term, hang"),
+    Renamed("--join", "--fault", ("fault",), FAULT_WORDS, value="join"),
 )
 
 
@@ -34,7 +73,17 @@ class OldSpelling(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         r = self.renamed
-        note(f"{parser.prog}: {r.old} is now {r.new}" + (f" ({r.why})" if r.why else "") +
+        old, new = r.old, r.new
+        if r.value is not None or r.convert is not None:  # the new option's value, through its own type
+            try:
+                text = r.value if r.value is not None else r.convert(values)
+                converted = self.target.type(text) if self.target.type else text
+            except argparse.ArgumentTypeError as exc:  # refused in the old spelling's words, before any notice
+                raise argparse.ArgumentError(self, str(exc)) from None
+            if r.convert is not None:
+                old = f"{old} {values}"
+            new, values = f"{new} {text}", converted
+        note(f"{parser.prog}: {old} is now {new}" + (f" ({r.why})" if r.why else "") +
              "; the old name still works for now")
         self.target(parser, namespace, values, r.new)
 
@@ -49,6 +98,13 @@ def add_old_spellings(verb: str, parser: argparse.ArgumentParser) -> None:
             if r.verbs is None:
                 continue
             raise AssertionError(f"bench {verb} has no {r.new}, which {r.old} was renamed to")
-        parser.add_argument(r.old, action=OldSpelling, renamed=r, target=target, dest=target.dest,
-                            nargs=target.nargs, type=target.type, choices=target.choices, metavar=target.metavar,
-                            default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        if r.value is not None:  # a flag: it takes nothing
+            parser.add_argument(r.old, action=OldSpelling, renamed=r, target=target, dest=target.dest, nargs=0,
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        elif r.convert is not None:  # its own value, converted when given
+            parser.add_argument(r.old, action=OldSpelling, renamed=r, target=target, dest=target.dest,
+                                metavar=target.metavar, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        else:
+            parser.add_argument(r.old, action=OldSpelling, renamed=r, target=target, dest=target.dest,
+                                nargs=target.nargs, type=target.type, choices=target.choices, metavar=target.metavar,
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)

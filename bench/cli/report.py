@@ -13,12 +13,13 @@ from bench.report.page import write_report
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("report", help="write a single-file HTML report", parents=[options.store()],
+    p = verbs.add_parser("report", help="write a single-file HTML report",
+                         parents=[options.store(), options.parent(None, ["--output"], helps={"--output": (
+                             "HTML file to write (default %(default)s, since writing the page is what this verb "
+                             "does)")}, output=os.path.join("reports", "report.html"))],
                          epilog=examples("bench report -o reports/report.html   # the decision page, one file",
                                          "bench report --where backend=elastic,horovod --where workload=resnet18 "
                                          "-o r.html"))
-    options.add(p, "-o", "--output", default=os.path.join("reports", "report.html"), type=options.nonempty_path,
-                help="HTML file to write (default %(default)s)", invalid=["", "/", options.LONG_PATH])
     options.add(p, "--where", action="append", metavar="KEY=V1,V2",
                 help="keep runs whose KEY (a `bench list` column: backend, workload, world_size, device, status, "
                      "sweep_id, ...) is one of the values; repeatable (default: every run)",

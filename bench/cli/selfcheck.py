@@ -1,5 +1,5 @@
-"""`bench selfcheck`: the suite against bare torchrun and horovodrun loops (bench.workflows.selfcheck), the check to run on a
-new machine before trusting the suite there."""
+"""`bench selfcheck`: the suite against bare torchrun and horovodrun loops (bench.workflows.selfcheck), the check to run
+on a new machine before trusting the suite there."""
 
 from __future__ import annotations
 
@@ -7,10 +7,21 @@ import argparse
 
 from bench.cli import options
 from bench.cli.common import examples, spec_options
-from bench.core.spec import resolve_device
+from bench.core.errors import UsageError
+from bench.core.spec import MAX_TIMEOUT_WORDS, resolve_device
 from bench.workflows.reference import BARE_LOOPS
-from bench.workflows.selfcheck import (DEFAULT_MAX_MINUTES, DEFAULT_PAIRS, GOALS, MAX_MINUTES, MAX_MINUTES_WORDS,
-                                       choose_backends, plan, selfcheck, validate)
+from bench.workflows.selfcheck import (
+    DEFAULT_MAX_MINUTES,
+    DEFAULT_PAIRS,
+    GOALS,
+    choose_backends,
+    plan,
+    selfcheck,
+    validate,
+)
+from workloads import WORKLOADS
+
+DEFAULT_PAIRS_TIMEOUT = DEFAULT_MAX_MINUTES * 60  # --pairs-timeout, in seconds as every time limit
 
 
 def add_parser(verbs) -> None:
@@ -18,18 +29,14 @@ def add_parser(verbs) -> None:
     t, b = GOALS["throughput"], GOALS["busbw"]
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("the check")
-    options.add(g, "--backend", help=f"comma-separated, of {loops} (default: each of them that a sweep compares "
-                "and can run here: the check is of the suite, so every backend it would measure is checked)",
-                invalid=["ps", "single", "nope", "elastic,nope"])
     options.add(g, "--pairs", type=options.positive_int, default=DEFAULT_PAIRS,
                 help="pairs of launches (suite and bare loop) per figure, at least (default %(default)s, at "
                      "least 2)", invalid=["0", "1", "x"])
-    options.add(g, "--max-minutes", type=options.at_most(options.nonnegative_float, MAX_MINUTES, MAX_MINUTES_WORDS),
-                default=DEFAULT_MAX_MINUTES,
+    options.add(g, "--pairs-timeout", type=options.wait_seconds, default=DEFAULT_PAIRS_TIMEOUT, metavar="SECONDS",
                 help=f"after --pairs, pairs are added until each interval is within ±{100 * t.resolution:g}%% "
-                     f"(throughput) or ±{100 * b.resolution:g}%% (busbw), or until this many minutes per backend "
-                     f"have passed (default %(default)s; 0: --pairs pairs only; at most {MAX_MINUTES_WORDS})",
-                invalid=["-1", "nan", "inf", "x", "1e10", f"{MAX_MINUTES + 1:g}"])
+                     f"(throughput) or ±{100 * b.resolution:g}%% (busbw), or until this many seconds per backend "
+                     f"have passed (default %(default)g, {DEFAULT_MAX_MINUTES:g} minutes; 0: --pairs pairs only; at "
+                     f"most {MAX_TIMEOUT_WORDS})", invalid=["-1", "nan", "inf", "x", *options.TOO_LONG])
     g.add_argument("--no-comm", action="store_true",
                    help="check training throughput only, not allreduce busbw at 16 MiB")
     p = verbs.add_parser(
@@ -41,9 +48,15 @@ def add_parser(verbs) -> None:
                     "compare with and are not accepted. The suite's runs go to a temporary store unless --store is "
                     "given.",
         epilog=examples("bench selfcheck --workload resnet18 --nproc 2     # every bare loop that can run here",
-                        "bench selfcheck --backend elastic --pairs 4 --max-minutes 0",
+                        "bench selfcheck --backend elastic --pairs 4 --pairs-timeout 0",
                         "bench selfcheck --backend horovod --no-comm --store results/selfcheck.sqlite"),
-        parents=[own, options.parent("what runs", ("--workload",)),
+        parents=[options.what_runs(
+                     f"of {loops}, each checked in turn (default {options.ALL}: every one of them that can run here, "
+                     "since the check is of the suite, so every backend it would measure is checked)", options.ALL,
+                     workload_help="comma-separated workloads, or all, as every verb takes them; bench selfcheck "
+                                   "checks one at a time, a built-in one (default %(default)s, the quick one)",
+                     refuses={"--backend": ["ps", "single"], "--workload": ["all", "mnist_mlp,resnet18"]}),
+                 own,
                  options.placement(("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")),
                  options.parent("measurement", ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows",
                                                 "--timeout")),
@@ -57,9 +70,15 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    validate(args.pairs, args.max_minutes)
+    max_minutes = args.pairs_timeout / 60  # the check counts its time in minutes
+    validate(args.pairs, max_minutes)
+    workloads = options.chosen(args.workload, WORKLOADS)
+    if len(workloads) > 1:
+        raise UsageError(f"--workload {args.workload}: bench selfcheck checks one workload at a time (its table and "
+                         "verdict are of one); run it once for each")
     device, world = resolve_device(args.nproc, args.gpus)
-    backends = choose_backends(args.backend, device)
-    plans = plan(backends, args.workload, device, world, options=spec_options(args, backends),
+    # all: every backend with a bare loop that can run here, which is what choose_backends takes by default
+    backends = choose_backends(None if options.is_all(args.backend) else args.backend, device)
+    plans = plan(backends, workloads[0], device, world, options=spec_options(args, backends),
                  allreduce=not args.no_comm, comm={"warmup_iters": args.warmup_iters, "iters": args.iters})
-    return selfcheck(plans, pairs=args.pairs, max_minutes=args.max_minutes, store_path=args.store, as_json=args.json)
+    return selfcheck(plans, pairs=args.pairs, max_minutes=max_minutes, store_path=args.store, as_json=args.json)

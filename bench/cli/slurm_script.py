@@ -71,9 +71,12 @@ def add_parser(verbs) -> None:
         epilog=examples("bench slurm-script --nodes 2 --tasks-per-node 1 --time 30 --store results/cluster.sqlite "
                         "-o sweep.sh -- --backend elastic,horovod --workload mnist_mlp",
                         "bench slurm-script --verb allreduce --nodes 4 --partition gpu --gpus-per-node 4"),
-        parents=[options.store()])
+        parents=[options.store(), options.parent(None, ["--output"], helps={"--output": (
+            "write the script there, mode 755, in a folder that exists (default: stdout, to pipe into sbatch)")},
+            refuses={"--output": ["/nonexistent/folder/job.sh"]})])
 
-    options.add(p, "--nodes", type=options.positive_int, default=d["nodes"], help="nodes (%(default)s)", invalid=["0", "x"])
+    options.add(p, "--nodes", type=options.positive_int, default=d["nodes"], help="nodes (%(default)s)",
+                invalid=["0", "x"])
     options.add(p, "--tasks-per-node", type=options.positive_int, default=d["tasks_per_node"],
                 help="worker slots per node (%(default)s)", invalid=["0", "x"])
     options.add(p, "--gpus-per-node", type=options.positive_int, help="GPUs per node (none by default)",
@@ -90,9 +93,6 @@ def add_parser(verbs) -> None:
     # its own dest: `verb` is the verb bench was given (slurm-script), which its messages name
     options.add(p, "--verb", dest="job_verb", choices=VERBS, default=d["verb"], help="what the job runs (%(default)s)",
                 invalid=["train"])
-    options.add(p, "-o", "--output", metavar="FILE", help="write the script there, mode 755, in a folder that "
-                                                          "exists (default: stdout)",
-                invalid=["/nonexistent/folder/job.sh"])
     options.add(p, "bench_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
                 help="arguments of the bench command inside the job, such as --backend elastic,horovod; relative "
                      "paths among them are read from the folder this command runs in, as the job runs there",

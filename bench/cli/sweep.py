@@ -5,45 +5,46 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import (cluster_of, comm_options, comma_list, examples, open_store, print_json, spec_options,
-                              status_exit, world_of)
+from bench.cli.common import (
+    cluster_of,
+    comm_options,
+    comma_list,
+    examples,
+    open_store,
+    print_json,
+    said_in_flags_of,
+    spec_options,
+    status_exit,
+    world_of,
+)
 from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
+from bench.rank.collectives import COMM_DEFAULTS
 from bench.report.page import output_path, write_report_with_copy
-from bench.tasks.fault.spec import FAULT_KINDS
 from bench.workflows.plan import SWEEP_DEFAULTS, SWEEP_FAULTS, check_fault_kinds, check_pair_can_run, sweep_world_sizes
 from bench.workflows.sweep import resume_sweep, run_benchmark_sweep
 from workloads import WORKLOADS
 
 # what --resume takes besides the sweep: where its runs go, what it prints, and how they share the machine
-RESUME_TAKES = ("store", "output", "json", "allow_shared", "wait_for_cores")
+RESUME_TAKES = ("store", "output", "json", "allow_shared", "cores_timeout")
 
 
 def add_parser(verbs) -> None:
+    pair = " and ".join(PRIMARY)
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("what runs")
-    options.add(g, "--backend", help=f"comma-separated backends, or all (every compared backend, of "
-                                      f"{', '.join(COMPARED)}: those besides {' and '.join(PRIMARY)} where they can "
-                                      f"run here); default: {' and '.join(PRIMARY)}, the question's pair, since a "
-                                      "sweep compares (both must be able to run here, or the sweep says how to set "
-                                      "up the missing one and runs nothing)",
-                invalid=["tensorflow", "elastic,horovd"])
-    options.add(g, "--workload", help=f"comma-separated workloads (default: all, {', '.join(WORKLOADS)}); your "
-                                       "own as PKG.MODULE:NAME or path/to/file.py:NAME",
-                invalid=["gpt5", "mnist_mlp,gpt5"])
-    options.add(g, "--world-sizes", type=options.world_sizes,
-                help="comma-separated world sizes (default: 1, 2, 4 ... up to --nproc or --gpus)",
-                invalid=["1,x", "0", "", "-2"])
     g.add_argument("--no-plain-loop", action="store_true",
                    help="skip the plain single-process run that scaling is also measured against")
     g.add_argument("--no-comm", action="store_true",
                    help="skip the short communication sweep run for each backend and world size above 1")
     g.add_argument("--no-faults", action="store_true",
                    help="skip the short elasticity comparison: each fault under every backend with an elastic mode")
-    options.add(g, "--faults", metavar="F1,F2,...",
-                help=f"the faults of that comparison, from {', '.join(FAULT_KINDS)} (a worker killed, stopped, or "
-                     f"one joining; default {','.join(SWEEP_FAULTS['kinds'])})", invalid=["crash", "kill,hng", ","])
+    taken = options.FAULTS_TAKEN["bench sweep --faults"]
+    options.add(g, "--faults", type=options.sweep_faults, metavar=",".join(taken),
+                help=f"the faults of that comparison, comma-separated, from {', '.join(taken)} (the fault words of "
+                     "every verb: a worker killed, hung, or one joining; docs/usage.md, 'Faults') (default "
+                     f"{','.join(SWEEP_FAULTS['kinds'])})", invalid=["crash", "kill,hng", ",", "term"])
     options.add(g, "--fault-repeats", type=options.positive_int, metavar="N",
                 help=f"launches of each fault case (default {SWEEP_FAULTS['repeats']}, what fits the default sweep's "
                      "time; 2 or more give each recovery time a spread)", invalid=["0", "x"])
@@ -56,21 +57,37 @@ def add_parser(verbs) -> None:
     options.add(r, "--resume", nargs="?", const=True, type=options.id_name, metavar="SWEEP_ID",
                 help="finish the latest interrupted sweep of --store (or SWEEP_ID): run the launches of its stored "
                      "plan that did not run, under its sweep id, then mark it complete; takes only --store, -o, "
-                     "--json, --allow-shared and --wait-for-cores, since the plan fixes everything else "
+                     "--json, --allow-shared and --cores-timeout, since the plan fixes everything else "
                      "(default: a new sweep)", invalid=["", "../x", "a/b"])
     p = verbs.add_parser("sweep", help="backends x workloads x world sizes, every run stored",
                          description="Every backend x workload x world size, plus the plain single-process loop and "
                                      "a short communication sweep, each case launched --repeats times in "
                                      "interleaved rounds; every run is stored, and -o writes the report.",
                          epilog=examples(
-                             "bench sweep --nproc 4                  # elastic and horovod, world sizes 1, 2, 4",
-                             "bench sweep --backend all --nproc 2    # with the parameter server and Ray Train",
+                             "bench sweep --max-nproc 4              # elastic and horovod, world sizes 1, 2, 4",
+                             "bench sweep --backend all --max-nproc 2   # with the parameter server and Ray Train",
                              "bench sweep --workload mnist_mlp --world-sizes 2 --no-comm -o reports/sweep.html",
-                             "bench sweep --backend elastic --gpus 8 --repeats 5",
+                             "bench sweep --backend elastic --max-gpus 8 --repeats 5",
                              "bench sweep --resume                   # finish the latest interrupted sweep"),
-                         parents=[own, options.parent(None, ["--repeats"], repeats=SWEEP_DEFAULTS["repeats"]),
-                                  *options.training(SWEEP_DEFAULTS),
-                                  options.comm(max_bytes=SWEEP_DEFAULTS["max_bytes"]), options.report_output()])
+                         parents=[options.what_runs(
+                                      f"the backends compared (default: {pair}, the question's pair, since a sweep "
+                                      "compares; both must be able to run here, or the sweep says how to set up the "
+                                      "missing one and runs nothing; all: every compared backend, of "
+                                      f"{', '.join(COMPARED)}: those besides {pair} where they can run here)", None,
+                                      workload_help=f"comma-separated workloads, or all (default: all, "
+                                                    f"{', '.join(WORKLOADS)}: a sweep measures every case); your own "
+                                                    "as PKG.MODULE:NAME or path/to/file.py:NAME",
+                                      workload_default=None),
+                                  options.parent("what runs", ["--world-sizes"], helps={"--world-sizes": (
+                                      "comma-separated world sizes (default: 1, 2, 4 ... up to --max-nproc or "
+                                      "--max-gpus, the scaling a sweep measures)")}),
+                                  own, options.parent(None, ["--repeats"], repeats=SWEEP_DEFAULTS["repeats"]),
+                                  *options.training(SWEEP_DEFAULTS, largest=True),
+                                  options.comm(max_bytes=SWEEP_DEFAULTS["max_bytes"], helps={"--max-bytes": (
+                                      f"largest message (default {SWEEP_DEFAULTS['max_bytes']} in a sweep, whose "
+                                      "communication part is one short run of many, up to the sizes where bandwidth, "
+                                      f"not latency, decides; {COMM_DEFAULTS['max_bytes']} for `bench allreduce`)")}),
+                                  options.report_output()])
     p.set_defaults(func=cmd)
 
 
@@ -80,26 +97,26 @@ def cmd(args) -> int:
     if args.no_faults and (args.faults is not None or args.fault_repeats is not None):
         raise UsageError("--no-faults makes no fault run; drop --faults and --fault-repeats, or --no-faults")
     faults = None if args.no_faults else \
-        check_fault_kinds(SWEEP_FAULTS["kinds"] if args.faults is None else [k for k in args.faults.split(",") if k])
+        check_fault_kinds(SWEEP_FAULTS["kinds"] if args.faults is None else comma_list(args.faults))
     store = open_store(args.store, runs=True)
     if args.output:
         output_path(args.output)  # before the sweep, not after it
     cluster = cluster_of(args)
     device, limit = world_of(args, cluster)
     # a sweep's launches are short; its replicates are launches (bench.workflows.plan.SWEEP_DEFAULTS)
-    backends = None if args.backend == "all" else comma_list(args.backend) or "primary"
+    backends = None if options.is_all(args.backend) else comma_list(args.backend) or "primary"
     if backends in (None, "primary"):
         check_pair_can_run(device)  # before anything runs: one side alone would answer nothing
     running = None if backends is None else \
         [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
     spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | \
         {"cluster": cluster}
-    _, records = run_benchmark_sweep(store, "bench sweep", backends=backends,
-                           workloads=comma_list(args.workload) or list(WORKLOADS), device=device,
-                           world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,
-                           comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
-                           repeats=args.repeats, faults=faults,
-                           fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"])
+    with said_in_flags_of(args):  # the plan's refusals of a world size name the sweep's flags
+        _, records = run_benchmark_sweep(
+            store, "bench sweep", backends=backends, workloads=options.chosen(args.workload, WORKLOADS),
+            device=device, world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,
+            comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
+            repeats=args.repeats, faults=faults, fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"])
     return finish(args, store, records)
 
 
@@ -138,4 +155,4 @@ def refuse_plan_options(args) -> None:
     flags = [next((a.option_strings[-1] for a in actions if a.dest == dest), dest) for dest in given]
     raise UsageError(f"--resume runs the sweep's stored plan, which fixes what {', '.join(flags)} would set; drop "
                      f"{'it' if len(flags) == 1 else 'them'} (with --resume: --store, -o, --json, --allow-shared, "
-                     "--wait-for-cores)")
+                     "--cores-timeout)")

@@ -5,9 +5,10 @@ can watch: this one. PLAN_JSON is a list of {"host", "argv"}; each argv runs on 
 with this process's environment written into the ssh command (ssh carries none), less what belongs to this
 machine's login (HOME, SSH_*, ...). A step whose host is null runs here, a child of this process, with "env"
 added to this process's environment: the workers a backend starts one by one on this machine, each with an
-environment of its own (TensorFlow's MultiWorkerMirroredStrategy: a TF_CONFIG each). It exits when every host's command has ended, with the first non-zero
-exit status among them; when one fails, the others are not waited for longer than GRACE_S, and the
-supervisor ends what is left on every host (bench.harness.supervisor reap, run over ssh).
+environment of its own (TensorFlow's MultiWorkerMirroredStrategy: a TF_CONFIG each). It exits when every host's
+command has ended, with the first non-zero exit status among them; when one fails, the others are not waited for
+longer than GRACE_S, and the supervisor ends what is left on every host (bench.harness.supervisor reap, run over
+ssh).
 
 With `--node-range` (torchrun agents with a range of nodes, in a fault run) a host's agent that fails is a node
 the others go on without: the launcher waits for the rest, and once one host's agent has finished training

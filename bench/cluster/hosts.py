@@ -60,8 +60,8 @@ def run_on(host: str, argv: list[str], timeout: float = CHECK_TIMEOUT_S,
 
 
 def json_answer(proc: subprocess.CompletedProcess) -> dict:
-    """The JSON object a bench helper run on a host printed last (bench.harness.supervisor, bench.cluster.netcut), or {"error": the
-    host's last words} when there is none."""
+    """The JSON object a bench helper run on a host printed last (bench.harness.supervisor, bench.cluster.netcut), or
+    {"error": the host's last words} when there is none."""
     import json
 
     try:

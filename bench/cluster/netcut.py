@@ -9,8 +9,8 @@ bench must therefore run on a machine that is not one of the hosts, and the cut 
 routes carry their own protocol number (ROUTE_PROTO), so healing is stateless: `heal` removes every route with
 it, which the run's end, its lifeline and `bench testhosts down` do whatever happened before.
 
-`python -m bench.cluster.netcut check|cut|heal [HOST ...]` runs on a host over ssh (bench.cluster.hosts.on_every_host) and prints
-one JSON line.
+`python -m bench.cluster.netcut check|cut|heal [HOST ...]` runs on a host over ssh (bench.cluster.hosts.on_every_host)
+and prints one JSON line.
 """
 
 from __future__ import annotations

@@ -15,30 +15,45 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+Where = str | tuple[Any, ...]  # where a value is in a record: a name, or (parent's where, key[, index])
+Converter = Callable[[Any, Where], Any]  # convert(value, where) -> the typed value (the converters below)
+R = TypeVar("R", bound="Record")
 
 
 class RecordError(ValueError):
     """A stored record that this version cannot read."""
 
 
+# A JSON object a record keeps as it was read (an environment, a launch's facts, an event). The type checker sees its
+# keys and values; the codec, which reads field types at run time, sees a bare dict and takes the value unchecked,
+# as records have always been read (dict[str, Any] there would refuse a record whose value is not an object).
+if typing.TYPE_CHECKING:
+    JsonObject = dict[str, typing.Any]
+else:
+    JsonObject = dict
+
+
 # how a float that is not a finite number is written (the words JavaScript and Python's json module use for them)
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-def json_float(value: float):
+def json_float(value: float) -> float | str:
     """A float as a record holds it: itself, or the word for a non-finite one."""
     if math.isfinite(value):
         return value
     return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
 
 
-def float_of(value):
+def float_of(value: Any) -> Any:
     """A float read from a record or a run file: a number, or the word written for a non-finite one (NON_FINITE).
     For values whose field is not typed float (a rank's output, a journal line), which decoding leaves as read."""
     return NON_FINITE[value] if isinstance(value, str) and value in NON_FINITE else value
 
 
-def restore_floats(value):
+def restore_floats(value: Any) -> Any:
     """Plain JSON with the words for non-finite floats turned back into floats, at any depth: what a value whose
     field is not typed (a fit's dict, a rank's output) reads back as, so that a number written stays a number."""
     kind = type(value)  # JSON's own types first, by identity (a record holds hundreds of values), then subclasses
@@ -60,17 +75,31 @@ def restore_floats(value):
 NUMBERS = frozenset({int, float, bool, type(None)})  # JSON values that are neither a container nor a word: kept
 
 
-def dumps(value, **options) -> str:
+def dumps(value: Any, **options: Any) -> str:
     """`value` as strict JSON: non-finite floats as their words (to_json); anything still not JSON is an error
     here, when written, not in a reader that refuses the file later."""
     return json.dumps(to_json(value), allow_nan=False, **options)
 
 
-def to_json(obj):
+class OwnForm:
+    """Base of a dataclass that writes and reads its own JSON form (bench.core.spec.TaskSettings): `to_dict()` gives
+    it, and the class's `from_json(value, where)` reads it, where a field is typed as the class."""
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, value: Any, where: Where) -> Any:
+        raise NotImplementedError
+
+
+def to_json(obj: Any) -> Any:
     """A dataclass (or container of them) as plain JSON values, non-finite floats as their words (json_float)."""
     if isinstance(obj, float):
         return json_float(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        if isinstance(obj, OwnForm):
+            return to_json(obj.to_dict())
         return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_json(v) for v in obj]
@@ -81,26 +110,36 @@ def to_json(obj):
     return obj
 
 
-def hints_of(cls) -> dict:
+def hints_of(cls: Any) -> dict[str, Any]:
     hints = getattr(cls, "__bench_hints__", None)
     if hints is None or hints[0] is not cls:
         hints = (cls, typing.get_type_hints(cls))
         cls.__bench_hints__ = hints
-    return hints[1]
+    found: dict[str, Any] = hints[1]
+    return found
 
 
 # JSON values a plain field accepts (a float field takes an integer: JSON writes 2.0 as 2 in some tools)
 PLAIN = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
 
 
-def from_json(tp, value, where: str = "record"):
+def from_json(tp: Any, value: Any, where: Where = "record") -> Any:
     """`value` (plain JSON) as type `tp`: dataclasses, X | None, list[X], dict[str, X], plain values."""
     return converter(tp)(value, where)
 
 
-def decode(cls, data: dict, where: str | None = None):
+def decode(cls: Any, data: Any, where: Where | None = None) -> Any:
     """An instance of dataclass `cls` from a dict of its fields (typed recursively); strict about names."""
     return converter(cls)(data, where or cls.__name__)
+
+
+_FIELDS_CONVERTERS: dict[type, Converter] = {}
+
+
+def decode_fields(cls: Any, data: Any, where: Where) -> Any:
+    """decode's reading of a dict of fields, for an OwnForm class's from_json (which decode itself would call)."""
+    conv = _FIELDS_CONVERTERS.get(cls) or _FIELDS_CONVERTERS.setdefault(cls, _dataclass_converter(cls))
+    return conv(data, where)
 
 
 # ---------------------------------------------------------------- converters, one per type, made once
@@ -108,11 +147,11 @@ def decode(cls, data: dict, where: str | None = None):
 # read by the thousand (a store, a report), so each type's checks are worked out once, not per value, and `where`
 # is spelled only for an error: below the top it is (the parent's where, a field name or key), or (the parent's
 # where, a list index, LIST_ITEM).
-_CONVERTERS: dict = {}
+_CONVERTERS: dict[Any, Converter] = {}
 LIST_ITEM = "[]"
 
 
-def converter(tp):
+def converter(tp: Any) -> Converter:
     """The converter of type `tp` (from_json's rules), made on first use."""
     try:
         return _CONVERTERS[tp]
@@ -121,21 +160,23 @@ def converter(tp):
         return conv
 
 
-def spell(where) -> str:
+def spell(where: Where) -> str:
     """A where as the message says it: "record r1.rank_map[0].host"."""
-    parts = []
+    parts: list[str] = []
     while isinstance(where, tuple):
         where, key, *index = where  # (parent, field name) or (parent, list index, LIST_ITEM)
         parts.append(f"[{key}]" if index else f".{key}")
     return where + "".join(reversed(parts))
 
 
-def _make_converter(tp):
+def _make_converter(tp: Any) -> Converter:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is typing.Any or tp is object:
         return lambda value, where: restore_floats(value)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _enum_converter(tp)
+    if isinstance(tp, type) and issubclass(tp, OwnForm):
+        return tp.from_json
     if tp in PLAIN:
         return _plain_converter(tp)
     if origin in (typing.Union, types.UnionType):
@@ -149,8 +190,8 @@ def _make_converter(tp):
     return lambda value, where: restore_floats(value)  # an untyped container (a bare dict or list)
 
 
-def _enum_converter(tp):
-    def convert(value, where):
+def _enum_converter(tp: type[enum.Enum]) -> Converter:
+    def convert(value: Any, where: Where) -> Any:
         try:
             return tp(value)
         except ValueError:
@@ -159,11 +200,11 @@ def _enum_converter(tp):
     return convert
 
 
-def _plain_converter(tp):
+def _plain_converter(tp: type) -> Converter:
     accepted = PLAIN[tp]
     exact = frozenset(accepted)  # JSON's own types: a bool's type is bool, so it is never taken for an int here
 
-    def convert(value, where):
+    def convert(value: Any, where: Where) -> Any:
         if type(value) in exact:
             return value
         if tp is float and isinstance(value, str) and value in NON_FINITE:
@@ -174,31 +215,32 @@ def _plain_converter(tp):
     return convert
 
 
-def _union_converter(args):
+def _union_converter(args: tuple[Any, ...]) -> Converter:
     optional = type(None) in args
     rest = [a for a in args if a is not type(None)]
     if len(rest) == 1:
         inner = converter(rest[0])
 
-        def convert(value, where):
+        def convert(value: Any, where: Where) -> Any:
             if value is None and optional:
                 return None
             return inner(value, where)
         return convert
     numeric = float in rest
 
-    def convert_plain(value, where):  # a plain union of JSON types (int | float, ...)
+    def convert_plain(value: Any, where: Where) -> Any:  # a plain union of JSON types (int | float, ...)
         if value is None and optional:
             return None
         return float_of(value) if numeric else value
     return convert_plain
 
 
-def _dataclass_converter(cls):
-    plan = []  # (field names, required names, converter of each field), worked out on first use: the field types
-    # may name classes defined after this one
+def _dataclass_converter(cls: Any) -> Converter:
+    # (field names, required names, converter of each field), worked out on first use: the field types may name
+    # classes defined after this one
+    plan: list[Any] = []
 
-    def convert(data, where):
+    def convert(data: Any, where: Where) -> Any:
         if not plan:
             hints = hints_of(cls)
             fields = [f for f in dataclasses.fields(cls) if f.init]
@@ -218,11 +260,11 @@ def _dataclass_converter(cls):
     return convert
 
 
-def _list_converter(item_type):
+def _list_converter(item_type: Any) -> Converter:
     item = converter(item_type)
     exact = frozenset(PLAIN.get(item_type, ()))  # a list of plain values that need no conversion is copied as it is
 
-    def convert(value, where):
+    def convert(value: Any, where: Where) -> Any:
         if not isinstance(value, list):
             raise RecordError(f"{spell(where)}: expected a list, found {type(value).__name__}")
         if exact and all(type(v) in exact for v in value):
@@ -231,10 +273,10 @@ def _list_converter(item_type):
     return convert
 
 
-def _dict_converter(value_type):
+def _dict_converter(value_type: Any) -> Converter:
     item = converter(value_type)
 
-    def convert(value, where):
+    def convert(value: Any, where: Where) -> Any:
         if not isinstance(value, dict):
             raise RecordError(f"{spell(where)}: expected an object, found {type(value).__name__}")
         return {k: item(v, (where, k)) for k, v in value.items()}
@@ -244,9 +286,11 @@ def _dict_converter(value_type):
 class Record:
     """Mixin: the JSON round trip for a record dataclass."""
 
-    def to_dict(self) -> dict:
-        return to_json(self)
+    def to_dict(self) -> dict[str, Any]:
+        as_json: dict[str, Any] = to_json(self)
+        return as_json
 
     @classmethod
-    def from_dict(cls, data: dict):
-        return decode(cls, data)
+    def from_dict(cls: type[R], data: Any) -> R:
+        record: R = decode(cls, data)
+        return record

@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 
 class GuardedStream:
@@ -19,7 +21,7 @@ class GuardedStream:
     is pointed at /dev/null, so that nothing pending fails again (Python's flush at exit included) and a process
     started afterwards does not inherit the dead stream."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: TextIO):
         self._stream = stream
         self.lost: str | None = None  # why a write failed, once one has
 
@@ -31,7 +33,7 @@ class GuardedStream:
                 self._lose(exc)
         return len(text)
 
-    def writelines(self, lines) -> None:
+    def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.write(line)
 
@@ -54,7 +56,7 @@ class GuardedStream:
         except (OSError, ValueError, io.UnsupportedOperation):
             pass  # a stream without a descriptor (captured output): it is simply never written again
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
@@ -97,7 +99,7 @@ def _devnull_at(fd: int) -> None:
         os.close(opened)
 
 
-def _devnull_stream(fd: int):
+def _devnull_stream(fd: int) -> TextIO:
     """A text stream on `fd` where it is /dev/null (as _devnull_at left it), else on a /dev/null of its own (the
     descriptor was taken by something else before bench could give it /dev/null, and is left to it)."""
     try:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 # the folder that holds the `bench` and `workloads` packages, two above this file (bench/core/): the checkout. It
 # goes first on the PYTHONPATH of a run's processes, and a process started on another host starts there.
@@ -53,7 +54,7 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def calibrate(repeats: int = 10) -> dict:
+def calibrate(repeats: int = 10) -> dict[str, float]:
     """How fast this host runs a short fixed piece of work, on one thread, best of `repeats`: a 256x256
     float32 matrix product (GFLOP/s) and a ResNet-like 3x3 convolution step, forward and backward (ms).
     What decides whether absolute throughput measured here can be compared with a baseline's
@@ -84,8 +85,8 @@ def calibrate(repeats: int = 10) -> dict:
     return {"gemm_gflops": 2 * 256 ** 3 / gemm / 1e9, "conv_step_ms": step * 1e3}
 
 
-def git_state() -> dict:
-    def git(*args):
+def git_state() -> dict[str, Any]:
+    def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True,
                               text=True, timeout=10).stdout.strip()
 
@@ -97,7 +98,7 @@ def git_state() -> dict:
     return {"commit": commit or None, "dirty": dirty if commit else None}
 
 
-def torch_facts() -> dict:
+def torch_facts() -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -123,8 +124,8 @@ def torch_facts() -> dict:
     return facts
 
 
-@functools.lru_cache(maxsize=None)
-def _static_fingerprint() -> dict:
+@functools.cache
+def _static_fingerprint() -> dict[str, Any]:
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -145,7 +146,7 @@ def _static_fingerprint() -> dict:
     }
 
 
-def fingerprint(worker_env: dict[str, str] | None = None) -> dict:
+def fingerprint(worker_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Machine and software facts, plus the variables the workers saw that tune distributed runs."""
     env = worker_env if worker_env is not None else dict(os.environ)
     variables = {k: v for k, v in sorted(env.items()) if k.startswith(VARIABLE_PREFIXES)}

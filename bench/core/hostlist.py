@@ -17,7 +17,7 @@ class Host:
     name: str
     slots: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str | int]:
         return {"name": self.name, "slots": self.slots}
 
 

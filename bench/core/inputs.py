@@ -29,7 +29,7 @@ RUNS_FILE_LIMIT = 256 * MiB  # a baseline or current runs file: thousands of rec
 HOSTFILE_LIMIT = 1 * MiB  # one line per host
 
 
-def shown(value) -> str:
+def shown(value: object) -> str:
     """A value for a one-line message: as it is when it is a name, else quoted (a newline stays on its line) and cut."""
     if isinstance(value, str) and name_problem(value) is None:
         return value
@@ -53,12 +53,12 @@ def printable(text: str) -> str:
     return text
 
 
-def _escaped(found: re.Match) -> str:
+def _escaped(found: re.Match[str]) -> str:
     code = ord(found.group())
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
-def name_problem(value) -> str | None:
+def name_problem(value: object) -> str | None:
     """Why `value` cannot be a run id or sweep id (NAME_RULE), or None when it can."""
     if not isinstance(value, str):
         return f"it is a {type(value).__name__}, not a string"
@@ -75,15 +75,15 @@ def name_problem(value) -> str | None:
     return None
 
 
-def check_name(value, what: str) -> str:
+def check_name(value: object, what: str) -> str:
     """`value` when it is a name, else a UsageError naming `what` (a flag, "run id")."""
     problem = name_problem(value)
-    if problem:
+    if problem or not isinstance(value, str):  # (a value that is not a string has a problem)
         raise UsageError(f"{what} {shown(value)} is not a name ({problem}); names are {NAME_RULE}")
     return value
 
 
-def workload_problem(value) -> str | None:
+def workload_problem(value: object) -> str | None:
     """Why `value` cannot be a stored workload, or None: absent (a run that trains nothing), a name, or a reference to
     the user's code as workloads.external keeps it (PKG.MODULE:NAME, or a .py file's path, normalised, and :NAME)."""
     if value is None or name_problem(value) is None:
@@ -106,7 +106,7 @@ def _mib(size: int) -> str:
     return f"{size // MiB} MiB" if size and size % MiB == 0 else f"{size:,} bytes"
 
 
-def read_regular_file(path: str | os.PathLike, what: str, limit: int, hint: str = "") -> bytes:
+def read_regular_file(path: str | os.PathLike[str], what: str, limit: int, hint: str = "") -> bytes:
     """The bytes of the file a user named as `what` ("baseline file", "--hostfile"), or a UsageError of one line
     (ending with `hint`) when it is missing, a directory, anything but a regular file, or larger than `limit`
     bytes. The file is looked at (stat) before it is opened, and opened without blocking, so that neither a FIFO
@@ -151,7 +151,7 @@ def read_regular_file(path: str | os.PathLike, what: str, limit: int, hint: str 
     return b"".join(chunks)
 
 
-def read_text_file(path: str | os.PathLike, what: str, limit: int, hint: str = "") -> str:
+def read_text_file(path: str | os.PathLike[str], what: str, limit: int, hint: str = "") -> str:
     """read_regular_file, decoded as UTF-8 (a file that is not text is the same one-line refusal)."""
     data = read_regular_file(path, what, limit, hint)
     try:

@@ -14,7 +14,7 @@ import enum
 import typing
 from dataclasses import dataclass, field
 
-from bench.core.codec import Record, RecordError, decode, from_json, hints_of
+from bench.core.codec import JsonObject, Record, RecordError, decode, from_json, hints_of
 from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
@@ -102,7 +102,7 @@ class RunError(Record):
     signal: str | None = None
     exception: str | None = None
     exception_message: str | None = None
-    ranks: list[dict] | None = None  # where each rank was when the run was ended
+    ranks: list[JsonObject] | None = None  # where each rank was when the run was ended
     step: int | None = None  # a diverged run: the step at whose check the non-finite value was seen (or earlier)
 
 
@@ -124,7 +124,7 @@ class RankResult(Record):
     pid: int
     times: Times
     peak_rss_bytes: int
-    output: dict = field(default_factory=dict)
+    output: JsonObject = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- the record
@@ -140,19 +140,19 @@ class RunRecord(Record):
     command: list[str]
     rank_map: list[RankRow]
     metrics: typing.Any  # the task's metrics dataclass (Task.metrics_type), or None when it produced none
-    events: list[dict]
-    environment: dict
+    events: list[JsonObject]
+    environment: JsonObject
     run_dir: str
-    launch: dict = field(default_factory=dict)  # what the launcher chose at run time (ports, hosts files)
+    launch: JsonObject = field(default_factory=dict)  # what the launcher chose at run time (ports, hosts files)
     # other bench runs that ran on any of this run's cores while it ran ({"run_id", "label", "store"}: one of them
     # ran with --allow-shared; bench.harness.cores): such a run measured them too, and is compared with nothing
-    shared_with: list[dict] = field(default_factory=list)
+    shared_with: list[JsonObject] = field(default_factory=list)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.status = RunStatus(self.status)  # a word is checked and typed here, wherever the record was made
 
     @property
-    def task(self):
+    def task(self) -> typing.Any:  # bench.tasks.base.Task, a layer above
         return get_task(self.spec.task)
 
     @property
@@ -165,7 +165,7 @@ class RunRecord(Record):
         return self.ok and not self.shared_with
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunRecord":
+    def from_dict(cls, data: typing.Any) -> RunRecord:
         """A stored record of any version this bench knows, upgraded to the current one."""
         if not isinstance(data, dict):
             raise RecordError("a record must be a JSON object")
@@ -202,7 +202,7 @@ class RunRecord(Record):
 
 
 # ---------------------------------------------------------------- upgrades of stored records
-def _v1_to_v2(rec: dict) -> dict:
+def _v1_to_v2(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """Version 1 (before task plug-ins): specs written before `task`, `step_delay` and `repeat` existed,
     metrics nested per task and communication rows at the top level (`allreduce`): each task moves its
     own (Task.upgrade); rank map rows named the world size `size`."""
@@ -220,21 +220,21 @@ def _v1_to_v2(rec: dict) -> dict:
     return rec
 
 
-def v1_rank_row(row: dict) -> dict:
+def v1_rank_row(row: dict[str, typing.Any]) -> dict[str, typing.Any]:
     row = dict(row)
     if "size" in row:
         row["world_size"] = row.pop("size")
     return row
 
 
-def _v2_to_v3(rec: dict) -> dict:
+def _v2_to_v3(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """v3 adds runs across hosts (spec.hosts, spec.iface, spec.link): a v2 run ran on one host."""
     rec = dict(rec, spec={**rec["spec"], "hosts": None, "iface": None, "link": None})
     rec["schema_version"] = 3
     return rec
 
 
-def _v3_to_v4(rec: dict) -> dict:
+def _v3_to_v4(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """v4 adds runs inside a scheduler's allocation (spec.scheduler), users' workloads (spec.workload_source), the
     saved model (spec.save_model) and the image folder's loader processes (spec.loader_workers): a v3 run ran
     under none, on a built-in workload held in memory, and saved no model."""
@@ -244,7 +244,7 @@ def _v3_to_v4(rec: dict) -> dict:
     return rec
 
 
-def _v4_to_v5(rec: dict) -> dict:
+def _v4_to_v5(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """v5 adds the input loader (spec.loader), time-to-accuracy runs (spec.converge) and the launcher's own
     start-up phases (metrics.startup.launcher_phases, empty by default: no launcher of v4 reported any): a v4
     run held its in-memory data on the device and was no converge run."""
@@ -256,17 +256,18 @@ def _v4_to_v5(rec: dict) -> dict:
 TRAINING_FIELDS = ("workload", "batch_size", "image_size", "num_classes", "steps_per_window", "warmup_steps", "windows")
 
 
-def _by_task(rec: dict, from_version: int) -> dict:
+def _by_task(rec: dict[str, typing.Any], from_version: int) -> dict[str, typing.Any]:
     """The record with its task's part moved on from `from_version` (Task.upgrade): what changed for one kind of
     run is that task's to say."""
     try:
         task = get_task(rec["spec"].get("task"))
     except Exception as exc:
         raise RecordError(f"record {rec.get('run_id')}: {exc}") from None
-    return task.upgrade(from_version, dict(rec, spec=dict(rec["spec"])))
+    upgraded: dict[str, typing.Any] = task.upgrade(from_version, dict(rec, spec=dict(rec["spec"])))
+    return upgraded
 
 
-def _v5_to_v6(rec: dict) -> dict:
+def _v5_to_v6(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """v6: a run that trains nothing (a communication sweep) has no training fields (TRAINING_FIELDS, None); v5
     wrote placeholders there (workload "comm", zeros): its task clears them (Task.upgrade)."""
     rec = _by_task(rec, 5)
@@ -274,7 +275,7 @@ def _v5_to_v6(rec: dict) -> dict:
     return rec
 
 
-def _v6_to_v7(rec: dict) -> dict:
+def _v6_to_v7(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """v7 adds the status `diverged` (a loss or the parameters became non-finite), the error's step, and writes
     non-finite floats as the words "NaN", "Infinity", "-Infinity" (Python's json reads a v6 record's bare NaN as
     a float; it is written as its word when the record is written again). A v6 `ok` run meant only that every
@@ -284,7 +285,7 @@ def _v6_to_v7(rec: dict) -> dict:
     return rec
 
 
-def _v7_to_v8(rec: dict) -> dict:
+def _v7_to_v8(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """v8 adds `shared_with`, the other bench runs that ran on the run's cores while it ran (before v8 no bench
     looked, so a v7 run is recorded as sharing with none it knew of), and, for a run across hosts, how many
     machines the hosts are on (spec.machines; v7 did not say, so None: not known to be separate machines)."""
@@ -293,7 +294,7 @@ def _v7_to_v8(rec: dict) -> dict:
     return rec
 
 
-def _v8_to_v9(rec: dict) -> dict:
+def _v8_to_v9(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """v9 adds, to a training run's metrics, its warm-up timed in parts (`profile`: the scaling model's inputs);
     a v8 run was not profiled, so None."""
     rec = _by_task(rec, 8)
@@ -305,7 +306,7 @@ UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6
             7: _v7_to_v8, 8: _v8_to_v9}  # version -> function that returns the record at version + 1
 
 
-def upgrade(data: dict) -> dict:
+def upgrade(data: dict[str, typing.Any]) -> dict[str, typing.Any]:
     version = data.get("schema_version")
     if "schema_version" not in data:
         raise RecordError(f"record {shown(data.get('run_id'))} has no schema_version")

@@ -1,15 +1,17 @@
-"""The plug-in registries: backend name -> module holding BACKEND (bench.backends.base.Backend), task name ->
-module holding TASK (bench.tasks.base.Task).
+"""The plug-in registries: backend name -> package holding BACKEND (bench.backends.base.Backend), task name ->
+package holding TASK (bench.tasks.base.Task); and how the backends are compared with one another.
 
 Plug-ins are imported by name when first asked for, so the layers below them (the rank entry point, the
 harness, the store) reach a run's backend and task without importing them: the plug-ins sit above.
-Adding a backend or a task is a module (or folder) in bench/backends or bench/tasks and one line here.
+Adding a backend or a task is a folder in bench/backends or bench/tasks and one line here.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from types import ModuleType
+from typing import Any
 
 from bench.core.errors import UsageError
 
@@ -20,7 +22,7 @@ BACKEND_MODULES = {
     "single": "bench.backends.single",
     "ray": "bench.backends.ray",
     "tf-mwms": "bench.backends.tf_mwms",  # TensorFlow's MultiWorkerMirroredStrategy
-    "horovod-tf": "bench.backends.horovod_tf",  # Horovod's TensorFlow side
+    "horovod-tf": "bench.backends.horovod.tf",  # Horovod's TensorFlow side
 }
 # what `--backend all` runs (where each can run; compared_for: those that take a task)
 COMPARED = ("elastic", "horovod", "ps", "ray", "tf-mwms", "horovod-tf")
@@ -28,6 +30,14 @@ PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the 
 PROJECTED = ("elastic", "horovod", "ps")  # what the scaling model covers by default: the backends its study checked
 PLAIN_LOOP = "single"  # the plain loop every backend is also measured against
 DEFAULT_BACKEND = "elastic"  # `bench run` and `bench fault` without --backend
+# What a reference backend is weighed against on the page where it is not the faster primary: the primary whose
+# data-parallel path it runs under its own runtime (Ray: the same DDP over the same gloo/NCCL, so any difference is
+# Ray's), or, for another framework's backend, its counterpart across frameworks (TensorFlow's own distribution
+# against PyTorch's; Horovod's TensorFlow side against its PyTorch side).
+COUNTERPART = {"ray": "elastic", "tf-mwms": "elastic", "horovod-tf": "horovod"}
+# the backend of the same framework a backend of another framework than the primary pair's is also compared with on
+# the page ("within TensorFlow": Horovod against TensorFlow's own)
+RIVAL = {"horovod-tf": "tf-mwms"}
 
 TASK_MODULES = {
     "train": "bench.tasks.train",  # the measured training loop
@@ -49,7 +59,7 @@ def framework_words(a: str, b: str) -> str:
     return f"across frameworks ({fa} against {fb})"
 
 
-def get_backend(name: str):
+def get_backend(name: str) -> Any:  # a bench.backends.base.Backend, of a layer above
     if name not in BACKEND_MODULES:
         raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_MODULES)}")
     return importlib.import_module(BACKEND_MODULES[name]).BACKEND
@@ -64,7 +74,7 @@ def against_the_plain_loop(backend: str) -> bool:
     """Whether `backend`'s runs are compared with the plain loop's (vs plain, the communication not hidden): only a
     backend of the plain loop's framework, whose step computes what the plain loop's does. Another framework's
     compute differs from the plain loop's, so it is measured against its own run at one worker (efficiency)."""
-    return get_backend(backend).framework == get_backend(PLAIN_LOOP).framework
+    return bool(get_backend(backend).framework == get_backend(PLAIN_LOOP).framework)
 
 
 def elastic_backends() -> list[str]:
@@ -72,13 +82,13 @@ def elastic_backends() -> list[str]:
     return [name for name in BACKEND_MODULES if get_backend(name).elastic is not None]
 
 
-def get_task(name: str):
+def get_task(name: str) -> Any:  # a bench.tasks.base.Task, of a layer above
     if name not in TASK_MODULES:
         raise UsageError(f"unknown task {name!r}; this bench knows {', '.join(TASK_MODULES)}")
     return importlib.import_module(TASK_MODULES[name]).TASK
 
 
-def all_tasks() -> list:
+def all_tasks() -> list[Any]:
     return [get_task(name) for name in TASK_MODULES]
 
 
@@ -90,7 +100,7 @@ TASK_PARTS = {
 }
 
 
-def task_part(name: str, part: str):
+def task_part(name: str, part: str) -> ModuleType | None:
     """The module of task `name` that holds its `part` (TASK_PARTS), or None when the task has none."""
     if part not in TASK_PARTS:
         raise ValueError(f"unknown task part {part!r}")

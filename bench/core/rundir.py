@@ -10,15 +10,18 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, overload
 
 from bench.core.codec import dumps
 
 RANK_FILE = re.compile(r"rank(\d+)\.a(\d+)\.(\w+)(?:\.jsonl?)?$")
 
 
-def write_atomic(path: str | os.PathLike, content: str | bytes | None = None, *, write=None, mode: int | None = None,
-                 before_replace=None) -> Path:
+def write_atomic(path: str | os.PathLike[str], content: str | bytes | None = None, *,
+                 write: Callable[[Path], object] | None = None, mode: int | None = None,
+                 before_replace: Callable[[], object] | None = None) -> Path:
     """Write `path` whole or not at all: a reader never sees half a file, and a writer that fails or is ended
     (an exception, Ctrl-C) leaves the old file or none, and no temporary file. The content is `content` (text or
     bytes), or what `write(temporary_path)` writes (torch.save); `mode` sets the file's permissions;
@@ -32,6 +35,8 @@ def write_atomic(path: str | os.PathLike, content: str | bytes | None = None, *,
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
         else:
+            if content is None:
+                raise TypeError("write_atomic writes `content` or what `write` writes: it was given neither")
             data = content.encode("utf-8") if isinstance(content, str) else content
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else 0o600)  # the umask applies
             with os.fdopen(fd, "wb") as fh:
@@ -52,12 +57,12 @@ def write_atomic(path: str | os.PathLike, content: str | bytes | None = None, *,
     return path
 
 
-def write_json_atomic(path: str | os.PathLike, data) -> Path:
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
     """`data` as strict JSON (bench.core.codec.dumps: non-finite floats as their words), written atomically."""
     return write_atomic(path, dumps(data))
 
 
-def read_json(path: Path):
+def read_json(path: str | os.PathLike[str]) -> Any:
     """A JSON file, or None when it is absent or unreadable (a writer killed mid-way)."""
     try:
         return json.loads(Path(path).read_text())
@@ -71,16 +76,22 @@ class RunFile:
     def __init__(self, name: str):
         self.name = name
 
-    def __get__(self, run_dir, owner=None):
+    @overload
+    def __get__(self, run_dir: None, owner: type | None = None) -> RunFile: ...
+
+    @overload
+    def __get__(self, run_dir: RunDir, owner: type | None = None) -> Path: ...
+
+    def __get__(self, run_dir: RunDir | None, owner: type | None = None) -> RunFile | Path:
         return self if run_dir is None else run_dir.path / self.name
 
 
 class RunDir:
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self.ranks = self.path / "ranks"
 
-    def create(self) -> "RunDir":
+    def create(self) -> RunDir:
         self.ranks.mkdir(parents=True, exist_ok=True)
         return self
 
@@ -118,11 +129,11 @@ class RunDir:
         """The parameters a process resumed from in a fault run (--save-params)."""
         return self.path / f"resumed-step{step}-pid{pid}.params.pt"
 
-    def read_json(self, path: Path):
+    def read_json(self, path: Path) -> Any:
         """A JSON file of this run, or None when it is absent or unreadable (a writer killed mid-way)."""
         return read_json(path)
 
-    def json_lines(self, path: Path) -> list[dict]:
+    def json_lines(self, path: Path) -> list[Any]:
         """Every readable line of a JSON-lines file (a line cut short by a kill is skipped)."""
         try:
             text = path.read_text()
@@ -144,13 +155,15 @@ class RunDir:
         """A worker's event journal in a fault run: JSON lines, appended as events happen."""
         return self.ranks / f"rank{rank}.a{attempt}.journal.jsonl"
 
-    def journal_lines(self) -> list[dict]:
+    def journal_lines(self) -> list[dict[str, Any]]:
         """Every journal line of every process, in time order, each with its file's rank and attempt."""
-        lines = []
+        lines: list[dict[str, Any]] = []
         if not self.ranks.is_dir():
             return lines
         for path in sorted(self.ranks.glob("rank*.a*.journal.jsonl")):
             match = RANK_FILE.match(path.name)
+            if match is None:  # not a journal bench wrote (a rank or attempt that is not a number)
+                continue
             for entry in self.json_lines(path):
                 lines.append({**entry, "file_rank": int(match.group(1)), "attempt": int(match.group(2))})
         lines.sort(key=lambda e: e["t"])
@@ -171,25 +184,27 @@ class RunDir:
             except FileExistsError:
                 attempt += 1
 
-    def write(self, rank: int, attempt: int, kind: str, data) -> None:
+    def write(self, rank: int, attempt: int, kind: str, data: Any) -> None:
         write_json_atomic(self.rank_file(rank, attempt, kind), data)
 
-    def read_all(self, kind: str) -> dict[tuple[int, int], dict]:
+    def read_all(self, kind: str) -> dict[tuple[int, int], dict[str, Any]]:
         """{(rank, attempt): data} for every readable file of this kind."""
-        found = {}
+        found: dict[tuple[int, int], dict[str, Any]] = {}
         if not self.ranks.is_dir():
             return found
         for path in self.ranks.glob(f"rank*.a*.{kind}.json"):
             match = RANK_FILE.match(path.name)
+            if match is None:  # not a file bench wrote
+                continue
             try:
                 found[(int(match.group(1)), int(match.group(2)))] = json.loads(path.read_text())
             except (OSError, ValueError, AttributeError):
                 continue  # a rank killed mid-write leaves only its .tmp file, which is never read
         return found
 
-    def latest(self, kind: str) -> dict[int, dict]:
+    def latest(self, kind: str) -> dict[int, dict[str, Any]]:
         """{rank: data} from each rank's last attempt."""
-        best: dict[int, tuple[int, dict]] = {}
+        best: dict[int, tuple[int, dict[str, Any]]] = {}
         for (rank, attempt), data in self.read_all(kind).items():
             if rank not in best or attempt > best[rank][0]:
                 best[rank] = (attempt, data)
@@ -201,7 +216,7 @@ class RunDir:
 FULL_BELOW_BYTES = 64 * 1024
 
 
-def full_disk(path: str | os.PathLike) -> str | None:
+def full_disk(path: str | os.PathLike[str]) -> str | None:
     """'the disk of PATH is full (N bytes free)' where the file system holding `path` has less than FULL_BELOW_BYTES
     that this process may write (root may use the blocks a file system keeps for it), else None (also where it cannot
     be asked)."""

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
-from bench.core.codec import decode
+from bench.core.codec import JsonObject, OwnForm, RecordError, Where, decode, decode_fields, restore_floats, spell
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host, placement
+from bench.core.registry import get_task
 
-DEFAULTS = dict(warmup_steps=5, windows=5, seed=0, data="synthetic",
+DEFAULTS: dict[str, Any] = dict(warmup_steps=5, windows=5, seed=0, data="synthetic",
                 lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="auto")
 CPU_BINDS = ("auto", "none", "cores")  # what a user asks for; a spec holds "none" or "cores" (resolve_cpu_bind)
 # The longest timeout or wait any option takes (a run's deadline, a workload's check, a collective's timeout, a
@@ -26,6 +28,59 @@ MAX_TIMEOUT_WORDS = f"{MAX_TIMEOUT_S:g} s, 7 days"
 # Past it a run measures the scheduler rather than a backend, and each worker is a process holding its own framework
 # (some hundreds of MiB), so an unbounded --nproc would exhaust the machine's memory or processes first.
 MAX_THREADS_PER_CORE = 8
+# The fields of a RunSpec that hold one task's own settings, each named after its task: the task's TaskSettings
+# (Task.settings_type) in a run of that task, None in the others.
+TASK_SETTINGS = ("comm", "fault", "converge")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSettings(OwnForm):
+    """A task's own settings (bench/tasks/<task>/settings.py): a frozen dataclass that the spec holds in the field
+    named after its task (TASK_SETTINGS) and stores as that field's JSON object, key for key. A value read from a
+    record in another layout (a key it did not have yet, one since dropped) writes back as it was read. What the
+    spec asks of a task's settings, the hooks below, has a default."""
+
+    @property
+    def collective_timeout(self) -> float | None:
+        """Seconds a collective may wait for a peer, where the task sets them (None: RunSpec's default)."""
+        return None
+
+    @property
+    def planned_steps(self) -> int | None:
+        """Optimizer steps every worker takes, where the task plans them itself (None: warm-up plus windows)."""
+        return None
+
+    def lr_at(self, lr: float, world_size: int, step: int) -> float:
+        """The learning rate of optimizer step `step` (0-based) from the run's --lr: the task's schedule, if any."""
+        return lr
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        stored = self.__dict__.get("_stored")
+        if stored is None:
+            return values
+        keys, unknown = stored
+        return {k: values[k] if k in values else unknown[k] for k in keys}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: Where | None = None) -> TaskSettings:
+        where = where or cls.__name__
+        if not isinstance(data, dict):  # (a where inside a record is spelled as the codec spells it)
+            raise RecordError(f"{spell(where)}: expected an object, found {type(data).__name__}")
+        names = [f.name for f in fields(cls)]
+        value: TaskSettings = decode_fields(cls, {k: v for k, v in data.items() if k in names}, where)
+        if list(data) != names:  # another layout: kept, so that it is written back as it was read
+            object.__setattr__(value, "_stored", (tuple(data), {k: restore_floats(v) for k, v in data.items()
+                                                                if k not in names}))
+        return value
+
+    @classmethod
+    def from_json(cls, value: Any, where: Where) -> Any:
+        if cls is TaskSettings:  # a spec's field: the JSON object, read as its task's type by RunSpec.__post_init__
+            if not isinstance(value, dict):
+                raise RecordError(f"{spell(where)}: expected an object, found {type(value).__name__}")
+            return value
+        return cls.from_dict(value, where)
 
 
 @dataclass
@@ -51,32 +106,52 @@ class RunSpec:
     momentum: float = DEFAULTS["momentum"]
     cpu_bind: str = "none"  # "none" or "cores", as resolve_cpu_bind chose; records made before "auto" were unbound
     timeout: float = DEFAULTS["timeout"]
-    backend_options: dict = field(default_factory=dict)
+    backend_options: JsonObject = field(default_factory=dict)
     backward_passes: int = 1  # micro-batches per optimizer step (gradient accumulation), from the backend
-    roles: dict = field(default_factory=dict)  # processes per role, e.g. {"worker": 2, "server": 1}
+    roles: JsonObject = field(default_factory=dict)  # processes per role, e.g. {"worker": 2, "server": 1}
     task: str = "train"  # the kind of run: a name in bench.tasks.TASK_MODULES
-    comm: dict | None = None  # task "comm": ops, dtype, min_bytes, max_bytes, warmup_iters, iters
-    inject: dict | None = None  # test-only injected failure of one rank (bench.rank.inject.parse_inject)
-    step_delay: dict | None = None  # test-only slowdown of every timed step (bench.rank.inject.parse_step_delay)
-    fault: dict | None = None  # task "fault": scenario, rank, at_step, signal, ... (bench.tasks.fault)
-    converge: dict | None = None  # task "converge": target, epochs, eval_every, lr_scaling, ... (bench.tasks.converge)
+    comm: TaskSettings | None = None  # task "comm": ops, dtype, min_bytes, max_bytes, ... (bench.tasks.comm.settings)
+    inject: JsonObject | None = None  # test-only injected failure of one rank (bench.rank.inject.parse_inject)
+    step_delay: JsonObject | None = None  # test-only slowdown of every timed step (bench.rank.inject.parse_step_delay)
+    fault: TaskSettings | None = None  # task "fault": scenario, rank, at_step, ... (bench.tasks.fault.settings)
+    converge: TaskSettings | None = None  # task "converge": target, epochs, ... (bench.tasks.converge.settings)
     save_params: bool = False  # write each rank's final parameters into the run directory
     save_model: str | None = None  # the first worker writes the trained model's state_dict there (absolute path)
-    hosts: list[dict] | None = None  # a run across hosts: [{"name", "slots"}] in order (bench.cluster.hosts)
+    hosts: list[JsonObject] | None = None  # a run across hosts: [{"name", "slots"}] in order (bench.cluster.hosts)
     iface: str | None = None  # the network interface every backend uses across hosts
     # across hosts: how many machines they are on (hosts of one machine, such as test hosts, share its cores);
     # None on one host, and in records made before schema 8, which did not say
     machines: int | None = None
-    link: dict | None = None  # every host's link shaped for the run: {"rate", "delay", "rate_bytes_per_s"}
-    workload_source: dict | None = None  # a user's workload: reference, module, file, sha256 (workloads.external)
-    scheduler: dict | None = None  # inside a Slurm allocation: {"name": "slurm", "job_id", "nodelist"} (bench.cluster.slurm)
+    link: JsonObject | None = None  # every host's link shaped for the run: {"rate", "delay", "rate_bytes_per_s"}
+    workload_source: JsonObject | None = None  # a user's workload: reference, module, file, sha256 (workloads.external)
+    # inside a Slurm allocation: {"name": "slurm", "job_id", "nodelist"} (bench.cluster.slurm)
+    scheduler: JsonObject | None = None
     sweep_id: str | None = None
     repeat: int = 0  # which of a sweep's --repeats rounds this run belongs to
+
+    def __post_init__(self) -> None:
+        for name in TASK_SETTINGS:
+            value = getattr(self, name)
+            if isinstance(value, dict):  # as stored: read as its task's own type
+                setattr(self, name, get_task(name).settings_type.from_dict(value, f"spec.{name}"))
+
+    @property
+    def settings(self) -> TaskSettings | None:
+        """The run's task's own settings (None for a task that has none, such as training)."""
+        return getattr(self, self.task) if self.task in TASK_SETTINGS else None
+
+    @property
+    def collective_timeout(self) -> float:
+        """How long a collective waits for a stopped peer before it fails: the task's own (a fault run's
+        --comm-timeout, so that the survivors notice soon), else the run's timeout and at least a minute."""
+        own = self.settings.collective_timeout if self.settings else None
+        return max(60.0, self.timeout) if own is None else own
 
     @property
     def processes(self) -> int:
         """Every process the launcher starts: workers plus any other role."""
-        return sum(self.roles.values()) if self.roles else self.world_size
+        counts: dict[str, int] = self.roles
+        return sum(counts.values()) if counts else self.world_size
 
     @property
     def trains(self) -> bool:
@@ -86,21 +161,17 @@ class RunSpec:
     @property
     def total_steps(self) -> int | None:
         """Optimizer steps every worker takes (a parameter server serves as many); None when nothing trains."""
-        if self.converge:
-            return self.converge["total_steps"]
-        if not self.trains:
-            return None
+        planned = self.settings.planned_steps if self.settings else None
+        if planned is not None:
+            return planned
+        if not self.trains or self.warmup_steps is None or self.windows is None or self.steps_per_window is None:
+            return None  # (a run that trains has all three)
         return self.warmup_steps + self.windows * self.steps_per_window
 
     def lr_at(self, step: int) -> float:
-        """The learning rate of optimizer step `step` (0-based): --lr, scaled by the world size under
-        --lr-scaling linear and reached by a linear warm-up (docs/method.md, "Time to accuracy")."""
-        c = self.converge
-        if not c:
-            return self.lr
-        peak = self.lr * (self.world_size if c["lr_scaling"] == "linear" else 1)
-        ramp = c["warmup_steps"]
-        return peak if step >= ramp else self.lr + (peak - self.lr) * step / ramp
+        """The learning rate of optimizer step `step` (0-based): --lr, on the task's schedule if it has one (a
+        converge run's: docs/method.md, "Time to accuracy")."""
+        return self.settings.lr_at(self.lr, self.world_size, step) if self.settings else self.lr
 
     @property
     def samples_per_step(self) -> int | None:
@@ -110,14 +181,20 @@ class RunSpec:
     @property
     def global_batch(self) -> int | None:
         """Samples all workers consume per optimizer step."""
-        return None if self.batch_size is None else self.samples_per_step * self.world_size
+        per_worker = self.samples_per_step
+        return None if per_worker is None else per_worker * self.world_size
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for name in TASK_SETTINGS:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name).to_dict()  # as stored (TaskSettings.to_dict)
+        return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunSpec":
-        return decode(cls, data, "spec")
+    def from_dict(cls, data: Any) -> RunSpec:
+        spec: RunSpec = decode(cls, data, "spec")
+        return spec
 
 
 def cpu_count() -> int:
@@ -155,7 +232,7 @@ def resolve_device(nproc: int | None, gpus: int | None) -> tuple[str, int]:
     return "cpu", nproc
 
 
-def default_threads(device: str, max_world_size: int, cluster: dict | None = None) -> int:
+def default_threads(device: str, max_world_size: int, cluster: dict[str, Any] | None = None) -> int:
     """Threads per worker so that the largest world size in play fits the cores without contention (on every
     machine of a run across hosts)."""
     if cluster is not None:
@@ -169,9 +246,9 @@ def check_timeout(timeout: float, flag: str = "--timeout") -> None:
                          f"{MAX_TIMEOUT_WORDS}")
 
 
-def check_placement(plugin, world_size: int, device: str, threads: int | None, oversubscribe: bool,
-                    backend_options: dict | None, timeout: float = DEFAULTS["timeout"],
-                    cluster: dict | None = None) -> tuple[int, dict, dict]:
+def check_placement(plugin: Any, world_size: int, device: str, threads: int | None, oversubscribe: bool,
+                    backend_options: dict[str, Any] | None, timeout: float = DEFAULTS["timeout"],
+                    cluster: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], dict[str, int]]:
     """What every run of every task must pass: world size, availability, backend options, threads
     against cores (on each machine, for a run across the hosts of `cluster`: bench.cluster.hosts.check_hosts), a
     usable deadline. Returns (threads, resolved backend options, processes per role)."""
@@ -205,7 +282,7 @@ def check_placement(plugin, world_size: int, device: str, threads: int | None, o
     return threads, resolved, roles
 
 
-def resolve_cpu_bind(requested: str | None, device: str, oversubscribe: bool, cluster: dict | None,
+def resolve_cpu_bind(requested: str | None, device: str, oversubscribe: bool, cluster: dict[str, Any] | None,
                      on_this_host: bool = True) -> str:
     """What a run's workers do with CPU affinity. "auto" pins each worker to its own cores ("cores") where
     each can have them: CPU processes on one host that fit its cores. It leaves them to the scheduler
@@ -221,7 +298,7 @@ def resolve_cpu_bind(requested: str | None, device: str, oversubscribe: bool, cl
     return "cores" if device == "cpu" and not oversubscribe and not cluster and on_this_host else "none"
 
 
-def across_hosts(cluster: dict | None) -> dict:
+def across_hosts(cluster: dict[str, Any] | None) -> dict[str, Any]:
     """The spec fields of a run across the hosts of `cluster` (none for a run on this machine)."""
     if not cluster:
         return {}
@@ -232,8 +309,8 @@ def across_hosts(cluster: dict | None) -> dict:
             "scheduler": {k: scheduler[k] for k in ("name", "job_id", "nodelist")} if scheduler else None}
 
 
-def cluster_threads(plugin, cluster: dict, world_size: int, options: dict, threads: int | None,
-                    oversubscribe: bool) -> int:
+def cluster_threads(plugin: Any, cluster: dict[str, Any], world_size: int, options: dict[str, Any],
+                    threads: int | None, oversubscribe: bool) -> int:
     """Threads per process across hosts: by default the cores of each machine shared by the processes placed
     on it (the backend's host_plan; hosts that share one machine, such as test hosts, share its cores), checked
     on every machine."""
@@ -255,7 +332,7 @@ def fitting_threads(load: list[tuple[int, int]]) -> int:
     return max(1, min(cpus // n for cpus, n in load))
 
 
-def machine_load(cluster: dict, per_host: list) -> list[tuple[int, int]]:
+def machine_load(cluster: dict[str, Any], per_host: list[tuple[Host, int]]) -> list[tuple[int, int]]:
     """(cores, processes placed on it) for each machine the run's hosts are on, from (host, processes there)."""
     load: dict[str, list[int]] = {}
     for host, n in per_host:
@@ -265,7 +342,8 @@ def machine_load(cluster: dict, per_host: list) -> list[tuple[int, int]]:
 
 
 def pinned_words(cpu_bind: str, lead: str = " ") -> str:
-    """' pinned to its cores' for a pinned run's conditions (bench.core.spec.resolve_cpu_bind), nothing for an unpinned one."""
+    """' pinned to its cores' for a pinned run's conditions (bench.core.spec.resolve_cpu_bind), nothing for an unpinned
+    one."""
     return f"{lead}pinned to its cores" if cpu_bind == "cores" else ""
 
 

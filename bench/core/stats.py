@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 CONFIDENCE = 0.95
 UNSTABLE_REL_STDEV = 0.10
@@ -34,7 +35,7 @@ def t_two_sided_p(t_value: float, dof: float) -> float:
     return float(2 * stdtr(dof, -abs(t_value)))
 
 
-def summarize(values: list[float], confidence: float = CONFIDENCE) -> dict:
+def summarize(values: list[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
     """mean, sample standard deviation, and the t confidence interval of the mean."""
     n = len(values)
     if n == 0:

@@ -52,7 +52,9 @@ import os
 import sqlite3
 import stat
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 from bench.core.codec import RecordError
 from bench.core.console import note
@@ -61,6 +63,7 @@ from bench.core.inputs import shown
 from bench.core.records import SCHEMA_VERSION, RunRecord
 
 DEFAULT_STORE = Path("results") / "bench.sqlite"
+T = TypeVar("T")  # what a read of the store gives (Store._read)
 # the columns of every store's runs table, whichever bench made it
 COLUMNS = ("run_id", "created_at", "status", "backend", "workload", "world_size", "device",
            "batch_size", "sweep_id", "throughput", "record")
@@ -108,7 +111,7 @@ SQLITE_FULL, SQLITE_IOERR_SHMSIZE = 13, 4874
 
 
 @contextlib.contextmanager
-def collector_paused():
+def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off for a block (as it was after it). For work that makes many objects that
     stay alive (decoding a store's records makes millions, and no reference cycle): each of the collector's full
     passes meanwhile would walk every object made so far, and a 30,000-run store would spend a third of its decoding
@@ -191,14 +194,14 @@ def space_left(folder: Path) -> str:
 
 
 class Store:
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike[str] | None = None):
         self.path = Path(path) if path else default_store_path()
 
-    def _unreadable(self, why) -> StoreError:
+    def _unreadable(self, why: object) -> StoreError:
         return StoreError(f"results store {self.path} cannot be read ({why}); move it aside or "
                           "pass --store with another path", reason=f"it cannot be read: {why}")
 
-    def _unusable(self, why) -> StoreError:
+    def _unusable(self, why: object) -> StoreError:
         return StoreError(f"results store {self.path} cannot be used ({why}); pass --store with another path",
                           reason=f"it cannot be used: {why}")
 
@@ -223,7 +226,7 @@ class Store:
         if not create and st is None:
             raise StoreError(f"no results store at {self.path}; run `bench run` or `bench sweep` first, "
                              "or pass --store PATH")
-        if not create and st.st_size == 0:
+        if not create and st is not None and st.st_size == 0:
             raise StoreError(f"results store {self.path} is an empty file, not a bench store; a run with this "
                              "--store makes one there, or pass --store with another path")
         if create:
@@ -404,7 +407,7 @@ class Store:
                json.dumps(record.to_dict(), allow_nan=False), record.schema_version)
         columns = (*COLUMNS, VERSION_COLUMN)
 
-        def insert(conn):
+        def insert(conn: sqlite3.Connection) -> None:
             self._upgrade(conn)  # in the record's transaction: a refused write leaves an older store as it was
             conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(columns)}) "
                          f"VALUES ({', '.join('?' * len(columns))})", row)
@@ -436,7 +439,7 @@ class Store:
                 note(f"bench: skipped run {shown(run_id)} of {self.path}: this bench cannot read its record ({got})")
         return [got for _, got in read if not isinstance(got, str)]
 
-    def _read(self, work):
+    def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """work(connection) on the store opened for reading without creating or changing a file (the module's
         docstring says how), made again when a writer changed the store during an immutable read."""
         real = os.path.realpath(self.path)  # SQLite keeps a linked store's -wal and -shm beside the file linked to
@@ -463,7 +466,7 @@ class Store:
                 return result
         raise self._unreadable(f"a writer changed it during each of {READ_TRIES} reads; try again")
 
-    def _state(self, wal: Path) -> tuple | None:
+    def _state(self, wal: Path) -> tuple[int, int, int, int, int | None] | None:
         """What a writer changes: the store file (its identity, size and times) and its -wal's size."""
         try:
             st = self.path.stat()
@@ -472,25 +475,26 @@ class Store:
         return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, _size(wal)
 
     # ---------------------------------------------------------------- sweeps (the `sweeps` table)
-    def begin_sweep(self, row: dict) -> None:
+    def begin_sweep(self, row: dict[str, Any]) -> None:
         """Store a new sweep's row (SWEEP_COLUMNS), the table made first where the store has none."""
-        def insert(conn):
+        def insert(conn: sqlite3.Connection) -> None:
             conn.execute(SWEEPS_TABLE)
             conn.execute(f"INSERT INTO sweeps ({', '.join(SWEEP_COLUMNS)}) "
                          f"VALUES ({', '.join('?' * len(SWEEP_COLUMNS))})", [row[c] for c in SWEEP_COLUMNS])
         self._write(insert)
 
-    def update_sweep(self, sweep_id: str, check=None, **fields) -> None:
+    def update_sweep(self, sweep_id: str, check: Callable[[dict[str, Any] | None], object] | None = None,
+                     **fields: Any) -> None:
         """Set `fields` of a sweep's row in one transaction; check(row), given, first sees the row as it is then (a
         dict, None where there is none) under the write lock and raises to leave it unchanged."""
-        def update(conn):
+        def update(conn: sqlite3.Connection) -> None:
             if check is not None:
                 check(_sweep_row(conn, sweep_id))
             conn.execute(f"UPDATE sweeps SET {', '.join(f'{k} = ?' for k in fields)} WHERE sweep_id = ?",
                          [*fields.values(), sweep_id])
         self._write(update)
 
-    def _write(self, work) -> None:
+    def _write(self, work: Callable[[sqlite3.Connection], object]) -> None:
         """work(connection) in one write transaction (the write lock taken first), committed, or rolled back on any
         error (a signal included)."""
         conn = self._connect(create=True)
@@ -509,14 +513,14 @@ class Store:
         finally:
             conn.close()
 
-    def sweeps(self, sweep_id: str | None = None) -> list[dict]:
+    def sweeps(self, sweep_id: str | None = None) -> list[dict[str, Any]]:
         """The sweeps' rows (SWEEP_COLUMNS), oldest first (of `sweep_id` only, where given); none where there is no
         store, or no sweep table. Creates nothing."""
         st = self._stat()
         if st is None or st.st_size == 0:
             return []
 
-        def rows(conn):
+        def rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:
             if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sweeps'").fetchone():
                 return []
             where, values = (" WHERE sweep_id = ?", [sweep_id]) if sweep_id is not None else ("", [])
@@ -541,7 +545,7 @@ class Store:
         return [got for _, got in read if not isinstance(got, str)]
 
 
-def _sweep_row(conn: sqlite3.Connection, sweep_id: str) -> dict | None:
+def _sweep_row(conn: sqlite3.Connection, sweep_id: str) -> dict[str, Any] | None:
     if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sweeps'").fetchone():
         return None
     found = conn.execute(f"SELECT {', '.join(SWEEP_COLUMNS)} FROM sweeps WHERE sweep_id = ?", (sweep_id,)).fetchone()
@@ -562,13 +566,13 @@ OLDEST_FIRST, NEWEST_FIRST = "created_at, rowid", "created_at DESC, rowid DESC"
 ROW_BYTES = "CAST(run_id AS BLOB), CAST(record AS BLOB)"
 
 
-def run_id_text(raw) -> str:
+def run_id_text(raw: object) -> str:
     """A row's run id as text, to name the row by (bytes that are not UTF-8 as backslash escapes); the record's own
     run id is the one checked when it is decoded."""
     return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
 
 
-def decoded(raw) -> RunRecord | str:
+def decoded(raw: bytes | str) -> RunRecord | str:
     """A stored record's JSON (bytes, as ROW_BYTES fetches it) as the record (upgraded to the current schema), or why
     this bench cannot read it, in one line."""
     try:
@@ -608,7 +612,7 @@ def table_columns(conn: sqlite3.Connection) -> set[str]:
     return {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
 
 
-def stored_version(raw) -> int | None:
+def stored_version(raw: bytes | str) -> int | None:
     """The schema_version a stored record's JSON (text, or bytes that must be UTF-8) says, where it is an integer
     (what newer_records compares)."""
     try:
@@ -629,10 +633,10 @@ def newer_records(conn: sqlite3.Connection) -> tuple[str, int] | None:
         if found:
             return run_id_text(found[0]), found[1]
         unsaid = [f"{VERSION_COLUMN} IS NULL"]
-    version = "CASE WHEN json_valid(record) THEN json_extract(record, '$.schema_version') END"
-    newer = " AND ".join([*unsaid, f"typeof({version}) = 'integer'", f"{version} > ?"])
+    version_of = "CASE WHEN json_valid(record) THEN json_extract(record, '$.schema_version') END"
+    newer = " AND ".join([*unsaid, f"typeof({version_of}) = 'integer'", f"{version_of} > ?"])
     try:
-        found = conn.execute(f"SELECT CAST(run_id AS BLOB), {version} FROM runs WHERE {newer} LIMIT 1",
+        found = conn.execute(f"SELECT CAST(run_id AS BLOB), {version_of} FROM runs WHERE {newer} LIMIT 1",
                              (SCHEMA_VERSION,)).fetchone()
         return (run_id_text(found[0]), found[1]) if found else None
     except sqlite3.OperationalError as exc:

@@ -20,7 +20,7 @@ through a link, only the file a run has just made for others to append to is wri
 only while a live bench process that wrote it holds it.
 
 A run whose resources a running run holds waits, in the order runs arrived, saying which run holds them, up to
-`--wait-for-cores` seconds, then is refused (exit 2). With `--allow-shared` it runs at once alongside; both runs'
+`--cores-timeout` seconds, then is refused (exit 2). With `--allow-shared` it runs at once alongside; both runs'
 records then name each other (RunRecord.shared_with), and such runs are left out of every comparison and the gate
 (docs/method.md, "One benchmark at a time").
 """
@@ -35,12 +35,16 @@ import pwd
 import re
 import stat
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
 from bench.core.console import format_duration, note
 from bench.core.errors import BenchError, CoresInUse, UsageError
+from bench.core.spec import RunSpec
 
 LOCK_DIR_VARIABLE = "BENCH_LOCK_DIR"
 DEFAULT_LOCK_DIR = Path("/tmp/bench-locks")  # one per machine, for every user: not a per-user runtime folder
@@ -61,7 +65,7 @@ _sharing = Sharing()
 
 
 def set_sharing(allow: bool, wait_s: float) -> None:
-    """The sharing rule for every run this process makes from now on (the CLI's --allow-shared, --wait-for-cores)."""
+    """The sharing rule for every run this process makes from now on (the CLI's --allow-shared, --cores-timeout)."""
     global _sharing
     _sharing = Sharing(allow, wait_s)
 
@@ -74,9 +78,10 @@ def lock_dir() -> Path:
     return Path(os.environ.get(LOCK_DIR_VARIABLE) or DEFAULT_LOCK_DIR)
 
 
-def run_resources(spec) -> list[str]:
+def run_resources(spec: RunSpec) -> list[str]:
     """What a run occupies on this machine: `cpuN` for each CPU its processes may use, `gpuID` for each GPU it
     takes (local rank r takes the r-th visible device)."""
+    cpus: Iterable[int]
     if spec.hosts or not hasattr(os, "sched_getaffinity"):
         cpus = range(os.cpu_count() or 1)
     else:
@@ -88,7 +93,7 @@ def run_resources(spec) -> list[str]:
     return out
 
 
-def resources_text(resources) -> str:
+def resources_text(resources: Iterable[str]) -> str:
     """'CPUs 0-3, 6 and GPUs 0-1' for a list of resource names."""
     parts = []
     for kind, label in (("cpu", "CPU"), ("gpu", "GPU")):
@@ -96,7 +101,7 @@ def resources_text(resources) -> str:
         if not ids:
             continue
         if all(i.isdigit() for i in ids):
-            nums, spans = sorted({int(i) for i in ids}), []
+            nums, spans = sorted({int(i) for i in ids}), list[list[int]]()
             for n in nums:
                 if spans and n == spans[-1][1] + 1:
                     spans[-1][1] = n
@@ -107,7 +112,7 @@ def resources_text(resources) -> str:
     return " and ".join(parts) or "nothing"
 
 
-def describe_claim(claim: dict) -> str:
+def describe_claim(claim: dict[str, Any]) -> str:
     """'run ID (what; pid P, since HH:MM:SS, store S)'; what another user's claim says is shown as printable text."""
     since = time.strftime("%H:%M:%S", time.localtime(claim.get("since", 0)))
     store = f", store {printable(claim['store'])}" if claim.get("store") else ""
@@ -115,10 +120,10 @@ def describe_claim(claim: dict) -> str:
     return f"run {claim.get('run_id')} ({what}; pid {claim.get('pid')}, since {since}{store})"
 
 
-def printable(text, limit: int = 200) -> str:
+def printable(text: object, limit: int = 200) -> str:
     """Text from a file anybody may write, for one line of a message: control characters escaped, length capped."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
-    return text if len(text) <= limit else text[:limit] + "..."
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return shown if len(shown) <= limit else shown[:limit] + "..."
 
 
 # ---------------------------------------------------------------- the folder, and the files in it
@@ -137,7 +142,7 @@ STATES = ("waiting", "running", "ended")
 _NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO planted under a claim's name never blocks
 
 
-def valid_run_id(value) -> bool:
+def valid_run_id(value: object) -> bool:
     """Whether a run id read from a file could name a file of the folder: a bench run id or test tag, never a path."""
     return isinstance(value, str) and RUN_ID.fullmatch(value) is not None and ".." not in value
 
@@ -238,7 +243,7 @@ def _unlink(folder_fd: int, name: str) -> None:
 
 
 @contextmanager
-def _registry(folder_fd: int, folder: Path):
+def _registry(folder_fd: int, folder: Path) -> Iterator[None]:
     """Hold the lock on the claims folder while the claims are read and changed (at most REGISTRY_WAIT_S to get it)."""
     try:
         fd = _open_or_create(folder_fd, REGISTRY, os.O_RDONLY)  # flock needs no write access
@@ -263,7 +268,7 @@ def _registry(folder_fd: int, folder: Path):
         os.close(fd)  # closing drops the lock
 
 
-def _read_claim(fd: int, run_id: str) -> dict | None:
+def _read_claim(fd: int, run_id: str) -> dict[str, Any] | None:
     """A claim as bench writes it, or None for anything else (its values checked, not trusted)."""
     try:
         claim = json.loads(os.pread(fd, MAX_CLAIM_BYTES + 1, 0) or b"{}")
@@ -283,7 +288,7 @@ def _read_claim(fd: int, run_id: str) -> dict | None:
             "seen": [b for b in (_checked_brief(s) for s in seen if isinstance(s, dict)) if b]}
 
 
-def _checked_brief(entry: dict) -> dict | None:
+def _checked_brief(entry: dict[str, Any]) -> dict[str, Any] | None:
     """An entry naming a run (a claim's `seen`, a line of a `.shared` file), or None if it is not one bench wrote."""
     if not valid_run_id(entry.get("run_id")):
         return None
@@ -292,7 +297,7 @@ def _checked_brief(entry: dict) -> dict | None:
     return _brief(entry)
 
 
-def process_facts(pid: int) -> dict | None:
+def process_facts(pid: int) -> dict[str, Any] | None:
     """What /proc says of a live process: its effective uid, its start time (clock ticks after boot: with the pid,
     it names one process, whatever reuses the pid later) and its command line; None if there is no such process,
     {} if it exists but cannot be read."""
@@ -327,7 +332,7 @@ def names_bench(argv: list[str]) -> bool:
     return False
 
 
-def _held_by_bench(claim: dict, owner_uid: int) -> bool:
+def _held_by_bench(claim: dict[str, Any], owner_uid: int) -> bool:
     """Whether a locked claim is a live bench run's: one of the processes it names (the run's bench process, its
     lifeline) is alive, is the one that wrote it (same start time), runs as the claim file's owner and, for another
     user's claim, runs bench. A claim that fails this (a forged one, or one whose pid was reused) never blocks."""
@@ -347,7 +352,7 @@ def _held_by_bench(claim: dict, owner_uid: int) -> bool:
 
 def _own_start() -> int | None:
     facts = process_facts(os.getpid())
-    return facts.get("start") if facts else None
+    return int(facts["start"]) if facts else None
 
 
 class CoreClaim:
@@ -368,41 +373,55 @@ class CoreClaim:
         self.state = "waiting"
         self.since = time.time()
         self.holders = [{"pid": os.getpid(), "start": _own_start()}]
-        self.seen: list[dict] = []  # running runs it started alongside
-        self.shared_with: list[dict] = []  # set by finish(): every run it overlapped
+        self.seen: list[dict[str, Any]] = []  # running runs it started alongside
+        self.shared_with: list[dict[str, Any]] = []  # set by finish(): every run it overlapped
 
     @property
     def path(self) -> Path:
         return self.folder / self.name
 
+    @property
+    def _folder_fd(self) -> int:
+        """The claims folder's descriptor, held from `with CoreClaim(...)` to the claim's release."""
+        if self.folder_fd is None:
+            raise RuntimeError(f"the claim of run {self.run_id} is used outside `with CoreClaim(...)`")
+        return self.folder_fd
+
+    @property
+    def claim_fd(self) -> int:
+        """The claim file's descriptor, held (and flocked) from `with CoreClaim(...)` to the claim's release."""
+        if self.fd is None:
+            raise RuntimeError(f"the claim of run {self.run_id} is used outside `with CoreClaim(...)`")
+        return self.fd
+
     # ---------------------------------------------------------------- the claim's own file
-    def _entry(self) -> dict:
+    def _entry(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "label": self.label, "store": self.store, "pid": os.getpid(),
                 "holders": self.holders, "resources": self.resources, "since": self.since, "state": self.state,
                 "seen": self.seen}
 
     def _write(self) -> None:
         data = json.dumps(self._entry()).encode()
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, data, 0)
+        os.ftruncate(self.claim_fd, 0)
+        os.pwrite(self.claim_fd, data, 0)
 
     def add_holder(self, pid: int) -> None:
         """Another process holds the claim's lock too (the run's lifeline): the claim stays live while it does."""
         facts = process_facts(pid)
-        with _registry(self.folder_fd, self.folder):
+        with _registry(self._folder_fd, self.folder):
             self.holders.append({"pid": pid, "start": facts.get("start") if facts else None})
             self._write()
 
-    def _others(self) -> list[dict]:
+    def _others(self) -> list[dict[str, Any]]:
         """The live claims of other runs on any of this run's resources; those of dead processes are removed, and
         anything else in the folder (a forged claim, a claim whose processes are not bench's) is passed over."""
-        mine, found = set(self.resources), []
-        for name in os.listdir(self.folder_fd):
+        mine, found = set(self.resources), list[dict[str, Any]]()
+        for name in os.listdir(self._folder_fd):
             run_id = name[:-len(".claim")]
             if not name.endswith(".claim") or name == self.name or not valid_run_id(run_id):
                 continue
             try:
-                fd = _open_file(self.folder_fd, name, os.O_RDONLY)
+                fd = _open_file(self._folder_fd, name, os.O_RDONLY)
             except OSError:
                 continue
             try:
@@ -413,19 +432,19 @@ class CoreClaim:
                     if claim and mine & set(claim["resources"]) and _held_by_bench(claim, os.fstat(fd).st_uid):
                         found.append(claim)
                 else:  # nobody holds it: its process ended without removing it
-                    _unlink(self.folder_fd, name)
-                    _unlink(self.folder_fd, f"{run_id}.shared")
+                    _unlink(self._folder_fd, name)
+                    _unlink(self._folder_fd, f"{run_id}.shared")
             finally:
                 os.close(fd)
         return found
 
-    def _mark(self, other: dict) -> None:
+    def _mark(self, other: dict[str, Any]) -> None:
         """Tell a running run that this one started alongside it: a line appended to the file its owner made for
         that (only if it is a regular file of that owner's; another's is passed over)."""
         line = json.dumps({"run_id": self.run_id, "label": self.label, "store": self.store}) + "\n"
         try:
-            owner = os.stat(f"{other['run_id']}.claim", dir_fd=self.folder_fd, follow_symlinks=False).st_uid
-            fd = _open_file(self.folder_fd, f"{other['run_id']}.shared", os.O_WRONLY | os.O_APPEND)
+            owner = os.stat(f"{other['run_id']}.claim", dir_fd=self._folder_fd, follow_symlinks=False).st_uid
+            fd = _open_file(self._folder_fd, f"{other['run_id']}.shared", os.O_WRONLY | os.O_APPEND)
         except OSError:
             return
         try:
@@ -435,7 +454,7 @@ class CoreClaim:
             os.close(fd)
 
     # ---------------------------------------------------------------- taking and releasing
-    def __enter__(self) -> "CoreClaim":
+    def __enter__(self) -> CoreClaim:
         try:
             self.folder_fd = open_folder(self.folder)
             with _registry(self.folder_fd, self.folder):  # made and locked at once: a claim nobody locks is a dead
@@ -467,7 +486,7 @@ class CoreClaim:
     def _take(self) -> None:
         started, said_at = time.monotonic(), None
         while True:
-            with _registry(self.folder_fd, self.folder):
+            with _registry(self._folder_fd, self.folder):
                 self._write()
                 others = self._others()
                 running = [c for c in others if c.get("state") == "running"]
@@ -493,37 +512,38 @@ class CoreClaim:
             if waited >= self.rule.wait_s:
                 raise CoresInUse(
                     f"{what} still {held} {describe_claim(holder)} after waiting {format_duration(waited)}: one "
-                    "benchmark at a time per set of cores; wait for it to end, give --wait-for-cores SECONDS to wait "
+                    "benchmark at a time per set of cores; wait for it to end, give --cores-timeout SECONDS to wait "
                     "longer, or pass --allow-shared to run alongside it (the records of both are then marked and "
                     "left out of verdicts and the gate)")
             if said_at is None or time.monotonic() - said_at >= SAY_AGAIN_S:
                 note(f"bench: {what} {held} {describe_claim(holder)}; run {self.run_id} waits for them (up to "
-                     f"{format_duration(self.rule.wait_s)}, --wait-for-cores; --allow-shared runs alongside, marked)")
+                     f"{format_duration(self.rule.wait_s)}, --cores-timeout; --allow-shared runs alongside, marked)")
                 said_at = time.monotonic()
             time.sleep(POLL_S)
 
-    def _common(self, claims: list[dict]) -> list[str]:
+    def _common(self, claims: list[dict[str, Any]]) -> list[str]:
         theirs = {r for c in claims for r in c.get("resources") or ()}
         return [r for r in self.resources if r in theirs]
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[dict[str, Any]]:
         """The run's processes have ended: its resources are free for the next run, and the runs it overlapped
         (those it started alongside, and those that started alongside it) are known. Returns them."""
-        with _registry(self.folder_fd, self.folder):
+        with _registry(self._folder_fd, self.folder):
             self.state = "ended"
             self._write()
             self.shared_with = overlaps_of(self.run_id)
         return self.shared_with
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self._release()
 
     def _release(self) -> None:
         try:
             if self.fd is not None:
-                with _registry(self.folder_fd, self.folder):
-                    _unlink(self.folder_fd, self.name)
-                    _unlink(self.folder_fd, f"{self.run_id}.shared")
+                with _registry(self._folder_fd, self.folder):
+                    _unlink(self._folder_fd, self.name)
+                    _unlink(self._folder_fd, f"{self.run_id}.shared")
         finally:
             for fd in (self.fd, self.folder_fd):
                 if fd is not None:
@@ -531,20 +551,21 @@ class CoreClaim:
             self.fd = self.folder_fd = None
 
 
-def overlaps_of(run_id: str) -> list[dict]:
+def overlaps_of(run_id: str) -> list[dict[str, Any]]:
     """The runs that ran on a run's resources while it ran, as its claim files say (those it started alongside,
     then those that started alongside it); none once its claim is gone. Also read by the run's lifeline, which
     records a run whose bench process died. Entries that are not a run's, as bench writes them, are passed over."""
-    found: dict = {}
+    found: dict[str, dict[str, Any]] = {}
     try:
         folder_fd = open_folder(lock_dir(), create=False)
     except (OSError, BenchError):
         return []
     try:
-        entries = []
-        for name, read in ((f"{run_id}.claim", lambda data: (json.loads(data or b"{}").get("seen") or [])),
-                           (f"{run_id}.shared", lambda data: [json.loads(line) for line in data.splitlines()
-                                                              if line.strip()])):
+        entries: list[Any] = []
+        reads: tuple[tuple[str, Callable[[bytes], list[Any]]], ...] = (
+            (f"{run_id}.claim", lambda data: (json.loads(data or b"{}").get("seen") or [])),
+            (f"{run_id}.shared", lambda data: [json.loads(line) for line in data.splitlines() if line.strip()]))
+        for name, read in reads:
             try:
                 fd = _open_file(folder_fd, name, os.O_RDONLY)
             except OSError:
@@ -564,6 +585,6 @@ def overlaps_of(run_id: str) -> list[dict]:
     return list(found.values())
 
 
-def _brief(claim: dict) -> dict:
+def _brief(claim: dict[str, Any]) -> dict[str, Any]:
     """What a record keeps of a run it overlapped."""
     return {"run_id": claim.get("run_id"), "label": claim.get("label"), "store": claim.get("store")}

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import FrameType
 
 from bench.core.console import guard_std_streams, note
 from bench.core.registry import get_backend
@@ -26,7 +27,7 @@ from bench.harness.oom import oom_killed_words, own_oom_count
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def _die_with_parent():
+def _die_with_parent() -> None:
     # Linux: the worker gets SIGKILL if its guard dies, so a killed guard never leaves an orphan.
     if sys.platform.startswith("linux"):
         import ctypes
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> int:
     pump = threading.Thread(target=copy_output, args=(read_end, log), daemon=True)
     pump.start()
 
-    def forward(signum, _frame):
+    def forward(signum: int, _frame: FrameType | None) -> None:
         received.append(signal.Signals(signum).name)
         try:
             child.send_signal(signum)

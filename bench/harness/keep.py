@@ -13,12 +13,15 @@ import os
 import stat
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.core.codec import dumps
 from bench.core.console import note
 from bench.core.errors import StoreError, StoreFull
+from bench.core.records import RunRecord
 from bench.core.rundir import RunDir, read_json, write_atomic
 from bench.core.store import Store, os_reason
 
@@ -31,7 +34,7 @@ def spare_folder(run_id: str) -> Path:
     return Path(tempfile.gettempdir()) / f"bench-records-{os.getuid()}" / run_id
 
 
-def spare_record(run_dir: RunDir) -> dict | None:
+def spare_record(run_dir: RunDir) -> dict[str, Any] | None:
     """The record kept in the run's spare folder, if there is one of this run."""
     try:
         data = read_json(spare_folder(run_dir.path.name) / run_dir.record_file.name)
@@ -40,7 +43,7 @@ def spare_record(run_dir: RunDir) -> dict | None:
     return data if isinstance(data, dict) and data.get("run_id") == run_dir.path.name else None
 
 
-def kept_record(run_dir: RunDir) -> tuple[dict, Path] | None:
+def kept_record(run_dir: RunDir) -> tuple[dict[str, Any], Path] | None:
     """(the record, the file it is in) for a run whose record was made: its record.json, else its spare folder's."""
     data = run_dir.read_json(run_dir.record_file)
     if isinstance(data, dict):
@@ -77,7 +80,7 @@ class Kept:
     file: Path | None
     file_why: str | None
 
-    def not_stored(self, record, store_path: Path) -> str:
+    def not_stored(self, record: RunRecord, store_path: Path | None) -> str:
         """The one line saying where the record is and how to add it to the store."""
         head = (f"run {record.run_id} ended {record.status}, but its record could not be stored in {store_path} "
                 f"({self.store_why})")
@@ -90,7 +93,8 @@ class Kept:
                 f"{store_path}` once there is room (the next run on this store adds it too)")
 
 
-def keep_record(record, run_dir: RunDir, store: Store, retry_delays=RETRY_DELAYS_S) -> Kept:
+def keep_record(record: RunRecord, run_dir: RunDir, store: Store,
+                retry_delays: Sequence[float] = RETRY_DELAYS_S) -> Kept:
     """Write the record to the run directory and the store, whatever fails: the store tried again after each of
     `retry_delays` while it has no room, and the record written to the spare folder where the run directory cannot
     take it either."""
@@ -124,7 +128,7 @@ def _write(path: Path, text: str) -> str | None:
         return os_reason(exc)
 
 
-def _save(store: Store, record) -> tuple[str | None, bool]:
+def _save(store: Store, record: RunRecord) -> tuple[str | None, bool]:
     """(None once stored, else why not; whether it failed for want of room)."""
     try:
         store.save(record)
@@ -135,7 +139,7 @@ def _save(store: Store, record) -> tuple[str | None, bool]:
         return exc.reason, False
 
 
-def _write_spare(record, run_dir: RunDir, text: str) -> Path | None:
+def _write_spare(record: RunRecord, run_dir: RunDir, text: str) -> Path | None:
     """The record and the run's spec in its spare folder, as a run directory holds them; None where that fails too."""
     try:
         folder = spare_folder(record.run_id)

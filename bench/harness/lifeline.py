@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
 
 from bench.cluster.hosts import reap_on_hosts, restore_links
 from bench.core.codec import RecordError, dumps
@@ -60,13 +62,13 @@ DEADLINE_GRACE_S = 5.0
 WAIT_PART_S = 3600.0
 
 
-def _process_identity(pid: int) -> dict:
+def _process_identity(pid: int) -> dict[str, float]:
     import psutil
 
     return {"pid": pid, "started": psutil.Process(pid).create_time()}
 
 
-def _alive(identity: dict | None) -> bool:
+def _alive(identity: dict[str, Any] | None) -> bool:
     """Whether the process named by a _process_identity is still running (its pid not reused since)."""
     import psutil
 
@@ -74,7 +76,7 @@ def _alive(identity: dict | None) -> bool:
         return False
     try:
         proc = psutil.Process(identity["pid"])
-        return abs(proc.create_time() - identity["started"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(abs(proc.create_time() - identity["started"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
@@ -86,26 +88,27 @@ class Lifeline:
     run's claim on its cores, bench.harness.cores, whose lock then outlives a dead bench process until the run is
     ended)."""
 
-    def __init__(self, tag: str, run_dir=None, store_path: Path | None = None, holds: tuple[int, ...] = ()):
+    def __init__(self, tag: str, run_dir: RunDir | None = None, store_path: Path | None = None,
+                 holds: tuple[int, ...] = ()):
         self.tag, self.run_dir, self.store_path, self.holds = tag, run_dir, store_path, tuple(holds)
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> "Lifeline":
+    def __enter__(self) -> Lifeline:
         args = [self.tag, str(os.getpid())]
         if self.run_dir is not None:
             args += [str(self.run_dir.path), str(self.store_path)]
         env = {k: v for k, v in os.environ.items() if k != TAG_VARIABLE}  # it must never reap itself
-        log = open(self.run_dir.lifeline_log, "ab") if self.run_dir is not None else subprocess.DEVNULL
+        log: IO[bytes] | int = open(self.run_dir.lifeline_log, "ab") if self.run_dir is not None else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "bench.harness.lifeline", *args], env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                          start_new_session=True, pass_fds=self.holds)
         finally:
-            if log is not subprocess.DEVNULL:
+            if not isinstance(log, int):
                 log.close()
         # Launch only once it watches: its start must not overlap the run's start-up being timed.
-        answered, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
-        ready = self.proc.stdout.readline() if answered else b""
+        answered, _, _ = select.select([self._stdout], [], [], START_TIMEOUT_S)
+        ready = self._stdout.readline() if answered else b""
         if ready != READY:
             self.proc.kill()
             self.proc.wait()
@@ -128,30 +131,54 @@ class Lifeline:
         """The record as made: what the watcher stores should bench die before it is kept."""
         self._say(b"record " + dumps(record.to_dict()).encode() + b"\n")
 
+    @property
+    def _watcher(self) -> subprocess.Popen[bytes]:
+        if self.proc is None:
+            raise RuntimeError("the run's lifeline is used before it was started (`with Lifeline(...)`)")
+        return self.proc
+
+    @property
+    def pid(self) -> int:
+        """The watcher's process id."""
+        return self._watcher.pid
+
+    @property
+    def _stdin(self) -> IO[bytes]:
+        stdin = self._watcher.stdin
+        assert stdin is not None  # started with stdin=PIPE
+        return stdin
+
+    @property
+    def _stdout(self) -> IO[bytes]:
+        stdout = self._watcher.stdout
+        assert stdout is not None  # started with stdout=PIPE
+        return stdout
+
     def _say(self, line: bytes) -> None:
         try:
-            self.proc.stdin.write(line)
-            self.proc.stdin.flush()
+            self._stdin.write(line)
+            self._stdin.flush()
         except OSError:  # the watcher is gone: it can do nothing more for the run
             pass
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         try:
             if exc_type is None:
-                self.proc.stdin.write(DONE)
-            self.proc.stdin.close()
+                self._stdin.write(DONE)
+            self._stdin.close()
         except OSError:  # the watcher is gone already
             pass
         if exc_type is None:
             try:
-                self.proc.wait(timeout=5)
+                self._watcher.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc.stdout.close()
+                self._watcher.kill()
+        self._stdout.close()
 
 
 # ---------------------------------------------------------------- after the owner died
-def built_record(run_dir, outcome: Outcome) -> RunRecord:
+def built_record(run_dir: RunDir, outcome: Outcome) -> RunRecord:
     """The record of a run whose bench process did not make one, from its run directory and `outcome`."""
     spec = RunSpec.from_dict(run_dir.read_json(run_dir.spec_file))
     launch = run_dir.read_json(run_dir.launch_file) or {}
@@ -163,7 +190,8 @@ def built_record(run_dir, outcome: Outcome) -> RunRecord:
                         launch.get("command", []), conclusion, launch.get("info", {}), overlaps_of(run_dir.path.name))
 
 
-def record_abandoned(run_dir, store_path: Path, outcome: Outcome, handed_over: dict | None = None) -> tuple[str, bool]:
+def record_abandoned(run_dir: RunDir, store_path: Path, outcome: Outcome,
+                     handed_over: dict[str, Any] | None = None) -> tuple[str, bool]:
     """Store the record of a run whose bench process did not: the one it handed over or kept
     (bench.harness.keep.kept_record), else one built now from the run directory with `outcome`. Returns (the status
     stored, whether the record was the run's own). Raises StoreError where the store does not take it (the record is
@@ -181,18 +209,19 @@ def record_abandoned(run_dir, store_path: Path, outcome: Outcome, handed_over: d
     return record.status, data is not None
 
 
-def abandoned_outcome(died_at: float, owner_pid: int | str, reaped: list, survivors: list, by: str) -> Outcome:
+def abandoned_outcome(died_at: float, owner_pid: int | str, reaped: list[dict[str, Any]],
+                      survivors: list[dict[str, Any]], by: str) -> Outcome:
     return Outcome(ending="interrupted", returncode=None, launched_at=died_at, ended_at=died_at, reaped=reaped,
                    survivors=survivors,
                    reason=f"abandoned: the bench process running it (pid {owner_pid}) ended without recording it; "
                           f"{by} ended the run's processes and recorded it")
 
 
-def _left_owned(store) -> tuple[list, set]:
+def _left_owned(store: Store) -> tuple[list[tuple[RunDir, dict[str, Any]]], set[str]]:
     """(run directories of `store` holding an owner file whose bench process and watcher are both gone, with the
     owner file's content; the run ids among them the store holds)."""
     runs = store.path.parent / "runs"
-    found = []
+    found: list[tuple[RunDir, dict[str, Any]]] = []
     if not runs.is_dir():
         return found, set()
     for path in sorted(runs.iterdir()):
@@ -203,7 +232,7 @@ def _left_owned(store) -> tuple[list, set]:
     return found, store.stored_run_ids([run_dir.path.name for run_dir, _ in found]) if found else set()
 
 
-def unrecorded(store) -> list:
+def unrecorded(store: Store) -> list[tuple[RunDir, dict[str, Any]]]:
     """Run directories of `store` left unstored with no watcher to store them: an owner file, the bench process and
     the watcher it names both gone, and no record of the run in the store. Reads only."""
     found, stored = _left_owned(store)
@@ -211,7 +240,7 @@ def unrecorded(store) -> list:
             if run_dir.path.name not in stored and run_dir.read_json(run_dir.spec_file) is not None]
 
 
-def recover(store) -> list[tuple[str, str, bool]]:
+def recover(store: Store) -> list[tuple[str, str, bool]]:
     """End what is left of every unrecorded abandoned run of `store` and store its record. Returns (run id, status
     stored, whether the record was the run's own) of each."""
     found, stored = _left_owned(store)
@@ -265,7 +294,7 @@ def end_overdue(tag: str, owner_pid: str, run_dir: RunDir | None, store_path: Pa
     how = "stopped" if _stopped(owner_pid) else "not ending it"
     reason = (f"deadline of {timeout:g} s passed while its bench process (pid {owner_pid}) was {how}; its lifeline "
               "ended the run")
-    said = {"time": time.time(), "reason": reason}
+    said: dict[str, Any] = {"time": time.time(), "reason": reason}
     if run_dir is not None:
         said["log_bytes"] = run_dir.launcher_log.stat().st_size if run_dir.launcher_log.exists() else None
         _write_overdue(run_dir, said)
@@ -276,7 +305,7 @@ def end_overdue(tag: str, owner_pid: str, run_dir: RunDir | None, store_path: Pa
           file=sys.stderr, flush=True)
     outcome = Outcome(ending="timeout", returncode=None, launched_at=said["time"], ended_at=said["time"],
                       log_bytes_before_teardown=said.get("log_bytes"), reaped=reaped, survivors=survivors, reason=reason)
-    if run_dir is None:
+    if run_dir is None or store_path is None:  # (the watcher of a run without a run directory has no store either)
         return outcome
     _write_overdue(run_dir, {**said, "reaped": reaped, "survivors": survivors})
     if _stopped(owner_pid):  # (a bench that went on meanwhile stores its own record, which says the same)
@@ -299,7 +328,7 @@ def _stopped(pid: str) -> bool:
         return False
 
 
-def _write_overdue(run_dir: RunDir, said: dict) -> None:
+def _write_overdue(run_dir: RunDir, said: dict[str, Any]) -> None:
     try:
         write_json_atomic(run_dir.overdue_file, said)
     except OSError:  # (a full disk): the run is still ended; bench then records how its launcher ended
@@ -320,7 +349,7 @@ def overdue_outcome(run_dir: RunDir, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def reap_remote(run_dir_path: str, tag: str) -> list[dict]:
+def reap_remote(run_dir_path: str, tag: str) -> list[dict[str, Any]]:
     """What was ended of the run on its other hosts (a run across hosts), over ssh; their links restored."""
     data = RunDir(run_dir_path).read_json(RunDir(run_dir_path).spec_file)
     try:
@@ -344,11 +373,14 @@ def watch(argv: list[str]) -> int:
         signal.signal(sig, signal.SIG_IGN)
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
-    fd, pending, deadline, handed_over, overdue = sys.stdin.fileno(), b"", None, None, None
+    fd, pending = sys.stdin.fileno(), b""
+    deadline: tuple[float, float] | None = None  # (when, by the monotonic clock; the run's timeout)
+    handed_over: dict[str, Any] | None = None
+    overdue: Outcome | None = None
     while True:  # until bench says `done`, or the kernel closes its end
         wait = None if deadline is None else min(WAIT_PART_S, max(0.0, deadline[0] - time.monotonic()))
         if not select.select([fd], [], [], wait)[0]:
-            if time.monotonic() >= deadline[0]:
+            if deadline is not None and time.monotonic() >= deadline[0]:
                 overdue = end_overdue(tag, owner_pid, run_dir, store_path, deadline[1])
                 deadline = None
             continue
@@ -372,7 +404,7 @@ def watch(argv: list[str]) -> int:
         reaped += reap_remote(str(run_dir.path), tag)
     print(f"{time.strftime('%H:%M:%S')} bench process {owner_pid} ended without releasing run {tag}: "
           f"ended {len(reaped)} process(es), {len(survivors)} survived", file=sys.stderr, flush=True)
-    if run_dir is not None:
+    if run_dir is not None and store_path is not None:
         outcome = overdue or abandoned_outcome(died_at, owner_pid, reaped, survivors, "its lifeline")
         try:
             status, _ = record_abandoned(run_dir, store_path, outcome, handed_over)

@@ -17,13 +17,28 @@ Status rules, the same for every backend (docs/method.md, "Status of a run"):
 from __future__ import annotations
 
 import time
+from typing import Any, Protocol
 
 from bench.core.records import SCHEMA_VERSION, RankResult, RankRow, RunError, RunRecord, RunStatus, Startup
 from bench.core.registry import get_backend
 from bench.core.rundir import RunDir, full_disk, tail
+from bench.core.spec import RunSpec
+from bench.harness.supervisor import Outcome
+
+Row = dict[str, Any]  # a file a rank or its guard wrote (an exit, an error, a result), as read
 
 
-def _root_cause(exits: dict[int, dict], errors: dict[int, dict], results: dict[int, dict]) -> dict | None:
+class Conclusion(Protocol):
+    """What a task concluded of a finished run (bench.tasks.base.Conclusion)."""
+
+    status: RunStatus
+    error: RunError | None
+    metrics: Any  # the task's metrics dataclass, or None
+    rank_map: list[RankRow]
+    events: list[dict[str, Any]]
+
+
+def _root_cause(exits: dict[int, Row], errors: dict[int, Row], results: dict[int, Row]) -> Row | None:
     """The rank whose failure caused the others, in this order of evidence:
     1. a rank that left without a word before the run's end: killed by a signal that neither its launcher nor the
        harness sent (SIGKILL, an OOM kill, a segfault), or exited by itself, whatever its code (os._exit(0) too),
@@ -57,12 +72,12 @@ def _root_cause(exits: dict[int, dict], errors: dict[int, dict], results: dict[i
             "exception": err.get("type"), "exception_message": err.get("message"), "tail": first["tail"]}
 
 
-def _signal_words(ended: dict) -> str:
+def _signal_words(ended: Row) -> str:
     """'signal SIGKILL', and who sent it where the guard knows: '(from the kernel's OOM killer: ...)'."""
     return f"signal {ended['signal']}" + (f" (from {ended['oom_kill']})" if ended.get("oom_kill") else "")
 
 
-def _then(spec, run_dir: RunDir, cause: int, exits: dict[int, dict], errors: dict[int, dict]) -> str:
+def _then(spec: RunSpec, run_dir: RunDir, cause: int, exits: dict[int, Row], errors: dict[int, Row]) -> str:
     """'; rank 0 then failed: RuntimeError: ...' for the first other rank that failed after the cause (by its
     exception's time, else its exit's), or nothing."""
     raised = sorted((e["time"], r) for r, e in errors.items() if r != cause)
@@ -80,7 +95,7 @@ def _then(spec, run_dir: RunDir, cause: int, exits: dict[int, dict], errors: dic
     return ""
 
 
-def _process_name(spec, run_dir: RunDir, rank: int) -> str:
+def _process_name(spec: RunSpec, run_dir: RunDir, rank: int) -> str:
     """'rank R', with its role where a run has processes of several roles: 'rank 2 (server 0)' (from the
     file the process wrote when it joined; a process that never joined is its rank alone)."""
     row = run_dir.latest("joined").get(rank)
@@ -89,7 +104,7 @@ def _process_name(spec, run_dir: RunDir, rank: int) -> str:
     return f"rank {rank} ({row['role']} {row['role_rank']})"
 
 
-def _rank_states(run_dir: RunDir, world_size: int) -> list[dict]:
+def _rank_states(run_dir: RunDir, world_size: int) -> list[Row]:
     """Where each rank was when the run was ended, from the files it had written."""
     progress, starts, joined = run_dir.latest("progress"), run_dir.latest("start"), run_dir.latest("joined")
     results = run_dir.latest("result")
@@ -111,17 +126,18 @@ def _rank_states(run_dir: RunDir, world_size: int) -> list[dict]:
 
 
 def startup(results: list[RankResult], launched_at: float, run_dir: RunDir | None = None,
-            spec=None) -> Startup:
+            spec: RunSpec | None = None) -> Startup:
     """Launch to the last process, the slowest rendezvous, launch to the last rank's first step; with the run
     directory and spec, the phases the backend's launcher reports of its own start-up (Launcher.startup_phases)."""
     times = [r.times for r in results]
     firsts = [t.first_step_end for t in times]
-    phases = {}
+    stepped = [f for f in firsts if f is not None]
+    phases: dict[str, float] = {}
     if run_dir is not None and spec is not None:
         phases = get_backend(spec.backend).launcher.startup_phases(run_dir)
     return Startup(launch_to_process_s=max(t.process_start for t in times) - launched_at,
                    rendezvous_s=max(t.init_end - t.init_start for t in times),
-                   launch_to_first_step_s=max(firsts) - launched_at if all(f is not None for f in firsts) else None,
+                   launch_to_first_step_s=max(stepped) - launched_at if len(stepped) == len(firsts) else None,
                    launcher_phases=phases)
 
 
@@ -136,7 +152,7 @@ def workers_and_others(results: dict[int, RankResult]) -> tuple[dict[int, RankRe
     return workers, {r: res for r, res in results.items() if r not in workers}
 
 
-def process_status(spec, run_dir: RunDir, outcome) -> tuple[RunStatus, RunError | None]:
+def process_status(spec: RunSpec, run_dir: RunDir, outcome: Outcome) -> tuple[RunStatus, RunError | None]:
     """The status of a run whose processes must all end cleanly (the module's rules)."""
     exits, errors, results = run_dir.latest("exit"), run_dir.latest("error"), run_dir.latest("result")
     cause = _root_cause(exits, errors, results)
@@ -182,7 +198,7 @@ def process_status(spec, run_dir: RunDir, outcome) -> tuple[RunStatus, RunError 
     return RunStatus.OK, None
 
 
-def unrecorded_exits(run_dir: RunDir, outcome) -> list[dict]:
+def unrecorded_exits(run_dir: RunDir, outcome: Outcome) -> list[dict[str, Any]]:
     """An event for each process that wrote its result but has no exit file, in a run whose launcher exited 0: its
     guard could not write the exit file (a full disk), and exited as the rank did. Its result is the measurement;
     what is lost is its exit (the time, its pid). Why, where the run directory's disk says: it is full now."""
@@ -201,14 +217,14 @@ def unrecorded_exits(run_dir: RunDir, outcome) -> list[dict]:
             for rank, attempt in missing]
 
 
-def joined_rank_map(run_dir: RunDir) -> list:
+def joined_rank_map(run_dir: RunDir) -> list[RankRow]:
     """Who each process was, from the file it wrote when it joined (known even for ranks that later failed)."""
     return [RankRow.from_dict(row) for row in run_dir.latest("joined").values()]
 
 
-def run_events(run_dir: RunDir, outcome) -> list[dict]:
+def run_events(run_dir: RunDir, outcome: Outcome) -> list[dict[str, Any]]:
     """The launch, every process's exit, how the launcher ended, and what teardown had to end."""
-    events = [{"time": outcome.launched_at, "kind": "launch"}]
+    events: list[dict[str, Any]] = [{"time": outcome.launched_at, "kind": "launch"}]
     for attempt_exit in sorted(run_dir.read_all("exit").values(), key=lambda e: e["time"]):
         events.append({"time": attempt_exit["time"], "kind": "rank_exit",
                        **{k: attempt_exit[k] for k in ("rank", "attempt", "returncode", "terminated_by")}})
@@ -222,8 +238,9 @@ def run_events(run_dir: RunDir, outcome) -> list[dict]:
     return events
 
 
-def build_record(run_id: str, spec, run_dir: RunDir, outcome, environment: dict, command: list[str],
-                 conclusion, launch_info: dict, shared_with: list[dict] | None = None) -> RunRecord:
+def build_record(run_id: str, spec: RunSpec, run_dir: RunDir, outcome: Outcome, environment: dict[str, Any],
+                 command: list[str], conclusion: Conclusion, launch_info: dict[str, Any],
+                 shared_with: list[dict[str, Any]] | None = None) -> RunRecord:
     """The one place a RunRecord is made: the run's facts, and what its task concluded; `shared_with`: the other
     bench runs that ran on its cores meanwhile (bench.harness.cores)."""
     events = run_events(run_dir, outcome) + list(conclusion.events)

@@ -6,6 +6,8 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from bench.cluster.hosts import check_interface_variables, shaped_links
 from bench.cluster.slurm import signal_judged
@@ -76,9 +78,12 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
     rank_command = [sys.executable, "-m", "bench.harness.guard", str(run_dir.path), spec.backend]
     env = {**worker_environment(spec, tag=run_id), **backend.launcher.env(spec)}
     # the lifeline holds the claim too: if this process dies, the cores stay claimed until it has ended the run
-    with Lifeline(run_id, run_dir, store.path, holds=(claim.fd,)) as lifeline:
-        claim.add_holder(lifeline.proc.pid)
-        command, info, environment, before = [], {}, {}, None
+    with Lifeline(run_id, run_dir, store.path, holds=(claim.claim_fd,)) as lifeline:
+        claim.add_holder(lifeline.pid)
+        command: list[str] = []
+        info: dict[str, Any] = {}
+        environment: dict[str, Any] = {}
+        before = None
         try:
             environment = fingerprint(env)
             launch = task.launch(spec, backend, rank_command, run_id, run_dir, env, show_progress)
@@ -118,7 +123,10 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
     return record
 
 
-def time_left(specs: list, durations: dict) -> float | None:
+Kind = tuple[str, str, str, int]  # (task, backend, task case, world size)
+
+
+def time_left(specs: list[RunSpec], durations: dict[Kind, list[float]]) -> float | None:
     """Seconds the runs of `specs` should take: each by the mean duration of the runs made so far of its
     case (task, backend, task case, world size), else of its task's (a fault run takes longer than a training
     run), else of all runs so far; None before the first run ends."""
@@ -136,18 +144,21 @@ def time_left(specs: list, durations: dict) -> float | None:
     return total
 
 
-def _kind(spec) -> tuple:
+def _kind(spec: RunSpec) -> Kind:
     return spec.task, spec.backend, get_task(spec.task).case(spec), spec.world_size
 
 
-def run_specs(specs: list, store, title: str, show_progress: bool = False, on_record=None) -> list:
+def run_specs(specs: list[RunSpec], store: Store, title: str, show_progress: bool = False,
+              on_record: Callable[[RunRecord], object] | None = None) -> list[RunRecord]:
     """Run specs in order, storing every run: a progress line before and after each, with the time spent and
     an estimate of the time left (with show_progress, the run's description and its own progress lines
     too); on_record(record) after each. Stops after an interrupted run. Returns the RunRecords of the runs
     made."""
     n = len(specs)
     note(f"{title}: {n} run(s) -> {store.path}")
-    records, durations, started = [], {}, time.monotonic()
+    records: list[RunRecord] = []
+    durations: dict[Kind, list[float]] = {}
+    started = time.monotonic()
     for i, spec in enumerate(specs, 1):
         task = get_task(spec.task)
         head = f"[{i}/{n}] {spec.backend} {task.case(spec)} world {spec.world_size}"

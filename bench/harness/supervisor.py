@@ -14,9 +14,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -39,8 +41,8 @@ class Outcome:
     launched_at: float  # wall clock, comparable with the workers' timestamps
     ended_at: float
     log_bytes_before_teardown: int | None = None  # the launcher log as it was before we ended it
-    reaped: list[dict] = field(default_factory=list)  # processes teardown had to end
-    survivors: list[dict] = field(default_factory=list)  # processes that could not be ended
+    reaped: list[dict[str, Any]] = field(default_factory=list)  # processes teardown had to end
+    survivors: list[dict[str, Any]] = field(default_factory=list)  # processes that could not be ended
     reason: str | None = None  # why an interrupted (or timed-out) run ended, when not by the user (the deadline)
 
     def interruption(self) -> str:
@@ -50,7 +52,7 @@ class Outcome:
         return self.reason or f"deadline of {timeout:g} s passed"
 
 
-def _describe(proc: psutil.Process) -> dict:
+def _describe(proc: psutil.Process) -> dict[str, Any]:
     try:
         return {"pid": proc.pid, "name": proc.name(), "cmdline": " ".join(proc.cmdline())[:200]}
     except psutil.Error:
@@ -100,7 +102,7 @@ def run_processes(tag: str, root_pid: int | None = None) -> list[psutil.Process]
     return alive
 
 
-def _signal_all(procs, sig) -> None:
+def _signal_all(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
     for proc in procs:
         try:
             proc.send_signal(sig)
@@ -108,7 +110,7 @@ def _signal_all(procs, sig) -> None:
             pass
 
 
-def reap(tag: str, root_pid: int | None) -> tuple[list[dict], list[dict]]:
+def reap(tag: str, root_pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """End every process of the run: SIGTERM (and SIGCONT for stopped ones), then SIGKILL."""
     procs = run_processes(tag, root_pid)
     if not procs:
@@ -120,9 +122,9 @@ def reap(tag: str, root_pid: int | None) -> tuple[list[dict], list[dict]]:
         except (ProcessLookupError, PermissionError):
             pass
     # Processes started meanwhile (a launcher restarting a worker) are found by a second look.
-    late = []
+    late: list[psutil.Process] = []
 
-    def second_look():
+    def second_look() -> list[psutil.Process]:
         late.extend(p for p in run_processes(tag, None) if p.pid not in {r["pid"] for r in reaped})
         return late
 
@@ -130,36 +132,38 @@ def reap(tag: str, root_pid: int | None) -> tuple[list[dict], list[dict]]:
     return reaped + [_describe(p) for p in late], [_describe(p) for p in still]
 
 
-def end_processes(procs: list, grace: float, second_look=lambda: []) -> list:
+def end_processes(procs: list[psutil.Process], grace: float,
+                  second_look: Callable[[], list[psutil.Process]] = list) -> list[psutil.Process]:
     """SIGTERM (and SIGCONT for stopped ones), `grace` seconds, then SIGKILL to what is left and to what
     second_look() finds then; returns what survived even that (the one way this project ends processes)."""
     _signal_all(procs, signal.SIGTERM)
     _signal_all(procs, signal.SIGCONT)
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    alive = {p.pid: p for p in alive}
+    _, left = psutil.wait_procs(procs, timeout=grace)
+    alive = {p.pid: p for p in left}
     for proc in second_look():
         alive.setdefault(proc.pid, proc)
     _signal_all(alive.values(), signal.SIGKILL)
     _, still = psutil.wait_procs(list(alive.values()), timeout=KILL_WAIT_S)
-    return still
+    return list(still)
 
 
 def alive(proc: psutil.Process) -> bool:
     """Running and not a zombie."""
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
 
 def name_of(proc: psutil.Process) -> str:
     try:
-        return proc.name()
+        return str(proc.name())
     except psutil.Error:
         return "?"
 
 
-def processes_of(candidates, is_ours) -> list[psutil.Process]:
+def processes_of(candidates: Iterable[tuple[psutil.Process, bool]],
+                 is_ours: Callable[[psutil.Process], bool]) -> list[psutil.Process]:
     """The live processes among `candidates` ((process, known to be ours) pairs) that are ours (known, or
     is_ours(process)), with all their descendants; never this process or one it runs under. How the test
     clusters (bench.testbed.slurm, bench.testbed.ray) find their daemons, whoever started them."""
@@ -177,10 +181,12 @@ def processes_of(candidates, is_ours) -> list[psutil.Process]:
     return [p for pid, p in sorted(found.items()) if pid not in spared and alive(p)]
 
 
-def end_found(find, log, grace: float = 5.0, rounds: int = 3) -> tuple[list, list]:
+def end_found(find: Callable[[], list[psutil.Process]], log: Callable[[str], object], grace: float = 5.0,
+              rounds: int = 3) -> tuple[list[psutil.Process], list[psutil.Process]]:
     """End what find() returns, looking again up to `rounds` times (a daemon may start a process meanwhile):
     (every process ended, those that survived even SIGKILL)."""
-    ended, survivors = [], []
+    ended: list[psutil.Process] = []
+    survivors: list[psutil.Process] = []
     for _ in range(rounds):
         procs = [p for p in find() if alive(p)]
         if not procs:
@@ -191,14 +197,14 @@ def end_found(find, log, grace: float = 5.0, rounds: int = 3) -> tuple[list, lis
     return ended, survivors
 
 
-def wait_reaped(ended: list, timeout: float = 2.0) -> None:
+def wait_reaped(ended: list[psutil.Process], timeout: float = 2.0) -> None:
     """Give init a moment to reap ended daemons (their parent), so that no <defunct> entry is left behind."""
     deadline = time.monotonic() + timeout
     while any(psutil.pid_exists(p.pid) and not alive(p) for p in ended) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start one launcher of a run in a session of its own, its output appended to log_path. Its
     processes carry env's run tag, so teardown finds them whoever started them: the run's launcher, or
     one started while the run goes on (a scale-up's second torchrun agent)."""
@@ -208,7 +214,7 @@ def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Po
 
 
 @contextmanager
-def signals_held():
+def signals_held() -> Iterator[None]:
     """Ctrl-C and SIGTERM ignored for the block: a second one must not cut a teardown (or the judging of the
     first) short and leave processes behind or a run unrecorded."""
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -231,13 +237,15 @@ def interruption(before_launch: bool = False) -> tuple[str, str | None]:
 
 
 def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float,
-              on_poll=None, poll_interval: float = 0.2, hosts: list[str] = ()) -> Outcome:
+              on_poll: Callable[[], str | None] | None = None, poll_interval: float = 0.2,
+              hosts: Sequence[str] = ()) -> Outcome:
     """Run cmd in its own session until it exits, the deadline passes, or the user interrupts; then end
     everything of the run here and on every one of `hosts` (a run across hosts)."""
     tag = env[TAG_VARIABLE]
     launched_at = time.time()
     deadline = time.monotonic() + timeout
-    proc, ending, returncode, reason = None, "exited", None, None
+    proc: subprocess.Popen[bytes] | None = None
+    ending, returncode, reason = "exited", None, None
     try:
         proc = launch(cmd, env, log_path)  # inside the try: a signal right after the launch still reaps it
         while True:
@@ -273,7 +281,7 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
                    log_bytes_before_teardown=log_bytes, reaped=reaped, survivors=survivors, reason=reason)
 
 
-def kill_in_this_netns(tag: str) -> list[dict]:
+def kill_in_this_netns(tag: str) -> list[dict[str, Any]]:
     """SIGKILL, at once and without a grace period, every process of the run in this process's network namespace:
     on a host, all of the run's processes there (a node loss; test hosts share one process table, and each is a
     network namespace)."""

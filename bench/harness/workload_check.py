@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 from bench.core.console import note
 from bench.core.environment import PROJECT_ROOT
@@ -35,7 +36,8 @@ FIRST_NOTE_S = 10.0  # a check quieter than this says nothing (an import of torc
 NOTE_EVERY_S = 10.0
 
 # (canonical reference, with its data sets) -> workload_of's answer: a sweep's specs check a workload once
-_CHECKED: dict[tuple[str, bool], tuple] = {}
+Checked = tuple[str, WorkloadInfo, str | None]  # what workload_of answers
+_CHECKED: dict[tuple[str, bool], Checked] = {}
 
 
 def check_limit(check_timeout: float | None, timeout: float | None) -> float:
@@ -45,7 +47,7 @@ def check_limit(check_timeout: float | None, timeout: float | None) -> float:
 
 
 def workload_of(reference: str, *, with_data: bool = False, check_timeout: float | None = None,
-                timeout: float | None = None):
+                timeout: float | None = None) -> Checked:
     """(the reference as the spec keeps it, its workloads.base.WorkloadInfo, where its code came from or None for a
     built-in one). `with_data`: the run reads the workload's own data sets (`--data workload`), so they are made
     and described too. A user's workload is loaded and checked in a child process (module docstring), within
@@ -66,7 +68,7 @@ def workload_of(reference: str, *, with_data: bool = False, check_timeout: float
     return _CHECKED[reference, with_data]
 
 
-def _probe(reference: str, with_data: bool, limit: float) -> dict:
+def _probe(reference: str, with_data: bool, limit: float) -> dict[str, Any]:
     """workloads.external.probe's answer, from a child process ended at `limit` seconds at the latest."""
     tag = f"workload-check-{secrets.token_hex(4)}"
     command = [sys.executable, "-m", "bench.rank.model", reference, *(["--data"] if with_data else [])]
@@ -95,10 +97,11 @@ def _probe(reference: str, with_data: bool, limit: float) -> dict:
                          + (f": {last[:200]}" if last else "")) from None
     if "error" in reply:
         raise UsageError(reply["error"])
-    return reply["answer"]
+    answer: dict[str, Any] = reply["answer"]
+    return answer
 
 
-def _wait(child: subprocess.Popen, reference: str, started: float, limit: float) -> tuple[bytes, bytes]:
+def _wait(child: subprocess.Popen[bytes], reference: str, started: float, limit: float) -> tuple[bytes, bytes]:
     """The child's (stdout, stderr) once it exits; a line on stderr every NOTE_EVERY_S from FIRST_NOTE_S on, and
     UsageError once `limit` has passed."""
     next_note = FIRST_NOTE_S

@@ -130,7 +130,7 @@ def fit(records: list, backend: str, case: Case) -> Inputs:
                          f"`bench sweep --workload {case.workload} --world-sizes 1,2` (it runs the plain loop)")
     compute = Value.of([r.metrics.step_time_s.mean for r in plain], _ids(plain))
     shape = median_shape(plain)
-    plugin = get_backend(backend)
+    get_backend(backend)  # an unknown backend is refused here, before anything is read
     own_one = _train(runs, backend, case, 1)
     multi = [r for r in _train(runs, backend, case) if r.spec.world_size > 1]
     if not multi:

@@ -52,13 +52,13 @@ class Value:
     runs: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, values: list[float], runs: tuple[str, ...] = ()) -> "Value":
+    def of(cls, values: list[float], runs: tuple[str, ...] = ()) -> Value:
         n = len(values)
         mean = float(np.mean(values))
         se = float(np.std(values, ddof=1) / math.sqrt(n)) if n > 1 else 0.0
         return cls(mean, se, n - 1, runs)
 
-    def minus(self, other: "Value") -> "Value":
+    def minus(self, other: Value) -> Value:
         """The difference of two independent inputs."""
         dof = min(d for d in (self.dof, other.dof) if d) if (self.dof or other.dof) else 0
         return Value(self.mean - other.mean, math.hypot(self.se, other.se), dof, self.runs + other.runs)
@@ -80,7 +80,7 @@ class Shape:
         return float(sum(b for _, b in self.grads))
 
     @classmethod
-    def of_profile(cls, profile: dict, run: str = "") -> "Shape":
+    def of_profile(cls, profile: dict, run: str = "") -> Shape:
         total = profile["forward_s"] + profile["gradients_s"] + profile["optimizer_s"]
         backward = profile["gradients_s"]
         grads = tuple((ready / backward if backward > 0 else 1.0, numel * size)

@@ -78,22 +78,22 @@ def element_count(op: Op, size: int, dtype: str, n: int) -> int:
     return count
 
 
-def sweep_plan(comm: dict, n: int) -> list[tuple[str, int, int]]:
+def sweep_plan(comm, n: int) -> list[tuple[str, int, int]]:
     """(op, size in bytes, element count) of every step of a sweep at world size n, in order."""
     plan = []
-    for op_name in comm["ops"]:
+    for op_name in comm.ops:
         op = OPS[op_name]
-        for size in sweep_sizes(comm["min_bytes"], comm["max_bytes"]):
-            count = element_count(op, size, comm["dtype"], n)
+        for size in sweep_sizes(comm.min_bytes, comm.max_bytes):
+            count = element_count(op, size, comm.dtype, n)
             if count and op.in_count(count, n):
                 plan.append((op_name, size, count))
     return plan
 
 
-def ops_per_size(comm: dict) -> int:
+def ops_per_size(comm) -> int:
     """Collective calls each rank makes per (op, size): warm-up, timed, and the one checked op. A process
     that serves the workers' collectives (a parameter server) must take part in exactly as many."""
-    return comm["warmup_iters"] + comm["iters"] + 1
+    return comm.warmup_iters + comm.iters + 1
 
 
 # ---------------------------------------------------------------- worker side
@@ -158,13 +158,13 @@ def time_messages(spec, group, info, buffers) -> list[dict]:
         inp = buffers.zeros(op.in_count(count, n))
         out = inp if op.in_place else buffers.zeros(op.out_count(count, n))
         result = None
-        for _ in range(comm["warmup_iters"]):
+        for _ in range(comm.warmup_iters):
             result = group.run_op(op.name, inp, out)
         group.barrier()
         buffers.sync(result)
         chunk_times = []  # per-op time of each timed chunk: the windows the regression gate resamples
         t0 = time.perf_counter()
-        for chunk in timed_chunks(comm["iters"]):
+        for chunk in timed_chunks(comm.iters):
             t_chunk = time.perf_counter()
             for _ in range(chunk):
                 result = group.run_op(op.name, inp, out)
@@ -174,8 +174,8 @@ def time_messages(spec, group, info, buffers) -> list[dict]:
         known = buffers.pattern(op.in_count(count, n), info.worker_index)
         result = group.run_op(op.name, known, known if op.in_place else out)
         wrong = buffers.wrong(result, expected(op, count, info.worker_index, n, buffers))
-        rows.append({"op": op.name, "size": count * ELEMENT_SIZE[comm["dtype"]], "count": count,
-                     "time_s": elapsed / comm["iters"], "chunk_times_s": chunk_times, "wrong": wrong})
+        rows.append({"op": op.name, "size": count * ELEMENT_SIZE[comm.dtype], "count": count,
+                     "time_s": elapsed / comm.iters, "chunk_times_s": chunk_times, "wrong": wrong})
     return rows
 
 
@@ -190,7 +190,7 @@ def combine(spec, per_rank: dict[int, list[dict]]) -> list[dict]:
         op = OPS[first["op"]]
         algbw = first["size"] / t / GB
         rows.append({"op": first["op"], "size": first["size"], "count": first["count"],
-                     "type": spec.comm["dtype"], "redop": op.redop, "time_us": t * 1e6,
+                     "type": spec.comm.dtype, "redop": op.redop, "time_us": t * 1e6,
                      "algbw_gbps": algbw, "busbw_gbps": algbw * op.factor(n),
                      "wrong": sum(per_rank[r][i]["wrong"] for r in ranks),
                      "per_rank_time_us": [per_rank[r][i]["time_s"] * 1e6 for r in ranks],

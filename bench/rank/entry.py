@@ -22,9 +22,9 @@ def main(argv: list[str]) -> int:
 
 
 def run_process(run_dir: RunDir, rank: int, attempt: int, t_process_start: float) -> None:
-    """One process of the run: its task's rank program (run_rank), with the start, error and result files written around it.
-    bench.rank.entry's main runs it in the process its guard started; a backend whose launcher starts the processes
-    and runs the rank's code in them itself (Ray Train's workers) calls it there."""
+    """One process of the run: its task's rank program (run_rank), with the start, error and result files written
+    around it. bench.rank.entry's main runs it in the process its guard started; a backend whose launcher starts the
+    processes and runs the rank's code in them itself (Ray Train's workers) calls it there."""
     spec = RunSpec.from_dict(json.loads(run_dir.spec_file.read_text()))
     run_dir.write(rank, attempt, "start", {"pid": os.getpid(), "time": t_process_start})
     try:

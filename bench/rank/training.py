@@ -137,7 +137,7 @@ class TorchTraining:
 
 class TorchElasticTraining:
     """A fault run's framework side under the PyTorch backends, for the fault task's loop (bench/tasks/fault/rank.py):
-    the seeded model and optimizer, plain (the backend's elastic mode wraps them: ElasticMode.worker_state), one step
+    the seeded model and optimizer, plain (the backend's elastic mode wraps them: ProcessGroup.elastic_state), one step
     on the batch of a given step number and rank (the same after any restart or rank change: SyntheticBatches.at),
     the parameter checksum a resumed process is checked by, and its parameters saved. A backend of another framework
     gives its own (ProcessGroup.elastic_training) with the same methods. Fault runs train on CPU processes."""

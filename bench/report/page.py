@@ -250,8 +250,8 @@ def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("
         family = Paragraph(
             [f"Each row compares {' and '.join(PRIMARY)} under equal conditions, across launches. A difference is "
              f"called only where it holds after Holm's correction over this page's comparisons; where none is "
-             f"found, the row says how close the two were shown to be (two one-sided tests at {pct(stats.CONFIDENCE)}). "
-             "One-worker rows measure the wrappers' overhead only."], "note")
+             "found, the row says how close the two were shown to be (two one-sided tests at "
+             f"{pct(stats.CONFIDENCE)}). One-worker rows measure the wrappers' overhead only."], "note")
         blocks += [scorecard_table(rows), family]
         if any(r.artefact for r in rows):
             blocks.append(Paragraph(f"Shaded rows: {DISTORTION_NOTE[0].lower()}{DISTORTION_NOTE[1:]}", "note"))
@@ -368,8 +368,8 @@ def rank_map_tables(records: list) -> list:
             rec = ok[-1]
             tables.append(Table(RANK_COLUMNS, rank_rows(rec), details=f"{case}: {rec.run_id} ({rec.status}), the "
                                 f"latest ok of its {runs_word(len(runs))} on one host"))
-        for (_, layout), group in sorted(((k, g) for k, g in alike.items() if k[0] == case),
-                                         key=lambda item: item[1][-1].created_at):
+        for _, group in sorted(((k, g) for k, g in alike.items() if k[0] == case),
+                               key=lambda item: item[1][-1].created_at):
             rec = group[-1]
             hosts = len({x.host for x in rec.rank_map})
             where = f"{hosts} hosts" if hosts > 1 else "one host"

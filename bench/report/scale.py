@@ -25,8 +25,8 @@ def scale_section(records: list) -> Section | None:
         if not any(gives(r, "step") for r in records):
             return None
         return Section("scale", "At your scale (model projection)", ORDER, [Paragraph(
-            ["Nothing to project: the scaling model starts from a plain-loop run at one worker with its warm-up "
-             "profiled (runs stored before schema 9 have none). Run ", code("bench sweep --world-sizes 1,2"),
+            ["Nothing to project: the scaling model starts from a plain-loop run at one worker with its "
+             "warm-up profiled (runs stored before schema 9 have none). Run ", code("bench sweep --world-sizes 1,2"),
              " (or ", code("nox -s bench"), "), then this section projects each backend to the cluster profiles; "
              "docs/studies/projection.md shows it checked on runs across test hosts."], "note")],
             nav="At your scale")

@@ -7,8 +7,8 @@ Bullets, Table, Plot). Text is plain (the template escapes it) or a list of plai
 (inline code, emphasis, strong). The page's sections and their order numbers:
 
     0 Verdict, 10 Throughput and scaling, 20 Communication, 30 Where the time goes, 35 At your scale (the scaling
-    model's projection), 40 Startup and rendezvous, 50 Elasticity, 60 Rank map, 70 Environment, 80 Failed and unstable runs,
-    90 Methodology.
+    model's projection), 40 Startup and rendezvous, 50 Elasticity, 60 Rank map, 70 Environment, 80 Failed and unstable
+    runs, 90 Methodology.
 """
 
 from __future__ import annotations

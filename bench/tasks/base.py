@@ -56,6 +56,9 @@ class Task(ABC):
     label = ""  # what a run of this task is called: "training", "communication sweep", "fault injection"
     metrics_type: type = object
     columns: tuple[str, ...] = ()  # frame_columns' names, declared so that every frame has them all
+    # its own settings (a bench.core.spec.TaskSettings dataclass), held in the spec's field named after the task
+    # (bench.core.spec.TASK_SETTINGS); None for a task whose runs need none beyond the spec's own fields
+    settings_type: type | None = None
     # what its runs give the scaling model (bench.projection): "step" (a measured, profiled training step),
     # "collective" (an alpha-beta fit of the backend's allreduce), or "" (nothing)
     model_input = ""

@@ -16,8 +16,9 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from bench.core.errors import EXIT_RUN_FAILED, BenchError, UsageError
 from bench.core.rundir import read_json, write_json_atomic

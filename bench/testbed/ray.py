@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from bench.backends import ray as ray_backend
+from bench.backends.ray.launcher import ray_program
 from bench.core.errors import UsageError
 from bench.harness.supervisor import end_found, processes_of
 from bench.testbed import hosts as testhosts
@@ -65,7 +66,7 @@ def export_line() -> str:
 def unavailable_reason() -> str | None:
     """Why the cluster cannot be built here, or None (the test hosts must still be up for up())."""
     problem = testhosts.unavailable_for_cluster(NAME) or ray_backend.ray_problem()
-    if problem or ray_backend.ray_program() is None:
+    if problem or ray_program() is None:
         return problem or f"the `ray` command was not found: {INSTALL}"
     return None
 
@@ -161,7 +162,7 @@ def build(hosts: list[testhosts.TestHost], bridge: str, cpus: int, log) -> None:
     state = {"head": {"address": bridge, "port": GCS_PORT},
              "nodes": [{**vars(h), "cpus": cpus} for h in hosts], "complete": False}
     STATE.write(state)
-    ray, common = ray_backend.ray_program(), ["--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"]
+    ray, common = ray_program(), ["--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"]
     start_node("head", [ray, "start", "--head", f"--node-ip-address={bridge}", f"--port={GCS_PORT}",
                         "--num-cpus=0", "--num-gpus=0", "--include-dashboard=false",
                         f"--dashboard-agent-listen-port={AGENT_PORT}", f"--temp-dir={STATE_DIR / 'head'}", *common])

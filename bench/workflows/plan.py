@@ -22,7 +22,9 @@ from bench.tasks.fault import spec as fault_task
 
 # A sweep compares cases, and launches are its replicates (docs/method.md, "Replication"): by default every
 # case is launched REPEATS times in interleaved rounds, each launch short (its windows describe that launch
-# only), and the communication part reaches the sizes where bandwidth, not latency, decides.
+# only), and the communication part reaches the sizes where bandwidth, not latency, decides. These are the sweep's
+# own settings, not one run's (bench.core.spec.DEFAULTS, bench.rank.collectives.COMM_DEFAULTS): `bench sweep
+# --help` states each as the sweep's, beside the run's. The regression gate's matrix and its baselines use them.
 SWEEP_DEFAULTS = dict(repeats=3, windows=3, warmup_steps=2, max_bytes="16M")
 COMM_KEYS = ("ops", "dtype", "min_bytes", "max_bytes", "warmup_iters", "iters")
 # The elasticity part (docs/method.md, "Fault recovery"): each fault kind (bench.tasks.fault.spec.FAULT_KINDS) under

@@ -52,7 +52,7 @@ def regress_command(repeats: int, timeout: float | None = None) -> list[str]:
     """The `bench sweep` command line that runs the same matrix but its reference backend's case (a sweep gives every
     backend the same workloads), recorded in the baseline file, for people."""
     m = REGRESS_MATRIX
-    argv = ["bench", "sweep", "--nproc", str(m["nproc"]),
+    argv = ["bench", "sweep", "--max-nproc", str(m["nproc"]),
             "--world-sizes", ",".join(map(str, m["world_sizes"])), "--workload", ",".join(m["workloads"]),
             "--windows", str(m["windows"]), "--warmup-steps", str(m["warmup_steps"]),
             "--max-bytes", m["comm_max_bytes"], "--repeats", str(repeats), "--no-faults"]

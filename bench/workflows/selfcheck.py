@@ -39,7 +39,7 @@ from bench.workflows.reference import BARE_LOOPS, read_figure
 ALLREDUCE_BYTES = 16 * 2**20  # bandwidth-bound, and the largest message of a default sweep
 DEFAULT_PAIRS = 5
 DEFAULT_MAX_MINUTES = 10.0  # per backend, both figures together
-MAX_MINUTES = MAX_TIMEOUT_S / 60  # --max-minutes at most: 7 days, as every wait (bench.core.spec.MAX_TIMEOUT_S)
+MAX_MINUTES = MAX_TIMEOUT_S / 60  # --pairs-timeout at most, in minutes: 7 days (bench.core.spec.MAX_TIMEOUT_S)
 MAX_MINUTES_WORDS = f"{MAX_MINUTES:g}, 7 days"
 SIDES = ("suite", "bare")
 
@@ -306,8 +306,8 @@ def train_args(spec) -> list[str]:
 def allreduce_args(spec) -> list[str]:
     """The bare loop's arguments for the communication run `spec` (one size): the same bytes and iterations."""
     c = spec.comm
-    return ["--device", spec.device, "--threads", spec.threads, "--allreduce", c["min_bytes"],
-            "--warmup-iters", c["warmup_iters"], "--iters", c["iters"], "--cpu-bind", spec.cpu_bind]
+    return ["--device", spec.device, "--threads", spec.threads, "--allreduce", c.min_bytes,
+            "--warmup-iters", c.warmup_iters, "--iters", c.iters, "--cpu-bind", spec.cpu_bind]
 
 
 def pick_throughput(record) -> float:
@@ -396,8 +396,8 @@ def validate(pairs: int, max_minutes: float) -> None:
     if pairs < MIN_LAUNCHES:
         raise UsageError(f"--pairs {pairs}: an interval needs at least {MIN_LAUNCHES} launches a side")
     if not (math.isfinite(max_minutes) and 0 <= max_minutes <= MAX_MINUTES):
-        raise UsageError(f"--max-minutes {max_minutes:g}: give 0 or more, at most {MAX_MINUTES_WORDS} (0: only the "
-                         "--pairs pairs)")
+        raise UsageError(f"--pairs-timeout {max_minutes * 60:g}: give 0 or more seconds, at most "
+                         f"{MAX_TIMEOUT_S:g} (0: only the --pairs pairs)")
 
 
 def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: str | None, as_json: bool) -> int:
@@ -452,11 +452,11 @@ def more_pairs_text(check: Check, d: dict) -> str:
     """What would reach the goal's resolution at the spread seen so far, in pairs and minutes."""
     needed = d["pairs_for_goal"]
     if needed is None:
-        return "more --pairs or --max-minutes narrow it"
+        return "more --pairs or a longer --pairs-timeout narrow it"
     more = max(needed - check.pairs, 1)
     minutes = math.ceil(more * d["seconds_per_pair"] / 60)
     return (f"at this spread about {needed} pairs in all would reach it: {more} more, about {minutes} min at "
-            f"{d['seconds_per_pair']:.0f} s a pair; raise --max-minutes")
+            f"{d['seconds_per_pair']:.0f} s a pair; raise --pairs-timeout")
 
 
 def table_lines(plans: list[Plan], checks: list[Check]) -> list[str]:

@@ -1,9 +1,10 @@
 """pytest-benchmark over the harness's own hot paths, so the suite never slows what it measures.
 
 Under `nox -s tests` these run once each as plain tests (benchmarking is disabled there); `bench regress`
-runs them as benchmarks and compares them with results/baselines/hot-paths.json (bench.results.hot_paths.compare_hot_paths):
-only when the reference work below runs at its saved speed (the same kind of host), each figure over the
-reference's ratio, failing past bench.results.hot_paths.HOT_PATH_LIMIT. What each one times:
+runs them as benchmarks and compares them with results/baselines/hot-paths.json
+(bench.results.hot_paths.compare_hot_paths): only when the reference work below runs at its saved speed (the same
+kind of host), each figure over the reference's ratio, failing past bench.results.hot_paths.HOT_PATH_LIMIT. What each
+one times:
 - the reference work: a fixed mix of what the hot paths do (Python objects, JSON, a small synced file
   write, a scipy quantile, small numpy algebra), which the harness's code never changes;
 - the step loop: what the harness adds around an optimizer step inside a timed window (StepLoop and
@@ -26,8 +27,8 @@ import pytest
 from bench.core.rundir import RunDir
 from bench.core.store import Store
 from bench.rank.kit import StepLoop, timed_windows
-from bench.results.frame import load_frame
 from bench.results.figures import figures
+from bench.results.frame import load_frame
 from bench.results.gate import compare_figures
 from factories import train_results
 

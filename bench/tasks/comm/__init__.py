@@ -13,6 +13,7 @@ from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, re
 from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
 from bench.rank.collectives import DTYPES, OPS, average_busbw, combine, fit_alpha_beta, format_table, measure_ceiling
 from bench.tasks.base import Conclusion, Task
+from bench.tasks.comm.settings import CommSettings
 
 
 @dataclass
@@ -80,8 +81,8 @@ def build_spec(*, backend: str, world_size: int, device: str, ops: list[str], dt
                    cpu_bind=resolve_cpu_bind(cpu_bind, device, oversubscribe, cluster,
                                              plugin.places_on_this_host(resolved)),
                    roles=roles, task="comm", sweep_id=sweep_id, **across_hosts(cluster),
-                   comm={"ops": list(ops), "dtype": dtype, "min_bytes": min_bytes, "max_bytes": max_bytes,
-                         "warmup_iters": warmup_iters, "iters": iters})
+                   comm=CommSettings(ops=list(ops), dtype=dtype, min_bytes=min_bytes, max_bytes=max_bytes,
+                                     warmup_iters=warmup_iters, iters=iters))
 
 
 def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict | None,
@@ -95,7 +96,7 @@ def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict
             row["busbw_fraction_of_limit"] = row["busbw_gbps"] / ceiling["limit_gbps"]
     model, alpha_coef, beta_coef = get_backend(spec.backend).cost_model(spec.world_size, spec.backend_options)
     fit = fit_alpha_beta([r for r in rows if r["op"] == "allreduce"], alpha_coef, beta_coef)
-    return CommMetrics(avg_busbw_gbps={op: average_busbw(rows, op) for op in spec.comm["ops"]},
+    return CommMetrics(avg_busbw_gbps={op: average_busbw(rows, op) for op in spec.comm.ops},
                        wrong=sum(r["wrong"] for r in rows), model=model, fit=fit,
                        rows=[decode(CommRow, r) for r in rows], startup=startup(list(results.values()), launched_at, run_dir, spec),
                        peak_rss_bytes_max=max(res.peak_rss_bytes for res in results.values()), ceiling=ceiling)
@@ -113,13 +114,14 @@ class CommTask(Task):
     label = "communication sweep"
     model_input = "collective"
     metrics_type = CommMetrics
+    settings_type = CommSettings
     columns = ("rendezvous_s", "peak_rss_mb", "dtype")
 
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
         c = spec.comm
-        return (f"{spec.backend}, {spec.world_size} rank(s) ({spec.device}), {', '.join(c['ops'])}, {c['dtype']}, "
-                f"{c['min_bytes']} to {c['max_bytes']} bytes, {c['warmup_iters']} warm-up + {c['iters']} timed ops")
+        return (f"{spec.backend}, {spec.world_size} rank(s) ({spec.device}), {', '.join(c.ops)}, {c.dtype}, "
+                f"{c.min_bytes} to {c.max_bytes} bytes, {c.warmup_iters} warm-up + {c.iters} timed ops")
 
     def before_launch(self, spec):
         """The machine's limit, measured in the parent just before launch: same run, nothing else running."""
@@ -162,7 +164,7 @@ class CommTask(Task):
         return lines
 
     def frame_columns(self, record) -> dict:
-        out = {"dtype": record.spec.comm["dtype"]}
+        out = {"dtype": record.spec.comm.dtype}
         if record.metrics is not None:
             out.update(rendezvous_s=record.metrics.startup.rendezvous_s,
                        peak_rss_mb=record.metrics.peak_rss_bytes_max / 2**20)

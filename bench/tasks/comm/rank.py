@@ -13,7 +13,8 @@ def run_rank(spec, run_dir, file_rank, attempt, t_process_start):
     info = member.info
     if info.role != "worker":
         return member.result({"served": serve_sums(member)})
-    return member.result({"comm_rows": time_messages(spec, member.group, info, member.group.buffers(spec, member))})
+    buffers = member.group.buffers(spec.comm.dtype, member)
+    return member.result({"comm_rows": time_messages(spec, member.group, info, buffers)})
 
 
 def serve_sums(member) -> dict:
@@ -22,6 +23,6 @@ def serve_sums(member) -> dict:
     spec, info = member.spec, member.info
     server = member.group.server(spec, info)
     rounds = ops_per_size(spec.comm)
-    pushes = sum(server.sum_rounds(count, rounds, spec.comm["dtype"])
+    pushes = sum(server.sum_rounds(count, rounds, spec.comm.dtype)
                  for op, _, count in sweep_plan(spec.comm, info.world_size) if op == "allreduce")
     return {"server": info.role_rank, "workers": len(server.workers), "pushes": pushes}

@@ -23,6 +23,7 @@ from bench.core.registry import get_backend
 from bench.harness.outcome import startup, workers_and_others
 from bench.harness.workload_check import workload_of
 from bench.tasks.base import Task
+from bench.tasks.converge.settings import ConvergeSettings
 from bench.tasks.train import build_spec as train_spec
 from bench.tasks.train import conclude_training, diverged_v6, placement_words
 
@@ -79,7 +80,8 @@ def build_spec(*, target: float | None = None, epochs: int | None = None, eval_e
              warmup_steps=round(c["warmup_epochs"] * steps_per_epoch), training_samples=samples)
     if c["lr_scaling"] == "none":
         c["warmup_steps"] = 0  # nothing to ramp to
-    return dataclasses.replace(spec, task="converge", converge=c, warmup_steps=0, windows=0, steps_per_window=0)
+    return dataclasses.replace(spec, task="converge", converge=ConvergeSettings(**c), warmup_steps=0, windows=0,
+                               steps_per_window=0)
 
 
 # ---------------------------------------------------------------- records
@@ -128,12 +130,12 @@ def converge_metrics(spec, results: dict, launched_at: float, run_dir=None) -> C
     ranks = sorted(workers)
     out = next(workers[r].output for r in ranks if workers[r].output.get("curve") is not None)
     curve = [decode(CurvePoint, p) for p in out["curve"]]
-    hit = first_at_target(curve, spec.converge["target"])
+    hit = first_at_target(curve, spec.converge.target)
     checksums = [float_of(workers[r].output["param_checksum"]) for r in ranks]
     scale = max(1e-12, max(abs(c) for c in checksums))
     last = curve[-1]
     return ConvergeMetrics(
-        target=spec.converge["target"], reached=hit is not None,
+        target=spec.converge.target, reached=hit is not None,
         time_to_target_s=hit.train_time_s if hit else None, steps_to_target=hit.step if hit else None,
         epochs_to_target=hit.epoch if hit else None, samples_to_target=hit.samples if hit else None,
         final_accuracy=last.accuracy, final_loss=last.loss, best_accuracy=max(p.accuracy for p in curve),
@@ -160,7 +162,7 @@ class ConvergeProgress:
             return None
         self.last = p["steps"]
         c = self.spec.converge
-        note(f"  step {p['steps']}/{c['total_steps']} (epoch {p['steps'] / c['steps_per_epoch']:.1f}): "
+        note(f"  step {p['steps']}/{c.total_steps} (epoch {p['steps'] / c.steps_per_epoch:.1f}): "
              f"held-out accuracy {p['accuracy']:.3f}")  # a line that cannot be written must not end the run
         return None
 
@@ -176,15 +178,16 @@ class ConvergeTask(Task):
     name = "converge"
     label = "time to accuracy"
     metrics_type = ConvergeMetrics
+    settings_type = ConvergeSettings
     columns = ("target", "reached", "time_to_target_s", "epochs_to_target", "final_accuracy", "lr_scaling")
 
     def describe(self, spec) -> str:
         c = spec.converge
         return (f"{spec.backend} {spec.workload} on {spec.data}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
-                f"{c['epochs']} epochs x {c['steps_per_epoch']} steps, held-out accuracy every {c['eval_every']} "
-                f"steps, target {c['target']:.0%}, lr {spec.lr:g} "
-                + (f"(linear scaling to {spec.lr_at(c['total_steps']):g} over {c['warmup_steps']} warm-up steps)"
-                   if c["lr_scaling"] == "linear" else "(not scaled)"))
+                f"{c.epochs} epochs x {c.steps_per_epoch} steps, held-out accuracy every {c.eval_every} "
+                f"steps, target {c.target:.0%}, lr {spec.lr:g} "
+                + (f"(linear scaling to {spec.lr_at(c.total_steps):g} over {c.warmup_steps} warm-up steps)"
+                   if c.lr_scaling == "linear" else "(not scaled)"))
 
     def progress(self, spec, run_dir):
         return ConvergeProgress(spec, run_dir)
@@ -206,7 +209,7 @@ class ConvergeTask(Task):
         return diverged_v6(record, sightings) if from_version == 6 else record
 
     def case(self, spec) -> str:
-        return f"{spec.workload} to {spec.converge['target']:.0%} on {spec.data}"
+        return f"{spec.workload} to {spec.converge.target:.0%} on {spec.data}"
 
     def kind(self, spec) -> str:
         return "time to accuracy"
@@ -236,7 +239,7 @@ class ConvergeTask(Task):
 
     def frame_columns(self, record) -> dict:
         m, c = record.metrics, record.spec.converge
-        base = {"target": c["target"], "lr_scaling": c["lr_scaling"]}
+        base = {"target": c.target, "lr_scaling": c.lr_scaling}
         if m is None:
             return base
         return {**base, "reached": m.reached, "time_to_target_s": m.time_to_target_s,

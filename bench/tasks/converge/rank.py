@@ -48,7 +48,7 @@ def converge_rank(joined, inject=None) -> dict:
     model, optimizer = build_model(spec, device)
     model, optimizer = joined.group.wrap(model, optimizer, spec)
     plain = getattr(model, "module", model)
-    train_part, held = converge_data(spec.data, spec.data_dir, holdout=c["holdout"], seed=spec.seed,
+    train_part, held = converge_data(spec.data, spec.data_dir, holdout=c.holdout, seed=spec.seed,
                                      channels=workload.channels, image=spec.image_size, workload=workload)
     batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels, image=spec.image_size,
                            classes=spec.num_classes, seed=spec.seed, rank=info.worker_index, world=info.world_size,
@@ -60,7 +60,7 @@ def converge_rank(joined, inject=None) -> dict:
     curve, train_time, eval_time = [], 0.0, 0.0
     checks = []  # (step, what, value): the losses read where the device is synchronised already
     t_segment = None
-    for step in range(c["total_steps"]):
+    for step in range(c.total_steps):
         lr = spec.lr_at(step)
         set_lr(optimizer, lr)
         loss = optimizer_step(model, optimizer, loss_fn, batches.__next__, passes)
@@ -70,7 +70,7 @@ def converge_rank(joined, inject=None) -> dict:
             t_segment = time.perf_counter()
             checks.append((1, "loss", loss.item()))
         done = step + 1
-        if done % c["eval_every"] == 0 or done == c["total_steps"]:
+        if done % c.eval_every == 0 or done == c.total_steps:
             sync()
             now = time.perf_counter()
             train_time += now - t_segment
@@ -78,7 +78,7 @@ def converge_rank(joined, inject=None) -> dict:
             if evaluator:
                 accuracy, held_loss = evaluate(plain, held, device, loss_fn)
                 checks.append((done, "held-out loss", held_loss))
-                curve.append({"step": done, "epoch": done / c["steps_per_epoch"],
+                curve.append({"step": done, "epoch": done / c.steps_per_epoch,
                               "samples": done * spec.global_batch, "train_time_s": train_time,
                               "accuracy": accuracy, "loss": held_loss, "lr": lr})
                 run_dir.write(joined.file_rank, joined.attempt, "progress",
@@ -89,7 +89,7 @@ def converge_rank(joined, inject=None) -> dict:
     saved = save_model(plain, spec.save_model) if spec.save_model and evaluator else None
     return {"curve": curve if evaluator else None, "train_time_s": train_time, "eval_time_s": eval_time,
             "held_out": held.describe, "param_checksum": checksum, "saved_model": saved,
-            "non_finite": first_non_finite(checks, checksum, c["total_steps"]),
+            "non_finite": first_non_finite(checks, checksum, c.total_steps),
             "threads": {"torch": torch.get_num_threads(), "affinity": affinity}}
 
 

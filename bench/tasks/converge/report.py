@@ -17,20 +17,20 @@ COLUMNS = [left("backend"), right("world"), left("lr rule"), right("peak lr"), r
 
 def case_key(rec) -> tuple:
     s, c = rec.spec, rec.spec.converge
-    return (s.workload, s.data, c["target"], s.world_size, c["lr_scaling"], s.batch_size, s.lr, c["epochs"])
+    return (s.workload, s.data, c.target, s.world_size, c.lr_scaling, s.batch_size, s.lr, c.epochs)
 
 
 def case_title(rec) -> str:
     s, c = rec.spec, rec.spec.converge
-    rule = "linear scaling" if c["lr_scaling"] == "linear" else "not scaled"
-    return (f"{s.workload} on {s.data} to {c['target']:.0%}, world {s.world_size}, batch {s.batch_size}/worker, "
+    rule = "linear scaling" if c.lr_scaling == "linear" else "not scaled"
+    return (f"{s.workload} on {s.data} to {c.target:.0%}, world {s.world_size}, batch {s.batch_size}/worker, "
             f"lr {s.lr:g} ({rule})")
 
 
 def run_row(rec) -> list:
     s, c, m = rec.spec, rec.spec.converge, rec.metrics
     status = rec.status + (f": {rec.error.message}" if rec.error and rec.error.message else "")
-    head = [s.backend, s.world_size, c["lr_scaling"]]
+    head = [s.backend, s.world_size, c.lr_scaling]
     if m is None:
         return head + ["-"] * 9 + [Cell(status, "warn"), rec.run_id]
     return head + [fmt(m.lr_peak, "g"), fmt(m.time_to_target_s, ".2f"), fmt(m.epochs_to_target, ".2f"),
@@ -101,7 +101,7 @@ def world_sentences(records: list) -> list[str]:
     for rec in records:
         if rec.comparable and rec.metrics is not None:
             s, c = rec.spec, rec.spec.converge
-            key = (s.backend, s.workload, s.data, c["target"], c["lr_scaling"])
+            key = (s.backend, s.workload, s.data, c.target, c.lr_scaling)
             groups.setdefault(key, {}).setdefault(s.world_size, []).append(rec.metrics)
     out = []
     for (backend, workload, data, target, rule), by_world in sorted(groups.items()):
@@ -158,7 +158,7 @@ def report_part(frame, context) -> ReportPart | None:
             # a disagreement is said once, under the verdict (fairness); agreement here, by its figures
             blocks += [Paragraph(times), *([Paragraph(agree)] if agree and not wrong else []),
                        Plot(f"held-out accuracy, {title}",
-                            curves_png(title, by_backend, recs[0].spec.converge["target"]))]
+                            curves_png(title, by_backend, recs[0].spec.converge.target))]
         blocks.append(Table(COLUMNS, [run_row(r) for r in recs]))
     across = world_sentences(records)
     method = ["Time to accuracy (", code("bench converge"), "): every backend trains the same model from the same "

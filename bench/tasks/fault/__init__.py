@@ -31,7 +31,8 @@ from bench.harness.supervisor import launch
 from bench.tasks.base import Conclusion, Launch, Task
 from bench.tasks.fault.analysis import fault_metrics, fault_status
 from bench.tasks.fault.driver import FaultDriver
-from bench.tasks.fault.spec import HOST_SCENARIOS, fault_kind
+from bench.tasks.fault.settings import FaultSettings
+from bench.tasks.fault.spec import HOST_SCENARIOS
 
 
 @dataclass
@@ -68,15 +69,15 @@ class FaultMetrics(Record):
     diverged: dict | None = None  # the first non-finite parameter checksum: step, rank, value (analysis.diverged)
 
 
-def fault_in_words(fault: dict) -> str:
-    """The fault of a spec (or as fired), in a few words."""
-    if fault["scenario"] == "kill":
-        return f"SIG{fault['signal']} to rank {fault['rank']}"
-    if fault["scenario"] == "join":
+def fault_in_words(scenario: str, signal: str | None = None, rank: int | None = None, host: str | None = None) -> str:
+    """A fault (of a spec, or as fired), in a few words."""
+    if scenario == "kill":
+        return f"SIG{signal} to rank {rank}"
+    if scenario == "join":
         return "a worker joins"
-    if fault["scenario"] == "kill-host":
-        return f"host {fault['host']} lost (cut off, then every process there SIGKILLed)"
-    return f"host {fault['host']} cut off the network"
+    if scenario == "kill-host":
+        return f"host {host} lost (cut off, then every process there SIGKILLed)"
+    return f"host {host} cut off the network"
 
 
 def _secs(value) -> str:
@@ -87,24 +88,25 @@ class FaultTask(Task):
     name = "fault"
     label = "fault injection"
     metrics_type = FaultMetrics
+    settings_type = FaultSettings
     columns = ("recovery_s", "detection_s")
 
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
         f = spec.fault
-        what = fault_in_words(f)
+        what = fault_in_words(f.scenario, f.signal, f.rank, f.host)
         where = f" on {len(spec.hosts)} hosts" if spec.hosts else ""
-        return (f"{spec.backend} {spec.workload}, {spec.world_size} workers{where}, {what} at step {f['at_step']} "
-                f"of {f['total_steps']}, checkpoint/commit every {f['checkpoint_every']}, up to "
-                f"{f['max_restarts']} restarts")
+        return (f"{spec.backend} {spec.workload}, {spec.world_size} workers{where}, {what} at step {f.at_step} "
+                f"of {f.total_steps}, checkpoint/commit every {f.checkpoint_every}, up to "
+                f"{f.max_restarts} restarts")
 
     def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
         elastic = backend.elastic
-        command, extra, info = elastic.launch(spec, rank_command, run_id, run_dir)
+        command, extra, info = elastic.launch(spec, spec.fault, rank_command, run_id, run_dir)
         joiner_env = {**env, **extra}
 
         def start_joiner():
-            joiner = elastic.join(spec, rank_command, run_id, run_dir, info)
+            joiner = elastic.join(spec, spec.fault, rank_command, run_id, run_dir, info)
             if joiner is None:
                 return {"joiner": "discovery"}
             return {"joiner_pid": launch(joiner, joiner_env, run_dir.joiner_log).pid, "joiner_command": joiner}
@@ -118,7 +120,7 @@ class FaultTask(Task):
         cleanly (the victim never does). A host cut off is healed first: conclude runs however the run ended
         (by bench, by its lifeline, or by the next command on the store), and healing is stateless."""
         unhealed = {}
-        if spec.fault["scenario"] in HOST_SCENARIOS:
+        if spec.fault.scenario in HOST_SCENARIOS:
             import sys
 
 
@@ -151,17 +153,17 @@ class FaultTask(Task):
     # ------------------------------------------------------------ views
     def case(self, spec) -> str:
         f = spec.fault
-        if f["scenario"] == "kill":
-            what = f"SIG{f['signal']} to 1 of {spec.world_size} workers"
-        elif f["scenario"] == "join":
+        if f.scenario == "kill":
+            what = f"SIG{f.signal} to 1 of {spec.world_size} workers"
+        elif f.scenario == "join":
             what = f"a worker joins {spec.world_size} running"
         else:
-            what = (f"1 of {len(spec.hosts)} hosts " + ("lost" if f["scenario"] == "kill-host" else "cut off") +
+            what = (f"1 of {len(spec.hosts)} hosts " + ("lost" if f.scenario == "kill-host" else "cut off") +
                     f" ({spec.world_size} workers)")
-        return f"{spec.workload}: {what}, checkpoint/commit every {f['checkpoint_every']} steps"
+        return f"{spec.workload}: {what}, checkpoint/commit every {f.checkpoint_every} steps"
 
     def kind(self, spec) -> str:
-        return fault_kind(spec.fault)
+        return spec.fault.kind
 
     def measured(self, record) -> bool:
         """A fault delivered is measured whether training came through it or not (a hang, the launcher giving up);
@@ -196,7 +198,8 @@ class FaultTask(Task):
             lines.append(f"fault: a worker joins at step {fired['step']}")
         else:
             killed = f", {fired['killed']} process(es) killed there" if fired.get("killed") is not None else ""
-            lines.append(f"fault: {fault_in_words(fired)} at step {fired['step']} (the cut took "
+            what = fault_in_words(fired["scenario"], host=fired["host"])
+            lines.append(f"fault: {what} at step {fired['step']} (the cut took "
                          f"{_secs(fired.get('cut_took_s'))}{killed})")
         lines.append(f"detection: {_secs(f.detection_s)}" + (f" ({f.detected_by})" if f.detected_by else ""))
         lines.append(f"recovery (signal to first step after it): {_secs(f.recovery_s)}")

@@ -75,8 +75,8 @@ def fault_metrics(spec, run_dir, outcome, observed: dict) -> dict:
     f = spec.fault
     procs = _processes(lines)
     steps = [e for e in lines if e["kind"] == "step"]
-    out = {"scenario": f["scenario"], "signal": f["signal"], "at_step": f["at_step"], "total_steps": f["total_steps"],
-           "checkpoint_every": f["checkpoint_every"], "max_restarts": f["max_restarts"],
+    out = {"scenario": f.scenario, "signal": f.signal, "at_step": f.at_step, "total_steps": f.total_steps,
+           "checkpoint_every": f.checkpoint_every, "max_restarts": f.max_restarts,
            "steps_completed": max((e["step"] for e in steps), default=0),
            "timeline": timeline(lines, spec.batch_size), "fault": fired, "agent_events": observed["events"]}
     commits = [e for e in lines if e["kind"] == "commit"]
@@ -115,7 +115,7 @@ def fault_metrics(spec, run_dir, outcome, observed: dict) -> dict:
         # work lost: the furthest step completed before the run resumed, minus the step it resumed from
         reached = max((e["step"] for e in steps if e["t"] < resumed_after[0]["t"]), default=0)
         out["steps_redone"] = reached - out["resumed_from_step"]
-        if f["scenario"] == "join":  # until a process started after the join began completes a step
+        if f.joining:  # until a process started after the join began completes a step
             new_keys = {(p["file_rank"], p["attempt"]) for p in procs.values() if p["first_t"] > t}
             first_new = next((e for e in steps if (e["file_rank"], e["attempt"]) in new_keys and e["t"] > t), None)
             out["join_contributes_s"] = first_new["t"] - t if first_new else None
@@ -168,27 +168,27 @@ def fault_status(spec, metrics, outcome) -> tuple[RunStatus, str | None]:
     if outcome.ending == "interrupted":
         return RunStatus.INTERRUPTED, outcome.interruption()
     if outcome.ending == "hung":
-        return RunStatus.TIMEOUT, (f"hung: no training step within {f['recovery_timeout']:g} s of the fault"
+        return RunStatus.TIMEOUT, (f"hung: no training step within {f.recovery_timeout:g} s of the fault"
                            + (f"; the fault was noticed after {metrics.detection_s:.2f} s ({metrics.detected_by})"
                               if metrics.detection_s is not None else "; nothing noticed it"))
     if outcome.ending == "timeout":
         return RunStatus.TIMEOUT, outcome.deadline(spec.timeout)
     if metrics.fault is None:
         return RunStatus.FAILED, (f"the launcher exited {outcome.returncode} before the fault was injected "
-                          f"(no rank reached step {f['at_step']})")
+                          f"(no rank reached step {f.at_step})")
     if metrics.fault.get("delivered") is False:
         return RunStatus.FAILED, "the fault could not be delivered" + (f" ({metrics.fault['why_not']})"
                                                                if metrics.fault.get("why_not") else "")
     if outcome.returncode != 0:
         return RunStatus.FAILED, (f"the launcher exited {outcome.returncode} after the fault: it gave up "
-                          f"(restarts or resets allowed: {f['max_restarts']}, used {metrics.restarts or metrics.resets})")
+                          f"(restarts or resets allowed: {f.max_restarts}, used {metrics.restarts or metrics.resets})")
     if metrics.recovery_s is None:
         return RunStatus.FAILED, "no training step completed after the fault, yet the launcher exited 0"
-    if f["scenario"] == "join" and not (metrics.world_after or 0) > (metrics.world_before or 0):
+    if f.joining and not (metrics.world_after or 0) > (metrics.world_before or 0):
         return RunStatus.FAILED, (f"the joining worker never trained with the others (world size stayed "
-                          f"{metrics.world_before} for {f['recovery_timeout']:g} s)")
-    if metrics.steps_completed < f["total_steps"]:
-        return RunStatus.FAILED, f"the launcher exited 0 but training stopped at step {metrics.steps_completed} of {f['total_steps']}"
+                          f"{metrics.world_before} for {f.recovery_timeout:g} s)")
+    if metrics.steps_completed < f.total_steps:
+        return RunStatus.FAILED, f"the launcher exited 0 but training stopped at step {metrics.steps_completed} of {f.total_steps}"
     if metrics.diverged:  # before the resume checks: a non-finite checksum equals none, not even its own
         d = metrics.diverged
         return RunStatus.DIVERGED, (f"rank {d['rank']}: the parameters' checksum became {d['value']} by "

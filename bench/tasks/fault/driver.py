@@ -54,18 +54,18 @@ class FaultDriver:
             if reached is None:
                 return None
             f = self.spec.fault
-            if f["scenario"] == "kill":
+            if f.scenario == "kill":
                 self.fired_at = time.time()
                 try:
-                    os.kill(reached["pid"], SIGNALS[f["signal"]])
+                    os.kill(reached["pid"], SIGNALS[f.signal])
                     delivered = True
                 except ProcessLookupError:
                     delivered = False
-                fired = {"scenario": "kill", "time": self.fired_at, "signal": f["signal"], "pid": reached["pid"],
+                fired = {"scenario": "kill", "time": self.fired_at, "signal": f.signal, "pid": reached["pid"],
                          "rank": reached["rank"], "step": reached["step"], "delivered": delivered}
-            elif f["scenario"] in HOST_SCENARIOS:
-                fired = {"scenario": f["scenario"], "host": f["host"], "rank": reached["rank"], "step": reached["step"],
-                         **self.lose_host(f["host"], f["scenario"] == "kill-host")}
+            elif f.scenario in HOST_SCENARIOS:
+                fired = {"scenario": f.scenario, "host": f.host, "rank": reached["rank"], "step": reached["step"],
+                         **self.lose_host(f.host, f.scenario == "kill-host")}
                 self.fired_at = fired["time"]
             else:
                 self.fired_at = time.time()
@@ -77,7 +77,7 @@ class FaultDriver:
         if now < self.next_check:
             return None
         self.next_check = now + HANG_CHECK_EVERY_S
-        if self.recovered or time.time() - self.fired_at <= self.spec.fault["recovery_timeout"]:
+        if self.recovered or time.time() - self.fired_at <= self.spec.fault.recovery_timeout:
             return None
         self.recovered = recovered(self.run_dir.journal_lines(), self.fired_at) is not None
         return None if self.recovered else "hung"

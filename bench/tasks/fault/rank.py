@@ -1,8 +1,8 @@
 """What one worker process of a fault run does (bench.rank.entry runs it): it trains the run's steps under the
-backend's elastic state (ElasticState: resume, commit), the victim stopping at the fault step, and appends one
-journal line per event. Its framework side (model and optimizer, the step of a given step number and rank, the
-checksum) is the backend's (ProcessGroup.elastic_training): no framework is imported here. Loaded only inside a run's
-processes."""
+backend's elastic state (ProcessGroup.elastic_state, an ElasticState: resume, commit), the victim stopping at the
+fault step, and appends one journal line per event. Its framework side (model and optimizer, the step of a given
+step number and rank, the checksum) is the backend's (ProcessGroup.elastic_training): no framework is imported here.
+Loaded only inside a run's processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import os
 import time
 
 from bench.core.codec import dumps
-from bench.core.registry import get_backend
 from bench.core.rundir import write_json_atomic
 from bench.rank.kit import GroupMember
 from workloads import get_workload
@@ -47,7 +46,7 @@ def fault_due(run_dir, spec, rank_at_start: int, rank: int, step: int) -> bool:
     """Whether this process must stop at this step for the fault: the chosen rank (the rank it started
     with, and still has), once per run: a replacement that reaches the step again goes on."""
     f = spec.fault
-    return (step == f["at_step"] and rank_at_start == f["rank"] == rank
+    return (step == f.at_step and rank_at_start == f.rank == rank
             and not run_dir.fault_fired.exists() and not run_dir.fault_reached.exists())
 
 
@@ -61,8 +60,8 @@ class FaultContext:
         self.spec, self.run_dir, self.journal, self.training = spec, run_dir, journal, training
         self.rank_at_start, self.host = info.rank, info.host
         self.rank = info.rank  # the rank it holds now (Horovod reassigns ranks inside a process)
-        self.total_steps = spec.fault["total_steps"]
-        self.checkpoint_every = spec.fault["checkpoint_every"]
+        self.total_steps = spec.fault.total_steps
+        self.checkpoint_every = spec.fault.checkpoint_every
         self.resumed_at = 0
         self.waiting_since: float | None = None
 
@@ -71,13 +70,13 @@ class FaultContext:
         checkpoint_every steps with the others (or, if it never comes, for --recovery-timeout)."""
         if step < self.total_steps:
             return True
-        if self.spec.fault["scenario"] != "join":
+        if not self.spec.fault.joining:
             return False
         if size > self.spec.world_size:
             return step < self.resumed_at + self.checkpoint_every
         if self.waiting_since is None:
             self.waiting_since = time.monotonic()
-        return time.monotonic() - self.waiting_since < self.spec.fault["recovery_timeout"]
+        return time.monotonic() - self.waiting_since < self.spec.fault.recovery_timeout
 
     def train_step(self, model, optimizer, step: int, rank: int):
         """Step number `step` (0-based) on this rank, on the batch of (step, rank), with the fault point before it."""
@@ -143,8 +142,7 @@ def run_rank(spec, run_dir, file_rank, attempt, t_process_start):
     member = GroupMember(spec, run_dir, file_rank, attempt, t_process_start)
     training = member.group.elastic_training(spec, get_workload(spec.workload))  # the framework's side
     ctx = FaultContext(spec, run_dir, journal, member.info, training)
-    state = get_backend(spec.backend).elastic.worker_state(member.group, training.model, training.optimizer, run_dir,
-                                                           spec, ctx.reset)
+    state = member.group.elastic_state(training.model, training.optimizer, run_dir, spec, ctx.reset)
     final_step = train_through_faults(state, ctx)
     checksum = ctx.checksum()
     journal.write("finished", step=final_step, rank=ctx.rank, checksum=checksum)

@@ -20,7 +20,7 @@ MEASURES = {("kill", "KILL"): "recovery from a killed worker", ("kill", "STOP"):
 
 def measure_of(spec) -> str:
     f = spec.fault
-    return MEASURES.get((f["scenario"], f.get("signal") if f["scenario"] == "kill" else None), f["scenario"])
+    return MEASURES.get((f.scenario, f.signal if f.scenario == "kill" else None), f.scenario)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from bench.core.hostlist import Host, placement
 from bench.core.registry import elastic_backends, get_backend
 from bench.core.spec import check_timeout
 from bench.harness.workload_check import workload_of
+from bench.tasks.fault.settings import FaultSettings
 from bench.tasks.train import build_spec as build_training_spec
 
 SCENARIOS = ("kill", "join", "kill-host", "partition-host")
@@ -23,8 +24,9 @@ HOST_SCENARIOS = ("kill-host", "partition-host")  # across hosts: a node lost, o
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP}
 
 
-# The faults by name, as a sweep injects them (bench.workflows.plan) and its results key them (fault_kind): a crashed
-# worker, a hung one (stopped: alive, holding its sockets, answering nothing), one more worker joining.
+# The faults by name, as a sweep injects them (bench.workflows.plan) and its results key them: a crashed
+# worker, a hung one (stopped: alive, holding its sockets, answering nothing), one more worker joining
+# (FaultSettings.kind).
 FAULT_KINDS = {"kill": {"scenario": "kill", "signal": "KILL"}, "hang": {"scenario": "kill", "signal": "STOP"},
                "join": {"scenario": "join", "signal": None}}
 
@@ -63,7 +65,8 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
         raise UsageError(f"backend {backend} supports the scenarios {', '.join(plugin.elastic.scenarios)}, "
                          f"not {scenario}")
     if signal_name not in SIGNALS:
-        raise UsageError(f"--signal {signal_name!r}: choose one of {', '.join(SIGNALS)}")
+        raise UsageError(f"signal {signal_name!r}: choose one of {', '.join(SIGNALS)} (bench fault --fault kill, term, "
+                         "hang)")
     if unknown_workload is not None:
         raise unknown_workload
     if at_step < 1:
@@ -100,10 +103,10 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
         options["cpu_bind"] = "none"
     spec = build_training_spec(backend=backend, workload=workload, world_size=world_size, device="cpu",
                                cluster=cluster, **options)
-    fault = {"scenario": scenario, "rank": rank if scenario == "kill" else 0, "host": host, "at_step": at_step,
-             "signal": signal_name if scenario == "kill" else None, "max_restarts": max_restarts,
-             "checkpoint_every": checkpoint_every, "total_steps": total, "comm_timeout": comm_timeout,
-             "recovery_timeout": recovery_timeout}
+    fault = FaultSettings(scenario=scenario, rank=rank if scenario == "kill" else 0, host=host, at_step=at_step,
+                          signal=signal_name if scenario == "kill" else None, max_restarts=max_restarts,
+                          checkpoint_every=checkpoint_every, total_steps=total, comm_timeout=comm_timeout,
+                          recovery_timeout=recovery_timeout)
     return dataclasses.replace(spec, task="fault", fault=fault, warmup_steps=0, windows=0)
 
 
@@ -115,7 +118,7 @@ def check_scenario_hosts(scenario: str, hosts: list[dict] | None, host: str | No
         raise UsageError("--kill-host and --partition-host need --hosts or --hostfile: they lose or cut off one of "
                          "the run's hosts" if hosts is None else
                          "across hosts, the faults are --kill-host HOST (a node loss) and --partition-host HOST "
-                         "(its link cut); --kill-rank and --join run on this machine")
+                         "(its link cut); --kill-rank and --fault join run on this machine")
     if hosts is None:
         return
     flag = "--kill-host" if scenario == "kill-host" else "--partition-host"
@@ -129,10 +132,3 @@ def check_scenario_hosts(scenario: str, hosts: list[dict] | None, host: str | No
         raise UsageError(f"{flag} {host}: the first host holds the run's rendezvous (torchrun's c10d store, "
                          f"horovodrun itself), without which no survivor can go on; choose another host")
 
-
-def fault_kind(fault: dict) -> str:
-    """The fault of a spec in a word (FAULT_KINDS' names; a polite stop is `term`, a host lost or cut off its
-    scenario's name)."""
-    if fault["scenario"] == "kill":
-        return {"KILL": "kill", "STOP": "hang", "TERM": "term"}[fault["signal"]]
-    return fault["scenario"]

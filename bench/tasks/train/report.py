@@ -14,7 +14,7 @@ import math
 import statistics
 
 from bench.core import stats
-from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, framework_words, get_backend
+from bench.core.registry import COUNTERPART, PLAIN_LOOP, PRIMARY, RIVAL, framework_words
 from bench.core.spec import pinned_words
 from bench.report.sections import (Bullets, Cell, Heading, Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code,
                                    em, env_differences, figure_png, fmt, judged_outcome, left, pct, pyplot, right,
@@ -79,10 +79,10 @@ def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str
         primaries = [rows[b] for b in PRIMARY if b in rows]
         for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # reference backends (the PS, Ray)
             if primaries:
-                counterpart = get_backend(other).counterpart if other in BACKEND_MODULES else None
+                counterpart = COUNTERPART.get(other)
                 best = rows[counterpart] if counterpart in rows else max(primaries, key=lambda c: c.throughput)
                 pairs.append((other, best.backend))
-            rival = get_backend(other).rival if other in BACKEND_MODULES else None
+            rival = RIVAL.get(other)
             if rival in rows:
                 pairs.append((other, rival))
         for a, b in pairs:

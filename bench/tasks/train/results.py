@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from bench.core import stats
-from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PRIMARY, against_the_plain_loop, get_backend
+from bench.core.registry import PLAIN_LOOP, PRIMARY, RIVAL, against_the_plain_loop
 from bench.core.spec import pinned_words
 from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
 from bench.results.frame import CONDITIONS, blank_single_machine, comparable_runs, pooled_launches, sweeps_in
@@ -202,8 +202,7 @@ def comparisons(frame) -> dict[str, stats.Estimate]:
         others = sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP})
         pairs = [PRIMARY] + [(other, primary) for other in others for primary in PRIMARY]
         # a backend of another framework against the one of its own it is weighed against (within TensorFlow)
-        pairs += [(other, get_backend(other).rival) for other in others
-                  if other in BACKEND_MODULES and get_backend(other).rival in rows]
+        pairs += [(other, RIVAL[other]) for other in others if RIVAL.get(other) in rows]
         for a, b in pairs:
             if a not in rows or b not in rows:
                 continue

@@ -1,5 +1,5 @@
-"""The TensorFlow side shared by the two TensorFlow backends (tf-mwms: MultiWorkerMirroredStrategy; horovod-tf:
-Horovod's TensorFlow side): availability, threads, the train task's framework side (KerasTraining), the
+"""The workers' TensorFlow side shared by the two TensorFlow backends (tf-mwms: MultiWorkerMirroredStrategy;
+horovod-tf: Horovod's TensorFlow side): threads, the train task's framework side (KerasTraining), the
 counterpart of bench.rank.training.TorchTraining, and the fault task's (KerasElasticTraining, the counterpart of
 bench.rank.training.TorchElasticTraining). Each backend's group gives what differs: the scope the model is
 built in, what happens once it is built (Horovod broadcasts from rank 0), and the step.
@@ -12,103 +12,34 @@ numpy's generator, so no torch is loaded); a real data set (--data digits or mni
 backends' own batch stream, the same samples in the same order, converted per batch (it loads torch into the
 process). Inputs are channels-last (NHWC).
 
-Nothing here imports TensorFlow at module level: the parent (bench doctor, --help, spec checks) loads this module.
+Only a TensorFlow backend's processes import this module: TensorFlow is imported at the top (the parent's side,
+which never loads it, is bench.backends.shared.tensorflow).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
+import numpy as np
+import tensorflow as tf
 
+from bench.backends.shared.keras_batches import channels_last_arrays, open_arrays
 from bench.core.rundir import write_atomic
 from bench.rank.training import ParamSums
-
-# TF's start-up chatter (oneDNN, CPU features, "no CUDA drivers") is kept out of the rank logs; errors still show
-TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-# the kinds of run both take: the converge task's rank program is PyTorch's; a fault run needs an elastic mode,
-# which only horovod-tf has (it adds "fault")
-TF_TASKS = ("train", "comm")
-# why the scaling model does not project them (Backend.projection_problem)
-NOT_PROJECTED = ("its runs have no step profile: the scaling model replays each gradient's ready time, which PyTorch's "
-                 "hooks give, and a TensorFlow tape computes every gradient in one call")
-INSTALL_HINT = "pip install -e .[tf] (TensorFlow and tf_keras), then python -m bench.tools.horovod_build"
-
-
-def tensorflow_problem(device: str) -> str | None:
-    """None when TensorFlow and tf_keras are installed, else what is missing and how to get it (read without
-    importing them)."""
-    missing = [name for name in ("tensorflow", "tf_keras") if importlib.util.find_spec(name) is None]
-    if missing:
-        return f"{' and '.join(missing)} not installed: {INSTALL_HINT}"
-    return None
+from workloads.keras import keras
 
 
 def set_tf_threads(threads: int) -> None:
     """--threads as TensorFlow's intra-op pool (what torch.set_num_threads sets); its inter-op pool gets as many,
     at least 2: a collective waiting for a peer holds one inter-op thread, and one pool thread would deadlock."""
-    import tensorflow as tf
-
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
 
 
-def channels_last_arrays(*, batch: int, channels: int, image: int, classes: int, seed: int, rank: int):
-    """The PyTorch backends' synthetic batches (workloads.data.synthetic.synthetic_arrays: the same numbers), inputs
-    transposed to NHWC."""
-    import numpy as np
-
-    from workloads.data.synthetic import synthetic_arrays
-
-    x, y = synthetic_arrays(batch=batch, channels=channels, image=image, classes=classes, seed=seed, rank=rank)
-    return np.ascontiguousarray(x.transpose(0, 1, 3, 4, 2)), y
-
-
-class TorchBatchesAsArrays:
-    """The PyTorch backends' batch stream of a real data set, each batch converted to NHWC numpy arrays."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        x, y = next(self.inner)
-        return x.permute(0, 2, 3, 1).contiguous().numpy(), y.numpy()
-
-
-def open_arrays(spec, info, workload):
-    """The worker's batches as (inputs, labels) numpy arrays, cycled forever."""
-    from workloads.data.sources import open_batches
-
-    if spec.loader != "memory":
-        raise RuntimeError(f"the TensorFlow backends read batches from memory only (--loader memory), not "
-                           f"--loader {spec.loader}")
-    if spec.data == "synthetic":
-        xs, ys = channels_last_arrays(batch=spec.batch_size, channels=workload.channels, image=spec.image_size,
-                                      classes=spec.num_classes, seed=spec.seed, rank=info.worker_index)
-
-        def cycle():
-            while True:
-                for i in range(len(xs)):
-                    yield xs[i], ys[i]
-        return cycle()
-    return TorchBatchesAsArrays(open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
-                                             image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                                             rank=info.worker_index, world=info.world_size, device="cpu",
-                                             data_dir=spec.data_dir, loader="memory", workload=workload))
-
-
 def keras_sgd(spec):
-    from workloads.keras import keras
-
     return keras().optimizers.SGD(learning_rate=spec.lr, momentum=spec.momentum)
 
 
 def per_example_loss():
     """Cross-entropy of the logits per example: the caller averages (PyTorch's CrossEntropyLoss, mean)."""
-    from workloads.keras import keras
-
     k = keras()
     return k.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=k.losses.Reduction.NONE)
 
@@ -126,8 +57,6 @@ def seeded_model(spec, workload, group):
                            "cannot run it")
     if spec.backward_passes != 1:
         raise RuntimeError("the TensorFlow backends take one backward pass per step")
-    from workloads.keras import keras
-
     keras().utils.set_random_seed(spec.seed)  # Python's, numpy's and TensorFlow's: the same initial weights
     with group.scope():
         model = workload.build_keras(spec.num_classes, spec.image_size)
@@ -138,8 +67,6 @@ def seeded_model(spec, workload, group):
 
 def mean_loss(model):
     """loss_of(x, y): the mean cross-entropy of `model`'s logits on a batch, as the groups' train_step takes it."""
-    import tensorflow as tf
-
     losses = per_example_loss()
 
     def loss_of(x, y):
@@ -149,8 +76,6 @@ def mean_loss(model):
 
 def keras_param_sums(model) -> ParamSums:
     """The parameter sums of a Keras model's trainable weights (bench.rank.training.param_sums' counterpart)."""
-    import numpy as np
-
     params = [np.asarray(w.numpy(), dtype=np.float64) for w in model.trainable_weights]
     return ParamSums(count=sum(p.size for p in params), total=float(sum(p.sum() for p in params)),
                      absolute=float(sum(np.abs(p).sum() for p in params)))
@@ -158,8 +83,6 @@ def keras_param_sums(model) -> ParamSums:
 
 def save_keras_params(model, path) -> None:
     """Every weight (trainable or not) by its Keras name, as a numpy .npz file at `path`."""
-    import numpy as np
-
     with open(path, "wb") as fh:
         np.savez(fh, **{w.name: w.numpy() for w in model.weights})
 
@@ -174,8 +97,6 @@ class KerasTraining:
     timed_input = None  # batches come from memory: no input wait to time
 
     def __init__(self, joined, workload, group):
-        import tensorflow as tf
-
         spec, info = joined.spec, joined.info
         self.spec, self.tf = spec, tf
         self.device = "/GPU:0" if spec.device == "cuda" else "/CPU:0"
@@ -275,8 +196,6 @@ class TFBuffers:
     the last result waits for them."""
 
     def __init__(self, dtype: str, device: str):
-        import tensorflow as tf
-
         self.tf, self.dtype = tf, getattr(tf, dtype)
         self.device, self.cuda = ("/GPU:0", True) if device == "cuda" else ("/CPU:0", False)
 
@@ -317,8 +236,6 @@ def collective_function(tf, body):
 
 def visible_gpu(local_rank: int) -> None:
     """On a GPU run, this worker sees only the GPU of its local rank (as torch.cuda.set_device picks it)."""
-    import tensorflow as tf
-
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")

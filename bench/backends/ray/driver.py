@@ -1,30 +1,34 @@
-"""The ray backend's driver: `python -m bench.backends.ray_driver RUN_DIR RUN_ID`, started by the supervisor as the
-run's launcher.
+"""The ray backend's driver: `python -m bench.backends.ray.driver RUN_DIR RUN_ID [--max-failures N] [--join]`, started
+by the supervisor as the run's launcher (a fault run's by the elastic mode, RayTrainElastic, which adds the options).
 
 1. Start a local Ray runtime sized to the run (CPUs: workers x threads, plus one to spare but in a join),
    on ports Ray chooses (two runs at once never collide), with no dashboard, its temporary files in the run
    directory (or, when that path is too long for the unix sockets Ray makes there, in /tmp/bench-ray-RUN_ID);
    or connect to `--ray-address`.
 2. Run a TorchTrainer of spec.world_size workers (one CPU thread count each, a GPU each on CUDA) whose
-   train_loop_per_worker is the suite's per-rank code (bench.backends.ray.rank_main), with no retries (in a
-   fault run, --max-restarts of them: the backend's elastic mode).
+   train_loop_per_worker is the suite's per-rank code (bench.backends.ray.group.rank_main), with no retries (in a
+   fault run, --max-failures of them: the fault's --max-restarts); in a join, an elastic worker count that grows
+   by one when a node joins.
 3. However it ended, write the exit file of every rank that started and could not write its own (Ray ended it,
    or it died), stop the runtime, and remove a temporary folder under /tmp. Exit 0 when training succeeded.
 
-It writes its timings to the run directory's ray.json (RayLauncher.startup_phases reads them).
+It writes its timings to the run directory's ray.json (RayLauncher.startup_phases reads them). Ray is imported once
+the signal handlers are set, and that import is timed: it is the driver's start-up phase.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
-from bench.backends.ray import rank_main, write_times
+from bench.backends.ray.times import write_times
 from bench.core.rundir import RunDir, tail
 from bench.core.spec import RunSpec
 
@@ -65,16 +69,26 @@ def _ended(signum, _frame):
     raise Ended(signal.Signals(signum).name)
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.backends.ray.driver")
+    parser.add_argument("run_dir")
+    parser.add_argument("run_id")
+    parser.add_argument("--max-failures", type=int, default=0, help="worker group failures Ray Train recovers from")
+    parser.add_argument("--join", action="store_true", help="grow the worker group by one when a node joins")
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str]) -> int:
+    args = parse_args(argv)
     # absolute: Ray Train's storage path must be (pyarrow refuses a relative one), and Ray's workers need not
     # share this process's working directory (the run directory is relative when the store's path is)
-    run_dir, run_id = RunDir(os.path.abspath(argv[0])), argv[1]
+    run_dir, run_id = RunDir(os.path.abspath(args.run_dir)), args.run_id
     spec = RunSpec.from_dict(json.loads(run_dir.spec_file.read_text()))
     launched = json.loads(run_dir.launch_file.read_text())["launched_at"] if run_dir.launch_file.exists() else None
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _ended)
 
-    import ray
+    import ray  # here, after the handlers: a SIGTERM during its seconds-long import still ends the driver cleanly
 
     write_times(run_dir, launched_at=launched, ray_imported=time.time())
     address = spec.backend_options.get("ray_address")
@@ -99,7 +113,7 @@ def main(argv: list[str]) -> int:
         else:
             # a CPU to spare beside the workers' (Ray Train's controller takes none); none in a join, whose next
             # worker must find room only on the node that joins
-            cpus = spec.world_size * spec.threads + (0 if joining(spec) else 1)
+            cpus = spec.world_size * spec.threads + (0 if args.join else 1)
             gpus = spec.world_size if spec.device == "cuda" else 0
             context = ray.init(num_cpus=cpus, num_gpus=gpus, _temp_dir=str(folder), include_dashboard=False,
                                log_to_driver=False, configure_logging=False)
@@ -108,7 +122,7 @@ def main(argv: list[str]) -> int:
             signal.signal(sig, _ended)
         write_times(run_dir, ray_init_start=started, ray_init_end=time.time(), address=address,
                     temp_dir=None if address else str(folder))
-        code = train(spec, run_dir, run_id, storage, address)
+        code = train(spec, run_dir, run_id, storage, address, args.max_failures, args.join)
     except Ended as exc:
         print(f"ray driver: {exc} received; stopping", flush=True)
         code, ended = 128 + getattr(signal, str(exc)).value, True
@@ -124,28 +138,29 @@ def main(argv: list[str]) -> int:
     return code
 
 
-def train(spec, run_dir, run_id: str, storage: Path, address: str | None) -> int:
+def train(spec, run_dir, run_id: str, storage: Path, address: str | None, max_failures: int, join: bool) -> int:
     """Run the TorchTrainer; 0 when every worker finished, 1 when training failed (each failed rank's exit file
     written)."""
+    # Ray Train, and the modules that import it, once main has imported Ray (timed, after the signal handlers)
     import ray.train
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from bench.backends.ray_config import timed_torch_config  # imports Ray, like the lines above
+    from bench.backends.ray.config import timed_torch_config  # imports Ray Train, like the lines above
+    from bench.backends.ray.group import rank_main  # imports Ray Train and torch, like the lines above
 
-    timeout = spec.fault["comm_timeout"] if spec.fault else max(60.0, spec.timeout)
     trainer = TorchTrainer(
         rank_main, train_loop_config={"run_dir": str(run_dir.path)},
         scaling_config=ScalingConfig(
             # a join: Train V2's elastic worker count, grown when a node with room joins (RayTrainElastic)
-            num_workers=(spec.world_size, spec.world_size + 1) if joining(spec) else spec.world_size,
+            num_workers=(spec.world_size, spec.world_size + 1) if join else spec.world_size,
             elastic_resize_monitor_interval_s=spec.backend_options.get("ray_resize_interval", 60.0),
             use_gpu=spec.device == "cuda", resources_per_worker={"CPU": spec.threads}),
         torch_config=timed_torch_config(backend="nccl" if spec.device == "cuda" else "gloo",
-                                        timeout_s=int(timeout), run_dir=str(run_dir.path)),
+                                        timeout_s=int(spec.collective_timeout), run_dir=str(run_dir.path)),
         # no retries, but in a fault run (the backend's elastic mode)
         run_config=RunConfig(name=run_id, storage_path=str(storage), failure_config=FailureConfig(
-            max_failures=spec.fault["max_restarts"] if spec.fault else 0),
+            max_failures=max_failures),
             worker_runtime_env={"env_vars": passed_on(WORKER_VARIABLES)} if address else None))
     fit_start = time.time()
     write_times(run_dir, fit_start=fit_start)
@@ -159,16 +174,10 @@ def train(spec, run_dir, run_id: str, storage: Path, address: str | None) -> int
     return 0
 
 
-def joining(spec) -> bool:
-    return bool(spec.fault) and spec.fault["scenario"] == "join"
-
-
 def fit_in_a_thread(trainer) -> None:
     """trainer.fit() in a thread of its own (Ray Train allows it, as Ray Tune runs it so), while this main thread
     waits in short joins: fit() blocks in Ray's C++ get, where Python's signal handlers never run, so a SIGTERM
     from the teardown would otherwise find the driver unable to clean up before it is killed."""
-    import threading
-
     outcome = {}
 
     def fit():

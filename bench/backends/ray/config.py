@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ray.train.torch import TorchConfig
 from ray.train.torch.config import _TorchBackend
 
-from bench.backends.ray import write_times
+from bench.backends.ray.times import write_times
 from bench.core.rundir import RunDir
 
 

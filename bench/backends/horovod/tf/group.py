@@ -1,39 +1,21 @@
-"""horovod-tf: Horovod's TensorFlow side, horovodrun (the same launchers as the horovod backend: Gloo by default, MPI on
-request) + hvd.DistributedGradientTape, variables broadcast from rank 0 before the first step.
-
-One Horovod build holds both frameworks (bench.tools.horovod_build builds against TensorFlow too where it is
-installed); this backend needs its TensorFlow library. The step is a tf.function: forward and loss under a
-GradientTape, the tape wrapped by DistributedGradientTape (its gradients averaged over the workers, or Adasum;
-fp16 compression on request), then the Keras optimizer's update. Fusion threshold and cycle time are Horovod's own
-variables, as for the horovod backend. Horovod's Keras layer (horovod.tensorflow.keras) would need TF_USE_LEGACY_KERAS=1
-from TF 2.16 on; the tape needs no Keras of Horovod's.
-
-Its elastic mode (`bench fault`) is the horovod backend's (the same horovodrun --min-np/--max-np, discovery script,
-hosts and scenarios) over horovod.tensorflow.elastic: hvd.elastic.run and a TensorFlowKerasState holding the Keras
-model's and optimizer's variables and the step (commit, restore, and sync by broadcast from rank 0). Horovod's other
-TensorFlow state, TensorFlowState (a list of variables), broadcasts them only when it is made under eager execution,
-never in sync: a joining worker would then make a collective the others never join.
-"""
+"""horovod-tf's process group: horovod.tensorflow's ranks, DistributedGradientTape in the Keras step
+(bench.backends.shared.keras), Horovod's TensorFlow collectives, and Horovod elastic's state over a
+TensorFlowKerasState. Imported by a run's processes only: TensorFlow and Horovod's TensorFlow side at the top."""
 
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
 
 from bench.backends.base import ProcessGroup, rank_row
-from bench.backends.horovod import (HorovodBackend, HorovodElastic, HorovodElasticState, HorovodLauncher,
-                                    built_frameworks)
-from bench.backends.tf_training import (NOT_PROJECTED, TF_ENV, TF_TASKS, KerasElasticTraining, KerasTraining,
-                                        TFBuffers, collective_function, optimizer_variables, set_tf_threads,
-                                        tensorflow_problem, visible_gpu)
-
+from bench.backends.horovod import HorovodBackend
+from bench.backends.horovod.state import HorovodElasticState
+from bench.backends.shared.keras import (KerasElasticTraining, KerasTraining, TFBuffers, collective_function,
+                                         optimizer_variables, set_tf_threads, visible_gpu)
 
 HOROVOD_OPS = HorovodBackend.comm_ops  # the same four collectives, and the same dtypes, as on the PyTorch side
-
-
-class HorovodTFLauncher(HorovodLauncher):
-    def env(self, spec):
-        return {**super().env(spec), **TF_ENV}
 
 
 class HorovodTFGroup(ProcessGroup):
@@ -41,9 +23,6 @@ class HorovodTFGroup(ProcessGroup):
         set_tf_threads(threads)
 
     def init(self, spec):
-        import horovod.tensorflow as hvd
-        import tensorflow as tf
-
         hvd.init()
         if spec.device == "cuda":
             visible_gpu(hvd.local_rank())
@@ -66,8 +45,8 @@ class HorovodTFGroup(ProcessGroup):
     def elastic_training(self, spec, workload):
         return KerasElasticTraining(spec, workload, self)
 
-    def buffers(self, spec, member):
-        return TFBuffers(spec.comm["dtype"], spec.device)
+    def buffers(self, dtype, member):
+        return TFBuffers(dtype, self.spec.device)
 
     def run_op(self, op, inp, out):
         """Horovod's TensorFlow collectives, each in a tf.function as DistributedGradientTape's allreduce runs in the
@@ -112,6 +91,9 @@ class HorovodTFGroup(ProcessGroup):
             return loss
         return step
 
+    def elastic_state(self, model, optimizer, run_dir, spec, on_reset):
+        return HorovodTFElasticState(self.hvd, model, optimizer, on_reset)
+
 
 # the operations whose failure horovod.tensorflow.elastic.run takes for a lost peer (an UnknownError naming one)
 PEER_LOST_OPS = ("HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast")
@@ -123,8 +105,6 @@ class HorovodTFElasticState(HorovodElasticState):
     hvd.elastic.run takes for a HorovodInternalError (restore the last commit, reset, go on)."""
 
     def __init__(self, hvd, model, optimizer, on_reset):
-        import tensorflow as tf
-
         super().__init__(hvd, model, optimizer, on_reset)
         self.tf = tf
         self.failures = (*self.failures, tf.errors.UnknownError)
@@ -147,49 +127,4 @@ class HorovodTFElasticState(HorovodElasticState):
         return self.hvd.elastic.run(guarded)(self.state)
 
 
-class HorovodTFElastic(HorovodElastic):
-    """The horovod backend's elastic mode, its workers Horovod's TensorFlow side."""
-
-    def unavailable_reason(self):
-        return BACKEND.unavailable_reason("cpu")
-
-    def worker_state(self, group, model, optimizer, run_dir, spec, on_reset):
-        return HorovodTFElasticState(group.hvd, model, optimizer, on_reset)
-
-
-class HorovodTFBackend(HorovodBackend):
-    name = "horovod-tf"
-    summary = "horovodrun (Gloo or MPI controller) + hvd.DistributedGradientTape (TensorFlow, Keras models)"
-    framework = "tensorflow"
-    tasks = (*TF_TASKS, "fault")
-    counterpart = "horovod"  # the same launcher and library, in the other framework
-    rival = "tf-mwms"  # within TensorFlow: Horovod against TensorFlow's own
-    # the horovod backend's options less local accumulation (DistributedGradientTape has no backward passes per step)
-    options = tuple(o for o in HorovodBackend.options if o.name != "hvd_backward_passes")
-    launcher = HorovodTFLauncher()
-    group_type = HorovodTFGroup
-    elastic = HorovodTFElastic()
-
-    def unavailable_reason(self, device):
-        problem = tensorflow_problem(device) or super().unavailable_reason(device)
-        if problem:
-            return problem
-        if "TensorFlow" not in built_frameworks():
-            return "this Horovod was built without TensorFlow; with TensorFlow installed, rebuild it: " \
-                   "python -m bench.tools.horovod_build --force"
-        return None
-
-    def check_options(self, options, device):
-        return super().check_options({**options, "hvd_backward_passes": 1}, device)
-
-    def backward_passes(self, options):
-        return 1
-
-    def projection_problem(self):
-        return NOT_PROJECTED
-
-    def doctor_lines(self):
-        return []  # the horovod backend's lines say which build this is and which frameworks it holds
-
-
-BACKEND = HorovodTFBackend()
+GROUP = HorovodTFGroup

@@ -1,12 +1,15 @@
-"""The torchrun launcher, shared by the backends whose processes torchrun starts (elastic, ps), and
-what torchrun's elastic agent reports about a run (its events file, bench.backends.torchrun_events).
+"""The torchrun launcher, shared by the backends whose processes torchrun starts (elastic, ps): its command on one
+host and across hosts, how a rank it started reads who it is, and what torchrun's elastic agent reports about a run
+(its events file, bench.backends.shared.torchrun_events). No framework imported: the parent's side.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 
-from bench.backends.base import Launcher
+from bench.backends.base import Launcher, rank_row
 from bench.cluster.fanout import fanout_command
 from bench.cluster.hosts import free_port_on
 from bench.cluster.slurm import srun_command
@@ -16,8 +19,6 @@ from bench.core.registry import get_backend
 
 def free_port() -> int:
     """A TCP port free now: a scale-up's second agent must know the rendezvous endpoint in advance."""
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -53,11 +54,21 @@ class TorchrunLauncher(Launcher):
         return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
 
 
+def torchrun_rank_row(rank: int, world_size: int, **fields):
+    """The rank map row of a process torchrun started, from the variables it sets."""
+    env = os.environ
+    return rank_row(rank=rank, world_size=world_size,
+                    local_rank=int(fields.pop("local_rank", env.get("LOCAL_RANK", rank))),
+                    local_world_size=int(env.get("LOCAL_WORLD_SIZE", world_size)),
+                    group_rank=int(env.get("GROUP_RANK", 0)),
+                    restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
+
+
 def agent_command(events_file, nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int,
                   rank_command: list[str], local_addr: str | None = None) -> list[str]:
-    """torchrun with its agent's events kept in `events_file` (bench.backends.torchrun_events); `local_addr`: the
-    address it advertises, across hosts."""
-    return [sys.executable, "-m", "bench.backends.torchrun_events", str(events_file), "--",
+    """torchrun with its agent's events kept in `events_file` (bench.backends.shared.torchrun_events); `local_addr`:
+    the address it advertises, across hosts."""
+    return [sys.executable, "-m", "bench.backends.shared.torchrun_events", str(events_file), "--",
             *torchrun_args(nnodes, nproc, endpoint, run_id, max_restarts),
             *(["--local-addr", local_addr] if local_addr else []), "--no-python", *rank_command]
 
@@ -84,7 +95,6 @@ def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restart
                                   local_addr=host.name)
         steps.append((host.name, [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *agent]))
     if spec.scheduler:  # inside a Slurm allocation: one srun task per node, as Slurm users start torchrun
-
         return srun_command(steps), endpoint
     return fanout_command(steps, node_range=events_file is not None), endpoint
 

@@ -1,10 +1,11 @@
-"""torchrun with its events kept: `python -m bench.backends.torchrun_events EVENTS_FILE -- TORCHRUN_ARGS`.
+"""torchrun with its events kept: `python -m bench.backends.shared.torchrun_events EVENTS_FILE -- TORCHRUN_ARGS`.
 
 The elastic agent reports what it does (rendezvous and rank assignment with their durations per
 attempt, worker failures, restarts) through torch.distributed.elastic's event and metric handlers,
 which plain torchrun discards (event handler "null", no metric handler). This entry point registers
 handlers that append each as one JSON line with its wall-clock time to EVENTS_FILE, then runs
-torchrun's own main. The agent's INFO log lines about membership are kept the same way.
+torchrun's own main. The agent's INFO log lines about membership are kept the same way. The process it runs in is
+torchrun's agent (the elastic backend's fault runs start it), so torch is imported at the top.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ import logging
 import os
 import sys
 import time
+
+import torch.distributed.run
+from torch.distributed.elastic import metrics
+from torch.distributed.elastic.events import handlers
+from torch.distributed.elastic.metrics.api import MetricHandler
 
 from bench.core.codec import dumps
 
@@ -55,10 +61,6 @@ class _AgentLog(logging.Handler):
 
 
 def install(path: str) -> None:
-    from torch.distributed.elastic import metrics
-    from torch.distributed.elastic.events import handlers
-    from torch.distributed.elastic.metrics.api import MetricHandler
-
     class _MetricLines(MetricHandler):
         def emit(self, m):
             if any(m.name.endswith(noise) for noise in QUIET_METRICS):
@@ -71,10 +73,10 @@ def install(path: str) -> None:
         registry[HANDLER_NAME] = _EventLines(path, "agent")
         registry["dynamic_rendezvous"] = _EventLines(path, "rdzv")
     metrics.configure(_MetricLines())
-    import torch.distributed.run  # noqa: F401  (creates the agent's loggers)
 
-    # torch's elastic loggers take their level from $LOGLEVEL (WARNING) when created; the membership
-    # lines are INFO. Raise only those loggers, and keep their lines out of the workers' environment.
+    # torch's elastic loggers (importing torch.distributed.run created the agent's) take their level from $LOGLEVEL
+    # (WARNING) when created; the membership lines are INFO. Raise only those loggers, and keep their lines out of
+    # the workers' environment.
     for name, log in list(logging.Logger.manager.loggerDict.items()):
         if name.startswith("torch.distributed.elastic") and isinstance(log, logging.Logger):
             log.setLevel(logging.INFO)
@@ -84,9 +86,7 @@ def install(path: str) -> None:
 def main(argv: list[str]) -> int:
     path, rest = argv[0], argv[argv.index("--") + 1:]
     install(path)
-    from torch.distributed.run import main as torchrun_main
-
-    torchrun_main(["--event-log-handler", HANDLER_NAME, *rest])
+    torch.distributed.run.main(["--event-log-handler", HANDLER_NAME, *rest])
     return 0
 
 

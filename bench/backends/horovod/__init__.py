@@ -1,0 +1,144 @@
+"""horovod: horovodrun (Gloo controller by default, MPI on request) + hvd.DistributedOptimizer.
+
+Launchers (--hvd-launcher): `gloo` = horovodrun --gloo; `mpi` = horovodrun --mpi; `mpirun` = plain
+OpenMPI mpirun in the classic form (-bind-to none -map-by slot -x VAR ...). Both MPI launchers need
+a Horovod built with MPI (`horovodrun --check-build`). Fusion threshold and cycle time go through
+HOROVOD_FUSION_THRESHOLD / HOROVOD_CYCLE_TIME, which every launcher passes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.backends.base import Backend, BackendOption, CommSchedule
+from bench.backends.horovod.launcher import SETUP_HINT, HorovodElastic, HorovodLauncher, horovodrun_path
+from bench.core.environment import package_version
+
+LAUNCHERS = ("gloo", "mpi", "mpirun")
+MAX_CYCLE_MS = 60_000.0  # --hvd-cycle-ms at most: a minute (every collective may wait a cycle)
+
+
+# The probe reads the build flags Horovod's own `horovodrun --check-build` prints, in one child that imports
+# horovod.torch only; --check-build itself imports every framework in a child each, several times slower, which
+# every horovod command would otherwise pay. `bench doctor` still prints --check-build in full.
+_PROBE = ("import json, horovod, horovod.torch as hvd; print(json.dumps({'version': horovod.__version__, "
+          "'MPI': bool(hvd.mpi_built()), 'Gloo': bool(hvd.gloo_built()), 'NCCL': bool(hvd.nccl_built()), "
+          "'DDL': bool(hvd.ddl_built()), 'CCL': bool(hvd.ccl_built())}))")
+
+
+@functools.lru_cache(maxsize=None)
+def check_build() -> tuple[str | None, dict]:
+    """(problem or None, the build's flags: version and which of MPI, Gloo, NCCL, DDL, CCL it has).
+    Imported in a child: a broken build (say, one made against another torch) fails there, not here."""
+    if horovodrun_path() is None:
+        return f"Horovod is not installed; {SETUP_HINT}", {}
+    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
+        return f"Horovod is installed but does not import ({last}); build it for this torch: " \
+               f"python -m bench.tools.horovod_build --force", {}
+    return None, json.loads(probe.stdout.strip().splitlines()[-1])
+
+
+# each framework's library in an installed Horovod, as its build leaves it (horovod/<dir>/mpi_lib*.so)
+FRAMEWORK_LIBRARIES = {"PyTorch": ("torch", "mpi_lib_v2"), "TensorFlow": ("tensorflow", "mpi_lib")}
+
+
+@functools.lru_cache(maxsize=None)
+def built_frameworks() -> list[str]:
+    """The frameworks this Horovod was built with, from the libraries it installed (no framework imported)."""
+    spec = importlib.util.find_spec("horovod")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = Path(list(spec.submodule_search_locations)[0])
+    return [name for name, (folder, lib) in FRAMEWORK_LIBRARIES.items()
+            if any((root / folder).glob(f"{lib}.*.so")) or (root / folder / f"{lib}.so").exists()]
+
+
+def built_with(feature: str) -> bool:
+    """Whether this Horovod was built with a controller or tensor operation, e.g. 'MPI', 'Gloo' or 'NCCL'."""
+    return bool(check_build()[1].get(feature))
+
+
+class HorovodBackend(Backend):
+    name = "horovod"
+    summary = "horovodrun (Gloo or MPI controller) + hvd.DistributedOptimizer"
+    comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+    comm_dtypes = ("float32", "float16")  # 0.28.1 has no bfloat16 tensors on CPU
+    options = (
+        # recorded as `launcher`, as every stored horovod run holds it; the flag names it as Horovod's, beside --hvd-*
+        BackendOption("launcher", "gloo", "gloo: horovodrun --gloo; mpi: horovodrun --mpi; "
+                      "mpirun: plain mpirun", str, LAUNCHERS, invalid=("ssh",), cli_flag="--hvd-launcher"),
+        BackendOption("hvd_compression", "none", "gradient compression on the wire", str, ("none", "fp16"),
+                      invalid=("fp8",)),
+        BackendOption("hvd_backward_passes", 1, "backward passes per step (local accumulation)", int,
+                      invalid=("0", "-1", "x")),
+        BackendOption("hvd_op", "average", "gradient reduction", str, ("average", "adasum"), invalid=("sum",)),
+        BackendOption("hvd_fusion_mb", None, "fusion threshold in MiB (HOROVOD_FUSION_THRESHOLD)", float,
+                      invalid=("-1", "nan", "x"), default_words="Horovod's own"),
+        BackendOption("hvd_cycle_ms", None, f"cycle time in ms (HOROVOD_CYCLE_TIME), at most {MAX_CYCLE_MS:g}, a "
+                      "minute, as every collective may wait a cycle", float, invalid=("-1", "nan", "inf", "x", "1e10"),
+                      default_words="Horovod's own"),
+    )
+    launcher = HorovodLauncher()
+    group = "bench.backends.horovod.group"
+
+    def __init__(self):
+        # its elastic mode refuses a fault run (CPU processes) where the backend cannot run, saying why
+        self.elastic = HorovodElastic(lambda: self.unavailable_reason("cpu"))
+
+    def unavailable_reason(self, device):
+        problem, _ = check_build()
+        if problem:
+            return problem
+        if device == "cuda" and not (built_with("NCCL") or built_with("MPI")):
+            return "this Horovod has no GPU operations; rebuild with HOROVOD_GPU_OPERATIONS=NCCL " \
+                   "python -m bench.tools.horovod_build --force on a CUDA machine"
+        return None
+
+    def check_options(self, options, device):
+        if options["hvd_backward_passes"] < 1:
+            return "--hvd-backward-passes must be at least 1"
+        for name in ("hvd_fusion_mb", "hvd_cycle_ms"):
+            if options[name] is not None and options[name] < 0:
+                return f"--{name.replace('_', '-')} must be 0 or more"
+        if options["hvd_cycle_ms"] is not None and options["hvd_cycle_ms"] > MAX_CYCLE_MS:
+            return f"--hvd-cycle-ms must be at most {MAX_CYCLE_MS:g}, a minute"
+        if options["launcher"] in ("mpi", "mpirun"):
+            if shutil.which("mpirun") is None:
+                return f"--hvd-launcher {options['launcher']} needs mpirun (apt-get install openmpi-bin libopenmpi-dev)"
+            if not built_with("MPI"):
+                return (f"--hvd-launcher {options['launcher']} needs a Horovod built with MPI; install "
+                        "libopenmpi-dev and rebuild: python -m bench.tools.horovod_build --force")
+        return None
+
+    def doctor_lines(self):
+        problem, _ = check_build()
+        lines = [f"Horovod {package_version('horovod') or 'not installed'}"]
+        if problem:
+            return lines
+        lines.append(f"Horovod built with: {', '.join(built_frameworks()) or 'no framework'}")
+        out = subprocess.run([horovodrun_path(), "--check-build"], capture_output=True, text=True, timeout=120)
+        return lines + ["horovodrun --check-build:"] + ["  " + line for line in out.stdout.splitlines() if line.strip()]
+
+    def backward_passes(self, options):
+        return options["hvd_backward_passes"]
+
+    def comm_schedule(self, options):
+        """Horovod's background loop: each cycle fuses the gradients ready by then up to the fusion threshold. Its
+        defaults since 0.21: a 1 ms cycle and a 128 MiB threshold; fp16 compression halves the bytes sent."""
+        fusion_mb = options["hvd_fusion_mb"] if options["hvd_fusion_mb"] is not None else DEFAULT_FUSION_MB
+        cycle_ms = options["hvd_cycle_ms"] if options["hvd_cycle_ms"] is not None else DEFAULT_CYCLE_MS
+        return CommSchedule("cycles", cap_bytes=fusion_mb * 2**20 or 1.0, cycle_s=cycle_ms / 1e3,
+                            wire_scale=0.5 if options["hvd_compression"] == "fp16" else 1.0)
+
+
+DEFAULT_FUSION_MB = 128.0  # HOROVOD_FUSION_THRESHOLD's default (0.21 and later)
+DEFAULT_CYCLE_MS = 1.0  # HOROVOD_CYCLE_TIME's default (0.21 and later)
+BACKEND = HorovodBackend()

@@ -1,0 +1,182 @@
+"""horovod's parent side: horovodrun (--gloo, --mpi) or plain mpirun starting the ranks, and Horovod elastic's launch
+(a host discovery script, --min-np/--max-np). Shared by horovod-tf (bench.backends.horovod.tf), whose ranks run
+Horovod's TensorFlow side under the same launchers. No framework imported."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.backends.base import ElasticMode, Launcher
+from bench.cluster.fanout import fanout_command
+from bench.cluster.hosts import run_on
+from bench.core.console import note
+from bench.core.hostlist import Host, placement
+from bench.core.rundir import write_atomic
+
+SETUP_HINT = "run `python -m bench.tools.horovod_build` (nox -s tests and nox -s bench do it for you)"
+# Variables mpirun must carry to the ranks (it passes the environment only to local ranks by itself):
+# those the harness always sets, and those passed on when they are set.
+MPIRUN_EXPORTS = ("BENCH_RUN_TAG", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                  "PATH")
+MPIRUN_EXPORTS_IF_SET = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "HOROVOD_FUSION_THRESHOLD",
+                         "HOROVOD_CYCLE_TIME", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def horovodrun_path() -> str | None:
+    beside = Path(sys.executable).parent / "horovodrun"
+    return str(beside) if beside.exists() else shutil.which("horovodrun")
+
+
+def is_open_mpi(mpirun: str) -> bool:
+    try:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Open MPI" in out or "OpenRTE" in out
+
+
+def horovod_env(spec) -> dict[str, str]:
+    """What every Horovod launcher passes on: the tuned fusion threshold and cycle time, and OpenMPI's
+    permission to run as root (containers and CI often do)."""
+    env = {}
+    opts = spec.backend_options
+    if opts["hvd_fusion_mb"] is not None:
+        env["HOROVOD_FUSION_THRESHOLD"] = str(int(opts["hvd_fusion_mb"] * 2**20))
+    if opts["hvd_cycle_ms"] is not None:
+        env["HOROVOD_CYCLE_TIME"] = str(opts["hvd_cycle_ms"])
+    if opts["launcher"] != "gloo" and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def on_first_host(spec, command: list[str]) -> list[str]:
+    """Across hosts, horovodrun and mpirun run on the first host, as users start them from one of the nodes:
+    their rendezvous server and daemons then sit on the network the hosts share. Inside a Slurm allocation they
+    run where bench runs: the batch script's node, the allocation's first."""
+    if not spec.hosts or spec.scheduler:
+        return command
+    return fanout_command([(spec.hosts[0]["name"], command)])
+
+
+def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
+    """How long the first host's ssh takes to give up on a silent peer (the longest over the others; None: never),
+    from `ssh -G` there; said when it exceeds the recovery timeout."""
+    def seconds(proc) -> float | None:
+        values = dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
+        if proc.returncode != 0 or "serveraliveinterval" not in values:
+            raise ValueError(proc.stderr.strip()[-120:])
+        interval, count = int(values["serveraliveinterval"]), int(values.get("serveralivecountmax", 3))
+        return interval * count if interval > 0 else None
+
+    try:  # asked on the first host: that is where horovodrun's ssh runs
+        answers = [seconds(run_on(hosts[0], ["ssh", "-G", peer], in_checkout=False)) for peer in hosts[1:]]
+    except ValueError as exc:
+        note(f"bench fault: could not read ssh's keepalive on {hosts[0]} ({exc}); Horovod elastic's recovery from "
+             "a host loss waits for it")
+        return None
+    longest = None if None in answers or not answers else max(answers)
+    if longest is None or longest > recovery_timeout:
+        note(f"bench fault: horovodrun's ssh on {hosts[0]} gives up on a silent host "
+             + ("never" if longest is None else f"after {longest:g} s") + f" (ServerAliveInterval x ServerAliveCountMax);"
+             f" Horovod elastic waits that long after a host loss, beyond --recovery-timeout {recovery_timeout:g} s")
+    return longest
+
+
+class HorovodLauncher(Launcher):
+    """horovodrun --gloo / --mpi, or plain mpirun in the classic form."""
+
+    def env(self, spec):
+        return horovod_env(spec)
+
+    spans_hosts = True
+
+    def command(self, spec, rank_command, run_id):
+        n, launcher = spec.world_size, spec.backend_options["launcher"]
+        if spec.hosts:  # its own ssh launch: -H with the processes placed on each host
+            hosts = ",".join(f"{h.name}:{k}" for h, k in placement([Host(**h) for h in spec.hosts], n))
+        else:
+            hosts = f"localhost:{n}"
+        if launcher in ("gloo", "mpi"):
+            iface = ["--network-interface", spec.iface] if spec.iface else []
+            return on_first_host(spec, [horovodrun_path(), f"--{launcher}", "-np", str(n), "-H", hosts, *iface,
+                                        *rank_command])
+        mpirun = shutil.which("mpirun")
+        command = [mpirun, "-np", str(n), "-H", hosts, "-bind-to", "none", "-map-by", "slot"]
+        if is_open_mpi(mpirun):
+            command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+            if spec.iface:
+                command += ["-mca", "btl_tcp_if_include", spec.iface, "-mca", "oob_tcp_if_include", spec.iface]
+        present = {*os.environ, *self.env(spec)} | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set()) | \
+            ({"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"} if spec.iface else set())
+        for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present):
+            command += ["-x", var]
+        return on_first_host(spec, command + list(rank_command))
+
+    def rank_identity(self, env):
+        for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+            if var in env:
+                return int(env[var]), 0
+        return 0, 0
+
+
+class HorovodElastic(ElasticMode):
+    """horovodrun --min-np/--max-np with a host discovery script that prints the run's hosts file. One
+    machine acts as two hosts, `localhost` and `127.0.0.1` (horovodrun treats both as local, no ssh).
+    Horovod blacklists the whole host of a failed worker, so a kill needs the survivors on the other
+    "host". Workers learn of new hosts only at a commit, and the discovery script runs once a second.
+    Across hosts (a host lost or cut off) the script lists the run's hosts with the processes placed on each,
+    and horovodrun runs on the first host; the lost host stays listed, and only Horovod's blacklist keeps it out.
+    Its driver learns that a host's workers ended only when their ssh session ends (its registry waits for every
+    worker's state before the survivors go on), so after a silent host loss the recovery waits for ssh's
+    keepalive (ServerAliveInterval x ServerAliveCountMax of the first host's ssh): recorded, and said when it
+    exceeds --recovery-timeout."""
+
+    scenarios = ("kill", "join", "kill-host", "partition-host")
+
+    def __init__(self, unavailable_reason):
+        self.unavailable_reason = unavailable_reason  # () -> why its backend cannot run a fault run here, or None
+
+    def problem(self, scenario, world_size, options=None):
+        problem = self.unavailable_reason()
+        if problem:
+            return problem
+        if scenario == "kill" and world_size < 2:
+            return "a Horovod kill needs --nproc 2 or more: the survivors must be on the other host"
+        return None
+
+    @staticmethod
+    def _write_hosts(run_dir, counts: dict[str, int]) -> None:
+        write_atomic(run_dir.hosts_file, "".join(f"{host}:{n}\n" for host, n in counts.items() if n))
+
+    def launch(self, spec, fault, rank_command, run_id, run_dir):
+        n = spec.world_size
+        info = {}
+        if spec.hosts:
+            hosts = {h.name: k for h, k in placement([Host(**h) for h in spec.hosts], n)}
+            min_np, max_np = 1, n
+            info["ssh_keepalive_s"] = ssh_keepalive(list(hosts), fault.recovery_timeout)
+        elif not fault.joining:  # a worker killed: the survivors on the other "host"
+            hosts = {"localhost": (n + 1) // 2, "127.0.0.1": n // 2}
+            min_np, max_np = 1, n
+        else:
+            hosts = {"localhost": n}
+            min_np, max_np = n, n + 1
+        self._write_hosts(run_dir, hosts)
+        script = run_dir.discovery_script
+        script.write_text(f"#!/bin/sh\ncat '{run_dir.hosts_file}'\n")
+        script.chmod(0o755)
+        command = [horovodrun_path(), "--gloo", "-np", str(n), "--min-np", str(min_np), "--max-np", str(max_np),
+                   "--host-discovery-script", str(script), "--network-interface", spec.iface or "lo",
+                   "--gloo-timeout-seconds", str(max(1, int(spec.collective_timeout))),
+                   # how long to wait for enough slots after a failure (Horovod's default is 600 s)
+                   "--elastic-timeout", str(max(1, int(fault.recovery_timeout))),
+                   "--reset-limit", str(fault.max_restarts), *rank_command]
+        return on_first_host(spec, command), horovod_env(spec), {"hosts": hosts, **info}
+
+    def join(self, spec, fault, rank_command, run_id, run_dir, info):
+        self._write_hosts(run_dir, {"localhost": spec.world_size, "127.0.0.1": 1})
+        return None

@@ -1,0 +1,268 @@
+"""What every backend keeps, one test per behaviour, each parametrized over the backends that take it (read from
+bench.core.registry: a backend's tasks, its elastic mode's scenarios, whether its updates are synchronous): a hung
+process ended at the deadline with nothing left running; a crashed process, by an exception and by SIGKILL, named
+with its exit; a rank killed under `bench fault` and recovered, the parameters each process resumed from checked
+against 2-worker SGD computed here; and, after K synchronous steps from the same seed and batches, the same
+parameters as the reference backend of its framework. Real runs through the CLI, 2 gloo workers each (1 for a
+backend that takes no more); the process that hangs or crashes is the run's last (a worker, or the parameter
+server's server, which follows the workers).
+
+A backend that cannot run here (Ray or TensorFlow not installed) is skipped, saying why; under CI (CI=true) it runs
+and fails instead, so CI never passes by skipping one. What only one backend has (Horovod's MPI controllers, the
+parameter server's sharding, Ray's start-up phases, torchrun's restarts exhausted) is tested in its own module."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.core.registry import COMPARED, PRIMARY, get_backend
+from conftest import (
+    FAST,
+    SHORT,
+    assert_nothing_left,
+    assert_resumed_params_are_two_worker_sgd,
+    bench_json,
+    fault,
+    keras_model,
+    skip_unless_present,
+    torch_compiler_before_tensorflow,
+)
+
+torch_compiler_before_tensorflow()  # the parameter checks of the TensorFlow backends load TensorFlow in this process
+
+pytestmark = pytest.mark.slow
+
+BACKENDS = list(COMPARED) + [name for name in ("single",) if name not in COMPARED]  # with the plain loop
+
+
+def takes(name: str, task: str) -> bool:
+    return task in get_backend(name).tasks
+
+
+def world_of(name: str) -> int:
+    """The workers of its contract runs: 2, or fewer where the backend takes no more (the plain loop)."""
+    most = get_backend(name).max_world_size
+    return min(2, most) if most else 2
+
+
+def last_process(name: str) -> int:
+    """The rank of the last process of its contract runs: the last worker, or the last of the processes of other
+    roles, which follow the workers (a parameter server's server)."""
+    backend = get_backend(name)
+    world = world_of(name)
+    return sum(backend.roles(backend.resolve_options({}, world), world).values()) - 1
+
+
+def can_run_here(name: str) -> None:
+    skip_unless_present(get_backend(name).unavailable_reason("cpu"))
+
+
+def name_in_messages(record: dict, rank: int) -> str:
+    """How a run's messages name a process: 'rank R', with its role where the run has processes of several roles."""
+    if len(record["spec"]["roles"]) < 2:
+        return f"rank {rank}"
+    row = next(r for r in record["rank_map"] if r["rank"] == rank)
+    return f"rank {rank} ({row['role']} {row['role_rank']})"
+
+
+# ---------------------------------------------------------------- a hung process
+# each backend's deadline: its start-up on 2 busy cores and three steps, with room (Ray starts a runtime of its own
+# before its workers; TensorFlow builds its graph); the hang then holds the run until the deadline ends it
+HANG_DEADLINE_S = {"ray": 60, "tf-mwms": 25, "horovod-tf": 25, "horovod": 20}
+DEFAULT_HANG_DEADLINE_S = 15
+TEARDOWN_S = 45  # from the deadline to the bench process's exit, every process of the run ended
+
+
+@pytest.mark.parametrize("backend", [name for name in BACKENDS if takes(name, "train")])
+def test_a_hung_process_is_ended_at_the_deadline_with_nothing_left(backend, store):
+    can_run_here(backend)
+    deadline, hung = HANG_DEADLINE_S.get(backend, DEFAULT_HANG_DEADLINE_S), last_process(backend)
+    started = time.monotonic()
+    proc, record = bench_json("run", "--backend", backend, "--nproc", world_of(backend), "--inject", f"hang:{hung}:3",
+                              "--timeout", deadline, "--store", store, *FAST, timeout=deadline + 300)
+    assert time.monotonic() - started < deadline + TEARDOWN_S
+    assert proc.returncode == 1 and record["status"] == "timeout", record["error"]
+    error = record["error"]
+    assert error["message"] == f"deadline of {deadline} s passed"
+    # where every process was when the deadline came, from the files it wrote
+    assert [row["rank"] for row in error["ranks"]] == list(range(hung + 1))
+    assert_nothing_left(record)
+
+
+# ---------------------------------------------------------------- a crashed process
+# launchers that reap their workers themselves: a worker's exit status never reaches bench (Ray's actors)
+NO_EXIT_STATUS = {"ray"}
+# launchers that end every other process as soon as one exits: the one that raised may be ended by their SIGTERM
+# while it shuts down (horovodrun, whose first exit is often the victim's own)
+ENDS_THE_OTHERS_AT_ONCE = {"horovod", "horovod-tf"}
+
+
+@pytest.mark.parametrize("backend, kind", [(name, kind) for name in BACKENDS if takes(name, "train")
+                                           for kind in ("crash", "kill")])
+def test_a_crashed_process_is_named_with_its_exit(backend, kind, store):
+    """An exception at step 4 (the rank, the exception and its message, its exit) or a SIGKILL (the rank and the
+    signal): that process is blamed, not the others whose failures follow from it."""
+    can_run_here(backend)
+    victim = last_process(backend)
+    proc, record = bench_json("run", "--backend", backend, "--nproc", world_of(backend), "--inject",
+                              f"{kind}:{victim}:4", "--timeout", 120, "--store", store, *FAST, timeout=400)
+    assert proc.returncode == 1 and record["status"] == "crashed", record["error"]
+    error = record["error"]
+    assert error["rank"] == victim
+    name = name_in_messages(record, victim)
+    if kind == "crash":
+        assert error["exception"] == "RuntimeError" and "injected crash at step 4" in error["tail"]
+        ways = {(1, None): "exit code 1"}  # (exit code, signal): how the message says it
+        if backend in ENDS_THE_OTHERS_AT_ONCE:
+            ways[None, "SIGTERM"] = "signal SIGTERM"
+        how = ways.get((error["exit_code"], error["signal"]))
+        assert how is not None, error
+        assert error["message"] == f"{name} raised RuntimeError: injected crash at step 4 (exited with {how})"
+    elif backend in NO_EXIT_STATUS:
+        assert (error["exception"], error["exit_code"], error["signal"]) == (None, None, None), error
+        assert error["message"].startswith(f"{name} ended with no exit status")
+        assert "the Ray worker process died" in error["tail"]
+    else:
+        assert (error["exception"], error["exit_code"], error["signal"]) == (None, None, "SIGKILL"), error
+        assert error["message"] == f"{name} ended with signal SIGKILL"
+        # its guard ends by the same signal (SIGKILL can be neither caught nor reset), with no error of its own
+        assert "bench/harness/guard.py" not in (Path(record["run_dir"]) / "launcher.log").read_text()
+    assert_nothing_left(record)
+
+
+# ---------------------------------------------------------------- a killed rank under `bench fault`
+@dataclass(frozen=True)
+class Recovery:
+    """How a backend's elastic mode comes through a killed worker of two."""
+
+    world_after: int  # 2: the group is restarted at its size, in new processes; 1: the survivor goes on alone
+    detected_by: tuple[str, ...] = ()  # what the detection it records names
+    agent_reports: bool = False  # torchrun's agent: a rendezvous per attempt, each new worker's restart count
+
+
+RECOVERY = {
+    "elastic": Recovery(world_after=2, agent_reports=True),
+    "ray": Recovery(world_after=2),
+    "horovod": Recovery(world_after=1, detected_by=("HorovodInternalError",)),
+    # the survivor's step fails in Horovod's allreduce (TensorFlow's error, which hvd.elastic.run takes for a lost peer)
+    "horovod-tf": Recovery(world_after=1, detected_by=("UnknownError", "Allreduce")),
+}
+
+
+def kills_under_fault(name: str) -> bool:
+    elastic = get_backend(name).elastic
+    return takes(name, "fault") and elastic is not None and "kill" in elastic.scenarios
+
+
+@pytest.mark.parametrize("backend", [name for name in BACKENDS if kills_under_fault(name)])
+def test_a_killed_rank_is_recovered_from_the_last_checkpoint(backend, store):
+    """Rank 1 of 2 SIGKILLed at step 25, a commit every 10 steps: the run comes through, resumes from step 20 and
+    redoes 5 steps; the parameters each process resumed from are 20 steps of 2-worker SGD. A backend RECOVERY does
+    not name may come through either way, each checked as RECOVERY's are."""
+    can_run_here(backend)
+    proc, record = fault(store, "--backend", backend, "--nproc", 2, "--kill-rank", 1, *SHORT, "--save-params")
+    assert proc.returncode == 0 and record["status"] == "ok", record["error"]
+    f = record["metrics"]
+    expected = RECOVERY.get(backend) or Recovery(world_after=f["world_after"])
+    assert f["fault"]["signal"] == "KILL" and f["fault"]["step"] == 25 and f["fault"]["delivered"]
+    assert (f["world_before"], f["world_after"]) == (2, expected.world_after) and expected.world_after in (1, 2)
+    assert f["resumed_from_step"] == 20 and f["steps_redone"] == 5 and f["steps_completed"] == 60
+    assert 0 < f["detection_s"] <= f["recovery_s"]
+    for fragment in expected.detected_by:
+        assert fragment in f["detected_by"], f["detected_by"]
+    before = [r for r in record["rank_map"] if r["phase"] == "before"]
+    after = [r for r in record["rank_map"] if r["phase"] == "after"]
+    assert [r["rank"] for r in before] == [0, 1]
+    if expected.world_after == 2:  # a new group: new processes, ranks 0 and 1 again, after one restart
+        assert f["restarts"] == 1
+        assert [r["rank"] for r in after] == [0, 1]
+        assert not {r["pid"] for r in before} & {r["pid"] for r in after}
+    else:  # the survivor (rank 0 here) is the same process, now alone, after one reset
+        assert f["resets"] == 1
+        assert len(after) == 1 and after[0]["pid"] == before[0]["pid"] and after[0]["world_size"] == 1
+    if expected.agent_reports:
+        assert all(r["restart_count"] == 1 for r in after)
+        rendezvous = [r for r in f["rendezvous"] if r["state"] == "RENDEZVOUS"]
+        assert sorted(r["attempt"] for r in rendezvous) == [0, 1] and all(r["duration_ms"] >= 0 for r in rendezvous)
+    # each process resumed with the checksum committed at step 20
+    assert len(f["resume_checks"]) == expected.world_after and all(c["equal"] for c in f["resume_checks"])
+    assert_resumed_params_are_two_worker_sgd(record, steps=20, processes=expected.world_after)
+    assert_nothing_left(record)
+
+
+# ---------------------------------------------------------------- the same parameters after K synchronous steps
+def reference_of(framework: str) -> str:
+    """The backend the others of a framework are held against: the first compared one of that framework (elastic
+    for PyTorch, TensorFlow's own strategy for TensorFlow)."""
+    return next(name for name in COMPARED if get_backend(name).framework == framework)
+
+
+# the parameter server's update split over two servers (synchronous, as by default): the comparison its sharding
+# must pass
+OPTIONS = {"ps": ("--ps-servers", 2, "--ps-mode", "sync")}
+
+
+def synchronous_by_default(name: str) -> bool:
+    backend = get_backend(name)
+    return backend.synchronous(backend.resolve_options({}, 2))
+
+
+# every synchronous backend of 2 or more workers on the MLP, besides its framework's reference; the primary pair,
+# whose comparison is the report's verdict, on ResNet18 too
+EQUIVALENT = [(name, workload) for name in COMPARED
+              if takes(name, "train") and world_of(name) == 2 and synchronous_by_default(name)
+              and name != reference_of(get_backend(name).framework)
+              for workload in (("mnist_mlp", "resnet18") if name in PRIMARY else ("mnist_mlp",))]
+
+
+def initial_params(record: dict, framework: str) -> list:
+    """The parameters the run started from (the seeded model), as numpy arrays in the model's order."""
+    spec = record["spec"]
+    if framework == "tensorflow":
+        model, _ = keras_model(spec)
+        return [w.numpy() for w in model.weights]
+    import torch
+
+    from workloads import WORKLOADS
+
+    torch.manual_seed(spec["seed"])
+    model = WORKLOADS[spec["workload"]].build(spec["num_classes"], spec["image_size"])
+    return [value.numpy() for value in model.state_dict().values()]
+
+
+@pytest.mark.parametrize("backend, workload", EQUIVALENT)
+def test_the_same_parameters_as_the_reference_after_k_synchronous_steps(backend, workload, two_worker_run):
+    """The same seed, data and per-worker batch, and each step the mean of the same gradients: the parameters after
+    K steps are the reference's within float tolerance (any difference is a bug of one of them), and both workers of
+    each run hold the same ones. (The runs are shared with each backend's own run test: conftest.two_worker_run.)"""
+    framework = get_backend(backend).framework
+    reference = reference_of(framework)
+    can_run_here(backend)
+    can_run_here(reference)
+    ours, theirs = (two_worker_run(name, workload, *OPTIONS.get(name, ())) for name in (backend, reference))
+    for run in (ours, theirs):
+        assert run.proc.returncode == 0 and run.record["status"] == "ok", run.proc.stderr
+        assert_nothing_left(run.record)
+    params, reference_params = ours.params(framework), theirs.params(framework)
+    assert [name for name, _ in params] == [name for name, _ in reference_params]
+    initial = initial_params(ours.record, framework)
+    assert len(initial) == len(params)
+    moved = 0
+    for (name, value), (_, expected), start in zip(params, reference_params, initial, strict=True):
+        if np.issubdtype(value.dtype, np.floating):
+            np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5, err_msg=name)
+            moved += not np.allclose(value, start)
+    assert moved > 0, "training changed no parameter: the comparison would prove nothing"
+    for run in (ours, theirs):
+        ranks = run.record["metrics"]["per_rank"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert ranks[0]["param_checksum"] == pytest.approx(ranks[1]["param_checksum"], rel=1e-6)
+        # one compute thread of its framework in each worker, as --threads 1 (the default on CPU) says
+        assert run.record["spec"]["threads"] == 1 and all(r["threads"][framework] == 1 for r in ranks), ranks
+    for mine, its in zip(ours.record["metrics"]["per_rank"], theirs.record["metrics"]["per_rank"], strict=True):
+        assert mine["loss_last"] == pytest.approx(its["loss_last"], rel=1e-4)
