@@ -265,4 +265,5 @@ def test_the_same_parameters_as_the_reference_after_k_synchronous_steps(backend,
         # one compute thread of its framework in each worker, as --threads 1 (the default on CPU) says
         assert run.record["spec"]["threads"] == 1 and all(r["threads"][framework] == 1 for r in ranks), ranks
     for mine, its in zip(ours.record["metrics"]["per_rank"], theirs.record["metrics"]["per_rank"], strict=True):
+        assert mine["param_checksum"] == pytest.approx(its["param_checksum"], rel=1e-5)
         assert mine["loss_last"] == pytest.approx(its["loss_last"], rel=1e-4)
