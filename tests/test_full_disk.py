@@ -47,11 +47,8 @@ def one_error_line(stderr: str, verb: str = "run") -> str:
 
 
 # ---------------------------------------------------------------- a real run, its disk filled after its last window
-@pytest.mark.slow
-def test_a_run_whose_disk_fills_after_its_last_window_keeps_its_record_and_says_how_to_add_it(disk, tmp_path,
-                                                                                               monkeypatch):
-    """The bench process is stopped (SIGSTOP) once its rank has written its exit file, the disk filled to the last
-    byte, and the process let go on: the run and its record are made, and nothing on that disk can take them."""
+def start_run_on(disk: Path, tmp_path: Path):
+    """A short run storing into `disk`, its spare folder ($TMPDIR) beside the test: (store, spare root, process)."""
     store, spare_root = disk / "bench.sqlite", tmp_path / "tmp"
     spare_root.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(spare_root))
@@ -59,6 +56,15 @@ def test_a_run_whose_disk_fills_after_its_last_window_keeps_its_record_and_says_
     proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1", *FAST,
                              "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=ROOT)
+    return store, spare_root, proc
+
+
+@pytest.mark.slow
+def test_a_run_whose_disk_fills_after_its_last_window_keeps_its_record_and_says_how_to_add_it(disk, tmp_path,
+                                                                                               monkeypatch):
+    """The bench process is stopped (SIGSTOP) once its rank has written its exit file, the disk filled to the last
+    byte, and the process let go on: the run and its record are made, and nothing on that disk can take them."""
+    store, spare_root, proc = start_run_on(disk, tmp_path)
     try:
         deadline = time.monotonic() + 240
         while not list(disk.glob("runs/*/ranks/*.exit.json")):
@@ -116,13 +122,7 @@ def test_a_rank_whose_exit_file_meets_a_full_disk_keeps_its_measurement(disk, tm
     rank has written its result and ended, the disk filled meanwhile) cannot write the exit file, and still exits as
     the rank did. The run is ok with its figures; its events say which exit file is missing and that the disk is
     full; the record, which the full disk cannot take either, is kept and stored once there is room."""
-    store, spare_root = disk / "bench.sqlite", tmp_path / "tmp"
-    spare_root.mkdir()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(spare_root))
-    env.pop("BENCH_STORE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1", *FAST,
-                             "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    store, spare_root, proc = start_run_on(disk, tmp_path)
     try:
         deadline = time.monotonic() + 240
         guard = the_guard(proc, disk, deadline)

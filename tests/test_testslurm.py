@@ -107,6 +107,8 @@ def test_the_allocation_is_read_as_slurm_writes_it(monkeypatch):
     ("RUNNING", 1, "timeout"),  # ... which Slurm may send up to 60 s early: as the job starts
     ("RUNNING", 500, "timeout"),  # 100 s before a 10-minute limit: 55 s early
     ("RUNNING", 200, "interrupted"),  # a SIGTERM far from a 10-minute limit: a cancel Slurm has not shown yet
+    ("SIGNALING", 20, "timeout"),  # the warning, seen while Slurm is still delivering it
+    ("SIGNALING", 200, "interrupted"),  # `scancel --signal TERM` far from the limit
 ])
 def test_a_sigterm_in_a_job_is_judged_from_its_state_and_limit(monkeypatch, state, seconds_in, ending):
     from bench.cluster import slurm

@@ -169,6 +169,12 @@ def early_warning_note(time_limit: str) -> str | None:
             "give a few minutes more than the work needs")
 
 
+# How scontrol shows a job that still holds its nodes: its base state, or a flag shown in its place. SIGNALING is the
+# flag Slurm sets while it delivers a signal (the script's limit warning among them), so bench, asking at once, often
+# sees it rather than RUNNING.
+RUNNING_STATES = ("RUNNING", "COMPLETING", "SIGNALING", "CONFIGURING", "RESIZING")
+
+
 # what job_ending last said of each job in this process: bench's closing line says it again without asking again
 _judged: dict[str, tuple[str, str] | None] = {}
 
@@ -223,7 +229,7 @@ def _judge(job: str, now: float | None) -> tuple[str, str] | None:
         return cancelled
     if state.startswith("TIMEOUT"):
         return timed_out
-    if state.startswith(("RUNNING", "COMPLETING")):  # the script's warning, or a signal Slurm has not judged yet
+    if state.startswith(RUNNING_STATES):  # the script's warning, or a signal Slurm has not judged yet
         # (+5 s: the scontrol call, and StartTime's whole seconds)
         return timed_out if left is not None and left <= WARN_BEFORE_LIMIT_S + SIGNAL_EARLY_S + 5 else cancelled
     print(f"bench: Slurm job {job} is {state or 'in no state scontrol shows'}: cannot tell scancel from its time "
