@@ -1,8 +1,8 @@
 """Workloads: one module each, registered by name; or a user's own, named `PKG.MODULE:NAME` or
 `path/to/file.py:NAME` (workloads.external)."""
 
-from workloads.base import Size, Workload
 from workloads import mnist_mlp, resnet18
+from workloads.base import Size, Workload
 from workloads.external import WorkloadError, is_reference
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (mnist_mlp.WORKLOAD, resnet18.WORKLOAD)}

@@ -176,7 +176,7 @@ class ProcessGroup(ABC):
         for that role call (bench/tasks/train/rank.py, bench/tasks/comm/rank.py)."""
         raise RuntimeError(f"this backend has no role {info.role!r}")
 
-    def elastic_state(self, model, optimizer, run_dir, spec, on_reset) -> "ElasticState":
+    def elastic_state(self, model, optimizer, run_dir, spec, on_reset) -> ElasticState:
         """The training state of this process through faults, under the backend's elastic mode, for the fault
         task's loop (bench/tasks/fault/rank.py); on_reset(rank, size) is called when the backend resets the group."""
         raise RuntimeError("this backend has no elastic mode")

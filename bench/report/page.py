@@ -21,12 +21,32 @@ from bench.core.inputs import printable
 from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY, all_tasks, task_part
 from bench.core.rundir import write_atomic
-from bench.core.store import check_folder_writable
 from bench.core.stats import Family
+from bench.core.store import check_folder_writable
 from bench.report.scale import scale_section
-from bench.report.sections import (ENV_KEYS, Bullets, Cell, Paragraph, Plot, ReportContext, ReportPart, Row, ScoreRow,
-                                   Section, Table, code, figure_png, flat_env, fmt, left, pct, pyplot, right, strong,
-                                   styled)
+from bench.report.sections import (
+    ENV_KEYS,
+    Bullets,
+    Cell,
+    Paragraph,
+    Plot,
+    ReportContext,
+    ReportPart,
+    Row,
+    ScoreRow,
+    Section,
+    Table,
+    code,
+    figure_png,
+    flat_env,
+    fmt,
+    left,
+    pct,
+    pyplot,
+    right,
+    strong,
+    styled,
+)
 from bench.results.agreement import agreement, frame_comparisons
 from bench.results.frame import DISTORTION_NOTE, frame_columns, load_frame, of_task, shared_runs
 from bench.results.sweeps import RUNNING, SweepStatus, sweep_statuses

@@ -5,13 +5,25 @@ model projection, and the section says so wherever one is shown."""
 
 from __future__ import annotations
 
-from bench.projection.clusters import PROFILES, profile
 from bench.core.registry import PROJECTED
+from bench.projection.clusters import PROFILES, profile
 from bench.projection.fit import cases_in, fit_backends, gives
 from bench.projection.model import crossover, project
 from bench.projection.validate import GOAL_MEDIAN, GOAL_WORST, validate
-from bench.report.sections import (Bullets, Paragraph, Plot, Section, Table, code, figure_png, fmt, left, pyplot,
-                                   right, strong)
+from bench.report.sections import (
+    Bullets,
+    Paragraph,
+    Plot,
+    Section,
+    Table,
+    code,
+    figure_png,
+    fmt,
+    left,
+    pyplot,
+    right,
+    strong,
+)
 
 SHOWN_AT = (2, 8, 64, 1024)  # worker counts the table gives
 ORDER = 35  # after "Where the time goes", before startup

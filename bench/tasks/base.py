@@ -18,8 +18,8 @@ The parts are found by name (bench.core.registry.task_part); a task without a pa
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from bench.core.records import RunStatus
 

@@ -31,8 +31,18 @@ from pathlib import Path
 from bench.cluster.hosts import on_every_host
 from bench.core.errors import BenchError, UsageError
 from bench.core.rundir import write_atomic
-from bench.testbed.protocol import (CMD_TIMEOUT, SetupError, StateFile, build_or_roll_back, last_line, port_open,
-                                    require_usable, root_problem, run, tool)
+from bench.testbed.protocol import (
+    CMD_TIMEOUT,
+    SetupError,
+    StateFile,
+    build_or_roll_back,
+    last_line,
+    port_open,
+    require_usable,
+    root_problem,
+    run,
+    tool,
+)
 
 NAME = "test hosts"
 ROOT_ONLY = "test hosts must be built by root (network namespaces, sshd on port 22)"

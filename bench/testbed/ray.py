@@ -29,9 +29,22 @@ from bench.backends.ray.launcher import ray_program
 from bench.core.errors import UsageError
 from bench.harness.supervisor import end_found, processes_of
 from bench.testbed import hosts as testhosts
-from bench.testbed.protocol import (SetupError, StateFile, bounded, build_or_roll_back, daemon_leftovers,
-                                    finish_removal, last_line, names_path_under, port_open, require_port_free,
-                                    require_usable, start_logged, tails_of, tool)
+from bench.testbed.protocol import (
+    SetupError,
+    StateFile,
+    bounded,
+    build_or_roll_back,
+    daemon_leftovers,
+    finish_removal,
+    last_line,
+    names_path_under,
+    port_open,
+    require_port_free,
+    require_usable,
+    start_logged,
+    tails_of,
+    tool,
+)
 
 NAME = "Ray test cluster"
 ROOT_ONLY = f"the {NAME} is root's (its nodes run in the test hosts' namespaces)"

@@ -25,9 +25,21 @@ import psutil
 
 from bench.harness.supervisor import end_found, name_of, processes_of
 from bench.testbed import hosts as testhosts
-from bench.testbed.protocol import (SetupError, StateFile, build_or_roll_back, daemon_leftovers, finish_removal,
-                                    last_line, names_path_under, require_port_free, require_usable, run, start_logged,
-                                    tails_of, tool)
+from bench.testbed.protocol import (
+    SetupError,
+    StateFile,
+    build_or_roll_back,
+    daemon_leftovers,
+    finish_removal,
+    last_line,
+    names_path_under,
+    require_port_free,
+    require_usable,
+    run,
+    start_logged,
+    tails_of,
+    tool,
+)
 
 NAME = "Slurm test cluster"
 ROOT_ONLY = f"the {NAME} is root's (its daemons run as root)"

@@ -21,8 +21,14 @@ from bench.core.registry import BACKEND_MODULES, get_backend
 from bench.core.spec import resolve_device
 from bench.core.store import check_folder_writable, os_reason
 from bench.harness.runner import run_specs
-from bench.results.baselines import (BASELINE_FILE, host_match, latest_sweep, machine_facts, read_runs_file,
-                                     write_baseline)
+from bench.results.baselines import (
+    BASELINE_FILE,
+    host_match,
+    latest_sweep,
+    machine_facts,
+    read_runs_file,
+    write_baseline,
+)
 from bench.results.figures import figures
 from bench.results.gate import FAILING_VERDICTS, compare_figures, format_comparison
 from bench.results.hot_paths import HOT_PATHS_FILE, run_hot_paths

@@ -17,9 +17,9 @@ import math
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from bench.core.console import format_duration, note
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, Interrupted, UsageError

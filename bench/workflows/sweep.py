@@ -16,8 +16,18 @@ from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.harness.runner import new_run_id, run_specs
 from bench.harness.supervisor import signals_held
-from bench.results.sweeps import (COMPLETE, INTERRUPTED, RUNNING, missing_launches, owner_alive, plan_of, plan_text,
-                                  ran, sweep_status, this_process)
+from bench.results.sweeps import (
+    COMPLETE,
+    INTERRUPTED,
+    RUNNING,
+    missing_launches,
+    owner_alive,
+    plan_of,
+    plan_text,
+    ran,
+    sweep_status,
+    this_process,
+)
 from bench.workflows.plan import SWEEP_FAULTS, available_backends, fault_backends, faults_missing, plan_sweep
 
 

@@ -32,7 +32,7 @@ _PROBE = ("import json, horovod, horovod.torch as hvd; print(json.dumps({'versio
           "'DDL': bool(hvd.ddl_built()), 'CCL': bool(hvd.ccl_built())}))")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def check_build() -> tuple[str | None, dict]:
     """(problem or None, the build's flags: version and which of MPI, Gloo, NCCL, DDL, CCL it has).
     Imported in a child: a broken build (say, one made against another torch) fails there, not here."""
@@ -50,7 +50,7 @@ def check_build() -> tuple[str | None, dict]:
 FRAMEWORK_LIBRARIES = {"PyTorch": ("torch", "mpi_lib_v2"), "TensorFlow": ("tensorflow", "mpi_lib")}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def built_frameworks() -> list[str]:
     """The frameworks this Horovod was built with, from the libraries it installed (no framework imported)."""
     spec = importlib.util.find_spec("horovod")

@@ -146,7 +146,7 @@ class PSGroup(ProcessGroup):
         return inp
 
     # ------------------------------------------------------------ server side
-    def server(self, spec, info) -> "ParameterServer":
+    def server(self, spec, info) -> ParameterServer:
         return ParameterServer(self, spec, info)
 
 

@@ -8,8 +8,21 @@ from bench.core.registry import PRIMARY
 from bench.core.spec import placement_text
 from bench.core.stats import Family, ratio_of_cases
 from bench.rank.collectives import bus_factor, format_bytes
-from bench.report.sections import (Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code, figure_png, fmt,
-                                   judged_outcome, left, pyplot, right)
+from bench.report.sections import (
+    Paragraph,
+    Plot,
+    ReportPart,
+    ScoreRow,
+    Section,
+    Table,
+    code,
+    figure_png,
+    fmt,
+    judged_outcome,
+    left,
+    pyplot,
+    right,
+)
 from bench.results.frame import blank_single_machine, comparable_runs
 from bench.tasks.comm.results import PLACE, case_launches, matched_key, matched_sizes, mean_of
 

@@ -6,8 +6,21 @@ from __future__ import annotations
 
 from statistics import median
 
-from bench.report.sections import (Cell, Heading, Paragraph, Plot, ReportPart, Section, Table, code, figure_png, fmt,
-                                   left, pyplot, right)
+from bench.report.sections import (
+    Cell,
+    Heading,
+    Paragraph,
+    Plot,
+    ReportPart,
+    Section,
+    Table,
+    code,
+    figure_png,
+    fmt,
+    left,
+    pyplot,
+    right,
+)
 from bench.tasks.converge import ACCURACY_TOLERANCE
 
 COLUMNS = [left("backend"), right("world"), left("lr rule"), right("peak lr"), right("time to target s"),

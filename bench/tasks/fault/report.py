@@ -8,8 +8,22 @@ from statistics import median
 from bench.core import stats
 from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
-from bench.report.sections import (Cell, Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code, figure_png, fmt,
-                                   judged_outcome, left, pyplot, right)
+from bench.report.sections import (
+    Cell,
+    Paragraph,
+    Plot,
+    ReportPart,
+    ScoreRow,
+    Section,
+    Table,
+    code,
+    figure_png,
+    fmt,
+    judged_outcome,
+    left,
+    pyplot,
+    right,
+)
 from bench.results.frame import distortion
 from bench.tasks.fault.results import recovery_cases, recovery_key
 

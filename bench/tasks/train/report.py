@@ -16,13 +16,38 @@ import statistics
 from bench.core import stats
 from bench.core.registry import COUNTERPART, PLAIN_LOOP, PRIMARY, RIVAL, framework_words
 from bench.core.spec import pinned_words
-from bench.report.sections import (Bullets, Cell, Heading, Paragraph, Plot, ReportPart, ScoreRow, Section, Table, code,
-                                   em, env_differences, figure_png, fmt, judged_outcome, left, pct, pyplot, right,
-                                   strong)
+from bench.report.sections import (
+    Bullets,
+    Cell,
+    Heading,
+    Paragraph,
+    Plot,
+    ReportPart,
+    ScoreRow,
+    Section,
+    Table,
+    code,
+    em,
+    env_differences,
+    figure_png,
+    fmt,
+    judged_outcome,
+    left,
+    pct,
+    pyplot,
+    right,
+    strong,
+)
 from bench.results.frame import CONDITIONS, comparable_runs, distortion
 from bench.tasks.train import INPUT_BOUND_SHARE, input_limited
-from bench.tasks.train.results import (TrainingCase, difference, efficiency_ratio, network_words, pair_key,
-                                       replicated_cases)
+from bench.tasks.train.results import (
+    TrainingCase,
+    difference,
+    efficiency_ratio,
+    network_words,
+    pair_key,
+    replicated_cases,
+)
 
 REPEAT_HINT = "bench sweep --repeats 3"  # what to run when a comparison rests on one launch a side
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # run from the checkout: find `workloads` in it
 import numpy as np
-
 from bare_options import parser, pin  # noqa: F401  (the loops' options, beside this file)
+
 from workloads import WORKLOADS
 
 BATCHES = 8  # synthetic batches made once, cycled

@@ -12,8 +12,15 @@ import tensorflow as tf
 from bench.backends.base import ProcessGroup, rank_row
 from bench.backends.horovod import HorovodBackend
 from bench.backends.horovod.state import HorovodElasticState
-from bench.backends.shared.keras import (KerasElasticTraining, KerasTraining, TFBuffers, collective_function,
-                                         optimizer_variables, set_tf_threads, visible_gpu)
+from bench.backends.shared.keras import (
+    KerasElasticTraining,
+    KerasTraining,
+    TFBuffers,
+    collective_function,
+    optimizer_variables,
+    set_tf_threads,
+    visible_gpu,
+)
 
 HOROVOD_OPS = HorovodBackend.comm_ops  # the same four collectives, and the same dtypes, as on the PyTorch side
 
