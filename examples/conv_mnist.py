@@ -13,9 +13,17 @@ def build(num_classes: int, image: int):
 
     side = image // 4  # two 2x2 poolings
     return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * side * side, 64), nn.ReLU(), nn.Linear(64, num_classes))
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * side * side, 64),
+        nn.ReLU(),
+        nn.Linear(64, num_classes),
+    )
 
 
 WORKLOAD = Workload(

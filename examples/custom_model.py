@@ -18,8 +18,9 @@ def build(num_classes: int, image: int):
         def __init__(self, inputs: int, width: int = 256, blocks: int = 3):
             super().__init__()
             self.stem = nn.Linear(inputs, width)
-            self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU())
-                                        for _ in range(blocks))
+            self.blocks = nn.ModuleList(
+                nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU()) for _ in range(blocks)
+            )
             self.head = nn.Linear(width, num_classes)
 
         def forward(self, x):

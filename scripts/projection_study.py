@@ -53,8 +53,17 @@ def main() -> None:
     parser.add_argument("--workload", default=",".join(WORKLOADS))
     parser.add_argument("--skip-link", default="", help="links part: rates already measured")
     args = parser.parse_args()
-    common = ["--store", args.store, "--repeats", str(args.repeats), "--no-faults", "--threads", "1",
-              "--output", args.store.rsplit(".", 1)[0] + ".html"]
+    common = [
+        "--store",
+        args.store,
+        "--repeats",
+        str(args.repeats),
+        "--no-faults",
+        "--threads",
+        "1",
+        "--output",
+        args.store.rsplit(".", 1)[0] + ".html",
+    ]
     workloads = args.workload.split(",")
     if args.part in ("fit", "all"):
         bench("--backend", BACKENDS, "--workload", ",".join(workloads), "--world-sizes", "1,2", *common)
@@ -68,15 +77,51 @@ def main() -> None:
                 continue
             top = int(min(64 * 2**20, max(2**20, rate_bytes(rate) * 2)))  # the largest message: about 2 s
             for backend in BACKENDS.split(","):
-                bench("--backend", backend, "--hosts", two, "--nproc", "2", "--link", rate, "--max-bytes", str(top),
-                      "--iters", "5", "--warmup-iters", "2", "--store", args.store, "--oversubscribe",
-                      verb="allreduce")  # the parameter server's 2 servers beside the 2 workers: 4 processes
+                bench(
+                    "--backend",
+                    backend,
+                    "--hosts",
+                    two,
+                    "--nproc",
+                    "2",
+                    "--link",
+                    rate,
+                    "--max-bytes",
+                    str(top),
+                    "--iters",
+                    "5",
+                    "--warmup-iters",
+                    "2",
+                    "--store",
+                    args.store,
+                    "--oversubscribe",
+                    verb="allreduce",
+                )  # the parameter server's 2 servers beside the 2 workers: 4 processes
     if args.part in ("test", "all"):
         for workload in workloads:
             for rate in WORKLOADS[workload][2]:
-                bench("--backend", BACKENDS, "--workload", workload, "--hosts", HOSTS, "--world-sizes", "2,3,4",
-                      "--links", rate, "--no-plain-loop", "--no-comm", "--oversubscribe", "--warmup-steps", "2",
-                      "--windows", "2", "--steps-per-window", str(steps_per_window(workload, rate)), *common)
+                bench(
+                    "--backend",
+                    BACKENDS,
+                    "--workload",
+                    workload,
+                    "--hosts",
+                    HOSTS,
+                    "--world-sizes",
+                    "2,3,4",
+                    "--links",
+                    rate,
+                    "--no-plain-loop",
+                    "--no-comm",
+                    "--oversubscribe",
+                    "--warmup-steps",
+                    "2",
+                    "--windows",
+                    "2",
+                    "--steps-per-window",
+                    str(steps_per_window(workload, rate)),
+                    *common,
+                )
 
 
 if __name__ == "__main__":

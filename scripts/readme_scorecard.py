@@ -36,7 +36,7 @@ def block() -> str:
 def current(text: str) -> str:
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{README} has no {BEGIN} ... {END} block")
-    return text[text.index(BEGIN):text.index(END) + len(END)]
+    return text[text.index(BEGIN) : text.index(END) + len(END)]
 
 
 def screenshot() -> None:

@@ -39,11 +39,11 @@ def copied(columns: list[str], row: tuple, shift: float, ids: dict, rng: random.
     run_id = run_id_at(created_at, rng)
     old_sweep = values.get("sweep_id")
     sweep_id = ids.setdefault(old_sweep, run_id_at(created_at, rng)) if old_sweep else None
-    record.update(run_id=run_id, created_at=record["created_at"] + shift,
-                  run_dir=str(Path(record["run_dir"]).parent / run_id))
+    record.update(
+        run_id=run_id, created_at=record["created_at"] + shift, run_dir=str(Path(record["run_dir"]).parent / run_id)
+    )
     record["spec"]["sweep_id"] = sweep_id
-    values.update(run_id=run_id, created_at=created_at, sweep_id=sweep_id,
-                  record=json.dumps(record, allow_nan=False))
+    values.update(run_id=run_id, created_at=created_at, sweep_id=sweep_id, record=json.dumps(record, allow_nan=False))
     return tuple(values[c] for c in columns)
 
 
@@ -58,8 +58,10 @@ def scale(source: Path, target: Path, runs: int, seed: int = 0) -> int:
         with conn:
             for k in range(1, math.ceil(runs / len(rows))):
                 ids: dict = {}
-                conn.executemany(f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                                 [copied(columns, row, k * span, ids, rng) for row in rows])
+                conn.executemany(
+                    f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                    [copied(columns, row, k * span, ids, rng) for row in rows],
+                )
         return conn.execute("SELECT count(*) FROM runs").fetchone()[0]
 
 

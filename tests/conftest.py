@@ -67,13 +67,20 @@ def torch_compiler_before_tensorflow() -> None:
 
 
 # ---------------------------------------------------------------- the command line
-def bench(*args: object, timeout: float = 300, cwd: Path | None = None,
-          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def bench(
+    *args: object, timeout: float = 300, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a child process, as a user would (`env`: variables to set or replace)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     env.pop("BENCH_STORE", None)
-    return subprocess.run([sys.executable, "-m", "bench", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd or ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+        env=env,
+    )
 
 
 def bench_in_process(*args: object) -> subprocess.CompletedProcess[str]:
@@ -174,8 +181,9 @@ def assert_nothing_left(record: dict) -> None:
     assert processes_of_run(record["run_id"]) == []
     assert processes_naming_run(record) == []
     for row in record["rank_map"]:
-        assert not psutil.pid_exists(row["pid"]) or \
-            psutil.Process(row["pid"]).status() == psutil.STATUS_ZOMBIE, f"rank {row['rank']} survived"
+        assert not psutil.pid_exists(row["pid"]) or psutil.Process(row["pid"]).status() == psutil.STATUS_ZOMBIE, (
+            f"rank {row['rank']} survived"
+        )
     assert not Path(f"/tmp/bench-ray-{record['run_id']}").exists(), "the run's Ray folder under /tmp was left"
 
 
@@ -207,11 +215,26 @@ def two_worker_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Tr
         key = (backend, workload, *map(str, options))
         if key not in runs:
             store = tmp_path_factory.mktemp("two-worker") / "results" / "bench.sqlite"
-            proc, record = bench_json("run", "--backend", backend, *options, "--workload", workload, "--nproc", 2,
-                                      "--save-params", "--seed", TWO_WORKER_SEED, "--store", store, *FAST,
-                                      timeout=400)
+            proc, record = bench_json(
+                "run",
+                "--backend",
+                backend,
+                *options,
+                "--workload",
+                workload,
+                "--nproc",
+                2,
+                "--save-params",
+                "--seed",
+                TWO_WORKER_SEED,
+                "--store",
+                store,
+                *FAST,
+                timeout=400,
+            )
             runs[key] = TrainedRun(proc, record, store)
         return runs[key]
+
     return run
 
 
@@ -235,9 +258,18 @@ def two_worker_sgd(spec: dict, steps: int) -> list:
     torch.manual_seed(spec["seed"])
     model = WORKLOADS["mnist_mlp"].build(spec["num_classes"], spec["image_size"])
     opt = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"])
-    data = [SyntheticBatches(batch=spec["batch_size"], channels=1, image=spec["image_size"],
-                             classes=spec["num_classes"], seed=spec["seed"], rank=r, device="cpu")
-            for r in (0, 1)]
+    data = [
+        SyntheticBatches(
+            batch=spec["batch_size"],
+            channels=1,
+            image=spec["image_size"],
+            classes=spec["num_classes"],
+            seed=spec["seed"],
+            rank=r,
+            device="cpu",
+        )
+        for r in (0, 1)
+    ]
     loss_fn = torch.nn.CrossEntropyLoss()
     for step in range(steps):
         x = torch.cat([d.at(step)[0] for d in data])
@@ -272,8 +304,17 @@ def keras_two_worker_sgd(spec: dict, steps: int) -> list:
 
     model, optimizer = keras_model(spec)
     loss_of = keras().losses.SparseCategoricalCrossentropy(from_logits=True)  # the mean over the batch
-    data = [synthetic_arrays(batch=spec["batch_size"], channels=1, image=spec["image_size"],
-                             classes=spec["num_classes"], seed=spec["seed"], rank=r) for r in (0, 1)]
+    data = [
+        synthetic_arrays(
+            batch=spec["batch_size"],
+            channels=1,
+            image=spec["image_size"],
+            classes=spec["num_classes"],
+            seed=spec["seed"],
+            rank=r,
+        )
+        for r in (0, 1)
+    ]
     data = [(np.ascontiguousarray(xs.transpose(0, 1, 3, 4, 2)), ys) for xs, ys in data]  # NCHW to Keras's NHWC
     for step in range(steps):
         x = np.concatenate([xs[step % len(xs)] for xs, _ in data])
@@ -315,8 +356,10 @@ def assert_resumed_params_are_two_worker_sgd(record: dict, steps: int, processes
     assert len(resumed) == processes, resumed
     for path in resumed:
         got = [value for _, value in saved_params(path, framework)]
-        off = {name: max(float(np.abs(a - b).max()) for a, b in zip(got, ref, strict=True))
-               for name, ref in (("steps", expected), ("one fewer", fewer), ("one more", more))}
+        off = {
+            name: max(float(np.abs(a - b).max()) for a, b in zip(got, ref, strict=True))
+            for name, ref in (("steps", expected), ("one fewer", fewer), ("one more", more))
+        }
         assert off["steps"] < 1e-4 and off["steps"] * 5 < min(off["one fewer"], off["one more"]), off
 
 
@@ -372,11 +415,19 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Un
         raise AssertionError("bad input launched something")
 
     # every name the launching functions are bound to, in every module that imported them
-    originals = (bench.harness.runner.execute, bench.harness.supervisor.supervise, bench.harness.supervisor.launch,
-                 bench.results.hot_paths.run_hot_paths)
-    bound = [(module, name) for module in list(sys.modules.values())
-             if getattr(module, "__name__", "").startswith("bench") for name, value in vars(module).items()
-             if any(value is original for original in originals)]
+    originals = (
+        bench.harness.runner.execute,
+        bench.harness.supervisor.supervise,
+        bench.harness.supervisor.launch,
+        bench.results.hot_paths.run_hot_paths,
+    )
+    bound = [
+        (module, name)
+        for module in list(sys.modules.values())
+        if getattr(module, "__name__", "").startswith("bench")
+        for name, value in vars(module).items()
+        if any(value is original for original in originals)
+    ]
     assert len(bound) >= len(originals)
     for module, name in bound:
         monkeypatch.setattr(module, name, launched)
@@ -405,8 +456,9 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         pytest.skip("mount not found: apt-get install mount")
     folder = tmp_path / "disk"
     folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mounted.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:

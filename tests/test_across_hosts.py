@@ -26,10 +26,16 @@ def test_hosts_as_horovodrun_and_mpirun_take_them(tmp_path):
     assert read_hostfile(str(hostfile)) == [Host("a", 2), Host("b", 1), Host("c", 3)]
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("a:0", "at least 1 slot"), ("a:x", "not an integer"), ("a b:1", "not a host name"),
-    ("a:1,a:2", "twice"), (",", "names no host"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("a:0", "at least 1 slot"),
+        ("a:x", "not an integer"),
+        ("a b:1", "not a host name"),
+        ("a:1,a:2", "twice"),
+        (",", "names no host"),
+    ],
+)
 def test_bad_host_lists(text, fragment):
     with pytest.raises(UsageError, match=fragment):
         parse_hosts(text)
@@ -45,16 +51,28 @@ def test_placement_fills_hosts_in_order():
 
 def test_remote_commands_carry_their_environment_quoted():
     line = remote_shell(["python", "-c", "print('a b')"], {"X": "1 2", "Y": "$HOME"}, "/some dir")
-    assert shlex.split(line) == ["cd", "/some dir", "&&", "exec", "env", "X=1 2", "Y=$HOME", "python", "-c",
-                                 "print('a b')"]
+    assert shlex.split(line) == [
+        "cd",
+        "/some dir",
+        "&&",
+        "exec",
+        "env",
+        "X=1 2",
+        "Y=$HOME",
+        "python",
+        "-c",
+        "print('a b')",
+    ]
 
 
 def test_threads_are_shared_by_hosts_on_one_machine():
     from bench.core.hostlist import Host
     from bench.core.spec import default_threads, machine_load
 
-    one_machine = {"hosts": [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}],
-                   "machines": {"a": {"cpus": 2, "id": "m"}, "b": {"cpus": 2, "id": "m"}}}
+    one_machine = {
+        "hosts": [{"name": "a", "slots": 1}, {"name": "b", "slots": 1}],
+        "machines": {"a": {"cpus": 2, "id": "m"}, "b": {"cpus": 2, "id": "m"}},
+    }
     two_machines = {**one_machine, "machines": {"a": {"cpus": 2, "id": "m1"}, "b": {"cpus": 2, "id": "m2"}}}
     a, b = Host("a", 1), Host("b", 1)
     assert machine_load(one_machine, [(a, 1), (b, 1)]) == [(2, 2)] and default_threads("cpu", 2, one_machine) == 1
@@ -72,20 +90,25 @@ def test_parameter_servers_are_placed_one_per_host_by_default():
     options = ps.resolve_options({}, 4, hosts)  # 4 workers fill a and b; c gets none, and no server
     assert options["ps_servers"] == 2 and ps.resolve_options({}, 4, None)["ps_servers"] == 1
     plan = ps.host_plan([Host(**h) for h in hosts], 4, options)
-    assert [(h.name, n, env) for h, n, env in plan] == [("a", 3, {"BENCH_PS_SERVERS_HERE": "1"}),
-                                                        ("b", 3, {"BENCH_PS_SERVERS_HERE": "1"})]
+    assert [(h.name, n, env) for h, n, env in plan] == [
+        ("a", 3, {"BENCH_PS_SERVERS_HERE": "1"}),
+        ("b", 3, {"BENCH_PS_SERVERS_HERE": "1"}),
+    ]
     three = ps.resolve_options({"ps_servers": 3}, 4, hosts)
     assert [n for _, n, _ in ps.host_plan([Host(**h) for h in hosts], 4, three)] == [4, 3]
     elastic = get_backend("elastic")  # every other backend: every process takes a slot, in order
     assert [(h.name, n) for h, n, _ in elastic.host_plan([Host(**h) for h in hosts], 3, {})] == [("a", 2), ("b", 1)]
 
 
-@pytest.mark.parametrize("answer, seconds, said", [
-    ((0, "serveraliveinterval 5\nserveralivecountmax 2\n"), 10, None),
-    ((0, "serveraliveinterval 300\nserveralivecountmax 3\n"), 900, "after 900 s"),
-    ((0, "serveraliveinterval 0\nserveralivecountmax 3\n"), None, "gives up on a silent host never"),
-    ((255, ""), None, "could not read ssh's keepalive"),
-])
+@pytest.mark.parametrize(
+    "answer, seconds, said",
+    [
+        ((0, "serveraliveinterval 5\nserveralivecountmax 2\n"), 10, None),
+        ((0, "serveraliveinterval 300\nserveralivecountmax 3\n"), 900, "after 900 s"),
+        ((0, "serveraliveinterval 0\nserveralivecountmax 3\n"), None, "gives up on a silent host never"),
+        ((255, ""), None, "could not read ssh's keepalive"),
+    ],
+)
 def test_horovods_wait_for_a_lost_host_is_read_from_ssh(monkeypatch, capsys, answer, seconds, said):
     """Horovod elastic's driver waits for a lost host's ssh session: its keepalive, from `ssh -G` on the first host,
     is recorded and said when it exceeds --recovery-timeout."""
@@ -94,29 +117,38 @@ def test_horovods_wait_for_a_lost_host_is_read_from_ssh(monkeypatch, capsys, ans
     import bench.backends.horovod.launcher
     from bench.backends.horovod.launcher import ssh_keepalive
 
-    monkeypatch.setattr(bench.backends.horovod.launcher, "run_on", lambda host, argv, **kw: subprocess.CompletedProcess(
-        argv, answer[0], answer[1], "" if answer[0] == 0 else "no route to host"))
+    monkeypatch.setattr(
+        bench.backends.horovod.launcher,
+        "run_on",
+        lambda host, argv, **kw: subprocess.CompletedProcess(
+            argv, answer[0], answer[1], "" if answer[0] == 0 else "no route to host"
+        ),
+    )
     assert ssh_keepalive(["a", "b"], 90) == seconds
     err = capsys.readouterr().err
     assert (said in err) if said else err == ""
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["run", "--iface", "eth0"], ["--iface applies to runs across hosts"]),
-    (["run", "--hosts", "a:1", "--hostfile", "/etc/hostname"], ["--hostfile"]),
-    (["run", "--hosts", "a:1", "--gpus", "1"], ["--gpus across hosts"]),
-    (["allreduce", "--hosts", "a:0"], ["at least 1 slot"]),
-    (["allreduce", "--link", "1gbit"], ["--link applies to runs across hosts"]),
-    (["allreduce", "--link", "fast"], ["the rate must be a number with tc's unit"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["run", "--iface", "eth0"], ["--iface applies to runs across hosts"]),
+        (["run", "--hosts", "a:1", "--hostfile", "/etc/hostname"], ["--hostfile"]),
+        (["run", "--hosts", "a:1", "--gpus", "1"], ["--gpus across hosts"]),
+        (["allreduce", "--hosts", "a:0"], ["at least 1 slot"]),
+        (["allreduce", "--link", "1gbit"], ["--link applies to runs across hosts"]),
+        (["allreduce", "--link", "fast"], ["the rate must be a number with tc's unit"]),
+    ],
+)
 def test_bad_input_across_hosts(args, fragments, store):
     assert_one_line_error(bench_in_process(*args, "--store", store), *fragments)
 
 
 # ---------------------------------------------------------------- real runs on two test hosts (root)
 def needs_hosts(test):
-    skip = pytest.mark.skipif(UNAVAILABLE is not None,
-                              reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+    skip = pytest.mark.skipif(
+        UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}"
+    )
     return pytest.mark.slow(skip(test))
 
 
@@ -161,8 +193,20 @@ def assert_across_two_hosts(record, hosts):
 @pytest.mark.parametrize("backend", ["elastic", "horovod"])
 def test_training_across_two_hosts(two_hosts, backend, store):
     """ResNet18 here; the MLP trains across the same hosts in the link sweep below."""
-    proc, record = run_json("run", "--backend", backend, "--workload", "resnet18", "--hosts", across(two_hosts),
-                            "--threads", "1", "--store", store, *FAST)
+    proc, record = run_json(
+        "run",
+        "--backend",
+        backend,
+        "--workload",
+        "resnet18",
+        "--hosts",
+        across(two_hosts),
+        "--threads",
+        "1",
+        "--store",
+        store,
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "interface eth0 (the interface the hosts route to each other through)" in proc.stderr
     assert_across_two_hosts(record, two_hosts)
@@ -173,15 +217,30 @@ def test_training_across_two_hosts(two_hosts, backend, store):
 def test_parameter_server_across_two_hosts(two_hosts, store, workload):
     """2 workers on two hosts and, by the default policy, one server on each: every worker pushes to a server on the
     other host too, whatever order torchrun gave the hosts."""
-    proc, record = run_json("run", "--backend", "ps", "--workload", workload, "--hosts", across(two_hosts),
-                            "--threads", "1", "--oversubscribe", "--store", store, *FAST)  # 4 processes, 2 cores
+    proc, record = run_json(
+        "run",
+        "--backend",
+        "ps",
+        "--workload",
+        workload,
+        "--hosts",
+        across(two_hosts),
+        "--threads",
+        "1",
+        "--oversubscribe",
+        "--store",
+        store,
+        *FAST,
+    )  # 4 processes, 2 cores
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok", record["error"]
     assert record["spec"]["backend_options"]["ps_servers"] == 2
     rows = record["rank_map"]
     for host in two_hosts:
         assert sorted((row["role"], row["role_rank"] is not None) for row in rows if row["host"] == host.name) == [
-            ("server", True), ("worker", True)]
+            ("server", True),
+            ("worker", True),
+        ]
     assert sorted(row["role_rank"] for row in rows if row["role"] == "worker") == [0, 1]
     assert processes_of_run(record["run_id"]) == []
 
@@ -189,8 +248,22 @@ def test_parameter_server_across_two_hosts(two_hosts, store, workload):
 @needs_hosts
 def test_allreduce_across_two_hosts_is_correct(two_hosts, store):
     """Every backend's allreduce across the hosts (the parameter server's with a server on each host)."""
-    proc, records = run_json("allreduce", "--backend", "elastic,horovod,ps", "--hosts", across(two_hosts),
-                             "--threads", "1", "--oversubscribe", "--max-bytes", "1M", "--iters", "3", "--store", store)
+    proc, records = run_json(
+        "allreduce",
+        "--backend",
+        "elastic,horovod,ps",
+        "--hosts",
+        across(two_hosts),
+        "--threads",
+        "1",
+        "--oversubscribe",
+        "--max-bytes",
+        "1M",
+        "--iters",
+        "3",
+        "--store",
+        store,
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(r["spec"]["backend"] for r in records) == ["elastic", "horovod", "ps"]
     for record in records:
@@ -216,8 +289,25 @@ def test_a_shaped_link_limits_busbw_to_its_rate(two_hosts, store):
     """At 100mbit every host sends at most 12.5 MB/s: a 2-rank ring moves S per rank per allreduce, so busbw at
     the largest size comes to the rate, less TCP/IP's headers and slow start (70% to 105% of it), where the
     unshaped link gives many times more; afterwards no host's link is left shaped."""
-    common = ["allreduce", "--backend", "elastic", "--hosts", across(two_hosts), "--threads", "1", "--min-bytes",
-              "1M", "--max-bytes", "2M", "--warmup-iters", "1", "--iters", "5", "--store", store]
+    common = [
+        "allreduce",
+        "--backend",
+        "elastic",
+        "--hosts",
+        across(two_hosts),
+        "--threads",
+        "1",
+        "--min-bytes",
+        "1M",
+        "--max-bytes",
+        "2M",
+        "--warmup-iters",
+        "1",
+        "--iters",
+        "5",
+        "--store",
+        store,
+    ]
     proc, shaped = run_json(*common, "--link", "100mbit")
     assert proc.returncode == 0, proc.stderr
     assert shaped["spec"]["link"] == {"rate": "100mbit", "delay": None, "rate_bytes_per_s": 12.5e6}
@@ -236,8 +326,23 @@ def test_a_shaped_link_limits_busbw_to_its_rate(two_hosts, store):
 def test_a_delay_is_shaped_or_refused_before_the_run(two_hosts, store):
     """A delay needs netem: where the kernel has it the run goes ahead with it, else one line says so before
     anything is planned."""
-    proc = bench("allreduce", "--backend", "elastic", "--hosts", across(two_hosts), "--threads", "1", "--max-bytes",
-                 "64K", "--iters", "2", "--link", "1gbit:1ms", "--store", store)
+    proc = bench(
+        "allreduce",
+        "--backend",
+        "elastic",
+        "--hosts",
+        across(two_hosts),
+        "--threads",
+        "1",
+        "--max-bytes",
+        "64K",
+        "--iters",
+        "2",
+        "--link",
+        "1gbit:1ms",
+        "--store",
+        store,
+    )
     if proc.returncode == 2:
         assert_one_line_error(proc, "this kernel has no netem")
         assert not store.exists()
@@ -260,22 +365,39 @@ def link_cases(throughputs: dict):
     for (backend, rate), launches in throughputs.items():
         for i, value in enumerate(launches):
             spec_fields = {"hosts": HOSTS, "iface": "eth0", "link": parse_link(rate) if rate else None}
-            records.append(train_record(f"{backend}-{rate}-{i}", backend, 2, per_window=[value, value * 1.01],
-                                        spec_fields=spec_fields, created_at=1000.0 + len(records)))
+            records.append(
+                train_record(
+                    f"{backend}-{rate}-{i}",
+                    backend,
+                    2,
+                    per_window=[value, value * 1.01],
+                    spec_fields=spec_fields,
+                    created_at=1000.0 + len(records),
+                )
+            )
     return replicated_cases(records_to_frame(records))
 
 
 def test_the_verdict_changes_where_the_link_makes_it_change():
     from bench.tasks.train.report import link_blocks, link_verdicts
 
-    cases = link_cases({("elastic", "100mbit"): [50, 52, 51], ("horovod", "100mbit"): [80, 81, 79],
-                        ("elastic", "1gbit"): [90, 91, 92], ("horovod", "1gbit"): [88, 90, 91],
-                        ("elastic", None): [200, 203, 201], ("horovod", None): [150, 151, 149]})
+    cases = link_cases(
+        {
+            ("elastic", "100mbit"): [50, 52, 51],
+            ("horovod", "100mbit"): [80, 81, 79],
+            ("elastic", "1gbit"): [90, 91, 92],
+            ("horovod", "1gbit"): [88, 90, 91],
+            ("elastic", None): [200, 203, 201],
+            ("horovod", None): [150, 151, 149],
+        }
+    )
     steps, sentence = link_verdicts(cases)
     assert [label for label, _ in steps] == ["100mbit", "1gbit", "unlimited"]
     assert [d["significant"] for _, d in steps] == [True, False, True]
-    assert sentence == ("mnist_mlp at 2 workers across 2 hosts: the verdict changes between links 100mbit and "
-                        "unlimited: horovod is faster at 100mbit, elastic at unlimited.")
+    assert sentence == (
+        "mnist_mlp at 2 workers across 2 hosts: the verdict changes between links 100mbit and "
+        "unlimited: horovod is faster at 100mbit, elastic at unlimited."
+    )
     blocks, sentences = link_blocks(cases)
     assert sentences == [sentence] and any(type(b).__name__ == "Plot" for b in blocks)
 
@@ -283,11 +405,19 @@ def test_the_verdict_changes_where_the_link_makes_it_change():
 def test_one_winner_at_every_link_is_no_crossover():
     from bench.tasks.train.report import link_verdicts
 
-    cases = link_cases({("elastic", "100mbit"): [60, 61, 62], ("horovod", "100mbit"): [50, 51, 50],
-                        ("elastic", None): [200, 203, 201], ("horovod", None): [150, 151, 149]})
+    cases = link_cases(
+        {
+            ("elastic", "100mbit"): [60, 61, 62],
+            ("horovod", "100mbit"): [50, 51, 50],
+            ("elastic", None): [200, 203, 201],
+            ("horovod", None): [150, 151, 149],
+        }
+    )
     _, sentence = link_verdicts(cases)
-    assert "elastic is faster at every link where the difference is significant (100mbit, unlimited of 2 " \
-           "measured); no crossover" in sentence
+    assert (
+        "elastic is faster at every link where the difference is significant (100mbit, unlimited of 2 "
+        "measured); no crossover" in sentence
+    )
 
 
 @needs_hosts
@@ -295,14 +425,40 @@ def test_a_link_sweep_and_its_report(two_hosts, tmp_path, store):
     """The matrix at two links (each backend training the MLP across both hosts); the report's link section
     plots both and states the verdict at each."""
     report = tmp_path / "report.html"
-    proc = bench("sweep", "--hosts", across(two_hosts), "--links", "100mbit,unlimited", "--backend", "elastic,horovod",
-                 "--workload", "mnist_mlp", "--world-sizes", "2", "--no-plain-loop", "--no-comm", "--repeats", "1",
-                 "--threads", "1", "--store", store, "--output", report, *FAST, timeout=600)
+    proc = bench(
+        "sweep",
+        "--hosts",
+        across(two_hosts),
+        "--links",
+        "100mbit,unlimited",
+        "--backend",
+        "elastic,horovod",
+        "--workload",
+        "mnist_mlp",
+        "--world-sizes",
+        "2",
+        "--no-plain-loop",
+        "--no-comm",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--store",
+        store,
+        "--output",
+        report,
+        *FAST,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "links 100mbit, unlimited" in proc.stderr
     records = _stored(store)
-    assert sorted((r["spec"]["link"] or {}).get("rate", "unlimited") for r in records) == \
-        ["100mbit", "100mbit", "unlimited", "unlimited"]
+    assert sorted((r["spec"]["link"] or {}).get("rate", "unlimited") for r in records) == [
+        "100mbit",
+        "100mbit",
+        "unlimited",
+        "unlimited",
+    ]
     for record in records:
         assert_across_two_hosts(record, two_hosts)
     page = report.read_text()
@@ -321,18 +477,34 @@ def test_one_launch_a_side_is_never_called_faster():
     from bench.report.sections import Table
     from bench.tasks.train.report import link_blocks
 
-    cases = link_cases({("elastic", "100mbit"): [50], ("horovod", "100mbit"): [80],
-                        ("elastic", None): [200], ("horovod", None): [150]})
+    cases = link_cases(
+        {("elastic", "100mbit"): [50], ("horovod", "100mbit"): [80], ("elastic", None): [200], ("horovod", None): [150]}
+    )
     blocks, sentences = link_blocks(cases)
-    assert sentences == ["mnist_mlp at 2 workers across 2 hosts: no link measured shows a significant difference "
-                         "between elastic and horovod."]
+    assert sentences == [
+        "mnist_mlp at 2 workers across 2 hosts: no link measured shows a significant difference "
+        "between elastic and horovod."
+    ]
     verdicts = next(b for b in blocks if isinstance(b, Table))
     assert [row.cells[-1].text for row in verdicts.rows] == ["cannot tell: one launch on a side"] * 2
 
 
 # ---------------------------------------------------------------- faults across hosts
-HOST_FAULT = ["fault", "--workload", "mnist_mlp", "--threads", "1", "--checkpoint-every", "20", "--at-step", "50",
-              "--steps", "90", "--comm-timeout", "5"]
+HOST_FAULT = [
+    "fault",
+    "--workload",
+    "mnist_mlp",
+    "--threads",
+    "1",
+    "--checkpoint-every",
+    "20",
+    "--at-step",
+    "50",
+    "--steps",
+    "90",
+    "--comm-timeout",
+    "5",
+]
 
 
 def assert_no_cut_left(hosts):
@@ -361,8 +533,17 @@ def assert_host_fault_survived(record, hosts, scenario):
 def test_a_node_loss_is_survived_and_timed(two_hosts, store, backend):
     """The second host is lost mid-run (cut off, then every process of the run there SIGKILLed): torchrun's
     agents go on with one node, Horovod blacklists the host; both resume from the last commit at world size 1."""
-    proc, record = run_json(*HOST_FAULT, "--backend", backend, "--hosts", across(two_hosts), "--kill-host",
-                            two_hosts[1].address, "--store", store)
+    proc, record = run_json(
+        *HOST_FAULT,
+        "--backend",
+        backend,
+        "--hosts",
+        across(two_hosts),
+        "--kill-host",
+        two_hosts[1].address,
+        "--store",
+        store,
+    )
     assert proc.returncode == 0, proc.stderr
     assert record["metrics"]["fault"]["killed"] >= 1
     if backend == "horovod":  # the test hosts' ssh gives up on a silent host in 10 s, within --recovery-timeout
@@ -375,7 +556,10 @@ def test_a_node_loss_is_survived_and_timed(two_hosts, store, backend):
 
     frame = load_frame(Store(store))
     panels = host_map_panels(frame)
-    assert [p["title"].split("\n")[0] for p in panels] == [f"{backend} kill-host, before", f"{backend} kill-host, after"]
+    assert [p["title"].split("\n")[0] for p in panels] == [
+        f"{backend} kill-host, before",
+        f"{backend} kill-host, after",
+    ]
     assert all(p["hosts"] == [h.name for h in two_hosts] for p in panels)
     assert {x.host for x in panels[1]["rows"]} == {two_hosts[0].name}  # the lost host: no process after
     ranks = render_report(frame, "s").split('id="ranks"')[1]
@@ -386,23 +570,34 @@ def test_a_node_loss_is_survived_and_timed(two_hosts, store, backend):
 def test_a_partitioned_host_is_left_behind(two_hosts, store):
     """The second host's link is cut mid-run, its processes alive: the survivor notices when a collective times out
     (--comm-timeout) and goes on alone; the cut host's agent is ended with the run, and the cut healed."""
-    proc, record = run_json(*HOST_FAULT, "--backend", "elastic", "--hosts", across(two_hosts), "--partition-host",
-                            two_hosts[1].address, "--store", store)
+    proc, record = run_json(
+        *HOST_FAULT,
+        "--backend",
+        "elastic",
+        "--hosts",
+        across(two_hosts),
+        "--partition-host",
+        two_hosts[1].address,
+        "--store",
+        store,
+    )
     assert proc.returncode == 0, proc.stderr
     assert_host_fault_survived(record, two_hosts, "partition-host")
     assert record["metrics"]["detection_s"] >= 4  # nothing told the survivor: it waited for its collective
 
 
 @needs_hosts
-@pytest.mark.parametrize("flag_args, fragment", [
-    (lambda h: ["--kill-host", h[0].address], "the first host holds the run's rendezvous"),
-    (lambda h: ["--kill-host", "10.213.7.77"], "name one of them"),
-    (lambda h: ["--partition-host", h[1].address, "--fault", "join"], "choose one fault a run"),
-    (lambda h: ["--kill-rank", "1"], "--kill-rank and --fault join run on this machine"),
-])
+@pytest.mark.parametrize(
+    "flag_args, fragment",
+    [
+        (lambda h: ["--kill-host", h[0].address], "the first host holds the run's rendezvous"),
+        (lambda h: ["--kill-host", "10.213.7.77"], "name one of them"),
+        (lambda h: ["--partition-host", h[1].address, "--fault", "join"], "choose one fault a run"),
+        (lambda h: ["--kill-rank", "1"], "--kill-rank and --fault join run on this machine"),
+    ],
+)
 def test_host_faults_refuse_what_cannot_run(two_hosts, store, flag_args, fragment):
-    proc = bench("fault", "--backend", "elastic", "--hosts", across(two_hosts), *flag_args(two_hosts),
-                 "--store", store)
+    proc = bench("fault", "--backend", "elastic", "--hosts", across(two_hosts), *flag_args(two_hosts), "--store", store)
     assert_one_line_error(proc, fragment)
     assert not store.exists()
 
@@ -419,16 +614,63 @@ def test_the_scaling_model_predicts_runs_across_hosts_it_was_not_fitted_on(two_h
     from bench.projection.validate import GOAL_MEDIAN, GOAL_WORST
 
     store = str(tmp_path / "model.sqlite")
-    common = ["--backend", "elastic", "--workload", "mnist_mlp", "--threads", "1", "--no-faults", "--store", store,
-              "--output", str(tmp_path / "page.html")]
+    common = [
+        "--backend",
+        "elastic",
+        "--workload",
+        "mnist_mlp",
+        "--threads",
+        "1",
+        "--no-faults",
+        "--store",
+        store,
+        "--output",
+        str(tmp_path / "page.html"),
+    ]
     fitted = bench("sweep", *common, "--world-sizes", "1,2", "--repeats", "2", *FAST, timeout=600)
     assert fitted.returncode == 0, fitted.stderr
-    link = bench("allreduce", "--backend", "elastic", "--hosts", across(two_hosts), "--nproc", "2", "--link", "20mbit",
-                 "--max-bytes", str(4 * 2**20), "--iters", "5", "--warmup-iters", "2", "--store", store, timeout=600)
+    link = bench(
+        "allreduce",
+        "--backend",
+        "elastic",
+        "--hosts",
+        across(two_hosts),
+        "--nproc",
+        "2",
+        "--link",
+        "20mbit",
+        "--max-bytes",
+        str(4 * 2**20),
+        "--iters",
+        "5",
+        "--warmup-iters",
+        "2",
+        "--store",
+        store,
+        timeout=600,
+    )
     assert link.returncode == 0, link.stderr
-    held_out = bench("sweep", *common, "--hosts", across(two_hosts), "--links", "20mbit", "--world-sizes", "2",
-                     "--repeats", "3", "--no-plain-loop", "--no-comm", "--warmup-steps", "2", "--windows", "3",
-                     "--steps-per-window", "2", timeout=600)
+    held_out = bench(
+        "sweep",
+        *common,
+        "--hosts",
+        across(two_hosts),
+        "--links",
+        "20mbit",
+        "--world-sizes",
+        "2",
+        "--repeats",
+        "3",
+        "--no-plain-loop",
+        "--no-comm",
+        "--warmup-steps",
+        "2",
+        "--windows",
+        "3",
+        "--steps-per-window",
+        "2",
+        timeout=600,
+    )
     assert held_out.returncode == 0, held_out.stderr
 
     proc, result = run_json("predict", "--validate", "--store", store)

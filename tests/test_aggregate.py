@@ -24,8 +24,10 @@ from factories import (
 def test_victim_that_exits_first_is_not_blamed():
     # rank 1 raised first; rank 0 failed 10 ms later because of it, but exited sooner
     exits = {0: exit_row(0, 5.0), 1: exit_row(1, 5.2, terminated_by="SIGTERM")}
-    errors = {0: {"time": 4.01, "type": "HorovodInternalError", "message": "shut down"},
-              1: {"time": 4.00, "type": "RuntimeError", "message": "boom"}}
+    errors = {
+        0: {"time": 4.01, "type": "HorovodInternalError", "message": "shut down"},
+        1: {"time": 4.00, "type": "RuntimeError", "message": "boom"},
+    }
     cause = _root_cause(exits, errors, {})
     assert cause["rank"] == 1 and cause["exception"] == "RuntimeError"
 
@@ -38,26 +40,34 @@ def test_signal_death_is_ordered_by_exit_time():
 
 
 def test_ranks_terminated_by_the_launcher_alone_are_not_causes():
-    exits = {0: exit_row(0, 3.0, returncode=-15, terminated_by="SIGTERM"),
-             1: exit_row(1, 3.0, returncode=-15, terminated_by="SIGTERM")}
+    exits = {
+        0: exit_row(0, 3.0, returncode=-15, terminated_by="SIGTERM"),
+        1: exit_row(1, 3.0, returncode=-15, terminated_by="SIGTERM"),
+    }
     assert _root_cause(exits, {}, {}) is None
 
 
 def test_killed_rank_is_blamed_though_a_peer_raised_a_moment_before_its_exit_was_seen():
     # a server SIGKILLed: its peers raise "connection closed" 0.1 ms before its guard records the death
-    exits = {0: exit_row(0, 5.2, returncode=-15, terminated_by="SIGTERM"),
-             1: exit_row(1, 5.2, returncode=-15, terminated_by="SIGTERM"),
-             2: exit_row(2, 5.0001, returncode=-9)}
-    errors = {0: {"time": 5.0000, "type": "RuntimeError", "message": "Connection closed by peer"},
-              1: {"time": 5.0002, "type": "RuntimeError", "message": "Connection closed by peer"}}
+    exits = {
+        0: exit_row(0, 5.2, returncode=-15, terminated_by="SIGTERM"),
+        1: exit_row(1, 5.2, returncode=-15, terminated_by="SIGTERM"),
+        2: exit_row(2, 5.0001, returncode=-9),
+    }
+    errors = {
+        0: {"time": 5.0000, "type": "RuntimeError", "message": "Connection closed by peer"},
+        1: {"time": 5.0002, "type": "RuntimeError", "message": "Connection closed by peer"},
+    }
     cause = _root_cause(exits, errors, {})
     assert cause["rank"] == 2 and cause["signal"] == "SIGKILL" and cause["exception"] is None
 
 
 def test_a_vanished_rank_is_blamed_like_a_killed_one():
     # a Ray worker SIGKILLed: no exit status reaches the driver; its peer raised "connection reset" first
-    exits = {0: exit_row(0, 5.2), 1: {**exit_row(1, 5.3, returncode=-1), "signal": None, "exit_code": None,
-                                      "vanished": True}}
+    exits = {
+        0: exit_row(0, 5.2),
+        1: {**exit_row(1, 5.3, returncode=-1), "signal": None, "exit_code": None, "vanished": True},
+    }
     errors = {0: {"time": 5.0, "type": "RuntimeError", "message": "Connection reset by peer"}}
     cause = _root_cause(exits, errors, {})
     assert (cause["rank"], cause["signal"], cause["vanished"], cause["exception"]) == (1, None, True, None)
@@ -65,8 +75,11 @@ def test_a_vanished_rank_is_blamed_like_a_killed_one():
 
 def test_without_a_signal_or_an_exception_the_first_to_exit_is_blamed():
     # rank 0 finished (its result is there); ranks 1 and 2 exited non-zero without a word, rank 2 first
-    exits = {0: exit_row(0, 3.0, returncode=0), 1: exit_row(1, 4.0, returncode=2, tail="oops"),
-             2: exit_row(2, 3.5, returncode=1)}
+    exits = {
+        0: exit_row(0, 3.0, returncode=0),
+        1: exit_row(1, 4.0, returncode=2, tail="oops"),
+        2: exit_row(2, 3.5, returncode=1),
+    }
     cause = _root_cause(exits, {}, {0: {}})
     assert (cause["rank"], cause["exit_code"], cause["signal"], cause["exception"]) == (2, 1, None, None)
 
@@ -75,8 +88,10 @@ def test_a_rank_that_exits_zero_before_the_end_is_blamed_not_its_peers_errors():
     # rank 1 left with code 0 at 3.0, without a word or its result; rank 0's "connection reset" (raised first, as
     # a peer's error can be before the leaver's guard sees it go) and the server's are consequences
     exits = {0: exit_row(0, 3.4), 1: exit_row(1, 3.0, returncode=0), 2: exit_row(2, 3.5)}
-    errors = {0: {"time": 2.9999, "type": "RuntimeError", "message": "Connection reset by peer"},
-              2: {"time": 3.1, "type": "RuntimeError", "message": "server: peer gone"}}
+    errors = {
+        0: {"time": 2.9999, "type": "RuntimeError", "message": "Connection reset by peer"},
+        2: {"time": 3.1, "type": "RuntimeError", "message": "server: peer gone"},
+    }
     cause = _root_cause(exits, errors, {})
     assert (cause["rank"], cause["exit_code"], cause["signal"], cause["exception"]) == (1, 0, None, None)
     # a rank that exits 0 after writing its result ended the run normally: the raiser is blamed
@@ -100,12 +115,23 @@ def test_the_record_of_a_run_holds_its_facts_and_what_its_task_concluded(tmp_pat
     conclusion = get_task("train").conclude(spec, run_dir, done, None)
     conclusion.events.append({"time": LAUNCHED_AT + 5.0, "kind": "note"})
     rec = build_record("r-1", spec, run_dir, done, {"cpu_count": 2}, ["torchrun", "x"], conclusion, {"port": 1})
-    assert (rec.schema_version, rec.run_id, rec.status, rec.created_at, rec.duration_s) == \
-           (SCHEMA_VERSION, "r-1", "ok", LAUNCHED_AT, 12.0)
+    assert (rec.schema_version, rec.run_id, rec.status, rec.created_at, rec.duration_s) == (
+        SCHEMA_VERSION,
+        "r-1",
+        "ok",
+        LAUNCHED_AT,
+        12.0,
+    )
     assert rec.metrics.window_times_s == [0.2, 0.1] and rec.launch == {"port": 1}
     assert rec.run_dir == str(run_dir.path) and rec.command == ["torchrun", "x"]
     kinds = [(e["kind"], e.get("rank")) for e in rec.events]
-    assert kinds == [("launch", None), ("note", None), ("rank_exit", 0), ("rank_exit", 1), ("launcher_exited", None),
-                     ("reaped", None)]
+    assert kinds == [
+        ("launch", None),
+        ("note", None),
+        ("rank_exit", 0),
+        ("rank_exit", 1),
+        ("launcher_exited", None),
+        ("reaped", None),
+    ]
     assert [e["time"] for e in rec.events] == sorted(e["time"] for e in rec.events)
     assert RunRecord.from_dict(rec.to_dict()) == rec

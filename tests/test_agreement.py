@@ -62,8 +62,10 @@ def test_sweeps_of_the_same_code_are_pooled_and_other_code_is_left_out():
     import dataclasses
 
     def code(records, commit):
-        return [dataclasses.replace(r, environment={**r.environment, "git": {"commit": commit, "dirty": False}})
-                for r in records]
+        return [
+            dataclasses.replace(r, environment={**r.environment, "git": {"commit": commit, "dirty": False}})
+            for r in records
+        ]
 
     old = code(sweep_records("s0", {("elastic", 2): [10, 11, 12], ("horovod", 2): [50, 51, 49]}, t0=0), "aaa")
     first = code(sweep_records("s1", {("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]}, t0=100), "bbb")
@@ -121,7 +123,7 @@ def test_the_contradictions_of_all_pairs_are_those_of_each_pair():
     kinds = [fast_elastic, fast_horovod, leaning, even, fast_elastic, leaning]
     claims = {f"s{i}": sweep_claims(sweep_records(f"s{i}", kind, t0=1000.0 * i)) for i, kind in enumerate(kinds)}
     ids = sorted(claims)
-    pairs = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:]]
+    pairs = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :]]
     expected = {(a, b): contradictions(claims[a], claims[b]) for a, b in pairs}
     assert sum(map(len, expected.values())) >= 10 and not all(expected.values())  # some pairs contradict, not all
     assert pair_contradictions(claims, pairs) == expected
@@ -139,7 +141,8 @@ def test_the_page_says_whether_its_sweeps_agree():
     assert said and said.group(1) == "2"  # the throughput pair, and their efficiencies against each other
     assert said.group(2).split(".; ")[0].split("; ")[:2] == [
         "efficiency elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores",
-        "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores"]
+        "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores",
+    ]
     # one sweep: nothing to check, nothing said
     assert "Rerun check" not in render_report(records_to_frame(sweep_records("a", CLEAR)), "test")
 
@@ -172,8 +175,13 @@ def test_sooner_startup_is_claimed_only_across_launches():
 def test_ray_is_measured_against_elastic_and_the_ps_against_the_faster_primary():
     """A reference backend that runs a primary's data-parallel path (ray: elastic's DDP) is compared with that
     backend, even where the other primary is faster; the parameter server with the faster primary."""
-    launches = {("single", 1): [100, 102, 98], ("elastic", 2): [120, 118, 123], ("horovod", 2): [150, 155, 148],
-                ("ray", 2): [110, 112, 109], ("ps", 2): [90, 91, 89]}
+    launches = {
+        ("single", 1): [100, 102, 98],
+        ("elastic", 2): [120, 118, 123],
+        ("horovod", 2): [150, 155, 148],
+        ("ray", 2): [110, 112, 109],
+        ("ps", 2): [90, 91, 89],
+    }
     lines = in_words(page_part(sweep_records("s1", launches)))
     ray = next(s for s in lines if ": ray (" in s)
     assert "against elastic: elastic faster by" in ray and "3 + 3 launches" in ray
@@ -259,16 +267,19 @@ def test_runs_that_shared_their_cores_are_left_out_of_verdicts_the_page_and_the_
 
     recs = sweep_records("s1", CLEAR)
     other = [{"run_id": "20250101-000000-abcdef", "label": "horovod mnist_mlp, world 2", "store": "/x.sqlite"}]
-    marked = [dataclasses.replace(r, shared_with=other) if (r.spec.backend, r.spec.world_size) == ("elastic", 2)
-              else r for r in recs]
+    marked = [
+        dataclasses.replace(r, shared_with=other) if (r.spec.backend, r.spec.world_size) == ("elastic", 2) else r
+        for r in recs
+    ]
     assert row(page_part(recs), "training throughput", 2).winner == "elastic"
     after = [r for r in page_part(marked).scorecard if ", 2 workers" in r.condition]
     assert after == []  # elastic's launches at 2 workers are left out: nothing to compare horovod's with
     assert not any("elastic" in s and "faster" in s and "2 worker(s)" in s for s in in_words(page_part(marked)))
     assert not any(k.startswith("elastic") and "x2" in k for k in sweep_claims(marked))
     page = render_report(records_to_frame(marked), "test")
-    assert ("3 ok run(s) left out of every comparison, verdict and the gate: another bench run shared their cores"
-            in page)
+    assert (
+        "3 ok run(s) left out of every comparison, verdict and the gate: another bench run shared their cores" in page
+    )
     assert "20250101-000000-abcdef" in page
     assert "left out of every comparison" not in render_report(records_to_frame(recs), "test")
     figs, not_ok = figures(marked)

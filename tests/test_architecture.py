@@ -26,13 +26,37 @@ from bench.core.registry import BACKEND_MODULES, TASK_PARTS, get_backend
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 # lowest first
-LAYERS = ["core", "rank", "cluster", "backends", "harness", "tasks", "results", "projection", "report", "workflows", "testbed",
-          "tools", "cli"]
+LAYERS = [
+    "core",
+    "rank",
+    "cluster",
+    "backends",
+    "harness",
+    "tasks",
+    "results",
+    "projection",
+    "report",
+    "workflows",
+    "testbed",
+    "tools",
+    "cli",
+]
 # The parts of a task (bench.core.registry.TASK_PARTS) that sit in a higher layer than the task; its rank program
 # is the task's own (the rank entry reaches it through the registry, as the harness reaches the task).
 VIEW_PARTS = ("results", "report")
-HEAVY = ("torch", "horovod", "ray", "workloads", "numpy", "pandas", "matplotlib", "scipy", "jinja2", "tensorflow",
-         "tf_keras")
+HEAVY = (
+    "torch",
+    "horovod",
+    "ray",
+    "workloads",
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "scipy",
+    "jinja2",
+    "tensorflow",
+    "tf_keras",
+)
 
 
 def module_name(path: Path) -> str:
@@ -169,8 +193,13 @@ def test_a_function_local_import_of_bench_keeps_a_heavy_dependency_out():
 def _loads_heavy_at_import(path: Path) -> bool:
     tree = ast.parse(path.read_text())
     for node in tree.body:
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and not node.level
+            else []
+        )
         if any(n.split(".")[0] in HEAVY for n in names):
             return True
     return False
@@ -197,9 +226,13 @@ def test_every_layer_says_what_it_is_for(layer):
 def test_nothing_outside_the_tasks_compares_a_runs_task_with_a_name():
     """Docs/architecture.md, "Two rules": what differs between kinds of run is a property of the task plug-in
     (Task.model_input, Task.measured, ...), never a test of `spec.task` against a task's name elsewhere."""
-    found = [f"{path.relative_to(BENCH.parent)}:{n}" for name, path in modules().items()
-             if layer_of(name) != "tasks" for n, line in enumerate(path.read_text().splitlines(), 1)
-             if re.search(r"""\.task\s*(==|!=)\s*["']|\.task\s+(not\s+)?in\s+\(["']""", line)]
+    found = [
+        f"{path.relative_to(BENCH.parent)}:{n}"
+        for name, path in modules().items()
+        if layer_of(name) != "tasks"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"""\.task\s*(==|!=)\s*["']|\.task\s+(not\s+)?in\s+\(["']""", line)
+    ]
     assert not found, found
 
 
@@ -215,12 +248,14 @@ NAMED_ELSEWHERE = {
     },
     "ray": {
         "bench/testbed/ray.py": "the Ray test cluster: it asks the backend whether Ray is installed and starts its "
-                                "nodes with the backend's `ray` program, rather than a copy of either",
+        "nodes with the backend's `ray` program, rather than a copy of either",
         "bench/workflows/regress.py": "the gate's matrix gates the Ray backend on one workload only (its runtime's "
-                                      "start-up is slow)",
+        "start-up is slow)",
     },
-    "ps": {"bench/cli/selfcheck.py": "--backend's declared bad values: a backend with no bare loop is refused",
-           "bench/cli/fault.py": "--backend's declared bad value: a backend with no elastic mode is refused"},
+    "ps": {
+        "bench/cli/selfcheck.py": "--backend's declared bad values: a backend with no bare loop is refused",
+        "bench/cli/fault.py": "--backend's declared bad value: a backend with no elastic mode is refused",
+    },
     "single": {"bench/cli/selfcheck.py": "--backend's declared bad values: a backend with no bare loop is refused"},
 }
 ANYWHERE = ("bench/core/registry.py", "bench/workflows/reference/")
@@ -255,13 +290,17 @@ def test_a_backend_is_named_outside_its_folder_only_by_the_registry_its_bare_loo
     package = BACKEND_MODULES[name]
     assert (BENCH.parent / backend_folder(package) / "__init__.py").is_file(), f"{name}: a folder, {package}"
     sources = sorted([*BENCH.rglob("*.py"), *(BENCH.parent / "workloads").rglob("*.py")])
-    naming = {str(p.relative_to(BENCH.parent)) for p in sources
-              if not str(p.relative_to(BENCH.parent)).startswith(backend_folder(package))
-              and names_backend(p, name, package)}
+    naming = {
+        str(p.relative_to(BENCH.parent))
+        for p in sources
+        if not str(p.relative_to(BENCH.parent)).startswith(backend_folder(package)) and names_backend(p, name, package)
+    }
     allowed = NAMED_ELSEWHERE.get(name, {})
     unexpected = sorted(p for p in naming if p not in allowed and not p.startswith(ANYWHERE))
-    assert not unexpected, f"{name} is named outside {backend_folder(package)} in {unexpected}: move what differs " \
-                           "into the backend (or what several share into bench/backends/shared/)"
+    assert not unexpected, (
+        f"{name} is named outside {backend_folder(package)} in {unexpected}: move what differs "
+        "into the backend (or what several share into bench/backends/shared/)"
+    )
     stale = sorted(set(allowed) - naming)
     assert not stale, f"{name} is no longer named in {stale}: drop them from NAMED_ELSEWHERE"
 
@@ -269,11 +308,19 @@ def test_a_backend_is_named_outside_its_folder_only_by_the_registry_its_bare_loo
 def test_the_parent_loads_no_framework_with_the_backends():
     """Every backend's parent side (its package, launcher and elastic mode) imports no framework: the CLI, the
     harness and the supervisor load all of them."""
-    code = ("import sys; from bench.core.registry import BACKEND_MODULES, get_backend; "
-            "[get_backend(n).elastic for n in BACKEND_MODULES]; "
-            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=BENCH.parent, env={**os.environ, "PYTHONPATH": str(BENCH.parent)})
+    code = (
+        "import sys; from bench.core.registry import BACKEND_MODULES, get_backend; "
+        "[get_backend(n).elastic for n in BACKEND_MODULES]; "
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=BENCH.parent,
+        env={**os.environ, "PYTHONPATH": str(BENCH.parent)},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"loaded with the backends: {out.stdout.strip()}"
 
@@ -288,6 +335,7 @@ def test_a_backend_gives_what_base_requires(name):
     assert isinstance(backend.launcher, Launcher)
     assert backend.group.startswith((BACKEND_MODULES[name] + ".", "bench.backends.shared.")), backend.group
     tree = ast.parse(Path(importlib.util.find_spec(backend.group).origin).read_text())
-    assigned = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-                if isinstance(t, ast.Name)}
+    assigned = {
+        t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
+    }
     assert "GROUP" in assigned, f"{backend.group}: end it with GROUP = its ProcessGroup class"

@@ -83,8 +83,21 @@ def test_a_hung_process_is_ended_at_the_deadline_with_nothing_left(backend, stor
     can_run_here(backend)
     deadline, hung = HANG_DEADLINE_S.get(backend, DEFAULT_HANG_DEADLINE_S), last_process(backend)
     started = time.monotonic()
-    proc, record = bench_json("run", "--backend", backend, "--nproc", world_of(backend), "--inject", f"hang:{hung}:3",
-                              "--timeout", deadline, "--store", store, *FAST, timeout=deadline + 300)
+    proc, record = bench_json(
+        "run",
+        "--backend",
+        backend,
+        "--nproc",
+        world_of(backend),
+        "--inject",
+        f"hang:{hung}:3",
+        "--timeout",
+        deadline,
+        "--store",
+        store,
+        *FAST,
+        timeout=deadline + 300,
+    )
     assert time.monotonic() - started < deadline + TEARDOWN_S
     assert proc.returncode == 1 and record["status"] == "timeout", record["error"]
     error = record["error"]
@@ -102,15 +115,29 @@ NO_EXIT_STATUS = {"ray"}
 ENDS_THE_OTHERS_AT_ONCE = {"horovod", "horovod-tf"}
 
 
-@pytest.mark.parametrize("backend, kind", [(name, kind) for name in BACKENDS if takes(name, "train")
-                                           for kind in ("crash", "kill")])
+@pytest.mark.parametrize(
+    "backend, kind", [(name, kind) for name in BACKENDS if takes(name, "train") for kind in ("crash", "kill")]
+)
 def test_a_crashed_process_is_named_with_its_exit(backend, kind, store):
     """An exception at step 4 (the rank, the exception and its message, its exit) or a SIGKILL (the rank and the
     signal): that process is blamed, not the others whose failures follow from it."""
     can_run_here(backend)
     victim = last_process(backend)
-    proc, record = bench_json("run", "--backend", backend, "--nproc", world_of(backend), "--inject",
-                              f"{kind}:{victim}:4", "--timeout", 120, "--store", store, *FAST, timeout=400)
+    proc, record = bench_json(
+        "run",
+        "--backend",
+        backend,
+        "--nproc",
+        world_of(backend),
+        "--inject",
+        f"{kind}:{victim}:4",
+        "--timeout",
+        120,
+        "--store",
+        store,
+        *FAST,
+        timeout=400,
+    )
     assert proc.returncode == 1 and record["status"] == "crashed", record["error"]
     error = record["error"]
     assert error["rank"] == victim
@@ -214,10 +241,15 @@ def synchronous_by_default(name: str) -> bool:
 
 # every synchronous backend of 2 or more workers on the MLP, besides its framework's reference; the primary pair,
 # whose comparison is the report's verdict, on ResNet18 too
-EQUIVALENT = [(name, workload) for name in COMPARED
-              if takes(name, "train") and world_of(name) == 2 and synchronous_by_default(name)
-              and name != reference_of(get_backend(name).framework)
-              for workload in (("mnist_mlp", "resnet18") if name in PRIMARY else ("mnist_mlp",))]
+EQUIVALENT = [
+    (name, workload)
+    for name in COMPARED
+    if takes(name, "train")
+    and world_of(name) == 2
+    and synchronous_by_default(name)
+    and name != reference_of(get_backend(name).framework)
+    for workload in (("mnist_mlp", "resnet18") if name in PRIMARY else ("mnist_mlp",))
+]
 
 
 def initial_params(record: dict, framework: str) -> list:

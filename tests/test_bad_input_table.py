@@ -38,24 +38,41 @@ def _takes_a_value(action) -> bool:
 
 PARSER = cli_parser()
 # an old spelling (bench.cli.renamed) refuses what its new one refuses, after its notice: tests/test_cli_parser.py
-OPTIONS = [(" ".join(words), action) for words, p in _commands(PARSER) for action in p._actions
-           if _takes_a_value(action) and not isinstance(action, OldSpelling)]
+OPTIONS = [
+    (" ".join(words), action)
+    for words, p in _commands(PARSER)
+    for action in p._actions
+    if _takes_a_value(action) and not isinstance(action, OldSpelling)
+]
 
 
 def _name(action) -> str:
     return action.option_strings[-1] if action.option_strings else action.dest
 
 
-ROWS = [pytest.param(verb, action.option_strings[-1] if action.option_strings else None, value, action.needs,
-                     id=f"{verb} {_name(action)} {value!r}"[:120])
-        for verb, action in OPTIONS for value in getattr(action, "invalid", ())]
+ROWS = [
+    pytest.param(
+        verb,
+        action.option_strings[-1] if action.option_strings else None,
+        value,
+        action.needs,
+        id=f"{verb} {_name(action)} {value!r}"[:120],
+    )
+    for verb, action in OPTIONS
+    for value in getattr(action, "invalid", ())
+]
 
 
 def test_every_option_declares_what_it_refuses():
-    undeclared = [f"bench {verb} {_name(a)}" for verb, a in OPTIONS
-                  if not getattr(a, "invalid", None) and not getattr(a, "valid_because", None)]
-    assert not undeclared, ("declare the values these options refuse (invalid=[...]) or why every string is "
-                            f"valid (valid_because=...): {undeclared}")
+    undeclared = [
+        f"bench {verb} {_name(a)}"
+        for verb, a in OPTIONS
+        if not getattr(a, "invalid", None) and not getattr(a, "valid_because", None)
+    ]
+    assert not undeclared, (
+        "declare the values these options refuse (invalid=[...]) or why every string is "
+        f"valid (valid_because=...): {undeclared}"
+    )
     assert len(ROWS) > 200  # the walk found the parser's options
 
 
@@ -114,16 +131,22 @@ def _baseline_with(change) -> dict:
     return data
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda d: d.pop("machine"), "'machine' must be an object"),
-    (lambda d: d.update(machine="vm"), "'machine' must be an object"),
-    (lambda d: d["machine"].update(calibration="fast"), "'machine.calibration' must be null or hold positive"),
-    (lambda d: d["records"].append(3), f"run record {len(json.loads(BASELINE.read_text())['records'])} is "
-                                       "malformed (a record must be a JSON object)"),
-    (lambda d: d["records"][0].update(created_at="yesterday"), "created_at: expected float, found str"),
-    (lambda d: d["records"][1].pop("status"), "run record 1 is malformed (record"),
-    (lambda d: d["records"][0].update(metrics=[1]), "metrics: expected an object, found list"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda d: d.pop("machine"), "'machine' must be an object"),
+        (lambda d: d.update(machine="vm"), "'machine' must be an object"),
+        (lambda d: d["machine"].update(calibration="fast"), "'machine.calibration' must be null or hold positive"),
+        (
+            lambda d: d["records"].append(3),
+            f"run record {len(json.loads(BASELINE.read_text())['records'])} is "
+            "malformed (a record must be a JSON object)",
+        ),
+        (lambda d: d["records"][0].update(created_at="yesterday"), "created_at: expected float, found str"),
+        (lambda d: d["records"][1].pop("status"), "run record 1 is malformed (record"),
+        (lambda d: d["records"][0].update(metrics=[1]), "metrics: expected an object, found list"),
+    ],
+)
 def test_a_malformed_baseline_is_refused_naming_the_file(change, says, tmp_path, nothing_runs):
     path = tmp_path / "baseline.json"
     path.write_text(json.dumps(_baseline_with(change)))
@@ -133,8 +156,11 @@ def test_a_malformed_baseline_is_refused_naming_the_file(change, says, tmp_path,
 
 
 def test_a_directory_given_as_the_baseline_says_so(tmp_path, nothing_runs):
-    assert_one_line_error(bench_in_process("compare", "--baseline", tmp_path),
-                          f"baseline file {tmp_path} is a directory", f"{tmp_path}/cpu-gloo.json")
+    assert_one_line_error(
+        bench_in_process("compare", "--baseline", tmp_path),
+        f"baseline file {tmp_path} is a directory",
+        f"{tmp_path}/cpu-gloo.json",
+    )
 
 
 @pytest.mark.parametrize("verb", ["list", "report", "agreement", "compare"])
@@ -145,23 +171,45 @@ def test_an_empty_bench_store_variable_means_the_default_store(verb, tmp_path, m
     assert_one_line_error(bench_in_process(verb, *args), "no results store at results/bench.sqlite")
 
 
-@pytest.mark.parametrize("argv", [["list"], ["report"], ["agreement"], ["compare", "--aa"],
-                                  ["run"], ["allreduce"], ["sweep"], ["regress"], ["baseline"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list"],
+        ["report"],
+        ["agreement"],
+        ["compare", "--aa"],
+        ["run"],
+        ["allreduce"],
+        ["sweep"],
+        ["regress"],
+        ["baseline"],
+    ],
+)
 def test_a_store_path_too_long_for_the_file_system(argv, nothing_runs):
-    assert_one_line_error(bench_in_process(*argv, "--store", LONG_PATH), "cannot be used (File name too long)",
-                          "--store")
+    assert_one_line_error(
+        bench_in_process(*argv, "--store", LONG_PATH), "cannot be used (File name too long)", "--store"
+    )
 
 
-@pytest.mark.parametrize("argv", [["list"], ["report", "-o", "{tmp}/r.html"], ["agreement"], ["compare", "--aa"],
-                                  ["compare", "--baseline", BASELINE]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list"],
+        ["report", "-o", "{tmp}/r.html"],
+        ["agreement"],
+        ["compare", "--aa"],
+        ["compare", "--baseline", BASELINE],
+    ],
+)
 def test_reading_an_empty_file_leaves_it_as_it_was(argv, tmp_path, nothing_runs):
     empty = tmp_path / "empty.sqlite"
     empty.touch()
     os.utime(empty, ns=(10**18, 10**18))
     nothing_runs.snapshot()
     argv = [str(a).format(tmp=tmp_path) for a in argv]
-    assert_one_line_error(bench_in_process(*argv, "--store", empty),
-                          f"results store {empty} is an empty file, not a bench store")
+    assert_one_line_error(
+        bench_in_process(*argv, "--store", empty), f"results store {empty} is an empty file, not a bench store"
+    )
     assert empty.read_bytes() == b"" and empty.stat().st_mtime_ns == 10**18
 
 
@@ -169,34 +217,50 @@ def test_a_run_directory_that_cannot_be_written_is_refused_before_launch(tmp_pat
     (tmp_path / "runs").write_text("a file where the run directories go")
     nothing_runs.snapshot()
     for verb in ("run", "sweep", "allreduce", "regress"):
-        assert_one_line_error(bench_in_process(verb, "--store", tmp_path / "bench.sqlite"),
-                              f"run directory {tmp_path}/runs cannot be written (it is a file, not a folder)")
+        assert_one_line_error(
+            bench_in_process(verb, "--store", tmp_path / "bench.sqlite"),
+            f"run directory {tmp_path}/runs cannot be written (it is a file, not a folder)",
+        )
 
 
 RUNNING_VERBS = ["run", "sweep", "allreduce", "converge", "fault", "selfcheck", "regress", "baseline"]
 
 
 @pytest.mark.parametrize("verb", RUNNING_VERBS)
-@pytest.mark.parametrize("variable, value, named", [("GLOO_SOCKET_IFNAME", "nonexist0", "nonexist0"),
-                                                    ("GLOO_SOCKET_IFNAME", "lo,nonexist0", "nonexist0"),
-                                                    ("NCCL_SOCKET_IFNAME", "nonexist", "nonexist*"),
-                                                    ("TP_SOCKET_IFNAME", "nonexist0", "nonexist0"),
-                                                    ("HOROVOD_GLOO_IFACE", "nonexist0", "nonexist0")])
-def test_an_interface_variable_naming_no_interface_is_refused_like_iface(verb, variable, value, named, monkeypatch,
-                                                                         nothing_runs):
+@pytest.mark.parametrize(
+    "variable, value, named",
+    [
+        ("GLOO_SOCKET_IFNAME", "nonexist0", "nonexist0"),
+        ("GLOO_SOCKET_IFNAME", "lo,nonexist0", "nonexist0"),
+        ("NCCL_SOCKET_IFNAME", "nonexist", "nonexist*"),
+        ("TP_SOCKET_IFNAME", "nonexist0", "nonexist0"),
+        ("HOROVOD_GLOO_IFACE", "nonexist0", "nonexist0"),
+    ],
+)
+def test_an_interface_variable_naming_no_interface_is_refused_like_iface(
+    verb, variable, value, named, monkeypatch, nothing_runs
+):
     """Set in the environment, it would break one backend and not another: refused before anything, as --iface."""
     monkeypatch.setenv(variable, value)
-    assert_one_line_error(bench_in_process(verb), f"{variable}={value} in the environment: no interface {named} on "
-                                                  "this machine (it has lo", f"unset {variable}")
+    assert_one_line_error(
+        bench_in_process(verb),
+        f"{variable}={value} in the environment: no interface {named} on this machine (it has lo",
+        f"unset {variable}",
+    )
 
 
 def test_interface_variables_that_name_an_interface_or_exclude_some_pass():
     from bench.cluster.hosts import check_interface_variables
     from bench.core.errors import UsageError
 
-    for env in ({"GLOO_SOCKET_IFNAME": "lo"}, {"NCCL_SOCKET_IFNAME": "^docker,nonexist"}, {"NCCL_SOCKET_IFNAME": "l"},
-                {"NCCL_SOCKET_IFNAME": "=lo"}, {"OMPI_MCA_btl_tcp_if_include": "lo,10.0.0.0/8"},
-                {"GLOO_SOCKET_IFNAME": ""}):
+    for env in (
+        {"GLOO_SOCKET_IFNAME": "lo"},
+        {"NCCL_SOCKET_IFNAME": "^docker,nonexist"},
+        {"NCCL_SOCKET_IFNAME": "l"},
+        {"NCCL_SOCKET_IFNAME": "=lo"},
+        {"OMPI_MCA_btl_tcp_if_include": "lo,10.0.0.0/8"},
+        {"GLOO_SOCKET_IFNAME": ""},
+    ):
         check_interface_variables(env)
     with pytest.raises(UsageError, match="no interface l on this machine"):
         check_interface_variables({"NCCL_SOCKET_IFNAME": "=l"})  # "=": the exact name, not a prefix

@@ -28,9 +28,11 @@ def stand_in_ssh(tmp_path, monkeypatch) -> Path:
     folder.mkdir()
     home.mkdir()
     ssh = folder / "ssh"
-    ssh.write_text("#!/bin/bash\n"
-                   f'printf "%s" "${{@: -1}}" > {shlex.quote(str(tmp_path / "line"))}\n'
-                   f'cd {shlex.quote(str(home))} && exec env -u PYTHONPATH bash -c "${{@: -1}}"\n')
+    ssh.write_text(
+        "#!/bin/bash\n"
+        f'printf "%s" "${{@: -1}}" > {shlex.quote(str(tmp_path / "line"))}\n'
+        f'cd {shlex.quote(str(home))} && exec env -u PYTHONPATH bash -c "${{@: -1}}"\n'
+    )
     ssh.chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     return home

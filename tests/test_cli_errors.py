@@ -11,47 +11,53 @@ import pytest
 from conftest import ROOT, assert_one_line_error, bench, bench_in_process
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["run", "--backend", "tensorflow"], ["unknown backend 'tensorflow'", "elastic"]),
-    (["run", "--workload", "gpt5"], ["unknown workload 'gpt5'", "mnist_mlp", "resnet18"]),
-    (["run", "--gpus", "8"], ["no CUDA device", "--nproc 8"]),
-    (["run", "--nproc", "64"], ["needs 64 cores", "--oversubscribe"]),
-    (["run", "--nproc", "0"], ["at least 1"]),
-    (["run", "--nproc", "2", "--gpus", "1"], ["not both"]),
-    (["run", "--backend", "single", "--nproc", "2"], ["at most 1 worker"]),
-    (["run", "--data", "mnist"], ["--data-dir"]),
-    (["run", "--data", "mnist", "--data-dir", "/nonexistent/mnist"], ["does not exist"]),
-    (["run", "--windows", "1"], ["at least 2"]),
-    (["run", "--batch-size", "0"], ["at least 1"]),
-    (["run", "--workload", "mnist_mlp", "--image-size", "64"], ["28x28"]),
-    (["run", "--inject", "explode:1:1"], ["KIND:RANK:STEP"]),
-    (["run", "--nproc", "2", "--inject", "hang:5:1"], ["rank 5"]),
-    (["run", "--nproc", "two"], ["invalid int value"]),
-    (["sweep", "--backend", "elastic,horovd"], ["unknown backend 'horovd'"]),
-    (["sweep", "--world-sizes", "1,x"], ["comma-separated"]),
-    (["run", "--ps-servers", "2"], ["--ps-servers is an option of backend ps", "(elastic)"]),
-    (["sweep", "--backend", "elastic", "--hvd-fusion-mb", "8"], ["backend horovod", "--backend"]),
-    (["sweep", "--no-faults", "--faults", "kill"], ["--no-faults makes no fault run"]),
-    (["frobnicate"], ["invalid choice"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["run", "--backend", "tensorflow"], ["unknown backend 'tensorflow'", "elastic"]),
+        (["run", "--workload", "gpt5"], ["unknown workload 'gpt5'", "mnist_mlp", "resnet18"]),
+        (["run", "--gpus", "8"], ["no CUDA device", "--nproc 8"]),
+        (["run", "--nproc", "64"], ["needs 64 cores", "--oversubscribe"]),
+        (["run", "--nproc", "0"], ["at least 1"]),
+        (["run", "--nproc", "2", "--gpus", "1"], ["not both"]),
+        (["run", "--backend", "single", "--nproc", "2"], ["at most 1 worker"]),
+        (["run", "--data", "mnist"], ["--data-dir"]),
+        (["run", "--data", "mnist", "--data-dir", "/nonexistent/mnist"], ["does not exist"]),
+        (["run", "--windows", "1"], ["at least 2"]),
+        (["run", "--batch-size", "0"], ["at least 1"]),
+        (["run", "--workload", "mnist_mlp", "--image-size", "64"], ["28x28"]),
+        (["run", "--inject", "explode:1:1"], ["KIND:RANK:STEP"]),
+        (["run", "--nproc", "2", "--inject", "hang:5:1"], ["rank 5"]),
+        (["run", "--nproc", "two"], ["invalid int value"]),
+        (["sweep", "--backend", "elastic,horovd"], ["unknown backend 'horovd'"]),
+        (["sweep", "--world-sizes", "1,x"], ["comma-separated"]),
+        (["run", "--ps-servers", "2"], ["--ps-servers is an option of backend ps", "(elastic)"]),
+        (["sweep", "--backend", "elastic", "--hvd-fusion-mb", "8"], ["backend horovod", "--backend"]),
+        (["sweep", "--no-faults", "--faults", "kill"], ["--no-faults makes no fault run"]),
+        (["frobnicate"], ["invalid choice"]),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, fragments, store):
     proc = bench_in_process(*args, "--store", store) if args[0] in ("run", "sweep") else bench_in_process(*args)
     assert_one_line_error(proc, *fragments)
     assert not store.exists(), "bad input must not create a store"
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["run", "--timeout", "nan"], ["--timeout", "'nan'", "finite"]),
-    (["run", "--timeout", "inf"], ["--timeout", "'inf'", "finite"]),
-    (["run", "--timeout", "-1"], ["--timeout", "positive"]),
-    (["run", "--threads", "0"], ["--threads", "at least 1"]),
-    (["run", "--gpus", "0"], ["--gpus", "at least 1"]),
-    (["sweep", "--repeats", "0"], ["--repeats", "at least 1"]),
-    (["sweep", "--windows", "-2"], ["--windows", "at least 1"]),
-    (["allreduce", "--iters", "0"], ["--iters", "at least 1"]),
-    (["fault", "--recovery-timeout", "inf"], ["--recovery-timeout", "finite"]),
-    (["regress", "--timeout", "nan"], ["--timeout", "finite"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["run", "--timeout", "nan"], ["--timeout", "'nan'", "finite"]),
+        (["run", "--timeout", "inf"], ["--timeout", "'inf'", "finite"]),
+        (["run", "--timeout", "-1"], ["--timeout", "positive"]),
+        (["run", "--threads", "0"], ["--threads", "at least 1"]),
+        (["run", "--gpus", "0"], ["--gpus", "at least 1"]),
+        (["sweep", "--repeats", "0"], ["--repeats", "at least 1"]),
+        (["sweep", "--windows", "-2"], ["--windows", "at least 1"]),
+        (["allreduce", "--iters", "0"], ["--iters", "at least 1"]),
+        (["fault", "--recovery-timeout", "inf"], ["--recovery-timeout", "finite"]),
+        (["regress", "--timeout", "nan"], ["--timeout", "finite"]),
+    ],
+)
 def test_out_of_range_numbers_are_refused_before_anything_runs(args, fragments, store):
     proc = bench_in_process(*args, "--store", store)
     assert_one_line_error(proc, *fragments, f"see bench {args[0]} --help")
@@ -84,11 +90,14 @@ def test_missing_store_for_list_and_report(tmp_path):
     assert_one_line_error(bench_in_process("report", "--store", missing, "-o", tmp_path / "r.html"), "no results store")
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["run", "--backend", "tensorflow"], ["unknown backend 'tensorflow'"]),
-    (["run", "--timeout", "nan"], ["finite"]),
-    (["frobnicate"], ["invalid choice"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["run", "--backend", "tensorflow"], ["unknown backend 'tensorflow'"]),
+        (["run", "--timeout", "nan"], ["finite"]),
+        (["frobnicate"], ["invalid choice"]),
+    ],
+)
 def test_the_real_entry_point_gives_the_same_one_line(args, fragments, store):
     """`python -m bench` in a child process: the exit code and stderr a shell sees."""
     assert_one_line_error(bench(*args, "--store", store), *fragments)
@@ -107,8 +116,12 @@ def without_horovod(tmp_path):
 
 
 def test_the_shadow_makes_horovod_unimportable(without_horovod):
-    proc = subprocess.run([sys.executable, "-c", "import horovod"], capture_output=True, text=True,
-                          env=dict(os.environ, **without_horovod))
+    proc = subprocess.run(
+        [sys.executable, "-c", "import horovod"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **without_horovod),
+    )
     assert proc.returncode != 0 and "was not built" in proc.stderr
 
 
@@ -116,23 +129,45 @@ def test_the_shadow_makes_horovod_unimportable(without_horovod):
 def test_a_sweep_of_the_pair_without_horovod_says_how_to_build_it_and_runs_nothing(args, without_horovod, store):
     """By default (and with `all`) a sweep compares elastic and horovod: without Horovod it would measure one side
     and say so in a note among its progress lines; it refuses instead, before anything runs."""
-    proc = bench("sweep", *args, "--workload", "mnist_mlp", "--world-sizes", "1", "--repeats", "1", "--no-comm",
-                 "--store", store, env=without_horovod)
-    line = assert_one_line_error(proc, "compares elastic and horovod", "horovod cannot run here",
-                                 "python -m bench.tools.horovod_build", "--backend elastic")
+    proc = bench(
+        "sweep",
+        *args,
+        "--workload",
+        "mnist_mlp",
+        "--world-sizes",
+        "1",
+        "--repeats",
+        "1",
+        "--no-comm",
+        "--store",
+        store,
+        env=without_horovod,
+    )
+    line = assert_one_line_error(
+        proc,
+        "compares elastic and horovod",
+        "horovod cannot run here",
+        "python -m bench.tools.horovod_build",
+        "--backend elastic",
+    )
     assert "was not built" in line
     assert not store.exists() and not (store.parent / "runs").exists()
 
 
 def test_a_horovod_run_without_horovod_says_how_to_build_it(without_horovod, store):
-    assert_one_line_error(bench("run", "--backend", "horovod", "--store", store, env=without_horovod),
-                          "backend horovod cannot run here", "python -m bench.tools.horovod_build")
+    assert_one_line_error(
+        bench("run", "--backend", "horovod", "--store", store, env=without_horovod),
+        "backend horovod cannot run here",
+        "python -m bench.tools.horovod_build",
+    )
     assert not store.exists()
 
 
 def test_a_sweep_of_elastic_alone_does_not_need_horovod(without_horovod, store):
     """One side asked for by name is measured without Horovod: refused here only for the world size (64 workers on
     this machine), which shows the sweep went past the Horovod check to its planning."""
-    line = assert_one_line_error(bench("sweep", "--backend", "elastic", "--world-sizes", "64", "--store", store,
-                                       env=without_horovod), "needs 64 cores")
+    line = assert_one_line_error(
+        bench("sweep", "--backend", "elastic", "--world-sizes", "64", "--store", store, env=without_horovod),
+        "needs 64 cores",
+    )
     assert "horovod" not in line.lower()

@@ -45,7 +45,9 @@ DEFAULTS_DIFFER = {
     "--world-sizes": {"sweep", "converge"},
     # a sweep's launches are short, its replicates are launches (bench.workflows.plan.SWEEP_DEFAULTS; the gate's
     # baselines are measured so)
-    "--warmup-steps": {"sweep"}, "--windows": {"sweep"}, "--max-bytes": {"sweep"},
+    "--warmup-steps": {"sweep"},
+    "--windows": {"sweep"},
+    "--max-bytes": {"sweep"},
     # time to accuracy needs real data
     "--data": {"converge"},
     # the baseline every later run of the gate is judged against takes more launches
@@ -55,7 +57,8 @@ DEFAULTS_DIFFER = {
     # the file a verb writes: report's page always, slurm-script's script to stdout unless given
     "--output": {"report", "slurm-script"},
     # predict picks stored runs by them; the others set them
-    "--batch-size": {"predict"}, "--threads": {"predict"},
+    "--batch-size": {"predict"},
+    "--threads": {"predict"},
 }
 
 
@@ -83,15 +86,24 @@ def shown_options():
     found = defaultdict(list)
     for command, sub in commands(cli_parser()):
         for action in sub._actions:
-            if action.option_strings and action.help != argparse.SUPPRESS and not isinstance(action, OldSpelling) \
-                    and action.dest != "help":
+            if (
+                action.option_strings
+                and action.help != argparse.SUPPRESS
+                and not isinstance(action, OldSpelling)
+                and action.dest != "help"
+            ):
                 found[action.option_strings[-1]].append((command, action))
     return found
 
 
 def shape(action) -> dict:
-    return {"type": action.type, "choices": tuple(action.choices) if action.choices else None, "nargs": action.nargs,
-            "action": type(action), "metavar": action.metavar}
+    return {
+        "type": action.type,
+        "choices": tuple(action.choices) if action.choices else None,
+        "nargs": action.nargs,
+        "action": type(action),
+        "metavar": action.metavar,
+    }
 
 
 def test_a_flag_has_one_type_unit_and_choices_on_every_verb():
@@ -113,8 +125,9 @@ def test_a_default_differs_by_verb_only_where_listed_and_its_help_says_so():
         if len(rest) > 1:
             wrong.append(f"{flag}: its default differs by verb where not listed: {defaults}")
         for command, action in uses:  # where it differs, the help says the default and, after it, why
-            if command in DEFAULTS_DIFFER.get(flag, ()) and \
-                    not re.search(r"\bdefault[^)]*?(,|:|;) ?[a-z`]", help_of(action)):
+            if command in DEFAULTS_DIFFER.get(flag, ()) and not re.search(
+                r"\bdefault[^)]*?(,|:|;) ?[a-z`]", help_of(action)
+            ):
                 wrong.append(f"bench {command} {flag}: its help does not say its default and why: {help_of(action)}")
     assert not wrong, wrong
     # and the ones listed do differ: an entry that no longer differs is dropped
@@ -129,8 +142,12 @@ def test_the_gate_and_the_default_sweep_measure_what_their_baselines_measured():
     stored = json.loads(BASELINE.read_text())["matrix"]
     then = cli_parser().parse_args(stored[1:])
     assert (then.max_nproc, then.world_sizes, then.windows, then.warmup_steps, then.max_bytes) == (
-        REGRESS_MATRIX["nproc"], REGRESS_MATRIX["world_sizes"], SWEEP_DEFAULTS["windows"],
-        SWEEP_DEFAULTS["warmup_steps"], options.byte_size(SWEEP_DEFAULTS["max_bytes"]))
+        REGRESS_MATRIX["nproc"],
+        REGRESS_MATRIX["world_sizes"],
+        SWEEP_DEFAULTS["windows"],
+        SWEEP_DEFAULTS["warmup_steps"],
+        options.byte_size(SWEEP_DEFAULTS["max_bytes"]),
+    )
     now = cli_parser().parse_args(["sweep"])
     assert now.max_bytes == then.max_bytes and now.windows is None and now.warmup_steps is None  # SWEEP_DEFAULTS
     assert (SWEEP_DEFAULTS["windows"], SWEEP_DEFAULTS["warmup_steps"], SWEEP_DEFAULTS["max_bytes"]) == (3, 2, "16M")
@@ -138,8 +155,14 @@ def test_the_gate_and_the_default_sweep_measure_what_their_baselines_measured():
 
 def test_every_time_limit_is_a_timeout_in_seconds():
     limits = {flag: uses for flag, uses in shown_options().items() if "timeout" in flag}
-    assert {"--timeout", "--check-timeout", "--comm-timeout", "--recovery-timeout", "--cores-timeout",
-            "--pairs-timeout"} <= set(limits)
+    assert {
+        "--timeout",
+        "--check-timeout",
+        "--comm-timeout",
+        "--recovery-timeout",
+        "--cores-timeout",
+        "--pairs-timeout",
+    } <= set(limits)
     for flag, uses in limits.items():
         assert flag.endswith("-timeout"), flag
         for command, action in uses:
@@ -147,8 +170,12 @@ def test_every_time_limit_is_a_timeout_in_seconds():
             assert "seconds" in help_of(action), (command, flag)
     # no other unit and no other spelling of a limit; slurm-script's --time is sbatch's own option, in sbatch's
     # format, as its other options (--nodes, --partition, --account ...) are sbatch's
-    others = [f"{command} {flag}" for flag, uses in shown_options().items() for command, _ in uses
-              if re.search(r"minute|wait|(^--time$)|-secs?$", flag) and (flag, command) != ("--time", "slurm-script")]
+    others = [
+        f"{command} {flag}"
+        for flag, uses in shown_options().items()
+        for command, _ in uses
+        if re.search(r"minute|wait|(^--time$)|-secs?$", flag) and (flag, command) != ("--time", "slurm-script")
+    ]
     assert not others, others
 
 
@@ -186,8 +213,10 @@ def test_each_option_declares_its_group_once():
     assert titles["placement"] == [*options.group("world size"), *options.group("placement")]
     # no second list of a group's flags: options.py holds no module-level tuple of flags, the groups' old names are gone
     assert not re.search(r'^[A-Z_]+ = \("--', (CLI / "options.py").read_text(), re.M)
-    assert not any(hasattr(options, name) for name in ("PLACEMENT", "HOSTS", "MEASUREMENT", "DATA", "HARNESS",
-                                                       "SHARING", "COMM", "TEST_ONLY"))
+    assert not any(
+        hasattr(options, name)
+        for name in ("PLACEMENT", "HOSTS", "MEASUREMENT", "DATA", "HARNESS", "SHARING", "COMM", "TEST_ONLY")
+    )
 
 
 # ---------------------------------------------------------------- one set of fault words
@@ -222,9 +251,15 @@ def specs_made(monkeypatch):
     return made
 
 
-@pytest.mark.parametrize("new, old", [(["--fault", "hang"], ["--signal", "STOP"]),
-                                      (["--fault", "term"], ["--signal", "term"]), (["--fault", "kill"], []),
-                                      (["--fault", "join"], ["--join"])])
+@pytest.mark.parametrize(
+    "new, old",
+    [
+        (["--fault", "hang"], ["--signal", "STOP"]),
+        (["--fault", "term"], ["--signal", "term"]),
+        (["--fault", "kill"], []),
+        (["--fault", "join"], ["--join"]),
+    ],
+)
 def test_a_fault_word_makes_the_run_its_old_spelling_made(new, old, specs_made, tmp_path):
     for argv in (new, old):
         proc = bench_in_process("fault", "--nproc", "2", *argv, "--store", tmp_path / "s.sqlite")
@@ -236,11 +271,24 @@ def test_a_fault_word_makes_the_run_its_old_spelling_made(new, old, specs_made, 
 
 # ---------------------------------------------------------------- a verb that runs one backend: each of a list in turn
 def test_run_makes_a_run_of_each_backend_and_workload_in_turn(specs_made, tmp_path):
-    proc = bench_in_process("run", "--backend", "elastic,single", "--workload", "mnist_mlp,resnet18", "--nproc", "1",
-                            "--store", tmp_path / "s.sqlite")
+    proc = bench_in_process(
+        "run",
+        "--backend",
+        "elastic,single",
+        "--workload",
+        "mnist_mlp,resnet18",
+        "--nproc",
+        "1",
+        "--store",
+        tmp_path / "s.sqlite",
+    )
     assert proc.returncode == 0, proc.stderr
-    assert [(s.backend, s.workload) for s in specs_made] == [("elastic", "mnist_mlp"), ("single", "mnist_mlp"),
-                                                             ("elastic", "resnet18"), ("single", "resnet18")]
+    assert [(s.backend, s.workload) for s in specs_made] == [
+        ("elastic", "mnist_mlp"),
+        ("single", "mnist_mlp"),
+        ("elastic", "resnet18"),
+        ("single", "resnet18"),
+    ]
     specs_made.clear()
     assert bench_in_process("run", "--nproc", "1", "--store", tmp_path / "s.sqlite").returncode == 0
     assert [(s.backend, s.workload) for s in specs_made] == [(DEFAULT_BACKEND, "mnist_mlp")]  # as cheap as before
@@ -256,14 +304,17 @@ def test_fault_with_all_runs_every_elastic_mode_that_can_run_here(specs_made, tm
     assert all(f"bench fault: skipping {name}: not here" in proc.stderr for name in cannot)
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["run", "--backend", "elastic,single", "--save-model", "m.pt"], "--save-model keeps one run's model"),
-    (["fault", "--backend", "elastic,ps"], "backend ps has no elastic mode"),
-    (["run", "--backend", "all,elastic"], "all stands alone"),
-    (["selfcheck", "--workload", "all"], "checks one workload at a time"),
-    (["sweep", "--max-nproc", "2", "--max-gpus", "1"], "give either --max-nproc (CPU processes) or --max-gpus"),
-    (["fault", "--join", "--signal", "STOP"], "--fault join and --fault hang: choose one fault a run"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["run", "--backend", "elastic,single", "--save-model", "m.pt"], "--save-model keeps one run's model"),
+        (["fault", "--backend", "elastic,ps"], "backend ps has no elastic mode"),
+        (["run", "--backend", "all,elastic"], "all stands alone"),
+        (["selfcheck", "--workload", "all"], "checks one workload at a time"),
+        (["sweep", "--max-nproc", "2", "--max-gpus", "1"], "give either --max-nproc (CPU processes) or --max-gpus"),
+        (["fault", "--join", "--signal", "STOP"], "--fault join and --fault hang: choose one fault a run"),
+    ],
+)
 def test_what_a_list_cannot_mean_is_one_line(argv, says, specs_made, tmp_path):
     proc = bench_in_process(*argv, "--store", tmp_path / "s.sqlite")
     assert proc.returncode == 2 and proc.stdout == "" and says in proc.stderr.strip().splitlines()[-1], proc.stderr
@@ -298,8 +349,17 @@ def test_a_sweep_runs_the_world_sizes_up_to_its_largest(monkeypatch, tmp_path):
 
     monkeypatch.setattr(bench.cli.sweep, "run_benchmark_sweep", run_benchmark_sweep)
     for flag in ("--max-nproc", "--nproc"):  # the old spelling still means the largest, with its notice
-        proc = bench_in_process("sweep", "--backend", "elastic", flag, "4", "--oversubscribe", "--no-faults",
-                                "--store", tmp_path / "s.sqlite")
+        proc = bench_in_process(
+            "sweep",
+            "--backend",
+            "elastic",
+            flag,
+            "4",
+            "--oversubscribe",
+            "--no-faults",
+            "--store",
+            tmp_path / "s.sqlite",
+        )
         assert proc.returncode == 0, proc.stderr
         assert planned["world_sizes"] == [1, 2, 4] and planned["backends"] == ["elastic"]
     assert "bench sweep: --nproc is now --max-nproc" in proc.stderr
@@ -317,37 +377,46 @@ def test_a_run_of_two_backends_stores_a_run_of_each(tmp_path):
 
 
 # ---------------------------------------------------------------- did you mean
-@pytest.mark.parametrize("argv, says", [
-    (["swep"], "invalid choice: 'swep'; did you mean sweep?"),
-    (["run", "--cpu-bind", "core"], "invalid choice: 'core'; did you mean cores?"),
-    (["run", "--backend", "horovd"], "unknown backend 'horovd'; did you mean horovod?"),
-    (["run", "--workload", "mnist"], "unknown workload 'mnist'; did you mean mnist_mlp?"),
-    (["run", "--windw", "3"], "unrecognized arguments: --windw 3; did you mean --windows?"),
-    (["run", "--max-restarts", "3"], "(--max-restarts is an option of bench fault)"),
-    (["fault", "--fault", "kil"], "unknown fault 'kil'; did you mean kill?"),
-    (["sweep", "--faults", "kill,crash"], "'crash', a rank raising an exception, is bench run --inject crash, not a "
-                                          "fault --faults makes"),
-    (["run", "--inject", "term:1:3"], "'term', a worker asked to stop (SIGTERM), is bench fault --fault term"),
-    (["run", "-np", "4"], "-np is horovodrun's and mpirun's process count; bench's is --nproc 4"),
-    (["sweep", "-np", "4"], "bench's is --max-nproc 4"),
-    (["run", "--nproc_per_node=2"], "--nproc_per_node is torchrun's processes per node; bench's is --nproc 2"),
-    (["allreduce", "-H", "h1:2,h2:2"], "-H is horovodrun's and mpirun's host list; bench's is --hosts h1:2,h2:2"),
-    (["run", "-hostfile", "hosts.txt"], "bench's is --hostfile hosts.txt"),
-    (["run", "--gloo"], "bench's is --hvd-launcher gloo"),
-    (["report", "-np", "2"], "bench report takes no --nproc (an option of bench run, allreduce, converge, fault, "
-                             "selfcheck)"),
-    (["testhosts", "stauts"], "invalid choice: 'stauts'; did you mean status?"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["swep"], "invalid choice: 'swep'; did you mean sweep?"),
+        (["run", "--cpu-bind", "core"], "invalid choice: 'core'; did you mean cores?"),
+        (["run", "--backend", "horovd"], "unknown backend 'horovd'; did you mean horovod?"),
+        (["run", "--workload", "mnist"], "unknown workload 'mnist'; did you mean mnist_mlp?"),
+        (["run", "--windw", "3"], "unrecognized arguments: --windw 3; did you mean --windows?"),
+        (["run", "--max-restarts", "3"], "(--max-restarts is an option of bench fault)"),
+        (["fault", "--fault", "kil"], "unknown fault 'kil'; did you mean kill?"),
+        (
+            ["sweep", "--faults", "kill,crash"],
+            "'crash', a rank raising an exception, is bench run --inject crash, not a fault --faults makes",
+        ),
+        (["run", "--inject", "term:1:3"], "'term', a worker asked to stop (SIGTERM), is bench fault --fault term"),
+        (["run", "-np", "4"], "-np is horovodrun's and mpirun's process count; bench's is --nproc 4"),
+        (["sweep", "-np", "4"], "bench's is --max-nproc 4"),
+        (["run", "--nproc_per_node=2"], "--nproc_per_node is torchrun's processes per node; bench's is --nproc 2"),
+        (["allreduce", "-H", "h1:2,h2:2"], "-H is horovodrun's and mpirun's host list; bench's is --hosts h1:2,h2:2"),
+        (["run", "-hostfile", "hosts.txt"], "bench's is --hostfile hosts.txt"),
+        (["run", "--gloo"], "bench's is --hvd-launcher gloo"),
+        (
+            ["report", "-np", "2"],
+            "bench report takes no --nproc (an option of bench run, allreduce, converge, fault, selfcheck)",
+        ),
+        (["testhosts", "stauts"], "invalid choice: 'stauts'; did you mean status?"),
+    ],
+)
 def test_a_mistake_gets_one_line_saying_what_was_meant(argv, says, nothing_runs):
-    assert_one_line_error(bench_in_process(*argv), says, f"see bench {argv[0]} --help" if argv[0] != "swep" else
-                          "see bench --help")
+    assert_one_line_error(
+        bench_in_process(*argv), says, f"see bench {argv[0]} --help" if argv[0] != "swep" else "see bench --help"
+    )
 
 
 @pytest.mark.parametrize("flag", sorted(FOREIGN))
 def test_every_launcher_flag_gets_bench_s_spelling(flag, nothing_runs):
     foreign = FOREIGN[flag]
-    line = assert_one_line_error(bench_in_process("run", flag, *(["x"] if foreign.takes_value else [])),
-                                 f"{flag} is {foreign.whose}")
+    line = assert_one_line_error(
+        bench_in_process("run", flag, *(["x"] if foreign.takes_value else [])), f"{flag} is {foreign.whose}"
+    )
     on_run = {flag for flag, uses in shown_options().items() if any(command == "run" for command, _ in uses)}
     taken = [i for i in foreign.instead if i.split()[0] in on_run]
     if taken:

@@ -37,8 +37,27 @@ from factories import fault_spec
 from workloads import WORKLOADS
 
 CLI = Path(__file__).resolve().parent.parent / "bench" / "cli"
-VERBS = ["run", "sweep", "allreduce", "converge", "list", "report", "compare", "agreement", "predict", "regress", "baseline",
-         "fault", "selfcheck", "import", "doctor", "slurm-script", "testhosts", "testslurm", "testray"]
+VERBS = [
+    "run",
+    "sweep",
+    "allreduce",
+    "converge",
+    "list",
+    "report",
+    "compare",
+    "agreement",
+    "predict",
+    "regress",
+    "baseline",
+    "fault",
+    "selfcheck",
+    "import",
+    "doctor",
+    "slurm-script",
+    "testhosts",
+    "testslurm",
+    "testray",
+]
 
 
 def verb_names() -> list[str]:
@@ -155,8 +174,12 @@ def commands_and_help():
 
 
 def test_no_help_says_none():
-    said = [f"{command}: {line.strip()}" for command, text in commands_and_help() for line in text.splitlines()
-            if re.search(r"\bNone\b", line)]
+    said = [
+        f"{command}: {line.strip()}"
+        for command, text in commands_and_help()
+        for line in text.splitlines()
+        if re.search(r"\bNone\b", line)
+    ]
     assert not said, "say the default in words: " + "; ".join(said)
 
 
@@ -199,9 +222,18 @@ def test_every_verb_has_examples_that_parse(capsys):
 
 
 # old spelling -> (the value it is given, the value the new spelling takes for it); none for a flag
-RENAMED_VALUES = {"--report": ("r.html", "r.html"), "--launcher": ("mpi", "mpi"), "--no-allreduce": (),
-                  "--no-baseline": (), "--wait-for-cores": ("5", "5"), "--max-minutes": ("2.5", "150"),
-                  "--nproc": ("3", "3"), "--gpus": ("1", "1"), "--signal": ("stop", "hang"), "--join": ()}
+RENAMED_VALUES = {
+    "--report": ("r.html", "r.html"),
+    "--launcher": ("mpi", "mpi"),
+    "--no-allreduce": (),
+    "--no-baseline": (),
+    "--wait-for-cores": ("5", "5"),
+    "--max-minutes": ("2.5", "150"),
+    "--nproc": ("3", "3"),
+    "--gpus": ("1", "1"),
+    "--signal": ("stop", "hang"),
+    "--join": (),
+}
 
 
 def test_every_renamed_option_keeps_its_old_spelling_with_a_notice(capsys):
@@ -213,29 +245,38 @@ def test_every_renamed_option_keeps_its_old_spelling_with_a_notice(capsys):
             if r.new not in sub._option_string_actions or (r.verbs is not None and verb not in r.verbs):
                 continue
             given, taken = RENAMED_VALUES[r.old] or ((), (r.value,) if r.value else ())
-            given, taken = ([given] if isinstance(given, str) else list(given)), \
-                ([taken] if isinstance(taken, str) else list(taken))
+            given, taken = (
+                ([given] if isinstance(given, str) else list(given)),
+                ([taken] if isinstance(taken, str) else list(taken)),
+            )
             new = parser.parse_args([verb, r.new, *taken])
             assert capsys.readouterr().err == ""
             old = parser.parse_args([verb, r.old, *given])
             assert vars(old) == vars(new), (verb, r.old)
             err = capsys.readouterr().err.splitlines()
             # the notice names the new spelling (with the value it takes, where the value changed unit or words)
-            said = f"{r.old} {given[0]} is now {r.new} {taken[0]}" if r.convert else \
-                f"{r.old} is now {r.new} {r.value}" if r.value else f"{r.old} is now {r.new}"
+            said = (
+                f"{r.old} {given[0]} is now {r.new} {taken[0]}"
+                if r.convert
+                else f"{r.old} is now {r.new} {r.value}"
+                if r.value
+                else f"{r.old} is now {r.new}"
+            )
             assert err == [f"bench {verb}: {said} ({r.why}); the old name still works for now"]
             assert not re.search(rf"{r.old}\b(?!-)", sub.format_help()), f"bench {verb} --help shows {r.old}"
             checked += 1
     # --launcher on every verb that takes Horovod's options, --wait-for-cores on every verb that runs something;
     # --report on sweep and converge; one verb each else
     assert checked == sum(len(r.verbs) for r in RENAMED if r.verbs) + sum(
-        "--hvd-launcher" in sub._option_string_actions for sub in verbs.values()) + sum(
-        "--cores-timeout" in sub._option_string_actions for sub in verbs.values())
+        "--hvd-launcher" in sub._option_string_actions for sub in verbs.values()
+    ) + sum("--cores-timeout" in sub._option_string_actions for sub in verbs.values())
     # the old spelling refuses what the new one refuses (in the old spelling's words, where its value changed)
-    for argv, said in ((["run", "--launcher", "ssh"], "invalid choice: 'ssh'"),
-                       (["fault", "--signal", "HUP"], "argument --signal: invalid choice: 'HUP'"),
-                       (["selfcheck", "--max-minutes", "-1"], "argument --max-minutes: '-1': expected a finite number"),
-                       (["sweep", "--nproc", "0"], "argument --nproc: '0': expected an integer of at least 1")):
+    for argv, said in (
+        (["run", "--launcher", "ssh"], "invalid choice: 'ssh'"),
+        (["fault", "--signal", "HUP"], "argument --signal: invalid choice: 'HUP'"),
+        (["selfcheck", "--max-minutes", "-1"], "argument --max-minutes: '-1': expected a finite number"),
+        (["sweep", "--nproc", "0"], "argument --nproc: '0': expected an integer of at least 1"),
+    ):
         with pytest.raises(SystemExit) as exit:
             parser.parse_args(argv)
         err = capsys.readouterr().err.splitlines()
@@ -274,9 +315,14 @@ def test_the_regression_gate_and_nox_use_one_store():
     tree = ast.parse((CLI.parent.parent / "noxfile.py").read_text())
     sessions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     for name in ("regress", "baseline"):
-        runs = [call for call in ast.walk(sessions[name]) if isinstance(call, ast.Call)
-                and getattr(call.func, "attr", "") == "run" and call.args
-                and getattr(call.args[0], "value", None) == "bench"]
+        runs = [
+            call
+            for call in ast.walk(sessions[name])
+            if isinstance(call, ast.Call)
+            and getattr(call.func, "attr", "") == "run"
+            and call.args
+            and getattr(call.args[0], "value", None) == "bench"
+        ]
         assert [a.value for a in runs[0].args[:2]] == ["bench", name]
         assert not any(getattr(a, "value", None) == "--store" for a in runs[0].args), f"nox -s {name} passes --store"
 
@@ -292,30 +338,33 @@ def test_docs_cli_md_is_what_the_parser_generates():
     assert committed == docs.page(), f"docs/cli.md is not what the parser says; regenerate it: {docs.COMMAND}"
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["run", "--timeout", "nan"], "--timeout"),
-    (["run", "--timeout", "inf"], "--timeout"),
-    (["run", "--timeout", "-1"], "--timeout"),
-    (["run", "--timeout", "0"], "--timeout"),
-    (["run", "--lr", "nan"], "--lr"),
-    (["run", "--nproc", "0"], "--nproc"),
-    (["run", "--gpus", "-2"], "--gpus"),
-    (["run", "--threads", "0"], "--threads"),
-    (["run", "--windows", "0"], "--windows"),
-    (["run", "--batch-size", "-1"], "--batch-size"),
-    (["run", "--ddp-bucket-mb", "inf"], "--ddp-bucket-mb"),
-    (["sweep", "--repeats", "0"], "--repeats"),
-    (["sweep", "--world-sizes", "0,2"], "--world-sizes"),
-    (["regress", "--repeats", "-3"], "--repeats"),
-    (["baseline", "--timeout", "inf"], "--timeout"),
-    (["allreduce", "--iters", "0"], "--iters"),
-    (["allreduce", "--warmup-iters", "-1"], "--warmup-iters"),
-    (["allreduce", "--max-bytes", "lots"], "--max-bytes"),
-    (["fault", "--comm-timeout", "nan"], "--comm-timeout"),
-    (["fault", "--kill-rank", "-1"], "--kill-rank"),
-    (["list", "--last", "0"], "--last"),
-    (["run", "--nproc", "two"], "invalid int value"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["run", "--timeout", "nan"], "--timeout"),
+        (["run", "--timeout", "inf"], "--timeout"),
+        (["run", "--timeout", "-1"], "--timeout"),
+        (["run", "--timeout", "0"], "--timeout"),
+        (["run", "--lr", "nan"], "--lr"),
+        (["run", "--nproc", "0"], "--nproc"),
+        (["run", "--gpus", "-2"], "--gpus"),
+        (["run", "--threads", "0"], "--threads"),
+        (["run", "--windows", "0"], "--windows"),
+        (["run", "--batch-size", "-1"], "--batch-size"),
+        (["run", "--ddp-bucket-mb", "inf"], "--ddp-bucket-mb"),
+        (["sweep", "--repeats", "0"], "--repeats"),
+        (["sweep", "--world-sizes", "0,2"], "--world-sizes"),
+        (["regress", "--repeats", "-3"], "--repeats"),
+        (["baseline", "--timeout", "inf"], "--timeout"),
+        (["allreduce", "--iters", "0"], "--iters"),
+        (["allreduce", "--warmup-iters", "-1"], "--warmup-iters"),
+        (["allreduce", "--max-bytes", "lots"], "--max-bytes"),
+        (["fault", "--comm-timeout", "nan"], "--comm-timeout"),
+        (["fault", "--kill-rank", "-1"], "--kill-rank"),
+        (["list", "--last", "0"], "--last"),
+        (["run", "--nproc", "two"], "invalid int value"),
+    ],
+)
 def test_bad_numbers_are_refused_while_parsing(argv, flag, capsys):
     with pytest.raises(SystemExit) as exit:
         build_parser().parse_args(argv)
@@ -332,9 +381,14 @@ def test_sweep_world_sizes():
 
 def test_comm_options_take_text_or_values_and_fill_in_defaults():
     comm = comm_options({"max_bytes": "16M", "ops": "allreduce,allgather", "iters": None})
-    assert comm == {"ops": ["allreduce", "allgather"], "dtype": COMM_DEFAULTS["dtype"],
-                    "min_bytes": parse_bytes(COMM_DEFAULTS["min_bytes"]), "max_bytes": 16 * 2**20,
-                    "warmup_iters": COMM_DEFAULTS["warmup_iters"], "iters": COMM_DEFAULTS["iters"]}
+    assert comm == {
+        "ops": ["allreduce", "allgather"],
+        "dtype": COMM_DEFAULTS["dtype"],
+        "min_bytes": parse_bytes(COMM_DEFAULTS["min_bytes"]),
+        "max_bytes": 16 * 2**20,
+        "warmup_iters": COMM_DEFAULTS["warmup_iters"],
+        "iters": COMM_DEFAULTS["iters"],
+    }
     assert comm_options({"max_bytes": 1024})["max_bytes"] == 1024
     with pytest.raises(UsageError, match="not a size"):
         comm_options({"min_bytes": "lots"})
@@ -342,20 +396,46 @@ def test_comm_options_take_text_or_values_and_fill_in_defaults():
 
 def test_plan_sweep_from_plain_values_in_rounds():
     comm = comm_options({"max_bytes": "1K"})
-    plan = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id="s1", repeats=2, comm=comm,
-                      options={"windows": 3, "step_delay": "20%", "oversubscribe": True, "backend_options": {}})
+    plan = plan_sweep(
+        ["elastic"],
+        ["mnist_mlp"],
+        "cpu",
+        [1, 2],
+        sweep_id="s1",
+        repeats=2,
+        comm=comm,
+        options={"windows": 3, "step_delay": "20%", "oversubscribe": True, "backend_options": {}},
+    )
     cases = [(s.task, s.backend, s.workload, s.world_size) for s in plan]
-    one_round = [("train", "single", "mnist_mlp", 1), ("train", "elastic", "mnist_mlp", 1),
-                 ("train", "elastic", "mnist_mlp", 2), ("comm", "elastic", None, 2)]
+    one_round = [
+        ("train", "single", "mnist_mlp", 1),
+        ("train", "elastic", "mnist_mlp", 1),
+        ("train", "elastic", "mnist_mlp", 2),
+        ("comm", "elastic", None, 2),
+    ]
     # every case once a round, each round in its own (seeded, so repeatable) order
     assert sorted(cases[:4]) == sorted(cases[4:]) == sorted(one_round)
     assert [s.repeat for s in plan] == [0] * 4 + [1] * 4
-    again = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id="s1", repeats=2, comm=comm,
-                       options={"windows": 3, "step_delay": "20%", "oversubscribe": True, "backend_options": {}})
+    again = plan_sweep(
+        ["elastic"],
+        ["mnist_mlp"],
+        "cpu",
+        [1, 2],
+        sweep_id="s1",
+        repeats=2,
+        comm=comm,
+        options={"windows": 3, "step_delay": "20%", "oversubscribe": True, "backend_options": {}},
+    )
     assert [(s.task, s.backend, s.world_size) for s in again] == [(s.task, s.backend, s.world_size) for s in plan]
-    orders = {tuple((s.backend, s.world_size, s.task) for s in plan_sweep(
-        ["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id=f"s{i}", repeats=1, comm=comm, options={}))
-        for i in range(20)}
+    orders = {
+        tuple(
+            (s.backend, s.world_size, s.task)
+            for s in plan_sweep(
+                ["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id=f"s{i}", repeats=1, comm=comm, options={}
+            )
+        )
+        for i in range(20)
+    }
     assert len(orders) > 1
     assert {s.sweep_id for s in plan} == {"s1"}
     train = [s for s in plan if s.task == "train"]
@@ -373,16 +453,26 @@ def test_plan_sweep_from_plain_values_in_rounds():
     both = plan_sweep(["elastic", "ps"], ["mnist_mlp"], "cpu", [1, 2], options={}, comm=None, sweep_id=None)
     assert sorted((s.backend, s.world_size) for s in both) == [("elastic", 1), ("elastic", 2), ("ps", 2), ("single", 1)]
     # the regression matrix's reference backend trains only the workloads given for it
-    limited = plan_sweep(["elastic", "ray"], ["mnist_mlp", "resnet18"], "cpu", [1, 2], options={}, comm=None,
-                         sweep_id=None, workloads_of={"ray": ["mnist_mlp"]})
+    limited = plan_sweep(
+        ["elastic", "ray"],
+        ["mnist_mlp", "resnet18"],
+        "cpu",
+        [1, 2],
+        options={},
+        comm=None,
+        sweep_id=None,
+        workloads_of={"ray": ["mnist_mlp"]},
+    )
     assert sorted((s.backend, s.workload, s.world_size) for s in limited if s.backend == "ray") == [
-        ("ray", "mnist_mlp", 2)]
+        ("ray", "mnist_mlp", 2)
+    ]
     assert sum(s.backend == "elastic" for s in limited) == 4
     alone = plan_sweep(["ps"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None)
     assert sorted((s.backend, s.world_size) for s in alone) == [("ps", 1), ("single", 1)]
 
-    bare = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None,
-                      with_plain_loop=False)
+    bare = plan_sweep(
+        ["elastic"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None, with_plain_loop=False
+    )
     assert [(s.backend, s.world_size, s.repeat) for s in bare] == [("elastic", 1, 0)]
     with pytest.raises(UsageError):
         plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1], options={}, comm=None, sweep_id=None, repeats=0)
@@ -395,15 +485,28 @@ def test_the_default_sweep_plans_a_killed_and_a_hung_worker_under_each_elastic_b
     monkeypatch.setattr(bench.backends.horovod, "check_build", lambda: (None, {}))
     args = build_parser().parse_args(["sweep"])
     assert not args.no_faults and args.faults is None and args.fault_repeats is None  # SWEEP_FAULTS, as below
-    plan = plan_sweep(list(PRIMARY), list(WORKLOADS), "cpu", [1, 2], sweep_id="s1", repeats=SWEEP_DEFAULTS["repeats"],
-                      comm=None, options={"windows": SWEEP_DEFAULTS["windows"], "backend_options": {}},
-                      faults=list(SWEEP_FAULTS["kinds"]))
+    plan = plan_sweep(
+        list(PRIMARY),
+        list(WORKLOADS),
+        "cpu",
+        [1, 2],
+        sweep_id="s1",
+        repeats=SWEEP_DEFAULTS["repeats"],
+        comm=None,
+        options={"windows": SWEEP_DEFAULTS["windows"], "backend_options": {}},
+        faults=list(SWEEP_FAULTS["kinds"]),
+    )
     fault = get_task("fault")
     faults = [s for s in plan if s.task == "fault"]
-    assert sorted((s.backend, fault.kind(s)) for s in faults) == [("elastic", "hang"), ("elastic", "kill"),
-                                                                   ("horovod", "hang"), ("horovod", "kill")]
+    assert sorted((s.backend, fault.kind(s)) for s in faults) == [
+        ("elastic", "hang"),
+        ("elastic", "kill"),
+        ("horovod", "hang"),
+        ("horovod", "kill"),
+    ]
     assert {(s.workload, s.world_size, s.sweep_id, s.repeat, s.device) for s in faults} == {
-        ("mnist_mlp", 2, "s1", 0, "cpu")}
+        ("mnist_mlp", 2, "s1", 0, "cpu")
+    }
     window = WORKLOADS["mnist_mlp"].size("cpu").window_steps
     for s in faults:  # short: the fault between two checkpoints, then training on
         f = s.fault
@@ -415,14 +518,31 @@ def test_the_default_sweep_plans_a_killed_and_a_hung_worker_under_each_elastic_b
     # threads not given (a sweep of GPUs): those that fit the fault's workers on this machine's cores
     alone = fault_specs(["elastic", "ps"], "mnist_mlp", 2, kinds=["kill"], options={"lr": 0.5, "step_delay": "20%"})
     assert [(s.backend, s.device, s.threads, s.lr, s.step_delay) for s in alone] == [
-        ("elastic", "cpu", default_threads("cpu", 2), 0.5, None)]
+        ("elastic", "cpu", default_threads("cpu", 2), 0.5, None)
+    ]
 
     # more fault launches than rounds: the extra rounds hold fault runs only; a join starts one worker short
-    plan = plan_sweep(["elastic"], ["mnist_mlp"], "cpu", [1, 2], sweep_id="s2", repeats=1, comm=None, options={},
-                      faults=["join", "kill"], fault_repeats=2)
+    plan = plan_sweep(
+        ["elastic"],
+        ["mnist_mlp"],
+        "cpu",
+        [1, 2],
+        sweep_id="s2",
+        repeats=1,
+        comm=None,
+        options={},
+        faults=["join", "kill"],
+        fault_repeats=2,
+    )
     assert sorted((s.repeat, s.task, fault.kind(s) if s.task == "fault" else None, s.world_size) for s in plan) == [
-        (0, "fault", "join", 1), (0, "fault", "kill", 2), (0, "train", None, 1), (0, "train", None, 1),
-        (0, "train", None, 2), (1, "fault", "join", 1), (1, "fault", "kill", 2)]
+        (0, "fault", "join", 1),
+        (0, "fault", "kill", 2),
+        (0, "train", None, 1),
+        (0, "train", None, 1),
+        (0, "train", None, 2),
+        (1, "fault", "join", 1),
+        (1, "fault", "kill", 2),
+    ]
     # what has no fault to make says why, and plans none
     assert "across hosts" in faults_missing(["elastic"], [1, 2], {"hosts": []})
     assert "elastic mode" in faults_missing(["ps"], [1, 2], None)

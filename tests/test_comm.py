@@ -17,9 +17,16 @@ from conftest import bench, bench_json, needs_tf
 from factories import ceiling, comm_row
 
 
-@pytest.mark.parametrize("op, n, factor", [("allreduce", 2, 1.0), ("allreduce", 8, 1.75),
-                                           ("allgather", 4, 0.75), ("reduce_scatter", 8, 0.875),
-                                           ("broadcast", 8, 1.0)])
+@pytest.mark.parametrize(
+    "op, n, factor",
+    [
+        ("allreduce", 2, 1.0),
+        ("allreduce", 8, 1.75),
+        ("allgather", 4, 0.75),
+        ("reduce_scatter", 8, 0.875),
+        ("broadcast", 8, 1.0),
+    ],
+)
 def test_bus_bandwidth_factors(op, n, factor):
     assert OPS[op].factor(n) == pytest.approx(factor)
 
@@ -66,26 +73,49 @@ def test_table_has_nccl_tests_columns():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend, ops, dtype", [
-    ("elastic", "allreduce,allgather,reduce_scatter,broadcast", "float32"),
-    ("elastic", "allreduce", "bfloat16"),
-    # Not reduce_scatter: Horovod 0.28.1's Gloo reduce-scatter was seen to return a few wrong elements,
-    # intermittently (25 of 16,384 at 128 KiB, once in four sweeps); the sweep reports that as `failed`.
-    ("horovod", "allreduce,allgather,broadcast", "float32"),
-    ("horovod", "allreduce", "float16"),
-    ("ps", "allreduce", "float32"),
-    # TensorFlow's collectives, on TensorFlow tensors (TFBuffers): the strategy's two, Horovod's in float16
-    pytest.param("tf-mwms", "allreduce,allgather", "float32", marks=needs_tf),
-    pytest.param("horovod-tf", "allreduce,allgather,broadcast", "float16", marks=needs_tf),
-])
+@pytest.mark.parametrize(
+    "backend, ops, dtype",
+    [
+        ("elastic", "allreduce,allgather,reduce_scatter,broadcast", "float32"),
+        ("elastic", "allreduce", "bfloat16"),
+        # Not reduce_scatter: Horovod 0.28.1's Gloo reduce-scatter was seen to return a few wrong elements,
+        # intermittently (25 of 16,384 at 128 KiB, once in four sweeps); the sweep reports that as `failed`.
+        ("horovod", "allreduce,allgather,broadcast", "float32"),
+        ("horovod", "allreduce", "float16"),
+        ("ps", "allreduce", "float32"),
+        # TensorFlow's collectives, on TensorFlow tensors (TFBuffers): the strategy's two, Horovod's in float16
+        pytest.param("tf-mwms", "allreduce,allgather", "float32", marks=needs_tf),
+        pytest.param("horovod-tf", "allreduce,allgather,broadcast", "float16", marks=needs_tf),
+    ],
+)
 def test_real_two_rank_sweep_has_no_wrong_elements(backend, ops, dtype, store):
-    proc, record = bench_json("allreduce", "--backend", backend, "--nproc", 2, "--ops", ops, "--dtype", dtype,
-                              "--min-bytes", 4, "--max-bytes", "256K", "--warmup-iters", 1, "--iters", 3,
-                              "--store", store)
+    proc, record = bench_json(
+        "allreduce",
+        "--backend",
+        backend,
+        "--nproc",
+        2,
+        "--ops",
+        ops,
+        "--dtype",
+        dtype,
+        "--min-bytes",
+        4,
+        "--max-bytes",
+        "256K",
+        "--warmup-iters",
+        1,
+        "--iters",
+        3,
+        "--store",
+        store,
+    )
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok" and record["spec"]["task"] == "comm"
     rows = record["metrics"]["rows"]
-    assert [(r["op"], r["size"]) for r in rows] == [(op, size) for op, size, _ in sweep_plan(CommSettings.from_dict(record["spec"]["comm"]), 2)]
+    assert [(r["op"], r["size"]) for r in rows] == [
+        (op, size) for op, size, _ in sweep_plan(CommSettings.from_dict(record["spec"]["comm"]), 2)
+    ]
     assert rows and all(r["wrong"] == 0 for r in rows)
     for r in rows:
         assert r["time_us"] == pytest.approx(max(r["per_rank_time_us"]))  # max over ranks

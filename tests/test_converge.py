@@ -51,15 +51,18 @@ def test_mnist_test_files_are_the_held_out_set(tmp_path):
     assert x.shape == (10, 1, 28, 28) and y.shape == (10,)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--data", "synthetic"], "needs a real data set"),
-    (["--target", "1.5"], "--target"),
-    (["--epochs", "2", "--warmup-epochs", "3"], "--warmup-epochs 3.0: between 0 and --epochs"),
-    (["--holdout", "1"], "--holdout"),
-    (["--batch-size", "2000"], "too few"),
-    (["--lr-scaling", "sqrt"], "invalid choice"),
-    (["--backend", "tensorflow"], "unknown backend"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--data", "synthetic"], "needs a real data set"),
+        (["--target", "1.5"], "--target"),
+        (["--epochs", "2", "--warmup-epochs", "3"], "--warmup-epochs 3.0: between 0 and --epochs"),
+        (["--holdout", "1"], "--holdout"),
+        (["--batch-size", "2000"], "too few"),
+        (["--lr-scaling", "sqrt"], "invalid choice"),
+        (["--backend", "tensorflow"], "unknown backend"),
+    ],
+)
 def test_bad_converge_input(args, message, tmp_path):
     assert_one_line_error(bench_in_process("converge", *args, "--store", tmp_path / "b.sqlite"), message)
 
@@ -69,8 +72,23 @@ def test_backends_reach_the_target_on_digits_and_the_report_shows_the_curves(tmp
     """elastic, horovod and ps at 2 workers on scikit-learn's digits: each reaches 85% held-out accuracy, along
     the same curve of accuracy against samples (same model, data, seed and lr rule), and the page draws it."""
     store, page = tmp_path / "c.sqlite", tmp_path / "c.html"
-    proc = bench("converge", "--backend", "elastic,horovod,ps", "--nproc", 2, "--epochs", 4, "--target", 0.85, "--store", store,
-                 "--output", page, "--json", timeout=600)
+    proc = bench(
+        "converge",
+        "--backend",
+        "elastic,horovod,ps",
+        "--nproc",
+        2,
+        "--epochs",
+        4,
+        "--target",
+        0.85,
+        "--store",
+        store,
+        "--output",
+        page,
+        "--json",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     records = json.loads(proc.stdout)
     assert [r["spec"]["backend"] for r in records] == ["elastic", "horovod", "ps"]
@@ -92,7 +110,8 @@ def test_backends_reach_the_target_on_digits_and_the_report_shows_the_curves(tmp
 
     # the report flags a backend that ends elsewhere, or whose workers hold different models
     recs = {r.spec.backend: r for r in Store(store).records()}
-    off = dataclasses.replace(recs["ps"], metrics=dataclasses.replace(recs["ps"].metrics, final_accuracy=0.5,
-                                                                       replicas_agree=False))
+    off = dataclasses.replace(
+        recs["ps"], metrics=dataclasses.replace(recs["ps"].metrics, final_accuracy=0.5, replicas_agree=False)
+    )
     sentence, wrong = agreement_sentence("case", {**recs, "ps": off})
     assert wrong and "ps ended more than 2 points from the others" in sentence and "different parameters" in sentence

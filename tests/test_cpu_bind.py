@@ -16,16 +16,19 @@ from factories import train_record
 CLUSTER = {"hosts": [{"name": "h1", "slots": 1}, {"name": "h2", "slots": 1}], "iface": "eth0"}
 
 
-@pytest.mark.parametrize("requested, device, oversubscribe, cluster, chosen", [
-    ("auto", "cpu", False, None, "cores"),  # CPU workers on one host that fit its cores: each on its own
-    (None, "cpu", False, None, "cores"),  # not given: the default, auto
-    ("auto", "cuda", False, None, "none"),  # GPU runs keep the scheduler's placement
-    ("auto", "cpu", True, None, "none"),  # contention measured on purpose
-    ("auto", "cpu", False, CLUSTER, "none"),  # test hosts share one machine: local ranks would collide
-    ("none", "cpu", False, None, "none"),
-    ("cores", "cpu", False, CLUSTER, "cores"),  # asked for: kept
-    ("cores", "cuda", True, None, "cores"),
-])
+@pytest.mark.parametrize(
+    "requested, device, oversubscribe, cluster, chosen",
+    [
+        ("auto", "cpu", False, None, "cores"),  # CPU workers on one host that fit its cores: each on its own
+        (None, "cpu", False, None, "cores"),  # not given: the default, auto
+        ("auto", "cuda", False, None, "none"),  # GPU runs keep the scheduler's placement
+        ("auto", "cpu", True, None, "none"),  # contention measured on purpose
+        ("auto", "cpu", False, CLUSTER, "none"),  # test hosts share one machine: local ranks would collide
+        ("none", "cpu", False, None, "none"),
+        ("cores", "cpu", False, CLUSTER, "cores"),  # asked for: kept
+        ("cores", "cuda", True, None, "cores"),
+    ],
+)
 def test_auto_resolves_to_a_placement_and_given_values_are_kept(requested, device, oversubscribe, cluster, chosen):
     assert resolve_cpu_bind(requested, device, oversubscribe, cluster) == chosen
 
@@ -41,13 +44,26 @@ def test_every_kind_of_run_holds_the_resolved_binding():
     from bench.workflows.plan import comm_specs
 
     assert train_spec(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu").cpu_bind == "cores"
-    assert train_spec(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu",
-                      cpu_bind="none").cpu_bind == "none"
+    assert (
+        train_spec(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu", cpu_bind="none").cpu_bind
+        == "none"
+    )
     (comm,) = comm_specs(["elastic"], "cpu", [2], comm={"ops": ["allreduce"]}, options={})
     assert comm.cpu_bind == "cores"
-    fault = dict(backend="elastic", workload="mnist_mlp", world_size=2, scenario="kill", rank=1, at_step=4,
-                 signal_name="KILL", max_restarts=1, checkpoint_every=2, total_steps=8, comm_timeout=10.0,
-                 recovery_timeout=60.0)
+    fault = dict(
+        backend="elastic",
+        workload="mnist_mlp",
+        world_size=2,
+        scenario="kill",
+        rank=1,
+        at_step=4,
+        signal_name="KILL",
+        max_restarts=1,
+        checkpoint_every=2,
+        total_steps=8,
+        comm_timeout=10.0,
+        recovery_timeout=60.0,
+    )
     assert fault_spec(**fault).cpu_bind == "none"  # restarted and joining agents' local ranks overlap
     assert fault_spec(**fault, cpu_bind="cores").cpu_bind == "cores"  # asked for: kept
 
@@ -68,8 +84,17 @@ def test_pinned_and_unpinned_runs_are_never_one_case():
     assert "cpu_bind" in CONDITIONS
     recs = []
     for i, (bind, value) in enumerate([("none", 175), ("cores", 230), ("none", 172), ("cores", 228)]):
-        recs.append(train_record(f"hvd-{i}", "horovod", 2, per_window=[value * 0.99, value, value * 1.01],
-                                 created_at=1000 + i, sweep_id="s1", spec_fields={"cpu_bind": bind, "repeat": i // 2}))
+        recs.append(
+            train_record(
+                f"hvd-{i}",
+                "horovod",
+                2,
+                per_window=[value * 0.99, value, value * 1.01],
+                created_at=1000 + i,
+                sweep_id="s1",
+                spec_fields={"cpu_bind": bind, "repeat": i // 2},
+            )
+        )
     frame = records_to_frame(recs)
     assert list(frame["cpu_bind"]) == ["none", "cores", "none", "cores"]
     cases = train_results.replicated_cases(frame[frame["status"] == "ok"])
@@ -124,11 +149,15 @@ def test_the_communication_view_keeps_machines_and_pinnings_apart():
 
     def launch(run_id, backend, time_us, t, cpu_model="cpu", bind="none"):
         rec = comm_record(run_id, backend, rows=[comm_row(size=2**24, time_us=time_us)], created_at=t)
-        return dataclasses.replace(rec, spec=dataclasses.replace(rec.spec, cpu_bind=bind),
-                                   environment={"cpu_model": cpu_model, "cpu_count": 2})
+        return dataclasses.replace(
+            rec, spec=dataclasses.replace(rec.spec, cpu_bind=bind), environment={"cpu_model": cpu_model, "cpu_count": 2}
+        )
 
-    here = [launch(f"{b}-{i}", b, us, 1000 + 2 * i + j) for i in range(3)
-            for j, (b, us) in enumerate([("elastic", 20_000 + 100 * i), ("horovod", 40_000 + 100 * i)])]
+    here = [
+        launch(f"{b}-{i}", b, us, 1000 + 2 * i + j)
+        for i in range(3)
+        for j, (b, us) in enumerate([("elastic", 20_000 + 100 * i), ("horovod", 40_000 + 100 * i)])
+    ]
     frame = records_to_frame(here)
     (row, *_), _ = comm_report.matched_size_rows(frame)
     assert row.outcome.startswith("elastic ahead by") and ", on " not in row.condition
@@ -140,10 +169,15 @@ def test_the_communication_view_keeps_machines_and_pinnings_apart():
     rows, _ = comm_report.matched_size_rows(frame)
     assert len(rows) == 1 and rows[0].outcome.startswith("elastic ahead by") and "on cpu (2 CPUs)" in rows[0].condition
     rows = comm_report.sweep_rows(comm_report.case_launches(frame[frame["status"] == "ok"]))
-    assert sorted(r[0] for r in rows) == ["elastic, on cpu (2 CPUs)", "elastic, pinned, on cpu (2 CPUs)",
-                                          "horovod, on Other CPU (2 CPUs)", "horovod, on cpu (2 CPUs)"]
-    assert list(comm_results.comparisons(frame)) == ["allreduce busbw elastic / horovod at 16MB, 2 ranks float32, "
-                                                    "on cpu (2 CPUs)"]
+    assert sorted(r[0] for r in rows) == [
+        "elastic, on cpu (2 CPUs)",
+        "elastic, pinned, on cpu (2 CPUs)",
+        "horovod, on Other CPU (2 CPUs)",
+        "horovod, on cpu (2 CPUs)",
+    ]
+    assert list(comm_results.comparisons(frame)) == [
+        "allreduce busbw elastic / horovod at 16MB, 2 ranks float32, on cpu (2 CPUs)"
+    ]
 
 
 def test_workers_an_existing_ray_cluster_places_are_left_to_it():
@@ -168,8 +202,17 @@ def test_unpinned_wins_never_decide_the_recommendation():
     def launches(prefix, bind, values, t0):
         out = []
         for i, (backend, v) in enumerate(values):
-            out.append(train_record(f"{prefix}-{i}", backend, 2, per_window=[v * 0.99, v, v * 1.01], created_at=t0 + i,
-                                    sweep_id=prefix, spec_fields={"cpu_bind": bind, "repeat": i // 2}))
+            out.append(
+                train_record(
+                    f"{prefix}-{i}",
+                    backend,
+                    2,
+                    per_window=[v * 0.99, v, v * 1.01],
+                    created_at=t0 + i,
+                    sweep_id=prefix,
+                    spec_fields={"cpu_bind": bind, "repeat": i // 2},
+                )
+            )
         return out
 
     close = [("elastic", 230), ("horovod", 228), ("elastic", 226), ("horovod", 231), ("elastic", 229), ("horovod", 225)]

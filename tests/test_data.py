@@ -62,9 +62,20 @@ def test_mnist_label_outside_the_classes_is_refused(tmp_path):
 def test_too_few_samples_for_the_world_are_refused_by_the_workers_rule(tmp_path, world, batch, ok):
     """The parent's check is the rule ShardedBatches applies: each rank's share holds a full batch."""
     images, labels = write_mnist(tmp_path, n=10)
-    for check in (lambda: check_source("mnist", str(tmp_path), world=world, batch=batch),
-                  lambda: ShardedBatches(images, labels.astype(np.int64), batch=batch, channels=1, image=28, seed=0,
-                                         rank=0, world=world, device="cpu")):
+    for check in (
+        lambda: check_source("mnist", str(tmp_path), world=world, batch=batch),
+        lambda: ShardedBatches(
+            images,
+            labels.astype(np.int64),
+            batch=batch,
+            channels=1,
+            image=28,
+            seed=0,
+            rank=0,
+            world=world,
+            device="cpu",
+        ),
+    ):
         if ok:
             check()
         else:
@@ -75,8 +86,18 @@ def test_too_few_samples_for_the_world_are_refused_by_the_workers_rule(tmp_path,
 @pytest.mark.parametrize("workload, channels, image", [("mnist_mlp", 1, 28), ("resnet18", 3, 32)])
 def test_mnist_batches_take_the_workload_shape(tmp_path, workload, channels, image):
     write_mnist(tmp_path, n=40)
-    batches = open_batches("mnist", batch=8, channels=channels, image=image, classes=10, seed=0, rank=0,
-                           world=2, device="cpu", data_dir=str(tmp_path))
+    batches = open_batches(
+        "mnist",
+        batch=8,
+        channels=channels,
+        image=image,
+        classes=10,
+        seed=0,
+        rank=0,
+        world=2,
+        device="cpu",
+        data_dir=str(tmp_path),
+    )
     x, y = next(batches)
     assert x.shape == (8, channels, image, image) and x.dtype == torch.float32 and y.shape == (8,)
 
@@ -87,8 +108,9 @@ def test_real_data_shards_are_disjoint_and_cover_an_epoch():
     world, batch = 3, 32
     seen = []
     for rank in range(world):
-        b = ShardedBatches(images, labels, batch=batch, channels=1, image=28, seed=5, rank=rank,
-                           world=world, device="cpu")
+        b = ShardedBatches(
+            images, labels, batch=batch, channels=1, image=28, seed=5, rank=rank, world=world, device="cpu"
+        )
         order = b.order.clone()
         assert len(order) == 1797 // world
         seen.append(set(order.tolist()))
@@ -99,14 +121,12 @@ def test_real_data_shards_are_disjoint_and_cover_an_epoch():
 def test_data_set_too_small_for_the_batch():
     images, labels = load_real("digits", None)
     with pytest.raises(DataError, match="too few"):
-        ShardedBatches(images, labels, batch=1000, channels=1, image=28, seed=0, rank=0, world=2,
-                       device="cpu")
+        ShardedBatches(images, labels, batch=1000, channels=1, image=28, seed=0, rank=0, world=2, device="cpu")
 
 
 def test_synthetic_data_is_seeded_per_rank():
     def first(seed, rank):
-        return next(SyntheticBatches(batch=4, channels=1, image=28, classes=10, seed=seed, rank=rank,
-                                     device="cpu"))[0]
+        return next(SyntheticBatches(batch=4, channels=1, image=28, classes=10, seed=seed, rank=rank, device="cpu"))[0]
 
     assert torch.equal(first(1, 0), first(1, 0))
     assert not torch.equal(first(1, 0), first(1, 1))

@@ -68,7 +68,10 @@ def test_non_finite_floats_are_words_in_the_store_and_record_json_and_read_back(
         data = strict(text)
         m = data["metrics"]
         assert (m["loss_last"], m["per_rank"][0]["param_checksum"], m["throughput"]["ci_half_width"]) == (
-            "NaN", "-Infinity", "Infinity")
+            "NaN",
+            "-Infinity",
+            "Infinity",
+        )
         back = RunRecord.from_dict(data).metrics  # a field typed float reads the word back as the float
         assert math.isnan(back.loss_last) and back.per_rank[0].param_checksum == -math.inf
         assert back.throughput.ci_half_width == math.inf
@@ -115,8 +118,9 @@ def test_an_old_record_with_bare_nan_is_read_diverged_and_rewritten_strict(tmp_p
     assert rec.status is RunStatus.DIVERGED and not rec.ok
     end = rec.spec.warmup_steps + rec.spec.windows * rec.spec.steps_per_window
     assert (rec.error.rank, rec.error.step) == (0, end)
-    assert rec.error.message == (f"rank 0: the loss was nan by step {end} (found when this schema-6 record "
-                                 "was read: it kept no earlier check)")
+    assert rec.error.message == (
+        f"rank 0: the loss was nan by step {end} (found when this schema-6 record was read: it kept no earlier check)"
+    )
     assert math.isnan(rec.metrics.loss_last)  # its figures are kept
     store = Store(tmp_path / "b.sqlite")
     store.save(rec)  # written again: in the strict form
@@ -133,11 +137,19 @@ def test_a_rank_reports_the_first_non_finite_value_it_holds():
     losses = [(1, "loss", 2.0), (2, "loss", 1.5), (5, "loss", 1.0), (8, "loss", math.nan), (11, "loss", math.inf)]
     assert first_non_finite(losses[:3], 4.0, 11) is None
     assert first_non_finite(losses, 4.0, 11) == {"what": "loss", "step": 8, "finite_at": 5, "value": "nan"}
-    assert first_non_finite([(1, "loss", -math.inf)], 4.0, 11) == {"what": "loss", "step": 1, "finite_at": None,
-                                                                   "value": "-inf"}
+    assert first_non_finite([(1, "loss", -math.inf)], 4.0, 11) == {
+        "what": "loss",
+        "step": 1,
+        "finite_at": None,
+        "value": "-inf",
+    }
     # finite losses, parameters that are not (the last update): seen by the end, when they are summed
-    assert first_non_finite(losses[:3], math.inf, 11) == {"what": "parameters", "step": 11, "finite_at": None,
-                                                          "value": "inf"}
+    assert first_non_finite(losses[:3], math.inf, 11) == {
+        "what": "parameters",
+        "step": 11,
+        "finite_at": None,
+        "value": "inf",
+    }
 
 
 # ---------------------------------------------------------------- the parent's conclusion
@@ -145,15 +157,30 @@ def non_finite(step, finite_at, what="loss", value="nan"):
     return {"what": what, "step": step, "finite_at": finite_at, "value": value}
 
 
-@pytest.mark.parametrize("seen, message, rank, step", [
-    ({}, None, None, None),
-    ({0: non_finite(8, 5), 1: non_finite(8, 5)}, "ranks 0, 1: the loss became nan by step 8 (finite at "
-     "step 5, the check before)", 0, 8),
-    ({1: non_finite(3, 2), 0: non_finite(8, 5)}, "rank 1: the loss became nan at step 3; 2 of 2 workers "
-     "by their end", 1, 3),
-    ({0: non_finite(25, None, "parameters", "inf")}, "rank 0: the parameters' checksum became inf by "
-     "step 25", 0, 25),
-])
+@pytest.mark.parametrize(
+    "seen, message, rank, step",
+    [
+        ({}, None, None, None),
+        (
+            {0: non_finite(8, 5), 1: non_finite(8, 5)},
+            "ranks 0, 1: the loss became nan by step 8 (finite at step 5, the check before)",
+            0,
+            8,
+        ),
+        (
+            {1: non_finite(3, 2), 0: non_finite(8, 5)},
+            "rank 1: the loss became nan at step 3; 2 of 2 workers by their end",
+            1,
+            3,
+        ),
+        (
+            {0: non_finite(25, None, "parameters", "inf")},
+            "rank 0: the parameters' checksum became inf by step 25",
+            0,
+            25,
+        ),
+    ],
+)
 def test_a_run_whose_worker_saw_a_non_finite_value_is_diverged(tmp_path, seen, message, rank, step):
     spec = train_spec()
     results = {}
@@ -196,8 +223,9 @@ def test_a_diverged_run_is_listed_on_the_page_and_in_no_comparison(tmp_path):
     # the latest elastic run, far faster than the others: counted anywhere, it would move every figure
     nan_run = diverged_record("nan-run", backend="elastic", per_window=(5000.0, 5001.0), created_at=1020.0)
     nan_run.status = RunStatus.DIVERGED
-    nan_run.error = RunError(message="rank 0: the loss became nan by step 8 (finite at step 5, the check "
-                                     "before)", rank=0, step=8)
+    nan_run.error = RunError(
+        message="rank 0: the loss became nan by step 8 (finite at step 5, the check before)", rank=0, step=8
+    )
     store.save(nan_run)
     frame = load_frame(store)
     page = render_report(frame, "s")
@@ -243,17 +271,21 @@ NAN = Workload(name="nan", summary="its loss turns NaN", channels=1, gpu=Size(64
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend, nproc, after, rank, step, when", [
-    # NaN from step 4, inside the first timed window (steps 3-5): seen at its end, the warm-up's last step finite
-    ("elastic", 2, 3, "ranks 0, 1", 5, "by step 5 (finite at step 2, the check before)"),
-    ("horovod", 2, 3, "ranks 0, 1", 5, "by step 5 (finite at step 2, the check before)"),
-    # NaN from step 2, the warm-up's last: every warm-up step is checked, so the step is exact
-    ("single", 1, 1, "rank 0", 2, "at step 2"),
-])
+@pytest.mark.parametrize(
+    "backend, nproc, after, rank, step, when",
+    [
+        # NaN from step 4, inside the first timed window (steps 3-5): seen at its end, the warm-up's last step finite
+        ("elastic", 2, 3, "ranks 0, 1", 5, "by step 5 (finite at step 2, the check before)"),
+        ("horovod", 2, 3, "ranks 0, 1", 5, "by step 5 (finite at step 2, the check before)"),
+        # NaN from step 2, the warm-up's last: every warm-up step is checked, so the step is exact
+        ("single", 1, 1, "rank 0", 2, "at step 2"),
+    ],
+)
 def test_a_run_whose_loss_turns_nan_is_diverged_and_stored_strict(tmp_path, backend, nproc, after, rank, step, when):
     store = tmp_path / "b.sqlite"
-    proc, record = bench_json("run", "--backend", backend, "--nproc", nproc, "--workload", blows_up(tmp_path, after),
-                              "--store", store, *FAST)
+    proc, record = bench_json(
+        "run", "--backend", backend, "--nproc", nproc, "--workload", blows_up(tmp_path, after), "--store", store, *FAST
+    )
     assert proc.returncode == 1, proc.stderr
     assert strict(proc.stdout) == record and record["status"] == "diverged"
     assert (record["error"]["rank"], record["error"]["step"]) == (0, step)
@@ -273,8 +305,12 @@ def assert_strict_and_listed(folder, store, record: dict, says: str) -> None:
     lists the run under "Failed and unstable runs" with what it says."""
     (stored,) = sqlite3.connect(store).execute("SELECT record FROM runs").fetchone()
     run_dir = Store(store).run_dir(record["run_id"])
-    for text in (stored, (run_dir / "record.json").read_text(), *(p.read_text() for p in run_dir.rglob("*.json")),
-                 *(line for p in run_dir.rglob("*.jsonl") for line in p.read_text().splitlines())):
+    for text in (
+        stored,
+        (run_dir / "record.json").read_text(),
+        *(p.read_text() for p in run_dir.rglob("*.json")),
+        *(line for p in run_dir.rglob("*.jsonl") for line in p.read_text().splitlines()),
+    ):
         strict(text)
     page = folder / "page.html"
     proc = bench("report", "--store", store, "-o", page)
@@ -288,15 +324,31 @@ def test_a_converge_run_whose_loss_turns_nan_is_diverged(tmp_path):
     """Checked at its first step and at each evaluation (every 2 steps here): NaN from step 4, seen there. Its record
     as schema 6 wrote it (ok, bare NaN) is read as diverged from its held-out curve."""
     store = tmp_path / "b.sqlite"
-    proc, record = bench_json("converge", "--backend", "single", "--nproc", 1, "--workload", blows_up(tmp_path, 3),
-                              "--data", "digits", "--epochs", 1, "--eval-every", 2, "--store", store)
+    proc, record = bench_json(
+        "converge",
+        "--backend",
+        "single",
+        "--nproc",
+        1,
+        "--workload",
+        blows_up(tmp_path, 3),
+        "--data",
+        "digits",
+        "--epochs",
+        1,
+        "--eval-every",
+        2,
+        "--store",
+        store,
+    )
     assert proc.returncode == 1, proc.stderr
     assert strict(proc.stdout) == record
     assert record["status"] == "diverged" and (record["error"]["rank"], record["error"]["step"]) == (0, 4)
     says = "the loss became nan by step 4 (finite at step 2, the check before)"
     assert record["error"]["message"] == f"rank 0: {says}"
     assert_strict_and_listed(tmp_path, store, record, says)
-    old = RunRecord.from_dict(json.loads(v6_text(dataclasses.replace(RunRecord.from_dict(record), status="ok",
-                                                                     error=None))))
+    old = RunRecord.from_dict(
+        json.loads(v6_text(dataclasses.replace(RunRecord.from_dict(record), status="ok", error=None)))
+    )
     assert old.status is RunStatus.DIVERGED and (old.error.rank, old.error.step) == (0, 4)
     assert old.error.message.startswith("rank 0: the held-out loss was nan by step 4 (found when")

@@ -36,8 +36,14 @@ DOCS = ROOT / "docs"
 # Written from the parser by its own generator; linked to before it lands.
 GENERATED = {DOCS / "cli.md"}
 README_WORDS = 2500
-README_SECTIONS = ["The answer so far", "Quick start: a laptop CPU", "Quick start: one 8-GPU node",
-                   "Quick start: a cluster", "What it guarantees", "More"]
+README_SECTIONS = [
+    "The answer so far",
+    "Quick start: a laptop CPU",
+    "Quick start: one 8-GPU node",
+    "Quick start: a cluster",
+    "What it guarantees",
+    "More",
+]
 SCORECARD = ("<!-- scorecard:begin -->", "<!-- scorecard:end -->")
 
 FENCE = re.compile(r"^```.*?^```[ \t]*$", re.S | re.M)
@@ -81,6 +87,7 @@ def headings(path: Path, level: int) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------------- the README
 
+
 def test_readme_is_read_in_five_minutes():
     count = words(README.read_text())
     assert count <= README_WORDS, f"README.md has {count} words, more than {README_WORDS}: move detail to docs/"
@@ -91,8 +98,9 @@ def test_readme_says_what_the_project_is_then_gives_its_two_commands():
     lines = text.splitlines()
     assert lines[0].startswith("# ")
     first = next(line for line in lines[1:] if line.strip())
-    assert first.endswith(".") and not re.search(r"[.!?]\s+[A-Z]", first), \
+    assert first.endswith(".") and not re.search(r"[.!?]\s+[A-Z]", first), (
         f"the first line after the title must be one sentence saying what the project is: {first!r}"
+    )
     block = re.search(r"^```bash\n(.*?)^```", text, re.S | re.M)
     assert block and block.start() < text.index("\n## "), "the two commands come before the first section"
     commands = [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
@@ -111,8 +119,11 @@ def test_readme_sections_come_in_order_with_the_scorecard_markers():
 def test_readme_commands_are_what_ci_and_nox_run():
     """`.ci/run` runs the README's test command; `nox -s bench` is a sweep of the primary pair on this machine's
     CPU that writes reports/latest.html, as the README's first command says."""
-    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
-          if line.strip() and not line.lstrip().startswith("#")]
+    ci = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     normalised = [re.sub(r"\bpython3? -m (nox|pip)\b", r"\1", line) for line in ci]
     assert "nox -s tests" in normalised
     assert any(re.fullmatch(r"pip install( --?\S+)* nox", line) for line in normalised)
@@ -120,17 +131,22 @@ def test_readme_commands_are_what_ci_and_nox_run():
     sessions = {}
     for node in ast.parse((ROOT / "noxfile.py").read_text()).body:
         if isinstance(node, ast.FunctionDef) and any(
-                ast.unparse(d) in ("nox.session", "nox.session()") for d in node.decorator_list):
-            sessions[node.name] = [ast.literal_eval(arg) for call in ast.walk(node) if isinstance(call, ast.Call)
-                                   and ast.unparse(call.func) == "session.run"
-                                   for arg in call.args if isinstance(arg, ast.Constant)]
+            ast.unparse(d) in ("nox.session", "nox.session()") for d in node.decorator_list
+        ):
+            sessions[node.name] = [
+                ast.literal_eval(arg)
+                for call in ast.walk(node)
+                if isinstance(call, ast.Call) and ast.unparse(call.func) == "session.run"
+                for arg in call.args
+                if isinstance(arg, ast.Constant)
+            ]
     assert "pytest" in sessions["tests"]
     # the code is checked before the tests run: the formatter (checking only), the linter and the type checker
     assert normalised.index("nox -s lint") < normalised.index("nox -s tests")
     lint = sessions["lint"]
     assert ["ruff", "check"] == lint[:2] and ["ruff", "format", "--check"] == lint[3:6] and "mypy" in lint
     bench_run = sessions["bench"]
-    assert bench_run[bench_run.index("bench"):][:4] == ["bench", "sweep", "--output", "reports/latest.html"]
+    assert bench_run[bench_run.index("bench") :][:4] == ["bench", "sweep", "--output", "reports/latest.html"]
     args = build_parser().parse_args(["sweep"])
     assert args.backend is None and args.max_gpus is None  # the primary pair, CPU processes
     assert PRIMARY == ("elastic", "horovod")
@@ -141,15 +157,31 @@ def test_a_test_whose_system_package_is_missing_skips_naming_it(tmp_path):
     OpenMPI or Chromium skip there, naming the package (here a PATH with no program on it; outside CI)."""
     env = {name: value for name, value in os.environ.items() if name != "CI"}
     env["PATH"] = str(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                           "tests/test_horovod.py::test_mpi_controllers", "tests/test_report_browser.py"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_horovod.py::test_mpi_controllers",
+            "tests/test_report_browser.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "\n5 skipped in " in proc.stdout, proc.stdout[-3000:]
     assert "mpirun, mpicxx not found: apt-get install openmpi-bin libopenmpi-dev" in proc.stdout
     assert "chromium not found: apt-get install chromium" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------------------ links
+
 
 @pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_and_anchor_resolves(path):
@@ -191,19 +223,34 @@ def test_sections_the_code_cites_exist():
 
 # --------------------------------------------------------------------------------------------------- defaults
 
+
 def workload_defaults() -> dict:
     mlp, resnet = WORKLOADS["mnist_mlp"], WORKLOADS["resnet18"]
-    return dict(mlp=mlp, resnet=resnet,
-                at_step={name: int(AT_STEP_WINDOWS * w.size("cpu").window_steps) for name, w in WORKLOADS.items()},
-                checkpoint={name: CHECKPOINT_WINDOWS * w.size("cpu").window_steps for name, w in WORKLOADS.items()})
+    return dict(
+        mlp=mlp,
+        resnet=resnet,
+        at_step={name: int(AT_STEP_WINDOWS * w.size("cpu").window_steps) for name, w in WORKLOADS.items()},
+        checkpoint={name: CHECKPOINT_WINDOWS * w.size("cpu").window_steps for name, w in WORKLOADS.items()},
+    )
 
 
 def fault_steps_multiple() -> int:
     """What `--steps` defaults to, in checkpoint intervals after the fault, as the fault spec computes it."""
     at, every = 7, 5
-    spec = build_fault_spec(backend="elastic", workload="mnist_mlp", world_size=2, scenario="kill", rank=1,
-                            at_step=at, signal_name="KILL", max_restarts=3, checkpoint_every=every, total_steps=None,
-                            comm_timeout=10.0, recovery_timeout=90.0)
+    spec = build_fault_spec(
+        backend="elastic",
+        workload="mnist_mlp",
+        world_size=2,
+        scenario="kill",
+        rank=1,
+        at_step=at,
+        signal_name="KILL",
+        max_restarts=3,
+        checkpoint_every=every,
+        total_steps=None,
+        comm_timeout=10.0,
+        recovery_timeout=90.0,
+    )
     return (spec.fault.total_steps - at) // every
 
 
@@ -216,41 +263,84 @@ def claims() -> list[tuple[str, str, tuple]]:
     mlp, resnet = w["mlp"], w["resnet"]
     cpu_m, cpu_r, gpu_m, gpu_r = mlp.cpu, resnet.cpu, mlp.gpu, resnet.gpu
     return [
-        ("steps per window by workload", r"on CPU (\d+) for mnist_mlp and (\d+) for resnet18; on GPU (\d+) and (\d+)",
-         (cpu_m.window_steps, cpu_r.window_steps, gpu_m.window_steps, gpu_r.window_steps)),
-        ("batch by workload, MLP", r"\| `mnist_mlp` \|[^|\n]*\| 1x(\d+)x\1, batch (\d+) \| the same \|",
-         (gpu_m.image, gpu_m.batch)),
-        ("batch by workload, ResNet18",
-         r"\| `resnet18` \|[^|\n]*\| 3x(\d+)x\1, batch (\d+), (\d+) synthetic classes \| 3x(\d+)x\4, batch (\d+), "
-         r"(\d+) classes \|", (gpu_r.image, gpu_r.batch, gpu_r.synthetic_classes, cpu_r.image, cpu_r.batch,
-                               cpu_r.synthetic_classes)),
-        ("fault step (method)", r"`--at-step`, default ([\d.]+) x the workload's window:\s+(\d+) for mnist_mlp, "
-         r"(\d+) for resnet18", (AT_STEP_WINDOWS, w["at_step"]["mnist_mlp"], w["at_step"]["resnet18"])),
-        ("checkpoint interval (method)", r"checkpoint or commit every (\d+) windows\s+\(`--checkpoint-every`: (\d+) "
-         r"for mnist_mlp, (\d+) for resnet18\)", (CHECKPOINT_WINDOWS, w["checkpoint"]["mnist_mlp"],
-                                                   w["checkpoint"]["resnet18"])),
-        ("fault step and checkpoint interval (usage)",
-         r"fault at ([\d.]+) windows \(step (\d+) for mnist_mlp, (\d+) for resnet18\), checkpoint or commit every "
-         r"(\d+)\s+windows \((\d+), (\d+)\)",
-         (AT_STEP_WINDOWS, w["at_step"]["mnist_mlp"], w["at_step"]["resnet18"], CHECKPOINT_WINDOWS,
-          w["checkpoint"]["mnist_mlp"], w["checkpoint"]["resnet18"])),
+        (
+            "steps per window by workload",
+            r"on CPU (\d+) for mnist_mlp and (\d+) for resnet18; on GPU (\d+) and (\d+)",
+            (cpu_m.window_steps, cpu_r.window_steps, gpu_m.window_steps, gpu_r.window_steps),
+        ),
+        (
+            "batch by workload, MLP",
+            r"\| `mnist_mlp` \|[^|\n]*\| 1x(\d+)x\1, batch (\d+) \| the same \|",
+            (gpu_m.image, gpu_m.batch),
+        ),
+        (
+            "batch by workload, ResNet18",
+            r"\| `resnet18` \|[^|\n]*\| 3x(\d+)x\1, batch (\d+), (\d+) synthetic classes \| 3x(\d+)x\4, batch (\d+), "
+            r"(\d+) classes \|",
+            (gpu_r.image, gpu_r.batch, gpu_r.synthetic_classes, cpu_r.image, cpu_r.batch, cpu_r.synthetic_classes),
+        ),
+        (
+            "fault step (method)",
+            r"`--at-step`, default ([\d.]+) x the workload's window:\s+(\d+) for mnist_mlp, "
+            r"(\d+) for resnet18",
+            (AT_STEP_WINDOWS, w["at_step"]["mnist_mlp"], w["at_step"]["resnet18"]),
+        ),
+        (
+            "checkpoint interval (method)",
+            r"checkpoint or commit every (\d+) windows\s+\(`--checkpoint-every`: (\d+) "
+            r"for mnist_mlp, (\d+) for resnet18\)",
+            (CHECKPOINT_WINDOWS, w["checkpoint"]["mnist_mlp"], w["checkpoint"]["resnet18"]),
+        ),
+        (
+            "fault step and checkpoint interval (usage)",
+            r"fault at ([\d.]+) windows \(step (\d+) for mnist_mlp, (\d+) for resnet18\), checkpoint or commit every "
+            r"(\d+)\s+windows \((\d+), (\d+)\)",
+            (
+                AT_STEP_WINDOWS,
+                w["at_step"]["mnist_mlp"],
+                w["at_step"]["resnet18"],
+                CHECKPOINT_WINDOWS,
+                w["checkpoint"]["mnist_mlp"],
+                w["checkpoint"]["resnet18"],
+            ),
+        ),
         ("fault steps", r"`--steps`,? =? ?at-step \+ (\d+) x checkpoint-every", (fault_steps_multiple(),)),
-        ("fault kill", r"Defaults: (\w+), rank (\d+),\s+`(\w+)`",
-         (build_parser().parse_args(["fault"]).workload, FAULT_DEFAULTS["kill_rank"],
-          build_parser().parse_args(["fault"]).fault)),
-        ("fault timeouts (method)", r"`--max-restarts (\d+)`, `--comm-timeout (\d+)`, `--recovery-timeout (\d+)`",
-         (FAULT_DEFAULTS["max_restarts"], FAULT_DEFAULTS["comm_timeout"], FAULT_DEFAULTS["recovery_timeout"])),
-        ("a sweep's launches", r"\((\d+) warm-up steps and (\d+) windows unless given\)",
-         (SWEEP_DEFAULTS["warmup_steps"], SWEEP_DEFAULTS["windows"])),
+        (
+            "fault kill",
+            r"Defaults: (\w+), rank (\d+),\s+`(\w+)`",
+            (
+                build_parser().parse_args(["fault"]).workload,
+                FAULT_DEFAULTS["kill_rank"],
+                build_parser().parse_args(["fault"]).fault,
+            ),
+        ),
+        (
+            "fault timeouts (method)",
+            r"`--max-restarts (\d+)`, `--comm-timeout (\d+)`, `--recovery-timeout (\d+)`",
+            (FAULT_DEFAULTS["max_restarts"], FAULT_DEFAULTS["comm_timeout"], FAULT_DEFAULTS["recovery_timeout"]),
+        ),
+        (
+            "a sweep's launches",
+            r"\((\d+) warm-up steps and (\d+) windows unless given\)",
+            (SWEEP_DEFAULTS["warmup_steps"], SWEEP_DEFAULTS["windows"]),
+        ),
         ("a sweep's repeats", r"launches every case (\d+) times by default", (SWEEP_DEFAULTS["repeats"],)),
-        ("Horovod's cycle in the projection", r"wakes every cycle \(([\d.]+) ms by default",
-         (hvd.DEFAULT_CYCLE_MS,)),
-        ("Horovod's fusion threshold in the projection", r"fusion threshold \(([\d.]+) MiB by default\)",
-         (hvd.DEFAULT_FUSION_MB,)),
-        ("DDP's first bucket in the projection", r"\(the first of at most ([\d.]+) MiB\)",
-         (DDP_FIRST_BUCKET_BYTES / 2**20,)),
-        ("the regression matrix", r"`(bench sweep --max-nproc \d[^`]*--repeats \d+(?:\s--no-faults)?)`",
-         (" ".join(regress_command(REGRESS_REPEATS)),)),
+        ("Horovod's cycle in the projection", r"wakes every cycle \(([\d.]+) ms by default", (hvd.DEFAULT_CYCLE_MS,)),
+        (
+            "Horovod's fusion threshold in the projection",
+            r"fusion threshold \(([\d.]+) MiB by default\)",
+            (hvd.DEFAULT_FUSION_MB,),
+        ),
+        (
+            "DDP's first bucket in the projection",
+            r"\(the first of at most ([\d.]+) MiB\)",
+            (DDP_FIRST_BUCKET_BYTES / 2**20,),
+        ),
+        (
+            "the regression matrix",
+            r"`(bench sweep --max-nproc \d[^`]*--repeats \d+(?:\s--no-faults)?)`",
+            (" ".join(regress_command(REGRESS_REPEATS)),),
+        ),
     ]
 
 
@@ -301,12 +391,15 @@ def parser_defaults() -> dict[str, tuple[set[str], set[str]]]:
 
 VALUE = r"((?:`(?!-)[^`]+`)|[\d.]+[%MKG]?)(?=[ ,;:)])(?! x )"
 OPTION = r"`(--[a-z][\w-]*)(?: [\w|,.]+)?`"  # `--opt` or `--opt METAVAR`
-STATED = [re.compile(p) for p in (
-    rf"{OPTION} \({VALUE}",
-    rf"{OPTION}[\w ]{{0,25}}(?:, |\()default:? {VALUE}",
-    r"`(--[a-z][\w-]*) ([^`\s]+)` by default",
-    r"`(--[a-z][\w-]*)`, ([\d.]+)(?: \w+)? by default",
-)]
+STATED = [
+    re.compile(p)
+    for p in (
+        rf"{OPTION} \({VALUE}",
+        rf"{OPTION}[\w ]{{0,25}}(?:, |\()default:? {VALUE}",
+        r"`(--[a-z][\w-]*) ([^`\s]+)` by default",
+        r"`(--[a-z][\w-]*)`, ([\d.]+)(?: \w+)? by default",
+    )
+]
 # "`--opt` ... (default: the words its help says)": a default the code computes, stated as the parser's help states it
 STATED_IN_WORDS = re.compile(rf"{OPTION}[\w ]{{0,25}}\(default: ([^;)]+)")
 
@@ -329,7 +422,7 @@ def test_every_claim_is_found_and_holds_the_codes_values():
     found, wrong = set(), []
     for what, match, expected in claim_findings(text):
         found.add(what)
-        got = tuple(normalised(value_of(" ".join(g.split()))) for g in match.groups() if g is not None)[:len(expected)]
+        got = tuple(normalised(value_of(" ".join(g.split()))) for g in match.groups() if g is not None)[: len(expected)]
         if got != expected:
             wrong.append(f"{what}: the documents say {got}, the code {expected} ({match.group(0)!r})")
     unfound = [what for what, _, _ in claims() if what not in found]
@@ -376,29 +469,36 @@ NOT_DEFAULTS = {
 }
 
 
-@pytest.mark.parametrize("path", [p for p in documents() if "studies" not in p.parts],
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", [p for p in documents() if "studies" not in p.parts], ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_every_sentence_stating_a_default_is_checked(path):
     """In a sentence (outside the studies, which record the settings of their time) that names an option and holds a
     number, every "default" is part of a statement in one of the forms the tests above check."""
     text = path.read_text()
     unchecked = []
     for sentence in sentences(text):
-        if not (re.search(r"\bdefault", sentence, re.I) and re.search(r"`-?-[a-z]", sentence)
-                and re.search(r"\b\d", sentence)):
+        if not (
+            re.search(r"\bdefault", sentence, re.I)
+            and re.search(r"`-?-[a-z]", sentence)
+            and re.search(r"\b\d", sentence)
+        ):
             continue
         if any(key in sentence for key in NOT_DEFAULTS):
             continue
-        spans = [m.span() for m in stated_defaults(sentence)] + \
-            [m.span() for m in STATED_IN_WORDS.finditer(sentence)] + \
-            [m.span() for _, m, _ in claim_findings(sentence)]
+        spans = (
+            [m.span() for m in stated_defaults(sentence)]
+            + [m.span() for m in STATED_IN_WORDS.finditer(sentence)]
+            + [m.span() for _, m, _ in claim_findings(sentence)]
+        )
         for word in re.finditer(r"\bdefaults?\b", sentence, re.I):
             if not any(start - 40 <= word.start() <= end + 40 for start, end in spans):
-                unchecked.append(sentence[max(0, word.start() - 80):word.end() + 60])
+                unchecked.append(sentence[max(0, word.start() - 80) : word.end() + 60])
     assert not unchecked, f"{path.relative_to(ROOT)}: defaults stated in a form no test checks: {unchecked}"
 
 
 # ------------------------------------------------------------------------------------------------ backends.md
+
 
 def backend_options() -> dict[str, tuple[BackendOption, set[str]]]:
     out: dict[str, tuple[BackendOption, set[str]]] = {}
@@ -409,8 +509,7 @@ def backend_options() -> dict[str, tuple[BackendOption, set[str]]]:
 
 
 def test_backend_options_table_holds_every_option_with_its_default():
-    rows = [line for line in (DOCS / "backends.md").read_text().splitlines()
-            if line.startswith("| `--")]
+    rows = [line for line in (DOCS / "backends.md").read_text().splitlines() if line.startswith("| `--")]
     declared = backend_options()
     listed = {}
     for row in rows:
@@ -445,6 +544,10 @@ def test_the_readme_scorecard_is_what_the_sample_store_makes():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme_scorecard.py"), "--check"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "readme_scorecard.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr + "\nrun: python scripts/readme_scorecard.py"

@@ -19,7 +19,7 @@ def prerequisites(stdout: str) -> dict[str, str]:
     found = {}
     for line in block.splitlines():
         name = next(n for n in PREREQUISITES if line.strip().startswith(n))
-        found[name] = line.strip()[len(name):].strip()
+        found[name] = line.strip()[len(name) :].strip()
     return found
 
 
@@ -58,8 +58,9 @@ def small_disk(tmp_path):
         pytest.skip("mount not found: apt-get install mount")
     folder = tmp_path / "small"
     folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()})")
     try:

@@ -18,8 +18,20 @@ def test_restarts_exhausted_fail_quickly(store, backend):
 
 
 def test_a_stopped_horovod_worker_is_reported_as_a_hang(store):
-    proc, record = fault(store, "--backend", "horovod", "--nproc", 2, "--signal", "STOP", "--comm-timeout", 2,
-                         "--recovery-timeout", 8, *SHORT)
+    proc, record = fault(
+        store,
+        "--backend",
+        "horovod",
+        "--nproc",
+        2,
+        "--signal",
+        "STOP",
+        "--comm-timeout",
+        2,
+        "--recovery-timeout",
+        8,
+        *SHORT,
+    )
     assert proc.returncode == 1
     assert record["status"] == "timeout" and record["error"]["message"].startswith("hung")
     f = record["metrics"]
@@ -28,8 +40,7 @@ def test_a_stopped_horovod_worker_is_reported_as_a_hang(store):
 
 
 def test_a_stopped_elastic_worker_is_detected_and_replaced(store):
-    proc, record = fault(store, "--backend", "elastic", "--nproc", 2, "--signal", "STOP", "--comm-timeout", 3,
-                         *SHORT)
+    proc, record = fault(store, "--backend", "elastic", "--nproc", 2, "--signal", "STOP", "--comm-timeout", 3, *SHORT)
     assert record["status"] == "ok", record["error"]
     f = record["metrics"]
     assert f["detection_s"] >= 2.5 and f["recovery_s"] > f["detection_s"] and f["restarts"] == 1
@@ -47,16 +58,19 @@ def test_a_joining_worker_is_taken_in(store, backend):
     assert len([r for r in record["rank_map"] if r["phase"] == "after"]) == 2
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--backend", "ps"], "no elastic mode"),
-    (["--backend", "horovod", "--nproc", "1"], "--nproc 2 or more"),
-    (["--kill-rank", "5"], "--kill-rank 5"),
-    (["--at-step", "0"], "--at-step"),
-    (["--at-step", "30", "--steps", "20"], "must exceed"),
-    (["--gpus", "1"], "drop --gpus"),
-    (["--signal", "HUP"], "invalid choice"),
-    (["--workload", "nope"], "unknown workload"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--backend", "ps"], "no elastic mode"),
+        (["--backend", "horovod", "--nproc", "1"], "--nproc 2 or more"),
+        (["--kill-rank", "5"], "--kill-rank 5"),
+        (["--at-step", "0"], "--at-step"),
+        (["--at-step", "30", "--steps", "20"], "must exceed"),
+        (["--gpus", "1"], "drop --gpus"),
+        (["--signal", "HUP"], "invalid choice"),
+        (["--workload", "nope"], "unknown workload"),
+    ],
+)
 def test_fault_bad_input_is_one_line(store, argv, says):
     proc = bench("fault", "--store", store, *argv)
     assert proc.returncode == 2, proc.stderr

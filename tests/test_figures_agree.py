@@ -37,20 +37,36 @@ def page_and_gate(records: list) -> list[tuple[str, object, object]]:
 def launches(backend, world, means, sweep="s1", start=0):
     """One training launch per mean, in one sweep, each with windows spread around its mean."""
     rng = np.random.default_rng(len(backend) * 10 + world)
-    return [train_record(f"{backend}-{world}-{sweep}-{i}", backend, world,
-                         [m * (1 + 0.03 * x) for x in rng.standard_normal(3)], start + i, sweep_id=sweep)
-            for i, m in enumerate(means)]
+    return [
+        train_record(
+            f"{backend}-{world}-{sweep}-{i}",
+            backend,
+            world,
+            [m * (1 + 0.03 * x) for x in rng.standard_normal(3)],
+            start + i,
+            sweep_id=sweep,
+        )
+        for i, m in enumerate(means)
+    ]
 
 
 def test_a_sweeps_vs_plain_and_efficiency_are_the_gates_figures():
-    records = (launches(PLAIN_LOOP, 1, [100.0, 104.0, 97.0]) + launches("elastic", 1, [90.0, 93.0, 88.0, 91.0])
-               + launches("elastic", 2, [150.0, 160.0, 149.0]) + launches("horovod", 1, [95.0, 96.0])
-               + launches("horovod", 2, [170.0, 165.0, 171.0]))
+    records = (
+        launches(PLAIN_LOOP, 1, [100.0, 104.0, 97.0])
+        + launches("elastic", 1, [90.0, 93.0, 88.0, 91.0])
+        + launches("elastic", 2, [150.0, 160.0, 149.0])
+        + launches("horovod", 1, [95.0, 96.0])
+        + launches("horovod", 2, [170.0, 165.0, 171.0])
+    )
     pairs = page_and_gate(records)
     assert sorted(key for key, _, _ in pairs) == [
-        "efficiency elastic mnist_mlp n=2", "efficiency horovod mnist_mlp n=2",
-        "vs_plain elastic mnist_mlp n=1", "vs_plain elastic mnist_mlp n=2",
-        "vs_plain horovod mnist_mlp n=1", "vs_plain horovod mnist_mlp n=2"]
+        "efficiency elastic mnist_mlp n=2",
+        "efficiency horovod mnist_mlp n=2",
+        "vs_plain elastic mnist_mlp n=1",
+        "vs_plain elastic mnist_mlp n=2",
+        "vs_plain horovod mnist_mlp n=1",
+        "vs_plain horovod mnist_mlp n=2",
+    ]
     for key, estimate, fig in pairs:
         assert fig.value() == estimate.ratio, key  # the same figure to the last bit, not approximately
         assert fig.estimate == estimate, key  # and the same interval across launches

@@ -53,15 +53,21 @@ def start_run_on(disk: Path, tmp_path: Path):
     spare_root.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(spare_root))
     env.pop("BENCH_STORE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1", *FAST,
-                             "--store", str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1", *FAST, "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     return store, spare_root, proc
 
 
 @pytest.mark.slow
-def test_a_run_whose_disk_fills_after_its_last_window_keeps_its_record_and_says_how_to_add_it(disk, tmp_path,
-                                                                                               monkeypatch):
+def test_a_run_whose_disk_fills_after_its_last_window_keeps_its_record_and_says_how_to_add_it(
+    disk, tmp_path, monkeypatch
+):
     """The bench process is stopped (SIGSTOP) once its rank has written its exit file, the disk filled to the last
     byte, and the process let go on: the run and its record are made, and nothing on that disk can take them."""
     store, spare_root, proc = start_run_on(disk, tmp_path)
@@ -110,8 +116,11 @@ def the_guard(run: subprocess.Popen, disk: Path, deadline: float) -> psutil.Proc
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-2000:]
         for proc in psutil.Process(run.pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                if "bench.harness.guard" in proc.cmdline() and str(disk) in " ".join(proc.cmdline()) \
-                        and proc.children():
+                if (
+                    "bench.harness.guard" in proc.cmdline()
+                    and str(disk) in " ".join(proc.cmdline())
+                    and proc.children()
+                ):
                     return proc
         time.sleep(0.01)
 
@@ -143,8 +152,10 @@ def test_a_rank_whose_exit_file_meets_a_full_disk_keeps_its_measurement(disk, tm
     run_id = run_dir.path.name
     assert proc.returncode == 1, err  # the record could not be stored: it is kept, as any record the disk cannot take
     assert f"run {run_id} ended ok, but its record could not be stored in {store}" in one_error_line(err)
-    missing = (f"bench: run {run_id}: rank 0 (attempt 0) wrote its result, but its exit file is missing: its guard "
-               f"could not write it: the disk of {run_dir.path} is full (")
+    missing = (
+        f"bench: run {run_id}: rank 0 (attempt 0) wrote its result, but its exit file is missing: its guard "
+        f"could not write it: the disk of {run_dir.path} is full ("
+    )
     assert missing in err and "Traceback" not in err, err
     assert not run_dir.rank_file(0, 0, "exit").exists()
 
@@ -171,7 +182,8 @@ def test_what_a_full_disk_cut_short_is_said_to_be_the_disk(disk):
     assert [e["message"] for e in unrecorded_exits(run_dir, outcome())] == [
         "rank 1 (attempt 0) wrote its result, but its exit file is missing: its guard could not write it (a full disk "
         "that had room again by the end, or the file removed); its result is kept, its exit time is not among the "
-        "events"]
+        "events"
+    ]
     filler = fill(disk)
     full = f"the disk of {run_dir.path} is full ("
     [event] = unrecorded_exits(run_dir, outcome())
@@ -181,7 +193,8 @@ def test_what_a_full_disk_cut_short_is_said_to_be_the_disk(disk):
     assert process_status(spec, run_dir, outcome()) == ("ok", None)
     status, error = process_status(spec, run_dir, outcome(returncode=1))
     assert status == "failed" and error.message.startswith(
-        f"launcher exited with 1, no rank's failure is recorded, and {full}")
+        f"launcher exited with 1, no rank's failure is recorded, and {full}"
+    )
     assert "what a rank or its guard had to write may be what is missing" in error.message
     (run_dir.ranks / "rank1.a0.result.json").unlink()
     status, error = process_status(spec, run_dir, outcome())
@@ -339,8 +352,12 @@ WRITER = textwrap.dedent("""
 def test_a_signal_during_a_write_leaves_the_old_file_and_no_temporary_file(tmp_path, sig):
     path = tmp_path / "report.html"
     path.write_text("old")
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     try:
         assert proc.stdout.readline().strip() == "writing"
         assert len(temporary_files(tmp_path)) == 1  # the write is half done

@@ -22,7 +22,7 @@ def values(mean, rel_sd, n=5, seed=0):
 
 def fig(kind, cases, scale=1.0, key=None):
     """A figure from per-run values of one case (throughput, busbw) or of a ratio of two cases."""
-    signs = [1, -1][:len(cases)]
+    signs = [1, -1][: len(cases)]
     return Figure(key or f"{kind} elastic mnist_mlp n=2", kind, [CaseValues(v, "run", []) for v in cases], signs, scale)
 
 
@@ -87,8 +87,10 @@ def test_failed_missing_new_and_other_machine():
     # backend's missing figures still fail
     ray = "vs_plain ray mnist_mlp n=2"
     base[ray] = fig("vs_plain", [values(0.9, 0.01), values(1.0, 0.01)], key=ray)
-    rows = {r["metric"]: r for r in compare_figures(base, {}, {}, same_machine=True,
-                                                     cannot_run={"ray": "Ray is not installed"})}
+    rows = {
+        r["metric"]: r
+        for r in compare_figures(base, {}, {}, same_machine=True, cannot_run={"ray": "Ray is not installed"})
+    }
     assert rows[ray]["verdict"] == "skipped" and rows[ray]["why"] == "ray cannot run here: Ray is not installed"
     assert rows[key]["verdict"] == "failed"
 
@@ -99,8 +101,11 @@ def record(run_id, backend, world, per_window, created, status="ok", sweep="s1")
 
 
 def test_figures_are_ratios_of_case_means_within_one_sweep():
-    recs = [record("p", "single", 1, [100.0, 100.0], 1), record("e1", "elastic", 1, [90.0, 90.0], 2),
-            record("e2", "elastic", 2, [150.0, 150.0], 3)]
+    recs = [
+        record("p", "single", 1, [100.0, 100.0], 1),
+        record("e1", "elastic", 1, [90.0, 90.0], 2),
+        record("e2", "elastic", 2, [150.0, 150.0], 3),
+    ]
     figs, not_ok = figures(recs)
     assert not_ok == {}
     assert figs["vs_plain elastic mnist_mlp n=2"].value() == pytest.approx(150 / (2 * 100))
@@ -139,11 +144,16 @@ def test_busbw_figure_uses_the_largest_allreduce_and_the_runs_own_limit():
 
 
 def test_aa_rates_count_every_ordered_pair():
-    sweeps = {f"s{i}": [record(f"p{i}{k}", "single", 1, values(100, 0.02, n=4, seed=10 * i + k), i, sweep=f"s{i}")
-                        for k in range(3)] +
-                       [record(f"e{i}{k}", "elastic", 2, values(150, 0.02, n=4, seed=100 + 10 * i + k), i, sweep=f"s{i}")
-                        for k in range(3)]
-              for i in range(3)}
+    sweeps = {
+        f"s{i}": [
+            record(f"p{i}{k}", "single", 1, values(100, 0.02, n=4, seed=10 * i + k), i, sweep=f"s{i}") for k in range(3)
+        ]
+        + [
+            record(f"e{i}{k}", "elastic", 2, values(150, 0.02, n=4, seed=100 + 10 * i + k), i, sweep=f"s{i}")
+            for k in range(3)
+        ]
+        for i in range(3)
+    }
     rows, pairs = aa_rates(sweeps)
     assert pairs == 6
     by_kind = {r["kind"]: r for r in rows}
@@ -168,21 +178,32 @@ def test_baseline_file_round_trip_and_bad_files(tmp_path):
     assert data["records"] == recs and data["machine"]["cpu_count"] == 2 and data["matrix"] == ["bench", "sweep"]
     raw = json.loads(path.read_text())
     assert raw["records"] == [r.to_dict() for r in recs]  # plain JSON records, as the store keeps them
-    bad = {"missing.json": (None, "does not exist"), "corrupt.json": ("{not json", "not readable JSON"),
-           "other.json": (json.dumps({"runs": []}), "not a bench baseline file"),
-           "empty.json": (json.dumps({**raw, "records": []}), "holds no runs"),
-           "old.json": (json.dumps({**raw, "version": 0}), "has version 0"),
-           "malformed.json": (json.dumps({**raw, "records": [{"run_id": "x"}]}), "run record 0 is malformed"),
-           "not-a-dict.json": (json.dumps({**raw, "records": [raw["records"][0], 7]}), "run record 1 is malformed"),
-           "bad-type.json": (json.dumps({**raw, "records": [{**raw["records"][0], "created_at": "today"}]}),
-                             "created_at: expected float, found str"),
-           "bad-spec.json": (json.dumps({**raw, "records": [{**raw["records"][0], "spec": []}]}),
-                             "spec: expected an object, found list"),
-           "no-machine.json": (json.dumps({k: v for k, v in raw.items() if k != "machine"}),
-                               "'machine' must be an object"),
-           "machine-text.json": (json.dumps({**raw, "machine": "vm"}), "'machine' must be an object"),
-           "bad-calibration.json": (json.dumps({**raw, "machine": {**raw["machine"], "calibration": {"gemm_gflops": -1}}}),
-                                    "'machine.calibration' must be null or hold positive numbers")}
+    bad = {
+        "missing.json": (None, "does not exist"),
+        "corrupt.json": ("{not json", "not readable JSON"),
+        "other.json": (json.dumps({"runs": []}), "not a bench baseline file"),
+        "empty.json": (json.dumps({**raw, "records": []}), "holds no runs"),
+        "old.json": (json.dumps({**raw, "version": 0}), "has version 0"),
+        "malformed.json": (json.dumps({**raw, "records": [{"run_id": "x"}]}), "run record 0 is malformed"),
+        "not-a-dict.json": (json.dumps({**raw, "records": [raw["records"][0], 7]}), "run record 1 is malformed"),
+        "bad-type.json": (
+            json.dumps({**raw, "records": [{**raw["records"][0], "created_at": "today"}]}),
+            "created_at: expected float, found str",
+        ),
+        "bad-spec.json": (
+            json.dumps({**raw, "records": [{**raw["records"][0], "spec": []}]}),
+            "spec: expected an object, found list",
+        ),
+        "no-machine.json": (
+            json.dumps({k: v for k, v in raw.items() if k != "machine"}),
+            "'machine' must be an object",
+        ),
+        "machine-text.json": (json.dumps({**raw, "machine": "vm"}), "'machine' must be an object"),
+        "bad-calibration.json": (
+            json.dumps({**raw, "machine": {**raw["machine"], "calibration": {"gemm_gflops": -1}}}),
+            "'machine.calibration' must be null or hold positive numbers",
+        ),
+    }
     (tmp_path / "folder.json").mkdir()  # a directory, named like a file
     for name, (text, says) in bad.items():
         if text is not None:
@@ -195,14 +216,17 @@ def test_baseline_file_round_trip_and_bad_files(tmp_path):
 
 
 @pytest.mark.slow  # a process per case; read_runs_file and parse_step_delay are checked in-process above
-@pytest.mark.parametrize("argv, says", [
-    (["compare", "--baseline", "{tmp}/nope.json"], "does not exist"),
-    (["compare", "--baseline", "{tmp}/corrupt.json"], "not readable JSON"),
-    (["compare"], "give --baseline"),
-    (["compare", "--aa", "--store", "{tmp}/empty.sqlite"], "no results store"),
-    (["regress", "--dir", "{tmp}"], "does not exist"),
-    (["run", "--inject-delay", "fast"], "--inject-delay"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["compare", "--baseline", "{tmp}/nope.json"], "does not exist"),
+        (["compare", "--baseline", "{tmp}/corrupt.json"], "not readable JSON"),
+        (["compare"], "give --baseline"),
+        (["compare", "--aa", "--store", "{tmp}/empty.sqlite"], "no results store"),
+        (["regress", "--dir", "{tmp}"], "does not exist"),
+        (["run", "--inject-delay", "fast"], "--inject-delay"),
+    ],
+)
 def test_gate_cli_errors_are_one_line(tmp_path, argv, says):
     (tmp_path / "corrupt.json").write_text("\x00\x01 not json")
     proc = bench(*[a.format(tmp=tmp_path) for a in argv])
@@ -211,20 +235,29 @@ def test_gate_cli_errors_are_one_line(tmp_path, argv, says):
     assert len(lines) == 1 and says in lines[0], proc.stderr
 
 
-MACHINE = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cuda_devices": [], "cpu_flags": ["avx", "avx2", "fma"],
-           "cpu_capability": "AVX2", "calibration": {"gemm_gflops": 80.0, "conv_step_ms": 20.0}}
+MACHINE = {
+    "cpu_model": "AMD EPYC",
+    "cpu_count": 2,
+    "cuda_devices": [],
+    "cpu_flags": ["avx", "avx2", "fma"],
+    "cpu_capability": "AVX2",
+    "calibration": {"gemm_gflops": 80.0, "conv_step_ms": 20.0},
+}
 
 
-@pytest.mark.parametrize("change, same, says", [
-    ({}, True, ""),
-    ({"calibration": {"gemm_gflops": 84.0, "conv_step_ms": 21.0}}, True, ""),  # within the tolerance
-    ({"calibration": {"gemm_gflops": 40.0, "conv_step_ms": 21.0}}, False, "50% (gemm_gflops)"),
-    ({"calibration": {"gemm_gflops": 80.0, "conv_step_ms": 40.0}}, False, "50% (conv_step_ms)"),
-    ({"calibration": None}, False, "no calibration recorded with the current runs"),
-    ({"cpu_flags": ["avx", "avx2", "fma", "avx512f"]}, False, "cpu_flags"),
-    ({"cpu_capability": "AVX512"}, False, "cpu_capability"),
-    ({"cpu_count": 4}, False, "cpu_count"),
-])
+@pytest.mark.parametrize(
+    "change, same, says",
+    [
+        ({}, True, ""),
+        ({"calibration": {"gemm_gflops": 84.0, "conv_step_ms": 21.0}}, True, ""),  # within the tolerance
+        ({"calibration": {"gemm_gflops": 40.0, "conv_step_ms": 21.0}}, False, "50% (gemm_gflops)"),
+        ({"calibration": {"gemm_gflops": 80.0, "conv_step_ms": 40.0}}, False, "50% (conv_step_ms)"),
+        ({"calibration": None}, False, "no calibration recorded with the current runs"),
+        ({"cpu_flags": ["avx", "avx2", "fma", "avx512f"]}, False, "cpu_flags"),
+        ({"cpu_capability": "AVX512"}, False, "cpu_capability"),
+        ({"cpu_count": 4}, False, "cpu_count"),
+    ],
+)
 def test_hosts_are_matched_by_what_decides_speed_not_by_label(change, same, says):
     from bench.results.baselines import host_match
 
@@ -243,9 +276,10 @@ def test_a_slower_host_fails_no_absolute_figure_while_the_ratios_still_gate(caps
     def sweep(scale, elastic_scale=1.0):
         recs = []
         for i in range(3):
-            recs += [record(f"p{scale}{i}", "single", 1, [100.0 * scale * (1 + 0.01 * i)] * 3, 10 * i + 1),
-                     record(f"e{scale}{i}", "elastic", 1,
-                            [90.0 * scale * elastic_scale * (1 + 0.01 * i)] * 3, 10 * i + 2)]
+            recs += [
+                record(f"p{scale}{i}", "single", 1, [100.0 * scale * (1 + 0.01 * i)] * 3, 10 * i + 1),
+                record(f"e{scale}{i}", "elastic", 1, [90.0 * scale * elastic_scale * (1 + 0.01 * i)] * 3, 10 * i + 2),
+            ]
         return recs
 
     baseline = {"machine": MACHINE, "records": sweep(1.0)}
@@ -267,16 +301,19 @@ def test_hot_paths_are_compared_only_on_a_host_that_runs_the_reference_at_its_sa
         return {"benchmarks": [{"name": name, "stats": {"min": value}} for name, value in mins.items()]}
 
     saved = bench_file(**{REFERENCE_BENCHMARK: 1.0, "test_record_write": 2.0, "test_step": 3.0})
-    code, lines = compare_hot_paths(saved, bench_file(**{REFERENCE_BENCHMARK: 1.1, "test_record_write": 2.2,
-                                                         "test_step": 3.0}))
+    code, lines = compare_hot_paths(
+        saved, bench_file(**{REFERENCE_BENCHMARK: 1.1, "test_record_write": 2.2, "test_step": 3.0})
+    )
     assert code == 0 and lines[-1].startswith("hot paths: 0 over")
     slower = 2.0 * HOT_PATH_LIMIT * 1.2
-    code, lines = compare_hot_paths(saved, bench_file(**{REFERENCE_BENCHMARK: 1.0, "test_record_write": slower,
-                                                         "test_step": 3.0}))
+    code, lines = compare_hot_paths(
+        saved, bench_file(**{REFERENCE_BENCHMARK: 1.0, "test_record_write": slower, "test_step": 3.0})
+    )
     assert code == 1 and "test_record_write" in lines[-1] and "SLOWER" in "\n".join(lines)
     # everything twice as slow, the reference too: another host, nothing compared, and it says so
-    code, lines = compare_hot_paths(saved, bench_file(**{REFERENCE_BENCHMARK: 2.0, "test_record_write": 9.0,
-                                                         "test_step": 6.0}))
+    code, lines = compare_hot_paths(
+        saved, bench_file(**{REFERENCE_BENCHMARK: 2.0, "test_record_write": 9.0, "test_step": 6.0})
+    )
     assert code == 0 and "host differs" in lines[0]
     code, lines = compare_hot_paths(bench_file(test_step=3.0), bench_file(test_step=30.0))
     assert code == 0 and "no test_reference_work timing" in lines[0]

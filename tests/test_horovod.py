@@ -26,8 +26,11 @@ def test_horovod_is_installed_and_built_as_expected():
     # the flags are Horovod's own: the same as `horovodrun --check-build` ticks
     text = subprocess.run([horovodrun_path(), "--check-build"], capture_output=True, text=True, timeout=120).stdout
     assert "[X] PyTorch" in text and built_with("Gloo") and flags["version"] in text
-    ticked = {line.strip()[3:].strip() for line in text.split("Available Tensor Operations:")[1].splitlines()
-              if line.strip().startswith("[X]")}
+    ticked = {
+        line.strip()[3:].strip()
+        for line in text.split("Available Tensor Operations:")[1].splitlines()
+        if line.strip().startswith("[X]")
+    }
     assert ticked == {name for name in ("MPI", "Gloo", "NCCL", "DDL", "CCL") if built_with(name)}
 
 
@@ -38,9 +41,14 @@ def test_two_process_horovod_run(workload, two_worker_run):
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok"
     spec = record["spec"]
-    assert spec["backend_options"] == {"launcher": "gloo", "hvd_compression": "none",
-                                       "hvd_backward_passes": 1, "hvd_op": "average",
-                                       "hvd_fusion_mb": None, "hvd_cycle_ms": None}
+    assert spec["backend_options"] == {
+        "launcher": "gloo",
+        "hvd_compression": "none",
+        "hvd_backward_passes": 1,
+        "hvd_op": "average",
+        "hvd_fusion_mb": None,
+        "hvd_cycle_ms": None,
+    }
     assert (spec["threads"], spec["image_size"]) == (1, 28 if workload == "mnist_mlp" else 32)
     assert sorted(r["rank"] for r in record["rank_map"]) == [0, 1]
     assert all(r["local_world_size"] == 2 and r["group_rank"] == 0 for r in record["rank_map"])
@@ -61,15 +69,18 @@ def test_two_process_horovod_run(workload, two_worker_run):
 # Horovod's MPI controllers: OpenMPI's mpirun, and a Horovod built with MPI, which the set-up does where OpenMPI's
 # compiler wrapper (mpicxx, libopenmpi-dev) is found (bench.tools.horovod_build)
 MPI_MISSING = programs_missing("mpirun", "mpicxx", install="openmpi-bin libopenmpi-dev") or (
-    "HOROVOD_WITHOUT_MPI is set: Horovod is built without its MPI controller" if os.environ.get("HOROVOD_WITHOUT_MPI")
-    else None)
+    "HOROVOD_WITHOUT_MPI is set: Horovod is built without its MPI controller"
+    if os.environ.get("HOROVOD_WITHOUT_MPI")
+    else None
+)
 
 
 @needs_system(MPI_MISSING)
 @pytest.mark.parametrize("launcher, marker", [("mpi", "--mpi"), ("mpirun", "-bind-to")])
 def test_mpi_controllers(launcher, marker, store):
-    proc, record = bench_json("run", "--backend", "horovod", "--hvd-launcher", launcher, "--nproc", 2,
-                              "--store", store, *FAST)
+    proc, record = bench_json(
+        "run", "--backend", "horovod", "--hvd-launcher", launcher, "--nproc", 2, "--store", store, *FAST
+    )
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok" and marker in record["command"]
     assert sorted(r["rank"] for r in record["rank_map"]) == [0, 1]
@@ -77,9 +88,26 @@ def test_mpi_controllers(launcher, marker, store):
 
 
 def test_tuned_options_are_applied_and_recorded(store):
-    proc, record = bench_json("run", "--backend", "horovod", "--nproc", 2, "--hvd-compression", "fp16",
-                              "--hvd-backward-passes", 2, "--hvd-fusion-mb", 8, "--hvd-cycle-ms", 2,
-                              "--cpu-bind", "none", "--store", store, *FAST)
+    proc, record = bench_json(
+        "run",
+        "--backend",
+        "horovod",
+        "--nproc",
+        2,
+        "--hvd-compression",
+        "fp16",
+        "--hvd-backward-passes",
+        2,
+        "--hvd-fusion-mb",
+        8,
+        "--hvd-cycle-ms",
+        2,
+        "--cpu-bind",
+        "none",
+        "--store",
+        store,
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stderr
     spec = record["spec"]
     assert spec["cpu_bind"] == "none"  # left to the scheduler: every rank may run anywhere
@@ -98,8 +126,9 @@ def test_tuned_options_are_applied_and_recorded(store):
 
 def test_a_horovod_rank_that_exits_zero_mid_run_is_blamed(store):
     """Rank 1 leaves with os._exit(0) at step 4: rank 0's "Horovod has been shut down" is its consequence."""
-    proc, record = bench_json("run", "--backend", "horovod", "--nproc", 2, "--inject", "exit:1:4", "--timeout", 120,
-                              "--store", store, *FAST)
+    proc, record = bench_json(
+        "run", "--backend", "horovod", "--nproc", 2, "--inject", "exit:1:4", "--timeout", 120, "--store", store, *FAST
+    )
     assert proc.returncode == 1 and record["status"] == "crashed", record["error"]
     error = record["error"]
     assert (error["rank"], error["exit_code"], error["signal"], error["exception"]) == (1, 0, None, None)
@@ -114,8 +143,14 @@ def test_broken_horovod_install_is_one_line(tmp_path, store):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('undefined symbol: _ZN3c1017RegisterOperators')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "shadow"), str(ROOT)]))
-    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--backend", "horovod", "--store", str(store)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--backend", "horovod", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "python -m bench.tools.horovod_build --force" in lines[0], proc.stderr

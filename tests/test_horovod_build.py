@@ -10,8 +10,9 @@ from bench.tools import horovod_build as hb
 from conftest import ROOT
 
 
-@pytest.mark.parametrize("torch_version, standard", [("2.14.1+cu130", 20), ("2.13.0", 17), ("2.1.2", 17),
-                                                     ("1.13.1", 14)])
+@pytest.mark.parametrize(
+    "torch_version, standard", [("2.14.1+cu130", 20), ("2.13.0", 17), ("2.1.2", 17), ("1.13.1", 14)]
+)
 def test_cxx_standard_follows_torch(torch_version, standard):
     assert hb.cxx_standard_for(torch_version) == standard
 
@@ -71,17 +72,23 @@ def test_cache_key_names_versions_and_features():
 
 
 def test_second_setup_reuses_the_cached_wheel():
-    proc = subprocess.run([sys.executable, "-m", "bench.tools.horovod_build"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.tools.horovod_build"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     assert "already installed" in proc.stdout and "building" not in proc.stdout
 
 
 def test_failed_build_names_its_first_errors():
-    log = "\n".join(["-- configuring"] * 50 + [
-        "/src/horovod/common/group_table.h:35:47: error: 'string' in namespace 'std' does not name a type",
-        "   35 |   int32_t GetGroupIDFromTensorName(const std::string& tensor_name) const;"] +
-        ["[ 40%] Building CXX object"] * 40 + ["ERROR: Failed building wheel for horovod"])
+    log = "\n".join(
+        ["-- configuring"] * 50
+        + [
+            "/src/horovod/common/group_table.h:35:47: error: 'string' in namespace 'std' does not name a type",
+            "   35 |   int32_t GetGroupIDFromTensorName(const std::string& tensor_name) const;",
+        ]
+        + ["[ 40%] Building CXX object"] * 40
+        + ["ERROR: Failed building wheel for horovod"]
+    )
     shown = hb.first_errors(log)
     assert shown.splitlines()[0].endswith("does not name a type")  # the cause, not pip's closing words
     assert "GetGroupIDFromTensorName" in shown and len(shown.splitlines()) < 15

@@ -59,8 +59,12 @@ OWNER = textwrap.dedent("""
 
 
 def start_owner(tag: str, mode: str, *deadline: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", OWNER, tag, mode, *deadline], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWNER, tag, mode, *deadline],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert proc.stdout.readline().strip() == "launched"
     return proc
 
@@ -103,12 +107,20 @@ def start_long_run(store, backend: str) -> tuple[subprocess.Popen, str]:
     """`bench run` in a child, once its ranks have reported progress: (the bench process, the run id)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("BENCH_STORE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", backend, "--store", str(store),
-                             *LONG], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", "--backend", backend, "--store", str(store), *LONG],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
     runs = store.parent / "runs"
     try:
-        progress = wait_for(lambda: list(runs.glob("*/ranks/*progress*")) if runs.is_dir() else [], 180,
-                            f"{backend} ranks to report progress")
+        progress = wait_for(
+            lambda: list(runs.glob("*/ranks/*progress*")) if runs.is_dir() else [],
+            180,
+            f"{backend} ranks to report progress",
+        )
     except AssertionError:
         proc.kill()
         raise AssertionError(f"no progress; bench said: {proc.communicate()[1][-2000:]}") from None
@@ -149,8 +161,9 @@ def test_the_next_command_records_a_run_whose_lifeline_died_too(store):
         assert processes_of_run(run_id), "with its lifeline gone too, the orphans run on until the next command"
         listed = bench("list", "--store", store)
         assert f"run {run_id} was abandoned" in listed.stderr and stored(store, run_id) is None  # a read: no write
-        nxt = bench("run", "--store", store, "--nproc", "1", "--warmup-steps", "1", "--steps-per-window", "2",
-                    "--windows", "2")
+        nxt = bench(
+            "run", "--store", store, "--nproc", "1", "--warmup-steps", "1", "--steps-per-window", "2", "--windows", "2"
+        )
     finally:
         proc.kill()
         for left in processes_of_run(run_id):
@@ -195,8 +208,9 @@ def test_a_slurm_time_limit_before_the_launch_is_recorded_as_a_timeout(store, mo
     spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=1, device="cpu")
     started = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
     monkeypatch.setenv("SLURM_JOB_ID", "7")
-    monkeypatch.setattr(slurm, "_scontrol", lambda *args: f"JobId=7 JobState=RUNNING TimeLimit=00:01:00 "
-                                                          f"StartTime={started}")
+    monkeypatch.setattr(
+        slurm, "_scontrol", lambda *args: f"JobId=7 JobState=RUNNING TimeLimit=00:01:00 StartTime={started}"
+    )
 
     def term_while_preparing(*args, **kwargs):
         from bench.core.errors import Interrupted
@@ -219,10 +233,33 @@ def test_a_stopped_bench_process_does_not_keep_its_run_past_the_deadline(store):
     timeout = 10
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("BENCH_STORE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "elastic", "--nproc", "1",
-                             "--warmup-steps", "1", "--steps-per-window", "30", "--windows", "200", "--timeout",
-                             str(timeout), "--store", str(store)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--backend",
+            "elastic",
+            "--nproc",
+            "1",
+            "--warmup-steps",
+            "1",
+            "--steps-per-window",
+            "30",
+            "--windows",
+            "200",
+            "--timeout",
+            str(timeout),
+            "--store",
+            str(store),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     runs = store.parent / "runs"
     run_id = None
     try:
@@ -244,8 +281,10 @@ def test_a_stopped_bench_process_does_not_keep_its_run_past_the_deadline(store):
     assert proc.returncode == 1 and "Traceback" not in err and "internal error" not in err, err
     record = stored(store, run_id)
     assert record["status"] == "timeout"
-    assert record["error"]["message"] == (f"deadline of {timeout} s passed while its bench process (pid {proc.pid}) "
-                                          "was stopped; its lifeline ended the run")
+    assert record["error"]["message"] == (
+        f"deadline of {timeout} s passed while its bench process (pid {proc.pid}) "
+        "was stopped; its lifeline ended the run"
+    )
     assert any(e["kind"] == "reaped" for e in record["events"])
     assert not (runs / run_id / "owner.json").exists()
     print(f"the run's processes ended {took:.1f} s after bench was stopped")

@@ -12,8 +12,19 @@ from workloads.data.timing import TimedBatches
 
 
 def _take(source, loader, workers, *, rank, world, steps=12, channels=1, image=28, batch=16):
-    batches = open_batches(source, batch=batch, channels=channels, image=image, classes=10, seed=4, rank=rank,
-                           world=world, device="cpu", loader=loader, loader_workers=workers)
+    batches = open_batches(
+        source,
+        batch=batch,
+        channels=channels,
+        image=image,
+        classes=10,
+        seed=4,
+        rank=rank,
+        world=world,
+        device="cpu",
+        loader=loader,
+        loader_workers=workers,
+    )
     return [next(batches) for _ in range(steps)]
 
 
@@ -45,10 +56,10 @@ def test_input_wait_is_added_up():
     assert input_limited(INPUT_BOUND_SHARE) and not input_limited(INPUT_BOUND_SHARE / 2)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--loader-workers", "2"], "--loader-workers needs a DataLoader"),
-    (["--loader", "disk"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--loader-workers", "2"], "--loader-workers needs a DataLoader"), (["--loader", "disk"], "invalid choice")],
+)
 def test_bad_loader_options(args, message, tmp_path):
     assert_one_line_error(bench_in_process("run", *args, "--store", tmp_path / "b.sqlite"), message)
 

@@ -29,8 +29,10 @@ def _interpreter_for_another_user() -> str | None:
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         return None
     for python in (sys.executable, "/usr/bin/python3"):
-        probe = subprocess.run(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
-                                python, "-c", "import fcntl"], capture_output=True)
+        probe = subprocess.run(
+            ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups", python, "-c", "import fcntl"],
+            capture_output=True,
+        )
         if probe.returncode == 0:
             return python
     return None
@@ -38,14 +40,23 @@ def _interpreter_for_another_user() -> str | None:
 
 OTHER_PYTHON = _interpreter_for_another_user()
 pytestmark = pytest.mark.skipif(
-    OTHER_PYTHON is None, reason="needs root, setpriv (util-linux) and a Python that uid 65534 may run, to act as a "
-                                 "second local user")
+    OTHER_PYTHON is None,
+    reason="needs root, setpriv (util-linux) and a Python that uid 65534 may run, to act as a second local user",
+)
 
 
 def as_other_user(code: str, *args, background=False, env=None):
     """Run Python code as the second user (PYTHONPATH: this checkout, which it may read)."""
-    command = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups", OTHER_PYTHON, "-c", code,
-               *map(str, args)]
+    command = [
+        "setpriv",
+        f"--reuid={OTHER_UID}",
+        f"--regid={OTHER_UID}",
+        "--clear-groups",
+        OTHER_PYTHON,
+        "-c",
+        code,
+        *map(str, args),
+    ]
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **(env or {})}
     if background:
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
@@ -96,8 +107,11 @@ def _restore_lock_dir():
 
 def test_a_folder_another_user_made_first_is_refused_and_its_planted_link_never_followed(shared_tmp, secret):
     locks = shared_tmp / "bench-locks"
-    as_other_user("import os, sys; os.mkdir(sys.argv[1], 0o755); os.symlink(sys.argv[2], sys.argv[1] + "
-                  "'/registry.lock')", locks, secret)
+    as_other_user(
+        "import os, sys; os.mkdir(sys.argv[1], 0o755); os.symlink(sys.argv[2], sys.argv[1] + '/registry.lock')",
+        locks,
+        secret,
+    )
     with pytest.raises(LockFolderRefused) as refused:
         with claim(locks):
             pass
@@ -108,8 +122,9 @@ def test_a_folder_another_user_made_first_is_refused_and_its_planted_link_never_
     os.environ[cores.LOCK_DIR_VARIABLE] = str(locks)
     done = bench_in_process("run", "--backend", "single", "--nproc", "1", "--store", shared_tmp / "s.sqlite")
     last = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 2 and last.startswith("bench run: error: the cores' lock folder") \
-        and "belongs to" in last, done.stderr
+    assert (
+        done.returncode == 2 and last.startswith("bench run: error: the cores' lock folder") and "belongs to" in last
+    ), done.stderr
     assert not (shared_tmp / "s.sqlite").exists()
     assert_untouched(secret)
 
@@ -158,12 +173,24 @@ def test_links_and_files_planted_in_a_shared_folder_are_never_followed_nor_opene
             pass
     assert_untouched(secret)
     # links, a FIFO and a hard-to-read file under claim names of their own: passed over, nothing hangs
-    as_other_user("import os, sys; d = sys.argv[1]; os.symlink(sys.argv[2], d + '/linked.claim'); "
-                  "os.mkfifo(d + '/fifo.claim'); os.symlink(sys.argv[2], d + '/linked.shared')", locks, secret)
-    done = subprocess.run([sys.executable, "-c", "import sys; from bench.harness.cores import CoreClaim, Sharing\n"
-                           "with CoreClaim('third-run', 'x', None, ['cpu0'], Sharing(wait_s=0)): pass"],
-                          env={**os.environ, "PYTHONPATH": str(ROOT), cores.LOCK_DIR_VARIABLE: str(locks)},
-                          capture_output=True, text=True, timeout=60)
+    as_other_user(
+        "import os, sys; d = sys.argv[1]; os.symlink(sys.argv[2], d + '/linked.claim'); "
+        "os.mkfifo(d + '/fifo.claim'); os.symlink(sys.argv[2], d + '/linked.shared')",
+        locks,
+        secret,
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from bench.harness.cores import CoreClaim, Sharing\n"
+            "with CoreClaim('third-run', 'x', None, ['cpu0'], Sharing(wait_s=0)): pass",
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT), cores.LOCK_DIR_VARIABLE: str(locks)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert_untouched(secret)
 
@@ -191,8 +218,9 @@ def test_forged_claims_neither_block_nor_name_files(shared_tmp):
         # a live process, but not bench's (a sleeping Python of the second user's; pid 1 is not even theirs)
         as_other_user(FORGER, locks, "fake.claim", "fake", 1, background=True),
     ]
-    sleeper = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
-                                "sleep", "120"])
+    sleeper = subprocess.Popen(
+        ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups", "sleep", "120"]
+    )
     forgers.append(as_other_user(FORGER, locks, "sleeper.claim", "sleeper", sleeper.pid, background=True))
     try:
         started = time.monotonic()
@@ -223,9 +251,21 @@ def test_another_users_live_bench_run_still_blocks_and_is_marked_across_users(sh
     locks = shared_tmp / "bench-locks"
     os.close(open_folder(locks))
     holder = subprocess.Popen(
-        ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups", OTHER_PYTHON, "-c", HOLDER,
-         "their-run"], env={"PYTHONPATH": str(ROOT), cores.LOCK_DIR_VARIABLE: str(locks)},
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            "setpriv",
+            f"--reuid={OTHER_UID}",
+            f"--regid={OTHER_UID}",
+            "--clear-groups",
+            OTHER_PYTHON,
+            "-c",
+            HOLDER,
+            "their-run",
+        ],
+        env={"PYTHONPATH": str(ROOT), cores.LOCK_DIR_VARIABLE: str(locks)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         with pytest.raises(CoresInUse, match="in use by run their-run"):
@@ -245,9 +285,13 @@ def test_another_users_live_bench_run_still_blocks_and_is_marked_across_users(sh
 def test_a_registry_held_for_ever_is_refused_in_one_line(shared_tmp, monkeypatch):
     locks = shared_tmp / "bench-locks"
     os.close(open_folder(locks))
-    squatter = as_other_user("import fcntl, os, sys, time\nfd = os.open(sys.argv[1] + '/registry.lock', "
-                             "os.O_RDONLY | os.O_CREAT, 0o644)\nfcntl.flock(fd, fcntl.LOCK_EX)\nprint('ready', "
-                             "flush=True)\ntime.sleep(120)", locks, background=True)
+    squatter = as_other_user(
+        "import fcntl, os, sys, time\nfd = os.open(sys.argv[1] + '/registry.lock', "
+        "os.O_RDONLY | os.O_CREAT, 0o644)\nfcntl.flock(fd, fcntl.LOCK_EX)\nprint('ready', "
+        "flush=True)\ntime.sleep(120)",
+        locks,
+        background=True,
+    )
     monkeypatch.setattr(cores, "REGISTRY_WAIT_S", 0.5)
     try:
         with pytest.raises(CoresInUse) as refused:

@@ -23,6 +23,7 @@ class Blocked(BaseException):
 @pytest.fixture
 def no_blocking():
     """A read that blocks fails the test within seconds instead of hanging it."""
+
     def expired(signum, frame):
         raise Blocked("a read blocked")
 
@@ -39,12 +40,25 @@ def test_a_name_is_letters_digits_dots_dashes_and_underscores(value):
     assert name_problem(value) is None
 
 
-@pytest.mark.parametrize("value, says", [
-    ("", "empty"), ("../x", "path separator"), ("a/b", "path separator"), ("a\\b", "path separator"),
-    ("..", "'..'"), ("a..b", "'..'"), (".hidden", "names are"), ("-x", "names are"), ("a b", "names are"),
-    ("a\nb", "names are"), ("é", "names are"), ("X" * 129, "129 characters long"), (5, "not a string"),
-    (None, "not a string"),
-])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("", "empty"),
+        ("../x", "path separator"),
+        ("a/b", "path separator"),
+        ("a\\b", "path separator"),
+        ("..", "'..'"),
+        ("a..b", "'..'"),
+        (".hidden", "names are"),
+        ("-x", "names are"),
+        ("a b", "names are"),
+        ("a\nb", "names are"),
+        ("é", "names are"),
+        ("X" * 129, "129 characters long"),
+        (5, "not a string"),
+        (None, "not a string"),
+    ],
+)
 def test_what_is_not_a_name_says_why(value, says):
     assert says in name_problem(value)
 
@@ -54,18 +68,25 @@ def test_a_workload_is_a_name_or_a_reference(value):
     assert workload_problem(value) is None
 
 
-@pytest.mark.parametrize("value", ["../x", "pkg/module:W", "/a/../b.py:W", "x.py:not-an-identifier", "a\nb.py:W",
-                                   "pkg..mod:W", ""])
+@pytest.mark.parametrize(
+    "value", ["../x", "pkg/module:W", "/a/../b.py:W", "x.py:not-an-identifier", "a\nb.py:W", "pkg..mod:W", ""]
+)
 def test_a_workload_that_is_neither_is_refused(value):
     assert workload_problem(value)
 
 
 # ---------------------------------------------------------------- names from flags, stores and files
-@pytest.mark.parametrize("argv, says", [
-    (["compare", "--aa", "--sweep", "../../x"], "argument --sweep: '../../x' is not a name (it holds a path separator)"),
-    (["baseline", "--from-store", "{tmp}/s.sqlite", "--sweep", "a b"], "argument --sweep: 'a b' is not a name"),
-    (["agreement", "--sweeps", "s1,../s2"], "argument --sweeps: '../s2' is not a name"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["compare", "--aa", "--sweep", "../../x"],
+            "argument --sweep: '../../x' is not a name (it holds a path separator)",
+        ),
+        (["baseline", "--from-store", "{tmp}/s.sqlite", "--sweep", "a b"], "argument --sweep: 'a b' is not a name"),
+        (["agreement", "--sweeps", "s1,../s2"], "argument --sweeps: '../s2' is not a name"),
+    ],
+)
 def test_a_sweep_flag_that_is_not_a_name_is_refused(argv, says, tmp_path, nothing_runs):
     assert_one_line_error(bench_in_process(*[a.format(tmp=tmp_path) for a in argv]), says)
 
@@ -90,8 +111,11 @@ def test_a_baseline_holding_a_record_whose_run_id_is_a_path_is_refused(tmp_path,
     bad = tmp_path / "baseline.json"
     bad.write_text(json.dumps(data))
     nothing_runs.snapshot()
-    assert_one_line_error(bench_in_process("compare", "--baseline", bad, "--current", BASELINE),
-                          "run record 0 is malformed", "'../../etc/evil'.run_id: not a valid name")
+    assert_one_line_error(
+        bench_in_process("compare", "--baseline", bad, "--current", BASELINE),
+        "run record 0 is malformed",
+        "'../../etc/evil'.run_id: not a valid name",
+    )
 
 
 # ---------------------------------------------------------------- bench import: the record of its own directory
@@ -127,8 +151,12 @@ def test_import_refuses_a_run_id_that_is_a_path(tmp_path, nothing_runs):
 
 def test_import_refuses_a_record_copied_into_another_run_s_directory(tmp_path, nothing_runs):
     path = run_dir(tmp_path / "runs", dir_name="20261201-083320-bbbbbb")
-    import_refused(tmp_path, nothing_runs, path, "is the record of run 20261201-083320-aaaaaa, but its directory is "
-                                                 "named 20261201-083320-bbbbbb")
+    import_refused(
+        tmp_path,
+        nothing_runs,
+        path,
+        "is the record of run 20261201-083320-aaaaaa, but its directory is named 20261201-083320-bbbbbb",
+    )
 
 
 def test_import_refuses_a_directory_whose_spec_is_another_run_s(tmp_path, nothing_runs):
@@ -172,20 +200,25 @@ def huge(limit, says):
         with open(tmp_path / "huge", "wb") as fh:
             fh.truncate(limit + 1)  # sparse: no disk is used
         return tmp_path / "huge", says
+
     return make
 
 
-@pytest.mark.parametrize("make", [fifo, device, link_to_a_fifo,
-                                  huge(RUNS_FILE_LIMIT, "is 268,435,457 bytes, more than the 256 MiB a")])
+@pytest.mark.parametrize(
+    "make", [fifo, device, link_to_a_fifo, huge(RUNS_FILE_LIMIT, "is 268,435,457 bytes, more than the 256 MiB a")]
+)
 def test_a_baseline_that_is_not_a_bounded_regular_file_is_refused(make, tmp_path, nothing_runs, no_blocking):
     path, says = make(tmp_path)
     nothing_runs.snapshot()
     assert_one_line_error(bench_in_process("compare", "--baseline", path), f"baseline file {path} {says}")
-    assert_one_line_error(bench_in_process("compare", "--baseline", BASELINE, "--current", path),
-                          f"current file {path} {says}")
+    assert_one_line_error(
+        bench_in_process("compare", "--baseline", BASELINE, "--current", path), f"current file {path} {says}"
+    )
 
 
-@pytest.mark.parametrize("make", [fifo, device, huge(HOSTFILE_LIMIT, "is 1,048,577 bytes, more than the 1 MiB a --hostfile may be")])
+@pytest.mark.parametrize(
+    "make", [fifo, device, huge(HOSTFILE_LIMIT, "is 1,048,577 bytes, more than the 1 MiB a --hostfile may be")]
+)
 def test_a_hostfile_that_is_not_a_bounded_regular_file_is_refused(make, tmp_path, nothing_runs, no_blocking):
     path, says = make(tmp_path)
     nothing_runs.snapshot()
@@ -198,8 +231,10 @@ def test_an_mnist_file_that_is_a_fifo_is_refused(tmp_path, nothing_runs, no_bloc
     (folder / "train-images-idx3-ubyte").unlink()
     os.mkfifo(folder / "train-images-idx3-ubyte")
     nothing_runs.snapshot()
-    assert_one_line_error(bench_in_process("run", "--data", "mnist", "--data-dir", folder),
-                          f"{folder}/train-images-idx3-ubyte is not a regular file")
+    assert_one_line_error(
+        bench_in_process("run", "--data", "mnist", "--data-dir", folder),
+        f"{folder}/train-images-idx3-ubyte is not a regular file",
+    )
 
 
 def test_an_mnist_file_longer_than_its_header_promises_is_refused(tmp_path, nothing_runs):
@@ -208,8 +243,10 @@ def test_an_mnist_file_longer_than_its_header_promises_is_refused(tmp_path, noth
     with open(folder / "train-labels-idx1-ubyte", "ab") as fh:
         fh.write(b"\0" * 10)
     nothing_runs.snapshot()
-    assert_one_line_error(bench_in_process("run", "--data", "mnist", "--data-dir", folder),
-                          "train-labels-idx1-ubyte holds more data than its header promises (200 bytes)")
+    assert_one_line_error(
+        bench_in_process("run", "--data", "mnist", "--data-dir", folder),
+        "train-labels-idx1-ubyte holds more data than its header promises (200 bytes)",
+    )
 
 
 def test_the_reader_reads_a_regular_file_whole_and_refuses_a_directory(tmp_path):

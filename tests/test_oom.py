@@ -51,8 +51,11 @@ def memory_cgroup():
     if os.geteuid() != 0:
         pytest.skip("a memory cgroup of its own needs root")
     own = own_oom_count()
-    v2 = [mount for _, mount in _cgroup_mounts(Path("/proc")).get("v2", [])
-          if "memory" in read_or_nothing(mount / "cgroup.subtree_control").split()]
+    v2 = [
+        mount
+        for _, mount in _cgroup_mounts(Path("/proc")).get("v2", [])
+        if "memory" in read_or_nothing(mount / "cgroup.subtree_control").split()
+    ]
     name = f"bench-test-{os.getpid()}"
     if own is not None and own.where.name == "memory.oom_control":
         folder = own.where.parent / name
@@ -60,8 +63,10 @@ def memory_cgroup():
     elif v2:
         folder, limits = v2[0] / name, [("memory.max", MEMORY_LIMIT), ("memory.swap.max", 0)]
     else:
-        pytest.skip("no memory cgroup to make a limited one in: neither cgroup v1's memory controller nor cgroup v2's "
-                    "with its memory controller on below its root (/proc/self/cgroup, /proc/self/mountinfo)")
+        pytest.skip(
+            "no memory cgroup to make a limited one in: neither cgroup v1's memory controller nor cgroup v2's "
+            "with its memory controller on below its root (/proc/self/cgroup, /proc/self/mountinfo)"
+        )
     try:
         folder.mkdir()
     except OSError as exc:
@@ -95,15 +100,38 @@ def test_a_rank_the_oom_killer_ends_is_said_to_be(memory_cgroup, store, tmp_path
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("BENCH_STORE", None)
-    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1", "--workload",
-                           f"{tmp_path}/hog.py:HOG", "--store", str(store), "--json", *FAST], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT, env=env, preexec_fn=join_the_cgroup)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--backend",
+            "single",
+            "--nproc",
+            "1",
+            "--workload",
+            f"{tmp_path}/hog.py:HOG",
+            "--store",
+            str(store),
+            "--json",
+            *FAST,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+        preexec_fn=join_the_cgroup,
+    )
     record = json.loads(proc.stdout)
     assert proc.returncode == 1 and record["status"] == "crashed", proc.stderr
     error = record["error"]
     assert (error["rank"], error["signal"], error["exit_code"]) == (0, "SIGKILL", None)
-    assert error["message"].startswith("rank 0 ended with signal SIGKILL (from the kernel's OOM killer: 1 OOM kill(s) "
-                                       f"in its memory cgroup's count, {memory_cgroup}/memory."), error["message"]
+    assert error["message"].startswith(
+        "rank 0 ended with signal SIGKILL (from the kernel's OOM killer: 1 OOM kill(s) "
+        f"in its memory cgroup's count, {memory_cgroup}/memory."
+    ), error["message"]
     assert "held 4096 MiB" not in error["tail"]
     assert_nothing_left(record)
 
@@ -139,9 +167,13 @@ def test_the_count_is_cgroup_v2s_memory_events_of_the_process_cgroup(tmp_path):
 
 def test_in_a_hybrid_hierarchy_the_count_is_the_memory_controllers_of_cgroup_v1(tmp_path):
     v1, v2 = tmp_path / "memory", tmp_path / "unified"
-    proc = fake_proc(tmp_path, "5:cpu,cpuacct:/\n4:memory:/jobs/a b\n0::/\n",
-                     V2_MOUNT.format(root="/", mount=v2) + V1_CPU.format(mount=tmp_path / "cpu")
-                     + V1_MEMORY.format(root="/", mount=str(v1).replace(" ", "\\040")))
+    proc = fake_proc(
+        tmp_path,
+        "5:cpu,cpuacct:/\n4:memory:/jobs/a b\n0::/\n",
+        V2_MOUNT.format(root="/", mount=v2)
+        + V1_CPU.format(mount=tmp_path / "cpu")
+        + V1_MEMORY.format(root="/", mount=str(v1).replace(" ", "\\040")),
+    )
     count_file(v2 / "memory.events", "oom_kill 9\n")  # (the root of v2, without the memory controller here)
     control = count_file(v1 / "jobs/a b/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n")
     assert own_oom_count(proc).where == control
@@ -169,7 +201,8 @@ def test_a_count_that_rose_names_the_oom_killer_and_one_that_did_not_says_nothin
     count = OomCount(events)
     assert oom_killed_words(count, 3) is None
     assert oom_killed_words(count, None) is None and oom_killed_words(None, 0) is None
-    assert oom_killed_words(count, 2) == (f"the kernel's OOM killer: 1 OOM kill(s) in its memory cgroup's count, "
-                                          f"{events}, while it ran")
+    assert oom_killed_words(count, 2) == (
+        f"the kernel's OOM killer: 1 OOM kill(s) in its memory cgroup's count, {events}, while it ran"
+    )
     events.unlink()  # (a cgroup gone meanwhile)
     assert oom_killed_words(count, 2) is None

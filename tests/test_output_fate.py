@@ -28,8 +28,15 @@ def start(*args, stdout, stderr, closed=()):
         for fd in closed:
             os.close(fd)
 
-    return subprocess.Popen([sys.executable, "-m", "bench", *map(str, args)], stdin=subprocess.DEVNULL,
-                            stdout=stdout, stderr=stderr, cwd=ROOT, env=env, preexec_fn=close if closed else None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench", *map(str, args)],
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=ROOT,
+        env=env,
+        preexec_fn=close if closed else None,
+    )
 
 
 def stored(store) -> list:
@@ -63,14 +70,12 @@ def test_a_listing_into_a_closed_pipe_exits_0_and_says_so(tmp_path):
     assert proc.wait(timeout=120) == 0
     assert err.read_text().splitlines() == [
         "bench list: its output on stdout could not be written (Broken pipe) and is lost; the exit status is still "
-        "the outcome's, and every run it made is stored"]
+        "the outcome's, and every run it made is stored"
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args, status, code", [
-    ([], "ok", 0),
-    (["--inject", "crash:1:3"], "crashed", 1),
-])
+@pytest.mark.parametrize("args, status, code", [([], "ok", 0), (["--inject", "crash:1:3"], "crashed", 1)])
 def test_a_reader_that_leaves_early_neither_ends_the_run_nor_hides_its_fate(store, args, status, code):
     """`bench run ... 2>&1 | head -1`: every line after the first meets a closed pipe, the summary on stdout too;
     the launcher and the ranks write to their logs, so they train on."""
@@ -120,8 +125,10 @@ def test_both_streams_on_a_full_device_still_exit_by_the_run(store):
 
 
 ONE_RANK = ["--backend", "single", "--nproc", 1, *FAST]
-LOST_STDOUT = ("bench run: its output on stdout could not be written (it was closed when bench started) and is lost; "
-               "the exit status is still the outcome's, and every run it made is stored")
+LOST_STDOUT = (
+    "bench run: its output on stdout could not be written (it was closed when bench started) and is lost; "
+    "the exit status is still the outcome's, and every run it made is stored"
+)
 
 
 @pytest.mark.slow

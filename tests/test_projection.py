@@ -57,11 +57,11 @@ def test_the_parameter_server_exchanges_everything_after_the_backward_pass():
 
 
 def test_every_backend_says_its_schedule():
-    assert get_backend("elastic").comm_schedule({"ddp_bucket_mb": 25.0}) == \
-        CommSchedule("buckets", cap_bytes=25 * 2**20, first_cap_bytes=2**20)
+    assert get_backend("elastic").comm_schedule({"ddp_bucket_mb": 25.0}) == CommSchedule(
+        "buckets", cap_bytes=25 * 2**20, first_cap_bytes=2**20
+    )
     assert get_backend("ray").comm_schedule({"ddp_bucket_mb": 4.0}).kind == "buckets"
-    hvd = get_backend("horovod").comm_schedule({"hvd_fusion_mb": None, "hvd_cycle_ms": None,
-                                                "hvd_compression": "fp16"})
+    hvd = get_backend("horovod").comm_schedule({"hvd_fusion_mb": None, "hvd_cycle_ms": None, "hvd_compression": "fp16"})
     assert (hvd.kind, hvd.cap_bytes, hvd.cycle_s, hvd.wire_scale) == ("cycles", 128 * 2**20, 0.001, 0.5)
     assert get_backend("single").comm_schedule({}).kind == "none"
 
@@ -119,12 +119,20 @@ def test_test_hosts_are_a_shaped_link_and_shared_cores():
 # ---------------------------------------------------------------- the projection
 def inputs(backend="elastic", se=0.0, **changes) -> Inputs:
     shape = Shape(0.3, 0.6, 0.1, tuple((k / 4, 0.25 * 4e6) for k in range(1, 5)))
-    values = dict(compute=Value(0.1, 0.1 * se, 2), overhead_one=Value(0.002), overhead=Value(0.001, 0.0005 * se, 2),
-                  slowdown=Value(0.5, 0.05 * se, 2), alpha=Value(50e-6, 5e-6 * se, 2), beta=Value(1e-9, 1e-10 * se, 2))
+    values = dict(
+        compute=Value(0.1, 0.1 * se, 2),
+        overhead_one=Value(0.002),
+        overhead=Value(0.001, 0.0005 * se, 2),
+        slowdown=Value(0.5, 0.05 * se, 2),
+        alpha=Value(50e-6, 5e-6 * se, 2),
+        beta=Value(1e-9, 1e-10 * se, 2),
+    )
     values.update(changes)
-    options = {"elastic": {"ddp_bucket_mb": 1.0}, "horovod": {"hvd_fusion_mb": None, "hvd_cycle_ms": None,
-                                                               "hvd_compression": "none"},
-               "ps": {"ps_servers": 1, "ps_mode": "sync", "ps_staleness": None}}[backend]
+    options = {
+        "elastic": {"ddp_bucket_mb": 1.0},
+        "horovod": {"hvd_fusion_mb": None, "hvd_cycle_ms": None, "hvd_compression": "none"},
+        "ps": {"ps_servers": 1, "ps_mode": "sync", "ps_staleness": None},
+    }[backend]
     return Inputs("w", backend, options, 32, 1, "cpu", shape=shape, fit_world=2, **values)
 
 
@@ -188,7 +196,8 @@ def test_the_fastest_backend_changes_where_the_replays_cross():
     steps = {b: [p.step for p in pts] for b, pts in points.items()}
     leaders = [min(steps, key=lambda b: steps[b][k]) for k in range(3)]
     assert [(n, a, b) for n, a, b in changes] == [
-        (n, leaders[k - 1], leaders[k]) for k, n in enumerate([2, 16, 256]) if k and leaders[k] != leaders[k - 1]]
+        (n, leaders[k - 1], leaders[k]) for k, n in enumerate([2, 16, 256]) if k and leaders[k] != leaders[k - 1]
+    ]
 
 
 def test_value_of_launches():
@@ -236,8 +245,20 @@ def test_a_point_is_judged_only_where_the_link_dominates_and_the_launches_agree(
 
     def row(share, low, high, error=0.05):
         measured = Value(point.step / (1 + error), 0.01, 2, ("a", "b", "c"))
-        return Row("w", "elastic", 4, "1gbit", measured, measured.mean * low, measured.mean * high, point, share,
-                   measured.runs, point, False)
+        return Row(
+            "w",
+            "elastic",
+            4,
+            "1gbit",
+            measured,
+            measured.mean * low,
+            measured.mean * high,
+            point,
+            share,
+            measured.runs,
+            point,
+            False,
+        )
 
     judged, cores, scattered = row(0.2, 0.9, 1.1), row(0.8, 0.9, 1.1), row(0.2, 0.5, 1.5, error=-0.6)
     assert judged.left_out == ""
@@ -274,8 +295,12 @@ def test_compute_from_another_workloads_run_is_refused_in_one_line():
     from bench.cli.common import open_store
     from conftest import assert_one_line_error, bench
 
-    other = next(r.run_id for r in open_store(str(STUDY)).records()
-                 if r.spec.backend == "single" and r.spec.workload == "resnet18")
-    proc = bench("predict", "--store", str(STUDY), "--workload", "mnist_mlp", "--backend", "elastic",
-                 "--compute-from", other)
+    other = next(
+        r.run_id
+        for r in open_store(str(STUDY)).records()
+        if r.spec.backend == "single" and r.spec.workload == "resnet18"
+    )
+    proc = bench(
+        "predict", "--store", str(STUDY), "--workload", "mnist_mlp", "--backend", "elastic", "--compute-from", other
+    )
     assert_one_line_error(proc, f"--compute-from {other}: it trained resnet18, not mnist_mlp")

@@ -2,7 +2,6 @@
 and its equivalence with elastic: tests/test_backend_contract.py, whose failing process is a run's last: its
 server)."""
 
-
 import pytest
 
 from bench.backends.ps.group import balance_by_bytes
@@ -50,7 +49,8 @@ def test_staleness_needs_async(store):
 
 @pytest.mark.slow
 def test_async_with_staleness_bound(store):
-    proc, record = bench_json("run", "--backend", "ps", "--nproc", 2, "--ps-mode", "async",
-                              "--ps-staleness", 0, "--store", store, *FAST)
+    proc, record = bench_json(
+        "run", "--backend", "ps", "--nproc", 2, "--ps-mode", "async", "--ps-staleness", 0, "--store", store, *FAST
+    )
     assert proc.returncode == 0, proc.stderr
     assert record["spec"]["backend_options"]["ps_staleness"] == 0

@@ -61,25 +61,48 @@ def test_doctor_says_whether_ray_can_run():
 def test_two_worker_resnet18_run(tmp_path):
     # a store given by a relative path, as `--store results/x.sqlite` from a checkout: the run directory is then
     # relative too, and Ray Train's storage and Ray's workers need it absolute
-    proc = bench("run", "--backend", "ray", "--workload", "resnet18", "--nproc", 2, "--store", "rel/bench.sqlite",
-                 *FAST, "--json", timeout=400, cwd=tmp_path)
+    proc = bench(
+        "run",
+        "--backend",
+        "ray",
+        "--workload",
+        "resnet18",
+        "--nproc",
+        2,
+        "--store",
+        "rel/bench.sqlite",
+        *FAST,
+        "--json",
+        timeout=400,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert record["status"] == "ok" and record["spec"]["image_size"] == 32
     # the rank map is what Ray Train gave each worker
     rows = sorted(record["rank_map"], key=lambda r: r["rank"])
-    assert [(r["rank"], r["local_rank"], r["group_rank"], r["world_size"]) for r in rows] == [(0, 0, 0, 2),
-                                                                                               (1, 1, 0, 2)]
+    assert [(r["rank"], r["local_rank"], r["group_rank"], r["world_size"]) for r in rows] == [
+        (0, 0, 0, 2),
+        (1, 1, 0, 2),
+    ]
     m = record["metrics"]
     assert m["per_rank"][0]["param_checksum"] == pytest.approx(m["per_rank"][1]["param_checksum"])
     # Ray's own start-up, recorded with the others' figures
     phases = m["startup"]["launcher_phases"]
-    assert set(phases) == {"driver start", "ray runtime start", "trainer set-up", "worker placement",
-                           "process group set-up"}
+    assert set(phases) == {
+        "driver start",
+        "ray runtime start",
+        "trainer set-up",
+        "worker placement",
+        "process group set-up",
+    }
     assert all(v >= 0 for v in phases.values())
     assert phases["ray runtime start"] > 0 and m["startup"]["launch_to_first_step_s"] > phases["ray runtime start"]
-    assert record["spec"]["backend_options"] == {"ddp_bucket_mb": 25.0, "ray_address": None,
-                                                  "ray_resize_interval": 60.0}
+    assert record["spec"]["backend_options"] == {
+        "ddp_bucket_mb": 25.0,
+        "ray_address": None,
+        "ray_resize_interval": 60.0,
+    }
     assert "bench.backends.ray.driver" in record["command"]
     assert_nothing_left(record)
 
@@ -87,8 +110,24 @@ def test_two_worker_resnet18_run(tmp_path):
 @needs_ray
 @pytest.mark.slow
 def test_allreduce_sweep_has_no_wrong_element(store):
-    proc, record = bench_json("allreduce", "--backend", "ray", "--nproc", 2, "--ops", "allreduce,allgather",
-                              "--max-bytes", "1M", "--iters", 5, "--warmup-iters", 2, "--store", store, timeout=400)
+    proc, record = bench_json(
+        "allreduce",
+        "--backend",
+        "ray",
+        "--nproc",
+        2,
+        "--ops",
+        "allreduce,allgather",
+        "--max-bytes",
+        "1M",
+        "--iters",
+        5,
+        "--warmup-iters",
+        2,
+        "--store",
+        store,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok" and record["metrics"]["wrong"] == 0
     assert {r["op"] for r in record["metrics"]["rows"]} == {"allreduce", "allgather"}
@@ -101,8 +140,23 @@ def test_a_joining_node_grows_the_worker_group(store):
     """bench fault --join under Train V2's elastic worker count: a node with one worker's CPUs joins the run's
     runtime, and Ray Train restarts the group at 2 workers from the checkpoint; nothing of the joined node is
     left (its agents rename themselves, hiding the run's tag from a plain read of their environment)."""
-    proc, record = bench_json("fault", "--backend", "ray", "--nproc", 1, "--threads", 1, "--fault", "join",
-                              "--ray-resize-interval", 2, *SHORT, "--store", store, timeout=400)
+    proc, record = bench_json(
+        "fault",
+        "--backend",
+        "ray",
+        "--nproc",
+        1,
+        "--threads",
+        1,
+        "--fault",
+        "join",
+        "--ray-resize-interval",
+        2,
+        *SHORT,
+        "--store",
+        store,
+        timeout=400,
+    )
     assert proc.returncode == 0 and record["status"] == "ok", record["error"]
     f = record["metrics"]
     assert f["scenario"] == "join" and (f["world_before"], f["world_after"]) == (1, 2)
@@ -134,8 +188,13 @@ def test_the_bare_ray_loop_leaves_no_ray_session_behind():
 
     before = left()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(BARE_LOOPS["ray"].command(2, ["--workload", "mnist_mlp", "--threads", "1", "--steps", "20"]),
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        BARE_LOOPS["ray"].command(2, ["--workload", "mnist_mlp", "--threads", "1", "--steps", "20"]),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert read_figure(proc.stdout, "throughput") > 0
     assert left() <= before

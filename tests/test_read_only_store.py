@@ -24,9 +24,15 @@ from factories import train_record
 SAMPLE = ROOT / "reports" / "sample" / "bench.sqlite"  # committed, in WAL mode, without -wal or -shm
 
 # every verb that only reads a store, as a user gives it ({out}: a writable folder for what the verb writes)
-READ_VERBS = {"list": ["list"], "report": ["report", "-o", "{out}/report.html"], "agreement": ["agreement"],
-              "compare --aa": ["compare", "--aa"]}
-SMALL = ("report",)  # verbs given a small store made here (the same kind: WAL, no -wal): the sample's page takes seconds
+READ_VERBS = {
+    "list": ["list"],
+    "report": ["report", "-o", "{out}/report.html"],
+    "agreement": ["agreement"],
+    "compare --aa": ["compare", "--aa"],
+}
+SMALL = (
+    "report",
+)  # verbs given a small store made here (the same kind: WAL, no -wal): the sample's page takes seconds
 
 
 @contextlib.contextmanager
@@ -37,8 +43,9 @@ def read_only_mount(folder: Path, files):
     if shutil.which("mount") is None:
         pytest.skip("mount not found: apt-get install mount")
     folder.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mounted.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -53,9 +60,13 @@ def read_only_mount(folder: Path, files):
 
 def folder_state(folder: Path) -> dict:
     """Every file under `folder`: its content and modification time."""
-    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir",
-                                         p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): (
+            hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir",
+            p.stat().st_mtime_ns,
+        )
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 def argv_of(verb: str, store: Path, out: Path) -> list[str]:
@@ -87,8 +98,10 @@ def live_writer(path: Path, run_id: str):
     try:
         conn.execute("PRAGMA wal_autocheckpoint=0")
         with conn:
-            conn.execute(f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-                         row(train_record(run_id, created_at=3000.0, sweep_id=None).to_dict(), run_id))
+            conn.execute(
+                f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                row(train_record(run_id, created_at=3000.0, sweep_id=None).to_dict(), run_id),
+            )
         assert Path(f"{path}-wal").stat().st_size > 0 and Path(f"{path}-shm").exists()
         yield conn
     finally:
@@ -171,8 +184,12 @@ def test_a_wal_holding_changes_without_its_shm_is_refused_without_making_one(tmp
         shutil.copy(path, copy)
         shutil.copy(f"{path}-wal", copy)
     before = folder_state(copy)
-    assert_one_line_error(bench_in_process("list", "--store", copy / "bench.sqlite"),
-                          "its -wal file holds changes", "-shm", "copy the store with both files")
+    assert_one_line_error(
+        bench_in_process("list", "--store", copy / "bench.sqlite"),
+        "its -wal file holds changes",
+        "-shm",
+        "copy the store with both files",
+    )
     assert folder_state(copy) == before
 
 
@@ -187,8 +204,10 @@ def unreadable_rows() -> dict[str, tuple[tuple, str]]:
         "cut-short": ('{"schema_version": 6, "run', "not valid JSON"),
         "../../evil": (good, "run_id: not a valid name (it holds a path separator)"),
     }
-    return {run_id: (row(record if isinstance(record, str) else {**record, "run_id": run_id}, run_id), says)
-            for run_id, (record, says) in made.items()}
+    return {
+        run_id: (row(record if isinstance(record, str) else {**record, "run_id": run_id}, run_id), says)
+        for run_id, (record, says) in made.items()
+    }
 
 
 @pytest.mark.parametrize("verb", ["list", "report"])
@@ -229,6 +248,10 @@ def test_a_write_to_a_store_holding_newer_records_is_refused_before_anything_run
     nothing_runs.snapshot()
     before = folder_state(tmp_path)
     proc = bench_in_process(*[a.format(run=run) for a in argv], "--store", path)
-    assert_one_line_error(proc, f"{path} holds records of schema {SCHEMA_VERSION + 1} (run from-a-newer-bench)",
-                          f"newer than this bench ({SCHEMA_VERSION})", "update bench")
+    assert_one_line_error(
+        proc,
+        f"{path} holds records of schema {SCHEMA_VERSION + 1} (run from-a-newer-bench)",
+        f"newer than this bench ({SCHEMA_VERSION})",
+        "update bench",
+    )
     assert folder_state(tmp_path) == before

@@ -20,10 +20,17 @@ from bench.tasks.train import TrainMetrics
 from factories import comm_record, comm_row, fault_record, train_record
 
 V1_STORE = Path(__file__).resolve().parent / "data" / "store-v1.sqlite"
-EXAMPLES = {"train": lambda: train_record(per_window=[100.0, 120.0, 110.0]),
-            "comm": lambda: comm_record(rows=[comm_row(size=4, window_time_us=[90.0, 110.0], limit_gbps=4.0),
-                                              comm_row("allgather", 2048, 50.0, limit_gbps=4.0)]),
-            "fault": lambda: fault_record(), "failed": lambda: train_record(status="crashed")}
+EXAMPLES = {
+    "train": lambda: train_record(per_window=[100.0, 120.0, 110.0]),
+    "comm": lambda: comm_record(
+        rows=[
+            comm_row(size=4, window_time_us=[90.0, 110.0], limit_gbps=4.0),
+            comm_row("allgather", 2048, 50.0, limit_gbps=4.0),
+        ]
+    ),
+    "fault": lambda: fault_record(),
+    "failed": lambda: train_record(status="crashed"),
+}
 
 
 def through_json(rec: RunRecord) -> RunRecord:
@@ -52,18 +59,21 @@ def test_typed_parts_land_in_their_dataclasses():
     assert crashed.metrics is None and crashed.error.rank == 1 and not crashed.ok
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda d: d.update(colour="red"), "record r1: unknown field(s) colour"),
-    (lambda d: d["metrics"].update(colour="red"), "record r1.metrics: unknown field(s) colour"),
-    (lambda d: d["spec"].update(colour="red"), "record r1.spec: unknown field(s) colour"),
-    (lambda d: d["rank_map"][0].update(colour="red"), "record r1.rank_map[0]: unknown field(s) colour"),
-    (lambda d: d.pop("status"), "record r1: missing field status"),
-    (lambda d: d["metrics"].pop("throughput"), "record r1.metrics: missing field(s) throughput"),
-    (lambda d: d["metrics"]["throughput"].pop("mean"), "record r1.metrics.throughput: missing field(s) mean"),
-    (lambda d: d["spec"].pop("backend"), "record r1.spec: missing field(s) backend"),
-    (lambda d: d["rank_map"][1].pop("world_size"), "record r1.rank_map[1]: missing field(s) world_size"),
-    (lambda d: d["metrics"].update(per_rank={}), "record r1.metrics.per_rank: expected a list"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda d: d.update(colour="red"), "record r1: unknown field(s) colour"),
+        (lambda d: d["metrics"].update(colour="red"), "record r1.metrics: unknown field(s) colour"),
+        (lambda d: d["spec"].update(colour="red"), "record r1.spec: unknown field(s) colour"),
+        (lambda d: d["rank_map"][0].update(colour="red"), "record r1.rank_map[0]: unknown field(s) colour"),
+        (lambda d: d.pop("status"), "record r1: missing field status"),
+        (lambda d: d["metrics"].pop("throughput"), "record r1.metrics: missing field(s) throughput"),
+        (lambda d: d["metrics"]["throughput"].pop("mean"), "record r1.metrics.throughput: missing field(s) mean"),
+        (lambda d: d["spec"].pop("backend"), "record r1.spec: missing field(s) backend"),
+        (lambda d: d["rank_map"][1].pop("world_size"), "record r1.rank_map[1]: missing field(s) world_size"),
+        (lambda d: d["metrics"].update(per_rank={}), "record r1.metrics.per_rank: expected a list"),
+    ],
+)
 def test_unknown_and_missing_fields_are_errors(change, says):
     data = train_record().to_dict()
     change(data)
@@ -144,8 +154,9 @@ def test_schema_1_fields_land_where_schema_2_puts_them(v1_store):
         old = raw[rec.run_id]["metrics"]["fault"]
         m = rec.metrics
         assert m.scenario == old["scenario"] and m.recovery_s == old["recovery_s"] and m.fault == old["fault"]
-        assert [(r.rank, r.world_size, r.pid) for r in m.rank_map_before] == \
-               [(r["rank"], r["size"], r["pid"]) for r in old["rank_map_before"]]
+        assert [(r.rank, r.world_size, r.pid) for r in m.rank_map_before] == [
+            (r["rank"], r["size"], r["pid"]) for r in old["rank_map_before"]
+        ]
         assert m.rank_map_before and all(isinstance(r, RankRow) and r.world_size >= 1 for r in m.rank_map_before)
         assert {r.phase for r in rec.rank_map} <= {"before", "after"}
     assert {m.scenario for m in (r.metrics for r in faults)} == {"kill", "join"}
@@ -167,8 +178,7 @@ def test_a_store_holding_a_newer_record_names_it(v1_store, capsys):
     """Read, the newer record is skipped in one line naming it and the rest is read; written to, refused."""
     newer = train_record("from-the-future").to_dict() | {"schema_version": SCHEMA_VERSION + 1}
     with sqlite3.connect(v1_store.path) as conn:
-        conn.execute("UPDATE runs SET record = ? WHERE run_id = (SELECT MIN(run_id) FROM runs)",
-                     (json.dumps(newer),))
+        conn.execute("UPDATE runs SET record = ? WHERE run_id = (SELECT MIN(run_id) FROM runs)", (json.dumps(newer),))
     capsys.readouterr()
     assert len(v1_store.records()) == 24
     (line,) = capsys.readouterr().err.strip().splitlines()
@@ -185,8 +195,10 @@ def test_the_frame_of_upgraded_records_names_each_case(v1_store):
     assert set(by_task["comm"]["case"]) == {"communication sweep"}
     assert set(by_task["train"]["case"]) == set(by_task["train"]["workload"]) == {"mnist_mlp", "resnet18"}
     fault_cases = set(by_task["fault"]["case"])
-    assert {"mnist_mlp: SIGKILL to 1 of 2 workers, checkpoint/commit every 100 steps",
-            "mnist_mlp: a worker joins 1 running, checkpoint/commit every 100 steps"} <= fault_cases
+    assert {
+        "mnist_mlp: SIGKILL to 1 of 2 workers, checkpoint/commit every 100 steps",
+        "mnist_mlp: a worker joins 1 running, checkpoint/commit every 100 steps",
+    } <= fault_cases
     assert {c.split(": ")[1].split(" ")[0] for c in fault_cases} == {"SIGKILL", "SIGTERM", "SIGSTOP", "a"}
     assert by_task["train"]["throughput"].notna().all() and by_task["fault"]["throughput"].isna().all()
     ok_faults = by_task["fault"][by_task["fault"]["status"] == "ok"]
@@ -236,7 +248,8 @@ def test_a_communication_sweep_has_no_training_fields_and_older_ones_are_upgrade
     assert train and all(isinstance(r.spec.workload, str) and r.spec.batch_size > 0 for r in train)
     frame = records_to_frame(comm[:1] + train[:1])
     assert str(frame["batch_size"].dtype) == "Int64" and frame["batch_size"].astype(str).tolist()[1] == str(
-        train[0].spec.batch_size)
+        train[0].spec.batch_size
+    )
     table = runs_table(comm[:1] + train[:1]).splitlines()
     at = table[0].index("batch")  # the column, as the table pads it
     assert table[1][at:].split()[0] == "-" and table[2][at:].split()[0] == str(train[0].spec.batch_size)
@@ -250,8 +263,10 @@ def test_a_non_finite_number_in_a_field_of_free_form_reads_back_as_a_number(tmp_
     store = Store(tmp_path / "s.sqlite")
     store.save(rec)
     (text,) = sqlite3.connect(store.path).execute("SELECT record FROM runs").fetchone()
-    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}"))["metrics"]["fit"]["bandwidth_gbps"] \
+    assert (
+        json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}"))["metrics"]["fit"]["bandwidth_gbps"]
         == "Infinity"
+    )
     back = store.records()[0]
     assert back.metrics.fit["bandwidth_gbps"] == float("inf")
     assert any("1/b = inf GB/s" in line for line in back.task.summary_lines(back))

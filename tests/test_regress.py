@@ -15,9 +15,26 @@ pytestmark = pytest.mark.slow
 # Small: the plain loop and elastic at one worker (one thread, as in the regression matrix), on ResNet18
 # (the MLP's short steps spread the most between launches: docs/method.md, "Replication"), 3 windows of 10 steps
 # a run; like `bench regress`, the baseline launches every case 5 times and the runs judged 3 times.
-SMALL = ["--backend", "elastic", "--workload", "resnet18", "--world-sizes", "1", "--nproc", "2",
-         "--threads", "1", "--warmup-steps", "3", "--windows", "3", "--steps-per-window", "10", "--no-comm",
-         "--no-faults"]
+SMALL = [
+    "--backend",
+    "elastic",
+    "--workload",
+    "resnet18",
+    "--world-sizes",
+    "1",
+    "--nproc",
+    "2",
+    "--threads",
+    "1",
+    "--warmup-steps",
+    "3",
+    "--windows",
+    "3",
+    "--steps-per-window",
+    "10",
+    "--no-comm",
+    "--no-faults",
+]
 # The slowdown the gate must catch here: step time x 2 (throughput -50%). Smaller ones are more than 5 + 3
 # launches of this small matrix resolve on a 2-core machine at the gate's CONFIDENCE (docs/studies/gate.md,
 # "Catching a slowdown").
@@ -28,8 +45,11 @@ SLOWDOWN = "100%"
 def gate(tmp_path_factory):
     base = tmp_path_factory.mktemp("gate")
     store, slow = base / "aa.sqlite", base / "slow.sqlite"
-    for target, extra in ((store, ["--repeats", 5]), (store, ["--repeats", 3]),
-                          (slow, ["--repeats", 3, "--inject-delay", SLOWDOWN])):
+    for target, extra in (
+        (store, ["--repeats", 5]),
+        (store, ["--repeats", 3]),
+        (slow, ["--repeats", 3, "--inject-delay", SLOWDOWN]),
+    ):
         proc = bench("sweep", *SMALL, "--store", target, *extra, timeout=900)
         assert proc.returncode == 0, proc.stderr
     first = min({r.spec.sweep_id for r in Store(store).records()})
@@ -54,8 +74,10 @@ def test_an_injected_slowdown_fails_and_names_the_metric(gate):
     slow = Store(gate["slow"]).records()
     # the delay reached every compared backend's workers, and never the plain loop
     for rec in slow:
-        outputs = [json.loads(p.read_text())["output"] for p in
-                   (gate["slow"].parent / "runs" / rec.run_id / "ranks").glob("rank*.result.json")]
+        outputs = [
+            json.loads(p.read_text())["output"]
+            for p in (gate["slow"].parent / "runs" / rec.run_id / "ranks").glob("rank*.result.json")
+        ]
         delays = [out["step_delay_s"] for out in outputs if "step_delay_s" in out]
         if rec.spec.backend == "single":
             assert delays == [0.0]
@@ -105,8 +127,11 @@ def test_hot_paths_fail_against_a_much_faster_baseline_on_the_same_host(tmp_path
     saved = tmp_path / "hot.json"
     assert run_hot_paths(save_to=saved) == 0
     data = json.loads(saved.read_text())
-    assert {b["name"] for b in data["benchmarks"]} >= {"test_step_loop_overhead_per_1000_steps", "test_record_write",
-                                                       REFERENCE_BENCHMARK}
+    assert {b["name"] for b in data["benchmarks"]} >= {
+        "test_step_loop_overhead_per_1000_steps",
+        "test_record_write",
+        REFERENCE_BENCHMARK,
+    }
     for factor, with_reference, expect_fail in ((0.1, False, True), (10.0, False, False), (0.1, True, False)):
         scaled = json.loads(saved.read_text())
         for b in scaled["benchmarks"]:

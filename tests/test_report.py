@@ -20,15 +20,47 @@ def populated_store(folder):
     Made once per test session, then copied."""
     if "path" not in _CACHE:
         path = folder / "sweep" / "bench.sqlite"
-        proc = bench("sweep", "--backend", "elastic,horovod,ps", "--workload", "mnist_mlp", "--nproc", 2,
-                     "--max-bytes", "64K", "--warmup-iters", 1, "--iters", 3, "--repeats", 2, "--no-faults",
-                     "--store", path, *FAST, timeout=900)
+        proc = bench(
+            "sweep",
+            "--backend",
+            "elastic,horovod,ps",
+            "--workload",
+            "mnist_mlp",
+            "--nproc",
+            2,
+            "--max-bytes",
+            "64K",
+            "--warmup-iters",
+            1,
+            "--iters",
+            3,
+            "--repeats",
+            2,
+            "--no-faults",
+            "--store",
+            path,
+            *FAST,
+            timeout=900,
+        )
         assert proc.returncode == 0, proc.stderr
         proc = bench("run", "--backend", "horovod", "--nproc", 2, "--inject", "crash:1:3", "--store", path, *FAST)
         assert proc.returncode == 1
         for backend in ("elastic", "horovod"):  # the Elasticity section's material
-            proc = bench("fault", "--backend", backend, "--nproc", 2, "--checkpoint-every", 10, "--at-step", 25,
-                         "--steps", 60, "--store", path)
+            proc = bench(
+                "fault",
+                "--backend",
+                backend,
+                "--nproc",
+                2,
+                "--checkpoint-every",
+                10,
+                "--at-step",
+                25,
+                "--steps",
+                60,
+                "--store",
+                path,
+            )
             assert proc.returncode == 0, proc.stderr
         _CACHE["path"] = path
     return _CACHE["path"]
@@ -42,9 +74,19 @@ def store_path(tmp_path_factory):
 def test_sections_in_order_and_verdict_computed(store_path):
     page = render_report(load_frame(Store(store_path)), "s")
     headings = re.findall(r"<h2 id=\"\w+\">([^<]+)</h2>", page)
-    assert headings == ["Verdict", "Throughput and scaling", "Communication", "Where the time goes",
-                        "At your scale (model projection)", "Startup and rendezvous", "Elasticity", "Rank map",
-                        "Environment", "Failed and unstable runs", "Methodology"]
+    assert headings == [
+        "Verdict",
+        "Throughput and scaling",
+        "Communication",
+        "Where the time goes",
+        "At your scale (model projection)",
+        "Startup and rendezvous",
+        "Elasticity",
+        "Rank map",
+        "Environment",
+        "Failed and unstable runs",
+        "Methodology",
+    ]
     scale = page.split('id="scale"')[1].split('id="startup"')[0]
     # the sweep's plain loop, backends at 1 and 2 workers and communication sweeps: a projection, labelled so
     assert "Model projection, not a measurement." in scale and "on cpu-10g" in scale
@@ -69,7 +111,13 @@ def test_the_sweep_of_the_three_backends(store_path):
     assert (sweep["status"] == "ok").all() and sweep["sweep_id"].nunique() == 1
     train = sweep[sweep["task"] == "train"]
     assert sorted(set(zip(train["backend"], train["world_size"]))) == [
-        ("elastic", 1), ("elastic", 2), ("horovod", 1), ("horovod", 2), ("ps", 2), ("single", 1)]
+        ("elastic", 1),
+        ("elastic", 2),
+        ("horovod", 1),
+        ("horovod", 2),
+        ("ps", 2),
+        ("single", 1),
+    ]
     comm = sweep[sweep["task"] == "comm"]
     assert sorted(set(comm["backend"])) == ["elastic", "horovod"]
     assert all(r.metrics.rows and all(x.wrong == 0 for x in r.metrics.rows) for r in comm["record"])

@@ -16,10 +16,19 @@ V1_STORE = Path(__file__).resolve().parent / "data" / "store-v1.sqlite"
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # slow: a browser started for each test (seconds)
-pytestmark = [needs_system(None if CHROMIUM else "chromium not found: apt-get install chromium (.ci/run does)"),
-              pytest.mark.slow]
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+pytestmark = [
+    needs_system(None if CHROMIUM else "chromium not found: apt-get install chromium (.ci/run does)"),
+    pytest.mark.slow,
+]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +76,18 @@ def test_report_reads_with_javascript_disabled(report_path):
         page = context.new_page()
         page.goto(report_path.as_uri())
         text = page.inner_text("body")
-        for heading in ("Verdict", "Throughput and scaling", "Communication", "Where the time goes",
-                        "Startup and rendezvous", "Elasticity", "Rank map", "Environment",
-                        "Failed and unstable runs", "Methodology"):
+        for heading in (
+            "Verdict",
+            "Throughput and scaling",
+            "Communication",
+            "Where the time goes",
+            "Startup and rendezvous",
+            "Elasticity",
+            "Rank map",
+            "Environment",
+            "Failed and unstable runs",
+            "Methodology",
+        ):
             assert heading in text
         assert page.eval_on_selector_all("img", "imgs => imgs.length") >= 3
         browser.close()
@@ -100,7 +118,8 @@ def test_the_scorecard_is_in_the_first_screen(tmp_path):
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.goto(path.as_uri())
         first_rows = page.eval_on_selector_all(
-            "#scorecard tr", "rows => rows.slice(0, 4).map(r => r.getBoundingClientRect().bottom)")
+            "#scorecard tr", "rows => rows.slice(0, 4).map(r => r.getBoundingClientRect().bottom)"
+        )
         assert len(first_rows) == 4 and max(first_rows) <= 800, first_rows
         cells = page.eval_on_selector_all("#scorecard tr:nth-child(2) td", "cells => cells.map(c => c.innerText)")
         assert cells[0] == "training throughput" and "pinned, one host" in cells[1]

@@ -26,9 +26,19 @@ from bench.results.frame import load_frame, records_to_frame
 from bench.tasks.train import report as train_report
 
 SAMPLE = Path(__file__).parent / "data" / "store-v1.sqlite"
-SECTIONS = ["Verdict", "Throughput and scaling", "Communication", "Where the time goes",
-            "At your scale (model projection)", "Startup and rendezvous",
-            "Elasticity", "Rank map", "Environment", "Failed and unstable runs", "Methodology"]
+SECTIONS = [
+    "Verdict",
+    "Throughput and scaling",
+    "Communication",
+    "Where the time goes",
+    "At your scale (model projection)",
+    "Startup and rendezvous",
+    "Elasticity",
+    "Rank map",
+    "Environment",
+    "Failed and unstable runs",
+    "Methodology",
+]
 COMM_ONLY = ["task=comm"]  # a small page: one figure
 
 
@@ -62,8 +72,10 @@ def test_sections_in_order_with_a_matching_nav(page):
 
 def scorecard_rows(page: str) -> list[list[str]]:
     table = page.split('<table id="scorecard">')[1].split("</table>")[0]
-    return [[html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
-            for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", table)[1:]]
+    return [
+        [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+        for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", table)[1:]
+    ]
 
 
 def test_verdict_from_one_launch_a_side_says_it_cannot_tell(page, frame):
@@ -86,8 +98,10 @@ def test_verdict_from_one_launch_a_side_says_it_cannot_tell(page, frame):
     assert "No training speed was compared under conditions that do not distort it." in verdict
     assert "Neither is ahead on what this page measured" in verdict  # one fault run a side: no winner
     # the communication row names the size it compares at; its section says that it is below the bandwidth-bound
-    assert any(r[0] == "allreduce bus bandwidth" and r[1].startswith("1MB messages (the largest both ran), 2 ranks")
-               for r in rows)
+    assert any(
+        r[0] == "allreduce bus bandwidth" and r[1].startswith("1MB messages (the largest both ran), 2 ranks")
+        for r in rows
+    )
     assert "that size is below 16MB" in section(page, "comm")
     # every fault case both backends ran is a row: recovery in seconds, or how it failed
     assert {r[0] for r in rows if r[0].startswith("recovery") or r[0] == "a joining worker"}
@@ -130,8 +144,11 @@ def test_methodology_follows_the_constants(frame, monkeypatch):
     method = section(render_report(frame, "sample", COMM_ONLY), "method")
     assert "a 90% confidence interval" in method and "exceeds 20% of its mean" in method
     assert "fewer than 4 windows" in method and "is below 0.01" in method
-    unstable = [line.text[0].text for line in failed_section(frame.iloc[0:0], [ReportPart(unstable=["r: x"])]).blocks
-                if hasattr(line, "text")]
+    unstable = [
+        line.text[0].text
+        for line in failed_section(frame.iloc[0:0], [ReportPart(unstable=["r: x"])]).blocks
+        if hasattr(line, "text")
+    ]
     assert "Unstable (standard deviation above 20% of the mean, or fewer than 4 windows):" in unstable
 
 
@@ -159,8 +176,16 @@ def test_a_store_in_a_folder_whose_name_is_not_utf_8_is_reported_and_listed(tmp_
     for i, status in enumerate(("ok", "ok", "crashed")):
         run_id = f"run-{i}"
         log = store.run_dir(run_id) / "rank-1.log"
-        store.save(train_record(run_id, created_at=1000.0 + i, sweep_id=None, status=status, run_dir=str(log.parent),
-                                error=RunError(f"rank 1 crashed; its log: {log}", rank=1) if status != "ok" else None))
+        store.save(
+            train_record(
+                run_id,
+                created_at=1000.0 + i,
+                sweep_id=None,
+                status=status,
+                run_dir=str(log.parent),
+                error=RunError(f"rank 1 crashed; its log: {log}", rank=1) if status != "ok" else None,
+            )
+        )
     strict = {"PYTHONIOENCODING": "utf-8:strict"}  # what a terminal in a UTF-8 locale is to Python
     out = folder / "report.html"
     proc = bench("report", "--store", store.path, "-o", out, env=strict)
@@ -247,24 +272,33 @@ def test_the_rank_map_shows_runs_across_hosts_fault_runs_and_one_example_per_cas
     map (process ids aside), the runs that had it behind a disclosure of their own."""
     from factories import fault_record, rank_row, train_record
 
-    two_hosts = [rank_row(0, 2, host="h1", local_rank=0, group_rank=0), rank_row(1, 2, host="h2", local_rank=0,
-                                                                                  group_rank=1)]
-    moved = [rank_row(0, 2, host="h2", local_rank=0, group_rank=0), rank_row(1, 2, host="h1", local_rank=0,
-                                                                              group_rank=1)]
-    records = [train_record("one-1", created_at=1.0), train_record("one-2", created_at=2.0),
-               train_record("one-3", created_at=3.0, status="crashed"),  # the latest, but not ok
-               train_record("single-1", "single", 1, created_at=4.0),
-               train_record("across-1", created_at=5.0, rank_map=two_hosts),
-               train_record("across-2", created_at=6.0, rank_map=[dataclasses.replace(r, pid=r.pid + 7)
-                                                                  for r in two_hosts]),
-               train_record("across-3", created_at=7.0, rank_map=moved),
-               fault_record("fault-1", created_at=8.0), fault_record("fault-2", created_at=9.0, status="timeout")]
+    two_hosts = [
+        rank_row(0, 2, host="h1", local_rank=0, group_rank=0),
+        rank_row(1, 2, host="h2", local_rank=0, group_rank=1),
+    ]
+    moved = [
+        rank_row(0, 2, host="h2", local_rank=0, group_rank=0),
+        rank_row(1, 2, host="h1", local_rank=0, group_rank=1),
+    ]
+    records = [
+        train_record("one-1", created_at=1.0),
+        train_record("one-2", created_at=2.0),
+        train_record("one-3", created_at=3.0, status="crashed"),  # the latest, but not ok
+        train_record("single-1", "single", 1, created_at=4.0),
+        train_record("across-1", created_at=5.0, rank_map=two_hosts),
+        train_record("across-2", created_at=6.0, rank_map=[dataclasses.replace(r, pid=r.pid + 7) for r in two_hosts]),
+        train_record("across-3", created_at=7.0, rank_map=moved),
+        fault_record("fault-1", created_at=8.0),
+        fault_record("fault-2", created_at=9.0, status="timeout"),
+    ]
     section = rank_map_section(records_to_frame(records))
     tables = tables_of(section)
     summaries = [t.details for t in tables]
     assert summaries[0] == "elastic mnist_mlp, world 2: one-2 (ok), the latest ok of its 3 runs on one host"
-    assert summaries[1].startswith("elastic mnist_mlp, world 2, 2 hosts: 2 runs with this rank map (2 ok); "
-                                   "process ids of the latest, across-2 (ok)")
+    assert summaries[1].startswith(
+        "elastic mnist_mlp, world 2, 2 hosts: 2 runs with this rank map (2 ok); "
+        "process ids of the latest, across-2 (ok)"
+    )
     assert summaries[2] == "the 2 runs with that rank map"
     assert cells_of(tables[2]) == ["ok", "across-2, across-1"]
     assert summaries[3].startswith("elastic mnist_mlp, world 2, 2 hosts: 1 run with this rank map")
@@ -284,10 +318,14 @@ def test_the_rank_map_shows_runs_across_hosts_fault_runs_and_one_example_per_cas
 def test_the_environment_says_what_differs_grouped_by_value_with_the_runs_behind_a_disclosure():
     from factories import train_record
 
-    records = [train_record(f"r{i}", created_at=float(i), environment={"cpu_model": "AMD EPYC", "cpu_count": 2})
-               for i in range(4)]
-    records += [train_record("x1", created_at=9.0, environment={"cpu_model": "Intel Xeon", "cpu_count": 2}),
-                train_record("x2", created_at=10.0, environment={"cpu_count": 2})]
+    records = [
+        train_record(f"r{i}", created_at=float(i), environment={"cpu_model": "AMD EPYC", "cpu_count": 2})
+        for i in range(4)
+    ]
+    records += [
+        train_record("x1", created_at=9.0, environment={"cpu_model": "Intel Xeon", "cpu_count": 2}),
+        train_record("x2", created_at=10.0, environment={"cpu_count": 2}),
+    ]
     section = environment_section(records)
     facts, which = tables_of(section)
     rows = {r.cells[0].text: r for r in facts.rows}
@@ -296,8 +334,11 @@ def test_the_environment_says_what_differs_grouped_by_value_with_the_runs_behind
     assert rows["cpu_count"].cells[1].text == "2" and rows["cpu_count"].css == ""
     assert rows["torch"].cells[1].text == "-"  # recorded by none
     assert facts.details is None and not any(r.run_id in cells_of(facts) for r in records)
-    assert which.details and [cells_of(which)[i:i + 3] for i in range(0, len(which.rows) * 3, 3)] == [
-        ["cpu_model", "Intel Xeon", "x1"], ["cpu_model", "-", "x2"], ["cpu_model", "AMD EPYC", "the other 4 runs"]]
+    assert which.details and [cells_of(which)[i : i + 3] for i in range(0, len(which.rows) * 3, 3)] == [
+        ["cpu_model", "Intel Xeon", "x1"],
+        ["cpu_model", "-", "x2"],
+        ["cpu_model", "AMD EPYC", "the other 4 runs"],
+    ]
     page = render_report(records_to_frame(records), "test")
     env = page.split('<h2 id="env">')[1].split("<h2 ")[0]
     assert env.count("<details>") == 1 and env.index("<details>") < env.index("x1")

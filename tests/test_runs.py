@@ -57,8 +57,9 @@ def test_a_rank_that_exits_zero_mid_run_is_blamed_not_its_peer(store):
     assert proc.returncode == 1 and record["status"] == "crashed"
     error = record["error"]
     assert (error["rank"], error["exit_code"], error["signal"], error["exception"]) == (1, 0, None, None)
-    assert error["message"].startswith("rank 1 exited (code 0) before the run ended, without an error or its result "
-                                       "(its last report: "), error["message"]
+    assert error["message"].startswith(
+        "rank 1 exited (code 0) before the run ended, without an error or its result (its last report: "
+    ), error["message"]
     assert "; rank 0 then failed: " in error["message"]
     assert "injected exit (code 0) at step 4" in error["tail"]
     assert_nothing_left(record)
@@ -90,8 +91,9 @@ def test_a_rank_that_prints_without_end_leaves_a_capped_log_with_its_tail(store,
     from bench.core.rundir import LOG_HEAD_BYTES, LOG_TAIL_BYTES, RunDir
 
     (tmp_path / "noisy.py").write_text(NOISY)
-    proc, record = bench_json("run", "--backend", "single", "--nproc", 1, "--workload", f"{tmp_path}/noisy.py:NOISY",
-                              "--store", store, *FAST)
+    proc, record = bench_json(
+        "run", "--backend", "single", "--nproc", 1, "--workload", f"{tmp_path}/noisy.py:NOISY", "--store", store, *FAST
+    )
     assert proc.returncode == 0 and record["status"] == "ok", proc.stderr
     log = RunDir(record["run_dir"]).rank_file(0, 0, "log")
     data = log.read_bytes()
@@ -108,9 +110,29 @@ def _run_dirs(store: Path):
 
 def test_ctrl_c_ends_every_process_and_is_recorded(store):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--nproc", "2", "--inject", "hang:0:3",
-                             "--timeout", "120", "--store", str(store), "--json", *FAST],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--nproc",
+            "2",
+            "--inject",
+            "hang:0:3",
+            "--timeout",
+            "120",
+            "--store",
+            str(store),
+            "--json",
+            *FAST,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until both ranks joined the group
         dirs = _run_dirs(store)
@@ -130,10 +152,30 @@ def test_ctrl_c_ends_every_process_and_is_recorded(store):
 
 def test_two_runs_at_once_do_not_collide(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-m", "bench", "run", "--nproc", "1", "--threads", "1",
-                               "--store", str(tmp_path / f"s{i}.sqlite"), "--json", *FAST],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench",
+                "run",
+                "--nproc",
+                "1",
+                "--threads",
+                "1",
+                "--store",
+                str(tmp_path / f"s{i}.sqlite"),
+                "--json",
+                *FAST,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
@@ -142,8 +184,23 @@ def test_two_runs_at_once_do_not_collide(tmp_path):
 
 def test_sweep_list_and_report(store, tmp_path):
     report = tmp_path / "out" / "latest.html"
-    proc = bench("sweep", "--backend", "elastic", "--workload", "mnist_mlp", "--nproc", 2, "--store", store,
-                 "--repeats", 1, "--no-faults", "--output", report, *FAST)
+    proc = bench(
+        "sweep",
+        "--backend",
+        "elastic",
+        "--workload",
+        "mnist_mlp",
+        "--nproc",
+        2,
+        "--store",
+        store,
+        "--repeats",
+        1,
+        "--no-faults",
+        "--output",
+        report,
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "[4/4]" in proc.stderr  # baseline, world 1, world 2, and the allreduce sweep at world 2
     from bench.core.store import Store
@@ -151,7 +208,11 @@ def test_sweep_list_and_report(store, tmp_path):
 
     frame = load_frame(Store(store))
     assert sorted(zip(frame["task"], frame["backend"], frame["world_size"])) == [
-        ("comm", "elastic", 2), ("train", "elastic", 1), ("train", "elastic", 2), ("train", "single", 1)]
+        ("comm", "elastic", 2),
+        ("train", "elastic", 1),
+        ("train", "elastic", 2),
+        ("train", "single", 1),
+    ]
     assert frame["sweep_id"].nunique() == 1 and (frame["status"] == "ok").all()
     assert (frame["threads"] == 1).all()  # one thread count for every world size of a sweep
     from bench.tasks.train.results import replicated_cases
@@ -171,8 +232,26 @@ def test_a_sweep_measures_recovery_from_a_killed_and_a_hung_worker(store):
     """The sweep's elasticity part for real, under Horovod's elastic mode: a worker killed (the survivor goes on) and
     one stopped (which Horovod does not come through: a result of the sweep, not its failure, so it exits 0), stored
     as fault runs of the sweep, their recovery read back per backend and fault."""
-    proc = bench("sweep", "--backend", "horovod", "--workload", "mnist_mlp", "--nproc", 2, "--world-sizes", 2,
-                 "--no-plain-loop", "--no-comm", "--repeats", 1, "--faults", "kill,hang", "--store", store, *FAST)
+    proc = bench(
+        "sweep",
+        "--backend",
+        "horovod",
+        "--workload",
+        "mnist_mlp",
+        "--nproc",
+        2,
+        "--world-sizes",
+        2,
+        "--no-plain-loop",
+        "--no-comm",
+        "--repeats",
+        1,
+        "--faults",
+        "kill,hang",
+        "--store",
+        store,
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "[3/3]" in proc.stderr and "1 run(s) not ok as a result, not a failure" in proc.stderr
     from bench.core.store import Store
@@ -199,8 +278,7 @@ def test_real_data_sources_through_the_cli(data, store, tmp_path):
     if data == "mnist":
         write_mnist(tmp_path, n=300)
         extra = ["--data-dir", tmp_path]
-    proc, record = bench_json("run", "--nproc", 2, "--data", data, *extra, "--batch-size", 16,
-                              "--store", store, *FAST)
+    proc, record = bench_json("run", "--nproc", 2, "--data", data, *extra, "--batch-size", 16, "--store", store, *FAST)
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok" and record["spec"]["data"] == data
     assert record["spec"]["num_classes"] == 10

@@ -40,4 +40,5 @@ def test_the_sample_page_is_what_the_code_makes_of_the_sample_store(tmp_path):
     assert len(fresh) > 1000, "the sample page lost its content"
     differing = [(i, a, b) for i, (a, b) in enumerate(zip(committed, fresh)) if a != b]
     assert not differing and len(fresh) == len(committed), (
-        f"{len(differing)} line(s) differ, {len(committed)} committed vs {len(fresh)} fresh; first: {differing[:3]}")
+        f"{len(differing)} line(s) differ, {len(committed)} committed vs {len(fresh)} fresh; first: {differing[:3]}"
+    )

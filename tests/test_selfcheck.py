@@ -14,23 +14,26 @@ from conftest import FAST, assert_one_line_error, bench, bench_in_process
 
 
 # ---------------------------------------------------------------- bad input
-@pytest.mark.parametrize("args, fragments", [
-    (["--backend", "ps"], ["backend ps has no bare loop", "elastic, horovod"]),
-    (["--backend", "single"], ["backend single has no bare loop", "elastic, horovod"]),
-    (["--backend", "elastic,tensorflow"], ["unknown backend 'tensorflow'", "elastic, horovod"]),
-    (["--backend", ","], ["names no backend", "elastic, horovod"]),
-    (["--pairs", "1"], ["--pairs 1", "at least 2"]),
-    (["--pairs", "0"], ["--pairs", "at least 1"]),
-    (["--pairs-timeout", "-1"], ["--pairs-timeout", "0 or more"]),
-    (["--pairs-timeout", "inf"], ["--pairs-timeout", "finite"]),
-    (["--max-minutes", "-1"], ["--max-minutes", "0 or more"]),  # the old spelling refuses what it refused
-    (["--max-minutes", "inf"], ["--max-minutes", "finite"]),
-    (["--workload", "mnist_mlp,resnet18"], ["checks one workload at a time"]),
-    (["--workload", "gpt5"], ["unknown workload 'gpt5'"]),
-    (["--nproc", "1"], ["allreduce needs 2 processes", "--no-comm"]),
-    (["--nproc", "64"], ["needs 64 cores"]),
-    (["--windows", "1"], ["at least 2"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--backend", "ps"], ["backend ps has no bare loop", "elastic, horovod"]),
+        (["--backend", "single"], ["backend single has no bare loop", "elastic, horovod"]),
+        (["--backend", "elastic,tensorflow"], ["unknown backend 'tensorflow'", "elastic, horovod"]),
+        (["--backend", ","], ["names no backend", "elastic, horovod"]),
+        (["--pairs", "1"], ["--pairs 1", "at least 2"]),
+        (["--pairs", "0"], ["--pairs", "at least 1"]),
+        (["--pairs-timeout", "-1"], ["--pairs-timeout", "0 or more"]),
+        (["--pairs-timeout", "inf"], ["--pairs-timeout", "finite"]),
+        (["--max-minutes", "-1"], ["--max-minutes", "0 or more"]),  # the old spelling refuses what it refused
+        (["--max-minutes", "inf"], ["--max-minutes", "finite"]),
+        (["--workload", "mnist_mlp,resnet18"], ["checks one workload at a time"]),
+        (["--workload", "gpt5"], ["unknown workload 'gpt5'"]),
+        (["--nproc", "1"], ["allreduce needs 2 processes", "--no-comm"]),
+        (["--nproc", "64"], ["needs 64 cores"]),
+        (["--windows", "1"], ["at least 2"]),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, fragments, store):
     proc = bench_in_process("selfcheck", "--backend", "elastic", *args, "--store", store)
     assert_one_line_error(proc, *fragments)
@@ -40,8 +43,11 @@ def test_bad_input_is_one_line_and_exit_2(args, fragments, store):
 def test_a_backend_that_cannot_run_here_is_one_line(monkeypatch, store):
     from bench.core.registry import get_backend
 
-    monkeypatch.setattr(type(get_backend("horovod")), "unavailable_reason", lambda self, device: "Horovod is not "
-                        "installed; run `python -m bench.tools.horovod_build`")
+    monkeypatch.setattr(
+        type(get_backend("horovod")),
+        "unavailable_reason",
+        lambda self, device: "Horovod is not installed; run `python -m bench.tools.horovod_build`",
+    )
     proc = bench_in_process("selfcheck", "--backend", "horovod", "--store", store)
     assert_one_line_error(proc, "backend horovod cannot run here", "not installed")
     assert not store.exists()
@@ -155,6 +161,7 @@ def fake_check(figure, suite_values, bare_values, clock, seconds_per_launch=10.0
             if isinstance(value, Exception):
                 raise value
             return value
+
         return launch
 
     return sc.Check("elastic", sc.GOALS[figure], {"suite": side("suite"), "bare": side("bare")})
@@ -193,8 +200,9 @@ def test_the_time_budget_stops_extra_pairs_but_never_the_minimum():
 
 def test_a_failed_launch_fails_its_check_with_its_error_and_the_others_go_on():
     clock, said = FakeClock(), []
-    broken = fake_check("throughput", [100.0, 100.0], [100.0, sc.LaunchFailed("bare loop exited 1 (boom); log x")],
-                        clock)
+    broken = fake_check(
+        "throughput", [100.0, 100.0], [100.0, sc.LaunchFailed("bare loop exited 1 (boom); log x")], clock
+    )
     fine = fake_check("busbw", [1.0, 1.0], [1.0, 1.0], clock)
     sc.run_checks([broken, fine], pairs=2, budget_s=0, say=said.append, clock=clock)
     assert broken.error == "bare loop exited 1 (boom); log x" and not broken.passed
@@ -209,23 +217,65 @@ def test_a_failed_launch_fails_its_check_with_its_error_and_the_others_go_on():
 def test_the_suite_specs_and_the_bare_loop_arguments_match():
     from bench.workflows.reference import BARE_LOOPS
 
-    (p,) = sc.plan(["elastic"], "resnet18", "cpu", 2, allreduce=True, comm={"warmup_iters": 3, "iters": 7},
-                   options={"windows": 3, "steps_per_window": 4, "warmup_steps": 2, "backend_options": {}})
+    (p,) = sc.plan(
+        ["elastic"],
+        "resnet18",
+        "cpu",
+        2,
+        allreduce=True,
+        comm={"warmup_iters": 3, "iters": 7},
+        options={"windows": 3, "steps_per_window": 4, "warmup_steps": 2, "backend_options": {}},
+    )
     t, c = p.train, p.comm
-    assert (t.task, t.backend, t.workload, t.world_size, t.windows, t.steps_per_window) == \
-        ("train", "elastic", "resnet18", 2, 3, 4)
+    assert (t.task, t.backend, t.workload, t.world_size, t.windows, t.steps_per_window) == (
+        "train",
+        "elastic",
+        "resnet18",
+        2,
+        3,
+        4,
+    )
     args = dict(zip(*[iter(map(str, sc.train_args(t)))] * 2))
-    assert args == {"--workload": "resnet18", "--device": "cpu", "--batch-size": str(t.batch_size),
-                    "--image-size": str(t.image_size), "--classes": str(t.num_classes), "--threads": str(t.threads),
-                    "--warmup-steps": "2", "--steps": "12", "--seed": str(t.seed), "--lr": str(t.lr),
-                    "--momentum": str(t.momentum), "--cpu-bind": "cores"}  # auto: each CPU worker on its own core
+    assert args == {
+        "--workload": "resnet18",
+        "--device": "cpu",
+        "--batch-size": str(t.batch_size),
+        "--image-size": str(t.image_size),
+        "--classes": str(t.num_classes),
+        "--threads": str(t.threads),
+        "--warmup-steps": "2",
+        "--steps": "12",
+        "--seed": str(t.seed),
+        "--lr": str(t.lr),
+        "--momentum": str(t.momentum),
+        "--cpu-bind": "cores",
+    }  # auto: each CPU worker on its own core
     assert c.task == "comm" and c.threads == t.threads and c.cpu_bind == t.cpu_bind == "cores"
-    assert c.comm.to_dict() == {"ops": ["allreduce"], "dtype": "float32", "min_bytes": 16 * 2**20,
-                                "max_bytes": 16 * 2**20, "warmup_iters": 3, "iters": 7}
-    assert sc.allreduce_args(c) == ["--device", "cpu", "--threads", t.threads, "--allreduce", 16 * 2**20,
-                                    "--warmup-iters", 3, "--iters", 7, "--cpu-bind", "cores"]
-    unpinned = sc.plan(["elastic"], "mnist_mlp", "cpu", 2, allreduce=True, comm={},
-                       options={"cpu_bind": "none", "backend_options": {}})[0]
+    assert c.comm.to_dict() == {
+        "ops": ["allreduce"],
+        "dtype": "float32",
+        "min_bytes": 16 * 2**20,
+        "max_bytes": 16 * 2**20,
+        "warmup_iters": 3,
+        "iters": 7,
+    }
+    assert sc.allreduce_args(c) == [
+        "--device",
+        "cpu",
+        "--threads",
+        t.threads,
+        "--allreduce",
+        16 * 2**20,
+        "--warmup-iters",
+        3,
+        "--iters",
+        7,
+        "--cpu-bind",
+        "cores",
+    ]
+    unpinned = sc.plan(
+        ["elastic"], "mnist_mlp", "cpu", 2, allreduce=True, comm={}, options={"cpu_bind": "none", "backend_options": {}}
+    )[0]
     assert unpinned.train.cpu_bind == unpinned.comm.cpu_bind == "none"
     assert sc.train_args(unpinned.train)[-2:] == ["--cpu-bind", "none"]
     command = BARE_LOOPS["elastic"].command(2, ["--steps", 12])
@@ -249,6 +299,7 @@ def test_the_figure_is_read_from_the_launchers_output():
 
 def fake_launches(monkeypatch, values: dict):
     """Replace both sides' launches: values[(figure, side)] is the list each launch takes its value from."""
+
     def suite_launch(spec, store, pick):
         figure = "throughput" if pick is sc.pick_throughput else "busbw"
         it = iter(values[(figure, "suite")])
@@ -263,6 +314,7 @@ def fake_launches(monkeypatch, values: dict):
             if isinstance(value, Exception):
                 raise value
             return value
+
         return launch
 
     monkeypatch.setattr(sc, "suite_launch", suite_launch)
@@ -270,25 +322,58 @@ def fake_launches(monkeypatch, values: dict):
 
 
 def test_the_verb_prints_a_row_per_figure_and_exits_by_the_verdict(monkeypatch, tmp_path):
-    fake_launches(monkeypatch, {("throughput", "suite"): [100.0, 100.5, 99.8],
-                                ("throughput", "bare"): [100.2, 100.1, 99.9],
-                                ("busbw", "suite"): [1.0, 0.8, 1.2], ("busbw", "bare"): [1.0, 1.0, 1.0]})
-    proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "3", "--pairs-timeout", "0",
-                            "--store", tmp_path / "s.sqlite")
+    fake_launches(
+        monkeypatch,
+        {
+            ("throughput", "suite"): [100.0, 100.5, 99.8],
+            ("throughput", "bare"): [100.2, 100.1, 99.9],
+            ("busbw", "suite"): [1.0, 0.8, 1.2],
+            ("busbw", "bare"): [1.0, 1.0, 1.0],
+        },
+    )
+    proc = bench_in_process(
+        "selfcheck", "--backend", "elastic", "--pairs", "3", "--pairs-timeout", "0", "--store", tmp_path / "s.sqlite"
+    )
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[1].split() == ["backend", "figure", "launches", "suite", "mean", "bare", "mean", "ratio", "95%",
-                                "interval", "verdict"]
+    assert lines[1].split() == [
+        "backend",
+        "figure",
+        "launches",
+        "suite",
+        "mean",
+        "bare",
+        "mean",
+        "ratio",
+        "95%",
+        "interval",
+        "verdict",
+    ]
     assert lines[2].startswith("elastic  throughput") and lines[2].endswith("PASS") and "3 + 3" in lines[2]
     assert lines[3].startswith("elastic  allreduce busbw 16 MiB") and lines[3].endswith("FAIL")
     assert any(line.startswith("elastic allreduce busbw 16 MiB: FAIL: the interval's low end") for line in lines)
-    assert any("goal resolution not reached" in line and "pairs in all would reach it" in line
-               and "raise --pairs-timeout" in line for line in lines)
+    assert any(
+        "goal resolution not reached" in line
+        and "pairs in all would reach it" in line
+        and "raise --pairs-timeout" in line
+        for line in lines
+    )
     assert "[elastic throughput 3/3]" in proc.stderr and "[elastic busbw 1/3]" in proc.stderr
 
     fake_launches(monkeypatch, {("throughput", "suite"): [100.0, 100.02], ("throughput", "bare"): [100.01, 100.0]})
-    proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "2", "--pairs-timeout", "0",
-                            "--no-comm", "--json", "--store", tmp_path / "s.sqlite")
+    proc = bench_in_process(
+        "selfcheck",
+        "--backend",
+        "elastic",
+        "--pairs",
+        "2",
+        "--pairs-timeout",
+        "0",
+        "--no-comm",
+        "--json",
+        "--store",
+        tmp_path / "s.sqlite",
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["passed"] is True and [c["figure"] for c in out["checks"]] == ["throughput"]
@@ -296,10 +381,16 @@ def test_the_verb_prints_a_row_per_figure_and_exits_by_the_verdict(monkeypatch, 
     assert check["launches"] == [2, 2] and check["order"] == ["suite", "bare", "bare", "suite"]
     assert math.isclose(check["ratio"], ratio_of_pairs([100.0, 100.02], [100.01, 100.0]).ratio)
 
-    fake_launches(monkeypatch, {("throughput", "suite"): [100.0, 100.5],
-                                ("throughput", "bare"): [sc.LaunchFailed("bare loop exited 1 (boom); log L")]})
-    proc = bench_in_process("selfcheck", "--backend", "elastic", "--pairs", "2", "--no-comm",
-                            "--store", tmp_path / "s.sqlite")
+    fake_launches(
+        monkeypatch,
+        {
+            ("throughput", "suite"): [100.0, 100.5],
+            ("throughput", "bare"): [sc.LaunchFailed("bare loop exited 1 (boom); log L")],
+        },
+    )
+    proc = bench_in_process(
+        "selfcheck", "--backend", "elastic", "--pairs", "2", "--no-comm", "--store", tmp_path / "s.sqlite"
+    )
     assert proc.returncode == 1
     assert "FAIL: a launch failed: bare loop exited 1 (boom); log L" in proc.stdout
     assert "launch failed" in proc.stderr and "bare loops' logs in" in proc.stderr
@@ -317,10 +408,12 @@ def test_a_bare_launch_past_its_deadline_leaves_no_folder_nor_process(tmp_path):
 
     script = tmp_path / "slow_loop.py"
     told = tmp_path / "scratch.txt"
-    script.write_text("import pathlib, sys, tempfile, time\n"
-                      "d = tempfile.mkdtemp(prefix='session-')\n"  # as Ray's driver does under $TMPDIR
-                      f"pathlib.Path({str(told)!r}).write_text(d)\n"
-                      "time.sleep(120)\n")
+    script.write_text(
+        "import pathlib, sys, tempfile, time\n"
+        "d = tempfile.mkdtemp(prefix='session-')\n"  # as Ray's driver does under $TMPDIR
+        f"pathlib.Path({str(told)!r}).write_text(d)\n"
+        "time.sleep(120)\n"
+    )
     (p,) = sc.plan(["elastic"], "mnist_mlp", "cpu", 2, allreduce=False, comm={}, options={"backend_options": {}})
     spec = dataclasses.replace(p.train, timeout=3.0)
     launch = sc.bare_launch(BareLoop("elastic", script, _python), spec, [], "throughput", tmp_path, "slow")
@@ -339,8 +432,23 @@ def test_a_bare_launch_past_its_deadline_leaves_no_folder_nor_process(tmp_path):
 def test_elastic_against_its_bare_loop(tmp_path):
     """Two pairs of real launches (the suite's run and bare_ddp.py under torchrun), MLP, few steps."""
     store = tmp_path / "bench.sqlite"
-    proc = bench("selfcheck", "--backend", "elastic", "--workload", "mnist_mlp", "--pairs", "2", "--pairs-timeout", "0",
-                 "--no-comm", *FAST, "--json", "--store", store, timeout=240)
+    proc = bench(
+        "selfcheck",
+        "--backend",
+        "elastic",
+        "--workload",
+        "mnist_mlp",
+        "--pairs",
+        "2",
+        "--pairs-timeout",
+        "0",
+        "--no-comm",
+        *FAST,
+        "--json",
+        "--store",
+        store,
+        timeout=240,
+    )
     assert proc.returncode in (0, 1), proc.stderr  # the verdict depends on the machine; the shape does not
     out = json.loads(proc.stdout)
     (check,) = out["checks"]

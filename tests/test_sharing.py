@@ -69,9 +69,30 @@ def test_sharing_marks_both_runs(tmp_path, monkeypatch):
 def bench_process(store, lock_dir, *args):
     env = dict(os.environ, PYTHONPATH=str(ROOT), BENCH_LOCK_DIR=str(lock_dir))
     env.pop("BENCH_STORE", None)
-    return subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1",
-                             "--workload", "mnist_mlp", "--store", str(store), "--json", *FAST, *map(str, args)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--backend",
+            "single",
+            "--nproc",
+            "1",
+            "--workload",
+            "mnist_mlp",
+            "--store",
+            str(store),
+            "--json",
+            *FAST,
+            *map(str, args),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def running_claims(lock_dir) -> list[dict]:

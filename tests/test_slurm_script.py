@@ -25,23 +25,70 @@ SBATCH = shutil.which("sbatch")  # Slurm's own, where installed: it lists the op
 JOB_ID = "4242"
 CANARY = "INJECTED"  # the file an injected command would make, in the test's own folder
 # the #SBATCH lines of a script written with slurm-script's defaults, in their order
-DEFAULT_DIRECTIVES = {"job-name": "bench", "nodes": "2", "ntasks-per-node": "1", "time": "30",
-                      "signal": "B:TERM@45", "open-mode": "append"}
+DEFAULT_DIRECTIVES = {
+    "job-name": "bench",
+    "nodes": "2",
+    "ntasks-per-node": "1",
+    "time": "30",
+    "signal": "B:TERM@45",
+    "open-mode": "append",
+}
 # the shell part of every script, line by line: what each line starts with (`source` only where the environment
 # has an activate script, as a virtual environment has)
-SHELL_LINES = ["set -euo pipefail", "mkdir -p -- ", "exec >>", "cd -- ",
-               *(["source "] if (Path(sys.prefix) / "bin" / "activate").exists() else []), "export PYTHONPATH=",
-               "exec "]
+SHELL_LINES = [
+    "set -euo pipefail",
+    "mkdir -p -- ",
+    "exec >>",
+    "cd -- ",
+    *(["source "] if (Path(sys.prefix) / "bin" / "activate").exists() else []),
+    "export PYTHONPATH=",
+    "exec ",
+]
 
 
 def hostile(canary: Path) -> list[str]:
     """Values that break a line, a word or a directive, or run a command (making a file named CANARY, at `canary`
     or in the folder it runs in), where written unquoted."""
-    return ["a\nb", "a\rb", "a\tb", "a\x7fb", f"$(touch {canary})", f"`touch {canary}`", f"x;touch {canary}",
-            f"$(touch {canary.name})", f"`touch {canary.name}`", f"x;touch {canary.name}",
-            f"x && touch {canary} #", f"x|touch {canary}", "a b", " lead", "'", '"', "it's \"quoted\"", "-x",
-            "--help", "\\", "\\n", "#", "a # b", "%j", "$HOME", "${IFS}", "*", "~", "!!", "hetjob", "HeTjOb2",
-            "packjob", "x" * 5000, "caf\u00e9", "\udcff\udcfe", "\n3", "3 ", ""]
+    return [
+        "a\nb",
+        "a\rb",
+        "a\tb",
+        "a\x7fb",
+        f"$(touch {canary})",
+        f"`touch {canary}`",
+        f"x;touch {canary}",
+        f"$(touch {canary.name})",
+        f"`touch {canary.name}`",
+        f"x;touch {canary.name}",
+        f"x && touch {canary} #",
+        f"x|touch {canary}",
+        "a b",
+        " lead",
+        "'",
+        '"',
+        "it's \"quoted\"",
+        "-x",
+        "--help",
+        "\\",
+        "\\n",
+        "#",
+        "a # b",
+        "%j",
+        "$HOME",
+        "${IFS}",
+        "*",
+        "~",
+        "!!",
+        "hetjob",
+        "HeTjOb2",
+        "packjob",
+        "x" * 5000,
+        "caf\u00e9",
+        "\udcff\udcfe",
+        "\n3",
+        "3 ",
+        "",
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +143,7 @@ def directives(script: str) -> dict[str, str]:
     found = {}
     for line in script.split("\n")[1:]:
         if line.startswith("#SBATCH"):
-            (word,) = sbatch_words(line[len("#SBATCH"):])
+            (word,) = sbatch_words(line[len("#SBATCH") :])
             assert line == f"#SBATCH {word}", f"sbatch reads {line!r} as {word!r}"
             assert "hetjob" not in line.lower() and "packjob" not in line.lower(), line
             name, _, value = word.removeprefix("--").partition("=")
@@ -113,11 +160,12 @@ def assert_script_shape(script: str) -> None:
     assert script.isascii(), script
     lines = script.split("\n")
     assert lines[0] == "#!/bin/bash" and lines[-1] == ""
-    shell = lines[lines.index("") + 1:-1]
-    directives = lines[1:lines.index("")]
+    shell = lines[lines.index("") + 1 : -1]
+    directives = lines[1 : lines.index("")]
     assert directives and all(line.startswith("#SBATCH ") for line in directives), script
-    assert len(shell) == len(SHELL_LINES) and all(line.startswith(start) for line, start in zip(shell, SHELL_LINES)), \
+    assert len(shell) == len(SHELL_LINES) and all(line.startswith(start) for line, start in zip(shell, SHELL_LINES)), (
         script
+    )
 
 
 def sbatch_reads(script: str, folder: Path) -> dict[str, str] | None:
@@ -129,11 +177,17 @@ def sbatch_reads(script: str, folder: Path) -> dict[str, str] | None:
     conf = folder / "slurm.conf"
     conf.write_text("ClusterName=bench-parse-only\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n")
     (folder / "job.sh").write_text(script)
-    proc = subprocess.run([SBATCH, "-vv", "job.sh"], capture_output=True, text=True, cwd=folder, timeout=60,
-                          env={"PATH": os.environ["PATH"], "SLURM_CONF": str(conf)})
+    proc = subprocess.run(
+        [SBATCH, "-vv", "job.sh"],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "SLURM_CONF": str(conf)},
+    )
     lines = [line.removeprefix("sbatch: ") for line in proc.stderr.splitlines()]
     assert proc.returncode != 0 and "defined options" in lines, proc.stderr
-    listed = lines[lines.index("defined options") + 1:lines.index("end of defined options")]
+    listed = lines[lines.index("defined options") + 1 : lines.index("end of defined options")]
     return dict((part.strip() for part in line.split(" : ", 1)) for line in listed if not line.startswith("-"))
 
 
@@ -143,16 +197,19 @@ def assert_sbatch_reads(script: str, folder: Path, expected: dict[str, str]) -> 
     if read is None:
         return
     assert set(read) == {*expected, "verbose"}, read
-    assert {k: v for k, v in read.items() if k not in ("time", "open-mode", "verbose")} == \
-        {k: v for k, v in expected.items() if k not in ("time", "open-mode")}
+    assert {k: v for k, v in read.items() if k not in ("time", "open-mode", "verbose")} == {
+        k: v for k, v in expected.items() if k not in ("time", "open-mode")
+    }
     assert read["open-mode"] == "a"
 
 
 def recorder(folder: Path) -> Path:
     """An executable that writes its folder, its PYTHONPATH and its arguments, each ended by a NUL, to `record`."""
     path = folder / "record-argv"
-    path.write_text("#!/bin/bash\n"
-                    f"printf '%s\\0' \"$(pwd -P)\" \"${{PYTHONPATH-}}\" \"$@\" > {shlex.quote(str(folder / 'record'))}\n")
+    path.write_text(
+        "#!/bin/bash\n"
+        f"printf '%s\\0' \"$(pwd -P)\" \"${{PYTHONPATH-}}\" \"$@\" > {shlex.quote(str(folder / 'record'))}\n"
+    )
     path.chmod(0o755)
     return path
 
@@ -167,8 +224,13 @@ def dry_run(script: str, folder: Path) -> list[bytes]:
     stand_in.write_text(script.replace(command, f"exec {shlex.quote(str(recorder(folder)))} "))
     syntax = subprocess.run(["bash", "-n", str(stand_in)], capture_output=True, text=True)
     assert syntax.returncode == 0, syntax.stderr
-    proc = subprocess.run(["bash", str(stand_in)], capture_output=True, cwd=folder, timeout=60,
-                          env={"PATH": os.environ["PATH"], "HOME": str(folder), "SLURM_JOB_ID": JOB_ID})
+    proc = subprocess.run(
+        ["bash", str(stand_in)],
+        capture_output=True,
+        cwd=folder,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "HOME": str(folder), "SLURM_JOB_ID": JOB_ID},
+    )
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     return (folder / "record").read_bytes().split(b"\0")[:-1]
 
@@ -214,8 +276,24 @@ def options_for(name: str, value: str, tmp: Path) -> tuple[list[str], Path, dict
     return [*base, "--", flag + value], work, expect
 
 
-OPTIONS = ["job-name", "partition", "account", "time", "nodes", "tasks-per-node", "gpus-per-node", "verb", "store",
-           "store folder", "store link", "output", "current folder", "workload", "data-dir", "argument"]
+OPTIONS = [
+    "job-name",
+    "partition",
+    "account",
+    "time",
+    "nodes",
+    "tasks-per-node",
+    "gpus-per-node",
+    "verb",
+    "store",
+    "store folder",
+    "store link",
+    "output",
+    "current folder",
+    "workload",
+    "data-dir",
+    "argument",
+]
 NOT_A_NAME_HERE = {"store link": {"x" * 5000}, "current folder": {"x" * 5000, ""}}  # (no such link or folder)
 
 
@@ -244,8 +322,10 @@ def test_a_hostile_value_is_refused_or_reaches_its_reader_exactly(name, index, t
     store = os.path.realpath(expect["store"])
     record = dry_run(script, tmp_path / "job")
     assert not any(p.name == CANARY and p.is_file() for p in tmp_path.rglob("*")), "the value ran as a command"
-    assert record == [os.fsencode(v) for v in (os.path.realpath(cwd), str(ROOT), "sweep", "--scheduler", "slurm",
-                                               "--store", store, *expect["rest"])]
+    assert record == [
+        os.fsencode(v)
+        for v in (os.path.realpath(cwd), str(ROOT), "sweep", "--scheduler", "slurm", "--store", store, *expect["rest"])
+    ]
     assert os.path.isfile(os.path.join(os.path.dirname(store), f"slurm-{JOB_ID}.out"))  # the job's output file
 
 
@@ -254,12 +334,36 @@ def test_sbatch_reads_every_option_as_written(tmp_path, monkeypatch):
     """Slurm's own sbatch, given the script, reads each option with the value given (names at their longest)."""
     monkeypatch.chdir(tmp_path)
     name = "N" + "a._-9" * 25 + "xx"  # 128 characters
-    proc = bench_in_process("slurm-script", "--nodes", 3, "--tasks-per-node", 2, "--gpus-per-node", 4, "--time",
-                            "1-02:03", "--partition", "gpu.a_b-c", "--account", name, "--job-name", "job.1",
-                            "--store", tmp_path / "s" / "b.sqlite")
+    proc = bench_in_process(
+        "slurm-script",
+        "--nodes",
+        3,
+        "--tasks-per-node",
+        2,
+        "--gpus-per-node",
+        4,
+        "--time",
+        "1-02:03",
+        "--partition",
+        "gpu.a_b-c",
+        "--account",
+        name,
+        "--job-name",
+        "job.1",
+        "--store",
+        tmp_path / "s" / "b.sqlite",
+    )
     assert proc.returncode == 0, proc.stderr
-    expected = {**DEFAULT_DIRECTIVES, "nodes": "3", "ntasks-per-node": "2", "gpus-per-node": "4", "time": "1-02:03",
-                "partition": "gpu.a_b-c", "account": name, "job-name": "job.1"}
+    expected = {
+        **DEFAULT_DIRECTIVES,
+        "nodes": "3",
+        "ntasks-per-node": "2",
+        "gpus-per-node": "4",
+        "time": "1-02:03",
+        "partition": "gpu.a_b-c",
+        "account": name,
+        "job-name": "job.1",
+    }
     assert len(name) == 128 and directives(proc.stdout) == expected
     assert_sbatch_reads(proc.stdout, tmp_path / "sbatch", expected)
     assert sbatch_reads(proc.stdout, tmp_path / "again")["time"] == "1-02:03:00"
@@ -267,8 +371,12 @@ def test_sbatch_reads_every_option_as_written(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- the quoting itself
 def test_every_byte_and_hostile_value_reaches_bash_as_one_word(tmp_path):
-    values = [*hostile(tmp_path / CANARY), "".join(map(chr, range(1, 128))),
-              os.fsdecode(bytes(range(1, 256))), *(os.fsdecode(bytes([b])) for b in range(1, 256))]
+    values = [
+        *hostile(tmp_path / CANARY),
+        "".join(map(chr, range(1, 128))),
+        os.fsdecode(bytes(range(1, 256))),
+        *(os.fsdecode(bytes([b])) for b in range(1, 256)),
+    ]
     words = [shell_word(v) for v in values]
     assert all(w.isascii() and "\n" not in w and "\r" not in w for w in words)
     proc = subprocess.run(["bash", "-c", "printf '%s\\0' " + " ".join(words)], capture_output=True, cwd=tmp_path)
@@ -287,17 +395,29 @@ def test_the_job_runs_where_the_script_was_written_with_this_checkout_importable
     (work / "examples").mkdir(parents=True)
     (work / "examples" / "mine.py").write_text("")
     monkeypatch.chdir(work)
-    proc = bench_in_process("slurm-script", "--store", tmp_path / "s" / "b.sqlite", "--", "--workload",
-                            "examples/mine.py:W", "--data-dir", "data")
+    proc = bench_in_process(
+        "slurm-script",
+        "--store",
+        tmp_path / "s" / "b.sqlite",
+        "--",
+        "--workload",
+        "examples/mine.py:W",
+        "--data-dir",
+        "data",
+    )
     assert proc.returncode == 0, proc.stderr
     folder, pythonpath, *argv = dry_run(proc.stdout, tmp_path / "job")
     assert Path(os.fsdecode(folder)) == work.resolve()
     assert argv[-4:] == [b"--workload", b"examples/mine.py:W", b"--data-dir", b"data"]
     assert (Path(os.fsdecode(folder)) / "examples" / "mine.py").is_file()  # the job finds the workload's file
     assert os.fsdecode(pythonpath).split(os.pathsep)[0] == str(ROOT)
-    imported = subprocess.run([sys.executable, "-S", "-c", "import bench, workloads; print(bench.__file__); "
-                               "print(workloads.__file__)"], capture_output=True, text=True, cwd=tmp_path,
-                              env={"PATH": os.environ["PATH"], "PYTHONPATH": os.fsdecode(pythonpath)})
+    imported = subprocess.run(
+        [sys.executable, "-S", "-c", "import bench, workloads; print(bench.__file__); print(workloads.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.fsdecode(pythonpath)},
+    )
     assert imported.returncode == 0, imported.stderr
     assert imported.stdout.split() == [str(ROOT / "bench" / "__init__.py"), str(ROOT / "workloads" / "__init__.py")]
 
@@ -306,9 +426,14 @@ def test_writing_the_script_to_stdout_creates_nothing(tmp_path):
     """As a user runs it, in an empty folder, with the default store (results/bench.sqlite there): the script is
     printed and the folder stays empty; the job makes results/ when it runs."""
     env = {k: v for k, v in os.environ.items() if k != "BENCH_STORE"}
-    proc = subprocess.run([sys.executable, "-m", "bench", "slurm-script", "--", "--workload", "mnist_mlp"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                          env={**env, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "slurm-script", "--", "--workload", "mnist_mlp"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**env, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("#!/bin/bash\n") and os.listdir(tmp_path) == []
     assert dry_run(proc.stdout, tmp_path / "job")[0] == os.fsencode(tmp_path.resolve())
@@ -317,8 +442,12 @@ def test_writing_the_script_to_stdout_creates_nothing(tmp_path):
 
 def test_a_script_for_a_missing_folder_is_refused_and_nothing_is_made(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    line = assert_one_line_error(bench_in_process("slurm-script", "--store", tmp_path / "new" / "b.sqlite",
-                                                  "--output", tmp_path / "new" / "job.sh"), "its folder does not exist")
+    line = assert_one_line_error(
+        bench_in_process(
+            "slurm-script", "--store", tmp_path / "new" / "b.sqlite", "--output", tmp_path / "new" / "job.sh"
+        ),
+        "its folder does not exist",
+    )
     assert "--output" in line and os.listdir(tmp_path) == []
 
 

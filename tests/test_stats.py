@@ -115,9 +115,12 @@ def test_a_page_of_ties_calls_a_difference_at_most_five_percent_of_the_time():
     rng = random.Random(7)
     raw_pages = family_pages = 0
     for _ in range(300):
-        estimates = {f"c{i}": stats.ratio_of_cases([[rng.lognormvariate(0, 0.05) for _ in range(3)]],
-                                                   [[rng.lognormvariate(0, 0.05) for _ in range(3)]])
-                     for i in range(40)}
+        estimates = {
+            f"c{i}": stats.ratio_of_cases(
+                [[rng.lognormvariate(0, 0.05) for _ in range(3)]], [[rng.lognormvariate(0, 0.05) for _ in range(3)]]
+            )
+            for i in range(40)
+        }
         family = stats.Family(estimates)
         raw_pages += any(e.significant for e in estimates.values())
         family_pages += any(family.judge(k).significant for k in estimates)

@@ -132,8 +132,10 @@ def test_reading_never_changes_the_file(tmp_path):
     (tmp_path / "empty.sqlite").touch()
     with sqlite3.connect(tmp_path / "other.sqlite") as conn:
         conn.execute("PRAGMA user_version = 1")  # a database with no tables
-    for name, says in (("empty.sqlite", "is an empty file, not a bench store"),
-                       ("other.sqlite", "an SQLite file but not a bench store")):
+    for name, says in (
+        ("empty.sqlite", "is an empty file, not a bench store"),
+        ("other.sqlite", "an SQLite file but not a bench store"),
+    ):
         before = (tmp_path / name).read_bytes()
         with pytest.raises(StoreError, match=says):
             Store(tmp_path / name).records()
@@ -150,10 +152,7 @@ def test_an_empty_bench_store_variable_means_the_default(monkeypatch):
 
 
 # ---------------------------------------------------------------- a measured run is never lost
-@pytest.mark.parametrize("make_bad", [
-    lambda p: p.write_bytes(b"not a database " * 100),
-    lambda p: p.mkdir(),
-])
+@pytest.mark.parametrize("make_bad", [lambda p: p.write_bytes(b"not a database " * 100), lambda p: p.mkdir()])
 def test_a_store_that_cannot_take_a_record_is_refused_before_anything_runs(tmp_path, make_bad):
     from bench.harness.runner import execute
     from factories import train_spec
@@ -184,8 +183,11 @@ def test_bench_import_adds_a_kept_record_and_refuses_what_is_not_one(tmp_path):
     empty = RunDir(tmp_path / "runs" / "empty").create()
     broken = RunDir(tmp_path / "runs" / "broken").create()
     broken.record_file.write_text("{")
-    for path, says in ((empty.path, "does not exist"), (broken.path, "not readable JSON"),
-                       (tmp_path / "nowhere", "not a run directory")):
+    for path, says in (
+        (empty.path, "does not exist"),
+        (broken.path, "not readable JSON"),
+        (tmp_path / "nowhere", "not a run directory"),
+    ):
         proc = bench_in_process("import", path, "--store", store)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
@@ -203,9 +205,31 @@ def test_a_run_whose_store_breaks_while_it_runs_is_kept_and_can_be_imported(tmp_
     store = tmp_path / "bench.sqlite"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("BENCH_STORE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--backend", "single", "--nproc", "1",
-                             "--warmup-steps", "2", "--steps-per-window", "20", "--windows", "20", "--store", str(store)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--backend",
+            "single",
+            "--nproc",
+            "1",
+            "--warmup-steps",
+            "2",
+            "--steps-per-window",
+            "20",
+            "--windows",
+            "20",
+            "--store",
+            str(store),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while not list((tmp_path / "runs").glob("*/spec.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -296,8 +320,10 @@ def test_a_store_made_before_the_column_is_read_as_it_is_and_given_it_by_the_fir
     store.check_usable()
     assert store.path.read_bytes() == before  # read paths change nothing, so the column is not added there
     with contextlib.closing(sqlite3.connect(store.path)) as conn:
-        written = {run_id: json.loads(text)["schema_version"] for run_id, text in conn.execute(
-            "SELECT run_id, record FROM runs")}
+        written = {
+            run_id: json.loads(text)["schema_version"]
+            for run_id, text in conn.execute("SELECT run_id, record FROM runs")
+        }
     assert set(written.values()) == {2, 3, 4, 5}  # records of four schemas, each as it was written
     store.check_writable()
     assert store.path.read_bytes() == before  # the check before a run stores nothing, so it upgrades nothing
@@ -328,10 +354,11 @@ def test_the_script_that_makes_a_large_store_makes_new_launches_of_the_sample_s_
     assert len({r.run_id for r in copies}) == len(copies) and all(r.run_dir.endswith(r.run_id) for r in copies)
     sweep_ids = {r.spec.sweep_id for r in originals if r.spec.sweep_id}
     assert len({r.spec.sweep_id for r in copies if r.spec.sweep_id}) == 3 * len(sweep_ids)
-    first, last = copies[:len(originals)], copies[-len(originals):]  # the first copy is the sample itself
+    first, last = copies[: len(originals)], copies[-len(originals) :]  # the first copy is the sample itself
     assert [r.run_id for r in first] == [r.run_id for r in originals]
     assert not {r.spec.sweep_id for r in last} & sweep_ids and min(r.created_at for r in last) > max(
-        r.created_at for r in copies[:-len(originals)])
+        r.created_at for r in copies[: -len(originals)]
+    )
     for copy, run in zip(last, originals):  # the same run, but for its ids and times
         assert dataclasses.replace(copy.spec, sweep_id=run.spec.sweep_id) == run.spec and copy.metrics == run.metrics
         assert copy.status == run.status and copy.rank_map == run.rank_map
@@ -344,8 +371,10 @@ def break_utf8(path, run_id: str) -> None:
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         (raw,) = conn.execute("SELECT CAST(record AS BLOB) FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         assert b'"backend": "elastic"' in raw
-        conn.execute("UPDATE runs SET record = CAST(? AS TEXT) WHERE run_id = ?",
-                     (raw.replace(b'"backend": "elastic"', b'"backend": "ela\xffstic"', 1), run_id))
+        conn.execute(
+            "UPDATE runs SET record = CAST(? AS TEXT) WHERE run_id = ?",
+            (raw.replace(b'"backend": "elastic"', b'"backend": "ela\xffstic"', 1), run_id),
+        )
     with contextlib.closing(sqlite3.connect(path)) as conn:  # what sqlite3 makes of it when it decodes the rows itself
         assert conn.execute("SELECT typeof(record) FROM runs WHERE run_id = ?", (run_id,)).fetchone() == ("text",)
         with pytest.raises(sqlite3.OperationalError, match="Could not decode to UTF-8"):
@@ -364,8 +393,10 @@ def test_a_record_that_is_not_utf_8_is_skipped_naming_it_and_the_others_are_read
     assert [r.run_id for r in store.records(last=2)] == ["run-000001", "run-000003"]
     store.check_usable()  # the check before a run reads the store too
     said = capsys.readouterr().err.strip().splitlines()
-    assert len(said) == 2 and all(line.startswith(f"bench: skipped run run-000002 of {store.path}: ") and
-                                  "not UTF-8: byte 0xff at offset" in line for line in said), said
+    assert len(said) == 2 and all(
+        line.startswith(f"bench: skipped run run-000002 of {store.path}: ") and "not UTF-8: byte 0xff at offset" in line
+        for line in said
+    ), said
 
     listed = bench("list", "--store", store.path)
     assert listed.returncode == 0, listed.stderr
@@ -385,8 +416,9 @@ def test_a_store_made_before_the_column_takes_a_record_beside_one_that_is_not_ut
     (and stays skipped), instead of failing the write."""
     store = legacy_store(tmp_path / "bench.sqlite")
     with contextlib.closing(sqlite3.connect(store.path)) as conn:
-        broken = conn.execute("SELECT run_id FROM runs WHERE record LIKE '%\"backend\": \"elastic\"%' "
-                              "ORDER BY created_at LIMIT 1").fetchone()[0]
+        broken = conn.execute(
+            "SELECT run_id FROM runs WHERE record LIKE '%\"backend\": \"elastic\"%' ORDER BY created_at LIMIT 1"
+        ).fetchone()[0]
     break_utf8(store.path, broken)
     readable = [r.run_id for r in store.records()]
     assert broken not in readable
@@ -421,8 +453,20 @@ def test_a_refused_run_leaves_an_older_store_as_it_was(tmp_path):
     assert before[0] == 5 < SCHEMA_VERSION and "schema_version" not in columns_of(store.path)
     cpus = [f"cpu{c}" for c in sorted(os.sched_getaffinity(0))]  # what a run of this machine claims
     with CoreClaim("holder-of-the-cores", "a test holder", None, cpus, Sharing(wait_s=0)):
-        proc = bench("run", "--backend", "single", "--nproc", "1", "--workload", "mnist_mlp", *FAST,
-                     "--wait-for-cores", "0", "--store", store.path)
+        proc = bench(
+            "run",
+            "--backend",
+            "single",
+            "--nproc",
+            "1",
+            "--workload",
+            "mnist_mlp",
+            *FAST,
+            "--wait-for-cores",
+            "0",
+            "--store",
+            store.path,
+        )
     assert proc.returncode == 2 and "still in use by run holder-of-the-cores" in proc.stderr, proc.stderr
     assert store_state(store.path) == before
     assert not list((tmp_path / "runs").glob("*"))  # refused before anything of the run was made

@@ -20,8 +20,20 @@ from bench.results.sweeps import GONE, plan_text, sweep_statuses, this_process
 from conftest import FAST, ROOT, assert_one_line_error, bench, bench_in_process
 from factories import CLEAR, sweep_records, train_spec
 
-SWEEP = ["sweep", "--backend", "single", "--workload", "mnist_mlp", "--world-sizes", "1", "--no-comm", "--no-faults",
-         "--repeats", "2", *FAST]
+SWEEP = [
+    "sweep",
+    "--backend",
+    "single",
+    "--workload",
+    "mnist_mlp",
+    "--world-sizes",
+    "1",
+    "--no-comm",
+    "--no-faults",
+    "--repeats",
+    "2",
+    *FAST,
+]
 HOLDER = """
 import sys, time
 from bench.harness.cores import CoreClaim
@@ -32,8 +44,9 @@ with CoreClaim("holder-run", "a test holder", None, ["cpu0", "cpu1"]):
 
 
 def start(args, env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def read_until(proc, text: str, seen: list) -> None:
@@ -108,8 +121,10 @@ def test_an_interrupted_sweep_is_marked_said_on_its_page_and_resumed_without_red
                 proc.kill()
                 proc.wait()
     assert resuming.returncode == 130, said
-    assert f"sweep {status.sweep_id} interrupted (Ctrl-C or SIGTERM) after 1 of its 2 planned launches; `bench " \
-           f"sweep --resume {status.sweep_id} --store {store}` runs the other 1" in said
+    assert (
+        f"sweep {status.sweep_id} interrupted (Ctrl-C or SIGTERM) after 1 of its 2 planned launches; `bench "
+        f"sweep --resume {status.sweep_id} --store {store}` runs the other 1" in said
+    )
     status = status_of(store)
     assert (status.state, status.why, status.ran, status.planned) == ("interrupted", "Ctrl-C or SIGTERM", 1, 2)
     assert len(Store(store).records()) == 2  # the launch that waited made nothing
@@ -137,8 +152,10 @@ def test_an_interrupted_sweep_is_marked_said_on_its_page_and_resumed_without_red
     assert (case.launches, case.sweeps) == (2, 1)  # the resumed launch pools with the first: one sweep
     # the sweep the gate takes (`bench compare`, `bench baseline --from-store`): its launches, not the one cut
     assert [r.run_id for r in latest_sweep(Store(store).records())[1]] == [first.run_id, records[1]["run_id"]]
-    assert_one_line_error(bench_in_process("sweep", "--resume", "--store", store),
-                          f"no interrupted sweep to resume in {store}: its latest, {status.sweep_id}, is complete")
+    assert_one_line_error(
+        bench_in_process("sweep", "--resume", "--store", store),
+        f"no interrupted sweep to resume in {store}: its latest, {status.sweep_id}, is complete",
+    )
 
 
 # ---------------------------------------------------------------- stores made here, without a run
@@ -149,27 +166,43 @@ def stored_sweep(path, sweep_id="s1", state="interrupted", owner=None, planned=2
     plan = plan_text(specs, git_state() if code == "here" else code)
     if version is not None:
         plan = json.dumps({**json.loads(plan), "schema_version": version})
-    store.begin_sweep({"sweep_id": sweep_id, "created_at": time.time(), "updated_at": time.time(), "state": state,
-                       "title": "bench sweep", "description": "a test", "planned": len(specs),
-                       "owner": json.dumps(owner or {"host": "elsewhere", "pid": 1, "started": 0.0}), "why": None,
-                       "plan": plan})
+    store.begin_sweep(
+        {
+            "sweep_id": sweep_id,
+            "created_at": time.time(),
+            "updated_at": time.time(),
+            "state": state,
+            "title": "bench sweep",
+            "description": "a test",
+            "planned": len(specs),
+            "owner": json.dumps(owner or {"host": "elsewhere", "pid": 1, "started": 0.0}),
+            "why": None,
+            "plan": plan,
+        }
+    )
     return store
 
 
-@pytest.mark.parametrize("make, args, says", [
-    (None, [], ["no sweep to resume in", "it holds no sweep's plan"]),
-    ("complete", [], ["no interrupted sweep to resume", "its latest, s1, is complete"]),
-    ("complete", ["s1"], ["sweep s1 is complete: nothing to resume"]),
-    ("interrupted", ["s2"], ["no sweep s2 in", "--resume without an id takes its latest interrupted sweep"]),
-    ("running", [], ["its latest, s1, is running"]),
-    ("running", ["s1"], ["sweep s1 is running: bench process", "still runs it"]),
-    ("older bench", ["s1"], ["sweep s1 was made by a bench that kept no plan of it"]),
-    ("other schema", [], ["sweep s1 was planned by a bench of record schema 1,"]),
-    ("other code", [], ["sweep s1 was planned with the code at commit 0000", "would not be pooled"]),
-    ("interrupted", ["--backend", "elastic"], ["fixes what --backend would set; drop it"]),
-    ("interrupted", ["--repeats", "5", "--max-nproc", "2", "--no-comm"],
-     ["fixes what --", "--repeats", "--max-nproc", "--no-comm", "would set; drop them"]),
-])
+@pytest.mark.parametrize(
+    "make, args, says",
+    [
+        (None, [], ["no sweep to resume in", "it holds no sweep's plan"]),
+        ("complete", [], ["no interrupted sweep to resume", "its latest, s1, is complete"]),
+        ("complete", ["s1"], ["sweep s1 is complete: nothing to resume"]),
+        ("interrupted", ["s2"], ["no sweep s2 in", "--resume without an id takes its latest interrupted sweep"]),
+        ("running", [], ["its latest, s1, is running"]),
+        ("running", ["s1"], ["sweep s1 is running: bench process", "still runs it"]),
+        ("older bench", ["s1"], ["sweep s1 was made by a bench that kept no plan of it"]),
+        ("other schema", [], ["sweep s1 was planned by a bench of record schema 1,"]),
+        ("other code", [], ["sweep s1 was planned with the code at commit 0000", "would not be pooled"]),
+        ("interrupted", ["--backend", "elastic"], ["fixes what --backend would set; drop it"]),
+        (
+            "interrupted",
+            ["--repeats", "5", "--max-nproc", "2", "--no-comm"],
+            ["fixes what --", "--repeats", "--max-nproc", "--no-comm", "would set; drop them"],
+        ),
+    ],
+)
 def test_what_cannot_be_resumed_is_one_line_and_runs_nothing(make, args, says, store):
     if make == "older bench":
         from factories import train_record
@@ -177,9 +210,13 @@ def test_what_cannot_be_resumed_is_one_line_and_runs_nothing(make, args, says, s
         Store(store).save(train_record("r1", "single", 1, sweep_id="s1"))
     elif make is not None:
         state = {"other schema": "interrupted", "other code": "interrupted"}.get(make, make)
-        stored_sweep(store, state=state, owner=this_process() if make == "running" else None,
-                     version=1 if make == "other schema" else None,
-                     code={"commit": "0000", "dirty": False} if make == "other code" else "here")
+        stored_sweep(
+            store,
+            state=state,
+            owner=this_process() if make == "running" else None,
+            version=1 if make == "other schema" else None,
+            code={"commit": "0000", "dirty": False} if make == "other code" else "here",
+        )
     rows = Store(store).sweeps()
     assert_one_line_error(bench_in_process("sweep", "--resume", *args, "--store", store), *says)
     assert Store(store).sweeps() == rows  # as it was: nothing taken over
@@ -233,14 +270,24 @@ def test_a_store_with_a_sweep_keeps_its_schema_and_a_store_without_one_is_read_a
     assert [r.run_id for r in plain.records()] == ["r1"] and plain.sweeps()[0]["planned"] == 2
 
 
-@pytest.mark.parametrize("ended, state, why", [
-    (["ok", "ok"], "complete", None),
-    (["ok", "interrupted"], "interrupted", "interrupted by the user, during a launch"),
-    (["ok"], "interrupted", "stopped after a launch (the job's time limit)"),  # run_specs stopped after a Slurm limit
-    (["ok", CoresInUse("CPUs 0-1 still in use by run x after waiting 1s; wait for it")], "interrupted",
-     "CPUs 0-1 still in use by run x after waiting 1s"),
-    (["ok", Interrupted()], "interrupted", "Ctrl-C or SIGTERM"),
-])
+@pytest.mark.parametrize(
+    "ended, state, why",
+    [
+        (["ok", "ok"], "complete", None),
+        (["ok", "interrupted"], "interrupted", "interrupted by the user, during a launch"),
+        (
+            ["ok"],
+            "interrupted",
+            "stopped after a launch (the job's time limit)",
+        ),  # run_specs stopped after a Slurm limit
+        (
+            ["ok", CoresInUse("CPUs 0-1 still in use by run x after waiting 1s; wait for it")],
+            "interrupted",
+            "CPUs 0-1 still in use by run x after waiting 1s",
+        ),
+        (["ok", Interrupted()], "interrupted", "Ctrl-C or SIGTERM"),
+    ],
+)
 def test_a_sweep_is_marked_by_how_its_runs_ended(ended, state, why, monkeypatch, tmp_path, capsys):
     """Every way run_specs can end, each launch's ending given (a status, or what it raised), in a real store."""
     import bench.workflows.sweep as workflow
@@ -269,5 +316,7 @@ def test_a_sweep_is_marked_by_how_its_runs_ended(ended, state, why, monkeypatch,
     row = store.sweeps()[0]
     assert (row["state"], row["why"]) == (state, why)
     if state == "interrupted":
-        assert f"sweep s1 interrupted ({why}) after 1 of its 2 planned launches; `bench sweep --resume s1" in \
-            capsys.readouterr().err
+        assert (
+            f"sweep s1 interrupted ({why}) after 1 of its 2 planned launches; `bench sweep --resume s1"
+            in capsys.readouterr().err
+        )

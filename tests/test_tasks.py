@@ -2,7 +2,6 @@
 status rules, the training, communication and fault figures, efficiency, labels, the parameter server's
 share of a sweep, and spec checks. Nothing here launches a process."""
 
-
 import pytest
 
 from bench.core.codec import decode
@@ -74,7 +73,13 @@ def test_a_rank_killed_by_a_signal_is_the_crash(tmp_path, spec):
     status, error = process_status(spec, builder.run_dir, outcome(returncode=1))
     assert status == "crashed"
     assert error.message == "rank 1 ended with signal SIGKILL"
-    assert (error.rank, error.signal, error.exit_code, error.exception, error.tail) == (1, "SIGKILL", None, None, "step 3")
+    assert (error.rank, error.signal, error.exit_code, error.exception, error.tail) == (
+        1,
+        "SIGKILL",
+        None,
+        None,
+        "step 3",
+    )
 
 
 def test_a_rank_that_raised_is_the_crash_with_its_exception(tmp_path, spec):
@@ -103,7 +108,10 @@ def test_a_failed_launcher_with_no_rank_to_blame_is_failed(tmp_path, spec):
     run_dir.launcher_log.write_text("rendezvous closed\nagent gave up\n")
     status, error = process_status(spec, run_dir, outcome(returncode=1))
     # the launcher's last line in the message: what a user sees first (here, the driver's exception)
-    assert status == "failed" and error.message == "launcher exited with 1 and no rank failed; its last line: agent gave up"
+    assert (
+        status == "failed"
+        and error.message == "launcher exited with 1 and no rank failed; its last line: agent gave up"
+    )
     assert error.tail == "rendezvous closed\nagent gave up" and error.rank is None
 
 
@@ -114,20 +122,27 @@ def test_a_missing_result_is_failed(tmp_path, spec):
     assert status == "failed" and error.message == "rank(s) [1] produced no result"
 
 
-@pytest.mark.parametrize("ending, message", [("timeout", "deadline of 900 s passed"),
-                                             ("interrupted", "interrupted by the user")])
+@pytest.mark.parametrize(
+    "ending, message", [("timeout", "deadline of 900 s passed"), ("interrupted", "interrupted by the user")]
+)
 def test_an_ended_run_says_where_each_rank_was(tmp_path, ending, message):
     spec = train_spec(world_size=6)
     builder = RunDirBuilder(tmp_path / "run", spec).finished(rank_result(0, 6, {})).progress(1, 2).progress(2, 0)
     builder.joined(3).started(4)
     builder.exited(1, 1, t=LAUNCHED_AT + 5, terminated_by="SIGTERM")  # a consequence: not blamed
     builder.launcher_log("before the end\nduring teardown\n")
-    status, error = process_status(spec, builder.run_dir,
-                                   outcome(ending, returncode=None, log_bytes=len("before the end\n")))
+    status, error = process_status(
+        spec, builder.run_dir, outcome(ending, returncode=None, log_bytes=len("before the end\n"))
+    )
     assert (status, error.message) == (ending, message)
     assert [(r["rank"], r["state"]) for r in error.ranks] == [
-        (0, "finished"), (1, "finished window 2"), (2, "warm-up done"), (3, "joined the group, in warm-up"),
-        (4, "started, not yet joined the group"), (5, "not started")]
+        (0, "finished"),
+        (1, "finished window 2"),
+        (2, "warm-up done"),
+        (3, "joined the group, in warm-up"),
+        (4, "started, not yet joined the group"),
+        (5, "not started"),
+    ]
     assert error.ranks[1]["steps_reported"] == 25
     assert error.tail == "before the end"  # the log as it was before teardown
 
@@ -197,8 +212,14 @@ def comm_results(spec, per_rank_rows):
 
 def test_comm_rows_take_the_slowest_rank_and_sum_the_wrong_elements():
     spec = comm_spec(world_size=4, ops=["allreduce", "allgather"])
-    per_rank = [[("allreduce", 1024, 10e-6 * (1 + r), r % 2), ("allreduce", 4096, 20e-6, 0),
-                 ("allgather", 4096, 40e-6 if r == 3 else 30e-6, 0)] for r in range(4)]
+    per_rank = [
+        [
+            ("allreduce", 1024, 10e-6 * (1 + r), r % 2),
+            ("allreduce", 4096, 20e-6, 0),
+            ("allgather", 4096, 40e-6 if r == 3 else 30e-6, 0),
+        ]
+        for r in range(4)
+    ]
     m = comm_metrics(spec, comm_results(spec, per_rank), LAUNCHED_AT, {"limit_gbps": 2.0})
     small, large, gather = m.rows
     assert small.time_us == pytest.approx(40.0) and small.per_rank_time_us == pytest.approx([10.0, 20.0, 30.0, 40.0])
@@ -226,7 +247,8 @@ def test_a_parameter_server_sweep_fits_its_own_cost_model():
     spec = comm_spec("ps", world_size=2, roles={"worker": 2, "server": 2}, backend_options={"ps_servers": 2})
     rows = [("allreduce", 1024, 1e-5, 0), ("allreduce", 4096, 2e-5, 0)]
     results = comm_results(spec, [rows, rows]) | {
-        r: rank_result(r, 4, {"served": {"pushes": 2}}, role="server", role_rank=r - 2) for r in (2, 3)}
+        r: rank_result(r, 4, {"served": {"pushes": 2}}, role="server", role_rank=r - 2) for r in (2, 3)
+    }
     m = comm_metrics(spec, results, LAUNCHED_AT, None)
     assert len(m.rows) == 2 and m.model == "parameter server" and m.fit["beta_coef"] == 1.0
 
@@ -283,16 +305,24 @@ def test_detection_is_the_earliest_of_the_launcher_and_the_workers(tmp_path, kil
 
 
 def test_detection_counts_resets_and_ignores_what_came_before_the_fault():
-    lines = [{"kind": "detected", "t": 1.0, "rank": 0}, {"kind": "reset", "t": 2.4, "rank": 1, "size": 1},
-             {"kind": "detected", "t": 2.6, "rank": 0}]
+    lines = [
+        {"kind": "detected", "t": 1.0, "rank": 0},
+        {"kind": "reset", "t": 2.4, "rank": 1, "size": 1},
+        {"kind": "detected", "t": 2.6, "rank": 0},
+    ]
     assert _detection(lines, [], 2.0) == (2.4, "rank 1: reset")
     assert _detection(lines[2:], [], 2.0) == (2.6, "rank 0: collective failed")
     assert _detection(lines[:1], [(1.9, "before")], 2.0) is None
 
 
 def test_recovery_is_the_first_step_after_the_first_resume_after_the_fault():
-    lines = [resumed(0.5, 0, 0, 2, 100, 0.0), *steps(1, 3, 1.0, 0, 2), resumed(3.0, 2, 0, 2, 200, 2.0),
-             resumed(3.2, 2, 1, 2, 201, 2.0), *steps(3, 4, 3.4, 0, 2)]
+    lines = [
+        resumed(0.5, 0, 0, 2, 100, 0.0),
+        *steps(1, 3, 1.0, 0, 2),
+        resumed(3.0, 2, 0, 2, 200, 2.0),
+        resumed(3.2, 2, 1, 2, 201, 2.0),
+        *steps(3, 4, 3.4, 0, 2),
+    ]
     lines.sort(key=lambda e: e["t"])
     assert recovered(lines, 2.0) == {"kind": "step", "t": 3.4, "step": 3, "rank": 0, "size": 2}
     assert recovered(lines, 3.5) is None  # nothing resumed after it
@@ -303,16 +333,21 @@ def test_the_rank_map_at_a_moment():
     def line(file_rank, attempt, *args, **kwargs):
         return {**resumed(*args, **kwargs), "file_rank": file_rank, "attempt": attempt}
 
-    lines = [line(0, 0, 0.5, 0, 0, 2, 100, 0.0), line(1, 0, 0.6, 0, 1, 2, 101, 0.0),
-             line(1, 0, 3.0, 4, 0, 1, 101, 4.0),  # rank 0 died: the survivor is renumbered in place
-             line(0, 1, 3.1, 4, 1, 2, 300, 4.0, restart_count=1)]  # and a replacement joins it
+    lines = [
+        line(0, 0, 0.5, 0, 0, 2, 100, 0.0),
+        line(1, 0, 0.6, 0, 1, 2, 101, 0.0),
+        line(1, 0, 3.0, 4, 0, 1, 101, 4.0),  # rank 0 died: the survivor is renumbered in place
+        line(0, 1, 3.1, 4, 1, 2, 300, 4.0, restart_count=1),
+    ]  # and a replacement joins it
     procs = _processes(lines)
     assert set(procs) == {(0, 0), (1, 0), (0, 1)} and len(procs[(1, 0)]["ranks"]) == 2
     before = _rank_map(procs, before=2.0, after=None)
     assert [(r["rank"], r["world_size"], r["pid"], r["attempt"]) for r in before] == [(0, 2, 100, 0), (1, 2, 101, 0)]
     after = _rank_map(procs, before=None, after=2.9)
     assert [(r["rank"], r["world_size"], r["pid"], r["attempt"], r["restart_count"]) for r in after] == [
-        (0, 1, 101, 0, 0), (1, 2, 300, 1, 1)]
+        (0, 1, 101, 0, 0),
+        (1, 2, 300, 1, 1),
+    ]
 
 
 def test_the_timeline_bins_rank_0s_samples():
@@ -328,30 +363,48 @@ def test_the_timeline_bins_rank_0s_samples():
     assert timeline([], batch=8) == {"t": [], "samples_per_s": [], "bin_s": None}
 
 
-@pytest.mark.parametrize("journals, ending, status, says", [
-    ({}, dict(returncode=1), "failed",
-     "the launcher exited 1 after the fault: it gave up (restarts or resets allowed: 3, used 1)"),
-    (dict(last_step=9), {}, "failed", "training stopped at step 9 of 12"),
-    (dict(restored=4.5), {}, "failed", "resumed from parameters that differ from the committed ones"),
-    ({}, dict(ending="timeout", returncode=None), "timeout", "deadline of 900 s passed"),
-    ({}, dict(ending="interrupted", returncode=None), "interrupted", "interrupted by the user"),
-    (dict(fired=False), dict(returncode=1), "failed", "exited 1 before the fault was injected (no rank reached step 6)"),
-    (dict(recovered=False), {}, "failed", "no training step completed after the fault, yet the launcher exited 0"),
-])
+@pytest.mark.parametrize(
+    "journals, ending, status, says",
+    [
+        (
+            {},
+            dict(returncode=1),
+            "failed",
+            "the launcher exited 1 after the fault: it gave up (restarts or resets allowed: 3, used 1)",
+        ),
+        (dict(last_step=9), {}, "failed", "training stopped at step 9 of 12"),
+        (dict(restored=4.5), {}, "failed", "resumed from parameters that differ from the committed ones"),
+        ({}, dict(ending="timeout", returncode=None), "timeout", "deadline of 900 s passed"),
+        ({}, dict(ending="interrupted", returncode=None), "interrupted", "interrupted by the user"),
+        (
+            dict(fired=False),
+            dict(returncode=1),
+            "failed",
+            "exited 1 before the fault was injected (no rank reached step 6)",
+        ),
+        (dict(recovered=False), {}, "failed", "no training step completed after the fault, yet the launcher exited 0"),
+    ],
+)
 def test_fault_statuses(tmp_path, kill_spec, journals, ending, status, says):
     _, (got, message) = measured(kill_spec, fault_run(tmp_path, kill_spec, **journals), **ending)
     assert got == status and says in message
 
 
 def test_a_hang_is_a_timeout_that_says_what_noticed_it(tmp_path, kill_spec):
-    m, (status, message) = measured(kill_spec, fault_run(tmp_path, kill_spec, recovered=False), ending="hung",
-                                    returncode=None)
+    m, (status, message) = measured(
+        kill_spec, fault_run(tmp_path, kill_spec, recovered=False), ending="hung", returncode=None
+    )
     assert status == "timeout"
-    assert message == ("hung: no training step within 90 s of the fault; the fault was noticed after 0.30 s "
-                       "(rank 0: allreduce failed)")
+    assert message == (
+        "hung: no training step within 90 s of the fault; the fault was noticed after 0.30 s (rank 0: allreduce failed)"
+    )
     assert m.recovery_s is None and m.world_after is None and m.hang_observed_s == pytest.approx(0.3)
-    m, (status, message) = measured(kill_spec, fault_run(tmp_path / "quiet", kill_spec, recovered=False,
-                                                          detected_at=None), ending="hung", returncode=None)
+    m, (status, message) = measured(
+        kill_spec,
+        fault_run(tmp_path / "quiet", kill_spec, recovered=False, detected_at=None),
+        ending="hung",
+        returncode=None,
+    )
     assert message.endswith("; nothing noticed it") and m.hang_observed_s == pytest.approx(6.0)
 
 
@@ -359,8 +412,14 @@ def join_run(tmp_path, spec, grows: bool):
     """One worker trains; a second agent joins at t = 2.0; the run resumes at 3.0 with 1 or 2 workers."""
     builder = RunDirBuilder(tmp_path / "run", spec)
     world = 2 if grows else 1
-    builder.journal(0, 0, resumed(0.5, 0, 0, 1, 100, 0.0), *steps(1, 6, 1.0, 0, 1), resumed(3.0, 6, 0, world, 100, 6.0),
-                    *steps(7, 14, 3.5, 0, world))
+    builder.journal(
+        0,
+        0,
+        resumed(0.5, 0, 0, 1, 100, 0.0),
+        *steps(1, 6, 1.0, 0, 1),
+        resumed(3.0, 6, 0, world, 100, 6.0),
+        *steps(7, 14, 3.5, 0, world),
+    )
     builder.journal(0, 0, {"kind": "commit", "t": 1.55, "step": 6, "rank": 0, "checksum": 6.0})
     if grows:
         builder.journal(1, 0, resumed(3.02, 6, 1, 2, 300, 6.0), *steps(7, 14, 3.6, 1, 2))
@@ -386,10 +445,24 @@ def test_the_fault_task_concludes_with_the_launchers_own_report(tmp_path, kill_s
     assert conclusion.status == "ok" and conclusion.error is None
     assert conclusion.metrics.detected_by == "elastic agent saw the worker group fail"
     assert conclusion.metrics.detection_s == pytest.approx(0.05)
-    assert [(r.phase, r.pid) for r in conclusion.rank_map] == [("before", 100), ("before", 101), ("after", 200),
-                                                               ("after", 201)]
-    assert conclusion.events == [{"time": 2.0, "kind": "fault_kill", "scenario": "kill", "signal": "KILL",
-                                  "pid": 101, "rank": 1, "step": 6, "delivered": True}]
+    assert [(r.phase, r.pid) for r in conclusion.rank_map] == [
+        ("before", 100),
+        ("before", 101),
+        ("after", 200),
+        ("after", 201),
+    ]
+    assert conclusion.events == [
+        {
+            "time": 2.0,
+            "kind": "fault_kill",
+            "scenario": "kill",
+            "signal": "KILL",
+            "pid": 101,
+            "rank": 1,
+            "step": 6,
+            "delivered": True,
+        }
+    ]
 
 
 # ---------------------------------------------------------------- efficiency across runs
@@ -400,14 +473,20 @@ def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
 
     old = train_record("e1-old", "elastic", 1, [50.0, 50.0], 2, sweep_id="s0")
     old = dataclasses.replace(old, environment={**old.environment, "git": {"commit": "older", "dirty": False}})
-    recs = [train_record("p", "single", 1, [100.0, 100.0], 1), old,
-            train_record("e1", "elastic", 1, [90.0, 90.0], 3), train_record("e2", "elastic", 2, [150.0, 150.0], 4),
-            train_record("e4", "elastic", 4, [240.0, 240.0], 5), train_record("h2", "horovod", 2, [160.0, 160.0], 6),
-            train_record("x", "elastic", 2, None, 7, status="crashed"),
-            train_record("b32", "elastic", 2, [80.0, 80.0], 8, spec_fields={"batch_size": 32})]
+    recs = [
+        train_record("p", "single", 1, [100.0, 100.0], 1),
+        old,
+        train_record("e1", "elastic", 1, [90.0, 90.0], 3),
+        train_record("e2", "elastic", 2, [150.0, 150.0], 4),
+        train_record("e4", "elastic", 4, [240.0, 240.0], 5),
+        train_record("h2", "horovod", 2, [160.0, 160.0], 6),
+        train_record("x", "elastic", 2, None, 7, status="crashed"),
+        train_record("b32", "elastic", 2, [80.0, 80.0], 8, spec_fields={"batch_size": 32}),
+    ]
     frame = records_to_frame(recs)
-    cases = {(c.backend, c.world_size, c.cond["batch_size"]): c
-             for c in replicated_cases(frame[frame["status"] == "ok"])}
+    cases = {
+        (c.backend, c.world_size, c.cond["batch_size"]): c for c in replicated_cases(frame[frame["status"] == "ok"])
+    }
     assert [r.run_id for r in cases[("elastic", 2, 64)].records] == ["e2"]  # only ok runs
     assert [r.run_id for r in cases[("elastic", 1, 64)].records] == ["e1"]  # the latest code's launches of the case
     assert cases[("elastic", 2, 64)].efficiency.ratio == pytest.approx(150 / (2 * 90))
@@ -415,7 +494,9 @@ def test_efficiency_is_over_n_times_the_same_backends_one_worker_throughput():
     assert cases[("elastic", 1, 64)].efficiency is None  # defined above one worker
     assert cases[("elastic", 2, 64)].vs_plain.ratio == pytest.approx(150 / (2 * 100))
     assert cases[("single", 1, 64)].vs_plain is None
-    assert cases[("horovod", 2, 64)].efficiency is None and cases[("horovod", 2, 64)].vs_plain.ratio == pytest.approx(0.8)
+    assert cases[("horovod", 2, 64)].efficiency is None and cases[("horovod", 2, 64)].vs_plain.ratio == pytest.approx(
+        0.8
+    )
     # other conditions (a smaller batch) have no one-worker run to compare with
     assert cases[("elastic", 2, 32)].efficiency is None and cases[("elastic", 2, 32)].vs_plain is None
     # one launch a side: a ratio, no interval
@@ -428,14 +509,23 @@ def test_recovery_per_case_and_backend_and_its_scorecard_rows():
     from bench.tasks.fault.results import comparisons, recovery_cases
 
     stop = {"signal": "STOP"}
-    hung = {"recovery_s": None, "world_after": None, "steps_redone": None, "resumed_from_step": None,
-            "rank_map_after": None, "restarts": 0, "hang_observed_s": 3.0}
-    recs = [fault_record("ek1", "elastic", sweep_id="s1", created_at=2.0, metrics={"recovery_s": 12.0}),
-            fault_record("ek2", "elastic", sweep_id="s1", created_at=3.0, metrics={"recovery_s": 18.0}),
-            fault_record("hk1", "horovod", sweep_id="s1", created_at=4.0, metrics={"recovery_s": 0.2, "world_after": 1}),
-            fault_record("hk2", "horovod", sweep_id="s1", created_at=5.0, metrics={"recovery_s": 0.3, "world_after": 1}),
-            fault_record("eh1", "elastic", sweep_id="s1", created_at=6.0, fault=stop, metrics={"recovery_s": 16.0}),
-            fault_record("hh1", "horovod", sweep_id="s1", created_at=7.0, status="timeout", fault=stop, metrics=hung)]
+    hung = {
+        "recovery_s": None,
+        "world_after": None,
+        "steps_redone": None,
+        "resumed_from_step": None,
+        "rank_map_after": None,
+        "restarts": 0,
+        "hang_observed_s": 3.0,
+    }
+    recs = [
+        fault_record("ek1", "elastic", sweep_id="s1", created_at=2.0, metrics={"recovery_s": 12.0}),
+        fault_record("ek2", "elastic", sweep_id="s1", created_at=3.0, metrics={"recovery_s": 18.0}),
+        fault_record("hk1", "horovod", sweep_id="s1", created_at=4.0, metrics={"recovery_s": 0.2, "world_after": 1}),
+        fault_record("hk2", "horovod", sweep_id="s1", created_at=5.0, metrics={"recovery_s": 0.3, "world_after": 1}),
+        fault_record("eh1", "elastic", sweep_id="s1", created_at=6.0, fault=stop, metrics={"recovery_s": 16.0}),
+        fault_record("hh1", "horovod", sweep_id="s1", created_at=7.0, status="timeout", fault=stop, metrics=hung),
+    ]
     frame = records_to_frame(recs)
     cases = recovery_cases(frame)
     killed = next(by for case, by in cases.items() if "SIGKILL" in case)
@@ -450,9 +540,10 @@ def test_recovery_per_case_and_backend_and_its_scorecard_rows():
     stuck = rows["recovery from a hung worker"]
     assert stuck.standing == "failed" and stuck.winner is None  # one run a side: no winner
     assert stuck.outcome == "horovod did not recover (timeout in 1 run); one run a side"
-    twice = recs + [fault_record("eh2", "elastic", sweep_id="s1", created_at=8.0, fault=stop, metrics={"recovery_s": 15.0}),
-                    fault_record("hh2", "horovod", sweep_id="s1", created_at=9.0, status="timeout", fault=stop,
-                                 metrics=hung)]
+    twice = recs + [
+        fault_record("eh2", "elastic", sweep_id="s1", created_at=8.0, fault=stop, metrics={"recovery_s": 15.0}),
+        fault_record("hh2", "horovod", sweep_id="s1", created_at=9.0, status="timeout", fault=stop, metrics=hung),
+    ]
     stuck = {r.measure: r for r in scorecard_rows(records_to_frame(twice))}["recovery from a hung worker"]
     assert stuck.winner == "elastic" and stuck.outcome == "horovod did not recover (timeout in 2 runs)"
     assert comparisons(frame.iloc[0:0]) == {}
@@ -466,8 +557,9 @@ def test_each_task_names_its_case(kill_spec):
     joined = fault_spec(world_size=1, scenario="join")
     assert FAULT.case(joined) == "mnist_mlp: a worker joins 1 running, checkpoint/commit every 4 steps"
     assert [FAULT.kind(s) for s in (kill_spec, fault_spec(signal="STOP"), joined)] == ["kill", "hang", "join"]
-    assert FAULT.describe(kill_spec) == ("elastic mnist_mlp, 2 workers, SIGKILL to rank 1 at step 6 of 12, "
-                                         "checkpoint/commit every 4, up to 3 restarts")
+    assert FAULT.describe(kill_spec) == (
+        "elastic mnist_mlp, 2 workers, SIGKILL to rank 1 at step 6 of 12, checkpoint/commit every 4, up to 3 restarts"
+    )
 
 
 def test_training_lines():
@@ -479,12 +571,23 @@ def test_training_lines():
     assert lines[1] == "throughput: 1,000 samples/s ± 24.8% (95% CI 752 to 1,248, 3 windows)"
     assert "startup: 2.00 s to first step, rendezvous 0.25 s" in lines
     assert lines[-1].startswith("  rank 0: 1,000 samples/s")
-    crashed = train_record(status="crashed", error=RunError(
-        message="deadline of 900 s passed", tail="last words",
-        ranks=[{"rank": 0, "state": "finished"}, {"rank": 1, "state": "finished window 2"}]))
+    crashed = train_record(
+        status="crashed",
+        error=RunError(
+            message="deadline of 900 s passed",
+            tail="last words",
+            ranks=[{"rank": 0, "state": "finished"}, {"rank": 1, "state": "finished window 2"}],
+        ),
+    )
     assert TRAIN.one_line(crashed) == "crashed: deadline of 900 s passed" and TRAIN.list_figure(crashed) == "-"
-    assert TRAIN.summary_lines(crashed) == ["status: crashed", "error: deadline of 900 s passed", "  rank 0: finished",
-                                            "  rank 1: finished window 2", "error output (tail):", "  last words"]
+    assert TRAIN.summary_lines(crashed) == [
+        "status: crashed",
+        "error: deadline of 900 s passed",
+        "  rank 0: finished",
+        "  rank 1: finished window 2",
+        "error output (tail):",
+        "  last words",
+    ]
 
 
 def test_communication_lines():
@@ -505,9 +608,12 @@ def test_fault_lines():
     assert FAULT.one_line(rec) == "ok recovered in 1.50 s, world 2 -> 2"
     assert FAULT.list_figure(rec) == "recovered in 1.50 s"
     lines = FAULT.summary_lines(rec)
-    assert lines[:4] == ["status: ok", "fault: SIGKILL to rank 1 (pid 4001) at step 6",
-                         "detection: 0.10 s (elastic agent saw the worker group fail)",
-                         "recovery (signal to first step after it): 1.50 s"]
+    assert lines[:4] == [
+        "status: ok",
+        "fault: SIGKILL to rank 1 (pid 4001) at step 6",
+        "detection: 0.10 s (elastic agent saw the worker group fail)",
+        "recovery (signal to first step after it): 1.50 s",
+    ]
     assert "resumed from step 4; steps redone 2; trained 12 of 12" in lines
     assert "world size 2 -> 2; restarts 1, resets 0; the run ended 5.00 s after the fault" in lines
     assert "ranks after: 0=pid 4000@node, 1=pid 4001@node" in lines
@@ -560,13 +666,16 @@ def test_a_sweep_of_no_collective_is_refused():
         build_comm_spec(backend="elastic", world_size=1, device="cpu", ops=[])
 
 
-@pytest.mark.parametrize("backend, options, says", [
-    ("ps", dict(ops=["allgather"]), "has no allgather"),
-    ("horovod", dict(ops=["allreduce"], dtype="bfloat16"), "float32"),
-    ("elastic", dict(ops=["allreduce"], min_bytes=64, max_bytes=4), "need 1 <= min <= max"),
-    ("elastic", dict(ops=["alltoall"]), "unknown op 'alltoall'"),
-    ("single", dict(ops=["allreduce"]), "no collectives to time"),
-])
+@pytest.mark.parametrize(
+    "backend, options, says",
+    [
+        ("ps", dict(ops=["allgather"]), "has no allgather"),
+        ("horovod", dict(ops=["allreduce"], dtype="bfloat16"), "float32"),
+        ("elastic", dict(ops=["allreduce"], min_bytes=64, max_bytes=4), "need 1 <= min <= max"),
+        ("elastic", dict(ops=["alltoall"]), "unknown op 'alltoall'"),
+        ("single", dict(ops=["allreduce"]), "no collectives to time"),
+    ],
+)
 def test_sweeps_a_backend_cannot_run_are_refused(backend, options, says):
     with pytest.raises(UsageError, match=says):
         build_comm_spec(backend=backend, world_size=1, device="cpu", **options)

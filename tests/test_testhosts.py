@@ -25,8 +25,9 @@ UNAVAILABLE = testhosts.unavailable_reason()
 
 def needs_hosts(test):
     """Real hosts: root only, and slow (they change the machine for everyone on it, so not in the quick run)."""
-    skip = pytest.mark.skipif(UNAVAILABLE is not None,
-                              reason=f"building test hosts needs root, network namespaces and sshd: {UNAVAILABLE}")
+    skip = pytest.mark.skipif(
+        UNAVAILABLE is not None, reason=f"building test hosts needs root, network namespaces and sshd: {UNAVAILABLE}"
+    )
     return pytest.mark.slow(skip(test))
 
 
@@ -36,20 +37,23 @@ SENTINEL = "# a line of the user's own, before any block\nServerAliveInterval 30
 
 
 # ---------------------------------------------------------------- refusals (no root needed)
-@pytest.mark.parametrize("args, fragments", [
-    (["up", "0"], ["between 1 and 50, not 0"]),
-    (["up", "51"], ["between 1 and 50, not 51"]),
-    (["up", "two"], ["invalid int value: 'two'"]),
-    (["up", "2", "--subnet", "8.8.8.0/24"], ["not in a private range"]),
-    (["up", "2", "--subnet", "192.0.2.0/24"], ["not in a private range"]),
-    (["up", "2", "--subnet", "10.1.0.0/16"], ["must be an IPv4 /24"]),
-    (["up", "2", "--subnet", "fd00::/64"], ["must be an IPv4 /24"]),
-    (["up", "2", "--subnet", "10.213.7.5/24"], ["not a network", "host bits"]),
-    (["up", "2", "--subnet", "lan"], ["'lan' is not a network"]),
-    (["up"], ["required: N"]),
-    ([], ["required: ACTION"]),
-    (["sideways"], ["invalid choice: 'sideways'"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["up", "0"], ["between 1 and 50, not 0"]),
+        (["up", "51"], ["between 1 and 50, not 51"]),
+        (["up", "two"], ["invalid int value: 'two'"]),
+        (["up", "2", "--subnet", "8.8.8.0/24"], ["not in a private range"]),
+        (["up", "2", "--subnet", "192.0.2.0/24"], ["not in a private range"]),
+        (["up", "2", "--subnet", "10.1.0.0/16"], ["must be an IPv4 /24"]),
+        (["up", "2", "--subnet", "fd00::/64"], ["must be an IPv4 /24"]),
+        (["up", "2", "--subnet", "10.213.7.5/24"], ["not a network", "host bits"]),
+        (["up", "2", "--subnet", "lan"], ["'lan' is not a network"]),
+        (["up"], ["required: N"]),
+        ([], ["required: ACTION"]),
+        (["sideways"], ["invalid choice: 'sideways'"]),
+    ],
+)
 def test_bad_input_is_refused(args, fragments):
     assert_fails_in_one_line(bench_in_process("testhosts", *args), 2, *fragments)
 
@@ -70,8 +74,9 @@ def test_refused_without_openssh_server(monkeypatch, missing):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(testhosts, "netns_problem", lambda: None)
     monkeypatch.setattr(testhosts, "tool", lambda name: None if name == missing else f"/usr/bin/{name}")
-    assert_fails_in_one_line(bench_in_process("testhosts", "up", "2"), 2, f"{missing} not found",
-                          "install openssh-server")
+    assert_fails_in_one_line(
+        bench_in_process("testhosts", "up", "2"), 2, f"{missing} not found", "install openssh-server"
+    )
 
 
 def test_refused_without_ip(monkeypatch):
@@ -89,43 +94,57 @@ def test_every_test_cluster_follows_the_protocol():
 def test_down_takes_the_clusters_on_the_hosts_down_first(monkeypatch):
     gone = []
     for cluster in teardown.CLUSTERS:  # the Ray test cluster was not up
-        monkeypatch.setattr(cluster, "down", lambda log=None, name=cluster.NAME: gone.append(name) or
-                            name != "Ray test cluster")
+        monkeypatch.setattr(
+            cluster, "down", lambda log=None, name=cluster.NAME: gone.append(name) or name != "Ray test cluster"
+        )
     monkeypatch.setattr(testhosts, "unavailable_reason", lambda: None)
     proc = bench_in_process("testhosts", "down")
     assert proc.returncode == 0 and gone == ["Ray test cluster", "Slurm test cluster", "test hosts"]
     assert proc.stderr == "bench testhosts: Slurm test cluster and test hosts removed\n"
     monkeypatch.setattr(teardown.CLUSTERS[0], "down", lambda log=None: log("ending 3 process(es)") or True)
     proc = bench_in_process("testhosts", "down")
-    assert proc.stderr.splitlines() == ["bench testhosts: Ray test cluster: ending 3 process(es)",
-                                        "bench testhosts: Ray test cluster, Slurm test cluster and test hosts removed"]
+    assert proc.stderr.splitlines() == [
+        "bench testhosts: Ray test cluster: ending 3 process(es)",
+        "bench testhosts: Ray test cluster, Slurm test cluster and test hosts removed",
+    ]
 
 
 def test_plan_names_and_addresses():
     hosts = testhosts.plan(3, "192.168.40.0/24")
-    assert hosts == [TestHost("bench-th1", "192.168.40.11"), TestHost("bench-th2", "192.168.40.12"),
-                     TestHost("bench-th3", "192.168.40.13")]
+    assert hosts == [
+        TestHost("bench-th1", "192.168.40.11"),
+        TestHost("bench-th2", "192.168.40.12"),
+        TestHost("bench-th3", "192.168.40.13"),
+    ]
     assert testhosts.hosts_option(hosts) == "192.168.40.11:1,192.168.40.12:1,192.168.40.13:1"
     assert testhosts.plan(50)[-1] == TestHost("bench-th50", "10.213.7.60")
 
 
 def test_subnet_conflict():
     network = testhosts.parse_subnet(DEFAULT_SUBNET)
-    routes = ["default via 192.0.2.1 dev eth0",
-              "192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2",
-              "local 127.0.0.1 dev lo table local proto kernel scope host src 127.0.0.1",
-              f"{DEFAULT_SUBNET} dev {BRIDGE} proto kernel scope link src 10.213.7.1",  # our own
-              "local 10.213.7.1 dev bench-th0 table local proto kernel scope host src 10.213.7.1"]
+    routes = [
+        "default via 192.0.2.1 dev eth0",
+        "192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2",
+        "local 127.0.0.1 dev lo table local proto kernel scope host src 127.0.0.1",
+        f"{DEFAULT_SUBNET} dev {BRIDGE} proto kernel scope link src 10.213.7.1",  # our own
+        "local 10.213.7.1 dev bench-th0 table local proto kernel scope host src 10.213.7.1",
+    ]
     assert testhosts.subnet_conflict(network, routes) is None
-    assert testhosts.subnet_conflict(network, routes + ["10.213.0.0/16 via 10.0.0.1 dev wg0"]) == \
-        "10.213.0.0/16 via 10.0.0.1 dev wg0"
+    assert (
+        testhosts.subnet_conflict(network, routes + ["10.213.0.0/16 via 10.0.0.1 dev wg0"])
+        == "10.213.0.0/16 via 10.0.0.1 dev wg0"
+    )
     assert testhosts.subnet_conflict(network, ["local 10.213.7.40 dev eth1 table local"]) is not None
-    addresses = ["1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever",
-                 f"7: {BRIDGE}    inet 10.213.7.1/24 scope global {BRIDGE}\\       valid_lft forever"]
+    addresses = [
+        "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever",
+        f"7: {BRIDGE}    inet 10.213.7.1/24 scope global {BRIDGE}\\       valid_lft forever",
+    ]
     assert testhosts.subnet_conflict(network, routes, addresses) is None
     down_link = "9: br9    inet 10.213.0.1/16 scope global br9\\       valid_lft forever preferred_lft forever"
-    assert testhosts.subnet_conflict(network, routes, addresses + [down_link]) == \
-        "9: br9 inet 10.213.0.1/16 scope global br9"
+    assert (
+        testhosts.subnet_conflict(network, routes, addresses + [down_link])
+        == "9: br9 inet 10.213.0.1/16 scope global br9"
+    )
 
 
 # ---------------------------------------------------------------- the ssh configuration block (no root needed)
@@ -166,8 +185,9 @@ def test_unclosed_block_is_left_alone(tmp_path):
 # ---------------------------------------------------------------- real hosts (root)
 def ssh(target, *command, timeout=30):
     """Plain `ssh TARGET COMMAND`, as launchers run it: root's ~/.ssh/config does the rest."""
-    return subprocess.run(["ssh", target, shlex.join(command)], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["ssh", target, shlex.join(command)], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 def ip_lines(*args):
@@ -227,8 +247,11 @@ def test_each_host_runs_the_project_python_as_itself(hosts):
 def test_hosts_reach_only_their_own_network(hosts, machine):
     network = testhosts.parse_subnet(DEFAULT_SUBNET)
     for host in hosts:
-        assert [line.split()[0] for line in ip_lines("-n", host.name, "-4", "route", "show", "table", "all")
-                if not line.startswith(("local", "broadcast"))] == [str(network)]  # no default route
+        assert [
+            line.split()[0]
+            for line in ip_lines("-n", host.name, "-4", "route", "show", "table", "all")
+            if not line.startswith(("local", "broadcast"))
+        ] == [str(network)]  # no default route
         # sshd listens on the host's address only
         probe = "import socket; print(socket.socket().connect_ex(('127.0.0.1', 22)))"
         assert ssh(host.address, PYTHON, "-c", probe).stdout.strip() != "0"
@@ -242,15 +265,24 @@ def test_hosts_reach_only_their_own_network(hosts, machine):
 @needs_hosts
 def test_host1_reaches_a_port_on_host2(hosts):
     one, two = hosts
-    server = (f"import socket; s = socket.create_server(({two.address!r}, 29500)); s.settimeout(15); "
-              "print('ready', flush=True); c, peer = s.accept(); c.sendall(socket.gethostname().encode()); "
-              "print(peer[0])")
-    listener = subprocess.Popen(["ssh", two.address, shlex.join([PYTHON, "-c", server])], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    server = (
+        f"import socket; s = socket.create_server(({two.address!r}, 29500)); s.settimeout(15); "
+        "print('ready', flush=True); c, peer = s.accept(); c.sendall(socket.gethostname().encode()); "
+        "print(peer[0])"
+    )
+    listener = subprocess.Popen(
+        ["ssh", two.address, shlex.join([PYTHON, "-c", server])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert listener.stdout.readline().strip() == "ready", listener.stderr.read()
-        client = (f"import socket; c = socket.create_connection(({two.address!r}, 29500), timeout=10); "
-                  "print(c.recv(100).decode())")
+        client = (
+            f"import socket; c = socket.create_connection(({two.address!r}, 29500), timeout=10); "
+            "print(c.recv(100).decode())"
+        )
         proc = ssh(one.address, PYTHON, "-c", client)
         assert proc.stdout.strip() == two.name, proc.stderr
         out, err = listener.communicate(timeout=20)
@@ -267,8 +299,9 @@ def test_host1_reaches_a_port_on_host2(hosts):
 def test_status_and_up_again(hosts):
     proc = bench("testhosts", "status", timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert [line.split()[:2] + line.split()[-2:] for line in proc.stdout.splitlines()] == \
-        [[h.name, h.address, "ssh", "ok"] for h in hosts]
+    assert [line.split()[:2] + line.split()[-2:] for line in proc.stdout.splitlines()] == [
+        [h.name, h.address, "ssh", "ok"] for h in hosts
+    ]
     pids = [testhosts.sshd_pid(h) for h in hosts]
     proc = bench("testhosts", "up", "2", timeout=60)
     assert proc.returncode == 0 and "reusing them" in proc.stderr, proc.stderr

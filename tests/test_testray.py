@@ -28,13 +28,16 @@ UNAVAILABLE = testray.unavailable_reason()
 
 
 # ---------------------------------------------------------------- refusals (no root needed)
-@pytest.mark.parametrize("args, fragments", [
-    ([], ["required: ACTION"]),
-    (["sideways"], ["invalid choice: 'sideways'"]),
-    (["up", "2"], ["unrecognized arguments: 2"]),
-    (["up", "--cpus", "many"], ["--cpus"]),
-    (["up", "--cpus", "0"], ["--cpus"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        ([], ["required: ACTION"]),
+        (["sideways"], ["invalid choice: 'sideways'"]),
+        (["up", "2"], ["unrecognized arguments: 2"]),
+        (["up", "--cpus", "many"], ["--cpus"]),
+        (["up", "--cpus", "0"], ["--cpus"]),
+    ],
+)
 def test_bad_input_is_refused(args, fragments):
     assert_fails_in_one_line(bench_in_process("testray", *args), 2, *fragments)
 
@@ -98,13 +101,27 @@ def test_ray_trains_across_the_test_hosts_and_leaves_the_cluster_as_it_was(clust
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()]
     assert [(r[0], r[1], r[2], r[-1]) for r in rows] == [("head", address.split(":")[0], "0", "alive")] + [
-        (h.name, h.address, "1", "alive") for h in hosts]
+        (h.name, h.address, "1", "alive") for h in hosts
+    ]
     before = {p.pid for p in testray.processes()}
 
     for key, value in testray.environment().items():  # as `bench testray up` says to
         monkeypatch.setenv(key, value)
-    proc, record = bench_json("run", "--backend", "ray", "--nproc", 2, "--threads", 1, "--ray-address", address,
-                              "--store", store, *FAST, timeout=400)
+    proc, record = bench_json(
+        "run",
+        "--backend",
+        "ray",
+        "--nproc",
+        2,
+        "--threads",
+        1,
+        "--ray-address",
+        address,
+        "--store",
+        store,
+        *FAST,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr
     assert record["status"] == "ok", record["error"]
     assert record["spec"]["backend_options"]["ray_address"] == address

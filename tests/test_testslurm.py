@@ -33,11 +33,14 @@ def needs_cluster(test):
 
 
 # ---------------------------------------------------------------- refusals and configuration (no root needed)
-@pytest.mark.parametrize("args, fragments", [
-    ([], ["required: ACTION"]),
-    (["sideways"], ["invalid choice: 'sideways'"]),
-    (["up", "2"], ["unrecognized arguments: 2"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        ([], ["required: ACTION"]),
+        (["sideways"], ["invalid choice: 'sideways'"]),
+        (["up", "2"], ["unrecognized arguments: 2"]),
+    ],
+)
 def test_bad_input_is_refused(args, fragments):
     assert_fails_in_one_line(bench_in_process("testslurm", *args), 2, *fragments)
 
@@ -53,16 +56,16 @@ def test_refused_without_slurm_or_munge(monkeypatch):
     monkeypatch.setattr(testhosts, "netns_problem", lambda: None)
     monkeypatch.setattr(testhosts, "tool", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(testslurm, "tool", lambda name: None if name in ("slurmctld", "munged") else f"/usr/bin/{name}")
-    assert_fails_in_one_line(bench_in_process("testslurm", "up"), 2, "munged, slurmctld not found",
-                          "apt-get install -y slurm-wlm munge")
+    assert_fails_in_one_line(
+        bench_in_process("testslurm", "up"), 2, "munged, slurmctld not found", "apt-get install -y slurm-wlm munge"
+    )
 
 
 def test_refused_without_test_hosts(monkeypatch, tmp_path):
     monkeypatch.setattr(testslurm, "unavailable_reason", lambda: None)
     monkeypatch.setattr(testhosts, "STATE", StateFile(tmp_path))  # no state file: no hosts were built
     monkeypatch.setattr(testslurm, "build", lambda *a: pytest.fail("built without test hosts"))
-    assert_fails_in_one_line(bench_in_process("testslurm", "up"), 2, "no test hosts are up",
-                          "bench testhosts up 2")
+    assert_fails_in_one_line(bench_in_process("testslurm", "up"), 2, "no test hosts are up", "bench testhosts up 2")
 
 
 def test_configuration_is_the_clusters_own():
@@ -74,11 +77,18 @@ def test_configuration_is_the_clusters_own():
     assert f"AuthInfo=socket={state}/munge/munge.socket" in lines  # its own munged, never /run/munge
     assert "NodeName=bench-th2 NodeAddr=10.213.7.12 NodeHostname=bench-th2 CPUs=4 State=UNKNOWN" in lines
     assert "PartitionName=bench Nodes=bench-th1,bench-th2 Default=YES MaxTime=INFINITE State=UP" in lines
-    for option in ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "ReturnToService=2",
-                   "SlurmUser=root", "MpiDefault=none", f"SlurmctldPort={testslurm.CTLD_PORT}"):
+    for option in (
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "ReturnToService=2",
+        "SlurmUser=root",
+        "MpiDefault=none",
+        f"SlurmctldPort={testslurm.CTLD_PORT}",
+    ):
         assert option in lines
-    paths = [line.split("=", 1)[1] for line in lines
-             if line.split("=")[0].endswith(("Location", "Dir", "File", "Config"))]
+    paths = [
+        line.split("=", 1)[1] for line in lines if line.split("=")[0].endswith(("Location", "Dir", "File", "Config"))
+    ]
     assert len(paths) == 7 and all(p.startswith(state + "/") for p in paths), paths
     assert "/etc/" not in conf and "cgroup" not in conf.lower()
     assert testslurm.environment() == {"SLURM_CONF": f"{state}/slurm.conf"}
@@ -92,39 +102,51 @@ def test_the_allocation_is_read_as_slurm_writes_it(monkeypatch):
     assert [slurm.limit_seconds(t) for t in ("00:10:00", "1-02:00:00", "05:00")] == [600, 93600, 300]
     monkeypatch.setattr(slurm, "_scontrol", lambda *args: "n1\nn2\n")
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}
-    assert slurm.allocation(env) == {"name": "slurm", "job_id": "7", "nodelist": "n[1-2]",
-                                     "hosts": [{"name": "n1", "slots": 2}, {"name": "n2", "slots": 2}]}
+    assert slurm.allocation(env) == {
+        "name": "slurm",
+        "job_id": "7",
+        "nodelist": "n[1-2]",
+        "hosts": [{"name": "n1", "slots": 2}, {"name": "n2", "slots": 2}],
+    }
     with pytest.raises(slurm.UsageError, match="names 1 nodes, the node list 2"):
         slurm.allocation({**env, "SLURM_TASKS_PER_NODE": "2"})
     with pytest.raises(slurm.UsageError, match="not inside a Slurm allocation"):
         slurm.allocation({})
 
 
-@pytest.mark.parametrize("state, seconds_in, ending", [
-    ("CANCELLED", 5, "interrupted"),  # scancel: whatever EndTime says
-    ("TIMEOUT", 5, "timeout"),
-    ("RUNNING", 20, "timeout"),  # the script's warning, 45 s before a 1-minute limit
-    ("RUNNING", 1, "timeout"),  # ... which Slurm may send up to 60 s early: as the job starts
-    ("RUNNING", 500, "timeout"),  # 100 s before a 10-minute limit: 55 s early
-    ("RUNNING", 200, "interrupted"),  # a SIGTERM far from a 10-minute limit: a cancel Slurm has not shown yet
-    ("SIGNALING", 20, "timeout"),  # the warning, seen while Slurm is still delivering it
-    ("SIGNALING", 200, "interrupted"),  # `scancel --signal TERM` far from the limit
-])
+@pytest.mark.parametrize(
+    "state, seconds_in, ending",
+    [
+        ("CANCELLED", 5, "interrupted"),  # scancel: whatever EndTime says
+        ("TIMEOUT", 5, "timeout"),
+        ("RUNNING", 20, "timeout"),  # the script's warning, 45 s before a 1-minute limit
+        ("RUNNING", 1, "timeout"),  # ... which Slurm may send up to 60 s early: as the job starts
+        ("RUNNING", 500, "timeout"),  # 100 s before a 10-minute limit: 55 s early
+        ("RUNNING", 200, "interrupted"),  # a SIGTERM far from a 10-minute limit: a cancel Slurm has not shown yet
+        ("SIGNALING", 20, "timeout"),  # the warning, seen while Slurm is still delivering it
+        ("SIGNALING", 200, "interrupted"),  # `scancel --signal TERM` far from the limit
+    ],
+)
 def test_a_sigterm_in_a_job_is_judged_from_its_state_and_limit(monkeypatch, state, seconds_in, ending):
     from bench.cluster import slurm
 
     limit = "00:01:00" if seconds_in < 60 else "00:10:00"
     start = time.time() - seconds_in
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start))
-    monkeypatch.setattr(slurm, "_scontrol", lambda *args: f"JobId=9 JobState={state} TimeLimit={limit} "
-                                                          f"StartTime={stamp} EndTime={stamp}")
+    monkeypatch.setattr(
+        slurm,
+        "_scontrol",
+        lambda *args: f"JobId=9 JobState={state} TimeLimit={limit} StartTime={stamp} EndTime={stamp}",
+    )
     judged = slurm.job_ending({"SLURM_JOB_ID": "9"})
     assert judged[0] == ending and "Slurm job 9" in judged[1]
     assert slurm.job_ending({}) is None
 
 
-@pytest.mark.parametrize("text, seconds", [("30", 1800), ("1:30", 90), ("1:00:00", 3600), ("2-0", 172800),
-                                           ("1-2:30", 95400), ("0-0:1:45", 105)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("30", 1800), ("1:30", 90), ("1:00:00", 3600), ("2-0", 172800), ("1-2:30", 95400), ("0-0:1:45", 105)],
+)
 def test_the_requested_time_reads_as_sbatch_reads_it(text, seconds):
     from bench.cluster import slurm
 
@@ -142,8 +164,9 @@ def test_a_sigterm_is_judged_by_the_remembered_limit_when_scontrol_cannot_answer
     from bench.cluster import slurm
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 70))
-    monkeypatch.setattr(slurm, "_scontrol", lambda *args: f"JobId=8 JobState=RUNNING TimeLimit=00:02:00 "
-                                                          f"StartTime={stamp}")
+    monkeypatch.setattr(
+        slurm, "_scontrol", lambda *args: f"JobId=8 JobState=RUNNING TimeLimit=00:02:00 StartTime={stamp}"
+    )
     monkeypatch.setattr(slurm, "_known_limit", {})
     slurm.remember_limit({"SLURM_JOB_ID": "8"})
 
@@ -168,19 +191,46 @@ def test_srun_starts_one_task_per_node_with_its_own_command():
 
 
 def test_a_generated_script_asks_for_what_was_given(tmp_path):
-    proc = bench("slurm-script", "--nodes", 3, "--tasks-per-node", 2, "--time", "1:00:00", "--partition", "gpu",
-                 "--account", "lab", "--gpus-per-node", 8, "--store", tmp_path / "s" / "b.sqlite", "--",
-                 "--backend", "elastic", "--world-sizes", "6")
+    proc = bench(
+        "slurm-script",
+        "--nodes",
+        3,
+        "--tasks-per-node",
+        2,
+        "--time",
+        "1:00:00",
+        "--partition",
+        "gpu",
+        "--account",
+        "lab",
+        "--gpus-per-node",
+        8,
+        "--store",
+        tmp_path / "s" / "b.sqlite",
+        "--",
+        "--backend",
+        "elastic",
+        "--world-sizes",
+        "6",
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    for line in ("#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=2", "#SBATCH --time=1:00:00",
-                 "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --gpus-per-node=8",
-                 "#SBATCH --signal=B:TERM@45", "#SBATCH --open-mode=append"):
+    for line in (
+        "#SBATCH --nodes=3",
+        "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --time=1:00:00",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=lab",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --signal=B:TERM@45",
+        "#SBATCH --open-mode=append",
+    ):
         assert line in lines
     # the job's output beside the store, in the folder the job makes (writing the script makes none)
     assert f"mkdir -p -- {tmp_path}/s" in lines and not (tmp_path / "s").exists()
-    assert lines[-1].endswith(f"-m bench sweep --scheduler slurm --store {tmp_path}/s/b.sqlite --backend elastic "
-                              "--world-sizes 6")
+    assert lines[-1].endswith(
+        f"-m bench sweep --scheduler slurm --store {tmp_path}/s/b.sqlite --backend elastic --world-sizes 6"
+    )
     script = tmp_path / "job.sh"
     proc = bench("slurm-script", "--store", tmp_path / "new" / "b.sqlite", "--output", script)
     assert proc.returncode == 0, proc.stderr
@@ -192,8 +242,13 @@ def test_launcher_slurm_is_the_scheduler(tmp_path):
     """`--launcher slurm`, as people write it for a Slurm launch, asks for the allocation (here: there is none)."""
     from bench.cli import slurm_launcher_alias
 
-    assert slurm_launcher_alias(["run", "--launcher", "slurm", "--nproc", "2"]) == ["run", "--scheduler", "slurm",
-                                                                                   "--nproc", "2"]
+    assert slurm_launcher_alias(["run", "--launcher", "slurm", "--nproc", "2"]) == [
+        "run",
+        "--scheduler",
+        "slurm",
+        "--nproc",
+        "2",
+    ]
     assert slurm_launcher_alias(["run", "--launcher=slurm"]) == ["run", "--scheduler", "slurm"]
     assert slurm_launcher_alias(["run", "--launcher", "mpi"]) == ["run", "--launcher", "mpi"]
     assert slurm_launcher_alias(["slurm-script", "--", "--launcher", "slurm"])[-2:] == ["--launcher", "slurm"]
@@ -201,12 +256,15 @@ def test_launcher_slurm_is_the_scheduler(tmp_path):
     assert proc.returncode == 2 and "not inside a Slurm allocation (no SLURM_JOB_ID)" in proc.stderr
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--", "--store", "x.sqlite"], "--store after --: the script sets it"),
-    (["--", "--hosts", "a:1"], "--hosts after --"),
-    (["--", "--windows", "x"], "--windows"),  # what the command's parser refuses (the rest waits for the job)
-    (["--", "--nproc", "0"], "--nproc"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--", "--store", "x.sqlite"], "--store after --: the script sets it"),
+        (["--", "--hosts", "a:1"], "--hosts after --"),
+        (["--", "--windows", "x"], "--windows"),  # what the command's parser refuses (the rest waits for the job)
+        (["--", "--nproc", "0"], "--nproc"),
+    ],
+)
 def test_a_script_that_could_not_run_is_not_written(tmp_path, args, fragment):
     proc = bench_in_process("slurm-script", "--store", tmp_path / "s" / "b.sqlite", *args)
     assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr
@@ -234,8 +292,14 @@ def cluster(tmp_path_factory):
 
 
 def slurm(*args, cwd=None, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env={**os.environ, **testslurm.environment()})
+    return subprocess.run(
+        list(args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, **testslurm.environment()},
+    )
 
 
 def submit(folder, *args) -> str:
@@ -255,8 +319,12 @@ def sleeps_of(job: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.cmdline()[-1:] == ["300"] and proc.name() == "sleep" \
-                    and proc.environ().get("SLURM_JOB_ID") == job and proc.status() != psutil.STATUS_ZOMBIE:
+            if (
+                proc.cmdline()[-1:] == ["300"]
+                and proc.name() == "sleep"
+                and proc.environ().get("SLURM_JOB_ID") == job
+                and proc.status() != psutil.STATUS_ZOMBIE
+            ):
                 found.append(proc)
         except psutil.Error:
             pass
@@ -284,17 +352,24 @@ def wait_until(condition, timeout, step=0.1):
 def test_status_lists_every_node_idle(cluster):
     proc = bench("testslurm", "status")
     assert proc.returncode == 0, proc.stderr
-    assert [line.split() for line in proc.stdout.splitlines()] == [[h.name, h.address, "idle"]
-                                                                   for h in cluster["hosts"]], proc.stdout
+    assert [line.split() for line in proc.stdout.splitlines()] == [
+        [h.name, h.address, "idle"] for h in cluster["hosts"]
+    ], proc.stdout
 
 
 @needs_cluster
 def test_srun_runs_a_task_on_each_host_in_its_namespace(cluster):
     """srun from the root namespace: each task runs in its host's network namespace (its address only), with its
     hostname, and its output comes back across the bridge."""
-    proc = slurm("srun", "-N2", "--ntasks-per-node=1", "sh", "-c",
-                 'echo "$SLURMD_NODENAME $(hostname) $(readlink /proc/self/ns/net) $(hostname -I)"',
-                 cwd=cluster["folder"])
+    proc = slurm(
+        "srun",
+        "-N2",
+        "--ntasks-per-node=1",
+        "sh",
+        "-c",
+        'echo "$SLURMD_NODENAME $(hostname) $(readlink /proc/self/ns/net) $(hostname -I)"',
+        cwd=cluster["folder"],
+    )
     assert proc.returncode == 0, proc.stderr
     seen = sorted(tuple(line.split()) for line in proc.stdout.splitlines())
     assert seen == [(h.name, h.name, host_netns(h), h.address) for h in cluster["hosts"]], proc.stdout
@@ -333,9 +408,27 @@ def job_script(cluster, name, *args, time_limit="10", verb="run"):
     folder = cluster["folder"] / name
     folder.mkdir()
     store = folder / "bench.sqlite"
-    proc = bench("slurm-script", "--nodes", 2, "--tasks-per-node", 1, "--time", time_limit, "--verb", verb,
-                 "--store", store, "--output", folder / "job.sh", "--", "--workload", "mnist_mlp", "--threads", 1,
-                 *args)
+    proc = bench(
+        "slurm-script",
+        "--nodes",
+        2,
+        "--tasks-per-node",
+        1,
+        "--time",
+        time_limit,
+        "--verb",
+        verb,
+        "--store",
+        store,
+        "--output",
+        folder / "job.sh",
+        "--",
+        "--workload",
+        "mnist_mlp",
+        "--threads",
+        1,
+        *args,
+    )
     assert proc.returncode == 0, proc.stderr
     return folder / "job.sh", store
 
@@ -355,8 +448,20 @@ def assert_nothing_of_the_runs_left(records):
 
 @needs_cluster
 def test_a_generated_script_runs_every_backend_across_the_allocation(cluster):
-    script, store = job_script(cluster, "sweep", "--backend", "elastic,horovod,ps", "--world-sizes", 2, "--repeats",
-                               1, "--no-comm", "--oversubscribe", *FAST, verb="sweep")
+    script, store = job_script(
+        cluster,
+        "sweep",
+        "--backend",
+        "elastic,horovod,ps",
+        "--world-sizes",
+        2,
+        "--repeats",
+        1,
+        "--no-comm",
+        "--oversubscribe",
+        *FAST,
+        verb="sweep",
+    )
     proc = slurm("sbatch", "--wait", str(script), cwd=script.parent, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr, *(p.read_text() for p in script.parent.glob("slurm-*")))
     job = proc.stdout.split()[-1]
@@ -382,8 +487,10 @@ def test_a_cancelled_job_leaves_an_interrupted_run_and_nothing_running(cluster):
     assert wait_until(lambda: any((store.parent / "runs").glob("*/launch.json")), 60), job_state(job)
     time.sleep(3)  # the ranks running on both nodes
     assert slurm("scancel", job).returncode == 0
-    assert wait_until(lambda: job_state(job) == "CANCELLED" and records_of(store) if store.exists() else False,
-                      testslurm.KILL_WAIT_S + 10)
+    assert wait_until(
+        lambda: job_state(job) == "CANCELLED" and records_of(store) if store.exists() else False,
+        testslurm.KILL_WAIT_S + 10,
+    )
     (record,) = records_of(store)
     assert record.status == "interrupted" and f"Slurm job {job} was cancelled" in record.error.message
     assert_nothing_of_the_runs_left([record])

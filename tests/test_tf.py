@@ -157,12 +157,15 @@ def test_all_means_the_backends_that_take_the_task():
     assert "horovod-tf" in elastic_backends() and "tf-mwms" not in elastic_backends()
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["allreduce", "--backend", "tf-mwms", "--ops", "broadcast"], "backend tf-mwms has no broadcast"),
-    (["allreduce", "--backend", "tf-mwms", "--dtype", "bfloat16"], "backend tf-mwms cannot reduce bfloat16"),
-    (["converge", "--backend", "horovod-tf"], "backend horovod-tf takes no converge runs"),
-    (["fault", "--backend", "tf-mwms"], "tf-mwms"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["allreduce", "--backend", "tf-mwms", "--ops", "broadcast"], "backend tf-mwms has no broadcast"),
+        (["allreduce", "--backend", "tf-mwms", "--dtype", "bfloat16"], "backend tf-mwms cannot reduce bfloat16"),
+        (["converge", "--backend", "horovod-tf"], "backend horovod-tf takes no converge runs"),
+        (["fault", "--backend", "tf-mwms"], "tf-mwms"),
+    ],
+)
 def test_the_tasks_they_do_not_take_are_refused_in_one_line(argv, says, tmp_path):
     assert_one_line_error(bench(*argv, "--store", tmp_path / "s.sqlite"), says)
     assert not (tmp_path / "s.sqlite").exists()
@@ -190,8 +193,14 @@ def test_a_tensorflow_sweep_counts_wrong_elements():
             pass
 
     for dtype in ("float32", "float16"):
-        comm = {"ops": ["allreduce", "allgather", "broadcast"], "dtype": dtype, "min_bytes": 8, "max_bytes": 64,
-                "warmup_iters": 1, "iters": 2}
+        comm = {
+            "ops": ["allreduce", "allgather", "broadcast"],
+            "dtype": dtype,
+            "min_bytes": 8,
+            "max_bytes": 64,
+            "warmup_iters": 1,
+            "iters": 2,
+        }
         spec = comm_spec(world_size=1, **{k: v for k, v in comm.items()})
         clean = time_messages(spec, OneRankGroup(), rank_row(0, 1), TFBuffers(dtype, "cpu"))
         broken = time_messages(spec, OneRankGroup(1.0), rank_row(0, 1), TFBuffers(dtype, "cpu"))
@@ -209,12 +218,17 @@ def test_a_tensorflow_run_without_tensorflow_says_how_to_install_it(tmp_path):
         "real = importlib.util.find_spec\n"
         "def find_spec(name, *a, **k):\n"
         "    return None if name.split('.')[0] in ('tensorflow', 'tf_keras') else real(name, *a, **k)\n"
-        "importlib.util.find_spec = find_spec\n")
+        "importlib.util.find_spec = find_spec\n"
+    )
     env = {"PYTHONPATH": f"{monkey}{os.pathsep}{ROOT}"}
     store = tmp_path / "s.sqlite"
     for backend in ("tf-mwms", "horovod-tf"):
-        assert_one_line_error(bench("run", "--backend", backend, "--store", store, env=env),
-                              f"backend {backend} cannot run here", "not installed", "pip install -e .[tf]")
+        assert_one_line_error(
+            bench("run", "--backend", backend, "--store", store, env=env),
+            f"backend {backend} cannot run here",
+            "not installed",
+            "pip install -e .[tf]",
+        )
     assert not store.exists()
 
 
@@ -228,8 +242,12 @@ def test_they_are_measured_against_their_own_one_worker_run_not_pytorchs_plain_l
 
     assert backend_world_sizes("tf-mwms", [1, 2]) == backend_world_sizes("horovod-tf", [1, 2]) == [1, 2]
     assert backend_world_sizes("ps", [1, 2]) == [2]  # a reference backend of the plain loop's framework
-    runs = [train_record(f"r{i}", backend, n) for i, (backend, n) in enumerate(
-        [("single", 1), ("elastic", 1), ("elastic", 2), ("tf-mwms", 1), ("tf-mwms", 2)])]
+    runs = [
+        train_record(f"r{i}", backend, n)
+        for i, (backend, n) in enumerate(
+            [("single", 1), ("elastic", 1), ("elastic", 2), ("tf-mwms", 1), ("tf-mwms", 2)]
+        )
+    ]
     figures, _ = gate_figures(runs, runs)
     assert "vs_plain elastic mnist_mlp n=2" in figures and "efficiency elastic mnist_mlp n=2" in figures
     assert "efficiency tf-mwms mnist_mlp n=2" in figures
@@ -256,7 +274,9 @@ def test_the_bare_keras_loops_are_started_as_their_guides_start_them():
     hvd = BARE_LOOPS["horovod-tf"].command(2, [])
     assert hvd[1:6] == ["--gloo", "-np", "2", "-H", "localhost:2"] and hvd[-1].endswith("bare_horovod_tf.py")
     for loop in ("tf-mwms", "horovod-tf"):  # no harness and no torch in a bare Keras loop
-        source = BARE_LOOPS[loop].script.read_text() + (BARE_LOOPS[loop].script.parent / "bare_keras_common.py").read_text()
+        source = (
+            BARE_LOOPS[loop].script.read_text() + (BARE_LOOPS[loop].script.parent / "bare_keras_common.py").read_text()
+        )
         assert "import torch" not in source and "from bench" not in source and "import bench" not in source
 
 
@@ -267,12 +287,30 @@ def test_the_tensorflow_backends_against_their_bare_keras_loops(tmp_path):
     workers; bare_horovod_tf.py under horovodrun), training and a 16 MiB allreduce."""
     import json
 
-    proc = bench("selfcheck", "--backend", "tf-mwms,horovod-tf", "--workload", "mnist_mlp", "--pairs", "2",
-                 "--max-minutes", "0", *FAST, "--json", "--store", tmp_path / "s.sqlite", timeout=400)
+    proc = bench(
+        "selfcheck",
+        "--backend",
+        "tf-mwms,horovod-tf",
+        "--workload",
+        "mnist_mlp",
+        "--pairs",
+        "2",
+        "--max-minutes",
+        "0",
+        *FAST,
+        "--json",
+        "--store",
+        tmp_path / "s.sqlite",
+        timeout=400,
+    )
     assert proc.returncode in (0, 1), proc.stderr  # the verdict depends on the machine; the shape does not
     out = json.loads(proc.stdout)
     assert [(c["backend"], c["figure"]) for c in out["checks"]] == [
-        ("tf-mwms", "throughput"), ("tf-mwms", "busbw"), ("horovod-tf", "throughput"), ("horovod-tf", "busbw")]
+        ("tf-mwms", "throughput"),
+        ("tf-mwms", "busbw"),
+        ("horovod-tf", "throughput"),
+        ("horovod-tf", "busbw"),
+    ]
     for check in out["checks"]:
         assert check["launches"] == [2, 2] and not check["why"].startswith("a launch failed"), check["why"]
         assert check["suite"] and check["bare"] and all(v > 0 for v in check["suite"] + check["bare"])

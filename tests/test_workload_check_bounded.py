@@ -38,10 +38,13 @@ def processes_naming(folder) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("text, limit_args, limit", [
-    (HANG_AT_IMPORT, ["--timeout", "12"], 12),  # the run's deadline bounds the check too
-    (HANG_IN_BUILD, ["--check-timeout", "12"], 12),
-])
+@pytest.mark.parametrize(
+    "text, limit_args, limit",
+    [
+        (HANG_AT_IMPORT, ["--timeout", "12"], 12),  # the run's deadline bounds the check too
+        (HANG_IN_BUILD, ["--check-timeout", "12"], 12),
+    ],
+)
 def test_a_workload_that_hangs_is_refused_at_the_limit(tmp_path, text, limit_args, limit):
     path = write_source(tmp_path, "w.py", text)
     store = tmp_path / "results" / "b.sqlite"
@@ -51,9 +54,11 @@ def test_a_workload_that_hangs_is_refused_at_the_limit(tmp_path, text, limit_arg
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     *waiting, last = proc.stderr.strip().splitlines()
-    assert last == (f"bench run: error: --workload {path}:TINY: loading and checking it took longer than {limit} s "
-                    "(--check-timeout, at most --timeout) and was stopped; its import, build() or datasets() may "
-                    "never return")
+    assert last == (
+        f"bench run: error: --workload {path}:TINY: loading and checking it took longer than {limit} s "
+        "(--check-timeout, at most --timeout) and was stopped; its import, build() or datasets() may "
+        "never return"
+    )
     assert waiting == [f"bench: loading and checking workload {path}:TINY (10 s so far, limit {limit} s)"]
     assert limit <= took < limit + 10
     assert processes_naming(tmp_path) == []
@@ -62,8 +67,10 @@ def test_a_workload_that_hangs_is_refused_at_the_limit(tmp_path, text, limit_arg
 
 def test_the_limit_and_its_default_are_in_the_help():
     text = " ".join(bench("run", "--help").stdout.split())
-    assert "--check-timeout SECONDS seconds a workload of your own may take to load, build and take a batch" \
-        in text and "(default 60; it never exceeds --timeout, and is at most 604800 s" in text
+    assert (
+        "--check-timeout SECONDS seconds a workload of your own may take to load, build and take a batch" in text
+        and "(default 60; it never exceeds --timeout, and is at most 604800 s" in text
+    )
 
 
 def test_a_check_that_dies_without_an_answer_is_one_line(tmp_path):
@@ -72,7 +79,8 @@ def test_a_check_that_dies_without_an_answer_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"bench run: error: --workload {path}:TINY: loading and checking it ended without an answer (exit code 3): "
-        "going"]
+        "going"
+    ]
     assert not (tmp_path / "b.sqlite").exists()
 
 
@@ -89,8 +97,14 @@ def test_the_parent_is_told_what_it_needs_and_imports_no_torch(tmp_path):
                            "loaded": sorted(m for m in sys.modules
                                             if m == "torch" or m.startswith("bench_workload_"))}}))
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert proc.returncode == 0, proc.stderr
     answer = json.loads(proc.stdout)
     assert answer["reference"] == f"{path}:TINY" and (answer["cpu"], answer["image"]) == (16, 12)
@@ -105,9 +119,24 @@ def test_a_check_outlived_by_its_bench_process_is_ended(tmp_path):
     path = write_source(tmp_path, "w.py", HANG_AT_IMPORT)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("BENCH_STORE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--workload", f"{path}:TINY", "--check-timeout", "60",
-                             "--store", str(tmp_path / "results" / "b.sqlite")], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--workload",
+            f"{path}:TINY",
+            "--check-timeout",
+            "60",
+            "--store",
+            str(tmp_path / "results" / "b.sqlite"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while len(processes_naming(tmp_path)) < 2 and time.monotonic() < deadline:  # the check and what it started

@@ -14,8 +14,10 @@ def get_workload(reference: str) -> Workload:
     if reference in WORKLOADS:
         return WORKLOADS[reference]
     if not is_reference(reference):
-        raise WorkloadError(f"unknown workload {reference!r}; choose one of {', '.join(WORKLOADS)}, or give your "
-                            "own as PKG.MODULE:NAME or path/to/file.py:NAME")
+        raise WorkloadError(
+            f"unknown workload {reference!r}; choose one of {', '.join(WORKLOADS)}, or give your "
+            "own as PKG.MODULE:NAME or path/to/file.py:NAME"
+        )
     if reference not in _LOADED:
         from workloads.external import load
 

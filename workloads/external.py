@@ -71,8 +71,9 @@ def _load_module(where: str):
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as exc:
-        raise WorkloadError(f"--workload: no module {where!r} here ({exc}); install it, or put its folder on "
-                            "PYTHONPATH") from None
+        raise WorkloadError(
+            f"--workload: no module {where!r} here ({exc}); install it, or put its folder on PYTHONPATH"
+        ) from None
     except Exception as exc:
         raise WorkloadError(f"--workload: module {where} does not import ({type(exc).__name__}: {exc})") from None
 
@@ -83,33 +84,41 @@ def load(reference: str) -> Workload:
     module = _load_module(where)
     if not hasattr(module, name):
         public = sorted(k for k, v in vars(module).items() if isinstance(v, Workload))
-        raise WorkloadError(f"--workload: {where} has no {name!r}" +
-                            (f"; its workloads: {', '.join(public)}" if public else "; it defines no Workload"))
+        raise WorkloadError(
+            f"--workload: {where} has no {name!r}"
+            + (f"; its workloads: {', '.join(public)}" if public else "; it defines no Workload")
+        )
     workload = getattr(module, name)
     if not isinstance(workload, Workload):
-        raise WorkloadError(f"--workload: {where}:{name} is a {type(workload).__name__}, not a workloads.Workload "
-                            "(see README, 'Compare on your own model')")
+        raise WorkloadError(
+            f"--workload: {where}:{name} is a {type(workload).__name__}, not a workloads.Workload "
+            "(see README, 'Compare on your own model')"
+        )
     for device, size in (("cpu", workload.cpu), ("gpu", workload.gpu)):
         if not isinstance(size, Size):
             raise WorkloadError(f"--workload: {where}:{name}.{device} is not a workloads.Size")
         for field in ("batch", "image", "synthetic_classes", "window_steps"):
             value = getattr(size, field)
             if not isinstance(value, int) or value < 1:
-                raise WorkloadError(f"--workload: {where}:{name}.{device}.{field} must be a positive integer, "
-                                    f"not {value!r}")
+                raise WorkloadError(
+                    f"--workload: {where}:{name}.{device}.{field} must be a positive integer, not {value!r}"
+                )
     if not isinstance(workload.channels, int) or workload.channels < 1:
         raise WorkloadError(f"--workload: {where}:{name}.channels must be a positive integer")
     if not callable(workload.build):
-        raise WorkloadError(f"--workload: {where}:{name}.build must be callable (num_classes, image side) -> "
-                            "torch.nn.Module")
+        raise WorkloadError(
+            f"--workload: {where}:{name}.build must be callable (num_classes, image side) -> torch.nn.Module"
+        )
     if workload.loss is not None and not callable(workload.loss):
         raise WorkloadError(f"--workload: {where}:{name}.loss must be None or callable () -> a loss module")
     if workload.datasets is not None:
         if not callable(workload.datasets):
             raise WorkloadError(f"--workload: {where}:{name}.datasets must be None or callable () -> (train, held_out)")
         if not isinstance(workload.classes, int) or workload.classes < 2:
-            raise WorkloadError(f"--workload: {where}:{name}.classes must say how many classes its data sets hold "
-                                f"(an integer of 2 or more), not {workload.classes!r}")
+            raise WorkloadError(
+                f"--workload: {where}:{name}.classes must say how many classes its data sets hold "
+                f"(an integer of 2 or more), not {workload.classes!r}"
+            )
     return workload
 
 
@@ -121,8 +130,10 @@ def check(reference: str, workload: Workload) -> None:
     try:
         model = workload.build(size.synthetic_classes, size.image)
     except Exception as exc:
-        raise WorkloadError(f"--workload {reference}: build({size.synthetic_classes}, {size.image}) failed "
-                            f"({type(exc).__name__}: {exc})") from None
+        raise WorkloadError(
+            f"--workload {reference}: build({size.synthetic_classes}, {size.image}) failed "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     if not isinstance(model, torch.nn.Module) or not any(True for _ in model.parameters()):
         raise WorkloadError(f"--workload {reference}: build() must return a torch.nn.Module with parameters")
     x = torch.zeros(2, workload.channels, size.image, size.image)
@@ -130,19 +141,25 @@ def check(reference: str, workload: Workload) -> None:
         with torch.no_grad():
             out = model(x)
     except Exception as exc:
-        raise WorkloadError(f"--workload {reference}: the model does not take a batch of shape {tuple(x.shape)} "
-                            f"({type(exc).__name__}: {str(exc)[:120]})") from None
+        raise WorkloadError(
+            f"--workload {reference}: the model does not take a batch of shape {tuple(x.shape)} "
+            f"({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, size.synthetic_classes):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise WorkloadError(f"--workload {reference}: the model must give (batch, classes) = "
-                            f"(2, {size.synthetic_classes}) scores, not {shape}")
+        raise WorkloadError(
+            f"--workload {reference}: the model must give (batch, classes) = "
+            f"(2, {size.synthetic_classes}) scores, not {shape}"
+        )
     try:
         value = workload.make_loss()(out, torch.zeros(2, dtype=torch.long))
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             raise ValueError(f"it gave {type(value).__name__} {tuple(getattr(value, 'shape', ()))}, not one number")
     except Exception as exc:
-        raise WorkloadError(f"--workload {reference}: its loss does not take (scores, class indices) "
-                            f"({type(exc).__name__}: {str(exc)[:120]})") from None
+        raise WorkloadError(
+            f"--workload {reference}: its loss does not take (scores, class indices) "
+            f"({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
 
 
 def source(reference: str) -> dict:
@@ -151,16 +168,26 @@ def source(reference: str) -> dict:
     where, name = _split(reference)
     if where.endswith(".py"):
         path = Path(where)
-        return {"reference": reference, "module": None, "file": str(path), "import_path": None,
-                "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        return {
+            "reference": reference,
+            "module": None,
+            "file": str(path),
+            "import_path": None,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        }
     module = sys.modules[where]
     file = getattr(module, "__file__", None)
     root = None
     if file:  # the sys.path entry it came from: the processes get it on PYTHONPATH
         depth = where.count(".") + (2 if Path(file).name == "__init__.py" else 1)
         root = str(Path(file).resolve().parents[depth - 1])
-    return {"reference": reference, "module": where, "file": file, "import_path": root,
-            "sha256": hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None}
+    return {
+        "reference": reference,
+        "module": where,
+        "file": file,
+        "import_path": root,
+        "sha256": hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None,
+    }
 
 
 def describe(workload: Workload, with_data: bool = False) -> WorkloadInfo:
@@ -171,8 +198,16 @@ def describe(workload: Workload, with_data: bool = False) -> WorkloadInfo:
             data = own_data_facts(workload)
         except DataError as exc:  # said where the run asks for them (workloads.data.own.own_train_samples)
             data = {"error": str(exc)}
-    return WorkloadInfo(name=workload.name, summary=workload.summary, channels=workload.channels, gpu=workload.gpu,
-                        cpu=workload.cpu, fixed_image=workload.fixed_image, classes=workload.classes, data=data)
+    return WorkloadInfo(
+        name=workload.name,
+        summary=workload.summary,
+        channels=workload.channels,
+        gpu=workload.gpu,
+        cpu=workload.cpu,
+        fixed_image=workload.fixed_image,
+        classes=workload.classes,
+        data=data,
+    )
 
 
 def probe(reference: str, with_data: bool = False) -> dict:

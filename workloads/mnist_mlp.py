@@ -17,7 +17,6 @@ def build(num_classes: int, image: int):
     return nn.Sequential(*layers)
 
 
-
 def build_keras(num_classes: int, image: int):
     """The same MLP in Keras: Flatten, Dense(512, relu) twice, Dense(classes); the same parameter count."""
     from workloads.keras import keras

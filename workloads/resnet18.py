@@ -15,7 +15,6 @@ def build(num_classes: int, image: int):
     return torchvision.models.resnet18(weights=None, num_classes=num_classes)
 
 
-
 def build_keras(num_classes: int, image: int):
     """torchvision's ResNet18 in Keras, layer for layer: the same convolutions (no bias), batch norms (epsilon 1e-5,
     PyTorch's momentum 0.1 is Keras's 0.9), BasicBlocks with a 1x1 downsampling shortcut, global average pooling and

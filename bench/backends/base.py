@@ -52,6 +52,7 @@ class CommSchedule:
     - "after_backward": one exchange of every gradient once the backward pass is over (nothing overlaps);
     - "none": nothing is exchanged.
     wire_scale: bytes sent per byte of gradient (0.5 when gradients are compressed to 16 bits)."""
+
     kind: str
     cap_bytes: float = float("inf")
     first_cap_bytes: float | None = None
@@ -64,6 +65,7 @@ class Exchange:
     """What one collective of S bytes puts on the links between hosts, for the scaling model: `steps` messages one
     after another (each pays a link's latency) and `link_bytes` that cross the busiest host's link in one direction,
     one after another (so the link's time is link_bytes / its bandwidth). `name` says which algorithm."""
+
     name: str
     steps: float
     link_bytes: float
@@ -212,6 +214,7 @@ class ElasticMode(ABC):
 @dataclass(frozen=True)
 class Position:
     """Where a process of an elastic run stands when it (re)starts training."""
+
     step: int  # the last committed step: the next step to train
     rank: int
     size: int  # workers in the group now

@@ -46,8 +46,26 @@ from bench.core.console import guard_std_streams, lost_output, note
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BenchError, Interrupted
 from bench.harness.supervisor import signals_held
 
-VERBS = (run, sweep, allreduce, converge, list_runs, report, compare, agreement, predict, regress, fault, selfcheck,
-         import_runs, doctor, slurm_script, testhosts, testslurm, testray)
+VERBS = (
+    run,
+    sweep,
+    allreduce,
+    converge,
+    list_runs,
+    report,
+    compare,
+    agreement,
+    predict,
+    regress,
+    fault,
+    selfcheck,
+    import_runs,
+    doctor,
+    slurm_script,
+    testhosts,
+    testslurm,
+    testray,
+)
 # How `bench --help` lists the verbs: by what they are for.
 VERB_GROUPS = (
     ("measure", ("run", "sweep", "allreduce", "converge", "fault")),
@@ -61,10 +79,12 @@ EXIT_INTERNAL = 3  # a bug in bench itself
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="bench", usage="bench [-h] [--version] VERB ...",
-                    description="Measure PyTorch Distributed Elastic vs Horovod vs a parameter server, under "
-                                "identical conditions.",
-                    epilog="`bench VERB --help` says what a verb takes, with examples.")
+    parser = Parser(
+        prog="bench",
+        usage="bench [-h] [--version] VERB ...",
+        description="Measure PyTorch Distributed Elastic vs Horovod vs a parameter server, under identical conditions.",
+        epilog="`bench VERB --help` says what a verb takes, with examples.",
+    )
     parser.add_argument("--version", action="version", version=f"bench {__version__}", help="print bench's version")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser, metavar="VERB", prog="bench")
     for module in VERBS:
@@ -86,8 +106,11 @@ def verb_list(verbs) -> str:
     width = max(map(len, helps)) + 2
 
     def line(name: str) -> str:  # wrapped here: the formatter keeps an indented paragraph as written
-        return "\n".join(textwrap.wrap(helps[name], VERB_LIST_WIDTH, initial_indent=f"  {name:<{width}}",
-                                        subsequent_indent=" " * (width + 2)))
+        return "\n".join(
+            textwrap.wrap(
+                helps[name], VERB_LIST_WIDTH, initial_indent=f"  {name:<{width}}", subsequent_indent=" " * (width + 2)
+            )
+        )
 
     return "\n\n".join(f"{group}:\n" + "\n".join(map(line, names)) for group, names in VERB_GROUPS)
 
@@ -103,9 +126,11 @@ def slurm_launcher_alias(argv: list[str]) -> list[str]:
     while i < len(argv):
         if argv[i] == "--":  # what follows belongs to another command (bench slurm-script)
             return out + argv[i:]
-        if argv[i] == "--launcher=slurm" or (argv[i] == "--launcher" and argv[i + 1:i + 2] == ["slurm"]):
-            print("bench: --launcher slurm is --scheduler slurm (--hvd-launcher chooses Horovod's launcher)",
-                  file=sys.stderr)
+        if argv[i] == "--launcher=slurm" or (argv[i] == "--launcher" and argv[i + 1 : i + 2] == ["slurm"]):
+            print(
+                "bench: --launcher slurm is --scheduler slurm (--hvd-launcher chooses Horovod's launcher)",
+                file=sys.stderr,
+            )
             out += ["--scheduler", "slurm"]
             i += 1 if "=" in argv[i] else 2
             continue
@@ -142,8 +167,10 @@ def _report_lost_output(verb: str | None) -> None:
         sys.stdout.flush()
     lost = lost_output()
     if "stdout" in lost and "stderr" not in lost:
-        note(f"bench{' ' + verb if verb else ''}: its output on stdout could not be written ({lost['stdout']}) and "
-             "is lost; the exit status is still the outcome's, and every run it made is stored")
+        note(
+            f"bench{' ' + verb if verb else ''}: its output on stdout could not be written ({lost['stdout']}) and "
+            "is lost; the exit status is still the outcome's, and every run it made is stored"
+        )
 
 
 def _carry_out(args) -> int:
@@ -161,12 +188,16 @@ def _carry_out(args) -> int:
         with signals_held():  # a second signal must not cut this line short
             judged = last_ending()  # inside a Slurm job: which of scancel and the time limit it was
         why = f" ({judged[1]})" if judged else ""
-        print(f"bench {args.verb}: interrupted{why}; nothing it started is left running, every run it launched is "
-              "stored", file=sys.stderr)
+        print(
+            f"bench {args.verb}: interrupted{why}; nothing it started is left running, every run it launched is stored",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: one line, and the traceback on request
         if os.environ.get("BENCH_DEBUG"):
             raise
-        print(f"bench {args.verb}: internal error: {type(exc).__name__}: {exc} "
-              "(set BENCH_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"bench {args.verb}: internal error: {type(exc).__name__}: {exc} (set BENCH_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL

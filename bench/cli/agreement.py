@@ -10,14 +10,24 @@ from bench.results.agreement import agreement, disagree, format_agreement
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("agreement", help="compare the verdicts of stored sweeps; exit 1 when two contradict "
-                                           "each other or disagree beyond their resolution",
-                         epilog=examples("bench agreement --store results/bench.sqlite   # every sweep stored there",
-                                         "bench agreement --sweeps SWEEP_A,SWEEP_B --json"),
-                         parents=[options.store(), options.json_output()])
-    options.add(p, "--sweeps", type=options.id_names, metavar="ID,ID,...",
-                help="comma-separated sweeps to compare (default: every sweep in the store)",
-                invalid=["../x", "s1,a/b"])
+    p = verbs.add_parser(
+        "agreement",
+        help="compare the verdicts of stored sweeps; exit 1 when two contradict "
+        "each other or disagree beyond their resolution",
+        epilog=examples(
+            "bench agreement --store results/bench.sqlite   # every sweep stored there",
+            "bench agreement --sweeps SWEEP_A,SWEEP_B --json",
+        ),
+        parents=[options.store(), options.json_output()],
+    )
+    options.add(
+        p,
+        "--sweeps",
+        type=options.id_names,
+        metavar="ID,ID,...",
+        help="comma-separated sweeps to compare (default: every sweep in the store)",
+        invalid=["../x", "s1,a/b"],
+    )
     p.set_defaults(func=cmd)
 
 
@@ -31,22 +41,41 @@ def cmd(args) -> int:
     if wanted:
         missing = [s for s in wanted if s not in sweeps]
         if missing:
-            raise UsageError(f"no sweep {', '.join(missing)} in {store.path}; stored: "
-                             f"{', '.join(sorted(sweeps)) or 'none'}")
+            raise UsageError(
+                f"no sweep {', '.join(missing)} in {store.path}; stored: {', '.join(sorted(sweeps)) or 'none'}"
+            )
         sweeps = {s: sweeps[s] for s in wanted}
     if len(sweeps) < 2:
-        raise UsageError(f"{store.path} holds {len(sweeps)} sweep(s); agreement needs two or more "
-                         "(run `bench sweep` again into the same store)")
+        raise UsageError(
+            f"{store.path} holds {len(sweeps)} sweep(s); agreement needs two or more "
+            "(run `bench sweep` again into the same store)"
+        )
     result = agreement(sweeps)
     if args.json:
-        print_json({"sweeps": result["sweeps"],
-                    "claims": {s: {k: {"ratio": c.estimate.ratio, "low": c.estimate.low, "high": c.estimate.high,
-                                       "significant": c.estimate.significant, "launches": c.estimate.launches}
-                                   for k, c in cl.items()} for s, cl in result["claims"].items()},
-                    "contradictions": [{"sweeps": list(pair), "comparisons": keys}
-                                       for pair, keys in result["pairs"].items() if keys],
-                    "beyond_resolution": [{"sweeps": list(pair), "comparisons": keys}
-                                          for pair, keys in result["apart"].items() if keys]})
+        print_json(
+            {
+                "sweeps": result["sweeps"],
+                "claims": {
+                    s: {
+                        k: {
+                            "ratio": c.estimate.ratio,
+                            "low": c.estimate.low,
+                            "high": c.estimate.high,
+                            "significant": c.estimate.significant,
+                            "launches": c.estimate.launches,
+                        }
+                        for k, c in cl.items()
+                    }
+                    for s, cl in result["claims"].items()
+                },
+                "contradictions": [
+                    {"sweeps": list(pair), "comparisons": keys} for pair, keys in result["pairs"].items() if keys
+                ],
+                "beyond_resolution": [
+                    {"sweeps": list(pair), "comparisons": keys} for pair, keys in result["apart"].items() if keys
+                ],
+            }
+        )
     else:
         print(format_agreement(result))
     return EXIT_RUN_FAILED if disagree(result) else EXIT_OK

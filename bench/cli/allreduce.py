@@ -21,19 +21,31 @@ from bench.workflows.plan import comm_specs
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("allreduce", help="communication sweep over message sizes, as nccl-tests prints it",
-                         epilog=examples(
-                             "bench allreduce --nproc 2                       # every backend, 4 B to 64 MiB",
-                             "bench allreduce --backend elastic,horovod --nproc 2 --min-bytes 8K --max-bytes 1G",
-                             "bench allreduce --backend horovod --ops allreduce,allgather --dtype float16 --json"),
-                         parents=[options.what_runs(
-                                      f"a table each, in turn (default {options.ALL}: every backend with collectives, "
-                                      f"of {', '.join(compared_for('comm'))}, that can run here, since a sweep of "
-                                      "message sizes takes seconds a backend, and its table is read across backends)",
-                                      options.ALL, flags=("--backend",)),
-                                  options.placement([*options.group("world size"), *options.group("placement"),
-                                                     "--timeout"]), options.hosts(), options.comm(),
-                                  options.backend_options(), options.sharing(), options.store(), options.json_output()])
+    p = verbs.add_parser(
+        "allreduce",
+        help="communication sweep over message sizes, as nccl-tests prints it",
+        epilog=examples(
+            "bench allreduce --nproc 2                       # every backend, 4 B to 64 MiB",
+            "bench allreduce --backend elastic,horovod --nproc 2 --min-bytes 8K --max-bytes 1G",
+            "bench allreduce --backend horovod --ops allreduce,allgather --dtype float16 --json",
+        ),
+        parents=[
+            options.what_runs(
+                f"a table each, in turn (default {options.ALL}: every backend with collectives, "
+                f"of {', '.join(compared_for('comm'))}, that can run here, since a sweep of "
+                "message sizes takes seconds a backend, and its table is read across backends)",
+                options.ALL,
+                flags=("--backend",),
+            ),
+            options.placement([*options.group("world size"), *options.group("placement"), "--timeout"]),
+            options.hosts(),
+            options.comm(),
+            options.backend_options(),
+            options.sharing(),
+            options.store(),
+            options.json_output(),
+        ],
+    )
     p.set_defaults(func=cmd)
 
 
@@ -42,10 +54,16 @@ def cmd(args) -> int:
     device, world = world_of(args, cluster)
     # with all, those that can run here, saying which cannot (TensorFlow's without the tf extra)
     backends = chosen_backends(args.backend, compared_for("comm"), device=device, verb="allreduce")
-    specs = comm_specs(backends, device, [world], comm=comm_options(args),
-                       options={**spec_options(args, backends), "cluster": cluster})
-    records = run_specs(specs, open_store(args.store, runs=True), "bench allreduce", show_progress=True,
-                        on_record=None if args.json else print_table)
+    specs = comm_specs(
+        backends, device, [world], comm=comm_options(args), options={**spec_options(args, backends), "cluster": cluster}
+    )
+    records = run_specs(
+        specs,
+        open_store(args.store, runs=True),
+        "bench allreduce",
+        show_progress=True,
+        on_record=None if args.json else print_table,
+    )
     if args.json:
         print_json([r.to_dict() for r in records] if len(records) > 1 else records[0].to_dict())
     return status_exit([r.status for r in records])
@@ -58,8 +76,10 @@ def print_table(record) -> None:
     if record.ok:
         print(format_table(m.rows, m.ceiling))
         if m.fit:
-            print(f"# alpha-beta fit ({m.model}): a = {m.fit['alpha_s'] * 1e6:.1f} us, "
-                  f"1/b = {m.fit['bandwidth_gbps']:.2f} GB/s, weighted R^2 = {m.fit['r2_weighted']:.3f}")
+            print(
+                f"# alpha-beta fit ({m.model}): a = {m.fit['alpha_s'] * 1e6:.1f} us, "
+                f"1/b = {m.fit['bandwidth_gbps']:.2f} GB/s, weighted R^2 = {m.fit['r2_weighted']:.3f}"
+            )
     else:
         print(f"# error: {record.error.message}")
     print(flush=True)

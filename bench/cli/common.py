@@ -33,9 +33,12 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _fill_text(self, text, width, indent):
         blocks = text.split("\n\n")
-        return "\n\n".join("\n".join(indent + line for line in block.splitlines())
-                             if any(line.startswith(" ") for line in block.splitlines())
-                             else super(HelpFormatter, self)._fill_text(block, width, indent) for block in blocks)
+        return "\n\n".join(
+            "\n".join(indent + line for line in block.splitlines())
+            if any(line.startswith(" ") for line in block.splitlines())
+            else super(HelpFormatter, self)._fill_text(block, width, indent)
+            for block in blocks
+        )
 
 
 class Parser(argparse.ArgumentParser):
@@ -67,6 +70,8 @@ def examples(*commands: str) -> str:
     """A verb's epilog: its examples, each a command line and, after two spaces and #, what it does
     (tests/test_cli_parser.py parses every one with the real parser)."""
     return "examples:\n" + "\n".join(f"  {command}" for command in commands)
+
+
 # ---------------------------------------------------------------- before a verb runs anything
 def before_runs(args) -> None:
     """What a verb that runs something settles first (bench.cli._carry_out calls it for every verb with the sharing
@@ -74,8 +79,12 @@ def before_runs(args) -> None:
     across hosts by bench.harness.runner.execute, once the interface is known), and what its runs do where another
     bench run holds the cores (bench.harness.cores)."""
     scheduler = getattr(args, "scheduler", None)
-    across = getattr(args, "hosts", None) or getattr(args, "hostfile", None) or scheduler == "slurm" or \
-        (scheduler is None and slurm.in_allocation())
+    across = (
+        getattr(args, "hosts", None)
+        or getattr(args, "hostfile", None)
+        or scheduler == "slurm"
+        or (scheduler is None and slurm.in_allocation())
+    )
     if not across:
         check_interface_variables(os.environ)
     set_sharing(args.allow_shared, args.cores_timeout)
@@ -83,23 +92,45 @@ def before_runs(args) -> None:
 
 
 # ---------------------------------------------------------------- arguments to plain values
-SPEC_OPTIONS = ("batch_size", "image_size", "threads", "oversubscribe", "inject", "inject_delay", "warmup_steps",
-                "steps_per_window", "windows", "seed", "lr", "timeout", "check_timeout", "data", "data_dir", "loader",
-                "loader_workers", "cpu_bind", "save_params", "save_model")
+SPEC_OPTIONS = (
+    "batch_size",
+    "image_size",
+    "threads",
+    "oversubscribe",
+    "inject",
+    "inject_delay",
+    "warmup_steps",
+    "steps_per_window",
+    "windows",
+    "seed",
+    "lr",
+    "timeout",
+    "check_timeout",
+    "data",
+    "data_dir",
+    "loader",
+    "loader_workers",
+    "cpu_bind",
+    "save_params",
+    "save_model",
+)
 
 
 def backend_options(args, backends=None) -> dict:
     """The backend options given, by name. With `backends` (the backends that will run), an option that
     belongs to none of them is refused: silently running without it would measure something else."""
-    given = {k[len(BACKEND_OPTION):]: v for k, v in vars(args).items()
-             if k.startswith(BACKEND_OPTION) and v is not None}
+    given = {
+        k[len(BACKEND_OPTION) :]: v for k, v in vars(args).items() if k.startswith(BACKEND_OPTION) and v is not None
+    }
     if backends is not None:
         owned = {opt.name for name in backends for opt in get_backend(name).options}
         for name in given.keys() - owned:
             owner = next(b for b in BACKEND_MODULES if name in {opt.name for opt in get_backend(b).options})
             flag = next(opt.flag for opt in get_backend(owner).options if opt.name == name)
-            raise UsageError(f"{flag} is an option of backend {owner}, which this command does not run "
-                             f"({', '.join(backends)}); drop it or include {owner} in --backend")
+            raise UsageError(
+                f"{flag} is an option of backend {owner}, which this command does not run "
+                f"({', '.join(backends)}); drop it or include {owner} in --backend"
+            )
     return given
 
 
@@ -139,21 +170,24 @@ def cluster_of(args) -> dict | None:
         raise UsageError("give either --hosts or --hostfile, not both")
     (nproc_flag, _), (gpus_flag, gpus) = world_size_given(args)
     if gpus is not None:
-        raise UsageError(f"{gpus_flag} across hosts is not supported yet; give --hosts with {nproc_flag} for CPU "
-                         "processes")
+        raise UsageError(
+            f"{gpus_flag} across hosts is not supported yet; give --hosts with {nproc_flag} for CPU processes"
+        )
 
     check = check_hosts(hosts, sys.executable, args.iface)
     shaped = [x for x in (links or [link]) if x]
     if shaped and check.iface == "lo":
-        raise UsageError("--link shapes the links between hosts; with one host there is none (its loopback is "
-                         "this whole machine's)")
+        raise UsageError(
+            "--link shapes the links between hosts; with one host there is none (its loopback is this whole machine's)"
+        )
     for each in shaped:  # each tried once now, so that a link that cannot be shaped is refused before planning
-
         shape_links([h.name for h in hosts], check.iface, each)
         unshape_links([h.name for h in hosts], check.iface)
     shown = ", ".join(x["rate"] if x else "unlimited" for x in links) if links else (link["rate"] if link else "")
-    note(f"bench: across {', '.join(f'{h.name} ({h.slots} slot(s))' for h in hosts)}; interface {check.iface} "
-         f"({check.iface_chosen_by})" + (f"; links {shown}" if shown else ""))
+    note(
+        f"bench: across {', '.join(f'{h.name} ({h.slots} slot(s))' for h in hosts)}; interface {check.iface} "
+        f"({check.iface_chosen_by})" + (f"; links {shown}" if shown else "")
+    )
     return {**check.cluster(hosts), "link": link, "links": links, "scheduler": scheduler}
 
 
@@ -164,11 +198,15 @@ def slurm_allocation(args, hosts) -> dict | None:
     if chosen == "none" or (chosen is None and (hosts or not slurm.in_allocation())):
         return None
     if hosts:
-        raise UsageError("inside a Slurm allocation the hosts are its nodes; drop --hosts/--hostfile, or give "
-                         "--scheduler none to run on the hosts given")
+        raise UsageError(
+            "inside a Slurm allocation the hosts are its nodes; drop --hosts/--hostfile, or give "
+            "--scheduler none to run on the hosts given"
+        )
     allocation = slurm.allocation()
-    note(f"bench: inside Slurm job {allocation['job_id']} ({allocation['nodelist']})"
-         + ("" if chosen else "; --scheduler none runs on this machine only"))
+    note(
+        f"bench: inside Slurm job {allocation['job_id']} ({allocation['nodelist']})"
+        + ("" if chosen else "; --scheduler none runs on this machine only")
+    )
     return allocation
 
 
@@ -198,14 +236,12 @@ def world_of(args, cluster: dict | None) -> tuple[str, int]:
     (nproc_flag, nproc), (gpus_flag, gpus) = world_size_given(args)
     if cluster is None:
         if nproc is not None and gpus is not None:
-            raise UsageError(f"give either {nproc_flag} (CPU processes) or {gpus_flag} (one process per GPU), not "
-                             "both")
+            raise UsageError(f"give either {nproc_flag} (CPU processes) or {gpus_flag} (one process per GPU), not both")
         with said_in_flags_of(args):
             return resolve_device(nproc, gpus)
     slots = sum(h["slots"] for h in cluster["hosts"])
     if nproc is not None and nproc > slots:
-        raise UsageError(f"{nproc_flag} {nproc}: the hosts have {slots} slot(s); lower {nproc_flag} or give more "
-                         "slots")
+        raise UsageError(f"{nproc_flag} {nproc}: the hosts have {slots} slot(s); lower {nproc_flag} or give more slots")
     return "cpu", nproc or slots
 
 
@@ -274,8 +310,13 @@ def run_each(specs: list, store_path: str | None, as_json: bool, verb: str, show
     statuses."""
     if len(specs) == 1:
         return run_one(specs[0], store_path, as_json, verb, show_progress)
-    records = run_specs(specs, open_store(store_path, runs=True), f"bench {verb}", show_progress=show_progress,
-                        on_record=None if as_json else lambda r: print("\n".join(r.task.summary_lines(r)), flush=True))
+    records = run_specs(
+        specs,
+        open_store(store_path, runs=True),
+        f"bench {verb}",
+        show_progress=show_progress,
+        on_record=None if as_json else lambda r: print("\n".join(r.task.summary_lines(r)), flush=True),
+    )
     if as_json:
         print_json([r.to_dict() for r in records])
     return status_exit([r.status for r in records])

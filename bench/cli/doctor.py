@@ -8,12 +8,15 @@ from bench.tools.doctor import doctor_lines
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("doctor", help="what this machine offers, and which backends can run",
-                         description="The set-up's prerequisites (Linux, Python, a C++ compiler and CMake to build "
-                                     "Horovod, disk space for the environment), each ok or missing with what to do; "
-                                     "then the torch build, devices, communication libraries and which backends "
-                                     "can run here.",
-                         epilog=examples("bench doctor"))
+    p = verbs.add_parser(
+        "doctor",
+        help="what this machine offers, and which backends can run",
+        description="The set-up's prerequisites (Linux, Python, a C++ compiler and CMake to build "
+        "Horovod, disk space for the environment), each ok or missing with what to do; "
+        "then the torch build, devices, communication libraries and which backends "
+        "can run here.",
+        epilog=examples("bench doctor"),
+    )
     p.set_defaults(func=cmd)
 
 

@@ -37,76 +37,158 @@ class OneFault(argparse._StoreAction):
 
 def add_parser(verbs) -> None:
     p = verbs.add_parser(
-        "fault", help="inject a fault (or a joining worker) into an elastic run and measure detection, recovery "
-                      "and work lost",
+        "fault",
+        help="inject a fault (or a joining worker) into an elastic run and measure detection, recovery and work lost",
         description=f"Backends with an elastic mode: {', '.join(elastic_backends())}. Runs CPU processes over gloo.",
-        epilog=examples("bench fault --backend elastic --nproc 2 --kill-rank 1     # SIGKILL a worker mid-run",
-                        "bench fault --backend horovod --nproc 2 --fault hang      # a hung worker",
-                        "bench fault --backend elastic --nproc 1 --fault join      # scale-up: a worker joins",
-                        "bench fault --backend ray --nproc 1 --fault join --ray-resize-interval 5",
-                        "bench fault --backend all --nproc 2 --fault hang          # each elastic mode in turn"),
-        parents=[options.what_runs(
-                     f"each is run in turn, of {', '.join(elastic_backends())} (default {DEFAULT_BACKEND}, as for "
-                     "`bench run`: a fault run measures one backend's elastic mode; all: every one of them that can "
-                     "run here)", DEFAULT_BACKEND, refuses={"--backend": ["ps"]}),
-                 options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe"), hidden=("--gpus",)),
-                 options.hosts(),
-                 options.parent("run", ("--batch-size", "--image-size", "--seed", "--lr", "--timeout",
-                                        "--check-timeout", "--save-params")),
-                 options.backend_options(elastic_backends(), fault=True), options.sharing(), options.store(),
-                 options.json_output()])
+        epilog=examples(
+            "bench fault --backend elastic --nproc 2 --kill-rank 1     # SIGKILL a worker mid-run",
+            "bench fault --backend horovod --nproc 2 --fault hang      # a hung worker",
+            "bench fault --backend elastic --nproc 1 --fault join      # scale-up: a worker joins",
+            "bench fault --backend ray --nproc 1 --fault join --ray-resize-interval 5",
+            "bench fault --backend all --nproc 2 --fault hang          # each elastic mode in turn",
+        ),
+        parents=[
+            options.what_runs(
+                f"each is run in turn, of {', '.join(elastic_backends())} (default {DEFAULT_BACKEND}, as for "
+                "`bench run`: a fault run measures one backend's elastic mode; all: every one of them that can "
+                "run here)",
+                DEFAULT_BACKEND,
+                refuses={"--backend": ["ps"]},
+            ),
+            options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe"), hidden=("--gpus",)),
+            options.hosts(),
+            options.parent(
+                "run",
+                ("--batch-size", "--image-size", "--seed", "--lr", "--timeout", "--check-timeout", "--save-params"),
+            ),
+            options.backend_options(elastic_backends(), fault=True),
+            options.sharing(),
+            options.store(),
+            options.json_output(),
+        ],
+    )
     g = p.add_argument_group("the fault")
     d = FAULT_DEFAULTS
-    options.add(g, "--kill-rank", type=options.count, default=d["kill_rank"],
-                help="rank that receives the signal (%(default)s)", invalid=["-1", "x", "7"])
-    options.add(g, "--at-step", type=options.positive_int,
-                help=f"the signal comes when that rank has completed this many steps ({AT_STEP_WINDOWS:g} x the "
-                     f"workload's window: {_per_workload(AT_STEP_WINDOWS)})", invalid=["0", "x"])
-    options.add(g, "--fault", action=OneFault, type=options.fault_word, default=DEFAULT_FAULT,
-                metavar="|".join(options.FAULTS_TAKEN["bench fault --fault"]),
-                help="kill (SIGKILL: a crash), term (SIGTERM: a polite stop) or hang (SIGSTOP: a hung worker) rank "
-                     "--kill-rank at --at-step; or join: scale-up instead, one more worker joins at --at-step (a "
-                     "second launcher agent, or a new host) (default %(default)s; the fault words of every verb: "
-                     "docs/usage.md, 'Faults')", invalid=["HUP", "", "crash", "stop", "kil"])
-    options.add(g, "--kill-host", metavar="HOST",
-                help="across hosts (--hosts): lose this host at --at-step, as a machine that loses power: its link "
-                     "is cut, then every process of the run there is SIGKILLed at once", invalid=["10.213.7.12"])
-    options.add(g, "--partition-host", metavar="HOST",
-                help="across hosts (--hosts): cut this host's link to the others at --at-step (its processes live "
-                     "on, cut off); bench itself keeps its path to the host", invalid=["10.213.7.12"])
-    options.add(g, "--max-restarts", type=options.count, default=d["max_restarts"],
-                help="restarts (or resets) the elastic launcher allows (%(default)s)", invalid=["-1", "x"])
-    options.add(g, "--checkpoint-every", type=options.positive_int,
-                help=f"steps between checkpoints or state commits ({CHECKPOINT_WINDOWS:g} x the workload's "
-                     f"window: {_per_workload(CHECKPOINT_WINDOWS)})", invalid=["0", "x"])
-    options.add(g, "--steps", type=options.positive_int,
-                help="steps to train in all (default at-step + 3 x checkpoint-every)", invalid=["0", "x", "1"])
-    options.add(g, "--comm-timeout", type=options.timeout_seconds, default=d["comm_timeout"], metavar="SECONDS",
-                help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s; at most "
-                     f"{MAX_TIMEOUT_WORDS})", invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG])
-    options.add(g, "--recovery-timeout", type=options.timeout_seconds, default=d["recovery_timeout"], metavar="SECONDS",
-                help="seconds after the fault with no training step before the run is called hung (%(default)s; at "
-                     f"most {MAX_TIMEOUT_WORDS})", invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG])
+    options.add(
+        g,
+        "--kill-rank",
+        type=options.count,
+        default=d["kill_rank"],
+        help="rank that receives the signal (%(default)s)",
+        invalid=["-1", "x", "7"],
+    )
+    options.add(
+        g,
+        "--at-step",
+        type=options.positive_int,
+        help=f"the signal comes when that rank has completed this many steps ({AT_STEP_WINDOWS:g} x the "
+        f"workload's window: {_per_workload(AT_STEP_WINDOWS)})",
+        invalid=["0", "x"],
+    )
+    options.add(
+        g,
+        "--fault",
+        action=OneFault,
+        type=options.fault_word,
+        default=DEFAULT_FAULT,
+        metavar="|".join(options.FAULTS_TAKEN["bench fault --fault"]),
+        help="kill (SIGKILL: a crash), term (SIGTERM: a polite stop) or hang (SIGSTOP: a hung worker) rank "
+        "--kill-rank at --at-step; or join: scale-up instead, one more worker joins at --at-step (a "
+        "second launcher agent, or a new host) (default %(default)s; the fault words of every verb: "
+        "docs/usage.md, 'Faults')",
+        invalid=["HUP", "", "crash", "stop", "kil"],
+    )
+    options.add(
+        g,
+        "--kill-host",
+        metavar="HOST",
+        help="across hosts (--hosts): lose this host at --at-step, as a machine that loses power: its link "
+        "is cut, then every process of the run there is SIGKILLed at once",
+        invalid=["10.213.7.12"],
+    )
+    options.add(
+        g,
+        "--partition-host",
+        metavar="HOST",
+        help="across hosts (--hosts): cut this host's link to the others at --at-step (its processes live "
+        "on, cut off); bench itself keeps its path to the host",
+        invalid=["10.213.7.12"],
+    )
+    options.add(
+        g,
+        "--max-restarts",
+        type=options.count,
+        default=d["max_restarts"],
+        help="restarts (or resets) the elastic launcher allows (%(default)s)",
+        invalid=["-1", "x"],
+    )
+    options.add(
+        g,
+        "--checkpoint-every",
+        type=options.positive_int,
+        help=f"steps between checkpoints or state commits ({CHECKPOINT_WINDOWS:g} x the workload's "
+        f"window: {_per_workload(CHECKPOINT_WINDOWS)})",
+        invalid=["0", "x"],
+    )
+    options.add(
+        g,
+        "--steps",
+        type=options.positive_int,
+        help="steps to train in all (default at-step + 3 x checkpoint-every)",
+        invalid=["0", "x", "1"],
+    )
+    options.add(
+        g,
+        "--comm-timeout",
+        type=options.timeout_seconds,
+        default=d["comm_timeout"],
+        metavar="SECONDS",
+        help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s; at most "
+        f"{MAX_TIMEOUT_WORDS})",
+        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
+    )
+    options.add(
+        g,
+        "--recovery-timeout",
+        type=options.timeout_seconds,
+        default=d["recovery_timeout"],
+        metavar="SECONDS",
+        help="seconds after the fault with no training step before the run is called hung (%(default)s; at "
+        f"most {MAX_TIMEOUT_WORDS})",
+        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
+    )
     p.set_defaults(func=cmd)
 
 
 def cmd(args) -> int:
     if args.gpus is not None:
         raise UsageError("bench fault runs CPU processes over gloo; drop --gpus and give --nproc N")
-    chosen = [flag for flag, given in (("--fault join", args.fault == "join"), ("--kill-host", args.kill_host),
-                                       ("--partition-host", args.partition_host)) if given]
+    chosen = [
+        flag
+        for flag, given in (
+            ("--fault join", args.fault == "join"),
+            ("--kill-host", args.kill_host),
+            ("--partition-host", args.partition_host),
+        )
+        if given
+    ]
     if len(chosen) > 1:
         raise UsageError(f"{' and '.join(chosen)}: choose one fault a run")
     scenario = {"--fault join": "join", "--kill-host": "kill-host", "--partition-host": "partition-host"}.get(
-        chosen[0] if chosen else None, "kill")
+        chosen[0] if chosen else None, "kill"
+    )
     # the signal a run records (a join, or a host's loss, records the default as before)
     signal_name = options.SIGNAL_OF.get(args.fault, FAULT_DEFAULTS["signal"])
     hosts = args.hosts or args.hostfile
     if not (args.hosts and args.hostfile) and not getattr(args, "scheduler", None):
         # what the names alone refuse, before any host is asked (an allocation's hosts are checked with the spec)
         slots = sum(h.slots for h in hosts or [])
-        check_scenario_hosts(scenario, [h.to_dict() for h in hosts] if hosts else None,
-                             args.kill_host or args.partition_host, min(args.nproc or slots, slots))
+        check_scenario_hosts(
+            scenario,
+            [h.to_dict() for h in hosts] if hosts else None,
+            args.kill_host or args.partition_host,
+            min(args.nproc or slots, slots),
+        )
     cluster = cluster_of(args)
     _, world = world_of(args, cluster) if cluster else resolve_device(args.nproc, None)
     backends = chosen_backends(args.backend, elastic_backends(), device="cpu", verb="fault")
@@ -118,11 +200,25 @@ def cmd(args) -> int:
             raise UsageError(f"--backend all: no elastic mode that can run here makes a {scenario} fault")
     given = spec_options(args, backends)
     # every spec is built (and checked) before the first run starts
-    specs = [build_spec(backend=backend, workload=workload, world_size=world, scenario=scenario,
-                        host=args.kill_host or args.partition_host, cluster=cluster,
-                        rank=args.kill_rank, at_step=args.at_step,
-                        signal_name=signal_name, max_restarts=args.max_restarts,
-                        checkpoint_every=args.checkpoint_every, total_steps=args.steps,
-                        comm_timeout=args.comm_timeout, recovery_timeout=args.recovery_timeout, **given)
-             for workload in options.chosen(args.workload, WORKLOADS) for backend in backends]
+    specs = [
+        build_spec(
+            backend=backend,
+            workload=workload,
+            world_size=world,
+            scenario=scenario,
+            host=args.kill_host or args.partition_host,
+            cluster=cluster,
+            rank=args.kill_rank,
+            at_step=args.at_step,
+            signal_name=signal_name,
+            max_restarts=args.max_restarts,
+            checkpoint_every=args.checkpoint_every,
+            total_steps=args.steps,
+            comm_timeout=args.comm_timeout,
+            recovery_timeout=args.recovery_timeout,
+            **given,
+        )
+        for workload in options.chosen(args.workload, WORKLOADS)
+        for backend in backends
+    ]
     return run_each(specs, args.store, args.json, "fault", show_progress=False)

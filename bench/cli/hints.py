@@ -13,6 +13,7 @@ from bench.cli.options import closest
 class Foreign:
     """A launcher's flag: whose it is and what it does, and bench's spelling (the first of `instead` that the verb
     takes), or what to do where bench has none (`advice`)."""
+
     whose: str
     instead: tuple[str, ...] = ()  # bench's options, in order of preference (a verb takes the first it has)
     takes_value: bool = True  # whether the launcher's flag takes a value (repeated after bench's spelling)
@@ -20,10 +21,14 @@ class Foreign:
 
 
 PROCESSES = ("--nproc", "--max-nproc")  # one run's world size; a sweep's largest
-NODES = Foreign("torchrun's nodes", advice="bench starts every host's processes itself: give the hosts, --hosts "
-                                         "H1:N,H2:N or --hostfile FILE")
-RENDEZVOUS = Foreign("torchrun's rendezvous", advice="bench sets up every backend's rendezvous itself; across hosts "
-                                                     "give --hosts H1:N,H2:N (and --iface)")
+NODES = Foreign(
+    "torchrun's nodes",
+    advice="bench starts every host's processes itself: give the hosts, --hosts H1:N,H2:N or --hostfile FILE",
+)
+RENDEZVOUS = Foreign(
+    "torchrun's rendezvous",
+    advice="bench sets up every backend's rendezvous itself; across hosts give --hosts H1:N,H2:N (and --iface)",
+)
 FOREIGN = {
     "-np": Foreign("horovodrun's and mpirun's process count", PROCESSES),
     "-n": Foreign("mpirun's process count", PROCESSES),
@@ -32,19 +37,43 @@ FOREIGN = {
     "-H": Foreign("horovodrun's and mpirun's host list", ("--hosts",)),
     "--host": Foreign("mpirun's host list", ("--hosts",)),
     "-hostfile": Foreign("horovodrun's and mpirun's host file", ("--hostfile",)),
-    **dict.fromkeys(("--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-backend", "--rdzv_backend", "--rdzv-id",
-                     "--rdzv_id", "--master-addr", "--master_addr", "--master-port", "--master_port"), RENDEZVOUS),
-    "--standalone": Foreign("torchrun's one-host rendezvous", takes_value=False,
-                            advice="bench sets up every backend's rendezvous itself, on one host too: drop it"),
-    "-x": Foreign("mpirun's exported variable", advice="bench's workers get the environment bench runs in, on every "
-                                                       "host: set the variable there"),
+    **dict.fromkeys(
+        (
+            "--rdzv-endpoint",
+            "--rdzv_endpoint",
+            "--rdzv-backend",
+            "--rdzv_backend",
+            "--rdzv-id",
+            "--rdzv_id",
+            "--master-addr",
+            "--master_addr",
+            "--master-port",
+            "--master_port",
+        ),
+        RENDEZVOUS,
+    ),
+    "--standalone": Foreign(
+        "torchrun's one-host rendezvous",
+        takes_value=False,
+        advice="bench sets up every backend's rendezvous itself, on one host too: drop it",
+    ),
+    "-x": Foreign(
+        "mpirun's exported variable",
+        advice="bench's workers get the environment bench runs in, on every host: set the variable there",
+    ),
     "--gloo": Foreign("horovodrun's Gloo controller", ("--hvd-launcher gloo",), takes_value=False),
     "--mpi": Foreign("horovodrun's MPI controller", ("--hvd-launcher mpi",), takes_value=False),
-    **dict.fromkeys(("--network-interface", "--network_interface"),
-                    Foreign("horovodrun's network interface", ("--iface",))),
+    **dict.fromkeys(
+        ("--network-interface", "--network_interface"), Foreign("horovodrun's network interface", ("--iface",))
+    ),
     "--max_restarts": Foreign("torchrun's restart count", ("--max-restarts",)),
-    **dict.fromkeys(("--min-np", "--max-np"), Foreign("horovodrun's elastic bounds", advice="bench fault measures "
-                                                      "elastic runs (--fault join: one more worker joins)")),
+    **dict.fromkeys(
+        ("--min-np", "--max-np"),
+        Foreign(
+            "horovodrun's elastic bounds",
+            advice="bench fault measures elastic runs (--fault join: one more worker joins)",
+        ),
+    ),
 }
 
 
@@ -62,8 +91,11 @@ def innermost(parser: argparse.ArgumentParser, namespace) -> argparse.ArgumentPa
 def verbs_taking(root: argparse.ArgumentParser, flag: str) -> list[str]:
     """The verbs whose help shows `flag`."""
     action = subparsers(root)
-    return [name for name, sub in action.choices.items()
-            if flag in sub._option_string_actions and sub._option_string_actions[flag].help != argparse.SUPPRESS]
+    return [
+        name
+        for name, sub in action.choices.items()
+        if flag in sub._option_string_actions and sub._option_string_actions[flag].help != argparse.SUPPRESS
+    ]
 
 
 def shown_options(parser: argparse.ArgumentParser) -> list[str]:
@@ -81,7 +113,8 @@ def foreign_hint(root, verb_parser, verb: str, flag: str, value: str | None) -> 
         first = f.instead[0].split()[0]
         elsewhere = verbs_taking(root, first)
         return f"{said}; bench {verb} takes no {first}" + (
-            f" (an option of bench {', '.join(elsewhere)})" if elsewhere else "")
+            f" (an option of bench {', '.join(elsewhere)})" if elsewhere else ""
+        )
     return f"{said}; {f.advice}"
 
 
@@ -93,7 +126,7 @@ def check_foreign_flags(root, argv: list[str]) -> None:
     if action is None or verb not in action.choices:
         return
     sub = action.choices[verb]
-    rest = argv[argv.index(verb) + 1:]
+    rest = argv[argv.index(verb) + 1 :]
     for i, token in enumerate(rest):
         if token == "--":
             return

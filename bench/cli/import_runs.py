@@ -19,14 +19,23 @@ from bench.core.rundir import RunDir
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("import", help="add runs to a store from their run directories (their record.json, checked "
-                                        "against the directory's name and its spec.json)",
-                         epilog=examples("bench import results/runs/RUN_ID",
-                                         "bench import --store results/cluster.sqlite copied/runs/*"),
-                         parents=[options.store()])
-    options.add(p, "run_dirs", nargs="+", metavar="RUN_DIR", help="a run directory holding record.json and spec.json, "
-                                                                  "named after its run",
-                invalid=["/nonexistent/run", "/", __file__, "/dev/null"])
+    p = verbs.add_parser(
+        "import",
+        help="add runs to a store from their run directories (their record.json, checked "
+        "against the directory's name and its spec.json)",
+        epilog=examples(
+            "bench import results/runs/RUN_ID", "bench import --store results/cluster.sqlite copied/runs/*"
+        ),
+        parents=[options.store()],
+    )
+    options.add(
+        p,
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="a run directory holding record.json and spec.json, named after its run",
+        invalid=["/nonexistent/run", "/", __file__, "/dev/null"],
+    )
     p.set_defaults(func=cmd)
 
 
@@ -44,8 +53,10 @@ def read_record(path: str):
     if not os.path.isdir(run_dir.path):  # os.path: False, not an error, for a name too long for the file system
         raise UsageError(f"{path} is not a run directory; give the folder of a run (it holds record.json)")
     if not os.path.lexists(run_dir.record_file):
-        raise UsageError(f"{run_dir.record_file} does not exist; that run ended before its record was made, "
-                         "so there is nothing to import")
+        raise UsageError(
+            f"{run_dir.record_file} does not exist; that run ended before its record was made, "
+            "so there is nothing to import"
+        )
     data = read_json_file(run_dir.record_file)
     raw_spec = copy.deepcopy(data.get("spec")) if isinstance(data, dict) else None  # before any upgrade
     try:
@@ -56,14 +67,20 @@ def read_record(path: str):
     # run id whose files are not the ones beside it
     name = run_dir.path.resolve().name
     if name != record.run_id:
-        raise UsageError(f"{run_dir.record_file} is the record of run {record.run_id}, but its directory is named "
-                         f"{shown(name)}; import the directory of run {record.run_id} itself")
+        raise UsageError(
+            f"{run_dir.record_file} is the record of run {record.run_id}, but its directory is named "
+            f"{shown(name)}; import the directory of run {record.run_id} itself"
+        )
     if not os.path.lexists(run_dir.spec_file):
-        raise UsageError(f"{run_dir.spec_file} does not exist; a run directory holds the spec it was launched with, "
-                         "so this folder is not a whole run directory")
+        raise UsageError(
+            f"{run_dir.spec_file} does not exist; a run directory holds the spec it was launched with, "
+            "so this folder is not a whole run directory"
+        )
     if read_json_file(run_dir.spec_file) != raw_spec:
-        raise UsageError(f"{run_dir.spec_file} is not the spec of the record beside it (run {record.run_id}); "
-                         "the directory holds another run's files")
+        raise UsageError(
+            f"{run_dir.spec_file} is not the spec of the record beside it (run {record.run_id}); "
+            "the directory holds another run's files"
+        )
     return record
 
 

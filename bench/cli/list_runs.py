@@ -13,10 +13,20 @@ from bench.results.listing import runs_table
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("list", help="stored runs as a table", parents=[options.store()],
-                         epilog=examples("bench list", "bench list --last 20 --store results/cluster.sqlite"))
-    options.add(p, "--last", type=options.positive_int, metavar="N", help="only the last N runs (default: all)",
-                invalid=["0", "x"])
+    p = verbs.add_parser(
+        "list",
+        help="stored runs as a table",
+        parents=[options.store()],
+        epilog=examples("bench list", "bench list --last 20 --store results/cluster.sqlite"),
+    )
+    options.add(
+        p,
+        "--last",
+        type=options.positive_int,
+        metavar="N",
+        help="only the last N runs (default: all)",
+        invalid=["0", "x"],
+    )
     p.set_defaults(func=cmd)
 
 
@@ -28,10 +38,14 @@ def cmd(args) -> int:
         kept = kept_record(run_dir)
         if kept is not None:
             data, file = kept
-            note(f"bench list: run {run_dir.path.name} ended {data.get('status')} but is not stored yet (its record is "
-                 f"kept in {file}); the next run on this store stores it, or `bench import {file.parent} --store "
-                 f"{store.path}`")
+            note(
+                f"bench list: run {run_dir.path.name} ended {data.get('status')} but is not stored yet (its record is "
+                f"kept in {file}); the next run on this store stores it, or `bench import {file.parent} --store "
+                f"{store.path}`"
+            )
         else:
-            note(f"bench list: run {run_dir.path.name} was abandoned (its bench process died) and is not stored yet; "
-                 "the next run on this store records it")
+            note(
+                f"bench list: run {run_dir.path.name} was abandoned (its bench process died) and is not stored yet; "
+                "the next run on this store records it"
+            )
     return EXIT_OK

@@ -92,6 +92,7 @@ def nonnegative_float(text: str) -> float:
 def at_most(parse, most: float, words: str):
     """A value type: what `parse` takes, up to `most` (`words`: that bound as help and errors say it). Every duration
     option has one (docs/cli.md says each)."""
+
     def bounded(text: str) -> float:
         value = parse(text)
         if value > most:
@@ -169,7 +170,6 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-
 def closest(word: str, choices) -> str:
     """'; did you mean X?' for the choice closest to a mistyped `word`, or '' when none is close."""
     match = difflib.get_close_matches(word, list(choices), n=1)
@@ -183,8 +183,9 @@ ALL = "all"  # every backend (or workload) the verb can run here; each verb's he
 def _items(text: str, what: str, choices) -> list[str]:
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
-        raise argparse.ArgumentTypeError(f"{shown(text)} names no {what}; give one of {', '.join(choices)}, a "
-                                         f"comma-separated list of them, or {ALL}")
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} names no {what}; give one of {', '.join(choices)}, a comma-separated list of them, or {ALL}"
+        )
     if ALL in items and len(items) > 1:
         raise argparse.ArgumentTypeError(f"{shown(text)}: {ALL} stands alone (it already means every {what})")
     return items
@@ -195,8 +196,10 @@ def backend_names(text: str) -> str:
     verb takes it, and whether it can run here, is the verb's to say)."""
     for name in _items(text, "backend", BACKEND_MODULES):
         if name != ALL and name not in BACKEND_MODULES:
-            raise argparse.ArgumentTypeError(f"unknown backend {name!r}{closest(name, BACKEND_MODULES)} (choose from "
-                                             f"{', '.join(BACKEND_MODULES)}, or {ALL})")
+            raise argparse.ArgumentTypeError(
+                f"unknown backend {name!r}{closest(name, BACKEND_MODULES)} (choose from "
+                f"{', '.join(BACKEND_MODULES)}, or {ALL})"
+            )
     return text
 
 
@@ -207,9 +210,11 @@ def workload_names(text: str) -> str:
 
     for name in _items(text, "workload", WORKLOADS):
         if name != ALL and name not in WORKLOADS and not is_reference(name):
-            raise argparse.ArgumentTypeError(f"unknown workload {name!r}{closest(name, WORKLOADS)} (choose from "
-                                             f"{', '.join(WORKLOADS)}, or give your own as PKG.MODULE:NAME or "
-                                             "path/to/file.py:NAME)")
+            raise argparse.ArgumentTypeError(
+                f"unknown workload {name!r}{closest(name, WORKLOADS)} (choose from "
+                f"{', '.join(WORKLOADS)}, or give your own as PKG.MODULE:NAME or "
+                "path/to/file.py:NAME)"
+            )
     return text
 
 
@@ -233,7 +238,7 @@ FAULT_WORDS = {
     "kill": "a worker killed (SIGKILL: a crash from outside)",
     "term": "a worker asked to stop (SIGTERM)",
     "hang": "a hung worker: alive, holding its sockets, answering nothing (SIGSTOP from outside; with --inject the "
-            "rank blocks)",
+    "rank blocks)",
     "crash": "a rank raising an exception",
     "exit": "a rank leaving at once with exit code 0, without a word",
     "join": "one more worker joining (scale-up)",
@@ -254,8 +259,10 @@ def fault_problem(word: str, taken, flag: str) -> str | None:
         return None
     where = [f"{verb} {word}" for verb, words in FAULTS_TAKEN.items() if word in words and not verb.endswith(flag)]
     if where:
-        return f"{word!r}, {FAULT_WORDS[word]}, is {' and '.join(where)}, not a fault {flag} makes ({flag} takes " \
-               f"{', '.join(taken)})"
+        return (
+            f"{word!r}, {FAULT_WORDS[word]}, is {' and '.join(where)}, not a fault {flag} makes ({flag} takes "
+            f"{', '.join(taken)})"
+        )
     return f"unknown fault {word!r}{closest(word, taken)} ({flag} takes {', '.join(taken)})"
 
 
@@ -273,8 +280,9 @@ def sweep_faults(text: str) -> str:
     words = [word.strip() for word in text.split(",") if word.strip()]
     taken = FAULTS_TAKEN["bench sweep --faults"]
     if not words:
-        raise argparse.ArgumentTypeError(f"{shown(text)} names no fault; choose from {', '.join(taken)}, or give "
-                                         "--no-faults")
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} names no fault; choose from {', '.join(taken)}, or give --no-faults"
+        )
     for word in words:
         problem = fault_problem(word, taken, "--faults")
         if problem:
@@ -337,179 +345,367 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
     def launch_default(key: str, words: str) -> str:
         """`default N` of a run, or a sweep's own default for its launches, saying why it is not the run's."""
         if key in sweep and sweep[key] != DEFAULTS[key]:
-            return (f"default {sweep[key]} in a sweep, whose replicates are launches, so each is short; "
-                    f"{DEFAULTS[key]} for `bench run`; {words}")
+            return (
+                f"default {sweep[key]} in a sweep, whose replicates are launches, so each is short; "
+                f"{DEFAULTS[key]} for `bench run`; {words}"
+            )
         return f"default {measured[key]}, {words}"
 
     return {
         # what runs
-        "--backend": dict(group="what runs", type=backend_names, metavar="B1,B2|all",
-                          help="comma-separated backends, or all",  # each verb says its default, and what all is
-                          invalid=["tensorflow", "", ",", "elastic,horovd", "all,elastic"]),
-        "--workload": dict(group="what runs", type=workload_names, metavar="W1,W2|all",
-                           default=next(iter(WORKLOADS)),  # the registry's first: the quick one
-                           help=f"comma-separated workloads, or all ({_names(WORKLOADS)}), each run in turn; your own "
-                                "as PKG.MODULE:NAME or path/to/file.py:NAME "
-                                "(docs/usage.md, 'Compare on your own model') (default %(default)s, the quick one)",
-                           invalid=["gpt5", "", ",", "mnist_mlp,gpt5"]),
-        "--world-sizes": dict(group="what runs", type=world_sizes, metavar="N1,N2,...",
-                              help="comma-separated world sizes, each run in turn",  # each verb says its default
-                              invalid=["1,x", "0", "", "-2"]),
+        "--backend": dict(
+            group="what runs",
+            type=backend_names,
+            metavar="B1,B2|all",
+            help="comma-separated backends, or all",  # each verb says its default, and what all is
+            invalid=["tensorflow", "", ",", "elastic,horovd", "all,elastic"],
+        ),
+        "--workload": dict(
+            group="what runs",
+            type=workload_names,
+            metavar="W1,W2|all",
+            default=next(iter(WORKLOADS)),  # the registry's first: the quick one
+            help=f"comma-separated workloads, or all ({_names(WORKLOADS)}), each run in turn; your own "
+            "as PKG.MODULE:NAME or path/to/file.py:NAME "
+            "(docs/usage.md, 'Compare on your own model') (default %(default)s, the quick one)",
+            invalid=["gpt5", "", ",", "mnist_mlp,gpt5"],
+        ),
+        "--world-sizes": dict(
+            group="what runs",
+            type=world_sizes,
+            metavar="N1,N2,...",
+            help="comma-separated world sizes, each run in turn",  # each verb says its default
+            invalid=["1,x", "0", "", "-2"],
+        ),
         # placement: one run's world size, or the largest of a sweep's
-        "--nproc": dict(group="world size", type=positive_int, metavar="N",
-                        help="the world size: N CPU worker processes (gloo); default min(2, cores); their threads at "
-                             f"most the cores, or {MAX_THREADS_PER_CORE} a core with --oversubscribe",
-                        invalid=["0", "-1", "two", "1.5", "", "100000"], needs=["--oversubscribe"]),
-        "--gpus": dict(group="world size", type=positive_int, metavar="N",
-                       help="the world size on GPUs: one worker per GPU, N of them (NCCL) (default: none, CPU "
-                            "processes)", invalid=["0", "-1", "x"]),
-        "--max-nproc": dict(group="largest world size", type=positive_int, metavar="N",
-                            help="the largest world size of the sweep's CPU runs: world sizes 1, 2, 4 ... up to N, and "
-                                 "N (default min(2, cores)); --world-sizes chooses them instead",
-                            invalid=["0", "-1", "two", "1.5", "", "100000"], needs=["--oversubscribe"]),
-        "--max-gpus": dict(group="largest world size", type=positive_int, metavar="N",
-                           help="the largest world size on GPUs, one worker per GPU: world sizes 1, 2, 4 ... up to N, "
-                                "and N (default: none, CPU processes)", invalid=["0", "-1", "x"]),
-        "--threads": dict(group="placement", type=positive_int, help="threads per worker, set for every backend alike "
-                                                                      "(default: cores / largest world size)",
-                          invalid=["0", "-1", "x"]),
-        "--cpu-bind": dict(group="placement", choices=CPU_BINDS,
-                           help="cores: pin each worker (every thread of it) to its own cores; none: leave them to the "
-                                "scheduler; auto (default): cores for CPU workers on one host that fit its cores, "
-                                "none on GPUs, with --oversubscribe, across hosts, on an existing Ray cluster and in "
-                                "fault runs", invalid=["all"]),
-        "--oversubscribe": dict(group="placement", action="store_true",
-                                help=f"allow more worker threads than cores, up to {MAX_THREADS_PER_CORE} a core "
-                                     "(measures contention)"),
+        "--nproc": dict(
+            group="world size",
+            type=positive_int,
+            metavar="N",
+            help="the world size: N CPU worker processes (gloo); default min(2, cores); their threads at "
+            f"most the cores, or {MAX_THREADS_PER_CORE} a core with --oversubscribe",
+            invalid=["0", "-1", "two", "1.5", "", "100000"],
+            needs=["--oversubscribe"],
+        ),
+        "--gpus": dict(
+            group="world size",
+            type=positive_int,
+            metavar="N",
+            help="the world size on GPUs: one worker per GPU, N of them (NCCL) (default: none, CPU processes)",
+            invalid=["0", "-1", "x"],
+        ),
+        "--max-nproc": dict(
+            group="largest world size",
+            type=positive_int,
+            metavar="N",
+            help="the largest world size of the sweep's CPU runs: world sizes 1, 2, 4 ... up to N, and "
+            "N (default min(2, cores)); --world-sizes chooses them instead",
+            invalid=["0", "-1", "two", "1.5", "", "100000"],
+            needs=["--oversubscribe"],
+        ),
+        "--max-gpus": dict(
+            group="largest world size",
+            type=positive_int,
+            metavar="N",
+            help="the largest world size on GPUs, one worker per GPU: world sizes 1, 2, 4 ... up to N, "
+            "and N (default: none, CPU processes)",
+            invalid=["0", "-1", "x"],
+        ),
+        "--threads": dict(
+            group="placement",
+            type=positive_int,
+            help="threads per worker, set for every backend alike (default: cores / largest world size)",
+            invalid=["0", "-1", "x"],
+        ),
+        "--cpu-bind": dict(
+            group="placement",
+            choices=CPU_BINDS,
+            help="cores: pin each worker (every thread of it) to its own cores; none: leave them to the "
+            "scheduler; auto (default): cores for CPU workers on one host that fit its cores, "
+            "none on GPUs, with --oversubscribe, across hosts, on an existing Ray cluster and in "
+            "fault runs",
+            invalid=["all"],
+        ),
+        "--oversubscribe": dict(
+            group="placement",
+            action="store_true",
+            help=f"allow more worker threads than cores, up to {MAX_THREADS_PER_CORE} a core (measures contention)",
+        ),
         # across hosts
-        "--hosts": dict(group="hosts", type=host_list, metavar="H1:N,H2:N",
-                        help="run across these hosts, N processes each at most (horovodrun/mpirun -H); the world "
-                             "size is the sum of the slots unless the world size options choose fewer",
-                        invalid=["", ",", "h1:0", "h1:x", "bad host:1", "h1:1,h1:2", "h1\n:2"]),
-        "--hostfile": dict(group="hosts", type=hostfile, metavar="FILE",
-                           help="the hosts, one `host slots=N` per line (as mpirun and horovodrun read it)",
-                           invalid=["", "/nonexistent/hostfile"]),
-        "--scheduler": dict(group="hosts", choices=("slurm", "none"),
-                            help="slurm: run across the nodes of the Slurm allocation bench runs in (the default "
-                                 "inside one, that is where SLURM_JOB_ID is set); none: ignore an allocation",
-                            invalid=["pbs", "slurm"]),  # slurm here: not inside an allocation
-        "--iface": dict(group="hosts", type=nonempty_name, metavar="NAME",
-                        help="network interface every backend uses across hosts (default: the one the hosts route to "
-                             "each other through)",
-                        invalid=["", "lo"]),  # "lo" without --hosts: the option applies across hosts only
-        "--link": dict(group="hosts", metavar="RATE[:DELAY]",
-                       help="shape every host's link with tc for each run: a rate limit and a delay, such as "
-                            "1gbit:0.1ms or 100mbit (needs --hosts)",
-                       invalid=["", "fast", "1gbit:soon", "0mbit", "1gbit",  # 1gbit alone: only across hosts
-                                "1gbit\n:1ms", "1gbit:1ms\n:"]),
+        "--hosts": dict(
+            group="hosts",
+            type=host_list,
+            metavar="H1:N,H2:N",
+            help="run across these hosts, N processes each at most (horovodrun/mpirun -H); the world "
+            "size is the sum of the slots unless the world size options choose fewer",
+            invalid=["", ",", "h1:0", "h1:x", "bad host:1", "h1:1,h1:2", "h1\n:2"],
+        ),
+        "--hostfile": dict(
+            group="hosts",
+            type=hostfile,
+            metavar="FILE",
+            help="the hosts, one `host slots=N` per line (as mpirun and horovodrun read it)",
+            invalid=["", "/nonexistent/hostfile"],
+        ),
+        "--scheduler": dict(
+            group="hosts",
+            choices=("slurm", "none"),
+            help="slurm: run across the nodes of the Slurm allocation bench runs in (the default "
+            "inside one, that is where SLURM_JOB_ID is set); none: ignore an allocation",
+            invalid=["pbs", "slurm"],
+        ),  # slurm here: not inside an allocation
+        "--iface": dict(
+            group="hosts",
+            type=nonempty_name,
+            metavar="NAME",
+            help="network interface every backend uses across hosts (default: the one the hosts route to "
+            "each other through)",
+            invalid=["", "lo"],
+        ),  # "lo" without --hosts: the option applies across hosts only
+        "--link": dict(
+            group="hosts",
+            metavar="RATE[:DELAY]",
+            help="shape every host's link with tc for each run: a rate limit and a delay, such as "
+            "1gbit:0.1ms or 100mbit (needs --hosts)",
+            invalid=[
+                "",
+                "fast",
+                "1gbit:soon",
+                "0mbit",
+                "1gbit",  # 1gbit alone: only across hosts
+                "1gbit\n:1ms",
+                "1gbit:1ms\n:",
+            ],
+        ),
         # measurement
-        "--batch-size": dict(group="measurement", type=positive_int, help="per-worker batch (default: the workload's)",
-                             invalid=["0", "-1", "x"]),
-        "--warmup-steps": dict(group="measurement", type=positive_int,
-                               help=f"untimed steps first ({launch_default('warmup_steps', 'at least 1')})",
-                               invalid=["0", "x"]),
-        "--steps-per-window": dict(group="measurement", type=positive_int,
-                                   help="steps timed per window (default: the workload's, about a second of work or "
-                                        "less)", invalid=["0", "x"]),
-        "--windows": dict(group="measurement", type=positive_int,
-                          help=f"timed windows ({launch_default('windows', 'at least 2')})",
-                          invalid=["0", "1", "x"]),
-        "--seed": dict(group="measurement", type=count, help=f"seed of the model and the data (default "
-                                                             f"{DEFAULTS['seed']})", invalid=["-1", "x", "1.5"]),
-        "--lr": dict(group="measurement", type=positive_float,
-                     help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum {DEFAULTS['momentum']})",
-                     invalid=["0", "-1", "nan", "inf", "x"]),
-        "--timeout": dict(group="measurement", type=timeout_seconds, metavar="SECONDS",
-                          help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g}, at most "
-                               f"{MAX_TIMEOUT_WORDS})", invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG]),
-        "--check-timeout": dict(group="measurement", type=timeout_seconds, metavar="SECONDS",
-                                help="seconds a workload of your own may take to load, build and take a batch, in a "
-                                     "process of its own before anything runs; past them it is refused, nothing "
-                                     f"started (default {CHECK_TIMEOUT_S:g}; it never exceeds --timeout, and is at "
-                                     f"most {MAX_TIMEOUT_WORDS}; the built-in workloads need no check)",
-                                invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG]),
+        "--batch-size": dict(
+            group="measurement",
+            type=positive_int,
+            help="per-worker batch (default: the workload's)",
+            invalid=["0", "-1", "x"],
+        ),
+        "--warmup-steps": dict(
+            group="measurement",
+            type=positive_int,
+            help=f"untimed steps first ({launch_default('warmup_steps', 'at least 1')})",
+            invalid=["0", "x"],
+        ),
+        "--steps-per-window": dict(
+            group="measurement",
+            type=positive_int,
+            help="steps timed per window (default: the workload's, about a second of work or less)",
+            invalid=["0", "x"],
+        ),
+        "--windows": dict(
+            group="measurement",
+            type=positive_int,
+            help=f"timed windows ({launch_default('windows', 'at least 2')})",
+            invalid=["0", "1", "x"],
+        ),
+        "--seed": dict(
+            group="measurement",
+            type=count,
+            help=f"seed of the model and the data (default {DEFAULTS['seed']})",
+            invalid=["-1", "x", "1.5"],
+        ),
+        "--lr": dict(
+            group="measurement",
+            type=positive_float,
+            help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum {DEFAULTS['momentum']})",
+            invalid=["0", "-1", "nan", "inf", "x"],
+        ),
+        "--timeout": dict(
+            group="measurement",
+            type=timeout_seconds,
+            metavar="SECONDS",
+            help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g}, at most {MAX_TIMEOUT_WORDS})",
+            invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG],
+        ),
+        "--check-timeout": dict(
+            group="measurement",
+            type=timeout_seconds,
+            metavar="SECONDS",
+            help="seconds a workload of your own may take to load, build and take a batch, in a "
+            "process of its own before anything runs; past them it is refused, nothing "
+            f"started (default {CHECK_TIMEOUT_S:g}; it never exceeds --timeout, and is at "
+            f"most {MAX_TIMEOUT_WORDS}; the built-in workloads need no check)",
+            invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG],
+        ),
         # data
-        "--data": dict(group="data", choices=SOURCES,
-                       help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and imagefolder need "
-                            "--data-dir", invalid=["imagenet"]),
-        "--data-dir": dict(group="data", metavar="DIR",
-                           help="folder with MNIST's IDX files, or an ImageFolder tree (one sub-folder of images per "
-                                "class); nothing is downloaded",
-                           needs=["--data", "mnist"], invalid=["/nonexistent/mnist", "", "/"]),
-        "--loader": dict(group="data", choices=LOADERS,
-                         help="how in-memory data reach the model: memory (held on the device, never the limit) or "
-                              "dataloader (torch's DataLoader with a DistributedSampler, as training scripts read "
-                              "data) (default memory)", invalid=["disk"]),
-        "--loader-workers": dict(group="data", type=count,
-                                 help="DataLoader processes per worker, with --loader dataloader or --data imagefolder "
-                                      "(default 0: in the worker)", invalid=["-1", "x"]),
-        "--image-size": dict(group="data", type=positive_int,
-                             help="input side for image models (default: the workload's CPU or GPU size)",
-                             invalid=["0", "x", "8"]),
+        "--data": dict(
+            group="data",
+            choices=SOURCES,
+            help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and imagefolder need --data-dir",
+            invalid=["imagenet"],
+        ),
+        "--data-dir": dict(
+            group="data",
+            metavar="DIR",
+            help="folder with MNIST's IDX files, or an ImageFolder tree (one sub-folder of images per "
+            "class); nothing is downloaded",
+            needs=["--data", "mnist"],
+            invalid=["/nonexistent/mnist", "", "/"],
+        ),
+        "--loader": dict(
+            group="data",
+            choices=LOADERS,
+            help="how in-memory data reach the model: memory (held on the device, never the limit) or "
+            "dataloader (torch's DataLoader with a DistributedSampler, as training scripts read "
+            "data) (default memory)",
+            invalid=["disk"],
+        ),
+        "--loader-workers": dict(
+            group="data",
+            type=count,
+            help="DataLoader processes per worker, with --loader dataloader or --data imagefolder "
+            "(default 0: in the worker)",
+            invalid=["-1", "x"],
+        ),
+        "--image-size": dict(
+            group="data",
+            type=positive_int,
+            help="input side for image models (default: the workload's CPU or GPU size)",
+            invalid=["0", "x", "8"],
+        ),
         # testing the harness
-        "--inject": dict(group="harness", test_only=True, type=inject_fault, metavar="KIND:RANK:STEP",
-                         help=f"test-only fault: {', '.join(INJECT_KINDS)} "
-                              "(the fault words of docs/usage.md, 'Faults') of rank RANK at step STEP",
-                         invalid=["explode:1:1", "join:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"]),
-        "--inject-delay": dict(group="harness", test_only=True, metavar="DELAY",
-                               help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of "
-                                    "its warm-up median step time (20%%) or a duration (5ms), under 10000%% or 100 s; "
-                                    "a sweep never slows the plain single-process loop it measures the others against",
-                               invalid=["x", "20", "-5ms", "100s", "10000%", "nan%", "infs"]),
-        "--save-params": dict(group="harness", action="store_true",
-                              help="save each rank's parameters in the run directory (a fault run: also those each "
-                                   "process resumed from)"),
-        "--save-model": dict(group="results", metavar="PATH",
-                             help="after training, the first worker writes the model's state_dict there (torch.save, "
-                                  "atomically), under every backend (default: not saved)",
-                             invalid=["/nonexistent/folder/model.pt", "", "/"]),
+        "--inject": dict(
+            group="harness",
+            test_only=True,
+            type=inject_fault,
+            metavar="KIND:RANK:STEP",
+            help=f"test-only fault: {', '.join(INJECT_KINDS)} "
+            "(the fault words of docs/usage.md, 'Faults') of rank RANK at step STEP",
+            invalid=["explode:1:1", "join:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"],
+        ),
+        "--inject-delay": dict(
+            group="harness",
+            test_only=True,
+            metavar="DELAY",
+            help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of "
+            "its warm-up median step time (20%%) or a duration (5ms), under 10000%% or 100 s; "
+            "a sweep never slows the plain single-process loop it measures the others against",
+            invalid=["x", "20", "-5ms", "100s", "10000%", "nan%", "infs"],
+        ),
+        "--save-params": dict(
+            group="harness",
+            action="store_true",
+            help="save each rank's parameters in the run directory (a fault run: also those each process resumed from)",
+        ),
+        "--save-model": dict(
+            group="results",
+            metavar="PATH",
+            help="after training, the first worker writes the model's state_dict there (torch.save, "
+            "atomically), under every backend (default: not saved)",
+            invalid=["/nonexistent/folder/model.pt", "", "/"],
+        ),
         # communication sweep
-        "--min-bytes": dict(group="comm", type=byte_size, default=COMM_DEFAULTS["min_bytes"],
-                            help="smallest message: 4, 8K, 64M, 1G (default %(default)s)",
-                            invalid=["0", "-1", "x", "1Q", "1.5K"]),
-        "--max-bytes": dict(group="comm", type=byte_size, default=COMM_DEFAULTS["max_bytes"],
-                            help="largest message (default %(default)s)", invalid=["0", "-1", "x", "1Q", "1.5K"]),
-        "--dtype": dict(group="comm", default=COMM_DEFAULTS["dtype"], help=f"one of {_names(DTYPES)} (default "
-                                                                           "%(default)s)", invalid=["float128", ""]),
-        "--ops": dict(group="comm", default=COMM_DEFAULTS["ops"],
-                      help=f"comma-separated, from {_names(OPS)} (default %(default)s)",
-                      invalid=["nope", "allreduce,nope", "", ","]),
-        "--warmup-iters": dict(group="comm", type=count, default=COMM_DEFAULTS["warmup_iters"],
-                               help="untimed ops per size (default %(default)s)", invalid=["-1", "x"]),
-        "--iters": dict(group="comm", type=positive_int, default=COMM_DEFAULTS["iters"],
-                        help="timed ops per size (default %(default)s)", invalid=["0", "x"]),
+        "--min-bytes": dict(
+            group="comm",
+            type=byte_size,
+            default=COMM_DEFAULTS["min_bytes"],
+            help="smallest message: 4, 8K, 64M, 1G (default %(default)s)",
+            invalid=["0", "-1", "x", "1Q", "1.5K"],
+        ),
+        "--max-bytes": dict(
+            group="comm",
+            type=byte_size,
+            default=COMM_DEFAULTS["max_bytes"],
+            help="largest message (default %(default)s)",
+            invalid=["0", "-1", "x", "1Q", "1.5K"],
+        ),
+        "--dtype": dict(
+            group="comm",
+            default=COMM_DEFAULTS["dtype"],
+            help=f"one of {_names(DTYPES)} (default %(default)s)",
+            invalid=["float128", ""],
+        ),
+        "--ops": dict(
+            group="comm",
+            default=COMM_DEFAULTS["ops"],
+            help=f"comma-separated, from {_names(OPS)} (default %(default)s)",
+            invalid=["nope", "allreduce,nope", "", ","],
+        ),
+        "--warmup-iters": dict(
+            group="comm",
+            type=count,
+            default=COMM_DEFAULTS["warmup_iters"],
+            help="untimed ops per size (default %(default)s)",
+            invalid=["-1", "x"],
+        ),
+        "--iters": dict(
+            group="comm",
+            type=positive_int,
+            default=COMM_DEFAULTS["iters"],
+            help="timed ops per size (default %(default)s)",
+            invalid=["0", "x"],
+        ),
         # sharing the machine (bench.harness.cores)
-        "--cores-timeout": dict(group="sharing", type=wait_seconds, default=DEFAULT_WAIT_S, metavar="SECONDS",
-                                help="while another bench run on this machine holds the cores a run needs, wait up "
-                                     "to this many seconds for them (in the order runs arrived), then refuse with "
-                                     f"exit 2 (default %(default)g; 0: refuse at once; at most {MAX_TIMEOUT_WORDS})",
-                                invalid=["-1", "nan", "inf", "x", *TOO_LONG]),
-        "--allow-shared": dict(group="sharing", action="store_true",
-                               help="run at once even where another bench run holds the cores: both runs' records "
-                                    "are marked (shared_with) and left out of verdicts and the gate"),
+        "--cores-timeout": dict(
+            group="sharing",
+            type=wait_seconds,
+            default=DEFAULT_WAIT_S,
+            metavar="SECONDS",
+            help="while another bench run on this machine holds the cores a run needs, wait up "
+            "to this many seconds for them (in the order runs arrived), then refuse with "
+            f"exit 2 (default %(default)g; 0: refuse at once; at most {MAX_TIMEOUT_WORDS})",
+            invalid=["-1", "nan", "inf", "x", *TOO_LONG],
+        ),
+        "--allow-shared": dict(
+            group="sharing",
+            action="store_true",
+            help="run at once even where another bench run holds the cores: both runs' records "
+            "are marked (shared_with) and left out of verdicts and the gate",
+        ),
         # results
-        "--store": dict(group="results", type=nonempty_path, metavar="FILE",
-                        help=f"results store (SQLite file); default $BENCH_STORE, else {DEFAULT_STORE}",
-                        invalid=["", "/", LONG_PATH]),
-        "--json": dict(group="results", action="store_true",
-                       help="print the result as JSON on stdout (the record, the records or the comparison), and "
-                            "nothing else there"),
-        "--sweep": dict(group="results", type=id_name, metavar="ID",
-                        help="the sweep to take from the store (default: the latest one)",
-                        invalid=["", "../x", "a/b", "x y"]),
-        "--output": dict(group="results", short="-o", metavar="FILE", type=nonempty_path,
-                         help="after the runs, write the HTML report of the store there, plus a timestamped copy "
-                              "beside it (default: no report; `bench report` writes one any time)",
-                         invalid=["", "/", LONG_PATH]),
-        "--repeats": dict(group="results", type=positive_int,
-                          help="run every case this many times, in rounds (the regression gate's unit of "
-                               "replication; default %(default)s)", invalid=["0", "x"]),
+        "--store": dict(
+            group="results",
+            type=nonempty_path,
+            metavar="FILE",
+            help=f"results store (SQLite file); default $BENCH_STORE, else {DEFAULT_STORE}",
+            invalid=["", "/", LONG_PATH],
+        ),
+        "--json": dict(
+            group="results",
+            action="store_true",
+            help="print the result as JSON on stdout (the record, the records or the comparison), and "
+            "nothing else there",
+        ),
+        "--sweep": dict(
+            group="results",
+            type=id_name,
+            metavar="ID",
+            help="the sweep to take from the store (default: the latest one)",
+            invalid=["", "../x", "a/b", "x y"],
+        ),
+        "--output": dict(
+            group="results",
+            short="-o",
+            metavar="FILE",
+            type=nonempty_path,
+            help="after the runs, write the HTML report of the store there, plus a timestamped copy "
+            "beside it (default: no report; `bench report` writes one any time)",
+            invalid=["", "/", LONG_PATH],
+        ),
+        "--repeats": dict(
+            group="results",
+            type=positive_int,
+            help="run every case this many times, in rounds (the regression gate's unit of "
+            "replication; default %(default)s)",
+            invalid=["0", "x"],
+        ),
     }
 
 
-def parent(title: str | None, flags, *, hidden=(), helps: dict[str, str] | None = None,
-           refuses: dict[str, list[str]] | None = None, run_defaults: dict | None = None,
-           **defaults) -> argparse.ArgumentParser:
+def parent(
+    title: str | None,
+    flags,
+    *,
+    hidden=(),
+    helps: dict[str, str] | None = None,
+    refuses: dict[str, list[str]] | None = None,
+    run_defaults: dict | None = None,
+    **defaults,
+) -> argparse.ArgumentParser:
     """A parent parser declaring `flags` (in an argument group `title`, if given). `hidden` flags are still
     parsed (so a verb can refuse them with a clear message, or a test use them) but left out of --help; `helps`:
     flag -> this verb's own help (a default that differs here, and why); `refuses`: flag -> values this verb refuses
@@ -539,9 +735,16 @@ def of_group(name: str, flags=None, **kwargs) -> argparse.ArgumentParser:
 DECLARED = object()  # what_runs: keep the declared default
 
 
-def what_runs(backend_help: str, backend_default: str | None, *, workload_help: str | None = None,
-              workload_default=DECLARED, refuses: dict[str, list[str]] | None = None, loads: bool = True,
-              flags=("--backend", "--workload")) -> argparse.ArgumentParser:
+def what_runs(
+    backend_help: str,
+    backend_default: str | None,
+    *,
+    workload_help: str | None = None,
+    workload_default=DECLARED,
+    refuses: dict[str, list[str]] | None = None,
+    loads: bool = True,
+    flags=("--backend", "--workload"),
+) -> argparse.ArgumentParser:
     """--backend (and --workload), with this verb's default and what `all` means for it: `backend_help` says both,
     and why the default is what it is. `loads`: the verb loads a workload of your own (and so refuses one that does
     not load); predict only names stored ones."""
@@ -617,18 +820,36 @@ def backend_options(backends=None, fault: bool = False) -> argparse.ArgumentPars
         for opt in mine:
             added.add(opt.flag)
             owners = [b for b in (backends or BACKEND_MODULES) if opt.name in {o.name for o in get_backend(b).options}]
-            add(g, opt.flag, dest=BACKEND_OPTION + opt.name, choices=opt.choices,
+            add(
+                g,
+                opt.flag,
+                dest=BACKEND_OPTION + opt.name,
+                choices=opt.choices,
                 metavar=None if opt.choices else opt.name.upper(),
                 type=finite_float if opt.type is float else opt.type,
-                help=argparse.SUPPRESS if opt.fault_only and not fault else
-                (f"{opt.help} (default{':' if opt.default_words else ''} {opt.shown_default})" +
-                 (f"; backends {', '.join(owners)}" if len(owners) > 1 else "")).replace("%", "%%"),
-                invalid=opt.invalid, needs=["--backend", name])
+                help=argparse.SUPPRESS
+                if opt.fault_only and not fault
+                else (
+                    f"{opt.help} (default{':' if opt.default_words else ''} {opt.shown_default})"
+                    + (f"; backends {', '.join(owners)}" if len(owners) > 1 else "")
+                ).replace("%", "%%"),
+                invalid=opt.invalid,
+                needs=["--backend", name],
+            )
     return p
 
 
 def training(run_defaults: dict | None = None, *, largest: bool = False) -> list[argparse.ArgumentParser]:
     """Everything a training run takes: `bench run` and `bench sweep` (run_defaults: the sweep's own warm-up and
     windows, shown in its help as the sweep's; `largest`: the sweep's world size options, its largest)."""
-    return [placement(largest=largest), hosts(), measurement(run_defaults), data(), harness(), backend_options(),
-            sharing(), store(), json_output()]
+    return [
+        placement(largest=largest),
+        hosts(),
+        measurement(run_defaults),
+        data(),
+        harness(),
+        backend_options(),
+        sharing(),
+        store(),
+        json_output(),
+    ]

@@ -23,41 +23,90 @@ MAX_COMPUTE_MS = 3600 * 1000.0
 
 def add_parser(verbs) -> None:
     p = verbs.add_parser(
-        "predict", help="project step time, throughput and scaling efficiency to a cluster (a model, fitted on "
-                        "the stored runs of one host); --validate checks it on runs across test hosts",
-        epilog=examples("bench predict --workload resnet18 --cluster cpu-10g      # nodes like this one, 10 Gbit/s",
-                        "bench predict --workload resnet18 --cluster ib-100g --compute-ms 14.5   # a GPU's step",
-                        "bench predict --cluster 64x8:100gbit:5us --backend elastic,horovod --json",
-                        "bench predict --validate --store docs/studies/projection/bench.sqlite"),
-        parents=[options.what_runs(
-                     f"the backends to project (default {DEFAULT_BACKENDS}: the ones the model's validation covers; "
-                     f"all: every backend but the plain loop, {', '.join(PROJECTABLE)})", DEFAULT_BACKENDS,
-                     workload_help="comma-separated workloads to project, or all (default: all, every one the store "
-                                   "has a profiled plain-loop run of)", workload_default=None, loads=False),
-                 options.parent("the runs to fit from", ["--batch-size", "--threads"], helps={
-                     "--batch-size": "per-worker batch of the runs to fit from (default: the one the store's runs "
-                                     "used, when they used one, since the model starts from them)",
-                     "--threads": "threads per worker of the runs to fit from (default: the one the store's runs used, "
-                                  "since the model starts from them)"}),
-                 options.store(), options.json_output()])
-    options.add(p, "--cluster", default=DEFAULT_CLUSTER, metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY]",
-                invalid=["nowhere", "4x8:fast", "4x8:100gbit\n:5us", "4x8:100gbit:5us\n:"],
-                help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}) or descriptions such as "
-                     f"64x8:100gbit:5us (default {DEFAULT_CLUSTER}; a GPU profile needs --compute-ms)")
-    options.add(p, "--compute-ms", type=options.at_most(options.positive_float, MAX_COMPUTE_MS, "3600000, an hour"),
-                metavar="MS", invalid=["0", "-1", "x", "nan", "inf", "1e10"],
-                help="one worker's step time on the cluster's hardware, measured there (a GPU's, for a GPU profile), "
-                     "at most 3600000, an hour; the step's shape comes from the stored profile")
-    options.add(p, "--compute-batch", type=options.positive_int, metavar="N", invalid=["0"],
-                help="the per-worker batch of the --compute-ms step, for the throughput (default: the stored case's)")
-    options.add(p, "--compute-from", type=options.id_name, metavar="RUN_ID", invalid=["../x"],
-                help="a stored run at 1 worker on the cluster's hardware (bench import brings it here) whose step time "
-                     "is the compute")
-    options.add(p, "--max-workers", type=options.positive_int, default=MAX_WORKERS, metavar="N", invalid=["0"],
-                help=f"project up to this many workers (default {MAX_WORKERS})")
-    options.add(p, "--validate", action="store_true",
-                help="instead: predict every stored run across test hosts with a shaped link from the one-host runs, "
-                     "and print predicted against measured; exit 1 when the model misses its goal")
+        "predict",
+        help="project step time, throughput and scaling efficiency to a cluster (a model, fitted on "
+        "the stored runs of one host); --validate checks it on runs across test hosts",
+        epilog=examples(
+            "bench predict --workload resnet18 --cluster cpu-10g      # nodes like this one, 10 Gbit/s",
+            "bench predict --workload resnet18 --cluster ib-100g --compute-ms 14.5   # a GPU's step",
+            "bench predict --cluster 64x8:100gbit:5us --backend elastic,horovod --json",
+            "bench predict --validate --store docs/studies/projection/bench.sqlite",
+        ),
+        parents=[
+            options.what_runs(
+                f"the backends to project (default {DEFAULT_BACKENDS}: the ones the model's validation covers; "
+                f"all: every backend but the plain loop, {', '.join(PROJECTABLE)})",
+                DEFAULT_BACKENDS,
+                workload_help="comma-separated workloads to project, or all (default: all, every one the store "
+                "has a profiled plain-loop run of)",
+                workload_default=None,
+                loads=False,
+            ),
+            options.parent(
+                "the runs to fit from",
+                ["--batch-size", "--threads"],
+                helps={
+                    "--batch-size": "per-worker batch of the runs to fit from (default: the one the store's runs "
+                    "used, when they used one, since the model starts from them)",
+                    "--threads": "threads per worker of the runs to fit from (default: the one the store's runs used, "
+                    "since the model starts from them)",
+                },
+            ),
+            options.store(),
+            options.json_output(),
+        ],
+    )
+    options.add(
+        p,
+        "--cluster",
+        default=DEFAULT_CLUSTER,
+        metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY]",
+        invalid=["nowhere", "4x8:fast", "4x8:100gbit\n:5us", "4x8:100gbit:5us\n:"],
+        help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}) or descriptions such as "
+        f"64x8:100gbit:5us (default {DEFAULT_CLUSTER}; a GPU profile needs --compute-ms)",
+    )
+    options.add(
+        p,
+        "--compute-ms",
+        type=options.at_most(options.positive_float, MAX_COMPUTE_MS, "3600000, an hour"),
+        metavar="MS",
+        invalid=["0", "-1", "x", "nan", "inf", "1e10"],
+        help="one worker's step time on the cluster's hardware, measured there (a GPU's, for a GPU profile), "
+        "at most 3600000, an hour; the step's shape comes from the stored profile",
+    )
+    options.add(
+        p,
+        "--compute-batch",
+        type=options.positive_int,
+        metavar="N",
+        invalid=["0"],
+        help="the per-worker batch of the --compute-ms step, for the throughput (default: the stored case's)",
+    )
+    options.add(
+        p,
+        "--compute-from",
+        type=options.id_name,
+        metavar="RUN_ID",
+        invalid=["../x"],
+        help="a stored run at 1 worker on the cluster's hardware (bench import brings it here) whose step time "
+        "is the compute",
+    )
+    options.add(
+        p,
+        "--max-workers",
+        type=options.positive_int,
+        default=MAX_WORKERS,
+        metavar="N",
+        invalid=["0"],
+        help=f"project up to this many workers (default {MAX_WORKERS})",
+    )
+    options.add(
+        p,
+        "--validate",
+        action="store_true",
+        help="instead: predict every stored run across test hosts with a shaped link from the one-host runs, "
+        "and print predicted against measured; exit 1 when the model misses its goal",
+    )
     p.set_defaults(func=cmd)
 
 
@@ -65,8 +114,10 @@ def cmd(args) -> int:
     backends = chosen_backends(args.backend, PROJECTABLE, device=None, verb="predict")
     unknown = [b for b in backends if b not in PROJECTABLE]
     if unknown:
-        raise UsageError(f"--backend {','.join(unknown)}: the plain loop is what the model starts from; choose from "
-                         f"{', '.join(PROJECTABLE)}")
+        raise UsageError(
+            f"--backend {','.join(unknown)}: the plain loop is what the model starts from; choose from "
+            f"{', '.join(PROJECTABLE)}"
+        )
     if args.compute_ms is not None and args.compute_from:
         raise UsageError("--compute-ms and --compute-from both give the compute: give one")
     if args.compute_batch is not None and args.compute_ms is None:
@@ -89,13 +140,20 @@ def cmd(args) -> int:
         for name in clusters:
             cluster = cluster_of(name, fitted)
             inputs = {b: compute_for(i, cluster, args, store) for b, i in fitted.items()}
-            points = {b: project(i, cluster, [n for n in cluster.worker_counts(args.max_workers)])
-                      for b, i in inputs.items()}
-            out.append({"case": case.__dict__, "cluster": cluster_json(cluster),
-                        "backends": {b: {"inputs": inputs_json(inputs[b]), "points": [point_json(p) for p in pts]}
-                                     for b, pts in points.items()},
-                        "fastest_changes": [{"workers": n, "before": a, "after": b}
-                                            for n, a, b in crossover(points)]})
+            points = {
+                b: project(i, cluster, [n for n in cluster.worker_counts(args.max_workers)]) for b, i in inputs.items()
+            }
+            out.append(
+                {
+                    "case": case.__dict__,
+                    "cluster": cluster_json(cluster),
+                    "backends": {
+                        b: {"inputs": inputs_json(inputs[b]), "points": [point_json(p) for p in pts]}
+                        for b, pts in points.items()
+                    },
+                    "fastest_changes": [{"workers": n, "before": a, "after": b} for n, a, b in crossover(points)],
+                }
+            )
             text += projection_text(case, cluster, inputs, points)
     if args.json:
         print_json({"projection": "model projection, not a measurement", "results": out})
@@ -106,14 +164,18 @@ def cmd(args) -> int:
 
 def choose_cases(cases: list[Case], args) -> list[Case]:
     if not cases:
-        raise UsageError("the store has no plain-loop run at 1 worker with a profile, which the model starts from: "
-                         "run `bench sweep --world-sizes 1,2` (or `nox -s bench`) first")
+        raise UsageError(
+            "the store has no plain-loop run at 1 worker with a profile, which the model starts from: "
+            "run `bench sweep --world-sizes 1,2` (or `nox -s bench`) first"
+        )
     if args.workload and not options.is_all(args.workload):
         wanted = options.chosen(args.workload, [])
         missing = [w for w in wanted if w not in {c.workload for c in cases}]
         if missing:
-            raise UsageError(f"no profiled plain-loop run of workload {missing[0]!r} in the store; run "
-                             f"`bench sweep --workload {missing[0]} --world-sizes 1,2` first")
+            raise UsageError(
+                f"no profiled plain-loop run of workload {missing[0]!r} in the store; run "
+                f"`bench sweep --workload {missing[0]} --world-sizes 1,2` first"
+            )
         cases = [c for c in cases if c.workload in wanted]
     for flag, attr in (("batch_size", "batch"), ("threads", "threads")):
         wanted = getattr(args, flag)
@@ -127,9 +189,11 @@ def choose_cases(cases: list[Case], args) -> list[Case]:
     ambiguous = {w: cs for w, cs in by_workload.items() if len(cs) > 1}
     if ambiguous:
         w, cs = next(iter(ambiguous.items()))
-        raise UsageError(f"the store has {w} runs at several conditions ("
-                         + "; ".join(f"batch {c.batch}, {c.threads} thread(s), {c.device}" for c in cs)
-                         + "): choose with --batch-size and --threads")
+        raise UsageError(
+            f"the store has {w} runs at several conditions ("
+            + "; ".join(f"batch {c.batch}, {c.threads} thread(s), {c.device}" for c in cs)
+            + "): choose with --batch-size and --threads"
+        )
     return [cs[0] for cs in by_workload.values()]
 
 
@@ -143,28 +207,48 @@ def compute_for(inputs, cluster, args, store):
     """The inputs with the cluster's compute: given, read from a stored run, or (same device) the measured one."""
     if args.compute_ms is not None:
         batch = args.compute_batch or inputs.batch
-        return replace(with_compute(inputs, args.compute_ms / 1e3, cluster.device,
-                                    f"compute: {args.compute_ms:g} ms per step at batch {batch} as given "
-                                    "(--compute-ms); the step's shape is the stored profile's; the backend's overheads "
-                                    "and own processing there are unknown and left out"), batch=batch)
+        return replace(
+            with_compute(
+                inputs,
+                args.compute_ms / 1e3,
+                cluster.device,
+                f"compute: {args.compute_ms:g} ms per step at batch {batch} as given "
+                "(--compute-ms); the step's shape is the stored profile's; the backend's overheads "
+                "and own processing there are unknown and left out",
+            ),
+            batch=batch,
+        )
     if args.compute_from:
         rec = next((r for r in store.records() if r.run_id == args.compute_from), None)
         if rec is None or not gives(rec, "step") or not rec.ok or rec.metrics is None:
-            raise UsageError(f"--compute-from {args.compute_from}: no ok training run of that id in the store "
-                             "(`bench list` shows them; `bench import` brings another machine's)")
+            raise UsageError(
+                f"--compute-from {args.compute_from}: no ok training run of that id in the store "
+                "(`bench list` shows them; `bench import` brings another machine's)"
+            )
         if rec.spec.workload != inputs.workload:
-            raise UsageError(f"--compute-from {args.compute_from}: it trained {rec.spec.workload}, not "
-                             f"{inputs.workload}; give a run of the same workload (or --workload {rec.spec.workload})")
+            raise UsageError(
+                f"--compute-from {args.compute_from}: it trained {rec.spec.workload}, not "
+                f"{inputs.workload}; give a run of the same workload (or --workload {rec.spec.workload})"
+            )
         if rec.spec.world_size != 1:
-            raise UsageError(f"--compute-from {args.compute_from}: it ran {rec.spec.world_size} workers; give a run "
-                             "at 1 worker")
-        return replace(with_compute(inputs, rec.metrics.step_time_s.mean, rec.spec.device,
-                            f"compute: run {rec.run_id}'s step ({rec.metrics.step_time_s.mean * 1e3:.1f} ms, "
-                            f"{rec.spec.device}); the backend's overheads there are unknown and left out"),
-                       batch=rec.spec.batch_size)
+            raise UsageError(
+                f"--compute-from {args.compute_from}: it ran {rec.spec.world_size} workers; give a run at 1 worker"
+            )
+        return replace(
+            with_compute(
+                inputs,
+                rec.metrics.step_time_s.mean,
+                rec.spec.device,
+                f"compute: run {rec.run_id}'s step ({rec.metrics.step_time_s.mean * 1e3:.1f} ms, "
+                f"{rec.spec.device}); the backend's overheads there are unknown and left out",
+            ),
+            batch=rec.spec.batch_size,
+        )
     if cluster.device != inputs.device:
-        raise UsageError(f"--cluster {cluster.name} is a {cluster.device} cluster and the store's runs are "
-                         f"{inputs.device}: give --compute-ms (a measured one-worker step there) or --compute-from")
+        raise UsageError(
+            f"--cluster {cluster.name} is a {cluster.device} cluster and the store's runs are "
+            f"{inputs.device}: give --compute-ms (a measured one-worker step there) or --compute-from"
+        )
     return inputs
 
 
@@ -174,69 +258,118 @@ def ms(seconds: float) -> str:
 
 
 def projection_text(case, cluster, inputs: dict, points: dict) -> list[str]:
-    lines = ["", f"model projection (not a measurement): {case.workload}, batch {case.batch} per worker, "
-                 f"{case.threads} thread(s); cluster {cluster.name}: {cluster.summary}", f"  source: {cluster.source}"]
+    lines = [
+        "",
+        f"model projection (not a measurement): {case.workload}, batch {case.batch} per worker, "
+        f"{case.threads} thread(s); cluster {cluster.name}: {cluster.summary}",
+        f"  source: {cluster.source}",
+    ]
     for backend, pts in points.items():
         i = inputs[backend]
-        lines.append(f"  {backend}: compute {ms(i.compute.mean)} ms ({len(i.compute.runs)} run(s)), overhead "
-                     f"{ms(i.overhead.mean)} ms/step, slowdown {i.slowdown.mean:.2f} s per s overlapped, "
-                     f"alpha {i.alpha.mean * 1e6:.1f} us, beta {i.beta.mean * 1e9:.2f} ns/B (fitted at "
-                     f"{i.fit_world} workers on one host)")
+        lines.append(
+            f"  {backend}: compute {ms(i.compute.mean)} ms ({len(i.compute.runs)} run(s)), overhead "
+            f"{ms(i.overhead.mean)} ms/step, slowdown {i.slowdown.mean:.2f} s per s overlapped, "
+            f"alpha {i.alpha.mean * 1e6:.1f} us, beta {i.beta.mean * 1e9:.2f} ns/B (fitted at "
+            f"{i.fit_world} workers on one host)"
+        )
         for note in i.notes:
             lines.append(f"    note: {note}")
-        lines.append(f"    {'workers':>7} {'nodes':>5} {'step ms (95%)':>22} {'samples/s':>11} "
-                     f"{'efficiency (95%)':>20}  {'compute':>8} {'slowed':>7} {'hidden':>7} {'exposed':>8} "
-                     f"{'overhead':>8}  algorithm")
+        lines.append(
+            f"    {'workers':>7} {'nodes':>5} {'step ms (95%)':>22} {'samples/s':>11} "
+            f"{'efficiency (95%)':>20}  {'compute':>8} {'slowed':>7} {'hidden':>7} {'exposed':>8} "
+            f"{'overhead':>8}  algorithm"
+        )
         for p in pts:
             parts = p.parts
-            lines.append(f"    {p.workers:>7} {p.nodes:>5} {ms(p.step):>8} ({ms(p.step_low)}-{ms(p.step_high)})"
-                         f"{'':>1} {p.throughput:>11,.0f} {p.efficiency:>8.0%} ({p.efficiency_low:.0%}-"
-                         f"{p.efficiency_high:.0%})  {ms(parts.compute):>8} {ms(parts.slowdown):>7} "
-                         f"{ms(parts.hidden):>7} {ms(parts.exposed):>8} {ms(parts.overhead):>8}  {p.algorithm}")
+            lines.append(
+                f"    {p.workers:>7} {p.nodes:>5} {ms(p.step):>8} ({ms(p.step_low)}-{ms(p.step_high)})"
+                f"{'':>1} {p.throughput:>11,.0f} {p.efficiency:>8.0%} ({p.efficiency_low:.0%}-"
+                f"{p.efficiency_high:.0%})  {ms(parts.compute):>8} {ms(parts.slowdown):>7} "
+                f"{ms(parts.hidden):>7} {ms(parts.exposed):>8} {ms(parts.overhead):>8}  {p.algorithm}"
+            )
     changes = crossover(points)
     if len(points) > 1:
-        lines.append("  fastest: " + (", ".join(f"{b} from {n} workers (before: {a})" for n, a, b in changes)
-                                      if changes else "the same backend at every worker count projected"))
+        lines.append(
+            "  fastest: "
+            + (
+                ", ".join(f"{b} from {n} workers (before: {a})" for n, a, b in changes)
+                if changes
+                else "the same backend at every worker count projected"
+            )
+        )
     return lines
 
 
 def cluster_json(cluster) -> dict:
-    return {"name": cluster.name, "summary": cluster.summary, "device": cluster.device,
-            "workers_per_node": cluster.workers_per_node, "max_nodes": cluster.max_nodes, "source": cluster.source,
-            "network": cluster.network.__dict__ if cluster.network else None,
-            "node_link": cluster.node_link.__dict__ if cluster.node_link else None}
+    return {
+        "name": cluster.name,
+        "summary": cluster.summary,
+        "device": cluster.device,
+        "workers_per_node": cluster.workers_per_node,
+        "max_nodes": cluster.max_nodes,
+        "source": cluster.source,
+        "network": cluster.network.__dict__ if cluster.network else None,
+        "node_link": cluster.node_link.__dict__ if cluster.node_link else None,
+    }
 
 
 def inputs_json(i) -> dict:
-    values = {name: {"mean": getattr(i, name).mean, "se": getattr(i, name).se, "dof": getattr(i, name).dof}
-              for name in ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta")}
-    return {"values": values, "runs": {k: list(v) for k, v in i.runs().items()}, "fit_world": i.fit_world,
-            "options": i.options, "notes": list(i.notes)}
+    values = {
+        name: {"mean": getattr(i, name).mean, "se": getattr(i, name).se, "dof": getattr(i, name).dof}
+        for name in ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta")
+    }
+    return {
+        "values": values,
+        "runs": {k: list(v) for k, v in i.runs().items()},
+        "fit_world": i.fit_world,
+        "options": i.options,
+        "notes": list(i.notes),
+    }
 
 
 def point_json(p) -> dict:
-    return {"workers": p.workers, "nodes": p.nodes, "step_s": p.step, "step_low_s": p.step_low,
-            "step_high_s": p.step_high, "throughput": p.throughput, "efficiency": p.efficiency,
-            "efficiency_low": p.efficiency_low, "efficiency_high": p.efficiency_high, "algorithm": p.algorithm,
-            "parts_s": {"compute": p.parts.compute, "slowdown": p.parts.slowdown, "hidden": p.parts.hidden,
-                        "exposed": p.parts.exposed, "overhead": p.parts.overhead}}
+    return {
+        "workers": p.workers,
+        "nodes": p.nodes,
+        "step_s": p.step,
+        "step_low_s": p.step_low,
+        "step_high_s": p.step_high,
+        "throughput": p.throughput,
+        "efficiency": p.efficiency,
+        "efficiency_low": p.efficiency_low,
+        "efficiency_high": p.efficiency_high,
+        "algorithm": p.algorithm,
+        "parts_s": {
+            "compute": p.parts.compute,
+            "slowdown": p.parts.slowdown,
+            "hidden": p.parts.hidden,
+            "exposed": p.parts.exposed,
+            "overhead": p.parts.overhead,
+        },
+    }
 
 
 def validation_lines(v) -> list[str]:
-    lines = ["model projection against measured runs it was not fitted on (runs across test hosts)",
-             f"{'workload':<10} {'backend':<8} {'hosts':>5} {'link':<8} {'measured ms (95%)':>24} "
-             f"{'predicted ms (95%)':>24} {'error':>7} {'compute share':>13} {'link fit':>8} {'nominal link':>12}"]
+    lines = [
+        "model projection against measured runs it was not fitted on (runs across test hosts)",
+        f"{'workload':<10} {'backend':<8} {'hosts':>5} {'link':<8} {'measured ms (95%)':>24} "
+        f"{'predicted ms (95%)':>24} {'error':>7} {'compute share':>13} {'link fit':>8} {'nominal link':>12}",
+    ]
     for r in v.rows:
-        lines.append(f"{r.workload:<10} {r.backend:<8} {r.hosts:>5} {r.link:<8} {ms(r.measured.mean):>9} "
-                     f"({ms(r.measured_low)}-{ms(r.measured_high)}) n={len(r.runs)} {ms(r.point.step):>9} "
-                     f"({ms(r.point.step_low)}-{ms(r.point.step_high)}) {r.error:>+7.1%} {r.compute_share:>13.0%} "
-                     f"{'measured' if r.link_measured else 'nominal':>8} {r.nominal_error:>+12.1%}"
-                     + (f"  (not judged: {r.left_out})" if r.left_out else ""))
+        lines.append(
+            f"{r.workload:<10} {r.backend:<8} {r.hosts:>5} {r.link:<8} {ms(r.measured.mean):>9} "
+            f"({ms(r.measured_low)}-{ms(r.measured_high)}) n={len(r.runs)} {ms(r.point.step):>9} "
+            f"({ms(r.point.step_low)}-{ms(r.point.step_high)}) {r.error:>+7.1%} {r.compute_share:>13.0%} "
+            f"{'measured' if r.link_measured else 'nominal':>8} {r.nominal_error:>+12.1%}"
+            + (f"  (not judged: {r.left_out})" if r.left_out else "")
+        )
     for w in v.winners:
-        lines.append(f"winner {w.workload} {w.hosts} hosts {w.link}: {w.faster} faster than {w.slower} by "
-                     f"{w.ratio - 1:.1%} ({'significant' if w.significant else 'not significant'}); predicted "
-                     f"{w.predicted_faster}: {'agrees' if w.agrees else 'disagrees'}"
-                     + ("" if w.judged else " (a point not judged)"))
+        lines.append(
+            f"winner {w.workload} {w.hosts} hosts {w.link}: {w.faster} faster than {w.slower} by "
+            f"{w.ratio - 1:.1%} ({'significant' if w.significant else 'not significant'}); predicted "
+            f"{w.predicted_faster}: {'agrees' if w.agrees else 'disagrees'}"
+            + ("" if w.judged else " (a point not judged)")
+        )
     lines += [f"skipped: {s}" for s in v.skipped]
     lines.append(v.summary())
     return lines
@@ -244,21 +377,46 @@ def validation_lines(v) -> list[str]:
 
 def show_validation(v, as_json: bool) -> int:
     if not v.rows and not v.skipped:
-        raise UsageError("the store has no ok training run across test hosts with a shaped link (--link) to check "
-                         "the model against; see docs/studies/projection.md for the runs it takes")
+        raise UsageError(
+            "the store has no ok training run across test hosts with a shaped link (--link) to check "
+            "the model against; see docs/studies/projection.md for the runs it takes"
+        )
     if as_json:
-        print_json({"rows": [{"workload": r.workload, "backend": r.backend, "hosts": r.hosts, "link": r.link,
-                              "measured_s": r.measured.mean, "measured_low_s": r.measured_low,
-                              "measured_high_s": r.measured_high, "launches": len(r.runs), "runs": list(r.runs),
-                              "predicted": point_json(r.point), "error": r.error, "compute_share": r.compute_share,
-                              "link_measured": r.link_measured, "link_runs": list(r.link_runs),
-                              "predicted_nominal_link": point_json(r.nominal), "nominal_error": r.nominal_error,
-                              "judged": not r.left_out, "left_out": r.left_out}
-                             for r in v.rows],
-                    "winners": [w.__dict__ | {"agrees": w.agrees} for w in v.winners],
-                    "skipped": v.skipped, "median_error": v.median_error, "worst_error": v.worst_error,
-                    "nominal_median_error": v.nominal_median_error, "all_median_error": v.all_median_error,
-                    "meets_goal": v.meets_goal(), "summary": v.summary()})
+        print_json(
+            {
+                "rows": [
+                    {
+                        "workload": r.workload,
+                        "backend": r.backend,
+                        "hosts": r.hosts,
+                        "link": r.link,
+                        "measured_s": r.measured.mean,
+                        "measured_low_s": r.measured_low,
+                        "measured_high_s": r.measured_high,
+                        "launches": len(r.runs),
+                        "runs": list(r.runs),
+                        "predicted": point_json(r.point),
+                        "error": r.error,
+                        "compute_share": r.compute_share,
+                        "link_measured": r.link_measured,
+                        "link_runs": list(r.link_runs),
+                        "predicted_nominal_link": point_json(r.nominal),
+                        "nominal_error": r.nominal_error,
+                        "judged": not r.left_out,
+                        "left_out": r.left_out,
+                    }
+                    for r in v.rows
+                ],
+                "winners": [w.__dict__ | {"agrees": w.agrees} for w in v.winners],
+                "skipped": v.skipped,
+                "median_error": v.median_error,
+                "worst_error": v.worst_error,
+                "nominal_median_error": v.nominal_median_error,
+                "all_median_error": v.all_median_error,
+                "meets_goal": v.meets_goal(),
+                "summary": v.summary(),
+            }
+        )
     else:
         print("\n".join(validation_lines(v)))
     return EXIT_OK if v.meets_goal() else EXIT_RUN_FAILED

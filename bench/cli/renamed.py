@@ -27,8 +27,10 @@ def signal_as_word(text: str) -> str:
     """--signal KILL|TERM|STOP (any case, as it was taken) as bench fault's --fault word."""
     word = {signal: word for word, signal in SIGNAL_OF.items()}.get(text.upper())
     if word is None:
-        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(SIGNAL_OF.values())}; "
-                                         f"now --fault {', '.join(SIGNAL_OF)})")
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {text!r} (choose from {', '.join(SIGNAL_OF.values())}; "
+            f"now --fault {', '.join(SIGNAL_OF)})"
+        )
     return word
 
 
@@ -54,12 +56,24 @@ RENAMED = (
     Renamed("--no-baseline", "--no-plain-loop", ("sweep",), "a baseline is the regression gate's"),
     Renamed("--launcher", "--hvd-launcher", None, "it chooses Horovod's launcher, beside the other --hvd-* options"),
     Renamed("--wait-for-cores", "--cores-timeout", None, TIME_LIMITS),
-    Renamed("--max-minutes", "--pairs-timeout", ("selfcheck",), TIME_LIMITS, convert=minutes_as_seconds,
-            converts="minutes x 60"),
+    Renamed(
+        "--max-minutes",
+        "--pairs-timeout",
+        ("selfcheck",),
+        TIME_LIMITS,
+        convert=minutes_as_seconds,
+        converts="minutes x 60",
+    ),
     Renamed("--nproc", "--max-nproc", ("sweep",), WORLD_SIZES),
     Renamed("--gpus", "--max-gpus", ("sweep",), WORLD_SIZES),
-    Renamed("--signal", "--fault", ("fault",), FAULT_WORDS, convert=signal_as_word, converts="KILL, TERM, STOP: "
-            "kill, term, hang"),
+    Renamed(
+        "--signal",
+        "--fault",
+        ("fault",),
+        FAULT_WORDS,
+        convert=signal_as_word,
+        converts="KILL, TERM, STOP: kill, term, hang",
+    ),
     Renamed("--join", "--fault", ("fault",), FAULT_WORDS, value="join"),
 )
 
@@ -83,8 +97,11 @@ class OldSpelling(argparse.Action):
             if r.convert is not None:
                 old = f"{old} {values}"
             new, values = f"{new} {text}", converted
-        note(f"{parser.prog}: {old} is now {new}" + (f" ({r.why})" if r.why else "") +
-             "; the old name still works for now")
+        note(
+            f"{parser.prog}: {old} is now {new}"
+            + (f" ({r.why})" if r.why else "")
+            + "; the old name still works for now"
+        )
         self.target(parser, namespace, values, r.new)
 
 
@@ -99,12 +116,38 @@ def add_old_spellings(verb: str, parser: argparse.ArgumentParser) -> None:
                 continue
             raise AssertionError(f"bench {verb} has no {r.new}, which {r.old} was renamed to")
         if r.value is not None:  # a flag: it takes nothing
-            parser.add_argument(r.old, action=OldSpelling, renamed=r, target=target, dest=target.dest, nargs=0,
-                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+            parser.add_argument(
+                r.old,
+                action=OldSpelling,
+                renamed=r,
+                target=target,
+                dest=target.dest,
+                nargs=0,
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )
         elif r.convert is not None:  # its own value, converted when given
-            parser.add_argument(r.old, action=OldSpelling, renamed=r, target=target, dest=target.dest,
-                                metavar=target.metavar, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+            parser.add_argument(
+                r.old,
+                action=OldSpelling,
+                renamed=r,
+                target=target,
+                dest=target.dest,
+                metavar=target.metavar,
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )
         else:
-            parser.add_argument(r.old, action=OldSpelling, renamed=r, target=target, dest=target.dest,
-                                nargs=target.nargs, type=target.type, choices=target.choices, metavar=target.metavar,
-                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+            parser.add_argument(
+                r.old,
+                action=OldSpelling,
+                renamed=r,
+                target=target,
+                dest=target.dest,
+                nargs=target.nargs,
+                type=target.type,
+                choices=target.choices,
+                metavar=target.metavar,
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )

@@ -13,17 +13,36 @@ from bench.report.page import write_report
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("report", help="write a single-file HTML report",
-                         parents=[options.store(), options.parent(None, ["--output"], helps={"--output": (
-                             "HTML file to write (default %(default)s, since writing the page is what this verb "
-                             "does)")}, output=os.path.join("reports", "report.html"))],
-                         epilog=examples("bench report -o reports/report.html   # the decision page, one file",
-                                         "bench report --where backend=elastic,horovod --where workload=resnet18 "
-                                         "-o r.html"))
-    options.add(p, "--where", action="append", metavar="KEY=V1,V2",
-                help="keep runs whose KEY (a `bench list` column: backend, workload, world_size, device, status, "
-                     "sweep_id, ...) is one of the values; repeatable (default: every run)",
-                invalid=["backend", "nokey=1", "=x"])
+    p = verbs.add_parser(
+        "report",
+        help="write a single-file HTML report",
+        parents=[
+            options.store(),
+            options.parent(
+                None,
+                ["--output"],
+                helps={
+                    "--output": (
+                        "HTML file to write (default %(default)s, since writing the page is what this verb does)"
+                    )
+                },
+                output=os.path.join("reports", "report.html"),
+            ),
+        ],
+        epilog=examples(
+            "bench report -o reports/report.html   # the decision page, one file",
+            "bench report --where backend=elastic,horovod --where workload=resnet18 -o r.html",
+        ),
+    )
+    options.add(
+        p,
+        "--where",
+        action="append",
+        metavar="KEY=V1,V2",
+        help="keep runs whose KEY (a `bench list` column: backend, workload, world_size, device, status, "
+        "sweep_id, ...) is one of the values; repeatable (default: every run)",
+        invalid=["backend", "nokey=1", "=x"],
+    )
     p.set_defaults(func=cmd)
 
 

@@ -11,19 +11,28 @@ from workloads import WORKLOADS
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("run", help="one run of one backend and workload (of each in turn, where several are given)",
-                         epilog=examples(
-                             "bench run --backend elastic --workload mnist_mlp --nproc 2   # 2 CPU processes, gloo",
-                             "bench run --backend horovod --workload resnet18 --nproc 2 --json",
-                             "bench run --backend elastic --gpus 8                         # one process per GPU",
-                             "bench run --backend ps --nproc 2 --ps-servers 2 --ps-mode async",
-                             "bench run --backend horovod --hvd-launcher mpi --nproc 2",
-                             "bench run --backend elastic,horovod --nproc 2                # one run of each, in turn"),
-                         parents=[options.what_runs(
-                             f"each is run in turn, every run stored (default {DEFAULT_BACKEND}: a run measures one "
-                             "backend, and this is the first of the question's pair; all: every backend a sweep "
-                             f"compares ({', '.join(compared_for('train'))}) that can run here)", DEFAULT_BACKEND),
-                                  *options.training(), options.parent("output", ("--save-model",))])
+    p = verbs.add_parser(
+        "run",
+        help="one run of one backend and workload (of each in turn, where several are given)",
+        epilog=examples(
+            "bench run --backend elastic --workload mnist_mlp --nproc 2   # 2 CPU processes, gloo",
+            "bench run --backend horovod --workload resnet18 --nproc 2 --json",
+            "bench run --backend elastic --gpus 8                         # one process per GPU",
+            "bench run --backend ps --nproc 2 --ps-servers 2 --ps-mode async",
+            "bench run --backend horovod --hvd-launcher mpi --nproc 2",
+            "bench run --backend elastic,horovod --nproc 2                # one run of each, in turn",
+        ),
+        parents=[
+            options.what_runs(
+                f"each is run in turn, every run stored (default {DEFAULT_BACKEND}: a run measures one "
+                "backend, and this is the first of the question's pair; all: every backend a sweep "
+                f"compares ({', '.join(compared_for('train'))}) that can run here)",
+                DEFAULT_BACKEND,
+            ),
+            *options.training(),
+            options.parent("output", ("--save-model",)),
+        ],
+    )
     p.set_defaults(func=cmd)
 
 
@@ -33,10 +42,15 @@ def cmd(args) -> int:
     backends = chosen_backends(args.backend, compared_for("train"), device=device, verb="run")
     workloads = options.chosen(args.workload, WORKLOADS)
     if args.save_model and len(backends) * len(workloads) > 1:
-        raise UsageError(f"--save-model keeps one run's model, and this makes {len(backends) * len(workloads)} runs; "
-                         "give one --backend and one --workload with it")
+        raise UsageError(
+            f"--save-model keeps one run's model, and this makes {len(backends) * len(workloads)} runs; "
+            "give one --backend and one --workload with it"
+        )
     given = spec_options(args, backends)
     # every spec is built (and checked) before the first run starts
-    specs = [build_spec(backend=backend, workload=workload, world_size=world, device=device, cluster=cluster, **given)
-             for workload in workloads for backend in backends]
+    specs = [
+        build_spec(backend=backend, workload=workload, world_size=world, device=device, cluster=cluster, **given)
+        for workload in workloads
+        for backend in backends
+    ]
     return run_each(specs, args.store, args.json, "run")

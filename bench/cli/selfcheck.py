@@ -29,43 +29,64 @@ def add_parser(verbs) -> None:
     t, b = GOALS["throughput"], GOALS["busbw"]
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("the check")
-    options.add(g, "--pairs", type=options.positive_int, default=DEFAULT_PAIRS,
-                help="pairs of launches (suite and bare loop) per figure, at least (default %(default)s, at "
-                     "least 2)", invalid=["0", "1", "x"])
-    options.add(g, "--pairs-timeout", type=options.wait_seconds, default=DEFAULT_PAIRS_TIMEOUT, metavar="SECONDS",
-                help=f"after --pairs, pairs are added until each interval is within ±{100 * t.resolution:g}%% "
-                     f"(throughput) or ±{100 * b.resolution:g}%% (busbw), or until this many seconds per backend "
-                     f"have passed (default %(default)g, {DEFAULT_MAX_MINUTES:g} minutes; 0: --pairs pairs only; at "
-                     f"most {MAX_TIMEOUT_WORDS})", invalid=["-1", "nan", "inf", "x", *options.TOO_LONG])
-    g.add_argument("--no-comm", action="store_true",
-                   help="check training throughput only, not allreduce busbw at 16 MiB")
+    options.add(
+        g,
+        "--pairs",
+        type=options.positive_int,
+        default=DEFAULT_PAIRS,
+        help="pairs of launches (suite and bare loop) per figure, at least (default %(default)s, at least 2)",
+        invalid=["0", "1", "x"],
+    )
+    options.add(
+        g,
+        "--pairs-timeout",
+        type=options.wait_seconds,
+        default=DEFAULT_PAIRS_TIMEOUT,
+        metavar="SECONDS",
+        help=f"after --pairs, pairs are added until each interval is within ±{100 * t.resolution:g}%% "
+        f"(throughput) or ±{100 * b.resolution:g}%% (busbw), or until this many seconds per backend "
+        f"have passed (default %(default)g, {DEFAULT_MAX_MINUTES:g} minutes; 0: --pairs pairs only; at "
+        f"most {MAX_TIMEOUT_WORDS})",
+        invalid=["-1", "nan", "inf", "x", *options.TOO_LONG],
+    )
+    g.add_argument(
+        "--no-comm", action="store_true", help="check training throughput only, not allreduce busbw at 16 MiB"
+    )
     p = verbs.add_parser(
-        "selfcheck", help="the suite against bare torchrun/horovodrun loops: ratio and interval per figure",
+        "selfcheck",
+        help="the suite against bare torchrun/horovodrun loops: ratio and interval per figure",
         description=f"Runs each backend's suite run and its bare loop ({loops}) in alternating pairs of launches "
-                    "and prints the ratio suite/bare of throughput and of allreduce busbw at 16 MiB, with its 95% "
-                    f"interval across launches. PASS: the interval includes 1.0 and its low end is at least "
-                    f"{t.floor:g} (throughput) or {b.floor:g} (busbw). ps and single have no external bare loop to "
-                    "compare with and are not accepted. The suite's runs go to a temporary store unless --store is "
-                    "given.",
-        epilog=examples("bench selfcheck --workload resnet18 --nproc 2     # every bare loop that can run here",
-                        "bench selfcheck --backend elastic --pairs 4 --pairs-timeout 0",
-                        "bench selfcheck --backend horovod --no-comm --store results/selfcheck.sqlite"),
-        parents=[options.what_runs(
-                     f"of {loops}, each checked in turn (default {options.ALL}: every one of them that can run here, "
-                     "since the check is of the suite, so every backend it would measure is checked)", options.ALL,
-                     workload_help="comma-separated workloads, or all, as every verb takes them; bench selfcheck "
-                                   "checks one at a time, a built-in one (default %(default)s, the quick one)",
-                     refuses={"--backend": ["ps", "single"], "--workload": ["all", "mnist_mlp,resnet18"]}),
-                 own,
-                 options.placement(("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")),
-                 options.parent("measurement", ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows",
-                                                "--timeout")),
-                 options.parent("allreduce", ("--warmup-iters", "--iters")),
-                 # a check's runs are not results: its default store is not the results store
-                 options.sharing(),
-                 options.store("keep the suite's runs in this results store (default: a temporary one, removed "
-                               "after)"),
-                 options.json_output()])
+        "and prints the ratio suite/bare of throughput and of allreduce busbw at 16 MiB, with its 95% "
+        f"interval across launches. PASS: the interval includes 1.0 and its low end is at least "
+        f"{t.floor:g} (throughput) or {b.floor:g} (busbw). ps and single have no external bare loop to "
+        "compare with and are not accepted. The suite's runs go to a temporary store unless --store is "
+        "given.",
+        epilog=examples(
+            "bench selfcheck --workload resnet18 --nproc 2     # every bare loop that can run here",
+            "bench selfcheck --backend elastic --pairs 4 --pairs-timeout 0",
+            "bench selfcheck --backend horovod --no-comm --store results/selfcheck.sqlite",
+        ),
+        parents=[
+            options.what_runs(
+                f"of {loops}, each checked in turn (default {options.ALL}: every one of them that can run here, "
+                "since the check is of the suite, so every backend it would measure is checked)",
+                options.ALL,
+                workload_help="comma-separated workloads, or all, as every verb takes them; bench selfcheck "
+                "checks one at a time, a built-in one (default %(default)s, the quick one)",
+                refuses={"--backend": ["ps", "single"], "--workload": ["all", "mnist_mlp,resnet18"]},
+            ),
+            own,
+            options.placement(("--nproc", "--gpus", "--threads", "--cpu-bind", "--oversubscribe")),
+            options.parent(
+                "measurement", ("--batch-size", "--warmup-steps", "--steps-per-window", "--windows", "--timeout")
+            ),
+            options.parent("allreduce", ("--warmup-iters", "--iters")),
+            # a check's runs are not results: its default store is not the results store
+            options.sharing(),
+            options.store("keep the suite's runs in this results store (default: a temporary one, removed after)"),
+            options.json_output(),
+        ],
+    )
     p.set_defaults(func=cmd)
 
 
@@ -74,11 +95,20 @@ def cmd(args) -> int:
     validate(args.pairs, max_minutes)
     workloads = options.chosen(args.workload, WORKLOADS)
     if len(workloads) > 1:
-        raise UsageError(f"--workload {args.workload}: bench selfcheck checks one workload at a time (its table and "
-                         "verdict are of one); run it once for each")
+        raise UsageError(
+            f"--workload {args.workload}: bench selfcheck checks one workload at a time (its table and "
+            "verdict are of one); run it once for each"
+        )
     device, world = resolve_device(args.nproc, args.gpus)
     # all: every backend with a bare loop that can run here, which is what choose_backends takes by default
     backends = choose_backends(None if options.is_all(args.backend) else args.backend, device)
-    plans = plan(backends, workloads[0], device, world, options=spec_options(args, backends),
-                 allreduce=not args.no_comm, comm={"warmup_iters": args.warmup_iters, "iters": args.iters})
+    plans = plan(
+        backends,
+        workloads[0],
+        device,
+        world,
+        options=spec_options(args, backends),
+        allreduce=not args.no_comm,
+        comm={"warmup_iters": args.warmup_iters, "iters": args.iters},
+    )
     return selfcheck(plans, pairs=args.pairs, max_minutes=max_minutes, store_path=args.store, as_json=args.json)

@@ -30,8 +30,9 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # a newline, a carriage return, a tab.
 
 def slurm_name(text: str) -> str:
     if len(text) > NAME_MAX or not SLURM_NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{shown(text)}: 1 to {NAME_MAX} letters, digits, '.', '_' and '-', "
-                                         "starting with a letter or digit")
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)}: 1 to {NAME_MAX} letters, digits, '.', '_' and '-', starting with a letter or digit"
+        )
     problem = directive_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(f"{shown(text)}: {problem}; choose another")
@@ -57,46 +58,96 @@ def time_limit(text: str) -> str:
 def no_control_character(what: str, value: str, instead: str) -> str:
     """`value`, refused in one line where it holds a control character: bench writes none into a job script."""
     if CONTROL.search(value):
-        raise UsageError(f"{what} {shown(value)} holds a control character (a newline, say), which bench does not "
-                         f"write into a job script; {instead}")
+        raise UsageError(
+            f"{what} {shown(value)} holds a control character (a newline, say), which bench does not "
+            f"write into a job script; {instead}"
+        )
     return value
 
 
 def add_parser(verbs) -> None:
     p = verbs.add_parser(
-        "slurm-script", help="write an sbatch script that runs a sweep across the nodes of its allocation",
+        "slurm-script",
+        help="write an sbatch script that runs a sweep across the nodes of its allocation",
         description="Submit the script unchanged with sbatch: inside the job bench runs with --scheduler slurm "
-                    "(elastic and ps through srun, horovod through horovodrun -H of the allocation's nodes). "
-                    "Arguments after -- go to the bench command, as on the command line.",
-        epilog=examples("bench slurm-script --nodes 2 --tasks-per-node 1 --time 30 --store results/cluster.sqlite "
-                        "-o sweep.sh -- --backend elastic,horovod --workload mnist_mlp",
-                        "bench slurm-script --verb allreduce --nodes 4 --partition gpu --gpus-per-node 4"),
-        parents=[options.store(), options.parent(None, ["--output"], helps={"--output": (
-            "write the script there, mode 755, in a folder that exists (default: stdout, to pipe into sbatch)")},
-            refuses={"--output": ["/nonexistent/folder/job.sh"]})])
+        "(elastic and ps through srun, horovod through horovodrun -H of the allocation's nodes). "
+        "Arguments after -- go to the bench command, as on the command line.",
+        epilog=examples(
+            "bench slurm-script --nodes 2 --tasks-per-node 1 --time 30 --store results/cluster.sqlite "
+            "-o sweep.sh -- --backend elastic,horovod --workload mnist_mlp",
+            "bench slurm-script --verb allreduce --nodes 4 --partition gpu --gpus-per-node 4",
+        ),
+        parents=[
+            options.store(),
+            options.parent(
+                None,
+                ["--output"],
+                helps={
+                    "--output": (
+                        "write the script there, mode 755, in a folder that exists "
+                        "(default: stdout, to pipe into sbatch)"
+                    )
+                },
+                refuses={"--output": ["/nonexistent/folder/job.sh"]},
+            ),
+        ],
+    )
 
-    options.add(p, "--nodes", type=options.positive_int, default=d["nodes"], help="nodes (%(default)s)",
-                invalid=["0", "x"])
-    options.add(p, "--tasks-per-node", type=options.positive_int, default=d["tasks_per_node"],
-                help="worker slots per node (%(default)s)", invalid=["0", "x"])
-    options.add(p, "--gpus-per-node", type=options.positive_int, help="GPUs per node (none by default)",
-                invalid=["0", "x"])
-    options.add(p, "--time", type=time_limit, default=d["time_limit"],
-                help="time limit: MINUTES, HH:MM:SS or D-HH:MM:SS (%(default)s; at most 365 days); bench records a run "
-                     "still going at the limit as timeout", invalid=["soon", "", "30\n", "30;x", "366-00:00:00",
-                                                                     "99999999999"])
-    for flag, what in (("--partition", "Slurm partition (the cluster's default when not given)"),
-                       ("--account", "Slurm account to charge (the user's default when not given)")):
+    options.add(
+        p, "--nodes", type=options.positive_int, default=d["nodes"], help="nodes (%(default)s)", invalid=["0", "x"]
+    )
+    options.add(
+        p,
+        "--tasks-per-node",
+        type=options.positive_int,
+        default=d["tasks_per_node"],
+        help="worker slots per node (%(default)s)",
+        invalid=["0", "x"],
+    )
+    options.add(
+        p, "--gpus-per-node", type=options.positive_int, help="GPUs per node (none by default)", invalid=["0", "x"]
+    )
+    options.add(
+        p,
+        "--time",
+        type=time_limit,
+        default=d["time_limit"],
+        help="time limit: MINUTES, HH:MM:SS or D-HH:MM:SS (%(default)s; at most 365 days); bench records a run "
+        "still going at the limit as timeout",
+        invalid=["soon", "", "30\n", "30;x", "366-00:00:00", "99999999999"],
+    )
+    for flag, what in (
+        ("--partition", "Slurm partition (the cluster's default when not given)"),
+        ("--account", "Slurm account to charge (the user's default when not given)"),
+    ):
         options.add(p, flag, type=slurm_name, help=what, invalid=["a b", "x;y", "", "gpu\n", "hetjob"])
-    options.add(p, "--job-name", type=slurm_name, default=d["job_name"], help="the job's name (%(default)s)",
-                invalid=["my job", "", "-x", "a" * (NAME_MAX + 1), "packjob1"])
+    options.add(
+        p,
+        "--job-name",
+        type=slurm_name,
+        default=d["job_name"],
+        help="the job's name (%(default)s)",
+        invalid=["my job", "", "-x", "a" * (NAME_MAX + 1), "packjob1"],
+    )
     # its own dest: `verb` is the verb bench was given (slurm-script), which its messages name
-    options.add(p, "--verb", dest="job_verb", choices=VERBS, default=d["verb"], help="what the job runs (%(default)s)",
-                invalid=["train"])
-    options.add(p, "bench_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
-                help="arguments of the bench command inside the job, such as --backend elastic,horovod; relative "
-                     "paths among them are read from the folder this command runs in, as the job runs there",
-                valid_because="they are checked here by the parser of the command the job runs")
+    options.add(
+        p,
+        "--verb",
+        dest="job_verb",
+        choices=VERBS,
+        default=d["verb"],
+        help="what the job runs (%(default)s)",
+        invalid=["train"],
+    )
+    options.add(
+        p,
+        "bench_args",
+        nargs=argparse.REMAINDER,
+        metavar="-- ARGS",
+        help="arguments of the bench command inside the job, such as --backend elastic,horovod; relative "
+        "paths among them are read from the folder this command runs in, as the job runs there",
+        valid_because="they are checked here by the parser of the command the job runs",
+    )
     p.set_defaults(func=cmd)
 
 
@@ -106,8 +157,10 @@ def cmd(args) -> int:
         rest = rest[1:]
     for taken in ("--store", "--scheduler", "--hosts", "--hostfile"):
         if any(a == taken or a.startswith(taken + "=") for a in rest):
-            raise UsageError(f"{taken} after --: the script sets it (the store with slurm-script's --store; the "
-                             "hosts are the allocation's nodes)")
+            raise UsageError(
+                f"{taken} after --: the script sets it (the store with slurm-script's --store; the "
+                "hosts are the allocation's nodes)"
+            )
     for arg in rest:
         no_control_character("the argument", arg, "give the job's arguments without one")
     try:  # the job's arguments refused now, not when the job starts
@@ -116,13 +169,17 @@ def cmd(args) -> int:
     except SystemExit as exc:
         if exc.code:
             raise  # the job's parser said why, in one line
-        raise UsageError(f"the arguments after -- ask for the help of bench {args.job_verb}, which is not a job; "
-                         f"see `bench {args.job_verb} --help`") from None
+        raise UsageError(
+            f"the arguments after -- ask for the help of bench {args.job_verb}, which is not a job; "
+            f"see `bench {args.job_verb} --help`"
+        ) from None
     try:  # the job runs where this command runs, so that its relative paths mean what they mean here
         workdir = os.getcwd()  # (as the system resolves it: no symbolic link in it)
     except OSError as exc:
-        raise UsageError(f"the current folder cannot be read ({exc.strerror}); run bench slurm-script from a folder "
-                         "that exists on the job's nodes") from None
+        raise UsageError(
+            f"the current folder cannot be read ({exc.strerror}); run bench slurm-script from a folder "
+            "that exists on the job's nodes"
+        ) from None
     no_control_character("the current folder", workdir, "run bench slurm-script from a folder without one")
     given = open_store(args.store).path
     # the store as the job's nodes find it: its symbolic links followed now, so the script names no link
@@ -130,12 +187,23 @@ def cmd(args) -> int:
     no_control_character("--store", str(given), "choose a store path without one")
     no_control_character("--store", store, f"{shown(str(given))} leads there: choose a store folder without one")
     open_store(store, runs=True)  # refused now if the job could not store its runs there; nothing is created
-    text = script(nodes=args.nodes, tasks_per_node=args.tasks_per_node, time_limit=args.time, store=store,
-                  workdir=workdir, bench_args=rest, gpus_per_node=args.gpus_per_node, partition=args.partition,
-                  account=args.account, job_name=args.job_name, verb=args.job_verb)
+    text = script(
+        nodes=args.nodes,
+        tasks_per_node=args.tasks_per_node,
+        time_limit=args.time,
+        store=store,
+        workdir=workdir,
+        bench_args=rest,
+        gpus_per_node=args.gpus_per_node,
+        partition=args.partition,
+        account=args.account,
+        job_name=args.job_name,
+        verb=args.job_verb,
+    )
     if args.output is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
-        raise UsageError(f"--output {shown(args.output)}: its folder does not exist; make it first, or write the "
-                         "script to stdout")
+        raise UsageError(
+            f"--output {shown(args.output)}: its folder does not exist; make it first, or write the script to stdout"
+        )
     short = early_warning_note(args.time)
     if short:
         note(f"bench slurm-script: note: {short}")

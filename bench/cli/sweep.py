@@ -34,60 +34,115 @@ def add_parser(verbs) -> None:
     pair = " and ".join(PRIMARY)
     own = argparse.ArgumentParser(add_help=False)
     g = own.add_argument_group("what runs")
-    g.add_argument("--no-plain-loop", action="store_true",
-                   help="skip the plain single-process run that scaling is also measured against")
-    g.add_argument("--no-comm", action="store_true",
-                   help="skip the short communication sweep run for each backend and world size above 1")
-    g.add_argument("--no-faults", action="store_true",
-                   help="skip the short elasticity comparison: each fault under every backend with an elastic mode")
+    g.add_argument(
+        "--no-plain-loop",
+        action="store_true",
+        help="skip the plain single-process run that scaling is also measured against",
+    )
+    g.add_argument(
+        "--no-comm",
+        action="store_true",
+        help="skip the short communication sweep run for each backend and world size above 1",
+    )
+    g.add_argument(
+        "--no-faults",
+        action="store_true",
+        help="skip the short elasticity comparison: each fault under every backend with an elastic mode",
+    )
     taken = options.FAULTS_TAKEN["bench sweep --faults"]
-    options.add(g, "--faults", type=options.sweep_faults, metavar=",".join(taken),
-                help=f"the faults of that comparison, comma-separated, from {', '.join(taken)} (the fault words of "
-                     "every verb: a worker killed, hung, or one joining; docs/usage.md, 'Faults') (default "
-                     f"{','.join(SWEEP_FAULTS['kinds'])})", invalid=["crash", "kill,hng", ",", "term"])
-    options.add(g, "--fault-repeats", type=options.positive_int, metavar="N",
-                help=f"launches of each fault case (default {SWEEP_FAULTS['repeats']}, what fits the default sweep's "
-                     "time; 2 or more give each recovery time a spread)", invalid=["0", "x"])
-    options.add(g, "--links", metavar="L1,L2,...",
-                help="across hosts: the whole matrix at each link, RATE[:DELAY] or unlimited (1gbit,10gbit,unlimited); "
-                     "the report plots each backend against the link and says where the verdict changes "
-                     "(default: the links as they are)",
-                invalid=["", ",", "fast,1gbit", "1gbit"])  # 1gbit alone: only across hosts
+    options.add(
+        g,
+        "--faults",
+        type=options.sweep_faults,
+        metavar=",".join(taken),
+        help=f"the faults of that comparison, comma-separated, from {', '.join(taken)} (the fault words of "
+        "every verb: a worker killed, hung, or one joining; docs/usage.md, 'Faults') (default "
+        f"{','.join(SWEEP_FAULTS['kinds'])})",
+        invalid=["crash", "kill,hng", ",", "term"],
+    )
+    options.add(
+        g,
+        "--fault-repeats",
+        type=options.positive_int,
+        metavar="N",
+        help=f"launches of each fault case (default {SWEEP_FAULTS['repeats']}, what fits the default sweep's "
+        "time; 2 or more give each recovery time a spread)",
+        invalid=["0", "x"],
+    )
+    options.add(
+        g,
+        "--links",
+        metavar="L1,L2,...",
+        help="across hosts: the whole matrix at each link, RATE[:DELAY] or unlimited (1gbit,10gbit,unlimited); "
+        "the report plots each backend against the link and says where the verdict changes "
+        "(default: the links as they are)",
+        invalid=["", ",", "fast,1gbit", "1gbit"],
+    )  # 1gbit alone: only across hosts
     r = own.add_argument_group("an interrupted sweep")
-    options.add(r, "--resume", nargs="?", const=True, type=options.id_name, metavar="SWEEP_ID",
-                help="finish the latest interrupted sweep of --store (or SWEEP_ID): run the launches of its stored "
-                     "plan that did not run, under its sweep id, then mark it complete; takes only --store, -o, "
-                     "--json, --allow-shared and --cores-timeout, since the plan fixes everything else "
-                     "(default: a new sweep)", invalid=["", "../x", "a/b"])
-    p = verbs.add_parser("sweep", help="backends x workloads x world sizes, every run stored",
-                         description="Every backend x workload x world size, plus the plain single-process loop and "
-                                     "a short communication sweep, each case launched --repeats times in "
-                                     "interleaved rounds; every run is stored, and -o writes the report.",
-                         epilog=examples(
-                             "bench sweep --max-nproc 4              # elastic and horovod, world sizes 1, 2, 4",
-                             "bench sweep --backend all --max-nproc 2   # with the parameter server and Ray Train",
-                             "bench sweep --workload mnist_mlp --world-sizes 2 --no-comm -o reports/sweep.html",
-                             "bench sweep --backend elastic --max-gpus 8 --repeats 5",
-                             "bench sweep --resume                   # finish the latest interrupted sweep"),
-                         parents=[options.what_runs(
-                                      f"the backends compared (default: {pair}, the question's pair, since a sweep "
-                                      "compares; both must be able to run here, or the sweep says how to set up the "
-                                      "missing one and runs nothing; all: every compared backend, of "
-                                      f"{', '.join(COMPARED)}: those besides {pair} where they can run here)", None,
-                                      workload_help=f"comma-separated workloads, or all (default: all, "
-                                                    f"{', '.join(WORKLOADS)}: a sweep measures every case); your own "
-                                                    "as PKG.MODULE:NAME or path/to/file.py:NAME",
-                                      workload_default=None),
-                                  options.parent("what runs", ["--world-sizes"], helps={"--world-sizes": (
-                                      "comma-separated world sizes (default: 1, 2, 4 ... up to --max-nproc or "
-                                      "--max-gpus, the scaling a sweep measures)")}),
-                                  own, options.parent(None, ["--repeats"], repeats=SWEEP_DEFAULTS["repeats"]),
-                                  *options.training(SWEEP_DEFAULTS, largest=True),
-                                  options.comm(max_bytes=SWEEP_DEFAULTS["max_bytes"], helps={"--max-bytes": (
-                                      f"largest message (default {SWEEP_DEFAULTS['max_bytes']} in a sweep, whose "
-                                      "communication part is one short run of many, up to the sizes where bandwidth, "
-                                      f"not latency, decides; {COMM_DEFAULTS['max_bytes']} for `bench allreduce`)")}),
-                                  options.report_output()])
+    options.add(
+        r,
+        "--resume",
+        nargs="?",
+        const=True,
+        type=options.id_name,
+        metavar="SWEEP_ID",
+        help="finish the latest interrupted sweep of --store (or SWEEP_ID): run the launches of its stored "
+        "plan that did not run, under its sweep id, then mark it complete; takes only --store, -o, "
+        "--json, --allow-shared and --cores-timeout, since the plan fixes everything else "
+        "(default: a new sweep)",
+        invalid=["", "../x", "a/b"],
+    )
+    p = verbs.add_parser(
+        "sweep",
+        help="backends x workloads x world sizes, every run stored",
+        description="Every backend x workload x world size, plus the plain single-process loop and "
+        "a short communication sweep, each case launched --repeats times in "
+        "interleaved rounds; every run is stored, and -o writes the report.",
+        epilog=examples(
+            "bench sweep --max-nproc 4              # elastic and horovod, world sizes 1, 2, 4",
+            "bench sweep --backend all --max-nproc 2   # with the parameter server and Ray Train",
+            "bench sweep --workload mnist_mlp --world-sizes 2 --no-comm -o reports/sweep.html",
+            "bench sweep --backend elastic --max-gpus 8 --repeats 5",
+            "bench sweep --resume                   # finish the latest interrupted sweep",
+        ),
+        parents=[
+            options.what_runs(
+                f"the backends compared (default: {pair}, the question's pair, since a sweep "
+                "compares; both must be able to run here, or the sweep says how to set up the "
+                "missing one and runs nothing; all: every compared backend, of "
+                f"{', '.join(COMPARED)}: those besides {pair} where they can run here)",
+                None,
+                workload_help=f"comma-separated workloads, or all (default: all, "
+                f"{', '.join(WORKLOADS)}: a sweep measures every case); your own "
+                "as PKG.MODULE:NAME or path/to/file.py:NAME",
+                workload_default=None,
+            ),
+            options.parent(
+                "what runs",
+                ["--world-sizes"],
+                helps={
+                    "--world-sizes": (
+                        "comma-separated world sizes (default: 1, 2, 4 ... up to --max-nproc or "
+                        "--max-gpus, the scaling a sweep measures)"
+                    )
+                },
+            ),
+            own,
+            options.parent(None, ["--repeats"], repeats=SWEEP_DEFAULTS["repeats"]),
+            *options.training(SWEEP_DEFAULTS, largest=True),
+            options.comm(
+                max_bytes=SWEEP_DEFAULTS["max_bytes"],
+                helps={
+                    "--max-bytes": (
+                        f"largest message (default {SWEEP_DEFAULTS['max_bytes']} in a sweep, whose "
+                        "communication part is one short run of many, up to the sizes where bandwidth, "
+                        f"not latency, decides; {COMM_DEFAULTS['max_bytes']} for `bench allreduce`)"
+                    )
+                },
+            ),
+            options.report_output(),
+        ],
+    )
     p.set_defaults(func=cmd)
 
 
@@ -96,8 +151,11 @@ def cmd(args) -> int:
         return resume(args)
     if args.no_faults and (args.faults is not None or args.fault_repeats is not None):
         raise UsageError("--no-faults makes no fault run; drop --faults and --fault-repeats, or --no-faults")
-    faults = None if args.no_faults else \
-        check_fault_kinds(SWEEP_FAULTS["kinds"] if args.faults is None else comma_list(args.faults))
+    faults = (
+        None
+        if args.no_faults
+        else check_fault_kinds(SWEEP_FAULTS["kinds"] if args.faults is None else comma_list(args.faults))
+    )
     store = open_store(args.store, runs=True)
     if args.output:
         output_path(args.output)  # before the sweep, not after it
@@ -107,16 +165,29 @@ def cmd(args) -> int:
     backends = None if options.is_all(args.backend) else comma_list(args.backend) or "primary"
     if backends in (None, "primary"):
         check_pair_can_run(device)  # before anything runs: one side alone would answer nothing
-    running = None if backends is None else \
-        [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
-    spec = {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | \
-        {"cluster": cluster}
+    running = (
+        None
+        if backends is None
+        else [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
+    )
+    spec = (
+        {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | {"cluster": cluster}
+    )
     with said_in_flags_of(args):  # the plan's refusals of a world size name the sweep's flags
         _, records = run_benchmark_sweep(
-            store, "bench sweep", backends=backends, workloads=options.chosen(args.workload, WORKLOADS),
-            device=device, world_sizes=args.world_sizes or sweep_world_sizes(limit), options=spec,
-            comm=None if args.no_comm else comm_options(args), with_plain_loop=not args.no_plain_loop,
-            repeats=args.repeats, faults=faults, fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"])
+            store,
+            "bench sweep",
+            backends=backends,
+            workloads=options.chosen(args.workload, WORKLOADS),
+            device=device,
+            world_sizes=args.world_sizes or sweep_world_sizes(limit),
+            options=spec,
+            comm=None if args.no_comm else comm_options(args),
+            with_plain_loop=not args.no_plain_loop,
+            repeats=args.repeats,
+            faults=faults,
+            fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"],
+        )
     return finish(args, store, records)
 
 
@@ -146,13 +217,18 @@ def refuse_plan_options(args) -> None:
     runs, and running other launches under its id would make it another sweep."""
     root = args.root_parser
     defaults = vars(root.parse_args(["sweep"]))
-    given = [dest for dest, value in vars(args).items()
-             if dest in defaults and dest not in (*RESUME_TAKES, "resume") and value != defaults[dest]]
+    given = [
+        dest
+        for dest, value in vars(args).items()
+        if dest in defaults and dest not in (*RESUME_TAKES, "resume") and value != defaults[dest]
+    ]
     if not given:
         return
     verbs = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
     actions = [a for a in verbs.choices["sweep"]._actions if a.option_strings]
     flags = [next((a.option_strings[-1] for a in actions if a.dest == dest), dest) for dest in given]
-    raise UsageError(f"--resume runs the sweep's stored plan, which fixes what {', '.join(flags)} would set; drop "
-                     f"{'it' if len(flags) == 1 else 'them'} (with --resume: --store, -o, --json, --allow-shared, "
-                     "--cores-timeout)")
+    raise UsageError(
+        f"--resume runs the sweep's stored plan, which fixes what {', '.join(flags)} would set; drop "
+        f"{'it' if len(flags) == 1 else 'them'} (with --resume: --store, -o, --json, --allow-shared, "
+        "--cores-timeout)"
+    )

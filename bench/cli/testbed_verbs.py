@@ -32,8 +32,10 @@ def report_status(verb: str, cluster: Cluster, line, none_up: str) -> int:
     rows = cluster.status()
     if not rows:
         left = cluster.leftovers()
-        note(f"bench {verb}: {none_up}" +
-             (f"; left over: {', '.join(left)} (bench {verb} down removes them)" if left else ""))
+        note(
+            f"bench {verb}: {none_up}"
+            + (f"; left over: {', '.join(left)} (bench {verb} down removes them)" if left else "")
+        )
         return EXIT_RUN_FAILED
     print_rows(rows, line)
     return EXIT_OK if cluster.all_up(rows) else EXIT_RUN_FAILED

@@ -17,19 +17,30 @@ from bench.testbed.protocol import require_usable
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("testhosts", help="test hosts on this machine: network namespaces with their own sshd",
-                         epilog=examples("bench testhosts up 2         # two hosts, each with its own address and sshd",
-                                         "bench testhosts status",
-                                         "bench testhosts down       # also takes down the clusters on them"))
+    p = verbs.add_parser(
+        "testhosts",
+        help="test hosts on this machine: network namespaces with their own sshd",
+        epilog=examples(
+            "bench testhosts up 2         # two hosts, each with its own address and sshd",
+            "bench testhosts status",
+            "bench testhosts down       # also takes down the clusters on them",
+        ),
+    )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help=f"build N test hosts (1 to {MAX_HOSTS}), replacing any already up")
     n = up.add_argument("n", type=int, metavar="N", help="how many hosts")
-    subnet = up.add_argument("--subnet", default=DEFAULT_SUBNET,
-                             help=f"a private /24 for the hosts; the bridge gets .1, host i .(10+i) ({DEFAULT_SUBNET})")
+    subnet = up.add_argument(
+        "--subnet",
+        default=DEFAULT_SUBNET,
+        help=f"a private /24 for the hosts; the bridge gets .1, host i .(10+i) ({DEFAULT_SUBNET})",
+    )
     # the values each must refuse, as every option declares them (bench.cli.options)
     n.invalid, n.valid_because, n.needs = ("0", "51", "-1", "two", ""), None, ()
-    subnet.invalid, subnet.valid_because, subnet.needs = \
-        ("8.8.8.0/24", "192.0.2.0/24", "10.1.0.0/16", "10.213.7.5/24", "fd00::/64", "lan", ""), None, ("2",)
+    subnet.invalid, subnet.valid_because, subnet.needs = (
+        ("8.8.8.0/24", "192.0.2.0/24", "10.1.0.0/16", "10.213.7.5/24", "fd00::/64", "lan", ""),
+        None,
+        ("2",),
+    )
     actions.add_parser("down", help="remove the test hosts and everything they put on this machine")
     actions.add_parser("status", help="the test hosts, their sshd and whether ssh reaches them (exit 1 if not all)")
     p.set_defaults(func=cmd)

@@ -16,12 +16,17 @@ ROW = "{name:<12} {address:<15} {state}"  # a status row
 
 
 def add_parser(verbs) -> None:
-    p = verbs.add_parser("testslurm", help="a Slurm cluster on the test hosts: slurmctld here, a slurmd on each",
-                         epilog=examples("bench testslurm up       # after bench testhosts up N",
-                                         "bench testslurm status", "bench testslurm down"))
+    p = verbs.add_parser(
+        "testslurm",
+        help="a Slurm cluster on the test hosts: slurmctld here, a slurmd on each",
+        epilog=examples(
+            "bench testslurm up       # after bench testhosts up N", "bench testslurm status", "bench testslurm down"
+        ),
+    )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    actions.add_parser("up", help="start it on the test hosts that are up (bench testhosts up N first), "
-                                  "replacing one already up")
+    actions.add_parser(
+        "up", help="start it on the test hosts that are up (bench testhosts up N first), replacing one already up"
+    )
     actions.add_parser("down", help="cancel its jobs, stop its daemons and remove its files")
     actions.add_parser("status", help="each node and its state in sinfo (exit 1 if not all are up)")
     p.set_defaults(func=cmd)
@@ -32,8 +37,10 @@ def cmd(args) -> int:
     if args.action == "up":
         started = time.monotonic()
         hosts = testslurm.up(log=log)
-        note(f"bench testslurm: Slurm cluster {testslurm.CLUSTER} of {len(hosts)} node(s) ready in "
-             f"{time.monotonic() - started:.1f} s")
+        note(
+            f"bench testslurm: Slurm cluster {testslurm.CLUSTER} of {len(hosts)} node(s) ready in "
+            f"{time.monotonic() - started:.1f} s"
+        )
         print_rows(testslurm.status(), ROW.format_map)
         print(testslurm.export_line())
         print(f"try: srun -N{len(hosts)} hostname; remove: bench testslurm down (before bench testhosts down)")

@@ -30,20 +30,46 @@ from bench.core.environment import PROJECT_ROOT
 
 GRACE_S = 10.0
 # A login's own variables: each host has its own.
-LOCAL_ONLY = ("HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "HOSTNAME", "TERM", "DISPLAY", "MAIL", "SHLVL",
-              "_", "TMUX", "TMUX_PANE", "XDG_RUNTIME_DIR", "XDG_SESSION_ID", "LS_COLORS")
+LOCAL_ONLY = (
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "PWD",
+    "OLDPWD",
+    "HOSTNAME",
+    "TERM",
+    "DISPLAY",
+    "MAIL",
+    "SHLVL",
+    "_",
+    "TMUX",
+    "TMUX_PANE",
+    "XDG_RUNTIME_DIR",
+    "XDG_SESSION_ID",
+    "LS_COLORS",
+)
 
 
 def fanout_command(steps: list[tuple[str, list[str]]], node_range: bool = False) -> list[str]:
     """The launcher command that runs each (host, argv) of `steps` on its host."""
-    return [sys.executable, "-m", "bench.cluster.fanout", *(["--node-range"] if node_range else []),
-            json.dumps([{"host": h, "argv": a} for h, a in steps])]
+    return [
+        sys.executable,
+        "-m",
+        "bench.cluster.fanout",
+        *(["--node-range"] if node_range else []),
+        json.dumps([{"host": h, "argv": a} for h, a in steps]),
+    ]
 
 
 def local_processes_command(steps: list[tuple[dict[str, str], list[str]]]) -> list[str]:
     """The launcher command that runs each (extra environment, argv) of `steps` as a process of this machine."""
-    return [sys.executable, "-m", "bench.cluster.fanout",
-            json.dumps([{"host": None, "env": env, "argv": argv} for env, argv in steps])]
+    return [
+        sys.executable,
+        "-m",
+        "bench.cluster.fanout",
+        json.dumps([{"host": None, "env": env, "argv": argv} for env, argv in steps]),
+    ]
 
 
 def start(step: dict, env: dict[str, str]) -> subprocess.Popen:

@@ -45,14 +45,16 @@ def ssh_command(host: str, argv: list[str], env: dict[str, str] | None = None, c
     return ["ssh", *SSH_OPTIONS, host, remote_shell(argv, env, cwd)]
 
 
-def run_on(host: str, argv: list[str], timeout: float = CHECK_TIMEOUT_S,
-           in_checkout: bool = True) -> subprocess.CompletedProcess:
+def run_on(
+    host: str, argv: list[str], timeout: float = CHECK_TIMEOUT_S, in_checkout: bool = True
+) -> subprocess.CompletedProcess:
     """argv on `host` over ssh (exit 255 with the reason when ssh could not run it); in_checkout: in this checkout
     (the same path on every host), with it importable."""
     where = ({"PYTHONPATH": str(PROJECT_ROOT)}, str(PROJECT_ROOT)) if in_checkout else (None, None)
     try:
-        return subprocess.run(ssh_command(host, argv, *where), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            ssh_command(host, argv, *where), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(argv, 255, "", f"no answer within {timeout:g} s")
     except OSError as exc:
@@ -73,8 +75,9 @@ def json_answer(proc: subprocess.CompletedProcess) -> dict:
     return {"error": (proc.stderr.strip().splitlines() or ["no answer"])[-1][:200]}
 
 
-def on_every_host(hosts: list[str], argv_of, timeout: float = CHECK_TIMEOUT_S,
-                  in_checkout: bool = True) -> dict[str, subprocess.CompletedProcess]:
+def on_every_host(
+    hosts: list[str], argv_of, timeout: float = CHECK_TIMEOUT_S, in_checkout: bool = True
+) -> dict[str, subprocess.CompletedProcess]:
     """argv_of(host) on each host at once (run_on): {host: completed process}."""
     if not hosts:
         return {}
@@ -134,23 +137,30 @@ def check_hosts(hosts: list[Host], python: str, iface: str | None) -> HostCheck:
     for host, proc in results.items():
         if proc.returncode == 255:
             why = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
-            raise UsageError(f"host {host} cannot be reached over ssh ({why}); check its name, that it is up, and "
-                             "that ssh to it needs no password")
+            raise UsageError(
+                f"host {host} cannot be reached over ssh ({why}); check its name, that it is up, and "
+                "that ssh to it needs no password"
+            )
         if proc.returncode != 0:
             why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise UsageError(f"host {host} cannot run {python} ({why}); every host needs this checkout and its "
-                             "environment at the same path")
+            raise UsageError(
+                f"host {host} cannot run {python} ({why}); every host needs this checkout and its "
+                "environment at the same path"
+            )
         try:
             answers[host] = json.loads(proc.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            raise UsageError(f"host {host} gave no readable answer to the check ({proc.stdout.strip()[:80]!r})") \
-                from None
+            raise UsageError(
+                f"host {host} gave no readable answer to the check ({proc.stdout.strip()[:80]!r})"
+            ) from None
     machines = {h: {"hostname": a["hostname"], "cpus": a["cpus"], "id": a["machine"]} for h, a in answers.items()}
     if iface:
         missing = [h for h, a in answers.items() if not a.get("iface_ok")]
         if missing:
-            raise UsageError(f"--iface {iface}: no such interface on {', '.join(missing)}; give the interface the "
-                             "hosts share (`ip -o link` on a host lists them)")
+            raise UsageError(
+                f"--iface {iface}: no such interface on {', '.join(missing)}; give the interface the "
+                "hosts share (`ip -o link` on a host lists them)"
+            )
         return HostCheck(iface, "given", machines)
     if len(names) == 1:
         return HostCheck("lo", "one host: loopback", machines)
@@ -165,9 +175,14 @@ def check_hosts(hosts: list[Host], python: str, iface: str | None) -> HostCheck:
 # The variables that choose a library's network interface, and how they name one: "name" exactly one, "names" a
 # comma-separated list (entries with a "/" are Open MPI's subnets, not names), "nccl" NCCL's list of prefixes ("=" in
 # front: exact names; "^" in front: interfaces to exclude, nothing to check).
-INTERFACE_VARIABLES = {"GLOO_SOCKET_IFNAME": "names", "NCCL_SOCKET_IFNAME": "nccl", "TP_SOCKET_IFNAME": "name",
-                       "HOROVOD_GLOO_IFACE": "name", "OMPI_MCA_btl_tcp_if_include": "names",
-                       "OMPI_MCA_oob_tcp_if_include": "names"}
+INTERFACE_VARIABLES = {
+    "GLOO_SOCKET_IFNAME": "names",
+    "NCCL_SOCKET_IFNAME": "nccl",
+    "TP_SOCKET_IFNAME": "name",
+    "HOROVOD_GLOO_IFACE": "name",
+    "OMPI_MCA_btl_tcp_if_include": "names",
+    "OMPI_MCA_oob_tcp_if_include": "names",
+}
 SET_FROM_IFACE = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # across hosts, bench.harness.runner sets them to --iface
 
 
@@ -196,20 +211,25 @@ def check_interface_variables(environ, iface: str | None = None) -> None:
         names, prefix = _named_interfaces(style, value)
         if iface:
             if names and names != [iface]:
-                raise UsageError(f"{variable}={value} in the environment: across hosts every backend uses --iface "
-                                 f"{iface}; unset {variable}, or give --iface {names[0]}")
+                raise UsageError(
+                    f"{variable}={value} in the environment: across hosts every backend uses --iface "
+                    f"{iface}; unset {variable}, or give --iface {names[0]}"
+                )
             continue
         for name in names:
             if not any(i == name or (prefix and i.startswith(name)) for i in interfaces):
-                raise UsageError(f"{variable}={value} in the environment: no interface {name}"
-                                 f"{'*' if prefix else ''} on this machine (it has {', '.join(interfaces)}); unset "
-                                 f"{variable} or name one of those")
+                raise UsageError(
+                    f"{variable}={value} in the environment: no interface {name}"
+                    f"{'*' if prefix else ''} on this machine (it has {', '.join(interfaces)}); unset "
+                    f"{variable} or name one of those"
+                )
 
 
 def free_port_on(host: str, python: str) -> int:
     """A TCP port free on `host` now (the rendezvous endpoint every agent must know in advance)."""
-    proc = run_on(host, [python, "-c", "import socket; s = socket.socket(); s.bind(('', 0)); "
-                                       "print(s.getsockname()[1])"])
+    proc = run_on(
+        host, [python, "-c", "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"]
+    )
     try:
         return int(proc.stdout.strip())
     except ValueError:
@@ -255,8 +275,21 @@ def tc_shape(iface: str, link: dict) -> list[str]:
     if link["delay"]:
         return ["tc", "qdisc", "replace", "dev", iface, "root", "netem", "rate", link["rate"], "delay", link["delay"]]
     burst = max(15000, int(link["rate_bytes_per_s"] * 0.004))
-    return ["tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", link["rate"], "burst", str(burst),
-            "latency", "50ms"]
+    return [
+        "tc",
+        "qdisc",
+        "replace",
+        "dev",
+        iface,
+        "root",
+        "tbf",
+        "rate",
+        link["rate"],
+        "burst",
+        str(burst),
+        "latency",
+        "50ms",
+    ]
 
 
 def shape_links(hosts: list[str], iface: str, link: dict) -> None:
@@ -267,8 +300,11 @@ def shape_links(hosts: list[str], iface: str, link: dict) -> None:
         unshape_links([h for h in hosts if h not in failed], iface)
         host, proc = next(iter(failed.items()))
         why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        hint = ("this kernel has no netem, which a delay needs: give the rate alone" if link["delay"] and
-                "unknown" in why else "shaping needs root and tc (iproute2) on every host")
+        hint = (
+            "this kernel has no netem, which a delay needs: give the rate alone"
+            if link["delay"] and "unknown" in why
+            else "shaping needs root and tc (iproute2) on every host"
+        )
         raise UsageError(f"--link: tc on {host} failed ({why}); {hint}")
 
 

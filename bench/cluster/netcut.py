@@ -53,8 +53,10 @@ def remote(argv: list[str]) -> dict:
     controller = _controller_address()
     kept = [name for name, address in addresses.items() if address == controller]
     if kept:
-        return {"error": f"bench runs on {kept[0]}, one of the hosts: a cut would also cut bench off from the host it "
-                         "must heal; run bench from a machine outside the hosts"}
+        return {
+            "error": f"bench runs on {kept[0]}, one of the hosts: a cut would also cut bench off from the host it "
+            "must heal; run bench from a machine outside the hosts"
+        }
     if action == "check":
         if os.geteuid() != 0:
             return {"error": f"{socket.gethostname()}: cutting a link needs root (it adds routes)"}
@@ -100,8 +102,11 @@ def cut(hosts: list[str], victim: str, python: str) -> dict:
     ordered = time.time()
     answers = _on_every_host(hosts, lambda h: [python, "-m", "bench.cluster.netcut", "cut", *plan[h]])
     done = max((a["time"] for a in answers.values() if "time" in a), default=time.time())
-    return {"time": done, "took_s": done - ordered,
-            "errors": {host: a["error"] for host, a in answers.items() if "error" in a}}
+    return {
+        "time": done,
+        "took_s": done - ordered,
+        "errors": {host: a["error"] for host, a in answers.items() if "error" in a},
+    }
 
 
 def heal(hosts: list[str], python: str) -> dict[str, str]:

@@ -69,8 +69,10 @@ def allocation(env=None) -> dict:
     """The allocation bench runs in: {"name": "slurm", "job_id", "nodelist", "hosts": [{"name", "slots"}]}."""
     env = env or os.environ
     if not in_allocation(env):
-        raise UsageError("--scheduler slurm: not inside a Slurm allocation (no SLURM_JOB_ID); submit the script "
-                         "`bench slurm-script` writes, or run inside `salloc`")
+        raise UsageError(
+            "--scheduler slurm: not inside a Slurm allocation (no SLURM_JOB_ID); submit the script "
+            "`bench slurm-script` writes, or run inside `salloc`"
+        )
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
         raise UsageError("inside a Slurm job without SLURM_JOB_NODELIST; run bench from the batch script or salloc")
@@ -80,8 +82,12 @@ def allocation(env=None) -> dict:
     if len(counts) != len(nodes):
         raise UsageError(f"SLURM_TASKS_PER_NODE={tasks} names {len(counts)} nodes, the node list {len(nodes)}")
     remember_limit(env)
-    return {"name": "slurm", "job_id": env["SLURM_JOB_ID"], "nodelist": nodelist,
-            "hosts": [{"name": node, "slots": n} for node, n in zip(nodes, counts)]}
+    return {
+        "name": "slurm",
+        "job_id": env["SLURM_JOB_ID"],
+        "nodelist": nodelist,
+        "hosts": [{"name": node, "slots": n} for node, n in zip(nodes, counts)],
+    }
 
 
 # the job's start and time limit as Slurm gave them when bench read its allocation: how a SIGTERM is judged when
@@ -119,9 +125,21 @@ def srun_command(steps: list[tuple[str, list[str]]]) -> list[str]:
     """One srun step with a task on each node of `steps` ((node, argv) pairs), each running its own argv."""
     nodes = [node for node, _ in steps]
     plan = json.dumps({node: argv for node, argv in steps})
-    return ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
-            f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=0", "--overlap", "--export=ALL",
-            sys.executable, "-m", "bench.cluster.slurm", "task", plan]
+    return [
+        "srun",
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(nodes)}",
+        "--kill-on-bad-exit=0",
+        "--overlap",
+        "--export=ALL",
+        sys.executable,
+        "-m",
+        "bench.cluster.slurm",
+        "task",
+        plan,
+    ]
 
 
 def run_task(plan_text: str) -> int:
@@ -164,9 +182,11 @@ def early_warning_note(time_limit: str) -> str | None:
     """What to tell the user of a limit so short that Slurm's warning may come as the job starts."""
     if requested_seconds(time_limit) > WARN_BEFORE_LIMIT_S + SIGNAL_EARLY_S:
         return None
-    return (f"--time {time_limit}: Slurm sends its limit warning {WARN_BEFORE_LIMIT_S} s before the limit, or up "
-            f"to {SIGNAL_EARLY_S} s earlier, so this job may get it as it starts (its run stored `timeout`); "
-            "give a few minutes more than the work needs")
+    return (
+        f"--time {time_limit}: Slurm sends its limit warning {WARN_BEFORE_LIMIT_S} s before the limit, or up "
+        f"to {SIGNAL_EARLY_S} s earlier, so this job may get it as it starts (its run stored `timeout`); "
+        "give a few minutes more than the work needs"
+    )
 
 
 # How scontrol shows a job that still holds its nodes: its base state, or a flag shown in its place. SIGNALING is the
@@ -232,8 +252,11 @@ def _judge(job: str, now: float | None) -> tuple[str, str] | None:
     if state.startswith(RUNNING_STATES):  # the script's warning, or a signal Slurm has not judged yet
         # (+5 s: the scontrol call, and StartTime's whole seconds)
         return timed_out if left is not None and left <= WARN_BEFORE_LIMIT_S + SIGNAL_EARLY_S + 5 else cancelled
-    print(f"bench: Slurm job {job} is {state or 'in no state scontrol shows'}: cannot tell scancel from its time "
-          "limit", file=sys.stderr, flush=True)
+    print(
+        f"bench: Slurm job {job} is {state or 'in no state scontrol shows'}: cannot tell scancel from its time limit",
+        file=sys.stderr,
+        flush=True,
+    )
     return None
 
 
@@ -278,13 +301,24 @@ def shell_word(text: str) -> str:
     out = []
     for byte in os.fsencode(text):
         char = chr(byte)
-        out.append("\\" + char if char in "\\'" else char if 0x20 <= byte < 0x7f else f"\\x{byte:02x}")
+        out.append("\\" + char if char in "\\'" else char if 0x20 <= byte < 0x7F else f"\\x{byte:02x}")
     return "$'" + "".join(out) + "'"
 
 
-def script(*, nodes: int, tasks_per_node: int, time_limit: str, store: str, workdir: str, bench_args: list[str],
-           gpus_per_node: int | None = None, partition: str | None = None, account: str | None = None,
-           job_name: str = "bench", verb: str = "sweep") -> str:
+def script(
+    *,
+    nodes: int,
+    tasks_per_node: int,
+    time_limit: str,
+    store: str,
+    workdir: str,
+    bench_args: list[str],
+    gpus_per_node: int | None = None,
+    partition: str | None = None,
+    account: str | None = None,
+    job_name: str = "bench",
+    verb: str = "sweep",
+) -> str:
     """A ready sbatch script: the allocation asked for, and one `bench VERB` inside it with --scheduler slurm and the
     store given (its records land there), run in `workdir` (where the user wrote the script: the job's arguments mean
     what they meant there) with this checkout importable and this environment activated. `store` and `workdir` are
@@ -299,13 +333,18 @@ def script(*, nodes: int, tasks_per_node: int, time_limit: str, store: str, work
     for what, path in (("--store", store), ("the job's folder", workdir)):
         if not os.path.isabs(path):
             raise UsageError(f"{what} {shown(path)}: the script needs it as an absolute path")
-    lines = ["#!/bin/bash", directive("job-name", job_name), directive("nodes", nodes),
-             directive("ntasks-per-node", tasks_per_node), directive("time", time_limit),
-             # SIGTERM to bench (the batch shell, by exec) before the limit: it records `timeout` and ends its runs
-             directive("signal", f"B:TERM@{WARN_BEFORE_LIMIT_S}"),
-             # Slurm's own file (slurm-JOBID.out where sbatch ran) is the job's until the script's output goes beside
-             # the store; appended to, so that where the two are one file neither writes over the other
-             directive("open-mode", "append")]
+    lines = [
+        "#!/bin/bash",
+        directive("job-name", job_name),
+        directive("nodes", nodes),
+        directive("ntasks-per-node", tasks_per_node),
+        directive("time", time_limit),
+        # SIGTERM to bench (the batch shell, by exec) before the limit: it records `timeout` and ends its runs
+        directive("signal", f"B:TERM@{WARN_BEFORE_LIMIT_S}"),
+        # Slurm's own file (slurm-JOBID.out where sbatch ran) is the job's until the script's output goes beside
+        # the store; appended to, so that where the two are one file neither writes over the other
+        directive("open-mode", "append"),
+    ]
     if gpus_per_node:
         lines.append(directive("gpus-per-node", gpus_per_node))
     if partition:
@@ -313,17 +352,24 @@ def script(*, nodes: int, tasks_per_node: int, time_limit: str, store: str, work
     if account:
         lines.append(directive("account", account))
     folder = os.path.dirname(store)
-    lines += ["", "set -euo pipefail",
-              f"mkdir -p -- {shell_word(folder)}",
-              f"exec >>{shell_word(os.path.join(folder, 'slurm-'))}{JOB_OUTPUT_SUFFIX} 2>&1",
-              f"cd -- {shell_word(workdir)}"]
+    lines += [
+        "",
+        "set -euo pipefail",
+        f"mkdir -p -- {shell_word(folder)}",
+        f"exec >>{shell_word(os.path.join(folder, 'slurm-'))}{JOB_OUTPUT_SUFFIX} 2>&1",
+        f"cd -- {shell_word(workdir)}",
+    ]
     activate = Path(sys.prefix) / "bin" / "activate"
     if activate.exists():
         lines.append(f"source {shell_word(str(activate))}")
-    lines += [f"export PYTHONPATH={shell_word(str(PROJECT_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
-              "exec " + " ".join(shell_word(a) for a in
-                                 [sys.executable, "-m", "bench", verb, "--scheduler", "slurm", "--store", store,
-                                  *bench_args])]
+    lines += [
+        f"export PYTHONPATH={shell_word(str(PROJECT_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+        "exec "
+        + " ".join(
+            shell_word(a)
+            for a in [sys.executable, "-m", "bench", verb, "--scheduler", "slurm", "--store", store, *bench_args]
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 

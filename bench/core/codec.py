@@ -195,8 +195,10 @@ def _enum_converter(tp: type[enum.Enum]) -> Converter:
         try:
             return tp(value)
         except ValueError:
-            raise RecordError(f"{spell(where)}: {value!r} is not one of "
-                              f"{', '.join(repr(m.value) for m in tp)}") from None
+            raise RecordError(
+                f"{spell(where)}: {value!r} is not one of {', '.join(repr(m.value) for m in tp)}"
+            ) from None
+
     return convert
 
 
@@ -212,6 +214,7 @@ def _plain_converter(tp: type) -> Converter:
         if not isinstance(value, accepted) or (isinstance(value, bool) and tp is not bool):
             raise RecordError(f"{spell(where)}: expected {tp.__name__}, found {type(value).__name__}")
         return value
+
     return convert
 
 
@@ -225,6 +228,7 @@ def _union_converter(args: tuple[Any, ...]) -> Converter:
             if value is None and optional:
                 return None
             return inner(value, where)
+
         return convert
     numeric = float in rest
 
@@ -232,6 +236,7 @@ def _union_converter(args: tuple[Any, ...]) -> Converter:
         if value is None and optional:
             return None
         return float_of(value) if numeric else value
+
     return convert_plain
 
 
@@ -244,10 +249,15 @@ def _dataclass_converter(cls: Any) -> Converter:
         if not plan:
             hints = hints_of(cls)
             fields = [f for f in dataclasses.fields(cls) if f.init]
-            plan[:] = [frozenset(f.name for f in fields),
-                       frozenset(f.name for f in fields if f.default is dataclasses.MISSING
-                                 and f.default_factory is dataclasses.MISSING),
-                       {f.name: converter(hints[f.name]) for f in fields}]
+            plan[:] = [
+                frozenset(f.name for f in fields),
+                frozenset(
+                    f.name
+                    for f in fields
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                ),
+                {f.name: converter(hints[f.name]) for f in fields},
+            ]
         names, required, fields = plan
         if not isinstance(data, dict):
             raise RecordError(f"{spell(where)}: expected an object, found {type(data).__name__}")
@@ -257,6 +267,7 @@ def _dataclass_converter(cls: Any) -> Converter:
         if not required <= keys:
             raise RecordError(f"{spell(where)}: missing field(s) {', '.join(sorted(required - set(data)))}")
         return cls(**{k: fields[k](v, (where, k)) for k, v in data.items()})
+
     return convert
 
 
@@ -270,6 +281,7 @@ def _list_converter(item_type: Any) -> Converter:
         if exact and all(type(v) in exact for v in value):
             return list(value)
         return [item(v, (where, i, LIST_ITEM)) for i, v in enumerate(value)]
+
     return convert
 
 
@@ -280,6 +292,7 @@ def _dict_converter(value_type: Any) -> Converter:
         if not isinstance(value, dict):
             raise RecordError(f"{spell(where)}: expected an object, found {type(value).__name__}")
         return {k: item(v, (where, k)) for k, v in value.items()}
+
     return convert
 
 

@@ -16,8 +16,19 @@ from typing import Any
 # the folder that holds the `bench` and `workloads` packages, two above this file (bench/core/): the checkout. It
 # goes first on the PYTHONPATH of a run's processes, and a process started on another host starts there.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-VARIABLE_PREFIXES = ("HOROVOD_", "TORCH", "NCCL_", "OMP_", "MKL_", "GLOO_", "CUDA_VISIBLE_DEVICES",
-                     "MASTER_", "OPENBLAS_", "KMP_", "PYTORCH_")
+VARIABLE_PREFIXES = (
+    "HOROVOD_",
+    "TORCH",
+    "NCCL_",
+    "OMP_",
+    "MKL_",
+    "GLOO_",
+    "CUDA_VISIBLE_DEVICES",
+    "MASTER_",
+    "OPENBLAS_",
+    "KMP_",
+    "PYTORCH_",
+)
 
 
 def package_version(name: str) -> str | None:
@@ -38,8 +49,18 @@ def cpu_model() -> str:
 
 
 # The instruction sets that decide how fast the same code runs on a CPU (torch picks its kernels by them).
-SPEED_FLAGS = ("avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
-               "amx_int8")
+SPEED_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "avx_vnni",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def cpu_flags() -> list[str]:
@@ -82,13 +103,14 @@ def calibrate(repeats: int = 10) -> dict[str, float]:
             step = min(step, time.perf_counter() - t0)
     finally:
         torch.set_num_threads(threads)
-    return {"gemm_gflops": 2 * 256 ** 3 / gemm / 1e9, "conv_step_ms": step * 1e3}
+    return {"gemm_gflops": 2 * 256**3 / gemm / 1e9, "conv_step_ms": step * 1e3}
 
 
 def git_state() -> dict[str, Any]:
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD")
@@ -139,8 +161,10 @@ def _static_fingerprint() -> dict[str, Any]:
         "cpu_flags": cpu_flags(),
         "memory_bytes": memory,
         **torch_facts(),
-        "packages": {name: package_version(name) for name in
-                     ("torchvision", "numpy", "horovod", "mpi4py", "tensorflow", "tf-keras")},
+        "packages": {
+            name: package_version(name)
+            for name in ("torchvision", "numpy", "horovod", "mpi4py", "tensorflow", "tf-keras")
+        },
         "git": git_state(),
         "bench": package_version("elastic-vs-horovod-bench"),
     }

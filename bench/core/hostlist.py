@@ -78,8 +78,9 @@ def placement(hosts: list[Host], processes: int) -> list[tuple[Host, int]]:
     """(host, processes on it) in order: hosts filled slot by slot; hosts left empty are dropped."""
     total = sum(h.slots for h in hosts)
     if processes > total:
-        raise UsageError(f"{processes} processes do not fit the {total} slot(s) of the hosts given; lower --nproc or "
-                         "give more slots")
+        raise UsageError(
+            f"{processes} processes do not fit the {total} slot(s) of the hosts given; lower --nproc or give more slots"
+        )
     out, left = [], processes
     for host in hosts:
         take = min(host.slots, left)

@@ -157,13 +157,18 @@ def read_text_file(path: str | os.PathLike[str], what: str, limit: int, hint: st
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})"
-                         + (f"; {hint}" if hint else "")) from None
+        raise UsageError(
+            f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})" + (f"; {hint}" if hint else "")
+        ) from None
 
 
 def _kind(mode: int) -> str:
-    for test, word in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
-                       (stat.S_ISSOCK, "socket")):
+    for test, word in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
         if test(mode):
             return word
     return "special file"

@@ -25,6 +25,7 @@ SCHEMA_VERSION = 9  # bump it, and add an upgrade, when a stored field changes m
 class RunStatus(str, enum.Enum):
     """How a run ended (docs/method.md, "Status of a run"); stored as its value. A str, so that a status read from
     a store or a frame compares and prints as its word."""
+
     OK = "ok"
     FAILED = "failed"  # the launcher failed with no rank to blame, a rank produced no result, or a check failed
     TIMEOUT = "timeout"  # the deadline (or a Slurm time limit) ended it
@@ -43,6 +44,7 @@ class RunStatus(str, enum.Enum):
 @dataclass
 class Summary(Record):
     """Mean over a run's windows with its t confidence interval (bench.core.stats.summarize)."""
+
     mean: float
     stdev: float
     n: int
@@ -59,6 +61,7 @@ class Summary(Record):
 @dataclass
 class Startup(Record):
     """Seconds from the launch: to the last worker process, rendezvous (slowest rank), first step."""
+
     launch_to_process_s: float
     rendezvous_s: float
     launch_to_first_step_s: float | None = None
@@ -70,6 +73,7 @@ class Startup(Record):
 @dataclass
 class RankRow(Record):
     """One row of the rank map: what the launcher gave one process (and, in fault runs, when)."""
+
     rank: int
     world_size: int
     local_rank: int | None = None
@@ -88,12 +92,14 @@ class RankRow(Record):
         """Which of the workers this is (0..world size - 1): its data shard. The global rank, unless the backend
         numbers its roles apart (a parameter server's workers need not hold the first global ranks)."""
         return self.role_rank if self.role_rank is not None else self.rank
+
     phase: str | None = None  # fault runs: "before" or "after" the fault
 
 
 @dataclass
 class RunError(Record):
     """Why a run is not ok: a sentence, and the evidence behind it."""
+
     message: str
     tail: str = ""
     rank: int | None = None
@@ -109,6 +115,7 @@ class RunError(Record):
 @dataclass
 class Times(Record):
     """Wall-clock times one process reports (comparable with the parent's launch time)."""
+
     process_start: float
     init_start: float
     init_end: float
@@ -120,6 +127,7 @@ class Times(Record):
 class RankResult(Record):
     """The result file one process writes when it ends cleanly: who it was, when, and its task's output
     (a dict whose shape the task owns: window times, communication rows, a server's counters ...)."""
+
     rank_info: RankRow
     pid: int
     times: Times
@@ -178,8 +186,9 @@ class RunRecord(Record):
         except Exception as exc:
             raise RecordError(f"{where}: {exc}") from None
         spec = decode(RunSpec, data["spec"], f"{where}.spec")
-        metrics = None if data.get("metrics") is None else decode(task.metrics_type, data["metrics"],
-                                                                 f"{where}.metrics")
+        metrics = (
+            None if data.get("metrics") is None else decode(task.metrics_type, data["metrics"], f"{where}.metrics")
+        )
         hints = hints_of(cls)
         values = {}
         for f in dataclasses.fields(cls):
@@ -193,9 +202,11 @@ class RunRecord(Record):
         if unknown:
             raise RecordError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         # names become folder names and table cells: a record from a file or a store is checked like a flag
-        for field_name, problem in (("run_id", name_problem(values["run_id"])),
-                                    ("spec.sweep_id", spec.sweep_id and name_problem(spec.sweep_id)),
-                                    ("spec.workload", workload_problem(spec.workload))):
+        for field_name, problem in (
+            ("run_id", name_problem(values["run_id"])),
+            ("spec.sweep_id", spec.sweep_id and name_problem(spec.sweep_id)),
+            ("spec.workload", workload_problem(spec.workload)),
+        ):
             if problem:
                 raise RecordError(f"{where}.{field_name}: not a valid name ({problem})")
         return cls(spec=spec, metrics=metrics, **values)
@@ -238,8 +249,9 @@ def _v3_to_v4(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """v4 adds runs inside a scheduler's allocation (spec.scheduler), users' workloads (spec.workload_source), the
     saved model (spec.save_model) and the image folder's loader processes (spec.loader_workers): a v3 run ran
     under none, on a built-in workload held in memory, and saved no model."""
-    rec = dict(rec, spec={**rec["spec"], "scheduler": None, "workload_source": None, "save_model": None,
-                                         "loader_workers": 0})
+    rec = dict(
+        rec, spec={**rec["spec"], "scheduler": None, "workload_source": None, "save_model": None, "loader_workers": 0}
+    )
     rec["schema_version"] = 4
     return rec
 
@@ -302,8 +314,16 @@ def _v8_to_v9(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     return rec
 
 
-UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7,
-            7: _v7_to_v8, 8: _v8_to_v9}  # version -> function that returns the record at version + 1
+UPGRADES = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+    5: _v5_to_v6,
+    6: _v6_to_v7,
+    7: _v7_to_v8,
+    8: _v8_to_v9,
+}  # version -> function that returns the record at version + 1
 
 
 def upgrade(data: dict[str, typing.Any]) -> dict[str, typing.Any]:
@@ -313,12 +333,15 @@ def upgrade(data: dict[str, typing.Any]) -> dict[str, typing.Any]:
     if isinstance(version, bool) or not isinstance(version, int):  # "5" or 5.5: no bench writes those
         raise RecordError(f"record {shown(data.get('run_id'))}: schema_version {version!r} is not an integer")
     if version > SCHEMA_VERSION:
-        raise RecordError(f"record {shown(data.get('run_id'))} has schema {version}, newer than this bench "
-                          f"({SCHEMA_VERSION}); update bench")
+        raise RecordError(
+            f"record {shown(data.get('run_id'))} has schema {version}, newer than this bench "
+            f"({SCHEMA_VERSION}); update bench"
+        )
     while version < SCHEMA_VERSION:
         if version not in UPGRADES:
-            raise RecordError(f"record {shown(data.get('run_id'))} has schema {version}, which this bench cannot "
-                              "upgrade")
+            raise RecordError(
+                f"record {shown(data.get('run_id'))} has schema {version}, which this bench cannot upgrade"
+            )
         data = UPGRADES[version](data)
         version = data["schema_version"]
     return data

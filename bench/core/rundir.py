@@ -19,9 +19,14 @@ from bench.core.codec import dumps
 RANK_FILE = re.compile(r"rank(\d+)\.a(\d+)\.(\w+)(?:\.jsonl?)?$")
 
 
-def write_atomic(path: str | os.PathLike[str], content: str | bytes | None = None, *,
-                 write: Callable[[Path], object] | None = None, mode: int | None = None,
-                 before_replace: Callable[[], object] | None = None) -> Path:
+def write_atomic(
+    path: str | os.PathLike[str],
+    content: str | bytes | None = None,
+    *,
+    write: Callable[[Path], object] | None = None,
+    mode: int | None = None,
+    before_replace: Callable[[], object] | None = None,
+) -> Path:
     """Write `path` whole or not at all: a reader never sees half a file, and a writer that fails or is ended
     (an exception, Ctrl-C) leaves the old file or none, and no temporary file. The content is `content` (text or
     bytes), or what `write(temporary_path)` writes (torch.save); `mode` sets the file's permissions;
@@ -38,7 +43,9 @@ def write_atomic(path: str | os.PathLike[str], content: str | bytes | None = Non
             if content is None:
                 raise TypeError("write_atomic writes `content` or what `write` writes: it was given neither")
             data = content.encode("utf-8") if isinstance(content, str) else content
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else 0o600)  # the umask applies
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else 0o600
+            )  # the umask applies
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
@@ -249,8 +256,10 @@ def tail(path: Path, lines: int = 30, max_bytes: int = 16384, upto: int | None =
 LOG_HEAD_BYTES = 1 << 20
 LOG_TAIL_BYTES = 1 << 20
 LOG_DRAIN_S = 2.0  # once a rank's process has ended, how long its output may still arrive (from a child outliving it)
-DROPPED_LINE = "\n[bench: {n} bytes of this rank's output dropped here; its log keeps the first {head} and the last " \
-               "{tail} bytes]\n"
+DROPPED_LINE = (
+    "\n[bench: {n} bytes of this rank's output dropped here; its log keeps the first {head} and the last "
+    "{tail} bytes]\n"
+)
 
 
 class CappedLog:
@@ -285,7 +294,7 @@ class CappedLog:
         kept = self.fh.read(size - keep_from)
         newline = kept.find(b"\n", 0, 4096)
         if 0 <= newline < len(kept) - 1:
-            kept = kept[newline + 1:]
+            kept = kept[newline + 1 :]
         self.dropped += size - start - len(kept)
         self.fh.seek(self.head)
         self.fh.truncate()

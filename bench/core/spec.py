@@ -16,8 +16,9 @@ from bench.core.errors import UsageError
 from bench.core.hostlist import Host, placement
 from bench.core.registry import get_task
 
-DEFAULTS: dict[str, Any] = dict(warmup_steps=5, windows=5, seed=0, data="synthetic",
-                lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="auto")
+DEFAULTS: dict[str, Any] = dict(
+    warmup_steps=5, windows=5, seed=0, data="synthetic", lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="auto"
+)
 CPU_BINDS = ("auto", "none", "cores")  # what a user asks for; a spec holds "none" or "cores" (resolve_cpu_bind)
 # The longest timeout or wait any option takes (a run's deadline, a workload's check, a collective's timeout, a
 # recovery, a wait for cores): 7 days. Past it a value is a slip of the unit, and far past it what holds it overflows
@@ -70,8 +71,9 @@ class TaskSettings(OwnForm):
         names = [f.name for f in fields(cls)]
         value: TaskSettings = decode_fields(cls, {k: v for k, v in data.items() if k in names}, where)
         if list(data) != names:  # another layout: kept, so that it is written back as it was read
-            object.__setattr__(value, "_stored", (tuple(data), {k: restore_floats(v) for k, v in data.items()
-                                                                if k not in names}))
+            object.__setattr__(
+                value, "_stored", (tuple(data), {k: restore_floats(v) for k, v in data.items() if k not in names})
+            )
         return value
 
     @classmethod
@@ -219,11 +221,14 @@ def resolve_device(nproc: int | None, gpus: int | None) -> tuple[str, int]:
             raise UsageError(f"--gpus {gpus}: the number of GPUs must be at least 1")
         available = cuda_device_count()
         if available == 0:
-            raise UsageError(f"--gpus {gpus}: this machine has no CUDA device; "
-                             f"use --nproc {gpus} to run {gpus} CPU processes over gloo")
+            raise UsageError(
+                f"--gpus {gpus}: this machine has no CUDA device; "
+                f"use --nproc {gpus} to run {gpus} CPU processes over gloo"
+            )
         if gpus > available:
-            raise UsageError(f"--gpus {gpus}: this machine has {available} CUDA device(s); "
-                             f"use --gpus {available} or fewer")
+            raise UsageError(
+                f"--gpus {gpus}: this machine has {available} CUDA device(s); use --gpus {available} or fewer"
+            )
         return "cuda", gpus
     if nproc is None:
         nproc = min(2, cpu_count())
@@ -242,20 +247,28 @@ def default_threads(device: str, max_world_size: int, cluster: dict[str, Any] | 
 
 def check_timeout(timeout: float, flag: str = "--timeout") -> None:
     if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
-        raise UsageError(f"{flag} {timeout}: give a positive, finite number of seconds, at most "
-                         f"{MAX_TIMEOUT_WORDS}")
+        raise UsageError(f"{flag} {timeout}: give a positive, finite number of seconds, at most {MAX_TIMEOUT_WORDS}")
 
 
-def check_placement(plugin: Any, world_size: int, device: str, threads: int | None, oversubscribe: bool,
-                    backend_options: dict[str, Any] | None, timeout: float = DEFAULTS["timeout"],
-                    cluster: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], dict[str, int]]:
+def check_placement(
+    plugin: Any,
+    world_size: int,
+    device: str,
+    threads: int | None,
+    oversubscribe: bool,
+    backend_options: dict[str, Any] | None,
+    timeout: float = DEFAULTS["timeout"],
+    cluster: dict[str, Any] | None = None,
+) -> tuple[int, dict[str, Any], dict[str, int]]:
     """What every run of every task must pass: world size, availability, backend options, threads
     against cores (on each machine, for a run across the hosts of `cluster`: bench.cluster.hosts.check_hosts), a
     usable deadline. Returns (threads, resolved backend options, processes per role)."""
     name = plugin.name
     if plugin.max_world_size is not None and world_size > plugin.max_world_size:
-        raise UsageError(f"backend {name} runs at most {plugin.max_world_size} worker(s); "
-                         f"world size {world_size} is not allowed: lower --nproc or pick another backend")
+        raise UsageError(
+            f"backend {name} runs at most {plugin.max_world_size} worker(s); "
+            f"world size {world_size} is not allowed: lower --nproc or pick another backend"
+        )
     problem = plugin.unavailable_reason(device)
     if problem:
         raise UsageError(f"backend {name} cannot run here: {problem}")
@@ -272,18 +285,23 @@ def check_placement(plugin: Any, world_size: int, device: str, threads: int | No
     if threads < 1:
         raise UsageError(f"--threads {threads}: each worker needs at least 1 thread")
     if device == "cpu" and world_size * threads > cores and not oversubscribe:
-        raise UsageError(f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
-                         f"this machine has {cores}; lower --nproc or --threads, or pass --oversubscribe "
-                         "to measure contention on purpose")
+        raise UsageError(
+            f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
+            f"this machine has {cores}; lower --nproc or --threads, or pass --oversubscribe "
+            "to measure contention on purpose"
+        )
     if device == "cpu" and world_size * threads > MAX_THREADS_PER_CORE * cores:
-        raise UsageError(f"world size {world_size} x {threads} thread(s) is {world_size * threads} worker threads on "
-                         f"this machine's {cores} cores; --oversubscribe allows at most {MAX_THREADS_PER_CORE} a core "
-                         f"({MAX_THREADS_PER_CORE * cores} here): lower --nproc or --threads")
+        raise UsageError(
+            f"world size {world_size} x {threads} thread(s) is {world_size * threads} worker threads on "
+            f"this machine's {cores} cores; --oversubscribe allows at most {MAX_THREADS_PER_CORE} a core "
+            f"({MAX_THREADS_PER_CORE * cores} here): lower --nproc or --threads"
+        )
     return threads, resolved, roles
 
 
-def resolve_cpu_bind(requested: str | None, device: str, oversubscribe: bool, cluster: dict[str, Any] | None,
-                     on_this_host: bool = True) -> str:
+def resolve_cpu_bind(
+    requested: str | None, device: str, oversubscribe: bool, cluster: dict[str, Any] | None, on_this_host: bool = True
+) -> str:
     """What a run's workers do with CPU affinity. "auto" pins each worker to its own cores ("cores") where
     each can have them: CPU processes on one host that fit its cores. It leaves them to the scheduler
     ("none") on GPUs, when oversubscribed on purpose, and across hosts or on a cluster that places the workers
@@ -304,26 +322,39 @@ def across_hosts(cluster: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     scheduler = cluster.get("scheduler")
     machines = cluster.get("machines")
-    return {"hosts": cluster["hosts"], "iface": cluster["iface"], "link": cluster.get("link"),
-            "machines": len({m["id"] for m in machines.values()}) if machines else None,
-            "scheduler": {k: scheduler[k] for k in ("name", "job_id", "nodelist")} if scheduler else None}
+    return {
+        "hosts": cluster["hosts"],
+        "iface": cluster["iface"],
+        "link": cluster.get("link"),
+        "machines": len({m["id"] for m in machines.values()}) if machines else None,
+        "scheduler": {k: scheduler[k] for k in ("name", "job_id", "nodelist")} if scheduler else None,
+    }
 
 
-def cluster_threads(plugin: Any, cluster: dict[str, Any], world_size: int, options: dict[str, Any],
-                    threads: int | None, oversubscribe: bool) -> int:
+def cluster_threads(
+    plugin: Any,
+    cluster: dict[str, Any],
+    world_size: int,
+    options: dict[str, Any],
+    threads: int | None,
+    oversubscribe: bool,
+) -> int:
     """Threads per process across hosts: by default the cores of each machine shared by the processes placed
     on it (the backend's host_plan; hosts that share one machine, such as test hosts, share its cores), checked
     on every machine."""
-    per_host = [(host, n) for host, n, _ in plugin.host_plan([Host(**h) for h in cluster["hosts"]], world_size,
-                                                             options)]
+    per_host = [
+        (host, n) for host, n, _ in plugin.host_plan([Host(**h) for h in cluster["hosts"]], world_size, options)
+    ]
     if not plugin.launcher.spans_hosts and len(per_host) > 1:
         raise UsageError(f"backend {plugin.name} runs on one host only; give --nproc 1 or one host")
     load = machine_load(cluster, per_host)
     threads = fitting_threads(load) if threads is None else threads
     for cpus, n in load:
         if n * threads > cpus and not oversubscribe:
-            raise UsageError(f"{n} process(es) x {threads} thread(s) on one machine of the hosts need "
-                             f"{n * threads} cores, it has {cpus}; lower --nproc or --threads, or pass --oversubscribe")
+            raise UsageError(
+                f"{n} process(es) x {threads} thread(s) on one machine of the hosts need "
+                f"{n * threads} cores, it has {cpus}; lower --nproc or --threads, or pass --oversubscribe"
+            )
     return threads
 
 

@@ -45,8 +45,13 @@ def summarize(values: list[float], confidence: float = CONFIDENCE) -> dict[str, 
     half = t_quantile(confidence, n - 1) * stdev / math.sqrt(n) if n > 1 else float("nan")
     rel = stdev / mean if mean else float("nan")
     return {
-        "mean": mean, "stdev": stdev, "n": n, "confidence": confidence,
-        "ci_low": mean - half, "ci_high": mean + half, "ci_half_width": half,
+        "mean": mean,
+        "stdev": stdev,
+        "n": n,
+        "confidence": confidence,
+        "ci_low": mean - half,
+        "ci_high": mean + half,
+        "ci_half_width": half,
         "rel_stdev": rel,
         "unstable": bool(n < MIN_STABLE_WINDOWS or not rel <= UNSTABLE_REL_STDEV),
     }
@@ -65,6 +70,7 @@ class Estimate:
     interval (`low`, `high`; NaN when a case has fewer than MIN_LAUNCHES launches), the p-value of
     "ratio = 1", and `resolution`: the relative difference from 1 that this comparison would just have
     called significant (the interval's half-width, as a factor minus 1)."""
+
     ratio: float
     low: float
     high: float
@@ -100,8 +106,9 @@ def geometric_mean(values: list[float]) -> float:
     return math.exp(mean_log(values))
 
 
-def ratio_of_cases(numerators: list[list[float]], denominators: list[list[float]], scale: float = 1.0,
-                   confidence: float = CONFIDENCE) -> Estimate:
+def ratio_of_cases(
+    numerators: list[list[float]], denominators: list[list[float]], scale: float = 1.0, confidence: float = CONFIDENCE
+) -> Estimate:
     """The ratio of the (geometric) case means prod(numerators) / prod(denominators) / scale, each case a list
     of per-launch values. The interval is Student's t on the log scale: each case contributes its
     launch-to-launch variance over its count, and the degrees of freedom are Welch-Satterthwaite's (no
@@ -121,7 +128,7 @@ def ratio_of_cases(numerators: list[list[float]], denominators: list[list[float]
         var = sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)
         terms.append((var / len(logs), len(logs) - 1))
     var = sum(v for v, _ in terms)
-    dof = var ** 2 / sum(v ** 2 / d for v, d in terms if v > 0) if var else 1.0
+    dof = var**2 / sum(v**2 / d for v, d in terms if v > 0) if var else 1.0
     return _t_estimate(log_ratio, var, dof, launches, confidence)
 
 
@@ -133,8 +140,18 @@ def _t_estimate(log_ratio: float, var: float, dof: float, launches: tuple[int, .
     se = math.sqrt(var)
     half = t_quantile(confidence, dof) * se
     p = t_two_sided_p(log_ratio / se, dof)
-    return Estimate(math.exp(log_ratio), math.exp(log_ratio - half), math.exp(log_ratio + half), p,
-                    math.exp(half) - 1, launches, confidence, log_ratio, se, dof)
+    return Estimate(
+        math.exp(log_ratio),
+        math.exp(log_ratio - half),
+        math.exp(log_ratio + half),
+        p,
+        math.exp(half) - 1,
+        launches,
+        confidence,
+        log_ratio,
+        se,
+        dof,
+    )
 
 
 def ratio_of_pairs(numerators: list[float], denominators: list[float], confidence: float = CONFIDENCE) -> Estimate:
@@ -190,6 +207,7 @@ EQUIVALENCE_USEFUL = 0.25  # beyond this margin, "within ±X%" says too little: 
 @dataclass(frozen=True)
 class Judgement:
     """What a page may say of one comparison of a family (Family.judge)."""
+
     estimate: Estimate
     p_adjusted: float  # Holm's, over the family
     family_size: int

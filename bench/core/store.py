@@ -65,12 +65,25 @@ from bench.core.records import SCHEMA_VERSION, RunRecord
 DEFAULT_STORE = Path("results") / "bench.sqlite"
 T = TypeVar("T")  # what a read of the store gives (Store._read)
 # the columns of every store's runs table, whichever bench made it
-COLUMNS = ("run_id", "created_at", "status", "backend", "workload", "world_size", "device",
-           "batch_size", "sweep_id", "throughput", "record")
+COLUMNS = (
+    "run_id",
+    "created_at",
+    "status",
+    "backend",
+    "workload",
+    "world_size",
+    "device",
+    "batch_size",
+    "sweep_id",
+    "throughput",
+    "record",
+)
 # the schema the row's record was written with: NULL in a row written by a bench that did not know the column
 VERSION_COLUMN = "schema_version"
-INDEXES = ("CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at)",
-           "CREATE INDEX IF NOT EXISTS runs_by_schema ON runs (schema_version)")
+INDEXES = (
+    "CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at)",
+    "CREATE INDEX IF NOT EXISTS runs_by_schema ON runs (schema_version)",
+)
 CREATE = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -102,8 +115,18 @@ CREATE TABLE IF NOT EXISTS sweeps (
     why TEXT,
     plan TEXT NOT NULL
 )"""
-SWEEP_COLUMNS = ("sweep_id", "created_at", "updated_at", "state", "title", "description", "planned", "owner", "why",
-                 "plan")
+SWEEP_COLUMNS = (
+    "sweep_id",
+    "created_at",
+    "updated_at",
+    "state",
+    "title",
+    "description",
+    "planned",
+    "owner",
+    "why",
+    "plan",
+)
 FETCH_ROWS = 500  # records fetched at once by records(last=N) (each one an SQL variable: SQLite allows 999 at least)
 READ_TRIES = 3  # reads of a store a writer changed during each of them, before the reader gives up
 # SQLite's codes for a file system without room (Python before 3.11 names neither): a write, the -shm file grown
@@ -198,12 +221,16 @@ class Store:
         self.path = Path(path) if path else default_store_path()
 
     def _unreadable(self, why: object) -> StoreError:
-        return StoreError(f"results store {self.path} cannot be read ({why}); move it aside or "
-                          "pass --store with another path", reason=f"it cannot be read: {why}")
+        return StoreError(
+            f"results store {self.path} cannot be read ({why}); move it aside or pass --store with another path",
+            reason=f"it cannot be read: {why}",
+        )
 
     def _unusable(self, why: object) -> StoreError:
-        return StoreError(f"results store {self.path} cannot be used ({why}); pass --store with another path",
-                          reason=f"it cannot be used: {why}")
+        return StoreError(
+            f"results store {self.path} cannot be used ({why}); pass --store with another path",
+            reason=f"it cannot be used: {why}",
+        )
 
     def _stat(self) -> os.stat_result | None:
         """The store file's status, or None where there is none; a path that cannot be a store is refused."""
@@ -224,11 +251,14 @@ class Store:
         `create` read-write (the store made if absent)."""
         st = self._stat()
         if not create and st is None:
-            raise StoreError(f"no results store at {self.path}; run `bench run` or `bench sweep` first, "
-                             "or pass --store PATH")
+            raise StoreError(
+                f"no results store at {self.path}; run `bench run` or `bench sweep` first, or pass --store PATH"
+            )
         if not create and st is not None and st.st_size == 0:
-            raise StoreError(f"results store {self.path} is an empty file, not a bench store; a run with this "
-                             "--store makes one there, or pass --store with another path")
+            raise StoreError(
+                f"results store {self.path} is an empty file, not a bench store; a run with this "
+                "--store makes one there, or pass --store with another path"
+            )
         if create:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,8 +285,10 @@ class Store:
             raise self._unreadable(exc if isinstance(exc, sqlite3.DatabaseError) else os_reason(exc)) from None
         if version > SCHEMA_VERSION:
             conn.close()
-            raise StoreError(f"results store {self.path} has schema {version}, newer than this bench "
-                             f"({SCHEMA_VERSION}); update bench or pass --store with another path")
+            raise StoreError(
+                f"results store {self.path} has schema {version}, newer than this bench "
+                f"({SCHEMA_VERSION}); update bench or pass --store with another path"
+            )
         if "runs" not in tables:  # (a store bench makes has its table from the start: _create)
             conn.close()
             raise self._unreadable("it is an SQLite file but not a bench store")
@@ -264,11 +296,17 @@ class Store:
         return conn
 
     def _full(self, exc: sqlite3.Error) -> StoreFull:
-        why = (f"no room to grow its -shm file: {exc}" if getattr(exc, "sqlite_errorcode", None) == SQLITE_IOERR_SHMSIZE
-               else str(exc))
+        why = (
+            f"no room to grow its -shm file: {exc}"
+            if getattr(exc, "sqlite_errorcode", None) == SQLITE_IOERR_SHMSIZE
+            else str(exc)
+        )
         why += space_left(self.path.parent)
-        return StoreFull(f"results store {self.path} cannot be written ({why}); free some space there or pass --store "
-                         "with another path", reason=why)
+        return StoreFull(
+            f"results store {self.path} cannot be written ({why}); free some space there or pass --store "
+            "with another path",
+            reason=why,
+        )
 
     def _create(self, replace_empty: bool) -> None:
         """Make the store whole or not at all: its table is made in a temporary file beside it, which is switched
@@ -287,11 +325,14 @@ class Store:
         except sqlite3.DatabaseError as exc:  # said once the temporary files are gone: the free space is then true
             if no_space(exc):
                 raise self._full(exc) from None
-            raise StoreError(f"results store {self.path} cannot be made ({exc}); pass --store with another "
-                             "path") from None
+            raise StoreError(
+                f"results store {self.path} cannot be made ({exc}); pass --store with another path"
+            ) from None
         except OSError as exc:
-            raise StoreError(f"results store {self.path} cannot be made ({os_reason(exc)}"
-                             f"{space_left(self.path.parent)}); pass --store with another path") from None
+            raise StoreError(
+                f"results store {self.path} cannot be made ({os_reason(exc)}"
+                f"{space_left(self.path.parent)}); pass --store with another path"
+            ) from None
 
     @staticmethod
     def _build(tmp: Path) -> None:
@@ -364,8 +405,9 @@ class Store:
             except sqlite3.DatabaseError as exc:
                 if no_space(exc):
                     raise self._full(exc) from None
-                raise StoreError(f"results store {self.path} cannot be written ({exc}); pass --store with "
-                                 "a writable path") from None
+                raise StoreError(
+                    f"results store {self.path} cannot be written ({exc}); pass --store with a writable path"
+                ) from None
             finally:
                 conn.close()
         except BaseException:
@@ -380,9 +422,11 @@ class Store:
             newer = self._read(newer_records)  # a foreign, unreadable or newer file is refused on the way
             if newer:
                 run_id, version = newer
-                raise StoreError(f"results store {self.path} holds records of schema {version} (run {shown(run_id)}), "
-                                 f"newer than this bench ({SCHEMA_VERSION}); update bench or pass --store with "
-                                 "another path")
+                raise StoreError(
+                    f"results store {self.path} holds records of schema {version} (run {shown(run_id)}), "
+                    f"newer than this bench ({SCHEMA_VERSION}); update bench or pass --store with "
+                    "another path"
+                )
         self._check_runs_folder(create=False)
 
     def _check_runs_folder(self, create: bool) -> list[Path]:
@@ -391,8 +435,10 @@ class Store:
         try:
             return check_folder_writable(runs, create)
         except OSError as exc:
-            raise StoreError(f"run directory {runs} cannot be written ({os_reason(exc)}); every run keeps its "
-                             "files there, beside the store: pass --store with a path in a writable folder") from None
+            raise StoreError(
+                f"run directory {runs} cannot be written ({os_reason(exc)}); every run keeps its "
+                "files there, beside the store: pass --store with a path in a writable folder"
+            ) from None
 
     def run_dir(self, run_id: str) -> Path:
         """Where a run's raw files (spec, logs, per-rank files) are kept, beside the store: an absolute path, since
@@ -402,15 +448,28 @@ class Store:
     def save(self, record: RunRecord) -> None:
         spec = record.spec
         # the index columns of a run that trains nothing hold "" and 0 (the record itself holds None)
-        row = (record.run_id, record.created_at, record.status.value, spec.backend, spec.workload or "", spec.world_size,
-               spec.device, spec.batch_size or 0, spec.sweep_id, record.task.frame_columns(record).get("throughput"),
-               json.dumps(record.to_dict(), allow_nan=False), record.schema_version)
+        row = (
+            record.run_id,
+            record.created_at,
+            record.status.value,
+            spec.backend,
+            spec.workload or "",
+            spec.world_size,
+            spec.device,
+            spec.batch_size or 0,
+            spec.sweep_id,
+            record.task.frame_columns(record).get("throughput"),
+            json.dumps(record.to_dict(), allow_nan=False),
+            record.schema_version,
+        )
         columns = (*COLUMNS, VERSION_COLUMN)
 
         def insert(conn: sqlite3.Connection) -> None:
             self._upgrade(conn)  # in the record's transaction: a refused write leaves an older store as it was
-            conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(columns)}) "
-                         f"VALUES ({', '.join('?' * len(columns))})", row)
+            conn.execute(
+                f"INSERT OR REPLACE INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})", row
+            )
+
         self._write(insert)
 
     def stored_run_ids(self, run_ids: list[str]) -> set[str]:
@@ -419,8 +478,9 @@ class Store:
         if st is None or st.st_size == 0:
             return set()
         marks = ", ".join("?" * len(run_ids))
-        rows = self._read(lambda conn: conn.execute(f"SELECT run_id FROM runs WHERE run_id IN ({marks})",
-                                                    list(run_ids)).fetchall())
+        rows = self._read(
+            lambda conn: conn.execute(f"SELECT run_id FROM runs WHERE run_id IN ({marks})", list(run_ids)).fetchall()
+        )
         return {row[0] for row in rows}
 
     def records(self, last: int | None = None) -> list[RunRecord]:
@@ -430,8 +490,10 @@ class Store:
         with collector_paused():
             if last is None:
                 query = f"SELECT {ROW_BYTES} FROM runs ORDER BY {OLDEST_FIRST}"
-                read = [(run_id_text(run_id), decoded(raw))
-                        for run_id, raw in self._read(lambda c: c.execute(query).fetchall())]
+                read = [
+                    (run_id_text(run_id), decoded(raw))
+                    for run_id, raw in self._read(lambda c: c.execute(query).fetchall())
+                ]
             else:
                 read = self._read(lambda conn: latest_decoded(conn, last))[::-1]
         for run_id, got in read:
@@ -450,8 +512,10 @@ class Store:
             # as any reader of a live WAL store would)
             live = bool(wal_size) and shm.exists()
             if not live and wal_size:
-                raise self._unreadable("its -wal file holds changes but the -shm file SQLite reads it with is "
-                                       "missing, and reading would make one; copy the store with both files")
+                raise self._unreadable(
+                    "its -wal file holds changes but the -shm file SQLite reads it with is "
+                    "missing, and reading would make one; copy the store with both files"
+                )
             before = self._state(wal)
             conn = self._connect(create=False, immutable=not live)
             try:
@@ -477,21 +541,30 @@ class Store:
     # ---------------------------------------------------------------- sweeps (the `sweeps` table)
     def begin_sweep(self, row: dict[str, Any]) -> None:
         """Store a new sweep's row (SWEEP_COLUMNS), the table made first where the store has none."""
+
         def insert(conn: sqlite3.Connection) -> None:
             conn.execute(SWEEPS_TABLE)
-            conn.execute(f"INSERT INTO sweeps ({', '.join(SWEEP_COLUMNS)}) "
-                         f"VALUES ({', '.join('?' * len(SWEEP_COLUMNS))})", [row[c] for c in SWEEP_COLUMNS])
+            conn.execute(
+                f"INSERT INTO sweeps ({', '.join(SWEEP_COLUMNS)}) VALUES ({', '.join('?' * len(SWEEP_COLUMNS))})",
+                [row[c] for c in SWEEP_COLUMNS],
+            )
+
         self._write(insert)
 
-    def update_sweep(self, sweep_id: str, check: Callable[[dict[str, Any] | None], object] | None = None,
-                     **fields: Any) -> None:
+    def update_sweep(
+        self, sweep_id: str, check: Callable[[dict[str, Any] | None], object] | None = None, **fields: Any
+    ) -> None:
         """Set `fields` of a sweep's row in one transaction; check(row), given, first sees the row as it is then (a
         dict, None where there is none) under the write lock and raises to leave it unchanged."""
+
         def update(conn: sqlite3.Connection) -> None:
             if check is not None:
                 check(_sweep_row(conn, sweep_id))
-            conn.execute(f"UPDATE sweeps SET {', '.join(f'{k} = ?' for k in fields)} WHERE sweep_id = ?",
-                         [*fields.values(), sweep_id])
+            conn.execute(
+                f"UPDATE sweeps SET {', '.join(f'{k} = ?' for k in fields)} WHERE sweep_id = ?",
+                [*fields.values(), sweep_id],
+            )
+
         self._write(update)
 
     def _write(self, work: Callable[[sqlite3.Connection], object]) -> None:
@@ -524,9 +597,11 @@ class Store:
             if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sweeps'").fetchone():
                 return []
             where, values = (" WHERE sweep_id = ?", [sweep_id]) if sweep_id is not None else ("", [])
-            found = conn.execute(f"SELECT {', '.join(SWEEP_COLUMNS)} FROM sweeps{where} ORDER BY created_at, rowid",
-                                 values).fetchall()
+            found = conn.execute(
+                f"SELECT {', '.join(SWEEP_COLUMNS)} FROM sweeps{where} ORDER BY created_at, rowid", values
+            ).fetchall()
             return [dict(zip(SWEEP_COLUMNS, r)) for r in found]
+
         return self._read(rows)
 
     def sweep_records(self, sweep_id: str) -> list[RunRecord]:
@@ -537,8 +612,10 @@ class Store:
             return []
         query = f"SELECT {ROW_BYTES} FROM runs WHERE sweep_id = ? ORDER BY {OLDEST_FIRST}"
         with collector_paused():
-            read = [(run_id_text(run_id), decoded(raw)) for run_id, raw in
-                    self._read(lambda c: c.execute(query, (sweep_id,)).fetchall())]
+            read = [
+                (run_id_text(run_id), decoded(raw))
+                for run_id, raw in self._read(lambda c: c.execute(query, (sweep_id,)).fetchall())
+            ]
         for run_id, got in read:
             if isinstance(got, str):
                 note(f"bench: skipped run {shown(run_id)} of {self.path}: this bench cannot read its record ({got})")
@@ -599,8 +676,12 @@ def latest_decoded(conn: sqlite3.Connection, count: int) -> list[tuple[str, RunR
     out, readable = [], 0
     newest = conn.execute(f"SELECT rowid FROM runs ORDER BY {NEWEST_FIRST}")
     while readable < count and (rowids := [rowid for (rowid,) in newest.fetchmany(min(count - readable, FETCH_ROWS))]):
-        rows = {rowid: (run_id, raw) for rowid, run_id, raw in conn.execute(
-            f"SELECT rowid, {ROW_BYTES} FROM runs WHERE rowid IN ({', '.join('?' * len(rowids))})", rowids)}
+        rows = {
+            rowid: (run_id, raw)
+            for rowid, run_id, raw in conn.execute(
+                f"SELECT rowid, {ROW_BYTES} FROM runs WHERE rowid IN ({', '.join('?' * len(rowids))})", rowids
+            )
+        }
         for run_id, raw in map(rows.__getitem__, rowids):
             got = decoded(raw)
             out.append((run_id_text(run_id), got))
@@ -628,16 +709,19 @@ def newer_records(conn: sqlite3.Connection) -> tuple[str, int] | None:
     (all of them in a store made before the column; in a newer one, those an older bench wrote)."""
     unsaid = []  # the rows whose column says no schema
     if VERSION_COLUMN in table_columns(conn):
-        found = conn.execute(f"SELECT CAST(run_id AS BLOB), {VERSION_COLUMN} FROM runs WHERE {VERSION_COLUMN} > ? "
-                             "LIMIT 1", (SCHEMA_VERSION,)).fetchone()
+        found = conn.execute(
+            f"SELECT CAST(run_id AS BLOB), {VERSION_COLUMN} FROM runs WHERE {VERSION_COLUMN} > ? LIMIT 1",
+            (SCHEMA_VERSION,),
+        ).fetchone()
         if found:
             return run_id_text(found[0]), found[1]
         unsaid = [f"{VERSION_COLUMN} IS NULL"]
     version_of = "CASE WHEN json_valid(record) THEN json_extract(record, '$.schema_version') END"
     newer = " AND ".join([*unsaid, f"typeof({version_of}) = 'integer'", f"{version_of} > ?"])
     try:
-        found = conn.execute(f"SELECT CAST(run_id AS BLOB), {version_of} FROM runs WHERE {newer} LIMIT 1",
-                             (SCHEMA_VERSION,)).fetchone()
+        found = conn.execute(
+            f"SELECT CAST(run_id AS BLOB), {version_of} FROM runs WHERE {newer} LIMIT 1", (SCHEMA_VERSION,)
+        ).fetchone()
         return (run_id_text(found[0]), found[1]) if found else None
     except sqlite3.OperationalError as exc:
         if "no such function" not in str(exc):

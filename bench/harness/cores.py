@@ -57,6 +57,7 @@ SAY_AGAIN_S = 60.0  # a waiting run repeats who it waits for this often
 class Sharing:
     """What runs of this process do when their resources are claimed: wait up to `wait_s`, or (`allow`) run
     alongside, marked."""
+
     allow: bool = False
     wait_s: float = DEFAULT_WAIT_S
 
@@ -89,7 +90,7 @@ def run_resources(spec: RunSpec) -> list[str]:
     out = [f"cpu{c}" for c in cpus]
     if spec.device == "cuda":
         visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-        out += [f"gpu{d}" for d in (visible or [str(i) for i in range(spec.world_size)])[:spec.world_size]]
+        out += [f"gpu{d}" for d in (visible or [str(i) for i in range(spec.world_size)])[: spec.world_size]]
     return out
 
 
@@ -97,7 +98,7 @@ def resources_text(resources: Iterable[str]) -> str:
     """'CPUs 0-3, 6 and GPUs 0-1' for a list of resource names."""
     parts = []
     for kind, label in (("cpu", "CPU"), ("gpu", "GPU")):
-        ids = [r[len(kind):] for r in resources if r.startswith(kind)]
+        ids = [r[len(kind) :] for r in resources if r.startswith(kind)]
         if not ids:
             continue
         if all(i.isdigit() for i in ids):
@@ -155,7 +156,8 @@ def _refuse(folder: Path, problem: str) -> LockFolderRefused:
     return LockFolderRefused(
         f"the cores' lock folder {printable(folder)} {problem}: another user could replace the files bench opens "
         f"there; remove it (root can make it for every user: install -d -m 1777 {printable(folder)}), or set "
-        f"{LOCK_DIR_VARIABLE} to a folder of your own (runs then wait only for runs that use that folder)")
+        f"{LOCK_DIR_VARIABLE} to a folder of your own (runs then wait only for runs that use that folder)"
+    )
 
 
 def _owner(uid: int) -> str:
@@ -207,8 +209,10 @@ def check_lock_folder() -> None:
     try:
         os.close(open_folder(lock_dir()))
     except OSError as exc:
-        raise UsageError(f"cannot make the cores' lock folder {printable(lock_dir())} ({exc.strerror or exc}): set "
-                         f"{LOCK_DIR_VARIABLE} to a folder every bench process here can write") from None
+        raise UsageError(
+            f"cannot make the cores' lock folder {printable(lock_dir())} ({exc.strerror or exc}): set "
+            f"{LOCK_DIR_VARIABLE} to a folder every bench process here can write"
+        ) from None
 
 
 def _open_file(folder_fd: int, name: str, flags: int, mode: int = 0o644) -> int:
@@ -261,7 +265,8 @@ def _registry(folder_fd: int, folder: Path) -> Iterator[None]:
                         f"{printable(folder / REGISTRY)} (of {_owner(os.fstat(fd).st_uid)}) has been locked for "
                         f"{REGISTRY_WAIT_S:g} s, where bench holds it for milliseconds: end the process that holds "
                         f"it (fuser {printable(folder / REGISTRY)}), or set {LOCK_DIR_VARIABLE} to a folder of your "
-                        "own") from None
+                        "own"
+                    ) from None
                 time.sleep(0.01)
         yield
     finally:
@@ -279,13 +284,25 @@ def _read_claim(fd: int, run_id: str) -> dict[str, Any] | None:
     resources, since, seen = claim.get("resources"), claim.get("since"), claim.get("seen")
     seen = seen if isinstance(seen, list) else []
     holders = claim.get("holders") or [{"pid": claim.get("pid"), "start": claim.get("start")}]
-    if not (isinstance(resources, list) and all(isinstance(r, str) for r in resources)
-            and isinstance(since, (int, float)) and isinstance(holders, list)
-            and all(isinstance(h, dict) and type(h.get("pid")) is int and h["pid"] > 0 for h in holders)):
+    if not (
+        isinstance(resources, list)
+        and all(isinstance(r, str) for r in resources)
+        and isinstance(since, (int, float))
+        and isinstance(holders, list)
+        and all(isinstance(h, dict) and type(h.get("pid")) is int and h["pid"] > 0 for h in holders)
+    ):
         return None
-    return {"run_id": run_id, "label": claim.get("label"), "store": claim.get("store"), "pid": holders[0]["pid"],
-            "resources": resources, "since": since, "state": claim["state"], "holders": holders,
-            "seen": [b for b in (_checked_brief(s) for s in seen if isinstance(s, dict)) if b]}
+    return {
+        "run_id": run_id,
+        "label": claim.get("label"),
+        "store": claim.get("store"),
+        "pid": holders[0]["pid"],
+        "resources": resources,
+        "since": since,
+        "state": claim["state"],
+        "holders": holders,
+        "seen": [b for b in (_checked_brief(s) for s in seen if isinstance(s, dict)) if b],
+    }
 
 
 def _checked_brief(entry: dict[str, Any]) -> dict[str, Any] | None:
@@ -344,8 +361,11 @@ def _held_by_bench(claim: dict[str, Any], owner_uid: int) -> bool:
             continue
         if not facts:  # alive, but this user may not read /proc of it (hidepid): the lock is all there is to go on
             return True
-        if holder.get("start") in (None, facts["start"]) and facts["uid"] == owner_uid \
-                and (owner_uid == os.geteuid() or names_bench(facts["argv"])):
+        if (
+            holder.get("start") in (None, facts["start"])
+            and facts["uid"] == owner_uid
+            and (owner_uid == os.geteuid() or names_bench(facts["argv"]))
+        ):
             return True
     return False
 
@@ -360,8 +380,7 @@ class CoreClaim:
     record is stored: returns once the resources are the run's (or, with sharing allowed, at once); `finish()` when
     the run's processes have ended; `shared_with` the runs it overlapped."""
 
-    def __init__(self, run_id: str, label: str, store: str | None, resources: list[str],
-                 rule: Sharing | None = None):
+    def __init__(self, run_id: str, label: str, store: str | None, resources: list[str], rule: Sharing | None = None):
         if not valid_run_id(run_id):
             raise ValueError(f"not a run id: {run_id!r}")
         self.run_id, self.label, self.store, self.resources = run_id, label, store, list(resources)
@@ -396,9 +415,17 @@ class CoreClaim:
 
     # ---------------------------------------------------------------- the claim's own file
     def _entry(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "label": self.label, "store": self.store, "pid": os.getpid(),
-                "holders": self.holders, "resources": self.resources, "since": self.since, "state": self.state,
-                "seen": self.seen}
+        return {
+            "run_id": self.run_id,
+            "label": self.label,
+            "store": self.store,
+            "pid": os.getpid(),
+            "holders": self.holders,
+            "resources": self.resources,
+            "since": self.since,
+            "state": self.state,
+            "seen": self.seen,
+        }
 
     def _write(self) -> None:
         data = json.dumps(self._entry()).encode()
@@ -417,7 +444,7 @@ class CoreClaim:
         anything else in the folder (a forged claim, a claim whose processes are not bench's) is passed over."""
         mine, found = set(self.resources), list[dict[str, Any]]()
         for name in os.listdir(self._folder_fd):
-            run_id = name[:-len(".claim")]
+            run_id = name[: -len(".claim")]
             if not name.endswith(".claim") or name == self.name or not valid_run_id(run_id):
                 continue
             try:
@@ -469,13 +496,17 @@ class CoreClaim:
             raise
         except FileExistsError:
             self._release()
-            raise _refuse(self.folder, f"already holds a file named {self.name} or {self.run_id}.shared, which this "
-                                       "new run was to make") from None
+            raise _refuse(
+                self.folder,
+                f"already holds a file named {self.name} or {self.run_id}.shared, which this new run was to make",
+            ) from None
         except OSError as exc:
             self._release()
-            raise UsageError(f"cannot claim the cores in {printable(self.folder)} ({exc.strerror or exc}): every "
-                             f"bench run on this machine claims them there; set {LOCK_DIR_VARIABLE} to a folder "
-                             "every bench process here can write") from None
+            raise UsageError(
+                f"cannot claim the cores in {printable(self.folder)} ({exc.strerror or exc}): every "
+                f"bench run on this machine claims them there; set {LOCK_DIR_VARIABLE} to a folder "
+                "every bench process here can write"
+            ) from None
         try:
             self._take()
         except BaseException:
@@ -490,8 +521,12 @@ class CoreClaim:
                 self._write()
                 others = self._others()
                 running = [c for c in others if c.get("state") == "running"]
-                ahead = [c for c in others if c.get("state") == "waiting"
-                         and (c.get("since", 0), c.get("run_id", "")) < (self.since, self.run_id)]
+                ahead = [
+                    c
+                    for c in others
+                    if c.get("state") == "waiting"
+                    and (c.get("since", 0), c.get("run_id", "")) < (self.since, self.run_id)
+                ]
                 if not running and (not ahead or self.rule.allow):
                     self.state = "running"
                     self._write()
@@ -501,9 +536,11 @@ class CoreClaim:
                     self._write()
                     for other in running:
                         self._mark(other)
-                    note(f"bench: run {self.run_id} shares {resources_text(self._common(running))} with "
-                         f"{'; '.join(describe_claim(c) for c in running)} (--allow-shared): the records of both are "
-                         "marked and left out of verdicts and the gate")
+                    note(
+                        f"bench: run {self.run_id} shares {resources_text(self._common(running))} with "
+                        f"{'; '.join(describe_claim(c) for c in running)} (--allow-shared): the records of both are "
+                        "marked and left out of verdicts and the gate"
+                    )
                     return
             holder = (running or ahead)[0]
             waited = time.monotonic() - started
@@ -514,10 +551,13 @@ class CoreClaim:
                     f"{what} still {held} {describe_claim(holder)} after waiting {format_duration(waited)}: one "
                     "benchmark at a time per set of cores; wait for it to end, give --cores-timeout SECONDS to wait "
                     "longer, or pass --allow-shared to run alongside it (the records of both are then marked and "
-                    "left out of verdicts and the gate)")
+                    "left out of verdicts and the gate)"
+                )
             if said_at is None or time.monotonic() - said_at >= SAY_AGAIN_S:
-                note(f"bench: {what} {held} {describe_claim(holder)}; run {self.run_id} waits for them (up to "
-                     f"{format_duration(self.rule.wait_s)}, --cores-timeout; --allow-shared runs alongside, marked)")
+                note(
+                    f"bench: {what} {held} {describe_claim(holder)}; run {self.run_id} waits for them (up to "
+                    f"{format_duration(self.rule.wait_s)}, --cores-timeout; --allow-shared runs alongside, marked)"
+                )
                 said_at = time.monotonic()
             time.sleep(POLL_S)
 
@@ -534,8 +574,9 @@ class CoreClaim:
             self.shared_with = overlaps_of(self.run_id)
         return self.shared_with
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._release()
 
     def _release(self) -> None:
@@ -563,8 +604,9 @@ def overlaps_of(run_id: str) -> list[dict[str, Any]]:
     try:
         entries: list[Any] = []
         reads: tuple[tuple[str, Callable[[bytes], list[Any]]], ...] = (
-            (f"{run_id}.claim", lambda data: (json.loads(data or b"{}").get("seen") or [])),
-            (f"{run_id}.shared", lambda data: [json.loads(line) for line in data.splitlines() if line.strip()]))
+            (f"{run_id}.claim", lambda data: json.loads(data or b"{}").get("seen") or []),
+            (f"{run_id}.shared", lambda data: [json.loads(line) for line in data.splitlines() if line.strip()]),
+        )
         for name, read in reads:
             try:
                 fd = _open_file(folder_fd, name, os.O_RDONLY)

@@ -50,9 +50,14 @@ def main(argv: list[str]) -> int:
     oom_count = own_oom_count()  # its memory cgroup's OOM kills, which its rank's are counted in (bench.harness.oom)
     oom_before = oom_count.read() if oom_count is not None else None
     read_end, write_end = os.pipe()
-    child = subprocess.Popen([sys.executable, "-m", "bench.rank.entry", str(run_dir.path)],
-                             stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.STDOUT,
-                             env=env, preexec_fn=_die_with_parent)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "bench.rank.entry", str(run_dir.path)],
+        stdin=subprocess.DEVNULL,
+        stdout=write_end,
+        stderr=subprocess.STDOUT,
+        env=env,
+        preexec_fn=_die_with_parent,
+    )
     os.close(write_end)
     log = CappedLog(log_path)
     pump = threading.Thread(target=copy_output, args=(read_end, log), daemon=True)
@@ -75,18 +80,26 @@ def main(argv: list[str]) -> int:
     # a worker that left before its result (its error or none): its log's tail tells how
     ended_early = returncode != 0 or not run_dir.rank_file(rank, attempt, "result").exists()
     try:
-        run_dir.write(rank, attempt, "exit", {
-            "rank": rank, "attempt": attempt, "pid": child.pid, "time": exited_at,
-            "returncode": returncode,
-            "exit_code": returncode if returncode >= 0 else None,
-            "signal": signal.Signals(-returncode).name if returncode < 0 else None,
-            # A signal that reached the guard from outside means the launcher or the harness ended this
-            # rank: a consequence of another failure, not its cause.
-            "terminated_by": received[0] if received else None,
-            # who sent a SIGKILL, where the kernel says it was its OOM killer (None: no OOM kill was counted)
-            "oom_kill": oom_killed_words(oom_count, oom_before) if returncode == -signal.SIGKILL else None,
-            "tail": tail(log_path) if ended_early else "",
-        })
+        run_dir.write(
+            rank,
+            attempt,
+            "exit",
+            {
+                "rank": rank,
+                "attempt": attempt,
+                "pid": child.pid,
+                "time": exited_at,
+                "returncode": returncode,
+                "exit_code": returncode if returncode >= 0 else None,
+                "signal": signal.Signals(-returncode).name if returncode < 0 else None,
+                # A signal that reached the guard from outside means the launcher or the harness ended this
+                # rank: a consequence of another failure, not its cause.
+                "terminated_by": received[0] if received else None,
+                # who sent a SIGKILL, where the kernel says it was its OOM killer (None: no OOM kill was counted)
+                "oom_kill": oom_killed_words(oom_count, oom_before) if returncode == -signal.SIGKILL else None,
+                "tail": tail(log_path) if ended_early else "",
+            },
+        )
     except OSError as exc:  # (a full disk) the rank's status still goes to the launcher, below
         how = f"signal {signal.Signals(-returncode).name}" if returncode < 0 else f"exit code {returncode}"
         note(f"bench: rank {rank}'s exit file could not be written ({exc.strerror or exc}); it ended with {how}")

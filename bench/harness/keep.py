@@ -82,19 +82,26 @@ class Kept:
 
     def not_stored(self, record: RunRecord, store_path: Path | None) -> str:
         """The one line saying where the record is and how to add it to the store."""
-        head = (f"run {record.run_id} ended {record.status}, but its record could not be stored in {store_path} "
-                f"({self.store_why})")
+        head = (
+            f"run {record.run_id} ended {record.status}, but its record could not be stored in {store_path} "
+            f"({self.store_why})"
+        )
         if self.file is None:
-            return (f"{head}, nor written to its run directory or the temporary directory ({self.file_why}); it is "
-                    f"the JSON line above: save it as {Path(record.run_dir) / RunDir.record_file.name} and add it "
-                    f"with `bench import {record.run_dir} --store {store_path}`")
+            return (
+                f"{head}, nor written to its run directory or the temporary directory ({self.file_why}); it is "
+                f"the JSON line above: save it as {Path(record.run_dir) / RunDir.record_file.name} and add it "
+                f"with `bench import {record.run_dir} --store {store_path}`"
+            )
         beside = "" if self.file_why is None else f", nor written to its run directory ({self.file_why})"
-        return (f"{head}{beside}; it is kept in {self.file}: add it with `bench import {self.file.parent} --store "
-                f"{store_path}` once there is room (the next run on this store adds it too)")
+        return (
+            f"{head}{beside}; it is kept in {self.file}: add it with `bench import {self.file.parent} --store "
+            f"{store_path}` once there is room (the next run on this store adds it too)"
+        )
 
 
-def keep_record(record: RunRecord, run_dir: RunDir, store: Store,
-                retry_delays: Sequence[float] = RETRY_DELAYS_S) -> Kept:
+def keep_record(
+    record: RunRecord, run_dir: RunDir, store: Store, retry_delays: Sequence[float] = RETRY_DELAYS_S
+) -> Kept:
     """Write the record to the run directory and the store, whatever fails: the store tried again after each of
     `retry_delays` while it has no room, and the record written to the spare folder where the run directory cannot
     take it either."""
@@ -103,8 +110,10 @@ def keep_record(record: RunRecord, run_dir: RunDir, store: Store,
     store_why, full = _save(store, record)
     for i, delay in enumerate(retry_delays if full else ()):
         if i == 0:
-            note(f"bench: run {record.run_id}: its store {store.path} has no room for the record ({store_why}); "
-                 f"trying again for {sum(retry_delays):g} s")
+            note(
+                f"bench: run {record.run_id}: its store {store.path} has no room for the record ({store_why}); "
+                f"trying again for {sum(retry_delays):g} s"
+            )
         time.sleep(delay)
         if file_why is not None:
             file_why = _write(run_dir.record_file, text)

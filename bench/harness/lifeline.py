@@ -88,8 +88,9 @@ class Lifeline:
     run's claim on its cores, bench.harness.cores, whose lock then outlives a dead bench process until the run is
     ended)."""
 
-    def __init__(self, tag: str, run_dir: RunDir | None = None, store_path: Path | None = None,
-                 holds: tuple[int, ...] = ()):
+    def __init__(
+        self, tag: str, run_dir: RunDir | None = None, store_path: Path | None = None, holds: tuple[int, ...] = ()
+    ):
         self.tag, self.run_dir, self.store_path, self.holds = tag, run_dir, store_path, tuple(holds)
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -100,9 +101,15 @@ class Lifeline:
         env = {k: v for k, v in os.environ.items() if k != TAG_VARIABLE}  # it must never reap itself
         log: IO[bytes] | int = open(self.run_dir.lifeline_log, "ab") if self.run_dir is not None else subprocess.DEVNULL
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "bench.harness.lifeline", *args], env=env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                         start_new_session=True, pass_fds=self.holds)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.harness.lifeline", *args],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                pass_fds=self.holds,
+            )
         finally:
             if not isinstance(log, int):
                 log.close()
@@ -114,8 +121,10 @@ class Lifeline:
             self.proc.wait()
             raise RuntimeError(f"the run's lifeline did not start within {START_TIMEOUT_S:g} s (it said {ready!r})")
         if self.run_dir is not None:
-            write_json_atomic(self.run_dir.owner_file, {"owner": _process_identity(os.getpid()),
-                                                               "lifeline": _process_identity(self.proc.pid)})
+            write_json_atomic(
+                self.run_dir.owner_file,
+                {"owner": _process_identity(os.getpid()), "lifeline": _process_identity(self.proc.pid)},
+            )
         return self
 
     def hold_deadline(self, timeout: float) -> None:
@@ -161,8 +170,9 @@ class Lifeline:
         except OSError:  # the watcher is gone: it can do nothing more for the run
             pass
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         try:
             if exc_type is None:
                 self._stdin.write(DONE)
@@ -186,12 +196,22 @@ def built_record(run_dir: RunDir, outcome: Outcome) -> RunRecord:
     if "launched_at" in launch:
         outcome.launched_at = launch["launched_at"]
     conclusion = task.conclude(spec, run_dir, outcome, launch.get("before"))
-    return build_record(run_dir.path.name, spec, run_dir, outcome, launch.get("environment", {}),
-                        launch.get("command", []), conclusion, launch.get("info", {}), overlaps_of(run_dir.path.name))
+    return build_record(
+        run_dir.path.name,
+        spec,
+        run_dir,
+        outcome,
+        launch.get("environment", {}),
+        launch.get("command", []),
+        conclusion,
+        launch.get("info", {}),
+        overlaps_of(run_dir.path.name),
+    )
 
 
-def record_abandoned(run_dir: RunDir, store_path: Path, outcome: Outcome,
-                     handed_over: dict[str, Any] | None = None) -> tuple[str, bool]:
+def record_abandoned(
+    run_dir: RunDir, store_path: Path, outcome: Outcome, handed_over: dict[str, Any] | None = None
+) -> tuple[str, bool]:
     """Store the record of a run whose bench process did not: the one it handed over or kept
     (bench.harness.keep.kept_record), else one built now from the run directory with `outcome`. Returns (the status
     stored, whether the record was the run's own). Raises StoreError where the store does not take it (the record is
@@ -209,12 +229,19 @@ def record_abandoned(run_dir: RunDir, store_path: Path, outcome: Outcome,
     return record.status, data is not None
 
 
-def abandoned_outcome(died_at: float, owner_pid: int | str, reaped: list[dict[str, Any]],
-                      survivors: list[dict[str, Any]], by: str) -> Outcome:
-    return Outcome(ending="interrupted", returncode=None, launched_at=died_at, ended_at=died_at, reaped=reaped,
-                   survivors=survivors,
-                   reason=f"abandoned: the bench process running it (pid {owner_pid}) ended without recording it; "
-                          f"{by} ended the run's processes and recorded it")
+def abandoned_outcome(
+    died_at: float, owner_pid: int | str, reaped: list[dict[str, Any]], survivors: list[dict[str, Any]], by: str
+) -> Outcome:
+    return Outcome(
+        ending="interrupted",
+        returncode=None,
+        launched_at=died_at,
+        ended_at=died_at,
+        reaped=reaped,
+        survivors=survivors,
+        reason=f"abandoned: the bench process running it (pid {owner_pid}) ended without recording it; "
+        f"{by} ended the run's processes and recorded it",
+    )
 
 
 def _left_owned(store: Store) -> tuple[list[tuple[RunDir, dict[str, Any]]], set[str]]:
@@ -236,8 +263,11 @@ def unrecorded(store: Store) -> list[tuple[RunDir, dict[str, Any]]]:
     """Run directories of `store` left unstored with no watcher to store them: an owner file, the bench process and
     the watcher it names both gone, and no record of the run in the store. Reads only."""
     found, stored = _left_owned(store)
-    return [(run_dir, owner) for run_dir, owner in found  # (one without a readable spec ended before it was a run)
-            if run_dir.path.name not in stored and run_dir.read_json(run_dir.spec_file) is not None]
+    return [
+        (run_dir, owner)
+        for run_dir, owner in found  # (one without a readable spec ended before it was a run)
+        if run_dir.path.name not in stored and run_dir.read_json(run_dir.spec_file) is not None
+    ]
 
 
 def recover(store: Store) -> list[tuple[str, str, bool]]:
@@ -254,14 +284,21 @@ def recover(store: Store) -> list[tuple[str, str, bool]]:
             continue
         reaped, survivors = reap(run_id, None)
         try:
-            status, own = record_abandoned(run_dir, store.path, abandoned_outcome(
-                time.time(), owner["owner"]["pid"], reaped, survivors, "the next bench command on its store"))
+            status, own = record_abandoned(
+                run_dir,
+                store.path,
+                abandoned_outcome(
+                    time.time(), owner["owner"]["pid"], reaped, survivors, "the next bench command on its store"
+                ),
+            )
         except StoreError as exc:  # the store took no record now (where it is kept is said)
             print(f"bench: {exc}", file=sys.stderr)
             continue
         except (BenchError, ValueError, OSError) as exc:  # one unreadable run must not stop the next run
-            print(f"bench: run {run_id} was abandoned and cannot be recorded ({exc}); its files are in "
-                  f"{run_dir.path}", file=sys.stderr)
+            print(
+                f"bench: run {run_id} was abandoned and cannot be recorded ({exc}); its files are in {run_dir.path}",
+                file=sys.stderr,
+            )
             run_dir.owner_file.unlink(missing_ok=True)  # said once, not before every later run
             continue
         recovered.append((run_id, status, own))
@@ -283,8 +320,9 @@ def _settle(run_dir: RunDir) -> None:
 
 
 # ---------------------------------------------------------------- a deadline bench did not hold
-def end_overdue(tag: str, owner_pid: str, run_dir: RunDir | None, store_path: Path | None,
-                timeout: float) -> Outcome | None:
+def end_overdue(
+    tag: str, owner_pid: str, run_dir: RunDir | None, store_path: Path | None, timeout: float
+) -> Outcome | None:
     """End a run its bench process left running past its deadline: the overdue file first (a bench that goes on
     then finds why its launcher ended), the processes, and, while bench is still stopped, the run stored as
     `timeout`, its owner file kept (bench may go on and store its own record). None where nothing of the run is
@@ -292,8 +330,10 @@ def end_overdue(tag: str, owner_pid: str, run_dir: RunDir | None, store_path: Pa
     if not run_processes(tag, None):
         return None  # it ended by itself: bench has only to say so
     how = "stopped" if _stopped(owner_pid) else "not ending it"
-    reason = (f"deadline of {timeout:g} s passed while its bench process (pid {owner_pid}) was {how}; its lifeline "
-              "ended the run")
+    reason = (
+        f"deadline of {timeout:g} s passed while its bench process (pid {owner_pid}) was {how}; its lifeline "
+        "ended the run"
+    )
     said: dict[str, Any] = {"time": time.time(), "reason": reason}
     if run_dir is not None:
         said["log_bytes"] = run_dir.launcher_log.stat().st_size if run_dir.launcher_log.exists() else None
@@ -301,10 +341,21 @@ def end_overdue(tag: str, owner_pid: str, run_dir: RunDir | None, store_path: Pa
     reaped, survivors = reap(tag, None)
     if run_dir is not None:
         reaped += reap_remote(str(run_dir.path), tag)
-    print(f"{time.strftime('%H:%M:%S')} {reason}: ended {len(reaped)} process(es), {len(survivors)} survived",
-          file=sys.stderr, flush=True)
-    outcome = Outcome(ending="timeout", returncode=None, launched_at=said["time"], ended_at=said["time"],
-                      log_bytes_before_teardown=said.get("log_bytes"), reaped=reaped, survivors=survivors, reason=reason)
+    print(
+        f"{time.strftime('%H:%M:%S')} {reason}: ended {len(reaped)} process(es), {len(survivors)} survived",
+        file=sys.stderr,
+        flush=True,
+    )
+    outcome = Outcome(
+        ending="timeout",
+        returncode=None,
+        launched_at=said["time"],
+        ended_at=said["time"],
+        log_bytes_before_teardown=said.get("log_bytes"),
+        reaped=reaped,
+        survivors=survivors,
+        reason=reason,
+    )
     if run_dir is None or store_path is None:  # (the watcher of a run without a run directory has no store either)
         return outcome
     _write_overdue(run_dir, {**said, "reaped": reaped, "survivors": survivors})
@@ -312,8 +363,13 @@ def end_overdue(tag: str, owner_pid: str, run_dir: RunDir | None, store_path: Pa
         try:
             record = built_record(run_dir, outcome)
             where = keep_record(record, run_dir, Store(store_path), retry_delays=())
-            print(f"stored run {tag} as {record.status} in {store_path}" if where.stored else
-                  where.not_stored(record, store_path), file=sys.stderr, flush=True)
+            print(
+                f"stored run {tag} as {record.status} in {store_path}"
+                if where.stored
+                else where.not_stored(record, store_path),
+                file=sys.stderr,
+                flush=True,
+            )
         except (BenchError, ValueError, OSError) as exc:
             print(f"run {tag} cannot be recorded ({exc})", file=sys.stderr, flush=True)
     return outcome
@@ -402,8 +458,12 @@ def watch(argv: list[str]) -> int:
     reaped, survivors = reap(tag, None)
     if run_dir is not None:
         reaped += reap_remote(str(run_dir.path), tag)
-    print(f"{time.strftime('%H:%M:%S')} bench process {owner_pid} ended without releasing run {tag}: "
-          f"ended {len(reaped)} process(es), {len(survivors)} survived", file=sys.stderr, flush=True)
+    print(
+        f"{time.strftime('%H:%M:%S')} bench process {owner_pid} ended without releasing run {tag}: "
+        f"ended {len(reaped)} process(es), {len(survivors)} survived",
+        file=sys.stderr,
+        flush=True,
+    )
     if run_dir is not None and store_path is not None:
         outcome = overdue or abandoned_outcome(died_at, owner_pid, reaped, survivors, "its lifeline")
         try:

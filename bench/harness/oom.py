@@ -88,7 +88,7 @@ def _under(root: str, mount_point: Path, path: str) -> Path:
     """The folder of cgroup `path` (as /proc/self/cgroup gives it) below a mount of the hierarchy whose root is `root`
     (a container's mount shows its own cgroup as its root)."""
     if root != "/" and (path == root or path.startswith(root.rstrip("/") + "/")):
-        path = path[len(root.rstrip("/")):]
+        path = path[len(root.rstrip("/")) :]
     return mount_point / path.lstrip("/")
 
 
@@ -96,8 +96,8 @@ def _unescape(text: str) -> str:
     """mountinfo's octal escapes (a space is \\040)."""
     out, i = [], 0
     while i < len(text):
-        if text[i] == "\\" and text[i + 1:i + 4].isdigit() and len(text[i + 1:i + 4]) == 3:
-            out.append(chr(int(text[i + 1:i + 4], 8)))
+        if text[i] == "\\" and text[i + 1 : i + 4].isdigit() and len(text[i + 1 : i + 4]) == 3:
+            out.append(chr(int(text[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(text[i])

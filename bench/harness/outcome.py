@@ -53,8 +53,13 @@ def _root_cause(exits: dict[int, Row], errors: dict[int, Row], results: dict[int
     by_itself = [e for e in exits.values() if not e.get("terminated_by") or e["rank"] in errors]
     failures = [e for e in by_itself if e["returncode"] != 0]
     # a process that vanished with no exit status its launcher could read (a Ray worker) died as a killed one does
-    left = [e for e in by_itself if not e.get("terminated_by") and e["rank"] not in errors
-            and (e["signal"] or e.get("vanished") or e["rank"] not in results)]
+    left = [
+        e
+        for e in by_itself
+        if not e.get("terminated_by")
+        and e["rank"] not in errors
+        and (e["signal"] or e.get("vanished") or e["rank"] not in results)
+    ]
     if not errors and all(e["returncode"] == 0 for e in exits.values()):
         left = []  # ranks that left with code 0 and nothing failed after them: the run lacks their result (failed)
     raised = [e for e in failures if e["rank"] in errors]
@@ -67,9 +72,17 @@ def _root_cause(exits: dict[int, Row], errors: dict[int, Row], results: dict[int
     else:
         return None
     err = errors.get(first["rank"]) or {}
-    return {"rank": first["rank"], "attempt": first["attempt"], "exit_code": first["exit_code"],
-            "signal": first["signal"], "vanished": bool(first.get("vanished")), "oom_kill": first.get("oom_kill"),
-            "exception": err.get("type"), "exception_message": err.get("message"), "tail": first["tail"]}
+    return {
+        "rank": first["rank"],
+        "attempt": first["attempt"],
+        "exit_code": first["exit_code"],
+        "signal": first["signal"],
+        "vanished": bool(first.get("vanished")),
+        "oom_kill": first.get("oom_kill"),
+        "exception": err.get("type"),
+        "exception_message": err.get("message"),
+        "tail": first["tail"],
+    }
 
 
 def _signal_words(ended: Row) -> str:
@@ -84,10 +97,12 @@ def _then(spec: RunSpec, run_dir: RunDir, cause: int, exits: dict[int, Row], err
     if raised:
         rank = raised[0][1]
         said = (errors[rank].get("message") or "").strip().splitlines()
-        return (f"; {_process_name(spec, run_dir, rank)} then failed: {errors[rank].get('type')}"
-                + (f": {said[0][:200]}" if said else ""))
-    failed = sorted((e["time"], r) for r, e in exits.items() if r != cause and e["returncode"] != 0
-                    and not e.get("terminated_by"))
+        return f"; {_process_name(spec, run_dir, rank)} then failed: {errors[rank].get('type')}" + (
+            f": {said[0][:200]}" if said else ""
+        )
+    failed = sorted(
+        (e["time"], r) for r, e in exits.items() if r != cause and e["returncode"] != 0 and not e.get("terminated_by")
+    )
     if failed:
         e = exits[failed[0][1]]
         how = _signal_words(e) if e["signal"] else f"exit code {e['exit_code']}"
@@ -125,8 +140,9 @@ def _rank_states(run_dir: RunDir, world_size: int) -> list[Row]:
     return rows
 
 
-def startup(results: list[RankResult], launched_at: float, run_dir: RunDir | None = None,
-            spec: RunSpec | None = None) -> Startup:
+def startup(
+    results: list[RankResult], launched_at: float, run_dir: RunDir | None = None, spec: RunSpec | None = None
+) -> Startup:
     """Launch to the last process, the slowest rendezvous, launch to the last rank's first step; with the run
     directory and spec, the phases the backend's launcher reports of its own start-up (Launcher.startup_phases)."""
     times = [r.times for r in results]
@@ -135,10 +151,12 @@ def startup(results: list[RankResult], launched_at: float, run_dir: RunDir | Non
     phases: dict[str, float] = {}
     if run_dir is not None and spec is not None:
         phases = get_backend(spec.backend).launcher.startup_phases(run_dir)
-    return Startup(launch_to_process_s=max(t.process_start for t in times) - launched_at,
-                   rendezvous_s=max(t.init_end - t.init_start for t in times),
-                   launch_to_first_step_s=max(stepped) - launched_at if len(stepped) == len(firsts) else None,
-                   launcher_phases=phases)
+    return Startup(
+        launch_to_process_s=max(t.process_start for t in times) - launched_at,
+        rendezvous_s=max(t.init_end - t.init_start for t in times),
+        launch_to_first_step_s=max(stepped) - launched_at if len(stepped) == len(firsts) else None,
+        launcher_phases=phases,
+    )
 
 
 def read_results(run_dir: RunDir) -> dict[int, RankResult]:
@@ -159,14 +177,21 @@ def process_status(spec: RunSpec, run_dir: RunDir, outcome: Outcome) -> tuple[Ru
     missing = [r for r in range(spec.processes) if r not in results]
     if outcome.ending in ("interrupted", "timeout"):
         what = outcome.interruption() if outcome.ending == "interrupted" else outcome.deadline(spec.timeout)
-        return RunStatus(outcome.ending), RunError(message=what, ranks=_rank_states(run_dir, spec.processes),
-                                        tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown))
+        return RunStatus(outcome.ending), RunError(
+            message=what,
+            ranks=_rank_states(run_dir, spec.processes),
+            tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown),
+        )
     if cause is not None:
         vanished = cause.pop("vanished")
         name = _process_name(spec, run_dir, cause["rank"])
-        how = (_signal_words(cause) if cause["signal"] else
-               "no exit status its launcher could read (its process vanished, as one killed by a signal does)"
-               if vanished else f"exit code {cause['exit_code']}")
+        how = (
+            _signal_words(cause)
+            if cause["signal"]
+            else "no exit status its launcher could read (its process vanished, as one killed by a signal does)"
+            if vanished
+            else f"exit code {cause['exit_code']}"
+        )
         if cause["exception"]:
             # it failed by itself first; how it then exited (a launcher may kill it while it shuts down)
             # is secondary
@@ -178,23 +203,31 @@ def process_status(spec: RunSpec, run_dir: RunDir, outcome: Outcome) -> tuple[Ru
             last = state.get("state", "no report")
             if state.get("steps_reported") is not None:
                 last += f", step {state['steps_reported']}"
-            message = (f"{name} exited (code {cause['exit_code']}) before the run ended, without an error or its "
-                       f"result (its last report: {last})" + _then(spec, run_dir, cause["rank"], exits, errors))
+            message = (
+                f"{name} exited (code {cause['exit_code']}) before the run ended, without an error or its "
+                f"result (its last report: {last})" + _then(spec, run_dir, cause["rank"], exits, errors)
+            )
         cause.pop("oom_kill")  # (said in the message)
         return RunStatus.CRASHED, RunError(message=message, **cause)
     full = full_disk(run_dir.path)
     if outcome.returncode != 0:
         said = tail(run_dir.launcher_log)
         last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "")
-        message = (f"launcher exited with {outcome.returncode}, no rank's failure is recorded, and {full}: what a "
-                   "rank or its guard had to write may be what is missing" if full else
-                   f"launcher exited with {outcome.returncode} and no rank failed")
-        return RunStatus.FAILED, RunError(message=message + (f"; its last line: {last[:200]}" if last else ""),
-                                          tail=said)
+        message = (
+            f"launcher exited with {outcome.returncode}, no rank's failure is recorded, and {full}: what a "
+            "rank or its guard had to write may be what is missing"
+            if full
+            else f"launcher exited with {outcome.returncode} and no rank failed"
+        )
+        return RunStatus.FAILED, RunError(
+            message=message + (f"; its last line: {last[:200]}" if last else ""), tail=said
+        )
     if missing:
-        return RunStatus.FAILED, RunError(message=f"rank(s) {missing} produced no result"
-                                          + (f" ({full}: a result that could not be written is missing)" if full
-                                             else ""), tail=tail(run_dir.launcher_log))
+        return RunStatus.FAILED, RunError(
+            message=f"rank(s) {missing} produced no result"
+            + (f" ({full}: a result that could not be written is missing)" if full else ""),
+            tail=tail(run_dir.launcher_log),
+        )
     return RunStatus.OK, None
 
 
@@ -209,12 +242,22 @@ def unrecorded_exits(run_dir: RunDir, outcome: Outcome) -> list[dict[str, Any]]:
     if not missing:
         return []
     full = full_disk(run_dir.path)
-    why = (f"its guard could not write it: {full}" if full else
-           "its guard could not write it (a full disk that had room again by the end, or the file removed)")
-    return [{"time": outcome.ended_at, "kind": "rank_exit_unrecorded", "rank": rank, "attempt": attempt,
-             "message": f"rank {rank} (attempt {attempt}) wrote its result, but its exit file is missing: {why}; its "
-                        "result is kept, its exit time is not among the events"}
-            for rank, attempt in missing]
+    why = (
+        f"its guard could not write it: {full}"
+        if full
+        else "its guard could not write it (a full disk that had room again by the end, or the file removed)"
+    )
+    return [
+        {
+            "time": outcome.ended_at,
+            "kind": "rank_exit_unrecorded",
+            "rank": rank,
+            "attempt": attempt,
+            "message": f"rank {rank} (attempt {attempt}) wrote its result, but its exit file is missing: {why}; its "
+            "result is kept, its exit time is not among the events",
+        }
+        for rank, attempt in missing
+    ]
 
 
 def joined_rank_map(run_dir: RunDir) -> list[RankRow]:
@@ -226,11 +269,15 @@ def run_events(run_dir: RunDir, outcome: Outcome) -> list[dict[str, Any]]:
     """The launch, every process's exit, how the launcher ended, and what teardown had to end."""
     events: list[dict[str, Any]] = [{"time": outcome.launched_at, "kind": "launch"}]
     for attempt_exit in sorted(run_dir.read_all("exit").values(), key=lambda e: e["time"]):
-        events.append({"time": attempt_exit["time"], "kind": "rank_exit",
-                       **{k: attempt_exit[k] for k in ("rank", "attempt", "returncode", "terminated_by")}})
+        events.append(
+            {
+                "time": attempt_exit["time"],
+                "kind": "rank_exit",
+                **{k: attempt_exit[k] for k in ("rank", "attempt", "returncode", "terminated_by")},
+            }
+        )
     events += unrecorded_exits(run_dir, outcome)
-    events.append({"time": outcome.ended_at, "kind": f"launcher_{outcome.ending}",
-                   "returncode": outcome.returncode})
+    events.append({"time": outcome.ended_at, "kind": f"launcher_{outcome.ending}", "returncode": outcome.returncode})
     if outcome.reaped:
         events.append({"time": outcome.ended_at, "kind": "reaped", "processes": outcome.reaped})
     if outcome.survivors:
@@ -238,15 +285,35 @@ def run_events(run_dir: RunDir, outcome: Outcome) -> list[dict[str, Any]]:
     return events
 
 
-def build_record(run_id: str, spec: RunSpec, run_dir: RunDir, outcome: Outcome, environment: dict[str, Any],
-                 command: list[str], conclusion: Conclusion, launch_info: dict[str, Any],
-                 shared_with: list[dict[str, Any]] | None = None) -> RunRecord:
+def build_record(
+    run_id: str,
+    spec: RunSpec,
+    run_dir: RunDir,
+    outcome: Outcome,
+    environment: dict[str, Any],
+    command: list[str],
+    conclusion: Conclusion,
+    launch_info: dict[str, Any],
+    shared_with: list[dict[str, Any]] | None = None,
+) -> RunRecord:
     """The one place a RunRecord is made: the run's facts, and what its task concluded; `shared_with`: the other
     bench runs that ran on its cores meanwhile (bench.harness.cores)."""
     events = run_events(run_dir, outcome) + list(conclusion.events)
     events.sort(key=lambda e: e["time"])
-    return RunRecord(schema_version=SCHEMA_VERSION, run_id=run_id, created_at=outcome.launched_at,
-                     duration_s=outcome.ended_at - outcome.launched_at, status=conclusion.status,
-                     error=conclusion.error, spec=spec, command=list(command), rank_map=conclusion.rank_map,
-                     metrics=conclusion.metrics, events=events, environment=environment,
-                     run_dir=str(run_dir.path), launch=launch_info, shared_with=list(shared_with or []))
+    return RunRecord(
+        schema_version=SCHEMA_VERSION,
+        run_id=run_id,
+        created_at=outcome.launched_at,
+        duration_s=outcome.ended_at - outcome.launched_at,
+        status=conclusion.status,
+        error=conclusion.error,
+        spec=spec,
+        command=list(command),
+        rank_map=conclusion.rank_map,
+        metrics=conclusion.metrics,
+        events=events,
+        environment=environment,
+        run_dir=str(run_dir.path),
+        launch=launch_info,
+        shared_with=list(shared_with or []),
+    )

@@ -34,15 +34,20 @@ def new_run_id() -> str:
 def worker_environment(spec: RunSpec, tag: str) -> dict[str, str]:
     """The environment every rank starts with, whatever the launcher: the harness sets the threads."""
     env = dict(os.environ)
-    env.update({
-        TAG_VARIABLE: tag,
-        "OMP_NUM_THREADS": str(spec.threads),
-        "MKL_NUM_THREADS": str(spec.threads),
-        "PYTHONUNBUFFERED": "1",
-        # the workers import exactly this checkout's harness, and a user's workload module from where it was found
-        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), (spec.workload_source or {}).get("import_path"),
-                                                  env.get("PYTHONPATH")) if p),
-    })
+    env.update(
+        {
+            TAG_VARIABLE: tag,
+            "OMP_NUM_THREADS": str(spec.threads),
+            "MKL_NUM_THREADS": str(spec.threads),
+            "PYTHONUNBUFFERED": "1",
+            # the workers import exactly this checkout's harness, and a user's workload module from where it was found
+            "PYTHONPATH": os.pathsep.join(
+                p
+                for p in (str(PROJECT_ROOT), (spec.workload_source or {}).get("import_path"), env.get("PYTHONPATH"))
+                if p
+            ),
+        }
+    )
     if spec.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run never touches a GPU, on any machine
     if spec.iface:  # across hosts: every backend's transport on the same interface
@@ -61,8 +66,11 @@ def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecor
     recorded as an interrupted run like one after it."""
     store.check_writable()
     for run_id, status, own in recover(store):
-        note(f"bench: stored run {run_id} ({status}) from the record it kept: it was not stored when it ended" if own
-             else f"bench: recorded run {run_id} as {status}: its bench process died before recording it")
+        note(
+            f"bench: stored run {run_id} ({status}) from the record it kept: it was not stored when it ended"
+            if own
+            else f"bench: recorded run {run_id} as {status}: its bench process died before recording it"
+        )
     check_interface_variables(os.environ, spec.iface if spec.hosts else None)
     run_id = new_run_id()
     label = f"{spec.backend} {get_task(spec.task).case(spec)}, world {spec.world_size}"
@@ -90,24 +98,50 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
             env.update(launch.env)
             command, info, environment = launch.command, launch.info, fingerprint(env)
             before = task.before_launch(spec)
-            write_json_atomic(run_dir.launch_file, {"launched_at": time.time(), "command": command, "info": info,
-                                                    "environment": environment, "before": before})
+            write_json_atomic(
+                run_dir.launch_file,
+                {
+                    "launched_at": time.time(),
+                    "command": command,
+                    "info": info,
+                    "environment": environment,
+                    "before": before,
+                },
+            )
         except (KeyboardInterrupt, Interrupted):
             now = time.time()
             ending, reason = interruption(before_launch=True)
             outcome = Outcome(ending=ending, returncode=None, launched_at=now, ended_at=now, reason=reason)
         else:
             lifeline.hold_deadline(spec.timeout)  # held there too, should this process be stopped
-            outcome = supervise(command, env, run_dir.launcher_log, spec.timeout, on_poll=launch.watcher,
-                                poll_interval=launch.poll_interval, hosts=[h["name"] for h in spec.hosts or ()])
+            outcome = supervise(
+                command,
+                env,
+                run_dir.launcher_log,
+                spec.timeout,
+                on_poll=launch.watcher,
+                poll_interval=launch.poll_interval,
+                hosts=[h["name"] for h in spec.hosts or ()],
+            )
             lifeline.launcher_ended()
             outcome = overdue_outcome(run_dir, outcome)  # the lifeline ended it at its deadline while this was stopped
         shared_with = claim.finish()  # its processes are gone: the cores are free for the next run
         if shared_with:
-            note(f"bench: run {run_id} shared its cores with {', '.join(r['run_id'] for r in shared_with)}: its record "
-                 "is marked, and left out of verdicts and the gate")
-        record = build_record(run_id, spec, run_dir, outcome, environment, command,
-                              task.conclude(spec, run_dir, outcome, before), info, shared_with)
+            note(
+                f"bench: run {run_id} shared its cores with {', '.join(r['run_id'] for r in shared_with)}: its record "
+                "is marked, and left out of verdicts and the gate"
+            )
+        record = build_record(
+            run_id,
+            spec,
+            run_dir,
+            outcome,
+            environment,
+            command,
+            task.conclude(spec, run_dir, outcome, before),
+            info,
+            shared_with,
+        )
         for event in record.events:
             if event["kind"] == "rank_exit_unrecorded":  # (bench.harness.outcome.unrecorded_exits)
                 note(f"bench: run {run_id}: {event['message']}")
@@ -118,8 +152,10 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
     if not kept.stored:
         raise RecordNotStored(kept.not_stored(record, store.path))
     if kept.file_why is not None:
-        note(f"bench: run {run_id}: its run directory could not take record.json ({kept.file_why}); the record is "
-             f"stored in {store.path}")
+        note(
+            f"bench: run {run_id}: its run directory could not take record.json ({kept.file_why}); the record is "
+            f"stored in {store.path}"
+        )
     return record
 
 
@@ -148,8 +184,13 @@ def _kind(spec: RunSpec) -> Kind:
     return spec.task, spec.backend, get_task(spec.task).case(spec), spec.world_size
 
 
-def run_specs(specs: list[RunSpec], store: Store, title: str, show_progress: bool = False,
-              on_record: Callable[[RunRecord], object] | None = None) -> list[RunRecord]:
+def run_specs(
+    specs: list[RunSpec],
+    store: Store,
+    title: str,
+    show_progress: bool = False,
+    on_record: Callable[[RunRecord], object] | None = None,
+) -> list[RunRecord]:
     """Run specs in order, storing every run: a progress line before and after each, with the time spent and
     an estimate of the time left (with show_progress, the run's description and its own progress lines
     too); on_record(record) after each. Stops after an interrupted run. Returns the RunRecords of the runs
@@ -170,8 +211,9 @@ def run_specs(specs: list[RunSpec], store: Store, title: str, show_progress: boo
         durations.setdefault(_kind(spec), []).append(time.monotonic() - began)
         records.append(record)
         left = time_left(specs[i:], durations)
-        clock = f" [{format_duration(time.monotonic() - started)} so far" + \
-            (f", about {format_duration(left)} left]" if left is not None and i < n else "]")
+        clock = f" [{format_duration(time.monotonic() - started)} so far" + (
+            f", about {format_duration(left)} left]" if left is not None and i < n else "]"
+        )
         note(f"{head}: {record.task.one_line(record)}{clock}")
         if on_record is not None:
             on_record(record)
@@ -179,6 +221,8 @@ def run_specs(specs: list[RunSpec], store: Store, title: str, show_progress: boo
             note(f"{title}: interrupted; {n - i} run(s) not started")
             break
     failed = sum(r.status != RunStatus.OK for r in records)
-    note(f"{title}: {len(records) - failed} ok, {failed} not ok in {format_duration(time.monotonic() - started)}; "
-         f"`bench list --store {store.path}` shows them")
+    note(
+        f"{title}: {len(records) - failed} ok, {failed} not ok in {format_duration(time.monotonic() - started)}; "
+        f"`bench list --store {store.path}` shows them"
+    )
     return records

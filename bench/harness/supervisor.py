@@ -132,8 +132,9 @@ def reap(tag: str, root_pid: int | None) -> tuple[list[dict[str, Any]], list[dic
     return reaped + [_describe(p) for p in late], [_describe(p) for p in still]
 
 
-def end_processes(procs: list[psutil.Process], grace: float,
-                  second_look: Callable[[], list[psutil.Process]] = list) -> list[psutil.Process]:
+def end_processes(
+    procs: list[psutil.Process], grace: float, second_look: Callable[[], list[psutil.Process]] = list
+) -> list[psutil.Process]:
     """SIGTERM (and SIGCONT for stopped ones), `grace` seconds, then SIGKILL to what is left and to what
     second_look() finds then; returns what survived even that (the one way this project ends processes)."""
     _signal_all(procs, signal.SIGTERM)
@@ -162,8 +163,9 @@ def name_of(proc: psutil.Process) -> str:
         return "?"
 
 
-def processes_of(candidates: Iterable[tuple[psutil.Process, bool]],
-                 is_ours: Callable[[psutil.Process], bool]) -> list[psutil.Process]:
+def processes_of(
+    candidates: Iterable[tuple[psutil.Process, bool]], is_ours: Callable[[psutil.Process], bool]
+) -> list[psutil.Process]:
     """The live processes among `candidates` ((process, known to be ours) pairs) that are ours (known, or
     is_ours(process)), with all their descendants; never this process or one it runs under. How the test
     clusters (bench.testbed.slurm, bench.testbed.ray) find their daemons, whoever started them."""
@@ -181,8 +183,9 @@ def processes_of(candidates: Iterable[tuple[psutil.Process, bool]],
     return [p for pid, p in sorted(found.items()) if pid not in spared and alive(p)]
 
 
-def end_found(find: Callable[[], list[psutil.Process]], log: Callable[[str], object], grace: float = 5.0,
-              rounds: int = 3) -> tuple[list[psutil.Process], list[psutil.Process]]:
+def end_found(
+    find: Callable[[], list[psutil.Process]], log: Callable[[str], object], grace: float = 5.0, rounds: int = 3
+) -> tuple[list[psutil.Process], list[psutil.Process]]:
     """End what find() returns, looking again up to `rounds` times (a daemon may start a process meanwhile):
     (every process ended, those that survived even SIGKILL)."""
     ended: list[psutil.Process] = []
@@ -209,8 +212,9 @@ def launch(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Po
     processes carry env's run tag, so teardown finds them whoever started them: the run's launcher, or
     one started while the run goes on (a scale-up's second torchrun agent)."""
     with open(log_path, "ab") as log:
-        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 @contextmanager
@@ -236,9 +240,15 @@ def interruption(before_launch: bool = False) -> tuple[str, str | None]:
     return "interrupted", "interrupted by the user before the launch" if before_launch else None
 
 
-def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float,
-              on_poll: Callable[[], str | None] | None = None, poll_interval: float = 0.2,
-              hosts: Sequence[str] = ()) -> Outcome:
+def supervise(
+    cmd: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    timeout: float,
+    on_poll: Callable[[], str | None] | None = None,
+    poll_interval: float = 0.2,
+    hosts: Sequence[str] = (),
+) -> Outcome:
     """Run cmd in its own session until it exits, the deadline passes, or the user interrupts; then end
     everything of the run here and on every one of `hosts` (a run across hosts)."""
     tag = env[TAG_VARIABLE]
@@ -277,8 +287,16 @@ def supervise(cmd: list[str], env: dict[str, str], log_path: Path, timeout: floa
                 proc.wait()
             if hosts:
                 reaped += reap_on_hosts(list(hosts), tag, sys.executable)
-    return Outcome(ending=ending, returncode=returncode, launched_at=launched_at, ended_at=ended_at,
-                   log_bytes_before_teardown=log_bytes, reaped=reaped, survivors=survivors, reason=reason)
+    return Outcome(
+        ending=ending,
+        returncode=returncode,
+        launched_at=launched_at,
+        ended_at=ended_at,
+        log_bytes_before_teardown=log_bytes,
+        reaped=reaped,
+        survivors=survivors,
+        reason=reason,
+    )
 
 
 def kill_in_this_netns(tag: str) -> list[dict[str, Any]]:

@@ -42,12 +42,14 @@ _CHECKED: dict[tuple[str, bool], Checked] = {}
 
 def check_limit(check_timeout: float | None, timeout: float | None) -> float:
     """The check's time limit: --check-timeout (default CHECK_TIMEOUT_S), never more than the run's --timeout."""
-    return min(CHECK_TIMEOUT_S if check_timeout is None else check_timeout,
-               DEFAULTS["timeout"] if timeout is None else timeout)
+    return min(
+        CHECK_TIMEOUT_S if check_timeout is None else check_timeout, DEFAULTS["timeout"] if timeout is None else timeout
+    )
 
 
-def workload_of(reference: str, *, with_data: bool = False, check_timeout: float | None = None,
-                timeout: float | None = None) -> Checked:
+def workload_of(
+    reference: str, *, with_data: bool = False, check_timeout: float | None = None, timeout: float | None = None
+) -> Checked:
     """(the reference as the spec keeps it, its workloads.base.WorkloadInfo, where its code came from or None for a
     built-in one). `with_data`: the run reads the workload's own data sets (`--data workload`), so they are made
     and described too. A user's workload is loaded and checked in a child process (module docstring), within
@@ -76,9 +78,17 @@ def _probe(reference: str, with_data: bool, limit: float) -> dict[str, Any]:
     # this checkout's bench, as a run's processes import it (bench.harness.runner.worker_environment)
     path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
     # the lifeline ends the check (by its tag) if this bench process dies meanwhile, as it ends a run
-    with Lifeline(tag), subprocess.Popen(command, env={**os.environ, TAG_VARIABLE: tag, "PYTHONPATH": path},
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         start_new_session=True) as child:
+    with (
+        Lifeline(tag),
+        subprocess.Popen(
+            command,
+            env={**os.environ, TAG_VARIABLE: tag, "PYTHONPATH": path},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        ) as child,
+    ):
         try:
             out, err = _wait(child, reference, started, limit)
         finally:
@@ -89,12 +99,16 @@ def _probe(reference: str, with_data: bool, limit: float) -> dict[str, Any]:
     try:
         reply = json.loads(out.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
-        how = f"exit code {child.returncode}" if child.returncode >= 0 else \
-            f"signal {signal.Signals(-child.returncode).name}"
-        last = next((line.strip() for line in reversed(err.decode(errors="replace").splitlines()) if line.strip()),
-                    "")
-        raise UsageError(f"--workload {reference}: loading and checking it ended without an answer ({how})"
-                         + (f": {last[:200]}" if last else "")) from None
+        how = (
+            f"exit code {child.returncode}"
+            if child.returncode >= 0
+            else f"signal {signal.Signals(-child.returncode).name}"
+        )
+        last = next((line.strip() for line in reversed(err.decode(errors="replace").splitlines()) if line.strip()), "")
+        raise UsageError(
+            f"--workload {reference}: loading and checking it ended without an answer ({how})"
+            + (f": {last[:200]}" if last else "")
+        ) from None
     if "error" in reply:
         raise UsageError(reply["error"])
     answer: dict[str, Any] = reply["answer"]
@@ -113,10 +127,13 @@ def _wait(child: subprocess.Popen[bytes], reference: str, started: float, limit:
             pass
         elapsed = time.monotonic() - started
         if elapsed >= limit:
-            raise UsageError(f"--workload {reference}: loading and checking it took longer than {limit:g} s "
-                             "(--check-timeout, at most --timeout) and was stopped; its import, build() or "
-                             "datasets() may never return")
+            raise UsageError(
+                f"--workload {reference}: loading and checking it took longer than {limit:g} s "
+                "(--check-timeout, at most --timeout) and was stopped; its import, build() or "
+                "datasets() may never return"
+            )
         if elapsed >= next_note:
-            note(f"bench: loading and checking workload {reference} ({math.floor(elapsed)} s so far, limit "
-                 f"{limit:g} s)")
+            note(
+                f"bench: loading and checking workload {reference} ({math.floor(elapsed)} s so far, limit {limit:g} s)"
+            )
             next_note += NOTE_EVERY_S

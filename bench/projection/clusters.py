@@ -57,34 +57,59 @@ GBIT = 1e9 / 8
 
 PROFILES = {
     "nvlink-8": Cluster(
-        "nvlink-8", "one node of 8 H100 SXM GPUs over NVLink 4", "cuda", 8, 1, None,
+        "nvlink-8",
+        "one node of 8 H100 SXM GPUs over NVLink 4",
+        "cuda",
+        8,
+        1,
+        None,
         node_link=Link(450e9 * 0.8, 3e-6),
         source="NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions (450 GB/s each way); 80% of it as "
-               "the payload rate NCCL reaches and 3 us per step are this profile's assumptions"),
+        "the payload rate NCCL reaches and 3 us per step are this profile's assumptions",
+    ),
     "ib-100g": Cluster(
-        "ib-100g", "nodes of 8 H100 GPUs (NVLink 4) over 100 Gbit/s InfiniBand, 1 NIC per node", "cuda", 8, 128,
-        Link(100 * GBIT * 0.95, 5e-6), node_link=Link(450e9 * 0.8, 3e-6),
+        "ib-100g",
+        "nodes of 8 H100 GPUs (NVLink 4) over 100 Gbit/s InfiniBand, 1 NIC per node",
+        "cuda",
+        8,
+        128,
+        Link(100 * GBIT * 0.95, 5e-6),
+        node_link=Link(450e9 * 0.8, 3e-6),
         source="InfiniBand EDR: 100 Gbit/s per port (IBTA); 95% payload and 5 us per message across nodes are this "
-               "profile's assumptions; NVLink as nvlink-8"),
+        "profile's assumptions; NVLink as nvlink-8",
+    ),
     "eth-25g": Cluster(
-        "eth-25g", "nodes of 4 GPUs over 25 Gbit/s Ethernet (TCP), as in Horovod's published 128-GPU benchmark",
-        "cuda", 4, 256, Link(25 * GBIT * TCP_GOODPUT, 30e-6), node_link=Link(16e9, 10e-6),
+        "eth-25g",
+        "nodes of 4 GPUs over 25 Gbit/s Ethernet (TCP), as in Horovod's published 128-GPU benchmark",
+        "cuda",
+        4,
+        256,
+        Link(25 * GBIT * TCP_GOODPUT, 30e-6),
+        node_link=Link(16e9, 10e-6),
         source="IEEE 802.3by (25 Gbit/s Ethernet); TCP payload share of a 1500-byte frame; 30 us per message "
-               "and PCIe 3.0 x16 (16 GB/s) within a node are this profile's assumptions; Horovod's README describes "
-               "32 servers of 4 Pascal GPUs on 25 Gbit/s RoCE"),
+        "and PCIe 3.0 x16 (16 GB/s) within a node are this profile's assumptions; Horovod's README describes "
+        "32 servers of 4 Pascal GPUs on 25 Gbit/s RoCE",
+    ),
     "cpu-10g": Cluster(
-        "cpu-10g", "CPU nodes like the measured one (its workers per node), over 10 Gbit/s Ethernet (TCP)", "cpu",
-        0, 512, Link(10 * GBIT * TCP_GOODPUT, 30e-6),
+        "cpu-10g",
+        "CPU nodes like the measured one (its workers per node), over 10 Gbit/s Ethernet (TCP)",
+        "cpu",
+        0,
+        512,
+        Link(10 * GBIT * TCP_GOODPUT, 30e-6),
         source="IEEE 802.3ae (10 Gbit/s Ethernet); TCP payload share of a 1500-byte frame; 30 us per message is this "
-               "profile's assumption; workers per node: as many as the measured runs had on one host"),
+        "profile's assumption; workers per node: as many as the measured runs had on one host",
+    ),
 }
 
 
 def profile(name: str, workers_per_node: int | None = None) -> Cluster:
     """A named profile; cpu-10g takes the measured runs' workers per host."""
     if name not in PROFILES:
-        raise UsageError(f"unknown cluster profile {name!r}; choose one of {', '.join(PROFILES)}, or describe one "
-                         "with --cluster NODESxWORKERS:RATE[:LATENCY]")
+        raise UsageError(
+            f"unknown cluster profile {name!r}; choose one of {', '.join(PROFILES)}, or describe one "
+            "with --cluster NODESxWORKERS:RATE[:LATENCY]"
+        )
     cluster = PROFILES[name]
     if cluster.workers_per_node == 0:
         cluster = replace(cluster, workers_per_node=max(1, workers_per_node or 1))
@@ -102,8 +127,10 @@ def parse_cluster(text: str, device: str = "cpu") -> Cluster:
     payload share is taken off) and the latency per message (30us when not given)."""
     match = DESCRIPTION.fullmatch(text.strip())
     if not match:
-        raise UsageError(f"--cluster {text!r}: give a profile ({', '.join(PROFILES)}) or NODESxWORKERS:RATE[:LATENCY], "
-                         "such as 64x8:100gbit:5us")
+        raise UsageError(
+            f"--cluster {text!r}: give a profile ({', '.join(PROFILES)}) or NODESxWORKERS:RATE[:LATENCY], "
+            "such as 64x8:100gbit:5us"
+        )
     nodes, per_node, rate, latency = int(match[1]), int(match[2]), match[3], match[4] or "30us"
     rate_match, latency_match = RATE.fullmatch(rate), LATENCY.fullmatch(latency)
     if not rate_match:
@@ -116,9 +143,15 @@ def parse_cluster(text: str, device: str = "cpu") -> Cluster:
     if bits <= 0:
         raise UsageError(f"--cluster {text!r}: the rate must be positive")
     seconds = float(latency_match[1]) * (1e-6 if latency_match[2].lower() == "us" else 1e-3)
-    return Cluster(text, f"{nodes} node(s) of {per_node} worker(s) over {rate} ({latency} per message)", device,
-                   per_node, nodes, Link(bits / 8 * TCP_GOODPUT, seconds),
-                   source="described on the command line; TCP payload share of a 1500-byte frame")
+    return Cluster(
+        text,
+        f"{nodes} node(s) of {per_node} worker(s) over {rate} ({latency} per message)",
+        device,
+        per_node,
+        nodes,
+        Link(bits / 8 * TCP_GOODPUT, seconds),
+        source="described on the command line; TCP payload share of a 1500-byte frame",
+    )
 
 
 def shaped_test_hosts(link: dict, hosts: int, cores: int, measured: Link | None = None) -> Cluster:
@@ -133,9 +166,19 @@ def shaped_test_hosts(link: dict, hosts: int, cores: int, measured: Link | None 
         extra = value * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[re.sub(r"^[\d.]+", "", delay)]
     nominal = Link(link["rate_bytes_per_s"] * TCP_GOODPUT, 50e-6 + extra)
     how = "as the backend's allreduce across 2 hosts measured it" if measured else "nominal"
-    return Cluster(f"test hosts at {link['rate']}", f"{hosts} test hosts on one machine, links shaped to "
-                   f"{link['rate']} ({how})", "cpu", 1, hosts, measured or nominal, shared_cores=cores,
-                   link_measured=measured is not None,
-                   source="tc's rate on each host's link" + (
-                       "; the link's bandwidth and latency fitted from the backend's allreduce there" if measured
-                       else "; TCP payload share of a 1500-byte frame"))
+    return Cluster(
+        f"test hosts at {link['rate']}",
+        f"{hosts} test hosts on one machine, links shaped to {link['rate']} ({how})",
+        "cpu",
+        1,
+        hosts,
+        measured or nominal,
+        shared_cores=cores,
+        link_measured=measured is not None,
+        source="tc's rate on each host's link"
+        + (
+            "; the link's bandwidth and latency fitted from the backend's allreduce there"
+            if measured
+            else "; TCP payload share of a 1500-byte frame"
+        ),
+    )

@@ -44,10 +44,18 @@ def one_host(records: list) -> list:
 
 
 def _train(records, backend: str, case: Case, world: int | None = None) -> list:
-    return [r for r in records if gives(r, "step") and r.spec.backend == backend
-            and r.spec.workload == case.workload and r.spec.batch_size == case.batch and r.spec.threads == case.threads
-            and r.spec.device == case.device and (world is None or r.spec.world_size == world)
-            and r.metrics is not None]
+    return [
+        r
+        for r in records
+        if gives(r, "step")
+        and r.spec.backend == backend
+        and r.spec.workload == case.workload
+        and r.spec.batch_size == case.batch
+        and r.spec.threads == case.threads
+        and r.spec.device == case.device
+        and (world is None or r.spec.world_size == world)
+        and r.metrics is not None
+    ]
 
 
 def _ids(records) -> tuple[str, ...]:
@@ -56,9 +64,15 @@ def _ids(records) -> tuple[str, ...]:
 
 def cases_in(records: list) -> list[Case]:
     """Every case the plain loop ran at one worker on one host, with a profile."""
-    found = {Case(r.spec.workload, r.spec.batch_size, r.spec.threads, r.spec.device) for r in one_host(records)
-              if gives(r, "step") and r.spec.backend == PLAIN_LOOP and r.spec.world_size == 1
-              and r.metrics is not None and r.metrics.profile}
+    found = {
+        Case(r.spec.workload, r.spec.batch_size, r.spec.threads, r.spec.device)
+        for r in one_host(records)
+        if gives(r, "step")
+        and r.spec.backend == PLAIN_LOOP
+        and r.spec.world_size == 1
+        and r.metrics is not None
+        and r.metrics.profile
+    }
     return sorted(found, key=lambda c: (c.workload, c.device, c.batch, c.threads))
 
 
@@ -72,9 +86,20 @@ def measured_link(records: list, inputs: Inputs, rate: str, delay: str | None = 
     out: at one world size their fixed cost cannot be split into per-step latency and per-call overhead, and in a
     fit with them that split decides the slope. None when no such sweep is stored. Training runs across hosts are
     never read."""
-    sweeps = [r for r in records if r.ok and gives(r, "collective") and r.spec.backend == inputs.backend
-              and r.spec.hosts and len(r.spec.hosts) == 2 and r.spec.world_size == 2 and r.spec.link
-              and r.spec.link["rate"] == rate and r.spec.link.get("delay") == delay and r.metrics is not None]
+    sweeps = [
+        r
+        for r in records
+        if r.ok
+        and gives(r, "collective")
+        and r.spec.backend == inputs.backend
+        and r.spec.hosts
+        and len(r.spec.hosts) == 2
+        and r.spec.world_size == 2
+        and r.spec.link
+        and r.spec.link["rate"] == rate
+        and r.spec.link.get("delay") == delay
+        and r.metrics is not None
+    ]
     if not sweeps:
         return None
     plugin = get_backend(inputs.backend)
@@ -107,13 +132,21 @@ def this_host(device: str, workers: int) -> Cluster:
 def median_shape(records: list) -> Shape:
     shapes = [Shape.of_profile(r.metrics.profile, r.run_id) for r in records if r.metrics.profile]
     if not shapes:
-        raise UsageError("the plain loop's runs have no profile (they were stored by an older bench): run "
-                         "`bench sweep --world-sizes 1,2` again to measure the model's inputs")
+        raise UsageError(
+            "the plain loop's runs have no profile (they were stored by an older bench): run "
+            "`bench sweep --world-sizes 1,2` again to measure the model's inputs"
+        )
     last = shapes[-1]
-    return Shape(statistics.median(s.forward for s in shapes), statistics.median(s.backward for s in shapes),
-                 statistics.median(s.optimizer for s in shapes),
-                 tuple((statistics.median(s.grads[i][0] for s in shapes if len(s.grads) == len(last.grads)), b)
-                       for i, (_, b) in enumerate(last.grads)), last.run)
+    return Shape(
+        statistics.median(s.forward for s in shapes),
+        statistics.median(s.backward for s in shapes),
+        statistics.median(s.optimizer for s in shapes),
+        tuple(
+            (statistics.median(s.grads[i][0] for s in shapes if len(s.grads) == len(last.grads)), b)
+            for i, (_, b) in enumerate(last.grads)
+        ),
+        last.run,
+    )
 
 
 def fit(records: list, backend: str, case: Case) -> Inputs:
@@ -126,25 +159,39 @@ def fit(records: list, backend: str, case: Case) -> Inputs:
     plain = _train(runs, PLAIN_LOOP, case, 1)
     where = f"{case.workload} at batch {case.batch}, {case.threads} thread(s), {case.device}"
     if not plain:
-        raise UsageError(f"no plain-loop run at 1 worker for {where} in the store: the model starts from it; run "
-                         f"`bench sweep --workload {case.workload} --world-sizes 1,2` (it runs the plain loop)")
+        raise UsageError(
+            f"no plain-loop run at 1 worker for {where} in the store: the model starts from it; run "
+            f"`bench sweep --workload {case.workload} --world-sizes 1,2` (it runs the plain loop)"
+        )
     compute = Value.of([r.metrics.step_time_s.mean for r in plain], _ids(plain))
     shape = median_shape(plain)
     get_backend(backend)  # an unknown backend is refused here, before anything is read
     own_one = _train(runs, backend, case, 1)
     multi = [r for r in _train(runs, backend, case) if r.spec.world_size > 1]
     if not multi:
-        raise UsageError(f"no {backend} run at 2 or more workers on one host for {where}: run `bench sweep "
-                         f"--backend {backend} --workload {case.workload} --world-sizes 1,2`")
+        raise UsageError(
+            f"no {backend} run at 2 or more workers on one host for {where}: run `bench sweep "
+            f"--backend {backend} --workload {case.workload} --world-sizes 1,2`"
+        )
     world = max(r.spec.world_size for r in multi)
     multi = [r for r in multi if r.spec.world_size == world]
     options = multi[-1].spec.backend_options
-    comm = [r for r in runs if gives(r, "collective") and r.spec.backend == backend and r.spec.world_size == world
-            and r.spec.device == case.device and r.metrics is not None and r.metrics.fit]
+    comm = [
+        r
+        for r in runs
+        if gives(r, "collective")
+        and r.spec.backend == backend
+        and r.spec.world_size == world
+        and r.spec.device == case.device
+        and r.metrics is not None
+        and r.metrics.fit
+    ]
     if not comm:
-        raise UsageError(f"no {backend} communication sweep at {world} workers on one host ({case.device}) with an "
-                         f"alpha-beta fit: run `bench allreduce --backend {backend} --nproc {world}` (or a sweep "
-                         "without --no-comm)")
+        raise UsageError(
+            f"no {backend} communication sweep at {world} workers on one host ({case.device}) with an "
+            f"alpha-beta fit: run `bench allreduce --backend {backend} --nproc {world}` (or a sweep "
+            "without --no-comm)"
+        )
     alpha = Value.of([r.metrics.fit["alpha_s"] for r in comm], _ids(comm))
     beta = Value.of([r.metrics.fit["beta_s_per_byte"] for r in comm], _ids(comm))
     notes = []
@@ -153,8 +200,23 @@ def fit(records: list, backend: str, case: Case) -> Inputs:
     else:
         overhead_one = Value(0.0)
         notes.append(f"no {backend} run at 1 worker: its one-worker overhead is taken as 0")
-    inputs = Inputs(case.workload, backend, options, case.batch, case.threads, case.device, compute, shape,
-                    overhead_one, Value(0.0), Value(0.0), alpha, beta, world, tuple(notes))
+    inputs = Inputs(
+        case.workload,
+        backend,
+        options,
+        case.batch,
+        case.threads,
+        case.device,
+        compute,
+        shape,
+        overhead_one,
+        Value(0.0),
+        Value(0.0),
+        alpha,
+        beta,
+        world,
+        tuple(notes),
+    )
     host = this_host(case.device, world)
 
     # slowdown: the backward pass each multi-worker launch profiled, against the plain loop's, per second of the
@@ -163,16 +225,16 @@ def fit(records: list, backend: str, case: Case) -> Inputs:
     plain_backward = statistics.median(r.metrics.profile["gradients_s"] for r in plain if r.metrics.profile)
     profiled = [r for r in multi if r.metrics.profile]
     if base.hidden > 0 and profiled:
-        slowdown = Value.of([max(0.0, r.metrics.profile["gradients_s"] - plain_backward) / base.hidden
-                             for r in profiled], _ids(profiled) + _ids(plain))
+        slowdown = Value.of(
+            [max(0.0, r.metrics.profile["gradients_s"] - plain_backward) / base.hidden for r in profiled],
+            _ids(profiled) + _ids(plain),
+        )
     else:
         slowdown = Value(0.0, runs=_ids(profiled))
     inputs = replace(inputs, slowdown=slowdown)
     replayed = step_parts(inputs, host, world)[0].step - inputs.overhead.mean
     overhead = Value.of([r.metrics.step_time_s.mean - replayed for r in multi], _ids(multi))
     return replace(inputs, overhead=overhead)
-
-
 
 
 def fit_backends(records: list, backends, case: Case) -> tuple[dict[str, Inputs], dict[str, str]]:

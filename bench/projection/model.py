@@ -46,6 +46,7 @@ INPUT_NAMES = ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta
 @dataclass(frozen=True)
 class Value:
     """A measured input: mean, standard error, degrees of freedom, and the runs it came from."""
+
     mean: float
     se: float = 0.0
     dof: int = 0
@@ -64,11 +65,11 @@ class Value:
         return Value(self.mean - other.mean, math.hypot(self.se, other.se), dof, self.runs + other.runs)
 
 
-
 @dataclass(frozen=True)
 class Shape:
     """A step's parts as shares of its compute (forward, backward, optimizer add to 1), and its gradients as
     (share of the backward pass by which each is ready, bytes), in the order they become ready."""
+
     forward: float
     backward: float
     optimizer: float
@@ -83,14 +84,16 @@ class Shape:
     def of_profile(cls, profile: dict, run: str = "") -> Shape:
         total = profile["forward_s"] + profile["gradients_s"] + profile["optimizer_s"]
         backward = profile["gradients_s"]
-        grads = tuple((ready / backward if backward > 0 else 1.0, numel * size)
-                      for _, numel, size, ready in profile["grads"])
+        grads = tuple(
+            (ready / backward if backward > 0 else 1.0, numel * size) for _, numel, size, ready in profile["grads"]
+        )
         return cls(profile["forward_s"] / total, backward / total, profile["optimizer_s"] / total, grads, run)
 
 
 @dataclass(frozen=True)
 class Inputs:
     """Everything the model needs about one case (a workload at a per-worker batch under one backend), measured."""
+
     workload: str
     backend: str
     options: dict
@@ -109,13 +112,16 @@ class Inputs:
 
     def runs(self) -> dict[str, tuple[str, ...]]:
         """Each input's runs, for the page and the JSON."""
-        return {name: getattr(self, name).runs for name in
-                ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta")} | {"shape": (self.shape.run,)}
+        return {
+            name: getattr(self, name).runs
+            for name in ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta")
+        } | {"shape": (self.shape.run,)}
 
 
 @dataclass(frozen=True)
 class Parts:
     """One replayed step, in seconds."""
+
     compute: float  # forward + backward + optimizer, without the slowdown
     slowdown: float  # compute added by overlapping communication
     hidden: float  # communication during the backward pass
@@ -133,6 +139,7 @@ class Parts:
 @dataclass(frozen=True)
 class Point:
     """The projection at one worker count: the replay at the inputs' means, and the 95% interval of the draws."""
+
     workers: int
     nodes: int
     parts: Parts
@@ -176,8 +183,10 @@ def collective_cost(inputs: Inputs, cluster: Cluster, workers: int, alpha: float
             link, hosts = cluster.node_link, workers  # within a node: each worker its own link
         else:
             return processing, processing
-        best = min(backend.exchanges(wire, workers, hosts, cluster.device, inputs.options),
-                   key=lambda e: e.steps * link.latency_s + e.link_bytes / link.bandwidth)
+        best = min(
+            backend.exchanges(wire, workers, hosts, cluster.device, inputs.options),
+            key=lambda e: e.steps * link.latency_s + e.link_bytes / link.bandwidth,
+        )
         chosen["name"] = best.name
         wire_s = best.steps * link.latency_s + best.link_bytes / link.bandwidth
         if cluster.link_measured and link is cluster.network:  # the fit at the link holds the processing already
@@ -257,8 +266,9 @@ def step_parts(inputs: Inputs, cluster: Cluster, workers: int, draw: dict | None
     grads = [(at * stretched, nbytes) for at, nbytes in shape.grads]
     end, busy, working, count = replay(schedule, grads, stretched, cost)
     exposed = max(0.0, end - stretched)
-    return Parts(forward + backward + optimizer, stretched - backward, busy, exposed, v["overhead"], count), \
-        chosen["name"]
+    return Parts(forward + backward + optimizer, stretched - backward, busy, exposed, v["overhead"], count), chosen[
+        "name"
+    ]
 
 
 def _half_width(moves: list[tuple[float, int]]) -> float:
@@ -266,7 +276,7 @@ def _half_width(moves: list[tuple[float, int]]) -> float:
     var = sum(m * m for m, _ in moves)
     if var == 0:
         return 0.0
-    dof = var * var / sum(m ** 4 / d for m, d in moves if m)
+    dof = var * var / sum(m**4 / d for m, d in moves if m)
     return t_quantile(CONFIDENCE, dof) * math.sqrt(var)
 
 
@@ -278,8 +288,7 @@ def project(inputs: Inputs, cluster: Cluster, counts: list[int] | None = None) -
     for name in INPUT_NAMES:
         value = getattr(inputs, name)
         if value.se > 0 and value.dof >= 1:
-            shifted.append(({**means, name: value.mean + value.se}, {**means, name: value.mean - value.se},
-                            value.dof))
+            shifted.append(({**means, name: value.mean + value.se}, {**means, name: value.mean - value.se}, value.dof))
 
     def step(n: int, v: dict | None = None) -> float:
         return step_parts(inputs, cluster, n, v)[0].step
@@ -291,12 +300,27 @@ def project(inputs: Inputs, cluster: Cluster, counts: list[int] | None = None) -
         parts, algorithm = step_parts(inputs, cluster, n)
         moved = [(step(n, up), step(n, down)) for up, down, _ in shifted]
         half = _half_width([((a - b) / 2, d) for (a, b), (_, _, d) in zip(moved, shifted)])
-        log_half = _half_width([((math.log(o_up / a) - math.log(o_down / b)) / 2, d)
-                                for (a, b), (o_up, o_down), (_, _, d) in zip(moved, ones, shifted)])
+        log_half = _half_width(
+            [
+                ((math.log(o_up / a) - math.log(o_down / b)) / 2, d)
+                for (a, b), (o_up, o_down), (_, _, d) in zip(moved, ones, shifted)
+            ]
+        )
         efficiency = one / parts.step
-        points.append(Point(n, cluster.nodes_for(n), parts, parts.step - half, parts.step + half, efficiency,
-                            efficiency * math.exp(-log_half), efficiency * math.exp(log_half), inputs.batch,
-                            algorithm))
+        points.append(
+            Point(
+                n,
+                cluster.nodes_for(n),
+                parts,
+                parts.step - half,
+                parts.step + half,
+                efficiency,
+                efficiency * math.exp(-log_half),
+                efficiency * math.exp(log_half),
+                inputs.batch,
+                algorithm,
+            )
+        )
     return points
 
 
@@ -305,8 +329,17 @@ def with_compute(inputs: Inputs, step_s: float, device: str, note: str) -> Input
     backend's own communication cost are unknown there, so they are left out (said in `notes`): the collectives
     cost what the cluster's links and the backend's schedule make them cost."""
     zero = Value(0.0)
-    return replace(inputs, compute=Value(step_s), device=device, overhead_one=zero, overhead=zero,
-                   slowdown=zero, alpha=zero, beta=zero, notes=inputs.notes + (note,))
+    return replace(
+        inputs,
+        compute=Value(step_s),
+        device=device,
+        overhead_one=zero,
+        overhead=zero,
+        slowdown=zero,
+        alpha=zero,
+        beta=zero,
+        notes=inputs.notes + (note,),
+    )
 
 
 def crossover(points_by_backend: dict[str, list[Point]]) -> list[tuple[int, str, str]]:
@@ -323,4 +356,3 @@ def crossover(points_by_backend: dict[str, list[Point]]) -> list[tuple[int, str,
             changes.append((n, best, leader))
         best = leader
     return changes
-

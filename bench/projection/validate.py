@@ -58,8 +58,11 @@ class Row:
             return f"compute {self.compute_share:.0%} of the predicted step: the shared cores decide it"
         spread = (self.measured_high - self.measured.mean) / self.measured.mean
         if not spread <= RESOLVED:
-            return (f"launches scatter by ±{spread:.0%} (95%): the measurement does not resolve the step" if spread == spread
-                    else "fewer than 2 launches")
+            return (
+                f"launches scatter by ±{spread:.0%} (95%): the measurement does not resolve the step"
+                if spread == spread
+                else "fewer than 2 launches"
+            )
         return ""
 
     @property
@@ -111,8 +114,12 @@ class Validation:
         return [w for w in self.winners if w.significant and w.judged]
 
     def meets_goal(self) -> bool:
-        return (bool(self.judged) and self.median_error <= GOAL_MEDIAN and self.worst_error <= GOAL_WORST
-                and all(w.agrees for w in self.significant_winners))
+        return (
+            bool(self.judged)
+            and self.median_error <= GOAL_MEDIAN
+            and self.worst_error <= GOAL_WORST
+            and all(w.agrees for w in self.significant_winners)
+        )
 
     @property
     def nominal_median_error(self) -> float:
@@ -126,35 +133,48 @@ class Validation:
     def summary(self) -> str:
         if not self.rows:
             if self.skipped:
-                return (f"none of the {len(self.skipped)} points across test hosts could be predicted (each is listed "
-                        "as skipped, with what to run)")
+                return (
+                    f"none of the {len(self.skipped)} points across test hosts could be predicted (each is listed "
+                    "as skipped, with what to run)"
+                )
             return "no run across test hosts with a shaped link to check the model against"
         if not self.judged:
-            return (f"{len(self.rows)} points, none judged (each is left out: the shared cores decide it or its "
-                    f"launches scatter); median absolute error over all {self.all_median_error:.1%}")
+            return (
+                f"{len(self.rows)} points, none judged (each is left out: the shared cores decide it or its "
+                f"launches scatter); median absolute error over all {self.all_median_error:.1%}"
+            )
         sig = self.significant_winners
         agree = sum(w.agrees for w in sig)
         measured = sum(r.link_measured for r in self.judged)
-        return (f"{len(self.judged)} of {len(self.rows)} points judged ({measured} with the link as each backend's "
-                f"allreduce measured it): median absolute error {self.median_error:.1%}, worst "
-                f"{self.worst_error:.1%} (goal: at most {GOAL_MEDIAN:.0%} and {GOAL_WORST:.0%}); the predicted "
-                f"winner is the measured one at {agree} of {len(sig)} significant differences; with the nominal link, "
-                f"median {self.nominal_median_error:.1%}; over all {len(self.rows)} points, median "
-                f"{self.all_median_error:.1%}")
+        return (
+            f"{len(self.judged)} of {len(self.rows)} points judged ({measured} with the link as each backend's "
+            f"allreduce measured it): median absolute error {self.median_error:.1%}, worst "
+            f"{self.worst_error:.1%} (goal: at most {GOAL_MEDIAN:.0%} and {GOAL_WORST:.0%}); the predicted "
+            f"winner is the measured one at {agree} of {len(sig)} significant differences; with the nominal link, "
+            f"median {self.nominal_median_error:.1%}; over all {len(self.rows)} points, median "
+            f"{self.all_median_error:.1%}"
+        )
 
 
 def held_out(records: list) -> list:
     """The ok training runs across hosts with a shaped link: what the model is checked against."""
-    return [r for r in records if r.ok and gives(r, "step") and r.spec.hosts and r.spec.link
-            and r.metrics is not None]
+    return [r for r in records if r.ok and gives(r, "step") and r.spec.hosts and r.spec.link and r.metrics is not None]
 
 
 def validate(records: list) -> Validation:
     groups: dict[tuple, list] = {}
     for r in held_out(records):
         s = r.spec
-        key = (s.workload, s.batch_size, s.threads, s.device, s.backend, s.world_size, s.link["rate"],
-               s.link.get("delay"))
+        key = (
+            s.workload,
+            s.batch_size,
+            s.threads,
+            s.device,
+            s.backend,
+            s.world_size,
+            s.link["rate"],
+            s.link.get("delay"),
+        )
         groups.setdefault(key, []).append(r)
     rows, skipped, fitted = [], [], {}
     for key, runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][6], kv[0][5], kv[0][4])):
@@ -172,15 +192,32 @@ def validate(records: list) -> Validation:
         cores = runs[-1].environment.get("cpu_count") or 1
         link = measured_link(records, inputs, rate, delay)
         nominal = project(inputs, shaped_test_hosts(runs[-1].spec.link, world, cores), [world])[0]
-        point = nominal if link is None else \
-            project(inputs, shaped_test_hosts(runs[-1].spec.link, world, cores, link[0]), [world])[0]
+        point = (
+            nominal
+            if link is None
+            else project(inputs, shaped_test_hosts(runs[-1].spec.link, world, cores, link[0]), [world])[0]
+        )
         values = [r.metrics.step_time_s.mean for r in runs]
         measured = Value.of(values, tuple(r.run_id for r in runs))
         interval = summarize(values)  # the mean over launches with its t interval (NaN bounds from one launch)
         share = point.parts.compute / point.step
-        rows.append(Row(workload, backend, world, rate + (f":{delay}" if delay else ""), measured,
-                        interval["ci_low"], interval["ci_high"], point, share, measured.runs, nominal,
-                        link is not None, link[1] if link else ()))
+        rows.append(
+            Row(
+                workload,
+                backend,
+                world,
+                rate + (f":{delay}" if delay else ""),
+                measured,
+                interval["ci_low"],
+                interval["ci_high"],
+                point,
+                share,
+                measured.runs,
+                nominal,
+                link is not None,
+                link[1] if link else (),
+            )
+        )
     return Validation(rows, winners(rows, groups), skipped)
 
 
@@ -192,8 +229,9 @@ def winners(rows: list[Row], groups: dict) -> list[Winner]:
     values = {}
     for key, runs in groups.items():
         workload, _, _, _, backend, world, rate, delay = key
-        values[(workload, world, rate + (f":{delay}" if delay else ""), backend)] = \
-            [r.metrics.step_time_s.mean for r in runs]
+        values[(workload, world, rate + (f":{delay}" if delay else ""), backend)] = [
+            r.metrics.step_time_s.mean for r in runs
+        ]
     estimates, pairs = {}, []
     for point, point_rows in by_point.items():
         for a, b in itertools.combinations(sorted(point_rows, key=lambda r: r.backend), 2):
@@ -207,7 +245,17 @@ def winners(rows: list[Row], groups: dict) -> list[Winner]:
         faster, slower = (a, b) if est.ratio < 1 else (b, a)
         predicted = a if a.point.step <= b.point.step else b
         ratio = est.ratio if est.ratio >= 1 else 1 / est.ratio
-        out.append(Winner(point[0], point[1], point[2], faster.backend, slower.backend,
-                          float(ratio) if math.isfinite(ratio) else float("nan"), bool(family.judge(key).significant),
-                          predicted.backend, not a.left_out and not b.left_out))
+        out.append(
+            Winner(
+                point[0],
+                point[1],
+                point[2],
+                faster.backend,
+                slower.backend,
+                float(ratio) if math.isfinite(ratio) else float("nan"),
+                bool(family.judge(key).significant),
+                predicted.backend,
+                not a.left_out and not b.left_out,
+            )
+        )
     return out

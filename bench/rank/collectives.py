@@ -17,8 +17,7 @@ import time
 
 DTYPES = ("float32", "float16", "bfloat16")
 # Defaults of a communication sweep (`bench allreduce`; `bench sweep` stops at bench.workflows.plan.SWEEP_DEFAULTS).
-COMM_DEFAULTS = dict(min_bytes="4", max_bytes="64M", dtype="float32", ops="allreduce",
-                     warmup_iters=5, iters=20)
+COMM_DEFAULTS = dict(min_bytes="4", max_bytes="64M", dtype="float32", ops="allreduce", warmup_iters=5, iters=20)
 ELEMENT_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 NCCL_TYPE_NAME = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
 GB = 1e9
@@ -35,8 +34,7 @@ class Op:
 OPS = {
     "allreduce": Op("allreduce", "sum", lambda n: 2 * (n - 1) / n, lambda c, n: c, lambda c, n: c, True),
     "allgather": Op("allgather", "none", lambda n: (n - 1) / n, lambda c, n: c // n, lambda c, n: c, False),
-    "reduce_scatter": Op("reduce_scatter", "sum", lambda n: (n - 1) / n, lambda c, n: c, lambda c, n: c // n,
-                         False),
+    "reduce_scatter": Op("reduce_scatter", "sum", lambda n: (n - 1) / n, lambda c, n: c, lambda c, n: c // n, False),
     "broadcast": Op("broadcast", "none", lambda n: 1.0, lambda c, n: c, lambda c, n: c, True),
 }
 
@@ -57,8 +55,8 @@ def parse_bytes(text: str) -> int:
 def format_bytes(size: int) -> str:
     """Bytes in the units parse_bytes reads: 4, 8K, 16M, 1G."""
     for unit, power in (("G", 3), ("M", 2), ("K", 1)):
-        if size >= 1024 ** power and size % 1024 ** power == 0:
-            return f"{size // 1024 ** power}{unit}"
+        if size >= 1024**power and size % 1024**power == 0:
+            return f"{size // 1024**power}{unit}"
     return str(size)
 
 
@@ -137,7 +135,7 @@ def expected(op: Op, count: int, rank: int, n: int, buffers):
         per = count // n
         return buffers.concat([buffers.pattern(per, r) for r in range(n)])
     per = count // n  # reduce_scatter: this rank's slice of the summed input
-    return (buffers.pattern(count, 0) * (n * (n + 1) // 2))[rank * per:(rank + 1) * per]
+    return (buffers.pattern(count, 0) * (n * (n + 1) // 2))[rank * per : (rank + 1) * per]
 
 
 def timed_chunks(iters: int, chunks: int = 5) -> list[int]:
@@ -174,8 +172,16 @@ def time_messages(spec, group, info, buffers) -> list[dict]:
         known = buffers.pattern(op.in_count(count, n), info.worker_index)
         result = group.run_op(op.name, known, known if op.in_place else out)
         wrong = buffers.wrong(result, expected(op, count, info.worker_index, n, buffers))
-        rows.append({"op": op.name, "size": count * ELEMENT_SIZE[comm.dtype], "count": count,
-                     "time_s": elapsed / comm.iters, "chunk_times_s": chunk_times, "wrong": wrong})
+        rows.append(
+            {
+                "op": op.name,
+                "size": count * ELEMENT_SIZE[comm.dtype],
+                "count": count,
+                "time_s": elapsed / comm.iters,
+                "chunk_times_s": chunk_times,
+                "wrong": wrong,
+            }
+        )
     return rows
 
 
@@ -189,13 +195,22 @@ def combine(spec, per_rank: dict[int, list[dict]]) -> list[dict]:
         t = max(per_rank[r][i]["time_s"] for r in ranks)
         op = OPS[first["op"]]
         algbw = first["size"] / t / GB
-        rows.append({"op": first["op"], "size": first["size"], "count": first["count"],
-                     "type": spec.comm.dtype, "redop": op.redop, "time_us": t * 1e6,
-                     "algbw_gbps": algbw, "busbw_gbps": algbw * op.factor(n),
-                     "wrong": sum(per_rank[r][i]["wrong"] for r in ranks),
-                     "per_rank_time_us": [per_rank[r][i]["time_s"] * 1e6 for r in ranks],
-                     # chunk by chunk, the max over ranks, as for the whole
-                     "window_time_us": [max(c) * 1e6 for c in zip(*(per_rank[r][i]["chunk_times_s"] for r in ranks))]})
+        rows.append(
+            {
+                "op": first["op"],
+                "size": first["size"],
+                "count": first["count"],
+                "type": spec.comm.dtype,
+                "redop": op.redop,
+                "time_us": t * 1e6,
+                "algbw_gbps": algbw,
+                "busbw_gbps": algbw * op.factor(n),
+                "wrong": sum(per_rank[r][i]["wrong"] for r in ranks),
+                "per_rank_time_us": [per_rank[r][i]["time_s"] * 1e6 for r in ranks],
+                # chunk by chunk, the max over ranks, as for the whole
+                "window_time_us": [max(c) * 1e6 for c in zip(*(per_rank[r][i]["chunk_times_s"] for r in ranks))],
+            }
+        )
     return rows
 
 
@@ -215,10 +230,15 @@ def fit_alpha_beta(rows: list[dict], alpha_coef: float, beta_coef: float) -> dic
     predicted = design @ np.array([a, b])
     ss_res = float(np.sum(((t - predicted) * w) ** 2))
     ss_tot = float(np.sum(((t - np.average(t, weights=w)) * w) ** 2)) or float("nan")
-    return {"alpha_s": float(a), "beta_s_per_byte": float(b),
-            "bandwidth_gbps": float(1.0 / b / GB) if b > 0 else float("inf"),
-            "alpha_coef": alpha_coef, "beta_coef": beta_coef, "r2_weighted": 1.0 - ss_res / ss_tot,
-            "predicted_time_us": [float(p * 1e6) for p in predicted]}
+    return {
+        "alpha_s": float(a),
+        "beta_s_per_byte": float(b),
+        "bandwidth_gbps": float(1.0 / b / GB) if b > 0 else float("inf"),
+        "alpha_coef": alpha_coef,
+        "beta_coef": beta_coef,
+        "r2_weighted": 1.0 - ss_res / ss_tot,
+        "predicted_time_us": [float(p * 1e6) for p in predicted],
+    }
 
 
 def average_busbw(rows: list[dict], op: str) -> float | None:
@@ -232,17 +252,23 @@ def format_table(rows: list, ceiling: dict | None = None) -> str:
     lines = []
     for op in dict.fromkeys(r.op for r in rows):
         mine = [r for r in rows if r.op == op]
-        lines += [f"# {op}",
-                  "#       size         count      type   redop     time   algbw   busbw  #wrong",
-                  "#        (B)    (elements)                       (us)  (GB/s)  (GB/s)"]
+        lines += [
+            f"# {op}",
+            "#       size         count      type   redop     time   algbw   busbw  #wrong",
+            "#        (B)    (elements)                       (us)  (GB/s)  (GB/s)",
+        ]
         for r in mine:
-            lines.append(f"{r.size:12d}  {r.count:12d}  {NCCL_TYPE_NAME[r.type]:>8}  {r.redop:>6}"
-                         f"  {r.time_us:7.1f}  {r.algbw_gbps:6.2f}  {r.busbw_gbps:6.2f}  {r.wrong:6d}")
+            lines.append(
+                f"{r.size:12d}  {r.count:12d}  {NCCL_TYPE_NAME[r.type]:>8}  {r.redop:>6}"
+                f"  {r.time_us:7.1f}  {r.algbw_gbps:6.2f}  {r.busbw_gbps:6.2f}  {r.wrong:6d}"
+            )
         lines.append(f"# Avg bus bandwidth    : {sum(r.busbw_gbps for r in mine) / len(mine):.4f}")
         lines.append("#")
     if ceiling:
-        lines.append(f"# machine ceiling: {ceiling['limit_name']} {ceiling['limit_gbps']:.2f} GB/s "
-                     f"({', '.join(f'{k} {v:.2f} GB/s' for k, v in ceiling['measured_gbps'].items())})")
+        lines.append(
+            f"# machine ceiling: {ceiling['limit_name']} {ceiling['limit_gbps']:.2f} GB/s "
+            f"({', '.join(f'{k} {v:.2f} GB/s' for k, v in ceiling['measured_gbps'].items())})"
+        )
     return "\n".join(lines)
 
 
@@ -302,9 +328,11 @@ def measure_ceiling(device: str) -> dict:
     """The bandwidth a collective on this machine can at best approach, measured now."""
     if device == "cuda":
         d2d = copy_bandwidth("cuda")
-        return {"measured_gbps": {"device_copy": d2d}, "limit_name": "device-to-device copy",
-                "limit_gbps": d2d}
+        return {"measured_gbps": {"device_copy": d2d}, "limit_name": "device-to-device copy", "limit_gbps": d2d}
     # best of three: a limit is what the machine can do, and one transfer can be slowed by anything
     memcpy, loopback = copy_bandwidth("cpu"), max(loopback_bandwidth(128 * 2**20) for _ in range(3))
-    return {"measured_gbps": {"memory_copy": memcpy, "loopback_tcp": loopback},
-            "limit_name": "loopback TCP", "limit_gbps": loopback}
+    return {
+        "measured_gbps": {"memory_copy": memcpy, "loopback_tcp": loopback},
+        "limit_name": "loopback TCP",
+        "limit_gbps": loopback,
+    }

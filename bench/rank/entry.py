@@ -32,8 +32,9 @@ def run_process(run_dir: RunDir, rank: int, attempt: int, t_process_start: float
     except BaseException as exc:
         # When it failed, not when it exited: a rank that fails because a peer died fails later than the
         # peer did, though it may exit first; the parent orders failures by this time.
-        run_dir.write(rank, attempt, "error", {"time": time.time(), "type": type(exc).__name__,
-                                               "message": str(exc)[:2000]})
+        run_dir.write(
+            rank, attempt, "error", {"time": time.time(), "type": type(exc).__name__, "message": str(exc)[:2000]}
+        )
         raise
     run_dir.write(rank, attempt, "result", result.to_dict())
 

@@ -21,8 +21,10 @@ def parse_inject(text: str | None) -> dict | None:
         return None
     parts = text.split(":")
     if len(parts) != 3 or parts[0] not in INJECT_KINDS or not all(p.isdigit() for p in parts[1:]):
-        raise UsageError(f"--inject {text!r}: expected KIND:RANK:STEP with KIND one of "
-                         f"{', '.join(INJECT_KINDS)}, for example hang:1:3")
+        raise UsageError(
+            f"--inject {text!r}: expected KIND:RANK:STEP with KIND one of "
+            f"{', '.join(INJECT_KINDS)}, for example hang:1:3"
+        )
     return {"kind": parts[0], "rank": int(parts[1]), "step": int(parts[2])}
 
 
@@ -44,8 +46,9 @@ def parse_step_delay(text: str | None) -> dict | None:
         else:
             raise ValueError
     except ValueError:
-        raise UsageError(f"--inject-delay {text!r}: give a share of the step time (20%) or a duration "
-                         "(5ms, 0.005s)") from None
+        raise UsageError(
+            f"--inject-delay {text!r}: give a share of the step time (20%) or a duration (5ms, 0.005s)"
+        ) from None
     if not all(0 <= v < 100 for v in value.values()):
         raise UsageError(f"--inject-delay {text!r}: must be 0 or more (and under 100 s or 10000%)")
     return value

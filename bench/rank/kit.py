@@ -153,6 +153,16 @@ class GroupMember:
         """This process's result file contents; shuts the group down first."""
         end = time.time()
         self.group.shutdown()
-        return RankResult(rank_info=self.info, pid=os.getpid(), peak_rss_bytes=peak_rss_bytes(), output=output,
-                          times=Times(process_start=self.t_process_start, init_start=self.t_init_start,
-                                      init_end=self.t_init_end, first_step_end=self.first_step_end, end=end))
+        return RankResult(
+            rank_info=self.info,
+            pid=os.getpid(),
+            peak_rss_bytes=peak_rss_bytes(),
+            output=output,
+            times=Times(
+                process_start=self.t_process_start,
+                init_start=self.t_init_start,
+                init_end=self.t_init_end,
+                first_step_end=self.first_step_end,
+                end=end,
+            ),
+        )

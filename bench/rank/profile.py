@@ -34,6 +34,7 @@ class StepProfiler:
             if step is not None and index not in step["ready"]:  # the first micro-batch's gradient
                 self.sync()
                 step["ready"][index] = time.perf_counter()
+
         return ready
 
     def mark(self, phase: str) -> None:
@@ -51,8 +52,7 @@ class StepProfiler:
         """Remove the hooks; the profile for the run's record, or None when no step was profiled."""
         for handle in self.handles:
             handle.remove()
-        return summarize_steps(self.steps, [p.numel() for p in self.params],
-                               [p.element_size() for p in self.params])
+        return summarize_steps(self.steps, [p.numel() for p in self.params], [p.element_size() for p in self.params])
 
 
 def summarize_steps(steps: list[dict], numel: list[int], element_size: list[int]) -> dict | None:

@@ -38,6 +38,7 @@ def optimizer_step(model, optimizer, loss_fn, next_batch, passes: int = 1, mark=
 @dataclass(frozen=True)
 class ParamSums:
     """What a model's parameters sum to, in double precision: replicas that hold the same parameters agree."""
+
     count: int  # elements
     total: float  # the sum of every element
     absolute: float  # the sum of their absolute values (a total of zero is not a model of zeros)
@@ -50,8 +51,11 @@ def param_sums(model) -> ParamSums:
     plain = getattr(model, "module", model)
     with torch.no_grad():
         params = [p.detach().double() for p in plain.parameters()]
-        return ParamSums(count=sum(p.numel() for p in params), total=float(sum(p.sum() for p in params)),
-                         absolute=float(sum(p.abs().sum() for p in params)))
+        return ParamSums(
+            count=sum(p.numel() for p in params),
+            total=float(sum(p.sum() for p in params)),
+            absolute=float(sum(p.abs().sum() for p in params)),
+        )
 
 
 def first_non_finite(checks: list[tuple[int, str, float]], checksum: float, last_step: int) -> dict | None:
@@ -85,10 +89,21 @@ class TorchTraining:
         self.spec, self.device, self.sync = spec, device, joined.sync
         model, optimizer = build_model(spec, device)
         self.model, self.optimizer = joined.group.wrap(model, optimizer, spec)
-        batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
-                               image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                               rank=info.worker_index, world=info.world_size, device=device, data_dir=spec.data_dir,
-                               loader=spec.loader, loader_workers=spec.loader_workers, workload=workload)
+        batches = open_batches(
+            spec.data,
+            batch=spec.batch_size,
+            channels=workload.channels,
+            image=spec.image_size,
+            classes=spec.num_classes,
+            seed=spec.seed,
+            rank=info.worker_index,
+            world=info.world_size,
+            device=device,
+            data_dir=spec.data_dir,
+            loader=spec.loader,
+            loader_workers=spec.loader_workers,
+            workload=workload,
+        )
         self.timed_input = TimedBatches(batches) if spec.loader == "dataloader" else None
         self.batches = self.timed_input or batches
         self.loss_fn = workload.make_loss()
@@ -103,8 +118,9 @@ class TorchTraining:
         from bench.rank.profile import StepProfiler  # it imports torch, as this class's other parts do
 
         profiler = StepProfiler(self.model, self.sync)
-        return profiler, lambda: optimizer_step(self.model, self.optimizer, self.loss_fn, self.batches.__next__,
-                                                self.passes, profiler.mark)
+        return profiler, lambda: optimizer_step(
+            self.model, self.optimizer, self.loss_fn, self.batches.__next__, self.passes, profiler.mark
+        )
 
     @staticmethod
     def value(loss) -> float:
@@ -159,9 +175,15 @@ class TorchElasticTraining:
             from workloads.data.memory import SyntheticBatches  # the workloads import torch: here, not at the top
 
             spec = self.spec
-            self._batches[rank] = SyntheticBatches(batch=spec.batch_size, channels=self.workload.channels,
-                                                   image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                                                   rank=rank, device=self.device)
+            self._batches[rank] = SyntheticBatches(
+                batch=spec.batch_size,
+                channels=self.workload.channels,
+                image=spec.image_size,
+                classes=spec.num_classes,
+                seed=spec.seed,
+                rank=rank,
+                device=self.device,
+            )
         return self._batches[rank].at(step)
 
     def step(self, model, optimizer, step: int, rank: int):

@@ -58,16 +58,16 @@ TEMPLATE = "report.html.j2"  # in the package's templates folder
 def _template():
     from jinja2 import Environment, PackageLoader
 
-    env = Environment(loader=PackageLoader("bench.report", "templates"), autoescape=True, trim_blocks=True,
-                      lstrip_blocks=True)
+    env = Environment(
+        loader=PackageLoader("bench.report", "templates"), autoescape=True, trim_blocks=True, lstrip_blocks=True
+    )
     return env.get_template(TEMPLATE)
 
 
 def parse_where(clause: str) -> tuple[str, set[str]]:
     """--where KEY=V1,V2 -> (KEY, {V1, V2}), KEY a column of the frame (bench.results.frame.frame_columns)."""
     if "=" not in clause:
-        raise UsageError(f"--where {clause!r}: expected KEY=VALUE[,VALUE...], for example "
-                         f"backend={','.join(PRIMARY)}")
+        raise UsageError(f"--where {clause!r}: expected KEY=VALUE[,VALUE...], for example backend={','.join(PRIMARY)}")
     key, values = clause.split("=", 1)
     allowed = [c for c in frame_columns() if c != "record"]
     if key not in allowed:
@@ -119,20 +119,32 @@ def agreement_note(frame) -> tuple[str, bool]:
     result = agreement(sweeps)
     bad = sorted({k for keys in result["pairs"].values() for k in keys})
     far = sorted({k for keys in result["apart"].values() for k in keys} - set(bad))
-    head = (f"Rerun check: this selection holds {len(sweeps)} sweeps; each comparison taken from each sweep on its "
-            f"own ({len(result['keys'])} comparisons, {len(result['pairs'])} pairs of sweeps, `bench agreement`): ")
-    said = ([f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}"] if bad else []) + \
-        ([f"{len(far)} comparison(s) disagree beyond their resolution: {'; '.join(far)}"] if far else [])
+    head = (
+        f"Rerun check: this selection holds {len(sweeps)} sweeps; each comparison taken from each sweep on its "
+        f"own ({len(result['keys'])} comparisons, {len(result['pairs'])} pairs of sweeps, `bench agreement`): "
+    )
+    said = ([f"{len(bad)} comparison(s) contradict between sweeps: {'; '.join(bad)}"] if bad else []) + (
+        [f"{len(far)} comparison(s) disagree beyond their resolution: {'; '.join(far)}"] if far else []
+    )
     if said:
         return head + "; ".join(said) + ".", True
-    return head + (f"no contradiction; {len(result['resolved_everywhere'])} comparison(s) significant in the same "
-                   "direction in every sweep that made them."), False
+    return head + (
+        f"no contradiction; {len(result['resolved_everywhere'])} comparison(s) significant in the same "
+        "direction in every sweep that made them."
+    ), False
 
 
 # The scorecard's measures in the order a reader weighs them; a measure not listed here follows them.
-MEASURE_ORDER = ("training throughput", "scaling efficiency", "startup to the first step", "allreduce bus bandwidth",
-                 "recovery from a killed worker", "recovery from a hung worker", "recovery from a lost host",
-                 "a joining worker")
+MEASURE_ORDER = (
+    "training throughput",
+    "scaling efficiency",
+    "startup to the first step",
+    "allreduce bus bandwidth",
+    "recovery from a killed worker",
+    "recovery from a hung worker",
+    "recovery from a lost host",
+    "a joining worker",
+)
 
 
 def row_order(row: ScoreRow) -> tuple:
@@ -143,15 +155,23 @@ def row_order(row: ScoreRow) -> tuple:
 
 def scorecard_table(rows: list[ScoreRow]) -> Table:
     first, second = PRIMARY
-    columns = [left("measure"), left("condition"), right(first), right(second),
-               right(f"{first} / {second} - 1 ({pct(stats.CONFIDENCE)} CI)"), right("launches"), left("outcome")]
+    columns = [
+        left("measure"),
+        left("condition"),
+        right(first),
+        right(second),
+        right(f"{first} / {second} - 1 ({pct(stats.CONFIDENCE)} CI)"),
+        right("launches"),
+        left("outcome"),
+    ]
     out = []
     for r in sorted(rows, key=row_order):
         condition = Cell(r.condition + (f" (distorted: {r.artefact})" if r.artefact else ""))
         figures = [Cell(r.figures.get(b, "-"), "win" if r.winner == b else "") for b in PRIMARY]
         outcome = Cell(r.outcome, "bad" if r.standing == "failed" else "")
-        out.append(Row([r.measure, condition, *figures, r.difference, r.launches, outcome],
-                       "artefact" if r.artefact else ""))
+        out.append(
+            Row([r.measure, condition, *figures, r.difference, r.launches, outcome], "artefact" if r.artefact else "")
+        )
     return Table(columns, out, id="scorecard")
 
 
@@ -171,20 +191,33 @@ def scorecard_recommendation(rows: list[ScoreRow]) -> list[str]:
     if not speed:
         said.append("No training speed was compared under conditions that do not distort it.")
     elif not any(speed_wins.values()):
-        said.append(f"Training speed does not separate them: within ±{max(r.margin for r in within):.0%} of each "
-                    f"other in {len(within)} of {len(speed)} comparison(s)" if within else
-                    "Training speed does not separate them: no comparison resolved a difference")
-        said[-1] += (f", the other {len(speed) - len(within)} not resolved." if within and len(within) < len(speed)
-                     else ".")
+        said.append(
+            f"Training speed does not separate them: within ±{max(r.margin for r in within):.0%} of each "
+            f"other in {len(within)} of {len(speed)} comparison(s)"
+            if within
+            else "Training speed does not separate them: no comparison resolved a difference"
+        )
+        said[-1] += (
+            f", the other {len(speed) - len(within)} not resolved." if within and len(within) < len(speed) else "."
+        )
     else:
-        said.append("On training speed, " + " and ".join(f"{b} is ahead in {len(won)} of {len(speed)} comparison(s) "
-                                                          f"({_listing(won)})" for b, won in speed_wins.items() if won)
-                    + ".")
+        said.append(
+            "On training speed, "
+            + " and ".join(
+                f"{b} is ahead in {len(won)} of {len(speed)} comparison(s) ({_listing(won)})"
+                for b, won in speed_wins.items()
+                if won
+            )
+            + "."
+        )
     ops_wins = {b: [r for r in ops if r.winner == b] for b in PRIMARY}
     if ops:
         ahead = [f"{b} in {len(won)} ({_listing(won)})" for b, won in ops_wins.items() if won]
-        said.append(f"On operations ({len(ops)} measure(s)): " + ("; ".join(ahead) if ahead else
-                                                                 "neither is ahead where measured") + ".")
+        said.append(
+            f"On operations ({len(ops)} measure(s)): "
+            + ("; ".join(ahead) if ahead else "neither is ahead where measured")
+            + "."
+        )
     else:
         said.append("No operations measure (startup, recovery from a fault) is stored for both.")
     speed_leader = [b for b, won in speed_wins.items() if won]
@@ -192,17 +225,24 @@ def scorecard_recommendation(rows: list[ScoreRow]) -> list[str]:
     if len(speed_leader) == 1 and set(ops_leader) <= set(speed_leader):
         said.append(f"Choose {speed_leader[0]} on this hardware.")
     elif not speed_leader and len(ops_leader) == 1:
-        said.append(f"Choose {ops_leader[0]}: training speed is a tie here, and it is ahead on operations." if speed
-                    else f"On operations, choose {ops_leader[0]}; no training speed here can be weighed.")
+        said.append(
+            f"Choose {ops_leader[0]}: training speed is a tie here, and it is ahead on operations."
+            if speed
+            else f"On operations, choose {ops_leader[0]}; no training speed here can be weighed."
+        )
     elif speed_leader or ops_leader:
         said.append("Each is ahead somewhere: weigh the rows above for your use.")
     else:
-        said.append("Neither is ahead on what this page measured: choose on what it does not (your cluster's "
-                    "launcher and scheduler, the frameworks you use).")
+        said.append(
+            "Neither is ahead on what this page measured: choose on what it does not (your cluster's "
+            "launcher and scheduler, the frameworks you use)."
+        )
     left_out = [r for r in rows if r.artefact]
     if left_out:
-        said.append(f"{len(left_out)} row(s) under conditions that distort the comparison (shaded, with the reason) "
-                    "are left out of this recommendation.")
+        said.append(
+            f"{len(left_out)} row(s) under conditions that distort the comparison (shaded, with the reason) "
+            "are left out of this recommendation."
+        )
     return said
 
 
@@ -216,9 +256,11 @@ def scope_line(frame) -> str:
     sizes = sorted({int(n) for n in ok["world_size"]})
     across = [r for r in ok["record"] if r.spec.hosts]
     separate = [r for r in across if r.spec.machines is not None and r.spec.machines == len(r.spec.hosts)]
-    words = [f"Scope: {len(ok)} ok runs on {'; '.join(hardware) or 'an unknown machine'}",
-             f"world sizes {', '.join(map(str, sizes))}",
-             "on one host" + (f" and across up to {max(len(r.spec.hosts) for r in across)} hosts" if across else "")]
+    words = [
+        f"Scope: {len(ok)} ok runs on {'; '.join(hardware) or 'an unknown machine'}",
+        f"world sizes {', '.join(map(str, sizes))}",
+        "on one host" + (f" and across up to {max(len(r.spec.hosts) for r in across)} hosts" if across else ""),
+    ]
     missing = []
     if not (ok["device"] == "cuda").any():
         missing.append("no GPU (so no NCCL) data")
@@ -236,16 +278,30 @@ def scorecard_markdown(frame, page_link: str = "") -> str:
     parts = task_parts(frame, ReportContext("", [], frame, Family(frame_comparisons(frame))))
     rows = [r for p in parts for r in p.scorecard]
     first, second = PRIMARY
-    lines = [f"| measure | condition | {first} | {second} | {first} / {second} - 1 (95% CI) | launches | outcome |",
-             "|---|---|--:|--:|--:|--:|---|"]
+    lines = [
+        f"| measure | condition | {first} | {second} | {first} / {second} - 1 (95% CI) | launches | outcome |",
+        "|---|---|--:|--:|--:|--:|---|",
+    ]
     for r in sorted((r for r in rows if not r.artefact), key=row_order):
         figures = [f"**{r.figures.get(b, '-')}**" if r.winner == b else r.figures.get(b, "-") for b in PRIMARY]
         lines.append("| " + " | ".join([r.measure, r.condition, *figures, r.difference, r.launches, r.outcome]) + " |")
     distorted = sum(1 for r in rows if r.artefact)
-    more = f" {distorted} more row(s), under conditions that distort the comparison, are on the page" + \
-        (f" ({page_link})" if page_link else "") + "." if distorted else ""
-    return "\n".join([*lines, "", f"**Recommendation from this data.** {' '.join(scorecard_recommendation(rows))}", "",
-                      scope_line(frame) + more])
+    more = (
+        f" {distorted} more row(s), under conditions that distort the comparison, are on the page"
+        + (f" ({page_link})" if page_link else "")
+        + "."
+        if distorted
+        else ""
+    )
+    return "\n".join(
+        [
+            *lines,
+            "",
+            f"**Recommendation from this data.** {' '.join(scorecard_recommendation(rows))}",
+            "",
+            scope_line(frame) + more,
+        ]
+    )
 
 
 def shared_note(frame) -> str:
@@ -253,14 +309,22 @@ def shared_note(frame) -> str:
     shared = shared_runs(frame)
     if shared.empty:
         return ""
-    runs = "; ".join(f"{r.run_id} (with {', '.join(o['run_id'] for o in r.record.shared_with)})"
-                     for r in shared.itertuples())
-    return (f"{len(shared)} ok run(s) left out of every comparison, verdict and the gate: another bench run shared "
-            f"their cores while they ran (--allow-shared), so they measured it too: {runs}.")
+    runs = "; ".join(
+        f"{r.run_id} (with {', '.join(o['run_id'] for o in r.record.shared_with)})" for r in shared.itertuples()
+    )
+    return (
+        f"{len(shared)} ok run(s) left out of every comparison, verdict and the gate: another bench run shared "
+        f"their cores while they ran (--allow-shared), so they measured it too: {runs}."
+    )
 
 
-def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("", False), shared: str = "",
-                    unfinished: list[SweepStatus] = ()) -> Section:
+def verdict_section(
+    parts: list[ReportPart],
+    frame,
+    rerun: tuple[str, bool] = ("", False),
+    shared: str = "",
+    unfinished: list[SweepStatus] = (),
+) -> Section:
     """The answer first: a sweep on the page that did not run its whole plan (interrupted, or still running) said
     before anything else; the scorecard (every compared measure, default condition first), the recommendation
     that follows from it, its scope, and whether the sweeps on the page agree with each other."""
@@ -268,20 +332,31 @@ def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("
     blocks: list = [Paragraph(status.sentence(), "warn") for status in unfinished]
     if rows:
         family = Paragraph(
-            [f"Each row compares {' and '.join(PRIMARY)} under equal conditions, across launches. A difference is "
-             f"called only where it holds after Holm's correction over this page's comparisons; where none is "
-             "found, the row says how close the two were shown to be (two one-sided tests at "
-             f"{pct(stats.CONFIDENCE)}). One-worker rows measure the wrappers' overhead only."], "note")
+            [
+                f"Each row compares {' and '.join(PRIMARY)} under equal conditions, across launches. A difference is "
+                f"called only where it holds after Holm's correction over this page's comparisons; where none is "
+                "found, the row says how close the two were shown to be (two one-sided tests at "
+                f"{pct(stats.CONFIDENCE)}). One-worker rows measure the wrappers' overhead only."
+            ],
+            "note",
+        )
         blocks += [scorecard_table(rows), family]
         if any(r.artefact for r in rows):
             blocks.append(Paragraph(f"Shaded rows: {DISTORTION_NOTE[0].lower()}{DISTORTION_NOTE[1:]}", "note"))
-        blocks.append(Paragraph([strong("Recommendation from this data. "), " ".join(scorecard_recommendation(rows))],
-                                "rec"))
+        blocks.append(
+            Paragraph([strong("Recommendation from this data. "), " ".join(scorecard_recommendation(rows))], "rec")
+        )
     else:
         blocks += [Paragraph(p.no_verdict) for p in parts if p.no_verdict]
-        blocks.append(Paragraph([strong("Recommendation from this data. "),
-                                 f"None yet: run both {' and '.join(PRIMARY)} under the same conditions "
-                                 "(`bench sweep`)."], "rec"))
+        blocks.append(
+            Paragraph(
+                [
+                    strong("Recommendation from this data. "),
+                    f"None yet: run both {' and '.join(PRIMARY)} under the same conditions (`bench sweep`).",
+                ],
+                "rec",
+            )
+        )
     blocks.append(Paragraph(scope_line(frame), "scope"))
     if shared:
         blocks.append(Paragraph(shared, "warn"))
@@ -291,8 +366,17 @@ def verdict_section(parts: list[ReportPart], frame, rerun: tuple[str, bool] = ("
     return Section("verdict", "Verdict", 0, blocks)
 
 
-RANK_COLUMNS = [left("role"), right("rank"), right("local"), right("group"), right("role rank"), right("restarts"),
-                left("host"), right("pid"), left("phase")]
+RANK_COLUMNS = [
+    left("role"),
+    right("rank"),
+    right("local"),
+    right("group"),
+    right("role rank"),
+    right("restarts"),
+    left("host"),
+    right("pid"),
+    left("phase"),
+]
 PID_AT = [c.name for c in RANK_COLUMNS].index("pid")
 
 
@@ -312,8 +396,13 @@ def host_map_panels(frame) -> list[dict]:
         hosts = sorted({x.host for x in rec.rank_map}, key=natural)  # the same order in every panel of the run
         for phase in sorted({x.phase or "" for x in rec.rank_map}, key=lambda p: p != "before"):
             title = f"{rec.spec.backend} {rec.task.kind(rec.spec)}" + (f", {phase}" if phase else "")
-            panels.append({"title": f"{title}\n{rec.run_id}", "hosts": hosts,
-                           "rows": [x for x in rec.rank_map if (x.phase or "") == phase]})
+            panels.append(
+                {
+                    "title": f"{title}\n{rec.run_id}",
+                    "hosts": hosts,
+                    "rows": [x for x in rec.rank_map if (x.phase or "") == phase],
+                }
+            )
     return panels[:HOST_MAP_PANELS]
 
 
@@ -338,10 +427,19 @@ def host_map_plot(panels: list[dict]) -> Plot:
             if not here:
                 ax.text(widest / 2, -y, "not in the run", ha="center", va="center", fontsize=7, color="#b03030")
             for i, x in enumerate(here):
-                ax.add_patch(plt.Rectangle((i + 0.05, -y - 0.42), 0.9, 0.84,
-                                           color="#f4c27a" if x.role == "server" else "#9cc3e6"))
-                ax.text(i + 0.5, -y, f"rank {x.rank}\nlocal {fmt(x.local_rank, 'd')}\nnode {fmt(x.group_rank, 'd')}",
-                        ha="center", va="center", fontsize=7)
+                ax.add_patch(
+                    plt.Rectangle(
+                        (i + 0.05, -y - 0.42), 0.9, 0.84, color="#f4c27a" if x.role == "server" else "#9cc3e6"
+                    )
+                )
+                ax.text(
+                    i + 0.5,
+                    -y,
+                    f"rank {x.rank}\nlocal {fmt(x.local_rank, 'd')}\nnode {fmt(x.group_rank, 'd')}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                )
         ax.set_xlim(0, widest)
         ax.set_ylim(-len(hosts) + 0.5, 0.5)
         ax.set_yticks([-y for y in range(len(hosts))], hosts, fontsize=7)
@@ -353,8 +451,20 @@ def host_map_plot(panels: list[dict]) -> Plot:
 
 def rank_rows(rec) -> list[list]:
     """A run's rank map as table rows (RANK_COLUMNS), before a fault and then after it, by rank."""
-    return [[x.role or "worker", x.rank, x.local_rank, x.group_rank, x.role_rank, x.restart_count, x.host, x.pid,
-             x.phase or ""] for x in sorted(rec.rank_map, key=lambda x: (x.phase != "before", x.rank))]
+    return [
+        [
+            x.role or "worker",
+            x.rank,
+            x.local_rank,
+            x.group_rank,
+            x.role_rank,
+            x.restart_count,
+            x.host,
+            x.pid,
+            x.phase or "",
+        ]
+        for x in sorted(rec.rank_map, key=lambda x: (x.phase != "before", x.rank))
+    ]
 
 
 def rank_layout(rec) -> tuple:
@@ -386,26 +496,44 @@ def rank_map_tables(records: list) -> list:
         ok = [r for r in runs if r.ok]
         if ok:
             rec = ok[-1]
-            tables.append(Table(RANK_COLUMNS, rank_rows(rec), details=f"{case}: {rec.run_id} ({rec.status}), the "
-                                f"latest ok of its {runs_word(len(runs))} on one host"))
-        for _, group in sorted(((k, g) for k, g in alike.items() if k[0] == case),
-                               key=lambda item: item[1][-1].created_at):
+            tables.append(
+                Table(
+                    RANK_COLUMNS,
+                    rank_rows(rec),
+                    details=f"{case}: {rec.run_id} ({rec.status}), the "
+                    f"latest ok of its {runs_word(len(runs))} on one host",
+                )
+            )
+        for _, group in sorted(
+            ((k, g) for k, g in alike.items() if k[0] == case), key=lambda item: item[1][-1].created_at
+        ):
             rec = group[-1]
             hosts = len({x.host for x in rec.rank_map})
             where = f"{hosts} hosts" if hosts > 1 else "one host"
             changed = ", before and after a fault" if any(x.phase for x in rec.rank_map) else ""
             statuses = ", ".join(f"{n} {status}" for status, n in Counter(str(r.status) for r in group).items())
-            tables.append(Table(RANK_COLUMNS, rank_rows(rec),
-                                details=f"{case}, {where}{changed}: {runs_word(len(group))} with this rank map "
-                                        f"({statuses}); process ids of the latest, {rec.run_id} ({rec.status})"))
+            tables.append(
+                Table(
+                    RANK_COLUMNS,
+                    rank_rows(rec),
+                    details=f"{case}, {where}{changed}: {runs_word(len(group))} with this rank map "
+                    f"({statuses}); process ids of the latest, {rec.run_id} ({rec.status})",
+                )
+            )
             if len(group) > 1:
                 by_status: dict[str, list[str]] = {}
                 for r in reversed(group):
                     by_status.setdefault(str(r.status), []).append(r.run_id)
-                tables.append(Table([left("status"), left("runs, latest first")],
-                                    [[Cell(status, "" if status == RunStatus.OK else "bad"), ", ".join(ids)]
-                                     for status, ids in by_status.items()],
-                                    details=f"the {runs_word(len(group))} with that rank map"))
+                tables.append(
+                    Table(
+                        [left("status"), left("runs, latest first")],
+                        [
+                            [Cell(status, "" if status == RunStatus.OK else "bad"), ", ".join(ids)]
+                            for status, ids in by_status.items()
+                        ],
+                        details=f"the {runs_word(len(group))} with that rank map",
+                    )
+                )
     return tables
 
 
@@ -414,13 +542,23 @@ def rank_map_section(frame) -> Section:
     blocks = []
     panels = host_map_panels(frame)
     if panels:
-        blocks += [Paragraph("Hosts and their processes in the latest run across hosts of each backend (and "
-                             "before and after a fault): a box per process, with the global rank, local rank and "
-                             "node (group) rank its launcher gave it; parameter servers shaded orange.", "note"),
-                   host_map_plot(panels)]
-    blocks.append(Paragraph("What each process was given by its launcher: for every case (backend, what ran, world "
-                            "size), its latest ok run on one host; for runs across hosts and runs with a fault, every "
-                            "rank map they had (before and after the fault), with the runs that had it.", "note"))
+        blocks += [
+            Paragraph(
+                "Hosts and their processes in the latest run across hosts of each backend (and "
+                "before and after a fault): a box per process, with the global rank, local rank and "
+                "node (group) rank its launcher gave it; parameter servers shaded orange.",
+                "note",
+            ),
+            host_map_plot(panels),
+        ]
+    blocks.append(
+        Paragraph(
+            "What each process was given by its launcher: for every case (backend, what ran, world "
+            "size), its latest ok run on one host; for runs across hosts and runs with a fault, every "
+            "rank map they had (before and after the fault), with the runs that had it.",
+            "note",
+        )
+    )
     return Section("ranks", "Rank map", 60, blocks + rank_map_tables(list(frame.sort_values("created_at")["record"])))
 
 
@@ -446,13 +584,24 @@ def environment_section(records: list) -> Section:
         rows.append(Row([key, "; ".join(f"{text} ({runs_word(len(ids))})" for text, ids in groups)], "diff"))
         which += [[key, text, ", ".join(ids)] for text, ids in groups[1:]]
         which.append([key, groups[0][0], f"the other {runs_word(len(groups[0][1]))}"])
-    note = Paragraph(["The fingerprint of the runs on this page. Rows shaded ", styled("like this", "diff"),
-                      " differ between runs (each value with the number of runs that had it; which runs, below): "
-                      "figures from such runs are not like for like."], "note")
+    note = Paragraph(
+        [
+            "The fingerprint of the runs on this page. Rows shaded ",
+            styled("like this", "diff"),
+            " differ between runs (each value with the number of runs that had it; which runs, below): "
+            "figures from such runs are not like for like.",
+        ],
+        "note",
+    )
     blocks = [note, Table([left("fact"), left("value")], rows)]
     if which:
-        blocks.append(Table([left("fact"), left("value"), left("runs")], which,
-                            details="Which runs had each value of the facts that differ"))
+        blocks.append(
+            Table(
+                [left("fact"), left("value"), left("runs")],
+                which,
+                details="Which runs had each value of the facts that differ",
+            )
+        )
     return Section("env", "Environment", 70, blocks)
 
 
@@ -461,24 +610,43 @@ def failed_section(frame, parts: list[ReportPart]) -> Section:
     failed = []
     for r in frame[frame["status"] != RunStatus.OK].itertuples():
         err = r.record.error
-        failed.append([r.run_id, Cell(r.status, "bad"), f"{_case(r.record)} ({r.device})",
-                       Cell(err.message, pre=err.tail or "") if err else ""])
-    blocks = [Table([left("run"), left("status"), left("case"), left("error")], failed)] if failed else \
-        [Paragraph("No failed run: every run in this selection ended ok.")]
+        failed.append(
+            [
+                r.run_id,
+                Cell(r.status, "bad"),
+                f"{_case(r.record)} ({r.device})",
+                Cell(err.message, pre=err.tail or "") if err else "",
+            ]
+        )
+    blocks = (
+        [Table([left("run"), left("status"), left("case"), left("error")], failed)]
+        if failed
+        else [Paragraph("No failed run: every run in this selection ended ok.")]
+    )
     unstable = [line for p in parts for line in p.unstable]
     if unstable:
-        blocks += [Paragraph(f"Unstable (standard deviation above {pct(stats.UNSTABLE_REL_STDEV)} of the mean, or "
-                             f"fewer than {stats.MIN_STABLE_WINDOWS} windows):"), Bullets(unstable)]
+        blocks += [
+            Paragraph(
+                f"Unstable (standard deviation above {pct(stats.UNSTABLE_REL_STDEV)} of the mean, or "
+                f"fewer than {stats.MIN_STABLE_WINDOWS} windows):"
+            ),
+            Bullets(unstable),
+        ]
     else:
         blocks.append(Paragraph("No unstable result."))
     return Section("failed", "Failed and unstable runs", 80, blocks, nav="Failed and unstable")
 
 
 def method_section(parts: list[ReportPart]) -> Section:
-    fairness = [strong("Fairness."), " The harness sets threads (OMP_NUM_THREADS, torch), seed, batch, data, dtype "
-                "and device placement identically for every backend; only runs with equal conditions are compared. "
-                "A case pools every launch of the sweeps made with the same code as its latest ("
-                "docs/method.md, 'Replication'); ", code("bench list"), " lists the runs."]
+    fairness = [
+        strong("Fairness."),
+        " The harness sets threads (OMP_NUM_THREADS, torch), seed, batch, data, dtype "
+        "and device placement identically for every backend; only runs with equal conditions are compared. "
+        "A case pools every launch of the sweeps made with the same code as its latest ("
+        "docs/method.md, 'Replication'); ",
+        code("bench list"),
+        " lists the runs.",
+    ]
     return Section("method", "Methodology", 90, [Bullets([*(m for p in parts for m in p.method), fairness])])
 
 
@@ -487,8 +655,10 @@ def _hardware(records: list) -> str:
     for r in records:
         env = r.environment
         if env:
-            machines.add(f"{env.get('hostname')}: {env.get('cpu_model')}, {env.get('cpu_count')} CPUs, "
-                         f"{len(env.get('cuda_devices') or [])} GPU(s)")
+            machines.add(
+                f"{env.get('hostname')}: {env.get('cpu_model')}, {env.get('cpu_count')} CPUs, "
+                f"{len(env.get('cuda_devices') or [])} GPU(s)"
+            )
     return "; ".join(sorted(machines)) or "unknown"
 
 
@@ -502,26 +672,43 @@ def render_report(frame, store_label: str, where: list[str] | None = None, sweep
     statuses = sweep_statuses(sweeps or [], list(frame["record"]))
     frame = apply_where(frame, where)
     if frame.empty:
-        raise UsageError(f"no run in {store_label} matches --where {' '.join(where or [])}; "
-                         "`bench list` shows what is stored")
+        raise UsageError(
+            f"no run in {store_label} matches --where {' '.join(where or [])}; `bench list` shows what is stored"
+        )
     on_page = set(frame["sweep_id"].dropna())
     unfinished = {sid: status for sid, status in statuses.items() if sid in on_page and not status.complete}
     family = Family(frame_comparisons(frame))
     parts = task_parts(frame, ReportContext(store_label, list(where or []), frame, family), unfinished)
     shown = [rec for p in parts for rec in p.shown] or list(frame["record"])
     scale = scale_section(list(frame["record"]))
-    sections = [verdict_section(parts, frame, agreement_note(frame), shared_note(frame), list(unfinished.values())),
-                *(s for p in parts for s in p.sections), *([scale] if scale else []), rank_map_section(frame),
-                environment_section(shown), failed_section(frame, parts), method_section(parts)]
+    sections = [
+        verdict_section(parts, frame, agreement_note(frame), shared_note(frame), list(unfinished.values())),
+        *(s for p in parts for s in p.sections),
+        *([scale] if scale else []),
+        rank_map_section(frame),
+        environment_section(shown),
+        failed_section(frame, parts),
+        method_section(parts),
+    ]
     sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
     # the page is UTF-8 whatever it shows: a path that is not (the store's folder, one in a run's error or
     # environment) is shown with its odd bytes escaped, instead of the page not being written
-    return printable(_template().render(
-        store=store_label, where=" ".join(where or []), n_runs=len(frame),
-        n_ok=int((frame["status"] == RunStatus.OK).sum()), hardware=_hardware(shown),
-        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), sections=sections,
-        unfinished=[f"sweep {sid} {'still running' if s.state == RUNNING else 'interrupted'}: {s.ran} of its "
-                    f"{s.planned} planned launches ran" for sid, s in unfinished.items()]))
+    return printable(
+        _template().render(
+            store=store_label,
+            where=" ".join(where or []),
+            n_runs=len(frame),
+            n_ok=int((frame["status"] == RunStatus.OK).sum()),
+            hardware=_hardware(shown),
+            written=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            sections=sections,
+            unfinished=[
+                f"sweep {sid} {'still running' if s.state == RUNNING else 'interrupted'}: {s.ran} of its "
+                f"{s.planned} planned launches ran"
+                for sid, s in unfinished.items()
+            ],
+        )
+    )
 
 
 def output_path(output) -> Path:
@@ -529,8 +716,10 @@ def output_path(output) -> Path:
     path = Path(output)
     try:
         if path.is_dir():
-            raise UsageError(f"cannot write the report to {path}: it is a directory; give a file name, "
-                             f"for example {path / 'report.html'}")
+            raise UsageError(
+                f"cannot write the report to {path}: it is a directory; give a file name, "
+                f"for example {path / 'report.html'}"
+            )
         check_folder_writable(path.parent, create=False)
     except OSError as exc:
         raise _unwritable(path, exc) from None
@@ -538,8 +727,10 @@ def output_path(output) -> Path:
 
 
 def _unwritable(path: Path, exc: OSError) -> UsageError:
-    return UsageError(f"cannot write the report to {path} ({(exc.strerror or str(exc)).lower()}); choose another "
-                      "output file in a folder you can write to")
+    return UsageError(
+        f"cannot write the report to {path} ({(exc.strerror or str(exc)).lower()}); choose another "
+        "output file in a folder you can write to"
+    )
 
 
 def _write(path: Path, text: str) -> Path:

@@ -36,21 +36,43 @@ def scale_section(records: list) -> Section | None:
     if not cases:
         if not any(gives(r, "step") for r in records):
             return None
-        return Section("scale", "At your scale (model projection)", ORDER, [Paragraph(
-            ["Nothing to project: the scaling model starts from a plain-loop run at one worker with its "
-             "warm-up profiled (runs stored before schema 9 have none). Run ", code("bench sweep --world-sizes 1,2"),
-             " (or ", code("nox -s bench"), "), then this section projects each backend to the cluster profiles; "
-             "docs/studies/projection.md shows it checked on runs across test hosts."], "note")],
-            nav="At your scale")
-    blocks: list = [Paragraph([strong("Model projection, not a measurement. "),
-                               "Step time at N workers = compute (measured: the plain loop at one worker) + the "
-                               "communication the backend does not hide behind the backward pass (replayed from the "
-                               "measured gradient order, each backend's own schedule and the alpha-beta fit of its "
-                               "communication sweep, plus the cluster's link) + the backend's per-step overhead "
-                               "(measured at 2 workers on one host). Efficiency is the step at 1 worker over the "
-                               "step at N (same per-worker batch). Intervals carry the spread of the measured inputs "
-                               "over their launches (docs/method.md, \"Projection\"). ", code("bench predict"),
-                               " gives every figure and part, for any cluster."], "note")]
+        return Section(
+            "scale",
+            "At your scale (model projection)",
+            ORDER,
+            [
+                Paragraph(
+                    [
+                        "Nothing to project: the scaling model starts from a plain-loop run at one worker with its "
+                        "warm-up profiled (runs stored before schema 9 have none). Run ",
+                        code("bench sweep --world-sizes 1,2"),
+                        " (or ",
+                        code("nox -s bench"),
+                        "), then this section projects each backend to the cluster profiles; "
+                        "docs/studies/projection.md shows it checked on runs across test hosts.",
+                    ],
+                    "note",
+                )
+            ],
+            nav="At your scale",
+        )
+    blocks: list = [
+        Paragraph(
+            [
+                strong("Model projection, not a measurement. "),
+                "Step time at N workers = compute (measured: the plain loop at one worker) + the "
+                "communication the backend does not hide behind the backward pass (replayed from the "
+                "measured gradient order, each backend's own schedule and the alpha-beta fit of its "
+                "communication sweep, plus the cluster's link) + the backend's per-step overhead "
+                "(measured at 2 workers on one host). Efficiency is the step at 1 worker over the "
+                "step at N (same per-worker batch). Intervals carry the spread of the measured inputs "
+                "over their launches (docs/method.md, \"Projection\"). ",
+                code("bench predict"),
+                " gives every figure and part, for any cluster.",
+            ],
+            "note",
+        )
+    ]
     blocks += validation_blocks(records)
     gpu_profiles = [name for name, c in PROFILES.items() if c.device == "cuda"]
     for case in cases:
@@ -69,10 +91,14 @@ def scale_section(records: list) -> Section | None:
         if missing:
             blocks.append(Paragraph("Not projected: " + "; ".join(missing), "note"))
         if case.device != "cuda":
-            blocks.append(Paragraph(
-                f"GPU profiles ({', '.join(gpu_profiles)}) need a GPU's measured step: this page has no GPU run of "
-                f"{case.workload}. Use {code('bench predict --cluster ib-100g --compute-ms MS').text} with a step "
-                "measured there, or `bench import` that machine's runs. The GPU inputs are untested.", "note"))
+            blocks.append(
+                Paragraph(
+                    f"GPU profiles ({', '.join(gpu_profiles)}) need a GPU's measured step: this page has no GPU run of "
+                    f"{case.workload}. Use {code('bench predict --cluster ib-100g --compute-ms MS').text} with a step "
+                    "measured there, or `bench import` that machine's runs. The GPU inputs are untested.",
+                    "note",
+                )
+            )
     return Section("scale", "At your scale (model projection)", ORDER, blocks, nav="At your scale")
 
 
@@ -88,9 +114,14 @@ def projection_blocks(case, cluster, points: dict) -> list:
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     for backend, pts in points.items():
         xs = [p.workers for p in pts]
-        line, = ax.plot(xs, [100 * p.efficiency for p in pts], marker="o", markersize=3, label=backend)
-        ax.fill_between(xs, [100 * p.efficiency_low for p in pts], [100 * p.efficiency_high for p in pts],
-                        color=line.get_color(), alpha=0.15)
+        (line,) = ax.plot(xs, [100 * p.efficiency for p in pts], marker="o", markersize=3, label=backend)
+        ax.fill_between(
+            xs,
+            [100 * p.efficiency_low for p in pts],
+            [100 * p.efficiency_high for p in pts],
+            color=line.get_color(),
+            alpha=0.15,
+        )
     for n, _, _ in changes:
         ax.axvline(n, color="grey", linestyle=":", linewidth=1)
     ax.set_xscale("log", base=2)
@@ -109,23 +140,36 @@ def projection_blocks(case, cluster, points: dict) -> list:
             p = by_n.get(n)
             cells.append(f"{p.efficiency:.0%} ({p.efficiency_low:.0%}-{p.efficiency_high:.0%})" if p else "-")
         last = pts[-1]
-        cells.append(f"{fmt(last.step * 1e3, ',.1f')} ms: compute {fmt(last.parts.compute * 1e3, ',.1f')}, exposed "
-                     f"{fmt(last.parts.exposed * 1e3, ',.1f')}, overhead {fmt(last.parts.overhead * 1e3, ',.1f')}")
+        cells.append(
+            f"{fmt(last.step * 1e3, ',.1f')} ms: compute {fmt(last.parts.compute * 1e3, ',.1f')}, exposed "
+            f"{fmt(last.parts.exposed * 1e3, ',.1f')}, overhead {fmt(last.parts.overhead * 1e3, ',.1f')}"
+        )
         rows.append(cells)
-    columns = [left("backend"), *(right(f"efficiency at {n}") for n in SHOWN_AT),
-               left(f"step at {pts[-1].workers} (parts)")]
-    return [Paragraph([strong(f"{title}: "), f"{cluster.summary}. {said} (model projection). Source of the "
-                       f"cluster's figures: {cluster.source}."]),
-            Plot(f"model projection of scaling efficiency, {title}", figure_png(fig)),
-            Table(columns, rows)]
+    columns = [
+        left("backend"),
+        *(right(f"efficiency at {n}") for n in SHOWN_AT),
+        left(f"step at {pts[-1].workers} (parts)"),
+    ]
+    return [
+        Paragraph(
+            [
+                strong(f"{title}: "),
+                f"{cluster.summary}. {said} (model projection). Source of the cluster's figures: {cluster.source}.",
+            ]
+        ),
+        Plot(f"model projection of scaling efficiency, {title}", figure_png(fig)),
+        Table(columns, rows),
+    ]
 
 
-INPUT_WORDS = (("compute", "compute: plain loop, 1 worker (ms/step)", 1e3),
-               ("overhead_one", "overhead at 1 worker (ms/step)", 1e3),
-               ("overhead", "overhead at 2+ workers (ms/step)", 1e3),
-               ("slowdown", "slowdown (s per s of overlapped processing)", 1.0),
-               ("alpha", "alpha: cost per collective (us)", 1e6),
-               ("beta", "beta: per bus byte (ns)", 1e9))
+INPUT_WORDS = (
+    ("compute", "compute: plain loop, 1 worker (ms/step)", 1e3),
+    ("overhead_one", "overhead at 1 worker (ms/step)", 1e3),
+    ("overhead", "overhead at 2+ workers (ms/step)", 1e3),
+    ("slowdown", "slowdown (s per s of overlapped processing)", 1.0),
+    ("alpha", "alpha: cost per collective (us)", 1e6),
+    ("beta", "beta: per bus byte (ns)", 1e9),
+)
 
 
 def inputs_table(case, fitted: dict) -> Table:
@@ -134,41 +178,97 @@ def inputs_table(case, fitted: dict) -> Table:
     for backend, i in fitted.items():
         for name, words, scale in INPUT_WORDS:
             v = getattr(i, name)
-            rows.append([backend, words, fmt(v.mean * scale, ",.3g"), fmt(v.se * scale, ",.2g") if v.se else "-",
-                         v.dof + 1 if v.runs else "-", ", ".join(v.runs) or "-"])
+            rows.append(
+                [
+                    backend,
+                    words,
+                    fmt(v.mean * scale, ",.3g"),
+                    fmt(v.se * scale, ",.2g") if v.se else "-",
+                    v.dof + 1 if v.runs else "-",
+                    ", ".join(v.runs) or "-",
+                ]
+            )
         rows.append([backend, "gradient order and times (the profile)", "-", "-", 1, i.shape.run or "-"])
-    return Table([left("backend"), left("input"), right("value"), right("standard error"), right("launches"),
-                  left("runs")], rows, details=f"{case.workload}: the model's inputs, each with the runs it came from")
+    return Table(
+        [left("backend"), left("input"), right("value"), right("standard error"), right("launches"), left("runs")],
+        rows,
+        details=f"{case.workload}: the model's inputs, each with the runs it came from",
+    )
 
 
 def validation_blocks(records: list) -> list:
     """The model against the page's runs across test hosts (never used to fit it), or where that check lives."""
     checked = validate(records)
     if not checked.rows:
-        return [Paragraph("This page's store has no run across test hosts with a shaped link, so the model is not "
-                          "checked here; docs/studies/projection.md checks it on such runs (run "
-                          "`bench predict --validate` on a store that has them).", "note")]
+        return [
+            Paragraph(
+                "This page's store has no run across test hosts with a shaped link, so the model is not "
+                "checked here; docs/studies/projection.md checks it on such runs (run "
+                "`bench predict --validate` on a store that has them).",
+                "note",
+            )
+        ]
     sig = checked.significant_winners
     good = checked.meets_goal()
-    rows = [[r.workload, r.backend, r.hosts, r.link, f"{fmt(r.measured.mean * 1e3, ',.1f')} "
-             f"({fmt(r.measured_low * 1e3, ',.1f')}-{fmt(r.measured_high * 1e3, ',.1f')}), n={len(r.runs)}",
-             f"{fmt(r.point.step * 1e3, ',.1f')} ({fmt(r.point.step_low * 1e3, ',.1f')}-"
-             f"{fmt(r.point.step_high * 1e3, ',.1f')})", f"{r.error:+.1%}", f"{r.compute_share:.0%}",
-             "measured" if r.link_measured else "nominal", f"{r.nominal_error:+.1%}", r.left_out or "judged"]
-            for r in checked.rows]
-    blocks = [Paragraph([strong("Checked on runs it was not fitted on: "), checked.summary() + ". ",
-                         "The goal is met." if good else "The goal is not met: read the projections with that "
-                         f"error in mind (goal: median at most {GOAL_MEDIAN:.0%}, none worse than {GOAL_WORST:.0%}, "
-                         "the winner right wherever the measured difference is significant)."],
-                        "rec" if good else "warn"),
-              Table([left("workload"), left("backend"), right("hosts"), left("link"),
-                     right("measured step ms (95%)"), right("predicted ms (95%)"), right("error"),
-                     right("compute share (predicted)"), left("link"), right("error, nominal link"),
-                     left("judged?")], rows,
-                    details=f"predicted against measured step time at {len(rows)} points (model projection)")]
+    rows = [
+        [
+            r.workload,
+            r.backend,
+            r.hosts,
+            r.link,
+            f"{fmt(r.measured.mean * 1e3, ',.1f')} "
+            f"({fmt(r.measured_low * 1e3, ',.1f')}-{fmt(r.measured_high * 1e3, ',.1f')}), n={len(r.runs)}",
+            f"{fmt(r.point.step * 1e3, ',.1f')} ({fmt(r.point.step_low * 1e3, ',.1f')}-"
+            f"{fmt(r.point.step_high * 1e3, ',.1f')})",
+            f"{r.error:+.1%}",
+            f"{r.compute_share:.0%}",
+            "measured" if r.link_measured else "nominal",
+            f"{r.nominal_error:+.1%}",
+            r.left_out or "judged",
+        ]
+        for r in checked.rows
+    ]
+    blocks = [
+        Paragraph(
+            [
+                strong("Checked on runs it was not fitted on: "),
+                checked.summary() + ". ",
+                "The goal is met."
+                if good
+                else "The goal is not met: read the projections with that "
+                f"error in mind (goal: median at most {GOAL_MEDIAN:.0%}, none worse than {GOAL_WORST:.0%}, "
+                "the winner right wherever the measured difference is significant).",
+            ],
+            "rec" if good else "warn",
+        ),
+        Table(
+            [
+                left("workload"),
+                left("backend"),
+                right("hosts"),
+                left("link"),
+                right("measured step ms (95%)"),
+                right("predicted ms (95%)"),
+                right("error"),
+                right("compute share (predicted)"),
+                left("link"),
+                right("error, nominal link"),
+                left("judged?"),
+            ],
+            rows,
+            details=f"predicted against measured step time at {len(rows)} points (model projection)",
+        ),
+    ]
     wrong = [w for w in sig if not w.agrees]
     if wrong:
-        blocks.append(Bullets([f"{w.workload} at {w.hosts} hosts, {w.link}: measured {w.faster} faster than "
-                               f"{w.slower} by {w.ratio - 1:.1%}, predicted {w.predicted_faster}" for w in wrong],
-                              "warn"))
+        blocks.append(
+            Bullets(
+                [
+                    f"{w.workload} at {w.hosts} hosts, {w.link}: measured {w.faster} faster than "
+                    f"{w.slower} by {w.ratio - 1:.1%}, predicted {w.predicted_faster}"
+                    for w in wrong
+                ],
+                "warn",
+            )
+        )
     return blocks

@@ -24,6 +24,7 @@ from typing import ClassVar
 @dataclass
 class Span:
     """A piece of inline text with its markup: "" (plain), "code", "em", "strong" or "span" (with `css`)."""
+
     text: str
     tag: str = ""
     css: str = ""
@@ -56,6 +57,7 @@ def spans(text) -> list[Span]:
 @dataclass
 class Heading:
     """A sub-heading inside a section."""
+
     kind: ClassVar[str] = "heading"
     text: str
 
@@ -128,6 +130,7 @@ class Table:
 @dataclass
 class Plot:
     """An inline picture: a matplotlib figure as PNG (figure_png), with its alternative text."""
+
     kind: ClassVar[str] = "plot"
     alt: str
     png: str  # base64 (figure_png)
@@ -151,6 +154,7 @@ class Section:
 class ScoreRow:
     """One row of the page's scorecard: one measure under one condition, each compared backend's figure, their
     difference and what it amounts to in words (bench.report.page.scorecard_section)."""
+
     measure: str  # "training throughput", "recovery from a killed worker", ...
     condition: str  # the conditions in words: "mnist_mlp, 2 workers, pinned, one host"
     figures: dict  # backend -> its figure in words
@@ -166,27 +170,48 @@ class ScoreRow:
     margin: float = float("nan")  # the equivalence margin, where the outcome is "within"
 
 
-def judged_outcome(judgement, a: str, b: str, higher_is_better: bool = True,
-                   words: tuple[str, str] = ("faster", "slower")) -> dict:
+def judged_outcome(
+    judgement, a: str, b: str, higher_is_better: bool = True, words: tuple[str, str] = ("faster", "slower")
+) -> dict:
     """The ScoreRow fields of a comparison of backend a against b (a bench.core.stats.Judgement of a / b): the
     difference and its interval, the outcome in words, the winner and the standing. `higher_is_better` False for
     a time (the lower ratio wins); `words` name the better and the worse side ("sooner", "later")."""
     est = judgement.estimate
     if not est.replicated:
         ahead = a if (est.ratio > 1) == higher_is_better else b
-        return {"difference": f"{est.ratio - 1:+.1%}", "standing": "one launch", "winner": None,
-                "outcome": f"cannot tell: one launch on a side ({ahead} ahead {by_how_much(est.ratio)})"}
-    difference = f"{est.ratio - 1:+.1%} ({est.low - 1:+.1%} to {est.high - 1:+.1%}), p {judgement.p_adjusted:.2g} (Holm)"
+        return {
+            "difference": f"{est.ratio - 1:+.1%}",
+            "standing": "one launch",
+            "winner": None,
+            "outcome": f"cannot tell: one launch on a side ({ahead} ahead {by_how_much(est.ratio)})",
+        }
+    difference = (
+        f"{est.ratio - 1:+.1%} ({est.low - 1:+.1%} to {est.high - 1:+.1%}), p {judgement.p_adjusted:.2g} (Holm)"
+    )
     if judgement.significant:
         winner = a if (est.ratio > 1) == higher_is_better else b
-        return {"difference": difference, "standing": "ahead", "winner": winner,
-                "outcome": f"{winner} {words[0]} {by_how_much(est.ratio)}"}
+        return {
+            "difference": difference,
+            "standing": "ahead",
+            "winner": winner,
+            "outcome": f"{winner} {words[0]} {by_how_much(est.ratio)}",
+        }
     margin = judgement.margin
     if judgement.equivalent:
-        return {"difference": difference, "standing": "within", "winner": None, "margin": margin,
-                "outcome": f"within ±{margin:.0%} of each other"}
-    return {"difference": difference, "standing": "unresolved", "winner": None, "margin": margin,
-            "outcome": f"not resolved: the data allow up to ±{margin:.0%}; more launches narrow it"}
+        return {
+            "difference": difference,
+            "standing": "within",
+            "winner": None,
+            "margin": margin,
+            "outcome": f"within ±{margin:.0%} of each other",
+        }
+    return {
+        "difference": difference,
+        "standing": "unresolved",
+        "winner": None,
+        "margin": margin,
+        "outcome": f"not resolved: the data allow up to ±{margin:.0%}; more launches narrow it",
+    }
 
 
 def by_how_much(ratio: float) -> str:
@@ -198,6 +223,7 @@ def by_how_much(ratio: float) -> str:
 @dataclass
 class ReportPart:
     """One task's contribution to the page, from the frame of its own runs."""
+
     no_verdict: str = ""  # said under the verdict when the page has no scorecard row: what to run for one
     fairness: list[str] = field(default_factory=list)  # warnings under the verdict: compared runs not like for like
     unstable: list[str] = field(default_factory=list)  # one note per unstable result
@@ -210,6 +236,7 @@ class ReportPart:
 @dataclass
 class ReportContext:
     """What every view may know besides its own runs."""
+
     store_label: str
     where: list[str]
     frame: object  # every run on the page (pandas DataFrame)
@@ -248,9 +275,24 @@ def figure_png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-ENV_KEYS = ("hostname", "cpu_model", "cpu_count", "cpu_flags", "cpu_capability", "platform", "python", "torch",
-            "torch_cuda_build", "cuda_devices", "nccl_version", "packages.torchvision", "packages.horovod", "git.commit",
-            "git.dirty", "bench")
+ENV_KEYS = (
+    "hostname",
+    "cpu_model",
+    "cpu_count",
+    "cpu_flags",
+    "cpu_capability",
+    "platform",
+    "python",
+    "torch",
+    "torch_cuda_build",
+    "cuda_devices",
+    "nccl_version",
+    "packages.torchvision",
+    "packages.horovod",
+    "git.commit",
+    "git.dirty",
+    "bench",
+)
 
 
 def flat_env(env: dict) -> dict:

@@ -22,6 +22,7 @@ from bench.results.frame import hardware, of_task, records_to_frame
 @dataclass(frozen=True)
 class Claim:
     """One comparison in one sweep: its estimate, as a ratio (above 1: the first named side is ahead)."""
+
     key: str
     estimate: Estimate
     significant: bool  # after Holm's correction over the comparisons of its sweep
@@ -49,9 +50,12 @@ class Claim:
 def frame_comparisons(frame) -> dict[str, Estimate]:
     """Every comparison the views make of the runs of `frame`, by key (`comparisons` of
     bench/tasks/<task>/results.py): the family a page, or a sweep here, is judged as."""
-    return {key: est for task in all_tasks()
-            if (results := task_part(task.name, "results")) is not None and hasattr(results, "comparisons")
-            for key, est in results.comparisons(of_task(frame, task.name)).items()}
+    return {
+        key: est
+        for task in all_tasks()
+        if (results := task_part(task.name, "results")) is not None and hasattr(results, "comparisons")
+        for key, est in results.comparisons(of_task(frame, task.name)).items()
+    }
 
 
 def sweep_claims(records: list) -> dict[str, Claim]:
@@ -67,12 +71,20 @@ def claims_by_sweep(sweeps: dict[str, list]) -> dict[str, dict[str, Claim]]:
     labels = [sid for sid, recs in sweeps.items() for _ in recs]
     parts = dict(iter(frame.groupby([labels, frame["task"].tolist()], sort=False))) if labels else {}
     none = frame.iloc[0:0]
-    views = [(task.name, results) for task in all_tasks()
-             if (results := task_part(task.name, "results")) is not None and hasattr(results, "comparisons")]
+    views = [
+        (task.name, results)
+        for task in all_tasks()
+        if (results := task_part(task.name, "results")) is not None and hasattr(results, "comparisons")
+    ]
     out = {}
     for sid in sweeps:
-        family = Family({key: est for name, results in views
-                         for key, est in results.comparisons(parts.get((sid, name), none)).items()})
+        family = Family(
+            {
+                key: est
+                for name, results in views
+                for key, est in results.comparisons(parts.get((sid, name), none)).items()
+            }
+        )
         out[sid] = {key: Claim(key, est, family.judge(key).significant) for key, est in family.estimates.items()}
     return out
 
@@ -99,11 +111,14 @@ def pair_apart(claims: dict[str, dict[str, Claim]], pairs: list[tuple[str, str]]
         for key, claim in made.items():
             by_key.setdefault(key, {})[sid] = claim
     for key in sorted(by_key):  # each pair's keys in sorted order
-        made = sorted((c.estimate.log_ratio, math.log1p(c.estimate.resolution), sid)
-                      for sid, c in by_key[key].items() if c.estimate.replicated)
+        made = sorted(
+            (c.estimate.log_ratio, math.log1p(c.estimate.resolution), sid)
+            for sid, c in by_key[key].items()
+            if c.estimate.replicated
+        )
         logs = [m[0] for m in made]
         for i, (x, hx, a) in enumerate(made):
-            for y, hy, b in made[bisect.bisect_right(logs, x + hx, i + 1):]:  # hypot(hx, hy) >= hx
+            for y, hy, b in made[bisect.bisect_right(logs, x + hx, i + 1) :]:  # hypot(hx, hy) >= hx
                 pair = (a, b) if a < b else (b, a)
                 if y - x > math.hypot(hx, hy) and pair in out:  # sweeps of one machine only
                     out[pair].append(key)
@@ -157,10 +172,12 @@ def agreement(sweeps: dict[str, list]) -> dict:
             key = f"{key}, on {machines[sid]}" if several else key
             claims[sid][key] = Claim(key, claim.estimate, claim.significant)
     ids = sorted(claims)
-    same = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:] if machines[a] == machines[b]]
+    same = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :] if machines[a] == machines[b]]
     pairs = pair_contradictions(claims, same)
     # beyond their resolution, and not already a contradiction
-    far = {pair: [k for k in keys_apart if k not in pairs[pair]] for pair, keys_apart in pair_apart(claims, same).items()}
+    far = {
+        pair: [k for k in keys_apart if k not in pairs[pair]] for pair, keys_apart in pair_apart(claims, same).items()
+    }
     keys = sorted({k for c in claims.values() for k in c})
     # significant, and in the same direction, in every sweep that made the comparison (two or more)
     resolved = []
@@ -168,8 +185,14 @@ def agreement(sweeps: dict[str, list]) -> dict:
         made = [claims[s][k] for s in ids if k in claims[s]]
         if len(made) >= 2 and all(c.direction for c in made) and len({c.direction for c in made}) == 1:
             resolved.append(k)
-    return {"sweeps": ids, "claims": claims, "pairs": pairs, "apart": far, "keys": keys,
-            "resolved_everywhere": resolved}
+    return {
+        "sweeps": ids,
+        "claims": claims,
+        "pairs": pairs,
+        "apart": far,
+        "keys": keys,
+        "resolved_everywhere": resolved,
+    }
 
 
 def disagree(result: dict) -> bool:
@@ -180,8 +203,7 @@ def disagree(result: dict) -> bool:
 def format_agreement(result: dict) -> str:
     ids, claims = result["sweeps"], result["claims"]
     width = max([len(k) for k in result["keys"]] + [10])
-    lines = [f"{'comparison (first / second - 1)':<{width}}  " + "  ".join(f"{s[-6:]:>16}" for s in ids) + "  agree",
-             ]
+    lines = [f"{'comparison (first / second - 1)':<{width}}  " + "  ".join(f"{s[-6:]:>16}" for s in ids) + "  agree"]
     bad = {k for keys in result["pairs"].values() for k in keys}
     far = {k for keys in result["apart"].values() for k in keys} - bad
     for key in result["keys"]:
@@ -191,13 +213,19 @@ def format_agreement(result: dict) -> str:
     n_pairs = len(result["pairs"])
     n_bad = sum(len(v) for v in result["pairs"].values())
     n_far = sum(len(v) for v in result["apart"].values())
-    lines.append(f"* significant at {1 - CONFIDENCE:.0%} after Holm's correction over the sweep's comparisons; "
-                 "otherwise (±R): the smallest difference that sweep could have detected.")
-    lines.append("NO: one sweep significant one way, another's estimate the other way. APART: two sweeps' estimates "
-                 f"differ by more than the {CONFIDENCE:.0%} half-width of their difference (sqrt(R1² + R2²) on the "
-                 "log scale): they disagree beyond their resolution.")
-    lines.append(f"{len(ids)} sweeps, {n_pairs} pairs, {len(result['keys'])} comparisons: {n_bad} contradiction(s), "
-                 f"{n_far} disagreement(s) beyond their resolution; "
-                 f"{len(result['resolved_everywhere'])} comparison(s) significant in the same direction in every sweep "
-                 "that made it.")
+    lines.append(
+        f"* significant at {1 - CONFIDENCE:.0%} after Holm's correction over the sweep's comparisons; "
+        "otherwise (±R): the smallest difference that sweep could have detected."
+    )
+    lines.append(
+        "NO: one sweep significant one way, another's estimate the other way. APART: two sweeps' estimates "
+        f"differ by more than the {CONFIDENCE:.0%} half-width of their difference (sqrt(R1² + R2²) on the "
+        "log scale): they disagree beyond their resolution."
+    )
+    lines.append(
+        f"{len(ids)} sweeps, {n_pairs} pairs, {len(result['keys'])} comparisons: {n_bad} contradiction(s), "
+        f"{n_far} disagreement(s) beyond their resolution; "
+        f"{len(result['resolved_everywhere'])} comparison(s) significant in the same direction in every sweep "
+        "that made it."
+    )
     return "\n".join(lines)

@@ -32,8 +32,21 @@ def machine_facts(records: list) -> dict:
     """The facts of the machine the runs were made on (the first record's environment that has any), as a
     baseline file keeps them: what host_match compares, and what a person reads."""
     env = next((r.environment for r in records if r.environment), {}) or {}
-    facts = {k: env.get(k) for k in ("hostname", "platform", "python", "cpu_model", "cpu_count", "cpu_flags",
-                                     "cpu_capability", "memory_bytes", "torch", "cuda_devices")}
+    facts = {
+        k: env.get(k)
+        for k in (
+            "hostname",
+            "platform",
+            "python",
+            "cpu_model",
+            "cpu_count",
+            "cpu_flags",
+            "cpu_capability",
+            "memory_bytes",
+            "torch",
+            "cuda_devices",
+        )
+    }
     return facts | {**(env.get("packages") or {}), "git": env.get("git")}
 
 
@@ -46,13 +59,19 @@ def host_match(base: dict, cur: dict) -> tuple[bool, str]:
     cb, cc = base.get("calibration"), cur.get("calibration")
     if not cb or not cc:
         side = "the baseline" if not cb else "the current runs"
-        return False, (f"no calibration recorded with {side}, so whether the hosts run equally fast is "
-                       "unknown (refresh the baseline with `bench baseline`)")
-    speed = {"gemm_gflops": cc["gemm_gflops"] / cb["gemm_gflops"], "conv_step_ms": cb["conv_step_ms"] / cc["conv_step_ms"]}
+        return False, (
+            f"no calibration recorded with {side}, so whether the hosts run equally fast is "
+            "unknown (refresh the baseline with `bench baseline`)"
+        )
+    speed = {
+        "gemm_gflops": cc["gemm_gflops"] / cb["gemm_gflops"],
+        "conv_step_ms": cb["conv_step_ms"] / cc["conv_step_ms"],
+    }
     off = {k: v for k, v in speed.items() if abs(math.log(v)) > math.log(1 + CALIBRATION_TOLERANCE)}
     if off:
         return False, "this host runs the calibration work at " + ", ".join(
-            f"{v:.0%} ({k})" for k, v in off.items()) + " of the baseline host's speed"
+            f"{v:.0%} ({k})" for k, v in off.items()
+        ) + " of the baseline host's speed"
     return True, ""
 
 
@@ -67,15 +86,24 @@ def latest_sweep(records: list, sweep_id: str | None = None) -> tuple[str | None
     return sweep_id, launches([r for r in swept if r.spec.sweep_id == sweep_id])
 
 
-def write_baseline(path: str | Path, records: list, sweep_id: str | None, matrix=None,
-                   calibration: dict | None = None) -> Path:
+def write_baseline(
+    path: str | Path, records: list, sweep_id: str | None, matrix=None, calibration: dict | None = None
+) -> Path:
     """A baseline file: the runs, and the machine they came from with its calibration (host_match)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "created_at": time.time(),
-                             "sweep_id": sweep_id, "machine": {**machine_facts(records), "calibration": calibration},
-                             "matrix": matrix,
-                             "records": [r.to_dict() for r in records]})
+    write_json_atomic(
+        path,
+        {
+            "format": BASELINE_FORMAT,
+            "version": BASELINE_VERSION,
+            "created_at": time.time(),
+            "sweep_id": sweep_id,
+            "machine": {**machine_facts(records), "calibration": calibration},
+            "matrix": matrix,
+            "records": [r.to_dict() for r in records],
+        },
+    )
     return path
 
 
@@ -84,8 +112,10 @@ def read_runs_file(path: str | Path, what: str) -> dict:
     path = Path(path)
     hint = "make one with `bench baseline` (or `nox -s baseline`)"
     if os.path.isdir(path):  # (os.path: a name too long for the file system is not a directory either)
-        raise UsageError(f"{what} file {path} is a directory; give a file, such as "
-                         f"{path / BASELINE_FILE} (what `bench baseline --dir {path}` writes)")
+        raise UsageError(
+            f"{what} file {path} is a directory; give a file, such as "
+            f"{path / BASELINE_FILE} (what `bench baseline --dir {path}` writes)"
+        )
     text = read_text_file(path, f"{what} file", RUNS_FILE_LIMIT, hint)
     try:
         data = json.loads(text)
@@ -94,8 +124,9 @@ def read_runs_file(path: str | Path, what: str) -> dict:
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or not isinstance(data.get("records"), list):
         raise UsageError(f"{what} file {path} is not a bench baseline file; {hint}")
     if data.get("version") != BASELINE_VERSION:
-        raise UsageError(f"{what} file {path} has version {data.get('version')}, this bench reads "
-                         f"{BASELINE_VERSION}; {hint}")
+        raise UsageError(
+            f"{what} file {path} has version {data.get('version')}, this bench reads {BASELINE_VERSION}; {hint}"
+        )
     if not data["records"]:
         raise UsageError(f"{what} file {path} holds no runs; {hint}")
     problem = machine_problem(data.get("machine"))

@@ -19,6 +19,7 @@ from bench.core.stats import Estimate, ratio_of_cases
 @dataclass
 class CaseValues:
     """What one case of a sweep contributes to a figure: one value per run (or, with a single run, its windows)."""
+
     values: list[float]
     per: str  # "run" or "window": what one value stands for
     run_ids: list[str]
@@ -41,6 +42,7 @@ class CaseValues:
 @dataclass
 class Figure:
     """One side of one gated metric: the ratio of the cases signed +1 over those signed -1, over `scale`."""
+
     key: str
     kind: str
     cases: list[CaseValues]
@@ -51,8 +53,11 @@ class Figure:
     def estimate(self) -> Estimate:
         """The ratio of case means with its interval across runs (where a case has a single run, its windows
         stand in for runs, and the interval is optimistic). Computed once: a figure's cases do not change."""
-        return ratio_of_cases([c.positive for c, s in zip(self.cases, self.signs) if s > 0],
-                              [c.positive for c, s in zip(self.cases, self.signs) if s < 0], scale=self.scale)
+        return ratio_of_cases(
+            [c.positive for c, s in zip(self.cases, self.signs) if s > 0],
+            [c.positive for c, s in zip(self.cases, self.signs) if s < 0],
+            scale=self.scale,
+        )
 
     @property
     def log_value(self) -> float:

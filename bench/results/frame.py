@@ -8,13 +8,47 @@ from bench.core.inputs import printable
 from bench.core.records import RunStatus
 from bench.core.registry import all_tasks
 
-GENERIC_COLUMNS = ["run_id", "created_at", "status", "task", "case", "backend", "workload", "world_size", "device",
-                   "batch_size", "backward_passes", "global_batch", "threads", "cpu_bind", "data", "input", "image_size", "network",
-                   "hardware", "sweep_id", "repeat", "shared", "error", "record"]
+GENERIC_COLUMNS = [
+    "run_id",
+    "created_at",
+    "status",
+    "task",
+    "case",
+    "backend",
+    "workload",
+    "world_size",
+    "device",
+    "batch_size",
+    "backward_passes",
+    "global_batch",
+    "threads",
+    "cpu_bind",
+    "data",
+    "input",
+    "image_size",
+    "network",
+    "hardware",
+    "sweep_id",
+    "repeat",
+    "shared",
+    "error",
+    "record",
+]
 TRAINING_COUNTS = ("batch_size", "image_size", "global_batch")
 # Runs are comparable only when these conditions are equal (docs/method.md, "Fairness"); world size varies.
-CONDITIONS = ["workload", "device", "batch_size", "backward_passes", "threads", "cpu_bind", "data", "input", "image_size",
-              "network", "hardware"]
+CONDITIONS = [
+    "workload",
+    "device",
+    "batch_size",
+    "backward_passes",
+    "threads",
+    "cpu_bind",
+    "data",
+    "input",
+    "image_size",
+    "network",
+    "hardware",
+]
 
 
 def frame_columns() -> list[str]:
@@ -26,15 +60,30 @@ def record_row(rec) -> dict:
     """The frame row of one RunRecord: what every run has, then what its task adds."""
     spec = rec.spec
     row = {
-        "run_id": rec.run_id, "created_at": rec.created_at, "status": rec.status, "task": spec.task,
-        "case": rec.task.case(spec), "backend": spec.backend, "workload": spec.workload,
-        "world_size": spec.world_size, "device": spec.device, "batch_size": spec.batch_size,
-        "backward_passes": spec.backward_passes, "global_batch": spec.global_batch, "threads": spec.threads,
+        "run_id": rec.run_id,
+        "created_at": rec.created_at,
+        "status": rec.status,
+        "task": spec.task,
+        "case": rec.task.case(spec),
+        "backend": spec.backend,
+        "workload": spec.workload,
+        "world_size": spec.world_size,
+        "device": spec.device,
+        "batch_size": spec.batch_size,
+        "backward_passes": spec.backward_passes,
+        "global_batch": spec.global_batch,
+        "threads": spec.threads,
         "cpu_bind": spec.cpu_bind,
-        "data": spec.data, "input": input_path(spec), "image_size": spec.image_size, "network": network(spec),
-        "hardware": hardware(rec), "sweep_id": spec.sweep_id,
-        "repeat": spec.repeat, "shared": bool(rec.shared_with),
-        "error": rec.error.message if rec.error else None, "record": rec,
+        "data": spec.data,
+        "input": input_path(spec),
+        "image_size": spec.image_size,
+        "network": network(spec),
+        "hardware": hardware(rec),
+        "sweep_id": spec.sweep_id,
+        "repeat": spec.repeat,
+        "shared": bool(rec.shared_with),
+        "error": rec.error.message if rec.error else None,
+        "record": rec,
     }
     row.update(rec.task.frame_columns(rec))
     # a column of text holds it as UTF-8 (pandas' string columns are Arrow's): a path that is not, in an error or a
@@ -140,11 +189,13 @@ def sweeps_in(records: list) -> int:
 
 
 # What each mark of distortion() means, said once under a table that shows it.
-DISTORTION_NOTE = ("Distorted conditions: unpinned on one host, each backend's helper threads (Horovod's background "
-                   "loop, gloo's I/O) run on the other workers' cores, so the backend with more threads loses; hosts "
-                   "not shown to be separate machines (records before schema 8 did not say) or on fewer machines "
-                   "than hosts share those machines' cores, as test hosts share this one's; oversubscribed, the "
-                   "workers' threads outnumber the cores.")
+DISTORTION_NOTE = (
+    "Distorted conditions: unpinned on one host, each backend's helper threads (Horovod's background "
+    "loop, gloo's I/O) run on the other workers' cores, so the backend with more threads loses; hosts "
+    "not shown to be separate machines (records before schema 8 did not say) or on fewer machines "
+    "than hosts share those machines' cores, as test hosts share this one's; oversubscribed, the "
+    "workers' threads outnumber the cores."
+)
 
 
 def distortion(cond: dict, records: list, speed: bool = True) -> str:

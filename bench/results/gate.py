@@ -68,7 +68,7 @@ def change_interval(base: Figure, cur: Figure, confidence: float = CONFIDENCE) -
     var = sum(v for v, _ in terms)
     if var == 0:
         return math.exp(diff) - 1, math.exp(diff) - 1, math.exp(diff) - 1
-    dof = var ** 2 / sum(v ** 2 / d for v, d in terms if v > 0)  # Welch-Satterthwaite
+    dof = var**2 / sum(v**2 / d for v, d in terms if v > 0)  # Welch-Satterthwaite
     half = t_quantile(confidence, dof) * math.sqrt(var)
     return math.exp(diff) - 1, math.exp(diff - half) - 1, math.exp(diff + half) - 1
 
@@ -96,22 +96,36 @@ def noisy_cases(fig: Figure) -> list[str]:
             mean = sum(c.values) / len(c.values)
             sd = math.sqrt(sum((v - mean) ** 2 for v in c.values) / (len(c.values) - 1))
             if mean > 0 and sd / mean > UNSTABLE_REL_STDEV:
-                notes.append(f"{len(c.values)} runs of a case spread {sd / mean:.0%} (stable: up to "
-                             f"{UNSTABLE_REL_STDEV:.0%})")
+                notes.append(
+                    f"{len(c.values)} runs of a case spread {sd / mean:.0%} (stable: up to {UNSTABLE_REL_STDEV:.0%})"
+                )
     return notes
 
 
-def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok: dict[str, dict],
-                    same_machine: bool, host_differs: str = "the baseline came from another kind of machine",
-                    cannot_run: dict[str, str] | None = None) -> list[dict]:
+def compare_figures(
+    base: dict[str, Figure],
+    cur: dict[str, Figure],
+    cur_not_ok: dict[str, dict],
+    same_machine: bool,
+    host_differs: str = "the baseline came from another kind of machine",
+    cannot_run: dict[str, str] | None = None,
+) -> list[dict]:
     """One row per gated figure. cannot_run: backend -> why it cannot run here; its baseline figures are skipped,
     not failed, when the current runs lack them (a gate without the optional Ray installed)."""
     rows = []
     for key in sorted(set(base) | set(cur) | set(cur_not_ok)):
         kind = key.split(" ", 1)[0]
         rule = RULES[kind]
-        row = {"metric": key, "kind": kind, "min_effect": rule.min_effect, "baseline": None, "current": None,
-               "change": None, "ci_low": None, "ci_high": None}
+        row = {
+            "metric": key,
+            "kind": kind,
+            "min_effect": rule.min_effect,
+            "baseline": None,
+            "current": None,
+            "change": None,
+            "ci_low": None,
+            "ci_high": None,
+        }
         b, c = base.get(key), cur.get(key)
         row["run_ids"] = c.run_ids if c is not None else [cur_not_ok[key]["run_id"]] if key in cur_not_ok else []
         if b is not None:
@@ -123,8 +137,12 @@ def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok:
         if key in cur_not_ok and b is not None:
             row.update(verdict="failed", why=f"the current run ended {cur_not_ok[key]['status']}")
         elif key in cur_not_ok or b is None:
-            row.update(verdict="new", why="not in the baseline" if key not in cur_not_ok
-                       else f"not in the baseline; the current run ended {cur_not_ok[key]['status']}")
+            row.update(
+                verdict="new",
+                why="not in the baseline"
+                if key not in cur_not_ok
+                else f"not in the baseline; the current run ended {cur_not_ok[key]['status']}",
+            )
         elif c is None and key.split(" ")[1] in (cannot_run or {}):
             row.update(verdict="skipped", why=f"{key.split(' ')[1]} cannot run here: {cannot_run[key.split(' ')[1]]}")
         elif c is None:
@@ -134,25 +152,39 @@ def compare_figures(base: dict[str, Figure], cur: dict[str, Figure], cur_not_ok:
         else:
             change, low, high = change_interval(b, c)
             noise = noisy_cases(b) + noisy_cases(c)
-            row.update(change=change, ci_low=low, ci_high=high,
-                       verdict=change_verdict(change, low, high, rule.min_effect, noisy=bool(noise)))
-            lone = " (a side has a single run: its windows stand in for runs, so the interval is optimistic)" \
-                if min(row["baseline_runs"], row["current_runs"]) < 2 else ""
-            row["why"] = {"regressed": f"below by {-change:.1%}, at least {rule.min_effect:.0%} and significant",
-                          "improved": f"above by {change:.1%}, at least {rule.min_effect:.0%} and significant",
-                          "unstable": "; ".join(noise) or f"interval too wide to rule out a change of "
-                                                             f"{(1 + rule.min_effect) ** WIDE - 1:.0%}",
-                          "ok": ""}[row["verdict"]] + (lone if row["verdict"] != "ok" else "")
+            row.update(
+                change=change,
+                ci_low=low,
+                ci_high=high,
+                verdict=change_verdict(change, low, high, rule.min_effect, noisy=bool(noise)),
+            )
+            lone = (
+                " (a side has a single run: its windows stand in for runs, so the interval is optimistic)"
+                if min(row["baseline_runs"], row["current_runs"]) < 2
+                else ""
+            )
+            row["why"] = {
+                "regressed": f"below by {-change:.1%}, at least {rule.min_effect:.0%} and significant",
+                "improved": f"above by {change:.1%}, at least {rule.min_effect:.0%} and significant",
+                "unstable": "; ".join(noise)
+                or f"interval too wide to rule out a change of {(1 + rule.min_effect) ** WIDE - 1:.0%}",
+                "ok": "",
+            }[row["verdict"]] + (lone if row["verdict"] != "ok" else "")
         rows.append(row)
     return rows
+
+
 def format_comparison(rows: list[dict]) -> str:
     def num(v, kind):
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
         return f"{v:,.0f}" if kind == "throughput" else f"{v:.3f}"
 
-    lines = [f"{'metric':<44} {'baseline':>10} {'current':>10} {'change':>8} "
-             f"{'interval (' + format(CONFIDENCE, '.1%') + ')':>18} {'gate':>5}  verdict"]
+    lines = [
+        f"{'metric':<44} {'baseline':>10} {'current':>10} {'change':>8} "
+        f"{'interval (' + format(CONFIDENCE, '.1%') + ')':>18} {'gate':>5}  verdict"
+    ]
+
     def pct(v):
         return "<-99%" if v <= -0.99 else ">+999%" if v >= 9.99 else f"{v:+.1%}"
 
@@ -160,8 +192,10 @@ def format_comparison(rows: list[dict]) -> str:
         change = "-" if r["change"] is None else f"{r['change']:+.1%}"
         ci = "-" if r["ci_low"] is None else f"{pct(r['ci_low'])}..{pct(r['ci_high'])}"
         verdict = r["verdict"] + (f" ({r['why']})" if r.get("why") and r["verdict"] != "ok" else "")
-        lines.append(f"{r['metric']:<44} {num(r['baseline'], r['kind']):>10} {num(r['current'], r['kind']):>10} "
-                     f"{change:>8} {ci:>18} {r['min_effect']:>5.0%}  {verdict}")
+        lines.append(
+            f"{r['metric']:<44} {num(r['baseline'], r['kind']):>10} {num(r['current'], r['kind']):>10} "
+            f"{change:>8} {ci:>18} {r['min_effect']:>5.0%}  {verdict}"
+        )
     return "\n".join(lines)
 
 
@@ -178,9 +212,18 @@ def aa_rates(sweeps: dict[str, list[dict]]) -> tuple[list[dict], int]:
                 continue
             pairs += 1
             for row in compare_figures(figs[a][0], figs[b][0], figs[b][1], same_machine=True):
-                c = counts.setdefault(row["kind"], {"kind": row["kind"], "compared": 0, "regressed": 0,
-                                                    "improved": 0, "unstable": 0, "failed": 0,
-                                                    "min_effect": RULES[row["kind"]].min_effect})
+                c = counts.setdefault(
+                    row["kind"],
+                    {
+                        "kind": row["kind"],
+                        "compared": 0,
+                        "regressed": 0,
+                        "improved": 0,
+                        "unstable": 0,
+                        "failed": 0,
+                        "min_effect": RULES[row["kind"]].min_effect,
+                    },
+                )
                 if row["verdict"] in ("ok", "regressed", "improved", "unstable", "failed"):
                     c["compared"] += 1
                     if row["verdict"] != "ok":
@@ -192,14 +235,20 @@ def aa_rates(sweeps: dict[str, list[dict]]) -> tuple[list[dict], int]:
 
 
 def format_aa(rows: list[dict], pairs: int) -> str:
-    lines = [f"A/A: {pairs} ordered pairs of sweeps, every metric compared",
-             f"{'kind':<16} {'gate':>5} {'compared':>9} {'regressed':>10} {'improved':>9} {'unstable':>9} "
-             f"{'failed':>7} {'false alarms':>13}"]
+    lines = [
+        f"A/A: {pairs} ordered pairs of sweeps, every metric compared",
+        f"{'kind':<16} {'gate':>5} {'compared':>9} {'regressed':>10} {'improved':>9} {'unstable':>9} "
+        f"{'failed':>7} {'false alarms':>13}",
+    ]
     for c in rows:
-        lines.append(f"{c['kind']:<16} {c['min_effect']:>5.0%} {c['compared']:>9} {c['regressed']:>10} "
-                     f"{c['improved']:>9} {c['unstable']:>9} {c['failed']:>7} {c['false_alarm_rate']:>13.2%}")
+        lines.append(
+            f"{c['kind']:<16} {c['min_effect']:>5.0%} {c['compared']:>9} {c['regressed']:>10} "
+            f"{c['improved']:>9} {c['unstable']:>9} {c['failed']:>7} {c['false_alarm_rate']:>13.2%}"
+        )
     total = sum(c["compared"] for c in rows)
     alarms = sum(c["regressed"] for c in rows)
-    lines.append(f"{'all':<16} {'':>5} {total:>9} {alarms:>10} {'':>9} {'':>9} {'':>7} "
-                 f"{(alarms / total if total else float('nan')):>13.2%}")
+    lines.append(
+        f"{'all':<16} {'':>5} {total:>9} {alarms:>10} {'':>9} {'':>9} {'':>7} "
+        f"{(alarms / total if total else float('nan')):>13.2%}"
+    )
     return "\n".join(lines)

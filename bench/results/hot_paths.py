@@ -29,23 +29,31 @@ REFERENCE_BENCHMARK = "test_reference_work"
 HOT_PATH_HOST_TOLERANCE = 0.25
 HOT_PATH_LIMIT = 2.5  # above what the same code on the same host varies by, minutes apart (docs/method.md)
 
+
 def compare_hot_paths(saved: dict, current: dict) -> tuple[int, list[str]]:
     """(exit code, lines) of the hot paths now against saved figures (pytest-benchmark JSON), by their
     fastest round. Host check first: the reference work must run within HOT_PATH_HOST_TOLERANCE of its
     saved time, else nothing is compared (the figures describe another host) and the lines say so."""
+
     def mins(data):
         return {b["name"]: b["stats"]["min"] for b in data.get("benchmarks", [])}
 
     base, now = mins(saved), mins(current)
     if REFERENCE_BENCHMARK not in base or REFERENCE_BENCHMARK not in now:
-        return 0, [f"hot paths: skipped: no {REFERENCE_BENCHMARK} timing in the saved figures, so the host "
-                   "cannot be matched; refresh them (`bench baseline --hot-paths-only`)"]
+        return 0, [
+            f"hot paths: skipped: no {REFERENCE_BENCHMARK} timing in the saved figures, so the host "
+            "cannot be matched; refresh them (`bench baseline --hot-paths-only`)"
+        ]
     host = now[REFERENCE_BENCHMARK] / base[REFERENCE_BENCHMARK]
     if abs(math.log(host)) > math.log(1 + HOT_PATH_HOST_TOLERANCE):
-        return 0, [f"hot paths: skipped: host differs (the reference work takes {host:.2f} x its saved time); "
-                   "refresh the saved figures on this host to gate them here"]
-    lines = [f"{'hot path':<44} {'saved min':>12} {'now min':>12} {'ratio / host':>13}  verdict",
-             f"{'(host: reference work at ' + format(host, '.2f') + ' x its saved time)':<44}"]
+        return 0, [
+            f"hot paths: skipped: host differs (the reference work takes {host:.2f} x its saved time); "
+            "refresh the saved figures on this host to gate them here"
+        ]
+    lines = [
+        f"{'hot path':<44} {'saved min':>12} {'now min':>12} {'ratio / host':>13}  verdict",
+        f"{'(host: reference work at ' + format(host, '.2f') + ' x its saved time)':<44}",
+    ]
     failed = []
     for name in sorted(set(base) & set(now) - {REFERENCE_BENCHMARK}):
         ratio = now[name] / base[name] / host
@@ -53,9 +61,13 @@ def compare_hot_paths(saved: dict, current: dict) -> tuple[int, list[str]]:
         if verdict != "ok":
             failed.append(name)
         lines.append(f"{name:<44} {base[name] * 1e6:>10.1f}us {now[name] * 1e6:>10.1f}us {ratio:>13.2f}  {verdict}")
-    lines += [f"{name:<44} {'-':>12} {now[name] * 1e6:>10.1f}us {'-':>13}  new" for name in sorted(set(now) - set(base))]
-    lines.append(f"hot paths: {len(failed)} over {HOT_PATH_LIMIT:g} x their saved time" +
-                 (f": {', '.join(failed)}" if failed else ""))
+    lines += [
+        f"{name:<44} {'-':>12} {now[name] * 1e6:>10.1f}us {'-':>13}  new" for name in sorted(set(now) - set(base))
+    ]
+    lines.append(
+        f"hot paths: {len(failed)} over {HOT_PATH_LIMIT:g} x their saved time"
+        + (f": {', '.join(failed)}" if failed else "")
+    )
     return (1 if failed else 0), lines
 
 
@@ -76,9 +88,19 @@ def run_hot_paths(compare_with: str | None = None, save_to: str | None = None) -
             raise UsageError(f"hot-path figures {compare_with} cannot be read ({exc}); {hint}") from None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(save_to).resolve() if save_to else Path(tmp) / "now.json"
-        command = [sys.executable, "-m", "pytest", str(HOT_PATH_TESTS), "-q", "-p", "no:cacheprovider",
-                   "--benchmark-only", "--benchmark-enable", "--benchmark-columns=min,median,mean,stddev,rounds",
-                   f"--benchmark-json={out}"]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(HOT_PATH_TESTS),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--benchmark-only",
+            "--benchmark-enable",
+            "--benchmark-columns=min,median,mean,stddev,rounds",
+            f"--benchmark-json={out}",
+        ]
         print("$ " + " ".join(command[2:]), file=sys.stderr, flush=True)
         code = subprocess.run(command, cwd=HOT_PATH_TESTS.parent.parent).returncode
         if code or saved is None:

@@ -15,9 +15,19 @@ def runs_table(records: list) -> str:
         status = str(rec.status) if rec.ok else f"{rec.status}!"
         if rec.shared_with:  # another bench run shared its cores: compared with nothing
             status += ", shared"
-        rows.append((rec.run_id, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(rec.created_at)), status,
-                     spec.backend, rec.task.case(spec), str(spec.world_size), spec.device,
-                     "-" if spec.batch_size is None else str(spec.batch_size), str(spec.threads),
-                     rec.task.list_figure(rec)))
+        rows.append(
+            (
+                rec.run_id,
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(rec.created_at)),
+                status,
+                spec.backend,
+                rec.task.case(spec),
+                str(spec.world_size),
+                spec.device,
+                "-" if spec.batch_size is None else str(spec.batch_size),
+                str(spec.threads),
+                rec.task.list_figure(rec),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

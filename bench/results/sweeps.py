@@ -47,8 +47,9 @@ def owner_alive(owner: dict | None) -> bool | None:
         return None
     try:
         proc = psutil.Process(owner["pid"])
-        return abs(proc.create_time() - float(owner.get("started") or 0)) < 0.01 and \
-            proc.status() != psutil.STATUS_ZOMBIE
+        return (
+            abs(proc.create_time() - float(owner.get("started") or 0)) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+        )
     except (psutil.Error, TypeError, ValueError):
         return False
 
@@ -69,14 +70,17 @@ def plan_of(row: dict) -> tuple[list[RunSpec], dict | None]:
     except (ValueError, TypeError, KeyError) as exc:
         raise UsageError(f"{where}: its stored plan cannot be read ({type(exc).__name__}); start a new sweep") from None
     if version != SCHEMA_VERSION:
-        raise UsageError(f"{where} was planned by a bench of record schema {version}, and this one writes "
-                         f"{SCHEMA_VERSION}: its launches would not be the ones planned; resume it with that bench, "
-                         "or start a new sweep")
+        raise UsageError(
+            f"{where} was planned by a bench of record schema {version}, and this one writes "
+            f"{SCHEMA_VERSION}: its launches would not be the ones planned; resume it with that bench, "
+            "or start a new sweep"
+        )
     try:
         specs = [RunSpec.from_dict(spec) for spec in data["specs"]]
     except (RecordError, ValueError, TypeError, KeyError) as exc:
-        raise UsageError(f"{where}: its stored plan cannot be read ({' '.join(str(exc).split())}); start a new "
-                         "sweep") from None
+        raise UsageError(
+            f"{where}: its stored plan cannot be read ({' '.join(str(exc).split())}); start a new sweep"
+        ) from None
     return specs, data.get("code")
 
 
@@ -113,6 +117,7 @@ def launches(records: list) -> list:
 @dataclass
 class SweepStatus:
     """One sweep as its row and its records say: its state now (a running row whose process is gone: interrupted)."""
+
     sweep_id: str
     title: str
     description: str
@@ -138,15 +143,21 @@ class SweepStatus:
             return f"{head} is complete: all {self.planned} of its planned launches ran."
         if self.state == RUNNING:
             owner = self.owner or {}
-            return (f"{head} is still running (bench process {owner.get('pid')} on {owner.get('host')}): {self.ran} of "
-                    f"its {self.planned} planned launches have run so far, so what it measured is shown part-way.")
+            return (
+                f"{head} is still running (bench process {owner.get('pid')} on {owner.get('host')}): {self.ran} of "
+                f"its {self.planned} planned launches have run so far, so what it measured is shown part-way."
+            )
         why = self.why or "stopped before its plan ended"
         resume = f"`bench sweep --resume {self.sweep_id}` (with its --store)"
         if self.ran >= self.planned:
-            return (f"{head} was interrupted ({why}) after all {self.planned} of its planned launches ran; {resume} "
-                    "marks it complete.")
-        return (f"{head} was interrupted ({why}): only {self.ran} of its {self.planned} planned launches ran, and its "
-                f"figures rest on those alone; {resume} runs the other {self.planned - self.ran}.")
+            return (
+                f"{head} was interrupted ({why}) after all {self.planned} of its planned launches ran; {resume} "
+                "marks it complete."
+            )
+        return (
+            f"{head} was interrupted ({why}): only {self.ran} of its {self.planned} planned launches ran, and its "
+            f"figures rest on those alone; {resume} runs the other {self.planned - self.ran}."
+        )
 
 
 def sweep_status(row: dict, records: list) -> SweepStatus:
@@ -161,8 +172,17 @@ def sweep_status(row: dict, records: list) -> SweepStatus:
         state, why = INTERRUPTED, GONE
     elif state not in STATES:  # written by a newer bench: not known to be complete
         state, why = INTERRUPTED, f"its state is {state!r}, which this bench does not know"
-    return SweepStatus(row["sweep_id"], row["title"], row["description"], state, why, int(row["planned"]),
-                       min(int(row["planned"]), len(ran(records))), row["created_at"], owner)
+    return SweepStatus(
+        row["sweep_id"],
+        row["title"],
+        row["description"],
+        state,
+        why,
+        int(row["planned"]),
+        min(int(row["planned"]), len(ran(records))),
+        row["created_at"],
+        owner,
+    )
 
 
 def sweep_statuses(rows: list[dict], records: list) -> dict[str, SweepStatus]:

@@ -71,10 +71,13 @@ class Task(ABC):
     def before_launch(self, spec) -> dict | None:
         return None
 
-    def launch(self, spec, backend, rank_command: list[str], run_id: str, run_dir, env: dict,
-               show_progress: bool) -> Launch:
-        return Launch(command=backend.launcher.command(spec, rank_command, run_id),
-                      watcher=self.progress(spec, run_dir) if show_progress else None)
+    def launch(
+        self, spec, backend, rank_command: list[str], run_id: str, run_dir, env: dict, show_progress: bool
+    ) -> Launch:
+        return Launch(
+            command=backend.launcher.command(spec, rank_command, run_id),
+            watcher=self.progress(spec, run_dir) if show_progress else None,
+        )
 
     def progress(self, spec, run_dir):
         """What the supervisor polls to print the run's progress (when asked), or None."""

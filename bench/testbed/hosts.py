@@ -70,6 +70,7 @@ READY_TIMEOUT = 10  # sshd writing its pid file and answering ssh
 @dataclass(frozen=True)
 class TestHost:
     """A test host: its namespace's name (also its hostname) and address."""
+
     __test__ = False  # a product class, not a pytest test class, whatever its name
     name: str
     address: str
@@ -90,8 +91,7 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
     if network.version != 4 or network.prefixlen != 24:
         raise UsageError(f"--subnet {text!r} must be an IPv4 /24, such as {DEFAULT_SUBNET}")
     if not any(network.subnet_of(private) for private in PRIVATE_NETS):
-        raise UsageError(f"--subnet {text!r} is not in a private range (10.0.0.0/8, 172.16.0.0/12, "
-                         "192.168.0.0/16)")
+        raise UsageError(f"--subnet {text!r} is not in a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16)")
     return network
 
 
@@ -146,8 +146,18 @@ def subnet_conflict(network: ipaddress.IPv4Network, route_lines: list[str], addr
     """The first route (`ip -4 -o route show table all`) or address (`ip -4 -o addr show`: also those of links
     that are down, which have no route yet) of this machine that overlaps the network, other than the test
     hosts' own bridge; None if there is none."""
-    kinds = {"unicast", "local", "broadcast", "multicast", "blackhole", "unreachable", "prohibit", "throw",
-             "nat", "anycast"}
+    kinds = {
+        "unicast",
+        "local",
+        "broadcast",
+        "multicast",
+        "blackhole",
+        "unreachable",
+        "prohibit",
+        "throw",
+        "nat",
+        "anycast",
+    }
     candidates = []
     for line in route_lines:
         words = line.split()
@@ -178,7 +188,7 @@ def ip(*args: str) -> str:
 
 def namespaces() -> list[str]:
     names = [line.split()[0] for line in ip("netns", "list").splitlines() if line.strip()]
-    return sorted((n for n in names if re.fullmatch(PREFIX + r"[1-9][0-9]*", n)), key=lambda n: int(n[len(PREFIX):]))
+    return sorted((n for n in names if re.fullmatch(PREFIX + r"[1-9][0-9]*", n)), key=lambda n: int(n[len(PREFIX) :]))
 
 
 def links() -> list[str]:
@@ -235,8 +245,9 @@ def running_hosts() -> tuple[list[TestHost], str]:
         raise UsageError("no test hosts are up: run `bench testhosts up 2` first")
     gone = [h.name for h in hosts if sshd_pid(h) is None]
     if gone:
-        raise UsageError(f"test host(s) {', '.join(gone)} are not running (no sshd): run "
-                         f"`bench testhosts up {len(hosts)}` first")
+        raise UsageError(
+            f"test host(s) {', '.join(gone)} are not running (no sshd): run `bench testhosts up {len(hosts)}` first"
+        )
     return hosts, str(ipaddress.ip_network(state["subnet"]).network_address + 1)
 
 
@@ -255,20 +266,22 @@ def ssh_block(hosts: list[TestHost], key: Path) -> str:
     lines = [BEGIN.rstrip("\n"), "# test hosts of this machine; `bench testhosts down` removes this block"]
     for h in hosts:
         lines += [f"Host {h.name}", f"    HostName {h.address}"]
-    lines += ["Host " + " ".join([h.address for h in hosts] + [h.name for h in hosts]),
-              "    User root",
-              f"    IdentityFile {key}",
-              "    IdentitiesOnly yes",
-              "    StrictHostKeyChecking no",
-              "    UserKnownHostsFile /dev/null",
-              "    LogLevel ERROR",
-              "    BatchMode yes",
-              "    ConnectTimeout 5",
-              # a silent host loss ends an ssh session only by these; horovodrun's elastic driver waits for it
-              f"    ServerAliveInterval {SERVER_ALIVE[0]}",
-              f"    ServerAliveCountMax {SERVER_ALIVE[1]}",
-              "Host *",  # what follows in the file stays global, as it was before this block
-              END.rstrip("\n")]
+    lines += [
+        "Host " + " ".join([h.address for h in hosts] + [h.name for h in hosts]),
+        "    User root",
+        f"    IdentityFile {key}",
+        "    IdentitiesOnly yes",
+        "    StrictHostKeyChecking no",
+        "    UserKnownHostsFile /dev/null",
+        "    LogLevel ERROR",
+        "    BatchMode yes",
+        "    ConnectTimeout 5",
+        # a silent host loss ends an ssh session only by these; horovodrun's elastic driver waits for it
+        f"    ServerAliveInterval {SERVER_ALIVE[0]}",
+        f"    ServerAliveCountMax {SERVER_ALIVE[1]}",
+        "Host *",  # what follows in the file stays global, as it was before this block
+        END.rstrip("\n"),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -287,8 +300,9 @@ def split_block(text: str) -> tuple[str, str | None]:
         return text, None
     end = text.find(END, start)
     if end < 0:
-        raise SetupError(f"{ssh_config_path()}: '{BEGIN.strip()}' has no '{END.strip()}' line after it; "
-                         "remove the block by hand")
+        raise SetupError(
+            f"{ssh_config_path()}: '{BEGIN.strip()}' has no '{END.strip()}' line after it; remove the block by hand"
+        )
     end += len(END)
     return text[:start] + text[end:], text[start:end]
 
@@ -336,26 +350,28 @@ def remove_ssh_block(path: Path, created: dict | None = None) -> bool:
 # ---------------------------------------------------------------- sshd per host
 def sshd_config(host: TestHost) -> str:
     home = STATE_DIR / host.name
-    return "\n".join([
-        f"ListenAddress {host.address}:22",
-        f"HostKey {home}/ssh_host_ed25519_key",
-        f"PidFile {home}/sshd.pid",
-        f"AuthorizedKeysFile {STATE_DIR}/authorized_keys",
-        "AuthenticationMethods publickey",
-        "PubkeyAuthentication yes",
-        "PermitRootLogin prohibit-password",
-        "AllowUsers root",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "UsePAM no",
-        "StrictModes no",  # the key and its directory are root's, under /run
-        "UseDNS no",
-        "PrintMotd no",
-        "X11Forwarding no",
-        "MaxStartups 64:30:128",  # launchers may open many connections at once
-        "Subsystem sftp internal-sftp",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"ListenAddress {host.address}:22",
+            f"HostKey {home}/ssh_host_ed25519_key",
+            f"PidFile {home}/sshd.pid",
+            f"AuthorizedKeysFile {STATE_DIR}/authorized_keys",
+            "AuthenticationMethods publickey",
+            "PubkeyAuthentication yes",
+            "PermitRootLogin prohibit-password",
+            "AllowUsers root",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",  # the key and its directory are root's, under /run
+            "UseDNS no",
+            "PrintMotd no",
+            "X11Forwarding no",
+            "MaxStartups 64:30:128",  # launchers may open many connections at once
+            "Subsystem sftp internal-sftp",
+            "",
+        ]
+    )
 
 
 def sshd_pid(host: TestHost) -> int | None:
@@ -372,23 +388,43 @@ def sshd_pid(host: TestHost) -> int | None:
 def start_sshd(host: TestHost) -> int:
     home = STATE_DIR / host.name
     home.mkdir(mode=0o700)
-    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(home / "ssh_host_ed25519_key")],
-        timeout=30)
+    run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(home / "ssh_host_ed25519_key")],
+        timeout=30,
+    )
     config = home / "sshd_config"
     config.write_text(sshd_config(host))
     sshd = tool("sshd")
     run([sshd, "-t", "-f", str(config)])
     # sshd daemonizes itself; its UTS namespace gives it, and every session, the host's name
-    run(["ip", "netns", "exec", host.name, tool("unshare"), "--uts", "sh", "-c",
-         'hostname "$1" && exec "$2" -f "$3" -E "$4"', "sh", host.name, sshd, str(config), str(home / "sshd.log")])
+    run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            host.name,
+            tool("unshare"),
+            "--uts",
+            "sh",
+            "-c",
+            'hostname "$1" && exec "$2" -f "$3" -E "$4"',
+            "sh",
+            host.name,
+            sshd,
+            str(config),
+            str(home / "sshd.log"),
+        ]
+    )
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         pid = sshd_pid(host)
         if pid is not None and port_open(host.address, 22):
             return pid
         time.sleep(0.05)
-    raise SetupError(f"sshd of {host.name} did not start listening on {host.address}:22 within {READY_TIMEOUT} s "
-                     f"(its log: {home / 'sshd.log'})")
+    raise SetupError(
+        f"sshd of {host.name} did not start listening on {host.address}:22 within {READY_TIMEOUT} s "
+        f"(its log: {home / 'sshd.log'})"
+    )
 
 
 def ssh_answers(hosts: list[TestHost]) -> list[str]:
@@ -399,8 +435,13 @@ def ssh_answers(hosts: list[TestHost]) -> list[str]:
     for host in hosts:
         proc = answers[host.address]
         name = proc.stdout.strip()
-        out.append(f"ssh failed (exit {proc.returncode}): {last_line(proc.stderr)}" if proc.returncode != 0
-                   else "ok" if name == host.name else f"answered as {name!r}")
+        out.append(
+            f"ssh failed (exit {proc.returncode}): {last_line(proc.stderr)}"
+            if proc.returncode != 0
+            else "ok"
+            if name == host.name
+            else f"answered as {name!r}"
+        )
     return out
 
 
@@ -428,19 +469,33 @@ def up(n: int, subnet: str = DEFAULT_SUBNET, log=None, take_down=None) -> list[T
     hosts = plan(n, subnet)
     network = parse_subnet(subnet)
     require_usable(unavailable_reason())
-    conflict = subnet_conflict(network, ip("-4", "-o", "route", "show", "table", "all").splitlines(),
-                               ip("-4", "-o", "addr", "show").splitlines())
+    conflict = subnet_conflict(
+        network,
+        ip("-4", "-o", "route", "show", "table", "all").splitlines(),
+        ip("-4", "-o", "addr", "show").splitlines(),
+    )
     if conflict:
         raise UsageError(f"--subnet {network} overlaps a route or address of this machine ({conflict}); choose another")
     state = STATE.read()
-    if state and state.get("complete") and hosts_of(state) == hosts and state.get("subnet") == str(network) \
-            and ssh_block_is_current(hosts) and all(sshd_pid(h) for h in hosts) \
-            and all(a == "ok" for a in ssh_answers(hosts)):
+    if (
+        state
+        and state.get("complete")
+        and hosts_of(state) == hosts
+        and state.get("subnet") == str(network)
+        and ssh_block_is_current(hosts)
+        and all(sshd_pid(h) for h in hosts)
+        and all(a == "ok" for a in ssh_answers(hosts))
+    ):
         log(f"{len(hosts)} identical test host(s) already up and answering: reusing them")
         return hosts
     if leftovers():
-        why = ("left over from an unfinished set-up" if not (state and state.get("complete")) else
-               "different hosts" if hosts_of(state) != hosts else "not all answering")
+        why = (
+            "left over from an unfinished set-up"
+            if not (state and state.get("complete"))
+            else "different hosts"
+            if hosts_of(state) != hosts
+            else "not all answering"
+        )
         log(f"taking down the test hosts already here first ({why})")
         take_down()
     build_or_roll_back(lambda: build(hosts, network), take_down, log)
@@ -450,15 +505,18 @@ def up(n: int, subnet: str = DEFAULT_SUBNET, log=None, take_down=None) -> list[T
 def build(hosts: list[TestHost], network: ipaddress.IPv4Network) -> None:
     start = time.monotonic()
     STATE_DIR.mkdir(mode=0o700)
-    state = {"subnet": str(network), "hosts": [vars(h) for h in hosts], "complete": False,
-             "created": {"privsep_dir": False, "netns_etc": False, "ssh_dir": False, "ssh_config": False}}
+    state = {
+        "subnet": str(network),
+        "hosts": [vars(h) for h in hosts],
+        "complete": False,
+        "created": {"privsep_dir": False, "netns_etc": False, "ssh_dir": False, "ssh_config": False},
+    }
     for key, path, mode in (("privsep_dir", PRIVSEP_DIR, 0o755), ("netns_etc", NETNS_ETC, 0o755)):
         if not path.exists():
             path.mkdir(mode=mode)
             state["created"][key] = True
     STATE.write(state)
-    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-testhosts", "-f", str(key_file())],
-        timeout=30)
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-testhosts", "-f", str(key_file())], timeout=30)
     public = key_file().with_suffix(".pub").read_text().strip()
     (STATE_DIR / "authorized_keys").write_text(f'from="{network}" {public}\n')
 

@@ -27,8 +27,7 @@ from bench.harness.supervisor import name_of, wait_reaped
 CMD_TIMEOUT = 15
 TAIL_LINES = 6  # of each log, in an error message
 # the daemons' tools live in the sbin folders, which a user's PATH may lack
-TOOL_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/bin",
-                             "/bin"])
+TOOL_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/bin", "/bin"])
 
 
 class SetupError(BenchError):
@@ -114,8 +113,9 @@ def bounded(cmd: list[str], timeout: float, what: str, finish: str, **kwargs) ->
 def run(cmd: list[str], timeout: float = CMD_TIMEOUT, **kwargs) -> subprocess.CompletedProcess:
     """Run a command; any failure is one SetupError naming it."""
     shown = f"`{' '.join(cmd)}`"
-    proc = bounded([tool(cmd[0]) or cmd[0], *cmd[1:]], timeout, shown, "finish", capture_output=True, text=True,
-                   **kwargs)
+    proc = bounded(
+        [tool(cmd[0]) or cmd[0], *cmd[1:]], timeout, shown, "finish", capture_output=True, text=True, **kwargs
+    )
     if proc.returncode != 0:
         raise SetupError(f"{shown} failed (exit {proc.returncode}): {last_line(proc.stderr or proc.stdout)}")
     return proc
@@ -209,5 +209,6 @@ def finish_removal(state_dir: Path, ended: list, survivors: list, what: str) -> 
             raise SetupError(f"removing {state_dir}: {exc}") from None
     wait_reaped(ended)
     if survivors:
-        raise SetupError(f"processes of the {what} survived SIGKILL: "
-                         + ", ".join(f"{name_of(p)} (pid {p.pid})" for p in survivors))
+        raise SetupError(
+            f"processes of the {what} survived SIGKILL: " + ", ".join(f"{name_of(p)} (pid {p.pid})" for p in survivors)
+        )

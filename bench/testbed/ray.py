@@ -132,8 +132,15 @@ def node_table(address: str) -> list[dict]:
     host, port = address.rsplit(":", 1)
     if not port_open(host, int(port)):
         raise SetupError(f"nothing answers at {address} (the head node's GCS)")
-    proc = bounded([sys.executable, "-c", NODES_SNIPPET, address], QUERY_TIMEOUT, f"the GCS at {address}",
-                   "list its nodes", capture_output=True, text=True, env={**os.environ, **environment()})
+    proc = bounded(
+        [sys.executable, "-c", NODES_SNIPPET, address],
+        QUERY_TIMEOUT,
+        f"the GCS at {address}",
+        "list its nodes",
+        capture_output=True,
+        text=True,
+        env={**os.environ, **environment()},
+    )
     if proc.returncode != 0:
         raise SetupError(f"reading the node table at {address} failed: {last_line(proc.stderr)}")
     return json.loads(proc.stdout)
@@ -172,20 +179,52 @@ def build(hosts: list[testhosts.TestHost], bridge: str, cpus: int, log) -> None:
     fd = os.open(token_file(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32))
-    state = {"head": {"address": bridge, "port": GCS_PORT},
-             "nodes": [{**vars(h), "cpus": cpus} for h in hosts], "complete": False}
+    state = {
+        "head": {"address": bridge, "port": GCS_PORT},
+        "nodes": [{**vars(h), "cpus": cpus} for h in hosts],
+        "complete": False,
+    }
     STATE.write(state)
     ray, common = ray_program(), ["--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}"]
-    start_node("head", [ray, "start", "--head", f"--node-ip-address={bridge}", f"--port={GCS_PORT}",
-                        "--num-cpus=0", "--num-gpus=0", "--include-dashboard=false",
-                        f"--dashboard-agent-listen-port={AGENT_PORT}", f"--temp-dir={STATE_DIR / 'head'}", *common])
+    start_node(
+        "head",
+        [
+            ray,
+            "start",
+            "--head",
+            f"--node-ip-address={bridge}",
+            f"--port={GCS_PORT}",
+            "--num-cpus=0",
+            "--num-gpus=0",
+            "--include-dashboard=false",
+            f"--dashboard-agent-listen-port={AGENT_PORT}",
+            f"--temp-dir={STATE_DIR / 'head'}",
+            *common,
+        ],
+    )
     address = f"{bridge}:{GCS_PORT}"
     log(f"head node: {address} (no CPUs)")
     for host in hosts:
-        start_node(host.name, [tool("ip"), "netns", "exec", host.name, tool("nsenter"),
-                               f"--target={testhosts.sshd_pid(host)}", "--uts",
-                               ray, "start", f"--address={address}", f"--node-ip-address={host.address}",
-                               f"--num-cpus={cpus}", "--num-gpus=0", f"--temp-dir={STATE_DIR / host.name}", *common])
+        start_node(
+            host.name,
+            [
+                tool("ip"),
+                "netns",
+                "exec",
+                host.name,
+                tool("nsenter"),
+                f"--target={testhosts.sshd_pid(host)}",
+                "--uts",
+                ray,
+                "start",
+                f"--address={address}",
+                f"--node-ip-address={host.address}",
+                f"--num-cpus={cpus}",
+                "--num-gpus=0",
+                f"--temp-dir={STATE_DIR / host.name}",
+                *common,
+            ],
+        )
         log(f"worker node: {host.name} ({host.address}, {cpus} CPU)")
     wanted = {bridge, *(h.address for h in hosts)}
     deadline, alive = time.monotonic() + READY_TIMEOUT, set()
@@ -198,8 +237,10 @@ def build(hosts: list[testhosts.TestHost], bridge: str, cpus: int, log) -> None:
         if wanted <= alive:
             break
         if time.monotonic() > deadline:
-            raise SetupError(f"not every node was alive within {READY_TIMEOUT} s (missing: "
-                             f"{', '.join(sorted(wanted - alive))})\n{log_tails()}")
+            raise SetupError(
+                f"not every node was alive within {READY_TIMEOUT} s (missing: "
+                f"{', '.join(sorted(wanted - alive))})\n{log_tails()}"
+            )
         time.sleep(0.5)
     state.update(complete=True, built_s=round(time.monotonic() - started, 2))
     STATE.write(state)

@@ -158,10 +158,10 @@ def slurm_conf(hosts: list[testhosts.TestHost], controller: str, address: str, c
         "OverTimeLimit=0",
         f"MailProg={tool('true') or '/bin/true'}",
     ]
-    lines += [f"NodeName={h.name} NodeAddr={h.address} NodeHostname={h.name} CPUs={cpus} State=UNKNOWN"
-              for h in hosts]
-    lines.append(f"PartitionName={PARTITION} Nodes={','.join(h.name for h in hosts)} Default=YES "
-                 "MaxTime=INFINITE State=UP")
+    lines += [f"NodeName={h.name} NodeAddr={h.address} NodeHostname={h.name} CPUs={cpus} State=UNKNOWN" for h in hosts]
+    lines.append(
+        f"PartitionName={PARTITION} Nodes={','.join(h.name for h in hosts)} Default=YES MaxTime=INFINITE State=UP"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -217,8 +217,9 @@ def _by_pid_file() -> list[psutil.Process]:
 
 def processes() -> list[psutil.Process]:
     """Every live process of the cluster and its descendants, never this process or one it runs under."""
-    return processes_of([(proc, True) for proc in _by_pid_file()] + [(proc, False) for proc in psutil.process_iter()],
-                        _is_ours)
+    return processes_of(
+        [(proc, True) for proc in _by_pid_file()] + [(proc, False) for proc in psutil.process_iter()], _is_ours
+    )
 
 
 def controller_here(state: dict | None) -> bool:
@@ -252,8 +253,14 @@ def log_tails(nodes: list[str]) -> str:
 
 def start_daemon(name: str, cmd: list[str], nodes: list[str]) -> None:
     """Run a daemon that forks into the background itself; what it prints goes to STATE_DIR/<name>.out."""
-    start_logged(name, cmd, STATE_DIR / f"{name.replace(' ', '-')}.out", START_TIMEOUT,
-                 {**os.environ, **environment()}, lambda: log_tails(nodes))
+    start_logged(
+        name,
+        cmd,
+        STATE_DIR / f"{name.replace(' ', '-')}.out",
+        START_TIMEOUT,
+        {**os.environ, **environment()},
+        lambda: log_tails(nodes),
+    )
 
 
 def wait_for(what: str, ready, nodes: list[str], timeout: float = START_TIMEOUT) -> None:
@@ -297,20 +304,31 @@ def build(hosts: list[testhosts.TestHost], address: str, log) -> None:
     STATE_DIR.mkdir(mode=0o755)
     for sub in ("munge", "slurmctld", "slurmd", *(f"slurmd/{n}" for n in nodes)):
         (STATE_DIR / sub).mkdir(mode=0o755)
-    state = {"nodes": [vars(h) for h in hosts], "controller": {"name": controller_name(), "address": address,
-                                                               "port": CTLD_PORT},
-             "cpus": cpus, "complete": False}
+    state = {
+        "nodes": [vars(h) for h in hosts],
+        "controller": {"name": controller_name(), "address": address, "port": CTLD_PORT},
+        "cpus": cpus,
+        "complete": False,
+    }
     STATE.write(state)
     fd = os.open(key_file(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(os.urandom(1024))
     files = pid_files(nodes)
 
-    start_daemon("munged", [tool("munged"), f"--socket={munge_socket()}", f"--key-file={key_file()}",
-                            f"--pid-file={files['munged']}", f"--log-file={munge_dir() / 'munged.log'}",
-                            f"--seed-file={munge_dir() / 'munged.seed'}"], nodes)
-    wait_for("munged did not create its socket", lambda: pid_alive(files["munged"]) and munge_socket().exists(),
-             nodes)
+    start_daemon(
+        "munged",
+        [
+            tool("munged"),
+            f"--socket={munge_socket()}",
+            f"--key-file={key_file()}",
+            f"--pid-file={files['munged']}",
+            f"--log-file={munge_dir() / 'munged.log'}",
+            f"--seed-file={munge_dir() / 'munged.seed'}",
+        ],
+        nodes,
+    )
+    wait_for("munged did not create its socket", lambda: pid_alive(files["munged"]) and munge_socket().exists(), nodes)
     log(f"munged: key and socket {munge_socket()}")
 
     conf_path().write_text(slurm_conf(hosts, controller_name(), address, cpus))
@@ -323,11 +341,27 @@ def build(hosts: list[testhosts.TestHost], address: str, log) -> None:
     log(f"slurmctld: {controller_name()} on {address}:{CTLD_PORT}")
     for host in hosts:
         # the host's network namespace (its /etc/hosts too) and its hostname: the UTS namespace of its sshd
-        start_daemon(f"slurmd {host.name}", [tool("ip"), "netns", "exec", host.name, tool("nsenter"),
-                                             f"--target={testhosts.sshd_pid(host)}", "--uts", tool("slurmd"),
-                                             "-f", str(conf_path()), "-N", host.name], nodes)
-        wait_for(f"slurmd of {host.name} did not write its pid file", lambda: pid_alive(files[f"slurmd {host.name}"]),
-                 nodes)
+        start_daemon(
+            f"slurmd {host.name}",
+            [
+                tool("ip"),
+                "netns",
+                "exec",
+                host.name,
+                tool("nsenter"),
+                f"--target={testhosts.sshd_pid(host)}",
+                "--uts",
+                tool("slurmd"),
+                "-f",
+                str(conf_path()),
+                "-N",
+                host.name,
+            ],
+            nodes,
+        )
+        wait_for(
+            f"slurmd of {host.name} did not write its pid file", lambda: pid_alive(files[f"slurmd {host.name}"]), nodes
+        )
         log(f"slurmd: {host.name} ({host.address}:{SLURMD_PORT})")
 
     log(f"waiting for {len(nodes)} node(s) to be idle")
@@ -355,8 +389,12 @@ def build(hosts: list[testhosts.TestHost], address: str, log) -> None:
 def cancel_jobs(log) -> None:
     """scancel every job and wait (bounded) until squeue lists none, so that no job step outlives the cluster;
     nothing to do without a running slurmctld, reachable here, and the configuration that names it."""
-    if not conf_path().exists() or tool("scancel") is None or not controller_here(STATE.read()) or \
-            not any(name_of(p) == "slurmctld" for p in processes()):
+    if (
+        not conf_path().exists()
+        or tool("scancel") is None
+        or not controller_here(STATE.read())
+        or not any(name_of(p) == "slurmctld" for p in processes())
+    ):
         return
     try:
         jobs = client(["squeue", "--noheader", "--format=%A"]).split()
@@ -366,8 +404,11 @@ def cancel_jobs(log) -> None:
         client(["scancel", *jobs])
         deadline = time.monotonic() + CANCEL_TIMEOUT
         # a job stays listed (completing) until its slurmd's report it ended: not worth waiting for without them
-        while client(["squeue", "--noheader", "--format=%A"]).split() and time.monotonic() < deadline \
-                and any(name_of(p) == "slurmd" for p in processes()):
+        while (
+            client(["squeue", "--noheader", "--format=%A"]).split()
+            and time.monotonic() < deadline
+            and any(name_of(p) == "slurmd" for p in processes())
+        ):
             time.sleep(0.2)
     except SetupError as exc:  # the processes are ended below in any case
         log(f"cancelling the jobs: {exc}")
@@ -383,8 +424,9 @@ def down(log=None) -> bool:
     ended, survivors = [], []
     for keep_munged in (True, False):  # slurmctld and the slurmd's may still talk to munged while stopping
         # a stepd forked meanwhile is found by end_found's next look
-        more, survivors = end_found(lambda: [p for p in processes() if not (keep_munged and name_of(p) == "munged")],
-                                    log)
+        more, survivors = end_found(
+            lambda: [p for p in processes() if not (keep_munged and name_of(p) == "munged")], log
+        )
         ended += more
     finish_removal(STATE_DIR, ended, survivors, NAME)
     return True

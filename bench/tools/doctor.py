@@ -32,16 +32,20 @@ def _first_line(command: list[str]) -> str | None:
 def linux_line() -> str:
     if platform.system() == "Linux":
         return f"ok ({platform.system()} {platform.release()}, {platform.machine()})"
-    return (f"missing: this is {platform.system()}; bench runs on Linux only (process groups, /proc, network "
-            "namespaces): use a Linux machine or container")
+    return (
+        f"missing: this is {platform.system()}; bench runs on Linux only (process groups, /proc, network "
+        "namespaces): use a Linux machine or container"
+    )
 
 
 def python_line() -> str:
     version = ".".join(map(str, sys.version_info[:3]))
     if sys.version_info[:2] >= MIN_PYTHON:
         return f"ok ({version})"
-    return (f"missing: this is Python {version}; bench needs {'.'.join(map(str, MIN_PYTHON))} or later: install "
-            "one and build the environment with it")
+    return (
+        f"missing: this is Python {version}; bench needs {'.'.join(map(str, MIN_PYTHON))} or later: install "
+        "one and build the environment with it"
+    )
 
 
 def compiler_line(torch_version: str | None) -> str:
@@ -49,18 +53,27 @@ def compiler_line(torch_version: str | None) -> str:
     name = cxx_compiler()
     path = shutil.which(name)
     if path is None:
-        return (f"missing: no {name} on PATH; Horovod is built from source with one: apt-get install g++ "
-                "(or set CXX)")
+        return f"missing: no {name} on PATH; Horovod is built from source with one: apt-get install g++ (or set CXX)"
     standard = cxx_standard_for(torch_version) if torch_version else 20
     shown = f"{path}: {_first_line([path, '--version']) or 'version unknown'}"
     try:
-        takes = subprocess.run([path, f"-std=c++{standard}", "-x", "c++", "-fsyntax-only", "-"], input="",
-                               capture_output=True, text=True, timeout=60).returncode == 0
+        takes = (
+            subprocess.run(
+                [path, f"-std=c++{standard}", "-x", "c++", "-fsyntax-only", "-"],
+                input="",
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.SubprocessError):
         takes = False
     if not takes:
-        return (f"missing: {shown} does not take -std=c++{standard}, which torch's headers need; install GCC 10 "
-                "or later (or set CXX to one)")
+        return (
+            f"missing: {shown} does not take -std=c++{standard}, which torch's headers need; install GCC 10 "
+            "or later (or set CXX to one)"
+        )
     return f"ok ({shown}; C++{standard})"
 
 
@@ -82,8 +95,13 @@ def disk_line(folder: Path = CHECKOUT) -> str:
 
 def prerequisite_lines(torch_version: str | None) -> list[str]:
     """The quick start's prerequisites, one line each: ok, or missing with what to do."""
-    checks = [("Linux", linux_line()), (f"Python {'.'.join(map(str, MIN_PYTHON))}+", python_line()),
-              ("C++ compiler", compiler_line(torch_version)), ("CMake", cmake_line()), ("disk", disk_line())]
+    checks = [
+        ("Linux", linux_line()),
+        (f"Python {'.'.join(map(str, MIN_PYTHON))}+", python_line()),
+        ("C++ compiler", compiler_line(torch_version)),
+        ("CMake", cmake_line()),
+        ("disk", disk_line()),
+    ]
     return ["prerequisites:"] + [f"  {name:<13}{state}" for name, state in checks]
 
 
@@ -106,12 +124,12 @@ def doctor_lines() -> list[str]:
         f"torchvision {env['packages']['torchvision'] or 'not installed'}",
         f"tensorflow  {env['packages']['tensorflow'] or 'not installed'} "
         f"(tf_keras: {env['packages']['tf-keras'] or 'not installed'})",
-        f"CUDA        {len(env['cuda_devices'])} device(s)" +
-        (": " + ", ".join(env["cuda_devices"]) if env["cuda_devices"] else ""),
+        f"CUDA        {len(env['cuda_devices'])} device(s)"
+        + (": " + ", ".join(env["cuda_devices"]) if env["cuda_devices"] else ""),
         f"gloo        {'yes' if env['gloo'] else 'no'}",
-        f"NCCL        {'yes' if env['nccl'] else 'no'}" +
-        (f" ({env['nccl_version']})" if env["nccl_version"] else "") +
-        ("" if env["cuda_devices"] else " (no CUDA device to use it)"),
+        f"NCCL        {'yes' if env['nccl'] else 'no'}"
+        + (f" ({env['nccl_version']})" if env["nccl_version"] else "")
+        + ("" if env["cuda_devices"] else " (no CUDA device to use it)"),
         f"MPI         torch.distributed: {'yes' if env['mpi'] else 'no'}; mpirun: {mpirun_version()}",
         "backends:",
     ]

@@ -53,8 +53,13 @@ HOROVOD_VERSION = "0.28.1"
 # distribution -> the module it provides: only missing ones are installed, so an offline machine that
 # already has them (a GPU node's image, say) needs no package index (else PIP_NO_INDEX=1 and
 # PIP_FIND_LINKS=DIR point pip at wheels carried there)
-RUNTIME_DEPS = {"cloudpickle": "cloudpickle", "psutil": "psutil", "pyyaml": "yaml", "packaging": "packaging",
-                "cffi": "cffi"}
+RUNTIME_DEPS = {
+    "cloudpickle": "cloudpickle",
+    "psutil": "psutil",
+    "pyyaml": "yaml",
+    "packaging": "packaging",
+    "cffi": "cffi",
+}
 PATCHED_CMAKE = ("CMakeLists.txt", "horovod/torch/CMakeLists.txt")
 CUDA_KERNELS_CMAKE = "horovod/common/ops/cuda/CMakeLists.txt"
 # Horovod's XLA ops, and the header whose absence (TF >= 2.19) means the TF wheel can no longer compile them
@@ -69,7 +74,8 @@ class BuildError(Exception):
 
 def cache_root() -> Path:
     base = os.environ.get("BENCH_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "elastic-vs-horovod-bench")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "elastic-vs-horovod-bench"
+    )
     return Path(base) / "horovod"
 
 
@@ -102,8 +108,9 @@ def tensorflow_install() -> tuple[str, str] | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     dists = importlib.metadata.packages_distributions().get("tensorflow", [])
-    versions = [importlib.metadata.version(d) for d in dists
-                if d.startswith(("tensorflow", "tf-nightly", "tf_nightly"))]
+    versions = [
+        importlib.metadata.version(d) for d in dists if d.startswith(("tensorflow", "tf-nightly", "tf_nightly"))
+    ]
     if not versions:
         return None
     root = Path(list(spec.submodule_search_locations)[0])
@@ -119,12 +126,13 @@ def plan() -> dict:
     wants_gpu = bool(gpu_ops) or (torch.cuda.is_available() and torch.cuda.device_count() > 0)
     cuda = bool(toolkit and torch.version.cuda and wants_gpu)
     if gpu_ops and not cuda:
-        raise BuildError(f"HOROVOD_GPU_OPERATIONS={gpu_ops} needs a CUDA build of torch and a CUDA "
-                         "toolkit (set CUDA_HOME); unset it for a CPU build")
+        raise BuildError(
+            f"HOROVOD_GPU_OPERATIONS={gpu_ops} needs a CUDA build of torch and a CUDA "
+            "toolkit (set CUDA_HOME); unset it for a CPU build"
+        )
     # Horovod's own switch is honoured: a node's MPI may not be the one its jobs use
     mpi = shutil.which("mpicxx") is not None and not os.environ.get("HOROVOD_WITHOUT_MPI")
-    features = ["gloo"] + (["mpi"] if mpi else []) + (["cuda"] if cuda else []) + \
-        ([gpu_ops.lower()] if gpu_ops else [])
+    features = ["gloo"] + (["mpi"] if mpi else []) + (["cuda"] if cuda else []) + ([gpu_ops.lower()] if gpu_ops else [])
     tf = tensorflow_install()
     frameworks = ["torch"] + (["tensorflow"] if tf else [])
     torch_version = torch.__version__.replace("+", "_")
@@ -132,10 +140,19 @@ def plan() -> dict:
     # a torch-only build keeps the key it always had, so that its cached wheel stays valid
     tf_part = f"_tf-{tf[0].replace('+', '_')}" if tf else ""
     key = f"horovod-{HOROVOD_VERSION}_torch-{torch_version}{tf_part}_{py}_{platform.machine()}_{'-'.join(features)}"
-    return {"key": key, "torch": torch.__version__, "cxx_standard": cxx_standard_for(torch.__version__),
-            "mpi": mpi, "cuda": cuda, "cuda_home": toolkit if cuda else None, "gpu_operations": gpu_ops,
-            "features": features, "frameworks": frameworks, "tensorflow": tf[0] if tf else None,
-            "tf_include": tf[1] if tf else None}
+    return {
+        "key": key,
+        "torch": torch.__version__,
+        "cxx_standard": cxx_standard_for(torch.__version__),
+        "mpi": mpi,
+        "cuda": cuda,
+        "cuda_home": toolkit if cuda else None,
+        "gpu_operations": gpu_ops,
+        "features": features,
+        "frameworks": frameworks,
+        "tensorflow": tf[0] if tf else None,
+        "tf_include": tf[1] if tf else None,
+    }
 
 
 def patch_source(src: Path, cxx_standard: int, cuda: bool, tf_include: str | None = None) -> list[str]:
@@ -146,8 +163,9 @@ def patch_source(src: Path, cxx_standard: int, cuda: bool, tf_include: str | Non
         path = src / XLA_OPS_SOURCE
         text = path.read_text()
         if text.count(XLA_OPS_GUARD) != 1:
-            raise BuildError(f"{path} is not as expected (no single {XLA_OPS_GUARD.strip()!r}); cannot leave its XLA "
-                             "ops out")
+            raise BuildError(
+                f"{path} is not as expected (no single {XLA_OPS_GUARD.strip()!r}); cannot leave its XLA ops out"
+            )
         path.write_text(text.replace(XLA_OPS_GUARD, "#if 0  // XLA ops left out: no headers for them in this TF\n"))
         changes.append(f"{XLA_OPS_SOURCE}: compiled empty (no {XLA_OPS_HEADER} in this TensorFlow)")
     for rel in PATCHED_CMAKE:
@@ -188,8 +206,10 @@ def cxx_compiler() -> str:
 def gcc_major() -> int | None:
     try:
         out = subprocess.run([cxx_compiler(), "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
-        is_gcc = "Free Software Foundation" in subprocess.run([cxx_compiler(), "--version"], capture_output=True,
-                                                             text=True, timeout=30).stdout
+        is_gcc = (
+            "Free Software Foundation"
+            in subprocess.run([cxx_compiler(), "--version"], capture_output=True, text=True, timeout=30).stdout
+        )
         return int(out.strip().split(".")[0]) if is_gcc else None
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
@@ -210,8 +230,21 @@ def fetch_sdist(workdir: Path) -> Path:
     sdist_cache.mkdir(parents=True, exist_ok=True)
     found = list(sdist_cache.glob(f"horovod-{HOROVOD_VERSION}.tar.gz"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                        f"horovod=={HOROVOD_VERSION}", "-d", str(sdist_cache)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"horovod=={HOROVOD_VERSION}",
+                "-d",
+                str(sdist_cache),
+            ],
+            check=True,
+        )
         found = list(sdist_cache.glob(f"horovod-{HOROVOD_VERSION}.tar.gz"))
     if not found:
         raise BuildError(f"pip download did not produce horovod-{HOROVOD_VERSION}.tar.gz")
@@ -224,9 +257,14 @@ def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="horovod-build-") as tmp:
         src = fetch_sdist(Path(tmp))
         changes = patch_source(src, info["cxx_standard"], info["cuda"], info.get("tf_include"))
-        env = dict(os.environ, HOROVOD_WITH_PYTORCH="1", HOROVOD_WITH_GLOO="1",
-                   HOROVOD_WITHOUT_MXNET="1", CMAKE_POLICY_VERSION_MINIMUM="3.5",
-                   MAKEFLAGS=f"-j{max(1, os.cpu_count() or 1)}")
+        env = dict(
+            os.environ,
+            HOROVOD_WITH_PYTORCH="1",
+            HOROVOD_WITH_GLOO="1",
+            HOROVOD_WITHOUT_MXNET="1",
+            CMAKE_POLICY_VERSION_MINIMUM="3.5",
+            MAKEFLAGS=f"-j{max(1, os.cpu_count() or 1)}",
+        )
         for switch in ("HOROVOD_WITH_TENSORFLOW", "HOROVOD_WITHOUT_TENSORFLOW"):
             env.pop(switch, None)
         # with TensorFlow installed it is required (a failure says so), else left out
@@ -240,9 +278,23 @@ def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
         with open(log_path, "w") as log:
             log.write(f"plan: {info}\npatches: {changes}\n")
             log.flush()
-            proc = subprocess.Popen([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
-                                     "--no-deps", "-v", "-w", str(out_dir), str(src)],
-                                    env=env, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "--no-build-isolation",
+                    "--no-deps",
+                    "-v",
+                    "-w",
+                    str(out_dir),
+                    str(src),
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             while proc.poll() is None:  # a heartbeat: the build takes minutes
                 time.sleep(30)
                 if proc.poll() is None:
@@ -252,8 +304,10 @@ def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
         if proc.returncode == 0:
             print(f"  built in {took:.0f} s", flush=True)
         if proc.returncode != 0:
-            raise BuildError(f"building Horovod failed (exit {proc.returncode}); full log {log_path}; its first "
-                             f"errors:\n{first_errors(log_path.read_text(errors='replace'))}")
+            raise BuildError(
+                f"building Horovod failed (exit {proc.returncode}); full log {log_path}; its first "
+                f"errors:\n{first_errors(log_path.read_text(errors='replace'))}"
+            )
     wheels = list(out_dir.glob("horovod-*.whl"))
     if not wheels:
         raise BuildError(f"the build left no wheel in {out_dir}; see {log_path}")
@@ -308,17 +362,21 @@ def ensure(force: bool = False) -> Path | None:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *missing], check=True)
     if force or not wheels:
         against = f"torch {info['torch']}" + (f" and TensorFlow {info['tensorflow']}" if info["tensorflow"] else "")
-        print(f"building Horovod {HOROVOD_VERSION} against {against} "
-              f"(C++{info['cxx_standard']}, {'+'.join(info['features'])}); this takes several minutes "
-              f"once, then the wheel is reused from {out_dir}", flush=True)
+        print(
+            f"building Horovod {HOROVOD_VERSION} against {against} "
+            f"(C++{info['cxx_standard']}, {'+'.join(info['features'])}); this takes several minutes "
+            f"once, then the wheel is reused from {out_dir}",
+            flush=True,
+        )
         for old in wheels:
             old.unlink()
         wheel = build_wheel(info, out_dir, out_dir.parent / f"{info['key']}.log")
     else:
         wheel = wheels[0]
         print(f"using cached Horovod wheel {wheel}", flush=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps",
-                    str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel)], check=True
+    )
     installed_key_file().write_text(info["key"] + "\n")
     return wheel
 

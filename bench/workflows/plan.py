@@ -34,11 +34,27 @@ COMM_KEYS = ("ops", "dtype", "min_bytes", "max_bytes", "warmup_iters", "iters")
 # step within recovery_timeout of the fault is called hung, which a backend that never recovers from it costs in
 # full, so it is short, yet long enough for torchrun's restart of the whole group on a busy 2-core machine. One
 # launch of each (repeats): what fits the default sweep's time on a 2-core machine.
-SWEEP_FAULTS = dict(kinds=("kill", "hang"), repeats=1, checkpoint_windows=1, at_step_windows=1.5, steps_windows=3,
-                    comm_timeout=3.0, recovery_timeout=30.0)
+SWEEP_FAULTS = dict(
+    kinds=("kill", "hang"),
+    repeats=1,
+    checkpoint_windows=1,
+    at_step_windows=1.5,
+    steps_windows=3,
+    comm_timeout=3.0,
+    recovery_timeout=30.0,
+)
 # the spec options of the sweep that its fault runs take too (they train on synthetic data, never slowed, unpinned)
-FAULT_SPEC_KEYS = ("batch_size", "image_size", "threads", "oversubscribe", "seed", "lr", "timeout", "check_timeout",
-                   "backend_options")
+FAULT_SPEC_KEYS = (
+    "batch_size",
+    "image_size",
+    "threads",
+    "oversubscribe",
+    "seed",
+    "lr",
+    "timeout",
+    "check_timeout",
+    "backend_options",
+)
 
 
 def sweep_world_sizes(limit: int) -> list[int]:
@@ -84,8 +100,10 @@ def check_pair_can_run(device: str) -> None:
         problem = get_backend(name).unavailable_reason(device)
         if problem:
             rest = ",".join(b for b in PRIMARY if b != name)
-            raise UsageError(f"a sweep compares {' and '.join(PRIMARY)}, and {name} cannot run here: {problem}; "
-                             f"or give --backend {rest} to measure without it")
+            raise UsageError(
+                f"a sweep compares {' and '.join(PRIMARY)}, and {name} cannot run here: {problem}; "
+                f"or give --backend {rest} to measure without it"
+            )
 
 
 def comm_options(values: dict) -> dict:
@@ -107,11 +125,22 @@ def comm_options(values: dict) -> dict:
 def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm: dict, options: dict) -> list:
     """A communication sweep per backend and world size; placement, timeout and backend options from
     `options` (the spec options of bench.tasks.train.build_spec)."""
-    return [comm_task.build_spec(backend=b, world_size=n, device=device, **comm, threads=options.get("threads"),
-                       oversubscribe=options.get("oversubscribe", False), timeout=options.get("timeout"),
-                       backend_options=options.get("backend_options"), cluster=options.get("cluster"),
-                       cpu_bind=options.get("cpu_bind"))
-            for b in backends for n in world_sizes]
+    return [
+        comm_task.build_spec(
+            backend=b,
+            world_size=n,
+            device=device,
+            **comm,
+            threads=options.get("threads"),
+            oversubscribe=options.get("oversubscribe", False),
+            timeout=options.get("timeout"),
+            backend_options=options.get("backend_options"),
+            cluster=options.get("cluster"),
+            cpu_bind=options.get("cpu_bind"),
+        )
+        for b in backends
+        for n in world_sizes
+    ]
 
 
 def check_fault_kinds(kinds: list[str]) -> list[str]:
@@ -120,8 +149,9 @@ def check_fault_kinds(kinds: list[str]) -> list[str]:
         if kind not in fault_task.FAULT_KINDS:
             raise UsageError(f"--faults: unknown fault {kind!r}; choose from {', '.join(fault_task.FAULT_KINDS)}")
     if not kinds:
-        raise UsageError(f"--faults names no fault; choose from {', '.join(fault_task.FAULT_KINDS)}, or give "
-                         "--no-faults")
+        raise UsageError(
+            f"--faults names no fault; choose from {', '.join(fault_task.FAULT_KINDS)}, or give --no-faults"
+        )
     return list(dict.fromkeys(kinds))
 
 
@@ -145,8 +175,10 @@ def fault_specs(backends: list[str], workload: str, world_size: int, *, kinds: l
     """The sweep's fault runs (SWEEP_FAULTS): each kind under each backend with an elastic mode, on CPU processes as
     every fault run; spec options from `options` (FAULT_SPEC_KEYS only; threads, when not given, fitting
     world_size workers on this machine's cores)."""
-    given = {"threads": default_threads("cpu", world_size),
-             **{k: options[k] for k in FAULT_SPEC_KEYS if options.get(k) is not None}}
+    given = {
+        "threads": default_threads("cpu", world_size),
+        **{k: options[k] for k in FAULT_SPEC_KEYS if options.get(k) is not None},
+    }
     _, info, _ = workload_of(workload, check_timeout=given.get("check_timeout"), timeout=given.get("timeout"))
     window = info.size("cpu").window_steps
     at_step = max(1, int(SWEEP_FAULTS["at_step_windows"] * window))
@@ -156,21 +188,41 @@ def fault_specs(backends: list[str], workload: str, world_size: int, *, kinds: l
         for kind in kinds:
             fault = fault_task.FAULT_KINDS[kind]
             joins = fault["scenario"] == "join"
-            specs.append(fault_task.build_spec(
-                backend=backend, workload=workload, world_size=world_size - 1 if joins else world_size,
-                scenario=fault["scenario"], rank=fault_task.FAULT_DEFAULTS["kill_rank"], at_step=at_step,
-                signal_name=fault["signal"] or fault_task.FAULT_DEFAULTS["signal"],
-                max_restarts=fault_task.FAULT_DEFAULTS["max_restarts"],
-                checkpoint_every=max(1, SWEEP_FAULTS["checkpoint_windows"] * window), total_steps=total,
-                comm_timeout=SWEEP_FAULTS["comm_timeout"], recovery_timeout=SWEEP_FAULTS["recovery_timeout"],
-                **given))
+            specs.append(
+                fault_task.build_spec(
+                    backend=backend,
+                    workload=workload,
+                    world_size=world_size - 1 if joins else world_size,
+                    scenario=fault["scenario"],
+                    rank=fault_task.FAULT_DEFAULTS["kill_rank"],
+                    at_step=at_step,
+                    signal_name=fault["signal"] or fault_task.FAULT_DEFAULTS["signal"],
+                    max_restarts=fault_task.FAULT_DEFAULTS["max_restarts"],
+                    checkpoint_every=max(1, SWEEP_FAULTS["checkpoint_windows"] * window),
+                    total_steps=total,
+                    comm_timeout=SWEEP_FAULTS["comm_timeout"],
+                    recovery_timeout=SWEEP_FAULTS["recovery_timeout"],
+                    **given,
+                )
+            )
     return specs
 
 
-def plan_sweep(backends: list[str], workloads: list[str], device: str, world_sizes: list[int], *, options: dict,
-               comm: dict | None, sweep_id: str | None, with_plain_loop: bool = True, repeats: int = 1,
-               workloads_of: dict[str, list[str]] | None = None, faults: list[str] | None = None,
-               fault_repeats: int = SWEEP_FAULTS["repeats"]) -> list:
+def plan_sweep(
+    backends: list[str],
+    workloads: list[str],
+    device: str,
+    world_sizes: list[int],
+    *,
+    options: dict,
+    comm: dict | None,
+    sweep_id: str | None,
+    with_plain_loop: bool = True,
+    repeats: int = 1,
+    workloads_of: dict[str, list[str]] | None = None,
+    faults: list[str] | None = None,
+    fault_repeats: int = SWEEP_FAULTS["repeats"],
+) -> list:
     """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
     size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never
     slowed by a step delay), then, unless comm is None, a communication sweep (comm: the options of
@@ -185,8 +237,10 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
     if repeats < 1 or fault_repeats < 1:
         raise UsageError(f"repeats {min(repeats, fault_repeats)}: run every case at least once")
     # One thread count for all training runs, so world sizes differ only in their number of workers.
-    train = {"threads": default_threads(device, max(world_sizes), options.get("cluster")),
-             **{k: v for k, v in options.items() if v is not None}}
+    train = {
+        "threads": default_threads(device, max(world_sizes), options.get("cluster")),
+        **{k: v for k, v in options.items() if v is not None},
+    }
     cluster = options.get("cluster")
     plan = []
     # across hosts, the whole matrix at every link asked for (links: the cluster's "links", None = unshaped)
@@ -194,24 +248,39 @@ def plan_sweep(backends: list[str], workloads: list[str], device: str, world_siz
         at_link = {**train, "cluster": {**cluster, "link": link}} if cluster else train
         for workload in workloads:
             if with_plain_loop and PLAIN_LOOP not in backends:
-                plan.append(train_task.build_spec(backend=PLAIN_LOOP, workload=workload, world_size=1, device=device,
-                                       **{**at_link, "step_delay": None}))
+                plan.append(
+                    train_task.build_spec(
+                        backend=PLAIN_LOOP,
+                        workload=workload,
+                        world_size=1,
+                        device=device,
+                        **{**at_link, "step_delay": None},
+                    )
+                )
             for backend in backends:
                 if workloads_of and workload not in workloads_of.get(backend, [workload]):
                     continue
                 for size in backend_world_sizes(backend, world_sizes):
-                    plan.append(train_task.build_spec(backend=backend, workload=workload, world_size=size, device=device,
-                                           **at_link))
+                    plan.append(
+                        train_task.build_spec(
+                            backend=backend, workload=workload, world_size=size, device=device, **at_link
+                        )
+                    )
         if comm is not None:
-            plan += comm_specs([b for b in backends if get_backend(b).comm_ops and (b in PRIMARY or len(backends) == 1)],
-                               device, [n for n in world_sizes if n > 1], comm=comm,
-                               options={**options, "cluster": at_link.get("cluster")})
+            plan += comm_specs(
+                [b for b in backends if get_backend(b).comm_ops and (b in PRIMARY or len(backends) == 1)],
+                device,
+                [n for n in world_sizes if n > 1],
+                comm=comm,
+                options={**options, "cluster": at_link.get("cluster")},
+            )
     planned_faults = []
     if faults and faults_missing(backends, world_sizes, cluster) is None:
         # on CPUs with the training runs' thread count; a sweep of GPUs gives its fault runs (on CPUs) their own
         cpu = train if device == "cpu" else {**train, "threads": options.get("threads")}
-        planned_faults = fault_specs(backends, workloads[0], min(n for n in world_sizes if n > 1),
-                                     kinds=check_fault_kinds(faults), options=cpu)
+        planned_faults = fault_specs(
+            backends, workloads[0], min(n for n in world_sizes if n > 1), kinds=check_fault_kinds(faults), options=cpu
+        )
     # Each round in its own seeded order: a case that always ran first (or always after the same case)
     # would carry that position's bias in every launch, which interleaving alone does not remove.
     rounds = []

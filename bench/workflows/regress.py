@@ -44,9 +44,15 @@ from bench.workflows.sweep import run_benchmark_sweep
 # runtime first, which is slow (docs/method.md, "Regression gate"), so one case keeps CI's time; its throughput
 # and ratio to the plain loop are gated. (The parameter server is left out for the same reason: its runs are
 # tested, not gated.)
-REGRESS_MATRIX = dict(nproc=2, world_sizes=[1, 2], workloads=["mnist_mlp", "resnet18"],
-                      windows=SWEEP_DEFAULTS["windows"], warmup_steps=SWEEP_DEFAULTS["warmup_steps"],
-                      comm_max_bytes=SWEEP_DEFAULTS["max_bytes"], references={"ray": ["mnist_mlp"]})
+REGRESS_MATRIX = dict(
+    nproc=2,
+    world_sizes=[1, 2],
+    workloads=["mnist_mlp", "resnet18"],
+    windows=SWEEP_DEFAULTS["windows"],
+    warmup_steps=SWEEP_DEFAULTS["warmup_steps"],
+    comm_max_bytes=SWEEP_DEFAULTS["max_bytes"],
+    references={"ray": ["mnist_mlp"]},
+)
 REGRESS_REPEATS = 3
 BASELINE_REPEATS = 5
 # Where `bench regress` and `bench baseline` (and so `nox -s regress` and `nox -s baseline`) keep their runs by
@@ -58,28 +64,60 @@ def regress_command(repeats: int, timeout: float | None = None) -> list[str]:
     """The `bench sweep` command line that runs the same matrix but its reference backend's case (a sweep gives every
     backend the same workloads), recorded in the baseline file, for people."""
     m = REGRESS_MATRIX
-    argv = ["bench", "sweep", "--max-nproc", str(m["nproc"]),
-            "--world-sizes", ",".join(map(str, m["world_sizes"])), "--workload", ",".join(m["workloads"]),
-            "--windows", str(m["windows"]), "--warmup-steps", str(m["warmup_steps"]),
-            "--max-bytes", m["comm_max_bytes"], "--repeats", str(repeats), "--no-faults"]
+    argv = [
+        "bench",
+        "sweep",
+        "--max-nproc",
+        str(m["nproc"]),
+        "--world-sizes",
+        ",".join(map(str, m["world_sizes"])),
+        "--workload",
+        ",".join(m["workloads"]),
+        "--windows",
+        str(m["windows"]),
+        "--warmup-steps",
+        str(m["warmup_steps"]),
+        "--max-bytes",
+        m["comm_max_bytes"],
+        "--repeats",
+        str(repeats),
+        "--no-faults",
+    ]
     return argv + (["--timeout", f"{timeout:g}"] if timeout is not None else [])
 
 
-def run_matrix(store, title: str, repeats: int, *, inject_delay: str | None = None,
-               timeout: float | None = None) -> tuple[str, list]:
+def run_matrix(
+    store, title: str, repeats: int, *, inject_delay: str | None = None, timeout: float | None = None
+) -> tuple[str, list]:
     """Run the regression matrix as one sweep into `store`: (sweep id, records)."""
     m = REGRESS_MATRIX
     device, _ = resolve_device(m["nproc"], None)
-    return run_benchmark_sweep(store, title, backends="primary", references=m["references"], workloads=m["workloads"],
-                     device=device, world_sizes=m["world_sizes"],
-                     options={"windows": m["windows"], "warmup_steps": m["warmup_steps"], "step_delay": inject_delay, "timeout": timeout},
-                     comm=comm_options({"max_bytes": m["comm_max_bytes"]}), repeats=repeats)
+    return run_benchmark_sweep(
+        store,
+        title,
+        backends="primary",
+        references=m["references"],
+        workloads=m["workloads"],
+        device=device,
+        world_sizes=m["world_sizes"],
+        options={
+            "windows": m["windows"],
+            "warmup_steps": m["warmup_steps"],
+            "step_delay": inject_delay,
+            "timeout": timeout,
+        },
+        comm=comm_options({"max_bytes": m["comm_max_bytes"]}),
+        repeats=repeats,
+    )
 
 
 def failing_list(rows: list[dict]) -> str:
     """The failing metrics of a comparison, with their change, on one line."""
-    return "; ".join(f"{r['metric']} {r['verdict']}" + (f" {r['change']:+.1%}" if r["change"] is not None else "")
-                     for r in rows if r["verdict"] in FAILING_VERDICTS)
+    return "; ".join(
+        f"{r['metric']} {r['verdict']}" + (f" {r['change']:+.1%}" if r["change"] is not None else "")
+        for r in rows
+        if r["verdict"] in FAILING_VERDICTS
+    )
 
 
 def this_host(records: list) -> dict:
@@ -99,8 +137,9 @@ def unavailable_backends(records: list) -> dict[str, str]:
     return out
 
 
-def compare_and_print(baseline: dict, current: list, as_json: bool, out=None,
-                      machine: dict | None = None) -> tuple[int, list[dict]]:
+def compare_and_print(
+    baseline: dict, current: list, as_json: bool, out=None, machine: dict | None = None
+) -> tuple[int, list[dict]]:
     """Compare runs (RunRecords) with a baseline file's contents; print the table (or, as_json, the JSON) on
     `out` (default stdout) and a one-line summary on stderr that names every failing metric. `machine`:
     where the current runs were made (default: from their records, without a calibration).
@@ -108,27 +147,53 @@ def compare_and_print(baseline: dict, current: list, as_json: bool, out=None,
     base_figs, _ = figures(baseline["records"])
     cur_figs, cur_not_ok = figures(current)
     if not cur_figs and not cur_not_ok:
-        raise UsageError("the current runs hold no figure the gate compares (training or communication "
-                         "runs of a sweep); run `bench regress` or `bench sweep` first")
+        raise UsageError(
+            "the current runs hold no figure the gate compares (training or communication "
+            "runs of a sweep); run `bench regress` or `bench sweep` first"
+        )
     machine = machine if machine is not None else machine_facts(current)
     same, why = host_match(baseline["machine"], machine)
     # asked only about backends whose baseline figures the current runs lack (a probe of Horovod takes seconds)
     lacking = {key.split(" ")[1] for key in base_figs if key not in cur_figs and key not in cur_not_ok}
-    rows = compare_figures(base_figs, cur_figs, cur_not_ok, same_machine=same, host_differs=why,
-                           cannot_run=unavailable_backends([r for r in baseline["records"] if r.spec.backend in lacking]))
+    rows = compare_figures(
+        base_figs,
+        cur_figs,
+        cur_not_ok,
+        same_machine=same,
+        host_differs=why,
+        cannot_run=unavailable_backends([r for r in baseline["records"] if r.spec.backend in lacking]),
+    )
     out = out or sys.stdout
     if as_json:
-        print(json.dumps({"baseline_machine": baseline["machine"], "current_machine": machine,
-                          "same_host": same, "host_differs": why or None, "rows": rows}, indent=1), file=out)
+        print(
+            json.dumps(
+                {
+                    "baseline_machine": baseline["machine"],
+                    "current_machine": machine,
+                    "same_host": same,
+                    "host_differs": why or None,
+                    "rows": rows,
+                },
+                indent=1,
+            ),
+            file=out,
+        )
     else:
         print(format_comparison(rows), file=out, flush=True)
     if not same:
-        print(f"bench compare: absolute throughput is not gated here (host differs: {why}); the ratios within "
-              "each sweep still are", file=sys.stderr)
+        print(
+            f"bench compare: absolute throughput is not gated here (host differs: {why}); the ratios within "
+            "each sweep still are",
+            file=sys.stderr,
+        )
     counts = {v: sum(r["verdict"] == v for r in rows) for v in dict.fromkeys(r["verdict"] for r in rows)}
     bad = [r for r in rows if r["verdict"] in FAILING_VERDICTS]
-    print("bench compare: " + ", ".join(f"{n} {v}" for v, n in counts.items()) +
-          ("" if not bad else "; failing: " + failing_list(rows)), file=sys.stderr)
+    print(
+        "bench compare: "
+        + ", ".join(f"{n} {v}" for v, n in counts.items())
+        + ("" if not bad else "; failing: " + failing_list(rows)),
+        file=sys.stderr,
+    )
     return (EXIT_RUN_FAILED if bad else EXIT_OK), rows
 
 
@@ -144,8 +209,11 @@ def confirm_failures(records: list, rows: list[dict], store, title: str) -> list
         spec = record.spec
         cases.setdefault((spec.task, spec.backend, record.task.case(spec), spec.world_size), []).append(spec)
     plan = [dataclasses.replace(spec, repeat=spec.repeat + len(specs)) for specs in cases.values() for spec in specs]
-    print(f"{title}: confirming {len(failing)} failing metric(s): {len(cases)} case(s) run again",
-          file=sys.stderr, flush=True)
+    print(
+        f"{title}: confirming {len(failing)} failing metric(s): {len(cases)} case(s) run again",
+        file=sys.stderr,
+        flush=True,
+    )
     again = run_specs(plan, store, f"{title} (again)")
     if any(r.status == RunStatus.INTERRUPTED for r in again):
         raise Interrupted()
@@ -157,8 +225,9 @@ def check_baseline_dir(folder: str) -> None:
     try:
         check_folder_writable(Path(folder), create=False)
     except OSError as exc:
-        raise UsageError(f"--dir {folder}: the baseline cannot be written there ({os_reason(exc)}); give a "
-                         "folder you can write to") from None
+        raise UsageError(
+            f"--dir {folder}: the baseline cannot be written there ({os_reason(exc)}); give a folder you can write to"
+        ) from None
 
 
 def save_hot_paths(folder: str) -> int:
@@ -169,8 +238,16 @@ def save_hot_paths(folder: str) -> int:
     return EXIT_OK if code == 0 else EXIT_RUN_FAILED
 
 
-def baseline(store, folder: str, *, repeats: int = BASELINE_REPEATS, timeout: float | None = None,
-             from_store=None, sweep_id: str | None = None, hot_paths: bool = True) -> int:
+def baseline(
+    store,
+    folder: str,
+    *,
+    repeats: int = BASELINE_REPEATS,
+    timeout: float | None = None,
+    from_store=None,
+    sweep_id: str | None = None,
+    hot_paths: bool = True,
+) -> int:
     """Write folder/cpu-gloo.json from a fresh run of the matrix into `store` (or, given from_store, from a
     sweep already there: sweep_id, else the latest), then the hot-path figures unless hot_paths is False."""
     if from_store is not None:
@@ -183,9 +260,12 @@ def baseline(store, folder: str, *, repeats: int = BASELINE_REPEATS, timeout: fl
         matrix = regress_command(repeats, timeout)
     not_ok = [r for r in records if not r.comparable]
     if not_ok:
-        print(f"bench baseline: {len(not_ok)} run(s) not ok or not alone on their cores "
-              f"({', '.join(r.spec.backend + ' ' + r.status + (' shared' if r.shared_with else '') for r in not_ok)}); "
-              "a baseline must be clean: fix them and run again", file=sys.stderr)
+        print(
+            f"bench baseline: {len(not_ok)} run(s) not ok or not alone on their cores "
+            f"({', '.join(r.spec.backend + ' ' + r.status + (' shared' if r.shared_with else '') for r in not_ok)}); "
+            "a baseline must be clean: fix them and run again",
+            file=sys.stderr,
+        )
         return EXIT_RUN_FAILED
     calibration = this_host(records)["calibration"] if from_store is None else None
     path = write_baseline(os.path.join(folder, BASELINE_FILE), records, sweep_id, matrix, calibration)
@@ -193,8 +273,17 @@ def baseline(store, folder: str, *, repeats: int = BASELINE_REPEATS, timeout: fl
     return save_hot_paths(folder) if hot_paths else EXIT_OK
 
 
-def regress(store, folder: str, *, repeats: int = REGRESS_REPEATS, inject_delay: str | None = None,
-            timeout: float | None = None, confirm: bool = True, hot_paths: bool = True, as_json: bool = False) -> int:
+def regress(
+    store,
+    folder: str,
+    *,
+    repeats: int = REGRESS_REPEATS,
+    inject_delay: str | None = None,
+    timeout: float | None = None,
+    confirm: bool = True,
+    hot_paths: bool = True,
+    as_json: bool = False,
+) -> int:
     """Run the matrix into `store`, compare it with folder/cpu-gloo.json (confirming failures by running
     their cases again, unless confirm is False), then the hot paths against folder/hot-paths.json.
     With as_json, stdout carries only the final comparison."""
@@ -217,8 +306,11 @@ def regress(store, folder: str, *, repeats: int = REGRESS_REPEATS, inject_delay:
     failures = [failing_list(rows)] if code else []
     if hot_paths:
         hot_code = run_hot_paths(compare_with=hot_file)
-        print(f"bench regress: harness hot paths {'not over' if hot_code == 0 else 'OVER'} their limit "
-              f"against {hot_file}", file=sys.stderr)
+        print(
+            f"bench regress: harness hot paths {'not over' if hot_code == 0 else 'OVER'} their limit "
+            f"against {hot_file}",
+            file=sys.stderr,
+        )
         if hot_code:
             failures.append("harness hot paths slower than hot-paths.json allows (table above)")
     print(f"bench regress: FAILED: {'; '.join(failures)}" if failures else "bench regress: passed", file=sys.stderr)

@@ -48,6 +48,7 @@ SIDES = ("suite", "bare")
 class Goal:
     """What a figure must show: the interval's low end at least `floor` (and 1.0 inside it); pairs are added
     until the interval's half-width (Estimate.resolution) is at most `resolution`."""
+
     figure: str
     label: str
     unit: str
@@ -115,6 +116,7 @@ def pairs_for_goal(estimate, goal: Goal, limit: int = 100_000) -> int | None:
 @dataclass
 class Check:
     """One figure of one backend: the launches made so far on each side, in the order they ran."""
+
     backend: str
     goal: Goal
     launch: dict = field(default_factory=dict, repr=False)  # side -> () -> value (raises LaunchFailed)
@@ -157,18 +159,30 @@ class Check:
         def num(x):
             return x if x is not None and math.isfinite(x) else None
 
-        return {"backend": self.backend, "figure": self.goal.figure, "label": self.goal.label, "unit": self.goal.unit,
-                "suite": self.suite, "bare": self.bare, "order": self.order,
-                "launches": [len(self.suite), len(self.bare)],
-                "suite_mean": geometric_mean(self.suite) if self.suite else None,
-                "bare_mean": geometric_mean(self.bare) if self.bare else None,
-                "ratio": num(est.ratio) if est else None, "low": num(est.low) if est else None,
-                "high": num(est.high) if est else None, "p": num(est.p) if est else None,
-                "resolution": num(est.resolution) if est else None, "confidence": est.confidence if est else None,
-                "goal": {"floor": self.goal.floor, "resolution": self.goal.resolution},
-                "resolved": self.resolved, "passed": self.passed, "pairs_for_goal": pairs_for_goal(est, self.goal),
-                "seconds_per_pair": sum(self.pair_seconds) / self.pairs if self.pairs else None,
-                "why": f"a launch failed: {self.error}" if self.error else why}
+        return {
+            "backend": self.backend,
+            "figure": self.goal.figure,
+            "label": self.goal.label,
+            "unit": self.goal.unit,
+            "suite": self.suite,
+            "bare": self.bare,
+            "order": self.order,
+            "launches": [len(self.suite), len(self.bare)],
+            "suite_mean": geometric_mean(self.suite) if self.suite else None,
+            "bare_mean": geometric_mean(self.bare) if self.bare else None,
+            "ratio": num(est.ratio) if est else None,
+            "low": num(est.low) if est else None,
+            "high": num(est.high) if est else None,
+            "p": num(est.p) if est else None,
+            "resolution": num(est.resolution) if est else None,
+            "confidence": est.confidence if est else None,
+            "goal": {"floor": self.goal.floor, "resolution": self.goal.resolution},
+            "resolved": self.resolved,
+            "passed": self.passed,
+            "pairs_for_goal": pairs_for_goal(est, self.goal),
+            "seconds_per_pair": sum(self.pair_seconds) / self.pairs if self.pairs else None,
+            "why": f"a launch failed: {self.error}" if self.error else why,
+        }
 
 
 # ---------------------------------------------------------------- the adaptive loop
@@ -178,13 +192,20 @@ def progress_line(check: Check, pairs: int, elapsed: float, left: str) -> str:
     est = check.estimate
     so_far = f"ratio {est.ratio:.3f}" + (f" ±{est.resolution:.1%}" if est.replicated else "")
     count = f"{n}/{pairs}" if n <= pairs else f"{n}, goal ±{g.resolution:.0%}"
-    return (f"[{check.backend} {g.figure} {count}] suite {g.fmt.format(check.suite[-1])} {g.unit}, "
-            f"bare {g.fmt.format(check.bare[-1])} {g.unit} ({first} first); {so_far}; "
-            f"elapsed {format_duration(elapsed)}, {left}")
+    return (
+        f"[{check.backend} {g.figure} {count}] suite {g.fmt.format(check.suite[-1])} {g.unit}, "
+        f"bare {g.fmt.format(check.bare[-1])} {g.unit} ({first} first); {so_far}; "
+        f"elapsed {format_duration(elapsed)}, {left}"
+    )
 
 
-def run_checks(checks: list[Check], pairs: int, budget_s: float, say: Callable[[str], None] = note,
-               clock: Callable[[], float] = time.monotonic) -> None:
+def run_checks(
+    checks: list[Check],
+    pairs: int,
+    budget_s: float,
+    say: Callable[[str], None] = note,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
     """One backend's checks: `pairs` pairs of each (in the order given), then one more pair at a time for each
     figure whose interval is still wider than its goal, until none is or `budget_s` has passed since the
     start. A failed launch ends its check (its error is kept); the other checks go on."""
@@ -228,14 +249,17 @@ def run_checks(checks: list[Check], pairs: int, budget_s: float, say: Callable[[
 # ---------------------------------------------------------------- launches
 def suite_launch(spec, store, pick: Callable) -> Callable[[], float]:
     """The suite's side: the spec executed and stored exactly as `bench run` / `bench allreduce` do."""
+
     def launch() -> float:
         record = execute(spec, store, show_progress=False)
         if record.status == RunStatus.INTERRUPTED:
             raise Interrupted()
         if not record.ok:
-            raise LaunchFailed(f"suite run {record.run_id} ended {record.status}: "
-                               f"{record.error.message if record.error else 'no error recorded'} "
-                               f"(`bench list --store {store.path}`)")
+            raise LaunchFailed(
+                f"suite run {record.run_id} ended {record.status}: "
+                f"{record.error.message if record.error else 'no error recorded'} "
+                f"(`bench list --store {store.path}`)"
+            )
         if record.shared_with:
             raise LaunchFailed(f"suite run {record.run_id} {shared_words(record.shared_with)}")
         return pick(record)
@@ -259,11 +283,17 @@ def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str)
         scratch = tempfile.mkdtemp(prefix="bare-")
         try:
             # the machine's cores to itself, as a suite run has them (bench.harness.cores)
-            with CoreClaim(tag, f"selfcheck's bare {name} loop", None, run_resources(spec)) as claim, \
-                    Lifeline(tag, holds=(claim.fd,)) as lifeline:  # a killed selfcheck leaves no bare loop behind
+            with (
+                CoreClaim(tag, f"selfcheck's bare {name} loop", None, run_resources(spec)) as claim,
+                Lifeline(tag, holds=(claim.fd,)) as lifeline,
+            ):  # a killed selfcheck leaves no bare loop behind
                 claim.add_holder(lifeline.proc.pid)
-                outcome = supervise(loop.command(spec.world_size, args),
-                                    {**worker_environment(spec, tag), "TMPDIR": scratch}, log, spec.timeout)
+                outcome = supervise(
+                    loop.command(spec.world_size, args),
+                    {**worker_environment(spec, tag), "TMPDIR": scratch},
+                    log,
+                    spec.timeout,
+                )
                 shared = claim.finish()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -285,8 +315,10 @@ def bare_launch(loop, spec, args: list[str], key: str, log_dir: Path, name: str)
 
 def shared_words(shared_with: list[dict]) -> str:
     """Why a launch that shared its cores cannot be counted."""
-    return (f"shared its cores with {', '.join(r['run_id'] for r in shared_with)} (--allow-shared): the check compares "
-            "launches that each had the machine to itself; run it again without --allow-shared")
+    return (
+        f"shared its cores with {', '.join(r['run_id'] for r in shared_with)} (--allow-shared): the check compares "
+        "launches that each had the machine to itself; run it again without --allow-shared"
+    )
 
 
 def _bare_figure(text: str, key: str) -> float | None:
@@ -297,17 +329,51 @@ def _bare_figure(text: str, key: str) -> float | None:
 def train_args(spec) -> list[str]:
     """The bare loop's arguments for the training run `spec`: the same model, data shape, threads, pinning and
     steps."""
-    return ["--workload", spec.workload, "--device", spec.device, "--batch-size", spec.batch_size,
-            "--image-size", spec.image_size, "--classes", spec.num_classes, "--threads", spec.threads,
-            "--warmup-steps", spec.warmup_steps, "--steps", spec.steps_per_window * spec.windows,
-            "--seed", spec.seed, "--lr", spec.lr, "--momentum", spec.momentum, "--cpu-bind", spec.cpu_bind]
+    return [
+        "--workload",
+        spec.workload,
+        "--device",
+        spec.device,
+        "--batch-size",
+        spec.batch_size,
+        "--image-size",
+        spec.image_size,
+        "--classes",
+        spec.num_classes,
+        "--threads",
+        spec.threads,
+        "--warmup-steps",
+        spec.warmup_steps,
+        "--steps",
+        spec.steps_per_window * spec.windows,
+        "--seed",
+        spec.seed,
+        "--lr",
+        spec.lr,
+        "--momentum",
+        spec.momentum,
+        "--cpu-bind",
+        spec.cpu_bind,
+    ]
 
 
 def allreduce_args(spec) -> list[str]:
     """The bare loop's arguments for the communication run `spec` (one size): the same bytes and iterations."""
     c = spec.comm
-    return ["--device", spec.device, "--threads", spec.threads, "--allreduce", c.min_bytes,
-            "--warmup-iters", c.warmup_iters, "--iters", c.iters, "--cpu-bind", spec.cpu_bind]
+    return [
+        "--device",
+        spec.device,
+        "--threads",
+        spec.threads,
+        "--allreduce",
+        c.min_bytes,
+        "--warmup-iters",
+        c.warmup_iters,
+        "--iters",
+        c.iters,
+        "--cpu-bind",
+        spec.cpu_bind,
+    ]
 
 
 def pick_throughput(record) -> float:
@@ -351,25 +417,31 @@ def choose_backends(text: str | None, device: str) -> list[str]:
 @dataclass
 class Plan:
     """Everything a selfcheck runs, built (and so validated) before anything is launched."""
+
     backend: str
     train: object  # RunSpec
     comm: object | None  # RunSpec, or None without the allreduce check
 
 
-def plan(backends: list[str], workload: str, device: str, world_size: int, *, options: dict,
-         allreduce: bool, comm: dict) -> list[Plan]:
+def plan(
+    backends: list[str], workload: str, device: str, world_size: int, *, options: dict, allreduce: bool, comm: dict
+) -> list[Plan]:
     """The suite's specs per backend: a training run (bench.tasks.train.build_spec, as `bench run`) and, with
-    allreduce, a communication run at exactly ALLREDUCE_BYTES (bench.workflows.plan.comm_specs, as `bench allreduce`)."""
+    allreduce, a communication run at exactly ALLREDUCE_BYTES (bench.workflows.plan.comm_specs, as
+    `bench allreduce`)."""
     from workloads import WORKLOADS
 
     if ":" in workload:  # a user's workload (a plain unknown name gets build_spec's message)
-        raise UsageError(f"--workload {workload}: the bare loops take the built-in workloads only "
-                         f"({', '.join(WORKLOADS)})")
+        raise UsageError(
+            f"--workload {workload}: the bare loops take the built-in workloads only ({', '.join(WORKLOADS)})"
+        )
     if allreduce and world_size < 2:
-        raise UsageError(f"--nproc {world_size}: an allreduce needs 2 processes or more; "
-                         "raise --nproc or pass --no-comm")
-    sizes = comm_options({**comm, "ops": "allreduce", "dtype": "float32", "min_bytes": ALLREDUCE_BYTES,
-                          "max_bytes": ALLREDUCE_BYTES})
+        raise UsageError(
+            f"--nproc {world_size}: an allreduce needs 2 processes or more; raise --nproc or pass --no-comm"
+        )
+    sizes = comm_options(
+        {**comm, "ops": "allreduce", "dtype": "float32", "min_bytes": ALLREDUCE_BYTES, "max_bytes": ALLREDUCE_BYTES}
+    )
     out = []
     for backend in backends:
         train = build_spec(backend=backend, workload=workload, world_size=world_size, device=device, **options)
@@ -381,14 +453,28 @@ def plan(backends: list[str], workload: str, device: str, world_size: int, *, op
 def checks_of(p: Plan, store, log_dir: Path) -> list[Check]:
     loop = BARE_LOOPS[p.backend]
     t = GOALS["throughput"]
-    checks = [Check(p.backend, t, {"suite": suite_launch(p.train, store, pick_throughput),
-                                   "bare": bare_launch(loop, p.train, train_args(p.train), t.key, log_dir,
-                                                       f"{p.backend}-throughput")})]
+    checks = [
+        Check(
+            p.backend,
+            t,
+            {
+                "suite": suite_launch(p.train, store, pick_throughput),
+                "bare": bare_launch(loop, p.train, train_args(p.train), t.key, log_dir, f"{p.backend}-throughput"),
+            },
+        )
+    ]
     if p.comm is not None:
         b = GOALS["busbw"]
-        checks.append(Check(p.backend, b, {"suite": suite_launch(p.comm, store, pick_busbw),
-                                           "bare": bare_launch(loop, p.comm, allreduce_args(p.comm), b.key, log_dir,
-                                                               f"{p.backend}-allreduce")}))
+        checks.append(
+            Check(
+                p.backend,
+                b,
+                {
+                    "suite": suite_launch(p.comm, store, pick_busbw),
+                    "bare": bare_launch(loop, p.comm, allreduce_args(p.comm), b.key, log_dir, f"{p.backend}-allreduce"),
+                },
+            )
+        )
     return checks
 
 
@@ -396,8 +482,10 @@ def validate(pairs: int, max_minutes: float) -> None:
     if pairs < MIN_LAUNCHES:
         raise UsageError(f"--pairs {pairs}: an interval needs at least {MIN_LAUNCHES} launches a side")
     if not (math.isfinite(max_minutes) and 0 <= max_minutes <= MAX_MINUTES):
-        raise UsageError(f"--pairs-timeout {max_minutes * 60:g}: give 0 or more seconds, at most "
-                         f"{MAX_TIMEOUT_S:g} (0: only the --pairs pairs)")
+        raise UsageError(
+            f"--pairs-timeout {max_minutes * 60:g}: give 0 or more seconds, at most "
+            f"{MAX_TIMEOUT_S:g} (0: only the --pairs pairs)"
+        )
 
 
 def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: str | None, as_json: bool) -> int:
@@ -412,10 +500,13 @@ def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: 
     log_dir = store.run_dir(f"selfcheck-{new_run_id()}")
     log_dir.mkdir(parents=True, exist_ok=True)
     first = plans[0].train
-    note(f"bench selfcheck: suite vs bare loop, {first.workload}, {first.world_size} {first.device} process(es), "
-         f"{first.threads} thread(s) each{pinned_words(first.cpu_bind, ', ')}, {first.warmup_steps} warm-up + {first.windows} x "
-         f"{first.steps_per_window} steps; {pairs} pairs or more per figure, up to {max_minutes:g} min per backend "
-         f"-> {store.path}")
+    note(
+        f"bench selfcheck: suite vs bare loop, {first.workload}, {first.world_size} {first.device} process(es), "
+        f"{first.threads} thread(s) each{pinned_words(first.cpu_bind, ', ')}, "
+        f"{first.warmup_steps} warm-up + {first.windows} x "
+        f"{first.steps_per_window} steps; {pairs} pairs or more per figure, up to {max_minutes:g} min per backend "
+        f"-> {store.path}"
+    )
     checks: list[Check] = []
     try:
         for p in plans:
@@ -441,11 +532,21 @@ def selfcheck(plans: list[Plan], *, pairs: int, max_minutes: float, store_path: 
 # ---------------------------------------------------------------- output
 def result_dict(plans: list[Plan], checks: list[Check], pairs: int, max_minutes: float) -> dict:
     first = plans[0].train
-    return {"workload": first.workload, "device": first.device, "world_size": first.world_size,
-            "threads": first.threads, "cpu_bind": first.cpu_bind, "warmup_steps": first.warmup_steps, "windows": first.windows,
-            "steps_per_window": first.steps_per_window, "allreduce_bytes": ALLREDUCE_BYTES,
-            "pairs": pairs, "max_minutes": max_minutes,
-            "checks": [c.to_dict() for c in checks], "passed": all(c.passed for c in checks)}
+    return {
+        "workload": first.workload,
+        "device": first.device,
+        "world_size": first.world_size,
+        "threads": first.threads,
+        "cpu_bind": first.cpu_bind,
+        "warmup_steps": first.warmup_steps,
+        "windows": first.windows,
+        "steps_per_window": first.steps_per_window,
+        "allreduce_bytes": ALLREDUCE_BYTES,
+        "pairs": pairs,
+        "max_minutes": max_minutes,
+        "checks": [c.to_dict() for c in checks],
+        "passed": all(c.passed for c in checks),
+    }
 
 
 def more_pairs_text(check: Check, d: dict) -> str:
@@ -455,16 +556,26 @@ def more_pairs_text(check: Check, d: dict) -> str:
         return "more --pairs or a longer --pairs-timeout narrow it"
     more = max(needed - check.pairs, 1)
     minutes = math.ceil(more * d["seconds_per_pair"] / 60)
-    return (f"at this spread about {needed} pairs in all would reach it: {more} more, about {minutes} min at "
-            f"{d['seconds_per_pair']:.0f} s a pair; raise --pairs-timeout")
+    return (
+        f"at this spread about {needed} pairs in all would reach it: {more} more, about {minutes} min at "
+        f"{d['seconds_per_pair']:.0f} s a pair; raise --pairs-timeout"
+    )
 
 
 def table_lines(plans: list[Plan], checks: list[Check]) -> list[str]:
     """The verdict table: per backend and figure, launches, the geometric means, the ratio, its interval and
     PASS/FAIL; then a line per figure that failed or whose interval stayed wider than its goal."""
     first = plans[0].train
-    head = ("backend", "figure", "launches", "suite mean", "bare mean", "ratio", f"{CONFIDENCE:.0%} interval",
-            "verdict")
+    head = (
+        "backend",
+        "figure",
+        "launches",
+        "suite mean",
+        "bare mean",
+        "ratio",
+        f"{CONFIDENCE:.0%} interval",
+        "verdict",
+    )
     rows, notes = [], []
     for c in checks:
         d, g = c.to_dict(), c.goal
@@ -473,20 +584,35 @@ def table_lines(plans: list[Plan], checks: list[Check]) -> list[str]:
             return f"{g.fmt.format(v)} {g.unit}" if v is not None else "-"
 
         interval = f"{d['low']:.3f} to {d['high']:.3f}" if d["low"] is not None else "-"
-        rows.append((c.backend, g.label, f"{len(c.suite)} + {len(c.bare)}", fig(d["suite_mean"]), fig(d["bare_mean"]),
-                     f"{d['ratio']:.3f}" if d["ratio"] is not None else "-", interval,
-                     "PASS" if d["passed"] else "FAIL"))
+        rows.append(
+            (
+                c.backend,
+                g.label,
+                f"{len(c.suite)} + {len(c.bare)}",
+                fig(d["suite_mean"]),
+                fig(d["bare_mean"]),
+                f"{d['ratio']:.3f}" if d["ratio"] is not None else "-",
+                interval,
+                "PASS" if d["passed"] else "FAIL",
+            )
+        )
         where = f"{c.backend} {g.label}"
         if not d["passed"]:
             notes.append(f"{where}: FAIL: {d['why']}")
         if c.error is None and not d["resolved"] and d["resolution"] is not None:
-            notes.append(f"{where}: goal resolution not reached: the interval is ±{d['resolution']:.1%}, the goal "
-                         f"±{g.resolution:.0%} ({more_pairs_text(c, d)})")
+            notes.append(
+                f"{where}: goal resolution not reached: the interval is ±{d['resolution']:.1%}, the goal "
+                f"±{g.resolution:.0%} ({more_pairs_text(c, d)})"
+            )
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    lines = [f"# suite / bare loop: {first.workload}, {first.world_size} {first.device} process(es), "
-             f"{first.threads} thread(s) each{pinned_words(first.cpu_bind, ', ')}; means are geometric over launches"]
+    lines = [
+        f"# suite / bare loop: {first.workload}, {first.world_size} {first.device} process(es), "
+        f"{first.threads} thread(s) each{pinned_words(first.cpu_bind, ', ')}; means are geometric over launches"
+    ]
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
     lines += notes
     goals = ", ".join(f"{g.floor:g} ({g.figure})" for g in GOALS.values())
-    lines.append(f"# PASS: the {CONFIDENCE:.0%} interval of suite/bare includes 1.0 and its low end is at least {goals}")
+    lines.append(
+        f"# PASS: the {CONFIDENCE:.0%} interval of suite/bare includes 1.0 and its low end is at least {goals}"
+    )
     return lines

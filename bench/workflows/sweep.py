@@ -31,42 +31,89 @@ from bench.results.sweeps import (
 from bench.workflows.plan import SWEEP_FAULTS, available_backends, fault_backends, faults_missing, plan_sweep
 
 
-def run_benchmark_sweep(store, title: str, *, backends: list[str] | str | None, workloads: list[str], device: str,
-              world_sizes: list[int], options: dict, comm: dict | None, with_plain_loop: bool = True,
-              repeats: int = 1, references: dict[str, list[str]] | None = None,
-              faults: list[str] | None = None, fault_repeats: int = SWEEP_FAULTS["repeats"]) -> tuple[str, list]:
+def run_benchmark_sweep(
+    store,
+    title: str,
+    *,
+    backends: list[str] | str | None,
+    workloads: list[str],
+    device: str,
+    world_sizes: list[int],
+    options: dict,
+    comm: dict | None,
+    with_plain_loop: bool = True,
+    repeats: int = 1,
+    references: dict[str, list[str]] | None = None,
+    faults: list[str] | None = None,
+    fault_repeats: int = SWEEP_FAULTS["repeats"],
+) -> tuple[str, list]:
     """Plan a sweep (bench.workflows.plan.plan_sweep) under a new sweep id and run it: (sweep id, records).
     backends None: every compared backend that can run here; "primary": the primary pair's; saying which
     cannot. references: reference backends added to those, each with the only workloads it trains (where it
     can run here). faults: the fault kinds of its elasticity part (None: none), each launched fault_repeats times; said
     when it can make none."""
     if backends is None or backends == "primary":
-        backends = available_backends(device, lambda name, why: note(f"bench: skipping {name}: {why}"),
-                                      PRIMARY if backends == "primary" else None)
+        backends = available_backends(
+            device, lambda name, why: note(f"bench: skipping {name}: {why}"), PRIMARY if backends == "primary" else None
+        )
     if references:
-        backends = [*backends, *available_backends(device, lambda name, why: note(f"bench: skipping {name}: {why}"),
-                                                   [b for b in references if b not in backends])]
+        backends = [
+            *backends,
+            *available_backends(
+                device,
+                lambda name, why: note(f"bench: skipping {name}: {why}"),
+                [b for b in references if b not in backends],
+            ),
+        ]
     sweep_id = new_run_id()
-    plan = plan_sweep(backends, workloads, device, world_sizes, options=options, comm=comm, sweep_id=sweep_id,
-                      with_plain_loop=with_plain_loop, repeats=repeats, workloads_of=references, faults=faults,
-                      fault_repeats=fault_repeats)
+    plan = plan_sweep(
+        backends,
+        workloads,
+        device,
+        world_sizes,
+        options=options,
+        comm=comm,
+        sweep_id=sweep_id,
+        with_plain_loop=with_plain_loop,
+        repeats=repeats,
+        workloads_of=references,
+        faults=faults,
+        fault_repeats=fault_repeats,
+    )
     missing = faults_missing(backends, world_sizes, options.get("cluster")) if faults else None
     if missing:  # after planning: bad input is its one line alone
         note(f"bench: no fault runs: {missing}")
-    rounds = f", {repeats} launches of every case in interleaved rounds" if repeats > 1 else \
-        ", one launch of every case (a comparison needs two or more a side: --repeats)"
+    rounds = (
+        f", {repeats} launches of every case in interleaved rounds"
+        if repeats > 1
+        else ", one launch of every case (a comparison needs two or more a side: --repeats)"
+    )
     if faults and not missing:
-        rounds += (f"; faults {', '.join(faults)} under {', '.join(fault_backends(backends))} ({workloads[0]}, "
-                   f"{min(n for n in world_sizes if n > 1)} workers, {fault_repeats} launch"
-                   f"{'es' if fault_repeats > 1 else ''} each)")
-    description = (f"{', '.join(backends)} x {', '.join(workloads)} x world sizes "
-                   f"{', '.join(map(str, world_sizes))}{rounds}")
+        rounds += (
+            f"; faults {', '.join(faults)} under {', '.join(fault_backends(backends))} ({workloads[0]}, "
+            f"{min(n for n in world_sizes if n > 1)} workers, {fault_repeats} launch"
+            f"{'es' if fault_repeats > 1 else ''} each)"
+        )
+    description = (
+        f"{', '.join(backends)} x {', '.join(workloads)} x world sizes {', '.join(map(str, world_sizes))}{rounds}"
+    )
     note(f"{title}: {description}")
     store.check_writable()  # before the sweep's row makes the store: a store that cannot take its runs says so first
     now = time.time()
-    store.begin_sweep({"sweep_id": sweep_id, "created_at": now, "updated_at": now, "state": RUNNING, "title": title,
-                       "description": description, "planned": len(plan), "owner": json.dumps(this_process()),
-                       "why": None, "plan": plan_text(plan, git_state())})
+    store.begin_sweep(
+        {
+            "sweep_id": sweep_id,
+            "created_at": now,
+            "updated_at": now,
+            "state": RUNNING,
+            "title": title,
+            "description": description,
+            "planned": len(plan),
+            "owner": json.dumps(this_process()),
+            "why": None,
+            "plan": plan_text(plan, git_state()),
+        }
+    )
     records = run_marked(store, sweep_id, plan, f"{title} {sweep_id}", len(plan), 0)
     say_measured(title, records)
     return sweep_id, records
@@ -76,8 +123,10 @@ def say_measured(title: str, records: list) -> None:
     """The runs not ok whose status is what they measured, said in one line."""
     results = [r for r in records if not r.ok and r.task.measured(r)]
     if results:  # a backend that did not come through a fault: what the run measured, not a failure of the sweep
-        note(f"{title}: {len(results)} run(s) not ok as a result, not a failure (the exit status leaves them out): "
-             + "; ".join(f"{r.spec.backend} {r.task.case(r.spec)}: {r.status}" for r in results))
+        note(
+            f"{title}: {len(results)} run(s) not ok as a result, not a failure (the exit status leaves them out): "
+            + "; ".join(f"{r.spec.backend} {r.task.case(r.spec)}: {r.status}" for r in results)
+        )
 
 
 def run_marked(store, sweep_id: str, specs: list, title: str, planned: int, ran_before: int) -> list:
@@ -94,16 +143,21 @@ def run_marked(store, sweep_id: str, specs: list, title: str, planned: int, ran_
     if len(records) == len(specs) and not cut:
         mark(store, sweep_id, COMPLETE, None)
     else:
-        why = f"{cut[-1].error.message if cut[-1].error else 'interrupted'}, during a launch" if cut else \
-            "stopped after a launch (the job's time limit)"
+        why = (
+            f"{cut[-1].error.message if cut[-1].error else 'interrupted'}, during a launch"
+            if cut
+            else "stopped after a launch (the job's time limit)"
+        )
         interrupted(store, sweep_id, why, ran_before + len(ran(records)), planned)
     return records
 
 
 def interrupted(store, sweep_id: str, why: str, done: int, planned: int) -> None:
     mark(store, sweep_id, INTERRUPTED, why)
-    note(f"bench: sweep {sweep_id} interrupted ({why}) after {done} of its {planned} planned launches; `bench sweep "
-         f"--resume {sweep_id} --store {store.path}` runs the other {planned - done}")
+    note(
+        f"bench: sweep {sweep_id} interrupted ({why}) after {done} of its {planned} planned launches; `bench sweep "
+        f"--resume {sweep_id} --store {store.path}` runs the other {planned - done}"
+    )
 
 
 def stopped_by(exc: BaseException) -> str:
@@ -133,9 +187,11 @@ def sweep_to_resume(store, sweep_id: str | None) -> dict:
     if sweep_id is not None:
         if not rows:
             known = {r.spec.sweep_id for r in store.sweep_records(sweep_id)}
-            raise UsageError(f"sweep {sweep_id} was made by a bench that kept no plan of it, so it cannot be resumed"
-                             if known else f"no sweep {sweep_id} in {store.path}; --resume without an id takes its "
-                             "latest interrupted sweep")
+            raise UsageError(
+                f"sweep {sweep_id} was made by a bench that kept no plan of it, so it cannot be resumed"
+                if known
+                else f"no sweep {sweep_id} in {store.path}; --resume without an id takes its latest interrupted sweep"
+            )
         row = rows[0]
     else:
         if not rows:
@@ -144,8 +200,10 @@ def sweep_to_resume(store, sweep_id: str | None) -> dict:
         cut = [row for row in rows if states[row["sweep_id"]] == INTERRUPTED]
         if not cut:
             latest = rows[-1]
-            raise UsageError(f"no interrupted sweep to resume in {store.path}: its latest, {latest['sweep_id']}, is "
-                             f"{states[latest['sweep_id']]}")
+            raise UsageError(
+                f"no interrupted sweep to resume in {store.path}: its latest, {latest['sweep_id']}, is "
+                f"{states[latest['sweep_id']]}"
+            )
         row = cut[-1]
     refuse_unless_interrupted(row, row["sweep_id"], store)
     return row
@@ -161,8 +219,10 @@ def refuse_unless_interrupted(row: dict | None, sweep_id: str, store) -> None:
     if state == RUNNING:
         owner = json.loads(row["owner"] or "{}")
         alive = "still runs it" if owner_alive(owner) else "runs it on another host (it cannot be checked from here)"
-        raise UsageError(f"sweep {row['sweep_id']} is running: bench process {owner.get('pid')} on {owner.get('host')} "
-                         f"{alive}; resume it once that process has ended")
+        raise UsageError(
+            f"sweep {row['sweep_id']} is running: bench process {owner.get('pid')} on {owner.get('host')} "
+            f"{alive}; resume it once that process has ended"
+        )
 
 
 def resume_sweep(store, sweep_id: str | None) -> tuple[str, list]:
@@ -173,19 +233,29 @@ def resume_sweep(store, sweep_id: str | None) -> tuple[str, list]:
     sweep_id, title = row["sweep_id"], row["title"]
     specs, code = plan_of(row)
     if code and code != git_state():
-        raise UsageError(f"sweep {sweep_id} was planned with the code at commit {code.get('commit')}"
-                         f"{' with changes' if code.get('dirty') else ''}, and this checkout differs: launches made "
-                         "now would not be pooled with its earlier ones (the page pools launches of the same code "
-                         "only); resume it from that code, or start a new sweep")
+        raise UsageError(
+            f"sweep {sweep_id} was planned with the code at commit {code.get('commit')}"
+            f"{' with changes' if code.get('dirty') else ''}, and this checkout differs: launches made "
+            "now would not be pooled with its earlier ones (the page pools launches of the same code "
+            "only); resume it from that code, or start a new sweep"
+        )
     before = store.sweep_records(sweep_id)
     left = missing_launches(specs, before)
     store.check_writable()
     # taken in one transaction: of two resumes at once, the second finds it running
-    store.update_sweep(sweep_id, lambda now: refuse_unless_interrupted(now, sweep_id, store), state=RUNNING, why=None,
-                       owner=json.dumps(this_process()), updated_at=time.time())
+    store.update_sweep(
+        sweep_id,
+        lambda now: refuse_unless_interrupted(now, sweep_id, store),
+        state=RUNNING,
+        why=None,
+        owner=json.dumps(this_process()),
+        updated_at=time.time(),
+    )
     done = len(specs) - len(left)
-    note(f"{title}: resuming sweep {sweep_id} ({row['description']}): {done} of its {len(specs)} planned launches ran; "
-         + (f"running the {len(left)} left" if left else "none is left to run"))
+    note(
+        f"{title}: resuming sweep {sweep_id} ({row['description']}): {done} of its {len(specs)} planned launches ran; "
+        + (f"running the {len(left)} left" if left else "none is left to run")
+    )
     if not left:
         mark(store, sweep_id, COMPLETE, None)
         return sweep_id, ran(before)

@@ -105,8 +105,11 @@ def test_aggregate_metrics(benchmark, sample_records):
     """The training task's metrics from two workers' results (what TrainTask.conclude computes)."""
     from bench.tasks.train import train_metrics
 
-    rec = next(r for r in sample_records if r.ok and r.spec.task == "train" and r.spec.world_size == 2
-               and not r.spec.roles.get("server"))
+    rec = next(
+        r
+        for r in sample_records
+        if r.ok and r.spec.task == "train" and r.spec.world_size == 2 and not r.spec.roles.get("server")
+    )
     windows = rec.metrics.window_times_s
     results = train_results(rec.spec, [windows, windows])
     metrics = benchmark(train_metrics, rec.spec, results, 0.0)

@@ -15,8 +15,9 @@ class SyntheticDataset:
     order: a DataLoader over it gives the same batches the on-device path cycles through."""
 
     def __init__(self, *, batch, channels, image, classes, seed, rank):
-        held = SyntheticBatches(batch=batch, channels=channels, image=image, classes=classes, seed=seed, rank=rank,
-                                device="cpu")
+        held = SyntheticBatches(
+            batch=batch, channels=channels, image=image, classes=classes, seed=seed, rank=rank, device="cpu"
+        )
         self.x = held.x.reshape(-1, *held.x.shape[2:])
         self.y = held.y.reshape(-1)
 
@@ -36,12 +37,21 @@ class DataLoaderBatches:
         import torch
         from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 
-        self.sampler = (DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed,
-                                           drop_last=True) if shuffle else SequentialSampler(dataset))
-        self.loader = DataLoader(dataset, batch_size=batch, sampler=self.sampler, num_workers=workers,
-                                 drop_last=True, persistent_workers=workers > 0,
-                                 pin_memory=getattr(device, "type", device) == "cuda",
-                                 generator=torch.Generator().manual_seed(rank_seed(seed, rank)))
+        self.sampler = (
+            DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+            if shuffle
+            else SequentialSampler(dataset)
+        )
+        self.loader = DataLoader(
+            dataset,
+            batch_size=batch,
+            sampler=self.sampler,
+            num_workers=workers,
+            drop_last=True,
+            persistent_workers=workers > 0,
+            pin_memory=getattr(device, "type", device) == "cuda",
+            generator=torch.Generator().manual_seed(rank_seed(seed, rank)),
+        )
         self.device, self.epoch, self.it = device, 0, None
 
     def __iter__(self):

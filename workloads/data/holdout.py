@@ -42,8 +42,9 @@ def split_indices(samples: int, holdout: float, seed: int) -> tuple[list[int], l
     return sorted(perm[held:]), sorted(perm[:held])
 
 
-def converge_data(source: str, data_dir: str | None, *, holdout: float, seed: int, channels: int, image: int,
-                  workload=None):
+def converge_data(
+    source: str, data_dir: str | None, *, holdout: float, seed: int, channels: int, image: int, workload=None
+):
     """(training part, as open_batches takes it with `dataset=`; the HeldOut set). A workload's own data sets and
     MNIST's own t10k files (when they are in --data-dir) bring their held-out set; otherwise a seeded `holdout`
     share of the data is kept out of training. Synthetic data have nothing to learn, so they are refused."""
@@ -59,8 +60,9 @@ def converge_data(source: str, data_dir: str | None, *, holdout: float, seed: in
         train_idx, held_idx = split_indices(len(samples), holdout, seed)
         train = Subset(image_folder_dataset(data_dir, channels=channels, image=image), train_idx)
         held = Subset(image_folder_dataset(data_dir, channels=channels, image=image, train=False), held_idx)
-        return train, HeldOut(held, len(held_idx), f"{len(held_idx)} images held out of {len(samples)} "
-                                                   f"({holdout:.0%}, seeded)")
+        return train, HeldOut(
+            held, len(held_idx), f"{len(held_idx)} images held out of {len(samples)} ({holdout:.0%}, seeded)"
+        )
     images, labels = load_real(source, data_dir)
     if source == "mnist" and has_files(data_dir, MNIST_TEST_FILES):
         test_images, test_labels = load_real(source, data_dir, MNIST_TEST_FILES)
@@ -75,8 +77,9 @@ def converge_data(source: str, data_dir: str | None, *, holdout: float, seed: in
     return (images, labels), HeldOut(held, len(test_labels), describe)
 
 
-def training_samples(source: str, data_dir: str | None, *, holdout: float, seed: int, workload=None,
-                     image: int | None = None) -> int:
+def training_samples(
+    source: str, data_dir: str | None, *, holdout: float, seed: int, workload=None, image: int | None = None
+) -> int:
     """How many samples the training part of converge_data holds (the parent plans epochs with it)."""
     if source == "workload":
         return own_train_samples(workload, image)

@@ -22,8 +22,9 @@ def image_tree(data_dir: str | None) -> tuple[list[str], list]:
         classes, index = find_classes(data_dir)
         samples = make_dataset(data_dir, index, extensions=IMG_EXTENSIONS)
     except (FileNotFoundError, OSError) as exc:
-        raise DataError(f"--data-dir {data_dir}: not an image folder tree ({exc}); it needs one sub-folder of "
-                        f"images per class") from None
+        raise DataError(
+            f"--data-dir {data_dir}: not an image folder tree ({exc}); it needs one sub-folder of images per class"
+        ) from None
     return classes, samples
 
 
@@ -34,7 +35,11 @@ def image_folder_dataset(data_dir, *, channels, image, train=True):
 
     grey = [transforms.Grayscale(num_output_channels=1)] if channels == 1 else []
     mean, std = ((0.5,), (0.5,)) if channels == 1 else ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-    shape = ([transforms.RandomResizedCrop(image), transforms.RandomHorizontalFlip()] if train else
-             [transforms.Resize(int(image * 8 / 7)), transforms.CenterCrop(image)])
-    return datasets.ImageFolder(data_dir, transforms.Compose([*shape, *grey, transforms.ToTensor(),
-                                                              transforms.Normalize(mean, std)]))
+    shape = (
+        [transforms.RandomResizedCrop(image), transforms.RandomHorizontalFlip()]
+        if train
+        else [transforms.Resize(int(image * 8 / 7)), transforms.CenterCrop(image)]
+    )
+    return datasets.ImageFolder(
+        data_dir, transforms.Compose([*shape, *grey, transforms.ToTensor(), transforms.Normalize(mean, std)])
+    )

@@ -39,8 +39,7 @@ def shard_order(samples: int, *, world: int, rank: int, seed: int, epoch: int):
     so the in-memory path and the DataLoader path see the same samples."""
     from torch.utils.data import DistributedSampler
 
-    sampler = DistributedSampler(range(samples), num_replicas=world, rank=rank, shuffle=True, seed=seed,
-                                 drop_last=True)
+    sampler = DistributedSampler(range(samples), num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
     sampler.set_epoch(epoch)
     return list(sampler)
 
@@ -107,8 +106,10 @@ class ShardedBatches:
         import torch
 
         self.epoch += 1
-        self.order = torch.tensor(shard_order(len(self.data), world=self.world, rank=self.rank, seed=self.seed,
-                                              epoch=self.epoch), device=self.data.labels.device)
+        self.order = torch.tensor(
+            shard_order(len(self.data), world=self.world, rank=self.rank, seed=self.seed, epoch=self.epoch),
+            device=self.data.labels.device,
+        )
         self.pos = 0
 
     def __iter__(self):

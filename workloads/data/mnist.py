@@ -24,12 +24,15 @@ def _open_maybe_gz(path: Path):
 def find_mnist(data_dir: str | os.PathLike | None, files=MNIST_FILES) -> tuple[Path, Path]:
     """Return the (images, labels) paths or raise DataError naming what is missing."""
     if not data_dir:
-        raise DataError("--data mnist needs --data-dir DIR holding MNIST's IDX files "
-                        f"({MNIST_FILES[0]}[.gz], {MNIST_FILES[1]}[.gz]); nothing is downloaded")
+        raise DataError(
+            "--data mnist needs --data-dir DIR holding MNIST's IDX files "
+            f"({MNIST_FILES[0]}[.gz], {MNIST_FILES[1]}[.gz]); nothing is downloaded"
+        )
     root = Path(data_dir)
     if not root.is_dir():
-        raise DataError(f"--data-dir {root} does not exist or is not a directory; "
-                        "point it at the folder holding MNIST's IDX files")
+        raise DataError(
+            f"--data-dir {root} does not exist or is not a directory; point it at the folder holding MNIST's IDX files"
+        )
     found = []
     for stem in files:
         for candidate in (root / stem, root / f"{stem}.gz", root / stem.replace("-idx", ".idx")):
@@ -39,8 +42,10 @@ def find_mnist(data_dir: str | os.PathLike | None, files=MNIST_FILES) -> tuple[P
             if candidate.exists():
                 raise DataError(f"{candidate} is not a regular file; put MNIST's file itself there")
         else:
-            raise DataError(f"MNIST file {stem}[.gz] not found in {root}; nothing is downloaded: "
-                            "put MNIST's training files there, or use --data synthetic or --data digits")
+            raise DataError(
+                f"MNIST file {stem}[.gz] not found in {root}; nothing is downloaded: "
+                "put MNIST's training files there, or use --data synthetic or --data digits"
+            )
     return found[0], found[1]
 
 
@@ -69,8 +74,9 @@ def read_idx(path: Path, kind: str):
         with _open_maybe_gz(path) as fh:
             magic, count = _header(fh, path, kind)
             if magic != IDX_MAGIC[kind]:
-                raise DataError(f"{path} is not an MNIST {kind} file (magic number {magic}, "
-                                f"expected {IDX_MAGIC[kind]})")
+                raise DataError(
+                    f"{path} is not an MNIST {kind} file (magic number {magic}, expected {IDX_MAGIC[kind]})"
+                )
             shape: tuple[int, ...] = (count,)
             if kind == "images":
                 shape += _header(fh, path, kind)
@@ -104,12 +110,15 @@ def load_mnist(data_dir: str | None, files=MNIST_FILES):
     images_path, labels_path = find_mnist(data_dir, files)
     images, labels = read_idx(images_path, "images"), read_idx(labels_path, "labels")
     if len(images) != len(labels):
-        raise DataError(f"MNIST files disagree: {images_path} holds {len(images)} images, {labels_path} "
-                        f"{len(labels)} labels")
+        raise DataError(
+            f"MNIST files disagree: {images_path} holds {len(images)} images, {labels_path} {len(labels)} labels"
+        )
     classes = DIGIT_CLASSES
     out_of_range = np.flatnonzero(labels >= classes)
     if out_of_range.size:  # the loss would fail on it mid-run, in every worker
         i = int(out_of_range[0])
-        raise DataError(f"{labels_path} holds label {labels[i]} (sample {i}); MNIST's {classes} classes take "
-                        f"labels 0..{classes - 1}")
+        raise DataError(
+            f"{labels_path} holds label {labels[i]} (sample {i}); MNIST's {classes} classes take "
+            f"labels 0..{classes - 1}"
+        )
     return images, labels.astype(np.int64)

@@ -25,6 +25,8 @@ def samples_per_rank(samples: int, world: int, batch: int) -> int:
     one batch: the rule the parent checks before launch and every rank's ShardedBatches relies on."""
     per_rank = samples // world
     if per_rank < batch:
-        raise DataError(f"the data set has {samples} samples: too few for {world} worker(s) x batch {batch} "
-                        "(every worker needs a full batch); lower --batch-size or the world size")
+        raise DataError(
+            f"the data set has {samples} samples: too few for {world} worker(s) x batch {batch} "
+            "(every worker needs a full batch); lower --batch-size or the world size"
+        )
     return per_rank

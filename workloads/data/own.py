@@ -38,26 +38,34 @@ def check_own_data(workload, facts: dict, image: int | None) -> None:
     """Two non-empty data sets whose first sample is an input of the workload's shape and a class index."""
     name = workload.name
     if min(facts["train"], facts["held_out"]) < 1:
-        raise DataError(f"--data workload: {name}.datasets() gave {facts['train']} training and {facts['held_out']} "
-                        "held-out samples; both need some")
+        raise DataError(
+            f"--data workload: {name}.datasets() gave {facts['train']} training and {facts['held_out']} "
+            "held-out samples; both need some"
+        )
     shape = tuple(facts["shape"])
     expected = (workload.channels, image, image) if image else None
     if not facts["tensor"] or (expected and shape != expected):
-        raise DataError(f"--data workload: {name}'s samples are {facts['kind']} {shape}; the model takes "
-                        f"tensors of shape {expected or '(channels, image, image)'}"
-                        + (" (set --image-size to match)" if expected else ""))
+        raise DataError(
+            f"--data workload: {name}'s samples are {facts['kind']} {shape}; the model takes "
+            f"tensors of shape {expected or '(channels, image, image)'}"
+            + (" (set --image-size to match)" if expected else "")
+        )
     label = facts["label"]
     if not 0 <= label < workload.classes:
-        raise DataError(f"--data workload: {name}'s first sample has class {label}; it declares "
-                        f"{workload.classes} classes (0..{workload.classes - 1})")
+        raise DataError(
+            f"--data workload: {name}'s first sample has class {label}; it declares "
+            f"{workload.classes} classes (0..{workload.classes - 1})"
+        )
 
 
 def _made(workload) -> tuple:
     """(train, held-out, their facts), made once per process."""
     name = getattr(workload, "name", workload)
     if workload is None or getattr(workload, "datasets", None) is None:
-        raise DataError(f"--data workload: workload {name} brings no data sets of its own (its `datasets` is None); "
-                        "give it a datasets() factory (README, 'Compare on your own model') or choose another --data")
+        raise DataError(
+            f"--data workload: workload {name} brings no data sets of its own (its `datasets` is None); "
+            "give it a datasets() factory (README, 'Compare on your own model') or choose another --data"
+        )
     key = id(workload)
     if key not in _OWN:
         import torch  # here only: a process that is told the facts (the run's parent) never loads it
@@ -66,12 +74,19 @@ def _made(workload) -> tuple:
             train, held = workload.datasets()
             sizes = len(train), len(held)
             x, y = train[0]
-            facts = {"train": sizes[0], "held_out": sizes[1], "kind": type(x).__name__,
-                     "tensor": isinstance(x, torch.Tensor), "shape": [int(d) for d in getattr(x, "shape", ())],
-                     "label": int(y)}
+            facts = {
+                "train": sizes[0],
+                "held_out": sizes[1],
+                "kind": type(x).__name__,
+                "tensor": isinstance(x, torch.Tensor),
+                "shape": [int(d) for d in getattr(x, "shape", ())],
+                "label": int(y),
+            }
         except Exception as exc:
-            raise DataError(f"--data workload: {name}.datasets() must return (train, held_out) data sets of "
-                            f"(input, class index) pairs ({type(exc).__name__}: {str(exc)[:160]})") from None
+            raise DataError(
+                f"--data workload: {name}.datasets() must return (train, held_out) data sets of "
+                f"(input, class index) pairs ({type(exc).__name__}: {str(exc)[:160]})"
+            ) from None
         _OWN[key] = (train, held, facts)
     return _OWN[key]
 

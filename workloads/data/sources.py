@@ -29,8 +29,9 @@ def load_real(source: str, data_dir: str | None, files=MNIST_FILES):
     return digits_arrays()
 
 
-def check_source(source: str, data_dir: str | None, *, world: int, batch: int, workload=None,
-                 image: int | None = None) -> None:
+def check_source(
+    source: str, data_dir: str | None, *, world: int, batch: int, workload=None, image: int | None = None
+) -> None:
     """Parent-side validation, so bad input fails before any process starts: the files read as the
     workers will read them (MNIST once: well under a second), and every rank gets full batches."""
     if source not in SOURCES:
@@ -49,26 +50,50 @@ def check_source(source: str, data_dir: str | None, *, world: int, batch: int, w
     samples_per_rank(len(labels), world, batch)
 
 
-def open_batches(source, *, batch, channels, image, classes, seed, rank, world, device, data_dir=None,
-                 loader="memory", loader_workers=0, dataset=None, workload=None):
+def open_batches(
+    source,
+    *,
+    batch,
+    channels,
+    image,
+    classes,
+    seed,
+    rank,
+    world,
+    device,
+    data_dir=None,
+    loader="memory",
+    loader_workers=0,
+    dataset=None,
+    workload=None,
+):
     """The batch stream of one worker. `dataset` overrides what the source would load (a held-out split's
     training part, bench converge): a HeldImages, or a torch Dataset for the sources a DataLoader reads."""
     if source == "workload":
         data = dataset if dataset is not None else own_datasets(workload, image)[0]
-        return DataLoaderBatches(data, batch=batch, seed=seed, rank=rank, world=world, device=device,
-                                 workers=loader_workers)
+        return DataLoaderBatches(
+            data, batch=batch, seed=seed, rank=rank, world=world, device=device, workers=loader_workers
+        )
     if source == "imagefolder":
         data = dataset if dataset is not None else image_folder_dataset(data_dir, channels=channels, image=image)
-        return DataLoaderBatches(data, batch=batch, seed=seed, rank=rank, world=world, device=device,
-                                 workers=loader_workers)
+        return DataLoaderBatches(
+            data, batch=batch, seed=seed, rank=rank, world=world, device=device, workers=loader_workers
+        )
     if source == "synthetic":
         if loader == "dataloader":
-            return DataLoaderBatches(SyntheticDataset(batch=batch, channels=channels, image=image, classes=classes,
-                                                      seed=seed, rank=rank),
-                                     batch=batch, seed=seed, rank=rank, world=world, device=device,
-                                     workers=loader_workers, shuffle=False)
-        return SyntheticBatches(batch=batch, channels=channels, image=image, classes=classes,
-                                seed=seed, rank=rank, device=device)
+            return DataLoaderBatches(
+                SyntheticDataset(batch=batch, channels=channels, image=image, classes=classes, seed=seed, rank=rank),
+                batch=batch,
+                seed=seed,
+                rank=rank,
+                world=world,
+                device=device,
+                workers=loader_workers,
+                shuffle=False,
+            )
+        return SyntheticBatches(
+            batch=batch, channels=channels, image=image, classes=classes, seed=seed, rank=rank, device=device
+        )
     if dataset is None:
         images, labels = load_real(source, data_dir)
     else:
@@ -76,7 +101,9 @@ def open_batches(source, *, batch, channels, image, classes, seed, rank, world, 
     if loader == "dataloader":
         held = HeldImages(images, labels, channels=channels, image=image)
         samples_per_rank(len(held), world, batch)
-        return DataLoaderBatches(held, batch=batch, seed=seed, rank=rank, world=world, device=device,
-                                 workers=loader_workers)
-    return ShardedBatches(images, labels, batch=batch, channels=channels, image=image, seed=seed,
-                          rank=rank, world=world, device=device)
+        return DataLoaderBatches(
+            held, batch=batch, seed=seed, rank=rank, world=world, device=device, workers=loader_workers
+        )
+    return ShardedBatches(
+        images, labels, batch=batch, channels=channels, image=image, seed=seed, rank=rank, world=world, device=device
+    )

@@ -25,17 +25,22 @@ class TorchrunDDPGroup(DDPGroup):
         if spec.device == "cuda":
             torch.cuda.set_device(local_rank)
             kwargs["device_id"] = torch.device("cuda", local_rank)
-        dist.init_process_group("nccl" if spec.device == "cuda" else "gloo",
-                                timeout=timedelta(seconds=spec.collective_timeout), **kwargs)
+        dist.init_process_group(
+            "nccl" if spec.device == "cuda" else "gloo", timeout=timedelta(seconds=spec.collective_timeout), **kwargs
+        )
         self.device_ids = [local_rank] if spec.device == "cuda" else None
-        return torchrun_rank_row(dist.get_rank(), dist.get_world_size(), local_rank=local_rank,
-                                 role_rank=int(os.environ["ROLE_RANK"]))
+        return torchrun_rank_row(
+            dist.get_rank(), dist.get_world_size(), local_rank=local_rank, role_rank=int(os.environ["ROLE_RANK"])
+        )
 
     def elastic_state(self, model, optimizer, run_dir, spec, on_reset):
         def identity():  # (local rank, restart count, group rank), as torchrun set them for this process
             env = os.environ
-            return (int(env["LOCAL_RANK"]), int(env.get("TORCHELASTIC_RESTART_COUNT", 0)),
-                    int(env.get("GROUP_RANK", 0)))
+            return (
+                int(env["LOCAL_RANK"]),
+                int(env.get("TORCHELASTIC_RESTART_COUNT", 0)),
+                int(env.get("GROUP_RANK", 0)),
+            )
 
         return CheckpointRestart(model, optimizer, DistributedDataParallel(model), run_dir.checkpoint, identity)
 

@@ -19,21 +19,24 @@ class TorchrunElastic(ElasticMode):
         # default), gloo reads the previous round's addresses and every restart fails to connect.
         env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
         if spec.hosts:
-            command, endpoint = agents_on_hosts(spec, rank_command, run_id, events_file=run_dir.agent_events,
-                                                max_restarts=fault.max_restarts)
+            command, endpoint = agents_on_hosts(
+                spec, rank_command, run_id, events_file=run_dir.agent_events, max_restarts=fault.max_restarts
+            )
             return command, env, {"rdzv_endpoint": endpoint}
         if fault.joining:
             # the joining agent must find the rendezvous: its endpoint is chosen now, not by the agent
             endpoint, nnodes = f"127.0.0.1:{free_port()}", "1:2"
         else:
             endpoint, nnodes = "127.0.0.1:0", "1"
-        command = agent_command(run_dir.agent_events, nnodes, spec.world_size, endpoint, run_id,
-                                fault.max_restarts, rank_command)
+        command = agent_command(
+            run_dir.agent_events, nnodes, spec.world_size, endpoint, run_id, fault.max_restarts, rank_command
+        )
         return command, env, {"rdzv_endpoint": endpoint}
 
     def join(self, spec, fault, rank_command, run_id, run_dir, info):
-        return agent_command(run_dir.agent_events, "1:2", 1, info["rdzv_endpoint"], run_id,
-                             fault.max_restarts, rank_command)
+        return agent_command(
+            run_dir.agent_events, "1:2", 1, info["rdzv_endpoint"], run_id, fault.max_restarts, rank_command
+        )
 
     def observations(self, run_dir):
         return agent_observations(run_dir)

@@ -27,9 +27,11 @@ MAX_CYCLE_MS = 60_000.0  # --hvd-cycle-ms at most: a minute (every collective ma
 # The probe reads the build flags Horovod's own `horovodrun --check-build` prints, in one child that imports
 # horovod.torch only; --check-build itself imports every framework in a child each, several times slower, which
 # every horovod command would otherwise pay. `bench doctor` still prints --check-build in full.
-_PROBE = ("import json, horovod, horovod.torch as hvd; print(json.dumps({'version': horovod.__version__, "
-          "'MPI': bool(hvd.mpi_built()), 'Gloo': bool(hvd.gloo_built()), 'NCCL': bool(hvd.nccl_built()), "
-          "'DDL': bool(hvd.ddl_built()), 'CCL': bool(hvd.ccl_built())}))")
+_PROBE = (
+    "import json, horovod, horovod.torch as hvd; print(json.dumps({'version': horovod.__version__, "
+    "'MPI': bool(hvd.mpi_built()), 'Gloo': bool(hvd.gloo_built()), 'NCCL': bool(hvd.nccl_built()), "
+    "'DDL': bool(hvd.ddl_built()), 'CCL': bool(hvd.ccl_built())}))"
+)
 
 
 @functools.cache
@@ -41,8 +43,11 @@ def check_build() -> tuple[str | None, dict]:
     probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
-        return f"Horovod is installed but does not import ({last}); build it for this torch: " \
-               f"python -m bench.tools.horovod_build --force", {}
+        return (
+            f"Horovod is installed but does not import ({last}); build it for this torch: "
+            f"python -m bench.tools.horovod_build --force",
+            {},
+        )
     return None, json.loads(probe.stdout.strip().splitlines()[-1])
 
 
@@ -57,8 +62,11 @@ def built_frameworks() -> list[str]:
     if spec is None or not spec.submodule_search_locations:
         return []
     root = Path(list(spec.submodule_search_locations)[0])
-    return [name for name, (folder, lib) in FRAMEWORK_LIBRARIES.items()
-            if any((root / folder).glob(f"{lib}.*.so")) or (root / folder / f"{lib}.so").exists()]
+    return [
+        name
+        for name, (folder, lib) in FRAMEWORK_LIBRARIES.items()
+        if any((root / folder).glob(f"{lib}.*.so")) or (root / folder / f"{lib}.so").exists()
+    ]
 
 
 def built_with(feature: str) -> bool:
@@ -73,18 +81,39 @@ class HorovodBackend(Backend):
     comm_dtypes = ("float32", "float16")  # 0.28.1 has no bfloat16 tensors on CPU
     options = (
         # recorded as `launcher`, as every stored horovod run holds it; the flag names it as Horovod's, beside --hvd-*
-        BackendOption("launcher", "gloo", "gloo: horovodrun --gloo; mpi: horovodrun --mpi; "
-                      "mpirun: plain mpirun", str, LAUNCHERS, invalid=("ssh",), cli_flag="--hvd-launcher"),
-        BackendOption("hvd_compression", "none", "gradient compression on the wire", str, ("none", "fp16"),
-                      invalid=("fp8",)),
-        BackendOption("hvd_backward_passes", 1, "backward passes per step (local accumulation)", int,
-                      invalid=("0", "-1", "x")),
+        BackendOption(
+            "launcher",
+            "gloo",
+            "gloo: horovodrun --gloo; mpi: horovodrun --mpi; mpirun: plain mpirun",
+            str,
+            LAUNCHERS,
+            invalid=("ssh",),
+            cli_flag="--hvd-launcher",
+        ),
+        BackendOption(
+            "hvd_compression", "none", "gradient compression on the wire", str, ("none", "fp16"), invalid=("fp8",)
+        ),
+        BackendOption(
+            "hvd_backward_passes", 1, "backward passes per step (local accumulation)", int, invalid=("0", "-1", "x")
+        ),
         BackendOption("hvd_op", "average", "gradient reduction", str, ("average", "adasum"), invalid=("sum",)),
-        BackendOption("hvd_fusion_mb", None, "fusion threshold in MiB (HOROVOD_FUSION_THRESHOLD)", float,
-                      invalid=("-1", "nan", "x"), default_words="Horovod's own"),
-        BackendOption("hvd_cycle_ms", None, f"cycle time in ms (HOROVOD_CYCLE_TIME), at most {MAX_CYCLE_MS:g}, a "
-                      "minute, as every collective may wait a cycle", float, invalid=("-1", "nan", "inf", "x", "1e10"),
-                      default_words="Horovod's own"),
+        BackendOption(
+            "hvd_fusion_mb",
+            None,
+            "fusion threshold in MiB (HOROVOD_FUSION_THRESHOLD)",
+            float,
+            invalid=("-1", "nan", "x"),
+            default_words="Horovod's own",
+        ),
+        BackendOption(
+            "hvd_cycle_ms",
+            None,
+            f"cycle time in ms (HOROVOD_CYCLE_TIME), at most {MAX_CYCLE_MS:g}, a "
+            "minute, as every collective may wait a cycle",
+            float,
+            invalid=("-1", "nan", "inf", "x", "1e10"),
+            default_words="Horovod's own",
+        ),
     )
     launcher = HorovodLauncher()
     group = "bench.backends.horovod.group"
@@ -98,8 +127,10 @@ class HorovodBackend(Backend):
         if problem:
             return problem
         if device == "cuda" and not (built_with("NCCL") or built_with("MPI")):
-            return "this Horovod has no GPU operations; rebuild with HOROVOD_GPU_OPERATIONS=NCCL " \
-                   "python -m bench.tools.horovod_build --force on a CUDA machine"
+            return (
+                "this Horovod has no GPU operations; rebuild with HOROVOD_GPU_OPERATIONS=NCCL "
+                "python -m bench.tools.horovod_build --force on a CUDA machine"
+            )
         return None
 
     def check_options(self, options, device):
@@ -114,8 +145,10 @@ class HorovodBackend(Backend):
             if shutil.which("mpirun") is None:
                 return f"--hvd-launcher {options['launcher']} needs mpirun (apt-get install openmpi-bin libopenmpi-dev)"
             if not built_with("MPI"):
-                return (f"--hvd-launcher {options['launcher']} needs a Horovod built with MPI; install "
-                        "libopenmpi-dev and rebuild: python -m bench.tools.horovod_build --force")
+                return (
+                    f"--hvd-launcher {options['launcher']} needs a Horovod built with MPI; install "
+                    "libopenmpi-dev and rebuild: python -m bench.tools.horovod_build --force"
+                )
         return None
 
     def doctor_lines(self):
@@ -135,8 +168,12 @@ class HorovodBackend(Backend):
         defaults since 0.21: a 1 ms cycle and a 128 MiB threshold; fp16 compression halves the bytes sent."""
         fusion_mb = options["hvd_fusion_mb"] if options["hvd_fusion_mb"] is not None else DEFAULT_FUSION_MB
         cycle_ms = options["hvd_cycle_ms"] if options["hvd_cycle_ms"] is not None else DEFAULT_CYCLE_MS
-        return CommSchedule("cycles", cap_bytes=fusion_mb * 2**20 or 1.0, cycle_s=cycle_ms / 1e3,
-                            wire_scale=0.5 if options["hvd_compression"] == "fp16" else 1.0)
+        return CommSchedule(
+            "cycles",
+            cap_bytes=fusion_mb * 2**20 or 1.0,
+            cycle_s=cycle_ms / 1e3,
+            wire_scale=0.5 if options["hvd_compression"] == "fp16" else 1.0,
+        )
 
 
 DEFAULT_FUSION_MB = 128.0  # HOROVOD_FUSION_THRESHOLD's default (0.21 and later)

@@ -17,19 +17,27 @@ class HorovodGroup(ProcessGroup):
         if spec.device == "cuda":
             torch.cuda.set_device(hvd.local_rank())
         self.hvd = hvd
-        return rank_row(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(),
-                        local_world_size=hvd.local_size(), group_rank=hvd.cross_rank(),
-                        role_rank=hvd.rank(), restart_count=0)
+        return rank_row(
+            rank=hvd.rank(),
+            world_size=hvd.size(),
+            local_rank=hvd.local_rank(),
+            local_world_size=hvd.local_size(),
+            group_rank=hvd.cross_rank(),
+            role_rank=hvd.rank(),
+            restart_count=0,
+        )
 
     def wrap(self, model, optimizer, spec):
         hvd, opts = self.hvd, spec.backend_options
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         optimizer = hvd.DistributedOptimizer(
-            optimizer, named_parameters=model.named_parameters(),
+            optimizer,
+            named_parameters=model.named_parameters(),
             compression=hvd.Compression.fp16 if opts["hvd_compression"] == "fp16" else hvd.Compression.none,
             backward_passes_per_step=opts["hvd_backward_passes"],
-            op=hvd.Adasum if opts["hvd_op"] == "adasum" else hvd.Average)
+            op=hvd.Adasum if opts["hvd_op"] == "adasum" else hvd.Average,
+        )
         return model, optimizer
 
     def barrier(self):

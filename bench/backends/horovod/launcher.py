@@ -20,10 +20,16 @@ from bench.core.rundir import write_atomic
 SETUP_HINT = "run `python -m bench.tools.horovod_build` (nox -s tests and nox -s bench do it for you)"
 # Variables mpirun must carry to the ranks (it passes the environment only to local ranks by itself):
 # those the harness always sets, and those passed on when they are set.
-MPIRUN_EXPORTS = ("BENCH_RUN_TAG", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                  "PATH")
-MPIRUN_EXPORTS_IF_SET = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "HOROVOD_FUSION_THRESHOLD",
-                         "HOROVOD_CYCLE_TIME", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+MPIRUN_EXPORTS = ("BENCH_RUN_TAG", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PATH")
+MPIRUN_EXPORTS_IF_SET = (
+    "CUDA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
+    "HOROVOD_FUSION_THRESHOLD",
+    "HOROVOD_CYCLE_TIME",
+    "NCCL_DEBUG",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+)
 
 
 def horovodrun_path() -> str | None:
@@ -65,6 +71,7 @@ def on_first_host(spec, command: list[str]) -> list[str]:
 def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
     """How long the first host's ssh takes to give up on a silent peer (the longest over the others; None: never),
     from `ssh -G` there; said when it exceeds the recovery timeout."""
+
     def seconds(proc) -> float | None:
         values = dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
         if proc.returncode != 0 or "serveraliveinterval" not in values:
@@ -75,14 +82,19 @@ def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
     try:  # asked on the first host: that is where horovodrun's ssh runs
         answers = [seconds(run_on(hosts[0], ["ssh", "-G", peer], in_checkout=False)) for peer in hosts[1:]]
     except ValueError as exc:
-        note(f"bench fault: could not read ssh's keepalive on {hosts[0]} ({exc}); Horovod elastic's recovery from "
-             "a host loss waits for it")
+        note(
+            f"bench fault: could not read ssh's keepalive on {hosts[0]} ({exc}); Horovod elastic's recovery from "
+            "a host loss waits for it"
+        )
         return None
     longest = None if None in answers or not answers else max(answers)
     if longest is None or longest > recovery_timeout:
-        note(f"bench fault: horovodrun's ssh on {hosts[0]} gives up on a silent host "
-             + ("never" if longest is None else f"after {longest:g} s") + f" (ServerAliveInterval x ServerAliveCountMax);"
-             f" Horovod elastic waits that long after a host loss, beyond --recovery-timeout {recovery_timeout:g} s")
+        note(
+            f"bench fault: horovodrun's ssh on {hosts[0]} gives up on a silent host "
+            + ("never" if longest is None else f"after {longest:g} s")
+            + f" (ServerAliveInterval x ServerAliveCountMax);"
+            f" Horovod elastic waits that long after a host loss, beyond --recovery-timeout {recovery_timeout:g} s"
+        )
     return longest
 
 
@@ -102,16 +114,20 @@ class HorovodLauncher(Launcher):
             hosts = f"localhost:{n}"
         if launcher in ("gloo", "mpi"):
             iface = ["--network-interface", spec.iface] if spec.iface else []
-            return on_first_host(spec, [horovodrun_path(), f"--{launcher}", "-np", str(n), "-H", hosts, *iface,
-                                        *rank_command])
+            return on_first_host(
+                spec, [horovodrun_path(), f"--{launcher}", "-np", str(n), "-H", hosts, *iface, *rank_command]
+            )
         mpirun = shutil.which("mpirun")
         command = [mpirun, "-np", str(n), "-H", hosts, "-bind-to", "none", "-map-by", "slot"]
         if is_open_mpi(mpirun):
             command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
             if spec.iface:
                 command += ["-mca", "btl_tcp_if_include", spec.iface, "-mca", "oob_tcp_if_include", spec.iface]
-        present = {*os.environ, *self.env(spec)} | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set()) | \
-            ({"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"} if spec.iface else set())
+        present = (
+            {*os.environ, *self.env(spec)}
+            | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set())
+            | ({"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"} if spec.iface else set())
+        )
         for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present):
             command += ["-x", var]
         return on_first_host(spec, command + list(rank_command))
@@ -169,12 +185,28 @@ class HorovodElastic(ElasticMode):
         script = run_dir.discovery_script
         script.write_text(f"#!/bin/sh\ncat '{run_dir.hosts_file}'\n")
         script.chmod(0o755)
-        command = [horovodrun_path(), "--gloo", "-np", str(n), "--min-np", str(min_np), "--max-np", str(max_np),
-                   "--host-discovery-script", str(script), "--network-interface", spec.iface or "lo",
-                   "--gloo-timeout-seconds", str(max(1, int(spec.collective_timeout))),
-                   # how long to wait for enough slots after a failure (Horovod's default is 600 s)
-                   "--elastic-timeout", str(max(1, int(fault.recovery_timeout))),
-                   "--reset-limit", str(fault.max_restarts), *rank_command]
+        command = [
+            horovodrun_path(),
+            "--gloo",
+            "-np",
+            str(n),
+            "--min-np",
+            str(min_np),
+            "--max-np",
+            str(max_np),
+            "--host-discovery-script",
+            str(script),
+            "--network-interface",
+            spec.iface or "lo",
+            "--gloo-timeout-seconds",
+            str(max(1, int(spec.collective_timeout))),
+            # how long to wait for enough slots after a failure (Horovod's default is 600 s)
+            "--elastic-timeout",
+            str(max(1, int(fault.recovery_timeout))),
+            "--reset-limit",
+            str(fault.max_restarts),
+            *rank_command,
+        ]
         return on_first_host(spec, command), horovod_env(spec), {"hosts": hosts, **info}
 
     def join(self, spec, fault, rank_command, run_id, run_dir, info):

@@ -43,12 +43,25 @@ class PSBackend(Backend):
     # A push+pull of S bytes through the servers returns the sum over workers: the PS's allreduce.
     comm_ops = ("allreduce",)
     options = (
-        BackendOption("ps_servers", 1, "server processes (parameters sharded across them by bytes)", int,
-                      invalid=("0", "-1", "x")),
-        BackendOption("ps_mode", "sync", "sync: one averaged update per step; async: each push applied "
-                      "as it arrives", str, MODES, invalid=("semi",)),
-        BackendOption("ps_staleness", None, "async only: how many pushes a worker may run ahead of the "
-                      "slowest", int, invalid=("-1", "x"), default_words="unbounded"),
+        BackendOption(
+            "ps_servers", 1, "server processes (parameters sharded across them by bytes)", int, invalid=("0", "-1", "x")
+        ),
+        BackendOption(
+            "ps_mode",
+            "sync",
+            "sync: one averaged update per step; async: each push applied as it arrives",
+            str,
+            MODES,
+            invalid=("semi",),
+        ),
+        BackendOption(
+            "ps_staleness",
+            None,
+            "async only: how many pushes a worker may run ahead of the slowest",
+            int,
+            invalid=("-1", "x"),
+            default_words="unbounded",
+        ),
     )
     launcher = TorchrunLauncher()  # ranks 0..N-1 workers, N..N+K-1 servers
     group = "bench.backends.ps.group"
@@ -96,10 +109,11 @@ class PSBackend(Backend):
 
     def exchanges(self, nbytes, world_size, hosts, device, options):
         """A push of every gradient and a pull of every parameter through the servers: across hosts one per host (the
-        default placement; the projection assumes it). A server receives the workers' pushes one worker after another (ParameterServer
-        .receive: a fixed order, and gloo moves a message once its receive is posted), so the pushes cross the links
-        in sequence: each worker sends the (K-1)/K of S its host's server does not own. Then every server answers every
-        worker at once: a host's link carries its server's shard to the workers of the other hosts."""
+        default placement; the projection assumes it). A server receives the workers' pushes one worker after
+        another (ParameterServer.receive: a fixed order, and gloo moves a message once its receive is posted), so the
+        pushes cross the links in sequence: each worker sends the (K-1)/K of S its host's server does not own. Then
+        every server answers every worker at once: a host's link carries its server's shard to the workers of the other
+        hosts."""
         n = world_size
         if hosts <= 1 or n <= 1:
             return [Exchange("within a host", 2.0, 0.0)]

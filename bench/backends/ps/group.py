@@ -61,9 +61,9 @@ class PSClient:
                     g = self.params[i].grad
                     n = self.params[i].numel()
                     if g is None:  # a parameter this step did not use
-                        gbuf[offset:offset + n].zero_()
+                        gbuf[offset : offset + n].zero_()
                     else:
-                        gbuf[offset:offset + n].copy_(g.reshape(-1))
+                        gbuf[offset : offset + n].copy_(g.reshape(-1))
                     offset += n
                 requests.append(dist.isend(gbuf, dst=server))
             requests.append(dist.irecv(pbuf, src=server))
@@ -73,7 +73,7 @@ class PSClient:
             offset = 0
             for i in shard:
                 p = self.params[i]
-                p.data.copy_(pbuf[offset:offset + p.numel()].view_as(p), non_blocking=False)
+                p.data.copy_(pbuf[offset : offset + p.numel()].view_as(p), non_blocking=False)
                 offset += p.numel()
 
     def pull(self):
@@ -106,8 +106,10 @@ class PSGroup(ProcessGroup):
         self.worker_ranks = [r for r, role in enumerate(roles) if role == "worker"]
         self.server_ranks = [r for r, role in enumerate(roles) if role == "server"]
         if (len(self.worker_ranks), len(self.server_ranks)) != (n, servers):
-            raise RuntimeError(f"the hosts started {len(self.worker_ranks)} workers and {len(self.server_ranks)} "
-                               f"servers, not {n} and {servers}")
+            raise RuntimeError(
+                f"the hosts started {len(self.worker_ranks)} workers and {len(self.server_ranks)} "
+                f"servers, not {n} and {servers}"
+            )
         self.worker_group = dist.new_group(self.worker_ranks)  # every rank must take part in creating it
         role = roles[rank]
         if role == "worker" and spec.device == "cuda":
@@ -119,7 +121,9 @@ class PSGroup(ProcessGroup):
     def wrap(self, model, optimizer, spec):
         # The harness's optimizer is not used: the servers hold the optimizer state and apply updates.
         device = next(model.parameters()).device
-        return model, PSClient(list(model.parameters()), shards_of(model, len(self.server_ranks)), self.server_ranks, device)
+        return model, PSClient(
+            list(model.parameters()), shards_of(model, len(self.server_ranks)), self.server_ranks, device
+        )
 
     def barrier(self):
         dist.barrier(group=self.worker_group)
@@ -135,11 +139,13 @@ class PSGroup(ProcessGroup):
         # gloo moves host memory: a GPU worker stages through it, as it does for training
         buf = inp.cpu() if inp.is_cuda else inp
         bounds = chunk_bounds(buf.numel(), len(self.server_ranks))
-        for req in [dist.isend(buf[lo:hi], dst=server) for (lo, hi), server in zip(bounds, self.server_ranks)
-                    if hi > lo]:
+        for req in [
+            dist.isend(buf[lo:hi], dst=server) for (lo, hi), server in zip(bounds, self.server_ranks) if hi > lo
+        ]:
             req.wait()
-        for req in [dist.irecv(buf[lo:hi], src=server) for (lo, hi), server in zip(bounds, self.server_ranks)
-                    if hi > lo]:
+        for req in [
+            dist.irecv(buf[lo:hi], src=server) for (lo, hi), server in zip(bounds, self.server_ranks) if hi > lo
+        ]:
             req.wait()
         if buf is not inp:
             inp.copy_(buf)
@@ -207,8 +213,11 @@ class ParameterServer:
         self._waiting.append(self._last)
         slowest = min((c for c in self._pushed.values() if c < self.steps), default=self.steps)
         bound = self.staleness
-        ready = [w for w in self._waiting
-                 if bound is None or self._pushed[w] - slowest <= bound or self._pushed[w] >= self.steps]
+        ready = [
+            w
+            for w in self._waiting
+            if bound is None or self._pushed[w] - slowest <= bound or self._pushed[w] >= self.steps
+        ]
         self._waiting = [w for w in self._waiting if w not in ready]
         send_all(weights, ready)
 
@@ -219,9 +228,16 @@ class ParameterServer:
 
     def counters(self) -> dict:
         n = len(self.workers)
-        return {"server": self.index, "mode": self.mode, "workers": n, "parameters": self.numel,
-                "shard_bytes": self.nbytes, "pushes": self.pushes, "bytes_in": self.pushes * self.nbytes,
-                "bytes_out": (self.pushes + n) * self.nbytes}
+        return {
+            "server": self.index,
+            "mode": self.mode,
+            "workers": n,
+            "parameters": self.numel,
+            "shard_bytes": self.nbytes,
+            "pushes": self.pushes,
+            "bytes_in": self.pushes * self.nbytes,
+            "bytes_out": (self.pushes + n) * self.nbytes,
+        }
 
     def sum_rounds(self, count: int, rounds: int, dtype: str) -> int:
         """A communication sweep's allreduce of `count` elements, `rounds` times: sum this server's chunk of the

@@ -55,8 +55,10 @@ def address_problem(address: str) -> str | None:
         with socket.create_connection(parsed, timeout=ADDRESS_CHECK_S):
             return None
     except OSError as exc:
-        return (f"--ray-address {address}: no Ray cluster answers there within {ADDRESS_CHECK_S:g} s "
-                f"({exc.strerror or exc}); start one with `ray start --head` or drop --ray-address")
+        return (
+            f"--ray-address {address}: no Ray cluster answers there within {ADDRESS_CHECK_S:g} s "
+            f"({exc.strerror or exc}); start one with `ray start --head` or drop --ray-address"
+        )
 
 
 class RayBackend(Backend):
@@ -65,12 +67,24 @@ class RayBackend(Backend):
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     options = (
         DDP_BUCKET,
-        BackendOption("ray_address", None, "an existing Ray cluster (its GCS, HOST:PORT) to run on", str,
-                      invalid=("nohost", "host:port", "h:0"), default_words="a local Ray runtime started for the run"),
-        BackendOption("ray_resize_interval", 60.0, "bench fault --fault join: how often Ray Train's elastic policy "
-                      "looks for room to grow the worker group, in seconds (ScalingConfig's "
-                      f"elastic_resize_monitor_interval_s; 60 is Ray's default; at most {MAX_TIMEOUT_WORDS})", float,
-                      invalid=("0", "-1", "nan", "inf", "x", "1e10"), fault_only=True),
+        BackendOption(
+            "ray_address",
+            None,
+            "an existing Ray cluster (its GCS, HOST:PORT) to run on",
+            str,
+            invalid=("nohost", "host:port", "h:0"),
+            default_words="a local Ray runtime started for the run",
+        ),
+        BackendOption(
+            "ray_resize_interval",
+            60.0,
+            "bench fault --fault join: how often Ray Train's elastic policy "
+            "looks for room to grow the worker group, in seconds (ScalingConfig's "
+            f"elastic_resize_monitor_interval_s; 60 is Ray's default; at most {MAX_TIMEOUT_WORDS})",
+            float,
+            invalid=("0", "-1", "nan", "inf", "x", "1e10"),
+            fault_only=True,
+        ),
     )
     launcher = RayLauncher()
     group = "bench.backends.ray.group"

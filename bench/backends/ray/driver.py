@@ -46,10 +46,18 @@ def temp_dir(run_dir, run_id: str) -> tuple[Path, bool]:
     return Path("/tmp") / f"bench-ray-{run_id}", True
 
 
-# what bench.harness.runner.worker_environment sets for every rank, passed to the workers of a cluster given by --ray-address
+# what bench.harness.runner.worker_environment sets for every rank, passed to the workers of a cluster given by
+# --ray-address
 # (a local runtime's workers inherit them from the driver): to every process of the job ...
-JOB_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH", "CUDA_VISIBLE_DEVICES",
-                 "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+JOB_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "PYTHONUNBUFFERED",
+    "PYTHONPATH",
+    "CUDA_VISIBLE_DEVICES",
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
+)
 # ... but the run's tag to the Train workers only: a job's runtime_env also reaches the cluster-wide detached actors
 # the job happens to create (Ray Train's AutoscalingCoordinator, made by the first Train run on a cluster and kept
 # for every later one, restarted whenever it ends), which are the cluster's, not the run's, and must not be
@@ -101,27 +109,44 @@ def main(argv: list[str]) -> int:
             # the cluster's workers get what the harness gives every rank (threads, the run's tag, this checkout on
             # the path); they write the run directory, so they must see it at the same path
             try:
-                ray.init(address=address, log_to_driver=False, configure_logging=False,
-                         runtime_env={"env_vars": passed_on(JOB_VARIABLES)})
+                ray.init(
+                    address=address,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    runtime_env={"env_vars": passed_on(JOB_VARIABLES)},
+                )
             except ConnectionError as exc:  # Ray's own ConnectionError carries the cause (say, a missing token)
                 cause = exc.__cause__ or exc.__context__
-                print(f"ray driver: could not join the Ray cluster at {address}: {exc}"
-                      + (f" ({type(cause).__name__}: {str(cause)[:300]})" if cause else "")
-                      + "; a cluster with token authentication needs RAY_AUTH_MODE=token and its token here",
-                      flush=True)
+                print(
+                    f"ray driver: could not join the Ray cluster at {address}: {exc}"
+                    + (f" ({type(cause).__name__}: {str(cause)[:300]})" if cause else "")
+                    + "; a cluster with token authentication needs RAY_AUTH_MODE=token and its token here",
+                    flush=True,
+                )
                 return 1
         else:
             # a CPU to spare beside the workers' (Ray Train's controller takes none); none in a join, whose next
             # worker must find room only on the node that joins
             cpus = spec.world_size * spec.threads + (0 if args.join else 1)
             gpus = spec.world_size if spec.device == "cuda" else 0
-            context = ray.init(num_cpus=cpus, num_gpus=gpus, _temp_dir=str(folder), include_dashboard=False,
-                               log_to_driver=False, configure_logging=False)
+            context = ray.init(
+                num_cpus=cpus,
+                num_gpus=gpus,
+                _temp_dir=str(folder),
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
             write_times(run_dir, gcs_address=context.address_info["gcs_address"])  # where a joining node goes
         for sig in (signal.SIGTERM, signal.SIGHUP):  # ray.init installs its own (it dumps a stack and exits)
             signal.signal(sig, _ended)
-        write_times(run_dir, ray_init_start=started, ray_init_end=time.time(), address=address,
-                    temp_dir=None if address else str(folder))
+        write_times(
+            run_dir,
+            ray_init_start=started,
+            ray_init_end=time.time(),
+            address=address,
+            temp_dir=None if address else str(folder),
+        )
         code = train(spec, run_dir, run_id, storage, address, args.max_failures, args.join)
     except Ended as exc:
         print(f"ray driver: {exc} received; stopping", flush=True)
@@ -150,18 +175,28 @@ def train(spec, run_dir, run_id: str, storage: Path, address: str | None, max_fa
     from bench.backends.ray.group import rank_main  # imports Ray Train and torch, like the lines above
 
     trainer = TorchTrainer(
-        rank_main, train_loop_config={"run_dir": str(run_dir.path)},
+        rank_main,
+        train_loop_config={"run_dir": str(run_dir.path)},
         scaling_config=ScalingConfig(
             # a join: Train V2's elastic worker count, grown when a node with room joins (RayTrainElastic)
             num_workers=(spec.world_size, spec.world_size + 1) if join else spec.world_size,
             elastic_resize_monitor_interval_s=spec.backend_options.get("ray_resize_interval", 60.0),
-            use_gpu=spec.device == "cuda", resources_per_worker={"CPU": spec.threads}),
-        torch_config=timed_torch_config(backend="nccl" if spec.device == "cuda" else "gloo",
-                                        timeout_s=int(spec.collective_timeout), run_dir=str(run_dir.path)),
+            use_gpu=spec.device == "cuda",
+            resources_per_worker={"CPU": spec.threads},
+        ),
+        torch_config=timed_torch_config(
+            backend="nccl" if spec.device == "cuda" else "gloo",
+            timeout_s=int(spec.collective_timeout),
+            run_dir=str(run_dir.path),
+        ),
         # no retries, but in a fault run (the backend's elastic mode)
-        run_config=RunConfig(name=run_id, storage_path=str(storage), failure_config=FailureConfig(
-            max_failures=max_failures),
-            worker_runtime_env={"env_vars": passed_on(WORKER_VARIABLES)} if address else None))
+        run_config=RunConfig(
+            name=run_id,
+            storage_path=str(storage),
+            failure_config=FailureConfig(max_failures=max_failures),
+            worker_runtime_env={"env_vars": passed_on(WORKER_VARIABLES)} if address else None,
+        ),
+    )
     fit_start = time.time()
     write_times(run_dir, fit_start=fit_start)
     try:
@@ -206,12 +241,31 @@ def close_ranks(run_dir, ended_by: str, died: dict | None = None) -> None:
         by_itself = rank in (died or {}) and (rank, attempt) not in errors
         reason = f"{type(died[rank]).__name__}: {str(died[rank]).splitlines()[0][:300]}" if by_itself else ""
         log = run_dir.rank_file(rank, attempt, "log")
-        run_dir.write(rank, attempt, "exit", {
-            "rank": rank, "attempt": attempt, "pid": start.get("pid"), "time": time.time(), "returncode": -1,
-            "exit_code": None, "signal": None, "vanished": by_itself, "terminated_by": None if by_itself else ended_by,
-            "tail": "\n".join(filter(None, [tail(log) if log.exists() else "",
-                                            f"(the Ray worker process died; Ray Train: {reason})" if by_itself
-                                            else ""]))})
+        run_dir.write(
+            rank,
+            attempt,
+            "exit",
+            {
+                "rank": rank,
+                "attempt": attempt,
+                "pid": start.get("pid"),
+                "time": time.time(),
+                "returncode": -1,
+                "exit_code": None,
+                "signal": None,
+                "vanished": by_itself,
+                "terminated_by": None if by_itself else ended_by,
+                "tail": "\n".join(
+                    filter(
+                        None,
+                        [
+                            tail(log) if log.exists() else "",
+                            f"(the Ray worker process died; Ray Train: {reason})" if by_itself else "",
+                        ],
+                    )
+                ),
+            },
+        )
 
 
 if __name__ == "__main__":

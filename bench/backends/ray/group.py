@@ -40,9 +40,15 @@ class RayTrainGroup(DDPGroup):
         else:
             self.device_ids = None
         rank = ctx.get_world_rank()
-        return rank_row(rank=rank, world_size=ctx.get_world_size(), local_rank=ctx.get_local_rank(),
-                        local_world_size=ctx.get_local_world_size(), group_rank=ctx.get_node_rank(),
-                        role_rank=rank, restart_count=int(os.environ.get("BENCH_ATTEMPT", 0)))  # worker groups before
+        return rank_row(
+            rank=rank,
+            world_size=ctx.get_world_size(),
+            local_rank=ctx.get_local_rank(),
+            local_world_size=ctx.get_local_world_size(),
+            group_rank=ctx.get_node_rank(),
+            role_rank=rank,
+            restart_count=int(os.environ.get("BENCH_ATTEMPT", 0)),
+        )  # worker groups before
 
     def rendezvous_began(self, init_called):
         began = times_of(_run_dir()).get("process_group_start")
@@ -52,8 +58,10 @@ class RayTrainGroup(DDPGroup):
         """ray.train.torch.prepare_model with elastic's DDP settings (bucket size; the model is already on its
         device). At one worker prepare_model wraps nothing, as Ray users get it."""
         return ray.train.torch.prepare_model(
-            model, move_to_device=False,
-            parallel_strategy_kwargs={"bucket_cap_mb": spec.backend_options["ddp_bucket_mb"]}), optimizer
+            model,
+            move_to_device=False,
+            parallel_strategy_kwargs={"bucket_cap_mb": spec.backend_options["ddp_bucket_mb"]},
+        ), optimizer
 
     def shutdown(self):
         pass  # the process group is Ray Train's: it destroys it when the workers end
@@ -106,10 +114,22 @@ def rank_main(config: dict) -> None:
         for fd in saved:
             os.close(fd)
         pump.join(LOG_DRAIN_S)
-        run_dir.write(rank, attempt, "exit", {
-            "rank": rank, "attempt": attempt, "pid": os.getpid(), "time": ended, "returncode": returncode,
-            "exit_code": returncode, "signal": None, "terminated_by": None,
-            "tail": tail(log_path) if returncode else ""})
+        run_dir.write(
+            rank,
+            attempt,
+            "exit",
+            {
+                "rank": rank,
+                "attempt": attempt,
+                "pid": os.getpid(),
+                "time": ended,
+                "returncode": returncode,
+                "exit_code": returncode,
+                "signal": None,
+                "terminated_by": None,
+                "tail": tail(log_path) if returncode else "",
+            },
+        )
 
 
 GROUP = RayTrainGroup

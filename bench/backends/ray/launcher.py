@@ -27,8 +27,8 @@ class RayLauncher(Launcher):
     """The driver, started by the supervisor like any launcher; Ray starts the ranks."""
 
     def command(self, spec, rank_command, run_id):
-        # rank_command is bench.harness.guard's (python -m bench.harness.guard RUN_DIR BACKEND): Ray starts the ranks itself and
-        # runs the per-rank code in its workers, so the driver takes the run directory from it
+        # rank_command is bench.harness.guard's (python -m bench.harness.guard RUN_DIR BACKEND): Ray starts the ranks
+        # itself and runs the per-rank code in its workers, so the driver takes the run directory from it
         return [sys.executable, "-m", "bench.backends.ray.driver", rank_command[-2], run_id]
 
     def rank_identity(self, env):
@@ -41,11 +41,13 @@ class RayLauncher(Launcher):
         worker actors), and that set-up."""
         t = times_of(run_dir)
         phases = {}
-        for name, start, end in (("driver start", "launched_at", "ray_imported"),
-                                 ("ray runtime start", "ray_init_start", "ray_init_end"),
-                                 ("trainer set-up", "ray_init_end", "fit_start"),
-                                 ("worker placement", "fit_start", "process_group_start"),
-                                 ("process group set-up", "process_group_start", "process_group_end")):
+        for name, start, end in (
+            ("driver start", "launched_at", "ray_imported"),
+            ("ray runtime start", "ray_init_start", "ray_init_end"),
+            ("trainer set-up", "ray_init_end", "fit_start"),
+            ("worker placement", "fit_start", "process_group_start"),
+            ("process group set-up", "process_group_start", "process_group_end"),
+        ):
             if t.get(start) is not None and t.get(end) is not None:
                 phases[name] = max(0.0, t[end] - t[start])
         return phases
@@ -65,8 +67,10 @@ class RayTrainElastic(ElasticMode):
 
     def problem(self, scenario, world_size, options=None):
         if scenario == "join" and (options or {}).get("ray_address"):
-            return ("a Ray join adds a node to the run's own runtime; with --ray-address the cluster is another's: "
-                    "drop --ray-address (or add a node to your cluster yourself)")
+            return (
+                "a Ray join adds a node to the run's own runtime; with --ray-address the cluster is another's: "
+                "drop --ray-address (or add a node to your cluster yourself)"
+            )
         return None
 
     def launch(self, spec, fault, rank_command, run_id, run_dir):
@@ -74,15 +78,29 @@ class RayTrainElastic(ElasticMode):
         # --address` turns it on only when told: the joining node is told what the runtime does
         extra = {"RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")} if fault.joining else {}
         # the driver's trainer takes --max-restarts failures, and in a join grows when a node joins
-        command = [*RayLauncher().command(spec, rank_command, run_id), "--max-failures", str(fault.max_restarts),
-                   *(["--join"] if fault.joining else [])]
+        command = [
+            *RayLauncher().command(spec, rank_command, run_id),
+            "--max-failures",
+            str(fault.max_restarts),
+            *(["--join"] if fault.joining else []),
+        ]
         return command, extra, {}
 
     def join(self, spec, fault, rank_command, run_id, run_dir, info):
         address, ray = times_of(run_dir).get("gcs_address"), ray_program()
         if not address or not ray:
-            raise RuntimeError("the run's Ray runtime has not said its address; nothing to join" if ray else
-                               f"the `ray` command was not found; {SETUP_HINT}")
-        return [ray, "start", f"--address={address}", f"--num-cpus={spec.threads}",
-                f"--num-gpus={1 if spec.device == 'cuda' else 0}", "--block", "--disable-usage-stats",
-                f"--object-store-memory={JOINER_OBJECT_STORE_BYTES}"]
+            raise RuntimeError(
+                "the run's Ray runtime has not said its address; nothing to join"
+                if ray
+                else f"the `ray` command was not found; {SETUP_HINT}"
+            )
+        return [
+            ray,
+            "start",
+            f"--address={address}",
+            f"--num-cpus={spec.threads}",
+            f"--num-gpus={1 if spec.device == 'cuda' else 0}",
+            "--block",
+            "--disable-usage-stats",
+            f"--object-store-memory={JOINER_OBJECT_STORE_BYTES}",
+        ]

@@ -1,4 +1,4 @@
 """Code several backends share, in one place rather than copied, each module saying who uses it: the torchrun
 launcher (`torchrun`, `torchrun_events`), DistributedDataParallel's parent side (`ddp`) and group (`ddp_group`),
-restart from a checkpoint (`checkpoint`), and the TensorFlow side (`tensorflow`, `keras`, `keras_batches`). A module named by
-parent side imports no framework at the top; a worker side's imports its framework there."""
+restart from a checkpoint (`checkpoint`), and the TensorFlow side (`tensorflow`, `keras`, `keras_batches`). A
+module named by parent side imports no framework at the top; a worker side's imports its framework there."""

@@ -13,8 +13,13 @@ from bench.backends.base import BackendOption, CommSchedule
 DDP_FIRST_BUCKET_BYTES = 2**20
 
 # DDP's bucket size, one option of every backend whose data parallelism is DDP (elastic, ray): one flag
-DDP_BUCKET = BackendOption("ddp_bucket_mb", 25.0, "DDP gradient bucket size in MiB (the counterpart of Horovod's "
-                           "fusion threshold)", float, invalid=("0", "-1", "nan", "x"))
+DDP_BUCKET = BackendOption(
+    "ddp_bucket_mb",
+    25.0,
+    "DDP gradient bucket size in MiB (the counterpart of Horovod's fusion threshold)",
+    float,
+    invalid=("0", "-1", "nan", "x"),
+)
 
 
 def ddp_schedule(options: dict) -> CommSchedule:

@@ -17,8 +17,9 @@ class DDPGroup(ProcessGroup):
     device_ids: list[int] | None = None  # the worker's GPU on CUDA (DistributedDataParallel's device_ids)
 
     def wrap(self, model, optimizer, spec):
-        return DistributedDataParallel(model, device_ids=self.device_ids,
-                                       bucket_cap_mb=spec.backend_options["ddp_bucket_mb"]), optimizer
+        return DistributedDataParallel(
+            model, device_ids=self.device_ids, bucket_cap_mb=spec.backend_options["ddp_bucket_mb"]
+        ), optimizer
 
     def barrier(self):
         dist.barrier()

@@ -53,8 +53,9 @@ def optimizer_variables(optimizer) -> list:
 def seeded_model(spec, workload, group):
     """(the workload's Keras model, its SGD optimizer, built) from the run's seed, in the group's scope."""
     if workload.build_keras is None:
-        raise RuntimeError(f"workload {workload.name} has no Keras model (build_keras): the TensorFlow backends "
-                           "cannot run it")
+        raise RuntimeError(
+            f"workload {workload.name} has no Keras model (build_keras): the TensorFlow backends cannot run it"
+        )
     if spec.backward_passes != 1:
         raise RuntimeError("the TensorFlow backends take one backward pass per step")
     keras().utils.set_random_seed(spec.seed)  # Python's, numpy's and TensorFlow's: the same initial weights
@@ -71,14 +72,18 @@ def mean_loss(model):
 
     def loss_of(x, y):
         return tf.reduce_mean(losses(y, model(x, training=True)))
+
     return loss_of
 
 
 def keras_param_sums(model) -> ParamSums:
     """The parameter sums of a Keras model's trainable weights (bench.rank.training.param_sums' counterpart)."""
     params = [np.asarray(w.numpy(), dtype=np.float64) for w in model.trainable_weights]
-    return ParamSums(count=sum(p.size for p in params), total=float(sum(p.sum() for p in params)),
-                     absolute=float(sum(np.abs(p).sum() for p in params)))
+    return ParamSums(
+        count=sum(p.size for p in params),
+        total=float(sum(p.sum() for p in params)),
+        absolute=float(sum(np.abs(p).sum() for p in params)),
+    )
 
 
 def save_keras_params(model, path) -> None:
@@ -142,8 +147,10 @@ class KerasTraining:
 
     def threads(self) -> dict:
         threading = self.tf.config.threading
-        return {"tensorflow": threading.get_intra_op_parallelism_threads(),
-                "interop": threading.get_inter_op_parallelism_threads()}
+        return {
+            "tensorflow": threading.get_intra_op_parallelism_threads(),
+            "interop": threading.get_inter_op_parallelism_threads(),
+        }
 
 
 class KerasElasticTraining:
@@ -167,9 +174,14 @@ class KerasElasticTraining:
         """The batch of step `step` for rank `rank`, as (inputs, labels) numpy arrays."""
         if rank not in self._arrays:
             spec = self.spec
-            self._arrays[rank] = channels_last_arrays(batch=spec.batch_size, channels=self.workload.channels,
-                                                      image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                                                      rank=rank)
+            self._arrays[rank] = channels_last_arrays(
+                batch=spec.batch_size,
+                channels=self.workload.channels,
+                image=spec.image_size,
+                classes=spec.num_classes,
+                seed=spec.seed,
+                rank=rank,
+            )
         xs, ys = self._arrays[rank]
         return xs[step % len(xs)], ys[step % len(ys)]
 
@@ -231,6 +243,7 @@ def collective_function(tf, body):
         if op not in functions:
             functions[op] = tf.function(lambda x: body(op, x))
         return functions[op](tensor)
+
     return run
 
 

@@ -33,18 +33,38 @@ class TorchBatchesAsArrays:
 def open_arrays(spec, info, workload):
     """The worker's batches as (inputs, labels) numpy arrays, cycled forever."""
     if spec.loader != "memory":
-        raise RuntimeError(f"the TensorFlow backends read batches from memory only (--loader memory), not "
-                           f"--loader {spec.loader}")
+        raise RuntimeError(
+            f"the TensorFlow backends read batches from memory only (--loader memory), not --loader {spec.loader}"
+        )
     if spec.data == "synthetic":
-        xs, ys = channels_last_arrays(batch=spec.batch_size, channels=workload.channels, image=spec.image_size,
-                                      classes=spec.num_classes, seed=spec.seed, rank=info.worker_index)
+        xs, ys = channels_last_arrays(
+            batch=spec.batch_size,
+            channels=workload.channels,
+            image=spec.image_size,
+            classes=spec.num_classes,
+            seed=spec.seed,
+            rank=info.worker_index,
+        )
 
         def cycle():
             while True:
                 for i in range(len(xs)):
                     yield xs[i], ys[i]
+
         return cycle()
-    return TorchBatchesAsArrays(open_batches(spec.data, batch=spec.batch_size, channels=workload.channels,
-                                             image=spec.image_size, classes=spec.num_classes, seed=spec.seed,
-                                             rank=info.worker_index, world=info.world_size, device="cpu",
-                                             data_dir=spec.data_dir, loader="memory", workload=workload))
+    return TorchBatchesAsArrays(
+        open_batches(
+            spec.data,
+            batch=spec.batch_size,
+            channels=workload.channels,
+            image=spec.image_size,
+            classes=spec.num_classes,
+            seed=spec.seed,
+            rank=info.worker_index,
+            world=info.world_size,
+            device="cpu",
+            data_dir=spec.data_dir,
+            loader="memory",
+            workload=workload,
+        )
+    )

@@ -12,8 +12,10 @@ TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 # which only horovod-tf has (it adds "fault")
 TF_TASKS = ("train", "comm")
 # why the scaling model does not project them (Backend.projection_problem)
-NOT_PROJECTED = ("its runs have no step profile: the scaling model replays each gradient's ready time, which PyTorch's "
-                 "hooks give, and a TensorFlow tape computes every gradient in one call")
+NOT_PROJECTED = (
+    "its runs have no step profile: the scaling model replays each gradient's ready time, which PyTorch's "
+    "hooks give, and a TensorFlow tape computes every gradient in one call"
+)
 INSTALL_HINT = "pip install -e .[tf] (TensorFlow and tf_keras), then python -m bench.tools.horovod_build"
 
 

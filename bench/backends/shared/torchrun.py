@@ -27,8 +27,20 @@ def free_port() -> int:
 def torchrun_args(nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int) -> list[str]:
     """torchrun's arguments for c10d rendezvous at `endpoint`. With a node range the agent otherwise
     waits 30 s for more nodes before it starts, so the last call is shortened to 1 s."""
-    args = ["--nnodes", nnodes, "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, "--max-restarts", str(max_restarts)]
+    args = [
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        run_id,
+        "--max-restarts",
+        str(max_restarts),
+    ]
     if ":" in nnodes:
         args += ["--rdzv-conf", "last_call_timeout=1"]
     return args
@@ -47,8 +59,14 @@ class TorchrunLauncher(Launcher):
     def command(self, spec, rank_command, run_id):
         if spec.hosts:
             return agents_on_hosts(spec, rank_command, run_id)[0]
-        return [sys.executable, "-m", "torch.distributed.run",
-                *torchrun_args("1", spec.processes, "127.0.0.1:0", run_id, 0), "--no-python", *rank_command]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            *torchrun_args("1", spec.processes, "127.0.0.1:0", run_id, 0),
+            "--no-python",
+            *rank_command,
+        ]
 
     def rank_identity(self, env):
         return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
@@ -57,20 +75,40 @@ class TorchrunLauncher(Launcher):
 def torchrun_rank_row(rank: int, world_size: int, **fields):
     """The rank map row of a process torchrun started, from the variables it sets."""
     env = os.environ
-    return rank_row(rank=rank, world_size=world_size,
-                    local_rank=int(fields.pop("local_rank", env.get("LOCAL_RANK", rank))),
-                    local_world_size=int(env.get("LOCAL_WORLD_SIZE", world_size)),
-                    group_rank=int(env.get("GROUP_RANK", 0)),
-                    restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
+    return rank_row(
+        rank=rank,
+        world_size=world_size,
+        local_rank=int(fields.pop("local_rank", env.get("LOCAL_RANK", rank))),
+        local_world_size=int(env.get("LOCAL_WORLD_SIZE", world_size)),
+        group_rank=int(env.get("GROUP_RANK", 0)),
+        restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", 0)),
+        **fields,
+    )
 
 
-def agent_command(events_file, nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int,
-                  rank_command: list[str], local_addr: str | None = None) -> list[str]:
+def agent_command(
+    events_file,
+    nnodes: str,
+    nproc: int,
+    endpoint: str,
+    run_id: str,
+    max_restarts: int,
+    rank_command: list[str],
+    local_addr: str | None = None,
+) -> list[str]:
     """torchrun with its agent's events kept in `events_file` (bench.backends.shared.torchrun_events); `local_addr`:
     the address it advertises, across hosts."""
-    return [sys.executable, "-m", "bench.backends.shared.torchrun_events", str(events_file), "--",
-            *torchrun_args(nnodes, nproc, endpoint, run_id, max_restarts),
-            *(["--local-addr", local_addr] if local_addr else []), "--no-python", *rank_command]
+    return [
+        sys.executable,
+        "-m",
+        "bench.backends.shared.torchrun_events",
+        str(events_file),
+        "--",
+        *torchrun_args(nnodes, nproc, endpoint, run_id, max_restarts),
+        *(["--local-addr", local_addr] if local_addr else []),
+        "--no-python",
+        *rank_command,
+    ]
 
 
 def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restarts: int = 0) -> tuple[list[str], str]:
@@ -80,19 +118,26 @@ def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restart
     given by. With `events_file` (a fault run), agents that keep their events, with the node range 1:hosts so
     that the survivors go on when a host is lost, under a launcher that outlives a lost host's agent
     (bench.cluster.fanout --node-range)."""
-    placed = get_backend(spec.backend).host_plan([Host(**h) for h in spec.hosts], spec.world_size,
-                                                 spec.backend_options)
+    placed = get_backend(spec.backend).host_plan([Host(**h) for h in spec.hosts], spec.world_size, spec.backend_options)
     first = placed[0][0].name
     endpoint = f"{first}:{free_port_on(first, sys.executable)}"
     steps = []
     for host, n, env in placed:
         if events_file is None:
-            agent = [sys.executable, "-m", "torch.distributed.run",
-                     *torchrun_args(str(len(placed)), n, endpoint, run_id, max_restarts), "--local-addr", host.name,
-                     "--no-python", *rank_command]
+            agent = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                *torchrun_args(str(len(placed)), n, endpoint, run_id, max_restarts),
+                "--local-addr",
+                host.name,
+                "--no-python",
+                *rank_command,
+            ]
         else:
-            agent = agent_command(events_file, f"1:{len(placed)}", n, endpoint, run_id, max_restarts, rank_command,
-                                  local_addr=host.name)
+            agent = agent_command(
+                events_file, f"1:{len(placed)}", n, endpoint, run_id, max_restarts, rank_command, local_addr=host.name
+            )
         steps.append((host.name, [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *agent]))
     if spec.scheduler:  # inside a Slurm allocation: one srun task per node, as Slurm users start torchrun
         return srun_command(steps), endpoint
@@ -103,11 +148,18 @@ def agent_observations(run_dir) -> dict:
     """The agent's events, its rendezvous rounds with their durations, and the moments it noticed a
     fault: the worker group failing, or a node waiting to join."""
     events = run_dir.json_lines(run_dir.agent_events)
-    rendezvous = [{"attempt": ev["metadata"].get("agent_restarts"), "state": ev["metadata"].get("state"),
-                   "duration_ms": ev["metadata"].get("duration_ms"), "t": ev.get("t"),
-                   "agent_pid": ev.get("agent_pid")}
-                  for ev in events if ev.get("kind") == "agent"
-                  and (ev.get("metadata") or {}).get("state") in ("RENDEZVOUS", "ASSIGN_WORKER_RANKS")]
+    rendezvous = [
+        {
+            "attempt": ev["metadata"].get("agent_restarts"),
+            "state": ev["metadata"].get("state"),
+            "duration_ms": ev["metadata"].get("duration_ms"),
+            "t": ev.get("t"),
+            "agent_pid": ev.get("agent_pid"),
+        }
+        for ev in events
+        if ev.get("kind") == "agent"
+        and (ev.get("metadata") or {}).get("state") in ("RENDEZVOUS", "ASSIGN_WORKER_RANKS")
+    ]
     detections = []
     for ev in events:
         if ev.get("kind") == "metric" and ev.get("name") == "workers.default.failed":

@@ -65,8 +65,17 @@ def install(path: str) -> None:
         def emit(self, m):
             if any(m.name.endswith(noise) for noise in QUIET_METRICS):
                 return
-            _append(path, {"t": m.timestamp or time.time(), "agent_pid": os.getpid(), "kind": "metric",
-                           "group": m.group_name, "name": m.name, "value": m.value})
+            _append(
+                path,
+                {
+                    "t": m.timestamp or time.time(),
+                    "agent_pid": os.getpid(),
+                    "kind": "metric",
+                    "group": m.group_name,
+                    "name": m.name,
+                    "value": m.value,
+                },
+            )
 
     registry = getattr(handlers, "_log_handlers", None)
     if isinstance(registry, dict):  # a private table in torch; without it the run goes on without events
@@ -84,7 +93,7 @@ def install(path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    path, rest = argv[0], argv[argv.index("--") + 1:]
+    path, rest = argv[0], argv[argv.index("--") + 1 :]
     install(path)
     torch.distributed.run.main(["--event-log-handler", HANDLER_NAME, *rest])
     return 0

@@ -12,8 +12,9 @@ class NoGroup(ProcessGroup):
     def init(self, spec):
         if spec.device == "cuda":
             torch.cuda.set_device(0)
-        return rank_row(rank=0, world_size=1, local_rank=0, local_world_size=1, group_rank=0, role_rank=0,
-                        restart_count=0)
+        return rank_row(
+            rank=0, world_size=1, local_rank=0, local_world_size=1, group_rank=0, role_rank=0, restart_count=0
+        )
 
 
 GROUP = NoGroup

@@ -27,8 +27,14 @@ class MWMSBackend(Backend):
     framework = "tensorflow"
     tasks = TF_TASKS
     options = (
-        BackendOption("tf_collective", "auto", "the strategy's all-reduce: ring (gRPC), nccl (GPU), auto: ring on "
-                      "the CPU, nccl on a GPU", str, COLLECTIVES, invalid=("gloo",)),
+        BackendOption(
+            "tf_collective",
+            "auto",
+            "the strategy's all-reduce: ring (gRPC), nccl (GPU), auto: ring on the CPU, nccl on a GPU",
+            str,
+            COLLECTIVES,
+            invalid=("gloo",),
+        ),
     )
     comm_ops = MWMS_OPS
     comm_dtypes = ("float32", "float16")  # its collectives take no bfloat16 (TensorFlow 2.21)

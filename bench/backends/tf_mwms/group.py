@@ -28,24 +28,36 @@ class MWMSGroup(ProcessGroup):
         choice = spec.backend_options["tf_collective"]
         if choice == "auto":
             choice = "nccl" if spec.device == "cuda" else "ring"
-        implementation = {"ring": tf.distribute.experimental.CommunicationImplementation.RING,
-                          "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL}[choice]
+        implementation = {
+            "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+            "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+        }[choice]
         # a stopped peer is noticed within the run's collective timeout, as gloo's is under the other backends
-        options = tf.distribute.experimental.CommunicationOptions(implementation=implementation,
-                                                                  timeout_seconds=spec.collective_timeout)
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=implementation, timeout_seconds=spec.collective_timeout
+        )
         self.tf, self.index, self.world, self.timeout_s = tf, index, world, spec.collective_timeout
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         self._barrier = self._collective = None
         self.barrier()  # the rendezvous: every worker's server is up and the collective group formed
-        return rank_row(rank=index, world_size=world, local_rank=index, local_world_size=world, group_rank=0,
-                        role_rank=index, restart_count=0)
+        return rank_row(
+            rank=index,
+            world_size=world,
+            local_rank=index,
+            local_world_size=world,
+            group_rank=0,
+            role_rank=index,
+            restart_count=0,
+        )
 
     def barrier(self):
         tf, strategy = self.tf, self.strategy
         if self._barrier is None:
+
             @tf.function
             def meet():
                 return strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+
             self._barrier = meet
         self._barrier().numpy()
 
@@ -89,7 +101,9 @@ class MWMSGroup(ProcessGroup):
                     if name == "allreduce":
                         return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
                     return context.all_gather(value, axis=0)
+
                 return strategy.experimental_local_results(strategy.run(replica, args=(x,)))[0]
+
             self._collective = collective_function(tf, body)
         return self._collective(op, inp)
 
@@ -115,6 +129,7 @@ class MWMSGroup(ProcessGroup):
         @tf.function
         def step(x, y):
             return strategy.experimental_local_results(strategy.run(replica, args=(x, y)))[0]
+
         return step
 
 

@@ -22,8 +22,9 @@ class TFConfigLauncher(Launcher):
 
     def command(self, spec, rank_command, run_id):
         addresses = [f"127.0.0.1:{free_port()}" for _ in range(spec.world_size)]
-        return local_processes_command([({"TF_CONFIG": tf_config(addresses, i)}, list(rank_command))
-                                        for i in range(spec.world_size)])
+        return local_processes_command(
+            [({"TF_CONFIG": tf_config(addresses, i)}, list(rank_command)) for i in range(spec.world_size)]
+        )
 
     def rank_identity(self, env):
         if "TF_CONFIG" not in env:

@@ -19,6 +19,7 @@ from bench.tasks.comm.settings import CommSettings
 @dataclass
 class CommRow(Record):
     """One (op, message size) of a sweep, as nccl-tests prints it."""
+
     op: str
     size: int  # bytes of the whole buffer (see bench.rank.collectives)
     count: int
@@ -45,11 +46,25 @@ class CommMetrics(Record):
     ceiling: dict | None = None  # bench.rank.collectives.measure_ceiling, measured just before the launch
 
 
-def build_spec(*, backend: str, world_size: int, device: str, ops: list[str], dtype: str = "float32",
-               min_bytes: int = 4, max_bytes: int = 64 * 2**20, warmup_iters: int = 5, iters: int = 20,
-               threads: int | None = None, oversubscribe: bool = False, timeout: float | None = None,
-               backend_options: dict | None = None, sweep_id: str | None = None, cluster: dict | None = None,
-               cpu_bind: str | None = None) -> RunSpec:
+def build_spec(
+    *,
+    backend: str,
+    world_size: int,
+    device: str,
+    ops: list[str],
+    dtype: str = "float32",
+    min_bytes: int = 4,
+    max_bytes: int = 64 * 2**20,
+    warmup_iters: int = 5,
+    iters: int = 20,
+    threads: int | None = None,
+    oversubscribe: bool = False,
+    timeout: float | None = None,
+    backend_options: dict | None = None,
+    sweep_id: str | None = None,
+    cluster: dict | None = None,
+    cpu_bind: str | None = None,
+) -> RunSpec:
     """A communication sweep: no model, the same placement, threads and launchers as training runs."""
     plugin = get_backend(backend)
     if not plugin.comm_ops:
@@ -61,32 +76,47 @@ def build_spec(*, backend: str, world_size: int, device: str, ops: list[str], dt
         raise UsageError(f"unknown op {unknown[0]!r}; choose from {', '.join(OPS)}")
     missing = [op for op in ops if op not in plugin.comm_ops]
     if missing:
-        raise UsageError(f"backend {backend} has no {missing[0]} (it offers {', '.join(plugin.comm_ops)}); "
-                         "drop it from --ops")
+        raise UsageError(
+            f"backend {backend} has no {missing[0]} (it offers {', '.join(plugin.comm_ops)}); drop it from --ops"
+        )
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     if dtype not in plugin.comm_dtypes:
-        raise UsageError(f"backend {backend} cannot reduce {dtype} here; use --dtype "
-                         f"{' or '.join(plugin.comm_dtypes)}")
+        raise UsageError(f"backend {backend} cannot reduce {dtype} here; use --dtype {' or '.join(plugin.comm_dtypes)}")
     if min_bytes < 1 or max_bytes < min_bytes:
         raise UsageError(f"--min-bytes {min_bytes} and --max-bytes {max_bytes}: need 1 <= min <= max")
     if warmup_iters < 0 or iters < 1:
         raise UsageError("--warmup-iters must be 0 or more and --iters at least 1")
     timeout = DEFAULTS["timeout"] if timeout is None else timeout
-    threads, resolved, roles = check_placement(plugin, world_size, device, threads, oversubscribe,
-                                               backend_options, timeout, cluster)
-    return RunSpec(backend=backend, workload=None, world_size=world_size, device=device, batch_size=None,
-                   image_size=None, num_classes=None, threads=threads, steps_per_window=None, warmup_steps=None,
-                   windows=None, timeout=timeout, backend_options=resolved,
-                   cpu_bind=resolve_cpu_bind(cpu_bind, device, oversubscribe, cluster,
-                                             plugin.places_on_this_host(resolved)),
-                   roles=roles, task="comm", sweep_id=sweep_id, **across_hosts(cluster),
-                   comm=CommSettings(ops=list(ops), dtype=dtype, min_bytes=min_bytes, max_bytes=max_bytes,
-                                     warmup_iters=warmup_iters, iters=iters))
+    threads, resolved, roles = check_placement(
+        plugin, world_size, device, threads, oversubscribe, backend_options, timeout, cluster
+    )
+    return RunSpec(
+        backend=backend,
+        workload=None,
+        world_size=world_size,
+        device=device,
+        batch_size=None,
+        image_size=None,
+        num_classes=None,
+        threads=threads,
+        steps_per_window=None,
+        warmup_steps=None,
+        windows=None,
+        timeout=timeout,
+        backend_options=resolved,
+        cpu_bind=resolve_cpu_bind(cpu_bind, device, oversubscribe, cluster, plugin.places_on_this_host(resolved)),
+        roles=roles,
+        task="comm",
+        sweep_id=sweep_id,
+        **across_hosts(cluster),
+        comm=CommSettings(
+            ops=list(ops), dtype=dtype, min_bytes=min_bytes, max_bytes=max_bytes, warmup_iters=warmup_iters, iters=iters
+        ),
+    )
 
 
-def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict | None,
-                 run_dir=None) -> CommMetrics:
+def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict | None, run_dir=None) -> CommMetrics:
     """A sweep's rows (time: max over ranks; #wrong: summed), the alpha-beta fit of its allreduce rows to
     the backend's cost model, and each row's busbw against the ceiling measured before the launch."""
     workers, _ = workers_and_others(results)
@@ -96,17 +126,22 @@ def comm_metrics(spec: RunSpec, results: dict, launched_at: float, ceiling: dict
             row["busbw_fraction_of_limit"] = row["busbw_gbps"] / ceiling["limit_gbps"]
     model, alpha_coef, beta_coef = get_backend(spec.backend).cost_model(spec.world_size, spec.backend_options)
     fit = fit_alpha_beta([r for r in rows if r["op"] == "allreduce"], alpha_coef, beta_coef)
-    return CommMetrics(avg_busbw_gbps={op: average_busbw(rows, op) for op in spec.comm.ops},
-                       wrong=sum(r["wrong"] for r in rows), model=model, fit=fit,
-                       rows=[decode(CommRow, r) for r in rows], startup=startup(list(results.values()), launched_at, run_dir, spec),
-                       peak_rss_bytes_max=max(res.peak_rss_bytes for res in results.values()), ceiling=ceiling)
+    return CommMetrics(
+        avg_busbw_gbps={op: average_busbw(rows, op) for op in spec.comm.ops},
+        wrong=sum(r["wrong"] for r in rows),
+        model=model,
+        fit=fit,
+        rows=[decode(CommRow, r) for r in rows],
+        startup=startup(list(results.values()), launched_at, run_dir, spec),
+        peak_rss_bytes_max=max(res.peak_rss_bytes for res in results.values()),
+        ceiling=ceiling,
+    )
 
 
 def fmt_busbw(metrics: CommMetrics | None) -> str:
     if metrics is None:
         return "-"
-    return "avg busbw " + ", ".join(f"{op} {v:.3f} GB/s" for op, v in metrics.avg_busbw_gbps.items()
-                                    if v is not None)
+    return "avg busbw " + ", ".join(f"{op} {v:.3f} GB/s" for op, v in metrics.avg_busbw_gbps.items() if v is not None)
 
 
 class CommTask(Task):
@@ -120,8 +155,10 @@ class CommTask(Task):
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
         c = spec.comm
-        return (f"{spec.backend}, {spec.world_size} rank(s) ({spec.device}), {', '.join(c.ops)}, {c.dtype}, "
-                f"{c.min_bytes} to {c.max_bytes} bytes, {c.warmup_iters} warm-up + {c.iters} timed ops")
+        return (
+            f"{spec.backend}, {spec.world_size} rank(s) ({spec.device}), {', '.join(c.ops)}, {c.dtype}, "
+            f"{c.min_bytes} to {c.max_bytes} bytes, {c.warmup_iters} warm-up + {c.iters} timed ops"
+        )
 
     def before_launch(self, spec):
         """The machine's limit, measured in the parent just before launch: same run, nothing else running."""
@@ -131,8 +168,9 @@ class CommTask(Task):
         status, error = process_status(spec, run_dir, outcome)
         metrics = None
         if status == RunStatus.OK:
-            metrics = comm_metrics(spec, read_results(run_dir), outcome.launched_at, (before or {}).get("ceiling"),
-                                   run_dir)
+            metrics = comm_metrics(
+                spec, read_results(run_dir), outcome.launched_at, (before or {}).get("ceiling"), run_dir
+            )
             if metrics.wrong:
                 status = RunStatus.FAILED
                 error = RunError(message=f"{metrics.wrong} wrong elements: a collective returned wrong results")
@@ -159,15 +197,19 @@ class CommTask(Task):
         m = record.metrics
         lines = format_table(m.rows, m.ceiling).splitlines()
         if m.fit:
-            lines.append(f"# alpha-beta fit ({m.model}): a = {m.fit['alpha_s'] * 1e6:.1f} us, "
-                         f"1/b = {m.fit['bandwidth_gbps']:.2f} GB/s, weighted R^2 = {m.fit['r2_weighted']:.3f}")
+            lines.append(
+                f"# alpha-beta fit ({m.model}): a = {m.fit['alpha_s'] * 1e6:.1f} us, "
+                f"1/b = {m.fit['bandwidth_gbps']:.2f} GB/s, weighted R^2 = {m.fit['r2_weighted']:.3f}"
+            )
         return lines
 
     def frame_columns(self, record) -> dict:
         out = {"dtype": record.spec.comm.dtype}
         if record.metrics is not None:
-            out.update(rendezvous_s=record.metrics.startup.rendezvous_s,
-                       peak_rss_mb=record.metrics.peak_rss_bytes_max / 2**20)
+            out.update(
+                rendezvous_s=record.metrics.startup.rendezvous_s, peak_rss_mb=record.metrics.peak_rss_bytes_max / 2**20
+            )
         return out
+
 
 TASK = CommTask()

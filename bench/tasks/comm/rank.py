@@ -23,6 +23,9 @@ def serve_sums(member) -> dict:
     spec, info = member.spec, member.info
     server = member.group.server(spec, info)
     rounds = ops_per_size(spec.comm)
-    pushes = sum(server.sum_rounds(count, rounds, spec.comm.dtype)
-                 for op, _, count in sweep_plan(spec.comm, info.world_size) if op == "allreduce")
+    pushes = sum(
+        server.sum_rounds(count, rounds, spec.comm.dtype)
+        for op, _, count in sweep_plan(spec.comm, info.world_size)
+        if op == "allreduce"
+    )
     return {"server": info.role_rank, "workers": len(server.workers), "pushes": pushes}

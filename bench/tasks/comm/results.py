@@ -14,6 +14,7 @@ from bench.results.frame import blank_single_machine, comparable_runs, pooled_la
 def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
     """busbw_fraction of each backend and world size: allreduce busbw at the largest message, per
     timed chunk, over the limit measured in that run."""
+
     def largest(rec):
         return max((r for r in rec.metrics.rows if r.op == "allreduce"), key=lambda r: r.size)
 
@@ -23,8 +24,9 @@ def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
         return chunks if per_window else sum(chunks) / len(chunks)
 
     def measured(rec):
-        return (rec.metrics.ceiling is not None
-                and any(r.op == "allreduce" and r.window_time_us for r in rec.metrics.rows))
+        return rec.metrics.ceiling is not None and any(
+            r.op == "allreduce" and r.window_time_us for r in rec.metrics.rows
+        )
 
     runs, ok = group_runs(records, lambda r: (r.spec.backend, r.spec.world_size))
     out, not_ok = {}, {}
@@ -61,15 +63,17 @@ def busbw_at(record, size: int) -> float | None:
 def matched_sizes(ok) -> dict[tuple, tuple[int, list[list[float]], str]]:
     """Per (machine, pinning, world size, dtype) where both primary backends have allreduce launches: the largest
     message every launch of both ran, each side's busbw at that size per launch, and the device."""
-    launches = pooled_launches(blank_single_machine(ok)[ok["backend"].isin(PRIMARY)],
-                               [*PLACE, "world_size", "dtype", "backend"])
+    launches = pooled_launches(
+        blank_single_machine(ok)[ok["backend"].isin(PRIMARY)], [*PLACE, "world_size", "dtype", "backend"]
+    )
     out = {}
     for place in sorted({k[:-1] for k in launches}):
         sides = [launches.get((*place, b)) for b in PRIMARY]
         if not all(sides):
             continue
-        common = set.intersection(*({x.size for x in rec.metrics.rows if x.op == "allreduce"}
-                                    for recs in sides for rec in recs))
+        common = set.intersection(
+            *({x.size for x in rec.metrics.rows if x.op == "allreduce"} for recs in sides for rec in recs)
+        )
         if not common:
             continue
         size = max(common)
@@ -83,13 +87,17 @@ def matched_key(place: tuple, size: int) -> str:
     """The name of the busbw comparison of the primary pair at a matched size (page, family, `bench agreement`)."""
     hardware, bind, world, dtype = place
     first, second = PRIMARY
-    return f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}" \
-           f"{placement_text(hardware, bind)}"
+    return (
+        f"allreduce busbw {first} / {second} at {format_bytes(size)}B, {world} ranks {dtype}"
+        f"{placement_text(hardware, bind)}"
+    )
 
 
 def comparisons(frame) -> dict:
     """The comparison the communication view makes (bench.tasks.base.Task.comparisons): the first primary
     backend's allreduce busbw over the second's at the matched size, across launches."""
     ok = comparable_runs(frame)
-    return {matched_key(place, size): ratio_of_cases([values[0]], [values[1]])
-            for place, (size, values, _) in matched_sizes(ok).items()}
+    return {
+        matched_key(place, size): ratio_of_cases([values[0]], [values[1]])
+        for place, (size, values, _) in matched_sizes(ok).items()
+    }

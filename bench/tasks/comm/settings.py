@@ -11,6 +11,7 @@ from bench.core.spec import TaskSettings
 class CommSettings(TaskSettings):
     """What a sweep times: each of `ops` at every size from min_bytes to max_bytes (doubling), of `dtype`, each size
     warmup_iters untimed and iters timed calls (bench.rank.collectives)."""
+
     ops: list[str]
     dtype: str
     min_bytes: int

@@ -28,22 +28,35 @@ from bench.tasks.train import build_spec as train_spec
 from bench.tasks.train import conclude_training, diverged_v6, placement_words
 
 LR_SCALINGS = ("none", "linear")
-CONVERGE_DEFAULTS = dict(data="digits", target=0.9, epochs=8, holdout=0.2, lr_scaling="linear", warmup_epochs=1.0,
-                         evals_per_epoch=2)
+CONVERGE_DEFAULTS = dict(
+    data="digits", target=0.9, epochs=8, holdout=0.2, lr_scaling="linear", warmup_epochs=1.0, evals_per_epoch=2
+)
 REPLICA_TOLERANCE = 1e-6  # relative: workers' parameter checksums closer than this hold the same model
 ACCURACY_TOLERANCE = 0.02  # backends "reach the same accuracy" when their final accuracies are this close
 
 
-def build_spec(*, target: float | None = None, epochs: int | None = None, eval_every: int | None = None,
-               lr_scaling: str | None = None, warmup_epochs: float | None = None, holdout: float | None = None,
-               **train_options):
+def build_spec(
+    *,
+    target: float | None = None,
+    epochs: int | None = None,
+    eval_every: int | None = None,
+    lr_scaling: str | None = None,
+    warmup_epochs: float | None = None,
+    holdout: float | None = None,
+    **train_options,
+):
     """A converge run's spec: a training spec (the same placement, data and fairness rules) with its plan of
     steps, evaluations and learning rate."""
     from workloads.data.holdout import training_samples
     from workloads.data.names import DataError
 
-    c = {k: v for k, v in dict(target=target, epochs=epochs, lr_scaling=lr_scaling, warmup_epochs=warmup_epochs,
-                                holdout=holdout).items() if v is not None}
+    c = {
+        k: v
+        for k, v in dict(
+            target=target, epochs=epochs, lr_scaling=lr_scaling, warmup_epochs=warmup_epochs, holdout=holdout
+        ).items()
+        if v is not None
+    }
     c = {**{k: CONVERGE_DEFAULTS[k] for k in ("target", "epochs", "lr_scaling", "warmup_epochs", "holdout")}, **c}
     if not 0.0 < c["target"] <= 1.0:
         raise UsageError(f"--target {c['target']}: give a held-out accuracy between 0 and 1, such as 0.9")
@@ -63,31 +76,44 @@ def build_spec(*, target: float | None = None, epochs: int | None = None, eval_e
     if spec.data == "synthetic":
         raise UsageError("time to accuracy needs a real data set: --data digits (always here), mnist or imagefolder")
     try:
-        samples = training_samples(spec.data, spec.data_dir, holdout=c["holdout"], seed=spec.seed,
-                                   workload=workload_of(spec.workload, with_data=spec.data == "workload")[1],
-                                   image=spec.image_size)
+        samples = training_samples(
+            spec.data,
+            spec.data_dir,
+            holdout=c["holdout"],
+            seed=spec.seed,
+            workload=workload_of(spec.workload, with_data=spec.data == "workload")[1],
+            image=spec.image_size,
+        )
     except DataError as exc:
         raise UsageError(str(exc)) from None
     per_rank = samples // spec.world_size
     steps_per_epoch = per_rank // spec.samples_per_step
     if steps_per_epoch < 1:
-        raise UsageError(f"the training part holds {samples} samples: too few for {spec.world_size} worker(s) x "
-                         f"batch {spec.samples_per_step}; lower --batch-size or the world size")
+        raise UsageError(
+            f"the training part holds {samples} samples: too few for {spec.world_size} worker(s) x "
+            f"batch {spec.samples_per_step}; lower --batch-size or the world size"
+        )
     if eval_every is not None and eval_every < 1:
         raise UsageError("--eval-every must be at least 1 step")
-    c.update(steps_per_epoch=steps_per_epoch, total_steps=steps_per_epoch * c["epochs"],
-             eval_every=eval_every or max(1, steps_per_epoch // CONVERGE_DEFAULTS["evals_per_epoch"]),
-             warmup_steps=round(c["warmup_epochs"] * steps_per_epoch), training_samples=samples)
+    c.update(
+        steps_per_epoch=steps_per_epoch,
+        total_steps=steps_per_epoch * c["epochs"],
+        eval_every=eval_every or max(1, steps_per_epoch // CONVERGE_DEFAULTS["evals_per_epoch"]),
+        warmup_steps=round(c["warmup_epochs"] * steps_per_epoch),
+        training_samples=samples,
+    )
     if c["lr_scaling"] == "none":
         c["warmup_steps"] = 0  # nothing to ramp to
-    return dataclasses.replace(spec, task="converge", converge=ConvergeSettings(**c), warmup_steps=0, windows=0,
-                               steps_per_window=0)
+    return dataclasses.replace(
+        spec, task="converge", converge=ConvergeSettings(**c), warmup_steps=0, windows=0, steps_per_window=0
+    )
 
 
 # ---------------------------------------------------------------- records
 @dataclass
 class CurvePoint(Record):
     """One evaluation: where training was and what the first worker's model scored on the held-out set."""
+
     step: int  # optimizer steps done
     epoch: float  # passes over the training part
     samples: int  # samples seen by all workers together
@@ -135,19 +161,39 @@ def converge_metrics(spec, results: dict, launched_at: float, run_dir=None) -> C
     scale = max(1e-12, max(abs(c) for c in checksums))
     last = curve[-1]
     return ConvergeMetrics(
-        target=spec.converge.target, reached=hit is not None,
-        time_to_target_s=hit.train_time_s if hit else None, steps_to_target=hit.step if hit else None,
-        epochs_to_target=hit.epoch if hit else None, samples_to_target=hit.samples if hit else None,
-        final_accuracy=last.accuracy, final_loss=last.loss, best_accuracy=max(p.accuracy for p in curve),
-        train_time_s=out["train_time_s"], eval_time_s=out["eval_time_s"],
+        target=spec.converge.target,
+        reached=hit is not None,
+        time_to_target_s=hit.train_time_s if hit else None,
+        steps_to_target=hit.step if hit else None,
+        epochs_to_target=hit.epoch if hit else None,
+        samples_to_target=hit.samples if hit else None,
+        final_accuracy=last.accuracy,
+        final_loss=last.loss,
+        best_accuracy=max(p.accuracy for p in curve),
+        train_time_s=out["train_time_s"],
+        eval_time_s=out["eval_time_s"],
         samples_per_s=last.samples / out["train_time_s"] if out["train_time_s"] > 0 else 0.0,
-        held_out=out["held_out"], lr_peak=spec.lr_at(spec.total_steps),
-        curve=curve, replicas_agree=((max(checksums) - min(checksums)) / scale <= REPLICA_TOLERANCE
-                                     if get_backend(spec.backend).synchronous(spec.backend_options) else None),
-        param_checksums=checksums, startup=startup([workers[r] for r in ranks], launched_at, run_dir, spec),
+        held_out=out["held_out"],
+        lr_peak=spec.lr_at(spec.total_steps),
+        curve=curve,
+        replicas_agree=(
+            (max(checksums) - min(checksums)) / scale <= REPLICA_TOLERANCE
+            if get_backend(spec.backend).synchronous(spec.backend_options)
+            else None
+        ),
+        param_checksums=checksums,
+        startup=startup([workers[r] for r in ranks], launched_at, run_dir, spec),
         peak_rss_bytes_max=max(workers[r].peak_rss_bytes for r in ranks),
-        other_roles=[{"rank": r, "role": res.rank_info.role, "served": res.output["served"],
-                      "peak_rss_bytes": res.peak_rss_bytes} for r, res in sorted(others.items())])
+        other_roles=[
+            {
+                "rank": r,
+                "role": res.rank_info.role,
+                "served": res.output["served"],
+                "peak_rss_bytes": res.peak_rss_bytes,
+            }
+            for r, res in sorted(others.items())
+        ],
+    )
 
 
 class ConvergeProgress:
@@ -162,15 +208,19 @@ class ConvergeProgress:
             return None
         self.last = p["steps"]
         c = self.spec.converge
-        note(f"  step {p['steps']}/{c.total_steps} (epoch {p['steps'] / c.steps_per_epoch:.1f}): "
-             f"held-out accuracy {p['accuracy']:.3f}")  # a line that cannot be written must not end the run
+        note(
+            f"  step {p['steps']}/{c.total_steps} (epoch {p['steps'] / c.steps_per_epoch:.1f}): "
+            f"held-out accuracy {p['accuracy']:.3f}"
+        )  # a line that cannot be written must not end the run
         return None
 
 
 def fmt_target(m) -> str:
     if m.reached:
-        return (f"{m.target:.0%} reached in {m.time_to_target_s:.2f} s of training ({m.epochs_to_target:.2f} "
-                f"epochs, {m.samples_to_target:,} samples)")
+        return (
+            f"{m.target:.0%} reached in {m.time_to_target_s:.2f} s of training ({m.epochs_to_target:.2f} "
+            f"epochs, {m.samples_to_target:,} samples)"
+        )
     return f"{m.target:.0%} not reached (best {m.best_accuracy:.1%})"
 
 
@@ -183,11 +233,16 @@ class ConvergeTask(Task):
 
     def describe(self, spec) -> str:
         c = spec.converge
-        return (f"{spec.backend} {spec.workload} on {spec.data}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
-                f"{c.epochs} epochs x {c.steps_per_epoch} steps, held-out accuracy every {c.eval_every} "
-                f"steps, target {c.target:.0%}, lr {spec.lr:g} "
-                + (f"(linear scaling to {spec.lr_at(c.total_steps):g} over {c.warmup_steps} warm-up steps)"
-                   if c.lr_scaling == "linear" else "(not scaled)"))
+        return (
+            f"{spec.backend} {spec.workload} on {spec.data}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
+            f"{c.epochs} epochs x {c.steps_per_epoch} steps, held-out accuracy every {c.eval_every} "
+            f"steps, target {c.target:.0%}, lr {spec.lr:g} "
+            + (
+                f"(linear scaling to {spec.lr_at(c.total_steps):g} over {c.warmup_steps} warm-up steps)"
+                if c.lr_scaling == "linear"
+                else "(not scaled)"
+            )
+        )
 
     def progress(self, spec, run_dir):
         return ConvergeProgress(spec, run_dir)
@@ -200,11 +255,13 @@ class ConvergeTask(Task):
             workers = [r for r in record["rank_map"] if r.get("role", "worker") == "worker"]
             ranks = sorted(r["rank"] for r in workers)  # the checksums' order (converge_metrics)
             ranks = ranks if len(ranks) == len(m["param_checksums"]) else [None] * len(m["param_checksums"])
-            first = next((r["rank"] for r in workers
-                          if (r["rank"] if r.get("role_rank") is None else r["role_rank"]) == 0), None)
+            first = next(
+                (r["rank"] for r in workers if (r["rank"] if r.get("role_rank") is None else r["role_rank"]) == 0), None
+            )
             end = record["spec"]["converge"]["total_steps"]
-            return ([(p["step"], first, "held-out loss", p["loss"]) for p in m["curve"]] +
-                    [(end, rank, "parameters", v) for rank, v in zip(ranks, m["param_checksums"])])
+            return [(p["step"], first, "held-out loss", p["loss"]) for p in m["curve"]] + [
+                (end, rank, "parameters", v) for rank, v in zip(ranks, m["param_checksums"])
+            ]
 
         return diverged_v6(record, sightings) if from_version == 6 else record
 
@@ -225,14 +282,19 @@ class ConvergeTask(Task):
         m = record.metrics
         if m:
             lines.append(f"target: {fmt_target(m)}")
-            lines.append(f"final held-out accuracy {m.final_accuracy:.1%}, loss {m.final_loss:.4f} "
-                         f"(held out: {m.held_out})")
-            lines.append(f"training {m.train_time_s:.2f} s ({m.samples_per_s:,.0f} samples/s), evaluation "
-                         f"{m.eval_time_s:.2f} s (not counted); peak lr {m.lr_peak:g}")
+            lines.append(
+                f"final held-out accuracy {m.final_accuracy:.1%}, loss {m.final_loss:.4f} (held out: {m.held_out})"
+            )
+            lines.append(
+                f"training {m.train_time_s:.2f} s ({m.samples_per_s:,.0f} samples/s), evaluation "
+                f"{m.eval_time_s:.2f} s (not counted); peak lr {m.lr_peak:g}"
+            )
             if m.replicas_agree is False:
-                lines.append("WARNING: the workers ended with different parameters (checksums "
-                             f"{', '.join(f'{c:.6g}' for c in m.param_checksums)}): gradients were not averaged "
-                             "or the initial parameters not broadcast alike")
+                lines.append(
+                    "WARNING: the workers ended with different parameters (checksums "
+                    f"{', '.join(f'{c:.6g}' for c in m.param_checksums)}): gradients were not averaged "
+                    "or the initial parameters not broadcast alike"
+                )
             if record.spec.save_model:
                 lines.append(f"model saved to {record.spec.save_model} (state_dict of the first worker)")
         return lines
@@ -242,8 +304,13 @@ class ConvergeTask(Task):
         base = {"target": c.target, "lr_scaling": c.lr_scaling}
         if m is None:
             return base
-        return {**base, "reached": m.reached, "time_to_target_s": m.time_to_target_s,
-                "epochs_to_target": m.epochs_to_target, "final_accuracy": m.final_accuracy}
+        return {
+            **base,
+            "reached": m.reached,
+            "time_to_target_s": m.time_to_target_s,
+            "epochs_to_target": m.epochs_to_target,
+            "final_accuracy": m.final_accuracy,
+        }
 
 
 TASK = ConvergeTask()

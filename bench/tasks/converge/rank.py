@@ -48,12 +48,31 @@ def converge_rank(joined, inject=None) -> dict:
     model, optimizer = build_model(spec, device)
     model, optimizer = joined.group.wrap(model, optimizer, spec)
     plain = getattr(model, "module", model)
-    train_part, held = converge_data(spec.data, spec.data_dir, holdout=c.holdout, seed=spec.seed,
-                                     channels=workload.channels, image=spec.image_size, workload=workload)
-    batches = open_batches(spec.data, batch=spec.batch_size, channels=workload.channels, image=spec.image_size,
-                           classes=spec.num_classes, seed=spec.seed, rank=info.worker_index, world=info.world_size,
-                           device=device, data_dir=spec.data_dir, loader=spec.loader,
-                           loader_workers=spec.loader_workers, dataset=train_part, workload=workload)
+    train_part, held = converge_data(
+        spec.data,
+        spec.data_dir,
+        holdout=c.holdout,
+        seed=spec.seed,
+        channels=workload.channels,
+        image=spec.image_size,
+        workload=workload,
+    )
+    batches = open_batches(
+        spec.data,
+        batch=spec.batch_size,
+        channels=workload.channels,
+        image=spec.image_size,
+        classes=spec.num_classes,
+        seed=spec.seed,
+        rank=info.worker_index,
+        world=info.world_size,
+        device=device,
+        data_dir=spec.data_dir,
+        loader=spec.loader,
+        loader_workers=spec.loader_workers,
+        dataset=train_part,
+        workload=workload,
+    )
     evaluator = info.worker_index == 0
     loss_fn = workload.make_loss()
     passes = spec.backward_passes
@@ -78,19 +97,37 @@ def converge_rank(joined, inject=None) -> dict:
             if evaluator:
                 accuracy, held_loss = evaluate(plain, held, device, loss_fn)
                 checks.append((done, "held-out loss", held_loss))
-                curve.append({"step": done, "epoch": done / c.steps_per_epoch,
-                              "samples": done * spec.global_batch, "train_time_s": train_time,
-                              "accuracy": accuracy, "loss": held_loss, "lr": lr})
-                run_dir.write(joined.file_rank, joined.attempt, "progress",
-                              {"steps": done, "accuracy": accuracy, "time": time.time()})
+                curve.append(
+                    {
+                        "step": done,
+                        "epoch": done / c.steps_per_epoch,
+                        "samples": done * spec.global_batch,
+                        "train_time_s": train_time,
+                        "accuracy": accuracy,
+                        "loss": held_loss,
+                        "lr": lr,
+                    }
+                )
+                run_dir.write(
+                    joined.file_rank,
+                    joined.attempt,
+                    "progress",
+                    {"steps": done, "accuracy": accuracy, "time": time.time()},
+                )
             t_segment = time.perf_counter()
             eval_time += t_segment - now
     checksum = param_sums(plain).total
     saved = save_model(plain, spec.save_model) if spec.save_model and evaluator else None
-    return {"curve": curve if evaluator else None, "train_time_s": train_time, "eval_time_s": eval_time,
-            "held_out": held.describe, "param_checksum": checksum, "saved_model": saved,
-            "non_finite": first_non_finite(checks, checksum, c.total_steps),
-            "threads": {"torch": torch.get_num_threads(), "affinity": affinity}}
+    return {
+        "curve": curve if evaluator else None,
+        "train_time_s": train_time,
+        "eval_time_s": eval_time,
+        "held_out": held.describe,
+        "param_checksum": checksum,
+        "saved_model": saved,
+        "non_finite": first_non_finite(checks, checksum, c.total_steps),
+        "threads": {"torch": torch.get_num_threads(), "affinity": affinity},
+    }
 
 
 def run_rank(spec, run_dir, file_rank, attempt, t_process_start):

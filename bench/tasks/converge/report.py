@@ -23,9 +23,22 @@ from bench.report.sections import (
 )
 from bench.tasks.converge import ACCURACY_TOLERANCE
 
-COLUMNS = [left("backend"), right("world"), left("lr rule"), right("peak lr"), right("time to target s"),
-           right("epochs to target"), right("samples to target"), right("final accuracy"), right("final loss"),
-           right("training s"), right("samples/s"), left("replicas"), left("status"), left("run")]
+COLUMNS = [
+    left("backend"),
+    right("world"),
+    left("lr rule"),
+    right("peak lr"),
+    right("time to target s"),
+    right("epochs to target"),
+    right("samples to target"),
+    right("final accuracy"),
+    right("final loss"),
+    right("training s"),
+    right("samples/s"),
+    left("replicas"),
+    left("status"),
+    left("run"),
+]
 
 
 def case_key(rec) -> tuple:
@@ -36,8 +49,10 @@ def case_key(rec) -> tuple:
 def case_title(rec) -> str:
     s, c = rec.spec, rec.spec.converge
     rule = "linear scaling" if c.lr_scaling == "linear" else "not scaled"
-    return (f"{s.workload} on {s.data} to {c.target:.0%}, world {s.world_size}, batch {s.batch_size}/worker, "
-            f"lr {s.lr:g} ({rule})")
+    return (
+        f"{s.workload} on {s.data} to {c.target:.0%}, world {s.world_size}, batch {s.batch_size}/worker, "
+        f"lr {s.lr:g} ({rule})"
+    )
 
 
 def run_row(rec) -> list:
@@ -46,12 +61,22 @@ def run_row(rec) -> list:
     head = [s.backend, s.world_size, c.lr_scaling]
     if m is None:
         return head + ["-"] * 9 + [Cell(status, "warn"), rec.run_id]
-    return head + [fmt(m.lr_peak, "g"), fmt(m.time_to_target_s, ".2f"), fmt(m.epochs_to_target, ".2f"),
-                   fmt(m.samples_to_target, ",d"), f"{m.final_accuracy:.1%}", f"{m.final_loss:.4f}",
-                   f"{m.train_time_s:.2f}", f"{m.samples_per_s:,.0f}",
-                   Cell({True: "agree", False: "DIFFER", None: "async"}[m.replicas_agree],
-                        "bad" if m.replicas_agree is False else ""),
-                   Cell(status, "" if rec.ok else "warn"), rec.run_id]
+    return head + [
+        fmt(m.lr_peak, "g"),
+        fmt(m.time_to_target_s, ".2f"),
+        fmt(m.epochs_to_target, ".2f"),
+        fmt(m.samples_to_target, ",d"),
+        f"{m.final_accuracy:.1%}",
+        f"{m.final_loss:.4f}",
+        f"{m.train_time_s:.2f}",
+        f"{m.samples_per_s:,.0f}",
+        Cell(
+            {True: "agree", False: "DIFFER", None: "async"}[m.replicas_agree],
+            "bad" if m.replicas_agree is False else "",
+        ),
+        Cell(status, "" if rec.ok else "warn"),
+        rec.run_id,
+    ]
 
 
 def latest_ok(recs: list) -> dict:
@@ -70,21 +95,27 @@ def agreement_sentence(title: str, by_backend: dict) -> tuple[str, bool]:
     split = [b for b, r in by_backend.items() if r.metrics.replicas_agree is False]
     problems = []
     if split:
-        problems.append(f"{', '.join(split)}: the workers ended with different parameters (gradients not averaged, "
-                        "or initial parameters not broadcast)")
+        problems.append(
+            f"{', '.join(split)}: the workers ended with different parameters (gradients not averaged, "
+            "or initial parameters not broadcast)"
+        )
     if len(finals) >= 2:
         ordered = sorted(finals.values())
         middle = ordered[len(ordered) // 2]
         off = [b for b, a in finals.items() if abs(a - middle) > ACCURACY_TOLERANCE]
         spread = ", ".join(f"{b} {a:.1%}" for b, a in sorted(finals.items()))
         if off:
-            problems.append(f"{', '.join(off)} ended more than {ACCURACY_TOLERANCE * 100:.0f} points from the others "
-                            f"({spread}): the same model, data, seed and lr rule should reach the same accuracy; "
-                            "check its averaging and broadcast")
+            problems.append(
+                f"{', '.join(off)} ended more than {ACCURACY_TOLERANCE * 100:.0f} points from the others "
+                f"({spread}): the same model, data, seed and lr rule should reach the same accuracy; "
+                "check its averaging and broadcast"
+            )
         else:
-            return (f"{title}: the backends reach the same held-out accuracy ({spread}; within "
-                    f"{ACCURACY_TOLERANCE * 100:.0f} points)" + ("; " + "; ".join(problems) if problems else "")
-                    + ".", bool(problems))
+            return (
+                f"{title}: the backends reach the same held-out accuracy ({spread}; within "
+                f"{ACCURACY_TOLERANCE * 100:.0f} points)" + ("; " + "; ".join(problems) if problems else "") + ".",
+                bool(problems),
+            )
     return (f"{title}: " + "; ".join(problems) + ".", True) if problems else ("", False)
 
 
@@ -103,8 +134,14 @@ def times_sentence(title: str, recs: list) -> str:
             continue
         epochs = median(m.epochs_to_target for m in ms if m.reached)
         spread = f"median of {len(times)} runs, {times[0]:.2f} to {times[-1]:.2f}; " if len(times) > 1 else ""
-        parts.append((median(times), f"{backend} {median(times):.2f} s ({spread}{epochs:.2f} epochs"
-                                     + (f"; {missed} run(s) did not reach it" if missed else "") + ")"))
+        parts.append(
+            (
+                median(times),
+                f"{backend} {median(times):.2f} s ({spread}{epochs:.2f} epochs"
+                + (f"; {missed} run(s) did not reach it" if missed else "")
+                + ")",
+            )
+        )
     return f"Time to accuracy, {title}: " + ", ".join(text for _, text in sorted(parts)) + "."
 
 
@@ -123,10 +160,16 @@ def world_sentences(records: list) -> list[str]:
         cells = []
         for n, ms in sorted(by_world.items()):
             hit = [m for m in ms if m.reached]
-            cells.append(f"world {n}: " + (f"{median(m.time_to_target_s for m in hit):.2f} s, "
-                                           f"{median(m.epochs_to_target for m in hit):.2f} epochs"
-                                           + (f" (median of {len(hit)})" if len(hit) > 1 else "") if hit else
-                                           f"not reached (best {max(m.best_accuracy for m in ms):.1%})"))
+            cells.append(
+                f"world {n}: "
+                + (
+                    f"{median(m.time_to_target_s for m in hit):.2f} s, "
+                    f"{median(m.epochs_to_target for m in hit):.2f} epochs"
+                    + (f" (median of {len(hit)})" if len(hit) > 1 else "")
+                    if hit
+                    else f"not reached (best {max(m.best_accuracy for m in ms):.1%})"
+                )
+            )
         out.append(f"{backend}, {workload} on {data} to {target:.0%} with {rule} lr scaling: " + "; ".join(cells) + ".")
     return out
 
@@ -138,8 +181,9 @@ def curves_png(title: str, by_backend: dict, target: float) -> str | None:
     for backend, rec in sorted(by_backend.items()):
         curve = rec.metrics.curve
         line = ax_t.plot([p.train_time_s for p in curve], [p.accuracy for p in curve], marker=".", label=backend)[0]
-        ax_s.plot([p.samples for p in curve], [p.accuracy for p in curve], marker=".", label=backend,
-                  color=line.get_color())
+        ax_s.plot(
+            [p.samples for p in curve], [p.accuracy for p in curve], marker=".", label=backend, color=line.get_color()
+        )
     for ax in (ax_t, ax_s):
         ax.axhline(target, color="black", linestyle=":", linewidth=1)
     ax_t.set_xlabel("training time, s (evaluation excluded)")
@@ -169,24 +213,40 @@ def report_part(frame, context) -> ReportPart | None:
             if agree and wrong:
                 warnings.append(agree)
             # a disagreement is said once, under the verdict (fairness); agreement here, by its figures
-            blocks += [Paragraph(times), *([Paragraph(agree)] if agree and not wrong else []),
-                       Plot(f"held-out accuracy, {title}",
-                            curves_png(title, by_backend, recs[0].spec.converge.target))]
+            blocks += [
+                Paragraph(times),
+                *([Paragraph(agree)] if agree and not wrong else []),
+                Plot(f"held-out accuracy, {title}", curves_png(title, by_backend, recs[0].spec.converge.target)),
+            ]
         blocks.append(Table(COLUMNS, [run_row(r) for r in recs]))
     across = world_sentences(records)
-    method = ["Time to accuracy (", code("bench converge"), "): every backend trains the same model from the same "
-              "seed on the same training part for the same number of epochs, with the same lr rule (",
-              code("--lr-scaling linear"), ": the lr times the world size, reached by a linear warm-up); the first "
-              "worker evaluates the held-out part every few steps with its training clock stopped. Time to target is "
-              "the training time at the first evaluation at or above the target, so it is known to within one "
-              "evaluation interval. A time to accuracy is one event per run: with several runs of a backend the "
-              "sentence gives their median and range, the figure draws the latest. "
-              f"Backends agree when their final accuracies are within {ACCURACY_TOLERANCE * 100:.0f} "
-              "points and every worker ends with the same parameters."]
-    section = Section("converge", "Time to accuracy", 45,
-                      [*map(Paragraph, across), Paragraph(method, "note"), *blocks], nav="Accuracy")
-    return ReportPart(fairness=warnings, method=[method],
-                      shown=[r for recs in cases.values() for r in latest_ok(recs).values()], sections=[section])
+    method = [
+        "Time to accuracy (",
+        code("bench converge"),
+        "): every backend trains the same model from the same "
+        "seed on the same training part for the same number of epochs, with the same lr rule (",
+        code("--lr-scaling linear"),
+        ": the lr times the world size, reached by a linear warm-up); the first "
+        "worker evaluates the held-out part every few steps with its training clock stopped. Time to target is "
+        "the training time at the first evaluation at or above the target, so it is known to within one "
+        "evaluation interval. A time to accuracy is one event per run: with several runs of a backend the "
+        "sentence gives their median and range, the figure draws the latest. "
+        f"Backends agree when their final accuracies are within {ACCURACY_TOLERANCE * 100:.0f} "
+        "points and every worker ends with the same parameters.",
+    ]
+    section = Section(
+        "converge",
+        "Time to accuracy",
+        45,
+        [*map(Paragraph, across), Paragraph(method, "note"), *blocks],
+        nav="Accuracy",
+    )
+    return ReportPart(
+        fairness=warnings,
+        method=[method],
+        shown=[r for recs in cases.values() for r in latest_ok(recs).values()],
+        sections=[section],
+    )
 
 
 def comparisons(frame) -> dict:

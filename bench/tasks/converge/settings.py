@@ -14,6 +14,7 @@ class ConvergeSettings(TaskSettings):
     samples (`holdout` of the data set held out), evaluating every eval_every steps, until held-out accuracy
     `target`; --lr scaled by the world size under lr_scaling "linear", reached by a linear warm-up of warmup_steps
     steps (warmup_epochs epochs; docs/method.md, "Time to accuracy")."""
+
     target: float
     epochs: int
     lr_scaling: str  # bench.tasks.converge.LR_SCALINGS

@@ -7,8 +7,9 @@ Each worker process appends one journal line per event (start, resumed, step, co
 reset) with its wall-clock time. The victim announces that it reached the fault step and waits; the
 parent (FaultDriver, polled by the supervisor) then signals it from outside, or for a scale-up starts
 the joining worker. Across hosts, rank 0 announces the step and the parent cuts one host off the network
-(bench.cluster.netcut) and, for a node loss, SIGKILLs every process of the run there at once; rank 0 then goes on. Every figure is computed afterwards from the journals and what the launcher
-itself reported (ElasticMode.observations):
+(bench.cluster.netcut) and, for a node loss, SIGKILLs every process of the run there at once; rank 0 then
+goes on. Every figure is computed afterwards from the journals and what the launcher itself reported
+(ElasticMode.observations):
 - detection: signal (or cut, or node loss) -> the first sign that the system noticed (the launcher's own report, or a
   survivor's collective failing);
 - recovery: signal -> the first training step completed after the run resumed;
@@ -38,6 +39,7 @@ from bench.tasks.fault.spec import HOST_SCENARIOS
 @dataclass
 class FaultMetrics(Record):
     """What a fault run measured (docs/method.md, "Fault recovery"). Times in seconds from the fault."""
+
     scenario: str  # SCENARIOS
     signal: str | None
     at_step: int
@@ -96,9 +98,11 @@ class FaultTask(Task):
         f = spec.fault
         what = fault_in_words(f.scenario, f.signal, f.rank, f.host)
         where = f" on {len(spec.hosts)} hosts" if spec.hosts else ""
-        return (f"{spec.backend} {spec.workload}, {spec.world_size} workers{where}, {what} at step {f.at_step} "
-                f"of {f.total_steps}, checkpoint/commit every {f.checkpoint_every}, up to "
-                f"{f.max_restarts} restarts")
+        return (
+            f"{spec.backend} {spec.workload}, {spec.world_size} workers{where}, {what} at step {f.at_step} "
+            f"of {f.total_steps}, checkpoint/commit every {f.checkpoint_every}, up to "
+            f"{f.max_restarts} restarts"
+        )
 
     def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
         elastic = backend.elastic
@@ -112,8 +116,13 @@ class FaultTask(Task):
             return {"joiner_pid": launch(joiner, joiner_env, run_dir.joiner_log).pid, "joiner_command": joiner}
 
         # the victim waits at its fault step for this poll to signal it
-        return Launch(command=command, env=extra, watcher=FaultDriver(spec, run_dir, start_joiner, run_id),
-                      poll_interval=0.005, info=info)
+        return Launch(
+            command=command,
+            env=extra,
+            watcher=FaultDriver(spec, run_dir, start_joiner, run_id),
+            poll_interval=0.005,
+            info=info,
+        )
 
     def conclude(self, spec, run_dir, outcome, before):
         """Its status says whether training came through the fault, not whether every process exited
@@ -123,22 +132,35 @@ class FaultTask(Task):
         if spec.fault.scenario in HOST_SCENARIOS:
             import sys
 
-
             unhealed = heal([h["name"] for h in spec.hosts], sys.executable)
 
         observed = get_backend(spec.backend).elastic.observations(run_dir)
         metrics = decode(FaultMetrics, fault_metrics(spec, run_dir, outcome, observed), "fault metrics")
         status, message = fault_status(spec, metrics, outcome)
-        where = ({"rank": metrics.diverged["rank"], "step": metrics.diverged["step"]}
-                 if status == RunStatus.DIVERGED else {})
-        error = None if status == RunStatus.OK else RunError(
-            message=message, tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown), **where)
-        rank_map = [dataclasses.replace(r, phase=phase) for phase, rows in
-                    (("before", metrics.rank_map_before), ("after", metrics.rank_map_after)) for r in rows or []]
+        where = (
+            {"rank": metrics.diverged["rank"], "step": metrics.diverged["step"]} if status == RunStatus.DIVERGED else {}
+        )
+        error = (
+            None
+            if status == RunStatus.OK
+            else RunError(
+                message=message, tail=tail(run_dir.launcher_log, upto=outcome.log_bytes_before_teardown), **where
+            )
+        )
+        rank_map = [
+            dataclasses.replace(r, phase=phase)
+            for phase, rows in (("before", metrics.rank_map_before), ("after", metrics.rank_map_after))
+            for r in rows or []
+        ]
         events = [{"time": time.time(), "kind": "cut_not_healed", "hosts": unhealed}] if unhealed else []
         if metrics.fault:
-            events.append({"time": metrics.fault["time"], "kind": f"fault_{metrics.scenario}",
-                           **{k: v for k, v in metrics.fault.items() if k != "time"}})
+            events.append(
+                {
+                    "time": metrics.fault["time"],
+                    "kind": f"fault_{metrics.scenario}",
+                    **{k: v for k, v in metrics.fault.items() if k != "time"},
+                }
+            )
         return Conclusion(status=status, error=error, metrics=metrics, rank_map=rank_map, events=events)
 
     def upgrade(self, from_version, record):
@@ -158,8 +180,11 @@ class FaultTask(Task):
         elif f.scenario == "join":
             what = f"a worker joins {spec.world_size} running"
         else:
-            what = (f"1 of {len(spec.hosts)} hosts " + ("lost" if f.scenario == "kill-host" else "cut off") +
-                    f" ({spec.world_size} workers)")
+            what = (
+                f"1 of {len(spec.hosts)} hosts "
+                + ("lost" if f.scenario == "kill-host" else "cut off")
+                + f" ({spec.world_size} workers)"
+            )
         return f"{spec.workload}: {what}, checkpoint/commit every {f.checkpoint_every} steps"
 
     def kind(self, spec) -> str:
@@ -172,9 +197,14 @@ class FaultTask(Task):
         f = record.metrics
         if record.ok:
             return True
-        return (record.status in (RunStatus.TIMEOUT, RunStatus.FAILED) and f is not None and bool(f.fault)
-                and f.fault.get("delivered") is not False and not f.diverged
-                and all(c["equal"] for c in f.resume_checks))
+        return (
+            record.status in (RunStatus.TIMEOUT, RunStatus.FAILED)
+            and f is not None
+            and bool(f.fault)
+            and f.fault.get("delivered") is not False
+            and not f.diverged
+            and all(c["equal"] for c in f.resume_checks)
+        )
 
     def ok_figure(self, record) -> str:
         f = record.metrics
@@ -193,34 +223,45 @@ class FaultTask(Task):
         if not fired:
             return lines
         if fired["scenario"] == "kill":
-            lines.append(f"fault: SIG{fired['signal']} to rank {fired['rank']} (pid {fired['pid']}) at step {fired['step']}")
+            lines.append(
+                f"fault: SIG{fired['signal']} to rank {fired['rank']} (pid {fired['pid']}) at step {fired['step']}"
+            )
         elif fired["scenario"] == "join":
             lines.append(f"fault: a worker joins at step {fired['step']}")
         else:
             killed = f", {fired['killed']} process(es) killed there" if fired.get("killed") is not None else ""
             what = fault_in_words(fired["scenario"], host=fired["host"])
-            lines.append(f"fault: {what} at step {fired['step']} (the cut took "
-                         f"{_secs(fired.get('cut_took_s'))}{killed})")
+            lines.append(
+                f"fault: {what} at step {fired['step']} (the cut took {_secs(fired.get('cut_took_s'))}{killed})"
+            )
         lines.append(f"detection: {_secs(f.detection_s)}" + (f" ({f.detected_by})" if f.detected_by else ""))
         lines.append(f"recovery (signal to first step after it): {_secs(f.recovery_s)}")
         if f.join_contributes_s is not None:
             lines.append(f"new worker's first step: {_secs(f.join_contributes_s)} after the join began")
         if f.hang_observed_s is not None and f.recovery_s is None:
             lines.append(f"hang observed {_secs(f.hang_observed_s)} after the fault; no step since")
-        lines.append(f"resumed from step {'-' if f.resumed_from_step is None else f.resumed_from_step}; steps redone "
-                     f"{'-' if f.steps_redone is None else f.steps_redone}; trained {f.steps_completed} of {f.total_steps}")
-        lines.append(f"world size {f.world_before} -> {f.world_after}; restarts {f.restarts or 0}, "
-                     f"resets {f.resets or 0}; the run ended {_secs(f.ended_after_fault_s)} after the fault")
+        lines.append(
+            f"resumed from step {'-' if f.resumed_from_step is None else f.resumed_from_step}; steps redone "
+            f"{'-' if f.steps_redone is None else f.steps_redone}; trained {f.steps_completed} of {f.total_steps}"
+        )
+        lines.append(
+            f"world size {f.world_before} -> {f.world_after}; restarts {f.restarts or 0}, "
+            f"resets {f.resets or 0}; the run ended {_secs(f.ended_after_fault_s)} after the fault"
+        )
         for r in f.rendezvous:
-            lines.append(f"  agent {r['agent_pid']} attempt {r['attempt']}: {r['state'].lower().replace('_', ' ')} "
-                         f"{r['duration_ms']:.0f} ms")
+            lines.append(
+                f"  agent {r['agent_pid']} attempt {r['attempt']}: {r['state'].lower().replace('_', ' ')} "
+                f"{r['duration_ms']:.0f} ms"
+            )
         for phase, rows in (("before", f.rank_map_before), ("after", f.rank_map_after)):
             if rows:
                 lines.append(f"ranks {phase}: " + ", ".join(f"{r.rank}=pid {r.pid}@{r.host}" for r in rows))
         if f.resume_checks:
             ok = all(c["equal"] for c in f.resume_checks)
-            lines.append(f"resumed state {'equals' if ok else 'DIFFERS FROM'} the committed one "
-                         f"({len(f.resume_checks)} process(es) checked)")
+            lines.append(
+                f"resumed state {'equals' if ok else 'DIFFERS FROM'} the committed one "
+                f"({len(f.resume_checks)} process(es) checked)"
+            )
         return lines
 
     def frame_columns(self, record) -> dict:

@@ -29,10 +29,27 @@ def _processes(lines: list[dict]) -> dict[tuple, dict]:
     for e in lines:
         key = (e["file_rank"], e["attempt"])
         if e["kind"] == "resumed":
-            p = procs.setdefault(key, {"pid": e.get("pid"), "host": e.get("host"), "file_rank": key[0],
-                                       "attempt": key[1], "first_t": e["t"], "ranks": []})
-            p["ranks"].append({"t": e["t"], "rank": e["rank"], "size": e["size"], "local_rank": e.get("local_rank"),
-                               "group_rank": e.get("group_rank"), "restart_count": e.get("restart_count")})
+            p = procs.setdefault(
+                key,
+                {
+                    "pid": e.get("pid"),
+                    "host": e.get("host"),
+                    "file_rank": key[0],
+                    "attempt": key[1],
+                    "first_t": e["t"],
+                    "ranks": [],
+                },
+            )
+            p["ranks"].append(
+                {
+                    "t": e["t"],
+                    "rank": e["rank"],
+                    "size": e["size"],
+                    "local_rank": e.get("local_rank"),
+                    "group_rank": e.get("group_rank"),
+                    "restart_count": e.get("restart_count"),
+                }
+            )
     return procs
 
 
@@ -44,9 +61,18 @@ def _rank_map(procs: dict, before: float | None, after: float | None) -> list[di
         if not taken:
             continue
         r = taken[-1] if before is not None else taken[0]
-        rows.append({"rank": r["rank"], "world_size": r["size"], "pid": p["pid"], "host": p["host"],
-                     "local_rank": r["local_rank"], "group_rank": r["group_rank"], "restart_count": r["restart_count"],
-                     "attempt": p["attempt"]})
+        rows.append(
+            {
+                "rank": r["rank"],
+                "world_size": r["size"],
+                "pid": p["pid"],
+                "host": p["host"],
+                "local_rank": r["local_rank"],
+                "group_rank": r["group_rank"],
+                "restart_count": r["restart_count"],
+                "attempt": p["attempt"],
+            }
+        )
     return sorted(rows, key=lambda r: r["rank"])
 
 
@@ -63,8 +89,12 @@ def timeline(lines: list[dict], batch: int) -> dict:
         i = int((e["t"] - t0) / width)
         bins[i] = bins.get(i, 0.0) + batch * e["size"]
     last = max(bins)
-    return {"t0": t0, "bin_s": width, "t": [i * width for i in range(last + 1)],
-            "samples_per_s": [bins.get(i, 0.0) / width for i in range(last + 1)]}
+    return {
+        "t0": t0,
+        "bin_s": width,
+        "t": [i * width for i in range(last + 1)],
+        "samples_per_s": [bins.get(i, 0.0) / width for i in range(last + 1)],
+    }
 
 
 def fault_metrics(spec, run_dir, outcome, observed: dict) -> dict:
@@ -75,10 +105,18 @@ def fault_metrics(spec, run_dir, outcome, observed: dict) -> dict:
     f = spec.fault
     procs = _processes(lines)
     steps = [e for e in lines if e["kind"] == "step"]
-    out = {"scenario": f.scenario, "signal": f.signal, "at_step": f.at_step, "total_steps": f.total_steps,
-           "checkpoint_every": f.checkpoint_every, "max_restarts": f.max_restarts,
-           "steps_completed": max((e["step"] for e in steps), default=0),
-           "timeline": timeline(lines, spec.batch_size), "fault": fired, "agent_events": observed["events"]}
+    out = {
+        "scenario": f.scenario,
+        "signal": f.signal,
+        "at_step": f.at_step,
+        "total_steps": f.total_steps,
+        "checkpoint_every": f.checkpoint_every,
+        "max_restarts": f.max_restarts,
+        "steps_completed": max((e["step"] for e in steps), default=0),
+        "timeline": timeline(lines, spec.batch_size),
+        "fault": fired,
+        "agent_events": observed["events"],
+    }
     commits = [e for e in lines if e["kind"] == "commit"]
     resumes = [e for e in lines if e["kind"] == "resumed" and e["step"] > 0]
     committed = {e["step"]: float_of(e["checksum"]) for e in commits}
@@ -130,22 +168,34 @@ def fault_metrics(spec, run_dir, outcome, observed: dict) -> dict:
 def resume_check(resumed: dict, committed: float | None) -> dict:
     """Whether a process resumed from the parameters committed at its step (their checksums agree)."""
     restored = float_of(resumed["checksum"])
-    return {"step": resumed["step"], "pid": resumed.get("pid"), "restored_checksum": restored,
-            "committed_checksum": committed,
-            "equal": committed is not None and abs(committed - restored) <= 1e-9 * max(1.0, abs(restored))}
+    return {
+        "step": resumed["step"],
+        "pid": resumed.get("pid"),
+        "restored_checksum": restored,
+        "committed_checksum": committed,
+        "equal": committed is not None and abs(committed - restored) <= 1e-9 * max(1.0, abs(restored)),
+    }
 
 
 def diverged(lines: list[dict]) -> dict | None:
     """The first parameter checksum of the journals that is not a finite number, at a commit or at the end of a
     process's training (the checks the run makes anyway: a step's loss is never read): {"step", "rank", "value"},
     the step by which the parameters had become non-finite; None when none is."""
-    seen = [e for e in lines if e["kind"] in ("commit", "finished") and e.get("checksum") is not None
-            and not math.isfinite(float_of(e["checksum"]))]
+    seen = [
+        e
+        for e in lines
+        if e["kind"] in ("commit", "finished")
+        and e.get("checksum") is not None
+        and not math.isfinite(float_of(e["checksum"]))
+    ]
     if not seen:
         return None
     first = min(seen, key=lambda e: (e["step"], e["t"]))
-    return {"step": first["step"], "rank": first.get("rank", first["file_rank"]),
-            "value": repr(float_of(first["checksum"]))}
+    return {
+        "step": first["step"],
+        "rank": first.get("rank", first["file_rank"]),
+        "value": repr(float_of(first["checksum"])),
+    }
 
 
 def _detection(lines: list[dict], launcher_saw: list[tuple[float, str]], t: float) -> tuple[float, str] | None:
@@ -168,31 +218,47 @@ def fault_status(spec, metrics, outcome) -> tuple[RunStatus, str | None]:
     if outcome.ending == "interrupted":
         return RunStatus.INTERRUPTED, outcome.interruption()
     if outcome.ending == "hung":
-        return RunStatus.TIMEOUT, (f"hung: no training step within {f.recovery_timeout:g} s of the fault"
-                           + (f"; the fault was noticed after {metrics.detection_s:.2f} s ({metrics.detected_by})"
-                              if metrics.detection_s is not None else "; nothing noticed it"))
+        return RunStatus.TIMEOUT, (
+            f"hung: no training step within {f.recovery_timeout:g} s of the fault"
+            + (
+                f"; the fault was noticed after {metrics.detection_s:.2f} s ({metrics.detected_by})"
+                if metrics.detection_s is not None
+                else "; nothing noticed it"
+            )
+        )
     if outcome.ending == "timeout":
         return RunStatus.TIMEOUT, outcome.deadline(spec.timeout)
     if metrics.fault is None:
-        return RunStatus.FAILED, (f"the launcher exited {outcome.returncode} before the fault was injected "
-                          f"(no rank reached step {f.at_step})")
+        return RunStatus.FAILED, (
+            f"the launcher exited {outcome.returncode} before the fault was injected (no rank reached step {f.at_step})"
+        )
     if metrics.fault.get("delivered") is False:
-        return RunStatus.FAILED, "the fault could not be delivered" + (f" ({metrics.fault['why_not']})"
-                                                               if metrics.fault.get("why_not") else "")
+        return RunStatus.FAILED, "the fault could not be delivered" + (
+            f" ({metrics.fault['why_not']})" if metrics.fault.get("why_not") else ""
+        )
     if outcome.returncode != 0:
-        return RunStatus.FAILED, (f"the launcher exited {outcome.returncode} after the fault: it gave up "
-                          f"(restarts or resets allowed: {f.max_restarts}, used {metrics.restarts or metrics.resets})")
+        return RunStatus.FAILED, (
+            f"the launcher exited {outcome.returncode} after the fault: it gave up "
+            f"(restarts or resets allowed: {f.max_restarts}, used {metrics.restarts or metrics.resets})"
+        )
     if metrics.recovery_s is None:
         return RunStatus.FAILED, "no training step completed after the fault, yet the launcher exited 0"
     if f.joining and not (metrics.world_after or 0) > (metrics.world_before or 0):
-        return RunStatus.FAILED, (f"the joining worker never trained with the others (world size stayed "
-                          f"{metrics.world_before} for {f.recovery_timeout:g} s)")
+        return RunStatus.FAILED, (
+            f"the joining worker never trained with the others (world size stayed "
+            f"{metrics.world_before} for {f.recovery_timeout:g} s)"
+        )
     if metrics.steps_completed < f.total_steps:
-        return RunStatus.FAILED, f"the launcher exited 0 but training stopped at step {metrics.steps_completed} of {f.total_steps}"
+        return (
+            RunStatus.FAILED,
+            f"the launcher exited 0 but training stopped at step {metrics.steps_completed} of {f.total_steps}",
+        )
     if metrics.diverged:  # before the resume checks: a non-finite checksum equals none, not even its own
         d = metrics.diverged
-        return RunStatus.DIVERGED, (f"rank {d['rank']}: the parameters' checksum became {d['value']} by "
-                                    f"step {d['step']} (checked at commits and at the end)")
+        return RunStatus.DIVERGED, (
+            f"rank {d['rank']}: the parameters' checksum became {d['value']} by "
+            f"step {d['step']} (checked at commits and at the end)"
+        )
     if any(not c["equal"] for c in metrics.resume_checks):
         return RunStatus.FAILED, "a process resumed from parameters that differ from the committed ones"
     return RunStatus.OK, None

@@ -32,7 +32,6 @@ class FaultDriver:
         cut, so that nothing they send as they end reaches the others): when that was done, and how."""
         import sys
 
-
         hosts = [h["name"] for h in self.spec.hosts]
         done = netcut.cut(hosts, host, sys.executable)
         out = {"time": done["time"], "cut_took_s": done["took_s"], "delivered": not done["errors"]}
@@ -61,11 +60,23 @@ class FaultDriver:
                     delivered = True
                 except ProcessLookupError:
                     delivered = False
-                fired = {"scenario": "kill", "time": self.fired_at, "signal": f.signal, "pid": reached["pid"],
-                         "rank": reached["rank"], "step": reached["step"], "delivered": delivered}
+                fired = {
+                    "scenario": "kill",
+                    "time": self.fired_at,
+                    "signal": f.signal,
+                    "pid": reached["pid"],
+                    "rank": reached["rank"],
+                    "step": reached["step"],
+                    "delivered": delivered,
+                }
             elif f.scenario in HOST_SCENARIOS:
-                fired = {"scenario": f.scenario, "host": f.host, "rank": reached["rank"], "step": reached["step"],
-                         **self.lose_host(f.host, f.scenario == "kill-host")}
+                fired = {
+                    "scenario": f.scenario,
+                    "host": f.host,
+                    "rank": reached["rank"],
+                    "step": reached["step"],
+                    **self.lose_host(f.host, f.scenario == "kill-host"),
+                }
                 self.fired_at = fired["time"]
             else:
                 self.fired_at = time.time()

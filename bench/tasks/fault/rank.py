@@ -46,8 +46,12 @@ def fault_due(run_dir, spec, rank_at_start: int, rank: int, step: int) -> bool:
     """Whether this process must stop at this step for the fault: the chosen rank (the rank it started
     with, and still has), once per run: a replacement that reaches the step again goes on."""
     f = spec.fault
-    return (step == f.at_step and rank_at_start == f.rank == rank
-            and not run_dir.fault_fired.exists() and not run_dir.fault_reached.exists())
+    return (
+        step == f.at_step
+        and rank_at_start == f.rank == rank
+        and not run_dir.fault_fired.exists()
+        and not run_dir.fault_reached.exists()
+    )
 
 
 class FaultContext:
@@ -87,11 +91,22 @@ class FaultContext:
     def checksum(self) -> float:
         return self.training.checksum()
 
-    def resumed(self, step: int, rank: int, size: int, local_rank: int, restart_count: int,
-                group_rank: int | None = None) -> None:
+    def resumed(
+        self, step: int, rank: int, size: int, local_rank: int, restart_count: int, group_rank: int | None = None
+    ) -> None:
         self.resumed_at, self.rank = step, rank
-        self.journal.write("resumed", step=step, rank=rank, size=size, local_rank=local_rank, group_rank=group_rank,
-                           restart_count=restart_count, pid=os.getpid(), host=self.host, checksum=self.checksum())
+        self.journal.write(
+            "resumed",
+            step=step,
+            rank=rank,
+            size=size,
+            local_rank=local_rank,
+            group_rank=group_rank,
+            restart_count=restart_count,
+            pid=os.getpid(),
+            host=self.host,
+            checksum=self.checksum(),
+        )
         if self.spec.save_params and step > 0:
             self.training.save_params(self.run_dir.resumed_params_file(step, os.getpid()))
 
@@ -130,7 +145,9 @@ def train_through_faults(state, ctx: FaultContext) -> int:
             ctx.stepped(step, rank, size)
             if step % ctx.checkpoint_every == 0:
                 done = step
-                state.commit(done, committed=lambda: ctx.committed(done, rank), detected=lambda what: ctx.detected(rank, what))
+                state.commit(
+                    done, committed=lambda: ctx.committed(done, rank), detected=lambda what: ctx.detected(rank, what)
+                )
         return step
 
     return state.run(train)

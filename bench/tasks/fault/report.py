@@ -27,15 +27,31 @@ from bench.report.sections import (
 from bench.results.frame import distortion
 from bench.tasks.fault.results import recovery_cases, recovery_key
 
-COLUMNS = [left("case"), left("backend"), left("fault"), right("world before"), right("world after"),
-           right("detection s"), right("recovery s"), right("new worker's first step s"), right("steps redone"),
-           right("restarts / resets"), right("ended after fault s"), left("status"), left("run")]
-NOTE = ["Detection: from the signal (or the join) to the first sign the system noticed it. Recovery: to the "
-        "first training step completed after the run resumed. Steps redone: steps completed before the resume "
-        "that had to be trained again (since the last checkpoint or commit). Each row is one run: recovery is "
-        "one event per run, so repeat ", code("bench fault"), " to see its spread. The plots show samples per "
-        "second completed by the process that is rank 0 at the time (batch x world size per step), in 80 equal "
-        "bins of the run, time 0 at the signal or the join."]
+COLUMNS = [
+    left("case"),
+    left("backend"),
+    left("fault"),
+    right("world before"),
+    right("world after"),
+    right("detection s"),
+    right("recovery s"),
+    right("new worker's first step s"),
+    right("steps redone"),
+    right("restarts / resets"),
+    right("ended after fault s"),
+    left("status"),
+    left("run"),
+]
+NOTE = [
+    "Detection: from the signal (or the join) to the first sign the system noticed it. Recovery: to the "
+    "first training step completed after the run resumed. Steps redone: steps completed before the resume "
+    "that had to be trained again (since the last checkpoint or commit). Each row is one run: recovery is "
+    "one event per run, so repeat ",
+    code("bench fault"),
+    " to see its spread. The plots show samples per "
+    "second completed by the process that is rank 0 at the time (batch x world size per step), in 80 equal "
+    "bins of the run, time 0 at the signal or the join.",
+]
 
 
 def _median(values):
@@ -49,10 +65,21 @@ def run_row(r) -> list:
     status = r.status + (f": {rec.error.message}" if rec.error and rec.error.message else "")
     if f is None:  # a run that ended before its figures could be read
         return [r.case, r.backend, "not injected", *["-"] * 6, "-", "-", Cell(status, "warn"), r.run_id]
-    return [r.case, r.backend, f"step {f.fault['step']}" if f.fault else "not injected",
-            fmt(f.world_before, "d"), fmt(f.world_after, "d"), fmt(f.detection_s, ".2f"), fmt(f.recovery_s, ".2f"),
-            fmt(f.join_contributes_s, ".2f"), fmt(f.steps_redone, "d"), f"{f.restarts or 0} / {f.resets or 0}",
-            fmt(f.ended_after_fault_s, ".1f"), Cell(status, "" if r.status == RunStatus.OK else "warn"), r.run_id]
+    return [
+        r.case,
+        r.backend,
+        f"step {f.fault['step']}" if f.fault else "not injected",
+        fmt(f.world_before, "d"),
+        fmt(f.world_after, "d"),
+        fmt(f.detection_s, ".2f"),
+        fmt(f.recovery_s, ".2f"),
+        fmt(f.join_contributes_s, ".2f"),
+        fmt(f.steps_redone, "d"),
+        f"{f.restarts or 0} / {f.resets or 0}",
+        fmt(f.ended_after_fault_s, ".1f"),
+        Cell(status, "" if r.status == RunStatus.OK else "warn"),
+        r.run_id,
+    ]
 
 
 def case_sentence(case: str, by_backend: dict) -> str:
@@ -63,15 +90,20 @@ def case_sentence(case: str, by_backend: dict) -> str:
         ok = [x.metrics for x in recs if x.ok and x.metrics is not None]
         if ok:
             after = sorted({f.world_after for f in ok if f.world_after is not None})
-            parts.append(f"{backend} came through {len(ok)} of {len(recs)} run(s), recovering in "
-                         f"{fmt(_median([f.recovery_s for f in ok]), '.2f')} s (median) at world size "
-                         f"{', '.join(map(str, after))} with {fmt(_median([f.steps_redone for f in ok]), '.0f')} "
-                         "step(s) redone")
+            parts.append(
+                f"{backend} came through {len(ok)} of {len(recs)} run(s), recovering in "
+                f"{fmt(_median([f.recovery_s for f in ok]), '.2f')} s (median) at world size "
+                f"{', '.join(map(str, after))} with {fmt(_median([f.steps_redone for f in ok]), '.0f')} "
+                "step(s) redone"
+            )
         else:
             statuses = ", ".join(sorted({x.status for x in recs}))
             hang = _median([x.metrics.hang_observed_s for x in recs if x.metrics is not None])
-            parts.append(f"{backend} did not come through ({statuses} in {len(recs)} run(s)"
-                         + (f"; hang noticed after {hang:.1f} s" if hang is not None else "") + ")")
+            parts.append(
+                f"{backend} did not come through ({statuses} in {len(recs)} run(s)"
+                + (f"; hang noticed after {hang:.1f} s" if hang is not None else "")
+                + ")"
+            )
     return f"{case}: " + "; ".join(parts) + "."
 
 
@@ -85,8 +117,15 @@ def timeline_png(case: str, by_backend: dict) -> str | None:
         if f is None or not (f.timeline or {}).get("t") or not f.fault:
             continue
         offset = f.timeline["t0"] - f.fault["time"]
-        series.append((backend, [t + offset for t in f.timeline["t"]], f.timeline["samples_per_s"], f.recovery_s,
-                       f.hang_observed_s))
+        series.append(
+            (
+                backend,
+                [t + offset for t in f.timeline["t"]],
+                f.timeline["samples_per_s"],
+                f.recovery_s,
+                f.hang_observed_s,
+            )
+        )
     if not series:
         return None
     plt = pyplot()
@@ -95,8 +134,15 @@ def timeline_png(case: str, by_backend: dict) -> str | None:
         color = ax.step(ts, thr, where="post", label=backend)[0].get_color()
         if recovery is not None:
             ax.axvline(recovery, color=color, linestyle=":", linewidth=1.5)
-            ax.annotate(f"{backend} recovered", (recovery, max(thr) * 0.95), color=color, fontsize=8,
-                        rotation=90, va="top", ha="right")
+            ax.annotate(
+                f"{backend} recovered",
+                (recovery, max(thr) * 0.95),
+                color=color,
+                fontsize=8,
+                rotation=90,
+                va="top",
+                ha="right",
+            )
         elif hang is not None:
             ax.annotate(f"{backend}: no step since", (0, max(thr) * 0.5), color=color, fontsize=8)
     ax.axvline(0, color="black", linewidth=1.5)
@@ -118,18 +164,34 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
         if first not in by_backend or second not in by_backend:
             continue
         sides = [by_backend[first], by_backend[second]]
-        figures = {c.backend: (f"{c.median_s:.1f} s" + (" (median)" if len(c.times) > 1 else "")
-                               if c.times else f"did not recover ({c.failures()})") for c in sides}
+        figures = {
+            c.backend: (
+                f"{c.median_s:.1f} s" + (" (median)" if len(c.times) > 1 else "")
+                if c.times
+                else f"did not recover ({c.failures()})"
+            )
+            for c in sides
+        }
         launches = f"{len(sides[0].records)} + {len(sides[1].records)} runs"
         records = sides[0].records + sides[1].records
-        common = {"condition": case, "figures": figures, "launches": launches, "operations": True,
-                  "default": not records[-1].spec.hosts,
-                  "artefact": distortion({"device": records[-1].spec.device}, records, speed=False)}
+        common = {
+            "condition": case,
+            "figures": figures,
+            "launches": launches,
+            "operations": True,
+            "default": not records[-1].spec.hosts,
+            "artefact": distortion({"device": records[-1].spec.device}, records, speed=False),
+        }
         if all(c.times for c in sides):
             key = recovery_key(case, first, second)
             est = stats.ratio_of_cases([sides[0].times], [sides[1].times])
-            said = judged_outcome((family or stats.Family({key: est})).judge(key, est), first, second,
-                                  higher_is_better=False, words=("recovers sooner", "recovers later"))
+            said = judged_outcome(
+                (family or stats.Family({key: est})).judge(key, est),
+                first,
+                second,
+                higher_is_better=False,
+                words=("recovers sooner", "recovers later"),
+            )
             failed = [c for c in sides if c.failures()]
             if failed:
                 said["outcome"] += "; " + "; ".join(f"{c.backend} failed {c.failures()}" for c in failed)
@@ -137,10 +199,13 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
             through = [c.backend for c in sides if c.times]
             # never a winner on one run a side: a backend that failed once may come through the next run
             replicated = min(len(c.records) for c in sides) >= stats.MIN_LAUNCHES
-            said = {"difference": "-", "standing": "failed",
-                    "winner": through[0] if len(through) == 1 and replicated else None,
-                    "outcome": " and ".join(f"{c.backend} did not recover ({c.failures()})" for c in sides
-                                            if not c.times) + ("" if replicated else "; one run a side")}
+            said = {
+                "difference": "-",
+                "standing": "failed",
+                "winner": through[0] if len(through) == 1 and replicated else None,
+                "outcome": " and ".join(f"{c.backend} did not recover ({c.failures()})" for c in sides if not c.times)
+                + ("" if replicated else "; one run a side"),
+            }
         rows.append(ScoreRow(sides[0].measure, **common, **said))
     return rows
 
@@ -148,22 +213,33 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
 def report_part(frame, context) -> ReportPart:
     """The fault runs' part of the page (`frame`: this task's runs only), side by side per case."""
     if frame.empty:
-        summary = ("No fault-injection run is stored, so this page makes no claim about recovery; "
-                   f"`bench fault --backend {PRIMARY[0]}` and `--backend {PRIMARY[1]}` record them.")
+        summary = (
+            "No fault-injection run is stored, so this page makes no claim about recovery; "
+            f"`bench fault --backend {PRIMARY[0]}` and `--backend {PRIMARY[1]}` record them."
+        )
         return ReportPart(sections=[Section("elasticity", "Elasticity", 50, [Paragraph(summary)])])
     runs = frame.sort_values("created_at")
     cases: dict[str, dict[str, list]] = {}
     for r in runs.itertuples():
         cases.setdefault(r.case, {}).setdefault(r.backend, []).append(r.record)
-    summary = (f"{len(frame)} fault-injection run(s) in {len(cases)} case(s). Figures are per run "
-               "(a recovery is one event), from the workers' journals and, for torchrun, the agent's own events.")
+    summary = (
+        f"{len(frame)} fault-injection run(s) in {len(cases)} case(s). Figures are per run "
+        "(a recovery is one event), from the workers' journals and, for torchrun, the agent's own events."
+    )
     lines = [case_sentence(case, by_backend) for case, by_backend in cases.items()]
     plots = []
     for case, by_backend in cases.items():
         png = timeline_png(case, by_backend)
         if png:
             plots.append(Plot(f"throughput over time, {case}", png))
-    blocks = [Paragraph(summary), *map(Paragraph, lines),
-              Table(COLUMNS, [run_row(r) for r in runs.itertuples()]), Paragraph(NOTE, "note"), *plots]
-    return ReportPart(scorecard=scorecard_rows(frame, getattr(context, "family", None)),
-                      sections=[Section("elasticity", "Elasticity", 50, blocks)])
+    blocks = [
+        Paragraph(summary),
+        *map(Paragraph, lines),
+        Table(COLUMNS, [run_row(r) for r in runs.itertuples()]),
+        Paragraph(NOTE, "note"),
+        *plots,
+    ]
+    return ReportPart(
+        scorecard=scorecard_rows(frame, getattr(context, "family", None)),
+        sections=[Section("elasticity", "Elasticity", 50, blocks)],
+    )

@@ -13,9 +13,14 @@ from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 
 # The scorecard's name of each kind of fault (the scenario, and a signal for `kill`).
-MEASURES = {("kill", "KILL"): "recovery from a killed worker", ("kill", "STOP"): "recovery from a hung worker",
-            ("kill", "TERM"): "recovery from a terminated worker", ("kill-host", None): "recovery from a lost host",
-            ("partition-host", None): "recovery from a cut-off host", ("join", None): "a joining worker"}
+MEASURES = {
+    ("kill", "KILL"): "recovery from a killed worker",
+    ("kill", "STOP"): "recovery from a hung worker",
+    ("kill", "TERM"): "recovery from a terminated worker",
+    ("kill-host", None): "recovery from a lost host",
+    ("partition-host", None): "recovery from a cut-off host",
+    ("join", None): "a joining worker",
+}
 
 
 def measure_of(spec) -> str:
@@ -26,6 +31,7 @@ def measure_of(spec) -> str:
 @dataclass
 class RecoveryCase:
     """The fault runs of one backend in one case, oldest first."""
+
     case: str  # the task's case in words (bench.tasks.fault.FaultTask.case)
     measure: str
     backend: str
@@ -33,8 +39,11 @@ class RecoveryCase:
 
     @property
     def came_through(self) -> list:
-        return [r for r in self.records if r.status == RunStatus.OK and r.metrics is not None
-                and self.time_of(r) is not None]
+        return [
+            r
+            for r in self.records
+            if r.status == RunStatus.OK and r.metrics is not None and self.time_of(r) is not None
+        ]
 
     def time_of(self, rec) -> float | None:
         """What the case measures of one run: for a joining worker, from the join to its first step; otherwise
@@ -87,4 +96,3 @@ def comparisons(frame) -> dict[str, stats.Estimate]:
             if a and b and min(a + b) > 0:
                 out[recovery_key(case, first, second)] = stats.ratio_of_cases([a], [b])
     return out
-

@@ -14,6 +14,7 @@ class FaultSettings(TaskSettings):
     and the elastic mode allowed max_restarts restarts; collectives time out after comm_timeout seconds, and a run
     with no step within recovery_timeout seconds of the fault is hung. A backend's elastic mode is given these
     (bench.backends.base.ElasticMode.launch) and reads `joining`, `max_restarts` and `recovery_timeout`."""
+
     scenario: str
     rank: int  # the rank signalled (kill); 0 otherwise
     host: str | None = None  # the host lost or cut off; runs recorded before host faults have no such key

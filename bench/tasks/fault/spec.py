@@ -27,8 +27,11 @@ SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTO
 # The faults by name, as a sweep injects them (bench.workflows.plan) and its results key them: a crashed
 # worker, a hung one (stopped: alive, holding its sockets, answering nothing), one more worker joining
 # (FaultSettings.kind).
-FAULT_KINDS = {"kill": {"scenario": "kill", "signal": "KILL"}, "hang": {"scenario": "kill", "signal": "STOP"},
-               "join": {"scenario": "join", "signal": None}}
+FAULT_KINDS = {
+    "kill": {"scenario": "kill", "signal": "KILL"},
+    "hang": {"scenario": "kill", "signal": "STOP"},
+    "join": {"scenario": "join", "signal": None},
+}
 
 
 # `bench fault`'s defaults; --at-step and --checkpoint-every default to multiples of the workload's window
@@ -41,16 +44,31 @@ AT_STEP_WINDOWS = 4.5  # the fault comes between two checkpoints
 CHECKPOINT_WINDOWS = 2
 
 
-def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, rank: int, at_step: int | None,
-               signal_name: str, max_restarts: int, checkpoint_every: int | None, total_steps: int | None,
-               comm_timeout: float, recovery_timeout: float, host: str | None = None, cluster: dict | None = None,
-               **options):
+def build_spec(
+    *,
+    backend: str,
+    workload: str,
+    world_size: int,
+    scenario: str,
+    rank: int,
+    at_step: int | None,
+    signal_name: str,
+    max_restarts: int,
+    checkpoint_every: int | None,
+    total_steps: int | None,
+    comm_timeout: float,
+    recovery_timeout: float,
+    host: str | None = None,
+    cluster: dict | None = None,
+    **options,
+):
     """A RunSpec of task "fault", or a one-line error for what cannot run. Across hosts (`cluster`, as
     bench.cli.common.cluster_of gives it) the scenarios are HOST_SCENARIOS, on `host`."""
     plugin = get_backend(backend)
     try:
-        workload, wl, _ = workload_of(workload, check_timeout=options.get("check_timeout"),
-                                      timeout=options.get("timeout"))
+        workload, wl, _ = workload_of(
+            workload, check_timeout=options.get("check_timeout"), timeout=options.get("timeout")
+        )
         unknown_workload = None
     except UsageError as exc:
         wl, unknown_workload = None, exc  # refused below, after what the fault itself gets wrong
@@ -59,14 +77,15 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
         at_step = int(AT_STEP_WINDOWS * window) if at_step is None else at_step
         checkpoint_every = CHECKPOINT_WINDOWS * window if checkpoint_every is None else checkpoint_every
     if plugin.elastic is None:
-        raise UsageError(f"backend {backend} has no elastic mode; bench fault takes "
-                         f"{', '.join(elastic_backends())}")
+        raise UsageError(f"backend {backend} has no elastic mode; bench fault takes {', '.join(elastic_backends())}")
     if scenario not in plugin.elastic.scenarios:
-        raise UsageError(f"backend {backend} supports the scenarios {', '.join(plugin.elastic.scenarios)}, "
-                         f"not {scenario}")
+        raise UsageError(
+            f"backend {backend} supports the scenarios {', '.join(plugin.elastic.scenarios)}, not {scenario}"
+        )
     if signal_name not in SIGNALS:
-        raise UsageError(f"signal {signal_name!r}: choose one of {', '.join(SIGNALS)} (bench fault --fault kill, term, "
-                         "hang)")
+        raise UsageError(
+            f"signal {signal_name!r}: choose one of {', '.join(SIGNALS)} (bench fault --fault kill, term, hang)"
+        )
     if unknown_workload is not None:
         raise unknown_workload
     if at_step < 1:
@@ -84,7 +103,6 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
     if cluster is not None:
         import sys
 
-
         placed = [h.name for h, _ in placement([Host(**h) for h in cluster["hosts"]], world_size)]
         problem = check(placed, host, sys.executable)
         if problem:
@@ -95,18 +113,28 @@ def build_spec(*, backend: str, workload: str, world_size: int, scenario: str, r
     if scenario == "kill" and not 0 <= rank < world_size:
         raise UsageError(f"--kill-rank {rank}: the run has ranks 0..{world_size - 1}")
     if options.get("data", "synthetic") != "synthetic":
-        raise UsageError("bench fault trains on synthetic data (each step's batch is found again after a "
-                         "restart); drop --data")
+        raise UsageError(
+            "bench fault trains on synthetic data (each step's batch is found again after a restart); drop --data"
+        )
     if options.get("cpu_bind") in (None, "auto"):
         # Elastic launches put workers of one machine under several agents (a joiner's, Horovod's localhost and
         # 127.0.0.1), whose local ranks overlap: pinned by local rank, two workers would share a core.
         options["cpu_bind"] = "none"
-    spec = build_training_spec(backend=backend, workload=workload, world_size=world_size, device="cpu",
-                               cluster=cluster, **options)
-    fault = FaultSettings(scenario=scenario, rank=rank if scenario == "kill" else 0, host=host, at_step=at_step,
-                          signal=signal_name if scenario == "kill" else None, max_restarts=max_restarts,
-                          checkpoint_every=checkpoint_every, total_steps=total, comm_timeout=comm_timeout,
-                          recovery_timeout=recovery_timeout)
+    spec = build_training_spec(
+        backend=backend, workload=workload, world_size=world_size, device="cpu", cluster=cluster, **options
+    )
+    fault = FaultSettings(
+        scenario=scenario,
+        rank=rank if scenario == "kill" else 0,
+        host=host,
+        at_step=at_step,
+        signal=signal_name if scenario == "kill" else None,
+        max_restarts=max_restarts,
+        checkpoint_every=checkpoint_every,
+        total_steps=total,
+        comm_timeout=comm_timeout,
+        recovery_timeout=recovery_timeout,
+    )
     return dataclasses.replace(spec, task="fault", fault=fault, warmup_steps=0, windows=0)
 
 
@@ -115,20 +143,25 @@ def check_scenario_hosts(scenario: str, hosts: list[dict] | None, host: str | No
     hosts with processes on it, not the first (it holds the run's rendezvous: torchrun's c10d store, horovodrun
     itself). From the names alone, before any host is asked (bench.cluster.netcut.check asks them)."""
     if (scenario in HOST_SCENARIOS) != (hosts is not None):
-        raise UsageError("--kill-host and --partition-host need --hosts or --hostfile: they lose or cut off one of "
-                         "the run's hosts" if hosts is None else
-                         "across hosts, the faults are --kill-host HOST (a node loss) and --partition-host HOST "
-                         "(its link cut); --kill-rank and --fault join run on this machine")
+        raise UsageError(
+            "--kill-host and --partition-host need --hosts or --hostfile: they lose or cut off one of the run's hosts"
+            if hosts is None
+            else "across hosts, the faults are --kill-host HOST (a node loss) and --partition-host HOST "
+            "(its link cut); --kill-rank and --fault join run on this machine"
+        )
     if hosts is None:
         return
     flag = "--kill-host" if scenario == "kill-host" else "--partition-host"
     placed = [h.name for h, _ in placement([Host(**h) for h in hosts], world_size)]
     if len(placed) < 2:
-        raise UsageError(f"{flag} needs processes on 2 hosts or more (the survivors go on without one); give more "
-                         "hosts or a larger --nproc")
+        raise UsageError(
+            f"{flag} needs processes on 2 hosts or more (the survivors go on without one); give more "
+            "hosts or a larger --nproc"
+        )
     if host not in placed:
         raise UsageError(f"{flag} {host}: the run's processes are on {', '.join(placed)}; name one of them")
     if host == placed[0]:
-        raise UsageError(f"{flag} {host}: the first host holds the run's rendezvous (torchrun's c10d store, "
-                         f"horovodrun itself), without which no survivor can go on; choose another host")
-
+        raise UsageError(
+            f"{flag} {host}: the first host holds the run's rendezvous (torchrun's c10d store, "
+            f"horovodrun itself), without which no survivor can go on; choose another host"
+        )

@@ -24,23 +24,39 @@ from bench.rank.inject import parse_inject, parse_step_delay
 from bench.tasks.base import Conclusion, Task
 
 
-def build_spec(*, backend: str, workload: str, world_size: int, device: str,
-               batch_size: int | None = None, image_size: int | None = None,
-               threads: int | None = None, oversubscribe: bool = False,
-               inject: str | dict | None = None, step_delay: str | dict | None = None,
-               backend_options: dict | None = None, cluster: dict | None = None, **options) -> RunSpec:
+def build_spec(
+    *,
+    backend: str,
+    workload: str,
+    world_size: int,
+    device: str,
+    batch_size: int | None = None,
+    image_size: int | None = None,
+    threads: int | None = None,
+    oversubscribe: bool = False,
+    inject: str | dict | None = None,
+    step_delay: str | dict | None = None,
+    backend_options: dict | None = None,
+    cluster: dict | None = None,
+    **options,
+) -> RunSpec:
     """A training run's spec: defaults resolved from the workload and the machine, and a one-line error
     for what cannot run."""
     from workloads.data.names import DataError
     from workloads.data.sources import check_source, real_classes
 
     plugin = get_backend(backend)
-    workload, wl, source = workload_of(workload, with_data=options.get("data") == "workload",
-                                       check_timeout=options.pop("check_timeout", None), timeout=options.get("timeout"))
+    workload, wl, source = workload_of(
+        workload,
+        with_data=options.get("data") == "workload",
+        check_timeout=options.pop("check_timeout", None),
+        timeout=options.get("timeout"),
+    )
     size = wl.size(device)
     timeout = options["timeout"] if options.get("timeout") is not None else DEFAULTS["timeout"]
-    threads, resolved_options, roles = check_placement(plugin, world_size, device, threads, oversubscribe,
-                                                       backend_options, timeout, cluster)
+    threads, resolved_options, roles = check_placement(
+        plugin, world_size, device, threads, oversubscribe, backend_options, timeout, cluster
+    )
 
     for name in ("warmup_steps", "steps_per_window", "windows", "timeout", "lr"):
         if name in options and options[name] is None:
@@ -63,18 +79,28 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
         raise UsageError("--steps-per-window must be at least 1")
     if spec_opts["windows"] < 2:
         raise UsageError("--windows must be at least 2: a confidence interval needs two windows or more")
-    spec_opts["cpu_bind"] = resolve_cpu_bind(spec_opts["cpu_bind"], device, oversubscribe, cluster,
-                                             plugin.places_on_this_host(resolved_options))
+    spec_opts["cpu_bind"] = resolve_cpu_bind(
+        spec_opts["cpu_bind"], device, oversubscribe, cluster, plugin.places_on_this_host(resolved_options)
+    )
 
     try:
-        check_source(spec_opts["data"], spec_opts.get("data_dir"), world=world_size, batch=batch_size, workload=wl,
-                     image=image_size)
+        check_source(
+            spec_opts["data"],
+            spec_opts.get("data_dir"),
+            world=world_size,
+            batch=batch_size,
+            workload=wl,
+            image=image_size,
+        )
     except DataError as exc:
         raise UsageError(str(exc)) from None
     if spec_opts.get("data_dir"):
         spec_opts["data_dir"] = os.path.abspath(spec_opts["data_dir"])
-    classes = (size.synthetic_classes if spec_opts["data"] == "synthetic"
-               else real_classes(spec_opts["data"], spec_opts.get("data_dir"), wl))
+    classes = (
+        size.synthetic_classes
+        if spec_opts["data"] == "synthetic"
+        else real_classes(spec_opts["data"], spec_opts.get("data_dir"), wl)
+    )
     check_loader(spec_opts)
 
     processes = sum(roles.values())
@@ -87,12 +113,24 @@ def build_spec(*, backend: str, workload: str, world_size: int, device: str,
     if isinstance(step_delay, str) or step_delay is None:
         step_delay = parse_step_delay(step_delay)
 
-    return RunSpec(backend=backend, workload=workload, workload_source=source, world_size=world_size, device=device,
-                   batch_size=batch_size, image_size=image_size, num_classes=classes,
-                   threads=threads, inject=inject, step_delay=step_delay,
-                   backend_options=resolved_options, roles=roles, **across_hosts(cluster),
-                   backward_passes=plugin.backward_passes(resolved_options), **spec_opts)
-
+    return RunSpec(
+        backend=backend,
+        workload=workload,
+        workload_source=source,
+        world_size=world_size,
+        device=device,
+        batch_size=batch_size,
+        image_size=image_size,
+        num_classes=classes,
+        threads=threads,
+        inject=inject,
+        step_delay=step_delay,
+        backend_options=resolved_options,
+        roles=roles,
+        **across_hosts(cluster),
+        backward_passes=plugin.backward_passes(resolved_options),
+        **spec_opts,
+    )
 
 
 def check_loader(spec_opts: dict) -> None:
@@ -108,8 +146,9 @@ def check_loader(spec_opts: dict) -> None:
     if spec_opts.get("loader_workers", 0) < 0:
         raise UsageError("--loader-workers must be 0 or more")
     if spec_opts.get("loader_workers") and spec_opts["loader"] != "dataloader":
-        raise UsageError("--loader-workers needs a DataLoader: add --loader dataloader (or use --data imagefolder "
-                         "or workload)")
+        raise UsageError(
+            "--loader-workers needs a DataLoader: add --loader dataloader (or use --data imagefolder or workload)"
+        )
 
 
 def input_limited(wait_share: float | None) -> bool | None:
@@ -124,6 +163,7 @@ INPUT_BOUND_SHARE = 0.2
 @dataclass
 class RankFigures(Record):
     """One worker's own figures (stragglers show here)."""
+
     rank: int
     throughput: Summary
     step_time_mean_s: float
@@ -200,14 +240,24 @@ def train_metrics(spec: RunSpec, results: dict, launched_at: float, run_dir=None
     for r in ranks:
         res, out = workers[r], workers[r].output
         rank_thr = [spec.samples_per_step * k / t for t in out["window_times"]]
-        per_rank.append(RankFigures(
-            rank=r, throughput=Summary(**summarize(rank_thr)),
-            step_time_mean_s=sum(out["window_times"]) / (len(out["window_times"]) * k),
-            peak_rss_bytes=res.peak_rss_bytes, cuda_peak_bytes=out["cuda_peak_bytes"],
-            loss_first=float_of(out["loss_first"]), loss_last=float_of(out["window_losses"][-1]),
-            param_checksum=float_of(out["param_checksum"]), threads=out["threads"],
-            input_wait_share=(sum(out["window_input_wait_s"]) / sum(out["window_times"])
-                              if out.get("window_input_wait_s") is not None else None)))
+        per_rank.append(
+            RankFigures(
+                rank=r,
+                throughput=Summary(**summarize(rank_thr)),
+                step_time_mean_s=sum(out["window_times"]) / (len(out["window_times"]) * k),
+                peak_rss_bytes=res.peak_rss_bytes,
+                cuda_peak_bytes=out["cuda_peak_bytes"],
+                loss_first=float_of(out["loss_first"]),
+                loss_last=float_of(out["window_losses"][-1]),
+                param_checksum=float_of(out["param_checksum"]),
+                threads=out["threads"],
+                input_wait_share=(
+                    sum(out["window_input_wait_s"]) / sum(out["window_times"])
+                    if out.get("window_input_wait_s") is not None
+                    else None
+                ),
+            )
+        )
     slowest = max(p.step_time_mean_s for p in per_rank)
     fastest = min(p.step_time_mean_s for p in per_rank)
     return TrainMetrics(
@@ -223,8 +273,16 @@ def train_metrics(spec: RunSpec, results: dict, launched_at: float, run_dir=None
         loss_last=per_rank[0].loss_last,
         profile=workers[ranks[0]].output.get("profile"),
         input_wait_share=max((p.input_wait_share for p in per_rank if p.input_wait_share is not None), default=None),
-        other_roles=[{"rank": r, "role": res.rank_info.role, "served": res.output["served"],
-                      "peak_rss_bytes": res.peak_rss_bytes} for r, res in sorted(others.items())])
+        other_roles=[
+            {
+                "rank": r,
+                "role": res.rank_info.role,
+                "served": res.output["served"],
+                "peak_rss_bytes": res.peak_rss_bytes,
+            }
+            for r, res in sorted(others.items())
+        ],
+    )
 
 
 def loader_words(spec) -> str:
@@ -238,8 +296,11 @@ def input_words(m) -> str | None:
     """What the input pipeline cost a run fed by a DataLoader, and whether it limits throughput."""
     if m.input_wait_share is None:
         return None
-    verdict = ("input limits throughput" if m.input_limited else
-               "input does not limit throughput: compute and communication do")
+    verdict = (
+        "input limits throughput"
+        if m.input_limited
+        else "input does not limit throughput: compute and communication do"
+    )
     return f"input wait: {m.input_wait_share:.0%} of step time (slowest worker): {verdict}"
 
 
@@ -253,8 +314,11 @@ def fmt_throughput(thr: Summary | None) -> str:
 
 def placement_words(spec) -> str:
     transport = get_backend(spec.backend).transport(spec.device, spec.backend_options)
-    return f"{spec.world_size} GPU(s), {transport}" if spec.device == "cuda" else \
-        f"{spec.world_size} CPU process(es), {transport}"
+    return (
+        f"{spec.world_size} GPU(s), {transport}"
+        if spec.device == "cuda"
+        else f"{spec.world_size} CPU process(es), {transport}"
+    )
 
 
 def conclude_training(spec, run_dir, outcome, metrics_of) -> Conclusion:
@@ -292,8 +356,11 @@ def divergence(workers: dict) -> RunError | None:
         when = f"by step {step}"
     who = f"rank {first[0]}" if len(first) == 1 else f"ranks {', '.join(map(str, first))}"
     later = f"; {len(seen)} of {len(workers)} workers by their end" if len(seen) > len(first) else ""
-    return RunError(message=f"{who}: {CHECKED.get(n['what'], n['what'])} became {n['value']} {when}{later}",
-                    rank=first[0], step=step)
+    return RunError(
+        message=f"{who}: {CHECKED.get(n['what'], n['what'])} became {n['value']} {when}{later}",
+        rank=first[0],
+        step=step,
+    )
 
 
 def non_finite(value) -> bool:
@@ -316,9 +383,16 @@ def diverged_v6(record: dict, sightings) -> dict:
         return record
     step, rank, what, value = bad[0]
     who = f"rank {rank}: " if rank is not None else ""
-    return dict(record, status=RunStatus.DIVERGED.value, error={
-        "message": f"{who}{CHECKED[what]} was {float_of(value)!r} by step {step} (found when this schema-6 "
-                   "record was read: it kept no earlier check)", "rank": rank, "step": step})
+    return dict(
+        record,
+        status=RunStatus.DIVERGED.value,
+        error={
+            "message": f"{who}{CHECKED[what]} was {float_of(value)!r} by step {step} (found when this schema-6 "
+            "record was read: it kept no earlier check)",
+            "rank": rank,
+            "step": step,
+        },
+    )
 
 
 class TrainTask(Task):
@@ -326,15 +400,27 @@ class TrainTask(Task):
     label = "training"
     model_input = "step"
     metrics_type = TrainMetrics
-    columns = ("throughput", "ci_low", "ci_high", "rel_stdev", "unstable", "step_time_s", "startup_s",
-               "rendezvous_s", "peak_rss_mb", "input_wait_share")
+    columns = (
+        "throughput",
+        "ci_low",
+        "ci_high",
+        "rel_stdev",
+        "unstable",
+        "step_time_s",
+        "startup_s",
+        "rendezvous_s",
+        "peak_rss_mb",
+        "input_wait_share",
+    )
 
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
-        return (f"{spec.backend} {spec.workload}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
-                f"{spec.threads} thread(s)/worker{placement_text('', spec.cpu_bind)}, {spec.data} data"
-                f"{loader_words(spec)}, {spec.image_size}px, "
-                f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps")
+        return (
+            f"{spec.backend} {spec.workload}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
+            f"{spec.threads} thread(s)/worker{placement_text('', spec.cpu_bind)}, {spec.data} data"
+            f"{loader_words(spec)}, {spec.image_size}px, "
+            f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps"
+        )
 
     def progress(self, spec, run_dir):
         return ProgressPrinter(spec, run_dir)
@@ -346,8 +432,11 @@ class TrainTask(Task):
         def sightings(m):  # each worker's last loss and final parameters, at the run's last step
             spec = record["spec"]
             end = spec["warmup_steps"] + spec["windows"] * spec["steps_per_window"]
-            return [(end, row["rank"], what, row[key]) for row in m["per_rank"]
-                    for what, key in (("loss", "loss_last"), ("parameters", "param_checksum"))]
+            return [
+                (end, row["rank"], what, row[key])
+                for row in m["per_rank"]
+                for what, key in (("loss", "loss_last"), ("parameters", "param_checksum"))
+            ]
 
         if from_version == 8 and isinstance(record.get("metrics"), dict):  # v9: the warm-up's profile (none before)
             return dict(record, metrics=dict(record["metrics"], profile=None))
@@ -376,19 +465,26 @@ class TrainTask(Task):
         m = record.metrics
         if m:
             thr, step, start = m.throughput, m.step_time_s, m.startup
-            lines.append(f"throughput: {fmt_throughput(thr)} ({thr.confidence:.0%} CI {thr.ci_low:,.0f} to "
-                         f"{thr.ci_high:,.0f}, {thr.n} windows)")
+            lines.append(
+                f"throughput: {fmt_throughput(thr)} ({thr.confidence:.0%} CI {thr.ci_low:,.0f} to "
+                f"{thr.ci_high:,.0f}, {thr.n} windows)"
+            )
             lines.append(f"step time: {1000 * step.mean:.2f} ms (max over ranks per window)")
-            lines.append(f"startup: {start.launch_to_first_step_s:.2f} s to first step, rendezvous "
-                         f"{start.rendezvous_s:.2f} s" +
-                         "".join(f", {name} {s:.2f} s" for name, s in start.launcher_phases.items()))
-            lines.append(f"peak memory: {m.peak_rss_bytes_max / 2**20:,.0f} MiB RSS (largest rank); "
-                         f"straggler ratio {m.straggler_ratio:.3f}")
+            lines.append(
+                f"startup: {start.launch_to_first_step_s:.2f} s to first step, rendezvous "
+                f"{start.rendezvous_s:.2f} s"
+                + "".join(f", {name} {s:.2f} s" for name, s in start.launcher_phases.items())
+            )
+            lines.append(
+                f"peak memory: {m.peak_rss_bytes_max / 2**20:,.0f} MiB RSS (largest rank); "
+                f"straggler ratio {m.straggler_ratio:.3f}"
+            )
             if input_words(m):
                 lines.append(input_words(m))
             for row in m.per_rank:
-                lines.append(f"  rank {row.rank}: {fmt_throughput(row.throughput)}, "
-                             f"{1000 * row.step_time_mean_s:.2f} ms/step")
+                lines.append(
+                    f"  rank {row.rank}: {fmt_throughput(row.throughput)}, {1000 * row.step_time_mean_s:.2f} ms/step"
+                )
             if record.spec.save_model:
                 lines.append(f"model saved to {record.spec.save_model} (state_dict of the first worker)")
         return lines
@@ -397,10 +493,18 @@ class TrainTask(Task):
         m = record.metrics
         if m is None:
             return {}
-        return {"throughput": m.throughput.mean, "ci_low": m.throughput.ci_low, "ci_high": m.throughput.ci_high,
-                "rel_stdev": m.throughput.rel_stdev, "unstable": m.throughput.unstable,
-                "step_time_s": m.step_time_s.mean, "startup_s": m.startup.launch_to_first_step_s,
-                "rendezvous_s": m.startup.rendezvous_s, "peak_rss_mb": m.peak_rss_bytes_max / 2**20,
-                "input_wait_share": m.input_wait_share}
+        return {
+            "throughput": m.throughput.mean,
+            "ci_low": m.throughput.ci_low,
+            "ci_high": m.throughput.ci_high,
+            "rel_stdev": m.throughput.rel_stdev,
+            "unstable": m.throughput.unstable,
+            "step_time_s": m.step_time_s.mean,
+            "startup_s": m.startup.launch_to_first_step_s,
+            "rendezvous_s": m.startup.rendezvous_s,
+            "peak_rss_mb": m.peak_rss_bytes_max / 2**20,
+            "input_wait_share": m.input_wait_share,
+        }
+
 
 TASK = TrainTask()

@@ -27,8 +27,9 @@ def train_rank(joined, inject: dict | None) -> dict:
         if timed_input is not None:  # the wait since the last window ended: this window's, once timing began
             input_waits.append(timed_input.wait_s)
             timed_input.wait_s = 0.0
-        run_dir.write(joined.file_rank, joined.attempt, "progress",
-                      {"steps": step.done, "window": window, "time": time.time()})
+        run_dir.write(
+            joined.file_rank, joined.attempt, "progress", {"steps": step.done, "window": window, "time": time.time()}
+        )
 
     loss = step()
     sync()
@@ -56,8 +57,9 @@ def train_rank(joined, inject: dict | None) -> dict:
     progress(0)
 
     before_windows = step.done
-    window_times, last_losses = timed_windows(step, spec.windows, spec.steps_per_window, joined.group.barrier,
-                                              sync, progress)
+    window_times, last_losses = timed_windows(
+        step, spec.windows, spec.steps_per_window, joined.group.barrier, sync, progress
+    )
     placed = thread_affinities()  # every thread the run started is alive now: where each may run
     window_losses = [training.value(loss) for loss in last_losses]
     checks += [(before_windows + (w + 1) * spec.steps_per_window, "loss", v) for w, v in enumerate(window_losses)]
@@ -81,9 +83,13 @@ def train_rank(joined, inject: dict | None) -> dict:
         "param_abs_checksum": sums.absolute,
         "non_finite": first_non_finite(checks, sums.total, step.done),
         "cuda_peak_bytes": training.device_peak_bytes(),
-        "threads": {**training.threads(),
-                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "affinity": affinity,
-                    "process_threads": len(placed), "threads_off_affinity": sum(c != affinity for c in placed.values())},
+        "threads": {
+            **training.threads(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+            "affinity": affinity,
+            "process_threads": len(placed),
+            "threads_off_affinity": sum(c != affinity for c in placed.values()),
+        },
     }
 
 

@@ -55,8 +55,11 @@ REPEAT_HINT = "bench sweep --repeats 3"  # what to run when a comparison rests o
 def _cond_title(cond: dict) -> str:
     passes = f" x {cond['backward_passes']} passes" if cond["backward_passes"] != 1 else ""
     fed = "" if cond.get("input", "on device") == "on device" else f" through a {cond['input']}"
-    return (f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
-            f"{cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, {cond['data']} data{fed}, {cond['image_size']}px{network_words(cond)}")
+    return (
+        f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
+        f"{cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, {cond['data']} data{fed}, "
+        f"{cond['image_size']}px{network_words(cond)}"
+    )
 
 
 def _launches(a: TrainingCase, b: TrainingCase) -> str:
@@ -68,11 +71,12 @@ def difference_text(d: dict, judgement=None) -> str:
     f, s = d["faster"], d["slower"]
     if not d["replicated"]:
         return f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, {_launches(f, s)}"
-    means = (f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, means of "
-             f"{_launches(f, s)}")
+    means = f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, means of {_launches(f, s)}"
     adjusted = f", {judgement.p_adjusted:.2g} after Holm's correction" if judgement is not None else ""
-    return (f"{means}; {pct(d['estimate'].confidence)} interval {d['low']:+.1%} to {d['high']:+.1%}, "
-            f"p = {d['p']:.2g}{adjusted}")
+    return (
+        f"{means}; {pct(d['estimate'].confidence)} interval {d['low']:+.1%} to {d['high']:+.1%}, "
+        f"p = {d['p']:.2g}{adjusted}"
+    )
 
 
 # ---------------------------------------------------------------- comparisons in words, and the scorecard
@@ -97,9 +101,12 @@ def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str
     first, second = PRIMARY
     for key, rows in sorted(case_groups(cases).items(), key=lambda kv: str(kv[0])):
         cond = {**dict(zip(CONDITIONS, key)), "world_size": key[-1]}
-        where = (f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
-                 f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, "
-                 f"{cond['data']} data{network_words(cond)})")
+        where = (
+            f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
+            f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker"
+            f"{pinned_words(cond.get('cpu_bind'))}, "
+            f"{cond['data']} data{network_words(cond)})"
+        )
         pairs = [PRIMARY] if all(b in rows for b in PRIMARY) else []
         primaries = [rows[b] for b in PRIMARY if b in rows]
         for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # reference backends (the PS, Ray)
@@ -120,21 +127,29 @@ def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str
             what = a if (a, b) == PRIMARY else f"{a} ({backend_options_words(x)})"
             label = framework_words(a, b)
             label = f"{label}, " if label else ""
-            sentences.append(f"{where}: {label}{what} against {b}: {said['outcome']} ({difference_text(d, j)})."
-                             f"{caution}")
+            sentences.append(
+                f"{where}: {label}{what} against {b}: {said['outcome']} ({difference_text(d, j)}).{caution}"
+            )
         if pairs and pairs[0] == PRIMARY:
             differs = env_differences([rows[first].latest, rows[second].latest])
             if differs:
-                fairness.append(f"{where}: the {first} and {second} runs differ in {', '.join(differs)}; "
-                                "their comparison is not like for like.")
+                fairness.append(
+                    f"{where}: the {first} and {second} runs differ in {', '.join(differs)}; "
+                    "their comparison is not like for like."
+                )
     return sentences, fairness
 
 
 def backend_options_words(case: TrainingCase) -> str:
     """A reference backend's options as the page states them: set ones only, in words."""
     opts = {k: v for k, v in case.latest.spec.backend_options.items() if v is not None}
-    return ", ".join(f"{k.replace('_', ' ')} {v:g}" if isinstance(v, float) else f"{k.replace('_', ' ')} {v}"
-                     for k, v in opts.items()) or "its defaults"
+    return (
+        ", ".join(
+            f"{k.replace('_', ' ')} {v:g}" if isinstance(v, float) else f"{k.replace('_', ' ')} {v}"
+            for k, v in opts.items()
+        )
+        or "its defaults"
+    )
 
 
 def condition_words(cond: dict, world: int, varying: set[str]) -> str:
@@ -144,18 +159,26 @@ def condition_words(cond: dict, world: int, varying: set[str]) -> str:
     if cond["device"] == "cpu":
         words.append("pinned" if cond.get("cpu_bind") == "cores" else "unpinned")
     words.append("one host" if cond.get("network", "one host") == "one host" else f"across {cond['network']}")
-    extra = {"batch_size": f"batch {cond['batch_size']}/worker", "threads": f"{cond['threads']} thread(s)/worker",
-             "backward_passes": f"{cond['backward_passes']} passes/step", "data": f"{cond['data']} data",
-             "input": f"input {cond['input']}", "image_size": f"{cond['image_size']}px",
-             "hardware": f"on {cond['hardware']}"}
+    extra = {
+        "batch_size": f"batch {cond['batch_size']}/worker",
+        "threads": f"{cond['threads']} thread(s)/worker",
+        "backward_passes": f"{cond['backward_passes']} passes/step",
+        "data": f"{cond['data']} data",
+        "input": f"input {cond['input']}",
+        "image_size": f"{cond['image_size']}px",
+        "hardware": f"on {cond['hardware']}",
+    }
     words += [text for key, text in extra.items() if key in varying and cond.get(key)]
     return ", ".join(words)
 
 
 def setting_words(cond: dict) -> str:
     """Where a case ran, shortly: pinned or not, one host or across which, and the machine where a page has two."""
-    pinned = ("pinned" if cond.get("cpu_bind") == "cores" else "unpinned") if cond.get("device") == "cpu" else \
-        cond.get("device", "")
+    pinned = (
+        ("pinned" if cond.get("cpu_bind") == "cores" else "unpinned")
+        if cond.get("device") == "cpu"
+        else cond.get("device", "")
+    )
     where = "one host" if cond.get("network", "one host") == "one host" else cond["network"]
     return ", ".join(w for w in (pinned, where, cond.get("hardware") or "") if w)
 
@@ -163,23 +186,33 @@ def setting_words(cond: dict) -> str:
 def throughput_axes(plt, with_efficiency: bool):
     """A figure with a throughput panel, and a scaling-efficiency panel only where there is an efficiency to
     draw (no empty panel)."""
-    fig, axes = plt.subplots(1, 2 if with_efficiency else 1, figsize=(10 if with_efficiency else 5.5, 3.6),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, 2 if with_efficiency else 1, figsize=(10 if with_efficiency else 5.5, 3.6), squeeze=False
+    )
     return fig, axes[0][0], (axes[0][1] if with_efficiency else None)
 
 
 def runs_table(cases: list[TrainingCase]) -> Table:
     """The run ids behind each case of a table, collapsed: `bench list` finds them."""
-    rows = [[c.cond["workload"], setting_words(c.cond), c.backend, c.world_size, c.run_ids]
-            for c in sorted(cases, key=lambda c: (c.cond["workload"], setting_words(c.cond), c.backend, c.world_size))]
-    return Table([left("workload"), left("condition"), left("backend"), right("world"), left("runs")], rows,
-                 details=f"The runs behind these rows ({sum(c.launches for c in cases)})")
+    rows = [
+        [c.cond["workload"], setting_words(c.cond), c.backend, c.world_size, c.run_ids]
+        for c in sorted(cases, key=lambda c: (c.cond["workload"], setting_words(c.cond), c.backend, c.world_size))
+    ]
+    return Table(
+        [left("workload"), left("condition"), left("backend"), right("world"), left("runs")],
+        rows,
+        details=f"The runs behind these rows ({sum(c.launches for c in cases)})",
+    )
 
 
 def is_default_condition(cond: dict, artefact: str) -> bool:
     """The conditions of the default sweep: pinned CPU workers (or GPUs) on one host, data held on the device."""
-    return (not artefact and cond.get("network", "one host") == "one host" and cond.get("input") == "on device"
-            and cond.get("backward_passes") == 1)
+    return (
+        not artefact
+        and cond.get("network", "one host") == "one host"
+        and cond.get("input") == "on device"
+        and cond.get("backward_passes") == 1
+    )
 
 
 def launches_words(*cases: TrainingCase) -> str:
@@ -191,8 +224,15 @@ def scorecard_rows(cases: list[TrainingCase], family=None) -> list[ScoreRow]:
     """Rows of the page's scorecard where both primary backends ran under the same conditions: throughput at each
     world size, scaling efficiency and startup to the first step at the largest."""
     first, second = PRIMARY
-    varying = {k for k in CONDITIONS if k != "workload" and any(
-        len({str(c.cond[k]) for c in cases if c.cond["workload"] == w}) > 1 for w in {c.cond["workload"] for c in cases})}
+    varying = {
+        k
+        for k in CONDITIONS
+        if k != "workload"
+        and any(
+            len({str(c.cond[k]) for c in cases if c.cond["workload"] == w}) > 1
+            for w in {c.cond["workload"] for c in cases}
+        )
+    }
     ones = {(tuple(c.cond.values()), c.backend): c for c in cases if c.world_size == 1}
     groups = case_groups(cases)
     largest: dict[tuple, int] = {}
@@ -206,31 +246,62 @@ def scorecard_rows(cases: list[TrainingCase], family=None) -> list[ScoreRow]:
         e, h = rows[first], rows[second]
         cond, world = dict(zip(CONDITIONS, key)), key[-1]
         artefact = distortion(cond, e.records + h.records)
-        common = {"condition": condition_words(cond, world, varying), "artefact": artefact,
-                  "default": is_default_condition(cond, artefact)}
+        common = {
+            "condition": condition_words(cond, world, varying),
+            "artefact": artefact,
+            "default": is_default_condition(cond, artefact),
+        }
         est = difference(e, h)["estimate"]
         said = judged_outcome(judge(family, pair_key("", first, second, e.place), est), first, second)
-        out.append(ScoreRow("training throughput", figures={c.backend: f"{c.throughput:,.0f} samples/s"
-                                                            for c in (e, h)},
-                            launches=launches_words(e, h), decides=world > 1, **common, **said))
+        out.append(
+            ScoreRow(
+                "training throughput",
+                figures={c.backend: f"{c.throughput:,.0f} samples/s" for c in (e, h)},
+                launches=launches_words(e, h),
+                decides=world > 1,
+                **common,
+                **said,
+            )
+        )
         if world != largest[key[:-1]]:
             continue
         e1, h1 = ones.get((tuple(e.cond.values()), first)), ones.get((tuple(h.cond.values()), second))
         if world > 1 and e1 is not None and h1 is not None:
             est = efficiency_ratio(e, e1, h, h1)
-            said = judged_outcome(judge(family, pair_key("efficiency ", first, second, e.place), est), first, second,
-                                  words=("scales better", "scales worse"))
-            out.append(ScoreRow("scaling efficiency", figures={c.backend: fmt(c.efficiency.ratio, ".0%")
-                                                               for c in (e, h)},
-                                launches=launches_words(e, h, e1, h1), **common, **said))
+            said = judged_outcome(
+                judge(family, pair_key("efficiency ", first, second, e.place), est),
+                first,
+                second,
+                words=("scales better", "scales worse"),
+            )
+            out.append(
+                ScoreRow(
+                    "scaling efficiency",
+                    figures={c.backend: fmt(c.efficiency.ratio, ".0%") for c in (e, h)},
+                    launches=launches_words(e, h, e1, h1),
+                    **common,
+                    **said,
+                )
+            )
         if e.startup_values and h.startup_values:
             est = stats.ratio_of_cases([e.startup_values], [h.startup_values])
-            said = judged_outcome(judge(family, pair_key("startup ", first, second, e.place), est), first, second,
-                                  higher_is_better=False, words=("starts sooner", "starts later"))
-            out.append(ScoreRow("startup to the first step", operations=True,
-                                figures={c.backend: f"{statistics.median(c.startup_values):.1f} s (median)"
-                                         for c in (e, h)},
-                                launches=f"{len(e.startup_values)} + {len(h.startup_values)}", **common, **said))
+            said = judged_outcome(
+                judge(family, pair_key("startup ", first, second, e.place), est),
+                first,
+                second,
+                higher_is_better=False,
+                words=("starts sooner", "starts later"),
+            )
+            out.append(
+                ScoreRow(
+                    "startup to the first step",
+                    operations=True,
+                    figures={c.backend: f"{statistics.median(c.startup_values):.1f} s (median)" for c in (e, h)},
+                    launches=f"{len(e.startup_values)} + {len(h.startup_values)}",
+                    **common,
+                    **said,
+                )
+            )
     return out
 
 
@@ -250,13 +321,30 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
         return [Paragraph("No successful training run in this selection.")]
     plt = pyplot()
     ci = f"{pct(stats.CONFIDENCE)} CI"
-    columns = [left("backend"), right("world"), right("launches"), right("samples/s"), right(ci),
-               right("sd/mean"), right(f"efficiency ({ci})"), right(f"vs plain loop ({ci})"), right("step ms"),
-               right("straggler ratio"), right("peak RSS MiB")]
-    blocks = [Paragraph(["Each row is the mean over launches of the case (each launch: its mean over windows); "
-                         "the interval and sd/mean are across launches, or over the windows of a single launch "
-                         "where the case has one. Efficiency and vs plain loop are ratios of case means with "
-                         "their interval across launches."], "note")]
+    columns = [
+        left("backend"),
+        right("world"),
+        right("launches"),
+        right("samples/s"),
+        right(ci),
+        right("sd/mean"),
+        right(f"efficiency ({ci})"),
+        right(f"vs plain loop ({ci})"),
+        right("step ms"),
+        right("straggler ratio"),
+        right("peak RSS MiB"),
+    ]
+    blocks = [
+        Paragraph(
+            [
+                "Each row is the mean over launches of the case (each launch: its mean over windows); "
+                "the interval and sd/mean are across launches, or over the windows of a single launch "
+                "where the case has one. Efficiency and vs plain loop are ratios of case means with "
+                "their interval across launches."
+            ],
+            "note",
+        )
+    ]
     by_cond: dict[tuple, list[TrainingCase]] = {}
     for c in cases:
         by_cond.setdefault(tuple(c.cond[k] for k in CONDITIONS), []).append(c)
@@ -267,12 +355,21 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
         for c in group:
             low, high = c.interval
             thr = f"{fmt(c.throughput, ',.0f')}" + (" (unstable)" if c.unstable else "")
-            rows.append([c.backend, c.world_size, c.launches, Cell(thr, "warn") if c.unstable else thr,
-                         f"{fmt(low, ',.0f')} to {fmt(high, ',.0f')}", fmt(c.spread, ".1%"),
-                         _estimate_cell(c.efficiency), _estimate_cell(c.vs_plain),
-                         fmt(c.step_time_s * 1000 if c.step_time_s else None, ".2f"),
-                         fmt(c.latest.metrics.straggler_ratio, ".3f"),
-                         fmt(max(r.metrics.peak_rss_bytes_max for r in c.records) / 2**20, ",.0f")])
+            rows.append(
+                [
+                    c.backend,
+                    c.world_size,
+                    c.launches,
+                    Cell(thr, "warn") if c.unstable else thr,
+                    f"{fmt(low, ',.0f')} to {fmt(high, ',.0f')}",
+                    fmt(c.spread, ".1%"),
+                    _estimate_cell(c.efficiency),
+                    _estimate_cell(c.vs_plain),
+                    fmt(c.step_time_s * 1000 if c.step_time_s else None, ".2f"),
+                    fmt(c.latest.metrics.straggler_ratio, ".3f"),
+                    fmt(max(r.metrics.peak_rss_bytes_max for r in c.records) / 2**20, ",.0f"),
+                ]
+            )
         fig, ax_thr, ax_eff = throughput_axes(plt, any(c.efficiency is not None for c in group))
         sizes = sorted({c.world_size for c in group})
         for backend in sorted({c.backend for c in group}):
@@ -283,10 +380,17 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
             ax_thr.errorbar(xs, means, yerr=err, marker="o", capsize=3, label=backend)
             eff = [(c.world_size, c.efficiency) for c in mine if c.efficiency is not None]
             if eff and ax_eff is not None:
-                ax_eff.errorbar([x for x, _ in eff], [e.ratio for _, e in eff],
-                                yerr=[[e.ratio - e.low if e.replicated else 0 for _, e in eff],
-                                      [e.high - e.ratio if e.replicated else 0 for _, e in eff]],
-                                marker="o", capsize=3, label=backend)
+                ax_eff.errorbar(
+                    [x for x, _ in eff],
+                    [e.ratio for _, e in eff],
+                    yerr=[
+                        [e.ratio - e.low if e.replicated else 0 for _, e in eff],
+                        [e.high - e.ratio if e.replicated else 0 for _, e in eff],
+                    ],
+                    marker="o",
+                    capsize=3,
+                    label=backend,
+                )
         panels = [(ax_thr, f"throughput (samples/s, {ci} across launches)")]
         if ax_eff is not None:
             ax_eff.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
@@ -301,8 +405,11 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
             ax.legend(fontsize=8)
         fig.tight_layout()
         title = _cond_title(cond)
-        blocks += [Heading(title), Table(columns, rows),
-                   Plot(f"throughput and scaling efficiency of {title}", figure_png(fig))]
+        blocks += [
+            Heading(title),
+            Table(columns, rows),
+            Plot(f"throughput and scaling efficiency of {title}", figure_png(fig)),
+        ]
     return blocks + [runs_table(cases)]
 
 
@@ -319,21 +426,43 @@ def exposed_blocks(cases: list[TrainingCase]) -> list:
         est = c.vs_plain
         share = 1 - est.ratio
         interval = f"{1 - est.high:.1%} to {1 - est.low:.1%}" if est.replicated else "- (1 launch)"
-        rows.append([c.cond["workload"], setting_words(c.cond), c.backend, c.world_size,
-                     f"{c.launches} + {base.launches}",
-                     fmt(c.step_time_s * 1000, ".2f"), fmt(base.step_time_s * 1000, ".2f"),
-                     fmt((c.step_time_s - base.step_time_s) * 1000, ".2f"), fmt(share, ".1%"), interval])
+        rows.append(
+            [
+                c.cond["workload"],
+                setting_words(c.cond),
+                c.backend,
+                c.world_size,
+                f"{c.launches} + {base.launches}",
+                fmt(c.step_time_s * 1000, ".2f"),
+                fmt(base.step_time_s * 1000, ".2f"),
+                fmt((c.step_time_s - base.step_time_s) * 1000, ".2f"),
+                fmt(share, ".1%"),
+                interval,
+            ]
+        )
         shares.append((f"{c.cond['workload']}, {setting_words(c.cond)}\n{c.backend} x{c.world_size}", est))
     if not rows:
-        return [Paragraph(["Needs a plain single-process run (backend ", em(PLAIN_LOOP), ") under the same "
-                           "conditions as the distributed runs; ", code("bench sweep"), " records one unless ",
-                           code("--no-plain-loop"), "."])]
+        return [
+            Paragraph(
+                [
+                    "Needs a plain single-process run (backend ",
+                    em(PLAIN_LOOP),
+                    ") under the same conditions as the distributed runs; ",
+                    code("bench sweep"),
+                    " records one unless ",
+                    code("--no-plain-loop"),
+                    ".",
+                ]
+            )
+        ]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows)), 3.6))
     heights = [100 * (1 - e.ratio) for _, e in shares]
     # the share's interval is 1 - (the ratio's): its lower error comes from the ratio's upper end
-    err = [[100 * (e.high - e.ratio) if e.replicated else 0 for _, e in shares],
-           [100 * (e.ratio - e.low) if e.replicated else 0 for _, e in shares]]
+    err = [
+        [100 * (e.high - e.ratio) if e.replicated else 0 for _, e in shares],
+        [100 * (e.ratio - e.low) if e.replicated else 0 for _, e in shares],
+    ]
     ax.bar(range(len(rows)), heights, yerr=err, capsize=3, color="#5b8db8")
     ax.set_xticks(range(len(rows)), [label for label, _ in shares], fontsize=7)
     ax.set_ylabel("exposed communication (% of step)")
@@ -341,10 +470,18 @@ def exposed_blocks(cases: list[TrainingCase]) -> list:
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     ci = f"{pct(stats.CONFIDENCE)} CI"
-    columns = [left("workload"), left("condition"), left("backend"), right("world"), right("launches (+ plain)"),
-               right("step ms"),
-               right("plain loop step ms"), right("exposed communication ms"), right("share of the step"),
-               right(ci)]
+    columns = [
+        left("workload"),
+        left("condition"),
+        left("backend"),
+        right("world"),
+        right("launches (+ plain)"),
+        right("step ms"),
+        right("plain loop step ms"),
+        right("exposed communication ms"),
+        right("share of the step"),
+        right(ci),
+    ]
     return [Table(columns, rows), Plot("exposed communication share", figure_png(fig))]
 
 
@@ -364,18 +501,41 @@ def input_blocks(cases: list[TrainingCase]) -> tuple[list, list[str]]:
     rows = input_rows(cases)
     if not rows:
         return [], []
-    table = [[c.cond["workload"], c.backend, c.world_size, c.cond["input"], c.launches, f"{share:.0%}",
-              Cell("input limits throughput", "warn") if input_limited(share) else "compute and communication"]
-             for c, share in rows]
-    limited = [f"{c.backend} {c.cond['workload']} world {c.world_size} through a {c.cond['input']}: input limits "
-               f"throughput (its workers waited for batches {share:.0%} of each step)"
-               for c, share in rows if input_limited(share)]
-    columns = [left("workload"), left("backend"), right("world"), left("input"), right("launches"),
-               right("input wait (share of step)"), left("what limits throughput")]
-    note = ["Runs fed through ", code("--loader dataloader"), " (or an image folder): the share of each timed step "
-            "the slowest worker spent waiting for its next batch (median over launches). From "
-            f"{INPUT_BOUND_SHARE:.0%} on, input, not communication, limits throughput: a faster collective would "
-            "change little. Runs with data held on the device never wait."]
+    table = [
+        [
+            c.cond["workload"],
+            c.backend,
+            c.world_size,
+            c.cond["input"],
+            c.launches,
+            f"{share:.0%}",
+            Cell("input limits throughput", "warn") if input_limited(share) else "compute and communication",
+        ]
+        for c, share in rows
+    ]
+    limited = [
+        f"{c.backend} {c.cond['workload']} world {c.world_size} through a {c.cond['input']}: input limits "
+        f"throughput (its workers waited for batches {share:.0%} of each step)"
+        for c, share in rows
+        if input_limited(share)
+    ]
+    columns = [
+        left("workload"),
+        left("backend"),
+        right("world"),
+        left("input"),
+        right("launches"),
+        right("input wait (share of step)"),
+        left("what limits throughput"),
+    ]
+    note = [
+        "Runs fed through ",
+        code("--loader dataloader"),
+        " (or an image folder): the share of each timed step "
+        "the slowest worker spent waiting for its next batch (median over launches). From "
+        f"{INPUT_BOUND_SHARE:.0%} on, input, not communication, limits throughput: a faster collective would "
+        "change little. Runs with data held on the device never wait.",
+    ]
     return [Heading("Input pipeline"), Paragraph(note, "note"), Table(columns, table)], limited
 
 
@@ -385,31 +545,62 @@ def startup_blocks(cases: list[TrainingCase]) -> list:
     rows = []
     for c in sorted(cases, key=lambda c: (c.cond["workload"], setting_words(c.cond), c.backend, c.world_size)):
         ups = [r.metrics.startup for r in c.records]
-        rows.append([c.cond["workload"], setting_words(c.cond), c.backend, c.world_size, c.launches,
-                     fmt(statistics.median(u.launch_to_process_s for u in ups), ".2f"),
-                     fmt(statistics.median(u.rendezvous_s for u in ups), ".3f"), fmt(c.startup_s, ".2f"),
-                     launcher_phases(ups)])
-    columns = [left("workload"), left("condition"), left("backend"), right("world"), right("launches"),
-               right("launch to processes s"), right("rendezvous s"), right("launch to first step s"),
-               left("launcher's own phases s")]
-    return [Paragraph("Medians over the launches of each case. The launcher's own phases are those a launcher "
-                      "reports of its start-up (starting a runtime, placing the workers), within launch to first "
-                      "step.", "note"), Table(columns, rows)]
+        rows.append(
+            [
+                c.cond["workload"],
+                setting_words(c.cond),
+                c.backend,
+                c.world_size,
+                c.launches,
+                fmt(statistics.median(u.launch_to_process_s for u in ups), ".2f"),
+                fmt(statistics.median(u.rendezvous_s for u in ups), ".3f"),
+                fmt(c.startup_s, ".2f"),
+                launcher_phases(ups),
+            ]
+        )
+    columns = [
+        left("workload"),
+        left("condition"),
+        left("backend"),
+        right("world"),
+        right("launches"),
+        right("launch to processes s"),
+        right("rendezvous s"),
+        right("launch to first step s"),
+        left("launcher's own phases s"),
+    ]
+    return [
+        Paragraph(
+            "Medians over the launches of each case. The launcher's own phases are those a launcher "
+            "reports of its start-up (starting a runtime, placing the workers), within launch to first "
+            "step.",
+            "note",
+        ),
+        Table(columns, rows),
+    ]
 
 
 def launcher_phases(ups: list) -> str:
     """Each start-up phase the launcher reported, in its order, as the median over the launches that have it."""
     phases = list(dict.fromkeys(phase for u in ups for phase in u.launcher_phases))
-    return ", ".join(f"{phase} {statistics.median(u.launcher_phases[phase] for u in ups if phase in u.launcher_phases):.2f}"
-                     for phase in phases) or "-"
+    return (
+        ", ".join(
+            f"{phase} {statistics.median(u.launcher_phases[phase] for u in ups if phase in u.launcher_phases):.2f}"
+            for phase in phases
+        )
+        or "-"
+    )
 
 
 # ---------------------------------------------------------------- across shaped links
 def _link(case: TrainingCase) -> tuple[float, str]:
     """(bytes/s, label) of the link a case's hosts were shaped to; an unshaped link sorts last."""
     link = case.latest.spec.link
-    return (link["rate_bytes_per_s"], link["rate"] + (f" {link['delay']}" if link["delay"] else "")) if link \
+    return (
+        (link["rate_bytes_per_s"], link["rate"] + (f" {link['delay']}" if link["delay"] else ""))
+        if link
         else (math.inf, "unlimited")
+    )
 
 
 def link_groups(cases: list[TrainingCase]) -> dict[tuple, list[TrainingCase]]:
@@ -438,20 +629,25 @@ def link_verdicts(group: list[TrainingCase], family=None) -> tuple[list[tuple[st
     for c in group:
         if c.world_size == top:
             at.setdefault(_link(c), {})[c.backend] = c
-    steps = [(label, judged_difference(rows[first], rows[second], family) if first in rows and second in rows
-              else None)
-             for (_, label), rows in sorted(at.items())]
+    steps = [
+        (label, judged_difference(rows[first], rows[second], family) if first in rows and second in rows else None)
+        for (_, label), rows in sorted(at.items())
+    ]
     won = [(label, d["faster"].backend) for label, d in steps if d and d["significant"]]
     winners = {w for _, w in won}
     where = f"{group[0].cond['workload']} at {top} workers across {len(group[0].latest.spec.hosts)} hosts"
     if len(winners) > 1:
         change = next(i for i in range(1, len(won)) if won[i][1] != won[i - 1][1])
         (slow_label, slow_w), (fast_label, fast_w) = won[change - 1], won[change]
-        sentence = (f"{where}: the verdict changes between links {slow_label} and {fast_label}: {slow_w} is "
-                    f"faster at {slow_label}, {fast_w} at {fast_label}.")
+        sentence = (
+            f"{where}: the verdict changes between links {slow_label} and {fast_label}: {slow_w} is "
+            f"faster at {slow_label}, {fast_w} at {fast_label}."
+        )
     elif winners:
-        sentence = (f"{where}: {won[0][1]} is faster at every link where the difference is significant "
-                    f"({', '.join(label for label, _ in won)} of {len(steps)} measured); no crossover in that range.")
+        sentence = (
+            f"{where}: {won[0][1]} is faster at every link where the difference is significant "
+            f"({', '.join(label for label, _ in won)} of {len(steps)} measured); no crossover in that range."
+        )
     else:
         sentence = f"{where}: no link measured shows a significant difference between {first} and {second}."
     return steps, sentence
@@ -473,8 +669,15 @@ def link_blocks(cases: list[TrainingCase], family=None) -> tuple[list, list[str]
     sentences for the verdict)."""
     groups = link_groups(cases)
     if not groups:
-        return [Paragraph(["Needs runs across hosts at two or more links: ", code("bench sweep --hosts H1,H2 "
-                           "--links 1gbit,10gbit,unlimited"), "."])], []
+        return [
+            Paragraph(
+                [
+                    "Needs runs across hosts at two or more links: ",
+                    code("bench sweep --hosts H1,H2 --links 1gbit,10gbit,unlimited"),
+                    ".",
+                ]
+            )
+        ], []
     plt = pyplot()
     blocks, sentences = [], []
     for key in sorted(groups, key=str):
@@ -485,21 +688,26 @@ def link_blocks(cases: list[TrainingCase], family=None) -> tuple[list, list[str]
         links = sorted({_link(c) for c in group})
         finite = [rate for rate, _ in links if math.isfinite(rate)]
         where_x = {link: (link[0] if math.isfinite(link[0]) else max(finite) * 4) * 8 / 1e9 for link in links}
-        fig, ax_thr, ax_eff = throughput_axes(plt, any(c.efficiency is not None for c in group
-                                                       if c.world_size == top))
+        fig, ax_thr, ax_eff = throughput_axes(plt, any(c.efficiency is not None for c in group if c.world_size == top))
         rows = []
         for backend in sorted({c.backend for c in group}):
             mine = sorted((c for c in group if c.backend == backend and c.world_size == top), key=_link)
             xs = [where_x[_link(c)] for c in mine]
-            ax_thr.errorbar(xs, [c.throughput for c in mine],
-                            yerr=[[c.throughput - c.interval[0] for c in mine],
-                                  [c.interval[1] - c.throughput for c in mine]], marker="o", capsize=3, label=backend)
+            ax_thr.errorbar(
+                xs,
+                [c.throughput for c in mine],
+                yerr=[[c.throughput - c.interval[0] for c in mine], [c.interval[1] - c.throughput for c in mine]],
+                marker="o",
+                capsize=3,
+                label=backend,
+            )
             eff = [(where_x[_link(c)], c.efficiency) for c in mine if c.efficiency is not None]
             if eff and ax_eff is not None:
                 ax_eff.plot([x for x, _ in eff], [e.ratio for _, e in eff], marker="o", label=backend)
             for c in mine:
-                rows.append([_link(c)[1], backend, top, c.launches, fmt(c.throughput, ",.0f"),
-                             _estimate_cell(c.efficiency)])
+                rows.append(
+                    [_link(c)[1], backend, top, c.launches, fmt(c.throughput, ",.0f"), _estimate_cell(c.efficiency)]
+                )
         panels = [(ax_thr, f"throughput at {top} workers (samples/s)")]
         if ax_eff is not None:
             ax_eff.set_ylim(bottom=0)
@@ -514,58 +722,98 @@ def link_blocks(cases: list[TrainingCase], family=None) -> tuple[list, list[str]
                 ax.legend(fontsize=8)
         fig.tight_layout()
         title = _cond_title({**dict(zip([k for k in CONDITIONS if k != "network"], key)), "network": "one host"})
-        verdict_rows = [[label, d["faster"].backend if d else "-", f"{d['gap']:.1%}" if d else "-", _standing(d)]
-                        for label, d in steps]
-        blocks += [Heading(f"{title}, across {key[-1]} hosts"), Paragraph(sentence),
-                   Table([left("link"), left("ahead"), right("by"), left("across launches")], verdict_rows),
-                   Table([left("link"), left("backend"), right("world"), right("launches"), right("samples/s"),
-                          right("efficiency")], rows),
-                   Plot(f"throughput and efficiency against the link, {title}", figure_png(fig))]
+        verdict_rows = [
+            [label, d["faster"].backend if d else "-", f"{d['gap']:.1%}" if d else "-", _standing(d)]
+            for label, d in steps
+        ]
+        blocks += [
+            Heading(f"{title}, across {key[-1]} hosts"),
+            Paragraph(sentence),
+            Table([left("link"), left("ahead"), right("by"), left("across launches")], verdict_rows),
+            Table(
+                [
+                    left("link"),
+                    left("backend"),
+                    right("world"),
+                    right("launches"),
+                    right("samples/s"),
+                    right("efficiency"),
+                ],
+                rows,
+            ),
+            Plot(f"throughput and efficiency against the link, {title}", figure_png(fig)),
+        ]
     return blocks, sentences
 
 
 def method() -> list:
     """The Methodology bullets for training runs; the figures come from the code that applies them."""
     return [
-        [strong("Windows."), " After W warm-up steps (never timed), each rank times K consecutive steps per "
-         "window, for R windows; all ranks meet at a barrier and the device is synchronised before each window, "
-         "outside the timed region. A window's time is the max over ranks. Throughput = global batch x K / "
-         "window time (samples/s); a launch's throughput is its mean over windows."],
-        [strong("Launches are the unit of replication."), " A sweep launches every case several times in "
-         "interleaved rounds. A case's figure is the mean over its launches with a "
-         f"{pct(stats.CONFIDENCE)} confidence interval across launches (Student's t). Two cases are compared by "
-         "the ratio of their geometric means with a Welch t interval on the log scale. The page's comparisons "
-         f"are judged as one family: a difference is significant when its p-value, adjusted by Holm's method "
-         f"over them all, is below {SIGNIFICANCE:g}, so the page calls a true tie a difference with a chance of "
-         f"at most {SIGNIFICANCE:g} however many comparisons it makes. Where none is found, two one-sided tests "
-         f"at {SIGNIFICANCE:g} give the margin the two are shown to be within. Sweeps of the same code are "
-         "pooled. A comparison with a single launch on a side says it cannot tell. Windows of one launch "
-         "describe that launch only."],
-        [strong("Uncertainty of one launch."), f" Mean over windows with a {pct(stats.CONFIDENCE)} confidence "
-         f"interval of the mean (Student's t). A result is unstable when its standard deviation exceeds "
-         f"{pct(stats.UNSTABLE_REL_STDEV)} of its mean or it has fewer than {stats.MIN_STABLE_WINDOWS} windows "
-         f"(pyperf's rules); a case is unstable when a launch is, or its launches spread by more than that."],
-        [strong("Scaling."), " Weak scaling (fixed per-worker batch). Efficiency E(N) = thr(N) / (N x thr(1)), "
-         "thr(1) the same backend at one worker under the same conditions; also against the plain "
-         "single-process loop. Both are ratios of case means, with their interval across launches."],
-        [strong("Placement."), " CPU workers on one host are pinned by default (--cpu-bind auto): the worker of "
-         "local rank r and every thread it runs, the backend's own included, on cores [r x T, (r+1) x T). "
-         "Unpinned, a backend's helper threads (Horovod's background loop, gloo's I/O) run on the other "
-         "workers' cores. Pinned and unpinned runs are never compared; each case's title says which it is."],
-        [strong("Exposed communication"), " = step time at N workers - step time of the plain loop (one "
-         "process, no wrapper) at the same per-worker batch, as a share of the step (= 1 - vs plain loop)."],
-        [strong("Startup"), ": launch to worker processes, rendezvous (process-group initialisation), launch "
-         "to the end of the first step (max over ranks); medians over launches. One backend reaches its first "
-         "step sooner only when every launch's time of the cases both ran differs significantly across "
-         "launches, as throughput is compared."],
+        [
+            strong("Windows."),
+            " After W warm-up steps (never timed), each rank times K consecutive steps per "
+            "window, for R windows; all ranks meet at a barrier and the device is synchronised before each window, "
+            "outside the timed region. A window's time is the max over ranks. Throughput = global batch x K / "
+            "window time (samples/s); a launch's throughput is its mean over windows.",
+        ],
+        [
+            strong("Launches are the unit of replication."),
+            " A sweep launches every case several times in "
+            "interleaved rounds. A case's figure is the mean over its launches with a "
+            f"{pct(stats.CONFIDENCE)} confidence interval across launches (Student's t). Two cases are compared by "
+            "the ratio of their geometric means with a Welch t interval on the log scale. The page's comparisons "
+            f"are judged as one family: a difference is significant when its p-value, adjusted by Holm's method "
+            f"over them all, is below {SIGNIFICANCE:g}, so the page calls a true tie a difference with a chance of "
+            f"at most {SIGNIFICANCE:g} however many comparisons it makes. Where none is found, two one-sided tests "
+            f"at {SIGNIFICANCE:g} give the margin the two are shown to be within. Sweeps of the same code are "
+            "pooled. A comparison with a single launch on a side says it cannot tell. Windows of one launch "
+            "describe that launch only.",
+        ],
+        [
+            strong("Uncertainty of one launch."),
+            f" Mean over windows with a {pct(stats.CONFIDENCE)} confidence "
+            f"interval of the mean (Student's t). A result is unstable when its standard deviation exceeds "
+            f"{pct(stats.UNSTABLE_REL_STDEV)} of its mean or it has fewer than {stats.MIN_STABLE_WINDOWS} windows "
+            f"(pyperf's rules); a case is unstable when a launch is, or its launches spread by more than that.",
+        ],
+        [
+            strong("Scaling."),
+            " Weak scaling (fixed per-worker batch). Efficiency E(N) = thr(N) / (N x thr(1)), "
+            "thr(1) the same backend at one worker under the same conditions; also against the plain "
+            "single-process loop. Both are ratios of case means, with their interval across launches.",
+        ],
+        [
+            strong("Placement."),
+            " CPU workers on one host are pinned by default (--cpu-bind auto): the worker of "
+            "local rank r and every thread it runs, the backend's own included, on cores [r x T, (r+1) x T). "
+            "Unpinned, a backend's helper threads (Horovod's background loop, gloo's I/O) run on the other "
+            "workers' cores. Pinned and unpinned runs are never compared; each case's title says which it is.",
+        ],
+        [
+            strong("Exposed communication"),
+            " = step time at N workers - step time of the plain loop (one "
+            "process, no wrapper) at the same per-worker batch, as a share of the step (= 1 - vs plain loop).",
+        ],
+        [
+            strong("Startup"),
+            ": launch to worker processes, rendezvous (process-group initialisation), launch "
+            "to the end of the first step (max over ranks); medians over launches. One backend reaches its first "
+            "step sooner only when every launch's time of the cases both ran differs significantly across "
+            "launches, as throughput is compared.",
+        ],
     ]
 
 
-LINK_METHOD = [[strong("Across hosts."), " Processes fill the hosts in order, slot by slot; every backend uses one "
-                "interface. A shaped link is every host's sending side limited with tc for the run (a token "
-                "bucket for a rate, netem when a delay is given) and undone after it; the verdict at each link "
-                "compares the pair at the largest world size across launches, as everywhere on this page, and "
-                "the verdict changes between two links only where both are significant and disagree."]]
+LINK_METHOD = [
+    [
+        strong("Across hosts."),
+        " Processes fill the hosts in order, slot by slot; every backend uses one "
+        "interface. A shaped link is every host's sending side limited with tc for the run (a token "
+        "bucket for a rate, netem when a delay is given) and undone after it; the verdict at each link "
+        "compares the pair at the largest world size across launches, as everywhere on this page, and "
+        "the verdict changes between two links only where both are significant and disagree.",
+    ]
+]
 
 
 SIGNIFICANCE = round(1 - stats.CONFIDENCE, 10)  # stated in the method: p below this is significant
@@ -580,24 +828,40 @@ def report_part(frame, context) -> ReportPart:
     links, crossovers = link_blocks(cases, family)
     inputs, _ = input_blocks(cases)
     across_hosts = any(c.latest.spec.hosts for c in cases)
-    unstable = [f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
-                f"{r.record.metrics.throughput.n} windows"
-                for r in ok[ok["unstable"] == True].itertuples()]  # noqa: E712 (pandas)
-    unstable += [f"{c.backend} {c.cond['workload']} world {c.world_size}: its {c.launches} launches spread "
-                 f"{c.spread:.1%} (sd/mean)" for c in cases
-                 if c.launches >= stats.MIN_LAUNCHES and c.spread > stats.UNSTABLE_REL_STDEV]
+    unstable = [
+        f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
+        f"{r.record.metrics.throughput.n} windows"
+        for r in ok[ok["unstable"].eq(True)].itertuples()
+    ]
+    unstable += [
+        f"{c.backend} {c.cond['workload']} world {c.world_size}: its {c.launches} launches spread "
+        f"{c.spread:.1%} (sd/mean)"
+        for c in cases
+        if c.launches >= stats.MIN_LAUNCHES and c.spread > stats.UNSTABLE_REL_STDEV
+    ]
     rows = scorecard_rows(cases, family)
-    no_verdict = "" if rows else (
-        f"No workload and world size has ok runs of both {' and '.join(PRIMARY)} under the same conditions "
-        f"in this selection, so there is no training figure to compare; `bench sweep --backend {','.join(PRIMARY)}` "
-        "records them.")
+    no_verdict = (
+        ""
+        if rows
+        else (
+            f"No workload and world size has ok runs of both {' and '.join(PRIMARY)} under the same conditions "
+            "in this selection, so there is no training figure to compare; "
+            f"`bench sweep --backend {','.join(PRIMARY)}` "
+            "records them."
+        )
+    )
     words = [Heading("Each comparison in words"), Bullets(sentences + crossovers)] if sentences + crossovers else []
     return ReportPart(
-        no_verdict=no_verdict, fairness=fairness, unstable=unstable, scorecard=rows,
+        no_verdict=no_verdict,
+        fairness=fairness,
+        unstable=unstable,
+        scorecard=rows,
         method=method() + (LINK_METHOD if across_hosts else []),
         shown=[r for c in cases for r in c.records],
-        sections=[Section("throughput", "Throughput and scaling", 10, words + throughput_blocks(cases),
-                          nav="Throughput"),
-                  Section("time", "Where the time goes", 30, exposed_blocks(cases) + inputs),
-                  Section("startup", "Startup and rendezvous", 40, startup_blocks(cases), nav="Startup"),
-                  *([Section("links", "Across hosts: the link", 20, links, nav="Links")] if across_hosts else [])])
+        sections=[
+            Section("throughput", "Throughput and scaling", 10, words + throughput_blocks(cases), nav="Throughput"),
+            Section("time", "Where the time goes", 30, exposed_blocks(cases) + inputs),
+            Section("startup", "Startup and rendezvous", 40, startup_blocks(cases), nav="Startup"),
+            *([Section("links", "Across hosts: the link", 20, links, nav="Links")] if across_hosts else []),
+        ],
+    )

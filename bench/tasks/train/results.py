@@ -29,6 +29,7 @@ def launch_throughput(rec) -> float:
 def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
     """throughput, vs_plain (over N x the plain loop's) and efficiency (over N x its own at one
     worker) of each backend, workload and world size (docs/method.md, "Regression gate")."""
+
     def value(rec, per_window):
         return rec.metrics.throughput.per_window if per_window else launch_throughput(rec)
 
@@ -44,12 +45,14 @@ def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
         out[f"throughput {where}"] = Figure(f"throughput {where}", "throughput", [mine], [1])
         plain = ok.get((PLAIN_LOOP, workload, 1))
         if backend != PLAIN_LOOP and plain and against_the_plain_loop(backend):
-            out[f"vs_plain {where}"] = Figure(f"vs_plain {where}", "vs_plain", [mine, case_of(plain, value)],
-                                              [1, -1], scale=n)
+            out[f"vs_plain {where}"] = Figure(
+                f"vs_plain {where}", "vs_plain", [mine, case_of(plain, value)], [1, -1], scale=n
+            )
         one = ok.get((backend, workload, 1))
         if n > 1 and one:
-            out[f"efficiency {where}"] = Figure(f"efficiency {where}", "efficiency", [mine, case_of(one, value)],
-                                                [1, -1], scale=n)
+            out[f"efficiency {where}"] = Figure(
+                f"efficiency {where}", "efficiency", [mine, case_of(one, value)], [1, -1], scale=n
+            )
     return out, not_ok
 
 
@@ -57,6 +60,7 @@ def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
 class TrainingCase:
     """The ok launches of one backend and world size under one set of conditions, from its latest sweep
     (or, for runs made outside a sweep, its latest run)."""
+
     cond: dict
     backend: str
     world_size: int
@@ -108,8 +112,11 @@ class TrainingCase:
 
     @property
     def startup_s(self) -> float | None:
-        times = [r.metrics.startup.launch_to_first_step_s for r in self.records
-                 if r.metrics.startup.launch_to_first_step_s is not None]
+        times = [
+            r.metrics.startup.launch_to_first_step_s
+            for r in self.records
+            if r.metrics.startup.launch_to_first_step_s is not None
+        ]
         return statistics.median(times) if times else None
 
     @property
@@ -124,15 +131,18 @@ class TrainingCase:
     @property
     def startup_values(self) -> list[float]:
         """Every launch's time from launch to the end of its first step."""
-        return [r.metrics.startup.launch_to_first_step_s for r in self.records
-                if r.metrics.startup.launch_to_first_step_s]
+        return [
+            r.metrics.startup.launch_to_first_step_s for r in self.records if r.metrics.startup.launch_to_first_step_s
+        ]
 
     @property
     def place(self) -> str:
         """The case's conditions and world size in words: the key of its comparisons."""
         c = self.cond
-        return (f"{c['workload']} {c['device']} b{c['batch_size']} x{self.world_size}"
-                f"{pinned_words(c.get('cpu_bind'))}{network_words(c)}")
+        return (
+            f"{c['workload']} {c['device']} b{c['batch_size']} x{self.world_size}"
+            f"{pinned_words(c.get('cpu_bind'))}{network_words(c)}"
+        )
 
 
 def replicated_cases(ok) -> list[TrainingCase]:
@@ -141,10 +151,12 @@ def replicated_cases(ok) -> list[TrainingCase]:
     ok = comparable_runs(ok)
     ok = ok[ok["throughput"].notna()]
     ok = blank_single_machine(ok)
-    cases = {key: TrainingCase(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
-             for key, records in pooled_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()}
+    cases = {
+        key: TrainingCase(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
+        for key, records in pooled_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()
+    }
     for key, case in cases.items():
-        cond_key = key[:len(CONDITIONS)]
+        cond_key = key[: len(CONDITIONS)]
         plain = cases.get((*cond_key, PLAIN_LOOP, 1))
         one = cases.get((*cond_key, case.backend, 1))
         if plain is not None and case.backend != PLAIN_LOOP and against_the_plain_loop(case.backend):
@@ -168,9 +180,18 @@ def difference(a: TrainingCase, b: TrainingCase) -> dict:
     flip = est.ratio < 1
     faster, slower = (b, a) if flip else (a, b)
     low, high = (1 / est.high, 1 / est.low) if flip else (est.low, est.high)
-    return {"estimate": est, "faster": faster, "slower": slower, "gap": max(est.ratio, 1 / est.ratio) - 1,
-            "low": low - 1, "high": high - 1, "significant": est.significant, "replicated": est.replicated,
-            "resolution": est.resolution, "p": est.p}
+    return {
+        "estimate": est,
+        "faster": faster,
+        "slower": slower,
+        "gap": max(est.ratio, 1 / est.ratio) - 1,
+        "low": low - 1,
+        "high": high - 1,
+        "significant": est.significant,
+        "replicated": est.replicated,
+        "resolution": est.resolution,
+        "p": est.p,
+    }
 
 
 def pair_key(measure: str, a: str, b: str, place: str) -> str:

@@ -27,8 +27,7 @@ def _torchrun(nproc: int) -> list[str]:
 
 
 def _horovodrun(nproc: int) -> list[str]:
-    return [horovodrun_path() or "horovodrun", "--gloo", "-np", str(nproc), "-H", f"localhost:{nproc}",
-            sys.executable]
+    return [horovodrun_path() or "horovodrun", "--gloo", "-np", str(nproc), "-H", f"localhost:{nproc}", sys.executable]
 
 
 def _python(nproc: int) -> list[str]:

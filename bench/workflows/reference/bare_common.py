@@ -6,6 +6,7 @@ Like the loops, it imports only the standard library, torch and the workloads. T
 horovodrun, or python as a Ray driver), so their folder, and this module with it, is first on sys.path; Ray puts
 the driver's folder on its workers' path too.
 """
+
 import json
 import os
 import sys
@@ -52,8 +53,15 @@ def allreduce_figure(args, world: int, device: torch.device, allreduce, barrier,
     return {"busbw_GBps": buf.numel() * 4 / t / 1e9 * 2 * (world - 1) / world}
 
 
-def train_figure(args, rank: int, world: int, device: torch.device, barrier, prepare_model,
-                 prepare_optimizer=lambda optimizer, model: optimizer) -> dict:
+def train_figure(
+    args,
+    rank: int,
+    world: int,
+    device: torch.device,
+    barrier,
+    prepare_model,
+    prepare_optimizer=lambda optimizer, model: optimizer,
+) -> dict:
     """Train the workload's model (prepare_model(model): the backend's wrapping, on the device) with SGD
     (prepare_optimizer(optimizer, model): the backend's) on synthetic batches: {"throughput": samples/s, all
     ranks together}."""

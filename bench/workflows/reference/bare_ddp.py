@@ -7,6 +7,7 @@ No harness: only the workload's model and sizes are shared, and the loops the ba
 beside it). Rank 0 prints one JSON line, {"throughput": samples/s} or {"busbw_GBps": ...} (nccl-tests: t the mean
 time per op, max over ranks).
 """
+
 import os
 
 import bare_common  # beside this file, which torchrun runs as a file

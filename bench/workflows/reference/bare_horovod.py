@@ -9,6 +9,7 @@ No harness: only the workload's model and sizes are shared, and the loops the ba
 beside it). Rank 0 prints one JSON line, {"throughput": samples/s} or {"busbw_GBps": ...} (nccl-tests: t the mean
 time per op, max over ranks).
 """
+
 import bare_common  # beside this file, which python runs as a file
 import horovod.torch as hvd
 import torch
@@ -39,9 +40,11 @@ def slowest_rank(seconds):
 
 
 if a.allreduce:
-    out = bare_common.allreduce_figure(a, world, device, lambda buf: hvd.allreduce_(buf, op=hvd.Sum), hvd.barrier,
-                                       slowest_rank)
+    out = bare_common.allreduce_figure(
+        a, world, device, lambda buf: hvd.allreduce_(buf, op=hvd.Sum), hvd.barrier, slowest_rank
+    )
 else:
-    out = bare_common.train_figure(a, rank, world, device, hvd.barrier, lambda model: model.to(device),
-                                   distributed_optimizer)
+    out = bare_common.train_figure(
+        a, rank, world, device, hvd.barrier, lambda model: model.to(device), distributed_optimizer
+    )
 bare_common.print_figure_and_leave(out, rank, hvd.shutdown)

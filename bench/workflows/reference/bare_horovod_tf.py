@@ -9,6 +9,7 @@ tf.function step whose tape is a hvd.DistributedGradientTape. No harness: only t
 are shared, and the loops the bare Keras loops share (bare_keras_common.py, beside it). Rank 0 prints one JSON line,
 {"throughput": samples/s} or {"busbw_GBps": ...} (nccl-tests: t the mean time per op, max over ranks).
 """
+
 import bare_keras_common as common  # beside this file, which python runs as a file
 
 a = common.parser().parse_args()
@@ -43,6 +44,7 @@ def make_step(model, optimizer, loss_of):
         grads = hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
+
     return step
 
 
@@ -51,8 +53,9 @@ def slowest_rank(seconds):
 
 
 if a.allreduce:
-    out = common.allreduce_figure(tf, a, world, tf.function(lambda buf: hvd.allreduce(buf, op=hvd.Sum)), barrier,
-                                  slowest_rank)
+    out = common.allreduce_figure(
+        tf, a, world, tf.function(lambda buf: hvd.allreduce(buf, op=hvd.Sum)), barrier, slowest_rank
+    )
 else:
     out = common.train_figure(tf, a, rank, world, barrier, build, make_step)
 hvd.shutdown()

@@ -8,6 +8,7 @@ momentum, mean cross-entropy of the logits. Like the loops, it imports only the 
 tf_keras and the workloads' Keras builders; never torch, never the harness. The loops run as files, so their
 folder, and this module with it, is first on sys.path.
 """
+
 import json
 import os
 import sys
@@ -47,8 +48,13 @@ def sizes(args):
     """(workload, batch, image, classes, timed steps) from the options, the workload's CPU or GPU size by default."""
     workload = WORKLOADS[args.workload]
     size = workload.gpu if args.device == "cuda" else workload.cpu
-    return (workload, args.batch_size or size.batch, args.image_size or size.image,
-            args.classes or size.synthetic_classes, args.steps or 5 * size.window_steps)
+    return (
+        workload,
+        args.batch_size or size.batch,
+        args.image_size or size.image,
+        args.classes or size.synthetic_classes,
+        args.steps or 5 * size.window_steps,
+    )
 
 
 def batches(args, rank: int, workload, batch: int, image: int, classes: int):

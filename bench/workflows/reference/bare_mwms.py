@@ -12,6 +12,7 @@ builds the model under strategy.scope() and runs a tf.function step under strate
 shared, and the loops the bare Keras loops share (bare_keras_common.py, beside it). Worker 0 prints one JSON line,
 {"throughput": samples/s} or {"busbw_GBps": ...} (nccl-tests: t the mean time per op, max over ranks).
 """
+
 import json
 import os
 import socket
@@ -38,7 +39,9 @@ def launch_workers() -> int:
     workers = []
     for index in range(a.num_workers):
         config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
-        workers.append(subprocess.Popen([sys.executable, *sys.argv], env={**os.environ, "TF_CONFIG": json.dumps(config)}))
+        workers.append(
+            subprocess.Popen([sys.executable, *sys.argv], env={**os.environ, "TF_CONFIG": json.dumps(config)})
+        )
     # a worker that failed leaves the others waiting in a collective: end them, and exit with its status
     while True:
         codes = [w.poll() for w in workers]
@@ -62,8 +65,11 @@ if a.cpu_bind == "cores":
 if a.device == "cuda":
     common.use_gpu(tf, index)
 implementation = tf.distribute.experimental.CommunicationImplementation
-strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=tf.distribute.experimental.CommunicationOptions(
-    implementation=implementation.NCCL if a.device == "cuda" else implementation.RING))
+strategy = tf.distribute.MultiWorkerMirroredStrategy(
+    communication_options=tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation.NCCL if a.device == "cuda" else implementation.RING
+    )
+)
 world = strategy.num_replicas_in_sync
 
 
@@ -93,6 +99,7 @@ def make_step(model, optimizer, loss_of):
     @tf.function
     def step(x, y):
         return strategy.experimental_local_results(strategy.run(replica, args=(x, y)))[0]
+
     return step
 
 
@@ -101,6 +108,7 @@ def all_reduce(buf):
         with tf.device(strategy.extended.worker_devices[0]):  # the collective's destination is its input's device
             value = tf.identity(value)
         return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
+
     return strategy.experimental_local_results(strategy.run(replica, args=(buf,)))[0]
 
 
@@ -110,6 +118,7 @@ def _max_of(seconds):
         with tf.device(strategy.extended.worker_devices[0]):
             value = tf.reshape(value, [1])
         return tf.reduce_max(tf.distribute.get_replica_context().all_gather(value, axis=0))
+
     return strategy.experimental_local_results(strategy.run(replica, args=(seconds,)))[0]
 
 

@@ -1,6 +1,7 @@
 """The options every bare loop takes (bench selfcheck passes the suite run's values) and the pinning they share, for
 the PyTorch loops (bare_common.py) and the Keras ones (bare_keras_common.py) alike: the standard library and the
 workloads' names only, no framework."""
+
 import argparse
 import os
 import sys

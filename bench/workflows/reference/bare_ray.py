@@ -9,6 +9,7 @@ sizes are shared, and the loops the bare loops share (bare_common.py, beside it)
 line, {"throughput": samples/s} or {"busbw_GBps": ...} (nccl-tests: t the mean time per op, max over ranks), from
 the file rank 0 wrote it to.
 """
+
 import json
 import shutil
 import tempfile
@@ -47,11 +48,13 @@ def train_loop_per_worker(config):
 figure_file = Path(tempfile.mkdtemp(prefix="bare-ray-")) / "figure.json"
 ray.init(include_dashboard=False, _temp_dir=str(figure_file.parent / "ray"))
 cuda = a.device == "cuda"
-trainer = TorchTrainer(train_loop_per_worker, train_loop_config={"figure_file": str(figure_file)},
-                       scaling_config=ScalingConfig(num_workers=a.num_workers, use_gpu=cuda,
-                                                    resources_per_worker={"CPU": a.threads}),
-                       torch_config=TorchConfig(backend="nccl" if cuda else "gloo"),
-                       run_config=RunConfig(storage_path=str(figure_file.parent)))
+trainer = TorchTrainer(
+    train_loop_per_worker,
+    train_loop_config={"figure_file": str(figure_file)},
+    scaling_config=ScalingConfig(num_workers=a.num_workers, use_gpu=cuda, resources_per_worker={"CPU": a.threads}),
+    torch_config=TorchConfig(backend="nccl" if cuda else "gloo"),
+    run_config=RunConfig(storage_path=str(figure_file.parent)),
+)
 trainer.fit()
 ray.shutdown()
 print(figure_file.read_text(), flush=True)

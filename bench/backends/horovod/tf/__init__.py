@@ -37,8 +37,10 @@ class HorovodTFBackend(HorovodBackend):
         if problem:
             return problem
         if "TensorFlow" not in built_frameworks():
-            return "this Horovod was built without TensorFlow; with TensorFlow installed, rebuild it: " \
-                   "python -m bench.tools.horovod_build --force"
+            return (
+                "this Horovod was built without TensorFlow; with TensorFlow installed, rebuild it: "
+                "python -m bench.tools.horovod_build --force"
+            )
         return None
 
     def check_options(self, options, device):

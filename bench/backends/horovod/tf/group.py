@@ -35,9 +35,15 @@ class HorovodTFGroup(ProcessGroup):
             visible_gpu(hvd.local_rank())
         self.hvd, self.tf, self.spec = hvd, tf, spec
         self._collective = None
-        return rank_row(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(),
-                        local_world_size=hvd.local_size(), group_rank=hvd.cross_rank(),
-                        role_rank=hvd.rank(), restart_count=0)
+        return rank_row(
+            rank=hvd.rank(),
+            world_size=hvd.size(),
+            local_rank=hvd.local_rank(),
+            local_world_size=hvd.local_size(),
+            group_rank=hvd.cross_rank(),
+            role_rank=hvd.rank(),
+            restart_count=0,
+        )
 
     def barrier(self):
         # horovod.tensorflow has no barrier: an allreduce every rank takes part in is one
@@ -71,6 +77,7 @@ class HorovodTFGroup(ProcessGroup):
                 if name == "allgather":
                     return hvd.allgather(x, name="bench.allgather")
                 return hvd.reducescatter(x, op=hvd.Sum, name="bench.reduce_scatter")
+
             self._collective = collective_function(self.tf, body)
         return self._collective(op, inp)
 
@@ -96,6 +103,7 @@ class HorovodTFGroup(ProcessGroup):
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
+
         return step
 
     def elastic_state(self, model, optimizer, run_dir, spec, on_reset):
@@ -131,6 +139,7 @@ class HorovodTFElasticState(HorovodElasticState):
                     raise
                 # hvd.elastic.run for TensorFlow (0.28.1) swallows any other UnknownError and returns None
                 raise RuntimeError(f"TensorFlow: {exc.message}") from exc
+
         return self.hvd.elastic.run(guarded)(self.state)
 
 
