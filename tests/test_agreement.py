@@ -173,7 +173,7 @@ def test_sooner_startup_is_claimed_only_across_launches():
 
 
 def test_ray_is_measured_against_elastic_and_the_ps_against_the_faster_primary():
-    """A reference backend that runs a primary's data-parallel path (ray: elastic's DDP) is compared with that
+    """A companion backend that runs a primary's data-parallel path (ray: elastic's DDP) is compared with that
     backend, even where the other primary is faster; the parameter server with the faster primary."""
     launches = {
         ("single", 1): [100, 102, 98],

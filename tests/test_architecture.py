@@ -239,7 +239,7 @@ def test_nothing_outside_the_tasks_compares_a_runs_task_with_a_name():
 # ---------------------------------------------------------------- a backend is its folder
 # Where a backend may be named outside its folder (bench/backends/<its folder>/; docs/architecture.md, "Adding a
 # backend"): the registry (bench/core/registry.py: its line, and how the backends are compared), its bare loop
-# (bench/workflows/reference/: `bench selfcheck` holds the suite against it, so it must not go through the plug-in),
+# (bench/workflows/bare_loops/: `bench selfcheck` holds the suite against it, so it must not go through the plug-in),
 # and docs. Today's other places, each for its reason:
 NAMED_ELSEWHERE = {
     "horovod": {
@@ -258,7 +258,7 @@ NAMED_ELSEWHERE = {
     },
     "single": {"bench/cli/selfcheck.py": "--backend's declared bad values: a backend with no bare loop is refused"},
 }
-ANYWHERE = ("bench/core/registry.py", "bench/workflows/reference/")
+ANYWHERE = ("bench/core/registry.py", "bench/workflows/bare_loops/")
 
 
 def backend_folder(package: str) -> str:
@@ -339,3 +339,18 @@ def test_a_backend_gives_what_base_requires(name):
         t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
     }
     assert "GROUP" in assigned, f"{backend.group}: end it with GROUP = its ProcessGroup class"
+
+
+# Words retired because they named several things (docs/architecture.md, "Words: one per thing"), each with the
+# uses that are not ours: a linker's message, Python's garbage collector, and the key records store an address under.
+RETIRED_WORDS = {"reference": re.compile(r"undefined reference|reference cycle|\"reference\"")}
+
+
+def test_a_retired_word_does_not_come_back_into_the_code():
+    found = []
+    for path in sorted([*BENCH.rglob("*.py"), *(BENCH.parent / "workloads").rglob("*.py")]):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for word, allowed in RETIRED_WORDS.items():
+                if re.search(rf"\b{word}s?\b", line, re.I) and not allowed.search(line):
+                    found.append(f"{path.relative_to(BENCH.parent)}:{number}: {line.strip()}")
+    assert not found, "a retired word is back (docs/architecture.md, 'Words: one per thing'):\n" + "\n".join(found)

@@ -3,7 +3,7 @@ bench.core.registry: a backend's tasks, its elastic mode's scenarios, whether it
 process ended at the deadline with nothing left running; a crashed process, by an exception and by SIGKILL, named
 with its exit; a rank killed under `bench fault` and recovered, the parameters each process resumed from checked
 against 2-worker SGD computed here; and, after K synchronous steps from the same seed and batches, the same
-parameters as the reference backend of its framework. Real runs through the CLI, 2 gloo workers each (1 for a
+parameters as the companion backend of its framework. Real runs through the CLI, 2 gloo workers each (1 for a
 backend that takes no more); the process that hangs or crashes is the run's last (a worker, or the parameter
 server's server, which follows the workers).
 
@@ -223,7 +223,7 @@ def test_a_killed_rank_is_recovered_from_the_last_checkpoint(backend, store):
 
 
 # ---------------------------------------------------------------- the same parameters after K synchronous steps
-def reference_of(framework: str) -> str:
+def anchor_of(framework: str) -> str:
     """The backend the others of a framework are held against: the first compared one of that framework (elastic
     for PyTorch, TensorFlow's own strategy for TensorFlow)."""
     return next(name for name in COMPARED if get_backend(name).framework == framework)
@@ -239,7 +239,7 @@ def synchronous_by_default(name: str) -> bool:
     return backend.synchronous(backend.resolve_options({}, 2))
 
 
-# every synchronous backend of 2 or more workers on the MLP, besides its framework's reference; the primary pair,
+# every synchronous backend of 2 or more workers on the MLP, besides its framework's anchor; the primary pair,
 # whose comparison is the report's verdict, on ResNet18 too
 EQUIVALENT = [
     (name, workload)
@@ -247,7 +247,7 @@ EQUIVALENT = [
     if takes(name, "train")
     and world_of(name) == 2
     and synchronous_by_default(name)
-    and name != reference_of(get_backend(name).framework)
+    and name != anchor_of(get_backend(name).framework)
     for workload in (("mnist_mlp", "resnet18") if name in PRIMARY else ("mnist_mlp",))
 ]
 
@@ -268,24 +268,24 @@ def initial_params(record: dict, framework: str) -> list:
 
 
 @pytest.mark.parametrize("backend, workload", EQUIVALENT)
-def test_the_same_parameters_as_the_reference_after_k_synchronous_steps(backend, workload, two_worker_run):
+def test_the_same_parameters_as_the_anchor_after_k_synchronous_steps(backend, workload, two_worker_run):
     """The same seed, data and per-worker batch, and each step the mean of the same gradients: the parameters after
-    K steps are the reference's within float tolerance (any difference is a bug of one of them), and both workers of
+    K steps are the anchor's within float tolerance (any difference is a bug of one of them), and both workers of
     each run hold the same ones. (The runs are shared with each backend's own run test: conftest.two_worker_run.)"""
     framework = get_backend(backend).framework
-    reference = reference_of(framework)
+    anchor = anchor_of(framework)
     can_run_here(backend)
-    can_run_here(reference)
-    ours, theirs = (two_worker_run(name, workload, *OPTIONS.get(name, ())) for name in (backend, reference))
+    can_run_here(anchor)
+    ours, theirs = (two_worker_run(name, workload, *OPTIONS.get(name, ())) for name in (backend, anchor))
     for run in (ours, theirs):
         assert run.proc.returncode == 0 and run.record["status"] == "ok", run.proc.stderr
         assert_nothing_left(run.record)
-    params, reference_params = ours.params(framework), theirs.params(framework)
-    assert [name for name, _ in params] == [name for name, _ in reference_params]
+    params, anchor_params = ours.params(framework), theirs.params(framework)
+    assert [name for name, _ in params] == [name for name, _ in anchor_params]
     initial = initial_params(ours.record, framework)
     assert len(initial) == len(params)
     moved = 0
-    for (name, value), (_, expected), start in zip(params, reference_params, initial, strict=True):
+    for (name, value), (_, expected), start in zip(params, anchor_params, initial, strict=True):
         if np.issubdtype(value.dtype, np.floating):
             np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5, err_msg=name)
             moved += not np.allclose(value, start)

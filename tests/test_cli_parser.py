@@ -449,10 +449,10 @@ def test_plan_sweep_from_plain_values_in_rounds():
     assert all(s.step_delay == {"fraction": 0.2} for s in slowed)
     assert all(s.comm.max_bytes == 1024 and s.comm.ops == ["allreduce"] for s in comm)
 
-    # a reference backend (the parameter server) trains only where it is distributed, unless that is nowhere
+    # a companion backend (the parameter server) trains only where it is distributed, unless that is nowhere
     both = plan_sweep(["elastic", "ps"], ["mnist_mlp"], "cpu", [1, 2], options={}, comm=None, sweep_id=None)
     assert sorted((s.backend, s.world_size) for s in both) == [("elastic", 1), ("elastic", 2), ("ps", 2), ("single", 1)]
-    # the regression matrix's reference backend trains only the workloads given for it
+    # the regression matrix's companion backend trains only the workloads given for it
     limited = plan_sweep(
         ["elastic", "ray"],
         ["mnist_mlp", "resnet18"],

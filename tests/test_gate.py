@@ -294,29 +294,35 @@ def test_a_slower_host_fails_no_absolute_figure_while_the_ratios_still_gate(caps
     assert code == 1 and {r["metric"]: r["verdict"] for r in rows}["vs_plain elastic mnist_mlp n=1"] == "regressed"
 
 
-def test_hot_paths_are_compared_only_on_a_host_that_runs_the_reference_at_its_saved_speed():
-    from bench.results.hot_paths import HOT_PATH_LIMIT, REFERENCE_BENCHMARK, compare_hot_paths
+def test_hot_paths_are_compared_only_on_a_host_that_runs_the_yardstick_at_its_saved_speed():
+    from bench.results.hot_paths import HOT_PATH_LIMIT, YARDSTICK_BENCHMARK, compare_hot_paths
 
     def bench_file(**mins):
         return {"benchmarks": [{"name": name, "stats": {"min": value}} for name, value in mins.items()]}
 
-    saved = bench_file(**{REFERENCE_BENCHMARK: 1.0, "test_record_write": 2.0, "test_step": 3.0})
+    saved = bench_file(**{YARDSTICK_BENCHMARK: 1.0, "test_record_write": 2.0, "test_step": 3.0})
     code, lines = compare_hot_paths(
-        saved, bench_file(**{REFERENCE_BENCHMARK: 1.1, "test_record_write": 2.2, "test_step": 3.0})
+        saved, bench_file(**{YARDSTICK_BENCHMARK: 1.1, "test_record_write": 2.2, "test_step": 3.0})
     )
     assert code == 0 and lines[-1].startswith("hot paths: 0 over")
     slower = 2.0 * HOT_PATH_LIMIT * 1.2
     code, lines = compare_hot_paths(
-        saved, bench_file(**{REFERENCE_BENCHMARK: 1.0, "test_record_write": slower, "test_step": 3.0})
+        saved, bench_file(**{YARDSTICK_BENCHMARK: 1.0, "test_record_write": slower, "test_step": 3.0})
     )
     assert code == 1 and "test_record_write" in lines[-1] and "SLOWER" in "\n".join(lines)
-    # everything twice as slow, the reference too: another host, nothing compared, and it says so
+    # everything twice as slow, the yardstick too: another host, nothing compared, and it says so
     code, lines = compare_hot_paths(
-        saved, bench_file(**{REFERENCE_BENCHMARK: 2.0, "test_record_write": 9.0, "test_step": 6.0})
+        saved, bench_file(**{YARDSTICK_BENCHMARK: 2.0, "test_record_write": 9.0, "test_step": 6.0})
     )
     assert code == 0 and "host differs" in lines[0]
     code, lines = compare_hot_paths(bench_file(test_step=3.0), bench_file(test_step=30.0))
-    assert code == 0 and "no test_reference_work timing" in lines[0]
+    assert code == 0 and "no test_yardstick_work timing" in lines[0]
+    # figures saved while the yardstick was test_reference_work still match the host and are compared
+    former = bench_file(**{"test_reference_work": 1.0, "test_record_write": 2.0, "test_step": 3.0})
+    code, lines = compare_hot_paths(
+        former, bench_file(**{YARDSTICK_BENCHMARK: 1.0, "test_record_write": slower, "test_step": 3.0})
+    )
+    assert code == 1 and "test_record_write" in lines[-1]
 
 
 def test_the_hot_path_benchmarks_are_where_the_gate_runs_them():

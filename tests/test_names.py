@@ -64,7 +64,7 @@ def test_what_is_not_a_name_says_why(value, says):
 
 
 @pytest.mark.parametrize("value", [None, "mnist_mlp", "pkg.module:Workload", "/home/me/my_model.py:MINE"])
-def test_a_workload_is_a_name_or_a_reference(value):
+def test_a_workload_is_a_name_or_an_address(value):
     assert workload_problem(value) is None
 
 

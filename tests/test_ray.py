@@ -179,7 +179,7 @@ def test_the_bare_ray_loop_leaves_no_ray_session_behind():
     import os
     import subprocess
 
-    from bench.workflows.reference import BARE_LOOPS, read_figure
+    from bench.workflows.bare_loops import BARE_LOOPS, read_figure
 
     def left():
         tmp = Path("/tmp")

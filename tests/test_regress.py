@@ -115,13 +115,13 @@ def test_two_sweeps_of_the_same_code_do_not_contradict_each_other(gate):
 
 def test_hot_paths_fail_against_a_much_faster_baseline_on_the_same_host(tmp_path, monkeypatch):
     """The hot-path half of the gate is wired: saved figures 10x faster than now fail the comparison, 10x
-    slower ones pass, both with the reference work at its saved speed (the same host); when the reference
+    slower ones pass, both with the yardstick work at its saved speed (the same host); when the yardstick
     work too was 10x faster (another host), nothing is compared and the gate says so. The host check is
-    widened to 5x here: on a shared machine the reference alone drifts past HOT_PATH_HOST_TOLERANCE between
+    widened to 5x here: on a shared machine the yardstick alone drifts past HOT_PATH_HOST_TOLERANCE between
     runs minutes apart (docs/method.md, "Hot paths"), and this test is about the wiring
     (bench.results.hot_paths.compare_hot_paths is tested exactly in test_gate)."""
     import bench.results.hot_paths
-    from bench.results.hot_paths import REFERENCE_BENCHMARK
+    from bench.results.hot_paths import YARDSTICK_BENCHMARK
 
     monkeypatch.setattr(bench.results.hot_paths, "HOT_PATH_HOST_TOLERANCE", 4.0)
     saved = tmp_path / "hot.json"
@@ -130,14 +130,14 @@ def test_hot_paths_fail_against_a_much_faster_baseline_on_the_same_host(tmp_path
     assert {b["name"] for b in data["benchmarks"]} >= {
         "test_step_loop_overhead_per_1000_steps",
         "test_record_write",
-        REFERENCE_BENCHMARK,
+        YARDSTICK_BENCHMARK,
     }
-    for factor, with_reference, expect_fail in ((0.1, False, True), (10.0, False, False), (0.1, True, False)):
+    for factor, with_yardstick, expect_fail in ((0.1, False, True), (10.0, False, False), (0.1, True, False)):
         scaled = json.loads(saved.read_text())
         for b in scaled["benchmarks"]:
-            if b["name"] != REFERENCE_BENCHMARK or with_reference:
+            if b["name"] != YARDSTICK_BENCHMARK or with_yardstick:
                 for stat in ("min", "max", "mean", "median"):
                     b["stats"][stat] *= factor
-        path = tmp_path / f"hot-{factor}-{with_reference}.json"
+        path = tmp_path / f"hot-{factor}-{with_yardstick}.json"
         path.write_text(json.dumps(scaled))
-        assert (run_hot_paths(compare_with=path) != 0) == expect_fail, (factor, with_reference)
+        assert (run_hot_paths(compare_with=path) != 0) == expect_fail, (factor, with_yardstick)

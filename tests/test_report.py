@@ -97,7 +97,7 @@ def test_sections_in_order_and_verdict_computed(store_path):
         assert f"mnist_mlp, {world} worker" in verdict
     assert verdict.count("<td>2 + 2</td>") >= 2 and "(Holm)" in verdict
     assert "Recommendation from this data." in verdict and "Scope: " in verdict
-    assert "ps_staleness=None" not in page and "None" not in verdict  # reference backends, in words, elsewhere
+    assert "ps_staleness=None" not in page and "None" not in verdict  # companion backends, in words, elsewhere
     words = page.split('id="throughput"')[1]
     assert "ps (ps servers 1, ps mode sync) against" in words and "means of 2 + 2 launches; 95% interval" in words
     assert "2 fault-injection run(s) in 1 case(s)" in page.split('id="elasticity"')[1]

@@ -106,7 +106,7 @@ def test_verdict_from_one_launch_a_side_says_it_cannot_tell(page, frame):
     # every fault case both backends ran is a row: recovery in seconds, or how it failed
     assert {r[0] for r in rows if r[0].startswith("recovery") or r[0] == "a joining worker"}
     assert "Scope: " in verdict and "Not covered: no GPU (so no NCCL) data, nothing above 2 workers" in verdict
-    assert "the ps baseline" not in verdict and "None" not in verdict  # reference backends: in their section
+    assert "the ps baseline" not in verdict and "None" not in verdict  # companion backends: in their section
     words = section(page, "throughput")
     assert words.count("ps (ps servers 1, ps mode sync) against") == 4
 

@@ -215,7 +215,7 @@ def test_a_failed_launch_fails_its_check_with_its_error_and_the_others_go_on():
 
 # ---------------------------------------------------------------- what runs
 def test_the_suite_specs_and_the_bare_loop_arguments_match():
-    from bench.workflows.reference import BARE_LOOPS
+    from bench.workflows.bare_loops import BARE_LOOPS
 
     (p,) = sc.plan(
         ["elastic"],
@@ -289,7 +289,7 @@ def test_the_suite_specs_and_the_bare_loop_arguments_match():
 
 
 def test_the_figure_is_read_from_the_launchers_output():
-    from bench.workflows.reference import read_figure
+    from bench.workflows.bare_loops import read_figure
 
     out = 'W0 some warning {not json}\n[0]<stdout>:{"throughput": 123.5}\n[1]<stderr>: done\n'
     assert read_figure(out, "throughput") == 123.5
@@ -404,7 +404,7 @@ def test_a_bare_launch_past_its_deadline_leaves_no_folder_nor_process(tmp_path):
 
     import psutil
 
-    from bench.workflows.reference import BareLoop, _python
+    from bench.workflows.bare_loops import BareLoop, _python
 
     script = tmp_path / "slow_loop.py"
     told = tmp_path / "scratch.txt"

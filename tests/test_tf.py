@@ -241,7 +241,7 @@ def test_they_are_measured_against_their_own_one_worker_run_not_pytorchs_plain_l
     from factories import train_record
 
     assert backend_world_sizes("tf-mwms", [1, 2]) == backend_world_sizes("horovod-tf", [1, 2]) == [1, 2]
-    assert backend_world_sizes("ps", [1, 2]) == [2]  # a reference backend of the plain loop's framework
+    assert backend_world_sizes("ps", [1, 2]) == [2]  # a companion backend of the plain loop's framework
     runs = [
         train_record(f"r{i}", backend, n)
         for i, (backend, n) in enumerate(
@@ -267,7 +267,7 @@ def test_the_scaling_model_says_why_it_does_not_project_them():
 def test_the_bare_keras_loops_are_started_as_their_guides_start_them():
     import sys
 
-    from bench.workflows.reference import BARE_LOOPS
+    from bench.workflows.bare_loops import BARE_LOOPS
 
     mwms = BARE_LOOPS["tf-mwms"].command(3, ["--steps", 12])  # the script starts its workers, each with a TF_CONFIG
     assert mwms == [sys.executable, str(BARE_LOOPS["tf-mwms"].script), "--num-workers", "3", "--steps", "12"]

@@ -159,13 +159,13 @@ def test_a_users_workload_runs_under_every_backend(tmp_path, store, backend, for
     folder.mkdir()
     path = write_source(folder, "models.py", TINY_WORKLOAD)
     (folder / "__init__.py").write_text("")
-    reference = f"{path}:TINY" if form == "file" else "mine.models:TINY"
+    address = f"{path}:TINY" if form == "file" else "mine.models:TINY"
     proc = bench(
         "run",
         "--backend",
         backend,
         "--workload",
-        reference,
+        address,
         "--nproc",
         2,
         "--store",
@@ -180,7 +180,7 @@ def test_a_users_workload_runs_under_every_backend(tmp_path, store, backend, for
     record = json.loads(proc.stdout)
     assert record["status"] == "ok", record["error"]
     spec = record["spec"]
-    assert spec["workload"] == (f"{path}:TINY" if form == "file" else reference)
+    assert spec["workload"] == (f"{path}:TINY" if form == "file" else address)
     assert (spec["batch_size"], spec["image_size"]) == (16, 12)
     source = spec["workload_source"]
     assert source["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() and source["file"] == str(path)

@@ -91,8 +91,8 @@ def test_the_parent_is_told_what_it_needs_and_imports_no_torch(tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         from bench.harness.workload_check import workload_of
-        reference, info, source = workload_of({f'{path}:TINY'!r})
-        print(json.dumps({{"reference": reference, "cpu": info.size("cpu").batch, "image": info.cpu.image,
+        address, info, source = workload_of({f'{path}:TINY'!r})
+        print(json.dumps({{"address": address, "cpu": info.size("cpu").batch, "image": info.cpu.image,
                            "sha256": source["sha256"],
                            "loaded": sorted(m for m in sys.modules
                                             if m == "torch" or m.startswith("bench_workload_"))}}))
@@ -107,7 +107,7 @@ def test_the_parent_is_told_what_it_needs_and_imports_no_torch(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     answer = json.loads(proc.stdout)
-    assert answer["reference"] == f"{path}:TINY" and (answer["cpu"], answer["image"]) == (16, 12)
+    assert answer["address"] == f"{path}:TINY" and (answer["cpu"], answer["image"]) == (16, 12)
     assert len(answer["sha256"]) == 64
     assert answer["loaded"] == []
 

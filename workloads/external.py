@@ -1,8 +1,8 @@
 """A user's own workload: `PKG.MODULE:NAME` (importable here and on every host) or `path/to/file.py:NAME`, naming
 a `workloads.Workload`, the protocol the built-in workloads follow (README, "Compare on your own model").
 
-The reference is made canonical in the parent (a file becomes its absolute path) and recorded with where the code
-came from (module, file, SHA-256 of the file); every process of the run loads it again from the same reference.
+The address is made canonical in the parent (a file becomes its absolute path) and recorded with where the code
+came from (module, file, SHA-256 of the file); every process of the run loads it again from the same address.
 What can be checked before any process starts is checked here: that it loads, that the name exists, that it is a
 Workload with sensible sizes, and that its model builds and takes a batch of its input shape. That is the user's
 code running, so it runs in a process of its own, within a time limit (`probe`, run by bench.harness.workload_check),
@@ -28,26 +28,26 @@ NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class WorkloadError(ValueError):
-    """A reference that cannot give a workload; the message is one line that says what to do."""
+    """An address that cannot give a workload; the message is one line that says what to do."""
 
 
-def is_reference(text: str) -> bool:
+def is_address(text: str) -> bool:
     return ":" in text
 
 
-def _split(reference: str) -> tuple[str, str]:
-    where, _, name = reference.rpartition(":")
+def _split(address: str) -> tuple[str, str]:
+    where, _, name = address.rpartition(":")
     if not where or not NAME.match(name):
-        raise WorkloadError(f"--workload {reference!r}: give a built-in name, PKG.MODULE:NAME or path/to/file.py:NAME")
+        raise WorkloadError(f"--workload {address!r}: give a built-in name, PKG.MODULE:NAME or path/to/file.py:NAME")
     if not (where.endswith(".py") or MODULE.match(where)):
-        raise WorkloadError(f"--workload {reference!r}: {where!r} is neither a .py file nor a dotted module name")
+        raise WorkloadError(f"--workload {address!r}: {where!r} is neither a .py file nor a dotted module name")
     return where, name
 
 
-def canonical(reference: str) -> str:
-    """The reference as every process and the record keep it: a file by its absolute path."""
-    where, name = _split(reference)
-    return f"{os.path.abspath(where)}:{name}" if where.endswith(".py") else reference
+def canonical(address: str) -> str:
+    """The address as every process and the record keep it: a file by its absolute path."""
+    where, name = _split(address)
+    return f"{os.path.abspath(where)}:{name}" if where.endswith(".py") else address
 
 
 def _load_module(where: str):
@@ -78,9 +78,9 @@ def _load_module(where: str):
         raise WorkloadError(f"--workload: module {where} does not import ({type(exc).__name__}: {exc})") from None
 
 
-def load(reference: str) -> Workload:
-    """The Workload a reference names (its protocol checked, not its model: see check)."""
-    where, name = _split(reference)
+def load(address: str) -> Workload:
+    """The Workload an address names (its protocol checked, not its model: see check)."""
+    where, name = _split(address)
     module = _load_module(where)
     if not hasattr(module, name):
         public = sorted(k for k, v in vars(module).items() if isinstance(v, Workload))
@@ -122,7 +122,7 @@ def load(reference: str) -> Workload:
     return workload
 
 
-def check(reference: str, workload: Workload) -> None:
+def check(address: str, workload: Workload) -> None:
     """Its model builds, has parameters, and maps a CPU batch of its input shape to one score per class."""
     import torch
 
@@ -131,24 +131,23 @@ def check(reference: str, workload: Workload) -> None:
         model = workload.build(size.synthetic_classes, size.image)
     except Exception as exc:
         raise WorkloadError(
-            f"--workload {reference}: build({size.synthetic_classes}, {size.image}) failed "
-            f"({type(exc).__name__}: {exc})"
+            f"--workload {address}: build({size.synthetic_classes}, {size.image}) failed ({type(exc).__name__}: {exc})"
         ) from None
     if not isinstance(model, torch.nn.Module) or not any(True for _ in model.parameters()):
-        raise WorkloadError(f"--workload {reference}: build() must return a torch.nn.Module with parameters")
+        raise WorkloadError(f"--workload {address}: build() must return a torch.nn.Module with parameters")
     x = torch.zeros(2, workload.channels, size.image, size.image)
     try:
         with torch.no_grad():
             out = model(x)
     except Exception as exc:
         raise WorkloadError(
-            f"--workload {reference}: the model does not take a batch of shape {tuple(x.shape)} "
+            f"--workload {address}: the model does not take a batch of shape {tuple(x.shape)} "
             f"({type(exc).__name__}: {str(exc)[:120]})"
         ) from None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, size.synthetic_classes):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise WorkloadError(
-            f"--workload {reference}: the model must give (batch, classes) = "
+            f"--workload {address}: the model must give (batch, classes) = "
             f"(2, {size.synthetic_classes}) scores, not {shape}"
         )
     try:
@@ -157,19 +156,19 @@ def check(reference: str, workload: Workload) -> None:
             raise ValueError(f"it gave {type(value).__name__} {tuple(getattr(value, 'shape', ()))}, not one number")
     except Exception as exc:
         raise WorkloadError(
-            f"--workload {reference}: its loss does not take (scores, class indices) "
+            f"--workload {address}: its loss does not take (scores, class indices) "
             f"({type(exc).__name__}: {str(exc)[:120]})"
         ) from None
 
 
-def source(reference: str) -> dict:
+def source(address: str) -> dict:
     """Where the workload's code comes from, for the record: module, file, the file's SHA-256, and the folder the
     processes must import a module from."""
-    where, name = _split(reference)
+    where, name = _split(address)
     if where.endswith(".py"):
         path = Path(where)
-        return {
-            "reference": reference,
+        return {  # "reference": the key records have always stored the address under
+            "reference": address,
             "module": None,
             "file": str(path),
             "import_path": None,
@@ -182,7 +181,7 @@ def source(reference: str) -> dict:
         depth = where.count(".") + (2 if Path(file).name == "__init__.py" else 1)
         root = str(Path(file).resolve().parents[depth - 1])
     return {
-        "reference": reference,
+        "reference": address,
         "module": where,
         "file": file,
         "import_path": root,
@@ -210,10 +209,10 @@ def describe(workload: Workload, with_data: bool = False) -> WorkloadInfo:
     )
 
 
-def probe(reference: str, with_data: bool = False) -> dict:
-    """A user's workload (a canonical reference) loaded and checked, in the process of its own that
+def probe(address: str, with_data: bool = False) -> dict:
+    """A user's workload (a canonical address) loaded and checked, in the process of its own that
     bench.harness.workload_check starts: {"info": describe's, as a dict; "source": source's}. WorkloadError for
     one that cannot be used."""
-    workload = load(reference)
-    check(reference, workload)
-    return {"info": describe(workload, with_data).to_dict(), "source": source(reference)}
+    workload = load(address)
+    check(address, workload)
+    return {"info": describe(workload, with_data).to_dict(), "source": source(address)}

@@ -205,11 +205,11 @@ def backend_names(text: str) -> str:
 
 def workload_names(text: str) -> str:
     """--workload on every verb: one workload, a comma-separated list, or `all` (the built-in ones); each a built-in
-    workload or a reference to your own (PKG.MODULE:NAME, path/to/file.py:NAME), which the verb loads and checks."""
-    from workloads import WORKLOADS, is_reference
+    workload or an address to your own (PKG.MODULE:NAME, path/to/file.py:NAME), which the verb loads and checks."""
+    from workloads import WORKLOADS, is_address
 
     for name in _items(text, "workload", WORKLOADS):
-        if name != ALL and name not in WORKLOADS and not is_reference(name):
+        if name != ALL and name not in WORKLOADS and not is_address(name):
             raise argparse.ArgumentTypeError(
                 f"unknown workload {name!r}{closest(name, WORKLOADS)} (choose from "
                 f"{', '.join(WORKLOADS)}, or give your own as PKG.MODULE:NAME or "

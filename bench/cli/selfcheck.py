@@ -9,7 +9,7 @@ from bench.cli import options
 from bench.cli.common import examples, spec_options
 from bench.core.errors import UsageError
 from bench.core.spec import MAX_TIMEOUT_WORDS, resolve_device
-from bench.workflows.reference import BARE_LOOPS
+from bench.workflows.bare_loops import BARE_LOOPS
 from bench.workflows.selfcheck import (
     DEFAULT_MAX_MINUTES,
     DEFAULT_PAIRS,

@@ -2,7 +2,7 @@
 names.
 
 - Names (`name_problem`, `check_name`): run ids and sweep ids become folder names (runs/RUN_ID) and table cells,
-  wherever they come from (a flag, a store, a baseline file, `bench import`); a workload is a name or a reference to
+  wherever they come from (a flag, a store, a baseline file, `bench import`); a workload is a name or an address to
   the user's code (`workload_problem`).
 - Files (`read_regular_file`): a baseline, a hostfile, a run's record.json. Only a regular file is read, and only up
   to a limit: a FIFO would block the reader forever and a device (/dev/zero) never ends.
@@ -21,7 +21,7 @@ NAME_MAX = 128
 NAME_RULE = f"1 to {NAME_MAX} letters, digits, '.', '_' or '-', starting with a letter or digit"
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-REFERENCE_MAX = 4096  # a workload file's path: PATH_MAX
+ADDRESS_MAX = 4096  # a workload file's path: PATH_MAX
 
 MiB = 1 << 20
 RECORD_LIMIT = 64 * MiB  # one run's record.json or spec.json (a record is kilobytes; its rank map grows with ranks)
@@ -84,7 +84,7 @@ def check_name(value: object, what: str) -> str:
 
 
 def workload_problem(value: object) -> str | None:
-    """Why `value` cannot be a stored workload, or None: absent (a run that trains nothing), a name, or a reference to
+    """Why `value` cannot be a stored workload, or None: absent (a run that trains nothing), a name, or an address to
     the user's code as workloads.external keeps it (PKG.MODULE:NAME, or a .py file's path, normalised, and :NAME)."""
     if value is None or name_problem(value) is None:
         return None
@@ -92,9 +92,9 @@ def workload_problem(value: object) -> str | None:
         return f"it is a {type(value).__name__}, not a string"
     where, _, name = value.rpartition(":")
     if not where or not IDENTIFIER.fullmatch(name):
-        return f"it is neither a name ({NAME_RULE}) nor a reference PKG.MODULE:NAME or path/to/file.py:NAME"
+        return f"it is neither a name ({NAME_RULE}) nor an address PKG.MODULE:NAME or path/to/file.py:NAME"
     if where.endswith(".py"):
-        if len(value) > REFERENCE_MAX or any(ord(c) < 32 or c == "\x7f" for c in where):
+        if len(value) > ADDRESS_MAX or any(ord(c) < 32 or c == "\x7f" for c in where):
             return "its file's path is too long or holds control characters"
         if ".." in where.split("/"):
             return "its file's path holds '..'"

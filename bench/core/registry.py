@@ -26,11 +26,11 @@ BACKEND_MODULES = {
 }
 # what `--backend all` runs (where each can run; compared_for: those that take a task)
 COMPARED = ("elastic", "horovod", "ps", "ray", "tf-mwms", "horovod-tf")
-PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are reference points
+PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are companion backends
 PROJECTED = ("elastic", "horovod", "ps")  # what the scaling model covers by default: the backends its study checked
 PLAIN_LOOP = "single"  # the plain loop every backend is also measured against
 DEFAULT_BACKEND = "elastic"  # `bench run` and `bench fault` without --backend
-# What a reference backend is weighed against on the page where it is not the faster primary: the primary whose
+# What a companion backend is weighed against on the page where it is not the faster primary: the primary whose
 # data-parallel path it runs under its own runtime (Ray: the same DDP over the same gloo/NCCL, so any difference is
 # Ray's), or, for another framework's backend, its counterpart across frameworks (TensorFlow's own distribution
 # against PyTorch's; Horovod's TensorFlow side against its PyTorch side).

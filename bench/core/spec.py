@@ -125,7 +125,7 @@ class RunSpec:
     # None on one host, and in records made before schema 8, which did not say
     machines: int | None = None
     link: JsonObject | None = None  # every host's link shaped for the run: {"rate", "delay", "rate_bytes_per_s"}
-    workload_source: JsonObject | None = None  # a user's workload: reference, module, file, sha256 (workloads.external)
+    workload_source: JsonObject | None = None  # a user's workload: address, module, file, sha256 (workloads.external)
     # inside a Slurm allocation: {"name": "slurm", "job_id", "nodelist"} (bench.cluster.slurm)
     scheduler: JsonObject | None = None
     sweep_id: str | None = None

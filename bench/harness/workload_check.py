@@ -3,10 +3,11 @@ checked in a process of its own within a time limit.
 
 A user's workload is the user's code: its import, its build() and a batch through its model (and, under
 `--data workload`, its datasets()) may take any time or never end. So the parent never runs it: a child
-(`python -m bench.rank.model`) does, in a session of its own and carrying a tag of its own, and answers with what the
-parent needs (the workload's declarations as a WorkloadInfo, where its code came from). The parent says what it is
-waiting for every few seconds and, once the limit passes (--check-timeout, never more than the run's --timeout),
-ends the child and everything it started and refuses the workload in one line; nothing has been created by then.
+(`python -m bench.rank.workload_probe`) does, in a session of its own and carrying a tag of its own, and answers
+with what the parent needs (the workload's declarations as a WorkloadInfo, where its code came from). The parent
+says what it is waiting for every few seconds and, once the limit passes (--check-timeout, never more than the
+run's --timeout), ends the child and everything it started and refuses the workload in one line; nothing has been
+created by then.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from bench.harness.lifeline import Lifeline
 from bench.harness.supervisor import TAG_VARIABLE, reap, signals_held
 from workloads import WORKLOADS, WorkloadError, get_workload
 from workloads.base import WorkloadInfo
-from workloads.external import canonical, describe, is_reference
+from workloads.external import canonical, describe, is_address
 
 CHECK_TIMEOUT_S = 60.0  # the default limit: ample for an import, a build and one batch of a model on a CPU
 FIRST_NOTE_S = 10.0  # a check quieter than this says nothing (an import of torch alone can take seconds)
 NOTE_EVERY_S = 10.0
 
-# (canonical reference, with its data sets) -> workload_of's answer: a sweep's specs check a workload once
+# (canonical address, with its data sets) -> workload_of's answer: a sweep's specs check a workload once
 Checked = tuple[str, WorkloadInfo, str | None]  # what workload_of answers
 _CHECKED: dict[tuple[str, bool], Checked] = {}
 
@@ -48,32 +49,32 @@ def check_limit(check_timeout: float | None, timeout: float | None) -> float:
 
 
 def workload_of(
-    reference: str, *, with_data: bool = False, check_timeout: float | None = None, timeout: float | None = None
+    address: str, *, with_data: bool = False, check_timeout: float | None = None, timeout: float | None = None
 ) -> Checked:
-    """(the reference as the spec keeps it, its workloads.base.WorkloadInfo, where its code came from or None for a
+    """(the address as the spec keeps it, its workloads.base.WorkloadInfo, where its code came from or None for a
     built-in one). `with_data`: the run reads the workload's own data sets (`--data workload`), so they are made
     and described too. A user's workload is loaded and checked in a child process (module docstring), within
     check_limit(check_timeout, timeout); UsageError, one line, for one that cannot be used or that takes longer."""
     try:
-        if reference in WORKLOADS:
-            return reference, describe(WORKLOADS[reference], with_data), None
-        if not is_reference(reference):
-            get_workload(reference)  # an unknown name: its one-line refusal
-        reference = canonical(reference)
+        if address in WORKLOADS:
+            return address, describe(WORKLOADS[address], with_data), None
+        if not is_address(address):
+            get_workload(address)  # an unknown name: its one-line refusal
+        address = canonical(address)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from None
-    for key in ((reference, True), (reference, with_data)):
+    for key in ((address, True), (address, with_data)):
         if key in _CHECKED:
             return _CHECKED[key]
-    answer = _probe(reference, with_data, check_limit(check_timeout, timeout))
-    _CHECKED[reference, with_data] = reference, WorkloadInfo.from_dict(answer["info"]), answer["source"]
-    return _CHECKED[reference, with_data]
+    answer = _probe(address, with_data, check_limit(check_timeout, timeout))
+    _CHECKED[address, with_data] = address, WorkloadInfo.from_dict(answer["info"]), answer["source"]
+    return _CHECKED[address, with_data]
 
 
-def _probe(reference: str, with_data: bool, limit: float) -> dict[str, Any]:
+def _probe(address: str, with_data: bool, limit: float) -> dict[str, Any]:
     """workloads.external.probe's answer, from a child process ended at `limit` seconds at the latest."""
     tag = f"workload-check-{secrets.token_hex(4)}"
-    command = [sys.executable, "-m", "bench.rank.model", reference, *(["--data"] if with_data else [])]
+    command = [sys.executable, "-m", "bench.rank.workload_probe", address, *(["--data"] if with_data else [])]
     started = time.monotonic()
     # this checkout's bench, as a run's processes import it (bench.harness.runner.worker_environment)
     path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
@@ -90,7 +91,7 @@ def _probe(reference: str, with_data: bool, limit: float) -> dict[str, Any]:
         ) as child,
     ):
         try:
-            out, err = _wait(child, reference, started, limit)
+            out, err = _wait(child, address, started, limit)
         finally:
             with signals_held():  # a second Ctrl-C must not leave the child (or what it started) running
                 reap(tag, child.pid)
@@ -106,7 +107,7 @@ def _probe(reference: str, with_data: bool, limit: float) -> dict[str, Any]:
         )
         last = next((line.strip() for line in reversed(err.decode(errors="replace").splitlines()) if line.strip()), "")
         raise UsageError(
-            f"--workload {reference}: loading and checking it ended without an answer ({how})"
+            f"--workload {address}: loading and checking it ended without an answer ({how})"
             + (f": {last[:200]}" if last else "")
         ) from None
     if "error" in reply:
@@ -115,7 +116,7 @@ def _probe(reference: str, with_data: bool, limit: float) -> dict[str, Any]:
     return answer
 
 
-def _wait(child: subprocess.Popen[bytes], reference: str, started: float, limit: float) -> tuple[bytes, bytes]:
+def _wait(child: subprocess.Popen[bytes], address: str, started: float, limit: float) -> tuple[bytes, bytes]:
     """The child's (stdout, stderr) once it exits; a line on stderr every NOTE_EVERY_S from FIRST_NOTE_S on, and
     UsageError once `limit` has passed."""
     next_note = FIRST_NOTE_S
@@ -128,12 +129,10 @@ def _wait(child: subprocess.Popen[bytes], reference: str, started: float, limit:
         elapsed = time.monotonic() - started
         if elapsed >= limit:
             raise UsageError(
-                f"--workload {reference}: loading and checking it took longer than {limit:g} s "
+                f"--workload {address}: loading and checking it took longer than {limit:g} s "
                 "(--check-timeout, at most --timeout) and was stopped; its import, build() or "
                 "datasets() may never return"
             )
         if elapsed >= next_note:
-            note(
-                f"bench: loading and checking workload {reference} ({math.floor(elapsed)} s so far, limit {limit:g} s)"
-            )
+            note(f"bench: loading and checking workload {address} ({math.floor(elapsed)} s so far, limit {limit:g} s)")
             next_note += NOTE_EVERY_S

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bench.rank.model import build_model, save_model, save_params
+from bench.rank.network import build_model, save_model, save_params
 
 
 def optimizer_step(model, optimizer, loss_fn, next_batch, passes: int = 1, mark=None):

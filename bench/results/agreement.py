@@ -1,5 +1,5 @@
 """Do sweeps of the same code on the same machine agree? Every comparison the report makes (the primary
-pair, the reference backend against each of them, each case against the plain loop, scaling efficiency,
+pair, the companion backend against each of them, each case against the plain loop, scaling efficiency,
 allreduce busbw at a matched size) is taken from each sweep on its own. Two sweeps disagree on a comparison when
 one calls it significant in one direction and the other's estimate points the other way (a contradiction), or
 when their two estimates differ by more than the 95% half-width of their difference, whatever either calls

@@ -87,7 +87,7 @@ def record_row(rec) -> dict:
     }
     row.update(rec.task.frame_columns(rec))
     # a column of text holds it as UTF-8 (pandas' string columns are Arrow's): a path that is not, in an error or a
-    # workload's reference, is held with its odd bytes escaped (the record keeps it as it is)
+    # workload's address, is held with its odd bytes escaped (the record keeps it as it is)
     return {k: printable(v) if type(v) is str else v for k, v in row.items()}
 
 

@@ -71,7 +71,7 @@ def sweep_world_sizes(limit: int) -> list[int]:
 def backend_world_sizes(backend: str, world_sizes: list[int]) -> list[int]:
     """The world sizes a sweep trains `backend` at: all of them for the primary pair and for a backend of another
     framework than the plain loop's (its one-worker run is its yardstick: bench.core.registry.against_the_plain_loop),
-    only the distributed ones for another reference backend (the parameter server answers "how far from a PS at N
+    only the distributed ones for another companion backend (the parameter server answers "how far from a PS at N
     workers"; its one-worker case compares nothing), unless those are all there is."""
     if backend in PRIMARY or not against_the_plain_loop(backend):
         return list(world_sizes)
@@ -226,9 +226,9 @@ def plan_sweep(
     """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
     size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never
     slowed by a step delay), then, unless comm is None, a communication sweep (comm: the options of
-    comm_options) for every primary backend that has collectives and every world size above 1 (a reference
+    comm_options) for every primary backend that has collectives and every world size above 1 (a companion
     backend's only when it is the sweep's one backend; `bench allreduce --backend ps` measures it alone).
-    workloads_of: backend -> the only workloads it trains (the regression matrix's reference backend).
+    workloads_of: backend -> the only workloads it trains (the regression matrix's extra gate cases).
     faults: the fault kinds (FAULT_KINDS) of its elasticity part (fault_specs, where faults_missing finds nothing
     missing), each case in the first `fault_repeats` rounds (more rounds than `repeats` hold fault runs only).
     Repeated in rounds: every case once, then again, so a slow spell of the machine spreads over all cases

@@ -51,7 +51,7 @@ REGRESS_MATRIX = dict(
     windows=SWEEP_DEFAULTS["windows"],
     warmup_steps=SWEEP_DEFAULTS["warmup_steps"],
     comm_max_bytes=SWEEP_DEFAULTS["max_bytes"],
-    references={"ray": ["mnist_mlp"]},
+    extra_cases={"ray": ["mnist_mlp"]},
 )
 REGRESS_REPEATS = 3
 BASELINE_REPEATS = 5
@@ -61,7 +61,7 @@ REGRESS_STORE = Path("results") / "regress.sqlite"
 
 
 def regress_command(repeats: int, timeout: float | None = None) -> list[str]:
-    """The `bench sweep` command line that runs the same matrix but its reference backend's case (a sweep gives every
+    """The `bench sweep` command line that runs the same matrix but its companion backend's case (a sweep gives every
     backend the same workloads), recorded in the baseline file, for people."""
     m = REGRESS_MATRIX
     argv = [
@@ -96,7 +96,7 @@ def run_matrix(
         store,
         title,
         backends="primary",
-        references=m["references"],
+        extra_cases=m["extra_cases"],
         workloads=m["workloads"],
         device=device,
         world_sizes=m["world_sizes"],

@@ -1,6 +1,6 @@
 """`bench selfcheck`: the suite against bare loops (docs/method.md, "Fidelity against bare loops").
 
-For each backend with a bare loop (bench.workflows.reference), pairs of launches: the suite's own run (built and
+For each backend with a bare loop (bench.workflows.bare_loops), pairs of launches: the suite's own run (built and
 executed exactly as `bench run` and `bench allreduce` do) and the bare loop under its own launcher, in
 alternating order (pair i: the suite first when i is even), so a slow spell of the machine lands on both
 sides. Each launch gives one value (the launch is the unit of replication); the figure is the ratio
@@ -33,8 +33,8 @@ from bench.harness.lifeline import Lifeline
 from bench.harness.runner import execute, new_run_id, worker_environment
 from bench.harness.supervisor import supervise
 from bench.tasks.train import build_spec
+from bench.workflows.bare_loops import BARE_LOOPS, read_figure
 from bench.workflows.plan import comm_options, comm_specs
-from bench.workflows.reference import BARE_LOOPS, read_figure
 
 ALLREDUCE_BYTES = 16 * 2**20  # bandwidth-bound, and the largest message of a default sweep
 DEFAULT_PAIRS = 5

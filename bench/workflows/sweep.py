@@ -43,26 +43,26 @@ def run_benchmark_sweep(
     comm: dict | None,
     with_plain_loop: bool = True,
     repeats: int = 1,
-    references: dict[str, list[str]] | None = None,
+    extra_cases: dict[str, list[str]] | None = None,
     faults: list[str] | None = None,
     fault_repeats: int = SWEEP_FAULTS["repeats"],
 ) -> tuple[str, list]:
     """Plan a sweep (bench.workflows.plan.plan_sweep) under a new sweep id and run it: (sweep id, records).
     backends None: every compared backend that can run here; "primary": the primary pair's; saying which
-    cannot. references: reference backends added to those, each with the only workloads it trains (where it
+    cannot. extra_cases: companion backends added to those, each with the only workloads it trains (where it
     can run here). faults: the fault kinds of its elasticity part (None: none), each launched fault_repeats times; said
     when it can make none."""
     if backends is None or backends == "primary":
         backends = available_backends(
             device, lambda name, why: note(f"bench: skipping {name}: {why}"), PRIMARY if backends == "primary" else None
         )
-    if references:
+    if extra_cases:
         backends = [
             *backends,
             *available_backends(
                 device,
                 lambda name, why: note(f"bench: skipping {name}: {why}"),
-                [b for b in references if b not in backends],
+                [b for b in extra_cases if b not in backends],
             ),
         ]
     sweep_id = new_run_id()
@@ -76,7 +76,7 @@ def run_benchmark_sweep(
         sweep_id=sweep_id,
         with_plain_loop=with_plain_loop,
         repeats=repeats,
-        workloads_of=references,
+        workloads_of=extra_cases,
         faults=faults,
         fault_repeats=fault_repeats,
     )

@@ -2,10 +2,10 @@
 
 Under `nox -s tests` these run once each as plain tests (benchmarking is disabled there); `bench regress`
 runs them as benchmarks and compares them with results/baselines/hot-paths.json
-(bench.results.hot_paths.compare_hot_paths): only when the reference work below runs at its saved speed (the same
-kind of host), each figure over the reference's ratio, failing past bench.results.hot_paths.HOT_PATH_LIMIT. What each
+(bench.results.hot_paths.compare_hot_paths): only when the yardstick work below runs at its saved speed (the same
+kind of host), each figure over the yardstick's ratio, failing past bench.results.hot_paths.HOT_PATH_LIMIT. What each
 one times:
-- the reference work: a fixed mix of what the hot paths do (Python objects, JSON, a small synced file
+- the yardstick work: a fixed mix of what the hot paths do (Python objects, JSON, a small synced file
   write, a scipy quantile, small numpy algebra), which the harness's code never changes;
 - the step loop: what the harness adds around an optimizer step inside a timed window (StepLoop and
   timed_windows, with a step that does nothing), per step;
@@ -49,7 +49,7 @@ def sample_records(sample_store):
     return sample_store.records()
 
 
-def reference_work(path: Path) -> int:
+def yardstick_work(path: Path) -> int:
     """The host's speed at the kinds of work the hot paths do; fixed, never touched by the harness's code."""
     import numpy as np
     from scipy.stats import t
@@ -69,8 +69,8 @@ def reference_work(path: Path) -> int:
     return total + len(table) + int(t.ppf(0.975, 7) * 0)
 
 
-def test_reference_work(benchmark, tmp_path):
-    assert benchmark(reference_work, tmp_path / "ref.json") == 200 * 20 + 97
+def test_yardstick_work(benchmark, tmp_path):
+    assert benchmark(yardstick_work, tmp_path / "ref.json") == 200 * 20 + 97
 
 
 def test_step_loop_overhead_per_1000_steps(benchmark):

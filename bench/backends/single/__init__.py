@@ -1,6 +1,6 @@
 """single: the plain one-process training loop, no launcher and no wrapper.
 
-The reference every backend's scaling is also measured against (docs/method.md, "Scaling": efficiency
+The baseline every backend's scaling is also measured against (docs/method.md, "Scaling": efficiency
 against the plain single-process loop), and the harness's own overhead check.
 """
 

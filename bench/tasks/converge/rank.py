@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from bench.rank.model import build_model, save_model
+from bench.rank.network import build_model, save_model
 from bench.rank.training import first_non_finite, optimizer_step, param_sums
 from bench.tasks.train.rank import run_training_rank
 from workloads import get_workload

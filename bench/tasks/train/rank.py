@@ -8,7 +8,7 @@ import time
 
 from bench.rank.inject import fire_injected, injected_for
 from bench.rank.kit import GroupMember, StepLoop, step_delay_seconds, thread_affinities, timed_windows
-from bench.rank.model import initial_model
+from bench.rank.network import initial_model
 from bench.rank.training import first_non_finite
 from workloads import get_workload
 

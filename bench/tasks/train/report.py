@@ -1,5 +1,5 @@
 """The report's view of training runs: the verdict (the primary pair per conditions and world size, and
-the reference backends against the better of them), the recommendation, throughput and scaling,
+the companion backends against the better of them), the recommendation, throughput and scaling,
 where the time goes (exposed communication against the plain loop) and startup.
 
 Every comparison is a test across launches (docs/method.md, "Replication"): a case is the ok launches of
@@ -95,7 +95,7 @@ def case_groups(cases: list[TrainingCase]) -> dict[tuple, dict[str, TrainingCase
 
 
 def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str]]:
-    """Each comparison in words, per conditions and world size (the primary pair, and each reference backend
+    """Each comparison in words, per conditions and world size (the primary pair, and each companion backend
     against the better primary), and fairness notes: compared runs whose environments differ."""
     sentences, fairness = [], []
     first, second = PRIMARY
@@ -109,7 +109,7 @@ def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str
         )
         pairs = [PRIMARY] if all(b in rows for b in PRIMARY) else []
         primaries = [rows[b] for b in PRIMARY if b in rows]
-        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # reference backends (the PS, Ray)
+        for other in sorted(set(rows) - set(PRIMARY) - {PLAIN_LOOP}):  # companion backends (the PS, Ray)
             if primaries:
                 counterpart = COUNTERPART.get(other)
                 best = rows[counterpart] if counterpart in rows else max(primaries, key=lambda c: c.throughput)
@@ -141,7 +141,7 @@ def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str
 
 
 def backend_options_words(case: TrainingCase) -> str:
-    """A reference backend's options as the page states them: set ones only, in words."""
+    """A companion backend's options as the page states them: set ones only, in words."""
     opts = {k: v for k, v in case.latest.spec.backend_options.items() if v is not None}
     return (
         ", ".join(

@@ -206,7 +206,7 @@ def efficiency_ratio(a: TrainingCase, a_one: TrainingCase, b: TrainingCase, b_on
 
 def comparisons(frame) -> dict[str, stats.Estimate]:
     """Every comparison the training view makes (bench.tasks.base.Task.comparisons): each case against the
-    plain loop, scaling efficiency, and for the primary pair (and each reference backend against each primary)
+    plain loop, scaling efficiency, and for the primary pair (and each companion backend against each primary)
     throughput, scaling efficiency against each other and the time to the first step."""
     ok = comparable_runs(frame)
     cases = replicated_cases(ok) if not ok.empty else []

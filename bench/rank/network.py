@@ -1,12 +1,7 @@
-"""The model and optimizer every process of every backend starts from (first or replacement), and the process
-that loads and checks a user's own workload before a run (`python -m bench.rank.model REFERENCE [--data]`,
-started by bench.harness.workload_check)."""
+"""The network and optimizer every process of every backend starts from (first or replacement), and how a rank
+writes it out (a checkpoint, --save-params)."""
 
 from __future__ import annotations
-
-import json
-import os
-import sys
 
 from bench.core.rundir import write_atomic
 
@@ -44,26 +39,3 @@ def save_params(model, path) -> None:
     import torch
 
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
-
-
-def main(argv: list[str]) -> int:
-    """`python -m bench.rank.model REFERENCE [--data]`: the user's workload loaded and checked
-    (workloads.external.probe), its answer one line of JSON on the stdout this process was started with:
-    {"answer": probe's} or {"error": the one-line refusal}. What the user's code prints goes to stderr, never into
-    the answer."""
-    answer = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    from workloads import WorkloadError  # the workload's code, and torch with it, in this process only
-    from workloads.external import probe
-
-    try:
-        reply = {"answer": probe(argv[0], with_data="--data" in argv[1:])}
-    except WorkloadError as exc:
-        reply = {"error": str(exc)}
-    answer.write(json.dumps(reply) + "\n")
-    answer.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,7 @@
 """A bare DistributedDataParallel loop, the yardstick `bench selfcheck` holds the elastic backend against.
 
-    torchrun --standalone --nproc-per-node 2 bench/workflows/reference/bare_ddp.py --workload resnet18
-    torchrun --standalone --nproc-per-node 2 bench/workflows/reference/bare_ddp.py --allreduce 16777216 --iters 20
+    torchrun --standalone --nproc-per-node 2 bench/workflows/bare_loops/bare_ddp.py --workload resnet18
+    torchrun --standalone --nproc-per-node 2 bench/workflows/bare_loops/bare_ddp.py --allreduce 16777216 --iters 20
 
 No harness: only the workload's model and sizes are shared, and the loops the bare loops share (bare_common.py,
 beside it). Rank 0 prints one JSON line, {"throughput": samples/s} or {"busbw_GBps": ...} (nccl-tests: t the mean

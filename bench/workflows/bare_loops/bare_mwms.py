@@ -1,7 +1,7 @@
 """A bare MultiWorkerMirroredStrategy loop, the yardstick `bench selfcheck` holds the tf-mwms backend against.
 
-    python bench/workflows/reference/bare_mwms.py --num-workers 2 --threads 1
-    python bench/workflows/reference/bare_mwms.py --num-workers 2 --threads 1 --allreduce 16777216
+    python bench/workflows/bare_loops/bare_mwms.py --num-workers 2 --threads 1
+    python bench/workflows/bare_loops/bare_mwms.py --num-workers 2 --threads 1 --allreduce 16777216
 
 Started as TensorFlow's multi-worker guide starts it: one process per worker, each with a TF_CONFIG naming every
 worker's address and its own index. Without a TF_CONFIG the script is that launcher: it starts --num-workers copies

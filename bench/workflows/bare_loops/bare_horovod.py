@@ -1,7 +1,7 @@
 """A bare Horovod loop, the yardstick `bench selfcheck` holds the horovod backend against.
 
-    OMP_NUM_THREADS=1 horovodrun --gloo -np 2 -H localhost:2 python bench/workflows/reference/bare_horovod.py
-    OMP_NUM_THREADS=1 horovodrun --gloo -np 2 -H localhost:2 python bench/workflows/reference/bare_horovod.py \
+    OMP_NUM_THREADS=1 horovodrun --gloo -np 2 -H localhost:2 python bench/workflows/bare_loops/bare_horovod.py
+    OMP_NUM_THREADS=1 horovodrun --gloo -np 2 -H localhost:2 python bench/workflows/bare_loops/bare_horovod.py \
         --allreduce 16777216
 
 horovodrun sets no thread count: give OMP_NUM_THREADS (or --threads), or the ranks oversubscribe the cores.

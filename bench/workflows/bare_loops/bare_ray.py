@@ -1,7 +1,7 @@
 """A bare Ray Train TorchTrainer loop, the yardstick `bench selfcheck` holds the ray backend against.
 
-    python bench/workflows/reference/bare_ray.py --num-workers 2 --workload resnet18
-    python bench/workflows/reference/bare_ray.py --num-workers 2 --allreduce 16777216 --iters 20
+    python bench/workflows/bare_loops/bare_ray.py --num-workers 2 --workload resnet18
+    python bench/workflows/bare_loops/bare_ray.py --num-workers 2 --allreduce 16777216 --iters 20
 
 Started as Ray users start it: the script is the driver; it starts a local Ray runtime and runs a TorchTrainer
 whose workers wrap the model with ray.train.torch.prepare_model. No harness: only the workload's model and

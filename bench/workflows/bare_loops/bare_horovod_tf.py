@@ -1,7 +1,7 @@
 """A bare Horovod TensorFlow loop, the yardstick `bench selfcheck` holds the horovod-tf backend against.
 
-    OMP_NUM_THREADS=1 horovodrun --gloo -np 2 -H localhost:2 python bench/workflows/reference/bare_horovod_tf.py
-    OMP_NUM_THREADS=1 horovodrun --gloo -np 2 -H localhost:2 python bench/workflows/reference/bare_horovod_tf.py \
+    OMP_NUM_THREADS=1 horovodrun --gloo -np 2 -H localhost:2 python bench/workflows/bare_loops/bare_horovod_tf.py
+    OMP_NUM_THREADS=1 horovodrun --gloo -np 2 -H localhost:2 python bench/workflows/bare_loops/bare_horovod_tf.py \
         --allreduce 16777216
 
 Horovod's TensorFlow 2 way: hvd.init, the variables broadcast from rank 0 after the first step's build, and a
