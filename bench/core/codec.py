@@ -15,6 +15,7 @@ import json
 import math
 import types
 import typing
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -81,16 +82,16 @@ def dumps(value: Any, **options: Any) -> str:
     return json.dumps(to_json(value), allow_nan=False, **options)
 
 
-class OwnForm:
+class OwnForm(ABC):
     """Base of a dataclass that writes and reads its own JSON form (bench.core.spec.TaskSettings): `to_dict()` gives
     it, and the class's `from_json(value, where)` reads it, where a field is typed as the class."""
 
-    def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]: ...
 
     @classmethod
-    def from_json(cls, value: Any, where: Where) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def from_json(cls, value: Any, where: Where) -> Any: ...
 
 
 def to_json(obj: Any) -> Any:
