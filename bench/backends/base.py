@@ -84,6 +84,9 @@ class BackendOption:
     default_words: str | None = None  # what the default means, where its value (None) says nothing to a reader
     cli_flag: str | None = None  # the flag, where it is not the name: a name kept as stored records hold it
     fault_only: bool = False  # an option of the elastic mode's fault runs: shown in `bench fault --help` only
+    # it changes the arithmetic of training (Horovod's fp16 compression): a value other than its default is part of the
+    # run's numerics condition (bench.results.frame), so such a run is never compared as the equal of one without it
+    numerics: bool = False
 
     @property
     def flag(self) -> str:

@@ -111,6 +111,9 @@ SPEC_OPTIONS = (
     "loader",
     "loader_workers",
     "cpu_bind",
+    "precision",
+    "channels_last",
+    "no_cudnn_benchmark",
     "save_params",
     "save_model",
 )

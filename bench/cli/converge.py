@@ -106,6 +106,7 @@ def add_parser(verbs) -> None:
                     )
                 },
             ),
+            options.numerics(),
             options.backend_options(),
             options.sharing(),
             options.store(),

@@ -61,6 +61,7 @@ def add_parser(verbs) -> None:
                 "run",
                 ("--batch-size", "--image-size", "--seed", "--lr", "--timeout", "--check-timeout", "--save-params"),
             ),
+            options.numerics(),
             options.backend_options(elastic_backends(), fault=True),
             options.sharing(),
             options.store(),

@@ -20,7 +20,7 @@ from bench.core.errors import UsageError
 from bench.core.hostlist import parse_hosts, read_hostfile
 from bench.core.inputs import NAME_RULE, name_problem, shown
 from bench.core.registry import BACKEND_MODULES, get_backend
-from bench.core.spec import CPU_BINDS, DEFAULTS, MAX_THREADS_PER_CORE, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS
+from bench.core.spec import CPU_BINDS, DEFAULTS, MAX_THREADS_PER_CORE, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS, PRECISIONS
 from bench.core.store import DEFAULT_STORE
 from bench.harness.cores import DEFAULT_WAIT_S
 from bench.harness.workload_check import CHECK_TIMEOUT_S
@@ -309,6 +309,7 @@ GROUP_TITLES = {
     "hosts": "across hosts (ssh without a password to each; the same checkout path on every host)",
     "measurement": "measurement",
     "data": "data",
+    "numerics": "numerics (the same for every backend; part of a run's conditions)",
     "harness": "testing the harness",
     "comm": "communication sweep (nccl-tests conventions)",
     "sharing": "sharing the machine (one benchmark at a time per set of cores)",
@@ -420,10 +421,10 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         "--cpu-bind": dict(
             group="placement",
             choices=CPU_BINDS,
-            help="cores: pin each worker (every thread of it) to its own cores; none: leave them to the "
-            "scheduler; auto (default): cores for CPU workers on one host that fit its cores, "
-            "none on GPUs, with --oversubscribe, across hosts, on an existing Ray cluster and in "
-            "fault runs",
+            help="cores: pin each worker (every thread of it) to its own cores; numa: pin each GPU worker to its "
+            "share of its GPU's NUMA node's cores; none: leave them to the scheduler; auto (default): cores for CPU "
+            "workers on one host that fit its cores, numa on GPUs, none with --oversubscribe, across hosts of CPU "
+            "workers, on an existing Ray cluster and in fault runs",
             invalid=["all"],
         ),
         "--oversubscribe": dict(
@@ -566,6 +567,25 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
             type=positive_int,
             help="input side for image models (default: the workload's CPU or GPU size)",
             invalid=["0", "x", "8"],
+        ),
+        # numerics
+        "--precision": dict(
+            group="numerics",
+            choices=PRECISIONS,
+            help="fp32 (default; TF32 off), tf32 (TF32 matmuls and convolutions, GPU only), bf16 (autocast), "
+            "fp16 (autocast with a gradient scaler, GPU only); the TensorFlow backends run fp32 only",
+            invalid=["fp8", "half"],
+        ),
+        "--channels-last": dict(
+            group="numerics",
+            action="store_true",
+            help="model and 4-D inputs in channels_last memory format (default off; the MLP has no 4-D weights, so "
+            "it changes nothing there); PyTorch backends only",
+        ),
+        "--no-cudnn-benchmark": dict(
+            group="numerics",
+            action="store_true",
+            help="leave cudnn.benchmark off on GPUs (default: on for GPU runs; it means nothing on CPUs)",
         ),
         # testing the harness
         "--inject": dict(
@@ -792,6 +812,11 @@ def data(**kwargs) -> argparse.ArgumentParser:
     return of_group("data", **kwargs)
 
 
+def numerics() -> argparse.ArgumentParser:
+    """--precision, --channels-last, --no-cudnn-benchmark: every verb that trains."""
+    return of_group("numerics")
+
+
 def harness() -> argparse.ArgumentParser:
     return of_group("harness")
 
@@ -847,6 +872,7 @@ def training(run_defaults: dict | None = None, *, largest: bool = False) -> list
         hosts(),
         measurement(run_defaults),
         data(),
+        numerics(),
         harness(),
         backend_options(),
         sharing(),

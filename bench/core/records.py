@@ -19,7 +19,7 @@ from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
-SCHEMA_VERSION = 9  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 10  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RunStatus(str, enum.Enum):
@@ -86,6 +86,8 @@ class RankRow(Record):
     pid: int | None = None
     time: float | None = None  # when it joined the group
     attempt: int | None = None  # which process of that rank (fault runs start replacements)
+    cpus: list[int] | None = None  # the cores the worker may run on after binding (None: not known)
+    numa_node: int | None = None  # a GPU worker's: its GPU's NUMA node, whose cores it is bound to (None: unknown)
 
     @property
     def worker_index(self) -> int:
@@ -314,6 +316,17 @@ def _v8_to_v9(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     return rec
 
 
+def _v9_to_v10(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
+    """v10 adds a run's numerics (spec.precision, spec.channels_last, spec.cudnn_benchmark) and each rank's cores
+    and GPU NUMA node in the rank map (cpus, numa_node): a v9 run ran fp32 in the default memory format with
+    cudnn.benchmark off (torch's default; no bench set it), and its rank map did not say where ranks ran."""
+    spec = dict(rec["spec"], precision="fp32", channels_last=False, cudnn_benchmark=False)
+    rank_map = [dict(row, cpus=None, numa_node=None) for row in rec.get("rank_map") or []]
+    rec = dict(rec, spec=spec, rank_map=rank_map)
+    rec["schema_version"] = 10
+    return rec
+
+
 UPGRADES = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -323,6 +336,7 @@ UPGRADES = {
     6: _v6_to_v7,
     7: _v7_to_v8,
     8: _v8_to_v9,
+    9: _v9_to_v10,
 }  # version -> function that returns the record at version + 1
 
 

@@ -19,7 +19,9 @@ from bench.core.registry import get_task
 DEFAULTS: dict[str, Any] = dict(
     warmup_steps=5, windows=5, seed=0, data="synthetic", lr=0.01, momentum=0.9, timeout=900.0, cpu_bind="auto"
 )
-CPU_BINDS = ("auto", "none", "cores")  # what a user asks for; a spec holds "none" or "cores" (resolve_cpu_bind)
+# what a user asks for; a spec holds "none", "cores" or "numa" (a GPU worker on its GPU's NUMA node's cores), as
+# resolve_cpu_bind chose
+CPU_BINDS = ("auto", "none", "cores", "numa")
 # The longest timeout or wait any option takes (a run's deadline, a workload's check, a collective's timeout, a
 # recovery, a wait for cores): 7 days. Past it a value is a slip of the unit, and far past it what holds it overflows
 # (select(), with which the lifeline holds a run's deadline, takes some 292 years at most: 1e10 s does not fit).
@@ -32,6 +34,11 @@ MAX_THREADS_PER_CORE = 8
 # The fields of a RunSpec that hold one task's own settings, each named after its task: the task's TaskSettings
 # (Task.settings_type) in a run of that task, None in the others.
 TASK_SETTINGS = ("comm", "fault", "converge")
+# --precision: the arithmetic of the forward and backward passes (docs/method.md, "Numerics"). fp32 with TF32 off;
+# tf32: fp32 tensors, TF32 tensor-core matmuls and convolutions; bf16 and fp16: autocast to that dtype, fp16 with a
+# gradient scaler. tf32 and fp16 mean something only on a GPU (on a CPU, fp16 autocast is not what GPU users run).
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+GPU_ONLY_PRECISIONS = ("tf32", "fp16")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +113,8 @@ class RunSpec:
     loader: str = "memory"  # in-memory sources: held on the device ("memory") or fed through a DataLoader
     lr: float = DEFAULTS["lr"]
     momentum: float = DEFAULTS["momentum"]
-    cpu_bind: str = "none"  # "none" or "cores", as resolve_cpu_bind chose; records made before "auto" were unbound
+    # "none", "cores" or "numa", as resolve_cpu_bind chose; records made before "auto" were unbound
+    cpu_bind: str = "none"
     timeout: float = DEFAULTS["timeout"]
     backend_options: JsonObject = field(default_factory=dict)
     backward_passes: int = 1  # micro-batches per optimizer step (gradient accumulation), from the backend
@@ -130,6 +138,9 @@ class RunSpec:
     scheduler: JsonObject | None = None
     sweep_id: str | None = None
     repeat: int = 0  # which of a sweep's --repeats rounds this run belongs to
+    precision: str = "fp32"  # one of PRECISIONS (resolve_numerics); records before schema 10 ran fp32
+    channels_last: bool = False  # model and 4-D inputs in channels_last memory format
+    cudnn_benchmark: bool = False  # torch.backends.cudnn.benchmark: on for GPU runs unless --no-cudnn-benchmark
 
     def __post_init__(self) -> None:
         for name in TASK_SETTINGS:
@@ -305,15 +316,23 @@ def resolve_cpu_bind(
     """What a run's workers do with CPU affinity. "auto" pins each worker to its own cores ("cores") where
     each can have them: CPU processes on one host that fit its cores. It leaves them to the scheduler
     ("none") on GPUs, when oversubscribed on purpose, and across hosts or on a cluster that places the workers
-    itself (`on_this_host` False: Backend.places_on_this_host); test hosts share one machine's cores, where
+    itself (`on_this_host` False: Backend.places_on_this_host); GPU workers ("numa") each take a share of their
+    GPU's NUMA node's cores, on each host (bench.rank.numa) unless the cluster places them; test hosts share one
+    machine's cores, where
     local ranks would collide: pass --cpu-bind cores on real machines. An unpinned rank's helper threads
     (Horovod's background loop, gloo's I/O) run on the other ranks' cores: docs/method.md, "Fairness"."""
     requested = DEFAULTS["cpu_bind"] if requested is None else requested
     if requested not in CPU_BINDS:
         raise UsageError(f"--cpu-bind {requested!r}: choose one of {', '.join(CPU_BINDS)}")
+    if requested == "numa" and device != "cuda":
+        raise UsageError(
+            "--cpu-bind numa binds GPU workers to their GPU's NUMA node: give --gpus N, or --cpu-bind cores"
+        )
     if requested != "auto":
         return requested
-    return "cores" if device == "cpu" and not oversubscribe and not cluster and on_this_host else "none"
+    if device == "cuda":
+        return "numa" if on_this_host else "none"
+    return "cores" if not oversubscribe and not cluster and on_this_host else "none"
 
 
 def across_hosts(cluster: dict[str, Any] | None) -> dict[str, Any]:
@@ -372,12 +391,54 @@ def machine_load(cluster: dict[str, Any], per_host: list[tuple[Host, int]]) -> l
     return [(cpus, n) for cpus, n in load.values()]
 
 
+def resolve_numerics(
+    framework: str, device: str, precision: str | None, channels_last: bool | None, no_cudnn_benchmark: bool | None
+) -> dict[str, Any]:
+    """The spec fields of --precision, --channels-last and --no-cudnn-benchmark, or a one-line error. The TensorFlow
+    backends run fp32 only: their Keras side has no mixed precision here, so anything else is refused rather than
+    recorded and not done. cudnn.benchmark is on for a PyTorch GPU run unless refused; on a CPU it means nothing and
+    is recorded off."""
+    precision = precision or "fp32"
+    if precision not in PRECISIONS:
+        raise UsageError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    if framework != "torch" and (precision != "fp32" or channels_last):
+        asked = f"--precision {precision}" if precision != "fp32" else "--channels-last"
+        raise UsageError(
+            f"{asked}: the {framework} backends run fp32 in their own memory format only; drop it or pick a PyTorch "
+            "backend"
+        )
+    if device == "cpu" and precision in GPU_ONLY_PRECISIONS:
+        raise UsageError(
+            f"--precision {precision} needs a GPU (give --gpus N); on CPU processes use --precision fp32 or bf16"
+        )
+    return {
+        "precision": precision,
+        "channels_last": bool(channels_last),
+        "cudnn_benchmark": device == "cuda" and framework == "torch" and not no_cudnn_benchmark,
+    }
+
+
+def numerics_words(precision: str, channels_last: bool, cudnn_benchmark: bool) -> str:
+    """A run's numerics as a condition: 'fp32', 'bf16 autocast, channels-last, cudnn.benchmark', ... Runs whose
+    words differ are never compared as equals (bench.results.frame.CONDITIONS)."""
+    words = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16 autocast", "fp16": "fp16 autocast + grad scaler"}[precision]
+    return words + (", channels-last" if channels_last else "") + (", cudnn.benchmark" if cudnn_benchmark else "")
+
+
+def numerics_note(words: str | None) -> str:
+    """', bf16 autocast' for a condition title: a run's numerics where they are not plain fp32 (numerics_words)."""
+    return f", {words}" if words and words != "fp32" else ""
+
+
 def pinned_words(cpu_bind: str, lead: str = " ") -> str:
     """' pinned to its cores' for a pinned run's conditions (bench.core.spec.resolve_cpu_bind), nothing for an unpinned
     one."""
+    if cpu_bind == "numa":
+        return f"{lead}pinned to its GPU's NUMA node"
     return f"{lead}pinned to its cores" if cpu_bind == "cores" else ""
 
 
 def placement_text(hardware: str, cpu_bind: str) -> str:
     """', pinned, on MACHINE' for a case's title: its workers' pinning and, where a page has two, its machine."""
-    return (", pinned" if cpu_bind == "cores" else "") + (f", on {hardware}" if hardware else "")
+    pinned = {"cores": ", pinned", "numa": ", pinned by NUMA node"}.get(cpu_bind, "")
+    return pinned + (f", on {hardware}" if hardware else "")

@@ -21,6 +21,7 @@ from bench.core.registry import get_backend
 from bench.core.rundir import RunDir
 from bench.core.spec import RunSpec
 from bench.rank.inject import fire_injected
+from bench.rank.numa import GpuPlacement, gpu_worker_cpus, torch_bus_id
 
 
 def peak_rss_bytes() -> int:
@@ -28,8 +29,10 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
-def bind_cpus(spec, local_rank: int, role: str = "worker") -> list[int] | None:
-    """--cpu-bind cores: the worker of local rank r takes cores [r*T, (r+1)*T) of those this process may use.
+def bind_cpus(spec, local_rank: int, role: str = "worker", numa: GpuPlacement | None = None) -> list[int] | None:
+    """--cpu-bind cores: the worker of local rank r takes cores [r*T, (r+1)*T) of those this process may use;
+    --cpu-bind numa (GPU runs): `numa`'s cores, its share of its GPU's NUMA node (gpu_placement), of those it may use
+    (where none is known, it is left unbound).
     Every thread of the process is pinned, not only the caller: by the time a rank has joined its group, the
     backend has started threads of its own (Horovod's background loop, gloo's I/O), which would otherwise run
     on any core. Processes that do not train (parameter servers) are left to the scheduler. Returns the
@@ -37,10 +40,31 @@ def bind_cpus(spec, local_rank: int, role: str = "worker") -> list[int] | None:
     if not hasattr(os, "sched_getaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
-    if spec.cpu_bind != "cores" or role != "worker":
+    if spec.cpu_bind not in ("cores", "numa") or role != "worker":
         return cores
+    if spec.cpu_bind == "numa":
+        allowed = [c for c in (numa.cpus if numa else None) or [] if c in cores]
+        return pin_threads(allowed) if allowed else cores
     start = (local_rank * spec.threads) % len(cores)
-    chosen = [cores[(start + i) % len(cores)] for i in range(spec.threads)]
+    return pin_threads([cores[(start + i) % len(cores)] for i in range(spec.threads)])
+
+
+def gpu_placement(local_rank: int, local_world_size: int | None) -> GpuPlacement:
+    """--cpu-bind numa: this GPU worker's NUMA node and its share of the node's cores (bench.rank.numa), the GPUs of
+    this host's workers read from torch; where the node is not known, the worker is left unbound and its log says
+    why."""
+    import torch  # only a GPU run binds by NUMA node, and its processes load torch anyway
+
+    count = min(torch.cuda.device_count(), local_world_size or torch.cuda.device_count())
+    bus_ids = [torch_bus_id(torch.cuda.get_device_properties(i)) for i in range(count)]
+    placed = gpu_worker_cpus(bus_ids, local_rank)
+    if placed.unbound:
+        print(f"bench: --cpu-bind numa: {placed.unbound}", file=sys.stderr, flush=True)
+    return placed
+
+
+def pin_threads(chosen: list[int]) -> list[int]:
+    """Every thread of this process pinned to `chosen`; returns them."""
     for tid in thread_ids():
         try:
             os.sched_setaffinity(tid, chosen)
@@ -134,7 +158,14 @@ class GroupMember:
         self.t_init_end = time.time()
         self.t_init_start = self.group.rendezvous_began(called)
         self.info.pid, self.info.time = os.getpid(), self.t_init_end
-        self.affinity = bind_cpus(spec, self.info.local_rank, self.info.role)  # after the backend's threads exist
+        info = self.info
+        numa = (
+            gpu_placement(info.local_rank or 0, info.local_world_size)
+            if spec.cpu_bind == "numa" and info.role == "worker"
+            else None
+        )
+        self.affinity = bind_cpus(spec, info.local_rank, info.role, numa)  # after the backend's threads exist
+        info.cpus, info.numa_node = self.affinity, numa.numa_node if numa else None
         run_dir.write(file_rank, attempt, "joined", self.info.to_dict())
 
     @property

@@ -13,7 +13,9 @@ def initial_model(spec, device):
     from workloads import get_workload
 
     torch.manual_seed(spec.seed)
-    return get_workload(spec.workload).build(spec.num_classes, spec.image_size).to(device)
+    model = get_workload(spec.workload).build(spec.num_classes, spec.image_size).to(device)
+    # --channels-last: 4-D weights only are converted (an MLP's stay as they are, and so does its step)
+    return model.to(memory_format=torch.channels_last) if spec.channels_last else model
 
 
 def build_model(spec, device):

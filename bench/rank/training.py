@@ -12,24 +12,76 @@ from dataclasses import dataclass
 from bench.rank.network import build_model, save_model, save_params
 
 
-def optimizer_step(model, optimizer, loss_fn, next_batch, passes: int = 1, mark=None):
+class Numerics:
+    """A run's --precision, --channels-last and cudnn.benchmark (docs/method.md, "Numerics"), applied by every PyTorch
+    backend's step the same way: TF32 allowed only at tf32, autocast to bf16 or fp16, fp16's gradient scaler, 4-D
+    inputs in channels_last memory format (the model is converted where it is built: bench.rank.network)."""
+
+    def __init__(self, spec, device_type: str):
+        import torch
+
+        on_tf32 = spec.precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = on_tf32
+        torch.backends.cudnn.allow_tf32 = on_tf32  # torch allows it by default: fp32 means fp32 here
+        torch.backends.cudnn.benchmark = spec.cudnn_benchmark
+        self.device_type = device_type
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(spec.precision)
+        self.channels_last = torch.channels_last if spec.channels_last else None
+        self.scaler = torch.amp.GradScaler(device_type) if spec.precision == "fp16" else None
+
+    @property
+    def plain(self) -> bool:
+        """Whether a step runs as torch runs it by default (fp32 or tf32 tensors, default memory format)."""
+        return self.dtype is None and self.channels_last is None
+
+    def forward(self, model, loss_fn, x, y):
+        import torch
+
+        if self.channels_last is not None and x.dim() == 4:
+            x = x.contiguous(memory_format=self.channels_last)
+        if self.dtype is None:
+            return loss_fn(model(x), y)
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return loss_fn(model(x), y)
+
+    def backward(self, loss) -> None:
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def step(self, optimizer) -> None:
+        if self.scaler is None:
+            optimizer.step()
+            return
+        if hasattr(optimizer, "synchronize") and hasattr(optimizer, "skip_synchronize"):
+            # an optimizer that reduces gradients as they are ready (Horovod's): the scaler must read them reduced
+            optimizer.synchronize()
+            with optimizer.skip_synchronize():
+                self.scaler.step(optimizer)
+        else:
+            self.scaler.step(optimizer)
+        self.scaler.update()
+
+
+def optimizer_step(model, optimizer, loss_fn, next_batch, passes: int = 1, mark=None, numerics: Numerics | None = None):
     """One optimizer step of `passes` micro-batches from next_batch(), each loss scaled by 1/passes so that the
     gradients match one batch of passes x the size; returns the last micro-batch's loss. mark(phase), where given
     (a warm-up step's bench.rank.profile.StepProfiler), is told when the step starts and when each of its parts
-    (the first micro-batch's forward and backward, the optimizer) ends."""
+    (the first micro-batch's forward and backward, the optimizer) ends. `numerics`: the run's precision and memory
+    format (None or plain: torch's defaults, the step as it was before they existed)."""
     if mark:
         mark("start")
     optimizer.zero_grad()  # set_to_none=True, torch's default; Horovod's wrapper takes no argument
     scale = 1.0 / passes
+    mixed = numerics is not None and not (numerics.plain and numerics.scaler is None)
     for _ in range(passes):
         x, y = next_batch()
-        loss = loss_fn(model(x), y)
+        loss = numerics.forward(model, loss_fn, x, y) if mixed else loss_fn(model(x), y)
         if mark:
             mark("forward")
-        (loss * scale if passes > 1 else loss).backward()
+        scaled = loss * scale if passes > 1 else loss
+        numerics.backward(scaled) if mixed else scaled.backward()
         if mark:
             mark("backward")
-    optimizer.step()
+    numerics.step(optimizer) if mixed else optimizer.step()
     if mark:
         mark("optimizer")
     return loss
@@ -87,6 +139,7 @@ class TorchTraining:
 
         spec, info, device = joined.spec, joined.info, joined.device
         self.spec, self.device, self.sync = spec, device, joined.sync
+        self.numerics = Numerics(spec, device.type)
         model, optimizer = build_model(spec, device)
         self.model, self.optimizer = joined.group.wrap(model, optimizer, spec)
         batches = open_batches(
@@ -111,7 +164,9 @@ class TorchTraining:
 
     def step(self):
         """One optimizer step; returns its loss as the framework holds it (read with value(), outside windows)."""
-        return optimizer_step(self.model, self.optimizer, self.loss_fn, self.batches.__next__, self.passes)
+        return optimizer_step(
+            self.model, self.optimizer, self.loss_fn, self.batches.__next__, self.passes, numerics=self.numerics
+        )
 
     def profiled(self):
         """(a bench.rank.profile.StepProfiler on the model, the step that feeds it), for the warm-up."""
@@ -119,7 +174,7 @@ class TorchTraining:
 
         profiler = StepProfiler(self.model, self.sync)
         return profiler, lambda: optimizer_step(
-            self.model, self.optimizer, self.loss_fn, self.batches.__next__, self.passes, profiler.mark
+            self.model, self.optimizer, self.loss_fn, self.batches.__next__, self.passes, profiler.mark, self.numerics
         )
 
     @staticmethod
@@ -165,6 +220,7 @@ class TorchElasticTraining:
 
         self.spec, self.workload = spec, workload
         self.device = torch.device("cpu")
+        self.numerics = Numerics(spec, self.device.type)
         self.model, self.optimizer = build_model(spec, self.device)
         self.loss_fn = workload.make_loss()
         self._batches: dict[int, object] = {}
@@ -188,7 +244,7 @@ class TorchElasticTraining:
 
     def step(self, model, optimizer, step: int, rank: int):
         """Step number `step` (0-based) on rank `rank`, of the model and optimizer as the elastic mode trains them."""
-        return optimizer_step(model, optimizer, self.loss_fn, lambda: self.batch(step, rank))
+        return optimizer_step(model, optimizer, self.loss_fn, lambda: self.batch(step, rank), numerics=self.numerics)
 
     def checksum(self) -> float:
         return param_sums(self.model).total

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from bench.core.inputs import printable
 from bench.core.records import RunStatus
-from bench.core.registry import all_tasks
+from bench.core.registry import all_tasks, get_backend
+from bench.core.spec import numerics_words
 
 GENERIC_COLUMNS = [
     "run_id",
@@ -23,6 +24,7 @@ GENERIC_COLUMNS = [
     "global_batch",
     "threads",
     "cpu_bind",
+    "numerics",
     "data",
     "input",
     "image_size",
@@ -43,6 +45,7 @@ CONDITIONS = [
     "backward_passes",
     "threads",
     "cpu_bind",
+    "numerics",
     "data",
     "input",
     "image_size",
@@ -74,6 +77,7 @@ def record_row(rec) -> dict:
         "global_batch": spec.global_batch,
         "threads": spec.threads,
         "cpu_bind": spec.cpu_bind,
+        "numerics": numerics(spec),
         "data": spec.data,
         "input": input_path(spec),
         "image_size": spec.image_size,
@@ -89,6 +93,17 @@ def record_row(rec) -> dict:
     # a column of text holds it as UTF-8 (pandas' string columns are Arrow's): a path that is not, in an error or a
     # workload's address, is held with its odd bytes escaped (the record keeps it as it is)
     return {k: printable(v) if type(v) is str else v for k, v in row.items()}
+
+
+def numerics(spec) -> str:
+    """A run's numerics as a condition (bench.core.spec.numerics_words), with any backend option that changes the
+    arithmetic set away from its default (BackendOption.numerics: Horovod's fp16 compression)."""
+    words = numerics_words(spec.precision, spec.channels_last, spec.cudnn_benchmark)
+    for option in get_backend(spec.backend).options:
+        value = spec.backend_options.get(option.name, option.default)
+        if option.numerics and value != option.default:
+            words += f", {option.flag} {value}"
+    return words
 
 
 def input_path(spec) -> str:

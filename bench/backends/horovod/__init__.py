@@ -91,7 +91,14 @@ class HorovodBackend(Backend):
             cli_flag="--hvd-launcher",
         ),
         BackendOption(
-            "hvd_compression", "none", "gradient compression on the wire", str, ("none", "fp16"), invalid=("fp8",)
+            "hvd_compression",
+            "none",
+            "gradient compression on the wire (fp16: hvd.Compression.fp16, only when asked; part of the run's "
+            "numerics condition)",
+            str,
+            ("none", "fp16"),
+            invalid=("fp8",),
+            numerics=True,
         ),
         BackendOption(
             "hvd_backward_passes", 1, "backward passes per step (local accumulation)", int, invalid=("0", "-1", "x")

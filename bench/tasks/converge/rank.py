@@ -9,7 +9,7 @@ import time
 import torch
 
 from bench.rank.network import build_model, save_model
-from bench.rank.training import first_non_finite, optimizer_step, param_sums
+from bench.rank.training import Numerics, first_non_finite, optimizer_step, param_sums
 from bench.tasks.train.rank import run_training_rank
 from workloads import get_workload
 from workloads.data.holdout import converge_data
@@ -45,6 +45,7 @@ def converge_rank(joined, inject=None) -> dict:
     affinity = joined.affinity
     device, sync = joined.device, joined.sync
     workload = get_workload(spec.workload)
+    numerics = Numerics(spec, device.type)
     model, optimizer = build_model(spec, device)
     model, optimizer = joined.group.wrap(model, optimizer, spec)
     plain = getattr(model, "module", model)
@@ -82,7 +83,7 @@ def converge_rank(joined, inject=None) -> dict:
     for step in range(c.total_steps):
         lr = spec.lr_at(step)
         set_lr(optimizer, lr)
-        loss = optimizer_step(model, optimizer, loss_fn, batches.__next__, passes)
+        loss = optimizer_step(model, optimizer, loss_fn, batches.__next__, passes, numerics=numerics)
         if step == 0:
             sync()
             joined.first_step_end = time.time()

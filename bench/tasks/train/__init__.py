@@ -16,7 +16,17 @@ from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.records import RunError, RunStatus, Startup, Summary
 from bench.core.registry import get_backend
-from bench.core.spec import DEFAULTS, RunSpec, across_hosts, check_placement, placement_text, resolve_cpu_bind
+from bench.core.spec import (
+    DEFAULTS,
+    RunSpec,
+    across_hosts,
+    check_placement,
+    numerics_note,
+    numerics_words,
+    placement_text,
+    resolve_cpu_bind,
+    resolve_numerics,
+)
 from bench.core.stats import summarize
 from bench.harness.outcome import joined_rank_map, process_status, read_results, startup, workers_and_others
 from bench.harness.workload_check import workload_of
@@ -46,6 +56,13 @@ def build_spec(
     from workloads.data.sources import check_source, real_classes
 
     plugin = get_backend(backend)
+    numerics = resolve_numerics(  # refused before the slower checks below (a workload's, a backend's probe)
+        plugin.framework,
+        device,
+        options.pop("precision", None),
+        options.pop("channels_last", None),
+        options.pop("no_cudnn_benchmark", None),
+    )
     workload, wl, source = workload_of(
         workload,
         with_data=options.get("data") == "workload",
@@ -79,6 +96,7 @@ def build_spec(
         raise UsageError("--steps-per-window must be at least 1")
     if spec_opts["windows"] < 2:
         raise UsageError("--windows must be at least 2: a confidence interval needs two windows or more")
+    spec_opts.update(numerics)
     spec_opts["cpu_bind"] = resolve_cpu_bind(
         spec_opts["cpu_bind"], device, oversubscribe, cluster, plugin.places_on_this_host(resolved_options)
     )
@@ -418,7 +436,8 @@ class TrainTask(Task):
         return (
             f"{spec.backend} {spec.workload}, {placement_words(spec)}, batch {spec.batch_size}/worker, "
             f"{spec.threads} thread(s)/worker{placement_text('', spec.cpu_bind)}, {spec.data} data"
-            f"{loader_words(spec)}, {spec.image_size}px, "
+            f"{loader_words(spec)}, {spec.image_size}px"
+            f"{numerics_note(numerics_words(spec.precision, spec.channels_last, spec.cudnn_benchmark))}, "
             f"{spec.warmup_steps} warm-up + {spec.windows} x {spec.steps_per_window} timed steps"
         )
 

@@ -15,7 +15,7 @@ import statistics
 
 from bench.core import stats
 from bench.core.registry import COUNTERPART, PLAIN_LOOP, PRIMARY, RIVAL, framework_words
-from bench.core.spec import pinned_words
+from bench.core.spec import numerics_note, pinned_words
 from bench.report.sections import (
     Bullets,
     Cell,
@@ -58,7 +58,7 @@ def _cond_title(cond: dict) -> str:
     return (
         f"{cond['workload']} on {cond['device']}: batch {cond['batch_size']}{passes}/worker, "
         f"{cond['threads']} thread(s)/worker{pinned_words(cond.get('cpu_bind'))}, {cond['data']} data{fed}, "
-        f"{cond['image_size']}px{network_words(cond)}"
+        f"{cond['image_size']}px{numerics_note(cond.get('numerics'))}{network_words(cond)}"
     )
 
 
@@ -105,7 +105,7 @@ def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str
             f"{cond['workload']}, {cond['world_size']} worker(s) on {cond['device']} "
             f"(batch {cond['batch_size']}/worker, {cond['threads']} thread(s)/worker"
             f"{pinned_words(cond.get('cpu_bind'))}, "
-            f"{cond['data']} data{network_words(cond)})"
+            f"{cond['data']} data{numerics_note(cond.get('numerics'))}{network_words(cond)})"
         )
         pairs = [PRIMARY] if all(b in rows for b in PRIMARY) else []
         primaries = [rows[b] for b in PRIMARY if b in rows]

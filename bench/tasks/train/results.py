@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from bench.core import stats
 from bench.core.registry import PLAIN_LOOP, PRIMARY, RIVAL, against_the_plain_loop
-from bench.core.spec import pinned_words
+from bench.core.spec import numerics_note, pinned_words
 from bench.results.figures import Figure, case_of, group_runs, not_ok_entry
 from bench.results.frame import CONDITIONS, blank_single_machine, comparable_runs, pooled_launches, sweeps_in
 
@@ -141,7 +141,7 @@ class TrainingCase:
         c = self.cond
         return (
             f"{c['workload']} {c['device']} b{c['batch_size']} x{self.world_size}"
-            f"{pinned_words(c.get('cpu_bind'))}{network_words(c)}"
+            f"{pinned_words(c.get('cpu_bind'))}{numerics_note(c.get('numerics'))}{network_words(c)}"
         )
 
 
