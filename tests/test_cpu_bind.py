@@ -21,7 +21,9 @@ CLUSTER = {"hosts": [{"name": "h1", "slots": 1}, {"name": "h2", "slots": 1}], "i
     [
         ("auto", "cpu", False, None, "cores"),  # CPU workers on one host that fit its cores: each on its own
         (None, "cpu", False, None, "cores"),  # not given: the default, auto
-        ("auto", "cuda", False, None, "none"),  # GPU runs keep the scheduler's placement
+        ("auto", "cuda", False, None, "numa"),  # GPU workers on their GPU's NUMA node's cores
+        ("auto", "cuda", False, CLUSTER, "numa"),  # each host reads its own GPUs' nodes
+        ("numa", "cuda", False, None, "numa"),
         ("auto", "cpu", True, None, "none"),  # contention measured on purpose
         ("auto", "cpu", False, CLUSTER, "none"),  # test hosts share one machine: local ranks would collide
         ("none", "cpu", False, None, "none"),

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.core.records import RunRecord
+from bench.core.registry import get_backend
 from bench.core.spec import resolve_cpu_bind, resolve_numerics
 from bench.rank.numa import gpu_worker_cpus, parse_cpulist, pci_numa_node, sysfs_bus_id
 from bench.results.frame import CONDITIONS, pooled_launches, records_to_frame
@@ -89,13 +90,14 @@ def test_gpu_workers_are_bound_by_numa_node_by_default_and_cpu_workers_never():
 
 # ---------------------------------------------------------------- numerics: what is planned and refused
 def test_cudnn_benchmark_is_on_for_torch_gpu_runs_unless_refused_and_off_on_cpus():
-    assert resolve_numerics("torch", "cuda", None, None, None) == dict(
+    elastic = get_backend("elastic")
+    assert resolve_numerics(elastic, "cuda", None, None, None) == dict(
         precision="fp32", channels_last=False, cudnn_benchmark=True
     )
-    assert resolve_numerics("torch", "cuda", "fp16", True, True) == dict(
+    assert resolve_numerics(elastic, "cuda", "fp16", True, True) == dict(
         precision="fp16", channels_last=True, cudnn_benchmark=False
     )
-    assert resolve_numerics("torch", "cpu", "bf16", False, False)["cudnn_benchmark"] is False
+    assert resolve_numerics(elastic, "cpu", "bf16", False, False)["cudnn_benchmark"] is False
 
 
 @pytest.mark.parametrize(
@@ -106,6 +108,9 @@ def test_cudnn_benchmark_is_on_for_torch_gpu_runs_unless_refused_and_off_on_cpus
         (["--backend", "tf-mwms", "--precision", "bf16"], "the tensorflow backends run fp32"),
         (["--backend", "horovod-tf", "--channels-last"], "the tensorflow backends run fp32"),
         (["--cpu-bind", "numa"], "--cpu-bind numa binds GPU workers"),
+        # Horovod 0.28.1's broadcast and allreduce raise on a channels_last tensor (tried: "Tensor is required to be
+        # contiguous")
+        (["--backend", "horovod", "--channels-last"], "backend horovod: Horovod's collectives take tensors in"),
     ],
 )
 def test_what_cannot_run_here_is_refused_in_one_line(argv, says, store):

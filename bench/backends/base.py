@@ -288,6 +288,11 @@ class Backend:
         """None when the option values can run on `device`, else what is wrong."""
         return None
 
+    def numerics_problem(self, precision: str, channels_last: bool) -> str | None:
+        """None when the backend can train at `precision` (bench.core.spec.PRECISIONS) in the memory format asked,
+        else why not (the TensorFlow backends' fp32-only rule is bench.core.spec.resolve_numerics')."""
+        return None
+
     def places_on_this_host(self, options: dict) -> bool:
         """Whether the run's workers are this host's processes, numbered by local rank (so --cpu-bind auto may pin
         them); False where something else places them (an existing cluster's scheduler)."""

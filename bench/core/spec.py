@@ -392,12 +392,13 @@ def machine_load(cluster: dict[str, Any], per_host: list[tuple[Host, int]]) -> l
 
 
 def resolve_numerics(
-    framework: str, device: str, precision: str | None, channels_last: bool | None, no_cudnn_benchmark: bool | None
+    plugin: Any, device: str, precision: str | None, channels_last: bool | None, no_cudnn_benchmark: bool | None
 ) -> dict[str, Any]:
     """The spec fields of --precision, --channels-last and --no-cudnn-benchmark, or a one-line error. The TensorFlow
     backends run fp32 only: their Keras side has no mixed precision here, so anything else is refused rather than
-    recorded and not done. cudnn.benchmark is on for a PyTorch GPU run unless refused; on a CPU it means nothing and
-    is recorded off."""
+    recorded and not done; a backend may refuse more (Backend.numerics_problem). cudnn.benchmark is on for a PyTorch
+    GPU run unless refused; on a CPU it means nothing and is recorded off."""
+    framework = plugin.framework
     precision = precision or "fp32"
     if precision not in PRECISIONS:
         raise UsageError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
@@ -407,6 +408,9 @@ def resolve_numerics(
             f"{asked}: the {framework} backends run fp32 in their own memory format only; drop it or pick a PyTorch "
             "backend"
         )
+    problem = plugin.numerics_problem(precision, bool(channels_last))
+    if problem:
+        raise UsageError(f"backend {plugin.name}: {problem}")
     if device == "cpu" and precision in GPU_ONLY_PRECISIONS:
         raise UsageError(
             f"--precision {precision} needs a GPU (give --gpus N); on CPU processes use --precision fp32 or bf16"

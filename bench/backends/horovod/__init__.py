@@ -140,6 +140,11 @@ class HorovodBackend(Backend):
             )
         return None
 
+    def numerics_problem(self, precision, channels_last):
+        if channels_last:  # its broadcast and allreduce refuse a tensor that is not contiguous in the default format
+            return "Horovod's collectives take tensors in the default memory format only: drop --channels-last"
+        return None
+
     def check_options(self, options, device):
         if options["hvd_backward_passes"] < 1:
             return "--hvd-backward-passes must be at least 1"

@@ -57,7 +57,7 @@ def build_spec(
 
     plugin = get_backend(backend)
     numerics = resolve_numerics(  # refused before the slower checks below (a workload's, a backend's probe)
-        plugin.framework,
+        plugin,
         device,
         options.pop("precision", None),
         options.pop("channels_last", None),
