@@ -199,3 +199,11 @@ def test_a_two_worker_gloo_run_at_bf16_records_it_and_its_loss_is_finite(backend
     cpus = [row["cpus"] for row in record["rank_map"]]
     assert all(len(c) == 1 for c in cpus) and cpus[0] != cpus[1]
     assert all(row["numa_node"] is None for row in record["rank_map"])
+
+
+def test_a_cases_title_names_its_numerics_where_they_are_not_plain_fp32():
+    from bench.tasks.train.results import replicated_cases
+
+    frame = records_to_frame([train_record("a"), train_record("b", spec_fields={"precision": "bf16"})])
+    places = sorted(case.place for case in replicated_cases(frame))
+    assert places == ["mnist_mlp cpu b64 x2", "mnist_mlp cpu b64 x2, bf16 autocast"]
