@@ -207,3 +207,8 @@ def test_a_cases_title_names_its_numerics_where_they_are_not_plain_fp32():
     frame = records_to_frame([train_record("a"), train_record("b", spec_fields={"precision": "bf16"})])
     places = sorted(case.place for case in replicated_cases(frame))
     assert places == ["mnist_mlp cpu b64 x2", "mnist_mlp cpu b64 x2, bf16 autocast"]
+
+
+def test_selfcheck_refuses_numa_binding_its_bare_loops_cannot_match(store):
+    proc = bench_in_process("selfcheck", "--nproc", "2", "--cpu-bind", "numa", "--store", store)
+    assert_one_line_error(proc, "--cpu-bind numa: the bare loops", "give --cpu-bind none or cores")

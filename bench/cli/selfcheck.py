@@ -102,12 +102,20 @@ def cmd(args) -> int:
     device, world = resolve_device(args.nproc, args.gpus)
     # all: every backend with a bare loop that can run here, which is what choose_backends takes by default
     backends = choose_backends(None if options.is_all(args.backend) else args.backend, device)
+    given = spec_options(args, backends)
+    if given.get("cpu_bind") == "numa":
+        raise UsageError(
+            "--cpu-bind numa: the bare loops bench selfcheck holds runs against cannot bind by NUMA node; "
+            "give --cpu-bind none or cores"
+        )
+    if device == "cuda" and given.get("cpu_bind") in (None, "auto"):
+        given["cpu_bind"] = "none"  # as the bare loops on GPUs run: both sides of a pair placed alike
     plans = plan(
         backends,
         workloads[0],
         device,
         world,
-        options=spec_options(args, backends),
+        options=given,
         allreduce=not args.no_comm,
         comm={"warmup_iters": args.warmup_iters, "iters": args.iters},
     )
