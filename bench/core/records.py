@@ -19,7 +19,7 @@ from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
-SCHEMA_VERSION = 9  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 10  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RunStatus(str, enum.Enum):
@@ -150,6 +150,8 @@ class RunRecord(Record):
     metrics: typing.Any  # the task's metrics dataclass (Task.metrics_type), or None when it produced none
     events: list[JsonObject]
     environment: JsonObject
+    # the GPUs' utilisation and memory through the measured span (bench.harness.gpu_sampler), or why not sampled
+    gpu_usage: JsonObject
     run_dir: str
     launch: JsonObject = field(default_factory=dict)  # what the launcher chose at run time (ports, hosts files)
     # other bench runs that ran on any of this run's cores while it ran ({"run_id", "label", "store"}: one of them
@@ -314,6 +316,17 @@ def _v8_to_v9(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     return rec
 
 
+def _v9_to_v10(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
+    """v10 records what each host's GPU node is made of (environment.gpu_nodes; a v9 run did not look: None) and
+    its GPUs' use through the measured span (gpu_usage; a v9 run was not sampled)."""
+    environment = rec.get("environment")
+    if isinstance(environment, dict):
+        environment = {**environment, "gpu_nodes": None}
+    rec = dict(rec, environment=environment, gpu_usage={"sampled": False, "reason": "recorded before bench sampled"})
+    rec["schema_version"] = 10
+    return rec
+
+
 UPGRADES = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -323,6 +336,7 @@ UPGRADES = {
     6: _v6_to_v7,
     7: _v7_to_v8,
     8: _v8_to_v9,
+    9: _v9_to_v10,
 }  # version -> function that returns the record at version + 1
 
 
