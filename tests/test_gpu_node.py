@@ -382,7 +382,10 @@ def test_the_page_shows_each_gpu_node_its_use_and_its_scope():
     ):
         assert said in text, said
     scope = scope_line(records_to_frame([gpu_run]))
-    assert "GPU data: gpu1: 8 x NVIDIA H100 80GB HBM3 (81559 MiB), NVLink (NV18, all 28 pairs)" in scope
+    assert (
+        "GPU data: gpu1: 8 x NVIDIA H100 80GB HBM3 (81559 MiB), NVLink (NV18, all 28 pairs), "
+        "1 InfiniBand port(s) at 100 Gb/s, 1 RoCE port(s) at 25 Gb/s. Not covered:"
+    ) in scope
 
 
 def test_runs_recorded_before_bench_looked_add_nothing_to_the_page():

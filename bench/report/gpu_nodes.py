@@ -151,9 +151,12 @@ def gpu_scope(records: list) -> str | None:
     for node, _ in recorded_nodes(records):
         if node.get("status") == "GPUs":
             text = f"{node.get('host')}: {gpus_text(node)}, {links_text(node)}"
-            ports = node.get("network") or []
-            if ports:
-                text += f", {network_text(node)}"
+            ports: dict[str, int] = {}
+            for p in node.get("network") or []:
+                rate = f"{p['rate_gbps']:g} Gb/s" if p.get("rate_gbps") is not None else "rate unknown"
+                kind = f"{p.get('kind') or 'network'} port(s) at {rate}"
+                ports[kind] = ports.get(kind, 0) + 1
+            text += "".join(f", {n} {kind}" for kind, n in ports.items())
             described.append(text)
     if not described:
         return None
