@@ -111,6 +111,18 @@ def test_the_matrix_of_a_pcie_node():
     assert interconnect(topology) == "PCIe (NODE 1, PIX 1, SYS 4)"
 
 
+def test_the_matrix_of_a_one_gpu_node_and_of_an_older_driver():
+    one = parse_topology("\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-63\t0\t\tN/A\n")
+    assert one == {"gpus": ["GPU0"], "pairs": [], "nics": []} and interconnect(one) == "one GPU"
+    # older drivers named the NICs' columns by device and wrote SOC for a path across sockets
+    old = parse_topology(
+        "\tGPU0\tGPU1\tmlx5_0\tCPU Affinity\nGPU0\t X \tSOC\tPHB\t0-11\nGPU1\tSOC\t X \tSOC\t12-23\n"
+        "mlx5_0\tPHB\tSOC\t X \t\n"
+    )
+    assert old["pairs"] == [{"a": "GPU0", "b": "GPU1", "link": "SOC"}]
+    assert old["nics"] == [{"nic": "mlx5_0", "name": "mlx5_0"}]
+
+
 def test_a_matrix_that_is_not_one_is_refused_with_what_is_wrong():
     with pytest.raises(ValueError, match="no matrix header"):
         parse_topology("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")

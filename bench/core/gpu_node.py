@@ -34,6 +34,7 @@ NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 TOPO_WORDS = {
     "X": "self",
     "SYS": "PCIe and the interconnect between NUMA nodes",
+    "SOC": "PCIe and the interconnect between CPU sockets",  # older drivers' word for SYS
     "NODE": "PCIe and the host bridges within one NUMA node",
     "PHB": "PCIe and a host bridge",
     "PXB": "several PCIe bridges, no host bridge",
