@@ -216,6 +216,7 @@ def record(
         metrics=metrics,
         events=[{"time": created_at, "kind": "launch"}],
         environment=dict(ENVIRONMENT),
+        gpu_usage={"sampled": False, "reason": "a CPU run"},
         run_dir=f"/runs/{run_id}",
     )
     return RunRecord(**{**values, **fields})

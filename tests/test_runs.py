@@ -44,6 +44,10 @@ def test_two_process_elastic_run(workload, two_worker_run):
     assert m["per_rank"][0]["param_checksum"] == pytest.approx(m["per_rank"][1]["param_checksum"])
     env = record["environment"]
     assert env["torch"].startswith("2.14.1") and env["variables"]["OMP_NUM_THREADS"] == "1"
+    # what the host's GPU node is made of, recorded by the run (none here), and a CPU run's GPUs not sampled
+    assert [n["host"] for n in env["gpu_nodes"]] == [os.uname().nodename]
+    assert env["gpu_nodes"][0]["status"] in ("no GPU", "GPUs")
+    assert record["gpu_usage"] == {"sampled": False, "reason": "a CPU run"}
     assert "torch.distributed.run" in record["command"]
     # listed from the store
     listing = bench("list", "--store", store)

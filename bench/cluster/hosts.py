@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
+from bench.core.gpu_node import nccl_variables
 from bench.core.hostlist import Host
 
 CONNECT_TIMEOUT_S = 5
@@ -234,6 +235,33 @@ def free_port_on(host: str, python: str) -> int:
         return int(proc.stdout.strip())
     except ValueError:
         raise UsageError(f"host {host} did not give a free port ({proc.stderr.strip()[-120:]})") from None
+
+
+# ---------------------------------------------------------------- what each host's GPU node is made of
+_GPU_NODES: dict[tuple[tuple[str, ...], str], dict[str, dict]] = {}  # (hosts, python) -> {host: hardware facts}
+GPU_NODE_TIMEOUT_S = 60.0  # a GPU host imports torch for its NCCL version: longer than the host check's
+
+
+def gpu_nodes(hosts: list[str], python: str, worker_env: dict[str, str]) -> list[dict]:
+    """Each host's GPU node facts (bench.core.gpu_node, run there over ssh; asked once per bench process for a set
+    of hosts), with the NCCL variables of the workers' environment, which the launch carries to every host. A host
+    that gives no answer is recorded as not available, with its last words."""
+    key = (tuple(hosts), python)
+    if key not in _GPU_NODES:
+        answers = on_every_host(hosts, lambda h: [python, "-m", "bench.core.gpu_node", h], GPU_NODE_TIMEOUT_S)
+        _GPU_NODES[key] = {}
+        for host, proc in answers.items():
+            answer = json_answer(proc)
+            if "error" in answer and "status" not in answer:
+                answer = {
+                    "host": host,
+                    "status": "not available",
+                    "reason": f"no answer: {answer['error']}",
+                    "gpus": [],
+                }
+            _GPU_NODES[key][host] = answer
+    variables = nccl_variables(worker_env)
+    return [{**_GPU_NODES[key][h], "nccl_variables": variables} for h in hosts]
 
 
 # ---------------------------------------------------------------- teardown on every host

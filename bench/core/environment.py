@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.core.gpu_node import node_facts
+
 # the folder that holds the `bench` and `workloads` packages, two above this file (bench/core/): the checkout. It
 # goes first on the PYTHONPATH of a run's processes, and a process started on another host starts there.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -170,8 +172,17 @@ def _static_fingerprint() -> dict[str, Any]:
     }
 
 
-def fingerprint(worker_env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Machine and software facts, plus the variables the workers saw that tune distributed runs."""
+def fingerprint(
+    worker_env: dict[str, str] | None = None, gpu_nodes: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Machine and software facts, plus the variables the workers saw that tune distributed runs, and what each
+    host's GPU node is made of (`gpu_nodes`, one per host: bench.core.gpu_node; this host's unless given, as a run
+    across hosts gathers them: bench.cluster.hosts.gpu_nodes)."""
     env = worker_env if worker_env is not None else dict(os.environ)
     variables = {k: v for k, v in sorted(env.items()) if k.startswith(VARIABLE_PREFIXES)}
-    return {**_static_fingerprint(), "variables": variables, "python_executable": sys.executable}
+    return {
+        **_static_fingerprint(),
+        "variables": variables,
+        "python_executable": sys.executable,
+        "gpu_nodes": gpu_nodes if gpu_nodes is not None else [node_facts(env)],
+    }

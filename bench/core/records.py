@@ -152,6 +152,8 @@ class RunRecord(Record):
     metrics: typing.Any  # the task's metrics dataclass (Task.metrics_type), or None when it produced none
     events: list[JsonObject]
     environment: JsonObject
+    # the GPUs' utilisation and memory through the measured span (bench.harness.gpu_sampler), or why not sampled
+    gpu_usage: JsonObject
     run_dir: str
     launch: JsonObject = field(default_factory=dict)  # what the launcher chose at run time (ports, hosts files)
     # other bench runs that ran on any of this run's cores while it ran ({"run_id", "label", "store"}: one of them
@@ -319,10 +321,21 @@ def _v8_to_v9(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
 def _v9_to_v10(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     """v10 adds a run's numerics (spec.precision, spec.channels_last, spec.cudnn_benchmark) and each rank's cores
     and GPU NUMA node in the rank map (cpus, numa_node): a v9 run ran fp32 in the default memory format with
-    cudnn.benchmark off (torch's default; no bench set it), and its rank map did not say where ranks ran."""
+    cudnn.benchmark off (torch's default; no bench set it), and its rank map did not say where ranks ran. It also
+    records what each host's GPU node is made of (environment.gpu_nodes; a v9 run did not look: None) and its GPUs'
+    use through the measured span (gpu_usage; a v9 run was not sampled)."""
     spec = dict(rec["spec"], precision="fp32", channels_last=False, cudnn_benchmark=False)
     rank_map = [dict(row, cpus=None, numa_node=None) for row in rec.get("rank_map") or []]
-    rec = dict(rec, spec=spec, rank_map=rank_map)
+    environment = rec.get("environment")
+    if isinstance(environment, dict):
+        environment = {**environment, "gpu_nodes": None}
+    rec = dict(
+        rec,
+        spec=spec,
+        rank_map=rank_map,
+        environment=environment,
+        gpu_usage={"sampled": False, "reason": "recorded before bench sampled"},
+    )
     rec["schema_version"] = 10
     return rec
 

@@ -295,9 +295,11 @@ def build_record(
     conclusion: Conclusion,
     launch_info: dict[str, Any],
     shared_with: list[dict[str, Any]] | None = None,
+    gpu_usage: dict[str, Any] | None = None,
 ) -> RunRecord:
     """The one place a RunRecord is made: the run's facts, and what its task concluded; `shared_with`: the other
-    bench runs that ran on its cores meanwhile (bench.harness.cores)."""
+    bench runs that ran on its cores meanwhile (bench.harness.cores); `gpu_usage`: what the parent sampled of its
+    GPUs (bench.harness.gpu_sampler; None: no bench process saw the run through to sample it)."""
     events = run_events(run_dir, outcome) + list(conclusion.events)
     events.sort(key=lambda e: e["time"])
     return RunRecord(
@@ -313,6 +315,7 @@ def build_record(
         metrics=conclusion.metrics,
         events=events,
         environment=environment,
+        gpu_usage=gpu_usage or {"sampled": False, "reason": "its bench process did not see the run through"},
         run_dir=str(run_dir.path),
         launch=launch_info,
         shared_with=list(shared_with or []),

@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.cluster.hosts import check_interface_variables, shaped_links
+from bench.cluster.hosts import check_interface_variables, gpu_nodes, shaped_links
 from bench.cluster.slurm import signal_judged
-from bench.core.codec import dumps
+from bench.core.codec import RecordError, dumps
 from bench.core.console import format_duration, note
 from bench.core.environment import PROJECT_ROOT, fingerprint
 from bench.core.errors import Interrupted, RecordNotStored
-from bench.core.records import RunRecord, RunStatus
+from bench.core.records import RankResult, RunRecord, RunStatus
 from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir, write_json_atomic
 from bench.core.spec import RunSpec
 from bench.core.store import Store
 from bench.harness.cores import CoreClaim, run_resources
+from bench.harness.gpu_sampler import GpuSampler, sampling_problem
+from bench.harness.gpu_sampler import usage as gpu_usage
 from bench.harness.keep import keep_record
 from bench.harness.lifeline import Lifeline, overdue_outcome, recover
-from bench.harness.outcome import build_record
+from bench.harness.outcome import build_record, read_results
 from bench.harness.supervisor import TAG_VARIABLE, Outcome, interruption, supervise
 
 
@@ -92,11 +95,16 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
         info: dict[str, Any] = {}
         environment: dict[str, Any] = {}
         before = None
+        sampler: GpuSampler | None = None
+        sampling: str | None = "the run did not start"
         try:
             environment = fingerprint(env)
             launch = task.launch(spec, backend, rank_command, run_id, run_dir, env, show_progress)
             env.update(launch.env)
-            command, info, environment = launch.command, launch.info, fingerprint(env)
+            command, info = launch.command, launch.info
+            hosts = [h["name"] for h in spec.hosts or ()]
+            environment = fingerprint(env, gpu_nodes(hosts, sys.executable, env) if hosts else None)
+            sampling = sampling_problem(spec, environment["gpu_nodes"])
             before = task.before_launch(spec)
             write_json_atomic(
                 run_dir.launch_file,
@@ -114,15 +122,20 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
             outcome = Outcome(ending=ending, returncode=None, launched_at=now, ended_at=now, reason=reason)
         else:
             lifeline.hold_deadline(spec.timeout)  # held there too, should this process be stopped
-            outcome = supervise(
-                command,
-                env,
-                run_dir.launcher_log,
-                spec.timeout,
-                on_poll=launch.watcher,
-                poll_interval=launch.poll_interval,
-                hosts=[h["name"] for h in spec.hosts or ()],
-            )
+            sampler = GpuSampler().start() if sampling is None else None
+            try:
+                outcome = supervise(
+                    command,
+                    env,
+                    run_dir.launcher_log,
+                    spec.timeout,
+                    on_poll=launch.watcher,
+                    poll_interval=launch.poll_interval,
+                    hosts=hosts,
+                )
+            finally:
+                if sampler is not None:
+                    sampler.stop()
             lifeline.launcher_ended()
             outcome = overdue_outcome(run_dir, outcome)  # the lifeline ended it at its deadline while this was stopped
         shared_with = claim.finish()  # its processes are gone: the cores are free for the next run
@@ -141,6 +154,9 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
             task.conclude(spec, run_dir, outcome, before),
             info,
             shared_with,
+            gpu_usage(
+                sampler, sampling, sampled_span_results(run_dir, sampler), socket.gethostname(), bool(spec.hosts)
+            ),
         )
         for event in record.events:
             if event["kind"] == "rank_exit_unrecorded":  # (bench.harness.outcome.unrecorded_exits)
@@ -157,6 +173,17 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
             f"stored in {store.path}"
         )
     return record
+
+
+def sampled_span_results(run_dir: RunDir, sampler: GpuSampler | None) -> list[RankResult]:
+    """The ranks' results that bound a sampled run's measured span; none read where nothing was sampled, and none
+    where a result cannot be read (the task's conclusion says what is wrong with it)."""
+    if sampler is None:
+        return []
+    try:
+        return list(read_results(run_dir).values())
+    except (RecordError, OSError, ValueError):
+        return []
 
 
 Kind = tuple[str, str, str, int]  # (task, backend, task case, world size)

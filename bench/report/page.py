@@ -23,6 +23,7 @@ from bench.core.registry import PRIMARY, all_tasks, task_part
 from bench.core.rundir import write_atomic
 from bench.core.stats import Family
 from bench.core.store import check_folder_writable
+from bench.report.gpu_nodes import gpu_node_blocks, gpu_scope
 from bench.report.scale import scale_section
 from bench.report.sections import (
     ENV_KEYS,
@@ -261,6 +262,9 @@ def scope_line(frame) -> str:
         f"world sizes {', '.join(map(str, sizes))}",
         "on one host" + (f" and across up to {max(len(r.spec.hosts) for r in across)} hosts" if across else ""),
     ]
+    gpu_words = gpu_scope([r for r in ok["record"] if r.spec.device == "cuda"])
+    if gpu_words:
+        words.append(gpu_words)
     missing = []
     if not (ok["device"] == "cuda").any():
         missing.append("no GPU (so no NCCL) data")
@@ -602,7 +606,7 @@ def environment_section(records: list) -> Section:
                 details="Which runs had each value of the facts that differ",
             )
         )
-    return Section("env", "Environment", 70, blocks)
+    return Section("env", "Environment", 70, blocks + gpu_node_blocks(records))
 
 
 def failed_section(frame, parts: list[ReportPart]) -> Section:
