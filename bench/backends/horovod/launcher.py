@@ -132,6 +132,15 @@ class HorovodLauncher(Launcher):
             command += ["-x", var]
         return on_first_host(spec, command + list(rank_command))
 
+    def plan_notes(self, spec):
+        if spec.device != "cuda":
+            return []
+        return [
+            "each process takes cuda:hvd.local_rank() (CUDA_VISIBLE_DEVICES is not set by bench); Horovod's "
+            "allreduce runs over NCCL where this Horovod was built with it (HOROVOD_GPU_OPERATIONS=NCCL; "
+            "`horovodrun --check-build` on a host says), else over MPI"
+        ]
+
     def rank_identity(self, env):
         for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
             if var in env:
