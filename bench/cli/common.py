@@ -201,7 +201,7 @@ def cluster_of(args) -> dict | None:
     shown = ", ".join(x["rate"] if x else "unlimited" for x in links) if links else (link["rate"] if link else "")
     note(
         f"bench: across {', '.join(f'{h.name} ({h.slots} slot(s))' for h in hosts)}; interface "
-        f"{check.iface or 'none given'} ({check.iface_chosen_by})" + (f"; links {shown}" if shown else "")
+        f"{check.iface} ({check.iface_chosen_by})" + (f"; links {shown}" if shown else "")
     )
     if check.gpus:
         note(

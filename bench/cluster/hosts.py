@@ -20,7 +20,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from bench.core.dryrun import NOT_CHECKED, PLANNED_PORT, planning
+from bench.core.dryrun import NOT_CHECKED, PLANNED_IFACE, PLANNED_PORT, planning
 from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host
@@ -212,10 +212,10 @@ def gpu_answers(answers: dict, gpus: int | None) -> dict | None:
 def planned_check(hosts: list[Host], iface: str | None, gpus: int | None) -> HostCheck:
     """What a dry run takes instead of check_hosts, which it may not run (it contacts every host): each host its own
     machine, its cores unknown (0; bench.core.spec.cluster_threads takes --threads or 1 in a dry run), the interface
-    given (or none), and the GPUs asked for, all as given and not checked."""
+    given (or PLANNED_IFACE), and the GPUs asked for, all as given and not checked."""
     machines = {h.name: {"hostname": h.name, "cpus": 0, "id": h.name} for h in hosts}
     found = {h.name: {"gpus": gpus, "cuda": NOT_CHECKED, "nccl": NOT_CHECKED} for h in hosts} if gpus else None
-    return HostCheck(iface or "", NOT_CHECKED, machines, found)
+    return HostCheck(iface or PLANNED_IFACE, NOT_CHECKED, machines, found)
 
 
 # The variables that choose a library's network interface, and how they name one: "name" exactly one, "names" a

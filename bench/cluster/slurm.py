@@ -354,6 +354,29 @@ def shell_word(text: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
+WORLD_SIZE_FLAGS = ("--nproc", "--gpus", "--max-nproc", "--max-gpus", "--world-sizes")
+
+
+def job_arguments(verb: str, bench_args: list[str], gpus_per_node: int | None) -> list[str]:
+    """The arguments of the job's bench command after its verb: the given ones and, in a job that asks for GPUs and
+    names no world size, the GPUs of each node (--gpus, a sweep's --max-gpus), so that the job runs GPU work."""
+    names_a_size = any(a == f or a.startswith(f + "=") for a in bench_args for f in WORLD_SIZE_FLAGS)
+    if not gpus_per_node or names_a_size:
+        return list(bench_args)
+    return [*bench_args, "--max-gpus" if verb == "sweep" else "--gpus", str(gpus_per_node)]
+
+
+def planned_allocation(nodes: int, tasks_per_node: int, gpus_per_node: int | None) -> dict[str, str]:
+    """The variables Slurm sets in a job of this shape (its job id and node names stand in: Slurm gives them), for
+    `bench slurm-script --dry-run`'s plan of the job's command."""
+    return {
+        "SLURM_JOB_ID": "JOBID",
+        "SLURM_JOB_NODELIST": f"node[1-{nodes}]" if nodes > 1 else "node1",
+        "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x{nodes})" if nodes > 1 else str(tasks_per_node),
+        **({"SLURM_GPUS_PER_NODE": str(gpus_per_node)} if gpus_per_node else {}),
+    }
+
+
 def script(
     *,
     nodes: int,
@@ -416,7 +439,17 @@ def script(
         "exec "
         + " ".join(
             shell_word(a)
-            for a in [sys.executable, "-m", "bench", verb, "--scheduler", "slurm", "--store", store, *bench_args]
+            for a in [
+                sys.executable,
+                "-m",
+                "bench",
+                verb,
+                "--scheduler",
+                "slurm",
+                "--store",
+                store,
+                *job_arguments(verb, bench_args, gpus_per_node),
+            ]
         ),
     ]
     return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from bench.cluster.fanout import fanout_steps
 from bench.cluster.slurm import srun_steps
-from bench.core.dryrun import NOT_CHECKED, PLANNED_PORT, plan_only
+from bench.core.dryrun import NOT_CHECKED, PLANNED_IFACE, PLANNED_PORT, plan_only
 from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir
 from bench.core.spec import RunSpec
@@ -77,6 +77,11 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
         lines.append(f"  on {host or here}: {shlex.join(argv)}")
     lines += [f"  env {k}={v}" for k, v in plan.env.items()]
     lines += [f"  note: {n}" for n in plan.notes]
+    if spec.iface == PLANNED_IFACE:
+        lines.append(
+            f"  note: {PLANNED_IFACE} is the interface the hosts route to each other through, found by the host check "
+            "(--iface names it)"
+        )
     if any(PLANNED_PORT in a for a in plan.command):
         lines.append(f"  note: {PLANNED_PORT} is a port free on the first host, found when the run starts")
     if spec.scheduler:

@@ -14,6 +14,7 @@ from bench.backends.base import ElasticMode, Launcher
 from bench.cluster.fanout import fanout_command
 from bench.cluster.hosts import run_on
 from bench.core.console import note
+from bench.core.dryrun import planning
 from bench.core.hostlist import Host, placement
 from bench.core.rundir import write_atomic
 
@@ -79,6 +80,8 @@ def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
         interval, count = int(values["serveraliveinterval"]), int(values.get("serveralivecountmax", 3))
         return interval * count if interval > 0 else None
 
+    if planning():  # a plan asks no host
+        return None
     try:  # asked on the first host: that is where horovodrun's ssh runs
         answers = [seconds(run_on(hosts[0], ["ssh", "-G", peer], in_checkout=False)) for peer in hosts[1:]]
     except ValueError as exc:
