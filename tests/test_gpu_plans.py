@@ -76,6 +76,8 @@ def test_torchrun_backends_plan_one_agent_per_host_of_8_gpus(backend, tmp_path):
         assert f"  on {host}: {shlex.join(argv)}" in lines
         assert "--rdzv-endpoint a:FREE_PORT" in shlex.join(argv) and f"--local-addr {host}" in shlex.join(argv)
     assert lines[0].startswith(f"launch 1/1: {backend} mnist_mlp: world size 16 on cuda")
+    # every transport on the interface the host check finds (named, not asked for, in a plan)
+    assert {"  env NCCL_SOCKET_IFNAME=IFACE", "  env GLOO_SOCKET_IFNAME=IFACE"} <= set(lines)
     if backend == "elastic":
         assert all("--nnodes 2 --nproc-per-node 8 " in shlex.join(argv) for _, argv in steps)
         assert any("cuda:LOCAL_RANK" in line and "NCCL carries" in line for line in lines)
@@ -87,7 +89,8 @@ def test_torchrun_backends_plan_one_agent_per_host_of_8_gpus(backend, tmp_path):
 
 
 @pytest.mark.parametrize("launcher", ["gloo", "mpirun"])
-def test_horovod_plans_horovodrun_or_mpirun_on_the_first_host_of_two_8_gpu_hosts(launcher, tmp_path):
+def test_horovod_plans_horovodrun_or_mpirun_on_the_first_host_of_two_8_gpu_hosts(launcher, tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCL_IB_HCA", "mlx5_0")  # a user's NCCL setting: every rank on every host must get it
     lines = planned("run", "--backend", "horovod", "--hvd-launcher", launcher, *TWO_HOSTS, tmp_path=tmp_path)
     command, _ = launcher_command("horovod", 16, [Host("a", 8), Host("b", 8)], launcher=launcher)
     [(host, argv)] = fanout_steps(command)
@@ -96,6 +99,8 @@ def test_horovod_plans_horovodrun_or_mpirun_on_the_first_host_of_two_8_gpu_hosts
         assert argv[1:6] == ["--gloo", "-np", "16", "-H", "a:8,b:8"]
     else:
         assert argv[1:5] == ["-np", "16", "-H", "a:8,b:8"]
+        assert "-x NCCL_IB_HCA" in shlex.join(argv)  # mpirun passes only what -x names to remote ranks
+    assert "  env NCCL_IB_HCA=mlx5_0" in lines
     assert any(
         "cuda:hvd.local_rank()" in line and "NCCL where this Horovod was built with it" in line for line in lines
     )

@@ -89,6 +89,8 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
             f"  note: the nodes of {spec.scheduler['nodelist']} as bench reads the list, without scontrol (a run asks "
             "`scontrol show hostnames`)"
         )
+    if spec.device == "cuda" and not spec.hosts:
+        lines.append(f"  this machine's GPUs: {NOT_CHECKED} (a run refuses more than torch.cuda.device_count())")
     if spec.hosts:
         lines.append(
             f"  hosts, their cores and GPUs: {NOT_CHECKED} (a run checks every host over ssh first, and gives each "

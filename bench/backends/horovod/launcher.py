@@ -131,7 +131,9 @@ class HorovodLauncher(Launcher):
             | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set())
             | ({"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"} if spec.iface else set())
         )
-        for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present):
+        # every NCCL_* variable too: NCCL reads its settings (NCCL_IB_HCA, NCCL_P2P_LEVEL...) in each rank
+        nccl = sorted(v for v in present if v.startswith("NCCL_") and v not in MPIRUN_EXPORTS_IF_SET)
+        for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present) + tuple(nccl):
             command += ["-x", var]
         return on_first_host(spec, command + list(rank_command))
 
