@@ -206,5 +206,7 @@ def test_slurm_gpu_counts_and_node_lists_read_without_scontrol():
     assert gpus_per_node({"SLURM_JOB_GRES": "gpu:h100:2"}) == 2
     assert gpus_per_node({"SLURM_JOB_GRES": "tmpdisk:100"}) is None
     assert expand_nodelist("gpu[01-03,07],login1") == ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]
-    with pytest.raises(UsageError):
-        expand_nodelist("gpu[a-b]")
+    assert expand_nodelist("r[1-2]n[01-02]-ib") == ["r1n01-ib", "r1n02-ib", "r2n01-ib", "r2n02-ib"]
+    for bad in ("gpu[a-b]", "gpu[1-2", "gpu]"):
+        with pytest.raises(UsageError, match="SLURM_JOB_NODELIST"):
+            expand_nodelist(bad)

@@ -77,21 +77,33 @@ def gpus_per_node(env) -> int | None:
 
 
 def expand_nodelist(text: str) -> list[str]:
-    """Slurm's compressed node list ("node[01-03,07],login1") as its names, for a dry run, which does not ask
-    scontrol; a form it does not know is refused in one line."""
-    names: list[str] = []
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,\[]*", text):
-        match = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\]([^\[\]]*)", item)
-        if not match:
-            names.append(item)
-            continue
-        head, ranges, tail = match.groups()
-        for part in ranges.split(","):
-            low, _, high = part.partition("-")
-            if not low.isdigit() or (high and not high.isdigit()):
-                raise UsageError(f"SLURM_JOB_NODELIST={text}: {part!r} is not a number or a range")
-            names += [f"{head}{i:0{len(low)}d}{tail}" for i in range(int(low), int(high or low) + 1)]
-    return names
+    """Slurm's compressed node list ("node[01-03,07],login1", "r[1-2]n[1-4]") as its names, for a dry run, which does
+    not ask scontrol; a form it does not know is refused in one line."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text + ","):  # the commas outside brackets separate the names
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0 or depth > 1:
+            raise UsageError(f"SLURM_JOB_NODELIST={text}: its brackets do not pair")
+        if char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise UsageError(f"SLURM_JOB_NODELIST={text}: its brackets do not pair")
+    return [name for item in items if item for name in _expand_name(item, text)]
+
+
+def _expand_name(item: str, text: str) -> list[str]:
+    match = re.match(r"([^\[]*)\[([^\]]+)\](.*)", item)
+    if not match:
+        return [item]
+    head, ranges, tail = match.groups()
+    names = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise UsageError(f"SLURM_JOB_NODELIST={text}: {part!r} is not a number or a range")
+        names += [f"{head}{i:0{len(low)}d}" for i in range(int(low), int(high or low) + 1)]
+    return [name + rest for name in names for rest in _expand_name(tail, text)]
 
 
 def _scontrol(*args: str) -> str:
