@@ -143,6 +143,7 @@ def test_a_ray_cluster_plan_asks_ray_for_a_gpu_per_worker(tmp_path):
     lines = planned("run", "--backend", "ray", "--ray-address", "10.0.0.1:6379", "--gpus", "16", tmp_path=tmp_path)
     command, spec = launcher_command("ray", 16, None, ray_address="10.0.0.1:6379")
     assert f"  on this machine: {shlex.join(command)}" in lines
+    assert not any("this machine's GPUs" in line for line in lines)  # the cluster's GPUs, not this machine's
     config = scaling(spec)
     assert config == {"num_workers": 16, "use_gpu": True, "resources_per_worker": {"CPU": spec.threads, "GPU": 1}}
     assert any(
@@ -210,3 +211,12 @@ def test_slurm_gpu_counts_and_node_lists_read_without_scontrol():
     for bad in ("gpu[a-b]", "gpu[1-2", "gpu]"):
         with pytest.raises(UsageError, match="SLURM_JOB_NODELIST"):
             expand_nodelist(bad)
+
+
+def test_one_8_gpu_node_plans_the_readme_command_without_counting_this_machines_gpus(tmp_path):
+    lines = planned("run", "--backend", "elastic,horovod", "--gpus", "8", tmp_path=tmp_path)
+    for backend in ("elastic", "horovod"):
+        command, _ = launcher_command(backend, 8, None)
+        assert f"  on this machine: {shlex.join(command)}" in lines
+    assert [line.split(":")[0] for line in lines if line.startswith("launch ")] == ["launch 1/2", "launch 2/2"]
+    assert "  this machine's GPUs: not checked: dry run (a run refuses more than torch.cuda.device_count())" in lines

@@ -89,7 +89,7 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
             f"  note: the nodes of {spec.scheduler['nodelist']} as bench reads the list, without scontrol (a run asks "
             "`scontrol show hostnames`)"
         )
-    if spec.device == "cuda" and not spec.hosts:
+    if spec.device == "cuda" and not spec.hosts and get_backend(spec.backend).places_on_this_host(spec.backend_options):
         lines.append(f"  this machine's GPUs: {NOT_CHECKED} (a run refuses more than torch.cuda.device_count())")
     if spec.hosts:
         lines.append(
