@@ -134,7 +134,7 @@ def test_horovods_wait_for_a_lost_host_is_read_from_ssh(monkeypatch, capsys, ans
     [
         (["run", "--iface", "eth0"], ["--iface applies to runs across hosts"]),
         (["run", "--hosts", "a:1", "--hostfile", "/etc/hostname"], ["--hostfile"]),
-        (["run", "--hosts", "a:1", "--gpus", "1"], ["--gpus across hosts"]),
+        (["run", "--hosts", "a:1", "--gpus", "1", "--nproc", "1"], ["give either --nproc", "not both"]),
         (["allreduce", "--hosts", "a:0"], ["at least 1 slot"]),
         (["allreduce", "--link", "1gbit"], ["--link applies to runs across hosts"]),
         (["allreduce", "--link", "fast"], ["the rate must be a number with tc's unit"]),

@@ -249,6 +249,8 @@ def options_for(name: str, value: str, tmp: Path) -> tuple[list[str], Path, dict
     if name in ("nodes", "tasks-per-node", "gpus-per-node"):
         try:
             expect["directives"] = {name.replace("tasks", "ntasks"): str(int(value))}
+            if name == "gpus-per-node":  # the job's sweep runs on the GPUs it asked for
+                expect["rest"] = ["--max-gpus", str(int(value))]
         except ValueError:
             pass
         return [*base, f"--{name}={value}"], work, expect

@@ -35,6 +35,7 @@ import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from bench.core.dryrun import planning
 from bench.core.hostlist import placement
 from bench.core.records import RankRow
 from bench.rank.collectives import TorchBuffers, bus_factor
@@ -122,6 +123,17 @@ class Launcher(ABC):
     @abstractmethod
     def rank_identity(self, env) -> tuple[int, int]:
         """(global rank, attempt) of the rank started with this environment."""
+
+    def plan_notes(self, spec) -> list[str]:
+        """What a dry run's plan says of the launch beyond its command and environment: by default, where each process
+        of a GPU run takes its GPU (bench.rank.kit: cuda:LOCAL_RANK, LOCAL_RANK as the launcher numbers the processes
+        of a host)."""
+        if spec.device != "cuda":
+            return []
+        return [
+            "each process takes cuda:LOCAL_RANK, its local rank on its host (CUDA_VISIBLE_DEVICES is not set by "
+            "bench: every process sees its host's GPUs); NCCL carries the collectives"
+        ]
 
     def startup_phases(self, run_dir) -> dict[str, float]:
         """The launcher's own start-up phases of a finished run, as it reported them in the run directory:
@@ -314,6 +326,11 @@ class Backend:
     def unavailable_reason(self, device: str) -> str | None:
         """None when this backend can run on `device` here, else what is missing and how to get it."""
         return None
+
+    def problem_here(self, device: str) -> str | None:
+        """unavailable_reason, but for a dry run's GPU plan, which any machine may make: the GPUs, and the NCCL that
+        drives them, are the hosts' to have (their check runs with the run)."""
+        return None if device == "cuda" and planning() else self.unavailable_reason(device)
 
     def doctor_lines(self) -> list[str]:
         """Extra facts for `bench doctor`."""

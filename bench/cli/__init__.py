@@ -43,6 +43,7 @@ from bench.cli.common import Parser, before_runs
 from bench.cli.renamed import add_old_spellings
 from bench.cluster.slurm import last_ending
 from bench.core.console import guard_std_streams, lost_output, note
+from bench.core.dryrun import plan_only
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BenchError, Interrupted
 from bench.harness.supervisor import signals_held
 
@@ -176,6 +177,9 @@ def _report_lost_output(verb: str | None) -> None:
 def _carry_out(args) -> int:
     """The verb, its errors turned into one line and an exit code."""
     try:
+        if getattr(args, "dry_run", False):  # plans only: nothing of this machine is claimed, no host contacted
+            with plan_only():
+                return args.func(args)
         if hasattr(args, "allow_shared"):  # a verb that runs something on this machine
             before_runs(args)
         return args.func(args)

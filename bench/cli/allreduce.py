@@ -15,6 +15,7 @@ from bench.cli.common import (
     world_of,
 )
 from bench.core.registry import compared_for
+from bench.harness.plan import print_plans
 from bench.harness.runner import run_specs
 from bench.rank.collectives import format_table
 from bench.workflows.plan import comm_specs
@@ -42,6 +43,7 @@ def add_parser(verbs) -> None:
             options.comm(),
             options.backend_options(),
             options.sharing(),
+            options.plan(),
             options.store(),
             options.json_output(),
         ],
@@ -57,6 +59,8 @@ def cmd(args) -> int:
     specs = comm_specs(
         backends, device, [world], comm=comm_options(args), options={**spec_options(args, backends), "cluster": cluster}
     )
+    if args.dry_run:
+        return print_plans(specs)
     records = run_specs(
         specs,
         open_store(args.store, runs=True),

@@ -13,8 +13,16 @@ import sys
 from bench.cli import hints, options
 from bench.cli.options import BACKEND_OPTION
 from bench.cluster import slurm
-from bench.cluster.hosts import check_hosts, check_interface_variables, parse_link, shape_links, unshape_links
+from bench.cluster.hosts import (
+    check_hosts,
+    check_interface_variables,
+    parse_link,
+    planned_check,
+    shape_links,
+    unshape_links,
+)
 from bench.core.console import note
+from bench.core.dryrun import planning
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.core.hostlist import Host
 from bench.core.records import RunStatus
@@ -171,27 +179,39 @@ def cluster_of(args) -> dict | None:
         return None
     if args.hosts and args.hostfile:
         raise UsageError("give either --hosts or --hostfile, not both")
-    (nproc_flag, _), (gpus_flag, gpus) = world_size_given(args)
-    if gpus is not None:
-        raise UsageError(
-            f"{gpus_flag} across hosts is not supported yet; give --hosts with {nproc_flag} for CPU processes"
+    (nproc_flag, nproc), (gpus_flag, gpus) = world_size_given(args)
+    if gpus is not None and nproc is not None:
+        raise UsageError(f"give either {nproc_flag} (CPU processes) or {gpus_flag} (one process per GPU), not both")
+    if gpus is None and nproc is None and scheduler is not None and scheduler["gpus_per_node"]:
+        gpus = scheduler["gpus_per_node"]  # a job that asked for GPUs runs on them
+        note(
+            f"bench: the allocation gives each node {gpus} GPU(s): {gpus_flag} {gpus} per node ({nproc_flag} for CPUs)"
         )
-
-    check = check_hosts(hosts, sys.executable, args.iface)
+    if gpus is not None:  # one process per GPU: a host's slots are its GPUs
+        hosts = [Host(h.name, gpus) for h in hosts]
+    if planning():
+        check = planned_check(hosts, args.iface, gpus)
+    else:
+        check = check_hosts(hosts, sys.executable, args.iface, gpus)
     shaped = [x for x in (links or [link]) if x]
     if shaped and check.iface == "lo":
         raise UsageError(
             "--link shapes the links between hosts; with one host there is none (its loopback is this whole machine's)"
         )
-    for each in shaped:  # each tried once now, so that a link that cannot be shaped is refused before planning
+    for each in [] if planning() else shaped:  # each tried once now: a link that cannot be shaped is refused first
         shape_links([h.name for h in hosts], check.iface, each)
         unshape_links([h.name for h in hosts], check.iface)
     shown = ", ".join(x["rate"] if x else "unlimited" for x in links) if links else (link["rate"] if link else "")
     note(
-        f"bench: across {', '.join(f'{h.name} ({h.slots} slot(s))' for h in hosts)}; interface {check.iface} "
-        f"({check.iface_chosen_by})" + (f"; links {shown}" if shown else "")
+        f"bench: across {', '.join(f'{h.name} ({h.slots} slot(s))' for h in hosts)}; interface "
+        f"{check.iface} ({check.iface_chosen_by})" + (f"; links {shown}" if shown else "")
     )
-    return {**check.cluster(hosts), "link": link, "links": links, "scheduler": scheduler}
+    if check.gpus:
+        note(
+            "bench: GPUs: "
+            + "; ".join(f"{h} {g['gpus']} (CUDA {g['cuda']}, NCCL {g['nccl']})" for h, g in check.gpus.items())
+        )
+    return {**check.cluster(hosts), "link": link, "links": links, "scheduler": scheduler, "gpus_per_host": gpus}
 
 
 def slurm_allocation(args, hosts) -> dict | None:
@@ -240,8 +260,13 @@ def world_of(args, cluster: dict | None) -> tuple[str, int]:
     if cluster is None:
         if nproc is not None and gpus is not None:
             raise UsageError(f"give either {nproc_flag} (CPU processes) or {gpus_flag} (one process per GPU), not both")
+        if gpus is not None and (planning() or getattr(args, BACKEND_OPTION + "ray_address", None)):
+            # the GPUs are a Ray cluster's, or a dry run's as given: not this machine's to count
+            return "cuda", gpus
         with said_in_flags_of(args):
             return resolve_device(nproc, gpus)
+    if cluster.get("gpus_per_host"):  # every host's GPUs, one process each (cluster_of made them its slots)
+        return "cuda", cluster["gpus_per_host"] * len(cluster["hosts"])
     slots = sum(h["slots"] for h in cluster["hosts"])
     if nproc is not None and nproc > slots:
         raise UsageError(f"{nproc_flag} {nproc}: the hosts have {slots} slot(s); lower {nproc_flag} or give more slots")

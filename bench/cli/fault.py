@@ -11,6 +11,7 @@ from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.registry import DEFAULT_BACKEND, elastic_backends, get_backend
 from bench.core.spec import MAX_TIMEOUT_WORDS, resolve_device
+from bench.harness.plan import print_plans
 from bench.tasks.fault.spec import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, build_spec, check_scenario_hosts
 from workloads import WORKLOADS
 
@@ -64,6 +65,7 @@ def add_parser(verbs) -> None:
             options.numerics(),
             options.backend_options(elastic_backends(), fault=True),
             options.sharing(),
+            options.plan(),
             options.store(),
             options.json_output(),
         ],
@@ -222,4 +224,6 @@ def cmd(args) -> int:
         for workload in options.chosen(args.workload, WORKLOADS)
         for backend in backends
     ]
+    if args.dry_run:
+        return print_plans(specs)
     return run_each(specs, args.store, args.json, "fault", show_progress=False)

@@ -313,6 +313,7 @@ GROUP_TITLES = {
     "harness": "testing the harness",
     "comm": "communication sweep (nccl-tests conventions)",
     "sharing": "sharing the machine (one benchmark at a time per set of cores)",
+    "plan": "planning",
     "results": None,  # each verb places these where they read best
 }
 
@@ -587,6 +588,13 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
             action="store_true",
             help="leave cudnn.benchmark off on GPUs (default: on for GPU runs; it means nothing on CPUs)",
         ),
+        # planning
+        "--dry-run": dict(
+            group="plan",
+            action="store_true",
+            help="print each launch's plan (the command on each host, the environment it sets) and stop: no host is "
+            "contacted, nothing is started, no store or run folder is made",
+        ),
         # testing the harness
         "--inject": dict(
             group="harness",
@@ -819,6 +827,11 @@ def numerics() -> argparse.ArgumentParser:
 
 def harness() -> argparse.ArgumentParser:
     return of_group("harness")
+
+
+def plan() -> argparse.ArgumentParser:
+    """--dry-run: the verbs whose launches can be planned without running them."""
+    return of_group("plan")
 
 
 def sharing() -> argparse.ArgumentParser:

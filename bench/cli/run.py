@@ -6,6 +6,7 @@ from bench.cli import options
 from bench.cli.common import chosen_backends, cluster_of, examples, run_each, spec_options, world_of
 from bench.core.errors import UsageError
 from bench.core.registry import DEFAULT_BACKEND, compared_for
+from bench.harness.plan import print_plans
 from bench.tasks.train import build_spec
 from workloads import WORKLOADS
 
@@ -21,6 +22,7 @@ def add_parser(verbs) -> None:
             "bench run --backend ps --nproc 2 --ps-servers 2 --ps-mode async",
             "bench run --backend horovod --hvd-launcher mpi --nproc 2",
             "bench run --backend elastic,horovod --nproc 2                # one run of each, in turn",
+            "bench run --backend elastic --hosts a:8,b:8 --gpus 8 --dry-run  # the plan of 16 GPU processes",
         ),
         parents=[
             options.what_runs(
@@ -31,6 +33,7 @@ def add_parser(verbs) -> None:
             ),
             *options.training(),
             options.parent("output", ("--save-model",)),
+            options.plan(),
         ],
     )
     p.set_defaults(func=cmd)
@@ -53,4 +56,6 @@ def cmd(args) -> int:
         for workload in workloads
         for backend in backends
     ]
+    if args.dry_run:
+        return print_plans(specs)
     return run_each(specs, args.store, args.json, "run")

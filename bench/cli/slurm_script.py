@@ -18,7 +18,15 @@ import sys
 from bench.cli import options
 from bench.cli.common import examples, open_store
 from bench.cluster.slurm import SCRIPT_DEFAULTS as d
-from bench.cluster.slurm import directive_problem, early_warning_note, requested_seconds, script, shell_word
+from bench.cluster.slurm import (
+    directive_problem,
+    early_warning_note,
+    job_arguments,
+    planned_allocation,
+    requested_seconds,
+    script,
+    shell_word,
+)
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
 from bench.core.inputs import NAME_MAX, shown
@@ -79,6 +87,7 @@ def add_parser(verbs) -> None:
         ),
         parents=[
             options.store(),
+            options.plan(),
             options.parent(
                 None,
                 ["--output"],
@@ -151,6 +160,41 @@ def add_parser(verbs) -> None:
     p.set_defaults(func=cmd)
 
 
+def plan_job(args, text: str, rest: list[str]) -> int:
+    """--dry-run: the script on stdout (not written, -o or not), then the plan of its bench command in an allocation of
+    the shape asked for (bench.cluster.slurm.planned_allocation): the srun line and each node's command."""
+    sys.stdout.write(text)
+    print(f"# the job's plan, in an allocation of {args.nodes} node(s) (names and job id stand in):", flush=True)
+    job = args.root_parser.parse_args(
+        [args.job_verb, "--scheduler", "slurm", "--dry-run", *job_arguments(args.job_verb, rest, args.gpus_per_node)]
+    )
+    saved = {k: os.environ.get(k) for k in SLURM_VARIABLES}
+    for k in SLURM_VARIABLES:
+        os.environ.pop(k, None)
+    os.environ.update(planned_allocation(args.nodes, args.tasks_per_node, args.gpus_per_node))
+    try:
+        return job.func(job)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# what a planned allocation sets, and what it must not inherit from an allocation this command may run in
+SLURM_VARIABLES = (
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_ON_NODE",
+    "SLURM_JOB_GRES",
+    "SLURM_GRES",
+)
+
+
 def cmd(args) -> int:
     rest = list(args.bench_args)
     if rest and rest[0] == "--":
@@ -204,6 +248,8 @@ def cmd(args) -> int:
         raise UsageError(
             f"--output {shown(args.output)}: its folder does not exist; make it first, or write the script to stdout"
         )
+    if args.dry_run:
+        return plan_job(args, text, rest)
     short = early_warning_note(args.time)
     if short:
         note(f"bench slurm-script: note: {short}")

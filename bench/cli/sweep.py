@@ -20,10 +20,11 @@ from bench.cli.common import (
 from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
+from bench.harness.plan import print_plans
 from bench.rank.collectives import COMM_DEFAULTS
 from bench.report.page import output_path, write_report_with_copy
 from bench.workflows.plan import SWEEP_DEFAULTS, SWEEP_FAULTS, check_fault_kinds, check_pair_can_run, sweep_world_sizes
-from bench.workflows.sweep import resume_sweep, run_benchmark_sweep
+from bench.workflows.sweep import benchmark_sweep_plan, resume_sweep, run_benchmark_sweep
 from workloads import WORKLOADS
 
 # what --resume takes besides the sweep: where its runs go, what it prints, and how they share the machine
@@ -141,6 +142,7 @@ def add_parser(verbs) -> None:
                 },
             ),
             options.report_output(),
+            options.plan(),
         ],
     )
     p.set_defaults(func=cmd)
@@ -156,8 +158,8 @@ def cmd(args) -> int:
         if args.no_faults
         else check_fault_kinds(SWEEP_FAULTS["kinds"] if args.faults is None else comma_list(args.faults))
     )
-    store = open_store(args.store, runs=True)
-    if args.output:
+    store = None if args.dry_run else open_store(args.store, runs=True)  # a plan makes no store
+    if args.output and not args.dry_run:
         output_path(args.output)  # before the sweep, not after it
     cluster = cluster_of(args)
     device, limit = world_of(args, cluster)
@@ -173,21 +175,24 @@ def cmd(args) -> int:
     spec = (
         {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | {"cluster": cluster}
     )
+    sweep = dict(
+        backends=backends,
+        workloads=options.chosen(args.workload, WORKLOADS),
+        device=device,
+        world_sizes=args.world_sizes or sweep_world_sizes(limit),
+        options=spec,
+        comm=None if args.no_comm else comm_options(args),
+        with_plain_loop=not args.no_plain_loop,
+        repeats=args.repeats,
+        faults=faults,
+        fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"],
+    )
     with said_in_flags_of(args):  # the plan's refusals of a world size name the sweep's flags
-        _, records = run_benchmark_sweep(
-            store,
-            "bench sweep",
-            backends=backends,
-            workloads=options.chosen(args.workload, WORKLOADS),
-            device=device,
-            world_sizes=args.world_sizes or sweep_world_sizes(limit),
-            options=spec,
-            comm=None if args.no_comm else comm_options(args),
-            with_plain_loop=not args.no_plain_loop,
-            repeats=args.repeats,
-            faults=faults,
-            fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"],
-        )
+        if args.dry_run:
+            specs, description = benchmark_sweep_plan(None, **sweep)
+            note(f"bench sweep: {description}")
+            return print_plans(specs)
+        _, records = run_benchmark_sweep(store, "bench sweep", **sweep)
     return finish(args, store, records)
 
 

@@ -62,6 +62,14 @@ def fanout_command(steps: list[tuple[str, list[str]]], node_range: bool = False)
     ]
 
 
+def fanout_steps(command: list[str]) -> list[tuple[str | None, list[str]]] | None:
+    """The (host, argv) steps of a command fanout_command or local_processes_command made (a host of None: this
+    machine), or None for any other command: what a dry run shows per host."""
+    if command[1:3] != ["-m", "bench.cluster.fanout"]:
+        return None
+    return [(step["host"], step["argv"]) for step in json.loads(command[-1])]
+
+
 def local_processes_command(steps: list[tuple[dict[str, str], list[str]]]) -> list[str]:
     """The launcher command that runs each (extra environment, argv) of `steps` as a process of this machine."""
     return [

@@ -20,6 +20,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from bench.core.dryrun import NOT_CHECKED, PLANNED_IFACE, PLANNED_PORT, planning
 from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
 from bench.core.gpu_node import nccl_variables
@@ -51,6 +52,8 @@ def run_on(
 ) -> subprocess.CompletedProcess:
     """argv on `host` over ssh (exit 255 with the reason when ssh could not run it); in_checkout: in this checkout
     (the same path on every host), with it importable."""
+    if planning():  # a dry run contacts no host: whatever asks is answered that nothing was asked
+        return subprocess.CompletedProcess(argv, 255, "", NOT_CHECKED)
     where = ({"PYTHONPATH": str(PROJECT_ROOT)}, str(PROJECT_ROOT)) if in_checkout else (None, None)
     try:
         return subprocess.run(
@@ -89,10 +92,21 @@ def on_every_host(
 # ---------------------------------------------------------------- checks before a launch
 PROBE = """
 import json, os, socket, subprocess, sys
-iface, peer = sys.argv[1], sys.argv[2]
+iface, peer, gpus = sys.argv[1], sys.argv[2], sys.argv[3] == "gpus"
 with open("/proc/sys/kernel/random/boot_id") as f:
     boot = f.read().strip()
 out = {"hostname": socket.gethostname(), "cpus": len(os.sched_getaffinity(0)), "machine": boot}
+if gpus:  # torch only when GPUs are asked for: its import takes seconds
+    try:
+        import torch
+        out["gpus"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        out["cuda"] = torch.version.cuda
+        try:
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if out["gpus"] else None
+        except Exception:
+            out["nccl"] = None
+    except Exception as exc:
+        out["gpus"], out["gpu_error"] = 0, f"{type(exc).__name__}: {exc}"[:160]
 if iface:
     try:
         socket.if_nametoindex(iface)
@@ -115,15 +129,18 @@ class HostCheck:
     iface: str
     iface_chosen_by: str  # "given" or how it was found
     machines: dict  # host as given -> {"hostname", "cpus", "id"}: hosts with one id share a machine (its cores)
+    gpus: dict | None = None  # with GPUs asked for: host -> {"gpus", "cuda", "nccl"} as the host's torch says
 
     def cluster(self, hosts: list[Host]) -> dict:
         """What a spec builder takes for a run across these hosts (bench.core.spec.check_placement)."""
         return {"hosts": [h.to_dict() for h in hosts], "iface": self.iface, "machines": self.machines}
 
 
-def check_hosts(hosts: list[Host], python: str, iface: str | None) -> HostCheck:
+def check_hosts(hosts: list[Host], python: str, iface: str | None, gpus: int | None = None) -> HostCheck:
     """Every host answers over ssh, runs this environment's python, and has the interface; without `iface`, the
-    one each host routes to its peer (the first host to the second, the others to the first) when they agree."""
+    one each host routes to its peer (the first host to the second, the others to the first) when they agree. With
+    `gpus` (per host), every host has at least that many CUDA devices, as its own torch counts them, and says its
+    CUDA and NCCL versions."""
     import json
 
     names = [h.name for h in hosts]
@@ -133,7 +150,7 @@ def check_hosts(hosts: list[Host], python: str, iface: str | None) -> HostCheck:
             return ""
         return names[1] if host == names[0] else names[0]
 
-    results = on_every_host(names, lambda h: [python, "-c", PROBE, iface or "", peer(h)])
+    results = on_every_host(names, lambda h: [python, "-c", PROBE, iface or "", peer(h), "gpus" if gpus else ""])
     answers = {}
     for host, proc in results.items():
         if proc.returncode == 255:
@@ -155,6 +172,7 @@ def check_hosts(hosts: list[Host], python: str, iface: str | None) -> HostCheck:
                 f"host {host} gave no readable answer to the check ({proc.stdout.strip()[:80]!r})"
             ) from None
     machines = {h: {"hostname": a["hostname"], "cpus": a["cpus"], "id": a["machine"]} for h, a in answers.items()}
+    found = gpu_answers(answers, gpus)
     if iface:
         missing = [h for h, a in answers.items() if not a.get("iface_ok")]
         if missing:
@@ -162,15 +180,43 @@ def check_hosts(hosts: list[Host], python: str, iface: str | None) -> HostCheck:
                 f"--iface {iface}: no such interface on {', '.join(missing)}; give the interface the "
                 "hosts share (`ip -o link` on a host lists them)"
             )
-        return HostCheck(iface, "given", machines)
+        return HostCheck(iface, "given", machines, found)
     if len(names) == 1:
-        return HostCheck("lo", "one host: loopback", machines)
+        return HostCheck("lo", "one host: loopback", machines, found)
     devices = {h: a.get("route_dev") for h, a in answers.items()}
     chosen = set(devices.values())
     if len(chosen) != 1 or None in chosen:
         seen = ", ".join(f"{h}: {d}" for h, d in devices.items())
         raise UsageError(f"the hosts reach each other through different interfaces ({seen}); choose one with --iface")
-    return HostCheck(chosen.pop(), "the interface the hosts route to each other through", machines)
+    return HostCheck(chosen.pop(), "the interface the hosts route to each other through", machines, found)
+
+
+def gpu_answers(answers: dict, gpus: int | None) -> dict | None:
+    """Each host's GPUs, CUDA and NCCL from the check's answers; a host with fewer GPUs than `gpus` refused in one
+    line that names it (the first such host, in the order given)."""
+    if not gpus:
+        return None
+    for host, answer in answers.items():
+        have = answer.get("gpus", 0)
+        if have < gpus:
+            why = f": {answer['gpu_error']}" if answer.get("gpu_error") else ""
+            raise UsageError(
+                f"host {host} has {have} CUDA device(s){why}, fewer than --gpus {gpus}; give --gpus {have} or "
+                "fewer, or leave that host out"
+                if have
+                else f"host {host} has no CUDA device{why}, and --gpus {gpus} asks for {gpus} on every host; "
+                "leave that host out, or use --nproc for CPU processes"
+            )
+    return {h: {k: a.get(k) for k in ("gpus", "cuda", "nccl")} for h, a in answers.items()}
+
+
+def planned_check(hosts: list[Host], iface: str | None, gpus: int | None) -> HostCheck:
+    """What a dry run takes instead of check_hosts, which it may not run (it contacts every host): each host its own
+    machine, its cores unknown (0; bench.core.spec.cluster_threads takes --threads or 1 in a dry run), the interface
+    given (or PLANNED_IFACE), and the GPUs asked for, all as given and not checked."""
+    machines = {h.name: {"hostname": h.name, "cpus": 0, "id": h.name} for h in hosts}
+    found = {h.name: {"gpus": gpus, "cuda": NOT_CHECKED, "nccl": NOT_CHECKED} for h in hosts} if gpus else None
+    return HostCheck(iface or PLANNED_IFACE, NOT_CHECKED, machines, found)
 
 
 # The variables that choose a library's network interface, and how they name one: "name" exactly one, "names" a
@@ -226,8 +272,11 @@ def check_interface_variables(environ, iface: str | None = None) -> None:
                 )
 
 
-def free_port_on(host: str, python: str) -> int:
-    """A TCP port free on `host` now (the rendezvous endpoint every agent must know in advance)."""
+def free_port_on(host: str, python: str) -> int | str:
+    """A TCP port free on `host` now (the rendezvous endpoint every agent must know in advance); a dry run names it
+    (PLANNED_PORT) instead of asking the host."""
+    if planning():
+        return PLANNED_PORT
     proc = run_on(
         host, [python, "-c", "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"]
     )

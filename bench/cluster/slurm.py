@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.core.dryrun import planning
 from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
 from bench.core.inputs import shown
@@ -55,6 +56,56 @@ def tasks_per_node(text: str) -> list[int]:
     return counts
 
 
+GPUS = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?(\d+)$")  # "4" or "a100:4", as Slurm writes a per-node GPU count
+
+
+def gpus_per_node(env) -> int | None:
+    """The GPUs the allocation gives each node, from what Slurm sets in a job that asked for them: SLURM_GPUS_ON_NODE
+    (this node's), SLURM_GPUS_PER_NODE (--gpus-per-node, "4" or "a100:4"), or a gres of gpu in SLURM_JOB_GRES or
+    SLURM_GRES ("gpu:4", "gpu:a100:4"); None when it gave none."""
+    for name in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        match = GPUS.match((env.get(name) or "").strip())
+        if match:
+            return int(match.group(1)) or None
+    for name in ("SLURM_JOB_GRES", "SLURM_GRES"):
+        for item in (env.get(name) or "").split(","):
+            kind, _, count = item.strip().partition(":")
+            match = GPUS.match(count)
+            if kind == "gpu" and match:
+                return int(match.group(1)) or None
+    return None
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """Slurm's compressed node list ("node[01-03,07],login1", "r[1-2]n[1-4]") as its names, for a dry run, which does
+    not ask scontrol; a form it does not know is refused in one line."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text + ","):  # the commas outside brackets separate the names
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0 or depth > 1:
+            raise UsageError(f"SLURM_JOB_NODELIST={text}: its brackets do not pair")
+        if char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise UsageError(f"SLURM_JOB_NODELIST={text}: its brackets do not pair")
+    return [name for item in items if item for name in _expand_name(item, text)]
+
+
+def _expand_name(item: str, text: str) -> list[str]:
+    match = re.match(r"([^\[]*)\[([^\]]+)\](.*)", item)
+    if not match:
+        return [item]
+    head, ranges, tail = match.groups()
+    names = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise UsageError(f"SLURM_JOB_NODELIST={text}: {part!r} is not a number or a range")
+        names += [f"{head}{i:0{len(low)}d}" for i in range(int(low), int(high or low) + 1)]
+    return [name + rest for name in names for rest in _expand_name(tail, text)]
+
+
 def _scontrol(*args: str) -> str:
     try:
         proc = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S)
@@ -76,17 +127,19 @@ def allocation(env=None) -> dict:
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
         raise UsageError("inside a Slurm job without SLURM_JOB_NODELIST; run bench from the batch script or salloc")
-    nodes = _scontrol("show", "hostnames", nodelist).split()
+    nodes = expand_nodelist(nodelist) if planning() else _scontrol("show", "hostnames", nodelist).split()
     tasks = env.get("SLURM_TASKS_PER_NODE")
     counts = tasks_per_node(tasks) if tasks else [1] * len(nodes)
     if len(counts) != len(nodes):
         raise UsageError(f"SLURM_TASKS_PER_NODE={tasks} names {len(counts)} nodes, the node list {len(nodes)}")
-    remember_limit(env)
+    if not planning():
+        remember_limit(env)
     return {
         "name": "slurm",
         "job_id": env["SLURM_JOB_ID"],
         "nodelist": nodelist,
         "hosts": [{"name": node, "slots": n} for node, n in zip(nodes, counts)],
+        "gpus_per_node": gpus_per_node(env),
     }
 
 
@@ -140,6 +193,14 @@ def srun_command(steps: list[tuple[str, list[str]]]) -> list[str]:
         "task",
         plan,
     ]
+
+
+def srun_steps(command: list[str]) -> list[tuple[str, list[str]]] | None:
+    """The (node, argv) steps of a command srun_command made, or None for any other command: what a dry run shows
+    per node."""
+    if not command or command[0] != "srun" or command[-2:-1] != ["task"]:
+        return None
+    return list(json.loads(command[-1]).items())
 
 
 def run_task(plan_text: str) -> int:
@@ -305,6 +366,29 @@ def shell_word(text: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
+WORLD_SIZE_FLAGS = ("--nproc", "--gpus", "--max-nproc", "--max-gpus", "--world-sizes")
+
+
+def job_arguments(verb: str, bench_args: list[str], gpus_per_node: int | None) -> list[str]:
+    """The arguments of the job's bench command after its verb: the given ones and, in a job that asks for GPUs and
+    names no world size, the GPUs of each node (--gpus, a sweep's --max-gpus), so that the job runs GPU work."""
+    names_a_size = any(a == f or a.startswith(f + "=") for a in bench_args for f in WORLD_SIZE_FLAGS)
+    if not gpus_per_node or names_a_size:
+        return list(bench_args)
+    return [*bench_args, "--max-gpus" if verb == "sweep" else "--gpus", str(gpus_per_node)]
+
+
+def planned_allocation(nodes: int, tasks_per_node: int, gpus_per_node: int | None) -> dict[str, str]:
+    """The variables Slurm sets in a job of this shape (its job id and node names stand in: Slurm gives them), for
+    `bench slurm-script --dry-run`'s plan of the job's command."""
+    return {
+        "SLURM_JOB_ID": "JOBID",
+        "SLURM_JOB_NODELIST": f"node[1-{nodes}]" if nodes > 1 else "node1",
+        "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x{nodes})" if nodes > 1 else str(tasks_per_node),
+        **({"SLURM_GPUS_PER_NODE": str(gpus_per_node)} if gpus_per_node else {}),
+    }
+
+
 def script(
     *,
     nodes: int,
@@ -367,7 +451,17 @@ def script(
         "exec "
         + " ".join(
             shell_word(a)
-            for a in [sys.executable, "-m", "bench", verb, "--scheduler", "slurm", "--store", store, *bench_args]
+            for a in [
+                sys.executable,
+                "-m",
+                "bench",
+                verb,
+                "--scheduler",
+                "slurm",
+                "--store",
+                store,
+                *job_arguments(verb, bench_args, gpus_per_node),
+            ]
         ),
     ]
     return "\n".join(lines) + "\n"

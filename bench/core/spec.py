@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from bench.core.codec import JsonObject, OwnForm, RecordError, Where, decode, decode_fields, restore_floats, spell
+from bench.core.dryrun import planning
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host, placement
 from bench.core.registry import get_task
@@ -280,7 +281,7 @@ def check_placement(
             f"backend {name} runs at most {plugin.max_world_size} worker(s); "
             f"world size {world_size} is not allowed: lower --nproc or pick another backend"
         )
-    problem = plugin.unavailable_reason(device)
+    problem = plugin.problem_here(device)
     if problem:
         raise UsageError(f"backend {name} cannot run here: {problem}")
     resolved = plugin.resolve_options(backend_options or {}, world_size, cluster["hosts"] if cluster else None)
@@ -366,6 +367,8 @@ def cluster_threads(
     ]
     if not plugin.launcher.spans_hosts and len(per_host) > 1:
         raise UsageError(f"backend {plugin.name} runs on one host only; give --nproc 1 or one host")
+    if planning():  # a dry run knows no host's cores (bench.cluster.hosts.planned_check): the threads as given
+        return threads or 1
     load = machine_load(cluster, per_host)
     threads = fitting_threads(load) if threads is None else threads
     for cpus, n in load:

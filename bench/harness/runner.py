@@ -58,6 +58,16 @@ def worker_environment(spec: RunSpec, tag: str) -> dict[str, str]:
     return env
 
 
+def rank_command_of(spec: RunSpec, run_dir: RunDir) -> list[str]:
+    """What the launcher starts as each rank: the guard, which runs the rank's code (bench.harness.guard)."""
+    return [sys.executable, "-m", "bench.harness.guard", str(run_dir.path), spec.backend]
+
+
+def launch_environment(spec: RunSpec, run_id: str) -> dict[str, str]:
+    """The launcher's environment: every rank's (worker_environment) and what the backend's launcher adds."""
+    return {**worker_environment(spec, tag=run_id), **get_backend(spec.backend).launcher.env(spec)}
+
+
 def execute(spec: RunSpec, store: Store, show_progress: bool = True) -> RunRecord:
     """Launch, supervise and record one run; the record is stored whatever the ending. The store is
     checked before anything starts; the record is also kept in the run directory (record.json), so a
@@ -86,8 +96,8 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
     run_dir = RunDir(store.run_dir(run_id)).create()
     run_dir.spec_file.write_text(dumps(spec.to_dict(), indent=1))  # never changed after this
     backend, task = get_backend(spec.backend), get_task(spec.task)
-    rank_command = [sys.executable, "-m", "bench.harness.guard", str(run_dir.path), spec.backend]
-    env = {**worker_environment(spec, tag=run_id), **backend.launcher.env(spec)}
+    rank_command = rank_command_of(spec, run_dir)
+    env = launch_environment(spec, run_id)
     # the lifeline holds the claim too: if this process dies, the cores stay claimed until it has ended the run
     with Lifeline(run_id, run_dir, store.path, holds=(claim.claim_fd,)) as lifeline:
         claim.add_holder(lifeline.pid)

@@ -172,7 +172,9 @@ class GroupMember:
     def device(self):
         import torch
 
-        return torch.device("cuda", self.info.local_rank) if self.spec.device == "cuda" else torch.device("cpu")
+        # the GPU the backend's group made this process's (torch.cuda.set_device when it joined: its local rank, or
+        # the one Ray gave the worker), so that the model, the batches and DDP's device_ids are on one device
+        return torch.device("cuda", torch.cuda.current_device()) if self.spec.device == "cuda" else torch.device("cpu")
 
     @property
     def sync(self):

@@ -83,7 +83,7 @@ def available_backends(device: str, on_skip=None, names=None) -> list[str]:
     that cannot."""
     backends = []
     for name in names or COMPARED:
-        problem = get_backend(name).unavailable_reason(device)
+        problem = get_backend(name).problem_here(device)
         if problem:
             if on_skip is not None:
                 on_skip(name, problem)
@@ -97,7 +97,7 @@ def check_pair_can_run(device: str) -> None:
     of it cannot run on `device` here, saying how to set it up: one side measured alone answers nothing, and a note
     among a sweep's progress lines is easily missed."""
     for name in PRIMARY:
-        problem = get_backend(name).unavailable_reason(device)
+        problem = get_backend(name).problem_here(device)
         if problem:
             rest = ",".join(b for b in PRIMARY if b != name)
             raise UsageError(

@@ -31,9 +31,8 @@ from bench.results.sweeps import (
 from bench.workflows.plan import SWEEP_FAULTS, available_backends, fault_backends, faults_missing, plan_sweep
 
 
-def run_benchmark_sweep(
-    store,
-    title: str,
+def benchmark_sweep_plan(
+    sweep_id: str | None,
     *,
     backends: list[str] | str | None,
     workloads: list[str],
@@ -46,10 +45,10 @@ def run_benchmark_sweep(
     extra_cases: dict[str, list[str]] | None = None,
     faults: list[str] | None = None,
     fault_repeats: int = SWEEP_FAULTS["repeats"],
-) -> tuple[str, list]:
-    """Plan a sweep (bench.workflows.plan.plan_sweep) under a new sweep id and run it: (sweep id, records).
-    backends None: every compared backend that can run here; "primary": the primary pair's; saying which
-    cannot. extra_cases: companion backends added to those, each with the only workloads it trains (where it
+) -> tuple[list, str]:
+    """A sweep's launches (bench.workflows.plan.plan_sweep) and its description, nothing stored (what `bench sweep
+    --dry-run` shows). backends None: every compared backend that can run here; "primary": the primary pair's; saying
+    which cannot. extra_cases: companion backends added to those, each with the only workloads it trains (where it
     can run here). faults: the fault kinds of its elasticity part (None: none), each launched fault_repeats times; said
     when it can make none."""
     if backends is None or backends == "primary":
@@ -65,7 +64,6 @@ def run_benchmark_sweep(
                 [b for b in extra_cases if b not in backends],
             ),
         ]
-    sweep_id = new_run_id()
     plan = plan_sweep(
         backends,
         workloads,
@@ -96,6 +94,41 @@ def run_benchmark_sweep(
         )
     description = (
         f"{', '.join(backends)} x {', '.join(workloads)} x world sizes {', '.join(map(str, world_sizes))}{rounds}"
+    )
+    return plan, description
+
+
+def run_benchmark_sweep(
+    store,
+    title: str,
+    *,
+    backends: list[str] | str | None,
+    workloads: list[str],
+    device: str,
+    world_sizes: list[int],
+    options: dict,
+    comm: dict | None,
+    with_plain_loop: bool = True,
+    repeats: int = 1,
+    extra_cases: dict[str, list[str]] | None = None,
+    faults: list[str] | None = None,
+    fault_repeats: int = SWEEP_FAULTS["repeats"],
+) -> tuple[str, list]:
+    """Plan a sweep (benchmark_sweep_plan) under a new sweep id and run it: (sweep id, records)."""
+    sweep_id = new_run_id()
+    plan, description = benchmark_sweep_plan(
+        sweep_id,
+        backends=backends,
+        workloads=workloads,
+        device=device,
+        world_sizes=world_sizes,
+        options=options,
+        comm=comm,
+        with_plain_loop=with_plain_loop,
+        repeats=repeats,
+        extra_cases=extra_cases,
+        faults=faults,
+        fault_repeats=fault_repeats,
     )
     note(f"{title}: {description}")
     store.check_writable()  # before the sweep's row makes the store: a store that cannot take its runs says so first

@@ -14,6 +14,7 @@ from bench.backends.base import ElasticMode, Launcher
 from bench.cluster.fanout import fanout_command
 from bench.cluster.hosts import run_on
 from bench.core.console import note
+from bench.core.dryrun import planning
 from bench.core.hostlist import Host, placement
 from bench.core.rundir import write_atomic
 
@@ -79,6 +80,8 @@ def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
         interval, count = int(values["serveraliveinterval"]), int(values.get("serveralivecountmax", 3))
         return interval * count if interval > 0 else None
 
+    if planning():  # a plan asks no host
+        return None
     try:  # asked on the first host: that is where horovodrun's ssh runs
         answers = [seconds(run_on(hosts[0], ["ssh", "-G", peer], in_checkout=False)) for peer in hosts[1:]]
     except ValueError as exc:
@@ -128,9 +131,20 @@ class HorovodLauncher(Launcher):
             | ({"CUDA_VISIBLE_DEVICES"} if spec.device == "cpu" else set())
             | ({"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"} if spec.iface else set())
         )
-        for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present):
+        # every NCCL_* variable too: NCCL reads its settings (NCCL_IB_HCA, NCCL_P2P_LEVEL...) in each rank
+        nccl = sorted(v for v in present if v.startswith("NCCL_") and v not in MPIRUN_EXPORTS_IF_SET)
+        for var in MPIRUN_EXPORTS + tuple(v for v in MPIRUN_EXPORTS_IF_SET if v in present) + tuple(nccl):
             command += ["-x", var]
         return on_first_host(spec, command + list(rank_command))
+
+    def plan_notes(self, spec):
+        if spec.device != "cuda":
+            return []
+        return [
+            "each process takes cuda:hvd.local_rank() (CUDA_VISIBLE_DEVICES is not set by bench); Horovod's "
+            "allreduce runs over NCCL where this Horovod was built with it (HOROVOD_GPU_OPERATIONS=NCCL; "
+            "`horovodrun --check-build` on a host says), else over MPI"
+        ]
 
     def rank_identity(self, env):
         for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):

@@ -37,6 +37,19 @@ MODES = ("sync", "async")
 SERVERS_HERE = "BENCH_PS_SERVERS_HERE"  # across hosts: how many of the host's processes are servers
 
 
+class PSLauncher(TorchrunLauncher):
+    """torchrun, as for elastic; its plan says that the servers' transport is gloo on GPUs too."""
+
+    def plan_notes(self, spec):
+        notes = super().plan_notes(spec)
+        if spec.device == "cuda":  # not NCCL: the servers' transport is gloo, whatever the workers' device
+            notes = [n for n in notes if "NCCL" not in n] + [
+                "workers take cuda:LOCAL_RANK and stage gradients and parameters through host memory; the servers "
+                "run on CPU and every exchange goes over gloo, not NCCL"
+            ]
+        return notes
+
+
 class PSBackend(Backend):
     name = "ps"
     summary = "parameter server: K servers own sharded parameters; workers push gradients, pull parameters"
@@ -63,7 +76,7 @@ class PSBackend(Backend):
             default_words="unbounded",
         ),
     )
-    launcher = TorchrunLauncher()  # ranks 0..N-1 workers, N..N+K-1 servers
+    launcher = PSLauncher()  # ranks 0..N-1 workers, N..N+K-1 servers
     group = "bench.backends.ps.group"
 
     def synchronous(self, options):

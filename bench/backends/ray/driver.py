@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.backends.ray.launcher import scaling
 from bench.backends.ray.times import write_times
 from bench.core.rundir import RunDir, tail
 from bench.core.spec import RunSpec
@@ -178,11 +179,8 @@ def train(spec, run_dir, run_id: str, storage: Path, address: str | None, max_fa
         rank_main,
         train_loop_config={"run_dir": str(run_dir.path)},
         scaling_config=ScalingConfig(
-            # a join: Train V2's elastic worker count, grown when a node with room joins (RayTrainElastic)
-            num_workers=(spec.world_size, spec.world_size + 1) if join else spec.world_size,
+            **scaling(spec, join),
             elastic_resize_monitor_interval_s=spec.backend_options.get("ray_resize_interval", 60.0),
-            use_gpu=spec.device == "cuda",
-            resources_per_worker={"CPU": spec.threads},
         ),
         torch_config=timed_torch_config(
             backend="nccl" if spec.device == "cuda" else "gloo",

@@ -23,8 +23,33 @@ def ray_program() -> str | None:
     return str(here) if here.exists() else shutil.which("ray")
 
 
+def scaling(spec, join: bool = False) -> dict:
+    """Ray Train's ScalingConfig for the run (the driver passes it as it is; a dry run shows it): one worker per
+    process, each with the run's threads as CPUs and, on GPUs, one GPU, which Ray places and makes the worker's
+    (CUDA_VISIBLE_DEVICES) on whichever node has it. A join: Train V2's elastic worker count (RayTrainElastic)."""
+    return {
+        "num_workers": (spec.world_size, spec.world_size + 1) if join else spec.world_size,
+        "use_gpu": spec.device == "cuda",
+        "resources_per_worker": {"CPU": spec.threads, **({"GPU": 1} if spec.device == "cuda" else {})},
+    }
+
+
 class RayLauncher(Launcher):
     """The driver, started by the supervisor like any launcher; Ray starts the ranks."""
+
+    def plan_notes(self, spec):
+        address = spec.backend_options.get("ray_address")
+        where = f"the Ray cluster at {address}" if address else "a local Ray runtime started for the run"
+        config = scaling(spec)
+        return [
+            f"Ray Train on {where}: ScalingConfig(num_workers={config['num_workers']}, use_gpu={config['use_gpu']}, "
+            f"resources_per_worker={config['resources_per_worker']}); process group "
+            + (
+                "NCCL; Ray sets each worker's CUDA_VISIBLE_DEVICES to the GPUs it gave it"
+                if spec.device == "cuda"
+                else "gloo"
+            )
+        ]
 
     def command(self, spec, rank_command, run_id):
         # rank_command is bench.harness.guard's (python -m bench.harness.guard RUN_DIR BACKEND): Ray starts the ranks

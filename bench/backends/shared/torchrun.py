@@ -71,6 +71,13 @@ class TorchrunLauncher(Launcher):
     def rank_identity(self, env):
         return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
 
+    def plan_notes(self, spec):
+        return [
+            "torchrun gives each process RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the c10d "
+            "rendezvous at --rdzv-endpoint",
+            *super().plan_notes(spec),
+        ]
+
 
 def torchrun_rank_row(rank: int, world_size: int, **fields):
     """The rank map row of a process torchrun started, from the variables it sets."""

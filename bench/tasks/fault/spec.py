@@ -7,6 +7,7 @@ import dataclasses
 import signal
 
 from bench.cluster.netcut import check
+from bench.core.dryrun import planning
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host, placement
 from bench.core.registry import elastic_backends, get_backend
@@ -100,7 +101,7 @@ def build_spec(
     if total <= at_step:
         raise UsageError(f"--steps {total} must exceed --at-step {at_step}: the run must train after the fault")
     check_scenario_hosts(scenario, cluster["hosts"] if cluster else None, host, world_size)
-    if cluster is not None:
+    if cluster is not None and not planning():  # whether the host can be cut is the hosts' to say: a plan asks none
         import sys
 
         placed = [h.name for h, _ in placement([Host(**h) for h in cluster["hosts"]], world_size)]

@@ -1,0 +1,109 @@
+"""`--dry-run`: each launch's plan, made by the code that launches (the runner's rank command and environment, the
+task's launch, the backend's launcher and its host steps), under bench.core.dryrun.plan_only, so that no host is
+contacted and nothing is started. The run directory the launch code writes into (Horovod elastic's host discovery
+script) is a temporary folder, removed before the plan is shown, where it is named RUN_DIR; the run id is RUN_ID."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+
+from bench.cluster.fanout import fanout_steps
+from bench.cluster.slurm import srun_steps
+from bench.core.dryrun import NOT_CHECKED, PLANNED_IFACE, PLANNED_PORT, plan_only
+from bench.core.registry import get_backend, get_task
+from bench.core.rundir import RunDir
+from bench.core.spec import RunSpec
+from bench.harness.runner import launch_environment, rank_command_of
+
+RUN_ID = "RUN_ID"
+RUN_DIR = "RUN_DIR"
+# inherited variables a plan shows, when set, beside those bench sets: what chooses the GPUs and the transports
+SHOWN_IF_SET = ("CUDA_VISIBLE_DEVICES", "NCCL_", "GLOO_", "HOROVOD_", "MASTER_ADDR", "MASTER_PORT", "OMPI_MCA_")
+
+
+@dataclass
+class LaunchPlan:
+    spec: RunSpec
+    command: list[str]  # what the supervisor would start here
+    env: dict[str, str]  # what the ranks get beyond the inherited environment (and the inherited SHOWN_IF_SET)
+    steps: list[tuple[str | None, list[str]]]  # (host, argv) per host the command starts something on
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_launch(spec: RunSpec) -> LaunchPlan:
+    """The launch of `spec` as execute would make it, with nothing contacted, started or kept."""
+    backend, task = get_backend(spec.backend), get_task(spec.task)
+    with plan_only(), tempfile.TemporaryDirectory(prefix="bench-plan-") as folder:
+        run_dir = RunDir(folder)
+        env = launch_environment(spec, RUN_ID)
+        launch = task.launch(spec, backend, rank_command_of(spec, run_dir), RUN_ID, run_dir, env, False)
+        env.update(launch.env)
+
+        def named(text: str) -> str:
+            return text.replace(folder, RUN_DIR)
+
+        command = [named(a) for a in launch.command]
+    shown = {
+        k: named(v)
+        for k, v in env.items()
+        if os.environ.get(k) != v or (k.startswith(SHOWN_IF_SET) and k in os.environ)
+    }
+    steps: list[tuple[str | None, list[str]]] = [*(fanout_steps(command) or srun_steps(command) or [(None, command)])]
+    return LaunchPlan(spec, command, dict(sorted(shown.items())), steps, backend.launcher.plan_notes(spec))
+
+
+def plan_lines(plan: LaunchPlan) -> list[str]:
+    """The plan as the terminal shows it: the command started here, the command on each host, the environment, notes."""
+    spec = plan.spec
+    where = (
+        f"{len(spec.hosts)} host(s): " + ", ".join(f"{h['name']} x{h['slots']}" for h in spec.hosts)
+        if spec.hosts
+        else "this machine"
+    )
+    lines = [
+        f"{spec.backend} {get_task(spec.task).case(spec)}: world size {spec.world_size} on {spec.device} "
+        f"({'GPU' if spec.device == 'cuda' else 'CPU'} processes), {where}"
+        + (f", inside Slurm job {spec.scheduler['job_id']}" if spec.scheduler else "")
+    ]
+    if fanout_steps(plan.command):
+        lines.append("  started here: python -m bench.cluster.fanout, which runs each host's command over ssh:")
+    elif srun_steps(plan.command):
+        lines.append(f"  started here: {shlex.join(plan.command[:-1])} PLAN, one task per node running its command:")
+    here = "this machine" + (" (the batch script's node, the allocation's first)" if spec.scheduler else "")
+    for host, argv in plan.steps:
+        lines.append(f"  on {host or here}: {shlex.join(argv)}")
+    lines += [f"  env {k}={v}" for k, v in plan.env.items()]
+    lines += [f"  note: {n}" for n in plan.notes]
+    if spec.iface == PLANNED_IFACE:
+        lines.append(
+            f"  note: {PLANNED_IFACE} is the interface the hosts route to each other through, found by the host check "
+            "(--iface names it)"
+        )
+    if any(PLANNED_PORT in a for a in plan.command):
+        lines.append(f"  note: {PLANNED_PORT} is a port free on the first host, found when the run starts")
+    if spec.scheduler:
+        lines.append(
+            f"  note: the nodes of {spec.scheduler['nodelist']} as bench reads the list, without scontrol (a run asks "
+            "`scontrol show hostnames`)"
+        )
+    if spec.device == "cuda" and not spec.hosts and get_backend(spec.backend).places_on_this_host(spec.backend_options):
+        lines.append(f"  this machine's GPUs: {NOT_CHECKED} (a run refuses more than torch.cuda.device_count())")
+    if spec.hosts:
+        lines.append(
+            f"  hosts, their cores and GPUs: {NOT_CHECKED} (a run checks every host over ssh first, and gives each "
+            "process its host's cores shared among its processes unless --threads says)"
+        )
+    return lines
+
+
+def print_plans(specs: list[RunSpec]) -> int:
+    """Each launch's plan on stdout, numbered; nothing contacted, started or made. Exit 0."""
+    for i, spec in enumerate(specs, 1):
+        lines = plan_lines(plan_launch(spec))
+        print(f"launch {i}/{len(specs)}: {lines[0]}")
+        print("\n".join(lines[1:]), flush=True)
+    print(f"dry run: {len(specs)} launch(es) planned; nothing was started, no host contacted, no store made")
+    return 0
