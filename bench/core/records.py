@@ -19,7 +19,7 @@ from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
 
-SCHEMA_VERSION = 9  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
+SCHEMA_VERSION = 10  # bump it, and add an upgrade, when a stored field changes meaning or place, or is added
 
 
 class RunStatus(str, enum.Enum):
@@ -314,6 +314,14 @@ def _v8_to_v9(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     return rec
 
 
+def _v9_to_v10(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
+    """v10 adds, to a fault run's metrics, what was in force for NCCL (`nccl`: its timeout and async error
+    handling); a v9 fault run ran on CPUs over gloo, so None."""
+    rec = _by_task(rec, 9)
+    rec["schema_version"] = 10
+    return rec
+
+
 UPGRADES = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -323,6 +331,7 @@ UPGRADES = {
     6: _v6_to_v7,
     7: _v7_to_v8,
     8: _v8_to_v9,
+    9: _v9_to_v10,
 }  # version -> function that returns the record at version + 1
 
 

@@ -141,7 +141,9 @@ class GroupMember:
     def device(self):
         import torch
 
-        return torch.device("cuda", self.info.local_rank) if self.spec.device == "cuda" else torch.device("cpu")
+        # the GPU the group's init chose (ProcessGroup.init: torch.cuda.set_device), which is not always the local
+        # rank: an elastic mode may start workers of one machine under several agents or local "hosts"
+        return torch.device("cuda", torch.cuda.current_device()) if self.spec.device == "cuda" else torch.device("cpu")
 
     @property
     def sync(self):
