@@ -13,6 +13,7 @@ import pytest
 
 import bench.core.spec
 import bench.tasks.fault.spec
+from bench.backends.shared.ddp import distributed_problem
 from bench.backends.shared.nccl import ASYNC_ERROR_HANDLING
 from bench.cli import build_parser
 from bench.cli.common import world_of
@@ -43,6 +44,10 @@ FAULT = dict(
 )
 
 
+# a GPU run is planned only over a torch that has NCCL (PyPI's default build has it, GPU or not)
+needs_nccl = pytest.mark.skipif(distributed_problem("cuda") is not None, reason=str(distributed_problem("cuda")))
+
+
 @pytest.fixture
 def machine_with_gpus(monkeypatch):
     """This machine's GPU count as a GPU machine would report it (the one fact this machine cannot give)."""
@@ -62,6 +67,7 @@ def machine_with_gpus(monkeypatch):
         ("horovod", {"HOROVOD_STALL_CHECK_TIME_SECONDS": "7", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "14"}),
     ],
 )
+@needs_nccl
 def test_a_gpu_fault_run_is_planned_over_nccl_with_its_timeout(backend, env):
     spec = build_spec(backend=backend, world_size=2, device="cuda", **FAULT)
     assert spec.device == "cuda" and spec.task == "fault" and spec.world_size == 2
@@ -73,6 +79,7 @@ def test_a_gpu_fault_run_is_planned_over_nccl_with_its_timeout(backend, env):
     assert get_backend(backend).elastic.nccl_env(on_cpu, on_cpu.fault) == {}
 
 
+@needs_nccl
 def test_the_fault_launch_carries_the_nccl_environment(tmp_path):
     spec = build_spec(backend="elastic", world_size=2, device="cuda", **FAULT)
     task, backend = get_task("fault"), get_backend("elastic")
@@ -83,6 +90,7 @@ def test_the_fault_launch_carries_the_nccl_environment(tmp_path):
     assert ASYNC_ERROR_HANDLING not in task.launch(on_cpu, backend, ["x"], "r2", RunDir(tmp_path), {}, False).env
 
 
+@needs_nccl
 def test_a_join_on_gpus_needs_a_gpu_for_the_new_worker():
     join = {**FAULT, "scenario": "join", "rank": 0}
     assert build_spec(backend="elastic", world_size=1, device="cuda", gpus_here=2, **join).world_size == 1
@@ -103,6 +111,7 @@ def test_bench_fault_gpus_is_one_line_on_a_machine_without_gpus(tmp_path):
     assert list(tmp_path.iterdir()) == []  # refused before the store was made
 
 
+@needs_nccl
 def test_bench_fault_gpus_plans_gpu_runs_where_there_are_gpus(machine_with_gpus):
     machine_with_gpus(2)
     args = build_parser().parse_args(
@@ -115,6 +124,7 @@ def test_bench_fault_gpus_plans_gpu_runs_where_there_are_gpus(machine_with_gpus)
         specs_of(too_many)
 
 
+@needs_nccl
 def test_a_gpu_sweep_plans_its_fault_runs_on_the_gpus(machine_with_gpus):
     machine_with_gpus(2)
     args = build_parser().parse_args(["sweep", "--max-gpus", "2"])

@@ -111,7 +111,10 @@ def build_spec(
         problem = check(placed, host, sys.executable)
         if problem:
             raise UsageError(f"{'--kill-host' if scenario == 'kill-host' else '--partition-host'} {host}: {problem}")
-    problem = plugin.elastic.problem(scenario, world_size, options.get("backend_options") or {})
+    # the elastic mode answers for CPU processes; on GPUs the backend must have them too (Horovod: NCCL or MPI)
+    problem = (plugin.unavailable_reason(device) if device != "cpu" else None) or plugin.elastic.problem(
+        scenario, world_size, options.get("backend_options") or {}
+    )
     if problem:
         raise UsageError(problem)
     if device == "cuda" and scenario == "join" and cluster is None:
