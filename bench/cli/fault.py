@@ -19,9 +19,12 @@ DEFAULT_FAULT = next(word for word, signal in options.SIGNAL_OF.items() if signa
 
 
 def _per_workload(windows: float) -> str:
-    """`windows` x each workload's window, in steps, for the help text."""
-    steps = ", ".join(f"{int(windows * w.size('cpu').window_steps)} for {name}" for name, w in WORKLOADS.items())
-    return f"{steps} on CPUs; on GPUs the GPU window's"
+    """`windows` x each workload's window, in steps, on CPUs and on GPUs (their windows differ), for the help text."""
+
+    def steps(device: str) -> str:
+        return ", ".join(f"{int(windows * w.size(device).window_steps)} for {name}" for name, w in WORKLOADS.items())
+
+    return f"{steps('cpu')} on CPUs; {steps('cuda')} on GPUs"
 
 
 class OneFault(argparse._StoreAction):
