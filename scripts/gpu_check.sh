@@ -11,6 +11,7 @@
 # this bench does not have, or finds no time left is one line of OUTDIR/summary.txt, and the script goes on. Horovod
 # is used as installed: the set-up builds it with NCCL on a GPU machine (docs/install.md); without NCCL its steps
 # are skipped, said so. OUTDIR holds summary.txt, store.sqlite, report.html, list.txt, topology.txt and logs/.
+# Exit: 0 when no step failed or timed out, 1 when one did, 2 (one line, nothing written) without a GPU.
 # Usage: scripts/gpu_check.sh OUTDIR [GPUS]   (from the checkout; GPUS: at most this many, default all;
 # PYTHON: the python that has torch, default python3)
 set -u
@@ -174,3 +175,4 @@ fi
 } >>"$summary"
 rm -rf "$work"
 cat "$summary"
+[ "$failed" -eq 0 ] # exit 0 when no step failed or timed out (skipped ones are said, not failed), else 1
