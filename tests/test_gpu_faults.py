@@ -167,5 +167,10 @@ def test_the_nccl_settings_are_stored_upgraded_and_shown():
     part = report_part(records_to_frame([on_gpu, fault_record("c1")]), None)
     (table,) = [b for s in part.sections for b in s.blocks if isinstance(b, Table)]
     cells = [c.text for row in table.rows for c in row.cells]
-    assert f"NCCL, 7 s, {ASYNC_ERROR_HANDLING}=1" in cells
+    assert f"NCCL timeout 7 s, {ASYNC_ERROR_HANDLING}=1" in cells
     assert "gloo, 10 s" in cells
+    fault_task = get_task("fault")
+    assert f"collectives: NCCL timeout 7 s, {ASYNC_ERROR_HANDLING}=1" in fault_task.summary_lines(on_gpu)
+    assert not any(line.startswith("collectives") for line in fault_task.summary_lines(fault_record("c2")))
+    said = fault_task.describe(on_gpu.spec)
+    assert "2 GPU workers" in said and said.endswith(f"; NCCL timeout 10 s, {ASYNC_ERROR_HANDLING}=1")

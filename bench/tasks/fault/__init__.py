@@ -95,6 +95,13 @@ def nccl_in_force(spec) -> dict | None:
     return {"timeout_s": spec.collective_timeout, "async_error_handling": env.get(ASYNC_ERROR_HANDLING), "env": env}
 
 
+def nccl_in_words(nccl: dict | None) -> str | None:
+    """What a GPU fault run had in force for NCCL, in a few words (None on CPUs)."""
+    if nccl is None:
+        return None
+    return ", ".join([f"NCCL timeout {nccl['timeout_s']:g} s", *(f"{k}={v}" for k, v in sorted(nccl["env"].items()))])
+
+
 def _secs(value) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
@@ -111,10 +118,11 @@ class FaultTask(Task):
         f = spec.fault
         what = fault_in_words(f.scenario, f.signal, f.rank, f.host)
         where = f" on {len(spec.hosts)} hosts" if spec.hosts else ""
+        on_gpus = nccl_in_words(nccl_in_force(spec))
         return (
-            f"{spec.backend} {spec.workload}, {spec.world_size} workers{where}, {what} at step {f.at_step} "
-            f"of {f.total_steps}, checkpoint/commit every {f.checkpoint_every}, up to "
-            f"{f.max_restarts} restarts"
+            f"{spec.backend} {spec.workload}, {spec.world_size} {'GPU workers' if on_gpus else 'workers'}{where}, "
+            f"{what} at step {f.at_step} of {f.total_steps}, checkpoint/commit every {f.checkpoint_every}, up to "
+            f"{f.max_restarts} restarts" + (f"; {on_gpus}" if on_gpus else "")
         )
 
     def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
@@ -254,6 +262,8 @@ class FaultTask(Task):
             lines.append(
                 f"fault: {what} at step {fired['step']} (the cut took {_secs(fired.get('cut_took_s'))}{killed})"
             )
+        if f.nccl is not None:
+            lines.append(f"collectives: {nccl_in_words(f.nccl)}")
         lines.append(f"detection: {_secs(f.detection_s)}" + (f" ({f.detected_by})" if f.detected_by else ""))
         lines.append(f"recovery (signal to first step after it): {_secs(f.recovery_s)}")
         if f.join_contributes_s is not None:

@@ -25,6 +25,7 @@ from bench.report.sections import (
     right,
 )
 from bench.results.frame import distortion
+from bench.tasks.fault import nccl_in_words
 from bench.tasks.fault.results import recovery_cases, recovery_key
 
 COLUMNS = [
@@ -62,7 +63,7 @@ def collectives_in_force(rec) -> str:
     nccl = rec.metrics.nccl if rec.metrics is not None else None
     if nccl is None:
         return f"gloo, {rec.spec.collective_timeout:g} s" if rec.spec.device != "cuda" else "NCCL, not recorded"
-    return ", ".join([f"NCCL, {nccl['timeout_s']:g} s", *(f"{k}={v}" for k, v in sorted(nccl["env"].items()))])
+    return nccl_in_words(nccl)
 
 
 def _median(values):
