@@ -4,7 +4,8 @@ regression); `nox -s baseline` refreshes that baseline on this machine. Those tw
 store, bench's default for those verbs (results/regress.sqlite), as `bench regress` run by hand does.
 
 Both sessions install the project (torch 2.14.1, torchvision 0.29.1) and Horovod 0.28.1, built once
-against that torch by `python -m bench.tools.horovod_build` and cached outside the checkout; `tests` and `bench` also
+against that torch by `python -m bench.tools.horovod_build` (with CUDA and NCCL, torch's own, where a CUDA device is
+present) and cached outside the checkout; `tests` and `bench` also
 install Ray Train (the `ray` extra) for the ray backend; `regress` and `baseline` too (the gate's Ray case). `tests`
 installs TensorFlow 2.21.0 and tf_keras (the `tf` extra) for the TensorFlow backends, before Horovod's build, which
 then builds Horovod's TensorFlow library too (one Horovod for both frameworks). `bench` does not: its default sweep

@@ -1,79 +1,178 @@
 #!/usr/bin/env bash
-# The GPU paths in one pass, on a machine with at least one CUDA device and no package index needed:
-#   1. Horovod 0.28.1 built with CUDA and NCCL against the installed torch (in the background);
-#   2. elastic and ps train both workloads on --gpus 1 (NCCL for elastic; ps stages through the host);
-#   3. the collective sweep over NCCL (elastic) up to 256 MiB;
-#   4. once the build is done: horovod, then elastic again (the CPU as free as for horovod), train both
-#      workloads and run the sweep;
-#   5. the report of all of it.
-# WHEELS=DIR: where pip finds what Horovod's build needs and the machine lacks (cffi, pycparser), with
-# no package index. AFTER_BUILD='horovod' runs only Horovod after the build. BEFORE_BUILD=0 skips step 2 and 3 (to rerun the Horovod part alone). Horovod is built without MPI:
-# NCCL carries its GPU collectives and Gloo its controller, as in the elastic runs.
-# Usage: scripts/gpu_check.sh OUTDIR [GPUS]   (from the checkout; uses the python that has torch)
-# Needs: a CUDA build of torch with NCCL, nvcc, cmake, and Horovod's sdist in the build cache
-# ($BENCH_CACHE_DIR/horovod/sdist/horovod-0.28.1.tar.gz) or a package index to fetch it from.
+# The GPU paths in one pass, on a machine with one or more NVIDIA GPUs, in at most 10 minutes (BUDGET_S, 600):
+#   1. the topology record: `bench doctor`, and `nvidia-smi -L` and `nvidia-smi topo -m` as the driver says them;
+#   2. the plans of 8 GPUs and of 2 hosts x 8 GPUs (`bench run ... --dry-run`; they start nothing);
+#   3. a killed and a hung GPU worker under elastic and horovod (`bench fault --gpus`, NCCL);
+#   4. the collective sweep over NCCL (`bench allreduce`), elastic and horovod, on every GPU;
+#   5. training on --gpus 1 .. G (1, G, then the powers of two between) for elastic, horovod, ps and ray, at fp32
+#      and bf16 (`--precision bf16`);
+#   6. the page (`bench report`) and `bench list` of all of it.
+# Every step is bounded by `timeout` and by what is left of the budget; a step that fails, times out, needs a flag
+# this bench does not have, or finds no time left is one line of OUTDIR/summary.txt, and the script goes on. Horovod
+# is used as installed: the set-up builds it with NCCL on a GPU machine (docs/install.md); without NCCL its steps
+# are skipped, said so. OUTDIR holds summary.txt, store.sqlite, report.html, list.txt, topology.txt and logs/.
+# Exit: 0 when no step failed or timed out, 1 when one did, 2 (one line, nothing written) without a GPU.
+# Usage: scripts/gpu_check.sh OUTDIR [GPUS]   (from the checkout; GPUS: at most this many, default all;
+# PYTHON: the python that has torch, default python3)
 set -u
-out=${1:?usage: scripts/gpu_check.sh OUTDIR [GPUS]}
-gpus=${2:-1}
-mkdir -p "$out"
+usage="usage: scripts/gpu_check.sh OUTDIR [GPUS] (on a machine with an NVIDIA GPU)"
+if [ $# -lt 1 ] || [ $# -gt 2 ] || [ -z "$1" ]; then echo "gpu_check: $usage" >&2; exit 2; fi
+out=$1
+# nothing is written before this check: on a machine without a GPU the one line is all
+found=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "${found:-0}" -lt 1 ]; then
+  echo "gpu_check: no NVIDIA GPU here (nvidia-smi lists none); run it on a GPU machine" >&2
+  exit 2
+fi
+gpus=${2:-$found}
+case $gpus in '' | *[!0-9]* | 0) echo "gpu_check: GPUS $gpus: give a whole number of GPUs, 1 or more" >&2; exit 2 ;; esac
+[ "$gpus" -gt "$found" ] && gpus=$found
+if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
+  echo "gpu_check: $out is not empty; give a new folder" >&2
+  exit 2
+fi
+
+budget=${BUDGET_S:-600}
+started=$(date +%s)
+report_reserve=100 # the page and the list, at the end, whatever the steps took
+deadline=$((started + budget))
+mkdir -p "$out/logs"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}
-store=$(mktemp -d)/gpu.sqlite  # its run folders stay out of OUTDIR; the store is copied at the end
+work=$(mktemp -d)
+store=$work/gpu.sqlite # its run folders stay out of OUTDIR; the store is copied there at the end
+summary=$out/summary.txt
+failed=0
 bench() { "$py" -m bench "$@"; }
-step() { echo "== $(date +%T) $*"; }
 
-nvidia-smi -L || { echo "gpu_check: no NVIDIA GPU here" >&2; exit 2; }
-"$py" -m bench doctor >"$out/doctor.txt" 2>&1
-
-# NCCL from torch's own wheel (nvidia-nccl-*): Horovod links the same library torch uses
-nccl_dir=$("$py" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
-if [ -n "$nccl_dir" ] && [ -z "${HOROVOD_NCCL_HOME:-}" ]; then
-  mkdir -p /tmp/nccl-home/lib
-  ln -sfn "$nccl_dir/include" /tmp/nccl-home/include
-  ln -sf "$nccl_dir"/lib/libnccl.so.* /tmp/nccl-home/lib/
-  ln -sf "$(ls "$nccl_dir"/lib/libnccl.so.* | head -1)" /tmp/nccl-home/lib/libnccl.so
-  export HOROVOD_NCCL_HOME=/tmp/nccl-home HOROVOD_NCCL_LINK=SHARED
-fi
-if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi
-# kernels for this GPU's compute capability only (the default list is every one nvcc knows)
-cc=$("$py" -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}{n}")')
-step "building Horovod with NCCL (sm_$cc) in the background"
-(HOROVOD_WITHOUT_MPI=1 HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_BUILD_CUDA_CC_LIST=$cc timeout "${BUILD_TIMEOUT:-480}" \
-   "$py" -m bench.tools.horovod_build >"$out/horovod-build.txt" 2>&1; echo "exit $?" >>"$out/horovod-build.txt") &
-build=$!
-
-run_train() {  # backend workload
-  step "train $1 $2 --gpus $gpus"
-  timeout 150 "$py" -m bench run --backend "$1" --workload "$2" --gpus "$gpus" --windows 5 --store "$store" \
-    || echo "gpu_check: $1 $2 exited $?"
+record() { # name seconds status
+  printf '%-28s %5ss  %s\n' "$1" "$2" "$3" >>"$summary"
+  echo "== $(date +%T) $1: $3"
 }
-sweep() {  # backends
-  step "allreduce sweep, $1"
-  timeout 180 "$py" -m bench allreduce --backend "$1" --gpus "$gpus" --min-bytes 4K --max-bytes 256M \
-    --store "$store" || echo "gpu_check: allreduce $1 exited $?"
-}
-if [ "${BEFORE_BUILD:-1}" != 0 ]; then
-  for backend in elastic ps; do
-    for workload in mnist_mlp resnet18; do run_train "$backend" "$workload"; done
-  done
-  sweep elastic
-fi
 
-step "waiting for the Horovod build"
-wait "$build"
-cat "$out/horovod-build.txt"
-cp "${BENCH_CACHE_DIR:-$HOME/.cache/elastic-vs-horovod-bench}"/horovod/*.log "$out/horovod-build.log" 2>/dev/null
-if "$py" -c 'import horovod.torch as h; assert h.nccl_built()' 2>/dev/null; then
-  after=${AFTER_BUILD:-horovod elastic}
-  for backend in $after; do
-    for workload in mnist_mlp resnet18; do run_train "$backend" "$workload"; done
-  done
-  sweep "$(echo $after | tr ' ' ,)"
+step() { # name limit_s VERB ARGS...: `bench VERB ARGS...` bounded by its limit and by the budget left, recorded
+  local name=$1 limit=$2 left t0 rc status
+  shift 2
+  left=$((deadline - $(date +%s) - report_reserve))
+  if [ "$left" -lt 20 ]; then
+    record "$name" 0 "skipped: out of time"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  t0=$(date +%s)
+  echo "bench $*" >"$out/logs/$name.log"
+  # SIGINT: bench ends and reaps the run's processes as on Ctrl-C; SIGKILL 15 s later if it has not
+  timeout -s INT -k 15 "$limit" "$py" -m bench "$@" >>"$out/logs/$name.log" 2>&1
+  rc=$?
+  case $rc in
+    0) status=ok ;;
+    124 | 137) status="timed out after ${limit}s" ;;
+    *) status="failed (exit $rc)" ;;
+  esac
+  [ "$rc" -ne 0 ] && failed=$((failed + 1))
+  record "$name" $(($(date +%s) - t0)) "$status"
+}
+
+skip() { # name why
+  record "$1" 0 "skipped: $2"
+}
+
+has_flag() { # verb flag: whether this bench's verb takes the flag
+  bench "$1" --help 2>/dev/null | grep -q -- "$2"
+}
+
+{
+  echo "gpu_check $(date -u +%FT%TZ), budget ${budget}s, $gpus of $found GPU(s) used"
+  echo "bench $(git rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)')"
+  nvidia-smi -L
+  echo
+  printf '%-28s %6s  %s\n' "step (logs/STEP.log)" "took" "status"
+} >"$summary"
+
+# 1. topology
+nvidia-smi -L >"$out/topology.txt" 2>&1
+nvidia-smi topo -m >>"$out/topology.txt" 2>&1
+step doctor 90 doctor
+
+# 2. plans of GPUs this machine may not have
+if has_flag run --dry-run; then
+  step plan-8-gpus 60 run --backend elastic,horovod --gpus 8 --dry-run
+  step plan-2x8-gpus 60 run --backend elastic,horovod --hosts a:8,b:8 --gpus 8 --dry-run
 else
-  echo "gpu_check: no Horovod with NCCL; its runs are skipped (see $out/horovod-build.txt)"
+  skip plan-8-gpus "no --dry-run in this bench"
+  skip plan-2x8-gpus "no --dry-run in this bench"
 fi
-step "report"
-bench list --store "$store" >"$out/list.txt" 2>&1; cat "$out/list.txt"
-bench report --store "$store" -o "$out/report.html" || echo "gpu_check: report exited $?"
-cp "$store" "$out/gpu.sqlite"
-step "done"
+
+horovod_nccl=0
+"$py" -c 'import horovod.torch as h; raise SystemExit(0 if h.nccl_built() else 1)' 2>/dev/null && horovod_nccl=1
+with_horovod() { # name why-not: true where Horovod has NCCL, else the step is recorded as skipped
+  [ "$horovod_nccl" = 1 ] && return 0
+  skip "$1" "Horovod without NCCL (python -m bench.tools.horovod_build)"
+  return 1
+}
+
+# 3. a killed and a hung GPU worker (a hang needs a peer to notice it: 2 GPUs)
+for backend in elastic horovod; do
+  for fault in kill hang; do
+    name=fault-$backend-$fault
+    if [ "$gpus" -lt 2 ]; then
+      skip "$name" "needs 2 GPUs (the survivors go on without one)"
+      continue
+    fi
+    [ "$backend" = horovod ] && ! with_horovod "$name" && continue
+    step "$name" 150 fault --backend "$backend" --gpus 2 --fault "$fault" --comm-timeout 10 \
+      --recovery-timeout 45 --store "$store"
+  done
+done
+
+# 4. the collective sweep over NCCL
+step allreduce-elastic 120 allreduce --backend elastic --gpus "$gpus" --min-bytes 4K --max-bytes 256M \
+  --store "$store"
+with_horovod allreduce-horovod && step allreduce-horovod 120 allreduce --backend horovod --gpus "$gpus" \
+  --min-bytes 4K --max-bytes 256M --store "$store"
+
+# 5. training: 1 and G GPUs first, then the sizes between, so that a short budget still spans the range
+sizes="1"
+[ "$gpus" -gt 1 ] && sizes="$sizes $gpus"
+n=2
+while [ "$n" -lt "$gpus" ]; do
+  sizes="$sizes $n"
+  n=$((n * 2))
+done
+precision_flag=0
+has_flag run --precision && precision_flag=1
+for n in $sizes; do
+  for precision in fp32 bf16; do
+    for backend in elastic horovod ps ray; do
+      name=train-$backend-$n-gpu-$precision
+      if [ "$precision" != fp32 ] && [ "$precision_flag" = 0 ]; then
+        skip "$name" "no --precision in this bench"
+        continue
+      fi
+      [ "$backend" = horovod ] && ! with_horovod "$name" && continue
+      extra=()
+      [ "$precision_flag" = 1 ] && extra=(--precision "$precision")
+      step "$name" 120 run --backend "$backend" --workload resnet18 --gpus "$n" --windows 3 ${extra[@]+"${extra[@]}"} \
+        --store "$store"
+    done
+  done
+done
+
+# 6. the page and the list; the store beside them
+if [ -e "$store" ]; then
+  timeout -s INT -k 10 30 "$py" -m bench list --store "$store" >"$out/list.txt" 2>&1
+  timeout -s INT -k 10 30 "$py" -m bench report --store "$store" -o "$out/report.html" >"$out/logs/report.log" 2>&1 \
+    || record report 0 "failed (exit $?)"
+  cp "$store" "$out/store.sqlite"
+else
+  record report 0 "skipped: nothing stored"
+fi
+{
+  echo
+  echo "$failed step(s) failed or timed out; each step's output is in logs/<step>.log."
+  echo "Plans across hosts are plans only (--dry-run): nothing ran on a second host."
+  echo "took $(($(date +%s) - started)) s"
+} >>"$summary"
+rm -rf "$work"
+cat "$summary"
+[ "$failed" -eq 0 ] # exit 0 when no step failed or timed out (skipped ones are said, not failed), else 1

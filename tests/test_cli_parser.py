@@ -146,10 +146,15 @@ def test_shared_options_are_declared_once():
         assert not re.search(r"default=[\"'\d]", text), f"a literal default in {name}"
 
 
-def test_hidden_option_is_parsed_but_not_shown(capsys):
-    assert "--gpus" not in help_of("fault", capsys)
-    assert build_parser().parse_args(["fault", "--gpus", "1"]).gpus == 1  # refused by the verb, with a reason
-    assert "--gpus" in help_of("run", capsys)
+def test_hidden_option_is_parsed_but_not_shown():
+    parser = argparse.ArgumentParser(parents=[options.placement(("--nproc", "--gpus"), hidden=("--gpus",))])
+    assert "--gpus" not in parser.format_help() and "--nproc" in parser.format_help()
+    assert parser.parse_args(["--gpus", "1"]).gpus == 1  # refused by the verb, with a reason
+
+
+def test_fault_takes_gpus(capsys):
+    assert "--gpus" in help_of("fault", capsys)
+    assert build_parser().parse_args(["fault", "--gpus", "1"]).gpus == 1
 
 
 def test_test_only_options_are_accepted_but_not_shown(capsys):

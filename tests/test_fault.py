@@ -66,7 +66,7 @@ def test_a_joining_worker_is_taken_in(store, backend):
         (["--kill-rank", "5"], "--kill-rank 5"),
         (["--at-step", "0"], "--at-step"),
         (["--at-step", "30", "--steps", "20"], "must exceed"),
-        (["--gpus", "1"], "drop --gpus"),
+        (["--gpus", "1"], "no CUDA device"),
         (["--signal", "HUP"], "invalid choice"),
         (["--workload", "nope"], "unknown workload"),
     ],

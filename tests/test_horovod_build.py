@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,71 @@ def test_xla_ops_are_left_out_where_tensorflow_lacks_their_headers(tmp_path):
     assert hb.XLA_OPS_GUARD not in text and text.count("#if 0") == 1
     with pytest.raises(hb.BuildError, match="not as expected"):  # twice: the guard is gone
         hb.patch_source(src, 20, cuda=False, tf_include=str(new_tf))
+
+
+def fake_site(tmp_path, header=True, library=True):
+    """A site-packages directory as the nvidia-nccl-cu* wheel leaves it (or without its header or library)."""
+    nccl = tmp_path / "site-packages" / "nvidia" / "nccl"
+    (nccl / "include").mkdir(parents=True)
+    (nccl / "lib").mkdir()
+    if header:
+        (nccl / "include" / "nccl.h").write_text("#define NCCL_MAJOR 2\n")
+    if library:
+        (nccl / "lib" / "libnccl.so.2").write_bytes(b"\x7fELF")
+    return nccl.parent.parent
+
+
+def gpu_plan(site, device=True, torch_cuda="13.0", toolkit="/usr/local/cuda-13.0", **environ):
+    return hb.gpu_build(
+        device_present=device, torch_cuda=torch_cuda, toolkit=toolkit, site_dirs=[site], environ=environ, cc_list="90"
+    )
+
+
+def test_a_gpu_machine_builds_with_the_nccl_torch_ships(tmp_path):
+    site = fake_site(tmp_path)
+    plan = gpu_plan(site)
+    assert plan == {
+        "gpu_operations": "NCCL",
+        "cuda_home": "/usr/local/cuda-13.0",
+        "nccl_dir": str(site / "nvidia" / "nccl"),
+        "cc_list": "90",
+    }
+    # laid out as Horovod's FindNCCL looks for it, over torch's own files
+    home = hb.nccl_home(Path(plan["nccl_dir"]), tmp_path / "nccl-home")
+    assert (home / "include" / "nccl.h").read_text() == "#define NCCL_MAJOR 2\n"
+    assert (home / "lib" / "libnccl.so").resolve() == (site / "nvidia" / "nccl" / "lib" / "libnccl.so.2").resolve()
+    assert hb.nccl_home(Path(plan["nccl_dir"]), home) == home  # a second set-up relinks in place
+
+
+def test_a_cpu_machine_builds_for_the_cpu(tmp_path):
+    assert gpu_plan(fake_site(tmp_path), device=False, toolkit=None) == {}
+    assert gpu_plan(fake_site(tmp_path / "b"), BENCH_HOROVOD_CPU="1") == {}  # asked for, on a GPU machine
+
+
+@pytest.mark.parametrize(
+    "change, names",
+    [
+        (dict(torch_cuda=None), "install a CUDA build of torch"),
+        (dict(toolkit=None), "nvcc"),
+        (dict(header=False), "nvidia-nccl-cu13"),
+        (dict(library=False), "libnccl-dev"),
+        (dict(HOROVOD_NCCL_HOME="/nowhere"), "HOROVOD_NCCL_HOME=/nowhere has no include/nccl.h"),
+    ],
+)
+def test_a_gpu_build_that_cannot_use_the_gpu_is_refused_in_one_line(tmp_path, change, names):
+    tree = {k: change.pop(k) for k in ("header", "library") if k in change}
+    with pytest.raises(hb.BuildError) as refused:
+        gpu_plan(fake_site(tmp_path, **tree), **change)
+    message = str(refused.value)
+    assert names in message and "\n" not in message
+    if "HOROVOD_NCCL_HOME" not in change:
+        assert "BENCH_HOROVOD_CPU=1" in message  # the way out, on a GPU machine
+
+
+def test_an_explicit_gpu_build_is_honoured_and_refused_by_its_variable(tmp_path):
+    site = fake_site(tmp_path)
+    assert gpu_plan(site, device=False, HOROVOD_GPU_OPERATIONS="NCCL")["gpu_operations"] == "NCCL"
+    with pytest.raises(hb.BuildError) as refused:
+        gpu_plan(site, device=False, torch_cuda=None, HOROVOD_GPU_OPERATIONS="NCCL")
+    assert str(refused.value).startswith("HOROVOD_GPU_OPERATIONS=NCCL asks for a GPU build but torch has no CUDA")
+    assert "BENCH_HOROVOD_CPU" not in str(refused.value)  # the way out is to unset what was asked

@@ -220,6 +220,12 @@ class ElasticMode(ABC):
         """Scale-up: a command that starts the joining worker, or None when the backend was told another
         way (a discovery script's answer changed)."""
 
+    def nccl_env(self, spec, fault) -> dict[str, str]:
+        """What a fault run on GPUs sets so that a collective over NCCL that meets a dead or hung peer ends within
+        the collective timeout (RunSpec.collective_timeout), and the launcher sees it; empty on CPUs and by
+        default. The fault task adds it to the launch's environment and stores it in the record."""
+        return {}
+
     def observations(self, run_dir) -> dict:
         """What the launcher itself reported: {"events": [...], "rendezvous": [...],
         "detections": [(wall time, what it saw), ...]}."""

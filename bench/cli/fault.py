@@ -20,8 +20,12 @@ DEFAULT_FAULT = next(word for word, signal in options.SIGNAL_OF.items() if signa
 
 
 def _per_workload(windows: float) -> str:
-    """`windows` x each workload's window, in steps, for the help text."""
-    return ", ".join(f"{int(windows * w.size('cpu').window_steps)} for {name}" for name, w in WORKLOADS.items())
+    """`windows` x each workload's window, in steps, on CPUs and on GPUs (their windows differ), for the help text."""
+
+    def steps(device: str) -> str:
+        return ", ".join(f"{int(windows * w.size(device).window_steps)} for {name}" for name, w in WORKLOADS.items())
+
+    return f"{steps('cpu')} on CPUs; {steps('cuda')} on GPUs"
 
 
 class OneFault(argparse._StoreAction):
@@ -40,13 +44,15 @@ def add_parser(verbs) -> None:
     p = verbs.add_parser(
         "fault",
         help="inject a fault (or a joining worker) into an elastic run and measure detection, recovery and work lost",
-        description=f"Backends with an elastic mode: {', '.join(elastic_backends())}. Runs CPU processes over gloo.",
+        description=f"Backends with an elastic mode: {', '.join(elastic_backends())}. Runs CPU processes over gloo "
+        "(--nproc), or one process per GPU over NCCL (--gpus), with NCCL's timeout and error handling recorded.",
         epilog=examples(
             "bench fault --backend elastic --nproc 2 --kill-rank 1     # SIGKILL a worker mid-run",
             "bench fault --backend horovod --nproc 2 --fault hang      # a hung worker",
             "bench fault --backend elastic --nproc 1 --fault join      # scale-up: a worker joins",
             "bench fault --backend ray --nproc 1 --fault join --ray-resize-interval 5",
             "bench fault --backend all --nproc 2 --fault hang          # each elastic mode in turn",
+            "bench fault --backend elastic --gpus 2 --fault hang       # a hung GPU worker, over NCCL",
         ),
         parents=[
             options.what_runs(
@@ -56,7 +62,7 @@ def add_parser(verbs) -> None:
                 DEFAULT_BACKEND,
                 refuses={"--backend": ["ps"]},
             ),
-            options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe"), hidden=("--gpus",)),
+            options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe")),
             options.hosts(),
             options.parent(
                 "run",
@@ -164,8 +170,14 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    if args.gpus is not None:
-        raise UsageError("bench fault runs CPU processes over gloo; drop --gpus and give --nproc N")
+    specs = specs_of(args)
+    if args.dry_run:
+        return print_plans(specs)
+    return run_each(specs, args.store, args.json, "fault", show_progress=False)
+
+
+def specs_of(args) -> list:
+    """Every run the arguments ask for, built and checked before the first starts (a one-line error otherwise)."""
     chosen = [
         flag
         for flag, given in (
@@ -193,8 +205,8 @@ def cmd(args) -> int:
             min(args.nproc or slots, slots),
         )
     cluster = cluster_of(args)
-    _, world = world_of(args, cluster) if cluster else resolve_device(args.nproc, None)
-    backends = chosen_backends(args.backend, elastic_backends(), device="cpu", verb="fault")
+    device, world = world_of(args, cluster) if cluster else resolve_device(args.nproc, args.gpus)
+    backends = chosen_backends(args.backend, elastic_backends(), device=device, verb="fault")
     if options.is_all(args.backend):  # every elastic mode that can make this fault; one named is refused if it cannot
         for name in [b for b in backends if scenario not in get_backend(b).elastic.scenarios]:
             note(f"bench fault: skipping {name}: its elastic mode has no {scenario} scenario")
@@ -202,8 +214,7 @@ def cmd(args) -> int:
         if not backends:
             raise UsageError(f"--backend all: no elastic mode that can run here makes a {scenario} fault")
     given = spec_options(args, backends)
-    # every spec is built (and checked) before the first run starts
-    specs = [
+    return [
         build_spec(
             backend=backend,
             workload=workload,
@@ -219,11 +230,9 @@ def cmd(args) -> int:
             total_steps=args.steps,
             comm_timeout=args.comm_timeout,
             recovery_timeout=args.recovery_timeout,
+            device=device,
             **given,
         )
         for workload in options.chosen(args.workload, WORKLOADS)
         for backend in backends
     ]
-    if args.dry_run:
-        return print_plans(specs)
-    return run_each(specs, args.store, args.json, "fault", show_progress=False)

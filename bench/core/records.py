@@ -323,7 +323,9 @@ def _v9_to_v10(rec: dict[str, typing.Any]) -> dict[str, typing.Any]:
     and GPU NUMA node in the rank map (cpus, numa_node): a v9 run ran fp32 in the default memory format with
     cudnn.benchmark off (torch's default; no bench set it), and its rank map did not say where ranks ran. It also
     records what each host's GPU node is made of (environment.gpu_nodes; a v9 run did not look: None) and its GPUs'
-    use through the measured span (gpu_usage; a v9 run was not sampled)."""
+    use through the measured span (gpu_usage; a v9 run was not sampled), and, to a fault run's metrics, what was in
+    force for NCCL (`nccl`: its timeout and async error handling; a v9 fault run ran on CPUs over gloo: None)."""
+    rec = _by_task(rec, 9)
     spec = dict(rec["spec"], precision="fp32", channels_last=False, cudnn_benchmark=False)
     rank_map = [dict(row, cpus=None, numa_node=None) for row in rec.get("rank_map") or []]
     environment = rec.get("environment")

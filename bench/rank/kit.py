@@ -172,8 +172,9 @@ class GroupMember:
     def device(self):
         import torch
 
-        # the GPU the backend's group made this process's (torch.cuda.set_device when it joined: its local rank, or
-        # the one Ray gave the worker), so that the model, the batches and DDP's device_ids are on one device
+        # the GPU the backend's group made this process's (ProcessGroup.init: torch.cuda.set_device), which is not
+        # always the local rank: Ray gives a worker its own, and an elastic mode may start workers of one machine under
+        # several agents or local "hosts"; the model, the batches and DDP's device_ids are then on one device
         return torch.device("cuda", torch.cuda.current_device()) if self.spec.device == "cuda" else torch.device("cpu")
 
     @property

@@ -211,7 +211,8 @@ class TorchElasticTraining:
     the seeded model and optimizer, plain (the backend's elastic mode wraps them: ProcessGroup.elastic_state), one step
     on the batch of a given step number and rank (the same after any restart or rank change: SyntheticBatches.at),
     the parameter checksum a resumed process is checked by, and its parameters saved. A backend of another framework
-    gives its own (ProcessGroup.elastic_training) with the same methods. Fault runs train on CPU processes."""
+    gives its own (ProcessGroup.elastic_training) with the same methods. On CPU processes, or on the GPU the group's
+    init chose (bench fault --gpus: the process group has joined by then, GroupMember)."""
 
     framework = "torch"
 
@@ -219,7 +220,9 @@ class TorchElasticTraining:
         import torch
 
         self.spec, self.workload = spec, workload
-        self.device = torch.device("cpu")
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device()) if spec.device == "cuda" else torch.device("cpu")
+        )
         self.numerics = Numerics(spec, self.device.type)
         self.model, self.optimizer = build_model(spec, self.device)
         self.loss_fn = workload.make_loss()
@@ -244,7 +247,14 @@ class TorchElasticTraining:
 
     def step(self, model, optimizer, step: int, rank: int):
         """Step number `step` (0-based) on rank `rank`, of the model and optimizer as the elastic mode trains them."""
-        return optimizer_step(model, optimizer, self.loss_fn, lambda: self.batch(step, rank), numerics=self.numerics)
+        loss = optimizer_step(model, optimizer, self.loss_fn, lambda: self.batch(step, rank), numerics=self.numerics)
+        if self.device.type == "cuda":
+            import torch
+
+            # a step is journaled as completed when the GPU has done it, and a collective that cannot finish holds
+            # the step that issued it (until NCCL's watchdog ends the process), not a later one
+            torch.cuda.synchronize(self.device)
+        return loss
 
     def checksum(self) -> float:
         return param_sums(self.model).total

@@ -27,10 +27,15 @@ HOROVOD_WITHOUT_TENSORFLOW=1 leaves TensorFlow out though it is installed.
 
 Recipe: fetch the sdist from PyPI (pip download), patch, `pip wheel --no-build-isolation` in the
 environment that already has torch, with Gloo always, MPI when an MPI compiler (mpicxx) is present,
-CUDA when a toolkit is present and a GPU is to be used, NCCL when HOROVOD_GPU_OPERATIONS=NCCL asks,
-TensorFlow when it is installed. The wheel is cached under ~/.cache/elastic-vs-horovod-bench/horovod (or
-$BENCH_CACHE_DIR), keyed by Horovod, torch, TensorFlow (when built with it) and Python versions and the features
-built, so a second set-up reuses it.
+CUDA and NCCL where a CUDA device is present (gpu_build: torch.cuda.is_available(), or nvidia-smi lists a GPU) or
+HOROVOD_GPU_OPERATIONS=NCCL asks, TensorFlow when it is installed. On a GPU machine nothing needs setting: NCCL is
+the one torch ships (the nvidia-nccl-cu* wheel's include/ and lib/ under site-packages/nvidia/nccl, linked as
+HOROVOD_NCCL_HOME) unless HOROVOD_NCCL_HOME names another, and the kernels are compiled for this machine's GPUs
+only (HOROVOD_BUILD_CUDA_CC_LIST, unless set). A GPU build that cannot be made (torch without CUDA, no nvcc, no
+NCCL headers) is refused before anything is fetched or compiled, in one line naming what to install;
+BENCH_HOROVOD_CPU=1 builds for the CPU only on a GPU machine. The wheel is cached under
+~/.cache/elastic-vs-horovod-bench/horovod (or $BENCH_CACHE_DIR), keyed by Horovod, torch, TensorFlow (when built
+with it) and Python versions and the features built, so a second set-up reuses it.
 
 Usage: python -m bench.tools.horovod_build [--force] [--print-key]
 """
@@ -70,6 +75,111 @@ XLA_OPS_GUARD = "#if TENSORFLOW_VERSION >= 2006000000\n"
 
 class BuildError(Exception):
     pass
+
+
+# What each missing piece of a GPU build is installed with, for the refusal's one line
+INSTALL_CUDA_TORCH = "a CUDA build of torch (pip install torch --index-url https://download.pytorch.org/whl/cu130)"
+INSTALL_NVCC = (
+    "the CUDA toolkit's nvcc (apt install cuda-toolkit, or pip install nvidia-cuda-nvcc) on PATH or CUDA_HOME"
+)
+INSTALL_NCCL = (
+    "NCCL's headers (pip install nvidia-nccl-cu13, the wheel torch ships NCCL in, or apt install libnccl-dev)"
+)
+CPU_ONLY = "BENCH_HOROVOD_CPU"  # =1: a CPU-only Horovod on a machine with a GPU
+
+
+def torch_nccl_dir(site_dirs) -> Path | None:
+    """The NCCL of torch's own wheel (nvidia-nccl-cu*): the first site directory whose nvidia/nccl holds both the
+    header and the library."""
+    for site in site_dirs:
+        root = Path(site, "nvidia", "nccl")
+        if (root / "include" / "nccl.h").is_file() and any((root / "lib").glob("libnccl.so*")):
+            return root
+    return None
+
+
+def gpu_build(
+    *, device_present: bool, torch_cuda: str | None, toolkit: str | None, site_dirs, environ, cc_list: str = ""
+) -> dict:
+    """How Horovod is built for this machine's GPUs: {} for a CPU build (no CUDA device here and no
+    HOROVOD_GPU_OPERATIONS asked, or BENCH_HOROVOD_CPU=1), else the build's GPU settings: gpu_operations ("NCCL"),
+    cuda_home, nccl_dir (torch's NCCL, to be linked as HOROVOD_NCCL_HOME; None where HOROVOD_NCCL_HOME or the system
+    has NCCL) and cc_list (the kernels' compute capabilities, "" for Horovod's default). A BuildError, before any
+    build, when the GPU cannot be used: its one line names what to install."""
+    asked = environ.get("HOROVOD_GPU_OPERATIONS", "")
+    if environ.get(CPU_ONLY) == "1" and not asked:
+        return {}
+    if not (device_present or asked):
+        return {}
+    why = f"HOROVOD_GPU_OPERATIONS={asked} asks for a GPU build" if asked else "this machine has a CUDA device"
+    also = "" if asked else f"; or {CPU_ONLY}=1 for a CPU-only Horovod"
+    if not torch_cuda:
+        raise BuildError(f"{why} but torch has no CUDA: install {INSTALL_CUDA_TORCH}{also}")
+    if not toolkit:
+        raise BuildError(f"{why} and Horovod's GPU build needs {INSTALL_NVCC} (CUDA {torch_cuda}, as torch){also}")
+    nccl_dir = None
+    if environ.get("HOROVOD_NCCL_HOME"):
+        if not Path(environ["HOROVOD_NCCL_HOME"], "include", "nccl.h").is_file():
+            raise BuildError(
+                f"HOROVOD_NCCL_HOME={environ['HOROVOD_NCCL_HOME']} has no include/nccl.h: unset it to use torch's "
+                f"NCCL, or install {INSTALL_NCCL}"
+            )
+    elif not any(Path(d, "nccl.h").is_file() for d in ("/usr/include", f"{toolkit}/include")):
+        nccl_dir = torch_nccl_dir(site_dirs)
+        if nccl_dir is None:
+            raise BuildError(f"{why} and Horovod's GPU build needs {INSTALL_NCCL}{also}")
+    return {
+        "gpu_operations": asked or "NCCL",
+        "cuda_home": toolkit,
+        "nccl_dir": str(nccl_dir) if nccl_dir else None,
+        "cc_list": environ.get("HOROVOD_BUILD_CUDA_CC_LIST") or cc_list,
+    }
+
+
+def nccl_home(nccl_dir: Path, home: Path) -> Path:
+    """A directory laid out as Horovod's FindNCCL looks for it (include/, lib/libnccl.so) over torch's NCCL, whose
+    wheel ships only libnccl.so.N: Horovod then links the library torch loads."""
+    (home / "lib").mkdir(parents=True, exist_ok=True)
+    include = home / "include"
+    if include.is_symlink() or include.exists():
+        include.unlink()
+    include.symlink_to(nccl_dir / "include")
+    libraries = sorted((nccl_dir / "lib").glob("libnccl.so*"))
+    for lib in [*libraries, home / "lib" / "libnccl.so"]:
+        link = home / "lib" / lib.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(lib if lib in libraries else libraries[0])
+    return home
+
+
+def device_present() -> bool:
+    """Whether this machine has a CUDA device: torch sees one, or nvidia-smi lists one (torch without CUDA on a GPU
+    machine, which gpu_build refuses)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return True
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return listed.returncode == 0 and "GPU" in listed.stdout
+
+
+def local_cc_list() -> str:
+    """The compute capabilities of this machine's GPUs as Horovod's HOROVOD_BUILD_CUDA_CC_LIST takes them ("90"),
+    "" where torch sees none: kernels for these only, rather than every one nvcc knows (minutes less)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    capabilities = (torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))
+    found = {f"{major}{minor}" for major, minor in capabilities}
+    return ",".join(sorted(found))
 
 
 def cache_root() -> Path:
@@ -121,15 +231,16 @@ def plan() -> dict:
     """What this machine's build will contain, and the cache key that names it."""
     import torch
 
-    gpu_ops = os.environ.get("HOROVOD_GPU_OPERATIONS", "")
-    toolkit = find_cuda_toolkit()
-    wants_gpu = bool(gpu_ops) or (torch.cuda.is_available() and torch.cuda.device_count() > 0)
-    cuda = bool(toolkit and torch.version.cuda and wants_gpu)
-    if gpu_ops and not cuda:
-        raise BuildError(
-            f"HOROVOD_GPU_OPERATIONS={gpu_ops} needs a CUDA build of torch and a CUDA "
-            "toolkit (set CUDA_HOME); unset it for a CPU build"
-        )
+    gpu = gpu_build(
+        device_present=device_present(),
+        torch_cuda=torch.version.cuda,
+        toolkit=find_cuda_toolkit(),
+        site_dirs=[p for p in sys.path if p],
+        environ=os.environ,
+        cc_list=local_cc_list(),
+    )
+    gpu_ops = gpu.get("gpu_operations", "")
+    cuda = bool(gpu)
     # Horovod's own switch is honoured: a node's MPI may not be the one its jobs use
     mpi = shutil.which("mpicxx") is not None and not os.environ.get("HOROVOD_WITHOUT_MPI")
     features = ["gloo"] + (["mpi"] if mpi else []) + (["cuda"] if cuda else []) + ([gpu_ops.lower()] if gpu_ops else [])
@@ -146,8 +257,10 @@ def plan() -> dict:
         "cxx_standard": cxx_standard_for(torch.__version__),
         "mpi": mpi,
         "cuda": cuda,
-        "cuda_home": toolkit if cuda else None,
+        "cuda_home": gpu.get("cuda_home"),
         "gpu_operations": gpu_ops,
+        "nccl_dir": gpu.get("nccl_dir"),
+        "cc_list": gpu.get("cc_list", ""),
         "features": features,
         "frameworks": frameworks,
         "tensorflow": tf[0] if tf else None,
@@ -272,6 +385,13 @@ def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
         env["HOROVOD_WITH_MPI" if info["mpi"] else "HOROVOD_WITHOUT_MPI"] = "1"
         if info["cuda_home"]:
             env["CUDA_HOME"] = info["cuda_home"]
+        if info.get("gpu_operations"):
+            env["HOROVOD_GPU_OPERATIONS"] = info["gpu_operations"]
+        if info.get("nccl_dir"):  # torch's own NCCL: Horovod links the library torch loads
+            env["HOROVOD_NCCL_HOME"] = str(nccl_home(Path(info["nccl_dir"]), out_dir.parent / "nccl-home"))
+            env["HOROVOD_NCCL_LINK"] = "SHARED"
+        if info.get("cc_list"):
+            env["HOROVOD_BUILD_CUDA_CC_LIST"] = info["cc_list"]
         changes += compiler_flags(env)
         out_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()

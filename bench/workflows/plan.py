@@ -171,16 +171,18 @@ def faults_missing(backends: list[str], world_sizes: list[int], cluster: dict | 
     return None
 
 
-def fault_specs(backends: list[str], workload: str, world_size: int, *, kinds: list[str], options: dict) -> list:
-    """The sweep's fault runs (SWEEP_FAULTS): each kind under each backend with an elastic mode, on CPU processes as
-    every fault run; spec options from `options` (FAULT_SPEC_KEYS only; threads, when not given, fitting
-    world_size workers on this machine's cores)."""
+def fault_specs(
+    backends: list[str], workload: str, world_size: int, *, kinds: list[str], options: dict, device: str = "cpu"
+) -> list:
+    """The sweep's fault runs (SWEEP_FAULTS): each kind under each backend with an elastic mode, on the sweep's
+    device (GPUs: one worker per GPU over NCCL, docs/method.md "Faults on GPUs"); spec options from `options`
+    (FAULT_SPEC_KEYS only; threads, when not given, fitting world_size workers on this machine's cores)."""
     given = {
-        "threads": default_threads("cpu", world_size),
+        "threads": default_threads(device, world_size),
         **{k: options[k] for k in FAULT_SPEC_KEYS if options.get(k) is not None},
     }
     _, info, _ = workload_of(workload, check_timeout=given.get("check_timeout"), timeout=given.get("timeout"))
-    window = info.size("cpu").window_steps
+    window = info.size(device).window_steps
     at_step = max(1, int(SWEEP_FAULTS["at_step_windows"] * window))
     total = max(at_step + 1, int(SWEEP_FAULTS["steps_windows"] * window))
     specs = []
@@ -202,6 +204,9 @@ def fault_specs(backends: list[str], workload: str, world_size: int, *, kinds: l
                     total_steps=total,
                     comm_timeout=SWEEP_FAULTS["comm_timeout"],
                     recovery_timeout=SWEEP_FAULTS["recovery_timeout"],
+                    device=device,
+                    # the sweep's GPUs were checked against this machine's; a join grows to world_size of them
+                    gpus_here=world_size,
                     **given,
                 )
             )
@@ -276,10 +281,14 @@ def plan_sweep(
             )
     planned_faults = []
     if faults and faults_missing(backends, world_sizes, cluster) is None:
-        # on CPUs with the training runs' thread count; a sweep of GPUs gives its fault runs (on CPUs) their own
-        cpu = train if device == "cpu" else {**train, "threads": options.get("threads")}
+        # on the training runs' device and thread count
         planned_faults = fault_specs(
-            backends, workloads[0], min(n for n in world_sizes if n > 1), kinds=check_fault_kinds(faults), options=cpu
+            backends,
+            workloads[0],
+            min(n for n in world_sizes if n > 1),
+            kinds=check_fault_kinds(faults),
+            options=train,
+            device=device,
         )
     # Each round in its own seeded order: a case that always ran first (or always after the same case)
     # would carry that position's bias in every launch, which interleaving alone does not remove.

@@ -22,13 +22,16 @@ class TorchrunDDPGroup(DDPGroup):
     def init(self, spec):
         local_rank = int(os.environ["LOCAL_RANK"])
         kwargs = {}
+        # On one machine the global rank picks the GPU: a joining worker's agent numbers its local ranks from 0
+        # too (bench fault --fault join), and every rendezvous starts the workers afresh with ranks 0..N-1.
+        gpu = local_rank if spec.hosts else int(os.environ["RANK"])
         if spec.device == "cuda":
-            torch.cuda.set_device(local_rank)
-            kwargs["device_id"] = torch.device("cuda", local_rank)
+            torch.cuda.set_device(gpu)
+            kwargs["device_id"] = torch.device("cuda", gpu)
         dist.init_process_group(
             "nccl" if spec.device == "cuda" else "gloo", timeout=timedelta(seconds=spec.collective_timeout), **kwargs
         )
-        self.device_ids = [local_rank] if spec.device == "cuda" else None
+        self.device_ids = [gpu] if spec.device == "cuda" else None
         return torchrun_rank_row(
             dist.get_rank(), dist.get_world_size(), local_rank=local_rank, role_rank=int(os.environ["ROLE_RANK"])
         )

@@ -4,6 +4,7 @@ ranks' side, restart from a checkpoint, is the group's (bench.backends.elastic.g
 from __future__ import annotations
 
 from bench.backends.base import ElasticMode
+from bench.backends.shared.nccl import torch_nccl_fault_env
 from bench.backends.shared.torchrun import agent_command, agent_observations, agents_on_hosts, free_port
 
 
@@ -37,6 +38,9 @@ class TorchrunElastic(ElasticMode):
         return agent_command(
             run_dir.agent_events, "1:2", 1, info["rdzv_endpoint"], run_id, fault.max_restarts, rank_command
         )
+
+    def nccl_env(self, spec, fault):
+        return torch_nccl_fault_env(spec)
 
     def observations(self, run_dir):
         return agent_observations(run_dir)

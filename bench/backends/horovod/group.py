@@ -15,7 +15,9 @@ class HorovodGroup(ProcessGroup):
     def init(self, spec):
         hvd.init()
         if spec.device == "cuda":
-            torch.cuda.set_device(hvd.local_rank())
+            # On one machine the global rank picks the GPU: the elastic mode splits the workers between two local
+            # "hosts" (localhost, 127.0.0.1) whose local ranks both start at 0.
+            torch.cuda.set_device(hvd.local_rank() if spec.hosts else hvd.rank())
         self.hvd = hvd
         return rank_row(
             rank=hvd.rank(),

@@ -178,6 +178,19 @@ class HorovodElastic(ElasticMode):
             return "a Horovod kill needs --nproc 2 or more: the survivors must be on the other host"
         return None
 
+    def nccl_env(self, spec, fault):
+        """On GPUs Horovod's collectives run over NCCL where it was built with it (HOROVOD_GPU_OPERATIONS=NCCL),
+        outside torch's watchdog: its own stall inspector ends a collective some rank never joined. It warns after
+        the collective timeout and shuts Horovod down after twice that, so that Horovod elastic resets; the Gloo
+        controller's own timeout (--gloo-timeout-seconds) is the collective timeout as on the CPU."""
+        if spec.device != "cuda":
+            return {}
+        seconds = max(1, int(spec.collective_timeout))
+        return {
+            "HOROVOD_STALL_CHECK_TIME_SECONDS": str(seconds),
+            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(2 * seconds),
+        }
+
     @staticmethod
     def _write_hosts(run_dir, counts: dict[str, int]) -> None:
         write_atomic(run_dir.hosts_file, "".join(f"{host}:{n}\n" for host, n in counts.items() if n))

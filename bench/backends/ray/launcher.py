@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench.backends.base import ElasticMode, Launcher
 from bench.backends.ray.times import times_of
+from bench.backends.shared.nccl import torch_nccl_fault_env
 
 SETUP_HINT = "pip install -e '.[ray]'"
 JOINER_OBJECT_STORE_BYTES = 100 * 1000 * 1000  # Ray's least; the node only hosts a worker
@@ -110,6 +111,10 @@ class RayTrainElastic(ElasticMode):
             *(["--join"] if fault.joining else []),
         ]
         return command, extra, {}
+
+    def nccl_env(self, spec, fault):
+        # the driver's local runtime, and so its workers, inherit it; Ray Train sets the same value when unset
+        return torch_nccl_fault_env(spec)
 
     def join(self, spec, fault, rank_command, run_id, run_dir, info):
         address, ray = times_of(run_dir).get("gcs_address"), ray_program()

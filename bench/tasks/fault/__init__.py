@@ -23,6 +23,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
+from bench.backends.shared.nccl import ASYNC_ERROR_HANDLING
 from bench.cluster.netcut import heal
 from bench.core.codec import Record, decode
 from bench.core.records import RankRow, RunError, RunStatus, v1_rank_row
@@ -69,6 +70,8 @@ class FaultMetrics(Record):
     join_contributes_s: float | None = None
     hang_observed_s: float | None = None
     diverged: dict | None = None  # the first non-finite parameter checksum: step, rank, value (analysis.diverged)
+    # on GPUs, what was in force for NCCL: timeout_s, async_error_handling, env (nccl_in_force); None on CPUs
+    nccl: dict | None = None
 
 
 def fault_in_words(scenario: str, signal: str | None = None, rank: int | None = None, host: str | None = None) -> str:
@@ -80,6 +83,23 @@ def fault_in_words(scenario: str, signal: str | None = None, rank: int | None = 
     if scenario == "kill-host":
         return f"host {host} lost (cut off, then every process there SIGKILLed)"
     return f"host {host} cut off the network"
+
+
+def nccl_in_force(spec) -> dict | None:
+    """What a fault run on GPUs has in force for NCCL: the process group's timeout (the collective timeout, the
+    fault's --comm-timeout), torch's async error handling where the backend sets it, and every variable its elastic
+    mode sets (ElasticMode.nccl_env); None on CPUs, where gloo carries the collectives."""
+    if spec.device != "cuda":
+        return None
+    env = get_backend(spec.backend).elastic.nccl_env(spec, spec.fault)
+    return {"timeout_s": spec.collective_timeout, "async_error_handling": env.get(ASYNC_ERROR_HANDLING), "env": env}
+
+
+def nccl_in_words(nccl: dict | None) -> str | None:
+    """What a GPU fault run had in force for NCCL, in a few words (None on CPUs)."""
+    if nccl is None:
+        return None
+    return ", ".join([f"NCCL timeout {nccl['timeout_s']:g} s", *(f"{k}={v}" for k, v in sorted(nccl["env"].items()))])
 
 
 def _secs(value) -> str:
@@ -98,15 +118,17 @@ class FaultTask(Task):
         f = spec.fault
         what = fault_in_words(f.scenario, f.signal, f.rank, f.host)
         where = f" on {len(spec.hosts)} hosts" if spec.hosts else ""
+        on_gpus = nccl_in_words(nccl_in_force(spec))
         return (
-            f"{spec.backend} {spec.workload}, {spec.world_size} workers{where}, {what} at step {f.at_step} "
-            f"of {f.total_steps}, checkpoint/commit every {f.checkpoint_every}, up to "
-            f"{f.max_restarts} restarts"
+            f"{spec.backend} {spec.workload}, {spec.world_size} {'GPU workers' if on_gpus else 'workers'}{where}, "
+            f"{what} at step {f.at_step} of {f.total_steps}, checkpoint/commit every {f.checkpoint_every}, up to "
+            f"{f.max_restarts} restarts" + (f"; {on_gpus}" if on_gpus else "")
         )
 
     def launch(self, spec, backend, rank_command, run_id, run_dir, env, show_progress):
         elastic = backend.elastic
         command, extra, info = elastic.launch(spec, spec.fault, rank_command, run_id, run_dir)
+        extra = {**extra, **elastic.nccl_env(spec, spec.fault)}
         joiner_env = {**env, **extra}
 
         def start_joiner():
@@ -135,7 +157,11 @@ class FaultTask(Task):
             unhealed = heal([h["name"] for h in spec.hosts], sys.executable)
 
         observed = get_backend(spec.backend).elastic.observations(run_dir)
-        metrics = decode(FaultMetrics, fault_metrics(spec, run_dir, outcome, observed), "fault metrics")
+        metrics = decode(
+            FaultMetrics,
+            {**fault_metrics(spec, run_dir, outcome, observed), "nccl": nccl_in_force(spec)},
+            "fault metrics",
+        )
         status, message = fault_status(spec, metrics, outcome)
         where = (
             {"rank": metrics.diverged["rank"], "step": metrics.diverged["step"]} if status == RunStatus.DIVERGED else {}
@@ -170,15 +196,17 @@ class FaultTask(Task):
                 if metrics.get(key) is not None:
                     metrics[key] = [v1_rank_row(r) for r in metrics[key]]
             record["metrics"] = metrics
+        if from_version == 9 and record.get("metrics") is not None:  # v10: what was in force for NCCL
+            record["metrics"] = {**record["metrics"], "nccl": None}  # before v10 no fault run ran on GPUs
         return record
 
     # ------------------------------------------------------------ views
     def case(self, spec) -> str:
         f = spec.fault
         if f.scenario == "kill":
-            what = f"SIG{f.signal} to 1 of {spec.world_size} workers"
+            what = f"SIG{f.signal} to 1 of {spec.world_size} {'GPU workers' if spec.device == 'cuda' else 'workers'}"
         elif f.scenario == "join":
-            what = f"a worker joins {spec.world_size} running"
+            what = f"a worker joins {spec.world_size} running" + (" on GPUs" if spec.device == "cuda" else "")
         else:
             what = (
                 f"1 of {len(spec.hosts)} hosts "
@@ -234,6 +262,8 @@ class FaultTask(Task):
             lines.append(
                 f"fault: {what} at step {fired['step']} (the cut took {_secs(fired.get('cut_took_s'))}{killed})"
             )
+        if f.nccl is not None:
+            lines.append(f"collectives: {nccl_in_words(f.nccl)}")
         lines.append(f"detection: {_secs(f.detection_s)}" + (f" ({f.detected_by})" if f.detected_by else ""))
         lines.append(f"recovery (signal to first step after it): {_secs(f.recovery_s)}")
         if f.join_contributes_s is not None:

@@ -25,6 +25,7 @@ from bench.report.sections import (
     right,
 )
 from bench.results.frame import distortion
+from bench.tasks.fault import nccl_in_words
 from bench.tasks.fault.results import recovery_cases, recovery_key
 
 COLUMNS = [
@@ -39,6 +40,7 @@ COLUMNS = [
     right("steps redone"),
     right("restarts / resets"),
     right("ended after fault s"),
+    left("collective timeout, error handling"),
     left("status"),
     left("run"),
 ]
@@ -50,8 +52,18 @@ NOTE = [
     code("bench fault"),
     " to see its spread. The plots show samples per "
     "second completed by the process that is rank 0 at the time (batch x world size per step), in 80 equal "
-    "bins of the run, time 0 at the signal or the join.",
+    "bins of the run, time 0 at the signal or the join. Collective timeout, error handling: how long a rank waits "
+    "in one collective (--comm-timeout) and, on GPUs, the NCCL settings the run had in force (torch's async error "
+    "handling, Horovod's stall shutdown).",
 ]
+
+
+def collectives_in_force(rec) -> str:
+    """A fault run's collective timeout and, on GPUs, the NCCL settings it recorded (FaultMetrics.nccl)."""
+    nccl = rec.metrics.nccl if rec.metrics is not None else None
+    if nccl is None:
+        return f"gloo, {rec.spec.collective_timeout:g} s" if rec.spec.device != "cuda" else "NCCL, not recorded"
+    return nccl_in_words(nccl)
 
 
 def _median(values):
@@ -64,7 +76,7 @@ def run_row(r) -> list:
     rec, f = r.record, r.record.metrics
     status = r.status + (f": {rec.error.message}" if rec.error and rec.error.message else "")
     if f is None:  # a run that ended before its figures could be read
-        return [r.case, r.backend, "not injected", *["-"] * 6, "-", "-", Cell(status, "warn"), r.run_id]
+        return [r.case, r.backend, "not injected", *["-"] * 6, "-", "-", "-", Cell(status, "warn"), r.run_id]
     return [
         r.case,
         r.backend,
@@ -77,6 +89,7 @@ def run_row(r) -> list:
         fmt(f.steps_redone, "d"),
         f"{f.restarts or 0} / {f.resets or 0}",
         fmt(f.ended_after_fault_s, ".1f"),
+        collectives_in_force(rec),
         Cell(status, "" if r.status == RunStatus.OK else "warn"),
         r.run_id,
     ]

@@ -11,7 +11,7 @@ from bench.core.dryrun import planning
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host, placement
 from bench.core.registry import elastic_backends, get_backend
-from bench.core.spec import check_timeout
+from bench.core.spec import check_timeout, cuda_device_count
 from bench.harness.workload_check import workload_of
 from bench.tasks.fault.settings import FaultSettings
 from bench.tasks.train import build_spec as build_training_spec
@@ -61,10 +61,14 @@ def build_spec(
     recovery_timeout: float,
     host: str | None = None,
     cluster: dict | None = None,
+    device: str = "cpu",
+    gpus_here: int | None = None,
     **options,
 ):
     """A RunSpec of task "fault", or a one-line error for what cannot run. Across hosts (`cluster`, as
-    bench.cli.common.cluster_of gives it) the scenarios are HOST_SCENARIOS, on `host`."""
+    bench.cli.common.cluster_of gives it) the scenarios are HOST_SCENARIOS, on `host`. On `device` "cuda" one worker
+    per GPU, over NCCL (docs/method.md, "Faults on GPUs"); `gpus_here`, this machine's GPU count (asked when None),
+    bounds a join, whose new worker takes a GPU of its own."""
     plugin = get_backend(backend)
     try:
         workload, wl, _ = workload_of(
@@ -74,7 +78,7 @@ def build_spec(
     except UsageError as exc:
         wl, unknown_workload = None, exc  # refused below, after what the fault itself gets wrong
     if wl is not None:  # defaults in units of the workload's window (about a second of steps)
-        window = wl.size("cpu").window_steps
+        window = wl.size(device).window_steps
         at_step = int(AT_STEP_WINDOWS * window) if at_step is None else at_step
         checkpoint_every = CHECKPOINT_WINDOWS * window if checkpoint_every is None else checkpoint_every
     if plugin.elastic is None:
@@ -108,9 +112,21 @@ def build_spec(
         problem = check(placed, host, sys.executable)
         if problem:
             raise UsageError(f"{'--kill-host' if scenario == 'kill-host' else '--partition-host'} {host}: {problem}")
-    problem = plugin.elastic.problem(scenario, world_size, options.get("backend_options") or {})
+    # the elastic mode answers for CPU processes; on GPUs the backend must have them too (Horovod: NCCL or MPI)
+    problem = (plugin.unavailable_reason(device) if device != "cpu" else None) or plugin.elastic.problem(
+        scenario, world_size, options.get("backend_options") or {}
+    )
     if problem:
         raise UsageError(problem)
+    if device == "cuda" and scenario == "join" and cluster is None:
+        gpus = cuda_device_count() if gpus_here is None else gpus_here
+        if world_size + 1 > gpus:
+            raise UsageError(
+                f"--fault join on --gpus {world_size}: the joining worker needs a GPU of its own and this machine "
+                f"has {gpus}; give --gpus {gpus - 1} or fewer"
+                if gpus > 1
+                else f"--fault join needs 2 GPUs (one joins) and this machine has {gpus}; use --nproc for CPU workers"
+            )
     if scenario == "kill" and not 0 <= rank < world_size:
         raise UsageError(f"--kill-rank {rank}: the run has ranks 0..{world_size - 1}")
     if options.get("data", "synthetic") != "synthetic":
@@ -122,7 +138,7 @@ def build_spec(
         # 127.0.0.1), whose local ranks overlap: pinned by local rank, two workers would share a core.
         options["cpu_bind"] = "none"
     spec = build_training_spec(
-        backend=backend, workload=workload, world_size=world_size, device="cpu", cluster=cluster, **options
+        backend=backend, workload=workload, world_size=world_size, device=device, cluster=cluster, **options
     )
     fault = FaultSettings(
         scenario=scenario,
