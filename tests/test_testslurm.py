@@ -107,7 +107,9 @@ def test_the_allocation_is_read_as_slurm_writes_it(monkeypatch):
         "job_id": "7",
         "nodelist": "n[1-2]",
         "hosts": [{"name": "n1", "slots": 2}, {"name": "n2", "slots": 2}],
+        "gpus_per_node": None,
     }
+    assert slurm.allocation({**env, "SLURM_GPUS_ON_NODE": "4"})["gpus_per_node"] == 4
     with pytest.raises(slurm.UsageError, match="names 1 nodes, the node list 2"):
         slurm.allocation({**env, "SLURM_TASKS_PER_NODE": "2"})
     with pytest.raises(slurm.UsageError, match="not inside a Slurm allocation"):
