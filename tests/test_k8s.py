@@ -1,0 +1,208 @@
+"""`bench k8s` and the operators' rules it is built on, without a cluster: the environment and files each Kubeflow
+operator gives a pod (bench.cluster.kubeflow) against the operators' own values, every manifest against the real
+CRD schemas (read from ../shared/k8s/crds, skipped where that folder is absent) and the operators' admission rules,
+and bad input refused in one line with nothing written."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from bench.cluster import k8s
+from bench.cluster import kubeflow as kf
+from conftest import ROOT, assert_one_line_error, bench_in_process
+
+CRD_DIR = ROOT.parent / "shared" / "k8s" / "crds"
+needs_crds = pytest.mark.skipif(
+    not (CRD_DIR / k8s.CRD_FILES["pytorchjob"]).is_file(),
+    reason=f"the operators' CRD files are not at {CRD_DIR} (they are not part of the project)",
+)
+IMAGE = "registry.example.com/bench:1.0"
+
+
+def request(kind: str, **kw) -> k8s.JobRequest:
+    return k8s.JobRequest(**{"kind": kind, "name": "bench", "image": IMAGE, "nodes": 2, "nproc_per_node": 2, **kw})
+
+
+EVERY_JOB = {
+    "pytorchjob": request("pytorchjob", cpus_per_pod="4", results_claim="results"),
+    "pytorchjob-elastic": request("pytorchjob", elastic=kf.Elastic(1, 3, max_restarts=2), results_claim="results"),
+    "mpijob": request("mpijob", gpus_per_pod=2, memory_per_pod="16Gi"),
+    "trainjob": request("trainjob", gpus_per_pod=8, nproc_per_node=8, cpus_per_pod="500m"),
+}
+
+
+# ---------------------------------------------------------------- the operators' rules, against their values
+def test_pytorchjob_env_is_the_training_operators():
+    master = kf.pytorchjob_env("job", "Master", 0, masters=1, workers=2, nproc_per_node=4)
+    assert master["MASTER_ADDR"] == master["PET_MASTER_ADDR"] == "job-master-0"
+    assert master["MASTER_PORT"] == master["PET_MASTER_PORT"] == "23456"
+    assert (master["RANK"], master["PET_NODE_RANK"], master["WORLD_SIZE"]) == ("0", "0", "12")
+    assert (master["PET_NPROC_PER_NODE"], master["PET_NNODES"]) == ("4", "3")
+    worker = kf.pytorchjob_env("job", "Worker", 1, masters=1, workers=2, nproc_per_node=4, port=29400)
+    assert (worker["RANK"], worker["PET_NODE_RANK"], worker["PET_MASTER_PORT"]) == ("2", "2", "29400")
+    assert "PET_RDZV_ENDPOINT" not in worker
+    assert kf.pytorchjob_service("job", "Worker", 1) == "job-worker-1"
+
+
+def test_pytorchjob_elastic_env():
+    elastic = kf.Elastic(1, 4, max_restarts=3, rdzv_conf=(("join_timeout", "600"),), standalone=True)
+    env = kf.pytorchjob_env("job", "Worker", 0, masters=0, workers=2, nproc_per_node=1, elastic=elastic)
+    assert env["PET_RDZV_ENDPOINT"] == "job-worker-0:23456"  # the operator's default: worker 0
+    assert (env["PET_RDZV_BACKEND"], env["PET_NNODES"], env["PET_MAX_RESTARTS"]) == ("c10d", "1:4", "3")
+    assert env["PET_RDZV_CONF"] == "join_timeout=600"
+    assert env["PET_STANDALONE"] == ""
+    assert "MASTER_ADDR" not in env  # no Master replica: no master variables
+    other = kf.pytorchjob_env(
+        "job",
+        "Worker",
+        0,
+        masters=0,
+        workers=2,
+        nproc_per_node=1,
+        elastic=kf.Elastic(2, 2, rdzv_host="rdzv", rdzv_port=1),
+    )
+    assert other["PET_RDZV_ENDPOINT"] == "rdzv:1"
+    assert "PET_MAX_RESTARTS" not in other and "PET_STANDALONE" not in other
+
+
+def test_trainjob_env_is_the_trainers():
+    env = kf.trainjob_env("tj", 1, nodes=3, nproc_per_node=8)
+    assert env == {
+        "PET_NNODES": "3",
+        "PET_NPROC_PER_NODE": "8",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "tj-node-0-0.tj",
+        "PET_MASTER_PORT": "29500",
+    }
+
+
+def test_mpijob_files_are_the_mpi_operators():
+    assert kf.mpijob_hostfile("hj", "ml", 2, 4) == "hj-worker-0.hj.ml.svc slots=4\nhj-worker-1.hj.ml.svc slots=4\n"
+    script = kf.mpijob_discover_hosts("hj", "ml", [2, 0], 1)
+    assert script == "#!/bin/sh\necho hj-worker-0.hj.ml.svc:1\necho hj-worker-2.hj.ml.svc:1\n"
+    env = kf.mpijob_launcher_env()
+    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert env["OMPI_MCA_orte_keep_fqdn_hostnames"] == "true"
+    assert "OMPI_MCA_plm_rsh_args" in env
+
+
+# ---------------------------------------------------------------- manifests: schema and admission
+@needs_crds
+@pytest.mark.parametrize("case", sorted(EVERY_JOB))
+def test_every_manifest_passes_the_crd_schema_and_admission(case):
+    manifest = k8s.build(EVERY_JOB[case])
+    assert k8s.schema_errors(manifest, CRD_DIR) == []
+    assert k8s.admission_errors(manifest) == []
+    assert yaml.safe_load(k8s.to_yaml([manifest])) == manifest  # written as built, no anchors to resolve
+
+
+@needs_crds
+def test_schema_refuses_unknown_fields_and_wrong_types():
+    manifest = k8s.build(EVERY_JOB["trainjob"])
+    bad = copy.deepcopy(manifest)
+    bad["spec"]["trainer"]["numNode"] = 2  # a misspelt field: pruned by the API server, refused here
+    bad["spec"]["trainer"]["numNodes"] = "2"
+    errors = k8s.schema_errors(bad, CRD_DIR)
+    assert any("'numNode' was unexpected" in e for e in errors)
+    assert any(e.startswith("spec.trainer.numNodes") for e in errors)
+    job = k8s.build(EVERY_JOB["pytorchjob"])
+    job["spec"]["nprocPerNode"] = 2  # a string in the CRD, not an int-or-string
+    assert any(e.startswith("spec.nprocPerNode") for e in k8s.schema_errors(job, CRD_DIR))
+
+
+@needs_crds
+def test_int_or_string_takes_either_and_keeps_its_pattern():
+    job = k8s.build(EVERY_JOB["pytorchjob"])
+    limits = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    limits["cpu"] = 4
+    assert k8s.schema_errors(job, CRD_DIR) == []
+    limits["cpu"] = "four cores"
+    assert any("limits.cpu" in e for e in k8s.schema_errors(job, CRD_DIR))
+
+
+def test_admission_rules():
+    job = k8s.build(EVERY_JOB["pytorchjob"])
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "main"
+    errors = k8s.admission_errors(job)
+    assert "pytorchReplicaSpecs.Master.replicas: must be 1" in errors
+    assert "pytorchReplicaSpecs.Worker: no container named 'pytorch'" in errors
+    elastic = k8s.build(EVERY_JOB["pytorchjob-elastic"])
+    elastic["spec"]["pytorchReplicaSpecs"] = {"Master": elastic["spec"]["pytorchReplicaSpecs"]["Worker"]}
+    assert "elasticPolicy: needs Worker replicas" in k8s.admission_errors(elastic)
+    mpi = k8s.build(EVERY_JOB["mpijob"])
+    mpi["metadata"]["name"] = "Bench_1"
+    assert any(e.startswith("metadata.name") for e in k8s.admission_errors(mpi))
+
+
+def test_manifest_shapes():
+    job = k8s.build(EVERY_JOB["pytorchjob"])
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 1)
+    command = replicas["Worker"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-2:] == ["--store", "/results/bench.sqlite"]
+    elastic = k8s.build(EVERY_JOB["pytorchjob-elastic"])
+    assert list(elastic["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
+    assert elastic["spec"]["elasticPolicy"] == {
+        "minReplicas": 1,
+        "maxReplicas": 3,
+        "rdzvBackend": "c10d",
+        "maxRestarts": 2,
+    }
+    mpi = k8s.build(EVERY_JOB["mpijob"])["spec"]
+    launcher = mpi["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert "resources" not in launcher and launcher["command"][-2:] == ["--hostfile", "/etc/mpi/hostfile"]
+    worker = mpi["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["command"] == ["/usr/sbin/sshd", "-De"] and worker["resources"]["limits"]["nvidia.com/gpu"] == 2
+    train = k8s.build(EVERY_JOB["trainjob"])["spec"]
+    assert train["runtimeRef"]["name"] == "torch-distributed" and train["trainer"]["numProcPerNode"] == 8
+
+
+# ---------------------------------------------------------------- the verb
+def test_verb_writes_a_manifest_that_parses(tmp_path):
+    out = tmp_path / "job.yaml"
+    proc = bench_in_process(
+        "k8s", "--image", IMAGE, "--nodes", "3", "--min-nodes", "2", "--max-nodes", "4", "--results-claim", "res",
+        "-o", out, "--", "--workload", "mnist_mlp",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (manifest,) = yaml.safe_load_all(out.read_text())
+    assert manifest["kind"] == "PyTorchJob" and manifest["spec"]["elasticPolicy"]["maxReplicas"] == 4
+    command = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:8] == ["python", "-m", "bench", "run", "--backend", "elastic", "--nproc", "3"]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--nodes", "2", "--", "--nproc", "5"], "the job holds 2 pods x 1 ranks = 2"),
+        (["--gpus-per-pod", "2"], "whose name says no CUDA build"),
+        (["--name", "Bench_Job"], "DNS-1035"),
+        (["--name", "a" * 60], "the operator names a Service"),
+        (["--nodes", "5", "--min-nodes", "1", "--max-nodes", "3"], "min <= nodes <= max"),
+        (["--kind", "mpijob", "--min-nodes", "1"], "an elastic policy is a PyTorchJob's"),
+        (["--", "--backend", "horovod"], "--backend after --: the manifest sets it"),
+        (["--", "--workload", "nosuch"], "the arguments after --"),
+        (["--crd-dir", "/nonexistent/crds"], "must hold the operators' CRD files"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, fragment):
+    out = tmp_path / "job.yaml"
+    proc = bench_in_process("k8s", "--image", IMAGE, "-o", out, *args)
+    assert_one_line_error(proc, fragment)
+    assert not out.exists()
+
+
+def test_image_is_required(tmp_path):
+    assert_one_line_error(bench_in_process("k8s", "--nodes", "2"), "--image")
+
+
+def test_gpu_image_is_taken():
+    proc = bench_in_process(
+        "k8s", "--kind", "trainjob", "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--gpus-per-pod", "8"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 8
