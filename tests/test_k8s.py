@@ -6,12 +6,20 @@ and bad input refused in one line with nothing written."""
 from __future__ import annotations
 
 import copy
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from bench.cluster import k8s
 from bench.cluster import kubeflow as kf
+from bench.cluster.hosts import remote_shell, ssh_command
+from bench.testbed import hosts as testhosts
 from conftest import ROOT, assert_one_line_error, bench_in_process
 
 CRD_DIR = ROOT.parent / "shared" / "k8s" / "crds"
@@ -206,3 +214,131 @@ def test_gpu_image_is_taken():
     )
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(proc.stdout)["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 8
+
+
+# ---------------------------------------------------------------- torchrun reads the operators' environment
+def test_torchrun_refuses_the_operators_empty_pet_standalone(tmp_path):
+    """The training operator sets PET_STANDALONE to an empty string; torchrun reads it as an integer and stops before
+    it parses anything, so bench's manifests never ask for standalone mode."""
+    env = kf.pytorchjob_env(
+        "j", "Worker", 0, masters=0, workers=1, nproc_per_node=1, elastic=kf.Elastic(1, 1, standalone=True)
+    )
+    assert env["PET_STANDALONE"] == ""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--no-python", "true"]
+    proc = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "invalid literal for int() with base 10: ''" in proc.stderr
+
+
+# ---------------------------------------------------------------- contract run: each pod a process on a test host
+UNAVAILABLE = testhosts.unavailable_reason()
+# one training step of a tiny network under the group torchrun forms from the operator's variables; each rank writes
+# what it saw (rank, world size, its host name, its parameters after the step)
+POD_STEP = """
+import json, os, socket, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 1)
+x = torch.randn(8, 4) + dist.get_rank()
+loss = net(x).pow(2).mean()
+loss.backward()
+for p in net.parameters():
+    dist.all_reduce(p.grad)
+    p.grad /= dist.get_world_size()
+with torch.no_grad():
+    for p in net.parameters():
+        p -= 0.1 * p.grad
+params = [float(v) for v in torch.cat([p.flatten() for p in net.parameters()])]
+row = dict(rank=dist.get_rank(), world=dist.get_world_size(), host=socket.gethostname(),
+           node_rank=os.environ.get("GROUP_RANK"), params=params)
+open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w").write(json.dumps(row))
+dist.destroy_process_group()
+"""
+
+
+POD_NAMES = "# the job's pods\n"  # the line after which a case writes its pods' names
+
+
+def pods_of(kind: str, job: str = "bench") -> list[tuple[str, list[str], dict[str, str]]]:
+    """(pod host name, the names it is reached by, the operator's environment) of a two-pod job of `kind`."""
+    if kind == "pytorchjob":
+        return [
+            (name, [name], kf.pytorchjob_env(job, rtype, i, masters=1, workers=1, nproc_per_node=1))
+            for name, rtype, i in ((f"{job}-master-0", "Master", 0), (f"{job}-worker-0", "Worker", 0))
+        ]
+    if kind == "pytorchjob-elastic":
+        elastic = kf.Elastic(1, 2, rdzv_conf=(("join_timeout", "60"),))
+        return [
+            (
+                f"{job}-worker-{i}",
+                [f"{job}-worker-{i}"],
+                kf.pytorchjob_env(job, "Worker", i, masters=0, workers=2, nproc_per_node=1, elastic=elastic),
+            )
+            for i in range(2)
+        ]
+    return [
+        (
+            f"{job}-node-0-{i}",
+            [kf.trainjob_host(job, i), f"{job}-node-0-{i}"],
+            kf.trainjob_env(job, i, nodes=2, nproc_per_node=1),
+        )
+        for i in range(2)
+    ]
+
+
+@pytest.fixture(scope="module")
+def pod_hosts():
+    """Two test hosts whose hosts files also name the pods, as the job's headless Services do (one user of the test
+    hosts at a time: the lock test_testhosts.py takes)."""
+    lock = open(Path(__file__).with_name("test_testhosts.py"))
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield testhosts.up(2)
+    finally:
+        try:
+            testhosts.down()
+        finally:
+            lock.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+@pytest.mark.parametrize("kind", ["pytorchjob", "pytorchjob-elastic", "trainjob"])
+def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, tmp_path):
+    pods = pods_of(kind)
+    names = "".join(f"{host.address} {' '.join(aliases)}\n" for host, (_, aliases, _) in zip(pod_hosts, pods))
+    for host in pod_hosts:  # the namespace's hosts file, bound over /etc/hosts there: the cluster's DNS for this job
+        hosts_file = testhosts.NETNS_ETC / host.name / "hosts"
+        base = hosts_file.read_text().split(POD_NAMES)[0]
+        with open(hosts_file, "w") as f:  # rewritten in place: the bind mount holds this file, not its name
+            f.write(f"{base}{POD_NAMES}{names}")
+    script = tmp_path / "step.py"
+    script.write_text(POD_STEP)
+    procs = []
+    for host, (pod, _, env) in zip(pod_hosts, pods):
+        # the pod's own host name, as Kubernetes gives each pod, in a UTS namespace of its own
+        torchrun = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--no-python",
+            sys.executable,
+            str(script),
+            str(tmp_path),
+        ]
+        inner = remote_shell(torchrun, env)
+        argv = ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]
+        procs.append(
+            subprocess.Popen(
+                ssh_command(host.address, argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    rows = sorted((json.loads(f.read_text()) for f in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == [0, 1] and {r["world"] for r in rows} == {2}, outputs
+    assert sorted(r["host"] for r in rows) == sorted(pod for pod, _, _ in pods)  # one host name per pod
+    assert rows[0]["params"] == rows[1]["params"]  # the step was one step of one group: the same parameters
+    if kind != "pytorchjob-elastic":  # a static rendezvous keeps the operator's node ranks; c10d assigns its own
+        assert {r["host"]: r["node_rank"] for r in rows} == {pod: env["PET_NODE_RANK"] for pod, _, env in pods}
