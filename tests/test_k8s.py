@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -342,3 +343,79 @@ def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, t
     assert rows[0]["params"] == rows[1]["params"]  # the step was one step of one group: the same parameters
     if kind != "pytorchjob-elastic":  # a static rendezvous keeps the operator's node ranks; c10d assigns its own
         assert {r["host"]: r["node_rank"] for r in rows} == {pod: env["PET_NODE_RANK"] for pod, _, env in pods}
+
+
+# each round of the group (a start, or a restart after a pod is lost) writes one line: its rank, world size, host
+# name, restart count and process ids; it trains until the test's stop file exists, a few steps once alone
+POD_ROUNDS = """
+import json, os, socket, sys, time
+import torch, torch.distributed as dist
+out = sys.argv[1]
+dist.init_process_group("gloo")
+row = dict(rank=dist.get_rank(), world=dist.get_world_size(), host=socket.gethostname(),
+           restart=int(os.environ["TORCHELASTIC_RESTART_COUNT"]), pid=os.getpid(), agent=os.getppid())
+with open(os.path.join(out, "rounds.jsonl"), "a") as f:
+    f.write(json.dumps(row) + "\\n")
+t = torch.ones(1)
+steps = 0
+while steps < 5 or (dist.get_world_size() > 1 and time.monotonic() < float(sys.argv[2])):
+    dist.all_reduce(t)
+    steps += 1
+    time.sleep(0.02)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+def test_contract_run_elastic_pod_lost_the_other_goes_on(pod_hosts, tmp_path):
+    """Under the elastic policy 1:2, the second pod's agent and rank killed: the first pod's agent restarts its
+    rank, which re-rendezvouses alone (world size 1) and finishes."""
+    job = "bench"
+    elastic = kf.Elastic(1, 2, max_restarts=2, rdzv_conf=(("last_call_timeout", "1"), ("join_timeout", "60")))
+    pods = [
+        (
+            f"{job}-worker-{i}",
+            kf.pytorchjob_env(job, "Worker", i, masters=0, workers=2, nproc_per_node=1, elastic=elastic),
+        )
+        for i in range(2)
+    ]
+    names = "".join(f"{host.address} {pod}\n" for host, (pod, _) in zip(pod_hosts, pods))
+    for host in pod_hosts:
+        hosts_file = testhosts.NETNS_ETC / host.name / "hosts"
+        base = hosts_file.read_text().split(POD_NAMES)[0]
+        with open(hosts_file, "w") as f:
+            f.write(f"{base}{POD_NAMES}{names}")
+    script = tmp_path / "rounds.py"
+    script.write_text(POD_ROUNDS)
+    deadline = time.monotonic() + 60  # the pair trains until the kill; this bounds it if the kill misses
+    procs = []
+    for host, (pod, env) in zip(pod_hosts, pods):
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--no-python", sys.executable, str(script)]
+        inner = remote_shell([*torchrun, str(tmp_path), str(deadline)], env)
+        argv = ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]
+        procs.append(
+            subprocess.Popen(
+                ssh_command(host.address, argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    journal = tmp_path / "rounds.jsonl"
+
+    def rounds():
+        return [json.loads(line) for line in journal.read_text().splitlines()] if journal.exists() else []
+
+    while len(rounds()) < 2 and time.monotonic() < deadline and all(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    first = rounds()
+    assert len(first) == 2 and {r["world"] for r in first} == {2}, first
+    lost = next(r for r in first if r["host"] == pods[1][0])
+    subprocess.run(
+        ssh_command(pod_hosts[1].address, ["kill", "-9", str(lost["agent"]), str(lost["pid"])]), check=True, timeout=30
+    )
+    survivor_output = procs[0].communicate(timeout=120)[0]
+    procs[1].communicate(timeout=30)
+    assert procs[0].returncode == 0, survivor_output
+    later = rounds()[2:]
+    assert later, survivor_output
+    assert {(r["host"], r["world"], r["rank"]) for r in later} == {(pods[0][0], 1, 0)}
+    assert all(r["restart"] >= 1 for r in later)
