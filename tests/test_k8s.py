@@ -20,6 +20,7 @@ import yaml
 from bench.cluster import k8s
 from bench.cluster import kubeflow as kf
 from bench.cluster.hosts import remote_shell, ssh_command
+from bench.core.hostlist import read_hostfile
 from bench.testbed import hosts as testhosts
 from conftest import ROOT, assert_one_line_error, bench_in_process
 
@@ -419,3 +420,27 @@ def test_contract_run_elastic_pod_lost_the_other_goes_on(pod_hosts, tmp_path):
     assert later, survivor_output
     assert {(r["host"], r["world"], r["rank"]) for r in later} == {(pods[0][0], 1, 0)}
     assert all(r["restart"] >= 1 for r in later)
+
+
+# ---------------------------------------------------------------- the MPIJob's files, read by their readers
+def test_mpijob_hostfile_is_what_the_launchers_run_reads(tmp_path):
+    """The launcher pod runs `bench run --hostfile /etc/mpi/hostfile`: bench's own reader takes the operator's file."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(kf.mpijob_hostfile("hj", "ml", 3, 2))
+    hosts = read_hostfile(str(hostfile))
+    assert [(h.name, h.slots) for h in hosts] == [(f"hj-worker-{i}.hj.ml.svc", 2) for i in range(3)]
+
+
+def test_discover_hosts_script_is_what_horovodrun_elastic_reads(tmp_path):
+    """discover_hosts.sh run by a shell and read by Horovod's own discovery (horovodrun --host-discovery-script):
+    the running workers with their slots; a worker dropped from the script is gone from what Horovod sees."""
+    discovery = pytest.importorskip("horovod.runner.elastic.discovery", reason="Horovod is not installed")
+    script = tmp_path / "discover_hosts.sh"
+    script.write_text(kf.mpijob_discover_hosts("hj", "ml", [0, 1], 2))
+    script.chmod(0o755)
+    found = discovery.HostDiscoveryScript(str(script), slots=1).find_available_hosts_and_slots()
+    assert found == {"hj-worker-0.hj.ml.svc": 2, "hj-worker-1.hj.ml.svc": 2}
+    script.write_text(kf.mpijob_discover_hosts("hj", "ml", [0], 2))
+    assert discovery.HostDiscoveryScript(str(script), slots=1).find_available_hosts_and_slots() == {
+        "hj-worker-0.hj.ml.svc": 2
+    }
