@@ -190,6 +190,7 @@ def test_verb_writes_a_manifest_that_parses(tmp_path):
     [
         (["--nodes", "2", "--", "--nproc", "5"], "the job holds 2 pods x 1 ranks = 2"),
         (["--gpus-per-pod", "2"], "whose name says no CUDA build"),
+        (["--gpus-per-pod", "2", "--nproc-per-node", "4", "--image-has-cuda"], "one rank per GPU"),
         (["--name", "Bench_Job"], "DNS-1035"),
         (["--name", "a" * 60], "the operator names a Service"),
         (["--nodes", "5", "--min-nodes", "1", "--max-nodes", "3"], "min <= nodes <= max"),
@@ -444,3 +445,11 @@ def test_discover_hosts_script_is_what_horovodrun_elastic_reads(tmp_path):
     assert discovery.HostDiscoveryScript(str(script), slots=1).find_available_hosts_and_slots() == {
         "hj-worker-0.hj.ml.svc": 2
     }
+
+
+def test_pods_that_do_not_yet_join_one_run_are_said_so():
+    proc = bench_in_process("k8s", "--image", IMAGE, "--nodes", "2")
+    assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["kind"] == "PyTorchJob"
+    assert "bench does not yet join them into one run" in proc.stderr
+    alone = bench_in_process("k8s", "--image", IMAGE, "--nodes", "1")
+    assert alone.returncode == 0 and "does not yet join" not in alone.stderr

@@ -255,6 +255,11 @@ def cmd(args) -> int:
             f"--gpus-per-pod {args.gpus_per_pod} with --image {shown(args.image)}, whose name says no CUDA build: "
             "give a CUDA image, or --image-has-cuda if it is one"
         )
+    if args.gpus_per_pod and args.nproc_per_node > args.gpus_per_pod:
+        raise UsageError(
+            f"--nproc-per-node {args.nproc_per_node} with --gpus-per-pod {args.gpus_per_pod}: a pod holds one rank "
+            "per GPU; give at most as many ranks as GPUs"
+        )
     req = k8s.JobRequest(
         kind=args.kind,
         name=args.name,
