@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import functools
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,6 @@ LABEL_MAX = 63
 RESULTS_MOUNT = "/results"
 # `bench k8s`'s defaults: a two-pod job of one rank each, the smallest that spans pods
 MANIFEST_DEFAULTS = dict(kind="pytorchjob", name="bench", namespace="default", nodes=2, nproc_per_node=1)
-SSH_SECRET_MODE = 0o600
 
 
 @dataclass(frozen=True)
@@ -367,7 +365,3 @@ def to_yaml(manifests: list[dict[str, Any]]) -> str:
             return True
 
     return "".join("---\n" + yaml.dump(m, Dumper=Plain, sort_keys=False, default_flow_style=False) for m in manifests)
-
-
-def shown_command(argv: list[str]) -> str:
-    return shlex.join(argv)

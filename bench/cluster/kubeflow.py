@@ -47,8 +47,7 @@ OPENMPI_LAUNCHER_ENV = {
     "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
 }
 # Open MPI 5 (PRRTE) reads none of the orte variables: with them alone it starts every rank on the launcher, so
-# the suite's launcher command names the hostfile itself
-OPENMPI5_NOTE = "Open MPI 5 ignores the OMPI_MCA_orte_* variables; the launcher names the hostfile itself"
+# the launcher's bench command names the hostfile itself (bench.cluster.k8s.pod_command)
 
 
 @dataclass(frozen=True)
