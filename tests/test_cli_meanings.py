@@ -54,8 +54,8 @@ DEFAULTS_DIFFER = {
     "--repeats": {"baseline"},
     # the gate's runs go to their own store; a self-check's are not results
     "--store": {"regress", "baseline", "selfcheck"},
-    # the file a verb writes: report's page always, slurm-script's script to stdout unless given
-    "--output": {"report", "slurm-script"},
+    # the file a verb writes: report's page always, slurm-script's script and k8s's manifest to stdout unless given
+    "--output": {"report", "slurm-script", "k8s"},
     # predict picks stored runs by them; the others set them
     "--batch-size": {"predict"},
     "--threads": {"predict"},

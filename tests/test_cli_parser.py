@@ -54,6 +54,7 @@ VERBS = [
     "import",
     "doctor",
     "slurm-script",
+    "k8s",
     "testhosts",
     "testslurm",
     "testray",

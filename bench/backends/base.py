@@ -279,6 +279,8 @@ class Backend:
     framework = "torch"  # what trains the model: "torch" or "tensorflow" (the page compares within and across)
     tasks: tuple[str, ...] = ("train", "comm", "fault", "converge")  # the kinds of run it takes (bench.core.registry)
     max_world_size: int | None = None
+    # the Kubeflow jobs whose operator starts it as its users run it there (bench k8s: bench.cluster.k8s.KINDS)
+    kubeflow_kinds: tuple[str, ...] = ()
     options: tuple[BackendOption, ...] = ()
     comm_ops: tuple[str, ...] = ()  # collectives run_op can time (bench allreduce --ops)
     comm_dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")

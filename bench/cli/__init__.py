@@ -1,6 +1,7 @@
 """`bench`: its verbs, in the groups `bench --help` shows (VERB_GROUPS): measure (run, sweep, allreduce, converge,
 fault), analyse what is stored (list, report, compare, agreement, predict, import), the regression gate (regress,
-baseline), check this machine and the suite (doctor, selfcheck), clusters (slurm-script, testhosts, testslurm, testray).
+baseline), check this machine and the suite (doctor, selfcheck), clusters (slurm-script, k8s, testhosts, testslurm,
+testray).
 
 One module per verb, each with `add_parser(verbs)` and the function that carries the verb out; VERBS is the
 registry. Bad input is one line on stderr and exit 2; a run not ok exits 1, an interrupted one 130. Output that
@@ -27,6 +28,7 @@ from bench.cli import (
     doctor,
     fault,
     import_runs,
+    k8s,
     list_runs,
     predict,
     regress,
@@ -63,6 +65,7 @@ VERBS = (
     import_runs,
     doctor,
     slurm_script,
+    k8s,
     testhosts,
     testslurm,
     testray,
@@ -73,7 +76,7 @@ VERB_GROUPS = (
     ("analyse what is stored", ("list", "report", "compare", "agreement", "predict", "import")),
     ("regression gate", ("regress", "baseline")),
     ("check this machine and the suite", ("doctor", "selfcheck")),
-    ("clusters", ("slurm-script", "testhosts", "testslurm", "testray")),
+    ("clusters", ("slurm-script", "k8s", "testhosts", "testslurm", "testray")),
 )
 VERB_LIST_WIDTH = 100
 EXIT_INTERNAL = 3  # a bug in bench itself

@@ -77,6 +77,11 @@ def against_the_plain_loop(backend: str) -> bool:
     return bool(get_backend(backend).framework == get_backend(PLAIN_LOOP).framework)
 
 
+def kubeflow_backend(kind: str) -> str | None:
+    """The backend a Kubeflow job of `kind` runs (bench k8s), None if none does."""
+    return next((name for name in BACKEND_MODULES if kind in get_backend(name).kubeflow_kinds), None)
+
+
 def elastic_backends() -> list[str]:
     """The backends with an elastic mode (what `bench fault` takes)."""
     return [name for name in BACKEND_MODULES if get_backend(name).elastic is not None]

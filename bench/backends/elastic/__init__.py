@@ -19,6 +19,7 @@ class ElasticBackend(Backend):
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     options = (DDP_BUCKET,)
     elastic = TorchrunElastic()
+    kubeflow_kinds = ("pytorchjob", "trainjob")  # torchrun in each pod, from the operator's PET_* variables
 
     def check_options(self, options, device):
         if options["ddp_bucket_mb"] <= 0:

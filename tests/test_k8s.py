@@ -1,0 +1,455 @@
+"""`bench k8s` and the operators' rules it is built on, without a cluster: the environment and files each Kubeflow
+operator gives a pod (bench.cluster.kubeflow) against the operators' own values, every manifest against the real
+CRD schemas (read from ../shared/k8s/crds, skipped where that folder is absent) and the operators' admission rules,
+and bad input refused in one line with nothing written."""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.cluster import k8s
+from bench.cluster import kubeflow as kf
+from bench.cluster.hosts import remote_shell, ssh_command
+from bench.core.hostlist import read_hostfile
+from bench.testbed import hosts as testhosts
+from conftest import ROOT, assert_one_line_error, bench_in_process
+
+CRD_DIR = ROOT.parent / "shared" / "k8s" / "crds"
+needs_crds = pytest.mark.skipif(
+    not (CRD_DIR / k8s.CRD_FILES["pytorchjob"]).is_file(),
+    reason=f"the operators' CRD files are not at {CRD_DIR} (they are not part of the project)",
+)
+IMAGE = "registry.example.com/bench:1.0"
+
+
+def request(kind: str, **kw) -> k8s.JobRequest:
+    return k8s.JobRequest(**{"kind": kind, "name": "bench", "image": IMAGE, "nodes": 2, "nproc_per_node": 2, **kw})
+
+
+EVERY_JOB = {
+    "pytorchjob": request("pytorchjob", cpus_per_pod="4", results_claim="results"),
+    "pytorchjob-elastic": request("pytorchjob", elastic=kf.Elastic(1, 3, max_restarts=2), results_claim="results"),
+    "mpijob": request("mpijob", gpus_per_pod=2, memory_per_pod="16Gi"),
+    "trainjob": request("trainjob", gpus_per_pod=8, nproc_per_node=8, cpus_per_pod="500m"),
+}
+
+
+# ---------------------------------------------------------------- the operators' rules, against their values
+def test_pytorchjob_env_is_the_training_operators():
+    master = kf.pytorchjob_env("job", "Master", 0, masters=1, workers=2, nproc_per_node=4)
+    assert master["MASTER_ADDR"] == master["PET_MASTER_ADDR"] == "job-master-0"
+    assert master["MASTER_PORT"] == master["PET_MASTER_PORT"] == "23456"
+    assert (master["RANK"], master["PET_NODE_RANK"], master["WORLD_SIZE"]) == ("0", "0", "12")
+    assert (master["PET_NPROC_PER_NODE"], master["PET_NNODES"]) == ("4", "3")
+    worker = kf.pytorchjob_env("job", "Worker", 1, masters=1, workers=2, nproc_per_node=4, port=29400)
+    assert (worker["RANK"], worker["PET_NODE_RANK"], worker["PET_MASTER_PORT"]) == ("2", "2", "29400")
+    assert "PET_RDZV_ENDPOINT" not in worker
+    assert kf.pytorchjob_service("job", "Worker", 1) == "job-worker-1"
+
+
+def test_pytorchjob_elastic_env():
+    elastic = kf.Elastic(1, 4, max_restarts=3, rdzv_conf=(("join_timeout", "600"),), standalone=True)
+    env = kf.pytorchjob_env("job", "Worker", 0, masters=0, workers=2, nproc_per_node=1, elastic=elastic)
+    assert env["PET_RDZV_ENDPOINT"] == "job-worker-0:23456"  # the operator's default: worker 0
+    assert (env["PET_RDZV_BACKEND"], env["PET_NNODES"], env["PET_MAX_RESTARTS"]) == ("c10d", "1:4", "3")
+    assert env["PET_RDZV_CONF"] == "join_timeout=600"
+    assert env["PET_STANDALONE"] == ""
+    assert "MASTER_ADDR" not in env  # no Master replica: no master variables
+    other = kf.pytorchjob_env(
+        "job",
+        "Worker",
+        0,
+        masters=0,
+        workers=2,
+        nproc_per_node=1,
+        elastic=kf.Elastic(2, 2, rdzv_host="rdzv", rdzv_port=1),
+    )
+    assert other["PET_RDZV_ENDPOINT"] == "rdzv:1"
+    assert "PET_MAX_RESTARTS" not in other and "PET_STANDALONE" not in other
+
+
+def test_trainjob_env_is_the_trainers():
+    env = kf.trainjob_env("tj", 1, nodes=3, nproc_per_node=8)
+    assert env == {
+        "PET_NNODES": "3",
+        "PET_NPROC_PER_NODE": "8",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "tj-node-0-0.tj",
+        "PET_MASTER_PORT": "29500",
+    }
+
+
+def test_mpijob_files_are_the_mpi_operators():
+    assert kf.mpijob_hostfile("hj", "ml", 2, 4) == "hj-worker-0.hj.ml.svc slots=4\nhj-worker-1.hj.ml.svc slots=4\n"
+    script = kf.mpijob_discover_hosts("hj", "ml", [2, 0], 1)
+    assert script == "#!/bin/sh\necho hj-worker-0.hj.ml.svc:1\necho hj-worker-2.hj.ml.svc:1\n"
+    env = kf.mpijob_launcher_env()
+    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert env["OMPI_MCA_orte_keep_fqdn_hostnames"] == "true"
+    assert "OMPI_MCA_plm_rsh_args" in env
+
+
+# ---------------------------------------------------------------- manifests: schema and admission
+@needs_crds
+@pytest.mark.parametrize("case", sorted(EVERY_JOB))
+def test_every_manifest_passes_the_crd_schema_and_admission(case):
+    manifest = k8s.build(EVERY_JOB[case])
+    assert k8s.schema_errors(manifest, CRD_DIR) == []
+    assert k8s.admission_errors(manifest) == []
+    assert yaml.safe_load(k8s.to_yaml([manifest])) == manifest  # written as built, no anchors to resolve
+
+
+@needs_crds
+def test_schema_refuses_unknown_fields_and_wrong_types():
+    manifest = k8s.build(EVERY_JOB["trainjob"])
+    bad = copy.deepcopy(manifest)
+    bad["spec"]["trainer"]["numNode"] = 2  # a misspelt field: pruned by the API server, refused here
+    bad["spec"]["trainer"]["numNodes"] = "2"
+    errors = k8s.schema_errors(bad, CRD_DIR)
+    assert any("'numNode' was unexpected" in e for e in errors)
+    assert any(e.startswith("spec.trainer.numNodes") for e in errors)
+    job = k8s.build(EVERY_JOB["pytorchjob"])
+    job["spec"]["nprocPerNode"] = 2  # a string in the CRD, not an int-or-string
+    assert any(e.startswith("spec.nprocPerNode") for e in k8s.schema_errors(job, CRD_DIR))
+
+
+@needs_crds
+def test_int_or_string_takes_either_and_keeps_its_pattern():
+    job = k8s.build(EVERY_JOB["pytorchjob"])
+    limits = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    limits["cpu"] = 4
+    assert k8s.schema_errors(job, CRD_DIR) == []
+    limits["cpu"] = "four cores"
+    assert any("limits.cpu" in e for e in k8s.schema_errors(job, CRD_DIR))
+
+
+def test_admission_rules():
+    job = k8s.build(EVERY_JOB["pytorchjob"])
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "main"
+    errors = k8s.admission_errors(job)
+    assert "pytorchReplicaSpecs.Master.replicas: must be 1" in errors
+    assert "pytorchReplicaSpecs.Worker: no container named 'pytorch'" in errors
+    elastic = k8s.build(EVERY_JOB["pytorchjob-elastic"])
+    elastic["spec"]["pytorchReplicaSpecs"] = {"Master": elastic["spec"]["pytorchReplicaSpecs"]["Worker"]}
+    assert "elasticPolicy: needs Worker replicas" in k8s.admission_errors(elastic)
+    mpi = k8s.build(EVERY_JOB["mpijob"])
+    mpi["metadata"]["name"] = "Bench_1"
+    assert any(e.startswith("metadata.name") for e in k8s.admission_errors(mpi))
+
+
+def test_manifest_shapes():
+    job = k8s.build(EVERY_JOB["pytorchjob"])
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 1)
+    command = replicas["Worker"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-2:] == ["--store", "/results/bench.sqlite"]
+    elastic = k8s.build(EVERY_JOB["pytorchjob-elastic"])
+    assert list(elastic["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
+    assert elastic["spec"]["elasticPolicy"] == {
+        "minReplicas": 1,
+        "maxReplicas": 3,
+        "rdzvBackend": "c10d",
+        "maxRestarts": 2,
+    }
+    mpi = k8s.build(EVERY_JOB["mpijob"])["spec"]
+    launcher = mpi["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert "resources" not in launcher and launcher["command"][-2:] == ["--hostfile", "/etc/mpi/hostfile"]
+    worker = mpi["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["command"] == ["/usr/sbin/sshd", "-De"] and worker["resources"]["limits"]["nvidia.com/gpu"] == 2
+    train = k8s.build(EVERY_JOB["trainjob"])["spec"]
+    assert train["runtimeRef"]["name"] == "torch-distributed" and train["trainer"]["numProcPerNode"] == 8
+
+
+# ---------------------------------------------------------------- the verb
+def test_verb_writes_a_manifest_that_parses(tmp_path):
+    out = tmp_path / "job.yaml"
+    proc = bench_in_process(
+        "k8s", "--image", IMAGE, "--nodes", "3", "--min-nodes", "2", "--max-nodes", "4", "--results-claim", "res",
+        "-o", out, "--", "--workload", "mnist_mlp",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (manifest,) = yaml.safe_load_all(out.read_text())
+    assert manifest["kind"] == "PyTorchJob" and manifest["spec"]["elasticPolicy"]["maxReplicas"] == 4
+    command = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:8] == ["python", "-m", "bench", "run", "--backend", "elastic", "--nproc", "3"]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--nodes", "2", "--", "--nproc", "5"], "the job holds 2 pods x 1 ranks = 2"),
+        (["--gpus-per-pod", "2"], "whose name says no CUDA build"),
+        (["--gpus-per-pod", "2", "--nproc-per-node", "4", "--image-has-cuda"], "one rank per GPU"),
+        (["--name", "Bench_Job"], "DNS-1035"),
+        (["--name", "a" * 60], "the operator names a Service"),
+        (["--nodes", "5", "--min-nodes", "1", "--max-nodes", "3"], "min <= nodes <= max"),
+        (["--kind", "mpijob", "--min-nodes", "1"], "an elastic policy is a PyTorchJob's"),
+        (["--", "--backend", "horovod"], "--backend after --: the manifest sets it"),
+        (["--", "--workload", "nosuch"], "the arguments after --"),
+        (["--crd-dir", "/nonexistent/crds"], "must hold the operators' CRD files"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, fragment):
+    out = tmp_path / "job.yaml"
+    proc = bench_in_process("k8s", "--image", IMAGE, "-o", out, *args)
+    assert_one_line_error(proc, fragment)
+    assert not out.exists()
+
+
+def test_image_is_required(tmp_path):
+    assert_one_line_error(bench_in_process("k8s", "--nodes", "2"), "--image")
+
+
+def test_gpu_image_is_taken():
+    proc = bench_in_process(
+        "k8s", "--kind", "trainjob", "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--gpus-per-pod", "8"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 8
+
+
+# ---------------------------------------------------------------- torchrun reads the operators' environment
+def test_torchrun_refuses_the_operators_empty_pet_standalone(tmp_path):
+    """The training operator sets PET_STANDALONE to an empty string; torchrun reads it as an integer and stops before
+    it parses anything, so bench's manifests never ask for standalone mode."""
+    env = kf.pytorchjob_env(
+        "j", "Worker", 0, masters=0, workers=1, nproc_per_node=1, elastic=kf.Elastic(1, 1, standalone=True)
+    )
+    assert env["PET_STANDALONE"] == ""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--no-python", "true"]
+    proc = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "invalid literal for int() with base 10: ''" in proc.stderr
+
+
+# ---------------------------------------------------------------- contract run: each pod a process on a test host
+UNAVAILABLE = testhosts.unavailable_reason()
+# one training step of a tiny network under the group torchrun forms from the operator's variables; each rank writes
+# what it saw (rank, world size, its host name, its parameters after the step)
+POD_STEP = """
+import json, os, socket, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 1)
+x = torch.randn(8, 4) + dist.get_rank()
+loss = net(x).pow(2).mean()
+loss.backward()
+for p in net.parameters():
+    dist.all_reduce(p.grad)
+    p.grad /= dist.get_world_size()
+with torch.no_grad():
+    for p in net.parameters():
+        p -= 0.1 * p.grad
+params = [float(v) for v in torch.cat([p.flatten() for p in net.parameters()])]
+row = dict(rank=dist.get_rank(), world=dist.get_world_size(), host=socket.gethostname(),
+           node_rank=os.environ.get("GROUP_RANK"), params=params)
+open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w").write(json.dumps(row))
+dist.destroy_process_group()
+"""
+
+
+POD_NAMES = "# the job's pods\n"  # the line after which a case writes its pods' names
+
+
+def pods_of(kind: str, job: str = "bench") -> list[tuple[str, list[str], dict[str, str]]]:
+    """(pod host name, the names it is reached by, the operator's environment) of a two-pod job of `kind`."""
+    if kind == "pytorchjob":
+        return [
+            (name, [name], kf.pytorchjob_env(job, rtype, i, masters=1, workers=1, nproc_per_node=1))
+            for name, rtype, i in ((f"{job}-master-0", "Master", 0), (f"{job}-worker-0", "Worker", 0))
+        ]
+    if kind == "pytorchjob-elastic":
+        elastic = kf.Elastic(1, 2, rdzv_conf=(("join_timeout", "60"),))
+        return [
+            (
+                f"{job}-worker-{i}",
+                [f"{job}-worker-{i}"],
+                kf.pytorchjob_env(job, "Worker", i, masters=0, workers=2, nproc_per_node=1, elastic=elastic),
+            )
+            for i in range(2)
+        ]
+    return [
+        (
+            f"{job}-node-0-{i}",
+            [kf.trainjob_host(job, i), f"{job}-node-0-{i}"],
+            kf.trainjob_env(job, i, nodes=2, nproc_per_node=1),
+        )
+        for i in range(2)
+    ]
+
+
+@pytest.fixture(scope="module")
+def pod_hosts():
+    """Two test hosts whose hosts files also name the pods, as the job's headless Services do (one user of the test
+    hosts at a time: the lock test_testhosts.py takes)."""
+    lock = open(Path(__file__).with_name("test_testhosts.py"))
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield testhosts.up(2)
+    finally:
+        try:
+            testhosts.down()
+        finally:
+            lock.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+@pytest.mark.parametrize("kind", ["pytorchjob", "pytorchjob-elastic", "trainjob"])
+def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, tmp_path):
+    pods = pods_of(kind)
+    names = "".join(f"{host.address} {' '.join(aliases)}\n" for host, (_, aliases, _) in zip(pod_hosts, pods))
+    for host in pod_hosts:  # the namespace's hosts file, bound over /etc/hosts there: the cluster's DNS for this job
+        hosts_file = testhosts.NETNS_ETC / host.name / "hosts"
+        base = hosts_file.read_text().split(POD_NAMES)[0]
+        with open(hosts_file, "w") as f:  # rewritten in place: the bind mount holds this file, not its name
+            f.write(f"{base}{POD_NAMES}{names}")
+    script = tmp_path / "step.py"
+    script.write_text(POD_STEP)
+    procs = []
+    for host, (pod, _, env) in zip(pod_hosts, pods):
+        # the pod's own host name, as Kubernetes gives each pod, in a UTS namespace of its own
+        torchrun = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--no-python",
+            sys.executable,
+            str(script),
+            str(tmp_path),
+        ]
+        inner = remote_shell(torchrun, env)
+        argv = ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]
+        procs.append(
+            subprocess.Popen(
+                ssh_command(host.address, argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    rows = sorted((json.loads(f.read_text()) for f in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == [0, 1] and {r["world"] for r in rows} == {2}, outputs
+    assert sorted(r["host"] for r in rows) == sorted(pod for pod, _, _ in pods)  # one host name per pod
+    assert rows[0]["params"] == rows[1]["params"]  # the step was one step of one group: the same parameters
+    if kind != "pytorchjob-elastic":  # a static rendezvous keeps the operator's node ranks; c10d assigns its own
+        assert {r["host"]: r["node_rank"] for r in rows} == {pod: env["PET_NODE_RANK"] for pod, _, env in pods}
+
+
+# each round of the group (a start, or a restart after a pod is lost) writes one line: its rank, world size, host
+# name, restart count and process ids; it trains until the test's stop file exists, a few steps once alone
+POD_ROUNDS = """
+import json, os, socket, sys, time
+import torch, torch.distributed as dist
+out = sys.argv[1]
+dist.init_process_group("gloo")
+row = dict(rank=dist.get_rank(), world=dist.get_world_size(), host=socket.gethostname(),
+           restart=int(os.environ["TORCHELASTIC_RESTART_COUNT"]), pid=os.getpid(), agent=os.getppid())
+with open(os.path.join(out, "rounds.jsonl"), "a") as f:
+    f.write(json.dumps(row) + "\\n")
+t = torch.ones(1)
+steps = 0
+while steps < 5 or (dist.get_world_size() > 1 and time.monotonic() < float(sys.argv[2])):
+    dist.all_reduce(t)
+    steps += 1
+    time.sleep(0.02)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+def test_contract_run_elastic_pod_lost_the_other_goes_on(pod_hosts, tmp_path):
+    """Under the elastic policy 1:2, the second pod's agent and rank killed: the first pod's agent restarts its
+    rank, which re-rendezvouses alone (world size 1) and finishes."""
+    job = "bench"
+    elastic = kf.Elastic(1, 2, max_restarts=2, rdzv_conf=(("last_call_timeout", "1"), ("join_timeout", "60")))
+    pods = [
+        (
+            f"{job}-worker-{i}",
+            kf.pytorchjob_env(job, "Worker", i, masters=0, workers=2, nproc_per_node=1, elastic=elastic),
+        )
+        for i in range(2)
+    ]
+    names = "".join(f"{host.address} {pod}\n" for host, (pod, _) in zip(pod_hosts, pods))
+    for host in pod_hosts:
+        hosts_file = testhosts.NETNS_ETC / host.name / "hosts"
+        base = hosts_file.read_text().split(POD_NAMES)[0]
+        with open(hosts_file, "w") as f:
+            f.write(f"{base}{POD_NAMES}{names}")
+    script = tmp_path / "rounds.py"
+    script.write_text(POD_ROUNDS)
+    deadline = time.monotonic() + 60  # the pair trains until the kill; this bounds it if the kill misses
+    procs = []
+    for host, (pod, env) in zip(pod_hosts, pods):
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--no-python", sys.executable, str(script)]
+        inner = remote_shell([*torchrun, str(tmp_path), str(deadline)], env)
+        argv = ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]
+        procs.append(
+            subprocess.Popen(
+                ssh_command(host.address, argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    journal = tmp_path / "rounds.jsonl"
+
+    def rounds():
+        return [json.loads(line) for line in journal.read_text().splitlines()] if journal.exists() else []
+
+    while len(rounds()) < 2 and time.monotonic() < deadline and all(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    first = rounds()
+    assert len(first) == 2 and {r["world"] for r in first} == {2}, first
+    lost = next(r for r in first if r["host"] == pods[1][0])
+    subprocess.run(
+        ssh_command(pod_hosts[1].address, ["kill", "-9", str(lost["agent"]), str(lost["pid"])]), check=True, timeout=30
+    )
+    survivor_output = procs[0].communicate(timeout=120)[0]
+    procs[1].communicate(timeout=30)
+    assert procs[0].returncode == 0, survivor_output
+    later = rounds()[2:]
+    assert later, survivor_output
+    assert {(r["host"], r["world"], r["rank"]) for r in later} == {(pods[0][0], 1, 0)}
+    assert all(r["restart"] >= 1 for r in later)
+
+
+# ---------------------------------------------------------------- the MPIJob's files, read by their readers
+def test_mpijob_hostfile_is_what_the_launchers_run_reads(tmp_path):
+    """The launcher pod runs `bench run --hostfile /etc/mpi/hostfile`: bench's own reader takes the operator's file."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(kf.mpijob_hostfile("hj", "ml", 3, 2))
+    hosts = read_hostfile(str(hostfile))
+    assert [(h.name, h.slots) for h in hosts] == [(f"hj-worker-{i}.hj.ml.svc", 2) for i in range(3)]
+
+
+def test_discover_hosts_script_is_what_horovodrun_elastic_reads(tmp_path):
+    """discover_hosts.sh run by a shell and read by Horovod's own discovery (horovodrun --host-discovery-script):
+    the running workers with their slots; a worker dropped from the script is gone from what Horovod sees."""
+    discovery = pytest.importorskip("horovod.runner.elastic.discovery", reason="Horovod is not installed")
+    script = tmp_path / "discover_hosts.sh"
+    script.write_text(kf.mpijob_discover_hosts("hj", "ml", [0, 1], 2))
+    script.chmod(0o755)
+    found = discovery.HostDiscoveryScript(str(script), slots=1).find_available_hosts_and_slots()
+    assert found == {"hj-worker-0.hj.ml.svc": 2, "hj-worker-1.hj.ml.svc": 2}
+    script.write_text(kf.mpijob_discover_hosts("hj", "ml", [0], 2))
+    assert discovery.HostDiscoveryScript(str(script), slots=1).find_available_hosts_and_slots() == {
+        "hj-worker-0.hj.ml.svc": 2
+    }
+
+
+def test_pods_that_do_not_yet_join_one_run_are_said_so():
+    proc = bench_in_process("k8s", "--image", IMAGE, "--nodes", "2")
+    assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["kind"] == "PyTorchJob"
+    assert "bench does not yet join them into one run" in proc.stderr
+    alone = bench_in_process("k8s", "--image", IMAGE, "--nodes", "1")
+    assert alone.returncode == 0 and "does not yet join" not in alone.stderr
