@@ -335,6 +335,8 @@ WRITER = textwrap.dedent("""
         raise Interrupted()
 
     signal.signal(signal.SIGTERM, interrupted)
+    # Ctrl-C as Python sets it up: a test run started in the background of a script inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def slow(tmp):
         Path(tmp).write_text("half of it")
