@@ -5,10 +5,13 @@ and bad input refused in one line with nothing written."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import fcntl
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -17,10 +20,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.cluster import k8s
+from bench.cli import common
+from bench.cluster import k8s, kubeflow_pod
 from bench.cluster import kubeflow as kf
 from bench.cluster.hosts import remote_shell, ssh_command
+from bench.core.errors import UsageError
 from bench.core.hostlist import read_hostfile
+from bench.core.registry import get_backend
+from bench.core.rundir import RunDir
+from bench.tasks.train import build_spec
 from bench.testbed import hosts as testhosts
 from conftest import ROOT, assert_one_line_error, bench_in_process
 
@@ -447,9 +455,149 @@ def test_discover_hosts_script_is_what_horovodrun_elastic_reads(tmp_path):
     }
 
 
-def test_pods_that_do_not_yet_join_one_run_are_said_so():
+# ---------------------------------------------------------------- bench run in the pods (bench.cluster.kubeflow_pod)
+def test_each_pod_reads_its_place_from_the_operators_environment():
+    static = kf.pytorchjob_env("bench", "Worker", 0, masters=1, workers=1, nproc_per_node=2)
+    place = kubeflow_pod.pod_place(static, "bench-worker-0")
+    assert (place.kind, place.job, place.hosts, place.node_rank, place.leads) == (
+        "PyTorchJob",
+        "bench",
+        ("bench-master-0", "bench-worker-0"),
+        1,
+        False,
+    )
+    assert place.agent_args() == [
+        *("--nnodes", "2", "--nproc-per-node", "2", "--node-rank", "1"),
+        *("--master-addr", "bench-master-0", "--master-port", "23456", "--max-restarts", "0"),
+    ]
+    assert place.scheduler == {
+        "name": "kubeflow PyTorchJob",
+        "job_id": "bench",
+        "nodelist": "bench-master-0,bench-worker-0",
+    }
+    master = kf.pytorchjob_env("bench", "Master", 0, masters=1, workers=1, nproc_per_node=2)
+    assert kubeflow_pod.pod_place(master, "bench-master-0").leads
+    # an elastic policy has no master: the pod the rendezvous endpoint names leads, the id is the job's name
+    elastic = kf.Elastic(1, 3, max_restarts=2, rdzv_conf=(("join_timeout", "60"),))
+    for i, leads in ((0, True), (1, False)):
+        env = kf.pytorchjob_env("bench", "Worker", i, masters=0, workers=2, nproc_per_node=1, elastic=elastic)
+        place = kubeflow_pod.pod_place(env, f"bench-worker-{i}")
+        assert place.leads is leads and place.hosts == ("bench-worker-0", "bench-worker-1", "bench-worker-2")
+        assert place.agent_args() == [
+            *("--nnodes", "1:3", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
+            *("--rdzv-endpoint", "bench-worker-0:23456", "--rdzv-id", "bench", "--rdzv-conf", "join_timeout=60"),
+            *("--max-restarts", "2"),
+        ]
+    train = kubeflow_pod.pod_place(kf.trainjob_env("tj", 1, nodes=2, nproc_per_node=1), "tj-node-0-1")
+    assert (train.kind, train.hosts, train.leads, train.master) == (
+        "TrainJob",
+        ("tj-node-0-0", "tj-node-0-1"),
+        False,
+        ("tj-node-0-0.tj", 29500),
+    )
+
+
+@pytest.mark.parametrize(
+    "env, fragment",
+    [
+        ({}, "no PET_NNODES"),
+        ({"PET_NNODES": "2", "PET_NPROC_PER_NODE": "auto"}, "PET_NPROC_PER_NODE='auto'"),
+        (
+            {
+                "PET_NNODES": "2",
+                "PET_NPROC_PER_NODE": "1",
+                "PET_MASTER_ADDR": "elsewhere",
+                "PET_MASTER_PORT": "1",
+                "PET_NODE_RANK": "0",
+            },
+            "names neither",
+        ),
+        (
+            {"PET_NNODES": "1:2", "PET_NPROC_PER_NODE": "1", "PET_RDZV_ENDPOINT": "somewhere:1"},
+            "not what the training operator gives",
+        ),
+        (
+            {**kf.trainjob_env("tj", 0, nodes=2, nproc_per_node=1), "PET_NODE_RANK": "2"},
+            "PET_NODE_RANK=2 with PET_NNODES=2",
+        ),
+    ],
+)
+def test_pod_place_refuses_what_no_operator_gives(env, fragment):
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        kubeflow_pod.pod_place(env, "pod")
+
+
+def test_scheduler_kubeflow_is_refused_outside_a_pod_and_by_other_verbs(monkeypatch, tmp_path):
+    for name in [n for n in os.environ if n.startswith("PET_")]:
+        monkeypatch.delenv(name)
+    store = tmp_path / "s.sqlite"
+    assert_one_line_error(bench_in_process("run", "--scheduler", "kubeflow", "--store", store), "no PET_NNODES")
+    monkeypatch.setattr(os, "environ", {**os.environ, **kf.trainjob_env("tj", 0, nodes=2, nproc_per_node=1)})
+    assert_one_line_error(
+        bench_in_process("sweep", "--scheduler", "kubeflow", "--store", store), "only bench run joins"
+    )
+    assert_one_line_error(
+        bench_in_process("run", "--backend", "horovod", "--store", store), "does not run in the pods of a TrainJob"
+    )
+    assert not store.exists()
+
+
+def test_leading_pod_plans_one_agent_of_the_job(monkeypatch, tmp_path):
+    env = kf.pytorchjob_env("bench", "Master", 0, masters=1, workers=1, nproc_per_node=1)
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    monkeypatch.setattr(socket, "gethostname", lambda: "bench-master-0")
+    args = argparse.Namespace(scheduler=None, iface=None, link=None, links=None, nproc=None, gpus=None)
+    cluster = common.cluster_of(args, pods=True)
+    spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu", cluster=cluster)
+    assert spec.scheduler == {
+        "name": "kubeflow PyTorchJob",
+        "job_id": "bench",
+        "nodelist": "bench-master-0,bench-worker-0",
+    }
+    assert [h["name"] for h in spec.hosts] == ["bench-master-0", "bench-worker-0"]
+    assert spec.machines is None  # pods are not known to be separate machines
+    ranks = [sys.executable, "-m", "bench.harness.guard", str(tmp_path / "runs" / "R1"), "elastic"]
+    command = get_backend("elastic").launcher.command(spec, ranks, "R1")
+    split = command.index("--")
+    assert command[:5] == [
+        sys.executable,
+        "-m",
+        "bench.cluster.kubeflow_pod",
+        "lead",
+        str(tmp_path / "runs" / "kubeflow-bench.json"),
+    ]
+    assert json.loads(command[5]) == {"job": "bench", "run_id": "R1", "rank_command": ranks} and command[6] == "2"
+    assert command[split + 1 :] == [
+        *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"),
+        *("--node-rank", "0", "--master-addr", "bench-master-0", "--master-port", "23456", "--max-restarts", "0"),
+        "--no-python",
+        *ranks,
+    ]
+
+
+def test_lead_hands_off_waits_for_every_ranks_exit_and_removes_the_handoff(tmp_path):
+    run_dir = RunDir(tmp_path / "runs" / "R1").create()
+    for rank in (0, 1):  # the other pod's rank has ended too
+        run_dir.write(rank, 0, "exit", {"exit_code": 0})
+    handoff = tmp_path / "runs" / "kubeflow-bench.json"
+    plan = {"job": "bench", "run_id": "R1", "rank_command": ["python", "-m", "bench.harness.guard", str(run_dir.path)]}
+    seen = tmp_path / "seen.json"
+    agent = ["sh", "-c", f"cat {handoff} > {seen}; exit 3"]  # the agent's ending is the leading pod's
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cluster.kubeflow_pod", "lead", str(handoff), json.dumps(plan), "2", "--", *agent],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert json.loads(seen.read_text()) == plan  # there while the agent ran
+    assert not handoff.exists()  # a later job of the same name never reads it
+    with pytest.raises(UsageError, match="no hand-off from the job's leading pod"):
+        kubeflow_pod.wait_for_handoff(handoff, 0.3)
+
+
+def test_manifests_of_several_pods_carry_no_one_pod_note():
     proc = bench_in_process("k8s", "--image", IMAGE, "--nodes", "2")
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["kind"] == "PyTorchJob"
-    assert "bench does not yet join them into one run" in proc.stderr
-    alone = bench_in_process("k8s", "--image", IMAGE, "--nodes", "1")
-    assert alone.returncode == 0 and "does not yet join" not in alone.stderr
+    assert "--nodes 1" not in proc.stderr and "does not yet join" not in proc.stderr

@@ -285,11 +285,6 @@ def cmd(args) -> int:
         raise UsageError(f"the {k8s.KIND_NAMES[req.kind]} bench built would be refused: {'; '.join(errors)}")
     if crd_dir is None:
         note("bench k8s: note: no CRD files found (--crd-dir): the manifest is checked against admission rules only")
-    if req.kind != "mpijob" and req.nodes > 1:
-        note(
-            f"bench k8s: note: the pods of a {k8s.KIND_NAMES[req.kind]} each run bench run by itself: bench does not "
-            "yet join them into one run (docs/clusters.md, On Kubernetes); apply it with --nodes 1"
-        )
     if not args.results_claim:
         note("bench k8s: note: no --results-claim: the records stay in the pods and end with them")
     text = k8s.to_yaml([manifest])

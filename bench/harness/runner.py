@@ -9,12 +9,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.cluster import kubeflow_pod
 from bench.cluster.hosts import check_interface_variables, shaped_links
 from bench.cluster.slurm import signal_judged
 from bench.core.codec import dumps
 from bench.core.console import format_duration, note
 from bench.core.environment import PROJECT_ROOT, fingerprint
-from bench.core.errors import Interrupted, RecordNotStored
+from bench.core.errors import Interrupted, RecordNotStored, UsageError
 from bench.core.records import RunRecord, RunStatus
 from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir, write_json_atomic
@@ -121,7 +122,8 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
                 spec.timeout,
                 on_poll=launch.watcher,
                 poll_interval=launch.poll_interval,
-                hosts=[h["name"] for h in spec.hosts or ()],
+                # a Kubeflow job's pods have no ssh: each pod's processes end with its agent, as its operator expects
+                hosts=[] if kubeflow_pod.of_pods(spec.scheduler) else [h["name"] for h in spec.hosts or ()],
             )
             lifeline.launcher_ended()
             outcome = overdue_outcome(run_dir, outcome)  # the lifeline ended it at its deadline while this was stopped
@@ -157,6 +159,24 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
             f"stored in {store.path}"
         )
     return record
+
+
+def join_pods_run(spec: RunSpec, place: kubeflow_pod.PodPlace, store: Store) -> int:
+    """In a pod of a Kubeflow job that does not lead: wait for the leading pod's hand-off (bench.cluster.kubeflow_pod)
+    and become one agent of its run, its ranks started as the leading pod starts its own (the same guard command, the
+    environment the harness gives every rank). The leading pod records the run; this pod exits as its agent does."""
+    backend = get_backend(spec.backend)
+    handoff = kubeflow_pod.wait_for_handoff(
+        kubeflow_pod.handoff_file(store.run_dir("-").parent, place.job), spec.timeout
+    )
+    agent = backend.launcher.pod_agent(place, handoff["rank_command"])
+    if agent is None:
+        raise UsageError(f"backend {spec.backend} has no agent to run in a Kubeflow job's pods")
+    env = {**worker_environment(spec, tag=handoff["run_id"]), **backend.launcher.env(spec)}
+    note(f"bench run: joining run {handoff['run_id']}, which the job's leading pod records")
+    sys.stdout.flush()
+    os.execvpe(agent[0], agent, env)
+    return 0  # not reached
 
 
 Kind = tuple[str, str, str, int]  # (task, backend, task case, world size)
