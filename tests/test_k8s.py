@@ -597,6 +597,19 @@ def test_lead_hands_off_waits_for_every_ranks_exit_and_removes_the_handoff(tmp_p
         kubeflow_pod.wait_for_handoff(handoff, 0.3)
 
 
+def test_scope_line_says_how_pod_runs_were_tested():
+    from bench.report.page import scope_line
+    from bench.results.frame import records_to_frame
+    from factories import train_record
+
+    pods = {"name": "kubeflow PyTorchJob", "job_id": "bench", "nodelist": "bench-master-0,bench-worker-0"}
+    hosts = [{"name": "bench-master-0", "slots": 1}, {"name": "bench-worker-0", "slots": 1}]
+    in_pods = train_record("k1", spec_fields={"hosts": hosts, "scheduler": pods})
+    line = scope_line(records_to_frame([in_pods, train_record("plain")]))
+    assert "in the pods of a PyTorchJob (contract-tested, not cluster-tested)" in line
+    assert "contract-tested" not in scope_line(records_to_frame([train_record("plain")]))
+
+
 def test_manifests_of_several_pods_carry_no_one_pod_note():
     proc = bench_in_process("k8s", "--image", IMAGE, "--nodes", "2")
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["kind"] == "PyTorchJob"
