@@ -313,39 +313,47 @@ def pod_hosts():
             lock.close()
 
 
+def name_the_pods(pod_hosts, pods) -> None:
+    """Each test host's hosts file names the pods, one pod a host: the cluster's DNS for this job."""
+    names = "".join(f"{host.address} {' '.join(aliases)}\n" for host, (_, aliases, _) in zip(pod_hosts, pods))
+    for host in pod_hosts:  # the namespace's hosts file, bound over /etc/hosts there
+        hosts_file = testhosts.NETNS_ETC / host.name / "hosts"
+        base = hosts_file.read_text().split(POD_NAMES)[0]
+        with open(hosts_file, "w") as f:  # rewritten in place: the bind mount holds this file, not its name
+            f.write(f"{base}{POD_NAMES}{names}")
+
+
+def as_pod(host, pod: str, argv: list[str], env: dict[str, str], cwd: str | None = None) -> subprocess.Popen:
+    """argv on a test host as the pod `pod` runs it: over ssh with the operator's environment, under the pod's own
+    host name (a UTS namespace of its own, as Kubernetes gives each pod)."""
+    inner = remote_shell(argv, env, cwd)
+    return subprocess.Popen(
+        ssh_command(host.address, ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
 @pytest.mark.parametrize("kind", ["pytorchjob", "pytorchjob-elastic", "trainjob"])
 def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, tmp_path):
     pods = pods_of(kind)
-    names = "".join(f"{host.address} {' '.join(aliases)}\n" for host, (_, aliases, _) in zip(pod_hosts, pods))
-    for host in pod_hosts:  # the namespace's hosts file, bound over /etc/hosts there: the cluster's DNS for this job
-        hosts_file = testhosts.NETNS_ETC / host.name / "hosts"
-        base = hosts_file.read_text().split(POD_NAMES)[0]
-        with open(hosts_file, "w") as f:  # rewritten in place: the bind mount holds this file, not its name
-            f.write(f"{base}{POD_NAMES}{names}")
+    name_the_pods(pod_hosts, pods)
     script = tmp_path / "step.py"
     script.write_text(POD_STEP)
-    procs = []
-    for host, (pod, _, env) in zip(pod_hosts, pods):
-        # the pod's own host name, as Kubernetes gives each pod, in a UTS namespace of its own
-        torchrun = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--no-python",
-            sys.executable,
-            str(script),
-            str(tmp_path),
-        ]
-        inner = remote_shell(torchrun, env)
-        argv = ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]
-        procs.append(
-            subprocess.Popen(
-                ssh_command(host.address, argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
-    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--no-python",
+        sys.executable,
+        str(script),
+        str(tmp_path),
+    ]
+    procs = [as_pod(host, pod, torchrun, env) for host, (pod, _, env) in zip(pod_hosts, pods)]
+    outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     rows = sorted((json.loads(f.read_text()) for f in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
     assert [r["rank"] for r in rows] == [0, 1] and {r["world"] for r in rows} == {2}, outputs
@@ -573,6 +581,36 @@ def test_leading_pod_plans_one_agent_of_the_job(monkeypatch, tmp_path):
         "--no-python",
         *ranks,
     ]
+
+
+def test_other_pod_joins_the_run_the_handoff_names(monkeypatch, tmp_path):
+    env = kf.pytorchjob_env("bench", "Worker", 0, masters=1, workers=1, nproc_per_node=1)
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    monkeypatch.setattr(socket, "gethostname", lambda: "bench-worker-0")
+    ranks = [sys.executable, "-m", "bench.harness.guard", str(tmp_path / "runs" / "R1"), "elastic"]
+    handoff = kubeflow_pod.handoff_file(tmp_path / "runs", "bench")
+    handoff.parent.mkdir()
+    handoff.write_text(json.dumps({"job": "bench", "run_id": "R1", "rank_command": ranks}))
+    started = []
+
+    def agent_started(path, argv, agent_env):  # where the pod's process becomes its agent: the command it would run
+        started.append((path, argv, agent_env))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execvpe", agent_started)
+    store = tmp_path / "bench.sqlite"
+    proc = bench_in_process("run", "--workload", "mnist_mlp", "--store", store)
+    assert proc.returncode == 0 and "joins the run the leading pod records" in proc.stderr, proc.stderr
+    [(path, argv, agent_env)] = started
+    assert path == sys.executable and argv == [
+        *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"),
+        *("--node-rank", "1", "--master-addr", "bench-master-0", "--master-port", "23456", "--max-restarts", "0"),
+        "--no-python",
+        *ranks,
+    ]
+    # its ranks get the harness's environment, under a run tag of this pod's own
+    assert agent_env["BENCH_RUN_TAG"] == "R1-bench-worker-0" and agent_env["OMP_NUM_THREADS"].isdigit()
+    assert not store.exists()  # the leading pod stores the run
 
 
 def test_lead_hands_off_waits_for_every_ranks_exit_and_removes_the_handoff(tmp_path):

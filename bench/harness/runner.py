@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -172,7 +173,10 @@ def join_pods_run(spec: RunSpec, place: kubeflow_pod.PodPlace, store: Store) -> 
     agent = backend.launcher.pod_agent(place, handoff["rank_command"])
     if agent is None:
         raise UsageError(f"backend {spec.backend} has no agent to run in a Kubeflow job's pods")
-    env = {**worker_environment(spec, tag=handoff["run_id"]), **backend.launcher.env(spec)}
+    # a tag of this pod's own: its processes end with the pod, not with the leading pod's reaping (test hosts, which
+    # play the pods, share one process table)
+    tag = f"{handoff['run_id']}-{socket.gethostname()}"
+    env = {**worker_environment(spec, tag=tag), **backend.launcher.env(spec)}
     note(f"bench run: joining run {handoff['run_id']}, which the job's leading pod records")
     sys.stdout.flush()
     os.execvpe(agent[0], agent, env)
