@@ -221,7 +221,15 @@ def test_image_is_required(tmp_path):
 
 def test_gpu_image_is_taken():
     proc = bench_in_process(
-        "k8s", "--kind", "trainjob", "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--gpus-per-pod", "8"
+        "k8s",
+        "--kind",
+        "trainjob",
+        "--image",
+        "nvcr.io/nvidia/pytorch:25.01-py3",
+        "--gpus-per-pod",
+        "8",
+        "--results-claim",
+        "res",
     )
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(proc.stdout)["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 8
@@ -648,7 +656,13 @@ def test_scope_line_says_how_pod_runs_were_tested():
     assert "contract-tested" not in scope_line(records_to_frame([train_record("plain")]))
 
 
-def test_manifests_of_several_pods_carry_no_one_pod_note():
-    proc = bench_in_process("k8s", "--image", IMAGE, "--nodes", "2")
+def test_manifests_of_several_pods_need_the_shared_volume_they_meet_through():
+    proc = bench_in_process("k8s", "--image", IMAGE, "--nodes", "2", "--results-claim", "res")
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["kind"] == "PyTorchJob"
     assert "--nodes 1" not in proc.stderr and "does not yet join" not in proc.stderr
+    for args in (["--nodes", "2"], ["--nodes", "1", "--min-nodes", "1", "--max-nodes", "2"]):
+        assert_one_line_error(bench_in_process("k8s", "--image", IMAGE, *args), "give --results-claim")
+    alone = bench_in_process("k8s", "--image", IMAGE, "--nodes", "1")  # one pod meets no other
+    assert alone.returncode == 0 and "the records stay in the pods" in alone.stderr
+    mpi = bench_in_process("k8s", "--kind", "mpijob", "--image", IMAGE, "--nodes", "2")  # its launcher reaches them
+    assert mpi.returncode == 0, mpi.stderr
