@@ -112,7 +112,7 @@ def pod_place(env=None, hostname: str | None = None) -> PodPlace:
     endpoint = env.get("PET_RDZV_ENDPOINT")
     if endpoint:  # a PyTorchJob's elastic policy: workers only, c10d at worker 0
         host, _, port = endpoint.rpartition(":")
-        worker0, low, high = ELASTIC_WORKER0.match(host), *nnodes.partition(":")[::2]
+        worker0, (low, _, high) = ELASTIC_WORKER0.match(host), nnodes.partition(":")
         if worker0 is None or not port.isdigit() or not (low.isdigit() and high.isdigit()):
             raise UsageError(
                 f"--scheduler kubeflow: PET_RDZV_ENDPOINT={endpoint} with PET_NNODES={nnodes} is not what the "
@@ -139,14 +139,14 @@ def pod_place(env=None, hostname: str | None = None) -> PodPlace:
             "number of pods and the master's port, as the operators give them"
         )
     nodes, rank = int(nnodes), _number(env, "PET_NODE_RANK", 0)
-    if MASTER.match(address):
-        job = MASTER.match(address).group("job")  # type: ignore[union-attr]
+    if (master := MASTER.match(address)) is not None:
+        job = master.group("job")
         kind = "PyTorchJob"
         hosts = [kf.pytorchjob_service(job, "master", 0)] + [
             kf.pytorchjob_service(job, "worker", i) for i in range(nodes - 1)
         ]
-    elif TRAINJOB_NODE0.match(address):
-        job = TRAINJOB_NODE0.match(address).group("job")  # type: ignore[union-attr]
+    elif (node0 := TRAINJOB_NODE0.match(address)) is not None:
+        job = node0.group("job")
         kind = "TrainJob"
         hosts = [kf.trainjob_host(job, i).split(".")[0] for i in range(nodes)]
     else:
