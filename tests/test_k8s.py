@@ -28,9 +28,10 @@ from bench.core.errors import UsageError
 from bench.core.hostlist import read_hostfile
 from bench.core.registry import get_backend
 from bench.core.rundir import RunDir
+from bench.core.store import Store
 from bench.tasks.train import build_spec
 from bench.testbed import hosts as testhosts
-from conftest import ROOT, assert_one_line_error, bench_in_process
+from conftest import FAST, ROOT, assert_one_line_error, bench_in_process
 
 CRD_DIR = ROOT.parent / "shared" / "k8s" / "crds"
 needs_crds = pytest.mark.skipif(
@@ -369,6 +370,40 @@ def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, t
     assert rows[0]["params"] == rows[1]["params"]  # the step was one step of one group: the same parameters
     if kind != "pytorchjob-elastic":  # a static rendezvous keeps the operator's node ranks; c10d assigns its own
         assert {r["host"]: r["node_rank"] for r in rows} == {pod: env["PET_NODE_RANK"] for pod, _, env in pods}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+def test_contract_run_bench_run_in_each_pod_is_one_run_and_one_record(pod_hosts, tmp_path):
+    """Each pod of a two-pod PyTorchJob runs `bench run` itself, as `bench k8s` writes it, with the operator's
+    environment: the master leads and records, the worker joins; one run, one record."""
+    pods = pods_of("pytorchjob")
+    name_the_pods(pod_hosts, pods)
+    store = tmp_path / "results" / "bench.sqlite"
+    argv = [sys.executable, "-m", "bench", "run", "--workload", "mnist_mlp", *FAST, "--store", str(store), "--json"]
+    procs = [
+        as_pod(host, pod, argv, {**env, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+        for host, (pod, _, env) in zip(pod_hosts, pods)
+    ]
+    outputs = [p.communicate(timeout=150) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert "leads the run and records it" in outputs[0][1] and "joins the run" in outputs[1][1], outputs
+    record = json.loads(outputs[0][0])
+    assert record["status"] == "ok", record["error"]
+    assert record["spec"]["scheduler"] == {
+        "name": "kubeflow PyTorchJob",
+        "job_id": "bench",
+        "nodelist": "bench-master-0,bench-worker-0",
+    }
+    assert record["spec"]["world_size"] == 2 and record["spec"]["machines"] is None
+    rows = sorted(record["rank_map"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == [0, 1] and {r["world_size"] for r in rows} == {2}
+    # one host name per pod, each with the operator's node rank (a static rendezvous keeps them)
+    assert {r["host"]: r["group_rank"] for r in rows} == {"bench-master-0": 0, "bench-worker-0": 1}
+    assert len(record["metrics"]["window_times_s"]) == 2 and len(record["metrics"]["per_rank"]) == 2
+    stored = Store(store).records()
+    assert [r.run_id for r in stored] == [record["run_id"]]  # the worker pod stored nothing of its own
+    assert not kubeflow_pod.handoff_file(store.parent / "runs", "bench").exists()
 
 
 # each round of the group (a start, or a restart after a pod is lost) writes one line: its rank, world size, host
