@@ -5,10 +5,13 @@ and bad input refused in one line with nothing written."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import fcntl
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -17,12 +20,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.cluster import k8s
+from bench.cli import common
+from bench.cluster import k8s, kubeflow_pod
 from bench.cluster import kubeflow as kf
 from bench.cluster.hosts import remote_shell, ssh_command
+from bench.core.errors import UsageError
 from bench.core.hostlist import read_hostfile
+from bench.core.registry import get_backend
+from bench.core.rundir import RunDir
+from bench.core.store import Store
+from bench.tasks.train import build_spec
 from bench.testbed import hosts as testhosts
-from conftest import ROOT, assert_one_line_error, bench_in_process
+from conftest import FAST, ROOT, assert_one_line_error, bench_in_process
 
 CRD_DIR = ROOT.parent / "shared" / "k8s" / "crds"
 needs_crds = pytest.mark.skipif(
@@ -213,7 +222,15 @@ def test_image_is_required(tmp_path):
 
 def test_gpu_image_is_taken():
     proc = bench_in_process(
-        "k8s", "--kind", "trainjob", "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--gpus-per-pod", "8"
+        "k8s",
+        "--kind",
+        "trainjob",
+        "--image",
+        "nvcr.io/nvidia/pytorch:25.01-py3",
+        "--gpus-per-pod",
+        "8",
+        "--results-claim",
+        "res",
     )
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(proc.stdout)["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 8
@@ -305,39 +322,47 @@ def pod_hosts():
             lock.close()
 
 
+def name_the_pods(pod_hosts, pods) -> None:
+    """Each test host's hosts file names the pods, one pod a host: the cluster's DNS for this job."""
+    names = "".join(f"{host.address} {' '.join(aliases)}\n" for host, (_, aliases, _) in zip(pod_hosts, pods))
+    for host in pod_hosts:  # the namespace's hosts file, bound over /etc/hosts there
+        hosts_file = testhosts.NETNS_ETC / host.name / "hosts"
+        base = hosts_file.read_text().split(POD_NAMES)[0]
+        with open(hosts_file, "w") as f:  # rewritten in place: the bind mount holds this file, not its name
+            f.write(f"{base}{POD_NAMES}{names}")
+
+
+def as_pod(host, pod: str, argv: list[str], env: dict[str, str], cwd: str | None = None) -> subprocess.Popen:
+    """argv on a test host as the pod `pod` runs it: over ssh with the operator's environment, under the pod's own
+    host name (a UTS namespace of its own, as Kubernetes gives each pod)."""
+    inner = remote_shell(argv, env, cwd)
+    return subprocess.Popen(
+        ssh_command(host.address, ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
 @pytest.mark.parametrize("kind", ["pytorchjob", "pytorchjob-elastic", "trainjob"])
 def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, tmp_path):
     pods = pods_of(kind)
-    names = "".join(f"{host.address} {' '.join(aliases)}\n" for host, (_, aliases, _) in zip(pod_hosts, pods))
-    for host in pod_hosts:  # the namespace's hosts file, bound over /etc/hosts there: the cluster's DNS for this job
-        hosts_file = testhosts.NETNS_ETC / host.name / "hosts"
-        base = hosts_file.read_text().split(POD_NAMES)[0]
-        with open(hosts_file, "w") as f:  # rewritten in place: the bind mount holds this file, not its name
-            f.write(f"{base}{POD_NAMES}{names}")
+    name_the_pods(pod_hosts, pods)
     script = tmp_path / "step.py"
     script.write_text(POD_STEP)
-    procs = []
-    for host, (pod, _, env) in zip(pod_hosts, pods):
-        # the pod's own host name, as Kubernetes gives each pod, in a UTS namespace of its own
-        torchrun = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--no-python",
-            sys.executable,
-            str(script),
-            str(tmp_path),
-        ]
-        inner = remote_shell(torchrun, env)
-        argv = ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]
-        procs.append(
-            subprocess.Popen(
-                ssh_command(host.address, argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
-    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--no-python",
+        sys.executable,
+        str(script),
+        str(tmp_path),
+    ]
+    procs = [as_pod(host, pod, torchrun, env) for host, (pod, _, env) in zip(pod_hosts, pods)]
+    outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     rows = sorted((json.loads(f.read_text()) for f in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
     assert [r["rank"] for r in rows] == [0, 1] and {r["world"] for r in rows} == {2}, outputs
@@ -345,6 +370,40 @@ def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, t
     assert rows[0]["params"] == rows[1]["params"]  # the step was one step of one group: the same parameters
     if kind != "pytorchjob-elastic":  # a static rendezvous keeps the operator's node ranks; c10d assigns its own
         assert {r["host"]: r["node_rank"] for r in rows} == {pod: env["PET_NODE_RANK"] for pod, _, env in pods}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+def test_contract_run_bench_run_in_each_pod_is_one_run_and_one_record(pod_hosts, tmp_path):
+    """Each pod of a two-pod PyTorchJob runs `bench run` itself, as `bench k8s` writes it, with the operator's
+    environment: the master leads and records, the worker joins; one run, one record."""
+    pods = pods_of("pytorchjob")
+    name_the_pods(pod_hosts, pods)
+    store = tmp_path / "results" / "bench.sqlite"
+    argv = [sys.executable, "-m", "bench", "run", "--workload", "mnist_mlp", *FAST, "--store", str(store), "--json"]
+    procs = [
+        as_pod(host, pod, argv, {**env, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+        for host, (pod, _, env) in zip(pod_hosts, pods)
+    ]
+    outputs = [p.communicate(timeout=150) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert "leads the run and records it" in outputs[0][1] and "joins the run" in outputs[1][1], outputs
+    record = json.loads(outputs[0][0])
+    assert record["status"] == "ok", record["error"]
+    assert record["spec"]["scheduler"] == {
+        "name": "kubeflow PyTorchJob",
+        "job_id": "bench",
+        "nodelist": "bench-master-0,bench-worker-0",
+    }
+    assert record["spec"]["world_size"] == 2 and record["spec"]["machines"] is None
+    rows = sorted(record["rank_map"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == [0, 1] and {r["world_size"] for r in rows} == {2}
+    # one host name per pod, each with the operator's node rank (a static rendezvous keeps them)
+    assert {r["host"]: r["group_rank"] for r in rows} == {"bench-master-0": 0, "bench-worker-0": 1}
+    assert len(record["metrics"]["window_times_s"]) == 2 and len(record["metrics"]["per_rank"]) == 2
+    stored = Store(store).records()
+    assert [r.run_id for r in stored] == [record["run_id"]]  # the worker pod stored nothing of its own
+    assert not kubeflow_pod.handoff_file(store.parent / "runs", "bench").exists()
 
 
 # each round of the group (a start, or a restart after a pod is lost) writes one line: its rank, world size, host
@@ -447,9 +506,198 @@ def test_discover_hosts_script_is_what_horovodrun_elastic_reads(tmp_path):
     }
 
 
-def test_pods_that_do_not_yet_join_one_run_are_said_so():
-    proc = bench_in_process("k8s", "--image", IMAGE, "--nodes", "2")
+# ---------------------------------------------------------------- bench run in the pods (bench.cluster.kubeflow_pod)
+def test_each_pod_reads_its_place_from_the_operators_environment():
+    static = kf.pytorchjob_env("bench", "Worker", 0, masters=1, workers=1, nproc_per_node=2)
+    place = kubeflow_pod.pod_place(static, "bench-worker-0")
+    assert (place.kind, place.job, place.hosts, place.node_rank, place.leads) == (
+        "PyTorchJob",
+        "bench",
+        ("bench-master-0", "bench-worker-0"),
+        1,
+        False,
+    )
+    assert place.agent_args() == [
+        *("--nnodes", "2", "--nproc-per-node", "2", "--node-rank", "1"),
+        *("--master-addr", "bench-master-0", "--master-port", "23456", "--max-restarts", "0"),
+    ]
+    assert place.scheduler == {
+        "name": "kubeflow PyTorchJob",
+        "job_id": "bench",
+        "nodelist": "bench-master-0,bench-worker-0",
+    }
+    master = kf.pytorchjob_env("bench", "Master", 0, masters=1, workers=1, nproc_per_node=2)
+    assert kubeflow_pod.pod_place(master, "bench-master-0").leads
+    # an elastic policy has no master: the pod the rendezvous endpoint names leads, the id is the job's name
+    elastic = kf.Elastic(1, 3, max_restarts=2, rdzv_conf=(("join_timeout", "60"),))
+    for i, leads in ((0, True), (1, False)):
+        env = kf.pytorchjob_env("bench", "Worker", i, masters=0, workers=2, nproc_per_node=1, elastic=elastic)
+        place = kubeflow_pod.pod_place(env, f"bench-worker-{i}")
+        assert place.leads is leads and place.hosts == ("bench-worker-0", "bench-worker-1", "bench-worker-2")
+        assert place.agent_args() == [
+            *("--nnodes", "1:3", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
+            *("--rdzv-endpoint", "bench-worker-0:23456", "--rdzv-id", "bench", "--rdzv-conf", "join_timeout=60"),
+            *("--max-restarts", "2"),
+        ]
+    train = kubeflow_pod.pod_place(kf.trainjob_env("tj", 1, nodes=2, nproc_per_node=1), "tj-node-0-1")
+    assert (train.kind, train.hosts, train.leads, train.master) == (
+        "TrainJob",
+        ("tj-node-0-0", "tj-node-0-1"),
+        False,
+        ("tj-node-0-0.tj", 29500),
+    )
+
+
+@pytest.mark.parametrize(
+    "env, fragment",
+    [
+        ({}, "no PET_NNODES"),
+        ({"PET_NNODES": "2", "PET_NPROC_PER_NODE": "auto"}, "PET_NPROC_PER_NODE='auto'"),
+        (
+            {
+                "PET_NNODES": "2",
+                "PET_NPROC_PER_NODE": "1",
+                "PET_MASTER_ADDR": "elsewhere",
+                "PET_MASTER_PORT": "1",
+                "PET_NODE_RANK": "0",
+            },
+            "names neither",
+        ),
+        (
+            {"PET_NNODES": "1:2", "PET_NPROC_PER_NODE": "1", "PET_RDZV_ENDPOINT": "somewhere:1"},
+            "not what the training operator gives",
+        ),
+        (
+            {**kf.trainjob_env("tj", 0, nodes=2, nproc_per_node=1), "PET_NODE_RANK": "2"},
+            "PET_NODE_RANK=2 with PET_NNODES=2",
+        ),
+    ],
+)
+def test_pod_place_refuses_what_no_operator_gives(env, fragment):
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        kubeflow_pod.pod_place(env, "pod")
+
+
+def test_scheduler_kubeflow_is_refused_outside_a_pod_and_by_other_verbs(monkeypatch, tmp_path):
+    for name in [n for n in os.environ if n.startswith("PET_")]:
+        monkeypatch.delenv(name)
+    store = tmp_path / "s.sqlite"
+    assert_one_line_error(bench_in_process("run", "--scheduler", "kubeflow", "--store", store), "no PET_NNODES")
+    monkeypatch.setattr(os, "environ", {**os.environ, **kf.trainjob_env("tj", 0, nodes=2, nproc_per_node=1)})
+    assert_one_line_error(
+        bench_in_process("sweep", "--scheduler", "kubeflow", "--store", store), "only bench run joins"
+    )
+    assert_one_line_error(
+        bench_in_process("run", "--backend", "horovod", "--store", store), "does not run in the pods of a TrainJob"
+    )
+    assert not store.exists()
+
+
+def test_leading_pod_plans_one_agent_of_the_job(monkeypatch, tmp_path):
+    env = kf.pytorchjob_env("bench", "Master", 0, masters=1, workers=1, nproc_per_node=1)
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    monkeypatch.setattr(socket, "gethostname", lambda: "bench-master-0")
+    args = argparse.Namespace(scheduler=None, iface=None, link=None, links=None, nproc=None, gpus=None)
+    cluster = common.cluster_of(args, pods=True)
+    spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu", cluster=cluster)
+    assert spec.scheduler == {
+        "name": "kubeflow PyTorchJob",
+        "job_id": "bench",
+        "nodelist": "bench-master-0,bench-worker-0",
+    }
+    assert [h["name"] for h in spec.hosts] == ["bench-master-0", "bench-worker-0"]
+    assert spec.machines is None  # pods are not known to be separate machines
+    ranks = [sys.executable, "-m", "bench.harness.guard", str(tmp_path / "runs" / "R1"), "elastic"]
+    command = get_backend("elastic").launcher.command(spec, ranks, "R1")
+    split = command.index("--")
+    assert command[:5] == [
+        sys.executable,
+        "-m",
+        "bench.cluster.kubeflow_pod",
+        "lead",
+        str(tmp_path / "runs" / "kubeflow-bench.json"),
+    ]
+    assert json.loads(command[5]) == {"job": "bench", "run_id": "R1", "rank_command": ranks} and command[6] == "2"
+    assert command[split + 1 :] == [
+        *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"),
+        *("--node-rank", "0", "--master-addr", "bench-master-0", "--master-port", "23456", "--max-restarts", "0"),
+        "--no-python",
+        *ranks,
+    ]
+
+
+def test_other_pod_joins_the_run_the_handoff_names(monkeypatch, tmp_path):
+    env = kf.pytorchjob_env("bench", "Worker", 0, masters=1, workers=1, nproc_per_node=1)
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    monkeypatch.setattr(socket, "gethostname", lambda: "bench-worker-0")
+    ranks = [sys.executable, "-m", "bench.harness.guard", str(tmp_path / "runs" / "R1"), "elastic"]
+    handoff = kubeflow_pod.handoff_file(tmp_path / "runs", "bench")
+    handoff.parent.mkdir()
+    handoff.write_text(json.dumps({"job": "bench", "run_id": "R1", "rank_command": ranks}))
+    started = []
+
+    def agent_started(path, argv, agent_env):  # where the pod's process becomes its agent: the command it would run
+        started.append((path, argv, agent_env))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execvpe", agent_started)
+    store = tmp_path / "bench.sqlite"
+    proc = bench_in_process("run", "--workload", "mnist_mlp", "--store", store)
+    assert proc.returncode == 0 and "joins the run the leading pod records" in proc.stderr, proc.stderr
+    [(path, argv, agent_env)] = started
+    assert path == sys.executable and argv == [
+        *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"),
+        *("--node-rank", "1", "--master-addr", "bench-master-0", "--master-port", "23456", "--max-restarts", "0"),
+        "--no-python",
+        *ranks,
+    ]
+    # its ranks get the harness's environment, under a run tag of this pod's own
+    assert agent_env["BENCH_RUN_TAG"] == "R1-bench-worker-0" and agent_env["OMP_NUM_THREADS"].isdigit()
+    assert not store.exists()  # the leading pod stores the run
+
+
+def test_lead_hands_off_waits_for_every_ranks_exit_and_removes_the_handoff(tmp_path):
+    run_dir = RunDir(tmp_path / "runs" / "R1").create()
+    for rank in (0, 1):  # the other pod's rank has ended too
+        run_dir.write(rank, 0, "exit", {"exit_code": 0})
+    handoff = tmp_path / "runs" / "kubeflow-bench.json"
+    plan = {"job": "bench", "run_id": "R1", "rank_command": ["python", "-m", "bench.harness.guard", str(run_dir.path)]}
+    seen = tmp_path / "seen.json"
+    agent = ["sh", "-c", f"cat {handoff} > {seen}; exit 3"]  # the agent's ending is the leading pod's
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cluster.kubeflow_pod", "lead", str(handoff), json.dumps(plan), "2", "--", *agent],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert json.loads(seen.read_text()) == plan  # there while the agent ran
+    assert not handoff.exists()  # a later job of the same name never reads it
+    with pytest.raises(UsageError, match="no hand-off from the job's leading pod"):
+        kubeflow_pod.wait_for_handoff(handoff, 0.3)
+
+
+def test_scope_line_says_how_pod_runs_were_tested():
+    from bench.report.page import scope_line
+    from bench.results.frame import records_to_frame
+    from factories import train_record
+
+    pods = {"name": "kubeflow PyTorchJob", "job_id": "bench", "nodelist": "bench-master-0,bench-worker-0"}
+    hosts = [{"name": "bench-master-0", "slots": 1}, {"name": "bench-worker-0", "slots": 1}]
+    in_pods = train_record("k1", spec_fields={"hosts": hosts, "scheduler": pods})
+    line = scope_line(records_to_frame([in_pods, train_record("plain")]))
+    assert "in the pods of a PyTorchJob (contract-tested, not cluster-tested)" in line
+    assert "contract-tested" not in scope_line(records_to_frame([train_record("plain")]))
+
+
+def test_manifests_of_several_pods_need_the_shared_volume_they_meet_through():
+    proc = bench_in_process("k8s", "--image", IMAGE, "--nodes", "2", "--results-claim", "res")
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["kind"] == "PyTorchJob"
-    assert "bench does not yet join them into one run" in proc.stderr
-    alone = bench_in_process("k8s", "--image", IMAGE, "--nodes", "1")
-    assert alone.returncode == 0 and "does not yet join" not in alone.stderr
+    assert "--nodes 1" not in proc.stderr and "does not yet join" not in proc.stderr
+    for args in (["--nodes", "2"], ["--nodes", "1", "--min-nodes", "1", "--max-nodes", "2"]):
+        assert_one_line_error(bench_in_process("k8s", "--image", IMAGE, *args), "give --results-claim")
+    alone = bench_in_process("k8s", "--image", IMAGE, "--nodes", "1")  # one pod meets no other
+    assert alone.returncode == 0 and "the records stay in the pods" in alone.stderr
+    mpi = bench_in_process("k8s", "--kind", "mpijob", "--image", IMAGE, "--nodes", "2")  # its launcher reaches them
+    assert mpi.returncode == 0, mpi.stderr

@@ -140,6 +140,11 @@ class Launcher(ABC):
         name -> seconds, in the order they happened (kept in the record's startup; none by default)."""
         return {}
 
+    def pod_agent(self, place, rank_command: list[str]) -> list[str] | None:
+        """The command that makes one pod of a Kubeflow job one agent of a run spread over the job's pods (`place`, a
+        bench.cluster.kubeflow_pod.PodPlace); None for a launcher that has none (the run is refused)."""
+        return None
+
 
 class ProcessGroup(ABC):
     """Worker side: one instance in each process of a run (group.py). Its framework is PyTorch unless it says

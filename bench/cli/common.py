@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import sys
 
 from bench.cli import hints, options
 from bench.cli.options import BACKEND_OPTION
-from bench.cluster import slurm
+from bench.cluster import kubeflow_pod, slurm
 from bench.cluster.hosts import (
     check_hosts,
     check_interface_variables,
@@ -155,11 +156,14 @@ def spec_options(args, backends=None) -> dict:
     return options
 
 
-def cluster_of(args) -> dict | None:
+def cluster_of(args, pods: bool = False) -> dict | None:
     """A run across hosts (--hosts or --hostfile, or the nodes of the Slurm allocation bench runs in): the hosts,
     checked over ssh before anything is planned (bench.cluster.hosts.check_hosts), as spec builders take them; None for
-    a run on this machine."""
+    a run on this machine. With `pods` (bench run), in a pod of a Kubeflow job: the job's pods (pods_cluster)."""
     hosts = getattr(args, "hosts", None) or getattr(args, "hostfile", None)
+    place = kubeflow_place(args, hosts, pods)
+    if place is not None:
+        return pods_cluster(args, place)
     scheduler = slurm_allocation(args, hosts)
     if scheduler is not None:
         hosts = [Host(**h) for h in scheduler["hosts"]]
@@ -212,6 +216,60 @@ def cluster_of(args) -> dict | None:
             + "; ".join(f"{h} {g['gpus']} (CUDA {g['cuda']}, NCCL {g['nccl']})" for h, g in check.gpus.items())
         )
     return {**check.cluster(hosts), "link": link, "links": links, "scheduler": scheduler, "gpus_per_host": gpus}
+
+
+def kubeflow_place(args, hosts, allowed: bool) -> kubeflow_pod.PodPlace | None:
+    """This pod's place in a Kubeflow job (bench.cluster.kubeflow_pod): asked for with --scheduler kubeflow, or found
+    (the operator's PET_NNODES set) by a verb that runs there (`allowed`: bench run); None otherwise."""
+    chosen = getattr(args, "scheduler", None)
+    if chosen == "kubeflow" and not allowed:
+        raise UsageError("--scheduler kubeflow: only bench run joins a Kubeflow job's pods into one run; use bench run")
+    if chosen not in (None, "kubeflow") or (chosen is None and (hosts or not allowed or not kubeflow_pod.in_pod())):
+        return None
+    if hosts:
+        raise UsageError(
+            "in a Kubeflow job's pods the hosts are the job's pods; drop --hosts/--hostfile, or give --scheduler none "
+            "to run on the hosts given"
+        )
+    place = kubeflow_pod.pod_place()
+    if chosen is None:  # said by bench run once the run is checked (pods_cluster's "said")
+        place = dataclasses.replace(place, found=True)
+    return place
+
+
+def pods_cluster(args, place: kubeflow_pod.PodPlace) -> dict:
+    """The cluster of a run over a Kubeflow job's pods, as spec builders take it: the pods as hosts, each with the
+    operator's processes per pod, reached through the job's rendezvous (no ssh, so nothing is checked over it), each
+    assumed to have this pod's cores but not known to be separate machines."""
+    for flag in ("link", "links"):
+        if getattr(args, flag, None):
+            raise UsageError(f"--{flag} shapes links over ssh, which a Kubeflow job's pods do not have; drop it")
+    (nproc_flag, nproc), (gpus_flag, gpus) = world_size_given(args)
+    if gpus is not None:
+        raise UsageError(
+            f"{gpus_flag} across a Kubeflow job's pods is not supported yet; give {nproc_flag} for CPU processes"
+        )
+    slots = len(place.hosts) * place.nproc_per_node
+    if nproc is not None and nproc != slots:  # every agent starts the operator's processes per pod: no fewer
+        raise UsageError(
+            f"{nproc_flag} {nproc}: the job's {len(place.hosts)} pods x {place.nproc_per_node} processes make {slots}; "
+            f"drop {nproc_flag} or give {slots}"
+        )
+    cpus = os.cpu_count() or 1
+    return {
+        "hosts": [Host(name, place.nproc_per_node).to_dict() for name in place.hosts],
+        "iface": getattr(args, "iface", None),
+        "machines": {name: {"id": name, "cpus": cpus} for name in place.hosts},
+        "machines_known": False,
+        "link": None,
+        "links": None,
+        "scheduler": place.scheduler,
+        "pod": place,
+        "said": f"bench: in a pod of Kubeflow {place.kind} {place.job} ({len(place.hosts)} pods, nnodes {place.nnodes}"
+        + "): "
+        + ("leads the run and records it" if place.leads else "joins the run the leading pod records")
+        + ("; --scheduler none runs in this pod only" if place.found else ""),
+    }
 
 
 def slurm_allocation(args, hosts) -> dict | None:

@@ -70,9 +70,10 @@ def add_parser(verbs) -> None:
             "bench k8s --image registry.example.com/bench:1.0 --nodes 2 --results-claim bench-results "
             "-o job.yaml -- --workload mnist_mlp",
             "bench k8s --kind mpijob --image registry.example.com/bench:1.0 --nodes 4 --nproc-per-node 2",
-            "bench k8s --image registry.example.com/bench:1.0 --nodes 2 --min-nodes 1 --max-nodes 3",
+            "bench k8s --image registry.example.com/bench:1.0 --nodes 2 --min-nodes 1 --max-nodes 3 "
+            "--results-claim bench-results",
             "bench k8s --kind trainjob --image nvcr.io/nvidia/pytorch:25.01-py3 --nodes 2 --gpus-per-pod 8 "
-            "--nproc-per-node 8",
+            "--nproc-per-node 8 --results-claim bench-results",
         ),
         parents=[
             options.parent(
@@ -277,6 +278,12 @@ def cmd(args) -> int:
     problem = k8s.request_problem(req)
     if problem:
         raise UsageError(problem)
+    pods = max(req.nodes, req.elastic.max_replicas if req.elastic else 0)
+    if req.kind != "mpijob" and pods > 1 and not args.results_claim:
+        raise UsageError(
+            f"the {pods} pods of a {k8s.KIND_NAMES[req.kind]} join one run through the store's volume (the leading pod "
+            "hands the run to the others there): give --results-claim, a ReadWriteMany claim every pod mounts"
+        )
     manifest = k8s.build(req)
     errors = k8s.admission_errors(manifest)
     if crd_dir is not None:
@@ -285,11 +292,6 @@ def cmd(args) -> int:
         raise UsageError(f"the {k8s.KIND_NAMES[req.kind]} bench built would be refused: {'; '.join(errors)}")
     if crd_dir is None:
         note("bench k8s: note: no CRD files found (--crd-dir): the manifest is checked against admission rules only")
-    if req.kind != "mpijob" and req.nodes > 1:
-        note(
-            f"bench k8s: note: the pods of a {k8s.KIND_NAMES[req.kind]} each run bench run by itself: bench does not "
-            "yet join them into one run (docs/clusters.md, On Kubernetes); apply it with --nodes 1"
-        )
     if not args.results_claim:
         note("bench k8s: note: no --results-claim: the records stay in the pods and end with them")
     text = k8s.to_yaml([manifest])

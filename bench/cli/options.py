@@ -451,11 +451,13 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
         ),
         "--scheduler": dict(
             group="hosts",
-            choices=("slurm", "none"),
+            choices=("slurm", "kubeflow", "none"),
             help="slurm: run across the nodes of the Slurm allocation bench runs in (the default "
-            "inside one, that is where SLURM_JOB_ID is set); none: ignore an allocation",
-            invalid=["pbs", "slurm"],
-        ),  # slurm here: not inside an allocation
+            "inside one, that is where SLURM_JOB_ID is set); kubeflow: bench run in a pod of a PyTorchJob or "
+            "TrainJob becomes one torchrun agent of one run over the job's pods (the default where the operator's "
+            "PET_NNODES is set); none: ignore an allocation or a job",
+            invalid=["pbs", "slurm", "kubeflow"],
+        ),  # slurm, kubeflow here: not inside an allocation, not in a pod
         "--iface": dict(
             group="hosts",
             type=nonempty_name,

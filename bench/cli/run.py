@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import chosen_backends, cluster_of, examples, run_each, spec_options, world_of
+from bench.cli.common import chosen_backends, cluster_of, examples, open_store, run_each, spec_options, world_of
+from bench.core.console import note
 from bench.core.errors import UsageError
-from bench.core.registry import DEFAULT_BACKEND, compared_for
+from bench.core.registry import DEFAULT_BACKEND, compared_for, get_backend
 from bench.harness.plan import print_plans
+from bench.harness.runner import join_pods_run
 from bench.tasks.train import build_spec
 from workloads import WORKLOADS
 
@@ -40,7 +42,7 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
-    cluster = cluster_of(args)
+    cluster = cluster_of(args, pods=True)
     device, world = world_of(args, cluster)
     backends = chosen_backends(args.backend, compared_for("train"), device=device, verb="run")
     workloads = options.chosen(args.workload, WORKLOADS)
@@ -58,4 +60,16 @@ def cmd(args) -> int:
     ]
     if args.dry_run:
         return print_plans(specs)
+    if cluster is not None and cluster.get("pod") is not None:
+        place = cluster["pod"]
+        for backend in backends:
+            if place.kind.lower() not in get_backend(backend).kubeflow_kinds:
+                raise UsageError(
+                    f"--backend {backend} does not run in the pods of a {place.kind}; give --backend elastic"
+                )
+        if len(specs) > 1:
+            raise UsageError(f"the pods of a {place.kind} make one run together; give one --backend and one --workload")
+        note(cluster["said"])
+        if not place.leads:  # the leading pod records the run; this one becomes one agent of it
+            return join_pods_run(specs[0], place, open_store(args.store))
     return run_each(specs, args.store, args.json, "run")

@@ -135,7 +135,8 @@ class RunSpec:
     machines: int | None = None
     link: JsonObject | None = None  # every host's link shaped for the run: {"rate", "delay", "rate_bytes_per_s"}
     workload_source: JsonObject | None = None  # a user's workload: address, module, file, sha256 (workloads.external)
-    # inside a Slurm allocation: {"name": "slurm", "job_id", "nodelist"} (bench.cluster.slurm)
+    # inside a Slurm allocation: {"name": "slurm", "job_id", "nodelist"} (bench.cluster.slurm); in a Kubeflow job's
+    # pods: {"name": "kubeflow PyTorchJob" or "kubeflow TrainJob", "job_id": the job's name, "nodelist": its pods}
     scheduler: JsonObject | None = None
     sweep_id: str | None = None
     repeat: int = 0  # which of a sweep's --repeats rounds this run belongs to
@@ -346,7 +347,10 @@ def across_hosts(cluster: dict[str, Any] | None) -> dict[str, Any]:
         "hosts": cluster["hosts"],
         "iface": cluster["iface"],
         "link": cluster.get("link"),
-        "machines": len({m["id"] for m in machines.values()}) if machines else None,
+        # pods of a Kubeflow job: their machines unknown (machines_known False), so not claimed separate
+        "machines": len({m["id"] for m in machines.values()})
+        if machines and cluster.get("machines_known", True)
+        else None,
         "scheduler": {k: scheduler[k] for k in ("name", "job_id", "nodelist")} if scheduler else None,
     }
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from bench.cluster import kubeflow_pod
 from bench.cluster.hosts import reap_on_hosts, restore_links
 from bench.core.codec import RecordError, dumps
 from bench.core.console import guard_std_streams
@@ -412,7 +413,7 @@ def reap_remote(run_dir_path: str, tag: str) -> list[dict[str, Any]]:
         spec = RunSpec.from_dict(data) if data is not None else None
     except RecordError:
         spec = None
-    if spec is None or not spec.hosts:
+    if spec is None or not spec.hosts or kubeflow_pod.of_pods(spec.scheduler):  # pods: no ssh; each ends its own
         return []
 
     ended = reap_on_hosts([h["name"] for h in spec.hosts], tag, sys.executable)

@@ -10,12 +10,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.cluster import kubeflow_pod
 from bench.cluster.hosts import check_interface_variables, gpu_nodes, shaped_links
 from bench.cluster.slurm import signal_judged
 from bench.core.codec import RecordError, dumps
 from bench.core.console import format_duration, note
 from bench.core.environment import PROJECT_ROOT, fingerprint
-from bench.core.errors import Interrupted, RecordNotStored
+from bench.core.errors import Interrupted, RecordNotStored, UsageError
 from bench.core.records import RankResult, RunRecord, RunStatus
 from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir, write_json_atomic
@@ -112,7 +113,9 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
             launch = task.launch(spec, backend, rank_command, run_id, run_dir, env, show_progress)
             env.update(launch.env)
             command, info = launch.command, launch.info
-            hosts = [h["name"] for h in spec.hosts or ()]
+            # the hosts bench reaches over ssh: a Kubeflow job's pods have none, and each pod's processes end with its
+            # agent, as its operator expects
+            hosts = [] if kubeflow_pod.of_pods(spec.scheduler) else [h["name"] for h in spec.hosts or ()]
             environment = fingerprint(env, gpu_nodes(hosts, sys.executable, env) if hosts else None)
             sampling = sampling_problem(spec, environment["gpu_nodes"])
             before = task.before_launch(spec)
@@ -194,6 +197,27 @@ def sampled_span_results(run_dir: RunDir, sampler: GpuSampler | None) -> list[Ra
         return list(read_results(run_dir).values())
     except (RecordError, OSError, ValueError):
         return []
+
+
+def join_pods_run(spec: RunSpec, place: kubeflow_pod.PodPlace, store: Store) -> int:
+    """In a pod of a Kubeflow job that does not lead: wait for the leading pod's hand-off (bench.cluster.kubeflow_pod)
+    and become one agent of its run, its ranks started as the leading pod starts its own (the same guard command, the
+    environment the harness gives every rank). The leading pod records the run; this pod exits as its agent does."""
+    backend = get_backend(spec.backend)
+    handoff = kubeflow_pod.wait_for_handoff(
+        kubeflow_pod.handoff_file(store.run_dir("-").parent, place.job), spec.timeout
+    )
+    agent = backend.launcher.pod_agent(place, handoff["rank_command"])
+    if agent is None:
+        raise UsageError(f"backend {spec.backend} has no agent to run in a Kubeflow job's pods")
+    # a tag of this pod's own: its processes end with the pod, not with the leading pod's reaping (test hosts, which
+    # play the pods, share one process table)
+    tag = f"{handoff['run_id']}-{socket.gethostname()}"
+    env = {**worker_environment(spec, tag=tag), **backend.launcher.env(spec)}
+    note(f"bench run: joining run {handoff['run_id']}, which the job's leading pod records")
+    sys.stdout.flush()
+    os.execvpe(agent[0], agent, env)
+    return 0  # not reached
 
 
 Kind = tuple[str, str, str, int]  # (task, backend, task case, world size)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from pathlib import Path
 
 from bench.backends.base import Launcher, rank_row
+from bench.cluster import kubeflow_pod
 from bench.cluster.fanout import fanout_command
 from bench.cluster.hosts import free_port_on
 from bench.cluster.slurm import srun_command
@@ -57,6 +59,10 @@ class TorchrunLauncher(Launcher):
     spans_hosts = True
 
     def command(self, spec, rank_command, run_id):
+        if kubeflow_pod.of_pods(spec.scheduler):  # the leading pod of a Kubeflow job: its own agent, one of the job's
+            place = kubeflow_pod.pod_place()
+            runs_folder = Path(rank_command[rank_command.index("bench.harness.guard") + 1]).parent
+            return kubeflow_pod.lead_command(place, runs_folder, run_id, rank_command, pod_agent(place, rank_command))
         if spec.hosts:
             return agents_on_hosts(spec, rank_command, run_id)[0]
         return [
@@ -77,6 +83,14 @@ class TorchrunLauncher(Launcher):
             "rendezvous at --rdzv-endpoint",
             *super().plan_notes(spec),
         ]
+
+    def pod_agent(self, place, rank_command):
+        return pod_agent(place, rank_command)
+
+
+def pod_agent(place, rank_command: list[str]) -> list[str]:
+    """One pod's torchrun agent of a run spread over a Kubeflow job's pods (bench.cluster.kubeflow_pod.PodPlace)."""
+    return [sys.executable, "-m", "torch.distributed.run", *place.agent_args(), "--no-python", *rank_command]
 
 
 def torchrun_rank_row(rank: int, world_size: int, **fields):
