@@ -162,8 +162,13 @@ def test_doctor_says_which_frameworks_horovod_was_built_with():
     TensorFlow library too, and `bench doctor` names both."""
     import importlib.util
 
-    from bench.backends.horovod import BACKEND, built_frameworks
+    from bench.backends.horovod import BACKEND, TENSOR_OPERATIONS, built_frameworks, built_list, built_with
 
     expected = ["PyTorch"] + (["TensorFlow"] if importlib.util.find_spec("tensorflow") else [])
     assert built_frameworks() == expected
-    assert f"Horovod built with: {', '.join(expected)}" in BACKEND.doctor_lines()
+    lines = BACKEND.doctor_lines()
+    assert f"Horovod built with: {', '.join(expected)}" in lines
+    # the controllers and tensor operations are the probe's flags (the same as --check-build ticks: tested above)
+    controllers = next(line for line in lines if line.startswith("controllers: "))
+    assert controllers.startswith("controllers: MPI, Gloo" if built_with("MPI") else "controllers: Gloo (not: MPI)")
+    assert "tensor operations: " + built_list(TENSOR_OPERATIONS) in lines
