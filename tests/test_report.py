@@ -96,7 +96,7 @@ def test_sections_in_order_and_verdict_computed(store_path):
     for world in (1, 2):
         assert f"mnist_mlp, {world} worker" in verdict
     assert verdict.count("<td>2 + 2</td>") >= 2 and "(Holm)" in verdict
-    assert "Recommendation from this data." in verdict and "Scope: " in verdict
+    assert "The answer" in verdict and "Scope: " in verdict
     assert "ps_staleness=None" not in page and "None" not in verdict  # companion backends, in words, elsewhere
     words = page.split('id="throughput"')[1]
     assert "ps (ps servers 1, ps mode sync) against" in words and "means of 2 + 2 launches; 95% interval" in words

@@ -25,12 +25,14 @@ from bench.core.registry import PRIMARY, all_tasks, task_part
 from bench.core.rundir import write_atomic
 from bench.core.stats import Family
 from bench.core.store import check_folder_writable
+from bench.report.answer import evidence, overall, scenarios, weighed
 from bench.report.gpu_nodes import gpu_node_blocks, gpu_scope
 from bench.report.scale import scale_section
 from bench.report.sections import (
     ENV_KEYS,
     Bullets,
     Cell,
+    Heading,
     Paragraph,
     Plot,
     ReportContext,
@@ -178,75 +180,46 @@ def scorecard_table(rows: list[ScoreRow]) -> Table:
     return Table(columns, out, id="scorecard")
 
 
-def _listing(rows: list[ScoreRow]) -> str:
-    return "; ".join(f"{r.measure}, {r.condition}: {r.outcome} ({r.launches})" for r in rows)
+def hardware_of(rows: list[ScoreRow]) -> str:
+    """The hardware every weighed row's condition ends with (', on AMD EPYC (2 CPUs)'), or ''."""
+    ends = {r.condition.rsplit(", on ", 1)[1] for r in weighed(rows) if ", on " in r.condition}
+    return ends.pop() if len(ends) == 1 else ""
 
 
 def scorecard_recommendation(rows: list[ScoreRow]) -> list[str]:
-    """Two or three sentences that follow from the scorecard: training speed, then operations, then the choice;
-    rows under distorting conditions, and one-worker rows (wrapper overhead only), are shown but not weighed."""
-    basis = [r for r in rows if not r.artefact and r.decides]
-    speed = [r for r in basis if not r.operations]
-    ops = [r for r in basis if r.operations]
-    said = []
-    speed_wins = {b: [r for r in speed if r.winner == b] for b in PRIMARY}
-    within = [r for r in speed if r.standing == "within"]
-    if not speed:
+    """The overall sentence of the answer (bench.report.answer), then what it leaves out."""
+    found = scenarios(rows, hardware_of(rows))
+    said = [overall(found)]
+    if found and all(s.failure for s in found):
         said.append("No training speed was compared under conditions that do not distort it.")
-    elif not any(speed_wins.values()):
-        said.append(
-            f"Training speed does not separate them: within ±{max(r.margin for r in within):.0%} of each "
-            f"other in {len(within)} of {len(speed)} comparison(s)"
-            if within
-            else "Training speed does not separate them: no comparison resolved a difference"
-        )
-        said[-1] += (
-            f", the other {len(speed) - len(within)} not resolved." if within and len(within) < len(speed) else "."
-        )
-    else:
-        said.append(
-            "On training speed, "
-            + " and ".join(
-                f"{b} is ahead in {len(won)} of {len(speed)} comparison(s) ({_listing(won)})"
-                for b, won in speed_wins.items()
-                if won
-            )
-            + "."
-        )
-    ops_wins = {b: [r for r in ops if r.winner == b] for b in PRIMARY}
-    if ops:
-        ahead = [f"{b} in {len(won)} ({_listing(won)})" for b, won in ops_wins.items() if won]
-        said.append(
-            f"On operations ({len(ops)} measure(s)): "
-            + ("; ".join(ahead) if ahead else "neither is ahead where measured")
-            + "."
-        )
-    else:
-        said.append("No operations measure (startup, recovery from a fault) is stored for both.")
-    speed_leader = [b for b, won in speed_wins.items() if won]
-    ops_leader = [b for b, won in ops_wins.items() if won]
-    if len(speed_leader) == 1 and set(ops_leader) <= set(speed_leader):
-        said.append(f"Choose {speed_leader[0]} on this hardware.")
-    elif not speed_leader and len(ops_leader) == 1:
-        said.append(
-            f"Choose {ops_leader[0]}: training speed is a tie here, and it is ahead on operations."
-            if speed
-            else f"On operations, choose {ops_leader[0]}; no training speed here can be weighed."
-        )
-    elif speed_leader or ops_leader:
-        said.append("Each is ahead somewhere: weigh the rows above for your use.")
-    else:
-        said.append(
-            "Neither is ahead on what this page measured: choose on what it does not (your cluster's "
-            "launcher and scheduler, the frameworks you use)."
-        )
     left_out = [r for r in rows if r.artefact]
     if left_out:
         said.append(
             f"{len(left_out)} row(s) under conditions that distort the comparison (shaded, with the reason) "
-            "are left out of this recommendation."
+            "are left out of this answer."
         )
     return said
+
+
+def answer_blocks(rows: list[ScoreRow]) -> list:
+    """The answer, first on the page: the overall sentence, a line per scenario with its evidence, and what is
+    shown beside but never weighed."""
+    hardware = hardware_of(rows)
+    found = scenarios(rows, hardware)
+    head = f"The answer{f' for {hardware}' if hardware else ''}: "
+    blocks: list = [Paragraph([strong(head), " ".join(scorecard_recommendation(rows))], "rec")]
+    if found:
+        blocks.append(Bullets([[strong(s.name + ": "), s.said] for s in found], "answer"))
+    beside = evidence(rows, hardware)
+    if beside:
+        blocks.append(
+            Paragraph(
+                f"Shown in the scorecard below, not weighed (a collective microbenchmark is not training, start-up is "
+                f"paid once a job, scaling efficiency restates throughput): {len(beside)} row(s).",
+                "note",
+            )
+        )
+    return blocks
 
 
 def scope_line(frame) -> str:
@@ -282,8 +255,9 @@ def scope_line(frame) -> str:
 
 
 def scorecard_markdown(frame, page_link: str = "") -> str:
-    """The scorecard of `frame`'s runs as Markdown (for the README): its undistorted rows, default condition first,
-    the recommendation and the scope line; the distorted rows are counted and left to the page."""
+    """The answer and the scorecard of `frame`'s runs as Markdown (for the README): the overall sentence, a line per
+    scenario, the scope line, then the scorecard's undistorted rows, default condition first; the distorted rows are
+    counted and left to the page."""
     parts = task_parts(frame, ReportContext("", [], frame, Family(frame_comparisons(frame))))
     rows = [r for p in parts for r in p.scorecard]
     first, second = PRIMARY
@@ -302,13 +276,16 @@ def scorecard_markdown(frame, page_link: str = "") -> str:
         if distorted
         else ""
     )
+    hardware = hardware_of(rows)
     return "\n".join(
         [
-            *lines,
+            f"**The answer{f' for {hardware}' if hardware else ''}.** {' '.join(scorecard_recommendation(rows))}",
             "",
-            f"**Recommendation from this data.** {' '.join(scorecard_recommendation(rows))}",
+            *(f"- **{s.name}**: {s.said}" for s in scenarios(rows, hardware)),
             "",
             scope_line(frame) + more,
+            "",
+            *lines,
         ]
     )
 
@@ -340,6 +317,8 @@ def verdict_section(
     rows = [r for p in parts for r in p.scorecard]
     blocks: list = [Paragraph(status.sentence(), "warn") for status in unfinished]
     if rows:
+        blocks += answer_blocks(rows)
+        blocks.append(Paragraph(scope_line(frame), "scope"))
         family = Paragraph(
             [
                 f"Each row compares {' and '.join(PRIMARY)} under equal conditions, across launches. A difference is "
@@ -349,24 +328,21 @@ def verdict_section(
             ],
             "note",
         )
-        blocks += [scorecard_table(rows), family]
+        blocks += [Heading("Scorecard"), scorecard_table(rows), family]
         if any(r.artefact for r in rows):
             blocks.append(Paragraph(f"Shaded rows: {DISTORTION_NOTE[0].lower()}{DISTORTION_NOTE[1:]}", "note"))
-        blocks.append(
-            Paragraph([strong("Recommendation from this data. "), " ".join(scorecard_recommendation(rows))], "rec")
-        )
     else:
         blocks += [Paragraph(p.no_verdict) for p in parts if p.no_verdict]
         blocks.append(
             Paragraph(
                 [
-                    strong("Recommendation from this data. "),
-                    f"None yet: run both {' and '.join(PRIMARY)} under the same conditions (`bench sweep`).",
+                    strong("The answer: "),
+                    f"none yet: run both {' and '.join(PRIMARY)} under the same conditions (`bench sweep`).",
                 ],
                 "rec",
             )
         )
-    blocks.append(Paragraph(scope_line(frame), "scope"))
+        blocks.append(Paragraph(scope_line(frame), "scope"))
     if shared:
         blocks.append(Paragraph(shared, "warn"))
     if rerun[0]:

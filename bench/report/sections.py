@@ -168,6 +168,8 @@ class ScoreRow:
     operations: bool = False  # a measure of operations (startup, recovery), not of training speed
     decides: bool = True  # False where the row measures overhead only (one worker): shown, not weighed
     margin: float = float("nan")  # the equivalence margin, where the outcome is "within"
+    # a failure scenario's: backend -> (runs that came through, runs, how the others ended in words)
+    recovered: dict = field(default_factory=dict)
 
 
 def judged_outcome(

@@ -194,6 +194,7 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
             "operations": True,
             "default": not records[-1].spec.hosts,
             "artefact": distortion({"device": records[-1].spec.device}, records, speed=False),
+            "recovered": {c.backend: (len(c.times), len(c.records), c.failures()) for c in sides},
         }
         if all(c.times for c in sides):
             key = recovery_key(case, first, second)

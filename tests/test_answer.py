@@ -1,0 +1,137 @@
+"""The page's answer on stores built in memory: per scenario, drawn only from what bears on it (never a collective
+microbenchmark), failures counted with their runs, one run a side deciding nothing, and one overall sentence that
+follows from the scenarios; first on the page."""
+
+import re
+
+from bench.core.stats import Family
+from bench.report.answer import overall, scenarios
+from bench.report.page import render_report, scorecard_markdown, scorecard_recommendation, task_parts
+from bench.report.sections import ReportContext
+from bench.results.agreement import frame_comparisons
+from bench.results.frame import records_to_frame
+from factories import comm_record, comm_row, fault_record, sweep_records
+
+TIED = {("elastic", 2): [150, 152, 149], ("horovod", 2): [151, 149, 150]}
+FASTER = {("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]}
+STOP = {"signal": "STOP"}
+HUNG = {
+    "recovery_s": None,
+    "world_after": None,
+    "steps_redone": None,
+    "resumed_from_step": None,
+    "rank_map_after": None,
+    "restarts": 0,
+    "hang_observed_s": 3.0,
+}
+
+
+def rows_of(records):
+    frame = records_to_frame(records)
+    parts = task_parts(frame, ReportContext("test", [], frame, Family(frame_comparisons(frame))))
+    return [r for p in parts for r in p.scorecard]
+
+
+def comm_launches(times_us: dict[str, list[float]]):
+    """Allreduce sweeps at 16 MiB, one launch per value: a bus bandwidth each backend reaches."""
+    out = []
+    for backend, values in times_us.items():
+        for i, t in enumerate(values):
+            rec = comm_record(
+                f"c-{backend}-{i}", backend, rows=[comm_row(size=16 * 2**20, time_us=t)], created_at=100.0 + i
+            )
+            rec.metrics.fit["predicted_time_us"] = [t]  # the alpha-beta model's line on the page's plot
+            out.append(rec)
+    return out
+
+
+def hang_runs(elastic_through: int, horovod_through: int, runs: int = 3):
+    """`runs` hang runs a side; the first `*_through` of each came through, the others timed out."""
+    out = []
+    for backend, through in (("elastic", elastic_through), ("horovod", horovod_through)):
+        for i in range(runs):
+            ok = i < through
+            out.append(
+                fault_record(
+                    f"h-{backend}-{i}",
+                    backend,
+                    sweep_id="s1",
+                    created_at=200.0 + i + (10 if backend == "horovod" else 0),
+                    status="ok" if ok else "timeout",
+                    fault=STOP,
+                    metrics={"recovery_s": 15.0 + i} if ok else HUNG,
+                )
+            )
+    return out
+
+
+def answer_of(records) -> tuple[str, dict[str, str]]:
+    rows = rows_of(records)
+    return " ".join(scorecard_recommendation(rows)), {s.name: s.said for s in scenarios(rows)}
+
+
+def test_a_collective_faster_on_one_side_is_no_reason_to_choose():
+    """The fresh-sweep case: training speed ties and the one difference called is the 16 MiB allreduce's bus
+    bandwidth: the answer chooses nothing, and says the microbenchmark is shown beside, not weighed."""
+    records = sweep_records("s1", TIED) + comm_launches({"elastic": [1000, 1010, 995], "horovod": [1500, 1490, 1510]})
+    rows = rows_of(records)
+    busbw = next(r for r in rows if r.measure == "allreduce bus bandwidth")
+    assert busbw.standing == "ahead" and busbw.winner == "elastic"  # called: the difference is real here
+    said, found = answer_of(records)
+    assert "Choose" not in said and said.startswith("Neither is ahead on what this page measured")
+    (speed,) = found.values()
+    assert speed.startswith("a tie: ")
+    page = render_report(records_to_frame(records), "test")
+    assert "not weighed" in page and "Choose" not in page
+
+
+def test_a_backend_that_never_came_through_where_the_other_always_did_loses_that_scenario():
+    said, found = answer_of(sweep_records("s1", TIED) + hang_runs(3, 0))
+    hung = found["a hung worker"]
+    assert hung.startswith("elastic came through in 3 of 3 runs (") and "horovod did not, in 3 of 3 runs" in hung
+    assert "timeout in 3 runs" in hung
+    assert said.startswith("Choose elastic on this hardware: training speed does not separate them (1 scenario(s))")
+    assert "it is ahead in a hung worker, and horovod is ahead in none." in said
+
+
+def test_one_run_a_side_or_one_failure_decides_nothing():
+    said, found = answer_of(sweep_records("s1", TIED) + hang_runs(1, 0, runs=1))
+    assert found["a hung worker"].endswith("one run a side, which does not decide")
+    assert "Choose" not in said and "1 failure scenario(s) have too few runs to decide" in said
+    said, found = answer_of(sweep_records("s1", TIED) + hang_runs(3, 2))
+    assert "horovod came through in 2 of 3 runs" in found["a hung worker"]
+    assert found["a hung worker"].endswith("one failure, too few to decide") and "Choose" not in said
+
+
+def test_faster_on_one_side_and_more_robust_on_the_other_is_said_as_such():
+    said, found = answer_of(sweep_records("s1", FASTER) + hang_runs(0, 3))
+    assert found["training, mnist_mlp, 2 workers, cpu, pinned, one host"].startswith("elastic faster by")
+    assert said.startswith(
+        "Neither is ahead everywhere: elastic in training, mnist_mlp, 2 workers, cpu, pinned, one host, "
+        "horovod in a hung worker"
+    )
+    assert "Choose" not in said
+
+
+def test_faster_and_behind_nowhere_is_a_choice():
+    said, _ = answer_of(sweep_records("s1", FASTER) + hang_runs(3, 3))
+    assert said.startswith("Choose elastic on this hardware: it trains faster in 1 of 1 training scenario(s)")
+
+
+def test_nothing_comparable_says_so():
+    assert overall([]).startswith("No answer yet")
+
+
+def test_the_answer_comes_before_the_scorecard_on_the_page_and_in_the_readme():
+    records = sweep_records("s1", FASTER) + hang_runs(3, 0)
+    page = render_report(records_to_frame(records), "test")
+    answer, table = page.index("The answer"), page.index('id="scorecard"')
+    assert answer < table
+    between = re.sub(r"<[^>]+>", " ", page[answer:table])
+    assert "a hung worker:" in between and "training, mnist_mlp, 2 workers" in between
+    markdown = scorecard_markdown(records_to_frame(records))
+    assert (
+        markdown.startswith("**The answer.** Choose elastic")
+        and "- **a hung worker**: elastic came through" in markdown
+    )
+    assert markdown.index("- **a hung worker**") < markdown.index("| measure |")
