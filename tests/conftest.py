@@ -483,3 +483,44 @@ def fill(disk: Path, leave: int = 0) -> Path:
     finally:
         os.close(fd)
     return filler
+
+
+# ---------------------------------------------------------------- the page in a browser
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+needs_chromium = needs_system(None if CHROMIUM else "chromium not found: apt-get install chromium (.ci/run does)")
+
+
+def launch_chromium(p):
+    """Debian's Chromium through Playwright (`p`: sync_playwright's handle)."""
+    assert CHROMIUM, "Chromium is needed for this test: apt-get install chromium (.ci/run does)"
+    return p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+
+
+def assert_the_answer_is_in_the_first_screen(page_path: Path) -> None:
+    """At 1280x800 a reader sees the answer (its overall sentence and a line per scenario) without scrolling, and
+    the scorecard follows it."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(page_path.as_uri())
+        box = "e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom]; }"
+        answer = page.eval_on_selector("#verdict ~ p.rec", box)
+        assert answer[1] <= 800, answer
+        assert page.inner_text("#verdict ~ p.rec").startswith("The answer")
+        if page.query_selector("ul.answer"):  # a page with scenarios to weigh lists them, every one in view
+            lines = page.eval_on_selector("ul.answer", box)
+            assert answer[1] <= lines[0] and lines[1] <= 800, (answer, lines)
+        if page.query_selector("#scorecard"):
+            assert page.eval_on_selector("#scorecard", box)[0] > answer[1]
+        browser.close()

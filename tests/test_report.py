@@ -8,7 +8,7 @@ import pytest
 from bench.core.store import Store
 from bench.report.page import render_report
 from bench.results.frame import load_frame
-from conftest import FAST, bench
+from conftest import FAST, assert_the_answer_is_in_the_first_screen, bench, needs_chromium
 
 pytestmark = pytest.mark.slow
 _CACHE = {}
@@ -69,6 +69,13 @@ def populated_store(folder):
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory):
     return populated_store(tmp_path_factory.mktemp("report"))
+
+
+@needs_chromium
+def test_the_answer_of_a_fresh_sweep_is_in_the_first_screen(store_path, tmp_path):
+    page = tmp_path / "report.html"
+    page.write_text(render_report(load_frame(Store(store_path)), "s"), encoding="utf-8")
+    assert_the_answer_is_in_the_first_screen(page)
 
 
 def test_sections_in_order_and_verdict_computed(store_path):

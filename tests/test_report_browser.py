@@ -10,25 +10,12 @@ import pytest
 
 from bench.core.store import Store
 from bench.report.page import write_report
-from conftest import needs_system
+from conftest import assert_the_answer_is_in_the_first_screen, launch_chromium, needs_chromium
 
 V1_STORE = Path(__file__).resolve().parent / "data" / "store-v1.sqlite"
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # slow: a browser started for each test (seconds)
-pytestmark = [
-    needs_system(None if CHROMIUM else "chromium not found: apt-get install chromium (.ci/run does)"),
-    pytest.mark.slow,
-]
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+pytestmark = [needs_chromium, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +26,11 @@ def report_path(tmp_path_factory):
     return write_report(Store(store), folder / "report.html")
 
 
-def _launch(p):
-    assert CHROMIUM, "Chromium is needed for this test: apt-get install chromium (.ci/run does)"
-    return p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-
-
 def test_report_renders_without_errors_and_every_figure_draws(report_path, tmp_path):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = _launch(p)
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         errors = []
         page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
@@ -71,7 +53,7 @@ def test_report_reads_with_javascript_disabled(report_path):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = _launch(p)
+        browser = launch_chromium(p)
         context = browser.new_context(java_script_enabled=False)
         page = context.new_page()
         page.goto(report_path.as_uri())
@@ -107,24 +89,8 @@ SAMPLE_STORE = Path(__file__).resolve().parent.parent / "reports" / "sample" / "
 
 @pytest.mark.parametrize("source", [SAMPLE_STORE, V1_STORE], ids=["sample", "v1"])
 def test_the_answer_is_in_the_first_screen_then_the_scorecard(source, tmp_path):
-    """At 1280x800, a reader sees the answer (its overall sentence and a line per scenario) without scrolling, and
-    the scorecard follows it, on the page of the committed sample store and of the oldest committed store."""
-    from playwright.sync_api import sync_playwright
-
+    """On the page of the committed sample store and of the oldest committed store (test_report.py: of a fresh
+    sweep)."""
     store = tmp_path / "bench.sqlite"
     shutil.copy(source, store)
-    path = write_report(Store(store), tmp_path / "report.html")
-    with sync_playwright() as p:
-        browser = _launch(p)
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        page.goto(path.as_uri())
-        box = "e => { const r = e.getBoundingClientRect(); return [r.top, r.bottom]; }"
-        answer = page.eval_on_selector("#verdict ~ p.rec", box)
-        assert answer[1] <= 800, answer
-        assert page.inner_text("#verdict ~ p.rec").startswith("The answer")
-        if page.query_selector("ul.answer"):  # a page with scenarios to weigh lists them, every one in view
-            lines = page.eval_on_selector("ul.answer", box)
-            assert answer[1] <= lines[0] and lines[1] <= 800, (answer, lines)
-        if page.query_selector("#scorecard"):
-            assert page.eval_on_selector("#scorecard", box)[0] > answer[1]
-        browser.close()
+    assert_the_answer_is_in_the_first_screen(write_report(Store(store), tmp_path / "report.html"))

@@ -42,3 +42,28 @@ def test_the_sample_page_is_what_the_code_makes_of_the_sample_store(tmp_path):
     assert not differing and len(fresh) == len(committed), (
         f"{len(differing)} line(s) differ, {len(committed)} committed vs {len(fresh)} fresh; first: {differing[:3]}"
     )
+
+
+def visible_words(page: str) -> int:
+    """The words a reader sees without opening anything: the page's text outside <details> (a folded block's
+    summary line counts)."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", "", page, flags=re.S)
+    while "<details>" in page:  # the innermost first, so that a folded block inside another goes with it
+        page = re.sub(r"<details>((?:(?!<details>).)*?)</details>", lambda m: summary_of(m.group(1)), page, flags=re.S)
+    return len(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+def summary_of(folded: str) -> str:
+    found = re.search(r"<summary>(.*?)</summary>", folded, flags=re.S)
+    return found.group(1) if found else ""
+
+
+DEFAULT_PAGE_WORDS = 6000  # the answer must not be buried: detail is folded
+
+
+def test_the_sample_page_shows_at_most_6000_words_with_its_detail_folded():
+    page = (SAMPLE / "report.html").read_text(encoding="utf-8")
+    shown = visible_words(page)
+    assert 1000 < shown <= DEFAULT_PAGE_WORDS, shown
+    nested = "<p>a b <details><summary>c d</summary><p>e <details><summary>f</summary>g</details></p></details></p>"
+    assert visible_words(nested) == 4

@@ -32,6 +32,7 @@ from bench.report.sections import (
     ENV_KEYS,
     Bullets,
     Cell,
+    Folded,
     Heading,
     Paragraph,
     Plot,
@@ -158,7 +159,7 @@ def row_order(row: ScoreRow) -> tuple:
     return (bool(row.artefact), not row.default, not row.decides, measure, row.condition)
 
 
-def scorecard_table(rows: list[ScoreRow]) -> Table:
+def scorecard_table(rows: list[ScoreRow], id: str = "scorecard") -> Table:
     first, second = PRIMARY
     columns = [
         left("measure"),
@@ -177,7 +178,7 @@ def scorecard_table(rows: list[ScoreRow]) -> Table:
         out.append(
             Row([r.measure, condition, *figures, r.difference, r.launches, outcome], "artefact" if r.artefact else "")
         )
-    return Table(columns, out, id="scorecard")
+    return Table(columns, out, id=id)
 
 
 def hardware_of(rows: list[ScoreRow]) -> str:
@@ -328,8 +329,19 @@ def verdict_section(
             ],
             "note",
         )
-        blocks += [Heading("Scorecard"), scorecard_table(rows), family]
-        if any(r.artefact for r in rows):
+        clean, distorted = [r for r in rows if not r.artefact], [r for r in rows if r.artefact]
+        blocks += [Heading("Scorecard"), scorecard_table(clean or rows), family]
+        if clean and distorted:
+            blocks.append(
+                Folded(
+                    f"{len(distorted)} more row(s), under conditions that distort the comparison, not weighed",
+                    [
+                        Paragraph(f"{DISTORTION_NOTE[0]}{DISTORTION_NOTE[1:]}", "note"),
+                        scorecard_table(distorted, "scorecard-distorted"),
+                    ],
+                )
+            )
+        elif distorted:
             blocks.append(Paragraph(f"Shaded rows: {DISTORTION_NOTE[0].lower()}{DISTORTION_NOTE[1:]}", "note"))
     else:
         blocks += [Paragraph(p.no_verdict) for p in parts if p.no_verdict]
@@ -604,19 +616,25 @@ def failed_section(frame, parts: list[ReportPart]) -> Section:
             ]
         )
     blocks = (
-        [Table([left("run"), left("status"), left("case"), left("error")], failed)]
+        [
+            Table(
+                [left("run"), left("status"), left("case"), left("error")],
+                failed,
+                details=f"{len(failed)} run(s) that did not end ok, each with its error and the end of its output",
+            )
+        ]
         if failed
         else [Paragraph("No failed run: every run in this selection ended ok.")]
     )
     unstable = [line for p in parts for line in p.unstable]
     if unstable:
-        blocks += [
-            Paragraph(
-                f"Unstable (standard deviation above {pct(stats.UNSTABLE_REL_STDEV)} of the mean, or "
-                f"fewer than {stats.MIN_STABLE_WINDOWS} windows):"
-            ),
-            Bullets(unstable),
-        ]
+        blocks.append(
+            Folded(
+                f"{len(unstable)} unstable result(s): standard deviation above {pct(stats.UNSTABLE_REL_STDEV)} of "
+                f"the mean, or fewer than {stats.MIN_STABLE_WINDOWS} windows",
+                [Bullets(unstable)],
+            )
+        )
     else:
         blocks.append(Paragraph("No unstable result."))
     return Section("failed", "Failed and unstable runs", 80, blocks, nav="Failed and unstable")
@@ -632,7 +650,18 @@ def method_section(parts: list[ReportPart]) -> Section:
         code("bench list"),
         " lists the runs.",
     ]
-    return Section("method", "Methodology", 90, [Bullets([*(m for p in parts for m in p.method), fairness])])
+    notes = [*(m for p in parts for m in p.method), fairness]
+    return Section(
+        "method",
+        "Methodology",
+        90,
+        [
+            Folded(
+                f"How each figure on this page is made ({len(notes)} notes; docs/method.md has them all)",
+                [Bullets(notes)],
+            )
+        ],
+    )
 
 
 def _hardware(records: list) -> str:

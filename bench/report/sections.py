@@ -83,6 +83,15 @@ class Bullets:
 
 
 @dataclass
+class Folded:
+    """Blocks a reader opens when wanted (detail that would bury the answer): collapsed under `summary`."""
+
+    kind: ClassVar[str] = "folded"
+    summary: str
+    blocks: list
+
+
+@dataclass
 class Column:
     name: str
     align: str = "right"  # "left" for words, "right" for figures
