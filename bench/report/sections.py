@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from bench.core.registry import BACKEND_MODULES
+
 
 # ---------------------------------------------------------------- inline text
 @dataclass
@@ -285,17 +287,11 @@ SPREAD = "spread (sd / mean)"  # how the page names a relative standard deviatio
 
 
 # One colour per backend on every plot of the page, so a reader who has learnt elastic's colour in one plot finds
-# it in the next; a backend not listed gets one of the spare colours, the same for its name on every page.
-BACKEND_COLOURS = {
-    "elastic": "#1f77b4",
-    "horovod": "#ff7f0e",
-    "single": "#7f7f7f",
-    "ps": "#2ca02c",
-    "ray": "#9467bd",
-    "tf-mwms": "#8c564b",
-    "horovod-tf": "#e377c2",
-}
+# it in the next: the registry's backends in its order, each its colour; a backend it does not list gets one of
+# the spare colours, the same for its name on every page.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#9467bd", "#8c564b", "#e377c2")
 SPARE_COLOURS = ("#17becf", "#bcbd22", "#d62728", "#393b79", "#637939")
+BACKEND_COLOURS = dict(zip(BACKEND_MODULES, PALETTE))
 
 
 def colour_of(backend: str) -> str:
