@@ -40,7 +40,8 @@ def test_the_verdict_is_a_test_across_launches():
     assert two.outcome.startswith("elastic faster by") and two.winner == "elastic" and two.launches == "3 + 3"
     assert "(Holm)" in two.difference and two.decides
     words = next(s for s in in_words(part) if "2 worker(s)" in s and "against horovod" in s)
-    assert "means of 3 + 3 launches" in words and "95% interval +" in words and "after Holm's correction" in words
+    assert "means of 3 + 3 launches" in words and "elastic faster by" in words and "at 95% confidence" in words
+    assert "after Holm's correction" in words
     assert "Choose elastic on this hardware: it trains faster" in " ".join(scorecard_recommendation(part.scorecard))
     assert not row(part, "training throughput", 1).decides  # one worker: the wrappers' overhead only
     # horovod at one worker runs the plain loop: indistinguishable from it, and the page says by how much

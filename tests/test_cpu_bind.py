@@ -162,14 +162,14 @@ def test_the_communication_view_keeps_machines_and_pinnings_apart():
     ]
     frame = records_to_frame(here)
     (row, *_), _ = comm_report.matched_size_rows(frame)
-    assert row.outcome.startswith("elastic ahead by") and ", on " not in row.condition
+    assert row.outcome.startswith("elastic faster by") and ", on " not in row.condition
 
     # a faster machine's horovod, later: not compared with this machine's elastic
     there = [launch(f"other-{i}", "horovod", 10_000, 2000 + i, cpu_model="Other CPU") for i in range(3)]
     pinned = [launch(f"pinned-{i}", "elastic", 15_000, 3000 + i, bind="cores") for i in range(3)]
     frame = records_to_frame(here + there + pinned)
     rows, _ = comm_report.matched_size_rows(frame)
-    assert len(rows) == 1 and rows[0].outcome.startswith("elastic ahead by") and "on cpu (2 CPUs)" in rows[0].condition
+    assert len(rows) == 1 and rows[0].outcome.startswith("elastic faster by") and "on cpu (2 CPUs)" in rows[0].condition
     rows = comm_report.sweep_rows(comm_report.case_launches(frame[frame["status"] == "ok"]))
     assert sorted(r[0] for r in rows) == [
         "elastic, on cpu (2 CPUs)",

@@ -149,7 +149,7 @@ def test_methodology_follows_the_constants(frame, monkeypatch):
         for line in failed_section(frame.iloc[0:0], [ReportPart(unstable=["r: x"])]).blocks
         if hasattr(line, "text")
     ]
-    assert "Unstable (standard deviation above 20% of the mean, or fewer than 4 windows):" in unstable
+    assert "Unstable, with a spread (sd / mean) above 20% or fewer than 4 windows:" in unstable
 
 
 def test_store_path_is_escaped_once(tmp_path):

@@ -30,6 +30,7 @@ from bench.report.gpu_nodes import gpu_node_blocks, gpu_scope
 from bench.report.scale import scale_section
 from bench.report.sections import (
     ENV_KEYS,
+    SPREAD,
     Bullets,
     Cell,
     Folded,
@@ -166,7 +167,7 @@ def scorecard_table(rows: list[ScoreRow], id: str = "scorecard") -> Table:
         left("condition"),
         right(first),
         right(second),
-        right(f"{first} / {second} - 1 ({pct(stats.CONFIDENCE)} CI)"),
+        right(f"difference ({pct(stats.CONFIDENCE)} CI)"),  # said from the side ahead, as the outcome is
         right("launches"),
         left("outcome"),
     ]
@@ -263,7 +264,7 @@ def scorecard_markdown(frame, page_link: str = "") -> str:
     rows = [r for p in parts for r in p.scorecard]
     first, second = PRIMARY
     lines = [
-        f"| measure | condition | {first} | {second} | {first} / {second} - 1 (95% CI) | launches | outcome |",
+        f"| measure | condition | {first} | {second} | difference ({pct(stats.CONFIDENCE)} CI) | launches | outcome |",
         "|---|---|--:|--:|--:|--:|---|",
     ]
     for r in sorted((r for r in rows if not r.artefact), key=row_order):
@@ -366,9 +367,9 @@ def verdict_section(
 RANK_COLUMNS = [
     left("role"),
     right("rank"),
-    right("local"),
-    right("group"),
-    right("role rank"),
+    right("local rank"),
+    right("node (group) rank"),
+    right("rank among its role"),
     right("restarts"),
     left("host"),
     right("pid"),
@@ -552,7 +553,8 @@ def rank_map_section(frame) -> Section:
         Paragraph(
             "What each process was given by its launcher: for every case (backend, what ran, world "
             "size), its latest ok run on one host; for runs across hosts and runs with a fault, every "
-            "rank map they had (before and after the fault), with the runs that had it.",
+            "rank map they had (before and after the fault), with the runs that had it. Rank among its role: "
+            "the process's number among the processes of its role alone (the workers, or the parameter servers).",
             "note",
         )
     )
@@ -630,8 +632,8 @@ def failed_section(frame, parts: list[ReportPart]) -> Section:
     if unstable:
         blocks.append(
             Folded(
-                f"{len(unstable)} unstable result(s): standard deviation above {pct(stats.UNSTABLE_REL_STDEV)} of "
-                f"the mean, or fewer than {stats.MIN_STABLE_WINDOWS} windows",
+                f"{len(unstable)} unstable result(s), with a {SPREAD} above {pct(stats.UNSTABLE_REL_STDEV)} or "
+                f"fewer than {stats.MIN_STABLE_WINDOWS} windows",
                 [Bullets(unstable)],
             )
         )

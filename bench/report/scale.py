@@ -16,7 +16,10 @@ from bench.report.sections import (
     Plot,
     Section,
     Table,
+    advantage,
+    at_least_zero,
     code,
+    colour_of,
     figure_png,
     fmt,
     left,
@@ -44,7 +47,7 @@ def scale_section(records: list) -> Section | None:
                 Paragraph(
                     [
                         "Nothing to project: the scaling model starts from a plain-loop run at one worker with its "
-                        "warm-up profiled (runs stored before schema 9 have none). Run ",
+                        "warm-up profiled (runs recorded by older versions of bench have none). Run ",
                         code("bench sweep --world-sizes 1,2"),
                         " (or ",
                         code("nox -s bench"),
@@ -62,7 +65,7 @@ def scale_section(records: list) -> Section | None:
                 strong("Model projection, not a measurement. "),
                 "Step time at N workers = compute (measured: the plain loop at one worker) + the "
                 "communication the backend does not hide behind the backward pass (replayed from the "
-                "measured gradient order, each backend's own schedule and the alpha-beta fit of its "
+                "measured gradient order, each backend's own schedule and the latency-bandwidth fit of its "
                 "communication sweep, plus the cluster's link) + the backend's per-step overhead "
                 "(measured at 2 workers on one host). Efficiency is the step at 1 worker over the "
                 "step at N (same per-worker batch). Intervals carry the spread of the measured inputs "
@@ -114,13 +117,10 @@ def projection_blocks(case, cluster, points: dict) -> list:
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     for backend, pts in points.items():
         xs = [p.workers for p in pts]
-        (line,) = ax.plot(xs, [100 * p.efficiency for p in pts], marker="o", markersize=3, label=backend)
+        colour = colour_of(backend)
+        ax.plot(xs, [100 * p.efficiency for p in pts], marker="o", markersize=3, label=backend, color=colour)
         ax.fill_between(
-            xs,
-            [100 * p.efficiency_low for p in pts],
-            [100 * p.efficiency_high for p in pts],
-            color=line.get_color(),
-            alpha=0.15,
+            xs, [100 * p.efficiency_low for p in pts], [100 * p.efficiency_high for p in pts], color=colour, alpha=0.15
         )
     for n, _, _ in changes:
         ax.axvline(n, color="grey", linestyle=":", linewidth=1)
@@ -142,7 +142,8 @@ def projection_blocks(case, cluster, points: dict) -> list:
         last = pts[-1]
         cells.append(
             f"{fmt(last.step * 1e3, ',.1f')} ms: compute {fmt(last.parts.compute * 1e3, ',.1f')}, exposed "
-            f"{fmt(last.parts.exposed * 1e3, ',.1f')}, overhead {fmt(last.parts.overhead * 1e3, ',.1f')}"
+            f"{at_least_zero(last.parts.exposed * 1e3, ',.1f', ' ms')}, "
+            f"overhead {at_least_zero(last.parts.overhead * 1e3, ',.1f', ' ms')}"
         )
         rows.append(cells)
     columns = [
@@ -167,9 +168,12 @@ INPUT_WORDS = (
     ("overhead_one", "overhead at 1 worker (ms/step)", 1e3),
     ("overhead", "overhead at 2+ workers (ms/step)", 1e3),
     ("slowdown", "slowdown (s per s of overlapped processing)", 1.0),
-    ("alpha", "alpha: cost per collective (us)", 1e6),
-    ("beta", "beta: per bus byte (ns)", 1e9),
+    ("alpha", "latency: cost per collective (us)", 1e6),
+    ("beta", "time per bus byte (ns)", 1e9),
 )
+
+
+COSTS = {"overhead_one", "overhead", "alpha", "beta"}  # inputs that cannot be negative: a negative fit is noise
 
 
 def inputs_table(case, fitted: dict) -> Table:
@@ -182,7 +186,7 @@ def inputs_table(case, fitted: dict) -> Table:
                 [
                     backend,
                     words,
-                    fmt(v.mean * scale, ",.3g"),
+                    at_least_zero(v.mean * scale, ",.3g") if name in COSTS else fmt(v.mean * scale, ",.3g"),
                     fmt(v.se * scale, ",.2g") if v.se else "-",
                     v.dof + 1 if v.runs else "-",
                     ", ".join(v.runs) or "-",
@@ -264,8 +268,8 @@ def validation_blocks(records: list) -> list:
         blocks.append(
             Bullets(
                 [
-                    f"{w.workload} at {w.hosts} hosts, {w.link}: measured {w.faster} faster than "
-                    f"{w.slower} by {w.ratio - 1:.1%}, predicted {w.predicted_faster}"
+                    f"{w.workload} at {w.hosts} hosts, {w.link}: measured {advantage(w.faster, w.ratio)} (against "
+                    f"{w.slower}), predicted {w.predicted_faster} faster"
                     for w in wrong
                 ],
                 "warn",

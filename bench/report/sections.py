@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from bench.core.registry import BACKEND_MODULES
+
 
 # ---------------------------------------------------------------- inline text
 @dataclass
@@ -181,31 +183,87 @@ class ScoreRow:
     recovered: dict = field(default_factory=dict)
 
 
-def judged_outcome(
-    judgement, a: str, b: str, higher_is_better: bool = True, words: tuple[str, str] = ("faster", "slower")
-) -> dict:
-    """The ScoreRow fields of a comparison of backend a against b (a bench.core.stats.Judgement of a / b): the
-    difference and its interval, the outcome in words, the winner and the standing. `higher_is_better` False for
-    a time (the lower ratio wins); `words` name the better and the worse side ("sooner", "later")."""
-    est = judgement.estimate
+@dataclass(frozen=True)
+class Wording:
+    """How a comparison names its better side: "{side} {better} by 12.0%" below twice the other's figure, and
+    "{side} {times}" (n the factor) from twice on, where a percentage of thousands reads as noise."""
+
+    better: str = "faster"
+    times: str = "{n} times as fast"
+
+
+FASTER = Wording()
+STARTS_SOONER = Wording("starts sooner", "starts {n} times as fast")
+RECOVERS_SOONER = Wording("recovers sooner", "recovers {n} times as fast")
+SCALES_BETTER = Wording("scales better", "scales {n} times as well")
+AHEAD = Wording("ahead", "ahead by a factor of {n}")  # one launch a side: what it measured, claiming nothing
+
+
+def wording_of(words) -> Wording:
+    """A Wording, or the (better, worse) pair of words older callers give."""
+    return words if isinstance(words, Wording) else Wording(words[0])
+
+
+def ahead_of(ratio: float, a: str, b: str, higher_is_better: bool = True) -> tuple[str, float]:
+    """Which of a and b a ratio a / b favours, and by what factor (the better side's figure over the worse's when
+    higher is better, the worse's over the better's for a time: always 1 or more)."""
+    factor = max(ratio, 1 / ratio)
+    return (a if (ratio >= 1) == higher_is_better else b), factor
+
+
+def factor_words(factor: float, digits: int = 1) -> str:
+    """How much ahead, without the side: "12.0%", or "2.6 times" from twice on."""
+    return f"{factor:.1f} times" if factor >= 2 else f"{factor - 1:.{digits}%}"
+
+
+def advantage(side: str, factor: float, words=FASTER, digits: int = 1) -> str:
+    """One side ahead in words: "elastic faster by 12.0%", or "horovod recovers 26.4 times as fast" from twice on.
+    `factor` >= 1 (ahead_of)."""
+    w = wording_of(words)
+    if factor >= 2:
+        return f"{side} {w.times.format(n=f'{factor:.1f}')}"
+    return f"{side} {w.better} by {factor - 1:.{digits}%}"
+
+
+def difference_words(est, a: str, b: str, higher_is_better: bool = True, words=FASTER) -> str:
+    """An estimate of a / b (bench.core.stats.Estimate) said one way: the side it favours and by how much, then its
+    interval in the same direction, "elastic faster by 20.1% (12.0% to 28.7%)"; an interval that crosses no
+    difference names the side each end favours, "elastic faster by 3.0% (horovod faster by 2.0% to elastic faster
+    by 8.0%)". Without an interval (one launch a side), the estimate alone."""
+    side, factor = ahead_of(est.ratio, a, b, higher_is_better)
+    point = advantage(side, factor, words) if factor > 1 else "no difference"
     if not est.replicated:
-        ahead = a if (est.ratio > 1) == higher_is_better else b
+        return point
+    ends = [ahead_of(end, a, b, higher_is_better) for end in (est.low, est.high)]
+    # from the end least in favour of the side ahead to the end most in favour of it
+    ends.sort(key=lambda e: e[1] if e[0] == side else 1 / e[1])
+    if all(s == side or f == 1 for s, f in ends):
+        return f"{point} ({factor_words(ends[0][1])} to {factor_words(ends[1][1])})"
+    return f"{point} ({advantage(*ends[0], words)} to {advantage(*ends[1], words)})"
+
+
+def judged_outcome(judgement, a: str, b: str, higher_is_better: bool = True, words=FASTER) -> dict:
+    """The ScoreRow fields of a comparison of backend a against b (a bench.core.stats.Judgement of a / b): the
+    difference and its interval, the outcome in words, the winner and the standing, every one of them naming the
+    side ahead (difference_words). `higher_is_better` False for a time (the lower ratio wins); `words` (a Wording)
+    say how a side is ahead ("faster", "starts sooner")."""
+    est = judgement.estimate
+    side, factor = ahead_of(est.ratio, a, b, higher_is_better)
+    if not est.replicated:  # said in neutral words: one launch a side supports no "faster" or "sooner"
         return {
-            "difference": f"{est.ratio - 1:+.1%}",
+            "difference": f"{advantage(side, factor, AHEAD)} (one launch a side: no interval)",
             "standing": "one launch",
             "winner": None,
-            "outcome": f"cannot tell: one launch on a side ({ahead} ahead {by_how_much(est.ratio)})",
+            "outcome": f"cannot tell: one launch on a side ({advantage(side, factor, AHEAD, 0)})",
         }
-    difference = (
-        f"{est.ratio - 1:+.1%} ({est.low - 1:+.1%} to {est.high - 1:+.1%}), p {judgement.p_adjusted:.2g} (Holm)"
-    )
+    said = difference_words(est, a, b, higher_is_better, words)
+    difference = f"{said}, p {judgement.p_adjusted:.2g} (Holm)"
     if judgement.significant:
-        winner = a if (est.ratio > 1) == higher_is_better else b
         return {
             "difference": difference,
             "standing": "ahead",
-            "winner": winner,
-            "outcome": f"{winner} {words[0]} {by_how_much(est.ratio)}",
+            "winner": side,
+            "outcome": advantage(side, factor, words, 0),
         }
     margin = judgement.margin
     if judgement.equivalent:
@@ -225,10 +283,33 @@ def judged_outcome(
     }
 
 
-def by_how_much(ratio: float) -> str:
-    """'by 12%', or 'by 3.4x' from twice on (a percentage of thousands reads as noise)."""
-    factor = max(ratio, 1 / ratio)
-    return f"by {factor:.1f}x" if factor >= 2 else f"by {factor - 1:.0%}"
+def at_least_zero(value: float | None, spec: str, unit: str = "") -> str:
+    """A figure that cannot be negative (a cost: exposed communication, an overhead) as the page shows it: a
+    negative estimate is noise around zero, so it is shown as 0 with what was measured ("0 (within noise: -0.3 ms
+    measured)"; `unit` only there, where the column's heading is not beside it)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if value < 0:
+        return f"0 (within noise: {format(value, spec)}{unit} measured)"
+    return format(value, spec)
+
+
+SPREAD = "spread (sd / mean)"  # how the page names a relative standard deviation, wherever it shows one
+
+
+# One colour per backend on every plot of the page, so a reader who has learnt elastic's colour in one plot finds
+# it in the next: the registry's backends in its order, each its colour; a backend it does not list gets one of
+# the spare colours, the same for its name on every page.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#9467bd", "#8c564b", "#e377c2")
+SPARE_COLOURS = ("#17becf", "#bcbd22", "#d62728", "#393b79", "#637939")
+BACKEND_COLOURS = dict(zip(BACKEND_MODULES, PALETTE))
+
+
+def colour_of(backend: str) -> str:
+    """The colour every plot of the page draws `backend` in (BACKEND_COLOURS)."""
+    if backend in BACKEND_COLOURS:
+        return BACKEND_COLOURS[backend]
+    return SPARE_COLOURS[sum(backend.encode()) % len(SPARE_COLOURS)]
 
 
 @dataclass

@@ -207,7 +207,7 @@ def sweeps_in(records: list) -> int:
 DISTORTION_NOTE = (
     "Distorted conditions: unpinned on one host, each backend's helper threads (Horovod's background "
     "loop, gloo's I/O) run on the other workers' cores, so the backend with more threads loses; hosts "
-    "not shown to be separate machines (records before schema 8 did not say) or on fewer machines "
+    "not shown to be separate machines (runs recorded by older versions of bench did not say) or on fewer machines "
     "than hosts share those machines' cores, as test hosts share this one's; oversubscribed, the "
     "workers' threads outnumber the cores."
 )

@@ -16,6 +16,7 @@ from bench.report.sections import (
     Section,
     Table,
     code,
+    colour_of,
     figure_png,
     fmt,
     judged_outcome,
@@ -39,8 +40,8 @@ COLUMNS = [
     right("peak busbw GB/s"),
     right("peak / limit"),
     left("model"),
-    right("a (us)"),
-    right("1/b (GB/s)"),
+    right("latency (us)"),
+    right("bandwidth (GB/s)"),
     right("R²"),
 ]
 
@@ -108,7 +109,7 @@ def matched_size_rows(ok, family=None) -> tuple[list[ScoreRow], list[str]]:
         est = ratio_of_cases([values[0]], [values[1]])
         key = matched_key(place, size)
         judgement = (family or Family({key: est})).judge(key, est)
-        said = judged_outcome(judgement, first, second, words=("ahead", "behind"))
+        said = judged_outcome(judgement, first, second)
         condition = (
             f"{format_bytes(size)}B messages (the largest both ran), {world} ranks, {dtype}, {device}"
             f"{placement_text(hardware, bind)}"
@@ -145,15 +146,16 @@ def busbw_png(world: int, dtype: str, group, where: str = "") -> str:
         if not ar:
             continue
         sizes = [x.size for x in ar]
-        (line,) = ax.plot(sizes, [x.busbw_gbps for x in ar], marker="o", ms=3, label=f"{r.backend} measured")
+        colour = colour_of(r.backend)
+        ax.plot(sizes, [x.busbw_gbps for x in ar], marker="o", ms=3, label=f"{r.backend} measured", color=colour)
         if m.fit:
             factor = bus_factor("allreduce", world)
             ax.plot(
                 sizes,
                 [s / (t * 1e-6) / 1e9 * factor for s, t in zip(sizes, m.fit["predicted_time_us"])],
                 linestyle=":",
-                color=line.get_color(),
-                label=f"{r.backend} alpha-beta model",
+                color=colour,
+                label=f"{r.backend} latency-bandwidth model",
             )
         if m.ceiling:
             limits.append(m.ceiling["limit_gbps"])
@@ -162,6 +164,7 @@ def busbw_png(world: int, dtype: str, group, where: str = "") -> str:
         ax.axhline(
             sum(limits) / len(limits), color="grey", linestyle="--", linewidth=1, label=f"machine limit ({limit_name})"
         )
+    ax.set_ylim(bottom=0)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size S (bytes)")
     ax.set_ylabel("allreduce busbw (GB/s)")
@@ -205,7 +208,8 @@ def report_part(frame, context) -> ReportPart:
     blocks = [
         Paragraph(
             "Busbw figures are means over the launches of each case (each launch: its own mean and "
-            "peak); the alpha-beta model and the figure show its latest launch.",
+            "peak). The latency-bandwidth model (alpha-beta: an operation on S bytes takes latency + S / "
+            "bandwidth) and the figure show its latest launch.",
             "note",
         ),
         Table(COLUMNS, sweep_rows(cases)),

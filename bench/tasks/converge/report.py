@@ -15,6 +15,7 @@ from bench.report.sections import (
     Section,
     Table,
     code,
+    colour_of,
     figure_png,
     fmt,
     left,
@@ -180,10 +181,9 @@ def curves_png(title: str, by_backend: dict, target: float) -> str | None:
     fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
     for backend, rec in sorted(by_backend.items()):
         curve = rec.metrics.curve
-        line = ax_t.plot([p.train_time_s for p in curve], [p.accuracy for p in curve], marker=".", label=backend)[0]
-        ax_s.plot(
-            [p.samples for p in curve], [p.accuracy for p in curve], marker=".", label=backend, color=line.get_color()
-        )
+        colour = colour_of(backend)
+        ax_t.plot([p.train_time_s for p in curve], [p.accuracy for p in curve], marker=".", label=backend, color=colour)
+        ax_s.plot([p.samples for p in curve], [p.accuracy for p in curve], marker=".", label=backend, color=colour)
     for ax in (ax_t, ax_s):
         ax.axhline(target, color="black", linestyle=":", linewidth=1)
     ax_t.set_xlabel("training time, s (evaluation excluded)")

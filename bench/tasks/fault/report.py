@@ -9,6 +9,7 @@ from bench.core import stats
 from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.report.sections import (
+    RECOVERS_SOONER,
     Cell,
     Paragraph,
     Plot,
@@ -17,6 +18,7 @@ from bench.report.sections import (
     Section,
     Table,
     code,
+    colour_of,
     figure_png,
     fmt,
     judged_outcome,
@@ -124,7 +126,7 @@ def timeline_png(case: str, by_backend: dict) -> str | None:
     """Samples/s over time around the fault for the latest run of each backend: the fault at t = 0,
     recovery marked."""
     series = []
-    for backend, recs in sorted(by_backend.items()):  # a stable order: the same colours in every plot
+    for backend, recs in sorted(by_backend.items()):
         shown = ([x for x in recs if x.ok] or recs)[-1]  # the latest that came through, if any
         f = shown.metrics
         if f is None or not (f.timeline or {}).get("t") or not f.fault:
@@ -144,7 +146,8 @@ def timeline_png(case: str, by_backend: dict) -> str | None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for backend, ts, thr, recovery, hang in series:
-        color = ax.step(ts, thr, where="post", label=backend)[0].get_color()
+        color = colour_of(backend)
+        ax.step(ts, thr, where="post", label=backend, color=color)
         if recovery is not None:
             ax.axvline(recovery, color=color, linestyle=":", linewidth=1.5)
             ax.annotate(
@@ -158,6 +161,7 @@ def timeline_png(case: str, by_backend: dict) -> str | None:
             )
         elif hang is not None:
             ax.annotate(f"{backend}: no step since", (0, max(thr) * 0.5), color=color, fontsize=8)
+    ax.set_ylim(bottom=0)  # throughput from zero: a drop is drawn at its true size
     ax.axvline(0, color="black", linewidth=1.5)
     ax.annotate("fault", (0, ax.get_ylim()[1] * 0.98), color="black", fontsize=8, va="top", ha="left")
     ax.set_xlabel("seconds since the fault")
@@ -204,7 +208,7 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
                 first,
                 second,
                 higher_is_better=False,
-                words=("recovers sooner", "recovers later"),
+                words=RECOVERS_SOONER,
             )
             failed = [c for c in sides if c.failures()]
             if failed:

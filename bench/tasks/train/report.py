@@ -17,6 +17,9 @@ from bench.core import stats
 from bench.core.registry import COUNTERPART, PLAIN_LOOP, PRIMARY, RIVAL, framework_words
 from bench.core.spec import numerics_note, pinned_words
 from bench.report.sections import (
+    SCALES_BETTER,
+    SPREAD,
+    STARTS_SOONER,
     Bullets,
     Cell,
     Heading,
@@ -26,7 +29,10 @@ from bench.report.sections import (
     ScoreRow,
     Section,
     Table,
+    at_least_zero,
     code,
+    colour_of,
+    difference_words,
     em,
     env_differences,
     figure_png,
@@ -66,15 +72,16 @@ def _launches(a: TrainingCase, b: TrainingCase) -> str:
     return f"{a.launches} + {b.launches} launch{'es' if a.launches + b.launches > 1 else ''}"
 
 
-def difference_text(d: dict, judgement=None) -> str:
-    """The figures behind a comparison, in words."""
+def difference_text(d: dict, a: str, b: str, judgement=None) -> str:
+    """The figures behind a comparison of a against b, in words: the difference said as the scorecard says it
+    (difference_words), whichever side the comparison names first."""
     f, s = d["faster"], d["slower"]
     if not d["replicated"]:
         return f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, {_launches(f, s)}"
     means = f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, means of {_launches(f, s)}"
     adjusted = f", {judgement.p_adjusted:.2g} after Holm's correction" if judgement is not None else ""
     return (
-        f"{means}; {pct(d['estimate'].confidence)} interval {d['low']:+.1%} to {d['high']:+.1%}, "
+        f"{means}; {difference_words(d['estimate'], a, b)} at {pct(d['estimate'].confidence)} confidence, "
         f"p = {d['p']:.2g}{adjusted}"
     )
 
@@ -128,7 +135,7 @@ def verdict(cases: list[TrainingCase], family=None) -> tuple[list[str], list[str
             label = framework_words(a, b)
             label = f"{label}, " if label else ""
             sentences.append(
-                f"{where}: {label}{what} against {b}: {said['outcome']} ({difference_text(d, j)}).{caution}"
+                f"{where}: {label}{what} against {b}: {said['outcome']}; {difference_text(d, a, b, j)}.{caution}"
             )
         if pairs and pairs[0] == PRIMARY:
             differs = env_differences([rows[first].latest, rows[second].latest])
@@ -269,10 +276,7 @@ def scorecard_rows(cases: list[TrainingCase], family=None) -> list[ScoreRow]:
         if world > 1 and e1 is not None and h1 is not None:
             est = efficiency_ratio(e, e1, h, h1)
             said = judged_outcome(
-                judge(family, pair_key("efficiency ", first, second, e.place), est),
-                first,
-                second,
-                words=("scales better", "scales worse"),
+                judge(family, pair_key("efficiency ", first, second, e.place), est), first, second, words=SCALES_BETTER
             )
             out.append(
                 ScoreRow(
@@ -290,7 +294,7 @@ def scorecard_rows(cases: list[TrainingCase], family=None) -> list[ScoreRow]:
                 first,
                 second,
                 higher_is_better=False,
-                words=("starts sooner", "starts later"),
+                words=STARTS_SOONER,
             )
             out.append(
                 ScoreRow(
@@ -327,7 +331,7 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
         right("launches"),
         right("samples/s"),
         right(ci),
-        right("sd/mean"),
+        right(SPREAD),
         right(f"efficiency ({ci})"),
         right(f"vs plain loop ({ci})"),
         right("step ms"),
@@ -338,9 +342,9 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
         Paragraph(
             [
                 "Each row is the mean over launches of the case (each launch: its mean over windows); "
-                "the interval and sd/mean are across launches, or over the windows of a single launch "
+                f"the interval and the {SPREAD} are across launches, or over the windows of a single launch "
                 "where the case has one. Efficiency and vs plain loop are ratios of case means with "
-                "their interval across launches."
+                "their interval across launches. The plots' throughput axes start at zero."
             ],
             "note",
         )
@@ -377,25 +381,27 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
             xs = [c.world_size for c in mine]
             means = [c.throughput for c in mine]
             err = [[m - c.interval[0] for m, c in zip(means, mine)], [c.interval[1] - m for m, c in zip(means, mine)]]
-            ax_thr.errorbar(xs, means, yerr=err, marker="o", capsize=3, label=backend)
+            ax_thr.errorbar(xs, means, yerr=err, marker="o", capsize=3, label=backend, color=colour_of(backend))
             eff = [(c.world_size, c.efficiency) for c in mine if c.efficiency is not None]
             if eff and ax_eff is not None:
                 ax_eff.errorbar(
                     [x for x, _ in eff],
-                    [e.ratio for _, e in eff],
+                    [100 * e.ratio for _, e in eff],
                     yerr=[
-                        [e.ratio - e.low if e.replicated else 0 for _, e in eff],
-                        [e.high - e.ratio if e.replicated else 0 for _, e in eff],
+                        [100 * (e.ratio - e.low) if e.replicated else 0 for _, e in eff],
+                        [100 * (e.high - e.ratio) if e.replicated else 0 for _, e in eff],
                     ],
                     marker="o",
                     capsize=3,
                     label=backend,
+                    color=colour_of(backend),
                 )
+        ax_thr.set_ylim(bottom=0)  # from zero: a gap between backends is drawn at its true size
         panels = [(ax_thr, f"throughput (samples/s, {ci} across launches)")]
         if ax_eff is not None:
-            ax_eff.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
+            ax_eff.axhline(100, color="grey", linestyle="--", linewidth=1, label="ideal")
             ax_eff.set_ylim(bottom=0)
-            panels.append((ax_eff, "scaling efficiency"))
+            panels.append((ax_eff, "scaling efficiency (%)"))
         for ax, title in panels:
             ax.set_xscale("log", base=2)
             ax.set_xticks(sizes, [str(s) for s in sizes])
@@ -416,7 +422,8 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
 def exposed_blocks(cases: list[TrainingCase]) -> list:
     """Step time against the plain loop's under the same conditions: the communication not hidden.
     Its share of the step is 1 - vs plain loop (step time is global batch / throughput), so it carries
-    that ratio's interval across launches."""
+    that ratio's interval across launches. A cost cannot be negative: a negative estimate is noise around
+    zero, shown as 0 with what was measured, and its interval starts at 0."""
     rows, shares = [], []
     plain = {tuple(c.cond[k] for k in CONDITIONS): c for c in cases if c.backend == PLAIN_LOOP and c.world_size == 1}
     for c in sorted(cases, key=lambda c: (c.cond["workload"], setting_words(c.cond), c.backend, c.world_size)):
@@ -425,7 +432,7 @@ def exposed_blocks(cases: list[TrainingCase]) -> list:
             continue
         est = c.vs_plain
         share = 1 - est.ratio
-        interval = f"{1 - est.high:.1%} to {1 - est.low:.1%}" if est.replicated else "- (1 launch)"
+        interval = f"{max(0.0, 1 - est.high):.1%} to {max(0.0, 1 - est.low):.1%}" if est.replicated else "- (1 launch)"
         rows.append(
             [
                 c.cond["workload"],
@@ -435,12 +442,12 @@ def exposed_blocks(cases: list[TrainingCase]) -> list:
                 f"{c.launches} + {base.launches}",
                 fmt(c.step_time_s * 1000, ".2f"),
                 fmt(base.step_time_s * 1000, ".2f"),
-                fmt((c.step_time_s - base.step_time_s) * 1000, ".2f"),
-                fmt(share, ".1%"),
+                at_least_zero((c.step_time_s - base.step_time_s) * 1000, ".2f", " ms"),
+                at_least_zero(share, ".1%"),
                 interval,
             ]
         )
-        shares.append((f"{c.cond['workload']}, {setting_words(c.cond)}\n{c.backend} x{c.world_size}", est))
+        shares.append((f"{c.cond['workload']}, {setting_words(c.cond)}: {c.backend} x{c.world_size}", c.backend, est))
     if not rows:
         return [
             Paragraph(
@@ -455,20 +462,6 @@ def exposed_blocks(cases: list[TrainingCase]) -> list:
                 ]
             )
         ]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows)), 3.6))
-    heights = [100 * (1 - e.ratio) for _, e in shares]
-    # the share's interval is 1 - (the ratio's): its lower error comes from the ratio's upper end
-    err = [
-        [100 * (e.high - e.ratio) if e.replicated else 0 for _, e in shares],
-        [100 * (e.ratio - e.low) if e.replicated else 0 for _, e in shares],
-    ]
-    ax.bar(range(len(rows)), heights, yerr=err, capsize=3, color="#5b8db8")
-    ax.set_xticks(range(len(rows)), [label for label, _ in shares], fontsize=7)
-    ax.set_ylabel("exposed communication (% of step)")
-    ax.axhline(0, color="black", linewidth=0.8)
-    ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
     ci = f"{pct(stats.CONFIDENCE)} CI"
     columns = [
         left("workload"),
@@ -482,7 +475,34 @@ def exposed_blocks(cases: list[TrainingCase]) -> list:
         right("share of the step"),
         right(ci),
     ]
-    return [Table(columns, rows), Plot("exposed communication share", figure_png(fig))]
+    note = Paragraph(
+        "Exposed communication is a cost, so never below zero: where the step measured shorter than the plain "
+        "loop's, it is shown as 0 with the figure measured (noise around zero), and its interval and bar start "
+        "at zero.",
+        "note",
+    )
+    return [note, Table(columns, rows), Plot("exposed communication share", exposed_png(shares))]
+
+
+def exposed_png(shares: list[tuple[str, str, stats.Estimate]]) -> str:
+    """One horizontal bar per case (label, backend, its ratio to the plain loop), the share of the step not hidden,
+    clipped at zero with its interval: the labels on the side, one line each, never overlap however many cases."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.32 * len(shares)))
+    ys = list(range(len(shares)))[::-1]  # the table's first row on top
+    widths = [max(0.0, 100 * (1 - e.ratio)) for _, _, e in shares]
+    # the share's interval is 1 - (the ratio's), clipped at zero: its lower end comes from the ratio's upper end
+    err = [
+        [w - max(0.0, 100 * (1 - e.high)) if e.replicated else 0 for w, (_, _, e) in zip(widths, shares)],
+        [max(0.0, 100 * (1 - e.low)) - w if e.replicated else 0 for w, (_, _, e) in zip(widths, shares)],
+    ]
+    ax.barh(ys, widths, xerr=err, capsize=3, color=[colour_of(b) for _, b, _ in shares])
+    ax.set_yticks(ys, [label for label, _, _ in shares], fontsize=7)
+    ax.set_xlabel("exposed communication (% of the step, from 0)")
+    ax.set_xlim(left=0)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return figure_png(fig)
 
 
 def input_rows(cases: list[TrainingCase]) -> list[tuple[TrainingCase, float]]:
@@ -661,7 +681,7 @@ def _standing(d: dict | None) -> str:
         return "cannot tell: one launch on a side"
     if d["significant"]:
         return f"significant (p {d['judgement'].p_adjusted:.2g}, Holm)"
-    return judged_outcome(d["judgement"], d["faster"].backend, d["slower"].backend)["outcome"]
+    return judged_outcome(d["judgement"], *PRIMARY)["outcome"]
 
 
 def link_blocks(cases: list[TrainingCase], family=None) -> tuple[list, list[str]]:
@@ -700,18 +720,21 @@ def link_blocks(cases: list[TrainingCase], family=None) -> tuple[list, list[str]
                 marker="o",
                 capsize=3,
                 label=backend,
+                color=colour_of(backend),
             )
             eff = [(where_x[_link(c)], c.efficiency) for c in mine if c.efficiency is not None]
             if eff and ax_eff is not None:
-                ax_eff.plot([x for x, _ in eff], [e.ratio for _, e in eff], marker="o", label=backend)
+                xs_eff, ys_eff = [x for x, _ in eff], [100 * e.ratio for _, e in eff]
+                ax_eff.plot(xs_eff, ys_eff, marker="o", label=backend, color=colour_of(backend))
             for c in mine:
                 rows.append(
                     [_link(c)[1], backend, top, c.launches, fmt(c.throughput, ",.0f"), _estimate_cell(c.efficiency)]
                 )
+        ax_thr.set_ylim(bottom=0)
         panels = [(ax_thr, f"throughput at {top} workers (samples/s)")]
         if ax_eff is not None:
             ax_eff.set_ylim(bottom=0)
-            panels.append((ax_eff, "scaling efficiency"))
+            panels.append((ax_eff, "scaling efficiency (%)"))
         for ax, title in panels:
             ax.set_xscale("log")
             ax.set_xticks([where_x[link] for link in links], [label for _, label in links], fontsize=8)
@@ -722,14 +745,16 @@ def link_blocks(cases: list[TrainingCase], family=None) -> tuple[list, list[str]
                 ax.legend(fontsize=8)
         fig.tight_layout()
         title = _cond_title({**dict(zip([k for k in CONDITIONS if k != "network"], key)), "network": "one host"})
+        first, second = PRIMARY
         verdict_rows = [
-            [label, d["faster"].backend if d else "-", f"{d['gap']:.1%}" if d else "-", _standing(d)]
-            for label, d in steps
+            [label, difference_words(d["estimate"], first, second) if d else "-", _standing(d)] for label, d in steps
         ]
         blocks += [
             Heading(f"{title}, across {key[-1]} hosts"),
             Paragraph(sentence),
-            Table([left("link"), left("ahead"), right("by"), left("across launches")], verdict_rows),
+            Table(
+                [left("link"), left(f"difference ({pct(stats.CONFIDENCE)} CI)"), left("across launches")], verdict_rows
+            ),
             Table(
                 [
                     left("link"),
@@ -829,13 +854,12 @@ def report_part(frame, context) -> ReportPart:
     inputs, _ = input_blocks(cases)
     across_hosts = any(c.latest.spec.hosts for c in cases)
     unstable = [
-        f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, sd/mean {r.rel_stdev:.1%} over "
+        f"{r.run_id}: {r.backend} {r.workload} world {r.world_size}, {SPREAD} {r.rel_stdev:.1%} over "
         f"{r.record.metrics.throughput.n} windows"
         for r in ok[ok["unstable"].eq(True)].itertuples()
     ]
     unstable += [
-        f"{c.backend} {c.cond['workload']} world {c.world_size}: its {c.launches} launches spread "
-        f"{c.spread:.1%} (sd/mean)"
+        f"{c.backend} {c.cond['workload']} world {c.world_size}: its {c.launches} launches' {SPREAD} {c.spread:.1%}"
         for c in cases
         if c.launches >= stats.MIN_LAUNCHES and c.spread > stats.UNSTABLE_REL_STDEV
     ]
