@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.core.store import Store  # noqa: E402 (the checkout's bench, wherever this runs from)
-from bench.report.page import scorecard_markdown, write_report  # noqa: E402
+from bench.report.page import answer_markdown, write_report  # noqa: E402
 from bench.results.frame import load_frame  # noqa: E402
 
 SAMPLE = ROOT / "reports" / "sample" / "bench.sqlite"
@@ -29,8 +29,8 @@ BEGIN, END = "<!-- scorecard:begin -->", "<!-- scorecard:end -->"
 
 def block() -> str:
     """What belongs between the markers."""
-    table = scorecard_markdown(load_frame(Store(SAMPLE)), "[reports/sample/report.html](reports/sample/report.html)")
-    return f"{BEGIN}\n![The scorecard of the sample page](docs/img/scorecard.png)\n\n{table}\n{END}"
+    answer = answer_markdown(load_frame(Store(SAMPLE)), "[reports/sample/report.html](reports/sample/report.html)")
+    return f"{BEGIN}\n![The first screen of the sample page: the answer](docs/img/scorecard.png)\n\n{answer}\n{END}"
 
 
 def current(text: str) -> str:

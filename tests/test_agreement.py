@@ -5,7 +5,7 @@ import re
 
 from bench.core.stats import Family
 from bench.report.page import scorecard_recommendation
-from bench.report.sections import Bullets, ReportContext
+from bench.report.sections import Bullets, Folded, ReportContext
 from bench.results.agreement import (
     agreement,
     contradictions,
@@ -27,7 +27,8 @@ def page_part(records):
 def in_words(part) -> list[str]:
     """The comparisons in words that the training view lists under Throughput."""
     section = next(s for s in part.sections if s.id == "throughput")
-    return [" ".join(x.text for x in item) for b in section.blocks if isinstance(b, Bullets) for item in b.items]
+    blocks = [inner for b in section.blocks for inner in (b.blocks if isinstance(b, Folded) else [b])]
+    return [" ".join(x.text for x in item) for b in blocks if isinstance(b, Bullets) for item in b.items]
 
 
 def row(part, measure: str, workers: int):

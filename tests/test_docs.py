@@ -551,3 +551,41 @@ def test_the_readme_scorecard_is_what_the_sample_store_makes():
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr + "\nrun: python scripts/readme_scorecard.py"
+
+
+@pytest.mark.slow  # the sample store's scorecard, computed (seconds)
+def test_the_readme_studies_rows_say_what_the_sample_store_says():
+    """The studies table's rows on training speed on one host and across a shaped link quote the sample store's
+    scorecard (the page's outcomes, after Holm's correction), so they cannot disagree with the answer above them."""
+    import shutil
+    import tempfile
+
+    from bench.core.stats import Family
+    from bench.core.store import Store
+    from bench.report.page import ReportContext, task_parts
+    from bench.results.agreement import frame_comparisons
+    from bench.results.frame import load_frame
+
+    sample = ROOT / "reports" / "sample" / "bench.sqlite"
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp) / "bench.sqlite"
+        shutil.copy(sample, store)
+        frame = load_frame(Store(store))
+        parts = task_parts(frame, ReportContext("", [], frame, Family(frame_comparisons(frame))))
+    rows = [r for p in parts for r in p.scorecard if r.measure == "training throughput"]
+    readme = (ROOT / "README.md").read_text()
+
+    def line(question: str) -> str:
+        return next(x for x in readme.splitlines() if x.startswith(f"| {question}"))
+
+    def figure(row) -> str:  # "±16%" of "within ±16% of each other", "by 13%" of "elastic faster by 13%"
+        return re.search(r"(±\d+%|by \d+%)", row.outcome).group(1)
+
+    one_host = line("Which trains faster, 1 or 2 workers on one host")
+    for workload in ("mnist_mlp", "resnet18"):
+        (row,) = [r for r in rows if r.condition.startswith(f"{workload}, 2 workers, cpu, pinned, one host")]
+        assert row.standing == "within" and figure(row) in one_host, (row.outcome, one_host)
+    across = line("Across 2 hosts over a shaped link?")
+    for link in ("link 100mbit", "link 1gbit", "across 2 hosts, on"):
+        (row,) = [r for r in rows if link in r.condition and r.condition.startswith("mnist_mlp, 2 workers")]
+        assert figure(row) in across, (row.outcome, across)

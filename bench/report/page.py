@@ -256,38 +256,24 @@ def scope_line(frame) -> str:
     return ", ".join(words) + ". Not covered: " + ", ".join(missing) + "."
 
 
-def scorecard_markdown(frame, page_link: str = "") -> str:
-    """The answer and the scorecard of `frame`'s runs as Markdown (for the README): the overall sentence, a line per
-    scenario, the scope line, then the scorecard's undistorted rows, default condition first; the distorted rows are
-    counted and left to the page."""
+def answer_markdown(frame, page_link: str = "") -> str:
+    """The answer of `frame`'s runs as Markdown (for the README): the overall sentence, a line per scenario with its
+    evidence, the scope line, and where the scorecard behind it is."""
     parts = task_parts(frame, ReportContext("", [], frame, Family(frame_comparisons(frame))))
     rows = [r for p in parts for r in p.scorecard]
-    first, second = PRIMARY
-    lines = [
-        f"| measure | condition | {first} | {second} | difference ({pct(stats.CONFIDENCE)} CI) | launches | outcome |",
-        "|---|---|--:|--:|--:|--:|---|",
-    ]
-    for r in sorted((r for r in rows if not r.artefact), key=row_order):
-        figures = [f"**{r.figures.get(b, '-')}**" if r.winner == b else r.figures.get(b, "-") for b in PRIMARY]
-        lines.append("| " + " | ".join([r.measure, r.condition, *figures, r.difference, r.launches, r.outcome]) + " |")
-    distorted = sum(1 for r in rows if r.artefact)
-    more = (
-        f" {distorted} more row(s), under conditions that distort the comparison, are on the page"
-        + (f" ({page_link})" if page_link else "")
-        + "."
-        if distorted
-        else ""
-    )
     hardware = hardware_of(rows)
+    distorted = sum(1 for r in rows if r.artefact)
+    where = (
+        f"The scorecard behind it, every compared measure with its figures and interval ({len(rows)} rows, "
+        f"{distorted} of them under conditions that distort the comparison): " + (page_link or "the page") + "."
+    )
     return "\n".join(
         [
             f"**The answer{f' for {hardware}' if hardware else ''}.** {' '.join(scorecard_recommendation(rows))}",
             "",
             *(f"- **{s.name}**: {s.said}" for s in scenarios(rows, hardware)),
             "",
-            scope_line(frame) + more,
-            "",
-            *lines,
+            scope_line(frame) + " " + where,
         ]
     )
 
@@ -558,7 +544,10 @@ def rank_map_section(frame) -> Section:
             "note",
         )
     )
-    return Section("ranks", "Rank map", 60, blocks + rank_map_tables(list(frame.sort_values("created_at")["record"])))
+    tables = rank_map_tables(list(frame.sort_values("created_at")["record"]))
+    if tables:  # a case each, many on a store of sweeps: one line on the page until opened
+        blocks.append(Folded(f"the rank maps of {len(tables)} case(s), each under its own line", tables))
+    return Section("ranks", "Rank map", 60, blocks)
 
 
 def env_text(value) -> str:

@@ -22,6 +22,7 @@ from bench.report.sections import (
     STARTS_SOONER,
     Bullets,
     Cell,
+    Folded,
     Heading,
     Paragraph,
     Plot,
@@ -874,7 +875,11 @@ def report_part(frame, context) -> ReportPart:
             "records them."
         )
     )
-    words = [Heading("Each comparison in words"), Bullets(sentences + crossovers)] if sentences + crossovers else []
+    said = sentences + crossovers
+    # the scorecard above says each in a row; the sentences, with every figure behind it, open on demand
+    words = (
+        [Folded(f"each comparison in words ({len(said)}), with the figures behind it", [Bullets(said)])] if said else []
+    )
     return ReportPart(
         no_verdict=no_verdict,
         fairness=fairness,
