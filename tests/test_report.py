@@ -106,7 +106,11 @@ def test_sections_in_order_and_verdict_computed(store_path):
     assert "The answer" in verdict and "Scope: " in verdict
     assert "ps_staleness=None" not in page and "None" not in verdict  # companion backends, in words, elsewhere
     words = page.split('id="throughput"')[1]
-    assert "ps (ps servers 1, ps mode sync) against" in words and "means of 2 + 2 launches; 95% interval" in words
+    assert (
+        "ps (ps servers 1, ps mode sync) against" in words
+        and "means of 2 + 2 launches;" in words
+        and "at 95% confidence" in words
+    )
     assert "2 fault-injection run(s) in 1 case(s)" in page.split('id="elasticity"')[1]
 
 
