@@ -200,6 +200,18 @@ def test_the_fastest_backend_changes_where_the_replays_cross():
     ]
 
 
+def test_the_summary_says_it_ranks_speed_not_the_efficiency_its_table_shows():
+    """A backend can scale better than the other (efficiency against its own one worker) and still train slower:
+    the sentence above the table names what it ranks, so it does not read as contradicting the table."""
+    from bench.report.scale import projection_blocks
+
+    points = {b: project(inputs(b), NET, [1, 2, 16]) for b in ("elastic", "ps")}
+    case = type("Case", (), {"workload": "mnist_mlp", "batch": 64})()
+    said = "".join(s.text for s in projection_blocks(case, NET, points)[0].text)
+    assert "(a shorter step)" in said or "(the shortest step)" in said
+    assert "the efficiencies below are each backend's against its own one worker" in said
+
+
 def test_value_of_launches():
     v = Value.of([1.0, 2.0, 3.0], ("a", "b", "c"))
     assert (v.mean, v.dof, v.runs) == (2.0, 2, ("a", "b", "c"))

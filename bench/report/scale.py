@@ -108,11 +108,17 @@ def scale_section(records: list) -> Section | None:
 def projection_blocks(case, cluster, points: dict) -> list:
     title = f"{case.workload}, batch {case.batch}/worker, on {cluster.name}"
     changes = crossover(points)
+    # speed is the step's length; the table's efficiency is each backend against its own one worker, so a backend
+    # can scale better and still train slower: the sentence says which it ranks
     if changes:
-        said = "; ".join(f"from {n} workers {after} is predicted faster than {before}" for n, before, after in changes)
+        said = "; ".join(
+            f"from {n} workers {after} is predicted faster (a shorter step) than {before}"
+            for n, before, after in changes
+        )
     else:
         leader = min(points, key=lambda b: points[b][-1].step)
-        said = f"{leader} is predicted fastest at every N from 2 to {points[leader][-1].workers}"
+        said = f"{leader} is predicted fastest (the shortest step) at every N from 2 to {points[leader][-1].workers}"
+    said += "; the efficiencies below are each backend's against its own one worker"
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     for backend, pts in points.items():
