@@ -135,3 +135,32 @@ def test_the_answer_comes_before_the_scorecard_on_the_page_and_in_the_readme():
         and "- **a hung worker**: elastic came through" in markdown
     )
     assert "The scorecard behind it" in markdown.splitlines()[-1]
+
+
+def test_many_conditions_keep_the_first_scenarios_in_view_and_fold_the_rest():
+    """A store of many conditions (here 12 links' worth of training rows) lists the first SCENARIOS_SHOWN scenarios,
+    the default condition's first, under the overall sentence and folds the others, so the answer stays in the first
+    screen."""
+    from bench.report.page import SCENARIOS_SHOWN, answer_blocks
+    from bench.report.sections import ScoreRow
+
+    def row(condition: str, default: bool = False) -> ScoreRow:
+        return ScoreRow(
+            "training throughput",
+            condition,
+            {"elastic": "1 samples/s", "horovod": "1 samples/s"},
+            "-",
+            "3 + 3",
+            "within ±5% of each other",
+            standing="within",
+            default=default,
+        )
+
+    rows = [row(f"mnist_mlp, 2 workers, across 2 hosts, link {n}gbit") for n in range(1, 12)]
+    rows.append(row("mnist_mlp, 2 workers, one host", default=True))
+    blocks = answer_blocks(rows)
+    shown, folded = blocks[1], blocks[2]
+    assert len(shown.items) == SCENARIOS_SHOWN and shown.items[0][0].text.startswith(
+        "training, mnist_mlp, 2 workers, one"
+    )
+    assert folded.summary == f"{12 - SCENARIOS_SHOWN} more scenario(s)" and len(folded.blocks[0].items) == 4

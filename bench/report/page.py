@@ -188,9 +188,17 @@ def hardware_of(rows: list[ScoreRow]) -> str:
     return ends.pop() if len(ends) == 1 else ""
 
 
+SCENARIOS_SHOWN = 8  # scenario lines in the first screen at 1280x800, under the overall sentence
+
+
+def page_scenarios(rows: list[ScoreRow]) -> list:
+    """The answer's scenarios, in the scorecard's order (the default condition first)."""
+    return scenarios(sorted(rows, key=row_order), hardware_of(rows))
+
+
 def scorecard_recommendation(rows: list[ScoreRow]) -> list[str]:
     """The overall sentence of the answer (bench.report.answer), then what it leaves out."""
-    found = scenarios(rows, hardware_of(rows))
+    found = page_scenarios(rows)
     said = [overall(found)]
     if found and all(s.failure for s in found):
         said.append("No training speed was compared under conditions that do not distort it.")
@@ -207,11 +215,14 @@ def answer_blocks(rows: list[ScoreRow]) -> list:
     """The answer, first on the page: the overall sentence, a line per scenario with its evidence, and what is
     shown beside but never weighed."""
     hardware = hardware_of(rows)
-    found = scenarios(rows, hardware)
+    found = page_scenarios(rows)
     head = f"The answer{f' for {hardware}' if hardware else ''}: "
     blocks: list = [Paragraph([strong(head), " ".join(scorecard_recommendation(rows))], "rec")]
-    if found:
-        blocks.append(Bullets([[strong(s.name + ": "), s.said] for s in found], "answer"))
+    lines = [[strong(s.name + ": "), s.said] for s in found]
+    if lines:  # the first ones in the first screen, however many conditions the store holds; the others a click away
+        blocks.append(Bullets(lines[:SCENARIOS_SHOWN], "answer"))
+    if len(lines) > SCENARIOS_SHOWN:
+        blocks.append(Folded(f"{len(lines) - SCENARIOS_SHOWN} more scenario(s)", [Bullets(lines[SCENARIOS_SHOWN:])]))
     beside = evidence(rows, hardware)
     if beside:
         blocks.append(
@@ -271,7 +282,7 @@ def answer_markdown(frame, page_link: str = "") -> str:
         [
             f"**The answer{f' for {hardware}' if hardware else ''}.** {' '.join(scorecard_recommendation(rows))}",
             "",
-            *(f"- **{s.name}**: {s.said}" for s in scenarios(rows, hardware)),
+            *(f"- **{s.name}**: {s.said}" for s in page_scenarios(rows)),
             "",
             scope_line(frame) + " " + where,
         ]
