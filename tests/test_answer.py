@@ -131,7 +131,7 @@ def test_the_answer_comes_before_the_scorecard_on_the_page_and_in_the_readme():
     assert "a hung worker:" in between and "training, mnist_mlp, 2 workers" in between
     markdown = answer_markdown(records_to_frame(records))
     assert (
-        markdown.startswith("**The answer.** Choose elastic")
+        markdown.startswith("**The answer for this hardware.** Choose elastic")
         and "- **a hung worker**: elastic came through" in markdown
     )
     assert "The scorecard behind it" in markdown.splitlines()[-1]

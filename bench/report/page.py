@@ -216,7 +216,7 @@ def answer_blocks(rows: list[ScoreRow]) -> list:
     shown beside but never weighed."""
     hardware = hardware_of(rows)
     found = page_scenarios(rows)
-    head = f"The answer{f' for {hardware}' if hardware else ''}: "
+    head = f"The answer for {hardware or 'this hardware'}: "  # the page's first line names the hardware
     blocks: list = [Paragraph([strong(head), " ".join(scorecard_recommendation(rows))], "rec")]
     lines = [[strong(s.name + ": "), s.said] for s in found]
     if lines:  # the first ones in the first screen, however many conditions the store holds; the others a click away
@@ -280,7 +280,7 @@ def answer_markdown(frame, page_link: str = "") -> str:
     )
     return "\n".join(
         [
-            f"**The answer{f' for {hardware}' if hardware else ''}.** {' '.join(scorecard_recommendation(rows))}",
+            f"**The answer for {hardware or 'this hardware'}.** {' '.join(scorecard_recommendation(rows))}",
             "",
             *(f"- **{s.name}**: {s.said}" for s in page_scenarios(rows)),
             "",
