@@ -16,19 +16,8 @@ from dataclasses import dataclass
 
 from bench.core.registry import PRIMARY
 from bench.core.stats import MIN_LAUNCHES
-from bench.report.sections import ScoreRow
+from bench.report.sections import FAILURE, SPEED, ScoreRow
 
-SPEED = "training throughput"
-# the failure scenarios' measures (bench.tasks.fault.results), in the order a reader weighs them
-FAILURES = (
-    "recovery from a killed worker",
-    "recovery from a hung worker",
-    "recovery from a terminated worker",
-    "a joining worker",
-    "recovery from a lost host",
-    "recovery from a cut-off host",
-)
-EVIDENCE = ("allreduce bus bandwidth", "startup to the first step", "scaling efficiency")
 # a backend that failed to come through only once, where the other always did, is said but not weighed: one failure
 # in a few runs is too few to tell a flaw from a bad moment of the machine
 FAILURES_TO_DECIDE = 2
@@ -40,6 +29,7 @@ class Scenario:
     said: str  # what was found, with its evidence and how sure
     favours: str | None = None  # the backend this scenario counts for, where it decides
     failure: bool = False  # a failure scenario (else training speed)
+    too_few_runs: bool = False  # a failure scenario whose runs are too few to decide it
 
 
 def speed_scenario(row: ScoreRow, hardware: str) -> Scenario:
@@ -63,13 +53,13 @@ def failure_scenario(row: ScoreRow) -> Scenario:
     count = f"{n1} + {n2} runs"
     sides = f"{came_through(row, first)}; {came_through(row, second)}"
     if min(n1, n2) < MIN_LAUNCHES:
-        return Scenario(name, f"{sides}: one run a side, which does not decide", failure=True)
+        return Scenario(name, f"{sides}: one run a side, which does not decide", failure=True, too_few_runs=True)
     if k1 * n2 != k2 * n1:  # the shares of runs that came through differ
         better, worse = (first, second) if k1 * n2 > k2 * n1 else (second, first)
         failed = {first: n1 - k1, second: n2 - k2}[worse]
         if failed >= FAILURES_TO_DECIDE:
             return Scenario(name, sides, better, failure=True)
-        return Scenario(name, f"{sides}: one failure, too few to decide", failure=True)
+        return Scenario(name, f"{sides}: one failure, too few to decide", failure=True, too_few_runs=True)
     if k1 == 0:
         return Scenario(name, f"neither came through ({count}): {row.outcome}", failure=True)
     if row.standing == "ahead":
@@ -104,20 +94,17 @@ def weighed(rows: list[ScoreRow]) -> list[ScoreRow]:
 
 
 def scenarios(rows: list[ScoreRow], hardware: str = "") -> list[Scenario]:
-    """The scenarios of a page's scorecard rows, training speed first (the default condition first), then the
-    failure scenarios in FAILURES' order."""
+    """The scenarios of a page's scorecard rows (each task says which of its rows are one: ScoreRow.weighs),
+    training speed first, then the failure scenarios, each in the order of `rows`."""
     basis = weighed(rows)
-    speed = [speed_scenario(r, hardware) for r in basis if r.measure == SPEED]
-    failures = sorted((r for r in basis if r.measure in FAILURES), key=lambda r: FAILURES.index(r.measure))
-    return speed + [failure_scenario(r) for r in failures]
+    speed = [speed_scenario(r, hardware) for r in basis if r.weighs == SPEED]
+    return speed + [failure_scenario(r) for r in basis if r.weighs == FAILURE]
 
 
 def evidence(rows: list[ScoreRow], hardware: str = "") -> list[str]:
     """The rows shown beside the answer and never weighed in it, in words."""
     return [
-        f"{r.measure}, {short_condition(r.condition, hardware)}: {r.outcome}"
-        for r in weighed(rows)
-        if r.measure in EVIDENCE
+        f"{r.measure}, {short_condition(r.condition, hardware)}: {r.outcome}" for r in weighed(rows) if not r.weighs
     ]
 
 
@@ -159,7 +146,7 @@ def overall(found: list[Scenario]) -> str:
         if not failures:
             said += "; no failure scenario was measured for both"
         return said + "."
-    undecided = [s for s in found if "does not decide" in s.said or "too few to decide" in s.said]
+    undecided = [s for s in found if s.too_few_runs]
     said = "Neither is ahead on what this page measured"
     if undecided:
         said += (

@@ -149,8 +149,10 @@ MEASURE_ORDER = (
     "allreduce bus bandwidth",
     "recovery from a killed worker",
     "recovery from a hung worker",
-    "recovery from a lost host",
+    "recovery from a terminated worker",
     "a joining worker",
+    "recovery from a lost host",
+    "recovery from a cut-off host",
 )
 
 

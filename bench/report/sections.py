@@ -161,6 +161,9 @@ class Section:
 
 
 # ---------------------------------------------------------------- what a task's view returns
+SPEED, FAILURE = "speed", "failure"  # ScoreRow.weighs: a training-speed scenario, a failure scenario
+
+
 @dataclass
 class ScoreRow:
     """One row of the page's scorecard: one measure under one condition, each compared backend's figure, their
@@ -179,6 +182,9 @@ class ScoreRow:
     operations: bool = False  # a measure of operations (startup, recovery), not of training speed
     decides: bool = True  # False where the row measures overhead only (one worker): shown, not weighed
     margin: float = float("nan")  # the equivalence margin, where the outcome is "within"
+    # what the page's answer does with the row (bench.report.answer): SPEED or FAILURE weighs it as a scenario;
+    # "" shows it in the scorecard only (a microbenchmark, start-up, scaling efficiency)
+    weighs: str = ""
     # a failure scenario's: backend -> (runs that came through, runs, how the others ended in words)
     recovered: dict = field(default_factory=dict)
 

@@ -9,6 +9,7 @@ from bench.core import stats
 from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.report.sections import (
+    FAILURE,
     RECOVERS_SOONER,
     Cell,
     Paragraph,
@@ -196,6 +197,7 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
             "figures": figures,
             "launches": launches,
             "operations": True,
+            "weighs": FAILURE,
             "default": not records[-1].spec.hosts,
             "artefact": distortion({"device": records[-1].spec.device}, records, speed=False),
             "recovered": {c.backend: (len(c.times), len(c.records), c.failures()) for c in sides},

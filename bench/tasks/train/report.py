@@ -18,6 +18,7 @@ from bench.core.registry import COUNTERPART, PLAIN_LOOP, PRIMARY, RIVAL, framewo
 from bench.core.spec import numerics_note, pinned_words
 from bench.report.sections import (
     SCALES_BETTER,
+    SPEED,
     SPREAD,
     STARTS_SOONER,
     Bullets,
@@ -267,6 +268,7 @@ def scorecard_rows(cases: list[TrainingCase], family=None) -> list[ScoreRow]:
                 figures={c.backend: f"{c.throughput:,.0f} samples/s" for c in (e, h)},
                 launches=launches_words(e, h),
                 decides=world > 1,
+                weighs=SPEED,
                 **common,
                 **said,
             )
