@@ -431,6 +431,18 @@ def fault_metrics_for(spec: RunSpec, **fields) -> FaultMetrics:
     return FaultMetrics(**{**values, **fields})
 
 
+# what a run whose worker hung (SIGSTOP) and never came back measured: no recovery, no world after it
+HUNG_METRICS = {
+    "recovery_s": None,
+    "world_after": None,
+    "steps_redone": None,
+    "resumed_from_step": None,
+    "rank_map_after": None,
+    "restarts": 0,
+    "hang_observed_s": 3.0,
+}
+
+
 def fault_record(
     run_id: str = "f1",
     backend: str = "elastic",

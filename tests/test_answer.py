@@ -10,20 +10,11 @@ from bench.report.page import answer_markdown, render_report, scorecard_recommen
 from bench.report.sections import ReportContext
 from bench.results.agreement import frame_comparisons
 from bench.results.frame import records_to_frame
-from factories import comm_record, comm_row, fault_record, sweep_records
+from factories import HUNG_METRICS, comm_record, comm_row, fault_record, sweep_records
 
 TIED = {("elastic", 2): [150, 152, 149], ("horovod", 2): [151, 149, 150]}
 FASTER = {("elastic", 2): [150, 155, 148], ("horovod", 2): [120, 118, 123]}
 STOP = {"signal": "STOP"}
-HUNG = {
-    "recovery_s": None,
-    "world_after": None,
-    "steps_redone": None,
-    "resumed_from_step": None,
-    "rank_map_after": None,
-    "restarts": 0,
-    "hang_observed_s": 3.0,
-}
 
 
 def rows_of(records):
@@ -59,7 +50,7 @@ def hang_runs(elastic_through: int, horovod_through: int, runs: int = 3):
                     created_at=200.0 + i + (10 if backend == "horovod" else 0),
                     status="ok" if ok else "timeout",
                     fault=STOP,
-                    metrics={"recovery_s": 15.0 + i} if ok else HUNG,
+                    metrics={"recovery_s": 15.0 + i} if ok else HUNG_METRICS,
                 )
             )
     return out
@@ -142,7 +133,7 @@ def test_many_conditions_keep_the_first_scenarios_in_view_and_fold_the_rest():
     the default condition's first, under the overall sentence and folds the others, so the answer stays in the first
     screen."""
     from bench.report.page import SCENARIOS_SHOWN, answer_blocks
-    from bench.report.sections import ScoreRow
+    from bench.report.sections import SPEED, ScoreRow
 
     def row(condition: str, default: bool = False) -> ScoreRow:
         return ScoreRow(
@@ -154,6 +145,7 @@ def test_many_conditions_keep_the_first_scenarios_in_view_and_fold_the_rest():
             "within ±5% of each other",
             standing="within",
             default=default,
+            weighs=SPEED,
         )
 
     rows = [row(f"mnist_mlp, 2 workers, across 2 hosts, link {n}gbit") for n in range(1, 12)]

@@ -28,6 +28,7 @@ from bench.tasks.fault.analysis import (
 from bench.tasks.train import TrainMetrics, train_metrics
 from bench.tasks.train import build_spec as build_train_spec
 from factories import (
+    HUNG_METRICS,
     LAUNCHED_AT,
     OBSERVED,
     RunDirBuilder,
@@ -509,15 +510,7 @@ def test_recovery_per_case_and_backend_and_its_scorecard_rows():
     from bench.tasks.fault.results import comparisons, recovery_cases
 
     stop = {"signal": "STOP"}
-    hung = {
-        "recovery_s": None,
-        "world_after": None,
-        "steps_redone": None,
-        "resumed_from_step": None,
-        "rank_map_after": None,
-        "restarts": 0,
-        "hang_observed_s": 3.0,
-    }
+    hung = HUNG_METRICS
     recs = [
         fault_record("ek1", "elastic", sweep_id="s1", created_at=2.0, metrics={"recovery_s": 12.0}),
         fault_record("ek2", "elastic", sweep_id="s1", created_at=3.0, metrics={"recovery_s": 18.0}),
