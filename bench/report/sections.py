@@ -205,11 +205,6 @@ SCALES_BETTER = Wording("scales better", "scales {n} times as well")
 AHEAD = Wording("ahead", "ahead by a factor of {n}")  # one launch a side: what it measured, claiming nothing
 
 
-def wording_of(words) -> Wording:
-    """A Wording, or the (better, worse) pair of words older callers give."""
-    return words if isinstance(words, Wording) else Wording(words[0])
-
-
 def ahead_of(ratio: float, a: str, b: str, higher_is_better: bool = True) -> tuple[str, float]:
     """Which of a and b a ratio a / b favours, and by what factor (the better side's figure over the worse's when
     higher is better, the worse's over the better's for a time: always 1 or more)."""
@@ -222,13 +217,12 @@ def factor_words(factor: float, digits: int = 1) -> str:
     return f"{factor:.1f} times" if factor >= 2 else f"{factor - 1:.{digits}%}"
 
 
-def advantage(side: str, factor: float, words=FASTER, digits: int = 1) -> str:
+def advantage(side: str, factor: float, words: Wording = FASTER, digits: int = 1) -> str:
     """One side ahead in words: "elastic faster by 12.0%", or "horovod recovers 26.4 times as fast" from twice on.
     `factor` >= 1 (ahead_of)."""
-    w = wording_of(words)
     if factor >= 2:
-        return f"{side} {w.times.format(n=f'{factor:.1f}')}"
-    return f"{side} {w.better} by {factor - 1:.{digits}%}"
+        return f"{side} {words.times.format(n=f'{factor:.1f}')}"
+    return f"{side} {words.better} by {factor - 1:.{digits}%}"
 
 
 def difference_words(est, a: str, b: str, higher_is_better: bool = True, words=FASTER) -> str:
