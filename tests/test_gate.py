@@ -95,6 +95,31 @@ def test_failed_missing_new_and_other_machine():
     assert rows[key]["verdict"] == "failed"
 
 
+def test_a_ratio_is_gated_on_another_host_only_where_its_reference_runs_at_the_baseline_speed():
+    key = "efficiency elastic resnet18 n=2"
+    base = {key: fig("efficiency", [values(240, 0.02, seed=1), values(180, 0.02, seed=2)], scale=2, key=key)}
+    # another host, 30% faster on one worker, the same at two: the efficiency falls though no code changed
+    faster = {key: fig("efficiency", [values(240, 0.02, seed=3), values(234, 0.02, seed=4)], scale=2, key=key)}
+    assert compare_figures(base, faster, {}, same_machine=True)[0]["verdict"] == "regressed"
+    row = compare_figures(base, faster, {}, same_machine=False, host_differs="cpu_flags differ")[0]
+    assert row["verdict"] == "skipped" and row["change"] is None
+    assert "cpu_flags differ" in row["why"] and "131% of the baseline's speed" in row["why"]
+    assert "bench baseline" in row["why"]
+    # a host whose reference runs within the tolerance: a loss there is a loss
+    slower = {key: fig("efficiency", [values(170, 0.02, seed=5), values(190, 0.02, seed=6)], scale=2, key=key)}
+    row = compare_figures(base, slower, {}, same_machine=False)[0]
+    assert row["verdict"] == "regressed", row
+    # a figure with no reference case (busbw over a limit measured in the same run) is gated on any host
+    bw = "busbw_fraction elastic n=2"
+    rows = compare_figures(
+        {bw: fig("busbw_fraction", [values(0.5, 0.02, seed=7)], key=bw)},
+        {bw: fig("busbw_fraction", [values(0.3, 0.02, seed=8)], key=bw)},
+        {},
+        same_machine=False,
+    )
+    assert rows[0]["verdict"] == "regressed"
+
+
 def record(run_id, backend, world, per_window, created, status="ok", sweep="s1"):
     """A training run of mnist_mlp whose windows had these throughputs."""
     return train_record(run_id, backend, world, per_window, created, status, sweep)
@@ -268,9 +293,10 @@ def test_hosts_are_matched_by_what_decides_speed_not_by_label(change, same, says
     assert not ok and "no calibration recorded with the baseline" in why
 
 
-def test_a_slower_host_fails_no_absolute_figure_while_the_ratios_still_gate(capsys):
-    """The same code on a host half as fast: absolute throughput is skipped, naming the host difference;
-    a real slowdown of a ratio still fails."""
+def test_another_host_gates_no_absolute_figure_and_a_ratio_only_where_its_reference_keeps_its_speed(capsys):
+    """The same code on another kind of host: absolute throughput is skipped, naming the host difference; a ratio
+    whose reference case (the plain loop) runs at the baseline's speed still gates, and a real slowdown of it fails;
+    on a host half as fast, the ratios are skipped too, saying at what speed the reference ran."""
     from bench.workflows.regress import compare_and_print
 
     def sweep(scale, elastic_scale=1.0):
@@ -283,15 +309,19 @@ def test_a_slower_host_fails_no_absolute_figure_while_the_ratios_still_gate(caps
         return recs
 
     baseline = {"machine": MACHINE, "records": sweep(1.0)}
-    slow_host = {**MACHINE, "calibration": {"gemm_gflops": 40.0, "conv_step_ms": 40.0}}
-    code, rows = compare_and_print(baseline, sweep(0.5), as_json=False, machine=slow_host)
+    other_host = {**MACHINE, "cpu_flags": [*MACHINE["cpu_flags"], "avx_vnni"]}
+    code, rows = compare_and_print(baseline, sweep(1.0), as_json=False, machine=other_host)
     verdicts = {r["metric"]: r["verdict"] for r in rows}
     assert code == 0, verdicts
     assert verdicts["throughput elastic mnist_mlp n=1"] == "skipped"
     assert verdicts["vs_plain elastic mnist_mlp n=1"] == "ok"
     assert "host differs" in capsys.readouterr().err
-    code, rows = compare_and_print(baseline, sweep(0.5, elastic_scale=0.7), as_json=False, machine=slow_host)
+    code, rows = compare_and_print(baseline, sweep(1.0, elastic_scale=0.7), as_json=False, machine=other_host)
     assert code == 1 and {r["metric"]: r["verdict"] for r in rows}["vs_plain elastic mnist_mlp n=1"] == "regressed"
+    slow_host = {**MACHINE, "calibration": {"gemm_gflops": 40.0, "conv_step_ms": 40.0}}
+    code, rows = compare_and_print(baseline, sweep(0.5, elastic_scale=0.7), as_json=False, machine=slow_host)
+    row = {r["metric"]: r for r in rows}["vs_plain elastic mnist_mlp n=1"]
+    assert code == 0 and row["verdict"] == "skipped" and "at 50% of the baseline's speed" in row["why"], row
 
 
 def test_hot_paths_are_compared_only_on_a_host_that_runs_the_yardstick_at_its_saved_speed():

@@ -18,6 +18,10 @@
   busbw over the machine limit measured in the same run) cancel what the machine's state does to
   both sides alike; absolute throughput gets a wider threshold and is gated only when the baseline
   came from a machine of the same kind (bench.results.baselines.host_match).
+- A ratio does not carry over to a host that computes at another speed, though: with the same communication and
+  a faster step, communication takes a larger share of it (a host 30% faster at ResNet18 on one worker kept its
+  2-worker throughput and lost a fifth of its efficiency). On a host that differs, a ratio is gated only while its
+  reference cases (the plain loop's, or one worker's) run within REFERENCE_TOLERANCE of the baseline's speed.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from bench.results.figures import Figure, figures
 CONFIDENCE = 0.995  # two-sided: a regression is called at 0.25% risk when nothing changed
 WIDE = 3  # see change_verdict()
 FAILING_VERDICTS = ("regressed", "failed")
+# How far a ratio's reference cases may run from the baseline's speed, on a host that differs, for the ratio to be
+# gated (as bench.results.baselines.CALIBRATION_TOLERANCE for the calibration work, and for the same reason).
+REFERENCE_TOLERANCE = 0.15
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,18 @@ def noisy_cases(fig: Figure) -> list[str]:
     return notes
 
 
+def reference_speed(base: Figure, cur: Figure) -> float | None:
+    """How fast the current runs made a ratio's reference cases (those it divides by: the plain loop's, one worker's)
+    against the baseline's: current over baseline geometric mean, the cases multiplied; None for a figure with no
+    reference case (busbw over a limit measured in the same run)."""
+    logs = [
+        mean_log(c.positive) - mean_log(b.positive)
+        for b, c, sign in zip(base.cases, cur.cases, cur.signs)
+        if sign < 0 and b.positive and c.positive
+    ]
+    return math.exp(sum(logs)) if logs else None
+
+
 def compare_figures(
     base: dict[str, Figure],
     cur: dict[str, Figure],
@@ -149,6 +168,15 @@ def compare_figures(
             row.update(verdict="failed", why="in the baseline, missing from the current runs")
         elif rule.same_machine_only and not same_machine:
             row.update(verdict="skipped", why=f"absolute figure; host differs: {host_differs}")
+        elif not same_machine and off_speed(reference_speed(b, c)):
+            row.update(
+                verdict="skipped",
+                why=(
+                    f"ratio; host differs ({host_differs}) and runs the case it divides by at "
+                    f"{reference_speed(b, c):.0%} of the baseline's speed, so communication takes another share of "
+                    "a step; refresh the baseline on this host (`bench baseline`) to gate it here"
+                ),
+            )
         else:
             change, low, high = change_interval(b, c)
             noise = noisy_cases(b) + noisy_cases(c)
@@ -172,6 +200,11 @@ def compare_figures(
             }[row["verdict"]] + (lone if row["verdict"] != "ok" else "")
         rows.append(row)
     return rows
+
+
+def off_speed(speed: float | None) -> bool:
+    """Whether a reference speed (reference_speed) is further from the baseline's than REFERENCE_TOLERANCE."""
+    return speed is not None and abs(math.log(speed)) > math.log(1 + REFERENCE_TOLERANCE)
 
 
 def format_comparison(rows: list[dict]) -> str:

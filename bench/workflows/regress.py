@@ -183,7 +183,7 @@ def compare_and_print(
     if not same:
         print(
             f"bench compare: absolute throughput is not gated here (host differs: {why}); the ratios within "
-            "each sweep still are",
+            "each sweep still are, where the cases they divide by run at the baseline's speed",
             file=sys.stderr,
         )
     counts = {v: sum(r["verdict"] == v for r in rows) for v in dict.fromkeys(r["verdict"] for r in rows)}
