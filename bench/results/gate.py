@@ -18,10 +18,10 @@
   busbw over the machine limit measured in the same run) cancel what the machine's state does to
   both sides alike; absolute throughput gets a wider threshold and is gated only when the baseline
   came from a machine of the same kind (bench.results.baselines.host_match).
-- A ratio does not carry over to a host that computes at another speed, though: with the same communication and
-  a faster step, communication takes a larger share of it (a host 30% faster at ResNet18 on one worker kept its
-  2-worker throughput and lost a fifth of its efficiency). On a host that differs, a ratio is gated only while its
-  reference cases (the plain loop's, or one worker's) run within REFERENCE_TOLERANCE of the baseline's speed.
+- A ratio does not carry over to runs that compute at another speed, though: with the same communication and a
+  faster step, communication takes a larger share of it (runs 30% faster at ResNet18 on one worker kept their
+  2-worker throughput and lost a fifth of their efficiency). So a ratio is gated only while its reference cases
+  (the plain loop's, or one worker's) ran within REFERENCE_TOLERANCE of the baseline's speed, on any host.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from bench.results.figures import Figure, figures
 CONFIDENCE = 0.995  # two-sided: a regression is called at 0.25% risk when nothing changed
 WIDE = 3  # see change_verdict()
 FAILING_VERDICTS = ("regressed", "failed")
-# How far a ratio's reference cases may run from the baseline's speed, on a host that differs, for the ratio to be
-# gated (as bench.results.baselines.CALIBRATION_TOLERANCE for the calibration work, and for the same reason).
+# How far a ratio's reference cases may run from the baseline's speed for the ratio to be gated (as
+# bench.results.baselines.CALIBRATION_TOLERANCE for the calibration work, and for the same reason).
 REFERENCE_TOLERANCE = 0.15
 
 
@@ -168,13 +168,17 @@ def compare_figures(
             row.update(verdict="failed", why="in the baseline, missing from the current runs")
         elif rule.same_machine_only and not same_machine:
             row.update(verdict="skipped", why=f"absolute figure; host differs: {host_differs}")
-        elif not same_machine and off_speed(reference_speed(b, c)):
+        elif off_speed(reference_speed(b, c)):
+            speed = f"{reference_speed(b, c):.0%} of the baseline's speed"
             row.update(
                 verdict="skipped",
                 why=(
-                    f"ratio; host differs ({host_differs}) and runs the case it divides by at "
-                    f"{reference_speed(b, c):.0%} of the baseline's speed, so communication takes another share of "
-                    "a step; refresh the baseline on this host (`bench baseline`) to gate it here"
+                    f"ratio; on this host (differs: {host_differs}) the case it divides by ran at {speed}, so "
+                    "communication takes another share of a step; refresh the baseline on this host (`bench "
+                    "baseline`) to gate it here"
+                    if not same_machine
+                    else f"ratio; the case it divides by ran at {speed} (the machine busier or quieter than then, or "
+                    "that case changed: its own row says), so communication takes another share of a step"
                 ),
             )
         else:
