@@ -95,7 +95,7 @@ def test_failed_missing_new_and_other_machine():
     assert rows[key]["verdict"] == "failed"
 
 
-def test_a_ratio_is_gated_only_where_its_reference_runs_at_the_baseline_speed():
+def test_a_ratio_is_gated_only_where_what_it_divides_by_runs_at_the_baseline_speed():
     key = "efficiency elastic resnet18 n=2"
     base = {key: fig("efficiency", [values(240, 0.02, seed=1), values(180, 0.02, seed=2)], scale=2, key=key)}
     # runs 30% faster on one worker and the same at two: the efficiency falls though no code changed
@@ -107,12 +107,12 @@ def test_a_ratio_is_gated_only_where_its_reference_runs_at_the_baseline_speed():
     row = compare_figures(base, faster, {}, same_machine=True)[0]  # the same host, busier or quieter than then
     assert row["verdict"] == "skipped" and "131% of the baseline's speed" in row["why"], row
     assert "host" not in row["why"]
-    # where the reference runs within the tolerance, a loss is a loss, on any host
+    # where what it divides by runs within the tolerance, a loss is a loss, on any host
     slower = {key: fig("efficiency", [values(170, 0.02, seed=5), values(190, 0.02, seed=6)], scale=2, key=key)}
     for same in (True, False):
         row = compare_figures(base, slower, {}, same_machine=same)[0]
         assert row["verdict"] == "regressed", row
-    # a figure with no reference case (busbw over a limit measured in the same run) is gated on any host
+    # a figure with no case it divides by (busbw over a limit measured in the same run) is gated on any host
     bw = "busbw_fraction elastic n=2"
     rows = compare_figures(
         {bw: fig("busbw_fraction", [values(0.5, 0.02, seed=7)], key=bw)},
@@ -296,10 +296,10 @@ def test_hosts_are_matched_by_what_decides_speed_not_by_label(change, same, says
     assert not ok and "no calibration recorded with the baseline" in why
 
 
-def test_another_host_gates_no_absolute_figure_and_a_ratio_only_where_its_reference_keeps_its_speed(capsys):
+def test_another_host_gates_no_absolute_figure_and_a_ratio_only_where_what_it_divides_by_keeps_its_speed(capsys):
     """The same code on another kind of host: absolute throughput is skipped, naming the host difference; a ratio
-    whose reference case (the plain loop) runs at the baseline's speed still gates, and a real slowdown of it fails;
-    on a host half as fast, the ratios are skipped too, saying at what speed the reference ran."""
+    whose divisor (the plain loop) runs at the baseline's speed still gates, and a real slowdown of it fails;
+    on a host half as fast, the ratios are skipped too, saying at what speed the divisor ran."""
     from bench.workflows.regress import compare_and_print
 
     def sweep(scale, elastic_scale=1.0):

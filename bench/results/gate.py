@@ -20,8 +20,8 @@
   came from a machine of the same kind (bench.results.baselines.host_match).
 - A ratio does not carry over to runs that compute at another speed, though: with the same communication and a
   faster step, communication takes a larger share of it (runs 30% faster at ResNet18 on one worker kept their
-  2-worker throughput and lost a fifth of their efficiency). So a ratio is gated only while its reference cases
-  (the plain loop's, or one worker's) ran within REFERENCE_TOLERANCE of the baseline's speed, on any host.
+  2-worker throughput and lost a fifth of their efficiency). So a ratio is gated only while the cases it divides by
+  (the plain loop's, or one worker's) ran within DIVISOR_TOLERANCE of the baseline's speed, on any host.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from bench.results.figures import Figure, figures
 CONFIDENCE = 0.995  # two-sided: a regression is called at 0.25% risk when nothing changed
 WIDE = 3  # see change_verdict()
 FAILING_VERDICTS = ("regressed", "failed")
-# How far a ratio's reference cases may run from the baseline's speed for the ratio to be gated (as
+# How far the cases a ratio divides by may run from the baseline's speed for the ratio to be gated (as
 # bench.results.baselines.CALIBRATION_TOLERANCE for the calibration work, and for the same reason).
-REFERENCE_TOLERANCE = 0.15
+DIVISOR_TOLERANCE = 0.15
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,10 @@ def noisy_cases(fig: Figure) -> list[str]:
     return notes
 
 
-def reference_speed(base: Figure, cur: Figure) -> float | None:
-    """How fast the current runs made a ratio's reference cases (those it divides by: the plain loop's, one worker's)
+def divisor_speed(base: Figure, cur: Figure) -> float | None:
+    """How fast the current runs made the cases a ratio divides by (the plain loop's, one worker's)
     against the baseline's: current over baseline geometric mean, the cases multiplied; None for a figure with no
-    reference case (busbw over a limit measured in the same run)."""
+    case it divides by (busbw over a limit measured in the same run)."""
     logs = [
         mean_log(c.positive) - mean_log(b.positive)
         for b, c, sign in zip(base.cases, cur.cases, cur.signs)
@@ -168,8 +168,8 @@ def compare_figures(
             row.update(verdict="failed", why="in the baseline, missing from the current runs")
         elif rule.same_machine_only and not same_machine:
             row.update(verdict="skipped", why=f"absolute figure; host differs: {host_differs}")
-        elif off_speed(reference_speed(b, c)):
-            speed = f"{reference_speed(b, c):.0%} of the baseline's speed"
+        elif off_speed(divisor_speed(b, c)):
+            speed = f"{divisor_speed(b, c):.0%} of the baseline's speed"
             row.update(
                 verdict="skipped",
                 why=(
@@ -207,8 +207,8 @@ def compare_figures(
 
 
 def off_speed(speed: float | None) -> bool:
-    """Whether a reference speed (reference_speed) is further from the baseline's than REFERENCE_TOLERANCE."""
-    return speed is not None and abs(math.log(speed)) > math.log(1 + REFERENCE_TOLERANCE)
+    """Whether a divisor speed (divisor_speed) is further from the baseline's than DIVISOR_TOLERANCE."""
+    return speed is not None and abs(math.log(speed)) > math.log(1 + DIVISOR_TOLERANCE)
 
 
 def format_comparison(rows: list[dict]) -> str:
