@@ -2,6 +2,7 @@
 microbenchmark), failures counted with their runs, one run a side deciding nothing, and one overall sentence that
 follows from the scenarios; first on the page."""
 
+import dataclasses
 import re
 
 from bench.core.stats import Family
@@ -156,3 +157,59 @@ def test_many_conditions_keep_the_first_scenarios_in_view_and_fold_the_rest():
         "training, mnist_mlp, 2 workers, one"
     )
     assert folded.summary == f"{12 - SCENARIOS_SHOWN} more scenario(s)" and len(folded.blocks[0].items) == 4
+
+
+# ---------------------------------------------------------------- fault launches until decided
+def test_a_fault_case_split_by_one_failure_gets_one_more_launch_a_side_and_no_other_does():
+    from bench.tasks.fault.results import follow_ups
+
+    planned = [r.spec for r in hang_runs(2, 2, runs=2)]  # what the sweep planned: 2 launches a side
+    split = hang_runs(2, 1, runs=2)  # horovod failed once: one failure decides nothing, one more launch can
+    more = follow_ups(split, planned)
+    assert sorted(s.backend for s in more) == ["elastic", "horovod"]
+    assert all(s.fault.signal == "STOP" and s.repeat == 1 and s.sweep_id == "s1" for s in more)
+    assert follow_ups(hang_runs(2, 0, runs=2), planned) == []  # decided: 2 failures against none
+    assert follow_ups(hang_runs(2, 2, runs=2), planned) == []  # both came through every time
+    assert follow_ups(hang_runs(0, 0, runs=2), planned) == []  # neither did
+    assert follow_ups(hang_runs(1, 1, runs=1), [r.spec for r in hang_runs(1, 1, runs=1)]) == []  # one run asked for
+    # once only: a case that already ran more launches than planned gets none, however it stands
+    assert follow_ups(hang_runs(3, 2, runs=3), planned) == []
+    # a run that shared its cores with another bench run is not counted, as on the page
+    shared = [r if r.spec.backend == "elastic" else dataclasses.replace(r, shared_with=["x"]) for r in split]
+    assert follow_ups(shared, planned) == []
+
+
+def test_the_sweep_adds_the_deciding_launches_to_its_plan_before_it_runs_them(tmp_path, monkeypatch):
+    """settle_faults: the follow-ups go into the stored plan (so that --resume knows them) and are run as the
+    sweep's; a sweep whose planned launches did not all run gets none."""
+    import json
+
+    from bench.core.store import Store
+    from bench.results.sweeps import plan_of
+    from bench.workflows import sweep
+
+    runs = hang_runs(2, 1, runs=2)
+    plan = [r.spec for r in runs]
+    store = Store(tmp_path / "s.sqlite")
+    store.begin_sweep(
+        {
+            "sweep_id": "s1",
+            "created_at": 1.0,
+            "updated_at": 1.0,
+            "state": "complete",
+            "title": "bench sweep",
+            "description": "a test",
+            "planned": len(plan),
+            "owner": json.dumps({"host": "elsewhere", "pid": 1, "started": 0.0}),
+            "why": None,
+            "plan": "{}",
+        }
+    )
+    ran = []
+    monkeypatch.setattr(sweep, "run_marked", lambda store, sweep_id, specs, *rest: ran.extend(specs) or [])
+    assert sweep.settle_faults(store, "s1", plan, runs[:-1], "t") == [] and ran == []  # one planned launch missing
+    sweep.settle_faults(store, "s1", plan, runs, "t")
+    row = store.sweeps("s1")[0]
+    specs, _ = plan_of(row)
+    assert row["planned"] == len(plan) + 2 and specs[len(plan) :] == ran and len(ran) == 2
+    assert row["state"] == "running"  # until run_marked marks it

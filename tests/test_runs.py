@@ -252,6 +252,8 @@ def test_a_sweep_measures_recovery_from_a_killed_and_a_hung_worker(store):
         1,
         "--faults",
         "kill,hang",
+        "--fault-repeats",
+        1,
         "--store",
         store,
         *FAST,

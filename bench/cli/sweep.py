@@ -66,8 +66,9 @@ def add_parser(verbs) -> None:
         "--fault-repeats",
         type=options.positive_int,
         metavar="N",
-        help=f"launches of each fault case (default {SWEEP_FAULTS['repeats']}, what fits the default sweep's "
-        "time; 2 or more give each recovery time a spread)",
+        help=f"launches of each fault case (default {SWEEP_FAULTS['repeats']}: the fewest that can decide whether a "
+        "backend comes through where the other does not; a case split by a single failure gets one more launch a "
+        "side)",
         invalid=["0", "x"],
     )
     options.add(

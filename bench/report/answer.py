@@ -15,12 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.core.registry import PRIMARY
-from bench.core.stats import MIN_LAUNCHES
 from bench.report.sections import FAILURE, SPEED, ScoreRow
-
-# a backend that failed to come through only once, where the other always did, is said but not weighed: one failure
-# in a few runs is too few to tell a flaw from a bad moment of the machine
-FAILURES_TO_DECIDE = 2
+from bench.tasks.fault.results import undecided
 
 
 @dataclass(frozen=True)
@@ -52,14 +48,11 @@ def failure_scenario(row: ScoreRow) -> Scenario:
     (k1, n1, _), (k2, n2, _) = (row.recovered.get(b, (0, 0, "")) for b in PRIMARY)
     count = f"{n1} + {n2} runs"
     sides = f"{came_through(row, first)}; {came_through(row, second)}"
-    if min(n1, n2) < MIN_LAUNCHES:
-        return Scenario(name, f"{sides}: one run a side, which does not decide", failure=True, too_few_runs=True)
-    if k1 * n2 != k2 * n1:  # the shares of runs that came through differ
-        better, worse = (first, second) if k1 * n2 > k2 * n1 else (second, first)
-        failed = {first: n1 - k1, second: n2 - k2}[worse]
-        if failed >= FAILURES_TO_DECIDE:
-            return Scenario(name, sides, better, failure=True)
-        return Scenario(name, f"{sides}: one failure, too few to decide", failure=True, too_few_runs=True)
+    why_not = undecided((k1, n1), (k2, n2))
+    if why_not:
+        return Scenario(name, f"{sides}: {why_not}", failure=True, too_few_runs=True)
+    if k1 * n2 != k2 * n1:  # the shares of runs that came through differ, by enough failures to decide
+        return Scenario(name, sides, first if k1 * n2 > k2 * n1 else second, failure=True)
     if k1 == 0:
         return Scenario(name, f"neither came through ({count}): {row.outcome}", failure=True)
     if row.standing == "ahead":

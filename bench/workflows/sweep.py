@@ -28,6 +28,7 @@ from bench.results.sweeps import (
     sweep_status,
     this_process,
 )
+from bench.tasks.fault.results import follow_ups
 from bench.workflows.plan import SWEEP_FAULTS, available_backends, fault_backends, faults_missing, plan_sweep
 
 
@@ -148,8 +149,31 @@ def run_benchmark_sweep(
         }
     )
     records = run_marked(store, sweep_id, plan, f"{title} {sweep_id}", len(plan), 0)
+    records += settle_faults(store, sweep_id, plan, records, f"{title} {sweep_id}")
     say_measured(title, records)
     return sweep_id, records
+
+
+def settle_faults(store, sweep_id: str, plan: list, records: list, title: str) -> list:
+    """Once a sweep has run all its planned launches: one more launch a side of each fault case that a single failure
+    left undecided (bench.tasks.fault.results.follow_ups), added to its stored plan first so that `--resume` knows
+    them. Repeating every fault case that often would cost each sweep minutes; only a split outcome needs it.
+    Returns the records made."""
+    if len(ran(records)) < len(plan) or any(r.status == RunStatus.INTERRUPTED for r in records):
+        return []
+    more = follow_ups(records, plan)
+    if not more:
+        return []
+    cases = len(more) // len(PRIMARY)
+    note(f"{title}: {cases} fault case(s) split by a single failure: one more launch a side, to decide")
+    store.update_sweep(
+        sweep_id,
+        state=RUNNING,
+        planned=len(plan) + len(more),
+        plan=plan_text(plan + more, git_state()),
+        updated_at=time.time(),
+    )
+    return run_marked(store, sweep_id, more, f"{title} (to decide)", len(plan) + len(more), len(plan))
 
 
 def say_measured(title: str, records: list) -> None:
@@ -293,5 +317,6 @@ def resume_sweep(store, sweep_id: str | None) -> tuple[str, list]:
         mark(store, sweep_id, COMPLETE, None)
         return sweep_id, ran(before)
     made = run_marked(store, sweep_id, left, f"{title} {sweep_id} (resumed)", len(specs), done)
+    made += settle_faults(store, sweep_id, specs, ran(before) + made, f"{title} {sweep_id}")
     say_measured(title, made)
     return sweep_id, ran(before) + made

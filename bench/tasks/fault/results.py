@@ -5,12 +5,14 @@ Fault runs give the regression gate no figure (it has no gate_figures): one even
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 
 from bench.core import stats
 from bench.core.records import RunStatus
-from bench.core.registry import PRIMARY
+from bench.core.registry import PRIMARY, get_task
+from bench.tasks.fault import FaultTask
 
 # The scorecard's name of each kind of fault (the scenario, and a signal for `kill`).
 MEASURES = {
@@ -68,6 +70,26 @@ class RecoveryCase:
         return ", ".join(f"{status} in {n} run{'s' if n > 1 else ''}" for status, n in sorted(counts.items()))
 
 
+# a backend that failed to come through only once, where the other always did, is said but not weighed: one failure
+# in a few runs is too few to tell a flaw from a bad moment of the machine
+FAILURES_TO_DECIDE = 2
+ONE_FAILURE = "one failure, too few to decide"  # undecided's reason that one more launch a side can settle
+
+
+def undecided(first: tuple[int, int], second: tuple[int, int]) -> str | None:
+    """Why the runs of one fault case cannot yet say whether one backend comes through where the other does not,
+    or None where they can: (came through, runs) of each side. The page's answer and the sweep's follow-up fault
+    launches read this one rule."""
+    (k1, n1), (k2, n2) = first, second
+    if min(n1, n2) < stats.MIN_LAUNCHES:
+        return "one run a side, which does not decide"
+    if k1 * n2 != k2 * n1:  # the shares of runs that came through differ
+        failed = n2 - k2 if k1 * n2 > k2 * n1 else n1 - k1
+        if failed < FAILURES_TO_DECIDE:
+            return ONE_FAILURE
+    return None
+
+
 def recovery_cases(frame) -> dict[str, dict[str, RecoveryCase]]:
     """case -> backend -> RecoveryCase, for every fault run of `frame` (this task's runs) that had its cores to
     itself (a run that shared them with another bench run measured that one too)."""
@@ -78,6 +100,31 @@ def recovery_cases(frame) -> dict[str, dict[str, RecoveryCase]]:
             continue
         case = out.setdefault(r.case, {}).setdefault(r.backend, RecoveryCase(r.case, measure_of(rec.spec), r.backend))
         case.records.append(rec)
+    return out
+
+
+def follow_ups(records: list, planned: list) -> list:
+    """For the fault runs among one sweep's `records`: one more launch a side (their specs) of each case that a single
+    failure leaves undecided (undecided), the launch that can decide it, once: a case that already ran more launches a
+    side than the sweep planned for every case (`planned`: its specs) gets none. So do cases decided, tied, or with
+    one run a side (what was asked for)."""
+    sides: dict[str, dict[str, list]] = {}
+    for rec in sorted(records, key=lambda r: r.created_at):
+        if rec.spec.task == FaultTask.name and not rec.shared_with:
+            sides.setdefault(rec.task.case(rec.spec), {}).setdefault(rec.spec.backend, []).append(rec)
+    per_side: dict[tuple, int] = {}
+    for spec in planned:
+        if spec.task == FaultTask.name:
+            key = (get_task(spec.task).case(spec), spec.backend)
+            per_side[key] = per_side.get(key, 0) + 1
+    asked = min(per_side.values(), default=0)
+    out = []
+    for by_backend in sides.values():
+        if any(b not in by_backend for b in PRIMARY) or any(len(by_backend[b]) > asked for b in PRIMARY):
+            continue
+        cases = [RecoveryCase("", measure_of(by_backend[b][0].spec), b, by_backend[b]) for b in PRIMARY]
+        if undecided(*((len(c.came_through), len(c.records)) for c in cases)) == ONE_FAILURE:
+            out += [dataclasses.replace(c.records[-1].spec, repeat=c.records[-1].spec.repeat + 1) for c in cases]
     return out
 
 
