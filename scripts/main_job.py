@@ -1,0 +1,102 @@
+"""Time the README's main job as a newcomer meets it, and keep what it made: a fresh clone of this checkout's commit,
+`nox -s bench` with pip's cache off (so torch is fetched and Horovod built again: the set-up a first run pays), then
+`nox -R -s bench` again for each further sweep (the environment reused, as the README says). Writes to FOLDER:
+
+- bench.sqlite: every sweep's runs (the store `nox -s bench` fills);
+- timings.json: the machine (bench's own record of it), the commit, the set-up's seconds (from the start of
+  `nox -s bench` to the sweep's first line), and each sweep's seconds (from its row in the store: started to last
+  update) with its launches.
+
+tests/test_docs.py holds the README's set-up and sweep times against timings.json.
+
+    .nox/tests/bin/python scripts/main_job.py docs/studies/main-job --sweeps 3   # a Python that has bench's packages
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.core.store import Store  # noqa: E402 (the checkout's bench, wherever this runs from)
+
+SWEEP_STARTS = "bench sweep: "  # the sweep's first line (bench.workflows.sweep.run_benchmark_sweep's description)
+
+
+def nox_bench(clone: Path, reuse: bool, env: dict) -> float:
+    """Run the main job in `clone`, its output passed through; the seconds until the sweep's first line."""
+    began = time.monotonic()
+    nox = shutil.which("nox")  # the README's command, as pip installs it; this script may run in another Python
+    if nox is None:
+        raise SystemExit("nox is not on PATH: `pip install nox` first (the README's first command)")
+    argv = [nox, *(["-R"] if reuse else []), "-s", "bench"]
+    proc = subprocess.Popen(argv, cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    set_up = None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        if set_up is None and line.startswith(SWEEP_STARTS):
+            set_up = time.monotonic() - began
+    if proc.wait() != 0:
+        raise SystemExit(f"nox -s bench failed (exit {proc.returncode}) in {clone}")
+    if set_up is None:
+        raise SystemExit(f"nox -s bench printed no line starting {SWEEP_STARTS!r}: did the sweep start?")
+    return set_up
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="where bench.sqlite and timings.json go (made if missing)")
+    parser.add_argument("--sweeps", type=int, default=3, help="sweeps to make (the first pays the set-up)")
+    args = parser.parse_args()
+    if args.sweeps < 1:
+        parser.error("--sweeps: make at least one")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    with tempfile.TemporaryDirectory(prefix="main-job-") as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+        env = {**os.environ, "PIP_NO_CACHE_DIR": "1"}
+        set_up = nox_bench(clone, reuse=False, env=env)
+        for _ in range(args.sweeps - 1):
+            nox_bench(clone, reuse=True, env=env)
+        store = Store(clone / "results" / "bench.sqlite")
+        records = store.records()
+        sweeps = []
+        for row in store.sweeps():
+            runs = [r for r in records if r.spec.sweep_id == row["sweep_id"]]
+            sweeps.append(
+                {
+                    "sweep_id": row["sweep_id"],
+                    "state": row["state"],
+                    "launches": len(runs),
+                    "seconds": round(row["updated_at"] - row["created_at"], 1),
+                    "fault_seconds": round(sum(r.duration_s for r in runs if r.spec.task == "fault"), 1),
+                }
+            )
+        machine = next(r.environment for r in records if r.environment)
+        args.folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(clone / "results" / "bench.sqlite", args.folder / "bench.sqlite")
+    timings = {
+        "commit": commit.stdout.strip(),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": {k: machine.get(k) for k in ("cpu_model", "cpu_count", "memory_bytes", "platform", "python")},
+        "set_up_seconds": round(set_up, 1),
+        "set_up": "a fresh clone, `nox -s bench` with pip's cache off: torch fetched, Horovod built",
+        "sweeps": sweeps,
+    }
+    (args.folder / "timings.json").write_text(json.dumps(timings, indent=1) + "\n")
+    print(f"main job: set-up {set_up:.0f} s; sweeps {', '.join(str(s['seconds']) for s in sweeps)} s -> {args.folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
