@@ -121,9 +121,11 @@ def test_the_answer_comes_before_the_scorecard_on_the_page_and_in_the_readme():
     assert answer < table
     between = re.sub(r"<[^>]+>", " ", page[answer:table])
     assert "a hung worker:" in between and "training, mnist_mlp, 2 workers" in between
+    # the page's one machine is named, though its conditions do not name it (there is no other to tell it from)
+    assert between.split(":")[0].split() == ["The", "answer", "for", "cpu", "(2", "CPUs)"], between[:80]
     markdown = answer_markdown(records_to_frame(records))
     assert (
-        markdown.startswith("**The answer for this hardware.** Choose elastic")
+        markdown.startswith("**The answer for cpu (2 CPUs).** Choose elastic")
         and "- **a hung worker**: elastic came through" in markdown
     )
     assert "The scorecard behind it" in markdown.splitlines()[-1]

@@ -184,9 +184,12 @@ def scorecard_table(rows: list[ScoreRow], id: str = "scorecard") -> Table:
     return Table(columns, out, id=id)
 
 
-def hardware_of(rows: list[ScoreRow]) -> str:
-    """The hardware every weighed row's condition ends with (', on AMD EPYC (2 CPUs)'), or ''."""
+def hardware_of(rows: list[ScoreRow], frame=None) -> str:
+    """The hardware every weighed row's condition ends with (', on AMD EPYC (2 CPUs)'), else (the conditions name no
+    machine where the page has one) the one machine of `frame`'s ok runs, or ''."""
     ends = {r.condition.rsplit(", on ", 1)[1] for r in weighed(rows) if ", on " in r.condition}
+    if not ends and frame is not None:
+        ends = {h for h in frame[frame["status"] == RunStatus.OK]["hardware"] if h}
     return ends.pop() if len(ends) == 1 else ""
 
 
@@ -213,12 +216,12 @@ def scorecard_recommendation(rows: list[ScoreRow]) -> list[str]:
     return said
 
 
-def answer_blocks(rows: list[ScoreRow]) -> list:
+def answer_blocks(rows: list[ScoreRow], frame=None) -> list:
     """The answer, first on the page: the overall sentence, a line per scenario with its evidence, and what is
-    shown beside but never weighed."""
+    shown beside but never weighed. `frame`: the page's runs, which name the machine where the rows do not."""
     hardware = hardware_of(rows)
     found = page_scenarios(rows)
-    head = f"The answer for {hardware or 'this hardware'}: "  # the page's first line names the hardware
+    head = f"The answer for {hardware_of(rows, frame) or 'this hardware'}: "  # the page's first line names the hardware
     blocks: list = [Paragraph([strong(head), " ".join(scorecard_recommendation(rows))], "rec")]
     lines = [[strong(s.name + ": "), s.said] for s in found]
     if lines:  # the first ones in the first screen, however many conditions the store holds; the others a click away
@@ -274,7 +277,6 @@ def answer_markdown(frame, page_link: str = "") -> str:
     evidence, the scope line, and where the scorecard behind it is."""
     parts = task_parts(frame, ReportContext("", [], frame, Family(frame_comparisons(frame))))
     rows = [r for p in parts for r in p.scorecard]
-    hardware = hardware_of(rows)
     distorted = sum(1 for r in rows if r.artefact)
     where = (
         f"The scorecard behind it, every compared measure with its figures and interval ({len(rows)} rows, "
@@ -282,7 +284,8 @@ def answer_markdown(frame, page_link: str = "") -> str:
     )
     return "\n".join(
         [
-            f"**The answer for {hardware or 'this hardware'}.** {' '.join(scorecard_recommendation(rows))}",
+            f"**The answer for {hardware_of(rows, frame) or 'this hardware'}.** "
+            f"{' '.join(scorecard_recommendation(rows))}",
             "",
             *(f"- **{s.name}**: {s.said}" for s in page_scenarios(rows)),
             "",
@@ -318,7 +321,7 @@ def verdict_section(
     rows = [r for p in parts for r in p.scorecard]
     blocks: list = [Paragraph(status.sentence(), "warn") for status in unfinished]
     if rows:
-        blocks += answer_blocks(rows)
+        blocks += answer_blocks(rows, frame)
         blocks.append(Paragraph(scope_line(frame), "scope"))
         family = Paragraph(
             [
