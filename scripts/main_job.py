@@ -1,13 +1,16 @@
 """Time the README's main job as a newcomer meets it, and keep what it made: a fresh clone of this checkout's commit,
-`nox -s bench` with pip's cache off (so torch is fetched and Horovod built again: the set-up a first run pays), then
-`nox -R -s bench` again for each further sweep (the environment reused, as the README says). Writes to FOLDER:
+`nox -s bench` with pip's cache off and an empty cache of Horovod wheels (so torch is fetched and Horovod built: the
+set-up a first run pays), then `nox -R -s bench` again for each further sweep (the environment reused, as the README
+says). Writes to FOLDER:
 
 - bench.sqlite: every sweep's runs (the store `nox -s bench` fills);
 - timings.json: the machine (bench's own record of it), the commit, the set-up's seconds (from the start of
   `nox -s bench` to the sweep's first line), and each sweep's seconds (from its row in the store: started to last
   update) with its launches.
 
-tests/test_docs.py holds the README's set-up and sweep times against timings.json.
+With --sweeps 0 only the set-up is timed (`nox -s bench -- --dry-run`: the sweep is planned, nothing runs), and its
+figures replace those in FOLDER/timings.json, whose sweeps stay. tests/test_docs.py holds the README's set-up and
+sweep times against timings.json.
 
     .nox/tests/bin/python scripts/main_job.py docs/studies/main-job --sweeps 3   # a Python that has bench's packages
 """
@@ -32,13 +35,14 @@ from bench.core.store import Store  # noqa: E402 (the checkout's bench, wherever
 SWEEP_STARTS = "bench sweep: "  # the sweep's first line (bench.workflows.sweep.run_benchmark_sweep's description)
 
 
-def nox_bench(clone: Path, reuse: bool, env: dict) -> float:
-    """Run the main job in `clone`, its output passed through; the seconds until the sweep's first line."""
+def nox_bench(clone: Path, reuse: bool, env: dict, dry_run: bool = False) -> float:
+    """Run the main job in `clone`, its output passed through; the seconds until the sweep's first line (dry_run: until
+    the session ends)."""
     began = time.monotonic()
     nox = shutil.which("nox")  # the README's command, as pip installs it; this script may run in another Python
     if nox is None:
         raise SystemExit("nox is not on PATH: `pip install nox` first (the README's first command)")
-    argv = [nox, *(["-R"] if reuse else []), "-s", "bench"]
+    argv = [nox, *(["-R"] if reuse else []), "-s", "bench", *(["--", "--dry-run"] if dry_run else [])]
     proc = subprocess.Popen(argv, cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     set_up = None
@@ -48,24 +52,51 @@ def nox_bench(clone: Path, reuse: bool, env: dict) -> float:
             set_up = time.monotonic() - began
     if proc.wait() != 0:
         raise SystemExit(f"nox -s bench failed (exit {proc.returncode}) in {clone}")
+    if dry_run:  # the set-up, then a plan printed in a second or two: the whole session
+        return time.monotonic() - began
     if set_up is None:
         raise SystemExit(f"nox -s bench printed no line starting {SWEEP_STARTS!r}: did the sweep start?")
     return set_up
 
 
+def set_up_figures(seconds: float, commit: str) -> dict:
+    return {
+        "set_up_seconds": round(seconds, 1),
+        "set_up": "a fresh clone, `nox -s bench` with pip's cache and the Horovod wheel cache empty: torch fetched "
+        "(from this machine's package index), Horovod built",
+        "set_up_commit": commit,
+    }
+
+
+def save_set_up(folder: Path, seconds: float, commit: str) -> int:
+    """The set-up's figures into folder/timings.json, its sweeps kept."""
+    path = folder / "timings.json"
+    if not path.is_file():
+        raise SystemExit(f"{path} does not exist: make it with --sweeps 1 or more first")
+    timings = {**json.loads(path.read_text()), **set_up_figures(seconds, commit)}
+    path.write_text(json.dumps(timings, indent=1) + "\n")
+    print(f"main job: set-up {seconds:.0f} s -> {path}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="where bench.sqlite and timings.json go (made if missing)")
-    parser.add_argument("--sweeps", type=int, default=3, help="sweeps to make (the first pays the set-up)")
+    parser.add_argument(
+        "--sweeps", type=int, default=3, help="sweeps to make (the first pays the set-up); 0: time the set-up only"
+    )
     args = parser.parse_args()
-    if args.sweeps < 1:
-        parser.error("--sweeps: make at least one")
+    if args.sweeps < 0:
+        parser.error("--sweeps: 0 or more")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    machine_of = {k: None for k in ("cpu_model", "cpu_count", "memory_bytes", "platform", "python")}
     with tempfile.TemporaryDirectory(prefix="main-job-") as tmp:
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-        env = {**os.environ, "PIP_NO_CACHE_DIR": "1"}
-        set_up = nox_bench(clone, reuse=False, env=env)
+        env = {**os.environ, "PIP_NO_CACHE_DIR": "1", "BENCH_CACHE_DIR": str(Path(tmp) / "cache")}
+        set_up = nox_bench(clone, reuse=False, env=env, dry_run=args.sweeps == 0)
+        if args.sweeps == 0:
+            return save_set_up(args.folder, set_up, commit.stdout.strip())
         for _ in range(args.sweeps - 1):
             nox_bench(clone, reuse=True, env=env)
         store = Store(clone / "results" / "bench.sqlite")
@@ -88,9 +119,8 @@ def main() -> int:
     timings = {
         "commit": commit.stdout.strip(),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "machine": {k: machine.get(k) for k in ("cpu_model", "cpu_count", "memory_bytes", "platform", "python")},
-        "set_up_seconds": round(set_up, 1),
-        "set_up": "a fresh clone, `nox -s bench` with pip's cache off: torch fetched, Horovod built",
+        "machine": {k: machine.get(k) for k in machine_of},
+        **set_up_figures(set_up, commit.stdout.strip()),
         "sweeps": sweeps,
     }
     (args.folder / "timings.json").write_text(json.dumps(timings, indent=1) + "\n")
