@@ -37,7 +37,7 @@ def comm_launches(times_us: dict[str, list[float]]):
     return out
 
 
-def hang_runs(elastic_through: int, horovod_through: int, runs: int = 3):
+def hang_runs(elastic_through: int, horovod_through: int, runs: int = 3, **fault):
     """`runs` hang runs a side; the first `*_through` of each came through, the others timed out."""
     out = []
     for backend, through in (("elastic", elastic_through), ("horovod", horovod_through)):
@@ -50,7 +50,7 @@ def hang_runs(elastic_through: int, horovod_through: int, runs: int = 3):
                     sweep_id="s1",
                     created_at=200.0 + i + (10 if backend == "horovod" else 0),
                     status="ok" if ok else "timeout",
-                    fault=STOP,
+                    fault={**STOP, **fault},
                     metrics={"recovery_s": 15.0 + i} if ok else HUNG_METRICS,
                 )
             )
@@ -215,3 +215,13 @@ def test_the_sweep_adds_the_deciding_launches_to_its_plan_before_it_runs_them(tm
     specs, _ = plan_of(row)
     assert row["planned"] == len(plan) + 2 and specs[len(plan) :] == ran and len(ran) == 2
     assert row["state"] == "running"  # until run_marked marks it
+
+
+def test_a_fault_made_under_two_sets_of_conditions_is_two_scenarios_each_named_with_them():
+    runs = hang_runs(3, 0) + [
+        dataclasses.replace(r, run_id=r.run_id + "-b") for r in hang_runs(3, 3, checkpoint_every=5, total_steps=15)
+    ]
+    names = [s.name for s in scenarios(rows_of(runs))]
+    assert len(names) == 2 and all(n.startswith("a hung worker (mnist_mlp: SIGSTOP") for n in names), names
+    assert len(set(names)) == 2 and any("every 5 steps" in n for n in names), names
+    assert [s.name for s in scenarios(rows_of(hang_runs(3, 0)))] == ["a hung worker"]  # one: its name alone

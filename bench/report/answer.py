@@ -12,6 +12,7 @@ What is weighed, and what is only shown (docs/method.md, "The answer"):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from bench.core.registry import PRIMARY
@@ -91,7 +92,15 @@ def scenarios(rows: list[ScoreRow], hardware: str = "") -> list[Scenario]:
     training speed first, then the failure scenarios, each in the order of `rows`."""
     basis = weighed(rows)
     speed = [speed_scenario(r, hardware) for r in basis if r.weighs == SPEED]
-    return speed + [failure_scenario(r) for r in basis if r.weighs == FAILURE]
+    failures = [r for r in basis if r.weighs == FAILURE]
+    names = [failure_name(r.measure) for r in failures]
+    return speed + [
+        # a fault made under two sets of conditions is two scenarios: each named with its conditions
+        dataclasses.replace(found, name=f"{found.name} ({short_condition(r.condition, hardware)})")
+        if names.count(found.name) > 1
+        else found
+        for r, found in zip(failures, map(failure_scenario, failures))
+    ]
 
 
 def evidence(rows: list[ScoreRow], hardware: str = "") -> list[str]:
