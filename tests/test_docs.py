@@ -589,3 +589,23 @@ def test_the_readme_studies_rows_say_what_the_sample_store_says():
     for link in ("link 100mbit", "link 1gbit", "across 2 hosts, on"):
         (row,) = [r for r in rows if link in r.condition and r.condition.startswith("mnist_mlp, 2 workers")]
         assert figure(row) in across, (row.outcome, across)
+
+
+def test_the_readme_times_the_main_job_as_it_was_measured():
+    """The README's set-up and sweep times are the figures of the recorded run (docs/studies/main-job/timings.json,
+    written by scripts/main_job.py), with the machine they ran on, and its study page says the same."""
+    import json
+
+    timings = json.loads((DOCS / "studies" / "main-job" / "timings.json").read_text())
+    machine = timings["machine"]
+    set_up = f"{timings['set_up_seconds'] / 60:.1f} minutes on a {machine['cpu_count']}-core {machine['cpu_model']}"
+    sweeps = [s["seconds"] / 60 for s in timings["sweeps"]]
+    assert all(s["state"] == "complete" for s in timings["sweeps"]) and len(sweeps) >= 3
+    each = f"{min(sweeps):.1f} to {max(sweeps):.1f} minutes"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"Horovod ({set_up};" in readme and f"each sweep then takes {each} there" in readme
+    study = " ".join((DOCS / "studies" / "main-job.md").read_text().split())
+    assert f"{timings['set_up_seconds'] / 60:.1f} minutes** ({timings['set_up_seconds']} s)" in study
+    assert f"each sweep takes {each}" in study
+    for sweep in timings["sweeps"]:
+        assert f"| {sweep['sweep_id']} | {sweep['launches']} | {sweep['seconds'] / 60:.1f} min" in study

@@ -12,6 +12,7 @@ from bench.report.sections import (
     FAILURE,
     RECOVERS_SOONER,
     Cell,
+    Folded,
     Paragraph,
     Plot,
     ReportPart,
@@ -255,8 +256,11 @@ def report_part(frame, context) -> ReportPart:
     blocks = [
         Paragraph(summary),
         *map(Paragraph, lines),
-        Table(COLUMNS, [run_row(r) for r in runs.itertuples()]),
-        Paragraph(NOTE, "note"),
+        # every run's row, a click away: the sentences above say what they add up to
+        Folded(
+            f"every fault run ({len(runs)}): detection, recovery, steps redone, world before and after",
+            [Table(COLUMNS, [run_row(r) for r in runs.itertuples()]), Paragraph(NOTE, "note")],
+        ),
         *plots,
     ]
     return ReportPart(
