@@ -22,12 +22,12 @@ from bench.core.errors import UsageError
 from bench.core.records import upgrade
 from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir
-from bench.report.sections import Table
+from bench.report.sections import Folded, Table
 from bench.results.frame import records_to_frame
 from bench.tasks.fault import nccl_in_force
 from bench.tasks.fault.report import report_part
 from bench.tasks.fault.spec import build_spec
-from bench.workflows.plan import plan_sweep, sweep_world_sizes
+from bench.workflows.plan import SWEEP_FAULTS, plan_sweep, sweep_world_sizes
 from factories import fault_record
 
 FAULT = dict(
@@ -142,8 +142,11 @@ def test_a_gpu_sweep_plans_its_fault_runs_on_the_gpus(machine_with_gpus):
         faults=["kill", "hang", "join"],
     )
     faults = [s for s in plan if s.task == "fault"]
-    assert sorted((s.backend, s.fault.kind) for s in faults) == sorted(
-        (b, k) for b in ("elastic", "horovod") for k in ("kill", "hang", "join")
+    assert sorted((s.backend, s.fault.kind, s.repeat) for s in faults) == sorted(
+        (b, k, r)
+        for b in ("elastic", "horovod")
+        for k in ("kill", "hang", "join")
+        for r in range(SWEEP_FAULTS["repeats"])
     )
     assert all(s.device == "cuda" for s in plan)
     assert {nccl_in_force(s)["timeout_s"] for s in faults} == {3.0}  # the sweep's collective timeout
@@ -166,7 +169,9 @@ def test_the_nccl_settings_are_stored_upgraded_and_shown():
     assert upgrade(v9)["metrics"]["nccl"] is None and upgrade(v9)["schema_version"] == 10
 
     part = report_part(records_to_frame([on_gpu, fault_record("c1")]), None)
-    (table,) = [b for s in part.sections for b in s.blocks if isinstance(b, Table)]
+    (table,) = [
+        t for s in part.sections for b in s.blocks if isinstance(b, Folded) for t in b.blocks if isinstance(t, Table)
+    ]
     cells = [c.text for row in table.rows for c in row.cells]
     assert f"NCCL timeout 7 s, {ASYNC_ERROR_HANDLING}=1" in cells
     assert "gloo, 10 s" in cells
