@@ -227,8 +227,9 @@ def test_a_status_is_one_of_the_statuses_and_is_stored_as_its_word(tmp_path):
 
 
 def test_a_communication_sweep_has_no_training_fields_and_older_ones_are_upgraded(tmp_path):
-    """v6: a communication run's spec holds None where v5 wrote placeholders (workload "comm", zeros); the committed
-    sample store's v5 records read so, and its training runs keep theirs. `bench list` shows no batch for them."""
+    """v6: a communication run's spec holds None where v5 wrote placeholders (workload "comm", zeros); a v5 store's
+    records (tests/data/store-v5.sqlite: the sample store of 2026-12-01) read so, and its training runs keep theirs. `bench
+    list` shows no batch for them."""
     from bench.core.records import TRAINING_FIELDS
     from bench.results.listing import runs_table
 
@@ -236,7 +237,7 @@ def test_a_communication_sweep_has_no_training_fields_and_older_ones_are_upgrade
     assert all(getattr(fresh.spec, name) is None for name in TRAINING_FIELDS) and not fresh.spec.trains
     assert fresh.spec.global_batch is None and fresh.spec.total_steps is None
     sample = tmp_path / "sample.sqlite"
-    shutil.copyfile(Path(__file__).resolve().parent.parent / "reports" / "sample" / "bench.sqlite", sample)
+    shutil.copyfile(Path(__file__).resolve().parent / "data" / "store-v5.sqlite", sample)
     with sqlite3.connect(sample) as conn:
         stored = [json.loads(text) for (text,) in conn.execute("SELECT record FROM runs")]
     assert max(r["schema_version"] for r in stored) == 5  # written before v6 (some earlier still)
