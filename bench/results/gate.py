@@ -168,8 +168,8 @@ def compare_figures(
             row.update(verdict="failed", why="in the baseline, missing from the current runs")
         elif rule.same_machine_only and not same_machine:
             row.update(verdict="skipped", why=f"absolute figure; host differs: {host_differs}")
-        elif off_speed(divisor_speed(b, c)):
-            speed = f"{divisor_speed(b, c):.0%} of the baseline's speed"
+        elif off_speed(divided := divisor_speed(b, c)):
+            speed = f"{divided:.0%} of the baseline's speed"
             row.update(
                 verdict="skipped",
                 why=(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from bench.core import stats
 from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY, get_task
+from bench.results.frame import records_to_frame
 from bench.tasks.fault import FaultTask
 
 # The scorecard's name of each kind of fault (the scenario, and a signal for `kill`).
@@ -108,10 +109,8 @@ def follow_ups(records: list, planned: list) -> list:
     failure leaves undecided (undecided), the launch that can decide it, once: a case that already ran more launches a
     side than the sweep planned for every case (`planned`: its specs) gets none. So do cases decided, tied, or with
     one run a side (what was asked for)."""
-    sides: dict[str, dict[str, list]] = {}
-    for rec in sorted(records, key=lambda r: r.created_at):
-        if rec.spec.task == FaultTask.name and not rec.shared_with:
-            sides.setdefault(rec.task.case(rec.spec), {}).setdefault(rec.spec.backend, []).append(rec)
+    faults = [r for r in records if r.spec.task == FaultTask.name]
+    cases = recovery_cases(records_to_frame(faults)) if faults else {}  # grouped as the page groups them
     per_side: dict[tuple, int] = {}
     for spec in planned:
         if spec.task == FaultTask.name:
@@ -119,12 +118,14 @@ def follow_ups(records: list, planned: list) -> list:
             per_side[key] = per_side.get(key, 0) + 1
     asked = min(per_side.values(), default=0)
     out = []
-    for by_backend in sides.values():
-        if any(b not in by_backend for b in PRIMARY) or any(len(by_backend[b]) > asked for b in PRIMARY):
+    for by_backend in cases.values():
+        sides = [by_backend.get(b) for b in PRIMARY]
+        if any(side is None or len(side.records) > asked for side in sides):
             continue
-        cases = [RecoveryCase("", measure_of(by_backend[b][0].spec), b, by_backend[b]) for b in PRIMARY]
-        if undecided(*((len(c.came_through), len(c.records)) for c in cases)) == ONE_FAILURE:
-            out += [dataclasses.replace(c.records[-1].spec, repeat=c.records[-1].spec.repeat + 1) for c in cases]
+        if undecided(*((len(side.came_through), len(side.records)) for side in sides)) == ONE_FAILURE:
+            out += [
+                dataclasses.replace(side.records[-1].spec, repeat=side.records[-1].spec.repeat + 1) for side in sides
+            ]
     return out
 
 
