@@ -228,8 +228,8 @@ def test_a_status_is_one_of_the_statuses_and_is_stored_as_its_word(tmp_path):
 
 def test_a_communication_sweep_has_no_training_fields_and_older_ones_are_upgraded(tmp_path):
     """v6: a communication run's spec holds None where v5 wrote placeholders (workload "comm", zeros); a v5 store's
-    records (tests/data/store-v5.sqlite: the sample store of 2026-12-01) read so, and its training runs keep theirs. `bench
-    list` shows no batch for them."""
+    records (tests/data/store-v5.sqlite: the sample store of 2026-12-01) read so, and its training runs keep theirs.
+    `bench list` shows no batch for them."""
     from bench.core.records import TRAINING_FIELDS
     from bench.results.listing import runs_table
 
