@@ -25,6 +25,9 @@ nox.options.reuse_venv = "yes"
 
 def install(session, extras=""):
     session.install("-e", f".{extras}")
+    # the checkout's bytecode, once: every process of a run imports the suite, and where PYTHONDONTWRITEBYTECODE is
+    # set, as on CI's machines, each would compile it again
+    session.run("python", "-m", "compileall", "-q", "bench", "workloads")
     session.run("python", "-m", "bench.tools.horovod_build")
 
 

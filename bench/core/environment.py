@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import os
 import platform
 import socket
@@ -122,7 +123,83 @@ def git_state() -> dict[str, Any]:
     return {"commit": commit or None, "dirty": dirty if commit else None}
 
 
+def cache_dir() -> Path:
+    """Where the suite keeps what it can rebuild (torch's facts, the Horovod wheels): $BENCH_CACHE_DIR, else the
+    user's cache folder."""
+    base = os.environ.get("BENCH_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "elastic-vs-horovod-bench"
+    )
+    return Path(base)
+
+
+TORCH_FACTS_FILE = "torch-facts.json"
+# what a CPU build's facts depend on besides the installation: the thread default follows these and the cores this
+# process may use, the kernel family the CPU and ATEN_CPU_CAPABILITY
+TORCH_FACTS_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY")
+
+
+def _torch_facts_key() -> str | None:
+    """The installation and conditions a CPU build's facts hold for, without importing torch; None where torch is
+    not installed (importing it then says so)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return None
+    version_file = Path(spec.origin).parent / "version.py"
+    try:
+        stat = version_file.stat()
+    except OSError:
+        return None
+    parts = [
+        sys.executable,
+        str(version_file),
+        str(stat.st_mtime_ns),
+        str(stat.st_size),
+        socket.gethostname(),
+        cpu_model(),
+        ",".join(cpu_flags()),
+        str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
+        *(f"{name}={os.environ.get(name, '')}" for name in TORCH_FACTS_VARIABLES),
+    ]
+    return "|".join(parts)
+
+
+# a GPU driver's traces (NVIDIA's, and ROCm's, which torch also reaches through torch.cuda)
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
+
+
 def torch_facts() -> dict[str, Any]:
+    """torch's facts. Importing torch costs the parent about 2 s before every launch, so on a machine without a GPU
+    driver they are kept in the cache folder (TORCH_FACTS_FILE), keyed by the installation and what they depend on,
+    and read from there; where a driver is present they are read afresh every time, as the devices torch sees
+    follow the driver's state and CUDA_VISIBLE_DEVICES."""
+    if any(os.path.exists(p) for p in GPU_DRIVER_PATHS):
+        return _imported_torch_facts()
+    key = _torch_facts_key()
+    path = cache_dir() / TORCH_FACTS_FILE
+    kept: dict[str, Any] = {}
+    try:
+        loaded = json.loads(path.read_text())
+        kept = loaded if isinstance(loaded, dict) else {}
+    except (OSError, ValueError):
+        pass  # none yet, or unreadable: read afresh and written again
+    if key is not None and isinstance(kept.get(key), dict):
+        return dict(kept[key])
+    facts = _imported_torch_facts()
+    if key is not None:
+        kept[key] = facts
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.{os.getpid()}")
+            temporary.write_text(json.dumps(kept, indent=1, sort_keys=True))
+            os.replace(temporary, path)  # whole or not at all: another process may read it now
+        except OSError:
+            pass  # a cache that cannot be written costs time, never a run
+    return facts
+
+
+def _imported_torch_facts() -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 

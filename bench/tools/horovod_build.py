@@ -54,6 +54,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.core.environment import cache_dir
+
 HOROVOD_VERSION = "0.28.1"
 # distribution -> the module it provides: only missing ones are installed, so an offline machine that
 # already has them (a GPU node's image, say) needs no package index (else PIP_NO_INDEX=1 and
@@ -183,10 +185,7 @@ def local_cc_list() -> str:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("BENCH_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "elastic-vs-horovod-bench"
-    )
-    return Path(base) / "horovod"
+    return cache_dir() / "horovod"
 
 
 def cxx_standard_for(torch_version: str) -> int:
