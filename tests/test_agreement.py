@@ -4,16 +4,10 @@ import json
 import re
 
 from bench.core.stats import Family
+from bench.report.agreement_table import comparison_words, format_agreement
 from bench.report.page import scorecard_recommendation
 from bench.report.sections import Bullets, Folded, ReportContext
-from bench.results.agreement import (
-    agreement,
-    contradictions,
-    format_agreement,
-    frame_comparisons,
-    pair_contradictions,
-    sweep_claims,
-)
+from bench.results.agreement import agreement, contradictions, frame_comparisons, pair_contradictions, sweep_claims
 from bench.results.frame import records_to_frame
 from bench.tasks.train import report as train_report
 from factories import CLEAR, sweep_records
@@ -97,20 +91,24 @@ def test_sweeps_that_agree_and_sweeps_that_contradict():
     b = sweep_records("b", CLEAR, t0=100)
     result = agreement({"a": a, "b": b})
     assert not any(result["pairs"].values())
-    assert "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores" in result["resolved_everywhere"]
+    assert (
+        "elastic / horovod, mnist_mlp, 2 workers of batch 64, cpu, pinned to its cores" in result["resolved_everywhere"]
+    )
     text = format_agreement(result)
     assert "0 contradiction(s)" in text and " *" in text
     flipped = {**CLEAR, ("elastic", 2): [118, 121, 119], ("horovod", 2): [150, 152, 149]}
     c = sweep_records("c", flipped, t0=200)
     result = agreement({"a": a, "c": c})
-    assert "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores" in result["pairs"][("a", "c")]
+    assert (
+        "elastic / horovod, mnist_mlp, 2 workers of batch 64, cpu, pinned to its cores" in result["pairs"][("a", "c")]
+    )
     assert "NO" in format_agreement(result)
 
 
 def test_a_significant_claim_is_contradicted_by_an_estimate_leaning_the_other_way():
     a = sweep_claims(sweep_records("a", {("elastic", 2): [150, 152, 149], ("horovod", 2): [120, 121, 119]}))
     b = sweep_claims(sweep_records("b", {("elastic", 2): [100, 140, 110], ("horovod", 2): [130, 100, 125]}))
-    key = "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores"
+    key = "elastic / horovod, mnist_mlp, 2 workers of batch 64, cpu, pinned to its cores"
     assert a[key].direction == 1 and b[key].direction == 0 and b[key].leaning == -1
     assert contradictions(a, b) == [key]
 
@@ -142,8 +140,8 @@ def test_the_page_says_whether_its_sweeps_agree():
     said = re.search(r"(\d) comparison\(s\) contradict between sweeps: ([^<]*)", page)
     assert said and said.group(1) == "2"  # the throughput pair, and their efficiencies against each other
     assert said.group(2).split(".; ")[0].split("; ")[:2] == [
-        "efficiency elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores",
-        "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores",
+        "scaling efficiency, elastic or horovod: mnist_mlp, 2 workers of batch 64, cpu, pinned to its cores",
+        "training throughput, elastic or horovod: mnist_mlp, 2 workers of batch 64, cpu, pinned to its cores",
     ]
     # one sweep: nothing to check, nothing said
     assert "Rerun check" not in render_report(records_to_frame(sweep_records("a", CLEAR)), "test")
@@ -234,17 +232,20 @@ def test_estimates_apart_beyond_their_resolution_are_not_called_agreeing(tmp_pat
     from bench.core.store import Store
     from conftest import bench_in_process
 
-    key = "elastic / horovod, mnist_mlp cpu b64 x2 pinned to its cores"
+    key = "elastic / horovod, mnist_mlp, 2 workers of batch 64, cpu, pinned to its cores"
     a = sweep_records("a", {("elastic", 2): [132, 110, 158], ("horovod", 2): [100, 90, 110]})
     b = sweep_records("b", {("elastic", 2): [29, 17, 50], ("horovod", 2): [100, 90, 110]}, t0=100)
     claims_a, claims_b = sweep_claims(a), sweep_claims(b)
-    assert claims_a[key].cell() == "+32.3% (±45%)" and claims_b[key].cell() == "-70.8% (±260%)"
     assert contradictions(claims_a, claims_b) == []
     result = agreement({"a": a, "b": b})
     assert result["apart"][("a", "b")] == [key]
     text = format_agreement(result)
-    line = next(x for x in text.splitlines() if x.startswith(key))
-    assert line.endswith("APART") and "0 contradiction(s), 1 disagreement(s) beyond their resolution" in text
+    # each sweep's cell names the side ahead and by how much, one way: elastic ahead in a, horovod ahead in b
+    name = comparison_words(key)[0]
+    assert name == "training throughput, elastic or horovod: mnist_mlp, 2 workers of batch 64, cpu, pinned to its cores"
+    line = next(x for x in text.splitlines() if x.startswith(name))
+    assert re.search(r"elastic 32\.3% \(±45%\) +horovod 3\.4 times \(±3\.6 times\) +APART$", line), line
+    assert "0 contradiction(s), 1 disagreement(s) beyond their resolution" in text
     # close estimates of the same comparison stay in agreement
     c = sweep_records("c", {("elastic", 2): [128, 115, 150], ("horovod", 2): [100, 92, 108]}, t0=200)
     assert agreement({"a": a, "c": c})["apart"][("a", "c")] == []
@@ -288,3 +289,33 @@ def test_runs_that_shared_their_cores_are_left_out_of_verdicts_the_page_and_the_
     assert "throughput elastic mnist_mlp n=2" not in figs and "efficiency elastic mnist_mlp n=2" not in figs
     assert not_ok["throughput elastic mnist_mlp n=2"]["status"] == "ok, but another bench run shared its cores"
     assert "throughput horovod mnist_mlp n=2" in figs
+
+
+def test_every_comparison_reads_in_words_and_names_the_side_ahead():
+    """`bench agreement` names each comparison by its measure and sides, and each cell by the side ahead: no key of
+    the tasks' comparisons is left unread, and no cell is a signed ratio."""
+    from bench.core.stats import ratio_of_cases
+    from bench.report.agreement_table import claim_cell
+    from bench.results.agreement import Claim
+    from bench.tasks.fault.results import recovery_key
+    from factories import comm_record
+
+    comm = [
+        comm_record(f"c{i}-{b}", b, created_at=2000 + i, sweep_id="s1")
+        for i, b in enumerate(["elastic", "horovod"] * 3)
+    ]
+    keys = set(frame_comparisons(records_to_frame(sweep_records("s1", CLEAR) + comm)))
+    keys.add(recovery_key("mnist_mlp: SIGKILL to 1 of 2 workers", "elastic", "horovod"))
+    measures = {comparison_words(k)[0].split(",")[0].split(" of ")[0] for k in keys}
+    assert measures == {
+        "training throughput",
+        "scaling efficiency",
+        "startup to the first step",
+        "allreduce bus bandwidth",
+        "recovery time",
+    }
+    # a time: the lower one is ahead; a speed: the higher one
+    slower = Claim("k", ratio_of_cases([[2.0, 2.1, 1.9]], [[1.0, 1.05, 0.95]]), significant=True)
+    assert claim_cell(slower, *comparison_words("startup elastic / horovod, x")[1:]) == "horovod 2.0 times *"
+    assert claim_cell(slower, *comparison_words("elastic / horovod, x")[1:]) == "elastic 2.0 times *"
+    assert claim_cell(slower, *comparison_words("elastic efficiency, x")[1:]) == "200% of linear *"

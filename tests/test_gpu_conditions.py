@@ -206,7 +206,7 @@ def test_a_cases_title_names_its_numerics_where_they_are_not_plain_fp32():
 
     frame = records_to_frame([train_record("a"), train_record("b", spec_fields={"precision": "bf16"})])
     places = sorted(case.place for case in replicated_cases(frame))
-    assert places == ["mnist_mlp cpu b64 x2", "mnist_mlp cpu b64 x2, bf16 autocast"]
+    assert places == ["mnist_mlp, 2 workers of batch 64, cpu", "mnist_mlp, 2 workers of batch 64, cpu, bf16 autocast"]
 
 
 def test_selfcheck_refuses_numa_binding_its_bare_loops_cannot_match(store):

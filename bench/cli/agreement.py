@@ -6,7 +6,8 @@ from __future__ import annotations
 from bench.cli import options
 from bench.cli.common import comma_list, examples, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
-from bench.results.agreement import agreement, disagree, format_agreement
+from bench.report.agreement_table import format_agreement
+from bench.results.agreement import agreement, disagree
 
 
 def add_parser(verbs) -> None:

@@ -25,6 +25,7 @@ from bench.core.registry import PRIMARY, all_tasks, task_part
 from bench.core.rundir import write_atomic
 from bench.core.stats import Family
 from bench.core.store import check_folder_writable
+from bench.report.agreement_table import comparison_words
 from bench.report.answer import evidence, overall, scenarios, weighed
 from bench.report.gpu_nodes import gpu_node_blocks, gpu_scope
 from bench.report.scale import scale_section
@@ -124,8 +125,9 @@ def agreement_note(frame) -> tuple[str, bool]:
     if len(sweeps) < 2:
         return "", False
     result = agreement(sweeps)
-    bad = sorted({k for keys in result["pairs"].values() for k in keys})
-    far = sorted({k for keys in result["apart"].values() for k in keys} - set(bad))
+    bad_keys = {k for keys in result["pairs"].values() for k in keys}
+    far_keys = {k for keys in result["apart"].values() for k in keys} - bad_keys
+    bad, far = (sorted(comparison_words(k)[0] for k in keys) for keys in (bad_keys, far_keys))
     head = (
         f"Rerun check: this selection holds {len(sweeps)} sweeps; each comparison taken from each sweep on its "
         f"own ({len(result['keys'])} comparisons, {len(result['pairs'])} pairs of sweeps, `bench agreement`): "

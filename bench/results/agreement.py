@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from bench.core.registry import all_tasks, task_part
-from bench.core.stats import CONFIDENCE, Estimate, Family
+from bench.core.stats import Estimate, Family
 from bench.results.frame import hardware, of_task, records_to_frame
 
 
@@ -38,13 +38,6 @@ class Claim:
     def leaning(self) -> int:
         """The sign of the point estimate, significant or not."""
         return 1 if self.estimate.ratio > 1 else -1 if self.estimate.ratio < 1 else 0
-
-    def cell(self) -> str:
-        e = self.estimate
-        text = f"{e.ratio - 1:+.1%}"
-        if not e.replicated:
-            return text + " (1 launch)"
-        return text + (" *" if self.direction else f" (±{e.resolution:.0%})")
 
 
 def frame_comparisons(frame) -> dict[str, Estimate]:
@@ -198,34 +191,3 @@ def agreement(sweeps: dict[str, list]) -> dict:
 def disagree(result: dict) -> bool:
     """Whether two sweeps contradict each other, or differ beyond their resolution, on any comparison."""
     return any(result["pairs"].values()) or any(result["apart"].values())
-
-
-def format_agreement(result: dict) -> str:
-    ids, claims = result["sweeps"], result["claims"]
-    width = max([len(k) for k in result["keys"]] + [10])
-    lines = [f"{'comparison (first / second - 1)':<{width}}  " + "  ".join(f"{s[-6:]:>16}" for s in ids) + "  agree"]
-    bad = {k for keys in result["pairs"].values() for k in keys}
-    far = {k for keys in result["apart"].values() for k in keys} - bad
-    for key in result["keys"]:
-        cells = [claims[s][key].cell() if key in claims[s] else "-" for s in ids]
-        said = "  NO" if key in bad else "  APART" if key in far else "  yes"
-        lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>16}" for c in cells) + said)
-    n_pairs = len(result["pairs"])
-    n_bad = sum(len(v) for v in result["pairs"].values())
-    n_far = sum(len(v) for v in result["apart"].values())
-    lines.append(
-        f"* significant at {1 - CONFIDENCE:.0%} after Holm's correction over the sweep's comparisons; "
-        "otherwise (±R): the smallest difference that sweep could have detected."
-    )
-    lines.append(
-        "NO: one sweep significant one way, another's estimate the other way. APART: two sweeps' estimates "
-        f"differ by more than the {CONFIDENCE:.0%} half-width of their difference (sqrt(R1² + R2²) on the "
-        "log scale): they disagree beyond their resolution."
-    )
-    lines.append(
-        f"{len(ids)} sweeps, {n_pairs} pairs, {len(result['keys'])} comparisons: {n_bad} contradiction(s), "
-        f"{n_far} disagreement(s) beyond their resolution; "
-        f"{len(result['resolved_everywhere'])} comparison(s) significant in the same direction in every sweep "
-        "that made it."
-    )
-    return "\n".join(lines)

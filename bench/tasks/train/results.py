@@ -138,10 +138,10 @@ class TrainingCase:
     @property
     def place(self) -> str:
         """The case's conditions and world size in words: the key of its comparisons."""
-        c = self.cond
+        c, n = self.cond, self.world_size
         return (
-            f"{c['workload']} {c['device']} b{c['batch_size']} x{self.world_size}"
-            f"{pinned_words(c.get('cpu_bind'))}{numerics_note(c.get('numerics'))}{network_words(c)}"
+            f"{c['workload']}, {n} worker{'s' if n != 1 else ''} of batch {c['batch_size']}, {c['device']}"
+            f"{pinned_words(c.get('cpu_bind'), ', ')}{numerics_note(c.get('numerics'))}{network_words(c)}"
         )
 
 
