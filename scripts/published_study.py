@@ -44,6 +44,8 @@ def main() -> int:
     print("\n".join(published.markdown_rows(record)))
     print()
     print(record.summary())
+    print()
+    print("\n".join(published.markdown_ablation()))
     return 0
 
 

@@ -31,6 +31,8 @@ def test_the_studys_tables_are_what_the_model_computes_from_the_data_file():
     for line in [*published.markdown_inputs(record), *published.markdown_rows(record)]:
         assert line in text, f"the study lacks (or has another version of) this line:\n{line}"
     assert record.summary() in text
+    for line in published.markdown_ablation():
+        assert line in text, f"the study's ablation lacks (or has another version of) this line:\n{line}"
 
 
 def test_the_track_record_is_judged_by_its_stated_goal():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.backends.base import CommSchedule, Exchange
@@ -179,10 +179,15 @@ def inputs_for(table: dict) -> Inputs:
     return assume(inputs)
 
 
-def rows_of(table: dict) -> list[Row]:
+def rows_of(table: dict, inputs_change=None, cluster_change=None) -> list[Row]:
+    """The table's rows; `inputs_change(inputs)` and `cluster_change(cluster, nodes)` give the ablation's variants."""
     cluster = parse_cluster(table["cluster"])
     counts = sorted(int(n) for n in table["throughput"] if int(n) > 1)
-    points = project(inputs_for(table), cluster, counts)
+    inputs = inputs_for(table) if inputs_change is None else inputs_change(inputs_for(table))
+    if cluster_change is None:
+        points = project(inputs, cluster, counts)
+    else:
+        points = [project(inputs, cluster_change(cluster, cluster.nodes_for(n)), [n])[0] for n in counts]
     one = table["throughput"]["1"]
     return [
         Row(
@@ -261,4 +266,48 @@ def markdown_inputs(record: TrackRecord) -> list[str]:
             f"{t['system']} | {t['model']}: {profile['parameters'] / 1e6:.1f} M, {len(profile['grads'])} | "
             f"`{t['cluster']}` | {t['rule_words']} | {step * 1e3:,.1f} ms ({t['throughput']['1']:g} img/s) |"
         )
+    return lines
+
+
+def _at_end(end: str):
+    def change(inputs: Inputs) -> Inputs:
+        return replace(inputs, assumed=(), **{a.name: Value(getattr(a, end)) for a in inputs.assumed})
+
+    return change
+
+
+def _flat_shares(inputs: Inputs) -> Inputs:
+    shape = inputs.shape
+    return replace(inputs, shape=Shape(1 / 3, 2 / 3, 0.0, shape.grads, shape.run))
+
+
+# (what changes, inputs_change, cluster_change): each part of the model taken away or moved, one at a time
+VARIANTS = (
+    ("the model as above", None, None),
+    ("assumed overhead and slowdown at their low ends (0 ms, 0 s per s)", _at_end("low"), None),
+    ("assumed overhead and slowdown at their high ends (1 ms, 0.3 s per s)", _at_end("high"), None),
+    (
+        "the link inside a node free across nodes (the model before this study)",
+        None,
+        lambda c, nodes: replace(c, node_link=None) if nodes > 1 else c,
+    ),
+    ("NCCL's ring only (no tree)", None, lambda c, nodes: replace(c, tree=False)),
+    ("the step's shares not the CPU profile's but forward 1/3, backward 2/3", _flat_shares, None),
+)
+
+
+def ablation() -> list[tuple[str, float, float, int]]:
+    """(variant, median absolute error, worst, figures above GOAL_WORST_POINTS) for each of VARIANTS: what each
+    part of the model does to the track record (docs/studies/published.md)."""
+    tables = load_cases()["tables"]
+    out = []
+    for words, inputs_change, cluster_change in VARIANTS:
+        errors = [abs(r.error_points) for t in tables for r in rows_of(t, inputs_change, cluster_change)]
+        out.append((words, statistics.median(errors), max(errors), sum(e > GOAL_WORST_POINTS for e in errors)))
+    return out
+
+
+def markdown_ablation() -> list[str]:
+    lines = ["| variant | median absolute error, points | worst | above 10 |", "|---|--:|--:|--:|"]
+    lines += [f"| {words} | {median:.1f} | {worst:.1f} | {over} |" for words, median, worst, over in ablation()]
     return lines
