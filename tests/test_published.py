@@ -238,6 +238,8 @@ def test_bench_predict_projects_a_named_model_with_no_store_and_shows_the_track_
         (["--model", "vgg16", "--compute-ms", "10"], "give --compute-batch"),
         (["--model", "missing.py:NET", "--compute-ms", "10", "--compute-batch", "2"], "no file missing.py"),
         (["--model", "params:1", "--validate"], "without --model"),
+        (["--model", "params:1x", "--compute-ms", "10"], "is not a tensor's elements"),
+        (["--model", "resnet50", "--workload", "resnet18", "--compute-ms", "1"], "give one"),
     ],
 )
 def test_bench_predict_model_refuses_in_one_line(args, says, tmp_path):

@@ -22,7 +22,7 @@ from bench.projection.clusters import (
 from bench.projection.fit import Case, cases_in, fit_backends, gives
 from bench.projection.model import SCOPE, crossover, project, with_compute
 from bench.projection.published import track_record
-from bench.projection.shapes import model_inputs, model_profile
+from bench.projection.shapes import check_model, model_inputs, model_profile
 from bench.projection.validate import validate
 
 DEFAULT_BACKENDS = ",".join(PROJECTED)
@@ -165,6 +165,9 @@ def cmd(args) -> int:
         if name not in PROFILES:
             parse_cluster(name)
     if args.model is not None:
+        check_model(args.model)
+        if args.workload and not options.is_all(args.workload):
+            raise UsageError("--model and --workload both name what to project: give one")
         if args.validate:
             raise UsageError("--validate checks the model on the store's runs: give it without --model")
         if args.compute_ms is None and not args.compute_from:

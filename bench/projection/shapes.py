@@ -97,26 +97,36 @@ def _key(model: str, code: str | None) -> str:
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:24]
 
 
+def check_model(model: str) -> None:
+    """--model's form, refused in one line before anything is read or started."""
+    if model.startswith(PARAMS):
+        parse_params(model)
+        return
+    where = model.rpartition(":")[0]
+    if is_address(model):
+        if where.endswith(".py") and not Path(where).is_file():
+            raise UsageError(f"--model {model}: no file {where}")
+    elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", model):
+        raise UsageError(
+            f"--model {model!r}: give a torchvision model name (such as resnet50), path/to/file.py:NAME or "
+            "params:ITEM,..."
+        )
+
+
 def model_profile(model: str) -> dict:
     """The profile of MODEL (module docstring): from the cache when this model, its code and the installed torch and
     torchvision were profiled before, else from a child process (then kept)."""
     if model.startswith(PARAMS):
         return params_profile(model)
+    check_model(model)
     code = None
     where = model.rpartition(":")[0]
-    if is_address(model) and where.endswith(".py") and not Path(where).is_file():
-        raise UsageError(f"--model {model}: no file {where}")
     if is_address(model):
         address, _, source = workload_of(model)  # checked in a process of its own, as a run's workload is
         code, target = (source or {}).get("sha256"), address
         if where.endswith(".py"):  # the file as it is now (a check earlier in this process may have read it)
             code = hashlib.sha256(Path(where).read_bytes()).hexdigest()
     else:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", model):
-            raise UsageError(
-                f"--model {model!r}: give a torchvision model name (such as resnet50), path/to/file.py:NAME or "
-                "params:ITEM,..."
-            )
         target = f"torchvision:{model}"
     path = cache_dir() / f"{_key(target, code)}.json"
     if path.is_file():
