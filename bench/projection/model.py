@@ -42,9 +42,9 @@ from bench.projection.clusters import Cluster
 # what every projection assumes, said beside it (and what docs/studies/published.md found it misses)
 SCOPE = (
     "data-parallel training at a fixed per-worker batch; step = compute + the communication the backward pass "
-    "does not hide + the per-step overhead; collectives one at a time over the described links, the fastest "
-    "algorithm the era's NCCL has; not modelled: the input pipeline and what a node's GPUs share besides its "
-    "links (CPU cores, host memory, the NIC's PCIe)"
+    "does not hide + the per-step overhead; collectives one at a time over the described links, each by the "
+    "fastest algorithm the era's library has (on GPUs, NCCL's tree from 2.4); not modelled: the input pipeline "
+    "and what a node's workers share besides its links (CPU cores, host memory, the NIC's PCIe)"
 )
 
 SETTLE = 3  # replays of the stretched backward pass
