@@ -374,7 +374,7 @@ def projection_text(case, cluster, inputs: dict, points: dict) -> list[str]:
         if i.assumed:
             lines.append(
                 f"  {backend}: compute {ms(i.compute.mean)} ms; "
-                + "; ".join(f"{a.name} assumed {a.low:g} to {a.high:g}" for a in i.assumed)
+                + "; ".join(assumed_words(a) for a in i.assumed)
                 + " (the interval holds both ends)"
             )
         else:
@@ -410,6 +410,13 @@ def projection_text(case, cluster, inputs: dict, points: dict) -> list[str]:
             )
         )
     return lines
+
+
+def assumed_words(a) -> str:
+    """An assumed range in the unit the inputs table uses: ms for an overhead, s per s for the slowdown."""
+    if a.name.startswith("overhead"):
+        return f"{a.name} assumed {a.low * 1e3:g} to {a.high * 1e3:g} ms/step"
+    return f"{a.name} assumed {a.low:g} to {a.high:g} s per s overlapped"
 
 
 def cluster_json(cluster) -> dict:
