@@ -264,3 +264,37 @@ def test_a_users_model_is_profiled_in_a_child_once_and_then_read_from_the_cache(
     assert model_profile(f"{path}:TINY")["parameters"] == -1  # the cached profile, not a new child
     path.write_text(path.read_text() + "\n# changed\n")
     assert model_profile(f"{path}:TINY")["parameters"] == profile["parameters"]  # new code: profiled again
+
+
+def test_bench_predict_model_takes_its_step_from_a_stored_gpu_run(tmp_path):
+    """--compute-from: the stored run's step and batch are the compute; a run of another workload is refused
+    before the model is profiled; a parameter list names no workload, so any run at one worker gives its step."""
+    from bench.core.store import Store
+    from conftest import assert_one_line_error, bench_in_process
+    from factories import train_record
+
+    store = tmp_path / "bench.sqlite"
+    run = train_record("g1", "single", 1, per_window=[640.0, 640.0], spec_fields={"device": "cuda"})
+    Store(str(store)).save(run)
+    proc = bench_in_process(
+        "predict",
+        "--model",
+        "params:1000x2048,25M",
+        "--compute-from",
+        "g1",
+        "--cluster",
+        "1x8:nvlink=1200gbit",
+        "--backend",
+        "elastic",
+        "--store",
+        str(store),
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(proc.stdout)["results"]
+    assert result["case"]["batch"] == run.spec.batch_size
+    elastic = result["backends"]["elastic"]
+    assert elastic["inputs"]["values"]["compute"]["mean"] == pytest.approx(run.metrics.step_time_s.mean)
+    assert any("run g1's step" in n for n in elastic["inputs"]["notes"])
+    refused = bench_in_process("predict", "--model", "vgg16", "--compute-from", "g1", "--store", str(store))
+    assert_one_line_error(refused, "--compute-from g1: it trained mnist_mlp, not vgg16")

@@ -22,8 +22,9 @@ from bench.projection.clusters import (
 from bench.projection.fit import Case, cases_in, fit_backends, gives
 from bench.projection.model import SCOPE, crossover, project, with_compute
 from bench.projection.published import track_record
-from bench.projection.shapes import check_model, model_inputs, model_profile
+from bench.projection.shapes import PARAMS, check_model, model_inputs, model_profile
 from bench.projection.validate import validate
+from workloads.external import canonical, is_address
 
 DEFAULT_BACKENDS = ",".join(PROJECTED)
 PROJECTABLE = tuple(name for name in BACKEND_MODULES if name != PLAIN_LOOP)  # the plain loop is the model's start
@@ -182,8 +183,8 @@ def cmd(args) -> int:
     if args.validate:
         return show_validation(validate(records), args.json)
     if args.model is not None:
+        step_s, batch, device, how = model_compute(args, records)  # refused before a model is profiled
         shape = model_profile(args.model)
-        step_s, batch, device, how = model_compute(args, records)
         cases = [Case(args.model, batch, 1, device)]
     else:
         cases = choose_cases(cases_in(records), args)
@@ -247,7 +248,11 @@ def model_compute(args, records) -> tuple[float, int, str, str]:
             f"compute: {args.compute_ms:g} ms per step at batch {args.compute_batch} as given (--compute-ms)",
         )
     rec = stored_step(records, args.compute_from)
-    if rec.spec.workload != args.model:
+    if args.model.startswith(PARAMS):  # a parameter list names no workload: any run's step is the user's choice
+        named = rec.spec.workload
+    else:
+        named = canonical(args.model) if is_address(args.model) else args.model
+    if rec.spec.workload != named:
         raise UsageError(
             f"--compute-from {args.compute_from}: it trained {rec.spec.workload}, not {args.model}; give a run of "
             "that model"
