@@ -240,6 +240,7 @@ def test_bench_predict_projects_a_named_model_with_no_store_and_shows_the_track_
         (["--model", "params:1", "--validate"], "without --model"),
         (["--model", "params:1x", "--compute-ms", "10"], "is not a tensor's elements"),
         (["--model", "resnet50", "--workload", "resnet18", "--compute-ms", "1"], "give one"),
+        (["--model", "resnet50", "--batch-size", "32", "--compute-ms", "1"], "--model fits none"),
     ],
 )
 def test_bench_predict_model_refuses_in_one_line(args, says, tmp_path):

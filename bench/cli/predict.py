@@ -169,6 +169,11 @@ def cmd(args) -> int:
         check_model(args.model)
         if args.workload and not options.is_all(args.workload):
             raise UsageError("--model and --workload both name what to project: give one")
+        if args.batch_size is not None or args.threads is not None:
+            raise UsageError(
+                "--batch-size and --threads choose the stored runs to fit from, and --model fits none: "
+                "give the step's batch with --compute-batch"
+            )
         if args.validate:
             raise UsageError("--validate checks the model on the store's runs: give it without --model")
         if args.compute_ms is None and not args.compute_from:
