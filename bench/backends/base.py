@@ -70,6 +70,10 @@ class Exchange:
     name: str
     steps: float
     link_bytes: float
+    local_steps: float = 0.0  # of `steps`, those between the workers of one node (each paying that link's latency)
+    # bytes each worker's link within its node carries in a phase of their own (an aggregation inside the node
+    # before the exchange across nodes); a ring's and a tree's bytes cross both links at once and have none
+    local_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -370,7 +374,9 @@ class Backend:
         if device != "cuda":
             return [ring]
         per_host = max(1, round(n / hosts))
-        tree = Exchange("tree", 2.0 * (math.ceil(math.log2(hosts)) + per_host - 1), ring.link_bytes)
+        tree = Exchange(
+            "tree", 2.0 * (math.ceil(math.log2(hosts)) + per_host - 1), ring.link_bytes, 2.0 * (per_host - 1)
+        )
         return [ring, tree]
 
     def cost_model(self, world_size: int, options: dict) -> tuple[str, float, float]:

@@ -7,13 +7,24 @@ import math
 from dataclasses import replace
 
 from bench.cli import options
-from bench.cli.common import chosen_backends, comma_list, examples, open_store, print_json
+from bench.cli.common import chosen_backends, examples, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PROJECTED
-from bench.projection.clusters import DEFAULT_CLUSTER, MAX_WORKERS, PROFILES, parse_cluster, profile
+from bench.projection.clusters import (
+    DEFAULT_CLUSTER,
+    GPU_EXAMPLE,
+    MAX_WORKERS,
+    PROFILES,
+    parse_cluster,
+    profile,
+    split_clusters,
+)
 from bench.projection.fit import Case, cases_in, fit_backends, gives
-from bench.projection.model import crossover, project, with_compute
+from bench.projection.model import SCOPE, crossover, project, with_compute
+from bench.projection.published import track_record
+from bench.projection.shapes import PARAMS, check_model, model_inputs, model_profile
 from bench.projection.validate import validate
+from workloads.external import canonical, is_address
 
 DEFAULT_BACKENDS = ",".join(PROJECTED)
 PROJECTABLE = tuple(name for name in BACKEND_MODULES if name != PLAIN_LOOP)  # the plain loop is the model's start
@@ -30,6 +41,9 @@ def add_parser(verbs) -> None:
             "bench predict --workload resnet18 --cluster cpu-10g      # nodes like this one, 10 Gbit/s",
             "bench predict --workload resnet18 --cluster ib-100g --compute-ms 14.5   # a GPU's step",
             "bench predict --cluster 64x8:100gbit:5us --backend elastic,horovod --json",
+            "bench predict --model vgg16 --compute-ms 120 --compute-batch 64 --cluster 64x8:nvlink=1200gbit,ib=100g",
+            "bench predict --model params:1000x4096,4096x4096,4096x25088 --compute-ms 50 --compute-batch 32 "
+            "--cluster eth-25g",
             "bench predict --validate --store docs/studies/projection/bench.sqlite",
         ),
         parents=[
@@ -60,10 +74,32 @@ def add_parser(verbs) -> None:
         p,
         "--cluster",
         default=DEFAULT_CLUSTER,
-        metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY]",
-        invalid=["nowhere", "4x8:fast", "4x8:100gbit\n:5us", "4x8:100gbit:5us\n:"],
-        help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}) or descriptions such as "
-        f"64x8:100gbit:5us (default {DEFAULT_CLUSTER}; a GPU profile needs --compute-ms)",
+        metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY]|NODESxGPUS:LINK=RATE,...",
+        invalid=[
+            "nowhere",
+            "4x8:fast",
+            "4x8:100gbit\n:5us",
+            "4x8:100gbit:5us\n:",
+            "4x8:nvlink=fast,ib=100g",
+            "4x8:ib=100g",
+            "4x8:nvlink=1200gbit,ib=100g,nccl=new",
+        ],
+        help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}), CPU nodes such as 64x8:100gbit:5us, or "
+        f"GPU nodes such as {GPU_EXAMPLE} (nvlink= or pcie= within a node, each GPU's rate; ib=, roce= or eth= "
+        "between nodes, each node's rate; RATE in mbit, gbit (g) or gbyte, @LATENCY in us or ms; nccl=VERSION, "
+        f"the era's NCCL: its tree from 2.4) (default {DEFAULT_CLUSTER}; a GPU cluster needs --compute-ms or "
+        "--compute-from)",
+    )
+    options.add(
+        p,
+        "--model",
+        metavar="NAME|FILE.py:NAME|params:ITEM,...",
+        invalid=["params:", "params:x", "params:0", "res net", "nowhere.py:NET"],
+        help="project this model with no sweep of it: a torchvision model name (resnet50, vgg16, inception_v3), "
+        "a workload of yours (path/to/file.py:NAME), or params:ITEM,... (each gradient tensor's elements, "
+        "such as 4096x4096 or 25.6M, the layer nearest the loss first); its gradients' sizes and ready order "
+        "come from a few CPU steps of it at batch 2 in a process of its own, cached (default: the store's "
+        "workloads); needs --compute-ms and --compute-batch, or --compute-from",
     )
     options.add(
         p,
@@ -71,8 +107,10 @@ def add_parser(verbs) -> None:
         type=options.at_most(options.positive_float, MAX_COMPUTE_MS, "3600000, an hour"),
         metavar="MS",
         invalid=["0", "-1", "x", "nan", "inf", "1e10"],
-        help="one worker's step time on the cluster's hardware, measured there (a GPU's, for a GPU profile), "
-        "at most 3600000, an hour; the step's shape comes from the stored profile",
+        help="one worker's step time on the cluster's hardware, measured there (a GPU's, for a GPU cluster), "
+        "at most 3600000, an hour; the step's shape comes from the stored profile (or --model's); on another "
+        "device than the store's, the per-step overhead and the slowdown are stated ranges that widen the "
+        "interval",
     )
     options.add(
         p,
@@ -80,7 +118,8 @@ def add_parser(verbs) -> None:
         type=options.positive_int,
         metavar="N",
         invalid=["0"],
-        help="the per-worker batch of the --compute-ms step, for the throughput (default: the stored case's)",
+        help="the per-worker batch of the --compute-ms step, for the throughput (default: the stored case's; "
+        "needed with --model)",
     )
     options.add(
         p,
@@ -122,24 +161,54 @@ def cmd(args) -> int:
         raise UsageError("--compute-ms and --compute-from both give the compute: give one")
     if args.compute_batch is not None and args.compute_ms is None:
         raise UsageError("--compute-batch is the batch of a --compute-ms step: give --compute-ms too")
-    clusters = comma_list(args.cluster)
+    clusters = split_clusters(args.cluster)
     for name in clusters:  # refused before the store is read
         if name not in PROFILES:
             parse_cluster(name)
-    store = open_store(args.store)
-    records = store.records()
+    if args.model is not None:
+        check_model(args.model)
+        if args.workload and not options.is_all(args.workload):
+            raise UsageError("--model and --workload both name what to project: give one")
+        if args.batch_size is not None or args.threads is not None:
+            raise UsageError(
+                "--batch-size and --threads choose the stored runs to fit from, and --model fits none: "
+                "give the step's batch with --compute-batch"
+            )
+        if args.validate:
+            raise UsageError("--validate checks the model on the store's runs: give it without --model")
+        if args.compute_ms is None and not args.compute_from:
+            raise UsageError(
+                f"--model {args.model}: give its one-worker step on the cluster's hardware: --compute-ms MS "
+                "--compute-batch N (measured there) or --compute-from RUN_ID"
+            )
+        if args.compute_ms is not None and args.compute_batch is None:
+            raise UsageError("--model with --compute-ms: give --compute-batch, the batch of that step")
+    store = open_store(args.store) if args.model is None or args.compute_from else None
+    records = store.records() if store is not None else []
     if args.validate:
         return show_validation(validate(records), args.json)
-    cases = choose_cases(cases_in(records), args)
+    if args.model is not None:
+        step_s, batch, device, how = model_compute(args, records)  # refused before a model is profiled
+        shape = model_profile(args.model)
+        cases = [Case(args.model, batch, 1, device)]
+    else:
+        cases = choose_cases(cases_in(records), args)
     out, text = [], []
     for case in cases:
-        fitted, missing = fit_backends(records, backends, case)
+        if args.model is not None:
+            fitted = {b: model_inputs(args.model, shape, b, batch, step_s, device, how) for b in backends}
+            missing: dict[str, str] = {}
+        else:
+            fitted, missing = fit_backends(records, backends, case)
         text += [f"# {backend}: not projected: {why}" for backend, why in missing.items()]
         if not fitted:
             raise UsageError(f"no backend could be fitted for {case.workload}: " + "; ".join(text))
         for name in clusters:
             cluster = cluster_of(name, fitted)
-            inputs = {b: compute_for(i, cluster, args, store) for b, i in fitted.items()}
+            if args.model is not None:
+                inputs = fitted
+            else:
+                inputs = {b: compute_for(i, cluster, args, store) for b, i in fitted.items()}
             points = {
                 b: project(i, cluster, [n for n in cluster.worker_counts(args.max_workers)]) for b, i in inputs.items()
             }
@@ -155,11 +224,59 @@ def cmd(args) -> int:
                 }
             )
             text += projection_text(case, cluster, inputs, points)
+    record = track_record()
     if args.json:
-        print_json({"projection": "model projection, not a measurement", "results": out})
+        print_json(
+            {
+                "projection": "model projection, not a measurement",
+                "track_record": {
+                    "summary": record.summary(),
+                    "median_error_points": record.median_error,
+                    "worst_error_points": record.worst_error,
+                    "meets_goal": record.meets_goal(),
+                },
+                "results": out,
+            }
+        )
     else:
         print("\n".join(text))
     return EXIT_OK
+
+
+def model_compute(args, records) -> tuple[float, int, str, str]:
+    """--model's one-worker step: (seconds, batch, device, how it was given)."""
+    if args.compute_ms is not None:
+        return (
+            args.compute_ms / 1e3,
+            args.compute_batch,
+            "cuda",
+            f"compute: {args.compute_ms:g} ms per step at batch {args.compute_batch} as given (--compute-ms)",
+        )
+    rec = stored_step(records, args.compute_from)
+    if args.model.startswith(PARAMS):  # a parameter list names no workload: any run's step is the user's choice
+        named = rec.spec.workload
+    else:
+        named = canonical(args.model) if is_address(args.model) else args.model
+    if rec.spec.workload != named:
+        raise UsageError(
+            f"--compute-from {args.compute_from}: it trained {rec.spec.workload}, not {args.model}; give a run of "
+            "that model"
+        )
+    step = rec.metrics.step_time_s.mean
+    return step, rec.spec.batch_size, rec.spec.device, f"compute: run {rec.run_id}'s step ({step * 1e3:.1f} ms)"
+
+
+def stored_step(records, run_id: str):
+    """The stored ok training run at one worker whose step is the compute (--compute-from)."""
+    rec = next((r for r in records if r.run_id == run_id), None)
+    if rec is None or not gives(rec, "step") or not rec.ok or rec.metrics is None:
+        raise UsageError(
+            f"--compute-from {run_id}: no ok training run of that id in the store "
+            "(`bench list` shows them; `bench import` brings another machine's)"
+        )
+    if rec.spec.world_size != 1:
+        raise UsageError(f"--compute-from {run_id}: it ran {rec.spec.world_size} workers; give a run at 1 worker")
+    return rec
 
 
 def choose_cases(cases: list[Case], args) -> list[Case]:
@@ -213,8 +330,7 @@ def compute_for(inputs, cluster, args, store):
                 args.compute_ms / 1e3,
                 cluster.device,
                 f"compute: {args.compute_ms:g} ms per step at batch {batch} as given "
-                "(--compute-ms); the step's shape is the stored profile's; the backend's overheads "
-                "and own processing there are unknown and left out",
+                "(--compute-ms); the step's shape is the stored profile's",
             ),
             batch=batch,
         )
@@ -230,17 +346,13 @@ def compute_for(inputs, cluster, args, store):
                 f"--compute-from {args.compute_from}: it trained {rec.spec.workload}, not "
                 f"{inputs.workload}; give a run of the same workload (or --workload {rec.spec.workload})"
             )
-        if rec.spec.world_size != 1:
-            raise UsageError(
-                f"--compute-from {args.compute_from}: it ran {rec.spec.world_size} workers; give a run at 1 worker"
-            )
+        stored_step([rec], rec.run_id)
         return replace(
             with_compute(
                 inputs,
                 rec.metrics.step_time_s.mean,
                 rec.spec.device,
-                f"compute: run {rec.run_id}'s step ({rec.metrics.step_time_s.mean * 1e3:.1f} ms, "
-                f"{rec.spec.device}); the backend's overheads there are unknown and left out",
+                f"compute: run {rec.run_id}'s step ({rec.metrics.step_time_s.mean * 1e3:.1f} ms, {rec.spec.device})",
             ),
             batch=rec.spec.batch_size,
         )
@@ -263,15 +375,25 @@ def projection_text(case, cluster, inputs: dict, points: dict) -> list[str]:
         f"model projection (not a measurement): {case.workload}, batch {case.batch} per worker, "
         f"{case.threads} thread(s); cluster {cluster.name}: {cluster.summary}",
         f"  source: {cluster.source}",
+        f"  era: {cluster.era}",
+        f"  scope: {SCOPE}",
+        f"  track record: {track_record().summary()}",
     ]
     for backend, pts in points.items():
         i = inputs[backend]
-        lines.append(
-            f"  {backend}: compute {ms(i.compute.mean)} ms ({len(i.compute.runs)} run(s)), overhead "
-            f"{ms(i.overhead.mean)} ms/step, slowdown {i.slowdown.mean:.2f} s per s overlapped, "
-            f"alpha {i.alpha.mean * 1e6:.1f} us, beta {i.beta.mean * 1e9:.2f} ns/B (fitted at "
-            f"{i.fit_world} workers on one host)"
-        )
+        if i.assumed:
+            lines.append(
+                f"  {backend}: compute {ms(i.compute.mean)} ms; "
+                + "; ".join(assumed_words(a) for a in i.assumed)
+                + " (the interval holds both ends)"
+            )
+        else:
+            lines.append(
+                f"  {backend}: compute {ms(i.compute.mean)} ms ({len(i.compute.runs)} run(s)), overhead "
+                f"{ms(i.overhead.mean)} ms/step, slowdown {i.slowdown.mean:.2f} s per s overlapped, "
+                f"alpha {i.alpha.mean * 1e6:.1f} us, beta {i.beta.mean * 1e9:.2f} ns/B (fitted at "
+                f"{i.fit_world} workers on one host)"
+            )
         for note in i.notes:
             lines.append(f"    note: {note}")
         lines.append(
@@ -300,10 +422,20 @@ def projection_text(case, cluster, inputs: dict, points: dict) -> list[str]:
     return lines
 
 
+def assumed_words(a) -> str:
+    """An assumed range in the unit the inputs table uses: ms for an overhead, s per s for the slowdown."""
+    if a.name.startswith("overhead"):
+        return f"{a.name} assumed {a.low * 1e3:g} to {a.high * 1e3:g} ms/step"
+    return f"{a.name} assumed {a.low:g} to {a.high:g} s per s overlapped"
+
+
 def cluster_json(cluster) -> dict:
     return {
         "name": cluster.name,
         "summary": cluster.summary,
+        "era": cluster.era,
+        "scope": SCOPE,
+        "tree": cluster.tree,
         "device": cluster.device,
         "workers_per_node": cluster.workers_per_node,
         "max_nodes": cluster.max_nodes,
@@ -320,6 +452,7 @@ def inputs_json(i) -> dict:
     }
     return {
         "values": values,
+        "assumed": [{"name": a.name, "low": a.low, "high": a.high, "why": a.why} for a in i.assumed],
         "runs": {k: list(v) for k, v in i.runs().items()},
         "fit_world": i.fit_world,
         "options": i.options,

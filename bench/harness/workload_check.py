@@ -73,8 +73,18 @@ def workload_of(
 
 def _probe(address: str, with_data: bool, limit: float) -> dict[str, Any]:
     """workloads.external.probe's answer, from a child process ended at `limit` seconds at the latest."""
-    tag = f"workload-check-{secrets.token_hex(4)}"
     command = [sys.executable, "-m", "bench.rank.workload_probe", address, *(["--data"] if with_data else [])]
+    return child_answer(
+        command, f"--workload {address}", "loading and checking it", limit, f"loading and checking workload {address}"
+    )
+
+
+def child_answer(command: list[str], what: str, doing: str, limit: float, waiting: str = "") -> dict[str, Any]:
+    """The answer of a child that runs a user's code or torch away from this process (`python -m bench.rank.X`,
+    printing one line of JSON: {"answer": ...} or {"error": the one-line refusal}), ended at `limit` seconds at
+    the latest with everything it started. `what` names the input (such as "--workload ADDRESS") and `doing` what
+    the child does, for the one-line errors; `waiting` what the notes while it runs say (default: both)."""
+    tag = f"workload-check-{secrets.token_hex(4)}"
     started = time.monotonic()
     # this checkout's bench, as a run's processes import it (bench.harness.runner.worker_environment)
     path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
@@ -91,7 +101,7 @@ def _probe(address: str, with_data: bool, limit: float) -> dict[str, Any]:
         ) as child,
     ):
         try:
-            out, err = _wait(child, address, started, limit)
+            out, err = _wait(child, what, doing, started, limit, waiting or f"{doing}: {what}")
         finally:
             with signals_held():  # a second Ctrl-C must not leave the child (or what it started) running
                 reap(tag, child.pid)
@@ -107,8 +117,7 @@ def _probe(address: str, with_data: bool, limit: float) -> dict[str, Any]:
         )
         last = next((line.strip() for line in reversed(err.decode(errors="replace").splitlines()) if line.strip()), "")
         raise UsageError(
-            f"--workload {address}: loading and checking it ended without an answer ({how})"
-            + (f": {last[:200]}" if last else "")
+            f"{what}: {doing} ended without an answer ({how})" + (f": {last[:200]}" if last else "")
         ) from None
     if "error" in reply:
         raise UsageError(reply["error"])
@@ -116,7 +125,9 @@ def _probe(address: str, with_data: bool, limit: float) -> dict[str, Any]:
     return answer
 
 
-def _wait(child: subprocess.Popen[bytes], address: str, started: float, limit: float) -> tuple[bytes, bytes]:
+def _wait(
+    child: subprocess.Popen[bytes], what: str, doing: str, started: float, limit: float, waiting: str
+) -> tuple[bytes, bytes]:
     """The child's (stdout, stderr) once it exits; a line on stderr every NOTE_EVERY_S from FIRST_NOTE_S on, and
     UsageError once `limit` has passed."""
     next_note = FIRST_NOTE_S
@@ -129,10 +140,10 @@ def _wait(child: subprocess.Popen[bytes], address: str, started: float, limit: f
         elapsed = time.monotonic() - started
         if elapsed >= limit:
             raise UsageError(
-                f"--workload {address}: loading and checking it took longer than {limit:g} s "
+                f"{what}: {doing} took longer than {limit:g} s "
                 "(--check-timeout, at most --timeout) and was stopped; its import, build() or "
                 "datasets() may never return"
             )
         if elapsed >= next_note:
-            note(f"bench: loading and checking workload {address} ({math.floor(elapsed)} s so far, limit {limit:g} s)")
+            note(f"bench: {waiting} ({math.floor(elapsed)} s so far, limit {limit:g} s)")
             next_note += NOTE_EVERY_S

@@ -38,6 +38,9 @@ class Cluster:
     shared_cores: int | None = None  # test hosts: every host runs on these cores (compute slows past them)
     source: str = ""
     link_measured: bool = False  # the network link was fitted from a backend's allreduce there: processing included
+    # NCCL's double binary tree across nodes: NCCL 2.4 (2019) and later; a profile of an older era has the ring only
+    tree: bool = True
+    era: str = ""  # when such a cluster was built, and the NCCL it ran: what its figures hold for
 
     @property
     def max_workers(self) -> int:
@@ -54,6 +57,23 @@ class Cluster:
 
 
 GBIT = 1e9 / 8
+GBYTE = 1e9
+# The share of a link's rate a collective's payload gets: assumptions of every GPU profile and description, stated
+# with them (not fitted to any figure the model is judged on): NVLink and PCIe as NCCL's bus bandwidth reaches about
+# 80% of the nominal rate in nccl-tests' published tables; InfiniBand and RoCE 95% (their 4 KiB MTU's headers and the
+# verbs' overhead); Ethernet under TCP the payload of a 1500-byte frame.
+PAYLOAD = {"nvlink": 0.8, "pcie": 0.8, "ib": 0.95, "roce": 0.95, "eth": TCP_GOODPUT}
+# one-way latency per message, where a description gives none: assumptions, stated with the profiles
+DEFAULT_LATENCY_S = {"nvlink": 3e-6, "pcie": 5e-6, "ib": 5e-6, "roce": 5e-6, "eth": 30e-6}
+INTRA = ("nvlink", "pcie")  # the links between the GPUs of one node
+INTER = ("ib", "roce", "eth")  # the links between nodes
+TREE_SINCE = (2, 4)  # NCCL's tree (double binary trees across nodes) came with NCCL 2.4, in 2019
+
+
+def gpu_link(kind: str, bits_per_s: float, latency_s: float | None = None) -> Link:
+    """A link of `kind` at a nominal rate, with its payload share and default latency (PAYLOAD, DEFAULT_LATENCY_S)."""
+    return Link(bits_per_s / 8 * PAYLOAD[kind], DEFAULT_LATENCY_S[kind] if latency_s is None else latency_s)
+
 
 PROFILES = {
     "nvlink-8": Cluster(
@@ -66,6 +86,7 @@ PROFILES = {
         node_link=Link(450e9 * 0.8, 3e-6),
         source="NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions (450 GB/s each way); 80% of it as "
         "the payload rate NCCL reaches and 3 us per step are this profile's assumptions",
+        era="H100 (2022 on), NCCL 2.18 or later: ring and tree",
     ),
     "ib-100g": Cluster(
         "ib-100g",
@@ -77,18 +98,20 @@ PROFILES = {
         node_link=Link(450e9 * 0.8, 3e-6),
         source="InfiniBand EDR: 100 Gbit/s per port (IBTA); 95% payload and 5 us per message across nodes are this "
         "profile's assumptions; NVLink as nvlink-8",
+        era="H100 nodes (2022 on) with one EDR-rate NIC each, NCCL 2.18 or later: ring and tree",
     ),
     "eth-25g": Cluster(
         "eth-25g",
-        "nodes of 4 GPUs over 25 Gbit/s Ethernet (TCP), as in Horovod's published 128-GPU benchmark",
+        "nodes of 4 Pascal GPUs (PCIe 3.0) over 25 Gbit/s RoCE, as in Horovod's published 128-GPU benchmark",
         "cuda",
         4,
-        256,
-        Link(25 * GBIT * TCP_GOODPUT, 30e-6),
-        node_link=Link(16e9, 10e-6),
-        source="IEEE 802.3by (25 Gbit/s Ethernet); TCP payload share of a 1500-byte frame; 30 us per message "
-        "and PCIe 3.0 x16 (16 GB/s) within a node are this profile's assumptions; Horovod's README describes "
-        "32 servers of 4 Pascal GPUs on 25 Gbit/s RoCE",
+        32,
+        gpu_link("roce", 25e9),
+        node_link=gpu_link("pcie", 16 * GBYTE * 8),
+        tree=False,
+        source="Horovod's README (2017-2018): 128 Pascal GPUs on 32 servers of 4, connected by 25 Gbit/s RoCE; "
+        "PCIe 3.0 x16 (16 GB/s) within a node; payload shares and latencies as the GPU descriptions assume",
+        era="2017: NCCL 2.0-2.3, ring only (NCCL's tree came with 2.4 in 2019)",
     ),
     "cpu-10g": Cluster(
         "cpu-10g",
@@ -99,6 +122,7 @@ PROFILES = {
         Link(10 * GBIT * TCP_GOODPUT, 30e-6),
         source="IEEE 802.3ae (10 Gbit/s Ethernet); TCP payload share of a 1500-byte frame; 30 us per message is this "
         "profile's assumption; workers per node: as many as the measured runs had on one host",
+        era="any: gloo over TCP",
     ),
 }
 
@@ -108,7 +132,7 @@ def profile(name: str, workers_per_node: int | None = None) -> Cluster:
     if name not in PROFILES:
         raise UsageError(
             f"unknown cluster profile {name!r}; choose one of {', '.join(PROFILES)}, or describe one "
-            "with --cluster NODESxWORKERS:RATE[:LATENCY]"
+            f"with --cluster NODESxWORKERS:RATE[:LATENCY] or {GPU_EXAMPLE}"
         )
     cluster = PROFILES[name]
     if cluster.workers_per_node == 0:
@@ -120,16 +144,36 @@ def profile(name: str, workers_per_node: int | None = None) -> Cluster:
 RATE = re.compile(r"(\d+(?:\.\d+)?)(mbit|gbit)", re.IGNORECASE)
 LATENCY = re.compile(r"(\d+(?:\.\d+)?)(us|ms)", re.IGNORECASE)
 DESCRIPTION = re.compile(r"(\d+)x(\d+):([^:]+)(?::([^:]+))?", re.IGNORECASE)
+# a GPU cluster: NODESxGPUS:LINK=RATE[@LATENCY],...[,nccl=VERSION]
+GPU_DESCRIPTION = re.compile(r"(\d+)x(\d+):((?:[a-z]+=[^,=\s]+,)*[a-z]+=[^,=\s]+)", re.IGNORECASE)
+GPU_RATE = re.compile(r"(\d+(?:\.\d+)?)(mbit|gbit|g|gbyte)", re.IGNORECASE)
+VERSION = re.compile(r"(\d+)\.(\d+)")
+GPU_EXAMPLE = "4x8:nvlink=1200gbit,ib=100g"
+
+
+def split_clusters(text: str) -> list[str]:
+    """--cluster's comma-separated list, where a GPU description's own `key=value` items stay with it."""
+    out: list[str] = []
+    for piece in text.split(","):
+        piece = piece.strip()
+        if out and "=" in piece and ":" not in piece:
+            out[-1] += "," + piece
+        elif piece:
+            out.append(piece)
+    return out
 
 
 def parse_cluster(text: str, device: str = "cpu") -> Cluster:
     """NODESxWORKERS:RATE[:LATENCY], such as 64x8:100gbit:5us: nodes, workers per node, each node's link rate (TCP's
-    payload share is taken off) and the latency per message (30us when not given)."""
+    payload share is taken off) and the latency per message (30us when not given); or a GPU cluster
+    (parse_gpu_cluster), told by its `key=value` links."""
+    if "=" in text:
+        return parse_gpu_cluster(text)
     match = DESCRIPTION.fullmatch(text.strip())
     if not match:
         raise UsageError(
-            f"--cluster {text!r}: give a profile ({', '.join(PROFILES)}) or NODESxWORKERS:RATE[:LATENCY], "
-            "such as 64x8:100gbit:5us"
+            f"--cluster {text!r}: give a profile ({', '.join(PROFILES)}), NODESxWORKERS:RATE[:LATENCY] such as "
+            f"64x8:100gbit:5us, or a GPU cluster such as {GPU_EXAMPLE}"
         )
     nodes, per_node, rate, latency = int(match[1]), int(match[2]), match[3], match[4] or "30us"
     rate_match, latency_match = RATE.fullmatch(rate), LATENCY.fullmatch(latency)
@@ -137,8 +181,7 @@ def parse_cluster(text: str, device: str = "cpu") -> Cluster:
         raise UsageError(f"--cluster {text!r}: the rate must be a number with mbit or gbit, such as 100gbit")
     if not latency_match:
         raise UsageError(f"--cluster {text!r}: the latency must be a number with us or ms, such as 5us")
-    if nodes < 1 or per_node < 1 or nodes * per_node > 65536:
-        raise UsageError(f"--cluster {text!r}: give at least 1 node of at least 1 worker (65,536 workers at most)")
+    _check_size(text, nodes, per_node)
     bits = float(rate_match[1]) * (1e6 if rate_match[2].lower() == "mbit" else 1e9)
     if bits <= 0:
         raise UsageError(f"--cluster {text!r}: the rate must be positive")
@@ -151,6 +194,94 @@ def parse_cluster(text: str, device: str = "cpu") -> Cluster:
         nodes,
         Link(bits / 8 * TCP_GOODPUT, seconds),
         source="described on the command line; TCP payload share of a 1500-byte frame",
+        era="any (a ring only: a GPU cluster is described with nvlink=/pcie= and ib=/roce=/eth=)",
+    )
+
+
+def _check_size(text: str, nodes: int, per_node: int) -> None:
+    if nodes < 1 or per_node < 1 or nodes * per_node > 65536:
+        raise UsageError(f"--cluster {text!r}: give at least 1 node of at least 1 worker (65,536 workers at most)")
+
+
+def _gpu_rate(text: str, key: str, value: str) -> tuple[float, float | None]:
+    """(bits/s, latency in s or None) of `RATE[@LATENCY]`."""
+    rate, _, latency = value.partition("@")
+    rate_match = GPU_RATE.fullmatch(rate)
+    if not rate_match or float(rate_match[1]) <= 0:
+        raise UsageError(
+            f"--cluster {text!r}: {key}= takes a positive rate with mbit, gbit (or g) or gbyte (GB/s), such as "
+            f"{key}=100g or {key}=100g@5us"
+        )
+    unit = rate_match[2].lower()
+    bits = float(rate_match[1]) * {"mbit": 1e6, "gbit": 1e9, "g": 1e9, "gbyte": 8e9}[unit]
+    if not latency:
+        return bits, None
+    latency_match = LATENCY.fullmatch(latency)
+    if not latency_match:
+        raise UsageError(f"--cluster {text!r}: {key}=...@LATENCY takes us or ms, such as {key}=100g@5us")
+    return bits, float(latency_match[1]) * (1e-6 if latency_match[2].lower() == "us" else 1e-3)
+
+
+def parse_gpu_cluster(text: str) -> Cluster:
+    """NODESxGPUS:LINK=RATE[@LATENCY],...[,nccl=VERSION], such as 4x8:nvlink=1200gbit,ib=100g: nodes of GPUS GPUs,
+    the link between the GPUs of a node (nvlink= or pcie=: each GPU's rate, one direction) and each node's link to
+    the others (ib=, roce= or eth=: the node's NIC rate), each with its payload share (PAYLOAD) and a latency per
+    message (DEFAULT_LATENCY_S unless @LATENCY gives one); nccl= the NCCL version of the era (NCCL's tree from 2.4
+    on; the newest when not given)."""
+    match = GPU_DESCRIPTION.fullmatch(text.strip())
+    if not match:
+        raise UsageError(
+            f"--cluster {text!r}: describe a GPU cluster as NODESxGPUS:LINK=RATE[@LATENCY],... such as "
+            f"{GPU_EXAMPLE} (links: {', '.join(INTRA + INTER)}; nccl=VERSION)"
+        )
+    nodes, per_node = int(match[1]), int(match[2])
+    _check_size(text, nodes, per_node)
+    links: dict[str, Link] = {}
+    nccl = None
+    for item in match[3].split(","):
+        key, _, value = item.partition("=")
+        key = key.lower()
+        if key in links or (key == "nccl" and nccl is not None):
+            raise UsageError(f"--cluster {text!r}: {key}= is given twice")
+        if key == "nccl":
+            version = VERSION.fullmatch(value)
+            if not version:
+                raise UsageError(f"--cluster {text!r}: nccl= takes a version such as 2.4")
+            nccl = (int(version[1]), int(version[2]))
+        elif key in PAYLOAD:
+            bits, latency = _gpu_rate(text, key, value)
+            links[key] = gpu_link(key, bits, latency)
+        else:
+            raise UsageError(
+                f"--cluster {text!r}: unknown link {key}=; give {', '.join(INTRA)} within a node and "
+                f"{', '.join(INTER)} between nodes (and nccl=VERSION)"
+            )
+    intra = [k for k in links if k in INTRA]
+    inter = [k for k in links if k in INTER]
+    if len(intra) > 1 or len(inter) > 1:
+        raise UsageError(f"--cluster {text!r}: give one link within a node and one between nodes")
+    if per_node > 1 and not intra:
+        raise UsageError(f"--cluster {text!r}: nodes of {per_node} GPUs need the link between them: nvlink= or pcie=")
+    if nodes > 1 and not inter:
+        raise UsageError(f"--cluster {text!r}: {nodes} nodes need the link between them: ib=, roce= or eth=")
+    tree = nccl is None or nccl >= TREE_SINCE
+    words = ", ".join(f"{k} {v}" for k, v in (item.partition("=")[::2] for item in match[3].split(",")))
+    return Cluster(
+        text,
+        f"{nodes} node(s) of {per_node} GPU(s): {words}",
+        "cuda",
+        per_node,
+        nodes,
+        links[inter[0]] if inter else None,
+        node_link=links[intra[0]] if intra else None,
+        tree=tree,
+        source="described on the command line; payload shares "
+        + ", ".join(f"{k} {PAYLOAD[k]:.0%}" for k in links)
+        + " and latencies (unless given) "
+        + ", ".join(f"{k} {DEFAULT_LATENCY_S[k] * 1e6:g} us" for k in links)
+        + " are the description's assumptions",
+        era=(f"NCCL {nccl[0]}.{nccl[1]}" if nccl else "NCCL 2.4 or later")
+        + (": ring and tree" if tree else ": ring only (NCCL's tree came with 2.4, in 2019)"),
     )
 
 

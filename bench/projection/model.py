@@ -39,6 +39,14 @@ from bench.core.registry import get_backend
 from bench.core.stats import CONFIDENCE, t_quantile
 from bench.projection.clusters import Cluster
 
+# what every projection assumes, said beside it (and what docs/studies/published.md found it misses)
+SCOPE = (
+    "data-parallel training at a fixed per-worker batch; step = compute + the communication the backward pass "
+    "does not hide + the per-step overhead; collectives one at a time over the described links, each by the "
+    "fastest algorithm the era's library has (on GPUs, NCCL's tree from 2.4); not modelled: the input pipeline "
+    "and what a node's workers share besides its links (CPU cores, host memory, the NIC's PCIe)"
+)
+
 SETTLE = 3  # replays of the stretched backward pass
 INPUT_NAMES = ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta")
 
@@ -91,6 +99,21 @@ class Shape:
 
 
 @dataclass(frozen=True)
+class Assumption:
+    """An input no run measured for this cluster, stated as a range: the projection takes its middle, and its 95%
+    interval widens to hold the replays at both ends (never a point where the input is not known)."""
+
+    name: str  # one of INPUT_NAMES
+    low: float
+    high: float
+    why: str
+
+    @property
+    def middle(self) -> float:
+        return (self.low + self.high) / 2
+
+
+@dataclass(frozen=True)
 class Inputs:
     """Everything the model needs about one case (a workload at a per-worker batch under one backend), measured."""
 
@@ -109,6 +132,15 @@ class Inputs:
     beta: Value  # per byte of its bus traffic (s/byte)
     fit_world: int
     notes: tuple[str, ...] = ()  # what was assumed where a measurement was missing
+    assumed: tuple[Assumption, ...] = ()  # inputs stated as ranges (their Value is the range's middle)
+    # the rules (comm_schedule, exchanges, cost_model) of a system that is not one of the suite's backends, such as
+    # a published benchmark's (bench.projection.published); None: the backend's own
+    rule: object | None = None
+
+    @property
+    def rules(self):
+        """What schedules and prices this case's collectives: `rule`, else the backend plug-in."""
+        return self.rule if self.rule is not None else get_backend(self.backend)
 
     def runs(self) -> dict[str, tuple[str, ...]]:
         """Each input's runs, for the page and the JSON."""
@@ -164,7 +196,7 @@ class Point:
 def collective_cost(inputs: Inputs, cluster: Cluster, workers: int, alpha: float, beta: float):
     """A function nbytes -> (seconds, of which the backend's own processing) for one collective at `workers` on
     `cluster`, and the algorithm it takes."""
-    backend = get_backend(inputs.backend)
+    backend = inputs.rules
     schedule = backend.comm_schedule(inputs.options)
     _, _, beta_coef = backend.cost_model(workers, inputs.options)
     _, alpha_coef, _ = backend.cost_model(inputs.fit_world, inputs.options)
@@ -174,7 +206,26 @@ def collective_cost(inputs: Inputs, cluster: Cluster, workers: int, alpha: float
     own = inputs.device == cluster.device
     chosen = {"name": "within a host"}
 
+    # a node's own link: on GPU nodes each GPU's link to the others of its node (NVLink, PCIe)
+    local = cluster.node_link if nodes > 1 and cluster.network is not None else None
+    on_gpus = cluster.device == "cuda"
+
+    def seconds(e, link) -> float:
+        """An exchange's time: each step pays its link's latency (a step within a node the node's link's), and its
+        bytes go at the slower of the node's link and the link between nodes (the ring's bytes cross both)."""
+        if local is None:
+            return e.steps * link.latency_s + e.link_bytes / link.bandwidth
+        across = e.steps - e.local_steps
+        return (
+            across * link.latency_s
+            + e.local_steps * local.latency_s
+            + e.link_bytes / min(link.bandwidth, local.bandwidth)
+            + e.local_bytes / local.bandwidth
+        )
+
     def cost(nbytes: float) -> tuple[float, float]:
+        """(seconds, of which the processing that competes with compute): on CPUs the backend's own processing; on
+        GPUs the whole collective, whose kernels run on the GPU the backward pass runs on."""
         wire = nbytes * schedule.wire_scale
         processing = (alpha * alpha_coef + beta * beta_coef * wire) if own else 0.0
         if nodes > 1 and cluster.network is not None:
@@ -183,15 +234,18 @@ def collective_cost(inputs: Inputs, cluster: Cluster, workers: int, alpha: float
             link, hosts = cluster.node_link, workers  # within a node: each worker its own link
         else:
             return processing, processing
-        best = min(
-            backend.exchanges(wire, workers, hosts, cluster.device, inputs.options),
-            key=lambda e: e.steps * link.latency_s + e.link_bytes / link.bandwidth,
-        )
+        offered = [
+            e
+            for e in backend.exchanges(wire, workers, hosts, cluster.device, inputs.options)
+            if e.name != "tree" or (cluster.tree and nodes > 1)  # NCCL's tree spans nodes; before 2.4 it had none
+        ]
+        best = min(offered, key=lambda e: seconds(e, link))  # as NCCL's tuner takes the fastest it predicts
         chosen["name"] = best.name
-        wire_s = best.steps * link.latency_s + best.link_bytes / link.bandwidth
+        wire_s = seconds(best, link)
         if cluster.link_measured and link is cluster.network:  # the fit at the link holds the processing already
             return max(wire_s, processing), min(wire_s, processing)
-        return processing + wire_s, processing
+        took = processing + wire_s
+        return took, took if on_gpus else processing
 
     return cost, chosen
 
@@ -256,7 +310,7 @@ def step_parts(inputs: Inputs, cluster: Cluster, workers: int, draw: dict | None
     forward, backward, optimizer = compute * shape.forward, compute * shape.backward, compute * shape.optimizer
     if workers <= 1:
         return Parts(compute, 0.0, 0.0, 0.0, v["overhead_one"], 0), "none"
-    schedule = get_backend(inputs.backend).comm_schedule(inputs.options)
+    schedule = inputs.rules.comm_schedule(inputs.options)
     cost, chosen = collective_cost(inputs, cluster, workers, max(v["alpha"], 0.0), max(v["beta"], 0.0))
     stretched = backward
     for _ in range(SETTLE):
@@ -295,6 +349,10 @@ def project(inputs: Inputs, cluster: Cluster, counts: list[int] | None = None) -
 
     one = step(1)
     ones = [(step(1, up), step(1, down)) for up, down, _ in shifted]
+    # the assumed inputs all at one end of their ranges, then all at the other (Assumption)
+    ends = [{**means, **{a.name: getattr(a, end) for a in inputs.assumed}} for end in ("low", "high")]
+    ends = ends if inputs.assumed else []
+    end_ones = [step(1, v) for v in ends]
     points = []
     for n in counts:
         parts, algorithm = step_parts(inputs, cluster, n)
@@ -307,16 +365,22 @@ def project(inputs: Inputs, cluster: Cluster, counts: list[int] | None = None) -
             ]
         )
         efficiency = one / parts.step
+        steps = [parts.step - half, parts.step + half]
+        efficiencies = [efficiency * math.exp(-log_half), efficiency * math.exp(log_half)]
+        for v, first in zip(ends, end_ones):
+            at_end = step(n, v)
+            steps.append(at_end)
+            efficiencies.append(first / at_end)
         points.append(
             Point(
                 n,
                 cluster.nodes_for(n),
                 parts,
-                parts.step - half,
-                parts.step + half,
+                min(steps),
+                max(steps),
                 efficiency,
-                efficiency * math.exp(-log_half),
-                efficiency * math.exp(log_half),
+                min(efficiencies),
+                max(efficiencies),
                 inputs.batch,
                 algorithm,
             )
@@ -324,22 +388,54 @@ def project(inputs: Inputs, cluster: Cluster, counts: list[int] | None = None) -
     return points
 
 
-def with_compute(inputs: Inputs, step_s: float, device: str, note: str) -> Inputs:
-    """The inputs with another machine's compute (a given single-worker step time): its overheads and the
-    backend's own communication cost are unknown there, so they are left out (said in `notes`): the collectives
-    cost what the cluster's links and the backend's schedule make them cost."""
-    zero = Value(0.0)
+# What no run measures on a GPU cluster, stated as ranges (Assumption): the projection takes their middle and its
+# interval holds both ends. Neither range is fitted to a figure the model is judged on (docs/studies/published.md).
+GPU_ASSUMPTIONS = (
+    Assumption(
+        "overhead",
+        0.0,
+        1e-3,
+        "the backend's own work per step beyond its collectives (DDP's reducer, Horovod's negotiation): 0 to 1 ms",
+    ),
+    Assumption(
+        "slowdown",
+        0.0,
+        0.3,
+        "compute lost per second of communication overlapping the backward pass (NCCL's kernels take SMs and "
+        "memory bandwidth from it): 0 to 0.3 s",
+    ),
+)
+
+
+def assume(inputs: Inputs, assumptions=GPU_ASSUMPTIONS) -> Inputs:
+    """The inputs with `assumptions` in place of their measured values: each Value is the range's middle."""
     return replace(
+        inputs,
+        assumed=tuple(assumptions),
+        **{a.name: Value(a.middle) for a in assumptions},
+        notes=inputs.notes + tuple(f"assumed: {a.why}" for a in assumptions),
+    )
+
+
+def with_compute(inputs: Inputs, step_s: float, device: str, note: str) -> Inputs:
+    """The inputs with a given single-worker step time. On the device the inputs were measured on, the backend's
+    measured overheads and processing stay; on another device (a GPU's step for CPU-measured inputs) they are
+    unknown there: its one-worker overhead is in the given step, the collectives cost what the cluster's links and
+    the backend's schedule make them cost, and the per-step overhead and the slowdown are stated as ranges
+    (GPU_ASSUMPTIONS) that widen the interval."""
+    if device == inputs.device:
+        return replace(inputs, compute=Value(step_s), notes=inputs.notes + (note,))
+    zero = Value(0.0)
+    moved = replace(
         inputs,
         compute=Value(step_s),
         device=device,
         overhead_one=zero,
-        overhead=zero,
-        slowdown=zero,
         alpha=zero,
         beta=zero,
         notes=inputs.notes + (note,),
     )
+    return assume(moved)
 
 
 def crossover(points_by_backend: dict[str, list[Point]]) -> list[tuple[int, str, str]]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from bench.core.registry import PROJECTED
 from bench.projection.clusters import PROFILES, profile
 from bench.projection.fit import cases_in, fit_backends, gives
-from bench.projection.model import crossover, project
+from bench.projection.model import SCOPE, crossover, project
+from bench.projection.published import track_record
 from bench.projection.validate import GOAL_MEDIAN, GOAL_WORST, validate
 from bench.report.sections import (
     Bullets,
@@ -76,6 +77,18 @@ def scale_section(records: list) -> Section | None:
             "note",
         )
     ]
+    record = track_record()
+    blocks.append(
+        Paragraph(
+            [
+                strong("Track record on published GPU clusters: "),
+                record.summary() + ". ",
+                strong("Scope: "),
+                SCOPE + ".",
+            ],
+            "note" if record.meets_goal() else "warn",
+        )
+    )
     blocks += validation_blocks(records)
     gpu_profiles = [name for name, c in PROFILES.items() if c.device == "cuda"]
     for case in cases:

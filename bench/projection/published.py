@@ -1,0 +1,313 @@
+"""The scaling model held against published scaling tables (docs/studies/published.md): its track record.
+
+Each table (published/cases.json) gives a system's throughput at 1 GPU and at each N its source measured, with the
+model's inputs for it: the model's gradient tensors and their ready order (a profile committed beside it,
+published/shapes/MODEL.json, as bench.projection.shapes makes one), the cluster as a description
+(bench.projection.clusters.parse_gpu_cluster), the rule that moves the gradients (a backend's, with the options of
+the version the source ran, or, for a system the suite does not run, a rule here) and the per-GPU batch. The compute
+is the published 1-GPU step (batch / throughput); nothing is fitted to the figures the model is judged on. The
+framework overhead and the slowdown are the model's stated GPU assumptions (bench.projection.model.GPU_ASSUMPTIONS).
+
+Efficiency = throughput(N) / (N x throughput(1)); the error is predicted - published, in percentage points."""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from bench.backends.base import CommSchedule, Exchange
+from bench.projection.clusters import parse_cluster
+from bench.projection.model import Inputs, Shape, Value, assume, project
+
+DATA = Path(__file__).resolve().parent / "published"
+GOAL_MEDIAN_POINTS = 5.0  # median absolute error at most this
+GOAL_WORST_POINTS = 10.0  # and none above this
+STUDY = "docs/studies/published.md"
+
+
+class DistributedReplicated:
+    """TensorFlow 1.x's `distributed_replicated` (tf_cnn_benchmarks, as its performance guide describes it): every
+    GPU keeps a copy of the variables; the gradients are summed over the GPUs of each instance, the sums are pushed
+    to the parameter servers (the variables split evenly over them), and each instance pulls the updated variables
+    back and copies them to its GPUs. The model takes it after the backward pass (the pull waits for every push),
+    the sum within an instance over each GPU's link as a reduce and a broadcast, and, across instances, the busiest
+    instance's link: one holding a server sends its push to the other servers ((K-1)/K of the bytes) and its
+    server's share to the other instances ((nodes-1)/K). K = round(nodes x servers_per_node), at least 1."""
+
+    name = "TensorFlow distributed_replicated"
+
+    def comm_schedule(self, options: dict) -> CommSchedule:
+        return CommSchedule("after_backward")
+
+    def cost_model(self, world_size: int, options: dict) -> tuple[str, float, float]:
+        return "parameter servers", 2.0, 1.0  # unused: no processing of its own is measured on GPUs
+
+    def exchanges(self, nbytes: float, world_size: int, hosts: int, device: str, options: dict) -> list[Exchange]:
+        n = world_size
+        if n <= 1:
+            return [Exchange("within a node", 0.0, 0.0)]
+        if hosts >= n:  # one node: the model gives each GPU its own link
+            return [Exchange("summed within the node", 2.0 * (n - 1), 2.0 * (n - 1) / n * nbytes)]
+        per_node = n / hosts
+        servers = max(1, round(hosts * options["servers_per_node"]))
+        busiest = (servers - 1) / servers * nbytes + (hosts - 1) * nbytes / servers
+        local = 2.0 * (per_node - 1)
+        return [
+            Exchange(
+                f"summed within nodes, pushed to and pulled from {servers} server(s)",
+                2.0 + local,
+                busiest,
+                local_steps=local,
+                local_bytes=local / per_node * nbytes,
+            )
+        ]
+
+
+RULES = {"distributed_replicated": DistributedReplicated()}
+
+
+@dataclass(frozen=True)
+class Row:
+    table: str
+    workers: int
+    nodes: int
+    published: float  # efficiency
+    predicted: float
+    low: float
+    high: float
+    throughput: float  # published samples/s
+    predicted_throughput: float
+    algorithm: str
+    batch: int
+    communication_s: float  # the predicted step's communication (hidden and exposed) and the compute it slowed
+
+    @property
+    def error_points(self) -> float:
+        return 100.0 * (self.predicted - self.published)
+
+    @property
+    def unexplained_s(self) -> float:
+        """The published step at N beyond the predicted one: time the model does not account for."""
+        return self.batch * self.workers / self.throughput - self.batch * self.workers / self.predicted_throughput
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """Where a source has two systems at one N: which is ahead (faster), published and predicted."""
+
+    pair: str
+    workers: int
+    published: str
+    predicted: str
+
+    @property
+    def agrees(self) -> bool:
+        return self.published == self.predicted
+
+
+@dataclass(frozen=True)
+class TrackRecord:
+    tables: list[dict]
+    rows: list[Row]
+    ahead: list[Ahead]
+
+    @property
+    def errors(self) -> list[float]:
+        return [abs(r.error_points) for r in self.rows]
+
+    @property
+    def median_error(self) -> float:
+        return statistics.median(self.errors)
+
+    @property
+    def worst_error(self) -> float:
+        return max(self.errors)
+
+    @property
+    def over_worst(self) -> list[Row]:
+        return [r for r in self.rows if abs(r.error_points) > GOAL_WORST_POINTS]
+
+    def meets_goal(self) -> bool:
+        return self.median_error <= GOAL_MEDIAN_POINTS and not self.over_worst and all(a.agrees for a in self.ahead)
+
+    def summary(self) -> str:
+        """The one line `bench predict` and the page show beside any projection."""
+        agree = sum(a.agrees for a in self.ahead)
+        return (
+            f"this model, on published clusters: median error {self.median_error:.1f} points over "
+            f"{len(self.rows)} published efficiencies of {len(self.tables)} tables (worst {self.worst_error:.1f}; "
+            f"{len(self.over_worst)} above {GOAL_WORST_POINTS:g}); the faster system right at {agree} of "
+            f"{len(self.ahead)}; goal (median at most {GOAL_MEDIAN_POINTS:g}, none above {GOAL_WORST_POINTS:g}): "
+            + ("met" if self.meets_goal() else "missed")
+            + f" ({STUDY})"
+        )
+
+
+def load_cases() -> dict:
+    return json.loads((DATA / "cases.json").read_text())
+
+
+def shape_profile(model: str) -> dict:
+    return json.loads((DATA / "shapes" / f"{model}.json").read_text())
+
+
+def inputs_for(table: dict) -> Inputs:
+    """The model's inputs for a published table: its 1-GPU step as the compute, its model's committed profile, its
+    rule and options, and the GPU assumptions."""
+    profile = shape_profile(table["model"])
+    one = table["throughput"]["1"]
+    inputs = Inputs(
+        table["model"],
+        table["backend"],
+        dict(table["options"]),
+        table["batch"],
+        1,
+        "cuda",
+        Value(table["batch"] / one),
+        Shape.of_profile(profile, run=f"profile of {table['model']} (published/shapes/{table['model']}.json)"),
+        Value(0.0),  # the published 1-GPU figure is the system's own step at one GPU
+        Value(0.0),
+        Value(0.0),
+        Value(0.0),  # no processing of the backend's own on GPUs: the links carry the collectives
+        Value(0.0),
+        1,
+        rule=RULES[table["rule"]] if table.get("rule") else None,
+    )
+    return assume(inputs)
+
+
+def rows_of(table: dict, inputs_change=None, cluster_change=None) -> list[Row]:
+    """The table's rows; `inputs_change(inputs)` and `cluster_change(cluster, nodes)` give the ablation's variants."""
+    cluster = parse_cluster(table["cluster"])
+    counts = sorted(int(n) for n in table["throughput"] if int(n) > 1)
+    inputs = inputs_for(table) if inputs_change is None else inputs_change(inputs_for(table))
+    if cluster_change is None:
+        points = project(inputs, cluster, counts)
+    else:
+        points = [project(inputs, cluster_change(cluster, cluster.nodes_for(n)), [n])[0] for n in counts]
+    one = table["throughput"]["1"]
+    return [
+        Row(
+            table["id"],
+            p.workers,
+            p.nodes,
+            table["throughput"][str(p.workers)] / (p.workers * one),
+            p.efficiency,
+            p.efficiency_low,
+            p.efficiency_high,
+            table["throughput"][str(p.workers)],
+            p.efficiency * p.workers * one,
+            p.algorithm,
+            table["batch"],
+            p.parts.hidden + p.parts.exposed + p.parts.slowdown,
+        )
+        for p in points
+    ]
+
+
+def ahead_of(tables: list[dict], rows: list[Row]) -> list[Ahead]:
+    """For each pair of tables from one source (the same `pair`), at each N both have: the faster system."""
+    out = []
+    by_pair: dict[str, list[dict]] = {}
+    for t in tables:
+        if t.get("pair"):
+            by_pair.setdefault(t["pair"], []).append(t)
+    for pair, (a, b) in ((p, ts) for p, ts in by_pair.items() if len(ts) == 2):
+        for n in sorted(set(a["throughput"]) & set(b["throughput"]), key=int):
+            if n == "1":
+                continue
+            ra = next(r for r in rows if r.table == a["id"] and r.workers == int(n))
+            rb = next(r for r in rows if r.table == b["id"] and r.workers == int(n))
+            published = a["id"] if a["throughput"][n] >= b["throughput"][n] else b["id"]
+            predicted = a["id"] if ra.predicted_throughput >= rb.predicted_throughput else b["id"]
+            out.append(Ahead(pair, int(n), published, predicted))
+    return out
+
+
+@functools.cache
+def track_record() -> TrackRecord:
+    cases = load_cases()
+    tables = cases["tables"]
+    rows = [row for t in tables for row in rows_of(t)]
+    return TrackRecord(tables, rows, ahead_of(tables, rows))
+
+
+def markdown_rows(record: TrackRecord) -> list[str]:
+    """The study's table (docs/studies/published.md), one line per published efficiency."""
+    lines = [
+        "| table | GPUs | nodes | published img/s | published efficiency | predicted (95%) | error, points "
+        "| communication ms (predicted) | unexplained ms/step | algorithm |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for r in record.rows:
+        lines.append(
+            f"| {r.table} | {r.workers} | {r.nodes} | {r.throughput:,.2f} | {r.published:.1%} | "
+            f"{r.predicted:.1%} ({r.low:.1%}-{r.high:.1%}) | {r.error_points:+.1f} | {r.communication_s * 1e3:.1f} | "
+            f"{r.unexplained_s * 1e3:+.1f} | {r.algorithm} |"
+        )
+    return lines
+
+
+def markdown_inputs(record: TrackRecord) -> list[str]:
+    """The study's table of each published table's inputs."""
+    sources = load_cases()["sources"]
+    lines = [
+        "| table | source | system | model: parameters, tensors | cluster | gradients move by | compute: 1-GPU step |",
+        "|---|---|---|---|---|---|--:|",
+    ]
+    for t in record.tables:
+        profile = shape_profile(t["model"])
+        step = t["batch"] / t["throughput"]["1"]
+        lines.append(
+            f"| {t['id']} | [{t['source']}]({sources[t['source']]['url']}) ({sources[t['source']]['era']}) | "
+            f"{t['system']} | {t['model']}: {profile['parameters'] / 1e6:.1f} M, {len(profile['grads'])} | "
+            f"`{t['cluster']}` | {t['rule_words']} | {step * 1e3:,.1f} ms ({t['throughput']['1']:g} img/s) |"
+        )
+    return lines
+
+
+def _at_end(end: str):
+    def change(inputs: Inputs) -> Inputs:
+        return replace(inputs, assumed=(), **{a.name: Value(getattr(a, end)) for a in inputs.assumed})
+
+    return change
+
+
+def _flat_shares(inputs: Inputs) -> Inputs:
+    shape = inputs.shape
+    return replace(inputs, shape=Shape(1 / 3, 2 / 3, 0.0, shape.grads, shape.run))
+
+
+# (what changes, inputs_change, cluster_change): each part of the model taken away or moved, one at a time
+VARIANTS = (
+    ("the model as above", None, None),
+    ("assumed overhead and slowdown at their low ends (0 ms, 0 s per s)", _at_end("low"), None),
+    ("assumed overhead and slowdown at their high ends (1 ms, 0.3 s per s)", _at_end("high"), None),
+    (
+        "the link inside a node free across nodes (the model before this study)",
+        None,
+        lambda c, nodes: replace(c, node_link=None) if nodes > 1 else c,
+    ),
+    ("NCCL's ring only (no tree)", None, lambda c, nodes: replace(c, tree=False)),
+    ("the step's shares not the CPU profile's but forward 1/3, backward 2/3", _flat_shares, None),
+)
+
+
+def ablation() -> list[tuple[str, float, float, int]]:
+    """(variant, median absolute error, worst, figures above GOAL_WORST_POINTS) for each of VARIANTS: what each
+    part of the model does to the track record (docs/studies/published.md)."""
+    tables = load_cases()["tables"]
+    out = []
+    for words, inputs_change, cluster_change in VARIANTS:
+        errors = [abs(r.error_points) for t in tables for r in rows_of(t, inputs_change, cluster_change)]
+        out.append((words, statistics.median(errors), max(errors), sum(e > GOAL_WORST_POINTS for e in errors)))
+    return out
+
+
+def markdown_ablation() -> list[str]:
+    lines = ["| variant | median absolute error, points | worst | above 10 |", "|---|--:|--:|--:|"]
+    lines += [f"| {words} | {median:.1f} | {worst:.1f} | {over} |" for words, median, worst, over in ablation()]
+    return lines

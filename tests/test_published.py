@@ -1,0 +1,301 @@
+"""The scaling model on GPU clusters as they are built, any model by name, and its track record against published
+tables (docs/studies/published.md): every figure of the study recomputed here from the same data file."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench.core.errors import UsageError
+from bench.projection import published
+from bench.projection.clusters import PROFILES, parse_cluster, split_clusters
+from bench.projection.model import Shape, Value, project, with_compute
+from bench.projection.shapes import cache_dir, model_profile, params_profile, parse_params
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDY = ROOT / "docs" / "studies" / "published.md"
+
+
+# ---------------------------------------------------------------- the study
+def test_the_studys_tables_are_what_the_model_computes_from_the_data_file():
+    """Every line of the study's inputs table, its table of predictions and its summary is what
+    bench.projection.published computes now from bench/projection/published/cases.json and the committed shapes:
+    the model, its inputs and the study cannot drift apart."""
+    text = STUDY.read_text()
+    record = published.track_record()
+    for line in [*published.markdown_inputs(record), *published.markdown_rows(record)]:
+        assert line in text, f"the study lacks (or has another version of) this line:\n{line}"
+    assert record.summary() in text
+    for line in published.markdown_ablation():
+        assert line in text, f"the study's ablation lacks (or has another version of) this line:\n{line}"
+
+
+def test_the_track_record_is_judged_by_its_stated_goal():
+    record = published.track_record()
+    errors = [abs(r.error_points) for r in record.rows]
+    assert record.median_error == pytest.approx(statistics.median(errors))
+    assert record.meets_goal() == (
+        record.median_error <= 5 and max(errors) <= 10 and all(a.agrees for a in record.ahead)
+    )
+    assert {a.pair for a in record.ahead} == {"dlperf"}  # the source with both DDP and Horovod
+    assert len(record.ahead) == 3
+
+
+def test_published_efficiency_is_throughput_at_n_over_n_times_one_gpu():
+    row = next(r for r in published.track_record().rows if r.table == "dlperf-ddp" and r.workers == 32)
+    assert row.published == pytest.approx(10917.09 / (32 * 367.29))
+    assert row.nodes == 4
+    assert row.error_points == pytest.approx(100 * (row.predicted - row.published))
+
+
+def test_the_compute_is_the_one_gpu_figure_and_no_scaling_point_moves_a_prediction():
+    """A figure the model is judged on is never an input: moving a published N-GPU figure leaves the prediction
+    where it was; moving the 1-GPU figure (the compute) moves it."""
+    table = next(t for t in published.load_cases()["tables"] if t["id"] == "dlperf-ddp")
+    before = {r.workers: r.predicted for r in published.rows_of(table)}
+    judged = {**table, "throughput": {**table["throughput"], "32": 5000.0, "16": 1.0}}
+    assert {r.workers: r.predicted for r in published.rows_of(judged)} == before
+    faster = {**table, "throughput": {**table["throughput"], "1": 2 * table["throughput"]["1"]}}
+    assert published.rows_of(faster)[-1].predicted < before[32]
+
+
+def test_tensorflows_parameter_servers_sum_within_a_node_then_use_the_busiest_link():
+    """8 nodes of 8 GPUs, 4 servers: a node with a server sends 3/4 of S to the others' servers and its server's
+    S/4 to 7 nodes: 2.5 S; within the node each GPU's link carries a reduce and a broadcast, 2 x 7/8 S."""
+    rule = published.RULES["distributed_replicated"]
+    (e,) = rule.exchanges(100.0, 64, 8, "cuda", {"servers_per_node": 0.5})
+    assert e.link_bytes == pytest.approx(250.0)
+    assert e.local_bytes == pytest.approx(175.0)
+    assert (e.steps, e.local_steps) == (16.0, 14.0)
+    assert rule.comm_schedule({}).kind == "after_backward"
+
+
+# ---------------------------------------------------------------- GPU clusters as they are built
+def test_a_gpu_cluster_is_nodes_of_gpus_with_a_link_inside_and_one_between():
+    c = parse_cluster("4x8:nvlink=1200gbit@2us,ib=100g")
+    assert (c.device, c.max_nodes, c.workers_per_node) == ("cuda", 4, 8)
+    assert c.node_link.bandwidth == pytest.approx(150e9 * 0.8) and c.node_link.latency_s == pytest.approx(2e-6)
+    assert c.network.bandwidth == pytest.approx(100e9 / 8 * 0.95) and c.network.latency_s == pytest.approx(5e-6)
+    assert c.tree and "2.4" in c.era
+    assert parse_cluster("2x4:pcie=16gbyte,roce=25g").node_link.bandwidth == pytest.approx(16e9 * 0.8)
+    assert parse_cluster("1x8:nvlink=2400gbit").network is None
+    assert split_clusters("4x8:nvlink=1200gbit,ib=100g,eth-25g,2x1:1gbit") == [
+        "4x8:nvlink=1200gbit,ib=100g",
+        "eth-25g",
+        "2x1:1gbit",
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("4x8:ib=100g", "nodes of 8 GPUs need the link between them"),
+        ("4x1:nvlink=100g", "4 nodes need the link between them"),
+        ("4x8:nvlink=fast,ib=100g", "nvlink= takes a positive rate"),
+        ("4x8:nvlink=100g,ib=100g,nccl=new", "nccl= takes a version"),
+        ("4x8:nvlink=100g,wifi=1g", "unknown link wifi="),
+        ("4x8:nvlink=100g,pcie=10g,ib=1g", "one link within a node and one between nodes"),
+        ("4x8:nvlink=100g@soon,ib=1g", "@LATENCY takes us or ms"),
+    ],
+)
+def test_a_bad_gpu_cluster_is_refused_in_one_line(text, says):
+    with pytest.raises(UsageError) as err:
+        parse_cluster(text)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def step_at(cluster_text: str, workers: int, grad_bytes: float = 100e6) -> tuple[float, str]:
+    point = project(_gpu_inputs(grad_bytes), parse_cluster(cluster_text), [workers])[0]
+    return point.parts.hidden + point.parts.exposed, point.algorithm
+
+
+def _gpu_inputs(grad_bytes: float = 100e6):
+    from bench.projection.model import Inputs
+
+    shape = Shape(0.3, 0.6, 0.1, tuple((k / 4, grad_bytes / 4) for k in range(1, 5)))
+    base = Inputs(
+        "w",
+        "elastic",
+        {"ddp_bucket_mb": 25.0},
+        32,
+        1,
+        "cpu",
+        Value(0.1),
+        shape,
+        Value(0.0),
+        Value(0.0),
+        Value(0.0),
+        Value(0.0),
+        Value(0.0),
+        1,
+    )
+    return with_compute(base, 0.1, "cuda", "a GPU's step")
+
+
+def test_nccls_tree_only_where_its_era_had_one_and_only_across_nodes():
+    """At 128 nodes NCCL 2.4 and later take the tree for small collectives (2 log2(nodes) steps across nodes against
+    the ring's 2(N-1)); the NCCL of 2017 (before 2.4) has only the ring; within one node the ring."""
+    new = "128x8:nvlink=1200gbit,ib=100g@20us"
+    old = new + ",nccl=2.3"
+    assert step_at(new, 1024, 1e4)[1] == "tree"
+    assert step_at(old, 1024, 1e4)[1] == "ring"
+    assert step_at(old, 1024, 1e4)[0] > step_at(new, 1024, 1e4)[0]
+    assert step_at("1x8:nvlink=1200gbit", 8, 1e4)[1] == "ring"
+    assert not PROFILES["eth-25g"].tree and "2017" in PROFILES["eth-25g"].era
+    assert all(c.era for c in PROFILES.values())
+
+
+def test_the_link_inside_a_node_is_not_free_across_nodes():
+    """The ring's bytes cross each GPU's link in the node and the node's NIC: a slow link inside the node slows a
+    collective across nodes (the old model took it as free)."""
+    fast, _ = step_at("4x8:nvlink=1200gbit,ib=100g", 32, 400e6)
+    slow, _ = step_at("4x8:pcie=8gbit,ib=100g", 32, 400e6)
+    assert slow > 5 * fast
+
+
+def test_a_gpus_step_with_stated_assumptions_has_an_interval_not_a_point():
+    """--compute-ms on a GPU cluster: the per-step overhead and the slowdown are ranges (GPU_ASSUMPTIONS); the
+    projection takes their middles and its interval holds both ends: never '97% (97%-97%)'."""
+    inputs = _gpu_inputs()
+    assert {a.name for a in inputs.assumed} == {"overhead", "slowdown"}
+    point = project(inputs, parse_cluster("4x8:nvlink=1200gbit,ib=100g"), [32])[0]
+    assert point.efficiency_low < point.efficiency < point.efficiency_high
+    assert point.step_low < point.step < point.step_high
+    none = replace(inputs, assumed=())
+    bare = project(none, parse_cluster("4x8:nvlink=1200gbit,ib=100g"), [32])[0]
+    assert bare.efficiency_low == bare.efficiency == bare.efficiency_high
+    assert inputs.overhead.mean == pytest.approx(0.5e-3) and inputs.slowdown.mean == pytest.approx(0.15)
+
+
+def test_a_step_on_the_measured_device_keeps_the_measured_overheads():
+    """--compute-ms for a cluster of the store's own device replaces the compute only."""
+    inputs = replace(_gpu_inputs(), assumed=(), overhead=Value(0.004, 0.001, 2), device="cpu")
+    kept = with_compute(inputs, 0.2, "cpu", "given")
+    assert kept.overhead == inputs.overhead and kept.compute.mean == 0.2 and not kept.assumed
+
+
+# ---------------------------------------------------------------- any model
+def test_a_parameter_list_is_tensors_in_ready_order():
+    assert parse_params("params:1000x4096,4096,25.6M,2k") == [4096000, 4096, 25.6e6, 2000]
+    profile = params_profile("params:300,100")
+    shape = Shape.of_profile(profile)
+    assert [b for _, b in shape.grads] == [1200, 400]
+    assert [round(at, 6) for at, _ in shape.grads] == [0.75, 1.0]
+    assert (shape.forward, shape.backward, shape.optimizer) == pytest.approx((1 / 3, 2 / 3, 0))
+
+
+@pytest.mark.parametrize("text", ["params:", "params:x", "params:0", "params:4096xx2"])
+def test_a_bad_parameter_list_is_one_line(text):
+    with pytest.raises(UsageError) as err:
+        parse_params(text)
+    assert "\n" not in str(err.value)
+
+
+def test_bench_predict_projects_a_named_model_with_no_store_and_shows_the_track_record(tmp_path):
+    from conftest import bench_in_process
+
+    proc = bench_in_process(
+        "predict",
+        "--model",
+        "params:1000x2048,2048x1024x3x3,25M",
+        "--compute-ms",
+        "120",
+        "--compute-batch",
+        "64",
+        "--cluster",
+        "4x8:nvlink=1200gbit,ib=100g,eth-25g",
+        "--backend",
+        "elastic,horovod",
+        "--store",
+        str(tmp_path / "none.sqlite"),
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["track_record"]["summary"] == published.track_record().summary()
+    assert not (tmp_path / "none.sqlite").exists()  # no store is needed, and none is made
+    first, second = out["results"]
+    assert first["cluster"]["era"] and "not modelled" in first["cluster"]["scope"]
+    assert second["cluster"]["tree"] is False
+    for backend in ("elastic", "horovod"):
+        points = first["backends"][backend]["points"]
+        assert [p["workers"] for p in points] == [1, 2, 4, 8, 16, 32]
+        last = points[-1]
+        assert last["efficiency_low"] < last["efficiency"] < last["efficiency_high"]
+        assert math.isclose(last["throughput"], 32 * 64 / last["step_s"])
+        assert {a["name"] for a in first["backends"][backend]["inputs"]["assumed"]} == {"overhead", "slowdown"}
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--model", "vgg16"], "give its one-worker step"),
+        (["--model", "vgg16", "--compute-ms", "10"], "give --compute-batch"),
+        (["--model", "missing.py:NET", "--compute-ms", "10", "--compute-batch", "2"], "no file missing.py"),
+        (["--model", "params:1", "--validate"], "without --model"),
+        (["--model", "params:1x", "--compute-ms", "10"], "is not a tensor's elements"),
+        (["--model", "resnet50", "--workload", "resnet18", "--compute-ms", "1"], "give one"),
+        (["--model", "resnet50", "--batch-size", "32", "--compute-ms", "1"], "--model fits none"),
+    ],
+)
+def test_bench_predict_model_refuses_in_one_line(args, says, tmp_path):
+    from conftest import assert_one_line_error, bench_in_process
+
+    proc = bench_in_process("predict", *args, "--store", str(tmp_path / "none.sqlite"))
+    assert_one_line_error(proc, says)
+
+
+@pytest.mark.slow  # a child process imports torch and profiles a model (seconds; more on a busy machine)
+def test_a_users_model_is_profiled_in_a_child_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
+    from factories import TINY_WORKLOAD, write_source
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    path = write_source(tmp_path, "w.py", TINY_WORKLOAD)
+    profile = model_profile(f"{path}:TINY")
+    # the tiny MLP: Linear(144, 32) and Linear(32, 4): the last layer's gradients are ready first
+    assert [g[1] for g in profile["grads"]] == [4, 4 * 32, 32, 32 * 144]
+    assert profile["parameters"] == 144 * 32 + 32 + 32 * 4 + 4
+    (kept,) = list(cache_dir().glob("*.json"))
+    kept.write_text(json.dumps({**profile, "parameters": -1}))
+    assert model_profile(f"{path}:TINY")["parameters"] == -1  # the cached profile, not a new child
+    path.write_text(path.read_text() + "\n# changed\n")
+    assert model_profile(f"{path}:TINY")["parameters"] == profile["parameters"]  # new code: profiled again
+
+
+def test_bench_predict_model_takes_its_step_from_a_stored_gpu_run(tmp_path):
+    """--compute-from: the stored run's step and batch are the compute; a run of another workload is refused
+    before the model is profiled; a parameter list names no workload, so any run at one worker gives its step."""
+    from bench.core.store import Store
+    from conftest import assert_one_line_error, bench_in_process
+    from factories import train_record
+
+    store = tmp_path / "bench.sqlite"
+    run = train_record("g1", "single", 1, per_window=[640.0, 640.0], spec_fields={"device": "cuda"})
+    Store(str(store)).save(run)
+    proc = bench_in_process(
+        "predict",
+        "--model",
+        "params:1000x2048,25M",
+        "--compute-from",
+        "g1",
+        "--cluster",
+        "1x8:nvlink=1200gbit",
+        "--backend",
+        "elastic",
+        "--store",
+        str(store),
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(proc.stdout)["results"]
+    assert result["case"]["batch"] == run.spec.batch_size
+    elastic = result["backends"]["elastic"]
+    assert elastic["inputs"]["values"]["compute"]["mean"] == pytest.approx(run.metrics.step_time_s.mean)
+    assert any("run g1's step" in n for n in elastic["inputs"]["notes"])
+    refused = bench_in_process("predict", "--model", "vgg16", "--compute-from", "g1", "--store", str(store))
+    assert_one_line_error(refused, "--compute-from g1: it trained mnist_mlp, not vgg16")
