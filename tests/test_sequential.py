@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import sqlite3
+import time
 
 import numpy as np
 import pytest
@@ -235,3 +236,62 @@ def test_the_page_judges_a_sequential_sweeps_comparison_at_its_last_look(tmp_pat
     family = Family(frame_comparisons(frame))
     looked = {s.key: s for s in standings(store, sweep_id)}
     assert looked[key].judgement == family.judge(key) and looked[key].launches == 3
+
+
+def test_the_loop_adds_rounds_stores_them_and_says_each_look(tmp_path, capsys):
+    """resolve() on a stored sweep of 3 + 3 launches a side, its launches made by a stand-in runner that stores a
+    copy of an earlier launch of the same case under the new spec (no process runs): rounds go to the unsettled
+    comparisons until the design's last look, each round is in the stored plan before it runs, the time spent is
+    kept for --resume, every look is a line, and the page's frame then states the comparisons at their last look."""
+    from bench.core.store import Store
+    from bench.harness.runner import new_run_id
+    from bench.results.agreement import frame_comparisons
+    from bench.results.frame import load_frame
+    from bench.results.sweeps import plan_of, sequential_of
+    from bench.workflows.sequential import resolve, standings
+
+    path = tmp_path / "bench.sqlite"
+    shutil.copy("docs/studies/main-job/bench.sqlite", path)
+    with sqlite3.connect(path) as db:
+        sweep_id = db.execute("SELECT sweep_id FROM sweeps ORDER BY created_at LIMIT 1").fetchone()[0]
+        db.execute("DELETE FROM runs WHERE sweep_id != ?", (sweep_id,))
+        db.execute("DELETE FROM sweeps WHERE sweep_id != ?", (sweep_id,))
+    store = Store(path)
+    records = store.sweep_records(sweep_id)
+    plan = [r.spec for r in records]
+    ran_specs = []
+
+    def stand_in(store, sweep_id, specs, title, planned, ran_before):
+        assert len(plan_of(store.sweeps(sweep_id)[0])[0]) == planned  # stored before it runs
+        made = []
+        for spec in specs:
+            ran_specs.append(spec)
+            same = [
+                r
+                for r in records
+                if (r.spec.backend, r.spec.workload, r.spec.world_size, r.spec.task)
+                == (spec.backend, spec.workload, spec.world_size, spec.task)
+            ]
+            copy = dataclasses.replace(
+                same[spec.repeat % len(same)], spec=spec, run_id=new_run_id(), created_at=time.time()
+            )
+            store.save(copy)
+            made.append(copy)
+        return made
+
+    settings = {"resolution": 0.02, "timeout_s": 70.0}
+    made = resolve(store, sweep_id, plan, records, "bench sweep", settings, stand_in)
+    said = capsys.readouterr().err
+    stored = sequential_of(store.sweeps(sweep_id)[0])
+    looks = Looks(stored["first"], stored["most"])
+    assert looks == Looks(3, 5)  # 70 s hold two rounds of both comparisons (about 15 + 17 s each)
+    assert len(made) == len(ran_specs) == 8 and {s.repeat for s in ran_specs} == {3, 4}
+    assert len(plan_of(store.sweeps(sweep_id)[0])[0]) == len(plan) + 8 and stored["spent_s"] > 0
+    assert "mnist_mlp 2 workers:" in said and "resnet18 2 workers:" in said and ", 5 + 5, " in said
+    assert "(look 3 of 3)" in said and "at the design's last look (5 launches a side)" in said
+    frame = load_frame(store)
+    now = {s.key: s for s in standings(store, sweep_id)}
+    for key, est in frame_comparisons(frame).items():
+        if key in now:
+            assert est.launches == (5, 5) and est.share == pytest.approx(looks.share(5))
+            assert now[key].judgement.margin == pytest.approx(stats.equivalence_margin(est, ALPHA))

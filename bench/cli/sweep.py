@@ -218,6 +218,11 @@ def cmd(args) -> int:
         if args.dry_run:
             specs, description = benchmark_sweep_plan(None, **sweep)
             note(f"bench sweep: {description}")
+            if sequential:  # what the rounds will be depends on what the planned launches measure
+                note(
+                    f"bench sweep: then rounds of the comparisons not yet within ±{args.resolution:g}%, for at most "
+                    f"{sequential['timeout_s']:g} s of added launches: which, and how many, the launches decide"
+                )
             return print_plans(specs)
         _, records = run_benchmark_sweep(store, "bench sweep", **sweep, sequential=sequential)
     return finish(args, store, records)

@@ -85,7 +85,7 @@ def state_words(standing: Standing, resolution: float) -> str:
         return f"a difference of {abs(ratio - 1) if ratio >= 1 else abs(1 / ratio - 1):.0%}"
     if j.margin <= resolution:
         return f"within ±{j.margin:.0%}"
-    return f"±{j.margin:.0%}, not yet within ±{resolution:.0%}"
+    return f"±{j.margin:.0%}, not yet within ±{100 * resolution:g}%"
 
 
 def look_line(standing: Standing, resolution: float, looks: Looks, left_s: float) -> str:
@@ -108,7 +108,7 @@ def standings(store, sweep_id: str) -> list[Standing]:
         round_s = sum(sum(r.duration_s or 0.0 for r in side) / len(side) for side in mine)
         judgement = family.judge(key) if key in family.estimates else None
         label = f"{a.cond['workload']} {a.world_size} workers"
-        sides = tuple(side[-1].spec for side in mine)
+        sides = tuple(max(side, key=lambda r: r.spec.repeat or 0).spec for side in mine)  # its latest round
         out.append(Standing(key, label, judgement, min(len(side) for side in mine), round_s, sides))
     return out
 
@@ -144,8 +144,9 @@ def resolve(store, sweep_id: str, plan: list, records: list, title: str, sequent
         now = standings(store, sweep_id)  # judged at the first look's share now that the design is stored
     looks = Looks(int(sequential["first"]), int(sequential["most"]))
     note(
-        f"{title}: looking after every round until each comparison is a difference or within ±{resolution:.0%}: "
-        f"up to {looks.most} launches a side, {looks.count} looks, {format_duration(timeout_s)} of added launches"
+        f"{title}: looking after every round until each comparison is a difference or within ±{100 * resolution:g}%: "
+        f"up to {looks.most} launches a side, {looks.count} look{'s' if looks.count > 1 else ''}, "
+        f"{format_duration(timeout_s)} of added launches"
     )
     left = timeout_s - float(sequential.get("spent_s") or 0.0)
     for s in now:
@@ -181,7 +182,7 @@ def stop_reason(standings: list[Standing], resolution: float, looks: Looks, left
     """Why the sweep adds no more rounds, in one line."""
     unsettled = [s for s in standings if not s.settled(resolution)]
     if not unsettled:
-        return f"every comparison is a difference or within ±{resolution:.0%}"
+        return f"every comparison is a difference or within ±{100 * resolution:g}%"
     capped = [s.label for s in unsettled if s.launches >= looks.most]
     parts = [f"{', '.join(capped)} at the design's last look ({looks.most} launches a side)"] if capped else []
     short = [s for s in unsettled if s.launches < looks.most]
@@ -190,4 +191,4 @@ def stop_reason(standings: list[Standing], resolution: float, looks: Looks, left
             f"{format_duration(max(0.0, left_s))} left, too little for a round of "
             + ", ".join(f"{s.label} (about {s.round_s:.0f} s)" for s in short)
         )
-    return "stopped, not resolved to ±{:.0%}: {}".format(resolution, "; ".join(parts))
+    return f"stopped, not resolved to ±{100 * resolution:g}%: {'; '.join(parts)}"
