@@ -213,9 +213,9 @@ def test_the_page_judges_a_sequential_sweeps_comparison_at_its_last_look(tmp_pat
     and the sweep's own look (bench.workflows.sequential.standings) says the same; the same store without the mark
     is judged at the fixed design."""
     from bench.core.store import Store
-    from bench.results.agreement import frame_comparisons
+    from bench.results.agreement import claims_by_sweep, frame_comparisons
     from bench.results.frame import load_frame
-    from bench.results.sweeps import plan_text
+    from bench.results.sweeps import looks_of, plan_text
     from bench.tasks.train.results import looked_comparisons
     from bench.workflows.sequential import standings
 
@@ -236,6 +236,10 @@ def test_the_page_judges_a_sequential_sweeps_comparison_at_its_last_look(tmp_pat
     family = Family(frame_comparisons(frame))
     looked = {s.key: s for s in standings(store, sweep_id)}
     assert looked[key].judgement == family.judge(key) and looked[key].launches == 3
+    # `bench agreement` takes the sweep's claims at the same look
+    records = store.sweep_records(sweep_id)
+    assert claims_by_sweep({sweep_id: records})[sweep_id][key].estimate.share == 1.0
+    assert claims_by_sweep({sweep_id: records}, looks_of(store.sweeps()))[sweep_id][key].estimate == after
 
 
 def test_the_loop_adds_rounds_stores_them_and_says_each_look(tmp_path, capsys):

@@ -123,7 +123,7 @@ def agreement_note(frame) -> tuple[str, bool]:
     sweeps = {sid: list(group["record"]) for sid, group in frame.groupby("sweep_id") if sid}
     if len(sweeps) < 2:
         return "", False
-    result = agreement(sweeps)
+    result = agreement(sweeps, frame.attrs.get("looks"))
     bad = sorted({k for keys in result["pairs"].values() for k in keys})
     far = sorted({k for keys in result["apart"].values() for k in keys} - set(bad))
     head = (
