@@ -299,3 +299,14 @@ def test_the_loop_adds_rounds_stores_them_and_says_each_look(tmp_path, capsys):
         if key in now:
             assert est.launches == (5, 5) and est.share == pytest.approx(looks.share(5))
             assert now[key].judgement.margin == pytest.approx(stats.equivalence_margin(est, ALPHA))
+
+
+def test_the_regression_gate_adds_no_rounds(monkeypatch):
+    """The gate's sweep is its fixed matrix only: its run budget does not grow with sequential sweeps."""
+    from bench.workflows import regress
+
+    seen: dict = {}
+    monkeypatch.setattr(regress, "run_benchmark_sweep", lambda store, title, **kw: seen.update(kw) or ("", []))
+    regress.run_matrix(None, "bench regress", regress.REGRESS_REPEATS)
+    assert seen["repeats"] == regress.REGRESS_REPEATS and seen.get("sequential") is None
+    assert "--resolution" not in regress.regress_command(regress.REGRESS_REPEATS)
