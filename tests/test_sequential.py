@@ -310,3 +310,37 @@ def test_the_regression_gate_adds_no_rounds(monkeypatch):
     regress.run_matrix(None, "bench regress", regress.REGRESS_REPEATS)
     assert seen["repeats"] == regress.REGRESS_REPEATS and seen.get("sequential") is None
     assert "--resolution" not in regress.regress_command(regress.REGRESS_REPEATS)
+
+
+def test_sequential_sweeps_of_one_code_pooled_call_no_more_ties_differences():
+    """The page pools the sweeps of one code: three sequential sweeps in a row, each deciding on the launches pooled so
+    far and stated at its own look (the product's code), on two true ties at 7% a launch. In 400 simulated triples
+    the pooled family calls a difference at most 5% of the time (about 2% in 3000)."""
+    looks, rng, calls = Looks(3, 7), np.random.default_rng(1), 0
+    for _ in range(400):
+        pooled: list = [[[], []] for _ in range(2)]
+        for _sweep in range(3):
+            mine = [[list(rng.normal(0, 0.07, 3)), list(rng.normal(0, 0.07, 3))] for _ in range(2)]
+            while True:
+                ests = {
+                    str(c): sequential(
+                        ratio_of_cases(
+                            [list(np.exp(pooled[c][0] + mine[c][0]))], [list(np.exp(pooled[c][1] + mine[c][1]))]
+                        ),
+                        looks,
+                        len(mine[c][0]),
+                    )
+                    for c in range(2)
+                }
+                family = Family(ests)
+                now = [Standing(k, k, family.judge(k), len(mine[int(k)][0]), 1.0) for k in ests]
+                pick = next_comparison(now, 0.08, looks, math.inf)
+                if pick is None:
+                    break
+                for side in mine[int(pick.key)]:
+                    side.append(rng.normal(0, 0.07))
+            for c in range(2):
+                pooled[c][0] += mine[c][0]
+                pooled[c][1] += mine[c][1]
+        calls += any(s.judgement.significant for s in now)
+    assert calls / 400 <= 0.05
