@@ -80,6 +80,7 @@ def test_a_look_in_one_line():
     line = look_line(standing("resnet18 2 workers", 0.11, launches=6), 0.12, looks, 120.0)
     assert line == "resnet18 2 workers: within ±11%, 6 + 6, 2m00s left (look 4 of 6)"
     assert "not yet within ±8%" in look_line(standing("mlp", 0.11), 0.08, looks, 30.0)
+    assert look_line(standing("mlp", 0.30, significant=True), 0.08, looks, 30.0).startswith("mlp: horovod faster by")
 
 
 def draws(true_log_ratios, sd, sweeps, looks: Looks, seed):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from bench.core.console import format_duration, note
 from bench.core.environment import git_state
+from bench.core.registry import PRIMARY
 from bench.core.stats import Family, Judgement, Looks
 from bench.results.agreement import frame_comparisons
 from bench.results.frame import load_frame
@@ -75,14 +76,14 @@ def next_comparison(standings: list[Standing], resolution: float, looks: Looks, 
 
 
 def state_words(standing: Standing, resolution: float) -> str:
-    """A comparison's state in a few words: "a difference: elastic faster by 9%", "within ±7%", or the margin it
-    has reached ("±14%, not yet within ±8%")."""
+    """A comparison's state in a few words: "elastic faster by 9%", "within ±7%", or the margin it has reached
+    ("±14%, not yet within ±8%")."""
     j = standing.judgement
     if j is None or not j.replicated:
         return "not yet replicated"
-    if j.significant:
-        ratio = j.estimate.ratio
-        return f"a difference of {abs(ratio - 1) if ratio >= 1 else abs(1 / ratio - 1):.0%}"
+    if j.significant:  # the ratio is the primary pair's first over its second (looked_comparisons)
+        ratio, (first, second) = j.estimate.ratio, PRIMARY
+        return f"{first} faster by {ratio - 1:.0%}" if ratio >= 1 else f"{second} faster by {1 / ratio - 1:.0%}"
     if j.margin <= resolution:
         return f"within ±{j.margin:.0%}"
     return f"±{j.margin:.0%}, not yet within ±{100 * resolution:g}%"
