@@ -6,7 +6,8 @@ says). Writes to FOLDER:
 - bench.sqlite: every sweep's runs (the store `nox -s bench` fills);
 - timings.json: the machine (bench's own record of it), the commit, the set-up's seconds (from the start of
   `nox -s bench` to the sweep's first line), and each sweep's seconds (from its row in the store: started to last
-  update) with its launches.
+  update) with its launches, the seconds of the rounds it added (`--resolution`) and what each of its two-worker
+  training rows says on its own (the sweep's runs alone, judged as its page would: a difference, or its margin).
 
 With --sweeps 0 only the set-up is timed (`nox -s bench -- --dry-run`: the sweep is planned, nothing runs), and its
 figures replace those in FOLDER/timings.json, whose sweeps stay. tests/test_docs.py holds the README's set-up and
@@ -30,7 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.core.store import Store  # noqa: E402 (the checkout's bench, wherever this runs from)
+from bench.core.stats import Family  # noqa: E402 (the checkout's bench, wherever this runs from)
+from bench.core.store import Store  # noqa: E402
+from bench.results.agreement import frame_comparisons  # noqa: E402
+from bench.results.frame import records_to_frame  # noqa: E402
+from bench.results.sweeps import looks_of, sequential_of  # noqa: E402
+from bench.tasks.train.results import looked_comparisons  # noqa: E402
 
 SWEEP_STARTS = "bench sweep: "  # the sweep's first line (bench.workflows.sweep.run_benchmark_sweep's description)
 
@@ -79,6 +85,19 @@ def save_set_up(folder: Path, seconds: float, commit: str) -> int:
     return 0
 
 
+def rows_alone(runs: list, row: dict) -> dict:
+    """Each two-worker training row of one sweep, from its runs alone, judged as a page of them would judge it (at
+    the look where a sequential sweep left it): its launches a side, whether it is a difference, its margin."""
+    frame = records_to_frame(runs)
+    frame.attrs["looks"] = looks_of([row])
+    family = Family(frame_comparisons(frame))
+    out = {}
+    for key, (a, b) in looked_comparisons(frame).items():
+        judged = family.judge(key)
+        out[key] = {"launches": [a.launches, b.launches], "significant": judged.significant, "margin": judged.margin}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="where bench.sqlite and timings.json go (made if missing)")
@@ -111,6 +130,8 @@ def main() -> int:
                     "launches": len(runs),
                     "seconds": round(row["updated_at"] - row["created_at"], 1),
                     "fault_seconds": round(sum(r.duration_s for r in runs if r.spec.task == "fault"), 1),
+                    "added_seconds": (sequential_of(row) or {}).get("spent_s"),
+                    "rows": rows_alone(runs, row),
                 }
             )
         machine = next(r.environment for r in records if r.environment)

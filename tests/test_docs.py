@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import json
 import os
 import re
 import subprocess
@@ -150,6 +151,20 @@ def test_readme_commands_are_what_ci_and_nox_run():
     args = build_parser().parse_args(["sweep"])
     assert args.backend is None and args.max_gpus is None  # the primary pair, CPU processes
     assert PRIMARY == ("elastic", "horovod")
+
+
+def test_the_main_job_resolves_its_rows_within_ten_minutes():
+    """`nox -s bench` (no ARGS) is a sequential sweep to ±8% whose added launches, on top of the slowest of the
+    three timed main jobs (docs/studies/main-job/timings.json), keep it within the README's 10 minutes."""
+    sequential = next(
+        ast.literal_eval(node.value)
+        for node in ast.parse((ROOT / "noxfile.py").read_text()).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "MAIN_JOB_SEQUENTIAL"
+    )
+    args = build_parser().parse_args(["sweep", *sequential])
+    assert args.resolution == 8 and args.world_sizes is None and args.repeats >= 3
+    timed = json.loads((ROOT / "docs" / "studies" / "main-job" / "timings.json").read_text())
+    assert max(s["seconds"] for s in timed["sweeps"]) + args.resolution_timeout <= 600
 
 
 def test_a_test_whose_system_package_is_missing_skips_naming_it(tmp_path):

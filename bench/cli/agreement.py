@@ -8,6 +8,7 @@ from bench.cli.common import comma_list, examples, open_store, print_json
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.report.agreement_table import format_agreement
 from bench.results.agreement import agreement, disagree
+from bench.results.sweeps import looks_of
 
 
 def add_parser(verbs) -> None:
@@ -51,7 +52,7 @@ def cmd(args) -> int:
             f"{store.path} holds {len(sweeps)} sweep(s); agreement needs two or more "
             "(run `bench sweep` again into the same store)"
         )
-    result = agreement(sweeps)
+    result = agreement(sweeps, looks_of(store.sweeps()))
     if args.json:
         print_json(
             {

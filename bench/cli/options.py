@@ -89,6 +89,14 @@ def nonnegative_float(text: str) -> float:
     return value
 
 
+def percent(text: str) -> float:
+    """A percentage strictly between 0 and 100 (a resolution: 0 would need infinitely many launches)."""
+    value = finite_float(text.removesuffix("%"))
+    if not 0 < value < 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a percentage above 0 and below 100")
+    return value
+
+
 def at_most(parse, most: float, words: str):
     """A value type: what `parse` takes, up to `most` (`words`: that bound as help and errors say it). Every duration
     option has one (docs/cli.md says each)."""

@@ -20,12 +20,16 @@ from bench.cli.common import (
 from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
+from bench.core.spec import MAX_TIMEOUT_WORDS
+from bench.core.stats import MIN_LAUNCHES
 from bench.harness.plan import print_plans
 from bench.rank.collectives import COMM_DEFAULTS
 from bench.report.page import output_path, write_report_with_copy
 from bench.workflows.plan import SWEEP_DEFAULTS, SWEEP_FAULTS, check_fault_kinds, check_pair_can_run, sweep_world_sizes
 from bench.workflows.sweep import benchmark_sweep_plan, resume_sweep, run_benchmark_sweep
 from workloads import WORKLOADS
+
+SEQUENTIAL_TIMEOUT_S = 300.0  # --resolution-timeout: five minutes of added launches, about 17 rounds of ResNet18
 
 # what --resume takes besides the sweep: where its runs go, what it prints, and how they share the machine
 RESUME_TAKES = ("store", "output", "json", "allow_shared", "cores_timeout")
@@ -80,6 +84,27 @@ def add_parser(verbs) -> None:
         "(default: the links as they are)",
         invalid=["", ",", "fast,1gbit", "1gbit"],
     )  # 1gbit alone: only across hosts
+    u = own.add_argument_group("until it is sure")
+    options.add(
+        u,
+        "--resolution",
+        type=options.percent,
+        metavar="PCT",
+        help=f"after the planned launches, add rounds (a launch of each side) to {pair}'s training comparisons "
+        "above one worker, widest first, until each is a difference or within ±PCT, looking after every round "
+        "under a group-sequential design that the page's intervals then follow "
+        "(docs/method.md, 'Sequential sweeps') (default: the planned launches only)",
+        invalid=["0", "100", "-5", "x", "nan"],
+    )
+    options.add(
+        u,
+        "--resolution-timeout",
+        type=options.timeout_seconds,
+        metavar="SECONDS",
+        help="with --resolution: stop adding rounds once this many seconds of added launches have passed (default "
+        f"{SEQUENTIAL_TIMEOUT_S:g} seconds; at most {MAX_TIMEOUT_WORDS})",
+        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
+    )
     r = own.add_argument_group("an interrupted sweep")
     options.add(
         r,
@@ -188,13 +213,38 @@ def cmd(args) -> int:
         faults=faults,
         fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"],
     )
+    sequential = sequential_settings(args, running, sweep["world_sizes"])
     with said_in_flags_of(args):  # the plan's refusals of a world size name the sweep's flags
         if args.dry_run:
             specs, description = benchmark_sweep_plan(None, **sweep)
             note(f"bench sweep: {description}")
+            if sequential:  # what the rounds will be depends on what the planned launches measure
+                note(
+                    f"bench sweep: then rounds of the comparisons not yet within ±{args.resolution:g}%, for at most "
+                    f"{sequential['timeout_s']:g} s of added launches: which, and how many, the launches decide"
+                )
             return print_plans(specs)
-        _, records = run_benchmark_sweep(store, "bench sweep", **sweep)
+        _, records = run_benchmark_sweep(store, "bench sweep", **sweep, sequential=sequential)
     return finish(args, store, records)
+
+
+def sequential_settings(args, running: list[str] | None, world_sizes: list[int]) -> dict | None:
+    """--resolution and --resolution-timeout as a sequential sweep's settings (None without them), or a one-line
+    UsageError where the sweep would have nothing to add launches to."""
+    if args.resolution is None:
+        if args.resolution_timeout is not None:
+            raise UsageError("--resolution-timeout bounds the rounds --resolution adds; give --resolution PCT too")
+        return None
+    pair = " and ".join(PRIMARY)
+    if running is not None and not set(PRIMARY) <= set(running):
+        raise UsageError(f"--resolution adds launches to {pair}'s comparisons; give --backend {','.join(PRIMARY)}")
+    if not any(n > 1 for n in world_sizes):
+        raise UsageError(
+            f"--resolution adds launches to {pair}'s comparisons above one worker; give a world size above 1"
+        )
+    if args.repeats < MIN_LAUNCHES:
+        raise UsageError(f"--resolution looks first after the planned launches; give --repeats {MIN_LAUNCHES} or more")
+    return {"resolution": args.resolution / 100, "timeout_s": args.resolution_timeout or SEQUENTIAL_TIMEOUT_S}
 
 
 def resume(args) -> int:

@@ -10,6 +10,7 @@ the regression gate's figures (bench.results.figures) both take their values fro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,9 @@ class Estimate:
     log_ratio: float  # log(ratio) as computed, so that a difference of two ratios loses nothing to exp and log
     se: float = float("nan")  # the standard error of log_ratio
     dof: float = float("nan")  # its degrees of freedom (Welch-Satterthwaite's, or n - 1 for pairs)
+    # the share of the error rate (1 - confidence) this estimate's look spends, below 1 only in a sweep that looked
+    # more than once (Looks): p is then already divided by it, and the interval and margin are at its level
+    share: float = 1.0
 
     @property
     def replicated(self) -> bool:
@@ -174,18 +178,68 @@ def ratio_of_pairs(numerators: list[float], denominators: list[float], confidenc
     return _t_estimate(mean, var / n, n - 1, (n, n), confidence)
 
 
+# ---------------------------------------------------------------- a comparison looked at after every round
+@dataclass(frozen=True)
+class Looks:
+    """The group-sequential design of a sweep that adds launches until its comparisons are resolved
+    (`bench sweep --resolution`): the first look after `first` launches a side (the planned ones), one more after
+    every added round (a launch a side), and at most `most` launches a side, so `most - first + 1` looks, fixed
+    before the first. Look k spends share(k) = 2^k / (2 + 4 + ... + 2^K) of the error rate: a Bonferroni split over
+    the looks, valid whatever the looks' dependence and whenever the sweep stops (the chance of a false call at any
+    look is at most the sum of the shares, 1), each look twice the one before, so that the last look, where a
+    comparison the time allowed for ends, keeps half of it (docs/method.md, "Sequential sweeps")."""
+
+    first: int
+    most: int
+
+    def __post_init__(self) -> None:
+        if not MIN_LAUNCHES <= self.first <= self.most:
+            raise ValueError(f"looks from {self.first} to {self.most} launches a side")
+
+    @property
+    def count(self) -> int:
+        return self.most - self.first + 1
+
+    def look(self, launches: int) -> int:
+        """The look (1 ... count) at which a comparison with `launches` a side stands."""
+        return min(max(launches - self.first + 1, 1), self.count)
+
+    def share(self, launches: int) -> float:
+        return 2.0 ** self.look(launches) / (2.0 ** (self.count + 1) - 2)
+
+
+def sequential(est: Estimate, looks: Looks, launches: int) -> Estimate:
+    """`est` as its look of `looks` may state it (`launches`: a side, of the sweep that looked): p divided by the
+    look's share (a valid p-value over all looks, so Holm's correction over a family still holds), the interval at
+    level 1 - share x (1 - confidence), and the equivalence margin at the same share (equivalence_margin)."""
+    if not est.replicated:
+        return est
+    share = looks.share(launches)
+    level = 1 - share * (1 - est.confidence)
+    if est.se == 0 or not math.isfinite(est.se):
+        return dataclasses.replace(est, share=share)
+    half = t_quantile(level, est.dof) * est.se
+    return dataclasses.replace(
+        est,
+        low=math.exp(est.log_ratio - half),
+        high=math.exp(est.log_ratio + half),
+        p=min(1.0, est.p / share),
+        resolution=math.exp(half) - 1,
+        share=share,
+    )
+
+
 # ---------------------------------------------------------------- a page's comparisons as one family
 def equivalence_margin(est: Estimate, alpha: float) -> float:
     """The smallest margin m for which two one-sided tests at level `alpha` conclude that the ratio lies within
     [1 / (1 + m), 1 + m]: exp(|log ratio| + t(1 - alpha) x se) - 1 (the (1 - 2 alpha) interval's farther end).
     NaN for a comparison with a single launch on a side."""
-    from scipy.stats import t as student
-
     if not est.replicated:
         return float("nan")
     if est.se == 0:
         return math.exp(abs(est.log_ratio)) - 1
-    return math.exp(abs(est.log_ratio) + float(student.ppf(1 - alpha, est.dof)) * est.se) - 1
+    # t's one-sided (1 - a) quantile is its two-sided (1 - 2a) one
+    return math.exp(abs(est.log_ratio) + t_quantile(1 - 2 * alpha * est.share, est.dof) * est.se) - 1
 
 
 def holm(pvalues: dict[str, float]) -> dict[str, float]:
@@ -225,6 +279,10 @@ class Judgement:
     def equivalent(self) -> bool:
         """Not significant, and shown within a margin small enough to act on."""
         return self.replicated and not self.significant and self.margin <= EQUIVALENCE_USEFUL
+
+    def settled(self, resolution: float) -> bool:
+        """A difference, or shown within ±resolution: where a sequential sweep stops adding to this comparison."""
+        return self.significant or (self.replicated and self.margin <= resolution)
 
 
 class Family:

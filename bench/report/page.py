@@ -124,7 +124,7 @@ def agreement_note(frame) -> tuple[str, bool]:
     sweeps = {sid: list(group["record"]) for sid, group in frame.groupby("sweep_id") if sid}
     if len(sweeps) < 2:
         return "", False
-    result = agreement(sweeps)
+    result = agreement(sweeps, frame.attrs.get("looks"))
     bad_keys = {k for keys in result["pairs"].values() for k in keys}
     far_keys = {k for keys in result["apart"].values() for k in keys} - bad_keys
     bad, far = (sorted(comparison_words(k)[0] for k in keys) for keys in (bad_keys, far_keys))

@@ -56,11 +56,13 @@ def sweep_claims(records: list) -> dict[str, Claim]:
     return claims_by_sweep({"": records})[""]
 
 
-def claims_by_sweep(sweeps: dict[str, list]) -> dict[str, dict[str, Claim]]:
+def claims_by_sweep(sweeps: dict[str, list], looks: dict | None = None) -> dict[str, dict[str, Claim]]:
     """sweep_claims of every sweep (sweep id -> records), from one frame of all their runs cut by sweep and task:
     a store of a thousand sweeps would otherwise build a thousand frames. Each sweep's comparisons are judged as
-    one family (bench.core.stats.Family), as a page's are."""
+    one family (bench.core.stats.Family), as a page's are; a sequential sweep's (`looks`: sweep id -> its Looks,
+    bench.results.sweeps.looks_of) at the look where it left them, as its page states them."""
     frame = records_to_frame([rec for recs in sweeps.values() for rec in recs])
+    frame.attrs["looks"] = looks or {}
     labels = [sid for sid, recs in sweeps.items() for _ in recs]
     parts = dict(iter(frame.groupby([labels, frame["task"].tolist()], sort=False))) if labels else {}
     none = frame.iloc[0:0]
@@ -152,14 +154,15 @@ def machine_label(records: list) -> str:
     return " + ".join(sorted({hardware(r) for r in records}))
 
 
-def agreement(sweeps: dict[str, list]) -> dict:
-    """Claims of every sweep (sweep id -> records), and the contradictions of every pair of sweeps made on one
-    machine. Sweeps of two machines are not reruns of each other: where the store holds more than one machine,
-    each claim's key names its machine, so none is compared with another machine's."""
+def agreement(sweeps: dict[str, list], looks: dict | None = None) -> dict:
+    """Claims of every sweep (sweep id -> records; `looks`: those of its sequential sweeps, as claims_by_sweep), and
+    the contradictions of every pair of sweeps made on one machine. Sweeps of two machines are not reruns of each
+    other: where the store holds more than one machine, each claim's key names its machine, so none is compared with
+    another machine's."""
     machines = {sid: machine_label(recs) for sid, recs in sweeps.items()}
     several = len(set(machines.values())) > 1
     claims = {}
-    for sid, made in claims_by_sweep(sweeps).items():
+    for sid, made in claims_by_sweep(sweeps, looks).items():
         claims[sid] = {}
         for key, claim in made.items():
             key = f"{key}, on {machines[sid]}" if several else key

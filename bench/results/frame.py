@@ -8,6 +8,7 @@ from bench.core.inputs import printable
 from bench.core.records import RunStatus
 from bench.core.registry import all_tasks, get_backend
 from bench.core.spec import numerics_words
+from bench.results.sweeps import looks_of
 
 GENERIC_COLUMNS = [
     "run_id",
@@ -143,8 +144,11 @@ def records_to_frame(records: list):
 
 
 def load_frame(store):
-    """Every run of a store as a frame."""
-    return records_to_frame(store.records())
+    """Every run of a store as a frame, with the Looks of its sequential sweeps (bench.results.sweeps.looks_of) in
+    its attrs["looks"], which the frame's slices keep: the views judge those sweeps' comparisons at their looks."""
+    frame = records_to_frame(store.records())
+    frame.attrs["looks"] = looks_of(store.sweeps())
+    return frame
 
 
 def comparable_runs(frame):

@@ -23,6 +23,7 @@ from bench.core.codec import RecordError, dumps
 from bench.core.errors import UsageError
 from bench.core.records import SCHEMA_VERSION, RunStatus
 from bench.core.spec import RunSpec
+from bench.core.stats import Looks
 
 RUNNING, COMPLETE, INTERRUPTED = "running", "complete", "interrupted"
 STATES = (RUNNING, COMPLETE, INTERRUPTED)
@@ -54,10 +55,36 @@ def owner_alive(owner: dict | None) -> bool | None:
         return False
 
 
-def plan_text(specs: list[RunSpec], code: dict | None) -> str:
+def plan_text(specs: list[RunSpec], code: dict | None, sequential: dict | None = None) -> str:
     """A plan as the store keeps it: the specs of every planned launch in order, the schema they were written with,
-    and the code (commit, changes) that planned them."""
-    return dumps({"schema_version": SCHEMA_VERSION, "code": code, "specs": [s.to_dict() for s in specs]})
+    and the code (commit, changes) that planned them; for a sweep that adds launches until it is sure (`bench sweep
+    --resolution`), its `sequential` settings: resolution, timeout_s, spent_s (seconds of added launches so far),
+    first and most (its Looks, once fixed)."""
+    plan = {"schema_version": SCHEMA_VERSION, "code": code, "specs": [s.to_dict() for s in specs]}
+    return dumps(plan | ({"sequential": sequential} if sequential else {}))
+
+
+def sequential_of(row: dict) -> dict | None:
+    """The `sequential` settings of a sweep's row (plan_text), None for a sweep of fixed launches or a plan that
+    cannot be read."""
+    try:
+        found = json.loads(row["plan"]).get("sequential")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def looks_of(rows: list[dict]) -> dict[str, Looks]:
+    """sweep id -> the Looks of each sweep of `rows` that looked at its comparisons after its rounds: the page
+    judges those comparisons at the share of the look where the sweep left them (bench.core.stats.sequential)."""
+    out = {}
+    for row in rows:
+        settings = sequential_of(row) or {}
+        try:
+            out[row["sweep_id"]] = Looks(int(settings["first"]), int(settings["most"]))
+        except (KeyError, TypeError, ValueError):
+            continue  # not sequential, or stopped before its first look fixed them
+    return out
 
 
 def plan_of(row: dict) -> tuple[list[RunSpec], dict | None]:

@@ -25,11 +25,13 @@ from bench.results.sweeps import (
     plan_of,
     plan_text,
     ran,
+    sequential_of,
     sweep_status,
     this_process,
 )
 from bench.tasks.fault.results import follow_ups
 from bench.workflows.plan import SWEEP_FAULTS, available_backends, fault_backends, faults_missing, plan_sweep
+from bench.workflows.sequential import resolve
 
 
 def benchmark_sweep_plan(
@@ -114,8 +116,11 @@ def run_benchmark_sweep(
     extra_cases: dict[str, list[str]] | None = None,
     faults: list[str] | None = None,
     fault_repeats: int = SWEEP_FAULTS["repeats"],
+    sequential: dict | None = None,
 ) -> tuple[str, list]:
-    """Plan a sweep (benchmark_sweep_plan) under a new sweep id and run it: (sweep id, records)."""
+    """Plan a sweep (benchmark_sweep_plan) under a new sweep id and run it: (sweep id, records). sequential: the
+    resolution (a fraction) and timeout_s of a sweep that adds rounds until it is sure (bench.workflows.sequential),
+    None for the planned launches only."""
     sweep_id = new_run_id()
     plan, description = benchmark_sweep_plan(
         sweep_id,
@@ -145,16 +150,27 @@ def run_benchmark_sweep(
             "planned": len(plan),
             "owner": json.dumps(this_process()),
             "why": None,
-            "plan": plan_text(plan, git_state()),
+            "plan": plan_text(plan, git_state(), sequential),
         }
     )
     records = run_marked(store, sweep_id, plan, f"{title} {sweep_id}", len(plan), 0)
-    records += settle_faults(store, sweep_id, plan, records, f"{title} {sweep_id}")
+    records += follow_up(store, sweep_id, plan, records, f"{title} {sweep_id}", sequential)
     say_measured(title, records)
     return sweep_id, records
 
 
-def settle_faults(store, sweep_id: str, plan: list, records: list, title: str) -> list:
+def follow_up(store, sweep_id: str, plan: list, records: list, title: str, sequential: dict | None) -> list:
+    """What a sweep adds once its planned launches have run: the fault cases' deciding launches (settle_faults), then,
+    for a sequential sweep, its rounds until it is sure (bench.workflows.sequential.resolve). Returns the records
+    made."""
+    more = settle_faults(store, sweep_id, plan, records, title, sequential)
+    if sequential:
+        stored = plan_of(store.sweeps(sweep_id)[0])[0]  # with the fault cases' launches, if any were added
+        more += resolve(store, sweep_id, stored, records + more, title, sequential, run_marked)
+    return more
+
+
+def settle_faults(store, sweep_id: str, plan: list, records: list, title: str, sequential: dict | None = None) -> list:
     """Once a sweep has run all its planned launches: one more launch a side of each fault case that a single failure
     left undecided (bench.tasks.fault.results.follow_ups), added to its stored plan first so that `--resume` knows
     them. Repeating every fault case that often would cost each sweep minutes; only a split outcome needs it.
@@ -170,7 +186,7 @@ def settle_faults(store, sweep_id: str, plan: list, records: list, title: str) -
         sweep_id,
         state=RUNNING,
         planned=len(plan) + len(more),
-        plan=plan_text(plan + more, git_state()),
+        plan=plan_text(plan + more, git_state(), sequential),
         updated_at=time.time(),
     )
     return run_marked(store, sweep_id, more, f"{title} (to decide)", len(plan) + len(more), len(plan))
@@ -315,8 +331,12 @@ def resume_sweep(store, sweep_id: str | None) -> tuple[str, list]:
     )
     if not left:
         mark(store, sweep_id, COMPLETE, None)
-        return sweep_id, ran(before)
+        sequential = sequential_of(row)
+        if not sequential:
+            return sweep_id, ran(before)
+        made = resolve(store, sweep_id, specs, ran(before), f"{title} {sweep_id}", sequential, run_marked)
+        return sweep_id, ran(before) + made
     made = run_marked(store, sweep_id, left, f"{title} {sweep_id} (resumed)", len(specs), done)
-    made += settle_faults(store, sweep_id, specs, ran(before) + made, f"{title} {sweep_id}")
+    made += follow_up(store, sweep_id, specs, ran(before) + made, f"{title} {sweep_id}", sequential_of(row))
     say_measured(title, made)
     return sweep_id, ran(before) + made

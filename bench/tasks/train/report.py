@@ -82,9 +82,15 @@ def difference_text(d: dict, a: str, b: str, judgement=None) -> str:
         return f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, {_launches(f, s)}"
     means = f"{f.backend} {f.throughput:,.0f} vs {s.backend} {s.throughput:,.0f} samples/s, means of {_launches(f, s)}"
     adjusted = f", {judgement.p_adjusted:.2g} after Holm's correction" if judgement is not None else ""
+    est = d["estimate"]
+    level = 1 - est.share * (1 - est.confidence)
+    looked = (
+        " (the sweep looked after every round: its last look's share of the error rate, p over that share)"
+        if est.share < 1
+        else ""
+    )
     return (
-        f"{means}; {difference_words(d['estimate'], a, b)} at {pct(d['estimate'].confidence)} confidence, "
-        f"p = {d['p']:.2g}{adjusted}"
+        f"{means}; {difference_words(est, a, b)} at {100 * level:.3g}% confidence{looked}, p = {d['p']:.2g}{adjusted}"
     )
 
 

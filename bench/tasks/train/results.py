@@ -68,6 +68,15 @@ class TrainingCase:
     vs_plain: stats.Estimate | None = None  # thr(N) / (N x the plain loop's), across launches
     efficiency: stats.Estimate | None = None  # thr(N) / (N x thr(1)) of the same backend
     notes: list[str] = field(default_factory=list)
+    # the sweep that looked at this case after every round (`bench sweep --resolution`), its Looks and the case's
+    # launches in it: a comparison of two such cases is stated at the share of its look (stats.sequential)
+    looked: tuple[str, stats.Looks, int] | None = None
+
+    def look_in(self, looks: dict) -> None:
+        """Mark the case with the latest of its sweeps that has Looks (looks: sweep id -> Looks)."""
+        sweeps = [r.spec.sweep_id for r in self.records if r.spec.sweep_id in looks]
+        if sweeps:
+            self.looked = (sweeps[-1], looks[sweeps[-1]], sweeps.count(sweeps[-1]))
 
     @property
     def values(self) -> list[float]:
@@ -155,7 +164,9 @@ def replicated_cases(ok) -> list[TrainingCase]:
         key: TrainingCase(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
         for key, records in pooled_launches(ok, [*CONDITIONS, "backend", "world_size"]).items()
     }
+    looks = ok.attrs.get("looks") or {}
     for key, case in cases.items():
+        case.look_in(looks)
         cond_key = key[: len(CONDITIONS)]
         plain = cases.get((*cond_key, PLAIN_LOOP, 1))
         one = cases.get((*cond_key, case.backend, 1))
@@ -177,6 +188,9 @@ def difference(a: TrainingCase, b: TrainingCase) -> dict:
     """a against b across launches: the faster one, by how much (and its interval, as faster/slower - 1),
     whether that is significant, and the smallest difference this comparison could have detected."""
     est = stats.ratio_of_cases([a.values], [b.values])
+    if a.looked and b.looked and a.looked[0] == b.looked[0] and {a.backend, b.backend} == set(PRIMARY):
+        # the sweep looked at this comparison after every round: it says what that look may say
+        est = stats.sequential(est, a.looked[1], min(a.looked[2], b.looked[2]))
     flip = est.ratio < 1
     faster, slower = (b, a) if flip else (a, b)
     low, high = (1 / est.high, 1 / est.low) if flip else (est.low, est.high)
@@ -197,6 +211,24 @@ def difference(a: TrainingCase, b: TrainingCase) -> dict:
 def pair_key(measure: str, a: str, b: str, place: str) -> str:
     """The name of a comparison of backend a against b: the page, its family and `bench agreement` share it."""
     return f"{measure}{a} / {b}, {place}"
+
+
+def looked_comparisons(frame) -> dict[str, tuple[TrainingCase, TrainingCase]]:
+    """The comparisons a sequential sweep adds launches to (`bench sweep --resolution`): the primary pair's
+    throughput at each world size above 1 (one worker compares the wrappers, not distributed training), by the key
+    of comparisons(); each with its two cases, the primary pair's first backend first."""
+    ok = comparable_runs(frame)
+    cases = replicated_cases(ok) if not ok.empty else []
+    by_place: dict[str, dict[str, TrainingCase]] = {}
+    for c in cases:
+        if c.world_size > 1 and c.backend in PRIMARY:
+            by_place.setdefault(c.place, {})[c.backend] = c
+    first, second = PRIMARY
+    return {
+        pair_key("", first, second, place): (rows[first], rows[second])
+        for place, rows in by_place.items()
+        if first in rows and second in rows
+    }
 
 
 def efficiency_ratio(a: TrainingCase, a_one: TrainingCase, b: TrainingCase, b_one: TrainingCase) -> stats.Estimate:
