@@ -279,7 +279,12 @@ def cmd(args) -> int:
     if problem:
         raise UsageError(problem)
     pods = max(req.nodes, req.elastic.max_replicas if req.elastic else 0)
-    if req.kind != "mpijob" and pods > 1 and not args.results_claim:
+    if req.kind == "mpijob" and not args.results_claim:
+        raise UsageError(
+            "an MPIJob's ranks run in its worker pods and write the run directory its launcher reads and records: "
+            "give --results-claim, a ReadWriteMany claim every pod mounts"
+        )
+    if pods > 1 and not args.results_claim:
         raise UsageError(
             f"the {pods} pods of a {k8s.KIND_NAMES[req.kind]} join one run through the store's volume (the leading pod "
             "hands the run to the others there): give --results-claim, a ReadWriteMany claim every pod mounts"
