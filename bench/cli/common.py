@@ -22,6 +22,7 @@ from bench.cluster.hosts import (
     shape_links,
     unshape_links,
 )
+from bench.core.codec import record_line
 from bench.core.console import note
 from bench.core.dryrun import planning
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
@@ -375,33 +376,50 @@ def print_json(value) -> None:
 
 
 # ---------------------------------------------------------------- running
-def run_one(spec, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True) -> int:
-    """Describe, execute and store one spec; print its record (as_json) or its summary; exit by its status."""
+def printed(record, as_json: bool, record_lines: bool) -> None:
+    """A run's summary, or its record as JSON; and with record_lines its record as one marked line after it."""
+    if as_json:
+        print_json(record.to_dict())
+    else:
+        print("\n".join(record.task.summary_lines(record)), flush=True)
+    if record_lines:
+        print(record_line(record.to_dict()), flush=True)
+
+
+def run_one(
+    spec, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True, record_lines: bool = False
+) -> int:
+    """Describe, execute and store one spec; print its record (as_json) or its summary, and with record_lines its
+    record as a marked line (bench.core.codec.record_line); exit by its status."""
     task = _task(spec)
     store = open_store(store_path)
     store.check_writable()  # a store or run directory that cannot be written is the one line said, not a second
     note(f"bench {verb}: {task.describe(spec)}")
     record = execute(spec, store, show_progress=show_progress)
-    if as_json:
-        print_json(record.to_dict())
-    else:
-        print("\n".join(record.task.summary_lines(record)))
+    printed(record, as_json, record_lines)
     note(f"stored run {record.run_id} in {store.path}")
     return status_exit([record.status])
 
 
-def run_each(specs: list, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True) -> int:
+def run_each(
+    specs: list,
+    store_path: str | None,
+    as_json: bool,
+    verb: str,
+    show_progress: bool = True,
+    record_lines: bool = False,
+) -> int:
     """One spec as run_one runs it; several (--backend a,b or --workload a,b of a verb that runs one) each in turn,
-    through run_specs, each run's summary printed as it ends; --json: the list of their records. Exit by their
-    statuses."""
+    through run_specs, each run's summary (and marked line) printed as it ends; --json: the list of their records.
+    Exit by their statuses."""
     if len(specs) == 1:
-        return run_one(specs[0], store_path, as_json, verb, show_progress)
+        return run_one(specs[0], store_path, as_json, verb, show_progress, record_lines)
     records = run_specs(
         specs,
         open_store(store_path, runs=True),
         f"bench {verb}",
         show_progress=show_progress,
-        on_record=None if as_json else lambda r: print("\n".join(r.task.summary_lines(r)), flush=True),
+        on_record=None if as_json else lambda r: printed(r, False, record_lines),
     )
     if as_json:
         print_json([r.to_dict() for r in records])
