@@ -28,7 +28,7 @@ from bench.core.registry import kubeflow_backend
 # where a checkout beside the project keeps the operators' CRD files (the project does not ship them)
 DEFAULT_CRD_DIR = PROJECT_ROOT.parent / "shared" / "k8s" / "crds"
 # arguments the manifest sets for the pods' bench command
-SET_HERE = ("--backend", "--store", "--hosts", "--hostfile", "--scheduler")
+SET_HERE = ("--backend", "--store", "--hosts", "--hostfile", "--scheduler", "--record-lines")
 # image names that say they carry CUDA: PyTorch's own (`-cuda12.4-`), NVIDIA's registry, a `gpu` tag
 NAME_MAX_BYTES = 255  # a file name's limit on Linux file systems
 CUDA_IMAGE_WORDS = ("cuda", "gpu", "nvcr.io/nvidia/")
@@ -156,7 +156,7 @@ def add_parser(verbs) -> None:
         p,
         "--results-claim",
         help="a ReadWriteMany PersistentVolumeClaim mounted at /results, where the pods store their records "
-        "(none by default: the records stay in the pods)",
+        "(none by default: the store stays in the pod; its record comes out in the pod's log, for bench import -)",
         invalid=["Bad_Claim"],
     )
     options.add(
@@ -186,8 +186,14 @@ def _pod_args(args) -> list[str]:
         if any(a == taken or a.startswith(taken + "=") for a in rest):
             raise UsageError(
                 f"{taken} after --: the manifest sets it (the backend from --kind, the world size from --nodes and "
-                "--nproc-per-node, the store from --results-claim, the hosts from the operator)"
+                "--nproc-per-node, the store from --results-claim, the hosts from the operator, the record lines "
+                "for kubectl logs)"
             )
+    if "--json" in rest:
+        raise UsageError(
+            "--json after --: the pods print their record as a marked line (bench run --record-lines), which "
+            "kubectl logs POD | bench import - reads; leave --json out"
+        )
     world = args.nodes * args.nproc_per_node
     for i, a in enumerate(rest):  # a world size given after -- must be the one the job holds
         value = (
@@ -298,7 +304,10 @@ def cmd(args) -> int:
     if crd_dir is None:
         note("bench k8s: note: no CRD files found (--crd-dir): the manifest is checked against admission rules only")
     if not args.results_claim:
-        note("bench k8s: note: no --results-claim: the records stay in the pods and end with them")
+        note(
+            "bench k8s: note: no --results-claim: the store stays in the pod and ends with it; its record comes out "
+            "in its log (kubectl logs POD | bench import -)"
+        )
     text = k8s.to_yaml([manifest])
     if args.output is None:
         sys.stdout.write(text)
