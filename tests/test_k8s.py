@@ -232,6 +232,7 @@ def test_verb_writes_a_manifest_that_parses(tmp_path):
         (["--", "--backend", "horovod"], "--backend after --: the manifest sets it"),
         (["--", "--record-lines"], "--record-lines after --: the manifest sets it"),
         (["--", "--json"], "--json after --: the pods print their record as a marked line"),
+        (["--gpus-per-pod", "1", "--image-has-cuda", "--", "--gpus", "1"], "--gpus after --: the manifest sets it"),
         (["--", "--workload", "nosuch"], "the arguments after --"),
         (["--crd-dir", "/nonexistent/crds"], "must hold the operators' CRD files"),
     ],
@@ -793,6 +794,52 @@ def test_leading_pod_plans_one_agent_of_the_job(monkeypatch, tmp_path):
         "--no-python",
         *ranks,
     ]
+
+
+GPU_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+
+
+def pod_command_of(manifest: dict) -> list[str]:
+    """The bench command of the job's pod that records: a PyTorchJob's master, a TrainJob's nodes, an MPIJob's
+    launcher."""
+    spec = manifest["spec"]
+    if manifest["kind"] == "TrainJob":
+        return spec["trainer"]["command"]
+    replica = (
+        spec["mpiReplicaSpecs"]["Launcher"] if manifest["kind"] == "MPIJob" else spec["pytorchReplicaSpecs"]["Master"]
+    )
+    return replica["template"]["spec"]["containers"][0]["command"]
+
+
+@pytest.mark.parametrize("kind, backend", [("pytorchjob", "elastic"), ("trainjob", "elastic"), ("mpijob", "horovod")])
+def test_gpu_pods_run_one_process_per_gpu_they_are_given(kind, backend):
+    proc = bench_in_process(
+        "k8s", "--kind", kind, "--image", GPU_IMAGE, "--nodes", "2", "--gpus-per-pod", "8", "--nproc-per-node", "4",
+        "--results-claim", "res",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    command = pod_command_of(yaml.safe_load(proc.stdout))
+    # --gpus: one process per GPU on each pod (each host of the MPIJob's hostfile), not CPU processes beside them
+    assert command[4:8] == ["--backend", backend, "--gpus", "4"] and "--nproc" not in command
+
+
+def test_a_gpu_pod_plans_its_agent_on_cuda(monkeypatch, tmp_path):
+    env = kf.pytorchjob_env("bench", "Master", 0, masters=1, workers=1, nproc_per_node=4)
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    monkeypatch.setattr(socket, "gethostname", lambda: "bench-master-0")
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)  # a GPU node's pod, not this 2-core machine
+    args = argparse.Namespace(scheduler=None, iface=None, link=None, links=None, nproc=None, gpus=4)
+    cluster = common.cluster_of(args, pods=True)
+    assert common.world_of(args, cluster) == ("cuda", 8)
+    spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=8, device="cuda", cluster=cluster)
+    ranks = [sys.executable, "-m", "bench.harness.guard", str(tmp_path / "runs" / "R1"), "elastic"]
+    command = get_backend("elastic").launcher.command(spec, ranks, "R1")
+    agent = command[command.index("--") + 1 :]
+    assert agent[agent.index("--nproc-per-node") + 1] == "4" and spec.device == "cuda"
+    with pytest.raises(UsageError, match=re.escape("--gpus 2: each pod of this job runs 4 process(es)")):
+        common.cluster_of(argparse.Namespace(**{**vars(args), "gpus": 2}), pods=True)
+    with pytest.raises(UsageError, match="give either --nproc"):
+        common.cluster_of(argparse.Namespace(**{**vars(args), "nproc": 8}), pods=True)
 
 
 def test_other_pod_joins_the_run_the_handoff_names(monkeypatch, tmp_path):

@@ -246,9 +246,12 @@ def pods_cluster(args, place: kubeflow_pod.PodPlace) -> dict:
         if getattr(args, flag, None):
             raise UsageError(f"--{flag} shapes links over ssh, which a Kubeflow job's pods do not have; drop it")
     (nproc_flag, nproc), (gpus_flag, gpus) = world_size_given(args)
-    if gpus is not None:
+    if gpus is not None and nproc is not None:
+        raise UsageError(f"give either {nproc_flag} (CPU processes) or {gpus_flag} (one process per GPU), not both")
+    if gpus is not None and gpus != place.nproc_per_node:  # one process per GPU, and the operator's count per pod
         raise UsageError(
-            f"{gpus_flag} across a Kubeflow job's pods is not supported yet; give {nproc_flag} for CPU processes"
+            f"{gpus_flag} {gpus}: each pod of this job runs {place.nproc_per_node} process(es) (PET_NPROC_PER_NODE), "
+            f"one per GPU; give {gpus_flag} {place.nproc_per_node}"
         )
     slots = len(place.hosts) * place.nproc_per_node
     if nproc is not None and nproc != slots:  # every agent starts the operator's processes per pod: no fewer
@@ -265,6 +268,7 @@ def pods_cluster(args, place: kubeflow_pod.PodPlace) -> dict:
         "link": None,
         "links": None,
         "scheduler": place.scheduler,
+        "gpus_per_host": gpus,  # the pod's GPUs are not counted here: the kubelet gave it the nvidia.com/gpu asked for
         "pod": place,
         "said": f"bench: in a pod of Kubeflow {place.kind} {place.job} ({len(place.hosts)} pods, nnodes {place.nnodes}"
         + "): "

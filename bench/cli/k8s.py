@@ -213,7 +213,11 @@ def _pod_args(args) -> list[str]:
         for i, a in enumerate(rest)
         if not (a.startswith("--nproc=") or a == "--nproc" or (i and rest[i - 1] == "--nproc"))
     ]
-    pod = ["--backend", str(kubeflow_backend(args.kind)), "--nproc", str(world), *rest]
+    if any(a == "--gpus" or a.startswith("--gpus=") for a in rest):
+        raise UsageError("--gpus after --: the manifest sets it from --gpus-per-pod, one process per GPU")
+    # a GPU pod's ranks take one GPU each (--gpus: per pod, or per host of the MPIJob's hostfile)
+    size = ["--gpus", str(args.nproc_per_node)] if args.gpus_per_pod else ["--nproc", str(world)]
+    pod = ["--backend", str(kubeflow_backend(args.kind)), *size, *rest]
     try:  # the pods' arguments refused now, not when the job starts
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
             args.root_parser.parse_args(["run", *pod])
