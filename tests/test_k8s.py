@@ -27,6 +27,7 @@ from bench.cli import common
 from bench.cluster import k8s, kubeflow_pod
 from bench.cluster import kubeflow as kf
 from bench.cluster.hosts import remote_shell, ssh_command
+from bench.core.codec import RECORD_LINE_MARK, read_record_line
 from bench.core.errors import UsageError
 from bench.core.hostlist import read_hostfile
 from bench.core.registry import get_backend
@@ -409,35 +410,42 @@ def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, t
 
 @pytest.mark.slow
 @pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
-def test_contract_run_bench_run_in_each_pod_is_one_run_and_one_record(pod_hosts, tmp_path):
-    """Each pod of a two-pod PyTorchJob runs `bench run` itself, as `bench k8s` writes it, with the operator's
-    environment: the master leads and records, the worker joins; one run, one record."""
-    pods = pods_of("pytorchjob")
+@pytest.mark.parametrize("kind", ["pytorchjob", "pytorchjob-elastic", "trainjob"])
+def test_contract_run_bench_run_in_each_pod_is_one_run_and_one_record(pod_hosts, kind, tmp_path):
+    """Each pod of a two-pod job runs `bench run` itself, as `bench k8s` writes it, with the operator's environment:
+    the pod of node rank 0 (a PyTorchJob's master, a TrainJob's first node; under the elastic policy 1:2 worker 0,
+    where the rendezvous is) leads and records, the other joins; one run, one record, which the leading pod's log
+    holds as a marked line."""
+    pods = pods_of(kind)
     name_the_pods(pod_hosts, pods)
     store = tmp_path / "results" / "bench.sqlite"
-    argv = [sys.executable, "-m", "bench", "run", "--workload", "mnist_mlp", *FAST, "--store", str(store), "--json"]
+    argv = [sys.executable, "-m", "bench", "run", "--workload", "mnist_mlp", *FAST, "--store", str(store)]
     procs = [
-        as_pod(host, pod, argv, {**env, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+        as_pod(host, pod, [*argv, "--record-lines"], {**env, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
         for host, (pod, _, env) in zip(pod_hosts, pods)
     ]
     outputs = [p.communicate(timeout=150) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert "leads the run and records it" in outputs[0][1] and "joins the run" in outputs[1][1], outputs
-    record = json.loads(outputs[0][0])
+    [line] = [x for x in outputs[0][0].splitlines() if x.startswith(RECORD_LINE_MARK)]
+    assert outputs[1][0] == ""  # the joining pod's log holds no record
+    record = read_record_line(line)
     assert record["status"] == "ok", record["error"]
     assert record["spec"]["scheduler"] == {
-        "name": "kubeflow PyTorchJob",
+        "name": "kubeflow TrainJob" if kind == "trainjob" else "kubeflow PyTorchJob",
         "job_id": "bench",
-        "nodelist": "bench-master-0,bench-worker-0",
+        "nodelist": ",".join(pod for pod, _, _ in pods),
     }
     assert record["spec"]["world_size"] == 2 and record["spec"]["machines"] is None
     rows = sorted(record["rank_map"], key=lambda r: r["rank"])
     assert [r["rank"] for r in rows] == [0, 1] and {r["world_size"] for r in rows} == {2}
-    # one host name per pod, each with the operator's node rank (a static rendezvous keeps them)
-    assert {r["host"]: r["group_rank"] for r in rows} == {"bench-master-0": 0, "bench-worker-0": 1}
+    # one host name per pod; a static rendezvous keeps the operator's node ranks, c10d gives its own
+    assert sorted(r["host"] for r in rows) == sorted(pod for pod, _, _ in pods)
+    if kind != "pytorchjob-elastic":
+        assert {r["host"]: r["group_rank"] for r in rows} == {pod: int(env["PET_NODE_RANK"]) for pod, _, env in pods}
     assert len(record["metrics"]["window_times_s"]) == 2 and len(record["metrics"]["per_rank"]) == 2
     stored = Store(store).records()
-    assert [r.run_id for r in stored] == [record["run_id"]]  # the worker pod stored nothing of its own
+    assert [r.to_dict() for r in stored] == [record]  # the joining pod stored nothing of its own
     assert not kubeflow_pod.handoff_file(store.parent / "runs", "bench").exists()
 
 
