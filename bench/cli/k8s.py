@@ -63,7 +63,8 @@ def add_parser(verbs) -> None:
         "k8s",
         help="write a Kubeflow job (PyTorchJob, MPIJob, TrainJob) that runs the suite, for kubectl apply",
         description="Each pod runs bench itself with the arguments after --; its records go to the store on the "
-        "ReadWriteMany volume named by --results-claim. The manifest is checked against the operator's admission "
+        "ReadWriteMany volume named by --results-claim, and come out in the log of the pod that records as marked "
+        "lines, for kubectl logs POD | bench import -. The manifest is checked against the operator's admission "
         "rules and, with the operators' CRD files, their schema, before it is written. Contract-tested, not "
         "cluster-tested: see docs/clusters.md.",
         epilog=examples(
