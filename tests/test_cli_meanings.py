@@ -240,7 +240,7 @@ def specs_made(monkeypatch):
     """The specs `bench run` and `bench fault` would run (each spec built and checked), and nothing run."""
     made = []
 
-    def run_each(specs, store_path, as_json, verb, show_progress=True):
+    def run_each(specs, store_path, as_json, verb, show_progress=True, record_lines=False):
         made.extend(specs)
         return 0
 

@@ -6,11 +6,14 @@ and bad input refused in one line with nothing written."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import fcntl
 import json
 import os
 import re
+import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +27,7 @@ from bench.cli import common
 from bench.cluster import k8s, kubeflow_pod
 from bench.cluster import kubeflow as kf
 from bench.cluster.hosts import remote_shell, ssh_command
+from bench.core.codec import RECORD_LINE_MARK, read_record_line
 from bench.core.errors import UsageError
 from bench.core.hostlist import read_hostfile
 from bench.core.registry import get_backend
@@ -99,13 +103,35 @@ def test_trainjob_env_is_the_trainers():
 
 
 def test_mpijob_files_are_the_mpi_operators():
+    """Against the values of the mpi-operator's own tests (v0.8.2, pkg/controller/mpi_job_controller_test.go)."""
     assert kf.mpijob_hostfile("hj", "ml", 2, 4) == "hj-worker-0.hj.ml.svc slots=4\nhj-worker-1.hj.ml.svc slots=4\n"
-    script = kf.mpijob_discover_hosts("hj", "ml", [2, 0], 1)
-    assert script == "#!/bin/sh\necho hj-worker-0.hj.ml.svc:1\necho hj-worker-2.hj.ml.svc:1\n"
-    env = kf.mpijob_launcher_env()
-    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
-    assert env["OMPI_MCA_orte_keep_fqdn_hostnames"] == "true"
-    assert "OMPI_MCA_plm_rsh_args" in env
+    script = kf.mpijob_discover_hosts("test-job", "default", [1, 0])
+    assert (
+        script
+        == "#!/bin/sh\necho test-job-worker-0.test-job.default.svc\necho test-job-worker-1.test-job.default.svc\n"
+    )
+    assert kf.mpijob_discover_hosts("test-job", "default", []) == "#!/bin/sh\n"
+    # in the order of the pods' names, as strings
+    assert kf.mpijob_discover_hosts("j", "n", [2, 10, 0]).split("\n")[1:4] == [
+        "echo j-worker-0.j.n.svc",
+        "echo j-worker-10.j.n.svc",
+        "echo j-worker-2.j.n.svc",
+    ]
+    assert kf.mpijob_launcher_env(1) == {
+        "K_MPI_JOB_ROLE": "launcher",
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+        "OMPI_MCA_orte_set_default_slots": "1",
+        "NVIDIA_VISIBLE_DEVICES": "",
+        "NVIDIA_DRIVER_CAPABILITIES": "",
+    }
+    assert kf.mpijob_worker_env() == {"K_MPI_JOB_ROLE": "worker"}
+    assert kf.mpijob_ssh_files("PRIVATE", "PUBLIC") == {
+        "id_rsa": "PRIVATE",
+        "id_rsa.pub": "PUBLIC",
+        "authorized_keys": "PUBLIC",
+    }
 
 
 # ---------------------------------------------------------------- manifests: schema and admission
@@ -162,7 +188,7 @@ def test_manifest_shapes():
     replicas = job["spec"]["pytorchReplicaSpecs"]
     assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 1)
     command = replicas["Worker"]["template"]["spec"]["containers"][0]["command"]
-    assert command[-2:] == ["--store", "/results/bench.sqlite"]
+    assert command[-3:] == ["--record-lines", "--store", "/results/bench.sqlite"]  # the record in the log too
     elastic = k8s.build(EVERY_JOB["pytorchjob-elastic"])
     assert list(elastic["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
     assert elastic["spec"]["elasticPolicy"] == {
@@ -205,6 +231,9 @@ def test_verb_writes_a_manifest_that_parses(tmp_path):
         (["--nodes", "5", "--min-nodes", "1", "--max-nodes", "3"], "min <= nodes <= max"),
         (["--kind", "mpijob", "--min-nodes", "1"], "an elastic policy is a PyTorchJob's"),
         (["--", "--backend", "horovod"], "--backend after --: the manifest sets it"),
+        (["--", "--record-lines"], "--record-lines after --: the manifest sets it"),
+        (["--", "--json"], "--json after --: the pods print their record as a marked line"),
+        (["--gpus-per-pod", "1", "--image-has-cuda", "--", "--gpus", "1"], "--gpus after --: the manifest sets it"),
         (["--", "--workload", "nosuch"], "the arguments after --"),
         (["--crd-dir", "/nonexistent/crds"], "must hold the operators' CRD files"),
     ],
@@ -332,12 +361,19 @@ def name_the_pods(pod_hosts, pods) -> None:
             f.write(f"{base}{POD_NAMES}{names}")
 
 
-def as_pod(host, pod: str, argv: list[str], env: dict[str, str], cwd: str | None = None) -> subprocess.Popen:
+def as_pod(
+    host, pod: str, argv: list[str], env: dict[str, str], cwd: str | None = None, mounts: dict[str, Path] | None = None
+) -> subprocess.Popen:
     """argv on a test host as the pod `pod` runs it: over ssh with the operator's environment, under the pod's own
-    host name (a UTS namespace of its own, as Kubernetes gives each pod)."""
+    host name (a UTS namespace of its own, as Kubernetes gives each pod), with `mounts` (path in the pod: what is
+    there) bound in a mount namespace of its own, which the machine's own files never see."""
     inner = remote_shell(argv, env, cwd)
+    binds = "".join(
+        f"mount --bind {shlex.quote(str(src))} {shlex.quote(dst)} && " for dst, src in (mounts or {}).items()
+    )
+    namespaces = ["--uts", "--mount"] if mounts else ["--uts"]
     return subprocess.Popen(
-        ssh_command(host.address, ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]),
+        ssh_command(host.address, ["unshare", *namespaces, "sh", "-c", f"hostname {pod} && {binds}{inner}"]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -374,35 +410,42 @@ def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, t
 
 @pytest.mark.slow
 @pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
-def test_contract_run_bench_run_in_each_pod_is_one_run_and_one_record(pod_hosts, tmp_path):
-    """Each pod of a two-pod PyTorchJob runs `bench run` itself, as `bench k8s` writes it, with the operator's
-    environment: the master leads and records, the worker joins; one run, one record."""
-    pods = pods_of("pytorchjob")
+@pytest.mark.parametrize("kind", ["pytorchjob", "pytorchjob-elastic", "trainjob"])
+def test_contract_run_bench_run_in_each_pod_is_one_run_and_one_record(pod_hosts, kind, tmp_path):
+    """Each pod of a two-pod job runs `bench run` itself, as `bench k8s` writes it, with the operator's environment:
+    the pod of node rank 0 (a PyTorchJob's master, a TrainJob's first node; under the elastic policy 1:2 worker 0,
+    where the rendezvous is) leads and records, the other joins; one run, one record, which the leading pod's log
+    holds as a marked line."""
+    pods = pods_of(kind)
     name_the_pods(pod_hosts, pods)
     store = tmp_path / "results" / "bench.sqlite"
-    argv = [sys.executable, "-m", "bench", "run", "--workload", "mnist_mlp", *FAST, "--store", str(store), "--json"]
+    argv = [sys.executable, "-m", "bench", "run", "--workload", "mnist_mlp", *FAST, "--store", str(store)]
     procs = [
-        as_pod(host, pod, argv, {**env, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+        as_pod(host, pod, [*argv, "--record-lines"], {**env, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
         for host, (pod, _, env) in zip(pod_hosts, pods)
     ]
     outputs = [p.communicate(timeout=150) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert "leads the run and records it" in outputs[0][1] and "joins the run" in outputs[1][1], outputs
-    record = json.loads(outputs[0][0])
+    [line] = [x for x in outputs[0][0].splitlines() if x.startswith(RECORD_LINE_MARK)]
+    assert outputs[1][0] == ""  # the joining pod's log holds no record
+    record = read_record_line(line)
     assert record["status"] == "ok", record["error"]
     assert record["spec"]["scheduler"] == {
-        "name": "kubeflow PyTorchJob",
+        "name": "kubeflow TrainJob" if kind == "trainjob" else "kubeflow PyTorchJob",
         "job_id": "bench",
-        "nodelist": "bench-master-0,bench-worker-0",
+        "nodelist": ",".join(pod for pod, _, _ in pods),
     }
     assert record["spec"]["world_size"] == 2 and record["spec"]["machines"] is None
     rows = sorted(record["rank_map"], key=lambda r: r["rank"])
     assert [r["rank"] for r in rows] == [0, 1] and {r["world_size"] for r in rows} == {2}
-    # one host name per pod, each with the operator's node rank (a static rendezvous keeps them)
-    assert {r["host"]: r["group_rank"] for r in rows} == {"bench-master-0": 0, "bench-worker-0": 1}
+    # one host name per pod; a static rendezvous keeps the operator's node ranks, c10d gives its own
+    assert sorted(r["host"] for r in rows) == sorted(pod for pod, _, _ in pods)
+    if kind != "pytorchjob-elastic":
+        assert {r["host"]: r["group_rank"] for r in rows} == {pod: int(env["PET_NODE_RANK"]) for pod, _, env in pods}
     assert len(record["metrics"]["window_times_s"]) == 2 and len(record["metrics"]["per_rank"]) == 2
     stored = Store(store).records()
-    assert [r.run_id for r in stored] == [record["run_id"]]  # the worker pod stored nothing of its own
+    assert [r.to_dict() for r in stored] == [record]  # the joining pod stored nothing of its own
     assert not kubeflow_pod.handoff_file(store.parent / "runs", "bench").exists()
 
 
@@ -482,6 +525,140 @@ def test_contract_run_elastic_pod_lost_the_other_goes_on(pod_hosts, tmp_path):
     assert all(r["restart"] >= 1 for r in later)
 
 
+# ---------------------------------------------------------------- contract run: an MPIJob's launcher and workers
+# the image's ssh, as the mpi-operator's base image sets it (build/base/Dockerfile, v0.8.2): the operator mounts the
+# keys only, so host keys are not checked (no known_hosts to write in a Secret) and sshd listens on 2222
+IMAGE_SSH_PORT = 2222
+IMAGE_SSH_CONFIG = (
+    f"Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    Port {IMAGE_SSH_PORT}\n"
+)
+
+
+def image_sshd_config(pid_file: Path) -> str:
+    """The worker image's sshd, as the base image's: its port, the pod's key as its host key, no mode checks of the
+    Secret's files; root logs in by key only."""
+    return "".join(
+        f"{line}\n"
+        for line in (
+            f"Port {IMAGE_SSH_PORT}",
+            f"HostKey {kf.MPI_SSH_DIR}/id_rsa",
+            f"PidFile {pid_file}",
+            "StrictModes no",
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "UseDNS no",
+            "MaxStartups 64:30:128",
+        )
+    )
+
+
+def write_files(folder: Path, files: dict[str, str], mode: int) -> Path:
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(mode)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_hosts, tmp_path):
+    """The MPIJob `bench k8s` writes, played by its pods: each worker pod runs its container's command (`sshd -De`)
+    on its own test host, the launcher pod runs its container's command (`bench run --hostfile /etc/mpi/hostfile`)
+    with exactly the operator's launcher environment; every pod has the operator's ssh Secret at /root/.ssh and the
+    image's ssh configuration, the launcher the ConfigMap's hostfile and discover_hosts.sh. One run over the two
+    workers, recorded by the launcher."""
+    job, namespace, workers = "bench", "default", 2
+    written = tmp_path / "job.yaml"
+    proc = bench_in_process(
+        "k8s", "--kind", "mpijob", "--image", IMAGE, "--nodes", workers, "--results-claim", "res", "-o", written,
+        "--", "--workload", "mnist_mlp", *FAST,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    spec = yaml.safe_load(written.read_text())["spec"]
+    [launcher] = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
+    [worker] = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert worker["command"] == ["/usr/sbin/sshd", "-De"] and spec["sshAuthMountPath"] == kf.MPI_SSH_DIR
+
+    # the operator's Secret (an ECDSA P-521 key, as the operator makes) and ConfigMap, the image's ssh settings
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-m", "PEM", "-N", "", "-C", "", "-f", str(tmp_path / "key")],
+        check=True,
+        timeout=30,
+    )
+    secret = kf.mpijob_ssh_files((tmp_path / "key").read_text(), (tmp_path / "key.pub").read_text())
+    ssh_dir = write_files(tmp_path / "ssh-auth", secret, kf.MPI_SSH_MODE)
+    config = kf.mpijob_config_files(job, namespace, workers, spec["slotsPerWorker"], running=list(range(workers)))
+    config_dir = write_files(tmp_path / "mpi-job-config", config, kf.MPI_HOSTFILE_MODE)
+    (config_dir / "discover_hosts.sh").chmod(kf.MPI_DISCOVER_HOSTS_MODE)
+    (tmp_path / "ssh_config").write_text(IMAGE_SSH_CONFIG)
+    image = {kf.MPI_SSH_DIR: ssh_dir, "/etc/ssh/ssh_config": tmp_path / "ssh_config"}
+    results = tmp_path / "results"  # the claim, mounted at /results in every pod
+    results.mkdir()
+
+    pods = [
+        (kf.mpijob_worker(job, i), [kf.mpijob_host(job, namespace, i), kf.mpijob_worker(job, i)], {})
+        for i in range(workers)
+    ]
+    name_the_pods(pod_hosts, pods)  # the job's headless Service
+    sshds = []
+    try:
+        for i, (host, (pod, _, _)) in enumerate(zip(pod_hosts, pods)):
+            (tmp_path / f"sshd-{i}").write_text(image_sshd_config(tmp_path / f"sshd-{i}.pid"))
+            argv = [*worker["command"], "-f", str(tmp_path / f"sshd-{i}")]
+            sshds.append(as_pod(host, pod, argv, kf.mpijob_worker_env(), mounts=image))
+        for host in pod_hosts:  # the launcher starts once the workers' sshd answers (the operator waits for it too)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection((host.address, IMAGE_SSH_PORT), timeout=1).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, [p.poll() for p in sshds]
+                    time.sleep(0.1)
+
+        # the launcher's mounts at /etc/mpi and /results are not bound (neither exists on this machine to bind
+        # over): its command and environment name these folders instead, each path as rendered but for that prefix
+        def placed(text: str) -> str:
+            return text.replace(kf.MPI_CONFIG_DIR, str(config_dir)).replace(k8s.RESULTS_MOUNT, str(results))
+
+        env = {k: placed(v) for k, v in kf.mpijob_launcher_env(spec["slotsPerWorker"]).items()}
+        argv = [sys.executable if a == "python" else placed(a) for a in launcher["command"]]
+        assert argv[argv.index("--hostfile") + 1] == env["OMPI_MCA_orte_default_hostfile"]
+        run = as_pod(pod_hosts[0], f"{job}-launcher", argv, {**env, "PYTHONPATH": str(ROOT)}, str(ROOT), image)
+        out, err = run.communicate(timeout=150)
+    finally:
+        for i in range(len(sshds)):  # the workers' sshd, as the operator ends a job's Running pods
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((tmp_path / f"sshd-{i}.pid").read_text()), signal.SIGTERM)
+        for p in sshds:
+            p.communicate(timeout=30)
+    assert run.returncode == 0, (out, err)
+    # the launcher's log, as kubectl logs gives it, holds the record as a marked line: bench import - takes it
+    imported = tmp_path / "imported.sqlite"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "import", "-", "--store", str(imported)],
+        input=err + out,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [record] = [r.to_dict() for r in Store(imported).records()]
+    assert record["status"] == "ok", record["error"]
+    assert record["spec"]["backend"] == "horovod" and record["spec"]["world_size"] == workers
+    assert [h["name"] for h in record["spec"]["hosts"]] == [kf.mpijob_host(job, namespace, i) for i in range(workers)]
+    rows = sorted(record["rank_map"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == [0, 1] and {r["world_size"] for r in rows} == {workers}
+    # one host name per worker pod, none the launcher's: the ranks ran in the workers, started over the Secret's key
+    assert [r["host"] for r in rows] == [kf.mpijob_worker(job, i) for i in range(workers)]
+    assert len(record["metrics"]["window_times_s"]) == 2 and len(record["metrics"]["per_rank"]) == workers
+    assert [r.to_dict() for r in Store(results / f"{job}.sqlite").records()] == [record]
+
+
 # ---------------------------------------------------------------- the MPIJob's files, read by their readers
 def test_mpijob_hostfile_is_what_the_launchers_run_reads(tmp_path):
     """The launcher pod runs `bench run --hostfile /etc/mpi/hostfile`: bench's own reader takes the operator's file."""
@@ -493,15 +670,16 @@ def test_mpijob_hostfile_is_what_the_launchers_run_reads(tmp_path):
 
 def test_discover_hosts_script_is_what_horovodrun_elastic_reads(tmp_path):
     """discover_hosts.sh run by a shell and read by Horovod's own discovery (horovodrun --host-discovery-script):
-    the running workers with their slots; a worker dropped from the script is gone from what Horovod sees."""
+    the running workers, each with the slots horovodrun is given (the script names none); a worker dropped from the
+    script is gone from what Horovod sees."""
     discovery = pytest.importorskip("horovod.runner.elastic.discovery", reason="Horovod is not installed")
     script = tmp_path / "discover_hosts.sh"
-    script.write_text(kf.mpijob_discover_hosts("hj", "ml", [0, 1], 2))
-    script.chmod(0o755)
-    found = discovery.HostDiscoveryScript(str(script), slots=1).find_available_hosts_and_slots()
+    script.write_text(kf.mpijob_discover_hosts("hj", "ml", [0, 1]))
+    script.chmod(kf.MPI_DISCOVER_HOSTS_MODE)
+    found = discovery.HostDiscoveryScript(str(script), slots=2).find_available_hosts_and_slots()
     assert found == {"hj-worker-0.hj.ml.svc": 2, "hj-worker-1.hj.ml.svc": 2}
-    script.write_text(kf.mpijob_discover_hosts("hj", "ml", [0], 2))
-    assert discovery.HostDiscoveryScript(str(script), slots=1).find_available_hosts_and_slots() == {
+    script.write_text(kf.mpijob_discover_hosts("hj", "ml", [0]))
+    assert discovery.HostDiscoveryScript(str(script), slots=2).find_available_hosts_and_slots() == {
         "hj-worker-0.hj.ml.svc": 2
     }
 
@@ -626,6 +804,52 @@ def test_leading_pod_plans_one_agent_of_the_job(monkeypatch, tmp_path):
     ]
 
 
+GPU_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+
+
+def pod_command_of(manifest: dict) -> list[str]:
+    """The bench command of the job's pod that records: a PyTorchJob's master, a TrainJob's nodes, an MPIJob's
+    launcher."""
+    spec = manifest["spec"]
+    if manifest["kind"] == "TrainJob":
+        return spec["trainer"]["command"]
+    replica = (
+        spec["mpiReplicaSpecs"]["Launcher"] if manifest["kind"] == "MPIJob" else spec["pytorchReplicaSpecs"]["Master"]
+    )
+    return replica["template"]["spec"]["containers"][0]["command"]
+
+
+@pytest.mark.parametrize("kind, backend", [("pytorchjob", "elastic"), ("trainjob", "elastic"), ("mpijob", "horovod")])
+def test_gpu_pods_run_one_process_per_gpu_they_are_given(kind, backend):
+    proc = bench_in_process(
+        "k8s", "--kind", kind, "--image", GPU_IMAGE, "--nodes", "2", "--gpus-per-pod", "8", "--nproc-per-node", "4",
+        "--results-claim", "res",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    command = pod_command_of(yaml.safe_load(proc.stdout))
+    # --gpus: one process per GPU on each pod (each host of the MPIJob's hostfile), not CPU processes beside them
+    assert command[4:8] == ["--backend", backend, "--gpus", "4"] and "--nproc" not in command
+
+
+def test_a_gpu_pod_plans_its_agent_on_cuda(monkeypatch, tmp_path):
+    env = kf.pytorchjob_env("bench", "Master", 0, masters=1, workers=1, nproc_per_node=4)
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    monkeypatch.setattr(socket, "gethostname", lambda: "bench-master-0")
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)  # a GPU node's pod, not this 2-core machine
+    args = argparse.Namespace(scheduler=None, iface=None, link=None, links=None, nproc=None, gpus=4)
+    cluster = common.cluster_of(args, pods=True)
+    assert common.world_of(args, cluster) == ("cuda", 8)
+    spec = build_spec(backend="elastic", workload="mnist_mlp", world_size=8, device="cuda", cluster=cluster)
+    ranks = [sys.executable, "-m", "bench.harness.guard", str(tmp_path / "runs" / "R1"), "elastic"]
+    command = get_backend("elastic").launcher.command(spec, ranks, "R1")
+    agent = command[command.index("--") + 1 :]
+    assert agent[agent.index("--nproc-per-node") + 1] == "4" and spec.device == "cuda"
+    with pytest.raises(UsageError, match=re.escape("--gpus 2: each pod of this job runs 4 process(es)")):
+        common.cluster_of(argparse.Namespace(**{**vars(args), "gpus": 2}), pods=True)
+    with pytest.raises(UsageError, match="give either --nproc"):
+        common.cluster_of(argparse.Namespace(**{**vars(args), "nproc": 8}), pods=True)
+
+
 def test_other_pod_joins_the_run_the_handoff_names(monkeypatch, tmp_path):
     env = kf.pytorchjob_env("bench", "Worker", 0, masters=1, workers=1, nproc_per_node=1)
     monkeypatch.setattr(os, "environ", {**os.environ, **env})
@@ -698,6 +922,10 @@ def test_manifests_of_several_pods_need_the_shared_volume_they_meet_through():
     for args in (["--nodes", "2"], ["--nodes", "1", "--min-nodes", "1", "--max-nodes", "2"]):
         assert_one_line_error(bench_in_process("k8s", "--image", IMAGE, *args), "give --results-claim")
     alone = bench_in_process("k8s", "--image", IMAGE, "--nodes", "1")  # one pod meets no other
-    assert alone.returncode == 0 and "the records stay in the pods" in alone.stderr
-    mpi = bench_in_process("k8s", "--kind", "mpijob", "--image", IMAGE, "--nodes", "2")  # its launcher reaches them
+    assert alone.returncode == 0 and "its record comes out in its log" in alone.stderr
+    # an MPIJob's launcher records what its workers' ranks write: even one worker pod needs the shared volume
+    assert_one_line_error(
+        bench_in_process("k8s", "--kind", "mpijob", "--image", IMAGE, "--nodes", "1"), "ranks run in its worker pods"
+    )
+    mpi = bench_in_process("k8s", "--kind", "mpijob", "--image", IMAGE, "--nodes", "2", "--results-claim", "res")
     assert mpi.returncode == 0, mpi.stderr

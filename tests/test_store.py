@@ -193,6 +193,68 @@ def test_bench_import_adds_a_kept_record_and_refuses_what_is_not_one(tmp_path):
         assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
 
 
+# ---------------------------------------------------------------- records as lines of a log: bench import -
+def import_log(text: str, store, monkeypatch):
+    """`bench import -` with `text` on stdin (as `kubectl logs POD | bench import -` gives it)."""
+    import io
+
+    from conftest import bench_in_process
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    return bench_in_process("import", "-", "--store", store)
+
+
+def test_record_lines_in_a_log_are_imported_once_and_its_other_lines_passed_over(tmp_path, monkeypatch):
+    """Two real runs' records (the sample store's) printed as `bench run --record-lines` prints them, among a pod's
+    other log lines, one after a timestamp (kubectl logs --timestamps) and one twice."""
+    from bench.core.codec import record_line
+
+    first, second = legacy_store(tmp_path / "sample.sqlite").records()[:2]
+    log = [
+        "bench run: elastic mnist_mlp, 2 CPU process(es), gloo",
+        "  window 2/2",
+        record_line(first.to_dict()),
+        "stored run in /results/bench.sqlite",
+        f"2026-12-03T09:00:00.123456789Z {record_line(second.to_dict())}",
+        record_line(first.to_dict()),  # the same pod's log read twice
+    ]
+    store = tmp_path / "k8s.sqlite"
+    proc = import_log("\n".join(log) + "\n", store, monkeypatch)
+    assert proc.returncode == 0 and proc.stderr.count("stored run") == 2, proc.stderr
+    assert sorted((r.run_id, json.dumps(r.to_dict())) for r in Store(store).records()) == sorted(
+        (r.run_id, json.dumps(r.to_dict())) for r in (first, second)
+    )
+    again = import_log(log[2] + "\n", store, monkeypatch)  # a record already there is not stored twice
+    assert again.returncode == 0 and f"run {first.run_id} is already in" in again.stderr, again.stderr
+    assert len(Store(store).records()) == 2
+
+
+def test_a_cut_or_changed_record_line_is_one_line_of_error_naming_it(tmp_path, monkeypatch):
+    from bench.core.codec import record_line
+    from conftest import assert_one_line_error, bench_in_process
+
+    [record] = legacy_store(tmp_path / "sample.sqlite").records()[:1]
+    line = record_line(record.to_dict())
+    store = tmp_path / "k8s.sqlite"
+    changed = line.replace(record.run_id, record.run_id[:-1] + "x")
+    for text, says in (
+        (
+            f"{line}\nlog\n{line[: len(line) // 2]}\n",
+            "stdin line 3: a bench-record line, but its record is not the one",
+        ),
+        (f"{line}\n{changed}\n", "stdin line 2: a bench-record line, but its record is not the one"),
+        (f"{line}\n{record_line({'run_id': 'x'})}\n", "stdin line 2: a bench-record line, but"),
+        ("bench run: elastic mnist_mlp\n", "no bench-record line on stdin"),
+    ):
+        assert_one_line_error(import_log(text, store, monkeypatch), says)
+        assert not store.exists()  # nothing stored: not even the good line before it
+    assert_one_line_error(bench_in_process("import", "-", tmp_path, "--store", store), "comes alone")
+    assert_one_line_error(
+        bench_in_process("run", "--record-lines", "--json", "--store", store), "--record-lines with --json"
+    )
+    assert not store.exists()
+
+
 @pytest.mark.slow
 def test_a_run_whose_store_breaks_while_it_runs_is_kept_and_can_be_imported(tmp_path):
     """The store turns into garbage while a real run goes on: the run ends, exit 1, its record is kept in its

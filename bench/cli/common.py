@@ -22,6 +22,7 @@ from bench.cluster.hosts import (
     shape_links,
     unshape_links,
 )
+from bench.core.codec import record_line
 from bench.core.console import note
 from bench.core.dryrun import planning
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
@@ -245,9 +246,12 @@ def pods_cluster(args, place: kubeflow_pod.PodPlace) -> dict:
         if getattr(args, flag, None):
             raise UsageError(f"--{flag} shapes links over ssh, which a Kubeflow job's pods do not have; drop it")
     (nproc_flag, nproc), (gpus_flag, gpus) = world_size_given(args)
-    if gpus is not None:
+    if gpus is not None and nproc is not None:
+        raise UsageError(f"give either {nproc_flag} (CPU processes) or {gpus_flag} (one process per GPU), not both")
+    if gpus is not None and gpus != place.nproc_per_node:  # one process per GPU, and the operator's count per pod
         raise UsageError(
-            f"{gpus_flag} across a Kubeflow job's pods is not supported yet; give {nproc_flag} for CPU processes"
+            f"{gpus_flag} {gpus}: each pod of this job runs {place.nproc_per_node} process(es) (PET_NPROC_PER_NODE), "
+            f"one per GPU; give {gpus_flag} {place.nproc_per_node}"
         )
     slots = len(place.hosts) * place.nproc_per_node
     if nproc is not None and nproc != slots:  # every agent starts the operator's processes per pod: no fewer
@@ -264,6 +268,7 @@ def pods_cluster(args, place: kubeflow_pod.PodPlace) -> dict:
         "link": None,
         "links": None,
         "scheduler": place.scheduler,
+        "gpus_per_host": gpus,  # the pod's GPUs are not counted here: the kubelet gave it the nvidia.com/gpu asked for
         "pod": place,
         "said": f"bench: in a pod of Kubeflow {place.kind} {place.job} ({len(place.hosts)} pods, nnodes {place.nnodes}"
         + "): "
@@ -375,33 +380,50 @@ def print_json(value) -> None:
 
 
 # ---------------------------------------------------------------- running
-def run_one(spec, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True) -> int:
-    """Describe, execute and store one spec; print its record (as_json) or its summary; exit by its status."""
+def printed(record, as_json: bool, record_lines: bool) -> None:
+    """A run's summary, or its record as JSON; and with record_lines its record as one marked line after it."""
+    if as_json:
+        print_json(record.to_dict())
+    else:
+        print("\n".join(record.task.summary_lines(record)), flush=True)
+    if record_lines:
+        print(record_line(record.to_dict()), flush=True)
+
+
+def run_one(
+    spec, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True, record_lines: bool = False
+) -> int:
+    """Describe, execute and store one spec; print its record (as_json) or its summary, and with record_lines its
+    record as a marked line (bench.core.codec.record_line); exit by its status."""
     task = _task(spec)
     store = open_store(store_path)
     store.check_writable()  # a store or run directory that cannot be written is the one line said, not a second
     note(f"bench {verb}: {task.describe(spec)}")
     record = execute(spec, store, show_progress=show_progress)
-    if as_json:
-        print_json(record.to_dict())
-    else:
-        print("\n".join(record.task.summary_lines(record)))
+    printed(record, as_json, record_lines)
     note(f"stored run {record.run_id} in {store.path}")
     return status_exit([record.status])
 
 
-def run_each(specs: list, store_path: str | None, as_json: bool, verb: str, show_progress: bool = True) -> int:
+def run_each(
+    specs: list,
+    store_path: str | None,
+    as_json: bool,
+    verb: str,
+    show_progress: bool = True,
+    record_lines: bool = False,
+) -> int:
     """One spec as run_one runs it; several (--backend a,b or --workload a,b of a verb that runs one) each in turn,
-    through run_specs, each run's summary printed as it ends; --json: the list of their records. Exit by their
-    statuses."""
+    through run_specs, each run's summary (and marked line) printed as it ends; --json: the list of their records.
+    Exit by their statuses."""
     if len(specs) == 1:
-        return run_one(specs[0], store_path, as_json, verb, show_progress)
+        return run_one(specs[0], store_path, as_json, verb, show_progress, record_lines)
     records = run_specs(
         specs,
         open_store(store_path, runs=True),
         f"bench {verb}",
         show_progress=show_progress,
-        on_record=None if as_json else lambda r: print("\n".join(r.task.summary_lines(r)), flush=True),
+        on_record=None if as_json else lambda r: printed(r, False, record_lines),
     )
     if as_json:
         print_json([r.to_dict() for r in records])

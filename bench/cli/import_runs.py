@@ -1,19 +1,21 @@
 """`bench import RUN_DIR ...`: add runs to a store from their run directories (record.json), for a run whose
-store could not be written when it ended, or runs copied from another machine."""
+store could not be written when it ended, or runs copied from another machine; `bench import -`: from the record
+lines of a log on stdin (`bench run --record-lines`, as in a Kubeflow job's pods: kubectl logs POD | bench import -)."""
 
 from __future__ import annotations
 
 import copy
 import json
 import os
+import sys
 from pathlib import Path
 
 from bench.cli import options
 from bench.cli.common import examples, open_store
-from bench.core.codec import RecordError
+from bench.core.codec import RECORD_LINE_MARK, RecordError, read_record_line
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
-from bench.core.inputs import RECORD_LIMIT, read_text_file, shown
+from bench.core.inputs import RECORD_LIMIT, RUNS_FILE_LIMIT, read_text_file, shown
 from bench.core.records import RunRecord
 from bench.core.rundir import RunDir
 
@@ -24,7 +26,9 @@ def add_parser(verbs) -> None:
         help="add runs to a store from their run directories (their record.json, checked "
         "against the directory's name and its spec.json)",
         epilog=examples(
-            "bench import results/runs/RUN_ID", "bench import --store results/cluster.sqlite copied/runs/*"
+            "bench import results/runs/RUN_ID",
+            "bench import --store results/cluster.sqlite copied/runs/*",
+            "bench import --store results/k8s.sqlite - < master.log   # kubectl logs bench-master-0 > master.log",
         ),
         parents=[options.store()],
     )
@@ -33,7 +37,8 @@ def add_parser(verbs) -> None:
         "run_dirs",
         nargs="+",
         metavar="RUN_DIR",
-        help="a run directory holding record.json and spec.json, named after its run",
+        help="a run directory holding record.json and spec.json, named after its run; or -, alone: the record lines "
+        "(bench run --record-lines) of a log read from stdin, its other lines passed over",
         invalid=["/nonexistent/run", "/", __file__, "/dev/null"],
     )
     p.set_defaults(func=cmd)
@@ -84,11 +89,46 @@ def read_record(path: str):
     return record
 
 
+def read_record_lines(stream) -> list[RunRecord]:
+    """The records of the marked lines of a log (bench.core.codec.record_line), each once; a marked line that is cut,
+    changed or not a record this bench reads is refused, naming its line."""
+    data = stream.read(RUNS_FILE_LIMIT + 1)
+    if len(data) > RUNS_FILE_LIMIT:
+        raise UsageError(f"stdin holds more than {RUNS_FILE_LIMIT // 2**20} MiB; give the log of the pods that record")
+    records: dict[str, RunRecord] = {}
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        try:
+            found = read_record_line(line)
+            if found is None:
+                continue
+            record = RunRecord.from_dict(found)
+        except RecordError as exc:
+            raise UsageError(f"stdin line {number}: a {RECORD_LINE_MARK} line, but {exc}; nothing was stored") from None
+        records.setdefault(record.run_id, record)  # a log read twice, or two pods' logs, may hold a line twice
+    if not records:
+        raise UsageError(
+            f"no {RECORD_LINE_MARK} line on stdin: give the log of the pod that records the run "
+            "(kubectl logs POD | bench import -), made with bench run --record-lines"
+        )
+    return list(records.values())
+
+
 def cmd(args) -> int:
-    records = [read_record(path) for path in args.run_dirs]  # every one checked before any is stored
+    from_stdin = "-" in args.run_dirs
+    if from_stdin and len(args.run_dirs) > 1:
+        raise UsageError("-, the record lines on stdin, comes alone: import the run directories in another call")
+    if from_stdin:
+        records = read_record_lines(sys.stdin.buffer)
+    else:
+        records = [read_record(path) for path in args.run_dirs]  # every one checked before any is stored
     store = open_store(args.store)
     store.check_writable()
+    stored = store.stored_run_ids([r.run_id for r in records]) if from_stdin else set()
     for record in records:
+        if record.run_id in stored:  # a record line is its run's last word: the store's copy is the same run
+            note(f"run {record.run_id} is already in {store.path}: not stored again")
+            continue
         store.save(record)
-        note(f"stored run {record.run_id} ({record.status}) from {Path(record.run_dir)} in {store.path}")
+        where = "stdin" if from_stdin else Path(record.run_dir)
+        note(f"stored run {record.run_id} ({record.status}) from {where} in {store.path}")
     return EXIT_OK

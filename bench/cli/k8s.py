@@ -28,7 +28,7 @@ from bench.core.registry import kubeflow_backend
 # where a checkout beside the project keeps the operators' CRD files (the project does not ship them)
 DEFAULT_CRD_DIR = PROJECT_ROOT.parent / "shared" / "k8s" / "crds"
 # arguments the manifest sets for the pods' bench command
-SET_HERE = ("--backend", "--store", "--hosts", "--hostfile", "--scheduler")
+SET_HERE = ("--backend", "--store", "--hosts", "--hostfile", "--scheduler", "--record-lines")
 # image names that say they carry CUDA: PyTorch's own (`-cuda12.4-`), NVIDIA's registry, a `gpu` tag
 NAME_MAX_BYTES = 255  # a file name's limit on Linux file systems
 CUDA_IMAGE_WORDS = ("cuda", "gpu", "nvcr.io/nvidia/")
@@ -63,7 +63,8 @@ def add_parser(verbs) -> None:
         "k8s",
         help="write a Kubeflow job (PyTorchJob, MPIJob, TrainJob) that runs the suite, for kubectl apply",
         description="Each pod runs bench itself with the arguments after --; its records go to the store on the "
-        "ReadWriteMany volume named by --results-claim. The manifest is checked against the operator's admission "
+        "ReadWriteMany volume named by --results-claim, and come out in the log of the pod that records as marked "
+        "lines, for kubectl logs POD | bench import -. The manifest is checked against the operator's admission "
         "rules and, with the operators' CRD files, their schema, before it is written. Contract-tested, not "
         "cluster-tested: see docs/clusters.md.",
         epilog=examples(
@@ -156,7 +157,7 @@ def add_parser(verbs) -> None:
         p,
         "--results-claim",
         help="a ReadWriteMany PersistentVolumeClaim mounted at /results, where the pods store their records "
-        "(none by default: the records stay in the pods)",
+        "(none by default: the store stays in the pod; its record comes out in the pod's log, for bench import -)",
         invalid=["Bad_Claim"],
     )
     options.add(
@@ -186,8 +187,14 @@ def _pod_args(args) -> list[str]:
         if any(a == taken or a.startswith(taken + "=") for a in rest):
             raise UsageError(
                 f"{taken} after --: the manifest sets it (the backend from --kind, the world size from --nodes and "
-                "--nproc-per-node, the store from --results-claim, the hosts from the operator)"
+                "--nproc-per-node, the store from --results-claim, the hosts from the operator, the record lines "
+                "for kubectl logs)"
             )
+    if "--json" in rest:
+        raise UsageError(
+            "--json after --: the pods print their record as a marked line (bench run --record-lines), which "
+            "kubectl logs POD | bench import - reads; leave --json out"
+        )
     world = args.nodes * args.nproc_per_node
     for i, a in enumerate(rest):  # a world size given after -- must be the one the job holds
         value = (
@@ -207,7 +214,11 @@ def _pod_args(args) -> list[str]:
         for i, a in enumerate(rest)
         if not (a.startswith("--nproc=") or a == "--nproc" or (i and rest[i - 1] == "--nproc"))
     ]
-    pod = ["--backend", str(kubeflow_backend(args.kind)), "--nproc", str(world), *rest]
+    if any(a == "--gpus" or a.startswith("--gpus=") for a in rest):
+        raise UsageError("--gpus after --: the manifest sets it from --gpus-per-pod, one process per GPU")
+    # a GPU pod's ranks take one GPU each (--gpus: per pod, or per host of the MPIJob's hostfile)
+    size = ["--gpus", str(args.nproc_per_node)] if args.gpus_per_pod else ["--nproc", str(world)]
+    pod = ["--backend", str(kubeflow_backend(args.kind)), *size, *rest]
     try:  # the pods' arguments refused now, not when the job starts
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
             args.root_parser.parse_args(["run", *pod])
@@ -279,7 +290,12 @@ def cmd(args) -> int:
     if problem:
         raise UsageError(problem)
     pods = max(req.nodes, req.elastic.max_replicas if req.elastic else 0)
-    if req.kind != "mpijob" and pods > 1 and not args.results_claim:
+    if req.kind == "mpijob" and not args.results_claim:
+        raise UsageError(
+            "an MPIJob's ranks run in its worker pods and write the run directory its launcher reads and records: "
+            "give --results-claim, a ReadWriteMany claim every pod mounts"
+        )
+    if pods > 1 and not args.results_claim:
         raise UsageError(
             f"the {pods} pods of a {k8s.KIND_NAMES[req.kind]} join one run through the store's volume (the leading pod "
             "hands the run to the others there): give --results-claim, a ReadWriteMany claim every pod mounts"
@@ -293,7 +309,10 @@ def cmd(args) -> int:
     if crd_dir is None:
         note("bench k8s: note: no CRD files found (--crd-dir): the manifest is checked against admission rules only")
     if not args.results_claim:
-        note("bench k8s: note: no --results-claim: the records stay in the pods and end with them")
+        note(
+            "bench k8s: note: no --results-claim: the store stays in the pod and ends with it; its record comes out "
+            "in its log (kubectl logs POD | bench import -)"
+        )
     text = k8s.to_yaml([manifest])
     if args.output is None:
         sys.stdout.write(text)

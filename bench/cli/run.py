@@ -38,10 +38,19 @@ def add_parser(verbs) -> None:
             options.plan(),
         ],
     )
+    options.add(
+        p,
+        "--record-lines",
+        action="store_true",
+        help="also print each run's record on stdout as one marked line, `bench-record sha256=... {...}`, which "
+        "`bench import -` finds in a log (kubectl logs POD | bench import -); bench k8s sets it in every pod (off)",
+    )
     p.set_defaults(func=cmd)
 
 
 def cmd(args) -> int:
+    if args.record_lines and args.json:
+        raise UsageError("--record-lines with --json: --json prints the record alone on stdout; give one of them")
     cluster = cluster_of(args, pods=True)
     device, world = world_of(args, cluster)
     backends = chosen_backends(args.backend, compared_for("train"), device=device, verb="run")
@@ -72,4 +81,4 @@ def cmd(args) -> int:
         note(cluster["said"])
         if not place.leads:  # the leading pod records the run; this one becomes one agent of it
             return join_pods_run(specs[0], place, open_store(args.store))
-    return run_each(specs, args.store, args.json, "run")
+    return run_each(specs, args.store, args.json, "run", record_lines=args.record_lines)

@@ -86,8 +86,9 @@ def results_store(req: JobRequest) -> str:
 
 
 def pod_command(req: JobRequest, *, launcher: bool = False) -> list[str]:
-    """What a pod runs: the suite itself, with the arguments given after `--`, its store on the results volume."""
-    args = ["python", "-m", "bench", "run", *req.bench_args]
+    """What a pod runs: the suite itself, with the arguments given after `--`, its store on the results volume, and
+    its record printed as a marked line too, for `kubectl logs POD | bench import -`."""
+    args = ["python", "-m", "bench", "run", *req.bench_args, "--record-lines"]
     if req.results_claim:
         args += ["--store", results_store(req)]
     if launcher:

@@ -9,10 +9,12 @@ The rules, as the operators' sources define them (the release each manifest targ
   (the master 0, worker i as i + 1), PET_NPROC_PER_NODE, and PET_NNODES (the replica count); under an elasticPolicy,
   PET_RDZV_BACKEND, PET_RDZV_ENDPOINT (`<job>-worker-0:<port>` unless a host is given), PET_NNODES=min:max and the
   optional PET_MAX_RESTARTS, PET_RDZV_CONF, PET_STANDALONE.
-- MPIJob (kubeflow.org/v2beta1, kubeflow/mpi-operator pkg/controller/mpi_job_controller.go): worker pods
-  `<job>-worker-<i>` under one headless Service `<job>`; a ConfigMap at /etc/mpi with `hostfile`
-  (`<pod>.<job>.<ns>.svc slots=N`) and `discover_hosts.sh` (the running workers, for elastic Horovod); an ssh key
-  Secret at /root/.ssh; the launcher's OMPI_MCA_orte_* and OMPI_MCA_plm_rsh_args.
+- MPIJob (kubeflow.org/v2beta1, kubeflow/mpi-operator v0.8.2 pkg/controller/mpi_job_controller.go): worker pods
+  `<job>-worker-<i>` under one headless Service `<job>`; a ConfigMap at /etc/mpi (the launcher's only) with
+  `hostfile` (`<pod>.<job>.<ns>.svc slots=N`) and `discover_hosts.sh` (`echo <pod>.<job>.<ns>.svc` for each running
+  worker, by pod name, no slots: elastic Horovod's); an ssh key Secret (an ECDSA P-521 key) at /root/.ssh on every
+  pod as `id_rsa`, `id_rsa.pub` and `authorized_keys`; the launcher's K_MPI_JOB_ROLE, OMPI_MCA_orte_*,
+  OMPI_MCA_plm_rsh_args and NVIDIA_VISIBLE_DEVICES/NVIDIA_DRIVER_CAPABILITIES emptied, the workers' K_MPI_JOB_ROLE.
 - TrainJob (trainer.kubeflow.org/v1alpha1, kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go): PET_NNODES,
   PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR = `<job>-node-0-0.<job>`, PET_MASTER_PORT = 29500; no elastic
   policy.
@@ -43,13 +45,18 @@ MPI_CONFIG_DIR = "/etc/mpi"
 MPI_HOSTFILE = f"{MPI_CONFIG_DIR}/hostfile"
 MPI_DISCOVER_HOSTS = f"{MPI_CONFIG_DIR}/discover_hosts.sh"
 MPI_SSH_DIR = "/root/.ssh"
-# what the mpi-operator gives the launcher for Open MPI (mpiImplementation: OpenMPI): the hostfile, the workers' full
-# names kept, and ssh told not to ask about host keys it has not seen
+MPI_SSH_MODE = 0o600  # the Secret's files when sshAuthMountPath is /root/.ssh
+MPI_HOSTFILE_MODE, MPI_DISCOVER_HOSTS_MODE = 0o444, 0o555
+# what the mpi-operator gives the launcher for Open MPI (mpiImplementation: OpenMPI): its role, the hostfile, the
+# workers' full names kept, ssh told to retry a worker whose sshd is not up yet; and the GPUs hidden from the
+# launcher, which trains nothing (the variables set empty)
 OPENMPI_LAUNCHER_ENV = {
+    "K_MPI_JOB_ROLE": "launcher",
     "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
     "OMPI_MCA_orte_default_hostfile": MPI_HOSTFILE,
     "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
 }
+NVIDIA_HIDDEN = {"NVIDIA_VISIBLE_DEVICES": "", "NVIDIA_DRIVER_CAPABILITIES": ""}
 # Open MPI 5 (PRRTE) reads none of the orte variables: with them alone it starts every rank on the launcher, so
 # the launcher's bench command names the hostfile itself (bench.cluster.k8s.pod_command)
 
@@ -152,12 +159,31 @@ def mpijob_hostfile(job: str, namespace: str, workers: int, slots: int) -> str:
     return "".join(f"{mpijob_host(job, namespace, i)} slots={slots}\n" for i in range(workers))
 
 
-def mpijob_discover_hosts(job: str, namespace: str, running: list[int], slots: int) -> str:
-    """/etc/mpi/discover_hosts.sh: the workers running now (the operator rewrites it as pods come and go), each as
-    horovodrun's --host-discovery-script wants it, `host:slots`."""
-    lines = "".join(f"echo {mpijob_host(job, namespace, i)}:{slots}\n" for i in sorted(running))
-    return "#!/bin/sh\n" + lines
+def mpijob_discover_hosts(job: str, namespace: str, running: list[int]) -> str:
+    """/etc/mpi/discover_hosts.sh: the workers running now, in the order of their pod names (as strings: worker-10
+    before worker-2), one `echo` each with no slots (horovodrun's --slots gives them); the operator rewrites it as
+    pods come and go."""
+    pods = sorted(running, key=lambda i: mpijob_worker(job, i))
+    return "#!/bin/sh\n" + "".join(f"echo {mpijob_host(job, namespace, i)}\n" for i in pods)
 
 
-def mpijob_launcher_env() -> dict[str, str]:
-    return dict(OPENMPI_LAUNCHER_ENV)
+def mpijob_launcher_env(slots: int) -> dict[str, str]:
+    return {**OPENMPI_LAUNCHER_ENV, "OMPI_MCA_orte_set_default_slots": str(slots), **NVIDIA_HIDDEN}
+
+
+def mpijob_worker_env() -> dict[str, str]:
+    return {"K_MPI_JOB_ROLE": "worker"}
+
+
+def mpijob_ssh_files(private_key: str, public_key: str) -> dict[str, str]:
+    """The ssh Secret as every pod sees it at /root/.ssh (mode 0600): the private key as `id_rsa` whatever its type,
+    the public key as `id_rsa.pub` and as `authorized_keys`, so that every pod reaches every other."""
+    return {"id_rsa": private_key, "id_rsa.pub": public_key, "authorized_keys": public_key}
+
+
+def mpijob_config_files(job: str, namespace: str, workers: int, slots: int, running: list[int]) -> dict[str, str]:
+    """The ConfigMap as the launcher sees it at /etc/mpi."""
+    return {
+        "hostfile": mpijob_hostfile(job, namespace, workers, slots),
+        "discover_hosts.sh": mpijob_discover_hosts(job, namespace, running),
+    }

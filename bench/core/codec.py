@@ -5,12 +5,16 @@ silently dropped.
 Records are strict JSON (docs/method.md, "Records"): a float that is no finite number is written as the string
 "NaN", "Infinity" or "-Infinity" (`to_json`), which reads back as that float wherever the field is not typed as
 text (a float field, or an untyped value such as a fit's dict: `restore_floats`); `dumps` is the one JSON writer
-of records and run files, and refuses a bare NaN that got past the encoding."""
+of records and run files, and refuses a bare NaN that got past the encoding.
+
+A record also travels as one marked line of a log (`record_line`, `read_record_line`): what `bench run
+--record-lines` prints and `bench import -` finds among the other lines of, say, `kubectl logs POD`."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
 import math
 import types
@@ -308,3 +312,37 @@ class Record:
     def from_dict(cls: type[R], data: Any) -> R:
         record: R = decode(cls, data)
         return record
+
+
+# ---------------------------------------------------------------- a record as one marked line of a log
+RECORD_LINE_MARK = "bench-record"
+DIGEST_CHARS = 16  # of the line's SHA-256: enough to tell a cut or changed line, short beside a record
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def record_line(data: dict[str, Any]) -> str:
+    """A record's JSON on one line, `bench-record sha256=DIGEST {...}`: marked, so that a reader finds it among a
+    log's other lines (a prefix before the mark, as `kubectl logs --timestamps` adds, is allowed), and with the digest
+    of its JSON, so that a line cut or changed on its way is known as such."""
+    text = dumps(data, separators=(",", ":"))
+    return f"{RECORD_LINE_MARK} sha256={_digest(text)} {text}"
+
+
+def read_record_line(line: str) -> Any:
+    """The JSON a marked line holds, None for a line without the mark; RecordError for a marked line whose JSON is
+    not the one its digest was made from (cut, or changed)."""
+    at = line.find(RECORD_LINE_MARK + " sha256=")
+    if at < 0:
+        return None
+    digest, _, text = line[at + len(RECORD_LINE_MARK) + len(" sha256=") :].rstrip("\r\n").partition(" ")
+    if _digest(text) != digest:
+        raise RecordError(
+            f"its record is not the one its digest was made from ({len(text)} characters: cut or changed)"
+        )
+    try:
+        return json.loads(text)  # as a record.json is read: RunRecord.from_dict reads the words for non-finite floats
+    except ValueError as exc:  # the digest matched: the line was written so
+        raise RecordError(f"its record is not JSON ({exc})") from None
