@@ -9,9 +9,9 @@ line of JSON on the stdout this process was started with: {"answer": the profile
 
 from __future__ import annotations
 
-import json
-import os
 import sys
+
+from bench.rank.answer import answer_parent
 
 STEPS = 4  # the first is a warm-up (allocations), the other three are profiled (their medians)
 BATCH = 2
@@ -87,15 +87,7 @@ def profile(model: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    answer = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # what the model's code prints goes to stderr, never into the answer
-    try:
-        reply = {"answer": profile(argv[0])}
-    except ValueError as exc:
-        reply = {"error": str(exc)}
-    answer.write(json.dumps(reply) + "\n")
-    answer.close()
-    return 0
+    return answer_parent(lambda: profile(argv[0]), (ValueError,))
 
 
 if __name__ == "__main__":

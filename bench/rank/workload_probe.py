@@ -4,9 +4,9 @@ never in bench's own process."""
 
 from __future__ import annotations
 
-import json
-import os
 import sys
+
+from bench.rank.answer import answer_parent
 
 
 def main(argv: list[str]) -> int:
@@ -14,18 +14,10 @@ def main(argv: list[str]) -> int:
     (workloads.external.probe), its answer one line of JSON on the stdout this process was started with:
     {"answer": probe's} or {"error": the one-line refusal}. What the user's code prints goes to stderr, never into
     the answer."""
-    answer = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
     from workloads import WorkloadError  # the workload's code, and torch with it, in this process only
     from workloads.external import probe
 
-    try:
-        reply = {"answer": probe(argv[0], with_data="--data" in argv[1:])}
-    except WorkloadError as exc:
-        reply = {"error": str(exc)}
-    answer.write(json.dumps(reply) + "\n")
-    answer.close()
-    return 0
+    return answer_parent(lambda: probe(argv[0], with_data="--data" in argv[1:]), (WorkloadError,))
 
 
 if __name__ == "__main__":
