@@ -189,13 +189,13 @@ def torch_facts() -> dict[str, Any]:
     facts = _imported_torch_facts()
     if key is not None:
         kept[key] = facts
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_name(f".{path.name}.{os.getpid()}")
             temporary.write_text(json.dumps(kept, indent=1, sort_keys=True))
             os.replace(temporary, path)  # whole or not at all: another process may read it now
-        except OSError:
-            pass  # a cache that cannot be written costs time, never a run
+        except OSError:  # a cache that cannot be written costs time, never a run; nor does it leave a part behind
+            temporary.unlink(missing_ok=True)
     return facts
 
 
