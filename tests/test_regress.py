@@ -7,6 +7,8 @@ import re
 import pytest
 
 from bench.core.store import Store
+from bench.results.figures import figures
+from bench.results.gate import divisor_speed, off_speed
 from bench.results.hot_paths import run_hot_paths
 from conftest import bench
 
@@ -39,6 +41,7 @@ SMALL = [
 # launches of this small matrix resolve on a 2-core machine at the gate's CONFIDENCE (docs/studies/gate.md,
 # "Catching a slowdown").
 SLOWDOWN = "100%"
+VS_PLAIN = "vs_plain elastic resnet18 n=1"
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +58,24 @@ def gate(tmp_path_factory):
     first = min({r.spec.sweep_id for r in Store(store).records()})
     proc = bench("baseline", "--from-store", store, "--sweep", first, "--no-hot-paths", "--dir", base / "baselines")
     assert proc.returncode == 0, proc.stderr
-    return {"dir": base, "store": store, "slow": slow, "baseline": base / "baselines" / "cpu-gloo.json"}
+    return {
+        "dir": base,
+        "store": store,
+        "slow": slow,
+        "baseline": base / "baselines" / "cpu-gloo.json",
+        "plain_loop_moved": plain_loop_moved(store),
+    }
+
+
+def plain_loop_moved(store) -> bool:
+    """Whether the plain loop, which the vs_plain ratio divides by, ran further from its speed in the first A/A
+    sweep than the gate's DIVISOR_TOLERANCE in the second: the machine busier or quieter between the two (a shared
+    machine can be). The gate then skips that ratio rather than judge it, and the A/A tests expect what it does."""
+    by_sweep: dict[str, list] = {}
+    for rec in Store(store).records():
+        by_sweep.setdefault(rec.spec.sweep_id, []).append(rec)
+    first, second = (figures(by_sweep[sid])[0][VS_PLAIN] for sid in sorted(by_sweep))
+    return off_speed(divisor_speed(first, second))
 
 
 def test_an_aa_comparison_passes(gate):
@@ -64,10 +84,14 @@ def test_an_aa_comparison_passes(gate):
     rows = json.loads(proc.stdout)["rows"]
     assert {r["verdict"] for r in rows} <= {"ok", "unstable", "improved", "skipped"}
     # a baseline taken from a store (no host calibration) cannot vouch for its host: absolute figures skipped
-    skipped = [r for r in rows if r["verdict"] == "skipped"]
-    assert skipped and all(r["kind"] == "throughput" and "calibration" in r["why"] for r in skipped)
-    vs_plain = [r for r in rows if r["kind"] == "vs_plain"]
-    assert len(vs_plain) == 1 and all((r["baseline_runs"], r["current_runs"]) == (5, 3) for r in vs_plain)
+    skipped = [r for r in rows if r["verdict"] == "skipped" and r["kind"] == "throughput"]
+    assert skipped and all("calibration" in r["why"] for r in skipped)
+    (vs_plain,) = [r for r in rows if r["kind"] == "vs_plain"]
+    assert (vs_plain["baseline_runs"], vs_plain["current_runs"]) == (5, 3)
+    if gate["plain_loop_moved"]:
+        assert vs_plain["verdict"] == "skipped" and "the case it divides by ran at" in vs_plain["why"], vs_plain
+    else:
+        assert vs_plain["verdict"] != "skipped", vs_plain
 
 
 def test_an_injected_slowdown_fails_and_names_the_metric(gate):
@@ -98,18 +122,25 @@ def test_aa_calibration_reports_every_pair(gate):
     out = json.loads(proc.stdout)
     assert out["pairs"] == 2
     kinds = {r["kind"]: r for r in out["rows"]}
-    assert kinds["vs_plain"]["compared"] == 2 and kinds["throughput"]["compared"] == 4
+    assert kinds["throughput"]["compared"] == 4
+    assert kinds["vs_plain"]["compared"] == (0 if gate["plain_loop_moved"] else 2)
 
 
 def test_two_sweeps_of_the_same_code_do_not_contradict_each_other(gate):
     """A small version of the rerun study: the A/A store's two sweeps (5 and 3 launches of each case) agree
-    on every comparison the report makes, and the comparisons with the plain loop resolve."""
+    on every comparison the report makes, and the comparisons with the plain loop resolve. Where the plain loop's
+    own speed moved between the two sweeps (plain_loop_moved), only a ratio to it may disagree."""
     proc = bench("agreement", "--store", gate["store"], "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
-    assert len(out["sweeps"]) == 2 and out["contradictions"] == []
+    assert len(out["sweeps"]) == 2
+    disagreeing = [key for c in out["contradictions"] for key in c["comparisons"]]
+    if gate["plain_loop_moved"]:
+        assert all("/ plain loop" in key for key in disagreeing), out["contradictions"]
+    else:
+        assert proc.returncode == 0 and disagreeing == [], proc.stdout + proc.stderr
     claims = out["claims"][out["sweeps"][0]]
-    assert "elastic / plain loop, resnet18 cpu b16 x1 pinned to its cores" in set(claims)  # pinned: the default
+    # pinned: the default
+    assert "elastic / plain loop, resnet18, 1 worker of batch 16, cpu, pinned to its cores" in set(claims)
     assert all(c["launches"] == [5, 5] for c in claims.values())
 
 
