@@ -657,6 +657,9 @@ def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_ho
     assert [r["host"] for r in rows] == [kf.mpijob_worker(job, i) for i in range(workers)]
     assert len(record["metrics"]["window_times_s"]) == 2 and len(record["metrics"]["per_rank"]) == workers
     assert [r.to_dict() for r in Store(results / f"{job}.sqlite").records()] == [record]
+    # the record names the job, so that the page's scope line says how such runs were tested
+    nodelist = ",".join(kf.mpijob_worker(job, i) for i in range(workers))
+    assert record["spec"]["scheduler"] == {"name": "kubeflow MPIJob", "job_id": job, "nodelist": nodelist}
 
 
 # ---------------------------------------------------------------- the MPIJob's files, read by their readers
@@ -913,6 +916,48 @@ def test_scope_line_says_how_pod_runs_were_tested():
     line = scope_line(records_to_frame([in_pods, train_record("plain")]))
     assert "in the pods of a PyTorchJob (contract-tested, not cluster-tested)" in line
     assert "contract-tested" not in scope_line(records_to_frame([train_record("plain")]))
+    # an MPIJob's run, its launcher's over ssh, says it too
+    workers = [kf.mpijob_host("bench", "default", i) for i in range(2)]
+    launcher = kubeflow_pod.mpijob_launcher(workers, kf.mpijob_launcher_env(1))
+    hosts = [{"name": name, "slots": 1} for name in workers]
+    mpi = train_record("m1", backend="horovod", spec_fields={"hosts": hosts, "scheduler": launcher})
+    line = scope_line(records_to_frame([in_pods, mpi]))
+    assert "in the pods of a MPIJob and a PyTorchJob (contract-tested, not cluster-tested)" in line, line
+
+
+def test_an_mpijob_launcher_names_its_job_and_is_a_run_over_ssh():
+    """`bench run --hostfile /etc/mpi/hostfile` in an MPIJob's launcher: the operator's K_MPI_JOB_ROLE and the
+    hostfile's worker names make the record name the job; nothing else does (a hostfile of other names, another
+    role, two jobs' workers). Its run is the launcher's over ssh, not one of agents in pods (of_pods)."""
+    workers = [kf.mpijob_host("hj", "ml", i) for i in range(3)]
+    launcher_env = kf.mpijob_launcher_env(2)
+    found = kubeflow_pod.mpijob_launcher(workers, launcher_env)
+    assert found == {"name": "kubeflow MPIJob", "job_id": "hj", "nodelist": "hj-worker-0,hj-worker-1,hj-worker-2"}
+    assert kubeflow_pod.of_kubeflow(found) and not kubeflow_pod.of_pods(found)
+    assert kubeflow_pod.mpijob_launcher(workers, kf.mpijob_worker_env()) is None
+    assert kubeflow_pod.mpijob_launcher(workers, {}) is None
+    assert kubeflow_pod.mpijob_launcher(["node1", "node2"], launcher_env) is None
+    assert kubeflow_pod.mpijob_launcher([workers[0], kf.mpijob_host("other", "ml", 1)], launcher_env) is None
+    assert kubeflow_pod.mpijob_launcher([], launcher_env) is None
+    pods = kubeflow_pod.pod_place(
+        kf.pytorchjob_env("bench", "Master", 0, masters=1, workers=1, nproc_per_node=1), "bench-master-0"
+    )
+    assert kubeflow_pod.of_pods(pods.scheduler) and kubeflow_pod.of_kubeflow(pods.scheduler)
+
+
+def test_an_mpijob_launchers_plan_names_the_job_and_runs_over_ssh(tmp_path, monkeypatch):
+    """The launcher's `bench run --dry-run`: the job named, horovodrun started over ssh on the first worker as for
+    any run across hosts (not Slurm's srun, not a pod's own agent)."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(kf.mpijob_hostfile("hj", "ml", 2, 1))
+    for name, value in kf.mpijob_launcher_env(1).items():
+        monkeypatch.setenv(name, value)
+    proc = bench_in_process(
+        "run", "--backend", "horovod", "--hostfile", hostfile, "--dry-run", "--store", tmp_path / "s.sqlite"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "from the launcher pod of MPIJob hj" in proc.stdout, proc.stdout
+    assert "python -m bench.cluster.fanout" in proc.stdout and "srun" not in proc.stdout
 
 
 def test_manifests_of_several_pods_need_the_shared_volume_they_meet_through():

@@ -168,6 +168,13 @@ def cluster_of(args, pods: bool = False) -> dict | None:
     scheduler = slurm_allocation(args, hosts)
     if scheduler is not None:
         hosts = [Host(**h) for h in scheduler["hosts"]]
+    elif hosts and getattr(args, "scheduler", None) != "none":
+        scheduler = kubeflow_pod.mpijob_launcher([h.name for h in hosts])
+        if scheduler is not None:
+            note(
+                f"bench: in the launcher pod of Kubeflow MPIJob {scheduler['job_id']}: across its workers "
+                f"{scheduler['nodelist']} over the operator's ssh key"
+            )
     link = getattr(args, "link", None)
     link = parse_link(link) if link is not None else None
     links = getattr(args, "links", None)
@@ -187,7 +194,7 @@ def cluster_of(args, pods: bool = False) -> dict | None:
     (nproc_flag, nproc), (gpus_flag, gpus) = world_size_given(args)
     if gpus is not None and nproc is not None:
         raise UsageError(f"give either {nproc_flag} (CPU processes) or {gpus_flag} (one process per GPU), not both")
-    if gpus is None and nproc is None and scheduler is not None and scheduler["gpus_per_node"]:
+    if gpus is None and nproc is None and scheduler is not None and scheduler.get("gpus_per_node"):
         gpus = scheduler["gpus_per_node"]  # a job that asked for GPUs runs on them
         note(
             f"bench: the allocation gives each node {gpus} GPU(s): {gpus_flag} {gpus} per node ({nproc_flag} for CPUs)"

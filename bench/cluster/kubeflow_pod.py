@@ -47,9 +47,39 @@ def in_pod(env=None) -> bool:
     return bool(env.get("PET_NNODES") and env.get("PET_NPROC_PER_NODE"))
 
 
-def of_pods(scheduler: dict[str, Any] | None) -> bool:
-    """Whether a spec's scheduler is a Kubeflow job's pods (its name is `kubeflow <Kind>`)."""
+def of_kubeflow(scheduler: dict[str, Any] | None) -> bool:
+    """Whether a spec's scheduler is a Kubeflow job (its name is `kubeflow <Kind>`): runs whose scope says how they
+    were tested (kubeflow.SCOPE)."""
     return bool(scheduler) and str(scheduler.get("name", "")).split(" ")[0] == SCHEDULER
+
+
+def of_pods(scheduler: dict[str, Any] | None) -> bool:
+    """Whether a spec's scheduler is the pods of a PyTorchJob or a TrainJob, each one torchrun agent reached through
+    the job's rendezvous, with no ssh between them. An MPIJob's run is its launcher's over ssh, as any run across
+    hosts (mpijob_launcher)."""
+    return of_kubeflow(scheduler) and scheduler is not None and scheduler["name"] != MPIJOB_SCHEDULER
+
+
+MPIJOB_SCHEDULER = f"{SCHEDULER} MPIJob"
+# a worker as the MPIJob's hostfile names it: the pod under the job's headless Service (kubeflow.mpijob_host)
+MPIJOB_HOST = re.compile(
+    r"^(?P<pod>(?P<job>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-worker-\d+)\.(?P=job)\.[a-z0-9]([-a-z0-9]*[a-z0-9])?\.svc$"
+)
+
+
+def mpijob_launcher(host_names: list[str], env=None) -> dict[str, str] | None:
+    """The scheduler of a run that an MPIJob's launcher makes (`bench run --hostfile /etc/mpi/hostfile` there, as
+    `bench k8s --kind mpijob` writes it): where the operator's K_MPI_JOB_ROLE says "launcher" and every host is a
+    worker of one job as its hostfile names them. The run itself is any run across hosts (ssh, the Secret's key);
+    the record names the job, so that the page says how such runs were tested. None anywhere else."""
+    env = os.environ if env is None else env
+    if env.get("K_MPI_JOB_ROLE") != kf.OPENMPI_LAUNCHER_ENV["K_MPI_JOB_ROLE"] or not host_names:
+        return None
+    found = [MPIJOB_HOST.match(name) for name in host_names]
+    jobs = {m["job"] for m in found if m}
+    if not all(found) or len(jobs) != 1:
+        return None
+    return {"name": MPIJOB_SCHEDULER, "job_id": jobs.pop(), "nodelist": ",".join(m["pod"] for m in found if m)}
 
 
 @dataclass(frozen=True)

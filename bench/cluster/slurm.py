@@ -116,6 +116,11 @@ def _scontrol(*args: str) -> str:
     return proc.stdout
 
 
+def of_allocation(scheduler: dict | None) -> bool:
+    """Whether a spec's scheduler is a Slurm allocation (allocation's "name"), not a Kubeflow job's."""
+    return bool(scheduler) and scheduler.get("name") == "slurm"
+
+
 def allocation(env=None) -> dict:
     """The allocation bench runs in: {"name": "slurm", "job_id", "nodelist", "hosts": [{"name", "slots"}]}."""
     env = env or os.environ

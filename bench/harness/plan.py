@@ -11,7 +11,8 @@ import tempfile
 from dataclasses import dataclass, field
 
 from bench.cluster.fanout import fanout_steps
-from bench.cluster.slurm import srun_steps
+from bench.cluster.kubeflow_pod import MPIJOB_SCHEDULER
+from bench.cluster.slurm import of_allocation, srun_steps
 from bench.core.dryrun import NOT_CHECKED, PLANNED_IFACE, PLANNED_PORT, plan_only
 from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir
@@ -58,6 +59,8 @@ def plan_launch(spec: RunSpec) -> LaunchPlan:
 def plan_lines(plan: LaunchPlan) -> list[str]:
     """The plan as the terminal shows it: the command started here, the command on each host, the environment, notes."""
     spec = plan.spec
+    scheduler = spec.scheduler or {}
+    launcher_of_mpijob = scheduler.get("name") == MPIJOB_SCHEDULER
     where = (
         f"{len(spec.hosts)} host(s): " + ", ".join(f"{h['name']} x{h['slots']}" for h in spec.hosts)
         if spec.hosts
@@ -66,13 +69,15 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
     lines = [
         f"{spec.backend} {get_task(spec.task).case(spec)}: world size {spec.world_size} on {spec.device} "
         f"({'GPU' if spec.device == 'cuda' else 'CPU'} processes), {where}"
-        + (f", inside Slurm job {spec.scheduler['job_id']}" if spec.scheduler else "")
+        + (f", inside Slurm job {scheduler.get('job_id')}" if of_allocation(spec.scheduler) else "")
+        + (f", from the launcher pod of MPIJob {scheduler.get('job_id')}" if launcher_of_mpijob else "")
     ]
     if fanout_steps(plan.command):
         lines.append("  started here: python -m bench.cluster.fanout, which runs each host's command over ssh:")
     elif srun_steps(plan.command):
         lines.append(f"  started here: {shlex.join(plan.command[:-1])} PLAN, one task per node running its command:")
-    here = "this machine" + (" (the batch script's node, the allocation's first)" if spec.scheduler else "")
+    in_allocation = of_allocation(spec.scheduler)
+    here = "this machine" + (" (the batch script's node, the allocation's first)" if in_allocation else "")
     for host, argv in plan.steps:
         lines.append(f"  on {host or here}: {shlex.join(argv)}")
     lines += [f"  env {k}={v}" for k, v in plan.env.items()]
@@ -84,9 +89,9 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
         )
     if any(PLANNED_PORT in a for a in plan.command):
         lines.append(f"  note: {PLANNED_PORT} is a port free on the first host, found when the run starts")
-    if spec.scheduler:
+    if of_allocation(spec.scheduler):
         lines.append(
-            f"  note: the nodes of {spec.scheduler['nodelist']} as bench reads the list, without scontrol (a run asks "
+            f"  note: the nodes of {scheduler.get('nodelist')} as bench reads the list, without scontrol (a run asks "
             "`scontrol show hostnames`)"
         )
     if spec.device == "cuda" and not spec.hosts and get_backend(spec.backend).places_on_this_host(spec.backend_options):

@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.cluster.kubeflow import SCOPE
-from bench.cluster.kubeflow_pod import of_pods
+from bench.cluster.kubeflow_pod import of_kubeflow
 from bench.core import stats
 from bench.core.errors import StoreError, UsageError
 from bench.core.inputs import printable
@@ -268,7 +268,7 @@ def scope_line(frame) -> str:
         missing.append("no hosts known to be separate machines")
     elif not across:
         missing.append("no run across hosts")
-    pods = sorted({r.spec.scheduler["name"] for r in ok["record"] if of_pods(r.spec.scheduler)})
+    pods = sorted({r.spec.scheduler["name"] for r in ok["record"] if of_kubeflow(r.spec.scheduler)})
     if pods:  # runs in a Kubeflow job's pods: what they rest on is said with them
         words.append(f"in the pods of a {' and a '.join(name.split(' ', 1)[1] for name in pods)} ({SCOPE})")
     return ", ".join(words) + ". Not covered: " + ", ".join(missing) + "."

@@ -13,6 +13,7 @@ from pathlib import Path
 from bench.backends.base import ElasticMode, Launcher
 from bench.cluster.fanout import fanout_command
 from bench.cluster.hosts import run_on
+from bench.cluster.slurm import of_allocation
 from bench.core.console import note
 from bench.core.dryrun import planning
 from bench.core.hostlist import Host, placement
@@ -64,7 +65,7 @@ def on_first_host(spec, command: list[str]) -> list[str]:
     """Across hosts, horovodrun and mpirun run on the first host, as users start them from one of the nodes:
     their rendezvous server and daemons then sit on the network the hosts share. Inside a Slurm allocation they
     run where bench runs: the batch script's node, the allocation's first."""
-    if not spec.hosts or spec.scheduler:
+    if not spec.hosts or of_allocation(spec.scheduler):
         return command
     return fanout_command([(spec.hosts[0]["name"], command)])
 

@@ -14,7 +14,7 @@ from bench.backends.base import Launcher, rank_row
 from bench.cluster import kubeflow_pod
 from bench.cluster.fanout import fanout_command
 from bench.cluster.hosts import free_port_on
-from bench.cluster.slurm import srun_command
+from bench.cluster.slurm import of_allocation, srun_command
 from bench.core.hostlist import Host
 from bench.core.registry import get_backend
 
@@ -160,7 +160,7 @@ def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restart
                 events_file, f"1:{len(placed)}", n, endpoint, run_id, max_restarts, rank_command, local_addr=host.name
             )
         steps.append((host.name, [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *agent]))
-    if spec.scheduler:  # inside a Slurm allocation: one srun task per node, as Slurm users start torchrun
+    if of_allocation(spec.scheduler):  # in a Slurm allocation: one srun task per node, as Slurm users start torchrun
         return srun_command(steps), endpoint
     return fanout_command(steps, node_range=events_file is not None), endpoint
 
