@@ -118,7 +118,10 @@ def main() -> int:
             return save_set_up(args.folder, set_up, commit.stdout.strip())
         for _ in range(args.sweeps - 1):
             nox_bench(clone, reuse=True, env=env)
-        store = Store(clone / "results" / "bench.sqlite")
+        # kept before anything reads it: the runs are the half hour's product, the figures below can be made again
+        args.folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(clone / "results" / "bench.sqlite", args.folder / "bench.sqlite")
+        store = Store(args.folder / "bench.sqlite")
         records = store.records()
         sweeps = []
         for row in store.sweeps():
@@ -135,8 +138,6 @@ def main() -> int:
                 }
             )
         machine = next(r.environment for r in records if r.environment)
-        args.folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(clone / "results" / "bench.sqlite", args.folder / "bench.sqlite")
     timings = {
         "commit": commit.stdout.strip(),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
