@@ -190,7 +190,8 @@ def add_parser(verbs) -> None:
         "--record-lines",
         action="store_true",
         help="also print each run's record on stdout as one marked line, `bench-record sha256=... {...}`, which "
-        "`bench import -` finds in a log (kubectl logs POD | bench import -), as bench run's (off)",
+        "`bench import -` finds in a log (kubectl logs POD | bench import -), as bench run's; bench k8s --drop-worker "
+        "sets it (off)",
     )
     p.set_defaults(func=cmd)
 
