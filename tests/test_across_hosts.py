@@ -6,12 +6,21 @@ import json
 import shlex
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from bench.cluster.hosts import remote_shell
+from bench.cluster.hosts import planned_check, remote_shell
+from bench.core.dryrun import plan_only
 from bench.core.errors import UsageError
 from bench.core.hostlist import Host, parse_hosts, placement, read_hostfile
+from bench.core.records import RunStatus
+from bench.core.registry import get_backend
+from bench.core.rundir import RunDir, write_json_atomic
+from bench.tasks.fault.analysis import fault_status
+from bench.tasks.fault.driver import FaultDriver
+from bench.tasks.fault.spec import FAULT_DEFAULTS
+from bench.tasks.fault.spec import build_spec as build_fault_spec
 from bench.testbed import hosts as testhosts
 from conftest import FAST, assert_one_line_error, bench, bench_in_process, processes_of_run
 
@@ -83,7 +92,6 @@ def test_threads_are_shared_by_hosts_on_one_machine():
 def test_parameter_servers_are_placed_one_per_host_by_default():
     """Across hosts the servers take no slot: one per host with workers, or --ps-servers of them round-robin."""
     from bench.core.hostlist import Host
-    from bench.core.registry import get_backend
 
     ps = get_backend("ps")
     hosts = [{"name": "a", "slots": 2}, {"name": "b", "slots": 2}, {"name": "c", "slots": 2}]
@@ -127,6 +135,133 @@ def test_horovods_wait_for_a_lost_host_is_read_from_ssh(monkeypatch, capsys, ans
     assert ssh_keepalive(["a", "b"], 90) == seconds
     err = capsys.readouterr().err
     assert (said in err) if said else err == ""
+
+
+# ---------------------------------------------------------------- a host the cluster drops (anywhere: planned)
+def drop_host_spec(tmp_path, slots=(1, 1), **options):
+    """A horovod fault run of 2 workers on hosts a and b (with `slots` each) whose fault drops b, built and checked
+    as `bench fault` builds it (planned: no host asked)."""
+    hosts = [Host("a", slots[0]), Host("b", slots[1])]
+    with plan_only():
+        cluster = {**planned_check(hosts, "eth0", None).cluster(hosts), "link": None, "scheduler": None}
+        return build_fault_spec(
+            backend="horovod", workload="mnist_mlp", world_size=2, scenario="drop-host", host="b", cluster=cluster,
+            rank=0, at_step=5, signal_name="KILL", max_restarts=3, checkpoint_every=2, total_steps=None,
+            comm_timeout=FAULT_DEFAULTS["comm_timeout"], recovery_timeout=1.0, backend_options=options,
+        )  # fmt: skip
+
+
+def discovery_script(path: Path, hosts: list[str]) -> str:
+    """A cluster's discovery script, as the MPIJob operator's: one `echo HOST` a line, no slots; swapped whole."""
+    fresh = path.with_name(path.name + ".new")
+    fresh.write_text("#!/bin/sh\n" + "".join(f"echo {h}\n" for h in hosts))
+    fresh.chmod(0o755)
+    fresh.replace(path)
+    return str(path)
+
+
+def driven_until_fired(driver, run_dir, bound_s: float = 20) -> dict:
+    """Poll the fault driver as the supervisor does until it has written the fault file (bounded)."""
+    until = time.monotonic() + bound_s
+    while not run_dir.fault_fired.exists():
+        assert time.monotonic() < until, "the driver never fired the fault"
+        assert driver() is None
+        time.sleep(0.005)
+    return run_dir.read_json(run_dir.fault_fired)
+
+
+def test_a_dropped_host_leaves_benchs_own_discovery_answer(tmp_path):
+    """With bench's own discovery script, the drop rewrites its answer without the host (Horovod's own discovery
+    reads it) and says bench must end the processes there; horovodrun runs on the first host, as for a node loss."""
+    discovery = pytest.importorskip("horovod.runner.elastic.discovery", reason="Horovod is not installed")
+
+    spec = drop_host_spec(tmp_path)
+    elastic, run_dir = get_backend("horovod").elastic, RunDir(tmp_path)
+    with plan_only():
+        command, _, info = elastic.launch(spec, spec.fault, ["rank"], "RUN", run_dir)
+    script = discovery.HostDiscoveryScript(str(run_dir.discovery_script), slots=1)
+    assert script.find_available_hosts_and_slots() == {"a": 1, "b": 1}
+    assert elastic.drop_host(spec, spec.fault, run_dir, info) is True
+    assert script.find_available_hosts_and_slots() == {"a": 1}
+    [step] = json.loads(command[-1])  # horovodrun on the first host, over ssh (bench.cluster.fanout)
+    assert command[1:3] == ["-m", "bench.cluster.fanout"] and step["host"] == "a"
+    assert str(run_dir.discovery_script) in step["argv"] and "--slots" not in step["argv"]
+
+
+def test_with_the_clusters_script_bench_waits_for_the_cluster_to_drop_the_host(tmp_path, capsys):
+    """With --hvd-discovery-script, horovodrun reads the cluster's script with --slots and runs here; at the fault
+    step bench changes nothing: it runs the script until the host has left its answer, and that is the fault."""
+
+    theirs = discovery_script(tmp_path / "discover_hosts.sh", ["a", "b"])
+    spec = drop_host_spec(tmp_path, hvd_discovery_script=theirs)
+    elastic, run_dir = get_backend("horovod").elastic, RunDir(tmp_path / "run")
+    run_dir.path.mkdir()
+    with plan_only():
+        command, _, info = elastic.launch(spec, spec.fault, ["rank"], "RUN", run_dir)
+    assert command[0].endswith("horovodrun")  # here, where the script is: not over ssh on the first host
+    assert command[command.index("--host-discovery-script") + 1 :][:3] == [theirs, "--slots", "1"]
+    assert not run_dir.hosts_file.exists() and info["discovery_script"] == theirs
+    driver = FaultDriver(
+        spec, run_dir, None, "RUN",
+        drop_host=lambda: elastic.drop_host(spec, spec.fault, run_dir, info),
+        discovered=lambda timeout_s: elastic.discovered(spec, timeout_s),
+    )  # fmt: skip
+    write_json_atomic(run_dir.fault_reached, {"pid": 1, "step": 5, "rank": 0, "time": time.time()})
+    assert driver() is None and not run_dir.fault_fired.exists()  # the script still names b
+    assert "waiting up to 1 s for the cluster to drop b" in capsys.readouterr().err
+    discovery_script(tmp_path / "discover_hosts.sh", ["a"])
+    fired = driven_until_fired(driver, run_dir)
+    assert fired["delivered"] and fired["dropped_by"] == "cluster" and fired["host"] == "b" and fired["step"] == 5
+    assert "killed" not in fired  # the cluster ends the host's processes, not bench
+
+
+def test_a_host_the_cluster_never_drops_is_a_fault_not_delivered(tmp_path):
+    """The cluster's script still names the host after --recovery-timeout: the fault is recorded as not delivered,
+    saying why, and such a run is failed, never ok."""
+
+    theirs = discovery_script(tmp_path / "discover_hosts.sh", ["a", "b"])
+    spec = drop_host_spec(tmp_path, hvd_discovery_script=theirs)
+    elastic, run_dir = get_backend("horovod").elastic, RunDir(tmp_path / "run")
+    run_dir.path.mkdir()
+    driver = FaultDriver(
+        spec, run_dir, None, "RUN", drop_host=lambda: False, discovered=lambda t: elastic.discovered(spec, t)
+    )
+    write_json_atomic(run_dir.fault_reached, {"pid": 1, "step": 5, "rank": 0, "time": time.time()})
+    fired = driven_until_fired(driver, run_dir)
+    assert fired["delivered"] is False
+    assert fired["why_not"].startswith("the discovery script still names b ")
+    assert fired["why_not"].endswith("s after step 5: the cluster did not drop it")
+    outcome = SimpleNamespace(ending="exited", returncode=0)
+    status, message = fault_status(spec, SimpleNamespace(fault=fired), outcome)
+    assert status == RunStatus.FAILED and "the cluster did not drop it" in message
+
+
+def test_the_clusters_script_needs_hosts_of_equal_slots(tmp_path):
+    """horovodrun gives every host the cluster's script names the same --slots: hosts of other slot counts are
+    refused before anything starts."""
+    script = discovery_script(tmp_path / "discover_hosts.sh", ["a", "b"])
+    with pytest.raises(UsageError, match=r"the same \(--slots\); the hosts have 1, 2 slots"):
+        drop_host_spec(tmp_path, slots=(1, 2), hvd_discovery_script=script)
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--backend", "elastic", "--hosts", "a:1,b:1", "--drop-host", "b"], ["not drop-host"]),
+        (["--backend", "ray", "--hosts", "a:1,b:1", "--drop-host", "b"], ["not drop-host"]),
+        (["--backend", "horovod", "--nproc", "2", "--drop-host", "b"], ["--drop-host need --hosts or --hostfile"]),
+        (["--backend", "horovod", "--hosts", "a:1,b:1", "--drop-host", "a"], ["the first host holds"]),
+        (["--backend", "horovod", "--hosts", "a:1,b:1", "--drop-host", "b", "--kill-host", "b"], ["choose one"]),
+        (["--backend", "horovod", "--nproc", "2", "--hvd-discovery-script", "SCRIPT"], ["for a run across hosts"]),
+        (["--backend", "horovod", "--nproc", "2", "--record-lines", "--json"], ["--record-lines with --json"]),
+    ],
+)
+def test_drop_host_refuses_what_cannot_run(tmp_path, args, fragments):
+    script = discovery_script(tmp_path / "discover_hosts.sh", ["a", "b"])
+    argv = [script if a == "SCRIPT" else a for a in args]
+    store = tmp_path / "never.sqlite"
+    assert_one_line_error(bench_in_process("fault", *argv, "--dry-run", "--store", store), *fragments)
+    assert not store.exists()
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,9 @@ EVERY_JOB = {
     "pytorchjob": request("pytorchjob", cpus_per_pod="4", results_claim="results"),
     "pytorchjob-elastic": request("pytorchjob", elastic=kf.Elastic(1, 3, max_restarts=2), results_claim="results"),
     "mpijob": request("mpijob", gpus_per_pod=2, memory_per_pod="16Gi"),
+    "mpijob-drop-worker": request(
+        "mpijob", drop_worker=True, results_claim="results", bench_args=("--backend", "horovod", "--nproc", "4")
+    ),
     "trainjob": request("trainjob", gpus_per_pod=8, nproc_per_node=8, cpus_per_pod="500m"),
 }
 
@@ -204,6 +207,16 @@ def test_manifest_shapes():
     assert worker["command"] == ["/usr/sbin/sshd", "-De"] and worker["resources"]["limits"]["nvidia.com/gpu"] == 2
     train = k8s.build(EVERY_JOB["trainjob"])["spec"]
     assert train["runtimeRef"]["name"] == "torch-distributed" and train["trainer"]["numProcPerNode"] == 8
+    # --drop-worker: the launcher runs bench fault over the operator's discover_hosts.sh, dropping the last worker;
+    # the workers still run sshd alone
+    dropping = k8s.build(EVERY_JOB["mpijob-drop-worker"])["spec"]["mpiReplicaSpecs"]
+    [launcher] = dropping["Launcher"]["template"]["spec"]["containers"]
+    assert launcher["command"] == [
+        "python", "-m", "bench", "fault", "--backend", "horovod", "--nproc", "4", "--record-lines",
+        "--store", "/results/bench.sqlite", "--hostfile", "/etc/mpi/hostfile",
+        "--hvd-discovery-script", "/etc/mpi/discover_hosts.sh", "--drop-host", "bench-worker-1.bench.default.svc",
+    ]  # fmt: skip
+    assert dropping["Worker"]["template"]["spec"]["containers"][0]["command"] == ["/usr/sbin/sshd", "-De"]
 
 
 # ---------------------------------------------------------------- the verb
@@ -236,6 +249,10 @@ def test_verb_writes_a_manifest_that_parses(tmp_path):
         (["--gpus-per-pod", "1", "--image-has-cuda", "--", "--gpus", "1"], "--gpus after --: the manifest sets it"),
         (["--", "--workload", "nosuch"], "the arguments after --"),
         (["--crd-dir", "/nonexistent/crds"], "must hold the operators' CRD files"),
+        (["--drop-worker"], "--drop-worker: a worker dropped from the operator's discover_hosts.sh is an MPIJob's"),
+        (["--kind", "mpijob", "--drop-worker", "--nodes", "1"], "--drop-worker needs --nodes 2 or more"),
+        (["--kind", "mpijob", "--drop-worker", "--", "--drop-host", "h"], "--drop-host after --: the manifest sets"),
+        (["--kind", "mpijob", "--drop-worker", "--", "--at-step", "0"], "the arguments after --"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, fragment):
@@ -338,12 +355,12 @@ def pods_of(kind: str, job: str = "bench") -> list[tuple[str, list[str], dict[st
 
 @pytest.fixture(scope="module")
 def pod_hosts():
-    """Two test hosts whose hosts files also name the pods, as the job's headless Services do (one user of the test
+    """Three test hosts whose hosts files also name the pods, as the job's headless Services do (one user of the test
     hosts at a time: the lock test_testhosts.py takes)."""
     lock = open(Path(__file__).with_name("test_testhosts.py"))
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        yield testhosts.up(2)
+        yield testhosts.up(3)  # two for a two-pod job, one more for an MPIJob's launcher pod where it needs its own
     finally:
         try:
             testhosts.down()
@@ -562,6 +579,91 @@ def write_files(folder: Path, files: dict[str, str], mode: int) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def mpijob_played(pod_hosts, tmp_path: Path, spec: dict, job: str, namespace: str, workers: int):
+    """An MPIJob's worker pods and the launcher pod's files, as the operator makes them, on the test hosts: each
+    worker pod runs its container's command (`sshd -De`) on its own test host, every pod has the operator's ssh
+    Secret (an ECDSA P-521 key, as the operator makes) and the image's ssh settings, the launcher the ConfigMap's
+    hostfile and discover_hosts.sh (every worker running). Yields what a launcher pod is started with; the workers'
+    sshd are ended afterwards, as the operator ends a job's Running pods."""
+    [worker] = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert worker["command"] == ["/usr/sbin/sshd", "-De"] and spec["sshAuthMountPath"] == kf.MPI_SSH_DIR
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-m", "PEM", "-N", "", "-C", "", "-f", str(tmp_path / "key")],
+        check=True,
+        timeout=30,
+    )
+    secret = kf.mpijob_ssh_files((tmp_path / "key").read_text(), (tmp_path / "key.pub").read_text())
+    ssh_dir = write_files(tmp_path / "ssh-auth", secret, kf.MPI_SSH_MODE)
+    config = kf.mpijob_config_files(job, namespace, workers, spec["slotsPerWorker"], running=list(range(workers)))
+    config_dir = write_files(tmp_path / "mpi-job-config", config, kf.MPI_HOSTFILE_MODE)
+    (config_dir / "discover_hosts.sh").chmod(kf.MPI_DISCOVER_HOSTS_MODE)
+    (tmp_path / "ssh_config").write_text(IMAGE_SSH_CONFIG)
+    image = {kf.MPI_SSH_DIR: ssh_dir, "/etc/ssh/ssh_config": tmp_path / "ssh_config"}
+    results = tmp_path / "results"  # the claim, mounted at /results in every pod
+    results.mkdir()
+
+    # the launcher's mounts at /etc/mpi and /results are not bound (neither exists on this machine to bind over):
+    # its command and environment name these folders instead, each path as rendered but for that prefix
+    def placed(text: str) -> str:
+        return text.replace(kf.MPI_CONFIG_DIR, str(config_dir)).replace(k8s.RESULTS_MOUNT, str(results))
+
+    pods = [
+        (kf.mpijob_worker(job, i), [kf.mpijob_host(job, namespace, i), kf.mpijob_worker(job, i)], {})
+        for i in range(workers)
+    ]
+    name_the_pods(pod_hosts, pods)  # the job's headless Service
+    sshds = []
+    try:
+        for i, (host, (pod, _, _)) in enumerate(zip(pod_hosts, pods)):
+            (tmp_path / f"sshd-{i}").write_text(image_sshd_config(tmp_path / f"sshd-{i}.pid"))
+            argv = [*worker["command"], "-f", str(tmp_path / f"sshd-{i}")]
+            sshds.append(as_pod(host, pod, argv, kf.mpijob_worker_env(), mounts=image))
+        for host in pod_hosts[:workers]:  # the launcher starts once the workers' sshd answers (the operator waits too)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection((host.address, IMAGE_SSH_PORT), timeout=1).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, [p.poll() for p in sshds]
+                    time.sleep(0.1)
+        env = {k: placed(v) for k, v in kf.mpijob_launcher_env(spec["slotsPerWorker"]).items()}
+        yield {"config_dir": config_dir, "results": results, "image": image, "placed": placed, "env": env}
+    finally:
+        for i in range(len(sshds)):  # the workers' sshd, as the operator ends a job's Running pods
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((tmp_path / f"sshd-{i}.pid").read_text()), signal.SIGTERM)
+        for p in sshds:
+            p.communicate(timeout=30)
+
+
+def launcher_pod(host, job: str, container: dict, played: dict, env: dict | None = None) -> subprocess.Popen:
+    """The launcher pod's container command, with exactly the operator's launcher environment (and `env`), on
+    `host`."""
+    placed = played["placed"]
+    env = {**played["env"], **(env or {}), "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable if a == "python" else placed(a) for a in container["command"]]
+    assert argv[argv.index("--hostfile") + 1] == env["OMPI_MCA_orte_default_hostfile"]
+    return as_pod(host, f"{job}-launcher", argv, env, str(ROOT), played["image"])
+
+
+def imported_record(tmp_path: Path, log: str) -> dict:
+    """The one record a launcher's log holds (as kubectl logs gives it), through `bench import -`."""
+    imported = tmp_path / "imported.sqlite"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "import", "-", "--store", str(imported)],
+        input=log,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [record] = [r.to_dict() for r in Store(imported).records()]
+    return record
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
 def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_hosts, tmp_path):
@@ -579,75 +681,12 @@ def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_ho
     assert proc.returncode == 0, proc.stderr
     spec = yaml.safe_load(written.read_text())["spec"]
     [launcher] = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
-    [worker] = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
-    assert worker["command"] == ["/usr/sbin/sshd", "-De"] and spec["sshAuthMountPath"] == kf.MPI_SSH_DIR
-
-    # the operator's Secret (an ECDSA P-521 key, as the operator makes) and ConfigMap, the image's ssh settings
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-m", "PEM", "-N", "", "-C", "", "-f", str(tmp_path / "key")],
-        check=True,
-        timeout=30,
-    )
-    secret = kf.mpijob_ssh_files((tmp_path / "key").read_text(), (tmp_path / "key.pub").read_text())
-    ssh_dir = write_files(tmp_path / "ssh-auth", secret, kf.MPI_SSH_MODE)
-    config = kf.mpijob_config_files(job, namespace, workers, spec["slotsPerWorker"], running=list(range(workers)))
-    config_dir = write_files(tmp_path / "mpi-job-config", config, kf.MPI_HOSTFILE_MODE)
-    (config_dir / "discover_hosts.sh").chmod(kf.MPI_DISCOVER_HOSTS_MODE)
-    (tmp_path / "ssh_config").write_text(IMAGE_SSH_CONFIG)
-    image = {kf.MPI_SSH_DIR: ssh_dir, "/etc/ssh/ssh_config": tmp_path / "ssh_config"}
-    results = tmp_path / "results"  # the claim, mounted at /results in every pod
-    results.mkdir()
-
-    pods = [
-        (kf.mpijob_worker(job, i), [kf.mpijob_host(job, namespace, i), kf.mpijob_worker(job, i)], {})
-        for i in range(workers)
-    ]
-    name_the_pods(pod_hosts, pods)  # the job's headless Service
-    sshds = []
-    try:
-        for i, (host, (pod, _, _)) in enumerate(zip(pod_hosts, pods)):
-            (tmp_path / f"sshd-{i}").write_text(image_sshd_config(tmp_path / f"sshd-{i}.pid"))
-            argv = [*worker["command"], "-f", str(tmp_path / f"sshd-{i}")]
-            sshds.append(as_pod(host, pod, argv, kf.mpijob_worker_env(), mounts=image))
-        for host in pod_hosts:  # the launcher starts once the workers' sshd answers (the operator waits for it too)
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection((host.address, IMAGE_SSH_PORT), timeout=1).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, [p.poll() for p in sshds]
-                    time.sleep(0.1)
-
-        # the launcher's mounts at /etc/mpi and /results are not bound (neither exists on this machine to bind
-        # over): its command and environment name these folders instead, each path as rendered but for that prefix
-        def placed(text: str) -> str:
-            return text.replace(kf.MPI_CONFIG_DIR, str(config_dir)).replace(k8s.RESULTS_MOUNT, str(results))
-
-        env = {k: placed(v) for k, v in kf.mpijob_launcher_env(spec["slotsPerWorker"]).items()}
-        argv = [sys.executable if a == "python" else placed(a) for a in launcher["command"]]
-        assert argv[argv.index("--hostfile") + 1] == env["OMPI_MCA_orte_default_hostfile"]
-        run = as_pod(pod_hosts[0], f"{job}-launcher", argv, {**env, "PYTHONPATH": str(ROOT)}, str(ROOT), image)
+    with mpijob_played(pod_hosts, tmp_path, spec, job, namespace, workers) as played:
+        run = launcher_pod(pod_hosts[0], job, launcher, played)
         out, err = run.communicate(timeout=150)
-    finally:
-        for i in range(len(sshds)):  # the workers' sshd, as the operator ends a job's Running pods
-            with contextlib.suppress(OSError, ValueError):
-                os.kill(int((tmp_path / f"sshd-{i}.pid").read_text()), signal.SIGTERM)
-        for p in sshds:
-            p.communicate(timeout=30)
     assert run.returncode == 0, (out, err)
     # the launcher's log, as kubectl logs gives it, holds the record as a marked line: bench import - takes it
-    imported = tmp_path / "imported.sqlite"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "import", "-", "--store", str(imported)],
-        input=err + out,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
-    [record] = [r.to_dict() for r in Store(imported).records()]
+    record = imported_record(tmp_path, err + out)
     assert record["status"] == "ok", record["error"]
     assert record["spec"]["backend"] == "horovod" and record["spec"]["world_size"] == workers
     assert [h["name"] for h in record["spec"]["hosts"]] == [kf.mpijob_host(job, namespace, i) for i in range(workers)]
@@ -656,8 +695,94 @@ def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_ho
     # one host name per worker pod, none the launcher's: the ranks ran in the workers, started over the Secret's key
     assert [r["host"] for r in rows] == [kf.mpijob_worker(job, i) for i in range(workers)]
     assert len(record["metrics"]["window_times_s"]) == 2 and len(record["metrics"]["per_rank"]) == workers
-    assert [r.to_dict() for r in Store(results / f"{job}.sqlite").records()] == [record]
+    assert [r.to_dict() for r in Store(played["results"] / f"{job}.sqlite").records()] == [record]
     # the record names the job, so that the page's scope line says how such runs were tested
+    nodelist = ",".join(kf.mpijob_worker(job, i) for i in range(workers))
+    assert record["spec"]["scheduler"] == {"name": "kubeflow MPIJob", "job_id": job, "nodelist": nodelist}
+
+
+def fault_reached_run(results: Path, until: float, launcher: subprocess.Popen) -> Path | None:
+    """The run folder (under the results folder's runs/) whose rank 0 has reached the fault step (None: the launcher
+    ended first, or `until` passed)."""
+    while time.monotonic() < until and launcher.poll() is None:
+        found = [p.parent for p in (results / "runs").glob(f"*/{RunDir.fault_reached.name}")]
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+def test_contract_run_mpijob_elastic_worker_dropped_from_discover_hosts(pod_hosts, tmp_path):
+    """`bench k8s --kind mpijob --drop-worker`, played by its pods (as above, the launcher on a test host of its
+    own): the launcher runs `bench fault` under Horovod elastic over the ConfigMap's discover_hosts.sh, which names
+    both workers. At the fault step the test plays the operator as a worker pod is deleted: every process of the
+    run in worker 1's pod ends, then its sshd, and discover_hosts.sh is rewritten without it. Horovod goes on with
+    worker 0 alone; the launcher's record says so."""
+    job, namespace, workers = "bench", "default", 2
+    written = tmp_path / "job.yaml"
+    fault_args = ["--threads", "1", "--checkpoint-every", "10", "--at-step", "25", "--steps", "60"]
+    proc = bench_in_process(
+        "k8s", "--kind", "mpijob", "--drop-worker", "--image", IMAGE, "--nodes", workers, "--results-claim", "res",
+        "-o", written, "--", "--workload", "mnist_mlp", *fault_args, "--comm-timeout", "5", "--recovery-timeout", "60",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    spec = yaml.safe_load(written.read_text())["spec"]
+    [launcher] = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
+    dropped = kf.mpijob_host(job, namespace, workers - 1)
+    assert launcher["command"][:4] == ["python", "-m", "bench", "fault"]
+    assert launcher["command"][-4:] == ["--hvd-discovery-script", kf.MPI_DISCOVER_HOSTS, "--drop-host", dropped]
+    with mpijob_played(pod_hosts, tmp_path, spec, job, namespace, workers) as played:
+        # horovodrun runs in the launcher pod, where the operator's script is: a pod of its own, as in a cluster.
+        # Horovod orders the hosts it first discovers as a set: with this hash seed it puts rank 0 on the worker
+        # that is dropped, the case where the survivor must wait for the drop rather than train on past the step
+        seeded = {"PYTHONHASHSEED": "0"}
+        run = launcher_pod(pod_hosts[workers], job, launcher, played, seeded)
+        try:
+            run_dir = fault_reached_run(played["results"], time.monotonic() + 150, run)
+            assert run_dir is not None, run.communicate(timeout=30)
+            # the worker pod deleted: every process of the run there ends at once, and its sshd
+            ended = subprocess.run(
+                ssh_command(
+                    pod_hosts[1].address,
+                    [sys.executable, "-m", "bench.harness.supervisor", "kill", run_dir.name],
+                    {"PYTHONPATH": str(ROOT)},
+                    str(ROOT),
+                ),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert json.loads(ended.stdout.splitlines()[-1])["killed"], ended
+            os.kill(int((tmp_path / "sshd-1.pid").read_text()), signal.SIGTERM)
+            # then the operator sees the pod gone and rewrites the ConfigMap's script (the kubelet swaps it whole)
+            script = played["config_dir"] / "discover_hosts.sh"
+            fresh = script.with_name("discover_hosts.sh.new")
+            fresh.write_text(kf.mpijob_discover_hosts(job, namespace, [0]))
+            fresh.chmod(kf.MPI_DISCOVER_HOSTS_MODE)
+            os.replace(fresh, script)
+            out, err = run.communicate(timeout=150)
+        finally:
+            if run.poll() is None:
+                run.kill()
+    assert run.returncode == 0, (out, err)
+    assert "waiting up to 60 s for the cluster to drop" in err
+    record = imported_record(tmp_path, err + out)
+    assert record["status"] == "ok", record["error"]
+    assert record["spec"]["task"] == "fault" and record["spec"]["backend"] == "horovod"
+    assert record["spec"]["backend_options"]["hvd_discovery_script"] == str(played["config_dir"] / "discover_hosts.sh")
+    f = record["metrics"]
+    assert f["scenario"] == "drop-host" and f["fault"]["host"] == dropped and f["fault"]["delivered"]
+    assert f["fault"]["dropped_by"] == "cluster" and "killed" not in f["fault"]  # bench killed nothing
+    assert (f["world_before"], f["world_after"]) == (workers, 1)
+    assert f["recovery_s"] is not None and 0 < f["recovery_s"] < 60 and f["steps_completed"] == 60
+    assert f["resume_checks"] and all(c["equal"] for c in f["resume_checks"])
+    before = {r["rank"]: r["host"] for r in record["rank_map"] if r["phase"] == "before"}
+    after = {r["rank"]: r["host"] for r in record["rank_map"] if r["phase"] == "after"}
+    assert before == {0: kf.mpijob_worker(job, 1), 1: kf.mpijob_worker(job, 0)} and after == {
+        0: kf.mpijob_worker(job, 0)
+    }
     nodelist = ",".join(kf.mpijob_worker(job, i) for i in range(workers))
     assert record["spec"]["scheduler"] == {"name": "kubeflow MPIJob", "job_id": job, "nodelist": nodelist}
 

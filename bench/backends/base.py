@@ -212,12 +212,15 @@ class ElasticMode(ABC):
     """A backend's elastic mode, as `bench fault` drives it: its parent side (launcher.py; the worker's side is
     ProcessGroup.elastic_state). `fault` is the fault task's settings (bench.tasks.fault.settings.FaultSettings),
     given by the fault task: what an elastic mode reads of them is `joining` (one more worker joins, rather than
-    one lost), `max_restarts` and `recovery_timeout`."""
+    one lost), `max_restarts`, `recovery_timeout` and `host` (the host a drop-host fault takes out)."""
 
     scenarios: tuple[str, ...] = ()  # fault scenarios it supports ("kill", "join")
 
-    def problem(self, scenario: str, world_size: int, options: dict | None = None) -> str | None:
-        """None when this scenario can run at this world size with these backend options, else why not."""
+    def problem(
+        self, scenario: str, world_size: int, options: dict | None = None, hosts: list[dict] | None = None
+    ) -> str | None:
+        """None when this scenario can run at this world size with these backend options (across `hosts`, a run
+        across hosts), else why not."""
         return None
 
     @abstractmethod
@@ -228,6 +231,18 @@ class ElasticMode(ABC):
     def join(self, spec, fault, rank_command: list[str], run_id: str, run_dir, info: dict) -> list[str] | None:
         """Scale-up: a command that starts the joining worker, or None when the backend was told another
         way (a discovery script's answer changed)."""
+
+    def drop_host(self, spec, fault, run_dir, info: dict) -> bool:
+        """drop-host (a mode that lists it in `scenarios`): take fault.host out of what the launcher's host discovery
+        answers, where bench writes that answer (True: bench then ends the run's processes there, as the cluster
+        would); False where the launcher reads the cluster's own discovery, which only the cluster changes
+        (`discovered` says when it has)."""
+        raise NotImplementedError(f"{type(self).__name__} has no drop-host scenario")
+
+    def discovered(self, spec, timeout_s: float) -> list[str]:
+        """The hosts the cluster's own discovery names now (drop-host, where `drop_host` said False); ValueError
+        saying why where it failed or took longer than timeout_s."""
+        raise NotImplementedError(f"{type(self).__name__} reads no discovery of the cluster's")
 
     def nccl_env(self, spec, fault) -> dict[str, str]:
         """What a fault run on GPUs sets so that a collective over NCCL that meets a dead or hung peer ends within

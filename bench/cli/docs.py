@@ -75,7 +75,9 @@ def _fault_rows() -> list[str]:
 
 
 def fault_only_flags() -> list[str]:
-    return [opt.flag for name in BACKEND_MODULES for opt in get_backend(name).options if opt.fault_only]
+    """Each once, though backends share it (horovod-tf takes horovod's)."""
+    flags = [opt.flag for name in BACKEND_MODULES for opt in get_backend(name).options if opt.fault_only]
+    return list(dict.fromkeys(flags))
 
 
 def page() -> str:

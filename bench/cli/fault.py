@@ -12,7 +12,15 @@ from bench.core.errors import UsageError
 from bench.core.registry import DEFAULT_BACKEND, elastic_backends, get_backend
 from bench.core.spec import MAX_TIMEOUT_WORDS, resolve_device
 from bench.harness.plan import print_plans
-from bench.tasks.fault.spec import AT_STEP_WINDOWS, CHECKPOINT_WINDOWS, FAULT_DEFAULTS, build_spec, check_scenario_hosts
+from bench.tasks.fault.spec import (
+    AT_STEP_WINDOWS,
+    CHECKPOINT_WINDOWS,
+    FAULT_DEFAULTS,
+    HOST_FLAGS,
+    build_spec,
+    check_scenario_hosts,
+    check_scenario_of,
+)
 from workloads import WORKLOADS
 
 # bench fault's default fault, in the fault words: the signal its defaults name (KILL: kill)
@@ -53,6 +61,7 @@ def add_parser(verbs) -> None:
             "bench fault --backend ray --nproc 1 --fault join --ray-resize-interval 5",
             "bench fault --backend all --nproc 2 --fault hang          # each elastic mode in turn",
             "bench fault --backend elastic --gpus 2 --fault hang       # a hung GPU worker, over NCCL",
+            "bench fault --backend horovod --hosts a:1,b:1 --drop-host b   # the cluster drops a node",
         ),
         parents=[
             options.what_runs(
@@ -125,6 +134,16 @@ def add_parser(verbs) -> None:
     )
     options.add(
         g,
+        "--drop-host",
+        metavar="HOST",
+        help="across hosts (--hosts; Horovod's elastic mode): the cluster drops this host at --at-step, as an "
+        "MPIJob's operator removes a worker pod: it leaves the launcher's host discovery and every process of the run "
+        "there ends (bench does both with its own discovery script; with --hvd-discovery-script the cluster must, "
+        "within --recovery-timeout)",
+        invalid=["10.213.7.12"],
+    )
+    options.add(
+        g,
         "--max-restarts",
         type=options.count,
         default=d["max_restarts"],
@@ -166,14 +185,24 @@ def add_parser(verbs) -> None:
         f"most {MAX_TIMEOUT_WORDS})",
         invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
     )
+    options.add(
+        p,
+        "--record-lines",
+        action="store_true",
+        help="also print each run's record on stdout as one marked line, `bench-record sha256=... {...}`, which "
+        "`bench import -` finds in a log (kubectl logs POD | bench import -), as bench run's; bench k8s --drop-worker "
+        "sets it (off)",
+    )
     p.set_defaults(func=cmd)
 
 
 def cmd(args) -> int:
+    if args.record_lines and args.json:
+        raise UsageError("--record-lines with --json: --json prints the record alone on stdout; give one of them")
     specs = specs_of(args)
     if args.dry_run:
         return print_plans(specs)
-    return run_each(specs, args.store, args.json, "fault", show_progress=False)
+    return run_each(specs, args.store, args.json, "fault", show_progress=False, record_lines=args.record_lines)
 
 
 def specs_of(args) -> list:
@@ -184,16 +213,20 @@ def specs_of(args) -> list:
             ("--fault join", args.fault == "join"),
             ("--kill-host", args.kill_host),
             ("--partition-host", args.partition_host),
+            ("--drop-host", args.drop_host),
         )
         if given
     ]
     if len(chosen) > 1:
         raise UsageError(f"{' and '.join(chosen)}: choose one fault a run")
-    scenario = {"--fault join": "join", "--kill-host": "kill-host", "--partition-host": "partition-host"}.get(
+    scenario = {"--fault join": "join", **{flag: scenario for scenario, flag in HOST_FLAGS.items()}}.get(
         chosen[0] if chosen else None, "kill"
     )
     # the signal a run records (a join, or a host's loss, records the default as before)
     signal_name = options.SIGNAL_OF.get(args.fault, FAULT_DEFAULTS["signal"])
+    if not options.is_all(args.backend):  # a backend named that cannot make it is refused before any host is asked
+        for name in set(options.chosen(args.backend, elastic_backends(), [DEFAULT_BACKEND])) & set(elastic_backends()):
+            check_scenario_of(name, scenario)
     hosts = args.hosts or args.hostfile
     if not (args.hosts and args.hostfile) and not getattr(args, "scheduler", None):
         # what the names alone refuse, before any host is asked (an allocation's hosts are checked with the spec)
@@ -201,7 +234,7 @@ def specs_of(args) -> list:
         check_scenario_hosts(
             scenario,
             [h.to_dict() for h in hosts] if hosts else None,
-            args.kill_host or args.partition_host,
+            args.kill_host or args.partition_host or args.drop_host,
             min(args.nproc or slots, slots),
         )
     cluster = cluster_of(args)
@@ -220,7 +253,7 @@ def specs_of(args) -> list:
             workload=workload,
             world_size=world,
             scenario=scenario,
-            host=args.kill_host or args.partition_host,
+            host=args.kill_host or args.partition_host or args.drop_host,
             cluster=cluster,
             rank=args.kill_rank,
             at_step=args.at_step,

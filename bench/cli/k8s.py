@@ -29,6 +29,8 @@ from bench.core.registry import kubeflow_backend
 DEFAULT_CRD_DIR = PROJECT_ROOT.parent / "shared" / "k8s" / "crds"
 # arguments the manifest sets for the pods' bench command
 SET_HERE = ("--backend", "--store", "--hosts", "--hostfile", "--scheduler", "--record-lines")
+# and, in a --drop-worker job, the fault and where Horovod discovers its hosts
+SET_HERE_FAULT = ("--hvd-discovery-script", "--drop-host", "--kill-host", "--partition-host", "--fault", "--kill-rank")
 # image names that say they carry CUDA: PyTorch's own (`-cuda12.4-`), NVIDIA's registry, a `gpu` tag
 NAME_MAX_BYTES = 255  # a file name's limit on Linux file systems
 CUDA_IMAGE_WORDS = ("cuda", "gpu", "nvcr.io/nvidia/")
@@ -71,6 +73,8 @@ def add_parser(verbs) -> None:
             "bench k8s --image registry.example.com/bench:1.0 --nodes 2 --results-claim bench-results "
             "-o job.yaml -- --workload mnist_mlp",
             "bench k8s --kind mpijob --image registry.example.com/bench:1.0 --nodes 4 --nproc-per-node 2",
+            "bench k8s --kind mpijob --drop-worker --image registry.example.com/bench:1.0 --nodes 2 "
+            "--results-claim bench-results -- --workload mnist_mlp --recovery-timeout 300",
             "bench k8s --image registry.example.com/bench:1.0 --nodes 2 --min-nodes 1 --max-nodes 3 "
             "--results-claim bench-results",
             "bench k8s --kind trainjob --image nvcr.io/nvidia/pytorch:25.01-py3 --nodes 2 --gpus-per-pod 8 "
@@ -155,6 +159,15 @@ def add_parser(verbs) -> None:
     )
     options.add(
         p,
+        "--drop-worker",
+        action="store_true",
+        help="an MPIJob whose launcher runs bench fault rather than bench run: Horovod elastic over the operator's "
+        "/etc/mpi/discover_hosts.sh (--hvd-discovery-script), the last worker dropped at --at-step (--drop-host): "
+        "its pod deleted while the launcher waits, within --recovery-timeout; needs --kind mpijob and --nodes 2 or "
+        "more (off)",
+    )
+    options.add(
+        p,
         "--results-claim",
         help="a ReadWriteMany PersistentVolumeClaim mounted at /results, where the pods store their records "
         "(none by default: the store stays in the pod; its record comes out in the pod's log, for bench import -)",
@@ -183,16 +196,17 @@ def _pod_args(args) -> list[str]:
     rest = list(args.bench_args)
     if rest and rest[0] == "--":
         rest = rest[1:]
-    for taken in SET_HERE:
+    verb = "fault" if args.drop_worker else "run"
+    for taken in SET_HERE + (SET_HERE_FAULT if args.drop_worker else ()):
         if any(a == taken or a.startswith(taken + "=") for a in rest):
             raise UsageError(
                 f"{taken} after --: the manifest sets it (the backend from --kind, the world size from --nodes and "
                 "--nproc-per-node, the store from --results-claim, the hosts from the operator, the record lines "
-                "for kubectl logs)"
+                "for kubectl logs" + (", the fault from --drop-worker)" if args.drop_worker else ")")
             )
     if "--json" in rest:
         raise UsageError(
-            "--json after --: the pods print their record as a marked line (bench run --record-lines), which "
+            f"--json after --: the pods print their record as a marked line (bench {verb} --record-lines), which "
             "kubectl logs POD | bench import - reads; leave --json out"
         )
     world = args.nodes * args.nproc_per_node
@@ -221,12 +235,12 @@ def _pod_args(args) -> list[str]:
     pod = ["--backend", str(kubeflow_backend(args.kind)), *size, *rest]
     try:  # the pods' arguments refused now, not when the job starts
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-            args.root_parser.parse_args(["run", *pod])
+            args.root_parser.parse_args([verb, *pod])
     except SystemExit as exc:
         if exc.code:
             last = (err.getvalue().strip().splitlines() or ["bad arguments"])[-1]
             raise UsageError(f"the arguments after --: {last}") from None
-        raise UsageError("the arguments after -- ask for bench run's help, which is not a job") from None
+        raise UsageError(f"the arguments after -- ask for bench {verb}'s help, which is not a job") from None
     return pod
 
 
@@ -285,6 +299,7 @@ def cmd(args) -> int:
         results_claim=args.results_claim,
         elastic=_elastic(args),
         bench_args=tuple(_pod_args(args)),
+        drop_worker=args.drop_worker,
     )
     problem = k8s.request_problem(req)
     if problem:

@@ -58,6 +58,14 @@ class JobRequest:
     port: int = kf.PYTORCH_DEFAULT_PORT
     bench_args: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+    # an MPIJob's launcher runs `bench fault --drop-host` over the operator's discover_hosts.sh instead of `bench run`:
+    # Horovod elastic, with the last worker dropped by the cluster mid-run
+    drop_worker: bool = False
+
+
+def dropped_worker(req: JobRequest) -> str:
+    """The worker a --drop-worker job's fault drops: the last, as the hostfile names it."""
+    return kf.mpijob_host(req.name, req.namespace, req.nodes - 1)
 
 
 def name_problem(name: str, longest_suffix: str = "") -> str | None:
@@ -87,12 +95,17 @@ def results_store(req: JobRequest) -> str:
 
 def pod_command(req: JobRequest, *, launcher: bool = False) -> list[str]:
     """What a pod runs: the suite itself, with the arguments given after `--`, its store on the results volume, and
-    its record printed as a marked line too, for `kubectl logs POD | bench import -`."""
-    args = ["python", "-m", "bench", "run", *req.bench_args, "--record-lines"]
+    its record printed as a marked line too, for `kubectl logs POD | bench import -`. A --drop-worker MPIJob's
+    launcher runs `bench fault` under Horovod elastic, over the operator's discover_hosts.sh, dropping the last
+    worker."""
+    verb = "fault" if req.drop_worker else "run"
+    args = ["python", "-m", "bench", verb, *req.bench_args, "--record-lines"]
     if req.results_claim:
         args += ["--store", results_store(req)]
     if launcher:
         args += ["--hostfile", kf.MPI_HOSTFILE]
+    if launcher and req.drop_worker:
+        args += ["--hvd-discovery-script", kf.MPI_DISCOVER_HOSTS, "--drop-host", dropped_worker(req)]
     return args
 
 
@@ -243,6 +256,14 @@ def request_problem(req: JobRequest) -> str | None:
             )
     if req.results_claim is not None and not DNS_1123_LABEL.fullmatch(req.results_claim):
         return f"--results-claim {req.results_claim!r}: a PersistentVolumeClaim's name, a DNS-1123 label"
+    if req.drop_worker and req.kind != "mpijob":
+        return (
+            "--drop-worker: a worker dropped from the operator's discover_hosts.sh is an MPIJob's; give --kind mpijob"
+        )
+    if req.drop_worker and req.nodes < 2:
+        return (
+            f"--drop-worker needs --nodes 2 or more (not {req.nodes}): the others train on without the dropped worker"
+        )
     return None
 
 

@@ -164,7 +164,10 @@ def fault_backends(backends: list[str]) -> list[str]:
 def faults_missing(backends: list[str], world_sizes: list[int], cluster: dict | None) -> str | None:
     """Why a sweep of these backends and world sizes can make no fault run (None when it can)."""
     if cluster is not None:
-        return "across hosts the faults are a host lost or cut off: `bench fault --kill-host` measures them"
+        return (
+            "across hosts the faults are a host lost, cut off or dropped: `bench fault --kill-host` (--partition-host, "
+            "--drop-host) measures them"
+        )
     if not fault_backends(backends):
         return f"none of {', '.join(backends)} has an elastic mode"
     if not any(n > 1 for n in world_sizes):

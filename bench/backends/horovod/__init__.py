@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 from bench.backends.base import Backend, BackendOption, CommSchedule
 from bench.backends.horovod.launcher import SETUP_HINT, HorovodElastic, HorovodLauncher, horovodrun_path
 from bench.core.environment import package_version
+from bench.core.inputs import shown
 
 LAUNCHERS = ("gloo", "mpi", "mpirun")
 MAX_CYCLE_MS = 60_000.0  # --hvd-cycle-ms at most: a minute (every collective may wait a cycle)
@@ -134,6 +136,18 @@ class HorovodBackend(Backend):
             invalid=("-1", "nan", "inf", "x", "1e10"),
             default_words="Horovod's own",
         ),
+        BackendOption(
+            "hvd_discovery_script",
+            None,
+            "bench fault across hosts: the cluster's own host discovery script for horovodrun elastic "
+            "(--host-discovery-script; an MPIJob's /etc/mpi/discover_hosts.sh), an executable file of this machine, "
+            "one host a line; horovodrun then runs here and gives each host the hosts' slots (--slots), and "
+            "--drop-host waits for the cluster to drop the host from its answer",
+            str,
+            invalid=("/nonexistent/discover_hosts.sh", "/etc/passwd", "/tmp"),
+            default_words="bench's own script, listing the run's hosts",
+            fault_only=True,
+        ),
     )
     launcher = HorovodLauncher()
     group = "bench.backends.horovod.group"
@@ -166,6 +180,13 @@ class HorovodBackend(Backend):
                 return f"--{name.replace('_', '-')} must be 0 or more"
         if options["hvd_cycle_ms"] is not None and options["hvd_cycle_ms"] > MAX_CYCLE_MS:
             return f"--hvd-cycle-ms must be at most {MAX_CYCLE_MS:g}, a minute"
+        script = options.get("hvd_discovery_script")
+        if script is not None and not (os.path.isfile(script) and os.access(script, os.X_OK)):
+            return (
+                f"--hvd-discovery-script {shown(script)}: "
+                + ("not an executable file" if os.path.exists(script) else "no such file")
+                + "; name the cluster's discovery script (chmod +x it), as horovodrun runs it"
+            )
         if options["launcher"] in ("mpi", "mpirun"):
             if shutil.which("mpirun") is None:
                 return f"--hvd-launcher {options['launcher']} needs mpirun (apt-get install openmpi-bin libopenmpi-dev)"

@@ -70,9 +70,10 @@ def on_first_host(spec, command: list[str]) -> list[str]:
     return fanout_command([(spec.hosts[0]["name"], command)])
 
 
-def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
-    """How long the first host's ssh takes to give up on a silent peer (the longest over the others; None: never),
-    from `ssh -G` there; said when it exceeds the recovery timeout."""
+def ssh_keepalive(hosts: list[str], recovery_timeout: float, here: bool = False) -> float | None:
+    """How long the first host's ssh (`here`: this machine's, where horovodrun runs here) takes to give up on a
+    silent peer (the longest over the others; None: never), from `ssh -G` there; said when it exceeds the recovery
+    timeout."""
 
     def seconds(proc) -> float | None:
         values = dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
@@ -81,20 +82,27 @@ def ssh_keepalive(hosts: list[str], recovery_timeout: float) -> float | None:
         interval, count = int(values["serveraliveinterval"]), int(values.get("serveralivecountmax", 3))
         return interval * count if interval > 0 else None
 
+    def ask(argv: list[str]):
+        if here:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        return run_on(hosts[0], argv, in_checkout=False)
+
     if planning():  # a plan asks no host
         return None
-    try:  # asked on the first host: that is where horovodrun's ssh runs
-        answers = [seconds(run_on(hosts[0], ["ssh", "-G", peer], in_checkout=False)) for peer in hosts[1:]]
+    where = "this machine" if here else hosts[0]
+    peers = hosts if here else hosts[1:]
+    try:  # asked where horovodrun's ssh runs
+        answers = [seconds(ask(["ssh", "-G", peer])) for peer in peers]
     except ValueError as exc:
         note(
-            f"bench fault: could not read ssh's keepalive on {hosts[0]} ({exc}); Horovod elastic's recovery from "
+            f"bench fault: could not read ssh's keepalive on {where} ({exc}); Horovod elastic's recovery from "
             "a host loss waits for it"
         )
         return None
     longest = None if None in answers or not answers else max(answers)
     if longest is None or longest > recovery_timeout:
         note(
-            f"bench fault: horovodrun's ssh on {hosts[0]} gives up on a silent host "
+            f"bench fault: horovodrun's ssh on {where} gives up on a silent host "
             + ("never" if longest is None else f"after {longest:g} s")
             + f" (ServerAliveInterval x ServerAliveCountMax);"
             f" Horovod elastic waits that long after a host loss, beyond --recovery-timeout {recovery_timeout:g} s"
@@ -159,25 +167,45 @@ class HorovodElastic(ElasticMode):
     machine acts as two hosts, `localhost` and `127.0.0.1` (horovodrun treats both as local, no ssh).
     Horovod blacklists the whole host of a failed worker, so a kill needs the survivors on the other
     "host". Workers learn of new hosts only at a commit, and the discovery script runs once a second.
-    Across hosts (a host lost or cut off) the script lists the run's hosts with the processes placed on each,
-    and horovodrun runs on the first host; the lost host stays listed, and only Horovod's blacklist keeps it out.
+    Across hosts (a host lost, cut off or dropped) the script lists the run's hosts with the processes placed on
+    each, and horovodrun runs on the first host; a lost host stays listed, and only Horovod's blacklist keeps it
+    out; a dropped one leaves the list (drop_host). With the cluster's own script (--hvd-discovery-script, an
+    MPIJob's /etc/mpi/discover_hosts.sh) horovodrun reads that instead, with --slots (the script names none), and
+    runs where bench runs: the script is a file of this machine (the launcher pod's).
     Its driver learns that a host's workers ended only when their ssh session ends (its registry waits for every
     worker's state before the survivors go on), so after a silent host loss the recovery waits for ssh's
     keepalive (ServerAliveInterval x ServerAliveCountMax of the first host's ssh): recorded, and said when it
     exceeds --recovery-timeout."""
 
-    scenarios = ("kill", "join", "kill-host", "partition-host")
+    scenarios = ("kill", "join", "kill-host", "partition-host", "drop-host")
 
     def __init__(self, unavailable_reason):
         self.unavailable_reason = unavailable_reason  # () -> why its backend cannot run a fault run here, or None
 
-    def problem(self, scenario, world_size, options=None):
+    def problem(self, scenario, world_size, options=None, hosts=None):
         problem = self.unavailable_reason()
         if problem:
             return problem
         if scenario == "kill" and world_size < 2:
             return "a Horovod kill needs --nproc 2 or more: the survivors must be on the other host"
+        if (options or {}).get("hvd_discovery_script") is not None:
+            if not hosts:
+                return (
+                    "--hvd-discovery-script names the cluster's hosts, for a run across hosts: give --hosts or "
+                    "--hostfile too (on one machine bench writes the discovery script)"
+                )
+            slots = sorted({h["slots"] for h in hosts})
+            if len(slots) > 1:
+                return (
+                    "--hvd-discovery-script: the script names no slots, and horovodrun gives every host it names the "
+                    f"same (--slots); the hosts have {', '.join(map(str, slots))} slots: give each the same"
+                )
         return None
+
+    @staticmethod
+    def cluster_script(spec) -> str | None:
+        """The cluster's own discovery script, where the run reads it (--hvd-discovery-script); None: bench's."""
+        return spec.backend_options.get("hvd_discovery_script")
 
     def nccl_env(self, spec, fault):
         """On GPUs Horovod's collectives run over NCCL where it was built with it (HOROVOD_GPU_OPERATIONS=NCCL),
@@ -199,20 +227,26 @@ class HorovodElastic(ElasticMode):
     def launch(self, spec, fault, rank_command, run_id, run_dir):
         n = spec.world_size
         info = {}
+        theirs = self.cluster_script(spec)
         if spec.hosts:
             hosts = {h.name: k for h, k in placement([Host(**h) for h in spec.hosts], n)}
             min_np, max_np = 1, n
-            info["ssh_keepalive_s"] = ssh_keepalive(list(hosts), fault.recovery_timeout)
+            info["ssh_keepalive_s"] = ssh_keepalive(list(hosts), fault.recovery_timeout, here=theirs is not None)
         elif not fault.joining:  # a worker killed: the survivors on the other "host"
             hosts = {"localhost": (n + 1) // 2, "127.0.0.1": n // 2}
             min_np, max_np = 1, n
         else:
             hosts = {"localhost": n}
             min_np, max_np = n, n + 1
-        self._write_hosts(run_dir, hosts)
-        script = run_dir.discovery_script
-        script.write_text(f"#!/bin/sh\ncat '{run_dir.hosts_file}'\n")
-        script.chmod(0o755)
+        if theirs is None:
+            self._write_hosts(run_dir, hosts)
+            script = run_dir.discovery_script
+            script.write_text(f"#!/bin/sh\ncat '{run_dir.hosts_file}'\n")
+            script.chmod(0o755)
+            discovery = ["--host-discovery-script", str(script)]
+        else:  # the cluster's answer names hosts only: each gets the slots the run's hosts have (problem: all equal)
+            discovery = ["--host-discovery-script", theirs, "--slots", str(spec.hosts[0]["slots"])]
+            info["discovery_script"] = theirs
         command = [
             horovodrun_path(),
             "--gloo",
@@ -222,8 +256,7 @@ class HorovodElastic(ElasticMode):
             str(min_np),
             "--max-np",
             str(max_np),
-            "--host-discovery-script",
-            str(script),
+            *discovery,
             "--network-interface",
             spec.iface or "lo",
             "--gloo-timeout-seconds",
@@ -235,8 +268,30 @@ class HorovodElastic(ElasticMode):
             str(fault.max_restarts),
             *rank_command,
         ]
+        if theirs is not None:  # where the script is: this machine
+            return command, horovod_env(spec), {"hosts": hosts, **info}
         return on_first_host(spec, command), horovod_env(spec), {"hosts": hosts, **info}
 
     def join(self, spec, fault, rank_command, run_id, run_dir, info):
         self._write_hosts(run_dir, {"localhost": spec.world_size, "127.0.0.1": 1})
         return None
+
+    def drop_host(self, spec, fault, run_dir, info):
+        if self.cluster_script(spec) is not None:
+            return False
+        self._write_hosts(run_dir, {host: n for host, n in info["hosts"].items() if host != fault.host})
+        return True
+
+    def discovered(self, spec, timeout_s):
+        """The hosts the cluster's script prints, one a line as Horovod reads them (`host` or `host:slots`)."""
+        script = self.cluster_script(spec)
+        try:
+            proc = subprocess.run([script], capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ValueError(f"{script} took more than {timeout_s:g} s") from None
+        except OSError as exc:
+            raise ValueError(f"{script}: {exc.strerror or exc}") from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or [""])[-1][:120]
+            raise ValueError(f"{script} exited {proc.returncode}" + (f": {last}" if last else ""))
+        return [line.strip().split(":")[0] for line in proc.stdout.splitlines() if line.strip()]

@@ -91,7 +91,7 @@ class RayTrainElastic(ElasticMode):
 
     scenarios = ("kill", "join")
 
-    def problem(self, scenario, world_size, options=None):
+    def problem(self, scenario, world_size, options=None, hosts=None):
         if scenario == "join" and (options or {}).get("ray_address"):
             return (
                 "a Ray join adds a node to the run's own runtime; with --ray-address the cluster is another's: "

@@ -7,9 +7,10 @@ Each worker process appends one journal line per event (start, resumed, step, co
 reset) with its wall-clock time. The victim announces that it reached the fault step and waits; the
 parent (FaultDriver, polled by the supervisor) then signals it from outside, or for a scale-up starts
 the joining worker. Across hosts, rank 0 announces the step and the parent cuts one host off the network
-(bench.cluster.netcut) and, for a node loss, SIGKILLs every process of the run there at once; rank 0 then
-goes on. Every figure is computed afterwards from the journals and what the launcher itself reported
-(ElasticMode.observations):
+(bench.cluster.netcut) and, for a node loss, SIGKILLs every process of the run there at once; for a host the
+cluster drops, it takes the host out of the launcher's host discovery and SIGKILLs the run's processes there, or,
+where the discovery is the cluster's own, waits for the cluster to drop it; rank 0 then goes on. Every figure is
+computed afterwards from the journals and what the launcher itself reported (ElasticMode.observations):
 - detection: signal (or cut, or node loss) -> the first sign that the system noticed (the launcher's own report, or a
   survivor's collective failing);
 - recovery: signal -> the first training step completed after the run resumed;
@@ -34,7 +35,7 @@ from bench.tasks.base import Conclusion, Launch, Task
 from bench.tasks.fault.analysis import fault_metrics, fault_status
 from bench.tasks.fault.driver import FaultDriver
 from bench.tasks.fault.settings import FaultSettings
-from bench.tasks.fault.spec import HOST_SCENARIOS
+from bench.tasks.fault.spec import CUT_SCENARIOS
 
 
 @dataclass
@@ -82,6 +83,8 @@ def fault_in_words(scenario: str, signal: str | None = None, rank: int | None = 
         return "a worker joins"
     if scenario == "kill-host":
         return f"host {host} lost (cut off, then every process there SIGKILLed)"
+    if scenario == "drop-host":
+        return f"host {host} dropped from the discovery script"
     return f"host {host} cut off the network"
 
 
@@ -141,7 +144,14 @@ class FaultTask(Task):
         return Launch(
             command=command,
             env=extra,
-            watcher=FaultDriver(spec, run_dir, start_joiner, run_id),
+            watcher=FaultDriver(
+                spec,
+                run_dir,
+                start_joiner,
+                run_id,
+                drop_host=lambda: elastic.drop_host(spec, spec.fault, run_dir, info),
+                discovered=lambda timeout_s: elastic.discovered(spec, timeout_s),
+            ),
             poll_interval=0.005,
             info=info,
         )
@@ -151,7 +161,7 @@ class FaultTask(Task):
         cleanly (the victim never does). A host cut off is healed first: conclude runs however the run ended
         (by bench, by its lifeline, or by the next command on the store), and healing is stateless."""
         unhealed = {}
-        if spec.fault.scenario in HOST_SCENARIOS:
+        if spec.fault.scenario in CUT_SCENARIOS:
             import sys
 
             unhealed = heal([h["name"] for h in spec.hosts], sys.executable)
@@ -210,7 +220,7 @@ class FaultTask(Task):
         else:
             what = (
                 f"1 of {len(spec.hosts)} hosts "
-                + ("lost" if f.scenario == "kill-host" else "cut off")
+                + {"kill-host": "lost", "drop-host": "dropped by the cluster"}.get(f.scenario, "cut off")
                 + f" ({spec.world_size} workers)"
             )
         return f"{spec.workload}: {what}, checkpoint/commit every {f.checkpoint_every} steps"
@@ -256,6 +266,16 @@ class FaultTask(Task):
             )
         elif fired["scenario"] == "join":
             lines.append(f"fault: a worker joins at step {fired['step']}")
+        elif fired["scenario"] == "drop-host":
+            how = (
+                f"by bench, {fired['killed']} process(es) killed there"
+                if fired.get("dropped_by") == "bench" and fired.get("killed") is not None
+                else f"by the cluster, seen {_secs(fired.get('waited_s'))} after the step"
+                if fired.get("dropped_by") == "cluster"
+                else f"by {fired.get('dropped_by')}"
+            )
+            what = fault_in_words("drop-host", host=fired["host"])
+            lines.append(f"fault: {what} at step {fired['step']} ({how})")
         else:
             killed = f", {fired['killed']} process(es) killed there" if fired.get("killed") is not None else ""
             what = fault_in_words(fired["scenario"], host=fired["host"])

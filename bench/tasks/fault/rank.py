@@ -29,14 +29,21 @@ class Journal:
         self.fh.write(dumps({"kind": kind, "t": time.time(), **fields}) + "\n")
 
 
-def wait_for_fault(run_dir, journal: Journal, step: int, rank: int) -> None:
-    """The victim at its fault step: say so, then wait for the parent's signal (it normally never returns
-    from here: it is killed, terminated or stopped)."""
-    write_json_atomic(run_dir.fault_reached, {"pid": os.getpid(), "step": step, "rank": rank, "time": time.time()})
-    deadline = time.monotonic() + VICTIM_WAIT_S
+def victim_wait_s(fault) -> float:
+    """How long the victim waits for the parent: for a host the cluster drops, as long as the parent waits for the
+    cluster (--recovery-timeout) and then some, so that the parent's verdict comes first."""
+    return fault.recovery_timeout + VICTIM_WAIT_S if fault.scenario == "drop-host" else VICTIM_WAIT_S
+
+
+def wait_for_fault(run_dir, journal: Journal, step: int, rank: int, wait_s: float = VICTIM_WAIT_S) -> None:
+    """The victim at its fault step: say so (the first to get there, where every rank waits), then wait for the
+    parent's signal (it normally never returns from here: it is killed, terminated or stopped)."""
+    if not run_dir.fault_reached.exists():
+        write_json_atomic(run_dir.fault_reached, {"pid": os.getpid(), "step": step, "rank": rank, "time": time.time()})
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         fired = run_dir.read_json(run_dir.fault_fired)
-        if fired and fired.get("scenario") != "kill":  # a join, or a host lost or cut: this process goes on
+        if fired and fired.get("scenario") != "kill":  # a join, or a host lost, cut or dropped: this one goes on
             return
         time.sleep(0.002)
     journal.write("fault_not_delivered", step=step)
@@ -44,14 +51,15 @@ def wait_for_fault(run_dir, journal: Journal, step: int, rank: int) -> None:
 
 def fault_due(run_dir, spec, rank_at_start: int, rank: int, step: int) -> bool:
     """Whether this process must stop at this step for the fault: the chosen rank (the rank it started
-    with, and still has), once per run: a replacement that reaches the step again goes on."""
+    with, and still has), once per run: a replacement that reaches the step again goes on. For a host the cluster
+    drops, every rank stops there until the drop: the launcher may have put rank 0 on that host (Horovod orders the
+    hosts it first discovers as a set), and no survivor may train past the step before the cluster has dropped it."""
     f = spec.fault
-    return (
-        step == f.at_step
-        and rank_at_start == f.rank == rank
-        and not run_dir.fault_fired.exists()
-        and not run_dir.fault_reached.exists()
-    )
+    if step != f.at_step or run_dir.fault_fired.exists():
+        return False
+    if f.scenario == "drop-host":
+        return True
+    return rank_at_start == f.rank == rank and not run_dir.fault_reached.exists()
 
 
 class FaultContext:
@@ -85,7 +93,7 @@ class FaultContext:
     def train_step(self, model, optimizer, step: int, rank: int):
         """Step number `step` (0-based) on this rank, on the batch of (step, rank), with the fault point before it."""
         if fault_due(self.run_dir, self.spec, self.rank_at_start, rank, step):
-            wait_for_fault(self.run_dir, self.journal, step, rank)
+            wait_for_fault(self.run_dir, self.journal, step, rank, victim_wait_s(self.spec.fault))
         return self.training.step(model, optimizer, step, rank)
 
     def checksum(self) -> float:

@@ -22,6 +22,7 @@ MEASURES = {
     ("kill", "TERM"): "recovery from a terminated worker",
     ("kill-host", None): "recovery from a lost host",
     ("partition-host", None): "recovery from a cut-off host",
+    ("drop-host", None): "recovery from a host the cluster dropped",
     ("join", None): "a joining worker",
 }
 

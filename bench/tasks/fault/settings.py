@@ -9,15 +9,16 @@ from bench.core.spec import TaskSettings
 
 @dataclass(frozen=True, kw_only=True)
 class FaultSettings(TaskSettings):
-    """The fault (bench.tasks.fault.spec.SCENARIOS): a signal to one rank (kill), one more worker (join), a host lost
-    or cut off (kill-host, partition-host), at step at_step of total_steps, with a commit every checkpoint_every steps
-    and the elastic mode allowed max_restarts restarts; collectives time out after comm_timeout seconds, and a run
-    with no step within recovery_timeout seconds of the fault is hung. A backend's elastic mode is given these
-    (bench.backends.base.ElasticMode.launch) and reads `joining`, `max_restarts` and `recovery_timeout`."""
+    """The fault (bench.tasks.fault.spec.SCENARIOS): a signal to one rank (kill), one more worker (join), a host lost,
+    cut off or dropped by the cluster (kill-host, partition-host, drop-host), at step at_step of total_steps, with a
+    commit every checkpoint_every steps and the elastic mode allowed max_restarts restarts; collectives time out after
+    comm_timeout seconds, and a run with no step within recovery_timeout seconds of the fault is hung. A backend's
+    elastic mode is given these (bench.backends.base.ElasticMode.launch) and reads `joining`, `max_restarts`,
+    `recovery_timeout` and `host`."""
 
     scenario: str
     rank: int  # the rank signalled (kill); 0 otherwise
-    host: str | None = None  # the host lost or cut off; runs recorded before host faults have no such key
+    host: str | None = None  # the host lost, cut off or dropped; runs recorded before host faults have no such key
     at_step: int
     signal: str | None  # kill: KILL, TERM or STOP (bench.tasks.fault.spec.SIGNALS); None otherwise
     max_restarts: int

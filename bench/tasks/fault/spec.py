@@ -16,10 +16,14 @@ from bench.harness.workload_check import workload_of
 from bench.tasks.fault.settings import FaultSettings
 from bench.tasks.train import build_spec as build_training_spec
 
-SCENARIOS = ("kill", "join", "kill-host", "partition-host")
+SCENARIOS = ("kill", "join", "kill-host", "partition-host", "drop-host")
 
 
-HOST_SCENARIOS = ("kill-host", "partition-host")  # across hosts: a node lost, or cut off the network
+# across hosts: a node lost, cut off the network, or dropped by the cluster (out of the launcher's host discovery, its
+# processes ended)
+HOST_SCENARIOS = ("kill-host", "partition-host", "drop-host")
+CUT_SCENARIOS = ("kill-host", "partition-host")  # those that cut the host off first (bench.cluster.netcut: nft)
+HOST_FLAGS = {"kill-host": "--kill-host", "partition-host": "--partition-host", "drop-host": "--drop-host"}
 
 
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP}
@@ -83,10 +87,7 @@ def build_spec(
         checkpoint_every = CHECKPOINT_WINDOWS * window if checkpoint_every is None else checkpoint_every
     if plugin.elastic is None:
         raise UsageError(f"backend {backend} has no elastic mode; bench fault takes {', '.join(elastic_backends())}")
-    if scenario not in plugin.elastic.scenarios:
-        raise UsageError(
-            f"backend {backend} supports the scenarios {', '.join(plugin.elastic.scenarios)}, not {scenario}"
-        )
+    check_scenario_of(backend, scenario)
     if signal_name not in SIGNALS:
         raise UsageError(
             f"signal {signal_name!r}: choose one of {', '.join(SIGNALS)} (bench fault --fault kill, term, hang)"
@@ -105,16 +106,18 @@ def build_spec(
     if total <= at_step:
         raise UsageError(f"--steps {total} must exceed --at-step {at_step}: the run must train after the fault")
     check_scenario_hosts(scenario, cluster["hosts"] if cluster else None, host, world_size)
-    if cluster is not None and not planning():  # whether the host can be cut is the hosts' to say: a plan asks none
+    if (
+        scenario in CUT_SCENARIOS and not planning()
+    ):  # whether the host can be cut is the hosts' to say: a plan asks none
         import sys
 
         placed = [h.name for h, _ in placement([Host(**h) for h in cluster["hosts"]], world_size)]
         problem = check(placed, host, sys.executable)
         if problem:
-            raise UsageError(f"{'--kill-host' if scenario == 'kill-host' else '--partition-host'} {host}: {problem}")
+            raise UsageError(f"{HOST_FLAGS[scenario]} {host}: {problem}")
     # the elastic mode answers for CPU processes; on GPUs the backend must have them too (Horovod: NCCL or MPI)
     problem = (plugin.unavailable_reason(device) if device != "cpu" else None) or plugin.elastic.problem(
-        scenario, world_size, options.get("backend_options") or {}
+        scenario, world_size, options.get("backend_options") or {}, cluster["hosts"] if cluster else None
     )
     if problem:
         raise UsageError(problem)
@@ -155,20 +158,34 @@ def build_spec(
     return dataclasses.replace(spec, task="fault", fault=fault, warmup_steps=0, windows=0)
 
 
+def check_scenario_of(backend: str, scenario: str) -> None:
+    """The backend's elastic mode makes this scenario (from the names alone: the CLI asks before any host)."""
+    elastic = get_backend(backend).elastic
+    if elastic is not None and scenario not in elastic.scenarios:
+        makers = [name for name in elastic_backends() if scenario in get_backend(name).elastic.scenarios]
+        flag = f" ({HOST_FLAGS[scenario]})" if scenario in HOST_FLAGS else ""
+        raise UsageError(
+            f"backend {backend} supports the scenarios {', '.join(elastic.scenarios)}, not {scenario}{flag}; "
+            f"give --backend {' or '.join(makers)}"
+        )
+
+
 def check_scenario_hosts(scenario: str, hosts: list[dict] | None, host: str | None, world_size: int) -> None:
-    """Across hosts the faults are HOST_SCENARIOS, and only there; the host to lose or cut off is one of the run's
-    hosts with processes on it, not the first (it holds the run's rendezvous: torchrun's c10d store, horovodrun
+    """Across hosts the faults are HOST_SCENARIOS, and only there; the host to lose, cut off or drop is one of the
+    run's hosts with processes on it, not the first (it holds the run's rendezvous: torchrun's c10d store, horovodrun
     itself). From the names alone, before any host is asked (bench.cluster.netcut.check asks them)."""
     if (scenario in HOST_SCENARIOS) != (hosts is not None):
         raise UsageError(
-            "--kill-host and --partition-host need --hosts or --hostfile: they lose or cut off one of the run's hosts"
+            "--kill-host, --partition-host and --drop-host need --hosts or --hostfile: they lose, cut off or drop "
+            "one of the run's hosts"
             if hosts is None
-            else "across hosts, the faults are --kill-host HOST (a node loss) and --partition-host HOST "
-            "(its link cut); --kill-rank and --fault join run on this machine"
+            else "across hosts, the faults are --kill-host HOST (a node loss), --partition-host HOST "
+            "(its link cut) and --drop-host HOST (the cluster drops it); --kill-rank and --fault join run on this "
+            "machine"
         )
     if hosts is None:
         return
-    flag = "--kill-host" if scenario == "kill-host" else "--partition-host"
+    flag = HOST_FLAGS[scenario]
     placed = [h.name for h, _ in placement([Host(**h) for h in hosts], world_size)]
     if len(placed) < 2:
         raise UsageError(
