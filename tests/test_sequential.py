@@ -191,7 +191,7 @@ def test_a_within_statement_is_wrong_in_at_most_5_percent_of_sweeps():
 def test_a_round_is_one_more_launch_of_each_side():
     from bench.core.spec import RunSpec
 
-    with sqlite3.connect("docs/studies/main-job/bench.sqlite") as db:
+    with sqlite3.connect("docs/studies/main-job/fixed-design/bench.sqlite") as db:
         rows = db.execute(
             "SELECT record FROM runs WHERE world_size = 2 AND backend IN ('elastic', 'horovod')"
         ).fetchall()
@@ -221,7 +221,7 @@ def test_the_page_judges_a_sequential_sweeps_comparison_at_its_last_look(tmp_pat
     from bench.workflows.sequential import standings
 
     path = tmp_path / "bench.sqlite"
-    shutil.copy("docs/studies/main-job/bench.sqlite", path)
+    shutil.copy("docs/studies/main-job/fixed-design/bench.sqlite", path)
     with sqlite3.connect(path) as db:
         sweep_id = db.execute("SELECT sweep_id FROM sweeps ORDER BY created_at LIMIT 1").fetchone()[0]
         db.execute("DELETE FROM runs WHERE sweep_id != ?", (sweep_id,))  # one sweep: its launches alone
@@ -256,7 +256,7 @@ def test_the_loop_adds_rounds_stores_them_and_says_each_look(tmp_path, capsys):
     from bench.workflows.sequential import resolve, standings
 
     path = tmp_path / "bench.sqlite"
-    shutil.copy("docs/studies/main-job/bench.sqlite", path)
+    shutil.copy("docs/studies/main-job/fixed-design/bench.sqlite", path)
     with sqlite3.connect(path) as db:
         sweep_id = db.execute("SELECT sweep_id FROM sweeps ORDER BY created_at LIMIT 1").fetchone()[0]
         db.execute("DELETE FROM runs WHERE sweep_id != ?", (sweep_id,))
