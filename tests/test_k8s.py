@@ -35,7 +35,7 @@ from bench.core.rundir import RunDir
 from bench.core.store import Store
 from bench.tasks.train import build_spec
 from bench.testbed import hosts as testhosts
-from conftest import FAST, ROOT, assert_one_line_error, bench_in_process
+from conftest import FAST, ROOT, assert_one_line_error, bench_in_process, programs_missing, skip_unless_present
 
 CRD_DIR = ROOT.parent / "shared" / "k8s" / "crds"
 needs_crds = pytest.mark.skipif(
@@ -666,17 +666,22 @@ def imported_record(tmp_path: Path, log: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
-def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_hosts, tmp_path):
+@pytest.mark.parametrize("hvd_launcher", ["gloo", "mpirun"])
+def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_hosts, tmp_path, hvd_launcher):
     """The MPIJob `bench k8s` writes, played by its pods: each worker pod runs its container's command (`sshd -De`)
     on its own test host, the launcher pod runs its container's command (`bench run --hostfile /etc/mpi/hostfile`)
     with exactly the operator's launcher environment; every pod has the operator's ssh Secret at /root/.ssh and the
     image's ssh configuration, the launcher the ConfigMap's hostfile and discover_hosts.sh. One run over the two
-    workers, recorded by the launcher."""
+    workers, recorded by the launcher: under horovodrun (the default) and under Open MPI's mpirun
+    (`-- --hvd-launcher mpirun`), whose daemons reach the workers over the same key."""
+    if hvd_launcher == "mpirun":
+        skip_unless_present(programs_missing("mpirun", "mpicxx", install="openmpi-bin libopenmpi-dev"))
     job, namespace, workers = "bench", "default", 2
     written = tmp_path / "job.yaml"
+    launcher_args = [] if hvd_launcher == "gloo" else ["--hvd-launcher", hvd_launcher]
     proc = bench_in_process(
         "k8s", "--kind", "mpijob", "--image", IMAGE, "--nodes", workers, "--results-claim", "res", "-o", written,
-        "--", "--workload", "mnist_mlp", *FAST,
+        "--", "--workload", "mnist_mlp", *launcher_args, *FAST,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     spec = yaml.safe_load(written.read_text())["spec"]
@@ -689,6 +694,7 @@ def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_ho
     record = imported_record(tmp_path, err + out)
     assert record["status"] == "ok", record["error"]
     assert record["spec"]["backend"] == "horovod" and record["spec"]["world_size"] == workers
+    assert record["spec"]["backend_options"]["launcher"] == hvd_launcher
     assert [h["name"] for h in record["spec"]["hosts"]] == [kf.mpijob_host(job, namespace, i) for i in range(workers)]
     rows = sorted(record["rank_map"], key=lambda r: r["rank"])
     assert [r["rank"] for r in rows] == [0, 1] and {r["world_size"] for r in rows} == {workers}
