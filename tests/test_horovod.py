@@ -48,6 +48,7 @@ def test_two_process_horovod_run(workload, two_worker_run):
         "hvd_op": "average",
         "hvd_fusion_mb": None,
         "hvd_cycle_ms": None,
+        "hvd_discovery_script": None,  # an option of fault runs, recorded with its default as every option is
     }
     assert (spec["threads"], spec["image_size"]) == (1, 28 if workload == "mnist_mlp" else 32)
     assert sorted(r["rank"] for r in record["rank_map"]) == [0, 1]
