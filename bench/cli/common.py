@@ -76,6 +76,24 @@ class Parser(argparse.ArgumentParser):
             raise argparse.ArgumentError(action, hints.choice_message(action, value))
 
 
+def add_record_lines(parser, set_by: str) -> None:
+    """--record-lines on a verb that runs (bench run, bench fault): each record also printed as a marked line, which
+    `bench import -` finds in a log; `set_by` says where bench k8s sets it."""
+    options.add(
+        parser,
+        "--record-lines",
+        action="store_true",
+        help="also print each run's record on stdout as one marked line, `bench-record sha256=... {...}`, which "
+        f"`bench import -` finds in a log (kubectl logs POD | bench import -); {set_by} (off)",
+    )
+
+
+def check_record_lines(args) -> None:
+    """--record-lines and --json both print on stdout: one of them."""
+    if args.record_lines and args.json:
+        raise UsageError("--record-lines with --json: --json prints the record alone on stdout; give one of them")
+
+
 def examples(*commands: str) -> str:
     """A verb's epilog: its examples, each a command line and, after two spaces and #, what it does
     (tests/test_cli_parser.py parses every one with the real parser)."""

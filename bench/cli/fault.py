@@ -6,7 +6,16 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import chosen_backends, cluster_of, examples, run_each, spec_options, world_of
+from bench.cli.common import (
+    add_record_lines,
+    check_record_lines,
+    chosen_backends,
+    cluster_of,
+    examples,
+    run_each,
+    spec_options,
+    world_of,
+)
 from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.registry import DEFAULT_BACKEND, elastic_backends, get_backend
@@ -185,20 +194,12 @@ def add_parser(verbs) -> None:
         f"most {MAX_TIMEOUT_WORDS})",
         invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
     )
-    options.add(
-        p,
-        "--record-lines",
-        action="store_true",
-        help="also print each run's record on stdout as one marked line, `bench-record sha256=... {...}`, which "
-        "`bench import -` finds in a log (kubectl logs POD | bench import -), as bench run's; bench k8s --drop-worker "
-        "sets it (off)",
-    )
+    add_record_lines(p, "bench k8s --drop-worker sets it")
     p.set_defaults(func=cmd)
 
 
 def cmd(args) -> int:
-    if args.record_lines and args.json:
-        raise UsageError("--record-lines with --json: --json prints the record alone on stdout; give one of them")
+    check_record_lines(args)
     specs = specs_of(args)
     if args.dry_run:
         return print_plans(specs)

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from bench.cli import options
-from bench.cli.common import chosen_backends, cluster_of, examples, open_store, run_each, spec_options, world_of
+from bench.cli.common import (
+    add_record_lines,
+    check_record_lines,
+    chosen_backends,
+    cluster_of,
+    examples,
+    open_store,
+    run_each,
+    spec_options,
+    world_of,
+)
 from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.registry import DEFAULT_BACKEND, compared_for, get_backend
@@ -38,19 +48,12 @@ def add_parser(verbs) -> None:
             options.plan(),
         ],
     )
-    options.add(
-        p,
-        "--record-lines",
-        action="store_true",
-        help="also print each run's record on stdout as one marked line, `bench-record sha256=... {...}`, which "
-        "`bench import -` finds in a log (kubectl logs POD | bench import -); bench k8s sets it in every pod (off)",
-    )
+    add_record_lines(p, "bench k8s sets it in every pod")
     p.set_defaults(func=cmd)
 
 
 def cmd(args) -> int:
-    if args.record_lines and args.json:
-        raise UsageError("--record-lines with --json: --json prints the record alone on stdout; give one of them")
+    check_record_lines(args)
     cluster = cluster_of(args, pods=True)
     device, world = world_of(args, cluster)
     backends = chosen_backends(args.backend, compared_for("train"), device=device, verb="run")
