@@ -827,3 +827,27 @@ def test_the_scaling_model_predicts_runs_across_hosts_it_was_not_fitted_on(two_h
     # and the page says it: the section, the label, the check
     page = (tmp_path / "page.html").read_text()
     assert "At your scale (model projection)" in page and "Checked on runs it was not fitted on" in page
+
+
+def test_a_cluster_script_past_its_limit_ends_with_what_it_started(tmp_path):
+    """The cluster's discovery script is run bounded: one that starts a child holding its output and then hangs is
+    ended at the limit with that child (a script of kubectl calls may start such), and says so in one line, where
+    killing the script alone would leave bench waiting on the child's output."""
+    import psutil
+
+    from bench.backends.horovod.launcher import HorovodElastic
+
+    script = tmp_path / "discover_hosts.sh"
+    script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > '{tmp_path / 'child.pid'}'\nsleep 300\n")
+    script.chmod(0o755)
+    mode = HorovodElastic(lambda: None)
+    spec = SimpleNamespace(backend_options={"hvd_discovery_script": str(script)})
+    with pytest.raises(ValueError, match="took more than 0.5 s"):
+        mode.discovered(spec, 0.5)
+    child = int((tmp_path / "child.pid").read_text())
+    for _ in range(100):  # the kill is sent; the child is gone once the kernel has reaped it
+        if not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the script's child {child} outlived the limit")

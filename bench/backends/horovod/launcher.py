@@ -4,8 +4,10 @@ Horovod's TensorFlow side under the same launchers. No framework imported."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -286,11 +288,21 @@ class HorovodElastic(ElasticMode):
         """The hosts the cluster's script prints, one a line as Horovod reads them (`host` or `host:slots`)."""
         script = self.cluster_script(spec)
         try:
-            proc = subprocess.run([script], capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise ValueError(f"{script} took more than {timeout_s:g} s") from None
+            # in a session of its own, so that at the limit whatever the script started (kubectl, say) ends with it
+            # and the pipes close: subprocess.run would kill the script alone and wait on its children's output
+            proc = subprocess.Popen(
+                [script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            )
         except OSError as exc:
             raise ValueError(f"{script}: {exc.strerror or exc}") from None
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise ValueError(f"{script} took more than {timeout_s:g} s") from None
+        proc = subprocess.CompletedProcess([script], proc.returncode, out, err)
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or [""])[-1][:120]
             raise ValueError(f"{script} exited {proc.returncode}" + (f": {last}" if last else ""))
