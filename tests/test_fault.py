@@ -76,3 +76,24 @@ def test_fault_bad_input_is_one_line(store, argv, says):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], proc.stderr
+
+
+def test_every_elastic_mode_that_lists_drop_host_implements_it():
+    """ElasticMode.drop_host and .discovered raise for a mode that has no drop-host scenario (the spec refuses the
+    scenario there first); every mode that lists it has both of its own, and one that does not list it is refused
+    when asked for it."""
+    from bench.backends.base import ElasticMode
+    from bench.core.errors import UsageError
+    from bench.core.registry import elastic_backends, get_backend
+    from bench.tasks.fault.spec import check_scenario_of
+
+    listing = []
+    for name in elastic_backends():
+        mode = type(get_backend(name).elastic)
+        if "drop-host" in mode.scenarios:
+            listing.append(name)
+            assert mode.drop_host is not ElasticMode.drop_host and mode.discovered is not ElasticMode.discovered, name
+        else:
+            with pytest.raises(UsageError, match="drop-host"):
+                check_scenario_of(name, "drop-host")
+    assert set(listing) == {"horovod", "horovod-tf"}
