@@ -226,6 +226,19 @@ def workload_names(text: str) -> str:
     return text
 
 
+def projected_workload_names(text: str) -> str:
+    """--workload on bench predict, which names stored runs' workloads: an unknown name may be a model the user means
+    to project with no run of it, which is --model's."""
+    try:
+        return workload_names(text)
+    except argparse.ArgumentTypeError as e:
+        if not str(e).startswith("unknown workload"):
+            raise
+        raise argparse.ArgumentTypeError(
+            f"{e}; to project a model with no run of it (a torchvision name such as vgg16), give it as --model"
+        ) from None
+
+
 def is_all(text: str | None) -> bool:
     return text is not None and [item.strip() for item in text.split(",") if item.strip()] == [ALL]
 
@@ -741,13 +754,15 @@ def parent(
     hidden=(),
     helps: dict[str, str] | None = None,
     refuses: dict[str, list[str]] | None = None,
+    types: dict | None = None,
     run_defaults: dict | None = None,
     **defaults,
 ) -> argparse.ArgumentParser:
     """A parent parser declaring `flags` (in an argument group `title`, if given). `hidden` flags are still
     parsed (so a verb can refuse them with a clear message, or a test use them) but left out of --help; `helps`:
     flag -> this verb's own help (a default that differs here, and why); `refuses`: flag -> values this verb refuses
-    besides the declared ones (bench fault: a backend without an elastic mode); `defaults` replace the declared
+    besides the declared ones (bench fault: a backend without an elastic mode); `types`: flag -> this verb's own parser
+    of the value (a narrower one, or one whose error says more); `defaults` replace the declared
     defaults for this parser only (a fresh parent is built for every verb)."""
     declared = declarations(run_defaults)
     p = argparse.ArgumentParser(add_help=False)
@@ -760,6 +775,8 @@ def parent(
             kwargs["help"] = argparse.SUPPRESS
         if refuses and flag in refuses:
             kwargs["invalid"] = [*kwargs.get("invalid", ()), *refuses[flag]]
+        if types and flag in types:
+            kwargs["type"] = types[flag]
         add(g, *([short] if short else []), flag, **kwargs)
     p.set_defaults(**defaults)
     return p
@@ -795,7 +812,8 @@ def what_runs(
     defaults = {"backend": backend_default}
     if workload_default is not DECLARED:
         defaults["workload"] = workload_default
-    return parent(GROUP_TITLES["what runs"], flags, helps=helps, refuses=refuses, **defaults)
+    types = None if loads else {"--workload": projected_workload_names}
+    return parent(GROUP_TITLES["what runs"], flags, helps=helps, refuses=refuses, types=types, **defaults)
 
 
 def store(help: str | None = None) -> argparse.ArgumentParser:
