@@ -46,10 +46,21 @@ def lint(session):
     session.run("mypy")
 
 
+# The tests side by side, two at a time: most of a test's time is not its runs (the CLI's start, checks, pages, test
+# hosts and their clusters coming up) and bench's core claims still keep any two runs from overlapping (the workers
+# share one claims folder: tests/conftest.py); then, alone, the tests that assert what a run measured (`serial`).
+SIDE_BY_SIDE = ["-n", "2", "--dist", "loadgroup"]
+
+
 @nox.session
 def tests(session):
+    """The test suite (docs/testing.md); `nox -s tests -- ARGS` runs `pytest ARGS` instead, one test at a time."""
     install(session, "[test,ray,tf]")
-    session.run("pytest", *session.posargs)
+    if session.posargs:
+        session.run("pytest", *session.posargs)
+        return
+    session.run("pytest", *SIDE_BY_SIDE, "-m", "not serial")
+    session.run("pytest", "-m", "serial")
 
 
 # The main job's own sweep (no ARGS): after its planned launches, rounds of the two-worker training rows until each is

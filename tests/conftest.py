@@ -364,11 +364,38 @@ def assert_resumed_params_are_two_worker_sgd(record: dict, steps: int, processes
 
 
 # ---------------------------------------------------------------- fixtures
+# ---------------------------------------------------------------- tests side by side (pytest-xdist)
+# Modules whose tests share one resource of the machine and so go to one worker, in order (--dist loadgroup): the
+# test hosts (namespaces, sshd, the Slurm and Ray test clusters; their fixtures flock it too, but a worker waiting on
+# that lock would sit idle), and the session's two-worker runs, made once per worker that asks for them.
+SHARED_BY_GROUP = {
+    "test hosts": ("test_across_hosts", "test_k8s", "test_testhosts", "test_testray", "test_testslurm"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        for group, modules in SHARED_BY_GROUP.items():
+            if module in modules:
+                item.add_marker(pytest.mark.xdist_group(group))
+        if "two_worker_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("two-worker runs"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def lock_dir_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The runs of this test session claim their cores in a folder of their own (bench.harness.cores): they still
-    wait for each other, but not for another session's runs on this shared machine."""
-    folder = tmp_path_factory.mktemp("bench-locks")
+    wait for each other, but not for another session's runs on this shared machine. Where the session's tests run
+    side by side (pytest-xdist), its workers share that folder, so that no two of their runs measure each other: what
+    overlaps is the rest (the CLI's start, the checks, the pages), as bench's one-benchmark-at-a-time rule
+    allows."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # each worker's base folder (.../pytest-N/popen-gwK) sits in the session's own
+        folder = tmp_path_factory.getbasetemp().parent / "bench-locks"
+        folder.mkdir(exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("bench-locks")
     before = os.environ.get("BENCH_LOCK_DIR")
     os.environ["BENCH_LOCK_DIR"] = str(folder)
     yield folder

@@ -420,6 +420,7 @@ def test_an_unreachable_host_or_interface_is_refused_within_seconds(two_hosts, s
 
 
 @needs_hosts
+@pytest.mark.serial
 def test_a_shaped_link_limits_busbw_to_its_rate(two_hosts, store):
     """At 100mbit every host sends at most 12.5 MB/s: a 2-rank ring moves S per rank per allreduce, so busbw at
     the largest size comes to the rate, less TCP/IP's headers and slow start (70% to 105% of it), where the
@@ -739,6 +740,7 @@ def test_host_faults_refuse_what_cannot_run(two_hosts, store, flag_args, fragmen
 
 # ---------------------------------------------------------------- the scaling model, checked on unseen runs
 @needs_hosts
+@pytest.mark.serial
 def test_the_scaling_model_predicts_runs_across_hosts_it_was_not_fitted_on(two_hosts, tmp_path):
     """A small version of docs/studies/projection.md: fitted on the runs of one host (the plain loop, elastic at 1
     and 2 workers, its communication sweep) and elastic's allreduce across the 2 hosts at 20 Mbit/s, the model

@@ -12,7 +12,7 @@ from bench.results.gate import divisor_speed, off_speed
 from bench.results.hot_paths import run_hot_paths
 from conftest import bench
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # the gate judges what the runs measured
 
 # Small: the plain loop and elastic at one worker (one thread, as in the regression matrix), on ResNet18
 # (the MLP's short steps spread the most between launches: docs/method.md, "Replication"), 3 windows of 10 steps

@@ -282,6 +282,7 @@ def test_the_bare_keras_loops_are_started_as_their_guides_start_them():
 
 @needs_tf
 @pytest.mark.slow
+@pytest.mark.serial
 def test_the_tensorflow_backends_against_their_bare_keras_loops(tmp_path):
     """Two pairs of real launches per figure: the suite's run and the bare Keras loop (bare_mwms.py starting its own
     workers; bare_horovod_tf.py under horovodrun), training and a 16 MiB allreduce (5 timed ops a launch: the
