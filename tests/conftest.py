@@ -365,12 +365,10 @@ def assert_resumed_params_are_two_worker_sgd(record: dict, steps: int, processes
 
 # ---------------------------------------------------------------- fixtures
 # ---------------------------------------------------------------- tests side by side (pytest-xdist)
-# Modules whose tests share one resource of the machine and so go to one worker, in order (--dist loadgroup): the
-# test hosts (namespaces, sshd, the Slurm and Ray test clusters; their fixtures flock it too, but a worker waiting on
-# that lock would sit idle), and the session's two-worker runs, made once per worker that asks for them.
-SHARED_BY_GROUP = {
-    "test hosts": ("test_across_hosts", "test_k8s", "test_testhosts", "test_testray", "test_testslurm"),
-}
+# Tests that share one resource go to one worker, in order (--dist loadgroup): the modules of the test hosts
+# (namespaces, sshd, the Slurm and Ray test clusters; their fixtures flock them too, but a worker waiting on that lock
+# would sit idle), and the tests of the session's two-worker runs (two_worker_run), made once per worker that asks.
+SHARED_BY_GROUP = {"test hosts": ("test_across_hosts", "test_k8s", "test_testhosts", "test_testray", "test_testslurm")}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
