@@ -95,19 +95,25 @@ def test_failed_missing_new_and_other_machine():
     assert rows[key]["verdict"] == "failed"
 
 
-def test_a_ratio_is_gated_only_where_what_it_divides_by_runs_at_the_baseline_speed():
+def test_a_ratio_is_judged_only_beyond_what_the_speed_of_what_it_divides_by_explains():
     key = "efficiency elastic resnet18 n=2"
     base = {key: fig("efficiency", [values(240, 0.02, seed=1), values(180, 0.02, seed=2)], scale=2, key=key)}
-    # runs 30% faster on one worker and the same at two: the efficiency falls though no code changed
+    # runs 30% faster on one worker and the same at two: the efficiency falls by a fifth though no code changed, less
+    # than the 31% the faster divisor explains
     faster = {key: fig("efficiency", [values(240, 0.02, seed=3), values(234, 0.02, seed=4)], scale=2, key=key)}
     row = compare_figures(base, faster, {}, same_machine=False, host_differs="cpu_flags differ")[0]
-    assert row["verdict"] == "skipped" and row["change"] is None
-    assert "cpu_flags differ" in row["why"] and "131% of the baseline's speed" in row["why"]
-    assert "bench baseline" in row["why"]
+    assert row["verdict"] == "ok" and row["change"] < -0.15, row
+    assert row["explained"] == pytest.approx(1.31, abs=0.02)
+    assert "cpu_flags differ" in row["why"] and "131% of the baseline's speed" in row["why"], row
+    assert "up to a factor 1.31 either way" in row["why"], row
     row = compare_figures(base, faster, {}, same_machine=True)[0]  # the same host, busier or quieter than then
-    assert row["verdict"] == "skipped" and "131% of the baseline's speed" in row["why"], row
+    assert row["verdict"] == "ok" and "131% of the baseline's speed" in row["why"], row
     assert "host" not in row["why"]
-    # where what it divides by runs within the tolerance, a loss is a loss, on any host
+    # at that speed, a loss past the band is still a loss: the two-worker runs fell to 150 (-52%, -37% beyond it)
+    lost = {key: fig("efficiency", [values(150, 0.02, seed=9), values(234, 0.02, seed=4)], scale=2, key=key)}
+    row = compare_figures(base, lost, {}, same_machine=False)[0]
+    assert row["verdict"] == "regressed" and row["change"] == pytest.approx(-0.52, abs=0.02), row
+    # where what it divides by runs near the baseline's speed, a loss is a loss, on any host
     slower = {key: fig("efficiency", [values(170, 0.02, seed=5), values(190, 0.02, seed=6)], scale=2, key=key)}
     for same in (True, False):
         row = compare_figures(base, slower, {}, same_machine=same)[0]
@@ -299,7 +305,8 @@ def test_hosts_are_matched_by_what_decides_speed_not_by_label(change, same, says
 def test_another_host_gates_no_absolute_figure_and_a_ratio_only_where_what_it_divides_by_keeps_its_speed(capsys):
     """The same code on another kind of host: absolute throughput is skipped, naming the host difference; a ratio
     whose divisor (the plain loop) runs at the baseline's speed still gates, and a real slowdown of it fails;
-    on a host half as fast, the ratios are skipped too, saying at what speed the divisor ran."""
+    on a host half as fast, a ratio is judged beyond the factor 2 that speed explains, saying at what speed the
+    divisor ran."""
     from bench.workflows.regress import compare_and_print
 
     def sweep(scale, elastic_scale=1.0):
@@ -324,7 +331,10 @@ def test_another_host_gates_no_absolute_figure_and_a_ratio_only_where_what_it_di
     slow_host = {**MACHINE, "calibration": {"gemm_gflops": 40.0, "conv_step_ms": 40.0}}
     code, rows = compare_and_print(baseline, sweep(0.5, elastic_scale=0.7), as_json=False, machine=slow_host)
     row = {r["metric"]: r for r in rows}["vs_plain elastic mnist_mlp n=1"]
-    assert code == 0 and row["verdict"] == "skipped" and "at 50% of the baseline's speed" in row["why"], row
+    assert code == 0 and row["verdict"] == "ok" and "at 50% of the baseline's speed" in row["why"], row
+    code, rows = compare_and_print(baseline, sweep(0.5, elastic_scale=0.3), as_json=False, machine=slow_host)
+    row = {r["metric"]: r for r in rows}["vs_plain elastic mnist_mlp n=1"]
+    assert code == 1 and row["verdict"] == "regressed" and "up to a factor 2.00 either way" in row["why"], row
 
 
 def test_hot_paths_are_compared_only_on_a_host_that_runs_the_yardstick_at_its_saved_speed():
@@ -362,3 +372,14 @@ def test_the_hot_path_benchmarks_are_where_the_gate_runs_them():
     from bench.results.hot_paths import HOT_PATH_TESTS
 
     assert HOT_PATH_TESTS.is_dir() and (HOT_PATH_TESTS / "test_hot_paths.py").is_file(), HOT_PATH_TESTS
+
+
+def test_the_band_a_divisors_speed_explains_is_its_factor_either_way():
+    from bench.results.gate import beyond_band, explained_band
+
+    assert explained_band(None) == 1.0
+    assert explained_band(1.25) == pytest.approx(1.25) and explained_band(0.8) == pytest.approx(1.25)
+    assert beyond_band(0.1, 1.25) == 0.0 and beyond_band(-0.19, 1.25) == 0.0
+    assert beyond_band(-0.5, 1.25) == pytest.approx(-0.375)  # 0.5 x 1.25 - 1
+    assert beyond_band(0.5, 1.25) == pytest.approx(0.2)  # 1.5 / 1.25 - 1
+    assert beyond_band(-1.0, 2.0) == -1.0 and beyond_band(math.inf, 2.0) == math.inf  # an interval's open ends

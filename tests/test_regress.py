@@ -2,13 +2,14 @@
 and the hot-path benchmarks fail against a baseline they are much slower than."""
 
 import json
+import math
 import re
 
 import pytest
 
 from bench.core.store import Store
 from bench.results.figures import figures
-from bench.results.gate import divisor_speed, off_speed
+from bench.results.gate import divisor_speed
 from bench.results.hot_paths import run_hot_paths
 from conftest import bench
 
@@ -42,6 +43,9 @@ SMALL = [
 # "Catching a slowdown").
 SLOWDOWN = "100%"
 VS_PLAIN = "vs_plain elastic resnet18 n=1"
+# How far the plain loop's speed may move between the two A/A sweeps for the report's ratios to it to agree (a
+# shared machine can be busier or quieter from one sweep to the next)
+PLAIN_LOOP_STEADY = 0.15
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +72,13 @@ def gate(tmp_path_factory):
 
 
 def plain_loop_moved(store) -> bool:
-    """Whether the plain loop, which the vs_plain ratio divides by, ran further from its speed in the first A/A
-    sweep than the gate's DIVISOR_TOLERANCE in the second: the machine busier or quieter between the two (a shared
-    machine can be). The gate then skips that ratio rather than judge it, and the A/A tests expect what it does."""
+    """Whether the plain loop, which the vs_plain ratio divides by, ran further than PLAIN_LOOP_STEADY from its speed
+    in the first A/A sweep in the second: the machine busier or quieter between the two."""
     by_sweep: dict[str, list] = {}
     for rec in Store(store).records():
         by_sweep.setdefault(rec.spec.sweep_id, []).append(rec)
     first, second = (figures(by_sweep[sid])[0][VS_PLAIN] for sid in sorted(by_sweep))
-    return off_speed(divisor_speed(first, second))
+    return abs(math.log(divisor_speed(first, second))) > math.log(1 + PLAIN_LOOP_STEADY)
 
 
 def test_an_aa_comparison_passes(gate):
@@ -88,10 +91,10 @@ def test_an_aa_comparison_passes(gate):
     assert skipped and all("calibration" in r["why"] for r in skipped)
     (vs_plain,) = [r for r in rows if r["kind"] == "vs_plain"]
     assert (vs_plain["baseline_runs"], vs_plain["current_runs"]) == (5, 3)
+    # judged whatever the plain loop's speed: where it moved, beyond the band that move explains, which the row names
+    assert vs_plain["verdict"] != "skipped", vs_plain
     if gate["plain_loop_moved"]:
-        assert vs_plain["verdict"] == "skipped" and "the case it divides by ran at" in vs_plain["why"], vs_plain
-    else:
-        assert vs_plain["verdict"] != "skipped", vs_plain
+        assert "the case it divides by ran at" in vs_plain["why"], vs_plain
 
 
 def test_an_injected_slowdown_fails_and_names_the_metric(gate):
@@ -123,7 +126,7 @@ def test_aa_calibration_reports_every_pair(gate):
     assert out["pairs"] == 2
     kinds = {r["kind"]: r for r in out["rows"]}
     assert kinds["throughput"]["compared"] == 4
-    assert kinds["vs_plain"]["compared"] == (0 if gate["plain_loop_moved"] else 2)
+    assert kinds["vs_plain"]["compared"] == 2
 
 
 def test_two_sweeps_of_the_same_code_do_not_contradict_each_other(gate):

@@ -18,10 +18,12 @@
   busbw over the machine limit measured in the same run) cancel what the machine's state does to
   both sides alike; absolute throughput gets a wider threshold and is gated only when the baseline
   came from a machine of the same kind (bench.results.baselines.host_match).
-- A ratio does not carry over to runs that compute at another speed, though: with the same communication and a
+- A ratio does not carry over whole to runs that compute at another speed, though: with the same communication and a
   faster step, communication takes a larger share of it (runs 30% faster at ResNet18 on one worker kept their
-  2-worker throughput and lost a fifth of their efficiency). So a ratio is gated only while the cases it divides by
-  (the plain loop's, or one worker's) ran within DIVISOR_TOLERANCE of the baseline's speed, on any host.
+  2-worker throughput and lost a fifth of their efficiency). Where the cases a ratio divides by (the plain loop's,
+  or one worker's) ran at s times the baseline's speed, the ratio can move by up to a factor s either way with no
+  change to the code (the step's compute moved with them, its communication at most as far), so only the part of
+  the change beyond that band is judged (explained_band, beyond_band), on any host.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from bench.results.figures import Figure, figures
 CONFIDENCE = 0.995  # two-sided: a regression is called at 0.25% risk when nothing changed
 WIDE = 3  # see change_verdict()
 FAILING_VERDICTS = ("regressed", "failed")
-# How far the cases a ratio divides by may run from the baseline's speed for the ratio to be gated (as
-# bench.results.baselines.CALIBRATION_TOLERANCE for the calibration work, and for the same reason).
-DIVISOR_TOLERANCE = 0.15
+# From how far off the baseline's speed the cases a ratio divides by ran the row says so (a smaller move is the
+# machine's noise, which the interval already holds); the band itself is applied at any speed.
+SPEED_NOTED = 0.01
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ def compare_figures(
             "change": None,
             "ci_low": None,
             "ci_high": None,
+            "explained": None,  # the band a divisor's speed explains (explained_band), where the change was judged
         }
         b, c = base.get(key), cur.get(key)
         row["run_ids"] = c.run_ids if c is not None else [cur_not_ok[key]["run_id"]] if key in cur_not_ok else []
@@ -168,27 +171,19 @@ def compare_figures(
             row.update(verdict="failed", why="in the baseline, missing from the current runs")
         elif rule.same_machine_only and not same_machine:
             row.update(verdict="skipped", why=f"absolute figure; host differs: {host_differs}")
-        elif off_speed(divided := divisor_speed(b, c)):
-            speed = f"{divided:.0%} of the baseline's speed"
-            row.update(
-                verdict="skipped",
-                why=(
-                    f"ratio; on this host (differs: {host_differs}) the case it divides by ran at {speed}, so "
-                    "communication takes another share of a step; refresh the baseline on this host (`bench "
-                    "baseline`) to gate it here"
-                    if not same_machine
-                    else f"ratio; the case it divides by ran at {speed} (the machine busier or quieter than then, or "
-                    "that case changed: its own row says), so communication takes another share of a step"
-                ),
-            )
         else:
             change, low, high = change_interval(b, c)
             noise = noisy_cases(b) + noisy_cases(c)
+            divided = divisor_speed(b, c)
+            band = explained_band(divided)
             row.update(
                 change=change,
                 ci_low=low,
                 ci_high=high,
-                verdict=change_verdict(change, low, high, rule.min_effect, noisy=bool(noise)),
+                explained=band,
+                verdict=change_verdict(
+                    *(beyond_band(x, band) for x in (change, low, high)), rule.min_effect, noisy=bool(noise)
+                ),
             )
             lone = (
                 " (a side has a single run: its windows stand in for runs, so the interval is optimistic)"
@@ -202,13 +197,32 @@ def compare_figures(
                 or f"interval too wide to rule out a change of {(1 + rule.min_effect) ** WIDE - 1:.0%}",
                 "ok": "",
             }[row["verdict"]] + (lone if row["verdict"] != "ok" else "")
+            if band >= 1 + SPEED_NOTED:
+                where = f"on this host (differs: {host_differs}) " if not same_machine else ""
+                moved = (
+                    f"{where}the case it divides by ran at {divided:.0%} of the baseline's speed, which can move the "
+                    f"ratio up to a factor {band:.2f} either way with no change to the code: judged beyond that"
+                )
+                row["why"] = f"{row['why']}; {moved}" if row["why"] else moved
         rows.append(row)
     return rows
 
 
-def off_speed(speed: float | None) -> bool:
-    """Whether a divisor speed (divisor_speed) is further from the baseline's than DIVISOR_TOLERANCE."""
-    return speed is not None and abs(math.log(speed)) > math.log(1 + DIVISOR_TOLERANCE)
+def explained_band(divided: float | None) -> float:
+    """How far (a factor, >= 1) a ratio may move either way because the cases it divides by ran at `divided` times
+    the baseline's speed (divisor_speed): that factor itself. A step's compute moves with its divisor's; its
+    communication does not move, or moves with it, so the ratio moves between not at all and that factor. 1 for a
+    figure with no case it divides by."""
+    return 1.0 if divided is None else math.exp(abs(math.log(divided)))
+
+
+def beyond_band(change: float, band: float) -> float:
+    """The part of a relative change (current/baseline - 1) beyond a band of `band` either way, on the log scale:
+    0 inside it."""
+    if not math.isfinite(change) or change <= -1:
+        return change
+    log = math.log1p(change)
+    return math.expm1(math.copysign(max(0.0, abs(log) - math.log(band)), log))
 
 
 def format_comparison(rows: list[dict]) -> str:
@@ -228,7 +242,7 @@ def format_comparison(rows: list[dict]) -> str:
     for r in rows:
         change = "-" if r["change"] is None else f"{r['change']:+.1%}"
         ci = "-" if r["ci_low"] is None else f"{pct(r['ci_low'])}..{pct(r['ci_high'])}"
-        verdict = r["verdict"] + (f" ({r['why']})" if r.get("why") and r["verdict"] != "ok" else "")
+        verdict = r["verdict"] + (f" ({r['why']})" if r.get("why") else "")
         lines.append(
             f"{r['metric']:<44} {num(r['baseline'], r['kind']):>10} {num(r['current'], r['kind']):>10} "
             f"{change:>8} {ci:>18} {r['min_effect']:>5.0%}  {verdict}"
