@@ -48,8 +48,9 @@ def lint(session):
 
 # The tests side by side, two at a time: most of a test's time is not its runs (the CLI's start, checks, pages, test
 # hosts and their clusters coming up) and bench's core claims still keep any two runs from overlapping (the workers
-# share one claims folder: tests/conftest.py); then, alone, the tests that assert what a run measured (`serial`).
-SIDE_BY_SIDE = ["-n", "2", "--dist", "loadgroup"]
+# share one claims folder, and tests/conftest.py hands them whole files and groups of files); then, alone, the tests
+# that assert what a run measured (`serial`).
+SIDE_BY_SIDE = ["-n", "2"]
 
 
 @nox.session

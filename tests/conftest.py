@@ -365,20 +365,33 @@ def assert_resumed_params_are_two_worker_sgd(record: dict, steps: int, processes
 
 # ---------------------------------------------------------------- fixtures
 # ---------------------------------------------------------------- tests side by side (pytest-xdist)
-# Tests that share one resource go to one worker, in order (--dist loadgroup): the modules of the test hosts
-# (namespaces, sshd, the Slurm and Ray test clusters; their fixtures flock them too, but a worker waiting on that lock
-# would sit idle), and the tests of the session's two-worker runs (two_worker_run), made once per worker that asks.
-SHARED_BY_GROUP = {"test hosts": ("test_across_hosts", "test_k8s", "test_testhosts", "test_testray", "test_testslurm")}
+# `nox -s tests` hands the workers whole files, and these groups of files as one unit each, in order: the modules of
+# the test hosts (namespaces, sshd, the Slurm and Ray test clusters; their fixtures flock them too, but a worker waiting
+# on that lock would sit idle), and those that check the session's two-worker runs (two_worker_run), which a worker
+# makes once for all its tests. (xdist's own `--dist loadgroup` marks tests by rewriting their node ids, which this
+# pytest no longer reads.)
+SHARED_BY_GROUP = {
+    "test hosts": ("test_across_hosts", "test_k8s", "test_testhosts", "test_testray", "test_testslurm"),
+    "two-worker runs": ("test_backend_contract", "test_horovod", "test_ps", "test_runs", "test_tf"),
+}
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        for group, modules in SHARED_BY_GROUP.items():
-            if module in modules:
-                item.add_marker(pytest.mark.xdist_group(group))
-        if "two_worker_run" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("two-worker runs"))
+def unit_of_work(nodeid: str) -> str:
+    """What one worker runs together: a test's file, or the group (SHARED_BY_GROUP) its file belongs to."""
+    path = nodeid.split("::", 1)[0]
+    module = path.rsplit("/", 1)[-1].removesuffix(".py")
+    return next((group for group, modules in SHARED_BY_GROUP.items() if module in modules), path)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnitOfWork(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    return ByUnitOfWork(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -354,3 +354,20 @@ def test_a_retired_word_does_not_come_back_into_the_code():
                 if re.search(rf"\b{word}s?\b", line, re.I) and not allowed.search(line):
                     found.append(f"{path.relative_to(BENCH.parent)}:{number}: {line.strip()}")
     assert not found, "a retired word is back (docs/architecture.md, 'Words: one per thing'):\n" + "\n".join(found)
+
+
+def test_the_groups_of_files_a_worker_runs_together_name_every_file_that_shares_their_resource():
+    """tests/conftest.py's SHARED_BY_GROUP, by what the files do: every file that brings the test hosts up (or flocks
+    them), and every one that asks for the session's two-worker runs, is in its group, and no other."""
+    from conftest import SHARED_BY_GROUP, unit_of_work
+
+    tests = Path(__file__).resolve().parent
+    uses = {
+        "test hosts": re.compile(r"testhosts\.up\(|fcntl\.flock\(lock"),
+        "two-worker runs": re.compile(r"\btwo_worker_run\b"),
+    }
+    for group, pattern in uses.items():
+        files = {p.stem for p in tests.glob("test_*.py") if pattern.search(p.read_text())}
+        assert files == set(SHARED_BY_GROUP[group]), group
+        assert {unit_of_work(f"tests/{f}.py::test_x") for f in files} == {group}
+    assert unit_of_work("tests/test_store.py::test_x[1]") == "tests/test_store.py"
