@@ -82,7 +82,6 @@ TEARDOWN_S = 45  # from the deadline to the bench process's exit, every process 
 def test_a_hung_process_is_ended_at_the_deadline_with_nothing_left(backend, store):
     can_run_here(backend)
     deadline, hung = HANG_DEADLINE_S.get(backend, DEFAULT_HANG_DEADLINE_S), last_process(backend)
-    started = time.monotonic()
     proc, record = bench_json(
         "run",
         "--backend",
@@ -98,7 +97,8 @@ def test_a_hung_process_is_ended_at_the_deadline_with_nothing_left(backend, stor
         *FAST,
         timeout=deadline + 300,
     )
-    assert time.monotonic() - started < deadline + TEARDOWN_S
+    # from its launch (a run may first wait for cores another run holds) to the bench process's exit
+    assert time.time() - record["created_at"] < deadline + TEARDOWN_S
     assert proc.returncode == 1 and record["status"] == "timeout", record["error"]
     error = record["error"]
     assert error["message"] == f"deadline of {deadline} s passed"

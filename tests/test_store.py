@@ -504,10 +504,14 @@ def store_state(path) -> tuple[int, list, bytes]:
     return version, schema, path.read_bytes()
 
 
-def test_a_refused_run_leaves_an_older_store_as_it_was(tmp_path):
+def test_a_refused_run_leaves_an_older_store_as_it_was(tmp_path, monkeypatch):
     """`bench run` checks its store (check_writable), then is refused (its cores are another run's, and it may not
     wait): an older store keeps its user_version, its table and every byte, so the older bench still takes it."""
     import os
+
+    # claims of their own: the session's folder may hold another test's run (tests side by side), and this holder
+    # must be the one the run meets
+    monkeypatch.setenv("BENCH_LOCK_DIR", str(tmp_path / "locks"))
 
     from bench.harness.cores import CoreClaim, Sharing
     from conftest import FAST, bench

@@ -132,6 +132,8 @@ def test_the_allocation_is_read_as_slurm_writes_it(monkeypatch):
 def test_a_sigterm_in_a_job_is_judged_from_its_state_and_limit(monkeypatch, state, seconds_in, ending):
     from bench.cluster import slurm
 
+    monkeypatch.setattr(slurm, "_judged", {})  # what it judges stays in this test (run_specs stops on any judgement)
+
     limit = "00:01:00" if seconds_in < 60 else "00:10:00"
     start = time.time() - seconds_in
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start))
@@ -170,6 +172,7 @@ def test_a_sigterm_is_judged_by_the_remembered_limit_when_scontrol_cannot_answer
         slurm, "_scontrol", lambda *args: f"JobId=8 JobState=RUNNING TimeLimit=00:02:00 StartTime={stamp}"
     )
     monkeypatch.setattr(slurm, "_known_limit", {})
+    monkeypatch.setattr(slurm, "_judged", {})
     slurm.remember_limit({"SLURM_JOB_ID": "8"})
 
     def down(*args):

@@ -221,22 +221,10 @@ def workload_names(text: str) -> str:
             raise argparse.ArgumentTypeError(
                 f"unknown workload {name!r}{closest(name, WORKLOADS)} (choose from "
                 f"{', '.join(WORKLOADS)}, or give your own as PKG.MODULE:NAME or "
-                "path/to/file.py:NAME)"
+                "path/to/file.py:NAME; to project a model with no run of it, a torchvision one say, bench predict "
+                "takes --model)"
             )
     return text
-
-
-def projected_workload_names(text: str) -> str:
-    """--workload on bench predict, which names stored runs' workloads: an unknown name may be a model the user means
-    to project with no run of it, which is --model's."""
-    try:
-        return workload_names(text)
-    except argparse.ArgumentTypeError as e:
-        if not str(e).startswith("unknown workload"):
-            raise
-        raise argparse.ArgumentTypeError(
-            f"{e}; to project a model with no run of it (a torchvision name such as vgg16), give it as --model"
-        ) from None
 
 
 def is_all(text: str | None) -> bool:
@@ -754,15 +742,13 @@ def parent(
     hidden=(),
     helps: dict[str, str] | None = None,
     refuses: dict[str, list[str]] | None = None,
-    types: dict | None = None,
     run_defaults: dict | None = None,
     **defaults,
 ) -> argparse.ArgumentParser:
     """A parent parser declaring `flags` (in an argument group `title`, if given). `hidden` flags are still
     parsed (so a verb can refuse them with a clear message, or a test use them) but left out of --help; `helps`:
     flag -> this verb's own help (a default that differs here, and why); `refuses`: flag -> values this verb refuses
-    besides the declared ones (bench fault: a backend without an elastic mode); `types`: flag -> this verb's own parser
-    of the value (a narrower one, or one whose error says more); `defaults` replace the declared
+    besides the declared ones (bench fault: a backend without an elastic mode); `defaults` replace the declared
     defaults for this parser only (a fresh parent is built for every verb)."""
     declared = declarations(run_defaults)
     p = argparse.ArgumentParser(add_help=False)
@@ -775,8 +761,6 @@ def parent(
             kwargs["help"] = argparse.SUPPRESS
         if refuses and flag in refuses:
             kwargs["invalid"] = [*kwargs.get("invalid", ()), *refuses[flag]]
-        if types and flag in types:
-            kwargs["type"] = types[flag]
         add(g, *([short] if short else []), flag, **kwargs)
     p.set_defaults(**defaults)
     return p
@@ -812,8 +796,7 @@ def what_runs(
     defaults = {"backend": backend_default}
     if workload_default is not DECLARED:
         defaults["workload"] = workload_default
-    types = None if loads else {"--workload": projected_workload_names}
-    return parent(GROUP_TITLES["what runs"], flags, helps=helps, refuses=refuses, types=types, **defaults)
+    return parent(GROUP_TITLES["what runs"], flags, helps=helps, refuses=refuses, **defaults)
 
 
 def store(help: str | None = None) -> argparse.ArgumentParser:
