@@ -106,8 +106,10 @@ def bench_in_process(*args: object) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(["bench", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
-def bench_json(*args: object, timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], dict]:
-    proc = bench(*args, "--json", timeout=timeout)
+def bench_json(
+    *args: object, timeout: float = 300, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict]:
+    proc = bench(*args, "--json", timeout=timeout, env=env)
     try:
         return proc, json.loads(proc.stdout)
     except ValueError:

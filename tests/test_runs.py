@@ -55,9 +55,25 @@ def test_two_process_elastic_run(workload, two_worker_run):
     assert_nothing_left(record)
 
 
-def test_a_rank_that_exits_zero_mid_run_is_blamed_not_its_peer(store):
-    """Rank 1 leaves with os._exit(0) at step 4; rank 0 then fails on the closed connection: rank 1 is the cause."""
-    proc, record = bench_json("run", "--nproc", 2, "--inject", "exit:1:4", "--timeout", 120, "--store", store, *FAST)
+def test_a_rank_that_exits_zero_mid_run_is_blamed_not_its_peer(store, tmp_path):
+    """Rank 1 leaves with os._exit(0) at step 4; rank 0 then fails on the closed connection: rank 1 is the cause.
+    The run leaves nothing in $TMPDIR: torchrun's agent, told to write no logs, makes no torchelastic_* folder there
+    (it never removes one)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc, record = bench_json(
+        "run",
+        "--nproc",
+        2,
+        "--inject",
+        "exit:1:4",
+        "--timeout",
+        120,
+        "--store",
+        store,
+        *FAST,
+        env={"TMPDIR": str(scratch)},
+    )
     assert proc.returncode == 1 and record["status"] == "crashed"
     error = record["error"]
     assert (error["rank"], error["exit_code"], error["signal"], error["exception"]) == (1, 0, None, None)
@@ -67,6 +83,7 @@ def test_a_rank_that_exits_zero_mid_run_is_blamed_not_its_peer(store):
     assert "; rank 0 then failed: " in error["message"]
     assert "injected exit (code 0) at step 4" in error["tail"]
     assert_nothing_left(record)
+    assert not list(scratch.glob("torchelastic_*")), sorted(p.name for p in scratch.iterdir())
 
 
 NOISY = '''

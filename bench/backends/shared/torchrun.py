@@ -26,10 +26,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Without a log folder torchrun's agent makes one of its own in $TMPDIR (torchelastic_*, a folder per rank and
+# attempt) and never removes it: a folder left behind by every run. bench keeps each rank's output and error itself
+# (bench.harness.guard), so the agent is told to write none.
+NO_AGENT_LOGS = ["--log-dir", os.devnull]
+
+
 def torchrun_args(nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int) -> list[str]:
     """torchrun's arguments for c10d rendezvous at `endpoint`. With a node range the agent otherwise
     waits 30 s for more nodes before it starts, so the last call is shortened to 1 s."""
     args = [
+        *NO_AGENT_LOGS,
         "--nnodes",
         nnodes,
         "--nproc-per-node",
@@ -90,7 +97,15 @@ class TorchrunLauncher(Launcher):
 
 def pod_agent(place, rank_command: list[str]) -> list[str]:
     """One pod's torchrun agent of a run spread over a Kubeflow job's pods (bench.cluster.kubeflow_pod.PodPlace)."""
-    return [sys.executable, "-m", "torch.distributed.run", *place.agent_args(), "--no-python", *rank_command]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *NO_AGENT_LOGS,
+        *place.agent_args(),
+        "--no-python",
+        *rank_command,
+    ]
 
 
 def torchrun_rank_row(rank: int, world_size: int, **fields):
