@@ -75,6 +75,7 @@ def test_torchrun_backends_plan_one_agent_per_host_of_8_gpus(backend, tmp_path):
     for host, argv in steps:
         assert f"  on {host}: {shlex.join(argv)}" in lines
         assert "--rdzv-endpoint a:FREE_PORT" in shlex.join(argv) and f"--local-addr {host}" in shlex.join(argv)
+        assert "--log-dir /dev/null" in shlex.join(argv)  # no torchelastic_* folder left on the host
     assert lines[0].startswith(f"launch 1/1: {backend} mnist_mlp: world size 16 on cuda")
     # every transport on the interface the host check finds (named, not asked for, in a plan)
     assert {"  env NCCL_SOCKET_IFNAME=IFACE", "  env GLOO_SOCKET_IFNAME=IFACE"} <= set(lines)

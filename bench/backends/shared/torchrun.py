@@ -33,8 +33,9 @@ NO_AGENT_LOGS = ["--log-dir", os.devnull]
 
 
 def torchrun_args(nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int) -> list[str]:
-    """torchrun's arguments for c10d rendezvous at `endpoint`. With a node range the agent otherwise
-    waits 30 s for more nodes before it starts, so the last call is shortened to 1 s."""
+    """torchrun's arguments for c10d rendezvous at `endpoint`, with no log folder (NO_AGENT_LOGS): every agent bench
+    starts takes them but a Kubeflow pod's (pod_agent, which adds NO_AGENT_LOGS itself). With a node range the agent
+    otherwise waits 30 s for more nodes before it starts, so the last call is shortened to 1 s."""
     args = [
         *NO_AGENT_LOGS,
         "--nnodes",
