@@ -8,6 +8,7 @@ import pytest
 from bench.core.store import Store
 from bench.report.page import render_report
 from bench.results.frame import load_frame
+from bench.tasks.train.results import replicated_cases
 from conftest import FAST, assert_the_answer_is_in_the_first_screen, bench, needs_chromium
 
 pytestmark = pytest.mark.slow
@@ -15,11 +16,12 @@ _CACHE = {}
 
 
 def populated_store(folder):
-    """A real sweep (elastic, horovod, ps; world 1 and 2; short comm sweeps; two launches of every case), one
-    crashed run, and a fault run of each elastic mode.
+    """A real sweep (elastic, horovod, ps; world 1 and 2; short comm sweeps; two launches of every case) that writes
+    its page (--output), one crashed run, and a fault run of each elastic mode.
     Made once per test session, then copied."""
     if "path" not in _CACHE:
         path = folder / "sweep" / "bench.sqlite"
+        page = folder / "out" / "latest.html"
         proc = bench(
             "sweep",
             "--backend",
@@ -39,10 +41,13 @@ def populated_store(folder):
             "--no-faults",
             "--store",
             path,
+            "--output",
+            page,
             *FAST,
             timeout=900,
         )
         assert proc.returncode == 0, proc.stderr
+        _CACHE["sweep"] = {"stderr": proc.stderr, "page": page, "page_text": page.read_text()}
         proc = bench("run", "--backend", "horovod", "--nproc", 2, "--inject", "crash:1:3", "--store", path, *FAST)
         assert proc.returncode == 1
         for backend in ("elastic", "horovod"):  # the Elasticity section's material
@@ -69,6 +74,24 @@ def populated_store(folder):
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory):
     return populated_store(tmp_path_factory.mktemp("report"))
+
+
+def test_the_sweep_writes_its_page_and_a_dated_copy(store_path):
+    """--output: the sweep's own page (its runs, before the fixture added the crash and the fault runs), written with a
+    dated copy beside it; its progress counted every launch; its cases' ratios computed."""
+    sweep = _CACHE["sweep"]
+    frame = load_frame(Store(store_path))
+    ran = frame[frame["sweep_id"].notna()]
+    assert f"[{len(ran)}/{len(ran)}]" in sweep["stderr"]  # every launch counted, the last one the total
+    assert (ran["threads"] == 1).all()  # one thread count for every world size of a sweep
+    cases = {(c.backend, c.world_size): c for c in replicated_cases(ran[ran["task"] == "train"])}
+    assert cases[("elastic", 1)].efficiency is None and cases[("elastic", 1)].vs_plain.ratio > 0
+    assert 0 < cases[("elastic", 2)].efficiency.ratio < 1.5 and cases[("elastic", 2)].vs_plain.ratio > 0
+    page = sweep["page_text"]
+    assert "data:image/png;base64," in page and ">elastic<" in page
+    assert "<script" not in page and "http" not in page.split("</style>")[0]
+    (copy_,) = sweep["page"].parent.glob("report-*.html")
+    assert copy_.read_text() == page
 
 
 @needs_chromium

@@ -203,52 +203,6 @@ def test_two_runs_at_once_do_not_collide(tmp_path):
         assert json.loads(out)["status"] == "ok"
 
 
-def test_sweep_list_and_report(store, tmp_path):
-    report = tmp_path / "out" / "latest.html"
-    proc = bench(
-        "sweep",
-        "--backend",
-        "elastic",
-        "--workload",
-        "mnist_mlp",
-        "--nproc",
-        2,
-        "--store",
-        store,
-        "--repeats",
-        1,
-        "--no-faults",
-        "--output",
-        report,
-        *FAST,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "[4/4]" in proc.stderr  # baseline, world 1, world 2, and the allreduce sweep at world 2
-    from bench.core.store import Store
-    from bench.results.frame import load_frame
-
-    frame = load_frame(Store(store))
-    assert sorted(zip(frame["task"], frame["backend"], frame["world_size"])) == [
-        ("comm", "elastic", 2),
-        ("train", "elastic", 1),
-        ("train", "elastic", 2),
-        ("train", "single", 1),
-    ]
-    assert frame["sweep_id"].nunique() == 1 and (frame["status"] == "ok").all()
-    assert (frame["threads"] == 1).all()  # one thread count for every world size of a sweep
-    from bench.tasks.train.results import replicated_cases
-
-    cases = {(c.backend, c.world_size): c for c in replicated_cases(frame[frame["task"] == "train"])}
-    assert cases[("elastic", 1)].efficiency is None and cases[("elastic", 1)].vs_plain.ratio > 0
-    assert 0 < cases[("elastic", 2)].efficiency.ratio < 1.5
-    assert cases[("elastic", 2)].vs_plain.ratio > 0
-    page = report.read_text()
-    assert "data:image/png;base64," in page and "elastic" in page
-    assert "<script" not in page and "http" not in page.split("</style>")[0]
-    copies = list(report.parent.glob("report-*.html"))
-    assert len(copies) == 1 and copies[0].read_text() == page
-
-
 def test_a_sweep_measures_recovery_from_a_killed_and_a_hung_worker(store):
     """The sweep's elasticity part for real, under Horovod's elastic mode: a worker killed (the survivor goes on) and
     one stopped (which Horovod does not come through: a result of the sweep, not its failure, so it exits 0), stored
