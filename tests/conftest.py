@@ -195,11 +195,16 @@ TWO_WORKER_SEED = 7
 
 @dataclass
 class TrainedRun:
-    """A finished `bench run --json` (its process, its record, the store it went to)."""
+    """A finished `bench run --json` (its process, its record, the store it went to, the TMPDIR it was given)."""
 
     proc: subprocess.CompletedProcess[str]
     record: dict
     store: Path
+    tmpdir: Path
+
+    def left_in_tmpdir(self) -> list[str]:
+        """What the run left in its TMPDIR but torch's compile cache (torchinductor_USER, shared by runs on purpose)."""
+        return sorted(p.name for p in self.tmpdir.iterdir() if not p.name.startswith("torchinductor_"))
 
     def params(self, framework: str) -> list:
         """Rank 0's final parameters (saved_params), from a run made with --save-params."""
@@ -216,7 +221,9 @@ def two_worker_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Tr
     def run(backend: str, workload: str, *options: object) -> TrainedRun:
         key = (backend, workload, *map(str, options))
         if key not in runs:
-            store = tmp_path_factory.mktemp("two-worker") / "results" / "bench.sqlite"
+            folder = tmp_path_factory.mktemp("two-worker")
+            store, tmpdir = folder / "results" / "bench.sqlite", folder / "tmp"
+            tmpdir.mkdir()
             proc, record = bench_json(
                 "run",
                 "--backend",
@@ -233,8 +240,9 @@ def two_worker_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Tr
                 store,
                 *FAST,
                 timeout=400,
+                env={"TMPDIR": str(tmpdir)},
             )
-            runs[key] = TrainedRun(proc, record, store)
+            runs[key] = TrainedRun(proc, record, store, tmpdir)
         return runs[key]
 
     return run

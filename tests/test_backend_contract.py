@@ -280,6 +280,7 @@ def test_the_same_parameters_as_the_anchor_after_k_synchronous_steps(backend, wo
     for run in (ours, theirs):
         assert run.proc.returncode == 0 and run.record["status"] == "ok", run.proc.stderr
         assert_nothing_left(run.record)
+        assert run.left_in_tmpdir() == [], f"{run.record['spec']['backend']} left files in its TMPDIR"
     params, anchor_params = ours.params(framework), theirs.params(framework)
     assert [name for name, _ in params] == [name for name, _ in anchor_params]
     initial = initial_params(ours.record, framework)

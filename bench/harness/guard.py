@@ -12,9 +12,11 @@ files (its result) are the measurement, and the parent says which exit file is m
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from types import FrameType
@@ -44,39 +46,45 @@ def main(argv: list[str]) -> int:
     # process claims files of its own.
     attempt = run_dir.claim_attempt(rank, attempt)
     log_path = run_dir.rank_file(rank, attempt, "log")
-    env = dict(os.environ, BENCH_RANK=str(rank), BENCH_ATTEMPT=str(attempt))
+    # The rank's temporary files go in a folder of its own, removed below however the rank ended: what its
+    # framework would have removed at exit but a rank skips or never reaches (bench.rank.entry)
+    scratch = tempfile.mkdtemp(prefix=f"bench-rank{rank}.a{attempt}-")
+    env = dict(os.environ, BENCH_RANK=str(rank), BENCH_ATTEMPT=str(attempt), BENCH_RANK_TMPDIR=scratch)
     received: list[str] = []
 
     oom_count = own_oom_count()  # its memory cgroup's OOM kills, which its rank's are counted in (bench.harness.oom)
     oom_before = oom_count.read() if oom_count is not None else None
-    read_end, write_end = os.pipe()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "bench.rank.entry", str(run_dir.path)],
-        stdin=subprocess.DEVNULL,
-        stdout=write_end,
-        stderr=subprocess.STDOUT,
-        env=env,
-        preexec_fn=_die_with_parent,
-    )
-    os.close(write_end)
-    log = CappedLog(log_path)
-    pump = threading.Thread(target=copy_output, args=(read_end, log), daemon=True)
-    pump.start()
+    try:
+        read_end, write_end = os.pipe()
+        child = subprocess.Popen(
+            [sys.executable, "-m", "bench.rank.entry", str(run_dir.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_die_with_parent,
+        )
+        os.close(write_end)
+        log = CappedLog(log_path)
+        pump = threading.Thread(target=copy_output, args=(read_end, log), daemon=True)
+        pump.start()
 
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        received.append(signal.Signals(signum).name)
-        try:
-            child.send_signal(signum)
-            if signum == signal.SIGTERM:
-                child.send_signal(signal.SIGCONT)  # a stopped worker must wake up to die
-        except ProcessLookupError:
-            pass
+        def forward(signum: int, _frame: FrameType | None) -> None:
+            received.append(signal.Signals(signum).name)
+            try:
+                child.send_signal(signum)
+                if signum == signal.SIGTERM:
+                    child.send_signal(signal.SIGCONT)  # a stopped worker must wake up to die
+            except ProcessLookupError:
+                pass
 
-    for sig in FORWARDED:
-        signal.signal(sig, forward)
-    returncode = child.wait()
-    exited_at = time.time()  # before its output is drained: the exit time orders the ranks that left (outcome)
-    pump.join(LOG_DRAIN_S)
+        for sig in FORWARDED:
+            signal.signal(sig, forward)
+        returncode = child.wait()
+        exited_at = time.time()  # before its output is drained: the exit time orders the ranks that left (outcome)
+        pump.join(LOG_DRAIN_S)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     # a worker that left before its result (its error or none): its log's tail tells how
     ended_early = returncode != 0 or not run_dir.rank_file(rank, attempt, "result").exists()
     try:

@@ -4,9 +4,12 @@ with the start, error and result files written around it."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
+import re
 import sys
+import tempfile
 import time
 
 from bench.core.registry import task_part
@@ -16,9 +19,27 @@ from bench.core.spec import RunSpec
 
 def main(argv: list[str]) -> int:
     t_process_start = time.time()
+    use_own_temporary_folder(os.environ.get("BENCH_RANK_TMPDIR"))
     rank, attempt = int(os.environ.get("BENCH_RANK", 0)), int(os.environ.get("BENCH_ATTEMPT", 0))
     run_process(RunDir(argv[0]), rank, attempt, t_process_start)
     return 0
+
+
+def use_own_temporary_folder(folder: str | None) -> None:
+    """Python's temporary files in this process go in `folder`, its guard's, which the guard removes when the process
+    has ended (bench.harness.guard). A framework that removes its temporary files at exit (TensorFlow's autograph
+    writes a module per traced function and leaves its removal to atexit) would otherwise leave them in $TMPDIR on
+    every run: a rank ends by os._exit, below, or by a signal, and neither runs atexit. torch's compile cache stays
+    where it was ($TMPDIR/torchinductor_USER, torch's default), shared by the runs that reuse it. The environment's
+    TMPDIR is unchanged: the libraries a launcher set up for the rank (MPI, Gloo) find their files where it said."""
+    if not folder:
+        return
+    try:
+        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    except (KeyError, OSError):  # a uid with no name (a container's): torch's own fallback
+        user = f"uid_{os.getuid()}"
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{user}"))
+    tempfile.tempdir = folder
 
 
 def run_process(run_dir: RunDir, rank: int, attempt: int, t_process_start: float) -> None:
