@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,13 @@ def compare_hot_paths(saved: dict, current: dict) -> tuple[int, list[str]]:
     return (1 if failed else 0), lines
 
 
+def own_pytest_environment() -> dict[str, str]:
+    """This environment without what would make the benchmarks' pytest another one: a calling pytest-xdist worker's
+    variables (pytest-benchmark then turns itself off, and --benchmark-only fails) and the user's PYTEST_ADDOPTS (say
+    -n auto): the command above is all the options it takes."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_") and k != "PYTEST_ADDOPTS"}
+
+
 def run_hot_paths(compare_with: str | None = None, save_to: str | None = None) -> int:
     """pytest-benchmark over tests/benchmarks: save the figures, or compare them with a saved file
     (compare_hot_paths)."""
@@ -103,7 +111,7 @@ def run_hot_paths(compare_with: str | None = None, save_to: str | None = None) -
             f"--benchmark-json={out}",
         ]
         print("$ " + " ".join(command[2:]), file=sys.stderr, flush=True)
-        code = subprocess.run(command, cwd=HOT_PATH_TESTS.parent.parent).returncode
+        code = subprocess.run(command, cwd=HOT_PATH_TESTS.parent.parent, env=own_pytest_environment()).returncode
         if code or saved is None:
             return code
         code, lines = compare_hot_paths(saved, json.loads(out.read_text()))
