@@ -74,9 +74,9 @@ def compare_hot_paths(saved: dict, current: dict) -> tuple[int, list[str]]:
 
 
 def own_pytest_environment() -> dict[str, str]:
-    """This environment without what would make the benchmarks' pytest another one: a calling pytest-xdist worker's
-    variables (pytest-benchmark then turns itself off, and --benchmark-only fails) and the user's PYTEST_ADDOPTS (say
-    -n auto): the command above is all the options it takes."""
+    """The environment for the benchmarks' pytest (run_hot_paths): this one without a calling pytest-xdist worker's
+    variables (pytest-benchmark then turns itself off, and --benchmark-only fails) and without the user's
+    PYTEST_ADDOPTS (say -n auto): run_hot_paths's command holds every option that pytest takes."""
     return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_") and k != "PYTEST_ADDOPTS"}
 
 
