@@ -747,7 +747,7 @@ def test_the_scaling_model_predicts_runs_across_hosts_it_was_not_fitted_on(two_h
     predicts elastic's training across the 2 hosts at that link (3 launches), which it never read, within the
     study's bound for every point (20%; the study's elastic points at 2 hosts were within 7.2%)."""
     from bench.cli.common import open_store
-    from bench.projection.fit import Case, fit, one_host
+    from bench.projection.fit import LINK_FIT_BYTES, Case, fit, one_host
     from bench.projection.validate import GOAL_MEDIAN, GOAL_WORST
 
     store = str(tmp_path / "model.sqlite")
@@ -776,12 +776,16 @@ def test_the_scaling_model_predicts_runs_across_hosts_it_was_not_fitted_on(two_h
         "2",
         "--link",
         "20mbit",
+        # the sizes the link fit takes (LINK_FIT_BYTES and up; three, for a line); at 20 Mbit/s each op of 4 MiB
+        # takes 1.7 s, and on a shaped link 3 of them spread far less than the training runs the fit is judged on
+        "--min-bytes",
+        str(LINK_FIT_BYTES),
         "--max-bytes",
-        str(4 * 2**20),
+        str(4 * LINK_FIT_BYTES),
         "--iters",
-        "5",
+        "3",
         "--warmup-iters",
-        "2",
+        "1",
         "--store",
         store,
         timeout=600,
