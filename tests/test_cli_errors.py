@@ -36,6 +36,10 @@ from conftest import ROOT, assert_one_line_error, bench, bench_in_process
         (["run", "--ps-servers", "2"], ["--ps-servers is an option of backend ps", "(elastic)"]),
         (["sweep", "--backend", "elastic", "--hvd-fusion-mb", "8"], ["backend horovod", "--backend"]),
         (["sweep", "--no-faults", "--faults", "kill"], ["--no-faults makes no fault run"]),
+        (
+            ["sweep", "--no-faults", "--comm-timeout", "5", "--recovery-timeout", "60"],
+            ["--no-faults makes no fault run", "drop --comm-timeout and --recovery-timeout"],
+        ),
         (["sweep", "--resolution", "8", "--repeats", "1"], ["--resolution", "--repeats 2"]),
         (["sweep", "--resolution-timeout", "60"], ["--resolution-timeout", "give --resolution"]),
         (["sweep", "--resolution", "8", "--world-sizes", "1"], ["above one worker", "world size above 1"]),
@@ -65,6 +69,7 @@ def test_bad_input_is_one_line_and_exit_2(args, fragments, store):
         (["sweep", "--resolution", "8", "--resolution-timeout", "0"], ["--resolution-timeout", "positive"]),
         (["allreduce", "--iters", "0"], ["--iters", "at least 1"]),
         (["fault", "--recovery-timeout", "inf"], ["--recovery-timeout", "finite"]),
+        (["sweep", "--recovery-timeout", "0"], ["--recovery-timeout", "positive"]),
         (["regress", "--timeout", "nan"], ["--timeout", "finite"]),
     ],
 )

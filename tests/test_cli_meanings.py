@@ -48,6 +48,9 @@ DEFAULTS_DIFFER = {
     "--warmup-steps": {"sweep"},
     "--windows": {"sweep"},
     "--max-bytes": {"sweep"},
+    # a sweep's fault runs are short, one part of many (bench.workflows.plan.SWEEP_FAULTS); bench fault's are the run
+    "--comm-timeout": {"sweep"},
+    "--recovery-timeout": {"sweep"},
     # time to accuracy needs real data
     "--data": {"converge"},
     # the baseline every later run of the gate is judged against takes more launches

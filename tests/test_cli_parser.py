@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import bench.cli.sweep
 import bench.workflows.regress
 from bench.cli import VERB_GROUPS, build_parser, options, slurm_launcher_alias
 from bench.cli.common import HelpFormatter, comma_list
@@ -32,6 +33,7 @@ from bench.workflows.plan import (
     plan_sweep,
     sweep_world_sizes,
 )
+from bench.workflows.sweep import benchmark_sweep_plan
 from conftest import bench as bench_process
 from factories import fault_spec
 from workloads import WORKLOADS
@@ -517,6 +519,37 @@ def test_the_default_sweep_plans_a_killed_and_a_hung_worker_under_each_elastic_b
     # the rest of the sweep as it was: every training case in each round, with the fault runs' thread count
     assert sum(s.task == "train" for s in plan) == SWEEP_DEFAULTS["repeats"] * len(WORKLOADS) * (1 + 2 * 2)
     assert {s.threads for s in plan} == {default_threads("cpu", 2)}
+    # the sweep's own time limits given: every fault run takes them, and the plan's description says them
+    longer = {"comm_timeout": 20.0, "recovery_timeout": 300.0}
+    given = plan_sweep(
+        ["elastic"],
+        ["mnist_mlp"],
+        "cpu",
+        [2],
+        sweep_id="s3",
+        comm=None,
+        options={},
+        faults=["hang"],
+        fault_timeouts=longer,
+    )
+    assert [(s.fault.comm_timeout, s.fault.recovery_timeout) for s in given if s.task == "fault"] == [(20.0, 300.0)] * 2
+    args = build_parser().parse_args(["sweep", "--comm-timeout", "20", "--recovery-timeout", "300"])
+    assert bench.cli.sweep.fault_timeouts(args) == longer
+    assert bench.cli.sweep.fault_timeouts(build_parser().parse_args(["sweep"])) == {
+        key: SWEEP_FAULTS[key] for key in longer
+    }
+    _, description = benchmark_sweep_plan(
+        None,
+        backends=["elastic"],
+        workloads=["mnist_mlp"],
+        device="cpu",
+        world_sizes=[2],
+        options={},
+        comm=None,
+        faults=["hang"],
+        fault_timeouts=longer,
+    )
+    assert "a stopped peer noticed after 20 s, hung with no step 300 s after the fault" in description
     # threads not given (a sweep of GPUs): those that fit the fault's workers on this machine's cores
     alone = fault_specs(["elastic", "ps"], "mnist_mlp", 2, kinds=["kill"], options={"lr": 0.5, "step_delay": "20%"})
     assert [(s.backend, s.device, s.threads, s.lr, s.step_delay) for s in alone] == [

@@ -25,6 +25,7 @@ from bench.core.stats import MIN_LAUNCHES
 from bench.harness.plan import print_plans
 from bench.rank.collectives import COMM_DEFAULTS
 from bench.report.page import output_path, write_report_with_copy
+from bench.tasks.fault.spec import FAULT_DEFAULTS
 from bench.workflows.plan import SWEEP_DEFAULTS, SWEEP_FAULTS, check_fault_kinds, check_pair_can_run, sweep_world_sizes
 from bench.workflows.sweep import benchmark_sweep_plan, resume_sweep, run_benchmark_sweep
 from workloads import WORKLOADS
@@ -74,6 +75,30 @@ def add_parser(verbs) -> None:
         "backend comes through where the other does not; a case split by a single failure gets one more launch a "
         "side)",
         invalid=["0", "x"],
+    )
+    # the fault runs' time limits, bench fault's flags: a sweep's are short (SWEEP_FAULTS), which a group that restarts
+    # slower than a 2-core machine's (GPU nodes across hosts) must lengthen, or its recovery is called a hang
+    options.add(
+        g,
+        "--comm-timeout",
+        type=options.timeout_seconds,
+        metavar="SECONDS",
+        help="the fault runs' collective timeout in seconds, how soon a stopped peer is noticed (default "
+        f"{SWEEP_FAULTS['comm_timeout']:g} s in a sweep: its fault runs are short; bench fault's is "
+        f"{FAULT_DEFAULTS['comm_timeout']:g} s; at most {MAX_TIMEOUT_WORDS})",
+        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
+    )
+    options.add(
+        g,
+        "--recovery-timeout",
+        type=options.timeout_seconds,
+        metavar="SECONDS",
+        help="seconds after the fault with no training step before a fault run is called hung (default "
+        f"{SWEEP_FAULTS['recovery_timeout']:g} s in a sweep: a backend that never recovers costs it in full, and "
+        "torchrun's restart of the whole group fits with room on a 2-core machine; give more where a restart takes "
+        f"longer, as on GPU nodes across hosts; bench fault's is {FAULT_DEFAULTS['recovery_timeout']:g} s; at most "
+        f"{MAX_TIMEOUT_WORDS})",
+        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
     )
     options.add(
         g,
@@ -177,8 +202,15 @@ def add_parser(verbs) -> None:
 def cmd(args) -> int:
     if args.resume is not None:
         return resume(args)
-    if args.no_faults and (args.faults is not None or args.fault_repeats is not None):
-        raise UsageError("--no-faults makes no fault run; drop --faults and --fault-repeats, or --no-faults")
+    fault_flags = {
+        "--faults": args.faults,
+        "--fault-repeats": args.fault_repeats,
+        "--comm-timeout": args.comm_timeout,
+        "--recovery-timeout": args.recovery_timeout,
+    }
+    given = [flag for flag, value in fault_flags.items() if value is not None]
+    if args.no_faults and given:
+        raise UsageError(f"--no-faults makes no fault run; drop {' and '.join(given)}, or --no-faults")
     faults = (
         None
         if args.no_faults
@@ -212,6 +244,7 @@ def cmd(args) -> int:
         repeats=args.repeats,
         faults=faults,
         fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"],
+        fault_timeouts=fault_timeouts(args),
     )
     sequential = sequential_settings(args, running, sweep["world_sizes"])
     with said_in_flags_of(args):  # the plan's refusals of a world size name the sweep's flags
@@ -226,6 +259,14 @@ def cmd(args) -> int:
             return print_plans(specs)
         _, records = run_benchmark_sweep(store, "bench sweep", **sweep, sequential=sequential)
     return finish(args, store, records)
+
+
+def fault_timeouts(args) -> dict[str, float]:
+    """The fault runs' comm_timeout and recovery_timeout: those given, else the sweep's (SWEEP_FAULTS)."""
+    return {
+        key: SWEEP_FAULTS[key] if given is None else given
+        for key, given in (("comm_timeout", args.comm_timeout), ("recovery_timeout", args.recovery_timeout))
+    }
 
 
 def sequential_settings(args, running: list[str] | None, world_sizes: list[int]) -> dict | None:

@@ -176,11 +176,19 @@ def faults_missing(backends: list[str], world_sizes: list[int], cluster: dict | 
 
 
 def fault_specs(
-    backends: list[str], workload: str, world_size: int, *, kinds: list[str], options: dict, device: str = "cpu"
+    backends: list[str],
+    workload: str,
+    world_size: int,
+    *,
+    kinds: list[str],
+    options: dict,
+    device: str = "cpu",
+    timeouts: dict[str, float] | None = None,
 ) -> list:
     """The sweep's fault runs (SWEEP_FAULTS): each kind under each backend with an elastic mode, on the sweep's
     device (GPUs: one worker per GPU over NCCL, docs/method.md "Faults on GPUs"); spec options from `options`
-    (FAULT_SPEC_KEYS only; threads, when not given, fitting world_size workers on this machine's cores)."""
+    (FAULT_SPEC_KEYS only; threads, when not given, fitting world_size workers on this machine's cores); timeouts:
+    the comm_timeout and recovery_timeout given for the sweep, in place of SWEEP_FAULTS'."""
     given = {
         "threads": default_threads(device, world_size),
         **{k: options[k] for k in FAULT_SPEC_KEYS if options.get(k) is not None},
@@ -189,6 +197,7 @@ def fault_specs(
     window = info.size(device).window_steps
     at_step = max(1, int(SWEEP_FAULTS["at_step_windows"] * window))
     total = max(at_step + 1, int(SWEEP_FAULTS["steps_windows"] * window))
+    limits = {key: (timeouts or {}).get(key, SWEEP_FAULTS[key]) for key in ("comm_timeout", "recovery_timeout")}
     specs = []
     for backend in fault_backends(backends):
         for kind in kinds:
@@ -206,8 +215,7 @@ def fault_specs(
                     max_restarts=fault_task.FAULT_DEFAULTS["max_restarts"],
                     checkpoint_every=max(1, SWEEP_FAULTS["checkpoint_windows"] * window),
                     total_steps=total,
-                    comm_timeout=SWEEP_FAULTS["comm_timeout"],
-                    recovery_timeout=SWEEP_FAULTS["recovery_timeout"],
+                    **limits,
                     device=device,
                     # the sweep's GPUs were checked against this machine's; a join grows to world_size of them
                     gpus_here=world_size,
@@ -231,6 +239,7 @@ def plan_sweep(
     workloads_of: dict[str, list[str]] | None = None,
     faults: list[str] | None = None,
     fault_repeats: int = SWEEP_FAULTS["repeats"],
+    fault_timeouts: dict[str, float] | None = None,
 ) -> list:
     """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
     size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never
@@ -239,7 +248,8 @@ def plan_sweep(
     backend's only when it is the sweep's one backend; `bench allreduce --backend ps` measures it alone).
     workloads_of: backend -> the only workloads it trains (the regression matrix's extra gate cases).
     faults: the fault kinds (FAULT_KINDS) of its elasticity part (fault_specs, where faults_missing finds nothing
-    missing), each case in the first `fault_repeats` rounds (more rounds than `repeats` hold fault runs only).
+    missing), each case in the first `fault_repeats` rounds (more rounds than `repeats` hold fault runs only), with
+    fault_timeouts' comm_timeout and recovery_timeout where given.
     Repeated in rounds: every case once, then again, so a slow spell of the machine spreads over all cases
     instead of landing on the repeats of one; each round in an order shuffled with a seed taken from the
     sweep id and the round."""
@@ -293,6 +303,7 @@ def plan_sweep(
             kinds=check_fault_kinds(faults),
             options=train,
             device=device,
+            timeouts=fault_timeouts,
         )
     # Each round in its own seeded order: a case that always ran first (or always after the same case)
     # would carry that position's bias in every launch, which interleaving alone does not remove.

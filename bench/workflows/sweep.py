@@ -48,12 +48,13 @@ def benchmark_sweep_plan(
     extra_cases: dict[str, list[str]] | None = None,
     faults: list[str] | None = None,
     fault_repeats: int = SWEEP_FAULTS["repeats"],
+    fault_timeouts: dict[str, float] | None = None,
 ) -> tuple[list, str]:
     """A sweep's launches (bench.workflows.plan.plan_sweep) and its description, nothing stored (what `bench sweep
     --dry-run` shows). backends None: every compared backend that can run here; "primary": the primary pair's; saying
     which cannot. extra_cases: companion backends added to those, each with the only workloads it trains (where it
     can run here). faults: the fault kinds of its elasticity part (None: none), each launched fault_repeats times; said
-    when it can make none."""
+    when it can make none; fault_timeouts: their comm_timeout and recovery_timeout, where not SWEEP_FAULTS'."""
     if backends is None or backends == "primary":
         backends = available_backends(
             device, lambda name, why: note(f"bench: skipping {name}: {why}"), PRIMARY if backends == "primary" else None
@@ -80,6 +81,7 @@ def benchmark_sweep_plan(
         workloads_of=extra_cases,
         faults=faults,
         fault_repeats=fault_repeats,
+        fault_timeouts=fault_timeouts,
     )
     missing = faults_missing(backends, world_sizes, options.get("cluster")) if faults else None
     if missing:  # after planning: bad input is its one line alone
@@ -90,10 +92,12 @@ def benchmark_sweep_plan(
         else ", one launch of every case (a comparison needs two or more a side: --repeats)"
     )
     if faults and not missing:
+        timeouts = {**SWEEP_FAULTS, **(fault_timeouts or {})}
         rounds += (
             f"; faults {', '.join(faults)} under {', '.join(fault_backends(backends))} ({workloads[0]}, "
             f"{min(n for n in world_sizes if n > 1)} workers, {fault_repeats} launch"
-            f"{'es' if fault_repeats > 1 else ''} each)"
+            f"{'es' if fault_repeats > 1 else ''} each; a stopped peer noticed after {timeouts['comm_timeout']:g} s, "
+            f"hung with no step {timeouts['recovery_timeout']:g} s after the fault)"
         )
     description = (
         f"{', '.join(backends)} x {', '.join(workloads)} x world sizes {', '.join(map(str, world_sizes))}{rounds}"
@@ -116,6 +120,7 @@ def run_benchmark_sweep(
     extra_cases: dict[str, list[str]] | None = None,
     faults: list[str] | None = None,
     fault_repeats: int = SWEEP_FAULTS["repeats"],
+    fault_timeouts: dict[str, float] | None = None,
     sequential: dict | None = None,
 ) -> tuple[str, list]:
     """Plan a sweep (benchmark_sweep_plan) under a new sweep id and run it: (sweep id, records). sequential: the
@@ -135,6 +140,7 @@ def run_benchmark_sweep(
         extra_cases=extra_cases,
         faults=faults,
         fault_repeats=fault_repeats,
+        fault_timeouts=fault_timeouts,
     )
     note(f"{title}: {description}")
     store.check_writable()  # before the sweep's row makes the store: a store that cannot take its runs says so first
