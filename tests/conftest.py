@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -179,7 +180,10 @@ def processes_naming_run(record: dict) -> list[str]:
 
 def assert_nothing_left(record: dict) -> None:
     """No process of the run outlived it (by its tag, its run directory, the pids of its rank map), nor the folder
-    of its own Ray runtime under /tmp."""
+    of its own Ray runtime under /tmp, nor a rank's temporary folder (bench.harness.guard's, which teardown removes
+    where it killed the guard)."""
+    from bench.harness.supervisor import scratch_prefix
+
     assert processes_of_run(record["run_id"]) == []
     assert processes_naming_run(record) == []
     for row in record["rank_map"]:
@@ -187,6 +191,8 @@ def assert_nothing_left(record: dict) -> None:
             f"rank {row['rank']} survived"
         )
     assert not Path(f"/tmp/bench-ray-{record['run_id']}").exists(), "the run's Ray folder under /tmp was left"
+    scratch = list(Path(tempfile.gettempdir()).glob(f"{glob.escape(scratch_prefix(record['run_id']))}*"))
+    assert scratch == [], f"the temporary folders of the run's ranks were left: {scratch}"
 
 
 # ---------------------------------------------------------------- 2-worker training runs, shared

@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -98,6 +99,30 @@ def test_a_released_lifeline_ends_nothing():
     finally:
         for proc in processes_of_run(tag):
             proc.kill()
+
+
+def test_teardown_removes_the_temporary_folder_of_a_rank_it_had_to_kill(tmp_path, monkeypatch):
+    """A rank's guard removes its temporary folder when the rank ends, unless the guard itself is killed first (the
+    SIGKILL after the grace period that SIGTERM gets): then the run's teardown removes it, and only its own run's."""
+    from bench.harness.supervisor import TAG_VARIABLE, TERM_GRACE_S, scratch_prefix, supervise
+
+    tag = f"lifeline-test-{os.getpid()}-scratch"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where this process, so teardown, looks
+    another = tmp_path / f"{scratch_prefix('another-run')}0.a0-kept"
+    another.mkdir()
+    # a guard that SIGTERM does not end, holding its folder as bench.harness.guard names it
+    guard = (
+        "import signal, tempfile, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"tempfile.mkdtemp(prefix={scratch_prefix(tag) + '1.a0-'!r}); print('made', flush=True); time.sleep(600)"
+    )
+    log = tmp_path / "launcher.log"
+    outcome = supervise(
+        [sys.executable, "-c", guard], dict(os.environ, TMPDIR=str(tmp_path), **{TAG_VARIABLE: tag}), log, timeout=5
+    )
+    assert outcome.ending == "timeout" and log.read_text().strip() == "made"
+    assert [p["cmdline"].split()[0] for p in outcome.reaped] == [sys.executable]
+    assert outcome.ended_at - outcome.launched_at < 5 + TERM_GRACE_S + 5 and processes_of_run(tag) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [another.name, log.name]
 
 
 # ---------------------------------------------------------------- real runs under every launcher

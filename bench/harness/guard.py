@@ -25,6 +25,7 @@ from bench.core.console import guard_std_streams, note
 from bench.core.registry import get_backend
 from bench.core.rundir import LOG_DRAIN_S, CappedLog, RunDir, copy_output, tail
 from bench.harness.oom import oom_killed_words, own_oom_count
+from bench.harness.supervisor import TAG_VARIABLE, scratch_prefix
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -47,8 +48,9 @@ def main(argv: list[str]) -> int:
     attempt = run_dir.claim_attempt(rank, attempt)
     log_path = run_dir.rank_file(rank, attempt, "log")
     # The rank's temporary files go in a folder of its own, removed below however the rank ended: what its
-    # framework would have removed at exit but a rank skips or never reaches (bench.rank.entry)
-    scratch = tempfile.mkdtemp(prefix=f"bench-rank{rank}.a{attempt}-")
+    # framework would have removed at exit but a rank skips or never reaches (bench.rank.entry). Named by the run's
+    # tag, so that the run's teardown removes it where this guard is killed first (bench.harness.supervisor.reap)
+    scratch = tempfile.mkdtemp(prefix=f"{scratch_prefix(os.environ.get(TAG_VARIABLE))}{rank}.a{attempt}-")
     env = dict(os.environ, BENCH_RANK=str(rank), BENCH_ATTEMPT=str(attempt), BENCH_RANK_TMPDIR=scratch)
     received: list[str] = []
 

@@ -8,11 +8,14 @@ by parentage, so nothing a run started outlives it.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -110,8 +113,33 @@ def _signal_all(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
             pass
 
 
+def scratch_prefix(tag: str | None) -> str:
+    """How the temporary folder of each of a run's ranks is named (bench.harness.guard makes it; its name ends with
+    the rank, its attempt and a random part): by the run's tag, so that reap finds the folders a guard could not
+    remove, ended by a SIGKILL before it could."""
+    return f"bench-{tag}-rank" if tag else "bench-rank"
+
+
+def remove_scratch(tag: str) -> list[str]:
+    """Remove the ranks' temporary folders of the run that its guards left in this host's temporary folder (each guard
+    removes its own unless it was killed: by the SIGKILL after TERM_GRACE_S, a node loss, a killed rank); their
+    paths."""
+    left = sorted(Path(tempfile.gettempdir()).glob(f"{glob.escape(scratch_prefix(tag))}*"))
+    for folder in left:
+        shutil.rmtree(folder, ignore_errors=True)
+    return [str(folder) for folder in left]
+
+
 def reap(tag: str, root_pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """End every process of the run: SIGTERM (and SIGCONT for stopped ones), then SIGKILL."""
+    """End every process of the run: SIGTERM (and SIGCONT for stopped ones), then SIGKILL; then remove what its
+    guards left in this host's temporary folder (remove_scratch)."""
+    try:
+        return _end_run_processes(tag, root_pid)
+    finally:
+        remove_scratch(tag)
+
+
+def _end_run_processes(tag: str, root_pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     procs = run_processes(tag, root_pid)
     if not procs:
         return [], []
