@@ -409,6 +409,8 @@ def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, t
         sys.executable,
         "-m",
         "torch.distributed.run",
+        "--log-dir",  # not the agent's default, a torchelastic_* folder it leaves in the test hosts' shared /tmp
+        os.devnull,
         "--no-python",
         sys.executable,
         str(script),
@@ -512,7 +514,8 @@ def test_contract_run_elastic_pod_lost_the_other_goes_on(pod_hosts, tmp_path):
     deadline = time.monotonic() + 60  # the pair trains until the kill; this bounds it if the kill misses
     procs = []
     for host, (pod, env) in zip(pod_hosts, pods):
-        torchrun = [sys.executable, "-m", "torch.distributed.run", "--no-python", sys.executable, str(script)]
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--log-dir", os.devnull, "--no-python"]
+        torchrun += [sys.executable, str(script)]
         inner = remote_shell([*torchrun, str(tmp_path), str(deadline)], env)
         argv = ["unshare", "--uts", "sh", "-c", f"hostname {pod} && {inner}"]
         procs.append(
