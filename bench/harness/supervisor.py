@@ -120,14 +120,11 @@ def scratch_prefix(tag: str | None) -> str:
     return f"bench-{tag}-rank" if tag else "bench-rank"
 
 
-def remove_scratch(tag: str) -> list[str]:
+def remove_scratch(tag: str) -> None:
     """Remove the ranks' temporary folders of the run that its guards left in this host's temporary folder (each guard
-    removes its own unless it was killed: by the SIGKILL after TERM_GRACE_S, a node loss, a killed rank); their
-    paths."""
-    left = sorted(Path(tempfile.gettempdir()).glob(f"{glob.escape(scratch_prefix(tag))}*"))
-    for folder in left:
+    removes its own unless it was killed: by the SIGKILL after TERM_GRACE_S, a node loss, a killed rank)."""
+    for folder in list(Path(tempfile.gettempdir()).glob(f"{glob.escape(scratch_prefix(tag))}*")):
         shutil.rmtree(folder, ignore_errors=True)
-    return [str(folder) for folder in left]
 
 
 def reap(tag: str, root_pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
