@@ -221,3 +221,18 @@ def test_one_8_gpu_node_plans_the_readme_command_without_counting_this_machines_
         assert f"  on this machine: {shlex.join(command)}" in lines
     assert [line.split(":")[0] for line in lines if line.startswith("launch ")] == ["launch 1/2", "launch 2/2"]
     assert "  this machine's GPUs: not checked: dry run (a run refuses more than torch.cuda.device_count())" in lines
+
+
+def test_a_plan_made_where_horovod_is_not_installed_names_horovodrun(tmp_path, monkeypatch):
+    """A GPU machine without Horovod still plans the command that a machine with it runs, naming horovodrun as that
+    machine's PATH finds it (before, the plan ended in an internal error). `--hvd-launcher mpirun` without mpirun is
+    refused in one line, plan or not."""
+    import bench.backends.horovod.launcher
+
+    monkeypatch.setattr(bench.backends.horovod.launcher, "horovodrun_path", lambda: None)
+    lines = planned("run", "--backend", "elastic,horovod", "--gpus", "8", tmp_path=tmp_path)
+    commands = [shlex.split(line.removeprefix("  on this machine: ")) for line in lines if "on this machine: " in line]
+    assert len(commands) == 2 and commands[1][:6] == ["horovodrun", "--gloo", "-np", "8", "-H", "localhost:8"]
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun here either
+    proc = bench_in_process("run", "--backend", "horovod", "--hvd-launcher", "mpirun", "--gpus", "8", "--dry-run")
+    assert_one_line_error(proc, "--hvd-launcher mpirun needs mpirun", "apt-get install openmpi-bin")

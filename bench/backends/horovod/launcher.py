@@ -41,6 +41,12 @@ def horovodrun_path() -> str | None:
     return str(beside) if beside.exists() else shutil.which("horovodrun")
 
 
+def horovodrun_program() -> str:
+    """horovodrun in a command: its path, or its name where it is not installed here. A run refuses that case first
+    (unavailable_reason); a plan (--dry-run) for a machine that has it still shows the command."""
+    return horovodrun_path() or "horovodrun"
+
+
 def is_open_mpi(mpirun: str) -> bool:
     try:
         out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30).stdout
@@ -129,7 +135,7 @@ class HorovodLauncher(Launcher):
         if launcher in ("gloo", "mpi"):
             iface = ["--network-interface", spec.iface] if spec.iface else []
             return on_first_host(
-                spec, [horovodrun_path(), f"--{launcher}", "-np", str(n), "-H", hosts, *iface, *rank_command]
+                spec, [horovodrun_program(), f"--{launcher}", "-np", str(n), "-H", hosts, *iface, *rank_command]
             )
         mpirun = shutil.which("mpirun")
         command = [mpirun, "-np", str(n), "-H", hosts, "-bind-to", "none", "-map-by", "slot"]
@@ -250,7 +256,7 @@ class HorovodElastic(ElasticMode):
             discovery = ["--host-discovery-script", theirs, "--slots", str(spec.hosts[0]["slots"])]
             info["discovery_script"] = theirs
         command = [
-            horovodrun_path(),
+            horovodrun_program(),
             "--gloo",
             "-np",
             str(n),

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.backends.horovod import horovodrun_path
+from bench.backends.horovod.launcher import horovodrun_program
 
 HERE = Path(__file__).resolve().parent
 
@@ -27,7 +27,7 @@ def _torchrun(nproc: int) -> list[str]:
 
 
 def _horovodrun(nproc: int) -> list[str]:
-    return [horovodrun_path() or "horovodrun", "--gloo", "-np", str(nproc), "-H", f"localhost:{nproc}", sys.executable]
+    return [horovodrun_program(), "--gloo", "-np", str(nproc), "-H", f"localhost:{nproc}", sys.executable]
 
 
 def _python(nproc: int) -> list[str]:
