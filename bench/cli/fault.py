@@ -182,7 +182,7 @@ def add_parser(verbs) -> None:
         metavar="SECONDS",
         help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s; at most "
         f"{MAX_TIMEOUT_WORDS})",
-        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
+        invalid=options.BAD_TIMEOUTS,
     )
     options.add(
         g,
@@ -192,7 +192,7 @@ def add_parser(verbs) -> None:
         metavar="SECONDS",
         help="seconds after the fault with no training step before the run is called hung (%(default)s; at "
         f"most {MAX_TIMEOUT_WORDS})",
-        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
+        invalid=options.BAD_TIMEOUTS,
     )
     add_record_lines(p, "bench k8s --drop-worker sets it")
     p.set_defaults(func=cmd)

@@ -116,6 +116,8 @@ timeout_seconds = at_most(positive_float, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS)
 wait_seconds = at_most(nonnegative_float, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS)
 SECONDS_TYPES = (timeout_seconds, wait_seconds)  # tests/test_cli_parser.py: every --*-timeout takes one of these
 TOO_LONG = ["1e10", f"{MAX_TIMEOUT_S + 1:g}"]  # what every timeout option refuses past its bound
+# what every option of type timeout_seconds refuses: not positive, not finite, not a number, past the bound
+BAD_TIMEOUTS = ["0", "-1", "nan", "inf", "x", *TOO_LONG]
 
 
 def world_sizes(text: str) -> list[int]:
@@ -532,7 +534,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
             type=timeout_seconds,
             metavar="SECONDS",
             help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g}, at most {MAX_TIMEOUT_WORDS})",
-            invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG],
+            invalid=BAD_TIMEOUTS,
         ),
         "--check-timeout": dict(
             group="measurement",
@@ -542,7 +544,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
             "process of its own before anything runs; past them it is refused, nothing "
             f"started (default {CHECK_TIMEOUT_S:g}; it never exceeds --timeout, and is at "
             f"most {MAX_TIMEOUT_WORDS}; the built-in workloads need no check)",
-            invalid=["0", "-1", "nan", "inf", "x", *TOO_LONG],
+            invalid=BAD_TIMEOUTS,
         ),
         # data
         "--data": dict(

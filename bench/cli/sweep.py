@@ -86,7 +86,7 @@ def add_parser(verbs) -> None:
         help="the fault runs' collective timeout in seconds, how soon a stopped peer is noticed (default "
         f"{SWEEP_FAULTS['comm_timeout']:g} s in a sweep: its fault runs are short; bench fault's is "
         f"{FAULT_DEFAULTS['comm_timeout']:g} s; at most {MAX_TIMEOUT_WORDS})",
-        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
+        invalid=options.BAD_TIMEOUTS,
     )
     options.add(
         g,
@@ -98,7 +98,7 @@ def add_parser(verbs) -> None:
         "torchrun's restart of the whole group fits with room on a 2-core machine; give more where a restart takes "
         f"longer, as on GPU nodes across hosts; bench fault's is {FAULT_DEFAULTS['recovery_timeout']:g} s; at most "
         f"{MAX_TIMEOUT_WORDS})",
-        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
+        invalid=options.BAD_TIMEOUTS,
     )
     options.add(
         g,
@@ -128,7 +128,7 @@ def add_parser(verbs) -> None:
         metavar="SECONDS",
         help="with --resolution: stop adding rounds once this many seconds of added launches have passed (default "
         f"{SEQUENTIAL_TIMEOUT_S:g} seconds; at most {MAX_TIMEOUT_WORDS})",
-        invalid=["0", "-1", "nan", "inf", "x", *options.TOO_LONG],
+        invalid=options.BAD_TIMEOUTS,
     )
     r = own.add_argument_group("an interrupted sweep")
     options.add(
