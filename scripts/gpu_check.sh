@@ -6,11 +6,15 @@
 #   4. the collective sweep over NCCL (`bench allreduce`), elastic and horovod, on every GPU;
 #   5. training on --gpus 1 .. G (1, G, then the powers of two between) for elastic, horovod, ps and ray, at fp32
 #      and bf16 (`--precision bf16`);
-#   6. the page (`bench report`) and `bench list` of all of it.
+#   6. the workflows on every GPU: a sweep of elastic and ps with its page (`bench sweep --max-gpus G -o`), elastic
+#      against its bare loop (`bench selfcheck --gpus 1`), and time to accuracy (`bench converge --gpus 1`);
+#   7. the page (`bench report`) and `bench list` of all of it.
 # Every step is bounded by `timeout` and by what is left of the budget; a step that fails, times out, needs a flag
 # this bench does not have, or finds no time left is one line of OUTDIR/summary.txt, and the script goes on. Horovod
 # is used as installed: the set-up builds it with NCCL on a GPU machine (docs/install.md); without NCCL its steps
 # are skipped, said so. OUTDIR holds summary.txt, store.sqlite, report.html, list.txt, topology.txt and logs/.
+# GPU_CHECK_STEPS, a bash regular expression (doctor|sweep-.*), runs only the steps whose whole name it matches; the
+# others are skipped, said so (for a second call on a machine lent for minutes).
 # Exit: 0 when no step failed or timed out, 1 when one did, 2 (one line, nothing written) without a GPU.
 # Usage: scripts/gpu_check.sh OUTDIR [GPUS]   (from the checkout; GPUS: at most this many, default all;
 # PYTHON: the python that has torch, default python3)
@@ -27,6 +31,13 @@ fi
 gpus=${2:-$found}
 case $gpus in '' | *[!0-9]* | 0) echo "gpu_check: GPUS $gpus: give a whole number of GPUs, 1 or more" >&2; exit 2 ;; esac
 [ "$gpus" -gt "$found" ] && gpus=$found
+if [ -n "${GPU_CHECK_STEPS:-}" ]; then
+  [[ doctor =~ ^(${GPU_CHECK_STEPS})$ ]]
+  if [ $? -eq 2 ]; then
+    echo "gpu_check: GPU_CHECK_STEPS '$GPU_CHECK_STEPS' is not a regular expression; give one, such as 'doctor|sweep-.*'" >&2
+    exit 2
+  fi
+fi
 if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
   echo "gpu_check: $out is not empty; give a new folder" >&2
   exit 2
@@ -53,6 +64,10 @@ record() { # name seconds status
 step() { # name limit_s VERB ARGS...: `bench VERB ARGS...` bounded by its limit and by the budget left, recorded
   local name=$1 limit=$2 left t0 rc status
   shift 2
+  if [ -n "${GPU_CHECK_STEPS:-}" ] && ! [[ $name =~ ^(${GPU_CHECK_STEPS})$ ]]; then
+    record "$name" 0 "skipped: not in GPU_CHECK_STEPS"
+    return
+  fi
   left=$((deadline - $(date +%s) - report_reserve))
   if [ "$left" -lt 20 ]; then
     record "$name" 0 "skipped: out of time"
@@ -83,6 +98,7 @@ has_flag() { # verb flag: whether this bench's verb takes the flag
 
 {
   echo "gpu_check $(date -u +%FT%TZ), budget ${budget}s, $gpus of $found GPU(s) used"
+  [ -n "${GPU_CHECK_STEPS:-}" ] && echo "only the steps GPU_CHECK_STEPS matches: ${GPU_CHECK_STEPS}"
   echo "bench $(git rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)')"
   nvidia-smi -L
   echo
@@ -158,7 +174,15 @@ for n in $sizes; do
   done
 done
 
-# 6. the page and the list; the store beside them
+# 6. the workflows on the GPUs: a sweep and its page (no fault runs: step 3 has them), the suite against its bare
+# loop, time to accuracy
+step sweep-gpus 240 sweep --backend elastic,ps --workload resnet18 --max-gpus "$gpus" --repeats 2 --windows 3 \
+  --no-faults --store "$store" -o "$out/sweep.html"
+step selfcheck-elastic-gpu 180 selfcheck --backend elastic --gpus 1 --pairs 2 --pairs-timeout 0 --no-comm \
+  --store "$store"
+step converge-gpu 180 converge --backend elastic,ps --gpus 1 --epochs 4 --store "$store" -o "$out/converge.html"
+
+# 7. the page and the list; the store beside them
 if [ -e "$store" ]; then
   timeout -s INT -k 10 30 "$py" -m bench list --store "$store" >"$out/list.txt" 2>&1
   timeout -s INT -k 10 30 "$py" -m bench report --store "$store" -o "$out/report.html" >"$out/logs/report.log" 2>&1 \

@@ -18,7 +18,7 @@ from conftest import ROOT, assert_one_line_error, bench, bench_in_process
         (["run", "--workload", "gpt5"], ["unknown workload 'gpt5'", "mnist_mlp", "resnet18"]),
         # predict projects stored runs' workloads; a model with no run of it is --model's, and the error says so
         (["predict", "--workload", "vgg16"], ["unknown workload 'vgg16'", "bench predict takes --model"]),
-        (["run", "--gpus", "8"], ["no CUDA device", "--nproc 8"]),
+        (["run", "--gpus", "8"], ["no CUDA device", "use --nproc 8 to run 8 CPU processes over gloo"]),
         (["run", "--nproc", "64"], ["needs 64 cores", "--oversubscribe"]),
         (["run", "--nproc", "0"], ["at least 1"]),
         (["run", "--nproc", "2", "--gpus", "1"], ["not both"]),

@@ -4,8 +4,10 @@ exit 2, writing nothing, where there is no GPU or its arguments are wrong. Its G
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -50,3 +52,53 @@ def test_wrong_arguments_are_one_line(tmp_path, args):
     (line,) = proc.stderr.splitlines()
     assert line.startswith("gpu_check: usage: scripts/gpu_check.sh OUTDIR [GPUS]")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def one_fake_gpu(tmp_path):
+    """An nvidia-smi that lists one GPU: the script gets past its GPU check and plans its steps, which, filtered
+    away by GPU_CHECK_STEPS, launch nothing."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    smi = folder / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: a listed GPU (UUID: GPU-0)"\nexit 0\n')
+    smi.chmod(0o755)
+    return dict(os.environ, PATH=f"{folder}{os.pathsep}{os.environ['PATH']}", PYTHON=sys.executable)
+
+
+def step_lines(summary: str) -> dict[str, str]:
+    """The summary's step table: each step's name and its status."""
+    table = summary.split("step (logs/STEP.log)", 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    return {line.split()[0]: line.split(None, 2)[2] for line in table}
+
+
+def test_a_step_filter_runs_only_the_steps_it_names_and_says_so(tmp_path, one_fake_gpu):
+    out = tmp_path / "gpu-check"
+    env = dict(one_fake_gpu, GPU_CHECK_STEPS="nothing-matches")
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (out / "summary.txt").read_text()
+    assert "only the steps GPU_CHECK_STEPS matches: nothing-matches" in summary
+    steps = step_lines(summary)
+    # every step is listed, in order, each filtered away or skipped for a reason of its own; nothing was stored
+    assert list(steps)[:3] == ["doctor", "plan-8-gpus", "plan-2x8-gpus"]
+    assert list(steps)[-4:] == ["sweep-gpus", "selfcheck-elastic-gpu", "converge-gpu", "report"]
+    filtered = {name for name, status in steps.items() if status == "skipped: not in GPU_CHECK_STEPS"}
+    assert {"doctor", "allreduce-elastic", "train-elastic-1-gpu-fp32", "sweep-gpus", "converge-gpu"} <= filtered
+    assert all(status.startswith("skipped: ") for status in steps.values()), steps
+    assert steps["report"] == "skipped: nothing stored"
+    assert sorted(p.name for p in (out / "logs").iterdir()) == []
+
+
+def test_a_step_filter_that_is_no_regular_expression_is_one_line(tmp_path, one_fake_gpu):
+    env = dict(one_fake_gpu, GPU_CHECK_STEPS="train-(")
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "gpu_check: GPU_CHECK_STEPS 'train-(' is not a regular expression; give one, such as 'doctor|sweep-.*'"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]  # the fake nvidia-smi's folder, and nothing else

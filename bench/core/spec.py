@@ -236,7 +236,7 @@ def resolve_device(nproc: int | None, gpus: int | None) -> tuple[str, int]:
         if available == 0:
             raise UsageError(
                 f"--gpus {gpus}: this machine has no CUDA device; "
-                f"use --nproc {gpus} to run {gpus} CPU processes over gloo"
+                f"use --nproc {gpus} to run {gpus} CPU process{'es' if gpus > 1 else ''} over gloo"
             )
         if gpus > available:
             raise UsageError(
