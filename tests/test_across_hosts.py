@@ -348,16 +348,17 @@ def test_training_across_two_hosts(two_hosts, backend, store):
 
 
 @needs_hosts
-@pytest.mark.parametrize("workload", ["mnist_mlp", "resnet18"])
-def test_parameter_server_across_two_hosts(two_hosts, store, workload):
+def test_parameter_server_across_two_hosts(two_hosts, store):
     """2 workers on two hosts and, by the default policy, one server on each: every worker pushes to a server on the
-    other host too, whatever order torchrun gave the hosts."""
+    other host too, whatever order torchrun gave the hosts. On ResNet18: its 62 tensors (11M parameters) are split
+    between the servers, so each host's link carries large pushes both ways; the MLP's run made the same checks
+    with less on the link, and was dropped for CI's time."""
     proc, record = run_json(
         "run",
         "--backend",
         "ps",
         "--workload",
-        workload,
+        "resnet18",
         "--hosts",
         across(two_hosts),
         "--threads",
