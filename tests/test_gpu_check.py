@@ -73,23 +73,27 @@ def step_lines(summary: str) -> dict[str, str]:
 
 
 def test_a_step_filter_runs_only_the_steps_it_names_and_says_so(tmp_path, one_fake_gpu):
+    """GPU_CHECK_STEPS names one step that runs here too: the plan of 8 GPUs (--dry-run starts nothing)."""
     out = tmp_path / "gpu-check"
-    env = dict(one_fake_gpu, GPU_CHECK_STEPS="nothing-matches")
+    env = dict(one_fake_gpu, GPU_CHECK_STEPS="plan-8-.*")
     proc = subprocess.run(
-        ["bash", str(SCRIPT), str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        ["bash", str(SCRIPT), str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = (out / "summary.txt").read_text()
-    assert "only the steps GPU_CHECK_STEPS matches: nothing-matches" in summary
+    assert "only the steps GPU_CHECK_STEPS matches: plan-8-.*" in summary
     steps = step_lines(summary)
-    # every step is listed, in order, each filtered away or skipped for a reason of its own; nothing was stored
+    # every step is listed, in order; the one named ran, each other one is filtered away or skipped for a reason of
+    # its own; a plan stores nothing
     assert list(steps)[:3] == ["doctor", "plan-8-gpus", "plan-2x8-gpus"]
     assert list(steps)[-4:] == ["sweep-gpus", "selfcheck-elastic-gpu", "converge-gpu", "report"]
+    assert steps.pop("plan-8-gpus") == "ok"
     filtered = {name for name, status in steps.items() if status == "skipped: not in GPU_CHECK_STEPS"}
-    assert {"doctor", "allreduce-elastic", "train-elastic-1-gpu-fp32", "sweep-gpus", "converge-gpu"} <= filtered
+    assert {"doctor", "plan-2x8-gpus", "allreduce-elastic", "train-elastic-1-gpu-fp32", "sweep-gpus"} <= filtered
     assert all(status.startswith("skipped: ") for status in steps.values()), steps
     assert steps["report"] == "skipped: nothing stored"
-    assert sorted(p.name for p in (out / "logs").iterdir()) == []
+    assert sorted(p.name for p in (out / "logs").iterdir()) == ["plan-8-gpus.log"]
+    assert "--gpus 8" in (out / "logs" / "plan-8-gpus.log").read_text()
 
 
 def test_a_step_filter_that_is_no_regular_expression_is_one_line(tmp_path, one_fake_gpu):
