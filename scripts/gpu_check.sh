@@ -14,7 +14,7 @@
 # is used as installed: the set-up builds it with NCCL on a GPU machine (docs/install.md); without NCCL its steps
 # are skipped, said so. OUTDIR holds summary.txt, store.sqlite, report.html, list.txt, topology.txt and logs/.
 # GPU_CHECK_STEPS, a bash regular expression (doctor|sweep-.*), runs only the steps whose whole name it matches; the
-# others are skipped, said so (for a second call on a machine lent for minutes).
+# others are skipped, said so (for a second call on a GPU machine held for minutes).
 # Exit: 0 when no step failed or timed out, 1 when one did, 2 (one line, nothing written) without a GPU.
 # Usage: scripts/gpu_check.sh OUTDIR [GPUS]   (from the checkout; GPUS: at most this many, default all;
 # PYTHON: the python that has torch, default python3)
