@@ -538,6 +538,26 @@ def test_the_default_sweep_plans_a_killed_and_a_hung_worker_under_each_elastic_b
     assert bench.cli.sweep.fault_timeouts(build_parser().parse_args(["sweep"])) == {
         key: SWEEP_FAULTS[key] for key in longer
     }
+    # one limit given: the other stays the sweep's, in the specs as on the command line
+    args = build_parser().parse_args(["sweep", "--recovery-timeout", "300"])
+    assert bench.cli.sweep.fault_timeouts(args) == {
+        "comm_timeout": SWEEP_FAULTS["comm_timeout"],
+        "recovery_timeout": 300,
+    }
+    one = plan_sweep(
+        ["elastic"],
+        ["mnist_mlp"],
+        "cpu",
+        [2],
+        sweep_id="s4",
+        comm=None,
+        options={},
+        faults=["hang"],
+        fault_timeouts={"recovery_timeout": 300.0},
+    )
+    assert {(s.fault.comm_timeout, s.fault.recovery_timeout) for s in one if s.task == "fault"} == {
+        (SWEEP_FAULTS["comm_timeout"], 300.0)
+    }
     _, description = benchmark_sweep_plan(
         None,
         backends=["elastic"],

@@ -26,7 +26,14 @@ from bench.harness.plan import print_plans
 from bench.rank.collectives import COMM_DEFAULTS
 from bench.report.page import output_path, write_report_with_copy
 from bench.tasks.fault.spec import FAULT_DEFAULTS
-from bench.workflows.plan import SWEEP_DEFAULTS, SWEEP_FAULTS, check_fault_kinds, check_pair_can_run, sweep_world_sizes
+from bench.workflows.plan import (
+    SWEEP_DEFAULTS,
+    SWEEP_FAULTS,
+    check_fault_kinds,
+    check_pair_can_run,
+    fault_limits,
+    sweep_world_sizes,
+)
 from bench.workflows.sweep import benchmark_sweep_plan, resume_sweep, run_benchmark_sweep
 from workloads import WORKLOADS
 
@@ -262,11 +269,8 @@ def cmd(args) -> int:
 
 
 def fault_timeouts(args) -> dict[str, float]:
-    """The fault runs' comm_timeout and recovery_timeout: those given, else the sweep's (SWEEP_FAULTS)."""
-    return {
-        key: SWEEP_FAULTS[key] if given is None else given
-        for key, given in (("comm_timeout", args.comm_timeout), ("recovery_timeout", args.recovery_timeout))
-    }
+    """The fault runs' comm_timeout and recovery_timeout: those given, else the sweep's (fault_limits)."""
+    return fault_limits({"comm_timeout": args.comm_timeout, "recovery_timeout": args.recovery_timeout})
 
 
 def sequential_settings(args, running: list[str] | None, world_sizes: list[int]) -> dict | None:

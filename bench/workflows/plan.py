@@ -175,6 +175,15 @@ def faults_missing(backends: list[str], world_sizes: list[int], cluster: dict | 
     return None
 
 
+FAULT_LIMITS = ("comm_timeout", "recovery_timeout")
+
+
+def fault_limits(given: dict[str, float | None] | None = None) -> dict[str, float]:
+    """The sweep's fault runs' time limits (FAULT_LIMITS): each one given (not None), else SWEEP_FAULTS'."""
+    given = given or {}
+    return {key: SWEEP_FAULTS[key] if given.get(key) is None else float(given[key]) for key in FAULT_LIMITS}
+
+
 def fault_specs(
     backends: list[str],
     workload: str,
@@ -183,7 +192,7 @@ def fault_specs(
     kinds: list[str],
     options: dict,
     device: str = "cpu",
-    timeouts: dict[str, float] | None = None,
+    timeouts: dict[str, float | None] | None = None,
 ) -> list:
     """The sweep's fault runs (SWEEP_FAULTS): each kind under each backend with an elastic mode, on the sweep's
     device (GPUs: one worker per GPU over NCCL, docs/method.md "Faults on GPUs"); spec options from `options`
@@ -197,7 +206,7 @@ def fault_specs(
     window = info.size(device).window_steps
     at_step = max(1, int(SWEEP_FAULTS["at_step_windows"] * window))
     total = max(at_step + 1, int(SWEEP_FAULTS["steps_windows"] * window))
-    limits = {key: (timeouts or {}).get(key, SWEEP_FAULTS[key]) for key in ("comm_timeout", "recovery_timeout")}
+    limits = fault_limits(timeouts)
     specs = []
     for backend in fault_backends(backends):
         for kind in kinds:
@@ -239,7 +248,7 @@ def plan_sweep(
     workloads_of: dict[str, list[str]] | None = None,
     faults: list[str] | None = None,
     fault_repeats: int = SWEEP_FAULTS["repeats"],
-    fault_timeouts: dict[str, float] | None = None,
+    fault_timeouts: dict[str, float | None] | None = None,
 ) -> list:
     """The RunSpecs of a sweep, all tagged with sweep_id: training runs of every backend x workload x world
     size (backend_world_sizes; with_plain_loop: first the plain single-process loop of each workload, never

@@ -30,7 +30,14 @@ from bench.results.sweeps import (
     this_process,
 )
 from bench.tasks.fault.results import follow_ups
-from bench.workflows.plan import SWEEP_FAULTS, available_backends, fault_backends, faults_missing, plan_sweep
+from bench.workflows.plan import (
+    SWEEP_FAULTS,
+    available_backends,
+    fault_backends,
+    fault_limits,
+    faults_missing,
+    plan_sweep,
+)
 from bench.workflows.sequential import resolve
 
 
@@ -48,7 +55,7 @@ def benchmark_sweep_plan(
     extra_cases: dict[str, list[str]] | None = None,
     faults: list[str] | None = None,
     fault_repeats: int = SWEEP_FAULTS["repeats"],
-    fault_timeouts: dict[str, float] | None = None,
+    fault_timeouts: dict[str, float | None] | None = None,
 ) -> tuple[list, str]:
     """A sweep's launches (bench.workflows.plan.plan_sweep) and its description, nothing stored (what `bench sweep
     --dry-run` shows). backends None: every compared backend that can run here; "primary": the primary pair's; saying
@@ -92,7 +99,7 @@ def benchmark_sweep_plan(
         else ", one launch of every case (a comparison needs two or more a side: --repeats)"
     )
     if faults and not missing:
-        timeouts = {**SWEEP_FAULTS, **(fault_timeouts or {})}
+        timeouts = fault_limits(fault_timeouts)
         rounds += (
             f"; faults {', '.join(faults)} under {', '.join(fault_backends(backends))} ({workloads[0]}, "
             f"{min(n for n in world_sizes if n > 1)} workers, {fault_repeats} launch"
@@ -120,7 +127,7 @@ def run_benchmark_sweep(
     extra_cases: dict[str, list[str]] | None = None,
     faults: list[str] | None = None,
     fault_repeats: int = SWEEP_FAULTS["repeats"],
-    fault_timeouts: dict[str, float] | None = None,
+    fault_timeouts: dict[str, float | None] | None = None,
     sequential: dict | None = None,
 ) -> tuple[str, list]:
     """Plan a sweep (benchmark_sweep_plan) under a new sweep id and run it: (sweep id, records). sequential: the
