@@ -519,45 +519,31 @@ def test_the_default_sweep_plans_a_killed_and_a_hung_worker_under_each_elastic_b
     # the rest of the sweep as it was: every training case in each round, with the fault runs' thread count
     assert sum(s.task == "train" for s in plan) == SWEEP_DEFAULTS["repeats"] * len(WORKLOADS) * (1 + 2 * 2)
     assert {s.threads for s in plan} == {default_threads("cpu", 2)}
-    # the sweep's own time limits given: every fault run takes them, and the plan's description says them
+    # the sweep's own time limits given, both or one: every fault run takes them, the other one staying the sweep's
     longer = {"comm_timeout": 20.0, "recovery_timeout": 300.0}
-    given = plan_sweep(
-        ["elastic"],
-        ["mnist_mlp"],
-        "cpu",
-        [2],
-        sweep_id="s3",
-        comm=None,
-        options={},
-        faults=["hang"],
-        fault_timeouts=longer,
-    )
-    assert [(s.fault.comm_timeout, s.fault.recovery_timeout) for s in given if s.task == "fault"] == [(20.0, 300.0)] * 2
-    args = build_parser().parse_args(["sweep", "--comm-timeout", "20", "--recovery-timeout", "300"])
-    assert bench.cli.sweep.fault_timeouts(args) == longer
+    short_comm = SWEEP_FAULTS["comm_timeout"]
+    for given, argv, expected in (
+        (longer, ["--comm-timeout", "20", "--recovery-timeout", "300"], (20.0, 300.0)),
+        ({"recovery_timeout": 300.0}, ["--recovery-timeout", "300"], (short_comm, 300.0)),
+    ):
+        specs = plan_sweep(
+            ["elastic"],
+            ["mnist_mlp"],
+            "cpu",
+            [2],
+            sweep_id="s3",
+            comm=None,
+            options={},
+            faults=["hang"],
+            fault_timeouts=given,
+        )
+        assert [(s.fault.comm_timeout, s.fault.recovery_timeout) for s in specs if s.task == "fault"] == [expected] * 2
+        on_the_line = bench.cli.sweep.fault_timeouts(build_parser().parse_args(["sweep", *argv]))
+        assert on_the_line == dict(zip(("comm_timeout", "recovery_timeout"), expected, strict=True))
     assert bench.cli.sweep.fault_timeouts(build_parser().parse_args(["sweep"])) == {
         key: SWEEP_FAULTS[key] for key in longer
     }
-    # one limit given: the other stays the sweep's, in the specs as on the command line
-    args = build_parser().parse_args(["sweep", "--recovery-timeout", "300"])
-    assert bench.cli.sweep.fault_timeouts(args) == {
-        "comm_timeout": SWEEP_FAULTS["comm_timeout"],
-        "recovery_timeout": 300,
-    }
-    one = plan_sweep(
-        ["elastic"],
-        ["mnist_mlp"],
-        "cpu",
-        [2],
-        sweep_id="s4",
-        comm=None,
-        options={},
-        faults=["hang"],
-        fault_timeouts={"recovery_timeout": 300.0},
-    )
-    assert {(s.fault.comm_timeout, s.fault.recovery_timeout) for s in one if s.task == "fault"} == {
-        (SWEEP_FAULTS["comm_timeout"], 300.0)
-    }
+    # and the plan's description says them
     _, description = benchmark_sweep_plan(
         None,
         backends=["elastic"],
