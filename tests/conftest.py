@@ -27,6 +27,11 @@ FAST = ["--warmup-steps", "2", "--steps-per-window", "3", "--windows", "2"]
 SHORT = ["--workload", "mnist_mlp", "--checkpoint-every", "10", "--at-step", "25", "--steps", "60"]
 BASELINE = ROOT / "results" / "baselines" / "cpu-gloo.json"  # the committed baseline of the regression gate
 IN_CI = os.environ.get("CI") == "true"
+# Every process the tests start loads tf_keras, the project's Keras, where it imports TensorFlow, as bench's
+# TensorFlow ranks do (bench.backends.shared.tensorflow.TF_ENV), not Keras 3 with scikit-learn: horovodrun's build
+# check imports TensorFlow on each of the tests' Horovod launches, PyTorch's too, and Keras 3 adds about 1 s to it.
+# Nothing a test checks depends on which Keras that check loads.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
 def programs_missing(*names: str, install: str) -> str | None:

@@ -280,6 +280,27 @@ def test_the_bare_keras_loops_are_started_as_their_guides_start_them():
         assert "import torch" not in source and "from bench" not in source and "import bench" not in source
 
 
+def test_the_tensorflow_ranks_load_tf_keras_whatever_the_callers_environment(monkeypatch):
+    """TensorFlow's import loads Keras 3 unless TF_USE_LEGACY_KERAS is set: the TensorFlow backends set it for their
+    ranks and their horovodrun (tf_keras, the models' Keras), and the bare Keras loops set it for themselves; the
+    PyTorch backends add nothing, so that a PyTorch Horovod launch's build check imports what it does for its users."""
+    from bench.core.registry import get_backend
+    from bench.harness.runner import launch_environment
+    from factories import train_spec
+
+    def environment(backend):
+        options = get_backend(backend).resolve_options({}, world_size=2)
+        return launch_environment(train_spec(backend, backend_options=options), "tag")
+
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    for backend in ("tf-mwms", "horovod-tf"):
+        assert environment(backend)["TF_USE_LEGACY_KERAS"] == "1"
+    for backend in ("elastic", "horovod", "ps", "single"):
+        assert "TF_USE_LEGACY_KERAS" not in environment(backend)
+    common = (ROOT / "bench" / "workflows" / "bare_loops" / "bare_keras_common.py").read_text()
+    assert common.index('os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")') < common.index("import tensorflow")
+
+
 @needs_tf
 @pytest.mark.slow
 @pytest.mark.serial

@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # run from the checkout: find `workloads` in it
+# TensorFlow then loads tf_keras, the Keras these loops build with, not Keras 3, as tf_keras's instructions have it
+# (and as the suite's TensorFlow ranks start)
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import numpy as np
 from bare_options import parser, pin  # noqa: F401  (the loops' options, beside this file)
 
