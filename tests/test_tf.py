@@ -132,6 +132,9 @@ def test_two_process_tensorflow_run(backend, workload, two_worker_run):
     assert spec["cpu_bind"] == "cores"
     assert sorted(r["threads"]["affinity"] for r in ranks) == [[0], [1]]
     assert all(r["threads"]["threads_off_affinity"] == 0 for r in ranks), ranks
+    # TensorFlow's variables as the ranks saw them, in the record's environment (the backends' own among them)
+    variables = record["environment"]["variables"]
+    assert (variables["TF_CPP_MIN_LOG_LEVEL"], variables["TF_USE_LEGACY_KERAS"]) == ("2", "1"), variables
     assert_nothing_left(record)
 
 

@@ -31,6 +31,9 @@ VARIABLE_PREFIXES = (
     "OPENBLAS_",
     "KMP_",
     "PYTORCH_",
+    # TensorFlow's own: the Keras its import loads (TF_USE_LEGACY_KERAS), oneDNN's kernels on or off
+    # (TF_ENABLE_ONEDNN_OPTS, which changes its numerics), its thread pools
+    "TF_",
 )
 
 
