@@ -169,13 +169,15 @@ def test_the_nccl_settings_are_stored_upgraded_and_shown():
     del v9["metrics"]["nccl"]
     assert upgrade(v9)["metrics"]["nccl"] is None and upgrade(v9)["schema_version"] == 10
 
-    part = report_part(records_to_frame([on_gpu, fault_record("c1")]), None)
+    # a Horovod join's Gloo timeout, longer than the collective timeout (its launcher records it)
+    joined = fault_record("c3", backend="horovod", world_size=1, launch={"gloo_timeout_s": 90})
+    part = report_part(records_to_frame([on_gpu, fault_record("c1"), joined]), None)
     (table,) = [
         t for s in part.sections for b in s.blocks if isinstance(b, Folded) for t in b.blocks if isinstance(t, Table)
     ]
     cells = [c.text for row in table.rows for c in row.cells]
     assert f"NCCL timeout 7 s, {ASYNC_ERROR_HANDLING}=1" in cells
-    assert "gloo, 10 s" in cells
+    assert "gloo, 10 s" in cells and "gloo, 90 s" in cells
     fault_task = get_task("fault")
     assert f"collectives: NCCL timeout 7 s, {ASYNC_ERROR_HANDLING}=1" in fault_task.summary_lines(on_gpu)
     assert not any(line.startswith("collectives") for line in fault_task.summary_lines(fault_record("c2")))

@@ -25,11 +25,13 @@ def resumed_params(record, step):
 
 
 def test_a_joining_horovod_tf_worker_is_taken_in(store):
-    proc, record = fault(store, "--backend", "horovod-tf", "--nproc", 1, "--join", *SHORT, "--save-params")
-    assert proc.returncode == 0, proc.stderr
+    proc, record = fault(store, "--backend", "horovod-tf", "--nproc", 1, "--fault", "join", *SHORT, "--save-params")
+    assert proc.returncode == 0, record["error"]
     assert record["status"] == "ok", record["error"]
     f = record["metrics"]
     assert (f["world_before"], f["world_after"]) == (1, 2)
+    # Gloo's timeout covers the joiner's start, TensorFlow's import included (docs/method.md, "horovod")
+    assert record["launch"]["gloo_timeout_s"] == record["spec"]["fault"]["recovery_timeout"]
     assert "hosts updated" in f["detected_by"] and f["resets"] == 1
     assert f["join_contributes_s"] is not None and f["join_contributes_s"] >= f["recovery_s"] - 0.5
     assert len([r for r in record["rank_map"] if r["phase"] == "after"]) == 2

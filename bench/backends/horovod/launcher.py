@@ -229,6 +229,18 @@ class HorovodElastic(ElasticMode):
         }
 
     @staticmethod
+    def gloo_timeout_s(spec, fault) -> int:
+        """Horovod's Gloo timeout (--gloo-timeout-seconds): the collective timeout, except where a worker joins.
+        Gloo's timeout bounds every wait in Horovod's rendezvous store too, and after a join the workers wait there
+        for the new process, which must first start (TensorFlow's import alone took over 10 s on a loaded 2-core
+        machine; with a 10 s timeout every worker aborted). A join is noticed by the discovery script, never by a
+        timeout, so there it is the recovery timeout, the longest the run waits for the new worker anyway."""
+        seconds = spec.collective_timeout
+        if fault.joining:
+            seconds = max(seconds, fault.recovery_timeout)
+        return max(1, int(seconds))
+
+    @staticmethod
     def _write_hosts(run_dir, counts: dict[str, int]) -> None:
         write_atomic(run_dir.hosts_file, "".join(f"{host}:{n}\n" for host, n in counts.items() if n))
 
@@ -255,6 +267,8 @@ class HorovodElastic(ElasticMode):
         else:  # the cluster's answer names hosts only: each gets the slots the run's hosts have (problem: all equal)
             discovery = ["--host-discovery-script", theirs, "--slots", str(spec.hosts[0]["slots"])]
             info["discovery_script"] = theirs
+        gloo_timeout = self.gloo_timeout_s(spec, fault)
+        info["gloo_timeout_s"] = gloo_timeout
         command = [
             horovodrun_program(),
             "--gloo",
@@ -268,7 +282,7 @@ class HorovodElastic(ElasticMode):
             "--network-interface",
             spec.iface or "lo",
             "--gloo-timeout-seconds",
-            str(max(1, int(spec.collective_timeout))),
+            str(gloo_timeout),
             # how long to wait for enough slots after a failure (Horovod's default is 600 s)
             "--elastic-timeout",
             str(max(1, int(fault.recovery_timeout))),

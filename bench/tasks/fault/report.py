@@ -66,7 +66,11 @@ def collectives_in_force(rec) -> str:
     """A fault run's collective timeout and, on GPUs, the NCCL settings it recorded (FaultMetrics.nccl)."""
     nccl = rec.metrics.nccl if rec.metrics is not None else None
     if nccl is None:
-        return f"gloo, {rec.spec.collective_timeout:g} s" if rec.spec.device != "cuda" else "NCCL, not recorded"
+        if rec.spec.device == "cuda":
+            return "NCCL, not recorded"
+        # Horovod's Gloo timeout, where its launcher chose another for the run (a joining worker's start)
+        seconds = rec.launch.get("gloo_timeout_s", rec.spec.collective_timeout)
+        return f"gloo, {seconds:g} s"
     return nccl_in_words(nccl)
 
 
