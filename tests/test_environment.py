@@ -52,3 +52,25 @@ def test_an_unreadable_cache_is_read_afresh_and_written_again(tmp_path):
     again = probe(tmp_path)
     assert again["imported"]
     assert list(json.loads((tmp_path / TORCH_FACTS_FILE).read_text()).values()) == [again["facts"]]
+
+
+@without_gpu_driver
+def test_the_distributed_check_before_a_launch_reads_the_kept_facts(tmp_path):
+    check = (
+        "import json, sys; from bench.backends.shared.ddp import distributed_problem; "
+        "print(json.dumps({'problems': [distributed_problem('cpu'), distributed_problem('cuda')], "
+        "'imported': 'torch' in sys.modules}))"
+    )
+    env = {**os.environ, "BENCH_CACHE_DIR": str(tmp_path)}
+
+    def checked():
+        proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    first = checked()
+    assert first["imported"] and first["problems"][0] is None  # gloo is in every torch build the suite installs
+    facts = next(iter(json.loads((tmp_path / TORCH_FACTS_FILE).read_text()).values()))
+    no_nccl = "this torch build has no NCCL; install a CUDA build of torch"
+    assert first["problems"][1] == (None if facts["nccl"] else no_nccl)
+    assert checked() == {**first, "imported": False}

@@ -7,6 +7,7 @@ controllers' test also needs OpenMPI, a system package: without it that test ski
 installs it, it runs).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +33,33 @@ def test_horovod_is_installed_and_built_as_expected():
         if line.strip().startswith("[X]")
     }
     assert ticked == {name for name in ("MPI", "Gloo", "NCCL", "DDL", "CCL") if built_with(name)}
+
+
+def test_a_working_builds_check_is_kept_by_what_it_depends_on(tmp_path, monkeypatch):
+    """The build probe (a child importing horovod.torch, seconds) runs once per installation and library path."""
+    import bench.backends.horovod as horovod
+    from bench.core.environment import gpu_driver_here
+
+    if gpu_driver_here():
+        pytest.skip("a GPU driver is here: the build is probed afresh every time")
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
+    probes = []
+    real_probe = horovod._probe_build
+    monkeypatch.setattr(horovod, "_probe_build", lambda: probes.append(1) or real_probe())
+
+    def checked():
+        horovod.check_build.cache_clear()
+        return horovod.check_build()
+
+    try:
+        first = checked()
+        assert first[0] is None and first[1]["Gloo"] and len(probes) == 1
+        assert checked() == first and len(probes) == 1  # read from the cache folder
+        monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))  # where libraries are found: probed again, kept beside
+        assert checked() == first and len(probes) == 2
+        assert len(json.loads((tmp_path / horovod.HOROVOD_BUILD_FILE).read_text())) == 2
+    finally:
+        horovod.check_build.cache_clear()
 
 
 @pytest.mark.parametrize("workload", ["mnist_mlp", "resnet18"])

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,11 +140,12 @@ TORCH_FACTS_FILE = "torch-facts.json"
 # what a CPU build's facts depend on besides the installation: the thread default follows these and the cores this
 # process may use, the kernel family the CPU and ATEN_CPU_CAPABILITY
 TORCH_FACTS_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY")
+TORCH_FACTS_VERSION = 2  # part of the key: facts kept by an older bench lack ones read now (v2: `distributed`)
 
 
-def _torch_facts_key() -> str | None:
+def torch_installation_key() -> str | None:
     """The installation and conditions a CPU build's facts hold for, without importing torch; None where torch is
-    not installed (importing it then says so)."""
+    not installed (importing it then says so). What is built against this torch (Horovod) is keyed by it too."""
     import importlib.util
 
     spec = importlib.util.find_spec("torch")
@@ -155,6 +157,7 @@ def _torch_facts_key() -> str | None:
     except OSError:
         return None
     parts = [
+        f"facts v{TORCH_FACTS_VERSION}",
         sys.executable,
         str(version_file),
         str(stat.st_mtime_ns),
@@ -172,34 +175,47 @@ def _torch_facts_key() -> str | None:
 GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
 
 
-def torch_facts() -> dict[str, Any]:
-    """torch's facts. Importing torch costs the parent about 2 s before every launch, so on a machine without a GPU
-    driver they are kept in the cache folder (TORCH_FACTS_FILE), keyed by the installation and what they depend on,
-    and read from there; where a driver is present they are read afresh every time, as the devices torch sees
-    follow the driver's state and CUDA_VISIBLE_DEVICES."""
-    if any(os.path.exists(p) for p in GPU_DRIVER_PATHS):
-        return _imported_torch_facts()
-    key = _torch_facts_key()
-    path = cache_dir() / TORCH_FACTS_FILE
+def gpu_driver_here() -> bool:
+    return any(os.path.exists(p) for p in GPU_DRIVER_PATHS)
+
+
+def kept_facts(
+    file_name: str, key: str | None, read: Callable[[], dict[str, Any]], keep: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """`read()`'s answer, kept in the cache folder's `file_name` under `key` (what the answer depends on: an
+    installation's files and the conditions it is read under) and read from there while the key holds. Read afresh
+    every time where the key is None or a GPU driver is present (what torch sees follows the driver's state and
+    CUDA_VISIBLE_DEVICES), and kept only where keep(answer) (a failure is never kept: it is looked at again)."""
+    if key is None or gpu_driver_here():
+        return read()
+    path = cache_dir() / file_name
     kept: dict[str, Any] = {}
     try:
         loaded = json.loads(path.read_text())
         kept = loaded if isinstance(loaded, dict) else {}
     except (OSError, ValueError):
         pass  # none yet, or unreadable: read afresh and written again
-    if key is not None and isinstance(kept.get(key), dict):
+    if isinstance(kept.get(key), dict):
         return dict(kept[key])
-    facts = _imported_torch_facts()
-    if key is not None:
-        kept[key] = facts
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary.write_text(json.dumps(kept, indent=1, sort_keys=True))
-            os.replace(temporary, path)  # whole or not at all: another process may read it now
-        except OSError:  # a cache that cannot be written costs time, never a run; nor does it leave a part behind
-            temporary.unlink(missing_ok=True)
-    return facts
+    answer = read()
+    if not keep(answer):
+        return answer
+    kept[key] = answer
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(json.dumps(kept, indent=1, sort_keys=True))
+        os.replace(temporary, path)  # whole or not at all: another process may read it now
+    except OSError:  # a cache that cannot be written costs time, never a run; nor does it leave a part behind
+        temporary.unlink(missing_ok=True)
+    return answer
+
+
+def torch_facts() -> dict[str, Any]:
+    """torch's facts. Importing torch costs the parent about 2 s before every launch, so on a machine without a GPU
+    driver they are kept in the cache folder (TORCH_FACTS_FILE), keyed by the installation and what they depend on,
+    and read from there; where a driver is present they are read afresh every time (kept_facts)."""
+    return kept_facts(TORCH_FACTS_FILE, torch_installation_key(), _imported_torch_facts, keep=lambda facts: True)
 
 
 def _imported_torch_facts() -> dict[str, Any]:
@@ -210,6 +226,7 @@ def _imported_torch_facts() -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_cuda_build": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "distributed": dist.is_available(),
         "gloo": dist.is_available() and dist.is_gloo_available(),
         "nccl": dist.is_available() and dist.is_nccl_available(),
         "mpi": dist.is_available() and dist.is_mpi_available(),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.backends.base import Backend, BackendOption, CommSchedule
 from bench.backends.horovod.launcher import SETUP_HINT, HorovodElastic, HorovodLauncher, horovodrun_path
-from bench.core.environment import package_version
+from bench.core.environment import kept_facts, package_version, torch_installation_key
 from bench.core.inputs import shown
 
 LAUNCHERS = ("gloo", "mpi", "mpirun")
@@ -36,21 +36,48 @@ _PROBE = (
 )
 
 
-@functools.cache
-def check_build() -> tuple[str | None, dict]:
-    """(problem or None, the build's flags: version and which of MPI, Gloo, NCCL, DDL, CCL it has).
-    Imported in a child: a broken build (say, one made against another torch) fails there, not here."""
-    if horovodrun_path() is None:
-        return f"Horovod is not installed; {SETUP_HINT}", {}
+HOROVOD_BUILD_FILE = "horovod-build.json"
+
+
+def build_key() -> str | None:
+    """What the probe's answer depends on, without importing anything: the installed Horovod's files (its package,
+    its PyTorch library), the torch it was built against (bench.core.environment.torch_installation_key) and where
+    libraries are looked up; None where either is not installed (the probe then says what is wrong)."""
+    spec = importlib.util.find_spec("horovod")
+    torch_key = torch_installation_key()
+    if spec is None or spec.origin is None or torch_key is None:
+        return None
+    root = Path(spec.origin).parent
+    files = [Path(spec.origin), *sorted((root / "torch").glob("mpi_lib_v2*.so"))]
+    try:
+        stamps = [f"{f}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files]
+    except OSError:
+        return None
+    return "|".join([torch_key, *stamps, f"LD_LIBRARY_PATH={os.environ.get('LD_LIBRARY_PATH', '')}"])
+
+
+def _probe_build() -> dict:
     probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["unknown error"])[-1]
-        return (
-            f"Horovod is installed but does not import ({last}); build it for this torch: "
+        return {
+            "problem": f"Horovod is installed but does not import ({last}); build it for this torch: "
             f"python -m bench.tools.horovod_build --force",
-            {},
-        )
-    return None, json.loads(probe.stdout.strip().splitlines()[-1])
+            "flags": {},
+        }
+    return {"problem": None, "flags": json.loads(probe.stdout.strip().splitlines()[-1])}
+
+
+@functools.cache
+def check_build() -> tuple[str | None, dict]:
+    """(problem or None, the build's flags: version and which of MPI, Gloo, NCCL, DDL, CCL it has).
+    Imported in a child: a broken build (say, one made against another torch) fails there, not here. The probe
+    costs every horovod command about 5 s on 2 cores, so a working build's answer is kept in the cache folder,
+    keyed by build_key() (bench.core.environment.kept_facts); a failing one is probed again each time."""
+    if horovodrun_path() is None:
+        return f"Horovod is not installed; {SETUP_HINT}", {}
+    answer = kept_facts(HOROVOD_BUILD_FILE, build_key(), _probe_build, keep=lambda answer: answer["problem"] is None)
+    return answer["problem"], answer["flags"]
 
 
 # each framework's library in an installed Horovod, as its build leaves it (horovod/<dir>/mpi_lib*.so)

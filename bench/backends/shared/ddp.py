@@ -29,15 +29,18 @@ def ddp_schedule(options: dict) -> CommSchedule:
 
 
 def distributed_problem(device: str) -> str | None:
-    """What this torch build lacks to run torch.distributed on `device`, if anything."""
+    """What this torch build lacks to run torch.distributed on `device`, if anything: read from torch's facts
+    (bench.core.environment.torch_facts), which a machine without a GPU driver keeps, so that the parent of a run
+    does not import torch for it (about 3 s of CPU before every launch on a 2-core machine)."""
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed (pip install -e .)"
-    import torch.distributed as dist  # here: only once torch is known to be installed (a missing one is an answer)
+    from bench.core.environment import torch_facts  # here: only once torch is known to be installed
 
-    if not dist.is_available():
+    facts = torch_facts()
+    if not facts["distributed"]:
         return "this torch build has no torch.distributed"
-    if device == "cpu" and not dist.is_gloo_available():
+    if device == "cpu" and not facts["gloo"]:
         return "this torch build has no gloo"
-    if device == "cuda" and not dist.is_nccl_available():
+    if device == "cuda" and not facts["nccl"]:
         return "this torch build has no NCCL; install a CUDA build of torch"
     return None
