@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 from bench.backends.base import BackendOption, CommSchedule
+from bench.core.environment import torch_facts
 
 # DDP's first bucket holds at most 1 MiB (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES), so that the first
 # allreduce starts early in the backward pass; the others hold up to --ddp-bucket-mb
@@ -34,8 +35,6 @@ def distributed_problem(device: str) -> str | None:
     does not import torch for it (about 3 s of CPU before every launch on a 2-core machine)."""
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed (pip install -e .)"
-    from bench.core.environment import torch_facts  # here: only once torch is known to be installed
-
     facts = torch_facts()
     if not facts["distributed"]:
         return "this torch build has no torch.distributed"
