@@ -33,7 +33,7 @@ def test_a_joining_worker_is_taken_in(store, backend):
     f = record["metrics"]
     assert (f["world_before"], f["world_after"]) == (1, 2)
     if backend == "horovod":  # Gloo's timeout covers the joiner's start (docs/method.md, "horovod")
-        assert record["launch"]["gloo_timeout_s"] == record["spec"]["fault"]["recovery_timeout"]
+        assert record["launch"]["collective_timeout_s"] == record["spec"]["fault"]["recovery_timeout"]
     assert f["join_contributes_s"] is not None and f["join_contributes_s"] >= f["recovery_s"] - 0.5
     assert f["resume_checks"] and all(c["equal"] for c in f["resume_checks"])
     assert len([r for r in record["rank_map"] if r["phase"] == "after"]) == 2

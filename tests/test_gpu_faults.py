@@ -170,7 +170,7 @@ def test_the_nccl_settings_are_stored_upgraded_and_shown():
     assert upgrade(v9)["metrics"]["nccl"] is None and upgrade(v9)["schema_version"] == 10
 
     # a Horovod join's Gloo timeout, longer than the collective timeout (its launcher records it)
-    joined = fault_record("c3", backend="horovod", world_size=1, launch={"gloo_timeout_s": 90})
+    joined = fault_record("c3", backend="horovod", world_size=1, launch={"collective_timeout_s": 90})
     part = report_part(records_to_frame([on_gpu, fault_record("c1"), joined]), None)
     (table,) = [
         t for s in part.sections for b in s.blocks if isinstance(b, Folded) for t in b.blocks if isinstance(t, Table)

@@ -31,7 +31,7 @@ def test_a_joining_horovod_tf_worker_is_taken_in(store):
     f = record["metrics"]
     assert (f["world_before"], f["world_after"]) == (1, 2)
     # Gloo's timeout covers the joiner's start, TensorFlow's import included (docs/method.md, "horovod")
-    assert record["launch"]["gloo_timeout_s"] == record["spec"]["fault"]["recovery_timeout"]
+    assert record["launch"]["collective_timeout_s"] == record["spec"]["fault"]["recovery_timeout"]
     assert "hosts updated" in f["detected_by"] and f["resets"] == 1
     assert f["join_contributes_s"] is not None and f["join_contributes_s"] >= f["recovery_s"] - 0.5
     assert len([r for r in record["rank_map"] if r["phase"] == "after"]) == 2

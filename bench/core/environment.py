@@ -180,12 +180,15 @@ def gpu_driver_here() -> bool:
 
 
 def kept_facts(
-    file_name: str, key: str | None, read: Callable[[], dict[str, Any]], keep: Callable[[dict[str, Any]], bool]
+    file_name: str,
+    key: str | None,
+    read: Callable[[], dict[str, Any]],
+    keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> dict[str, Any]:
     """`read()`'s answer, kept in the cache folder's `file_name` under `key` (what the answer depends on: an
     installation's files and the conditions it is read under) and read from there while the key holds. Read afresh
     every time where the key is None or a GPU driver is present (what torch sees follows the driver's state and
-    CUDA_VISIBLE_DEVICES), and kept only where keep(answer) (a failure is never kept: it is looked at again)."""
+    CUDA_VISIBLE_DEVICES), and kept only where keep(answer), if given (so that a failure is looked at again)."""
     if key is None or gpu_driver_here():
         return read()
     path = cache_dir() / file_name
@@ -198,7 +201,7 @@ def kept_facts(
     if isinstance(kept.get(key), dict):
         return dict(kept[key])
     answer = read()
-    if not keep(answer):
+    if keep is not None and not keep(answer):
         return answer
     kept[key] = answer
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
@@ -215,7 +218,7 @@ def torch_facts() -> dict[str, Any]:
     """torch's facts. Importing torch costs the parent about 2 s before every launch, so on a machine without a GPU
     driver they are kept in the cache folder (TORCH_FACTS_FILE), keyed by the installation and what they depend on,
     and read from there; where a driver is present they are read afresh every time (kept_facts)."""
-    return kept_facts(TORCH_FACTS_FILE, torch_installation_key(), _imported_torch_facts, keep=lambda facts: True)
+    return kept_facts(TORCH_FACTS_FILE, torch_installation_key(), _imported_torch_facts)
 
 
 def _imported_torch_facts() -> dict[str, Any]:

@@ -268,7 +268,7 @@ class HorovodElastic(ElasticMode):
             discovery = ["--host-discovery-script", theirs, "--slots", str(spec.hosts[0]["slots"])]
             info["discovery_script"] = theirs
         gloo_timeout = self.gloo_timeout_s(spec, fault)
-        info["gloo_timeout_s"] = gloo_timeout
+        info["collective_timeout_s"] = gloo_timeout  # the fault page's, where it is not the spec's
         command = [
             horovodrun_program(),
             "--gloo",

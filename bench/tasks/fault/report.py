@@ -68,8 +68,9 @@ def collectives_in_force(rec) -> str:
     if nccl is None:
         if rec.spec.device == "cuda":
             return "NCCL, not recorded"
-        # Horovod's Gloo timeout, where its launcher chose another for the run (a joining worker's start)
-        seconds = rec.launch.get("gloo_timeout_s", rec.spec.collective_timeout)
+        # the one the launcher gave the collectives, where it chose one other than the spec's (Horovod's Gloo timeout
+        # under a join: docs/method.md, "horovod")
+        seconds = rec.launch.get("collective_timeout_s", rec.spec.collective_timeout)
         return f"gloo, {seconds:g} s"
     return nccl_in_words(nccl)
 
