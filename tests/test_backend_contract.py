@@ -13,6 +13,7 @@ parameter server's sharding, Ray's start-up phases, torchrun's restarts exhauste
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from bench.core.registry import COMPARED, PRIMARY, get_backend
 from conftest import (
     FAST,
     SHORT,
+    TrainedRun,
     assert_nothing_left,
     assert_resumed_params_are_two_worker_sgd,
     bench_json,
@@ -71,13 +73,19 @@ def name_in_messages(record: dict, rank: int) -> str:
 
 
 # ---------------------------------------------------------------- a hung process
-# each backend's deadline: its start-up and two steps, with room. What its last process took to reach its hang, in a
-# side-by-side pass and alone on a 2-core Intel Xeon: Ray 25 and 38 s (it starts a runtime of its own before its
-# workers), ps 11 and 14 s, horovod-tf 19 and 14 s, horovod 14 and 8 s (horovodrun checks its build first), elastic 8
-# and 9 s, tf-mwms 6 s, the plain loop 5 and 3 s. On a 2-core AMD EPYC, in a side-by-side pass, Horovod's workers
-# started 12.9 s after the launch and tf-mwms's had not joined after 15 s: where a process is still starting at the
-# deadline, the run is made again with twice the time (HANG_RETRY_FACTOR), once, so that a slower machine costs a
-# second run and a faster one nothing. The hang then holds the run, its cores claimed, until the deadline ends it.
+# each backend's deadline: its start-up and two steps, with room. The start-up differs by machine, and on one machine
+# by how busy it is (Horovod's workers started 8 s after the launch on a 2-core Intel Xeon, 12.9 s on a 2-core AMD
+# EPYC), so the deadline is read off this session's own 2-worker run of the backend on the MLP (two_worker_run, made
+# anyway for the parameters' equivalence): its launch to first step, times HANG_STARTUP_ROOM, plus HANG_STEPS_ROOM_S.
+# The last process reaches its hang by then: a worker two MLP steps (milliseconds) after its first, the parameter
+# server's server before the workers' first step. Where no such run can be read (the plain loop has none; a failed
+# run records no start-up) the deadline is HANG_DEADLINE_S's. Where a process is still starting at the deadline all
+# the same (the machine busier than during the 2-worker run), the run is made again with twice the time
+# (HANG_RETRY_FACTOR), once, so that a slower moment costs a second run and a faster one nothing. The hang holds the
+# run, its cores claimed, until the deadline ends it: a deadline fitted to the machine holds them no longer than
+# it needs.
+HANG_STARTUP_ROOM = 1.5
+HANG_STEPS_ROOM_S = 5
 HANG_DEADLINE_S = {"ray": 60, "horovod-tf": 30, "ps": 25, "horovod": 20, "single": 10}
 DEFAULT_HANG_DEADLINE_S = 15
 HANG_RETRY_FACTOR = 2
@@ -127,15 +135,49 @@ def still_starting(state: str, hung_state: str) -> bool:
     )
 
 
+def hang_deadline(backend: str, two_worker_run) -> int:
+    """The deadline of the backend's hung run: from this session's 2-worker run of it, or its fixed one."""
+    fixed = HANG_DEADLINE_S.get(backend, DEFAULT_HANG_DEADLINE_S)
+    if world_of(backend) < 2:
+        return fixed
+    run = two_worker_run(backend, "mnist_mlp", *OPTIONS.get(backend, ()))
+    startup = (run.record.get("metrics") or {}).get("startup") or {}
+    first_step = startup.get("launch_to_first_step_s")
+    if run.record.get("status") != "ok" or not first_step:
+        return fixed
+    return math.ceil(first_step * HANG_STARTUP_ROOM + HANG_STEPS_ROOM_S)
+
+
 @pytest.mark.parametrize("backend", [name for name in BACKENDS if takes(name, "train")])
-def test_a_hung_process_is_ended_at_the_deadline_with_nothing_left(backend, store):
+def test_a_hung_process_is_ended_at_the_deadline_with_nothing_left(backend, store, two_worker_run):
     can_run_here(backend)
-    deadline, hung = HANG_DEADLINE_S.get(backend, DEFAULT_HANG_DEADLINE_S), last_process(backend)
+    deadline, hung = hang_deadline(backend, two_worker_run), last_process(backend)
     record, states = hung_run(backend, deadline, hung, store)
     if any(still_starting(state, hung_state) for state, hung_state in states):
         # a slower machine: the deadline came before the hang; once more, with time for the start-up seen here
         record, states = hung_run(backend, deadline * HANG_RETRY_FACTOR, hung, store)
     assert all(state == hung_state for state, hung_state in states), (record["error"]["ranks"], record["rank_map"])
+
+
+def test_the_hang_deadline_is_fitted_to_the_sessions_two_worker_run():
+    """1.5 x its launch to first step + 5 s, rounded up; the fixed one where that run failed or cannot be made."""
+    asked = []
+
+    def made(status: str, first_step: float | None):
+        def two_worker_run(backend, workload, *options):
+            asked.append((backend, workload, *options))
+            startup = {"launch_to_first_step_s": first_step} if first_step is not None else {}
+            return TrainedRun(None, {"status": status, "metrics": {"startup": startup}}, Path("."), Path("."))
+
+        return two_worker_run
+
+    assert hang_deadline("horovod", made("ok", 10.0)) == 20
+    assert hang_deadline("ray", made("ok", 21.7)) == 38
+    assert hang_deadline("ps", made("ok", 11.0)) == 22  # the run the equivalence makes, with its options
+    assert asked == [("horovod", "mnist_mlp"), ("ray", "mnist_mlp"), ("ps", "mnist_mlp", *OPTIONS["ps"])]
+    assert hang_deadline("horovod", made("failed", None)) == HANG_DEADLINE_S["horovod"]
+    assert hang_deadline("elastic", made("ok", None)) == DEFAULT_HANG_DEADLINE_S
+    assert hang_deadline("single", made("ok", 3.0)) == HANG_DEADLINE_S["single"]  # no 2-worker run of it
 
 
 def test_a_process_still_starting_at_the_deadline_is_told_from_one_past_its_hang():
