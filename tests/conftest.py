@@ -20,6 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench.core.rundir import SHORT_TEMP_DIR, run_temp_prefix
+
 ROOT = Path(__file__).resolve().parent.parent
 # Short runs: the tests check behaviour, not figures.
 FAST = ["--warmup-steps", "2", "--steps-per-window", "3", "--windows", "2"]
@@ -169,7 +171,7 @@ def processes_naming_run(record: dict) -> list[str]:
     """Live processes that belong to the run: its tag in their environment, or its run directory (or the short
     temporary folder of the run's own Ray runtime) in their command line: guards, ranks, launchers, and Ray's raylet,
     gcs_server, workers and agents, some of which rename themselves and hide the tag from a plain read."""
-    marks = (record["run_dir"], f"bench-ray-{record['run_id']}")
+    marks = (record["run_dir"], run_temp_prefix(record["run_id"]))
     found = []
     for proc in psutil.process_iter():
         try:
@@ -184,20 +186,18 @@ def processes_naming_run(record: dict) -> list[str]:
 
 
 def assert_nothing_left(record: dict) -> None:
-    """No process of the run outlived it (by its tag, its run directory, the pids of its rank map), nor the folder
-    of its own Ray runtime under /tmp, nor a rank's temporary folder (bench.harness.guard's, which teardown removes
-    where it killed the guard)."""
-    from bench.harness.supervisor import scratch_prefix
-
+    """No process of the run outlived it (by its tag, its run directory, the pids of its rank map), nor a temporary
+    folder of its own outside its run directory (run_temp_prefix: a rank's, which teardown removes where it killed
+    the guard, and its Ray runtime's under /tmp, which teardown removes once the runtime has ended)."""
     assert processes_of_run(record["run_id"]) == []
     assert processes_naming_run(record) == []
     for row in record["rank_map"]:
         assert not psutil.pid_exists(row["pid"]) or psutil.Process(row["pid"]).status() == psutil.STATUS_ZOMBIE, (
             f"rank {row['rank']} survived"
         )
-    assert not Path(f"/tmp/bench-ray-{record['run_id']}").exists(), "the run's Ray folder under /tmp was left"
-    scratch = list(Path(tempfile.gettempdir()).glob(f"{glob.escape(scratch_prefix(record['run_id']))}*"))
-    assert scratch == [], f"the temporary folders of the run's ranks were left: {scratch}"
+    pattern = f"{glob.escape(run_temp_prefix(record['run_id']))}*"
+    left = sorted({str(p) for where in (Path(tempfile.gettempdir()), SHORT_TEMP_DIR) for p in where.glob(pattern)})
+    assert left == [], f"the run's temporary folders were left: {left}"
 
 
 # ---------------------------------------------------------------- 2-worker training runs, shared

@@ -11,10 +11,12 @@ import sys
 import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
+from bench.core.rundir import run_temp_prefix
 from bench.harness.lifeline import DEADLINE_GRACE_S
 from conftest import ROOT, bench, processes_of_run
 
@@ -123,6 +125,41 @@ def test_teardown_removes_the_temporary_folder_of_a_rank_it_had_to_kill(tmp_path
     assert [p["cmdline"].split()[0] for p in outcome.reaped] == [sys.executable]
     assert outcome.ended_at - outcome.launched_at < 5 + TERM_GRACE_S + 5 and processes_of_run(tag) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == [another.name, log.name]
+
+
+def test_teardown_removes_the_runs_folders_outside_its_run_directory_once_its_processes_ended(tmp_path, monkeypatch):
+    """Ray's runtime folder, made in the short temporary folder where the run directory's path is too long for Ray's
+    sockets, is the run's (its name starts with run_temp_prefix): the driver removes it on the teardown's SIGTERM,
+    while the runtime's processes, ended by the same SIGTERM, may still write their logs into it. The teardown removes
+    it once every process of the run has ended, and leaves another run's."""
+    from bench.backends.ray.driver import temp_dir
+    from bench.core.rundir import RunDir
+    from bench.harness import supervisor
+    from bench.harness.supervisor import TAG_VARIABLE, supervise
+
+    tag = f"lifeline-test-{os.getpid()}-ray"
+    short = tmp_path / "short"
+    short.mkdir()
+    monkeypatch.setattr(supervisor, "SHORT_TEMP_DIR", short)
+    folder, removed_afterwards = temp_dir(RunDir(tmp_path / ("x" * 120) / "runs" / tag), tag)
+    assert removed_afterwards and folder.parent == Path("/tmp") and folder.name.startswith(run_temp_prefix(tag))
+    ours, another = short / folder.name, short / f"{run_temp_prefix('another-run')}ray"
+    another.mkdir()
+    # a runtime process that writes its log into the folder as it shuts down, after the driver removed it
+    runtime = (
+        "import os, signal, sys, time\n"
+        f"folder = {str(ours)!r}\n"
+        "def shut_down(*_):\n"
+        "    os.makedirs(os.path.join(folder, 'session_latest', 'logs'), exist_ok=True)\n"
+        "    open(os.path.join(folder, 'session_latest', 'logs', 'raylet.out'), 'w').write('exiting')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, shut_down)\n"
+        "os.makedirs(folder); print('made', flush=True); time.sleep(600)\n"
+    )
+    log = tmp_path / "launcher.log"
+    outcome = supervise([sys.executable, "-c", runtime], dict(os.environ, **{TAG_VARIABLE: tag}), log, timeout=3)
+    assert outcome.ending == "timeout" and log.read_text().strip() == "made" and processes_of_run(tag) == []
+    assert sorted(p.name for p in short.iterdir()) == [another.name]
 
 
 # ---------------------------------------------------------------- real runs under every launcher

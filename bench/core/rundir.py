@@ -220,6 +220,18 @@ class RunDir:
 
 # Less room than this on a run directory's disk, and the small files of a run (a rank's exit file, the record) may not
 # fit: the disk is full for the run's purposes.
+# Where a run makes a temporary folder outside its run directory (a rank's scratch, Ray's runtime where the run
+# directory's path is too long for its sockets), in this host's temporary folder or in SHORT_TEMP_DIR
+SHORT_TEMP_DIR = Path("/tmp")
+
+
+def run_temp_prefix(tag: str) -> str:
+    """How each temporary folder of the run tagged `tag` outside its run directory begins (then what it is): the
+    teardown (bench.harness.supervisor.reap) removes every one of them once the run's processes have ended, whichever
+    process made it and whether or not it was ended before it could remove it."""
+    return f"bench-{tag}-"
+
+
 FULL_BELOW_BYTES = 64 * 1024
 
 

@@ -28,6 +28,7 @@ import psutil
 from bench.cluster.hosts import reap_on_hosts
 from bench.cluster.slurm import job_ending
 from bench.core.errors import Interrupted
+from bench.core.rundir import SHORT_TEMP_DIR, run_temp_prefix
 
 TAG_VARIABLE = "BENCH_RUN_TAG"
 TERM_GRACE_S = 3.0  # time given to SIGTERM before SIGKILL
@@ -115,16 +116,20 @@ def _signal_all(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
 
 def scratch_prefix(tag: str | None) -> str:
     """How the temporary folder of each of a run's ranks is named (bench.harness.guard makes it; its name ends with
-    the rank, its attempt and a random part): by the run's tag, so that reap finds the folders a guard could not
-    remove, ended by a SIGKILL before it could."""
-    return f"bench-{tag}-rank" if tag else "bench-rank"
+    the rank, its attempt and a random part): by the run's tag (run_temp_prefix), so that reap finds the folders a
+    guard could not remove, ended by a SIGKILL before it could."""
+    return f"{run_temp_prefix(tag)}rank" if tag else "bench-rank"
 
 
 def remove_scratch(tag: str) -> None:
-    """Remove the ranks' temporary folders of the run that its guards left in this host's temporary folder (each guard
-    removes its own unless it was killed: by the SIGKILL after TERM_GRACE_S, a node loss, a killed rank)."""
-    for folder in list(Path(tempfile.gettempdir()).glob(f"{glob.escape(scratch_prefix(tag))}*")):
-        shutil.rmtree(folder, ignore_errors=True)
+    """Remove the run's temporary folders outside its run directory (run_temp_prefix) that are left in this host's
+    temporary folder or in SHORT_TEMP_DIR: a rank's, which its guard removes unless it was killed (by the SIGKILL
+    after TERM_GRACE_S, a node loss, a killed rank), and Ray's runtime folder, which its driver removes while the
+    runtime's processes, ended by the same teardown, may still be writing their logs into it."""
+    pattern = f"{glob.escape(run_temp_prefix(tag))}*"
+    for where in dict.fromkeys((Path(tempfile.gettempdir()), SHORT_TEMP_DIR)):
+        for folder in list(where.glob(pattern)):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def reap(tag: str, root_pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

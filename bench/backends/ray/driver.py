@@ -3,7 +3,7 @@ by the supervisor as the run's launcher (a fault run's by the elastic mode, RayT
 
 1. Start a local Ray runtime sized to the run (CPUs: workers x threads, plus one to spare but in a join),
    on ports Ray chooses (two runs at once never collide), with no dashboard, its temporary files in the run
-   directory (or, when that path is too long for the unix sockets Ray makes there, in /tmp/bench-ray-RUN_ID);
+   directory (or, when that path is too long for the unix sockets Ray makes there, in /tmp/bench-RUN_ID-ray);
    or connect to `--ray-address`.
 2. Run a TorchTrainer of spec.world_size workers (one CPU thread count each, a GPU each on CUDA) whose
    train_loop_per_worker is the suite's per-rank code (bench.backends.ray.group.rank_main), with no retries (in a
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bench.backends.ray.launcher import scaling
 from bench.backends.ray.times import write_times
-from bench.core.rundir import RunDir, tail
+from bench.core.rundir import SHORT_TEMP_DIR, RunDir, run_temp_prefix, tail
 from bench.core.spec import RunSpec
 
 SOCKET_PATH_MAX = 107  # sun_path of a unix socket, less its terminating NUL
@@ -44,7 +44,7 @@ def temp_dir(run_dir, run_id: str) -> tuple[Path, bool]:
     inside = run_dir.path / "ray"
     if len(str(inside)) + SOCKET_SUFFIX <= SOCKET_PATH_MAX:
         return inside, False
-    return Path("/tmp") / f"bench-ray-{run_id}", True
+    return SHORT_TEMP_DIR / f"{run_temp_prefix(run_id)}ray", True
 
 
 # what bench.harness.runner.worker_environment sets for every rank, passed to the workers of a cluster given by
@@ -156,7 +156,9 @@ def main(argv: list[str]) -> int:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # the teardown below must not be cut short
         close_ranks(run_dir, ended_by="the Ray driver's teardown")
-        if remove and ended:  # the supervisor's teardown ends the runtime too and may end this driver first
+        # the supervisor's teardown ends the runtime too and may end this driver first (it then removes the folder
+        # itself, once every process of the run has ended: bench.harness.supervisor.remove_scratch)
+        if remove and ended:
             shutil.rmtree(folder, ignore_errors=True)
         ray.shutdown()
         if remove:
