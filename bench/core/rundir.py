@@ -218,8 +218,6 @@ class RunDir:
         return {rank: data for rank, (_, data) in sorted(best.items())}
 
 
-# Less room than this on a run directory's disk, and the small files of a run (a rank's exit file, the record) may not
-# fit: the disk is full for the run's purposes.
 # Where a run makes a temporary folder outside its run directory (a rank's scratch, Ray's runtime where the run
 # directory's path is too long for its sockets), in this host's temporary folder or in SHORT_TEMP_DIR
 SHORT_TEMP_DIR = Path("/tmp")
@@ -232,6 +230,8 @@ def run_temp_prefix(tag: str) -> str:
     return f"bench-{tag}-"
 
 
+# Less room than this on a run directory's disk, and the small files of a run (a rank's exit file, the record) may not
+# fit: the disk is full for the run's purposes.
 FULL_BELOW_BYTES = 64 * 1024
 
 

@@ -133,8 +133,8 @@ def remove_scratch(tag: str) -> None:
 
 
 def reap(tag: str, root_pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """End every process of the run: SIGTERM (and SIGCONT for stopped ones), then SIGKILL; then remove what its
-    guards left in this host's temporary folder (remove_scratch)."""
+    """End every process of the run: SIGTERM (and SIGCONT for stopped ones), then SIGKILL; then remove the run's
+    temporary folders outside its run directory that are left (remove_scratch: its guards', its Ray runtime's)."""
     try:
         return _end_run_processes(tag, root_pid)
     finally:

@@ -156,8 +156,8 @@ def main(argv: list[str]) -> int:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # the teardown below must not be cut short
         close_ranks(run_dir, ended_by="the Ray driver's teardown")
-        # the supervisor's teardown ends the runtime too and may end this driver first (it then removes the folder
-        # itself, once every process of the run has ended: bench.harness.supervisor.remove_scratch)
+        # the supervisor's teardown ends the runtime too and may end this driver first; it removes the folder again
+        # once every process of the run has ended (bench.harness.supervisor.remove_scratch)
         if remove and ended:
             shutil.rmtree(folder, ignore_errors=True)
         ray.shutdown()
