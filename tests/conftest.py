@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -20,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.core.rundir import SHORT_TEMP_DIR, run_temp_prefix
+from bench.core.rundir import run_temp_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 # Short runs: the tests check behaviour, not figures.
@@ -195,8 +194,9 @@ def assert_nothing_left(record: dict) -> None:
         assert not psutil.pid_exists(row["pid"]) or psutil.Process(row["pid"]).status() == psutil.STATUS_ZOMBIE, (
             f"rank {row['rank']} survived"
         )
-    pattern = f"{glob.escape(run_temp_prefix(record['run_id']))}*"
-    left = sorted({str(p) for where in (Path(tempfile.gettempdir()), SHORT_TEMP_DIR) for p in where.glob(pattern)})
+    from bench.harness.supervisor import run_temp_folders
+
+    left = run_temp_folders(record["run_id"])
     assert left == [], f"the run's temporary folders were left: {left}"
 
 

@@ -126,10 +126,15 @@ def remove_scratch(tag: str) -> None:
     temporary folder or in SHORT_TEMP_DIR: a rank's, which its guard removes unless it was killed (by the SIGKILL
     after TERM_GRACE_S, a node loss, a killed rank), and Ray's runtime folder, which its driver removes while the
     runtime's processes, ended by the same teardown, may still be writing their logs into it."""
+    for folder in run_temp_folders(tag):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_temp_folders(tag: str) -> list[Path]:
+    """The folders of the run tagged `tag` outside its run directory that are on this host now (run_temp_prefix):
+    what remove_scratch removes, and what the tests find left."""
     pattern = f"{glob.escape(run_temp_prefix(tag))}*"
-    for where in dict.fromkeys((Path(tempfile.gettempdir()), SHORT_TEMP_DIR)):
-        for folder in list(where.glob(pattern)):
-            shutil.rmtree(folder, ignore_errors=True)
+    return sorted({folder for where in (Path(tempfile.gettempdir()), SHORT_TEMP_DIR) for folder in where.glob(pattern)})
 
 
 def reap(tag: str, root_pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
