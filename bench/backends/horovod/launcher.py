@@ -137,9 +137,10 @@ class HorovodLauncher(Launcher):
             return on_first_host(
                 spec, [horovodrun_program(), f"--{launcher}", "-np", str(n), "-H", hosts, *iface, *rank_command]
             )
+        # where mpirun is not here only a plan gets this far (check_options): it names Open MPI's, as the hosts run it
         mpirun = shutil.which("mpirun")
-        command = [mpirun, "-np", str(n), "-H", hosts, "-bind-to", "none", "-map-by", "slot"]
-        if is_open_mpi(mpirun):
+        command = [mpirun or "mpirun", "-np", str(n), "-H", hosts, "-bind-to", "none", "-map-by", "slot"]
+        if mpirun is None or is_open_mpi(mpirun):
             command += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
             if spec.iface:
                 command += ["-mca", "btl_tcp_if_include", spec.iface, "-mca", "oob_tcp_if_include", spec.iface]
