@@ -219,6 +219,7 @@ def space_left(folder: Path) -> str:
 class Store:
     def __init__(self, path: str | os.PathLike[str] | None = None):
         self.path = Path(path) if path else default_store_path()
+        self.skipped: dict[str, str] = {}  # the runs records() last skipped, each with why (the report lists them)
 
     def _unreadable(self, why: object) -> StoreError:
         return StoreError(
@@ -496,6 +497,7 @@ class Store:
                 ]
             else:
                 read = self._read(lambda conn: latest_decoded(conn, last))[::-1]
+        self.skipped = {run_id: got for run_id, got in read if isinstance(got, str)}
         for run_id, got in read:
             if isinstance(got, str):
                 note(f"bench: skipped run {shown(run_id)} of {self.path}: this bench cannot read its record ({got})")
