@@ -9,17 +9,24 @@ import glob
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 
 import psutil
 import pytest
 
-from bench.core.rundir import run_temp_prefix
+from needs import WITHOUT_OPTIONAL, hide_optional
+from needs import check as check_needs
+
+if WITHOUT_OPTIONAL:  # before anything asks for a program: the pass as on a fresh machine (needs.py)
+    hide_optional()
+
+from bench.core.rundir import run_temp_prefix  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # Short runs: the tests check behaviour, not figures.
@@ -27,7 +34,6 @@ FAST = ["--warmup-steps", "2", "--steps-per-window", "3", "--windows", "2"]
 # Short fault runs: the MLP, a checkpoint or commit every 10 steps, the fault after step 25.
 SHORT = ["--workload", "mnist_mlp", "--checkpoint-every", "10", "--at-step", "25", "--steps", "60"]
 BASELINE = ROOT / "results" / "baselines" / "cpu-gloo.json"  # the committed baseline of the regression gate
-IN_CI = os.environ.get("CI") == "true"
 # Every process the tests start loads tf_keras, the project's Keras, where it imports TensorFlow, as bench's
 # TensorFlow ranks do (bench.backends.shared.tensorflow.TF_ENV), not Keras 3 with scikit-learn: horovodrun's build
 # check imports TensorFlow on each of the tests' Horovod launches, PyTorch's too, and Keras 3 adds about 1 s to it.
@@ -35,34 +41,12 @@ IN_CI = os.environ.get("CI") == "true"
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
-def programs_missing(*names: str, install: str) -> str | None:
-    """Why a test that runs the system programs `names` cannot run here, naming the package that installs them
-    (`install`, as apt-get takes it); None where every one is on PATH."""
-    missing = [name for name in names if shutil.which(name) is None]
-    return f"{', '.join(missing)} not found: apt-get install {install} (.ci/run does)" if missing else None
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs(*names): what the test needs beyond the project's packages (needs.py)")
 
 
-def needs_system(missing: str | None) -> pytest.MarkDecorator:
-    """The mark of a test that needs a system package (`missing`: why it cannot run here, from programs_missing): it
-    skips saying so, except in CI (CI=true), whose .ci/run installs every such package: there it runs, and fails
-    saying what is missing, so that CI never passes by skipping it."""
-    return pytest.mark.skipif(missing is not None and not IN_CI, reason=missing or "")
-
-
-def skip_unless_present(missing: str | None) -> None:
-    """In a test: skip it saying why (`missing`) where something optional it needs is not here, except in CI, where
-    it goes on and fails on what is missing (as needs_system)."""
-    if missing is not None and not IN_CI:
-        pytest.skip(missing)
-
-
-# Ray (the `ray` extra) and TensorFlow with tf_keras (the `tf` extra): the nox sessions install both, so under CI a
-# test that needs one runs and fails where it is missing, as for a system package.
-RAY_MISSING = None if find_spec("ray") is not None else "Ray is not installed (pip install -e '.[ray]')"
-needs_ray = needs_system(RAY_MISSING)
-_TF_PARTS_MISSING = [name for name in ("tensorflow", "tf_keras") if find_spec(name) is None]
-TF_MISSING = f"{' and '.join(_TF_PARTS_MISSING)} not installed (pip install -e .[tf])" if _TF_PARTS_MISSING else None
-needs_tf = needs_system(TF_MISSING)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    check_needs(item)
 
 
 def torch_compiler_before_tensorflow() -> None:
@@ -442,6 +426,30 @@ def store(tmp_path: Path) -> Path:
     return tmp_path / "results" / "bench.sqlite"
 
 
+# ---------------------------------------------------------------- a folder shared with a second local user
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A /tmp of its own: sticky and writable by everyone, as /tmp is."""
+    base = Path(tempfile.mkdtemp(prefix="bench-lock-probe-", dir="/tmp"))
+    os.chmod(base, 0o1777)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def secret(shared_tmp: Path) -> Path:
+    """A root-owned file only root may read or write: what a planted link points at."""
+    path = shared_tmp / "secret"
+    path.write_text("root's\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def assert_untouched(secret: Path) -> None:
+    info = secret.lstat()
+    assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == 0 and secret.read_text() == "root's\n"
+
+
 class Unchanged:
     """A folder as a case left it (snapshot()), checked again at the end: bad input creates nothing."""
 
@@ -555,7 +563,6 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-needs_chromium = needs_system(None if CHROMIUM else "chromium not found: apt-get install chromium (.ci/run does)")
 
 
 def launch_chromium(p):

@@ -23,8 +23,7 @@ from bench.tasks.fault.spec import FAULT_DEFAULTS
 from bench.tasks.fault.spec import build_spec as build_fault_spec
 from bench.testbed import hosts as testhosts
 from conftest import FAST, assert_one_line_error, bench, bench_in_process, processes_of_run
-
-UNAVAILABLE = testhosts.unavailable_reason()
+from needs import needs
 
 
 # ---------------------------------------------------------------- host lists and placement (anywhere)
@@ -281,9 +280,7 @@ def test_bad_input_across_hosts(args, fragments, store):
 
 # ---------------------------------------------------------------- real runs on two test hosts (root)
 def needs_hosts(test):
-    skip = pytest.mark.skipif(
-        UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}"
-    )
+    skip = needs("hosts")
     return pytest.mark.slow(skip(test))
 
 

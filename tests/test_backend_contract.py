@@ -31,9 +31,9 @@ from conftest import (
     bench_json,
     fault,
     keras_model,
-    skip_unless_present,
     torch_compiler_before_tensorflow,
 )
+from needs import needs
 
 torch_compiler_before_tensorflow()  # the parameter checks of the TensorFlow backends load TensorFlow in this process
 
@@ -60,8 +60,9 @@ def last_process(name: str) -> int:
     return sum(backend.roles(backend.resolve_options({}, world), world).values()) - 1
 
 
-def can_run_here(name: str) -> None:
-    skip_unless_present(get_backend(name).unavailable_reason("cpu"))
+def on(*backends: str, values: tuple = ()) -> object:
+    """A case of a test run under `backends` (the first one's name, then `values`), which needs each of them here."""
+    return pytest.param(backends[0], *values, marks=needs(*(f"backend:{name}" for name in backends)))
 
 
 def name_in_messages(record: dict, rank: int) -> str:
@@ -148,9 +149,8 @@ def hang_deadline(backend: str, two_worker_run) -> int:
     return math.ceil(first_step * HANG_STARTUP_ROOM + HANG_STEPS_ROOM_S)
 
 
-@pytest.mark.parametrize("backend", [name for name in BACKENDS if takes(name, "train")])
+@pytest.mark.parametrize("backend", [on(name) for name in BACKENDS if takes(name, "train")])
 def test_a_hung_process_is_ended_at_the_deadline_with_nothing_left(backend, store, two_worker_run):
-    can_run_here(backend)
     deadline, hung = hang_deadline(backend, two_worker_run), last_process(backend)
     record, states = hung_run(backend, deadline, hung, store)
     if any(still_starting(state, hung_state) for state, hung_state in states):
@@ -199,12 +199,12 @@ ENDS_THE_OTHERS_AT_ONCE = {"horovod", "horovod-tf"}
 
 
 @pytest.mark.parametrize(
-    "backend, kind", [(name, kind) for name in BACKENDS if takes(name, "train") for kind in ("crash", "kill")]
+    "backend, kind",
+    [on(name, values=(kind,)) for name in BACKENDS if takes(name, "train") for kind in ("crash", "kill")],
 )
 def test_a_crashed_process_is_named_with_its_exit(backend, kind, store):
     """An exception at step 4 (the rank, the exception and its message, its exit) or a SIGKILL (the rank and the
     signal): that process is blamed, not the others whose failures follow from it."""
-    can_run_here(backend)
     victim = last_process(backend)
     proc, record = bench_json(
         "run",
@@ -269,12 +269,11 @@ def kills_under_fault(name: str) -> bool:
     return takes(name, "fault") and elastic is not None and "kill" in elastic.scenarios
 
 
-@pytest.mark.parametrize("backend", [name for name in BACKENDS if kills_under_fault(name)])
+@pytest.mark.parametrize("backend", [on(name) for name in BACKENDS if kills_under_fault(name)])
 def test_a_killed_rank_is_recovered_from_the_last_checkpoint(backend, store):
     """Rank 1 of 2 SIGKILLed at step 25, a commit every 10 steps: the run comes through, resumes from step 20 and
     redoes 5 steps; the parameters each process resumed from are 20 steps of 2-worker SGD. A backend RECOVERY does
     not name may come through either way, each checked as RECOVERY's are."""
-    can_run_here(backend)
     proc, record = fault(store, "--backend", backend, "--nproc", 2, "--kill-rank", 1, *SHORT, "--save-params")
     assert proc.returncode == 0 and record["status"] == "ok", record["error"]
     f = record["metrics"]
@@ -350,15 +349,19 @@ def initial_params(record: dict, framework: str) -> list:
     return [value.numpy() for value in model.state_dict().values()]
 
 
-@pytest.mark.parametrize("backend, workload", EQUIVALENT)
+@pytest.mark.parametrize(
+    "backend, workload",
+    [
+        pytest.param(name, workload, marks=on(name, anchor_of(get_backend(name).framework)).marks)
+        for name, workload in EQUIVALENT
+    ],
+)
 def test_the_same_parameters_as_the_anchor_after_k_synchronous_steps(backend, workload, two_worker_run):
     """The same seed, data and per-worker batch, and each step the mean of the same gradients: the parameters after
     K steps are the anchor's within float tolerance (any difference is a bug of one of them), and both workers of
     each run hold the same ones. (The runs are shared with each backend's own run test: conftest.two_worker_run.)"""
     framework = get_backend(backend).framework
     anchor = anchor_of(framework)
-    can_run_here(backend)
-    can_run_here(anchor)
     ours, theirs = (two_worker_run(name, workload, *OPTIONS.get(name, ())) for name in (backend, anchor))
     for run in (ours, theirs):
         assert run.proc.returncode == 0 and run.record["status"] == "ok", run.proc.stderr

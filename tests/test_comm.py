@@ -13,8 +13,9 @@ from bench.rank.collectives import (
     sweep_sizes,
 )
 from bench.tasks.comm.settings import CommSettings
-from conftest import bench, bench_json, needs_tf
+from conftest import bench, bench_json
 from factories import ceiling, comm_row
+from needs import needs
 
 
 @pytest.mark.parametrize(
@@ -84,8 +85,8 @@ def test_table_has_nccl_tests_columns():
         ("horovod", "allreduce", "float16"),
         ("ps", "allreduce", "float32"),
         # TensorFlow's collectives, on TensorFlow tensors (TFBuffers): the strategy's two, Horovod's in float16
-        pytest.param("tf-mwms", "allreduce,allgather", "float32", marks=needs_tf),
-        pytest.param("horovod-tf", "allreduce,allgather,broadcast", "float16", marks=needs_tf),
+        pytest.param("tf-mwms", "allreduce,allgather", "float32", marks=needs("tf")),
+        pytest.param("horovod-tf", "allreduce,allgather,broadcast", "float16", marks=needs("tf")),
     ],
 )
 def test_real_two_rank_sweep_has_no_wrong_elements(backend, ops, dtype, store):

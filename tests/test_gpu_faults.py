@@ -13,11 +13,11 @@ import pytest
 
 import bench.core.spec
 import bench.tasks.fault.spec
-from bench.backends.shared.ddp import distributed_problem
 from bench.backends.shared.nccl import ASYNC_ERROR_HANDLING
 from bench.cli import build_parser
 from bench.cli.common import world_of
 from bench.cli.fault import specs_of
+from bench.core.dryrun import plan_only
 from bench.core.errors import UsageError
 from bench.core.records import upgrade
 from bench.core.registry import get_backend, get_task
@@ -29,6 +29,7 @@ from bench.tasks.fault.report import report_part
 from bench.tasks.fault.spec import build_spec
 from bench.workflows.plan import SWEEP_FAULTS, plan_sweep, sweep_world_sizes
 from factories import fault_record
+from needs import needs
 
 FAULT = dict(
     workload="mnist_mlp",
@@ -45,7 +46,7 @@ FAULT = dict(
 
 
 # a GPU run is planned only over a torch that has NCCL (PyPI's default build has it, GPU or not)
-needs_nccl = pytest.mark.skipif(distributed_problem("cuda") is not None, reason=str(distributed_problem("cuda")))
+needs_nccl = needs("nccl")
 
 
 @pytest.fixture
@@ -69,7 +70,9 @@ def machine_with_gpus(monkeypatch):
 )
 @needs_nccl
 def test_a_gpu_fault_run_is_planned_over_nccl_with_its_timeout(backend, env):
-    spec = build_spec(backend=backend, world_size=2, device="cuda", **FAULT)
+    """Planned (--dry-run) on any machine: whether the backend has GPU operations is the hosts' to say."""
+    with plan_only():
+        spec = build_spec(backend=backend, world_size=2, device="cuda", **FAULT)
     assert spec.device == "cuda" and spec.task == "fault" and spec.world_size == 2
     assert spec.collective_timeout == 7.0  # the process group's timeout, which NCCL's watchdog enforces
     assert get_backend(backend).elastic.nccl_env(spec, spec.fault) == env
@@ -129,19 +132,20 @@ def test_bench_fault_gpus_plans_gpu_runs_where_there_are_gpus(machine_with_gpus)
 @needs_nccl
 def test_a_gpu_sweep_plans_its_fault_runs_on_the_gpus(machine_with_gpus):
     machine_with_gpus(2)
-    args = build_parser().parse_args(["sweep", "--max-gpus", "2"])
+    args = build_parser().parse_args(["sweep", "--max-gpus", "2", "--dry-run"])
     device, largest = world_of(args, None)
     assert (device, largest) == ("cuda", 2)
-    plan = plan_sweep(
-        ["elastic", "horovod"],
-        ["mnist_mlp"],
-        device,
-        sweep_world_sizes(largest),
-        options={},
-        comm=None,
-        sweep_id="s1",
-        faults=["kill", "hang", "join"],
-    )
+    with plan_only():  # what --dry-run plans on any machine: each backend's GPU operations are the hosts' to have
+        plan = plan_sweep(
+            ["elastic", "horovod"],
+            ["mnist_mlp"],
+            device,
+            sweep_world_sizes(largest),
+            options={},
+            comm=None,
+            sweep_id="s1",
+            faults=["kill", "hang", "join"],
+        )
     faults = [s for s in plan if s.task == "fault"]
     assert sorted((s.backend, s.fault.kind, s.repeat) for s in faults) == sorted(
         (b, k, r)

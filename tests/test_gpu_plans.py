@@ -226,7 +226,7 @@ def test_one_8_gpu_node_plans_the_readme_command_without_counting_this_machines_
 def test_a_plan_made_where_horovod_is_not_installed_names_horovodrun(tmp_path, monkeypatch):
     """A GPU machine without Horovod still plans the command that a machine with it runs, naming horovodrun as that
     machine's PATH finds it (before, the plan ended in an internal error). `--hvd-launcher mpirun` without mpirun is
-    refused in one line, plan or not."""
+    planned (the hosts' mpirun, Open MPI's form), and a run is refused in one line."""
     import bench.backends.horovod.launcher
 
     monkeypatch.setattr(bench.backends.horovod.launcher, "horovodrun_path", lambda: None)
@@ -234,5 +234,10 @@ def test_a_plan_made_where_horovod_is_not_installed_names_horovodrun(tmp_path, m
     commands = [shlex.split(line.removeprefix("  on this machine: ")) for line in lines if "on this machine: " in line]
     assert len(commands) == 2 and commands[1][:6] == ["horovodrun", "--gloo", "-np", "8", "-H", "localhost:8"]
     monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun here either
-    proc = bench_in_process("run", "--backend", "horovod", "--hvd-launcher", "mpirun", "--gpus", "8", "--dry-run")
+    lines = planned("run", "--backend", "horovod", "--hvd-launcher", "mpirun", "--gpus", "8", tmp_path=tmp_path)
+    [command] = [shlex.split(line.removeprefix("  on this machine: ")) for line in lines if "on this machine: " in line]
+    assert command[:5] == ["mpirun", "-np", "8", "-H", "localhost:8"] and "btl_tcp_if_include" not in command
+    store = tmp_path / "run.sqlite"
+    proc = bench_in_process("run", "--backend", "horovod", "--hvd-launcher", "mpirun", "--nproc", "2", "--store", store)
     assert_one_line_error(proc, "--hvd-launcher mpirun needs mpirun", "apt-get install openmpi-bin")
+    assert not store.exists()

@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from conftest import FAST, ROOT, assert_nothing_left, bench_json, needs_system, programs_missing
+from conftest import FAST, ROOT, assert_nothing_left, bench_json
+from needs import needs
 
 pytestmark = pytest.mark.slow
 
@@ -97,14 +98,7 @@ def test_two_process_horovod_run(workload, two_worker_run):
 
 # Horovod's MPI controllers: OpenMPI's mpirun, and a Horovod built with MPI, which the set-up does where OpenMPI's
 # compiler wrapper (mpicxx, libopenmpi-dev) is found (bench.tools.horovod_build)
-MPI_MISSING = programs_missing("mpirun", "mpicxx", install="openmpi-bin libopenmpi-dev") or (
-    "HOROVOD_WITHOUT_MPI is set: Horovod is built without its MPI controller"
-    if os.environ.get("HOROVOD_WITHOUT_MPI")
-    else None
-)
-
-
-@needs_system(MPI_MISSING)
+@needs("mpi")
 @pytest.mark.parametrize("launcher, marker", [("mpi", "--mpi"), ("mpirun", "-bind-to")])
 def test_mpi_controllers(launcher, marker, store):
     proc, record = bench_json(

@@ -35,7 +35,8 @@ from bench.core.rundir import RunDir
 from bench.core.store import Store
 from bench.tasks.train import build_spec
 from bench.testbed import hosts as testhosts
-from conftest import FAST, ROOT, assert_one_line_error, bench_in_process, programs_missing, skip_unless_present
+from conftest import FAST, ROOT, assert_one_line_error, bench_in_process
+from needs import needs
 
 CRD_DIR = ROOT.parent / "shared" / "k8s" / "crds"
 needs_crds = pytest.mark.skipif(
@@ -297,7 +298,6 @@ def test_torchrun_refuses_the_operators_empty_pet_standalone(tmp_path):
 
 
 # ---------------------------------------------------------------- contract run: each pod a process on a test host
-UNAVAILABLE = testhosts.unavailable_reason()
 # one training step of a tiny network under the group torchrun forms from the operator's variables; each rank writes
 # what it saw (rank, world size, its host name, its parameters after the step)
 POD_STEP = """
@@ -398,7 +398,7 @@ def as_pod(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+@needs("hosts")
 @pytest.mark.parametrize("kind", ["pytorchjob", "pytorchjob-elastic", "trainjob"])
 def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, tmp_path):
     pods = pods_of(kind)
@@ -428,7 +428,7 @@ def test_contract_run_one_step_with_the_operators_environment(pod_hosts, kind, t
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+@needs("hosts")
 @pytest.mark.parametrize("kind", ["pytorchjob", "pytorchjob-elastic", "trainjob"])
 def test_contract_run_bench_run_in_each_pod_is_one_run_and_one_record(pod_hosts, kind, tmp_path):
     """Each pod of a two-pod job runs `bench run` itself, as `bench k8s` writes it, with the operator's environment:
@@ -490,7 +490,7 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+@needs("hosts")
 def test_contract_run_elastic_pod_lost_the_other_goes_on(pod_hosts, tmp_path):
     """Under the elastic policy 1:2, the second pod's agent and rank killed: the first pod's agent restarts its
     rank, which re-rendezvouses alone (world size 1) and finishes."""
@@ -668,8 +668,8 @@ def imported_record(tmp_path: Path, log: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
-@pytest.mark.parametrize("hvd_launcher", ["gloo", "mpirun"])
+@needs("hosts")
+@pytest.mark.parametrize("hvd_launcher", ["gloo", pytest.param("mpirun", marks=needs("mpi"))])
 def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_hosts, tmp_path, hvd_launcher):
     """The MPIJob `bench k8s` writes, played by its pods: each worker pod runs its container's command (`sshd -De`)
     on its own test host, the launcher pod runs its container's command (`bench run --hostfile /etc/mpi/hostfile`)
@@ -677,8 +677,6 @@ def test_contract_run_mpijob_launcher_runs_bench_over_the_operators_files(pod_ho
     image's ssh configuration, the launcher the ConfigMap's hostfile and discover_hosts.sh. One run over the two
     workers, recorded by the launcher: under horovodrun (the default) and under Open MPI's mpirun
     (`-- --hvd-launcher mpirun`), whose daemons reach the workers over the same key."""
-    if hvd_launcher == "mpirun":
-        skip_unless_present(programs_missing("mpirun", "mpicxx", install="openmpi-bin libopenmpi-dev"))
     job, namespace, workers = "bench", "default", 2
     written = tmp_path / "job.yaml"
     launcher_args = [] if hvd_launcher == "gloo" else ["--hvd-launcher", hvd_launcher]
@@ -722,7 +720,7 @@ def fault_reached_run(results: Path, until: float, launcher: subprocess.Popen) -
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"test hosts need root, network namespaces and sshd: {UNAVAILABLE}")
+@needs("hosts")
 def test_contract_run_mpijob_elastic_worker_dropped_from_discover_hosts(pod_hosts, tmp_path):
     """`bench k8s --kind mpijob --drop-worker`, played by its pods (as above, the launcher on a test host of its
     own): the launcher runs `bench fault` under Horovod elastic over the ConfigMap's discover_hosts.sh, which names

@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FAST, SHORT, assert_nothing_left, bench, bench_json, needs_ray
+from conftest import FAST, SHORT, assert_nothing_left, bench, bench_json
+from needs import needs
 
 
 def closed_port() -> int:
@@ -24,7 +25,7 @@ def closed_port() -> int:
 
 
 # ---------------------------------------------------------------- refused before anything runs
-@needs_ray
+@needs("ray")
 def test_unreachable_ray_address_is_one_line_within_seconds(store):
     started = time.monotonic()
     proc = bench("run", "--backend", "ray", "--ray-address", f"127.0.0.1:{closed_port()}", "--store", store, *FAST)
@@ -35,7 +36,7 @@ def test_unreachable_ray_address_is_one_line_within_seconds(store):
     assert not store.exists()
 
 
-@needs_ray
+@needs("ray")
 def test_ray_address_of_the_wrong_form_and_for_another_backend(store):
     proc = bench("run", "--backend", "ray", "--ray-address", "localhost", "--store", store)
     assert proc.returncode == 2 and "HOST:PORT" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -56,7 +57,7 @@ def test_doctor_says_whether_ray_can_run():
 
 
 # ---------------------------------------------------------------- real runs
-@needs_ray
+@needs("ray")
 @pytest.mark.slow
 def test_two_worker_resnet18_run(tmp_path):
     # a store given by a relative path, as `--store results/x.sqlite` from a checkout: the run directory is then
@@ -107,7 +108,7 @@ def test_two_worker_resnet18_run(tmp_path):
     assert_nothing_left(record)
 
 
-@needs_ray
+@needs("ray")
 @pytest.mark.slow
 def test_allreduce_sweep_has_no_wrong_element(store):
     proc, record = bench_json(
@@ -134,7 +135,7 @@ def test_allreduce_sweep_has_no_wrong_element(store):
     assert_nothing_left(record)
 
 
-@needs_ray
+@needs("ray")
 @pytest.mark.slow
 def test_a_joining_node_grows_the_worker_group(store):
     """bench fault --join under Train V2's elastic worker count: a node with one worker's CPUs joins the run's
@@ -172,7 +173,7 @@ def test_a_join_on_a_cluster_of_anothers_is_refused(store):
     assert "adds a node to the run's own runtime" in proc.stderr
 
 
-@needs_ray
+@needs("ray")
 @pytest.mark.slow
 def test_the_bare_ray_loop_leaves_no_ray_session_behind():
     """The self-check's bare TorchTrainer script keeps Ray's session files in its own folder and removes it."""

@@ -9,7 +9,8 @@ from bench.core.store import Store
 from bench.report.page import render_report
 from bench.results.frame import load_frame
 from bench.tasks.train.results import replicated_cases
-from conftest import FAST, assert_the_answer_is_in_the_first_screen, bench, needs_chromium
+from conftest import FAST, assert_the_answer_is_in_the_first_screen, bench
+from needs import needs
 
 pytestmark = pytest.mark.slow
 _CACHE = {}
@@ -94,7 +95,7 @@ def test_the_sweep_writes_its_page_and_a_dated_copy(store_path):
     assert copy_.read_text() == page
 
 
-@needs_chromium
+@needs("chromium")
 def test_the_answer_of_a_fresh_sweep_is_in_the_first_screen(store_path, tmp_path):
     page = tmp_path / "report.html"
     page.write_text(render_report(load_frame(Store(store_path)), "s"), encoding="utf-8")

@@ -10,12 +10,13 @@ import pytest
 
 from bench.core.store import Store
 from bench.report.page import write_report
-from conftest import assert_the_answer_is_in_the_first_screen, launch_chromium, needs_chromium
+from conftest import assert_the_answer_is_in_the_first_screen, launch_chromium
+from needs import needs
 
 V1_STORE = Path(__file__).resolve().parent / "data" / "store-v1.sqlite"
 
 # slow: a browser started for each test (seconds)
-pytestmark = [needs_chromium, pytest.mark.slow]
+pytestmark = [needs("chromium"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import bench.cli
 from bench.cluster.slurm import shell_word
 from bench.core.errors import UsageError
 from conftest import ROOT, assert_one_line_error, bench_in_process
+from needs import needs
 
 PARSER = bench.cli.build_parser()
 SBATCH = shutil.which("sbatch")  # Slurm's own, where installed: it lists the options it reads from a script
@@ -331,7 +332,7 @@ def test_a_hostile_value_is_refused_or_reaches_its_reader_exactly(name, index, t
     assert os.path.isfile(os.path.join(os.path.dirname(store), f"slurm-{JOB_ID}.out"))  # the job's output file
 
 
-@pytest.mark.skipif(SBATCH is None, reason="Slurm's sbatch is not installed (apt-get install slurm-client)")
+@needs("sbatch")
 def test_sbatch_reads_every_option_as_written(tmp_path, monkeypatch):
     """Slurm's own sbatch, given the script, reads each option with the value given (names at their longest)."""
     monkeypatch.chdir(tmp_path)

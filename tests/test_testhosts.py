@@ -19,15 +19,12 @@ from bench.testbed import teardown
 from bench.testbed.hosts import BEGIN, BRIDGE, DEFAULT_SUBNET, PREFIX, TestHost
 from bench.testbed.protocol import Cluster, SetupError
 from conftest import assert_fails_in_one_line, bench, bench_in_process
-
-UNAVAILABLE = testhosts.unavailable_reason()
+from needs import needs
 
 
 def needs_hosts(test):
     """Real hosts: root only, and slow (they change the machine for everyone on it, so not in the quick run)."""
-    skip = pytest.mark.skipif(
-        UNAVAILABLE is not None, reason=f"building test hosts needs root, network namespaces and sshd: {UNAVAILABLE}"
-    )
+    skip = needs("hosts")
     return pytest.mark.slow(skip(test))
 
 

@@ -23,8 +23,7 @@ from conftest import (
     bench_json,
     run_tag_of,
 )
-
-UNAVAILABLE = testray.unavailable_reason()
+from needs import needs
 
 
 # ---------------------------------------------------------------- refusals (no root needed)
@@ -94,7 +93,7 @@ def cluster():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"the Ray test cluster cannot run here: {UNAVAILABLE}")
+@needs("ray-cluster")
 def test_ray_trains_across_the_test_hosts_and_leaves_the_cluster_as_it_was(cluster, store, monkeypatch):
     hosts, address = cluster["hosts"], cluster["address"]
     proc = bench("testray", "status")

@@ -23,12 +23,11 @@ from bench.testbed import slurm as testslurm
 from bench.testbed.hosts import TestHost
 from bench.testbed.protocol import StateFile
 from conftest import FAST, assert_fails_in_one_line, bench, bench_in_process
-
-UNAVAILABLE = testslurm.unavailable_reason()
+from needs import needs
 
 
 def needs_cluster(test):
-    skip = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"the Slurm test cluster cannot run here: {UNAVAILABLE}")
+    skip = needs("slurm")
     return pytest.mark.slow(skip(test))
 
 

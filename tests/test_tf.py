@@ -12,15 +12,8 @@ import os
 import numpy as np
 import pytest
 
-from conftest import (
-    FAST,
-    ROOT,
-    assert_nothing_left,
-    assert_one_line_error,
-    bench,
-    needs_tf,
-    torch_compiler_before_tensorflow,
-)
+from conftest import FAST, ROOT, assert_nothing_left, assert_one_line_error, bench, torch_compiler_before_tensorflow
+from needs import needs
 
 torch_compiler_before_tensorflow()  # the models are built and stepped here, in this process
 
@@ -50,7 +43,7 @@ def _same_model(name):
     return workload, size, theirs, ours, copied
 
 
-@needs_tf
+@needs("tf")
 @pytest.mark.slow  # TensorFlow loaded in this process (seconds)
 @pytest.mark.parametrize("name", ["mnist_mlp", "resnet18"])
 def test_keras_models_have_the_same_layers_and_parameter_counts(name):
@@ -62,7 +55,7 @@ def test_keras_models_have_the_same_layers_and_parameter_counts(name):
     assert trainable == {"mnist_mlp": 669_706, "resnet18": 11_181_642}[name]
 
 
-@needs_tf
+@needs("tf")
 @pytest.mark.slow  # TensorFlow loaded in this process (seconds)
 @pytest.mark.parametrize("name", ["mnist_mlp", "resnet18"])
 def test_one_step_of_each_framework_computes_the_same_update(name):
@@ -111,7 +104,7 @@ def test_one_step_of_each_framework_computes_the_same_update(name):
     assert worst <= UPDATE_RTOL * moved, f"largest difference {worst:.3g}, largest change {moved:.3g}"
 
 
-@needs_tf
+@needs("tf")
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tf-mwms", "horovod-tf"])
 @pytest.mark.parametrize("workload", ["mnist_mlp", "resnet18"])
@@ -174,7 +167,7 @@ def test_the_tasks_they_do_not_take_are_refused_in_one_line(argv, says, tmp_path
     assert not (tmp_path / "s.sqlite").exists()
 
 
-@needs_tf
+@needs("tf")
 @pytest.mark.slow  # TensorFlow loaded in this process (seconds)
 def test_a_tensorflow_sweep_counts_wrong_elements():
     """The sweep's check on TensorFlow tensors (TFBuffers): a collective that returns the right values is clean, one
@@ -304,7 +297,7 @@ def test_the_tensorflow_ranks_load_tf_keras_whatever_the_callers_environment(mon
     assert common.index('os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")') < common.index("import tensorflow")
 
 
-@needs_tf
+@needs("tf")
 @pytest.mark.slow
 @pytest.mark.serial
 def test_the_tensorflow_backends_against_their_bare_keras_loops(tmp_path):

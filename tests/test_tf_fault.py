@@ -3,16 +3,17 @@ TensorFlowKerasState) for real: 1 horovodrun worker joined by another, which rec
 cost on a 2-core machine: about 20 s (a killed worker, with the resumed parameters checked against Keras training
 computed independently: tests/test_backend_contract.py).
 
-Skipped where TensorFlow is missing, except under CI (conftest.needs_tf)."""
+Skipped where TensorFlow is missing, except under CI (needs.py)."""
 
 import glob
 
 import numpy as np
 import pytest
 
-from conftest import SHORT, fault, needs_tf
+from conftest import SHORT, fault
+from needs import needs
 
-pytestmark = [pytest.mark.slow, needs_tf]
+pytestmark = [pytest.mark.slow, needs("tf")]
 
 
 def resumed_params(record, step):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bench.backends.base import Backend, BackendOption, CommSchedule
 from bench.backends.horovod.launcher import SETUP_HINT, HorovodElastic, HorovodLauncher, horovodrun_path
+from bench.core.dryrun import planning
 from bench.core.environment import kept_facts, package_version, torch_installation_key
 from bench.core.inputs import shown
 
@@ -214,7 +215,7 @@ class HorovodBackend(Backend):
                 + ("not an executable file" if os.path.exists(script) else "no such file")
                 + "; name the cluster's discovery script (chmod +x it), as horovodrun runs it"
             )
-        if options["launcher"] in ("mpi", "mpirun"):
+        if options["launcher"] in ("mpi", "mpirun") and not planning():  # a plan's MPI is the hosts' to have
             if shutil.which("mpirun") is None:
                 return f"--hvd-launcher {options['launcher']} needs mpirun (apt-get install openmpi-bin libopenmpi-dev)"
             if not built_with("MPI"):

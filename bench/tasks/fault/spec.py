@@ -115,8 +115,9 @@ def build_spec(
         problem = check(placed, host, sys.executable)
         if problem:
             raise UsageError(f"{HOST_FLAGS[scenario]} {host}: {problem}")
-    # the elastic mode answers for CPU processes; on GPUs the backend must have them too (Horovod: NCCL or MPI)
-    problem = (plugin.unavailable_reason(device) if device != "cpu" else None) or plugin.elastic.problem(
+    # the elastic mode answers for CPU processes; on GPUs the backend must have them too (Horovod: NCCL or MPI), as
+    # the hosts say where a plan is made (problem_here)
+    problem = (plugin.problem_here(device) if device != "cpu" else None) or plugin.elastic.problem(
         scenario, world_size, options.get("backend_options") or {}, cluster["hosts"] if cluster else None
     )
     if problem:
