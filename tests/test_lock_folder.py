@@ -10,16 +10,14 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
 from bench.core.errors import CoresInUse
 from bench.harness import cores
 from bench.harness.cores import CoreClaim, LockFolderRefused, Sharing, open_folder
-from conftest import ROOT, bench_in_process
+from conftest import ROOT, assert_untouched, bench_in_process
 
 OTHER_UID = 65534  # nobody
 
@@ -65,29 +63,6 @@ def as_other_user(code: str, *args, background=False, env=None):
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done
-
-
-@pytest.fixture
-def shared_tmp():
-    """A /tmp of its own: sticky and writable by everyone, as /tmp is."""
-    base = Path(tempfile.mkdtemp(prefix="bench-lock-probe-", dir="/tmp"))
-    os.chmod(base, 0o1777)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
-def secret(shared_tmp):
-    """A root-owned file only root may read or write: what a planted link points at."""
-    path = shared_tmp / "secret"
-    path.write_text("root's\n")
-    os.chmod(path, 0o600)
-    return path
-
-
-def assert_untouched(secret: Path) -> None:
-    info = secret.lstat()
-    assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == 0 and secret.read_text() == "root's\n"
 
 
 def claim(folder, run_id="root-run", resources=("cpu0", "cpu1"), **rule):
@@ -141,6 +116,18 @@ def test_a_folder_others_may_write_that_is_not_sticky_is_refused(shared_tmp):
     with pytest.raises(LockFolderRefused, match="symbolic link"):
         with claim(link):
             pass
+
+
+def test_a_lock_folder_past_another_users_link_is_neither_made_nor_used_there(shared_tmp, tmp_path):
+    victim = tmp_path / "root-only"
+    victim.mkdir(mode=0o700)
+    as_other_user("import os, sys; os.symlink(sys.argv[2], sys.argv[1])", shared_tmp / "elsewhere", victim)
+    with pytest.raises(LockFolderRefused) as refused:
+        with claim(shared_tmp / "elsewhere" / "bench-locks"):
+            pass
+    said = str(refused.value)
+    assert "\n" not in said and "lies past a part another user chose" in said and "symbolic link of nobody" in said
+    assert list(victim.iterdir()) == []
 
 
 def test_a_made_folder_is_sticky_and_shared_and_an_existing_one_keeps_its_mode(shared_tmp):

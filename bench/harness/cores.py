@@ -31,9 +31,7 @@ import errno
 import fcntl
 import json
 import os
-import pwd
 import re
-import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -44,6 +42,7 @@ from typing import Any
 
 from bench.core.console import format_duration, note
 from bench.core.errors import BenchError, CoresInUse, UsageError
+from bench.core.shared_folders import UnsafePath, check_path, folder_problem, open_file, open_or_create, owner
 from bench.core.spec import RunSpec
 
 LOCK_DIR_VARIABLE = "BENCH_LOCK_DIR"
@@ -132,7 +131,9 @@ def printable(text: object, limit: int = 200) -> str:
 # this user or root (and, where others may write to it, is sticky, as /tmp is, so that nobody replaces another's
 # file); every file is opened relative to the folder's own descriptor, never through a symbolic link, and only if it
 # is a regular file with one name; a file is made world-writable only by the process that has just created it; and
-# what another process wrote (run ids, pids, labels) is checked before it names a file or blocks a run.
+# what another process wrote (run ids, pids, labels) is checked before it names a file or blocks a run. The path to
+# the folder passes through no link or folder another user chose (bench.core.shared_folders, which holds these checks
+# for every file bench makes where other users may write).
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 REGISTRY = "registry.lock"
@@ -140,7 +141,6 @@ REGISTRY_WAIT_S = 60.0  # the registry is held for milliseconds; longer means a 
 MAX_CLAIM_BYTES = 1 << 16
 MAX_SHARED_BYTES = 1 << 20
 STATES = ("waiting", "running", "ended")
-_NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO planted under a claim's name never blocks
 
 
 def valid_run_id(value: object) -> bool:
@@ -160,13 +160,6 @@ def _refuse(folder: Path, problem: str) -> LockFolderRefused:
     )
 
 
-def _owner(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
-
-
 def open_folder(folder: Path, create: bool = True) -> int:
     """A descriptor of the claims folder, checked (LockFolderRefused says what is wrong with it in one line); made,
     sticky and writable for every user, if it does not exist and `create`."""
@@ -174,17 +167,20 @@ def open_folder(folder: Path, create: bool = True) -> int:
     made = False
     try:
         try:
+            check_path(folder.parent)
             fd = os.open(folder, flags)
         except FileNotFoundError:
             if not create:
                 raise
-            folder.parent.mkdir(parents=True, exist_ok=True)
+            check_path(folder.parent, make=True)  # never made through another user's link
             try:
                 os.mkdir(folder, 0o700)
                 made = True
             except FileExistsError:  # made at the same moment by another bench
                 pass
             fd = os.open(folder, flags)
+    except UnsafePath as exc:
+        raise _refuse(folder, f"lies past a part another user chose ({exc.problem})") from None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise _refuse(folder, "is a symbolic link or not a folder") from None
@@ -193,11 +189,7 @@ def open_folder(folder: Path, create: bool = True) -> int:
     if made and info.st_uid == os.geteuid():
         os.fchmod(fd, 0o1777)  # one folder for every user of the machine: this process has just made it
         return fd
-    problem = None
-    if info.st_uid not in (os.geteuid(), 0):
-        problem = f"belongs to {_owner(info.st_uid)}, not to you or root"
-    elif info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-        problem = f"may be written by other users (mode {stat.S_IMODE(info.st_mode):o}) and is not sticky"
+    problem = folder_problem(info)
     if problem:
         os.close(fd)
         raise _refuse(folder, problem)
@@ -215,30 +207,6 @@ def check_lock_folder() -> None:
         ) from None
 
 
-def _open_file(folder_fd: int, name: str, flags: int, mode: int = 0o644) -> int:
-    """A file of the folder, never through a symbolic link, and only a regular file with one name (OSError else)."""
-    fd = os.open(name, flags | _NOFOLLOW, mode, dir_fd=folder_fd)
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-        os.close(fd)
-        raise OSError(errno.EPERM, "not a regular file with one name", name)
-    return fd
-
-
-def _open_or_create(folder_fd: int, name: str, flags: int) -> int:
-    """Open `name`, creating it (owner-writable, readable by all) if it does not exist. Creation is exclusive: an
-    existing file is opened as it is, never made anew nor changed in mode."""
-    while True:
-        try:
-            return _open_file(folder_fd, name, flags)
-        except FileNotFoundError:
-            pass
-        try:
-            return _open_file(folder_fd, name, flags | os.O_CREAT | os.O_EXCL)
-        except FileExistsError:  # made in between by another bench
-            continue
-
-
 def _unlink(folder_fd: int, name: str) -> None:
     try:
         os.unlink(name, dir_fd=folder_fd)
@@ -250,7 +218,7 @@ def _unlink(folder_fd: int, name: str) -> None:
 def _registry(folder_fd: int, folder: Path) -> Iterator[None]:
     """Hold the lock on the claims folder while the claims are read and changed (at most REGISTRY_WAIT_S to get it)."""
     try:
-        fd = _open_or_create(folder_fd, REGISTRY, os.O_RDONLY)  # flock needs no write access
+        fd = open_or_create(folder_fd, REGISTRY, os.O_RDONLY)[0]  # flock needs no write access
     except OSError as exc:
         raise _refuse(folder, f"has a {REGISTRY} that bench cannot use ({exc.strerror or exc})") from None
     try:
@@ -262,7 +230,7 @@ def _registry(folder_fd: int, folder: Path) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise CoresInUse(
-                        f"{printable(folder / REGISTRY)} (of {_owner(os.fstat(fd).st_uid)}) has been locked for "
+                        f"{printable(folder / REGISTRY)} (of {owner(os.fstat(fd).st_uid)}) has been locked for "
                         f"{REGISTRY_WAIT_S:g} s, where bench holds it for milliseconds: end the process that holds "
                         f"it (fuser {printable(folder / REGISTRY)}), or set {LOCK_DIR_VARIABLE} to a folder of your "
                         "own"
@@ -448,7 +416,7 @@ class CoreClaim:
             if not name.endswith(".claim") or name == self.name or not valid_run_id(run_id):
                 continue
             try:
-                fd = _open_file(self._folder_fd, name, os.O_RDONLY)
+                fd = open_file(self._folder_fd, name, os.O_RDONLY)
             except OSError:
                 continue
             try:
@@ -471,7 +439,7 @@ class CoreClaim:
         line = json.dumps({"run_id": self.run_id, "label": self.label, "store": self.store}) + "\n"
         try:
             owner = os.stat(f"{other['run_id']}.claim", dir_fd=self._folder_fd, follow_symlinks=False).st_uid
-            fd = _open_file(self._folder_fd, f"{other['run_id']}.shared", os.O_WRONLY | os.O_APPEND)
+            fd = open_file(self._folder_fd, f"{other['run_id']}.shared", os.O_WRONLY | os.O_APPEND)
         except OSError:
             return
         try:
@@ -486,9 +454,9 @@ class CoreClaim:
             self.folder_fd = open_folder(self.folder)
             with _registry(self.folder_fd, self.folder):  # made and locked at once: a claim nobody locks is a dead
                 # process's; made anew (O_EXCL): a file planted under its name is never opened
-                self.fd = _open_file(self.folder_fd, self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+                self.fd = open_file(self.folder_fd, self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
                 fcntl.flock(self.fd, fcntl.LOCK_EX)
-                shared = _open_file(self.folder_fd, f"{self.run_id}.shared", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                shared = open_file(self.folder_fd, f"{self.run_id}.shared", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
                 os.fchmod(shared, 0o622)  # just made, for the runs of other users that start alongside to append to
                 os.close(shared)
         except BenchError:
@@ -609,7 +577,7 @@ def overlaps_of(run_id: str) -> list[dict[str, Any]]:
         )
         for name, read in reads:
             try:
-                fd = _open_file(folder_fd, name, os.O_RDONLY)
+                fd = open_file(folder_fd, name, os.O_RDONLY)
             except OSError:
                 continue
             try:
