@@ -26,6 +26,7 @@ from pathlib import Path
 from bench.core.dryrun import planning
 from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
+from bench.core.hostlist import MAX_HOSTS, too_many_hosts
 from bench.core.inputs import shown
 
 SCONTROL_TIMEOUT_S = 10
@@ -47,12 +48,15 @@ def in_allocation(env=None) -> bool:
 
 def tasks_per_node(text: str) -> list[int]:
     """SLURM_TASKS_PER_NODE ("2(x3),1") as a count per node, in node order."""
-    counts = []
+    counts: list[int] = []
     for item in text.split(","):
         match = TASKS.match(item.strip())
         if not match:
-            raise UsageError(f"SLURM_TASKS_PER_NODE={text!r} is not Slurm's N(xM),... form")
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
+            raise UsageError(f"SLURM_TASKS_PER_NODE={shown(text)} is not Slurm's N(xM),... form")
+        times = int(match.group(2) or 1)
+        if len(counts) + times > MAX_HOSTS:  # before the list is made: "2(x999999999)" would fill the memory
+            raise too_many_hosts(f"SLURM_TASKS_PER_NODE={shown(text)}")
+        counts += [int(match.group(1))] * times
     return counts
 
 
@@ -83,27 +87,44 @@ def expand_nodelist(text: str) -> list[str]:
     for i, char in enumerate(text + ","):  # the commas outside brackets separate the names
         depth += {"[": 1, "]": -1}.get(char, 0)
         if depth < 0 or depth > 1:
-            raise UsageError(f"SLURM_JOB_NODELIST={text}: its brackets do not pair")
+            raise UsageError(f"SLURM_JOB_NODELIST={shown(text)}: its brackets do not pair")
         if char == "," and depth == 0:
             items.append(text[start:i])
             start = i + 1
     if depth:
-        raise UsageError(f"SLURM_JOB_NODELIST={text}: its brackets do not pair")
-    return [name for item in items if item for name in _expand_name(item, text)]
+        raise UsageError(f"SLURM_JOB_NODELIST={shown(text)}: its brackets do not pair")
+    names: list[str] = []
+    for item in items:
+        if item:
+            names += _expand_name(item, text)
+            if len(names) > MAX_HOSTS:
+                raise too_many_hosts(f"SLURM_JOB_NODELIST={shown(text)}")
+    return names
+
+
+NODE_NUMBER = re.compile(r"[0-9]{1,18}")  # ASCII digits, few enough for int() (str.isdigit takes "²" too)
 
 
 def _expand_name(item: str, text: str) -> list[str]:
-    match = re.match(r"([^\[]*)\[([^\]]+)\](.*)", item)
-    if not match:
-        return [item]
-    head, ranges, tail = match.groups()
-    names = []
-    for part in ranges.split(","):
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            raise UsageError(f"SLURM_JOB_NODELIST={text}: {part!r} is not a number or a range")
-        names += [f"{head}{i:0{len(low)}d}" for i in range(int(low), int(high or low) + 1)]
-    return [name + rest for name in names for rest in _expand_name(tail, text)]
+    """One name's bracket groups expanded left to right (the first varies slowest), counted before each is made:
+    "n[1-999999999]" would fill the memory, and a group per level of recursion would overflow the stack."""
+    names, at = [""], 0
+    for group in re.finditer(r"\[([^\]]+)\]", item):
+        numbers: list[tuple[int, int, int]] = []  # (first, last, width)
+        count = 0
+        for part in group.group(1).split(","):
+            low, _, high = part.partition("-")
+            if not NODE_NUMBER.fullmatch(low) or (high and not NODE_NUMBER.fullmatch(high)):
+                raise UsageError(f"SLURM_JOB_NODELIST={shown(text)}: {shown(part)} is not a number or a range")
+            numbers.append((int(low), int(high or low), len(low)))
+            count += max(0, int(high or low) - int(low) + 1)
+        if len(names) * count > MAX_HOSTS:
+            raise too_many_hosts(f"SLURM_JOB_NODELIST={shown(text)}")
+        head = item[at : group.start()]
+        parts = [f"{head}{i:0{width}d}" for first, last, width in numbers for i in range(first, last + 1)]
+        names = [name + part for name in names for part in parts]
+        at = group.end()
+    return [name + item[at:] for name in names]
 
 
 def _scontrol(*args: str) -> str:

@@ -7,9 +7,16 @@ import re
 from dataclasses import dataclass
 
 from bench.core.errors import UsageError
-from bench.core.inputs import HOSTFILE_LIMIT, read_text_file
+from bench.core.inputs import HOSTFILE_LIMIT, read_text_file, shown
 
 HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?")  # the whole name (fullmatch: no "\n" after it)
+# The most hosts one run takes: well above any cluster bench measures or projects to (--cluster's 65,536 workers),
+# and a bound on what a host list (--hosts, --hostfile, a Slurm node list) costs to read before anything runs.
+MAX_HOSTS = 65_536
+
+
+def too_many_hosts(where: str) -> UsageError:
+    return UsageError(f"{where} names more than {MAX_HOSTS:,} hosts, the most bench takes")
 
 
 @dataclass(frozen=True)
@@ -23,11 +30,11 @@ class Host:
 
 def _host(name: str, slots_text: str, where: str) -> Host:
     if not HOST_NAME.fullmatch(name):
-        raise UsageError(f"{where}: {name!r} is not a host name or address")
+        raise UsageError(f"{where}: {shown(name)} is not a host name or address")
     try:
         slots = int(slots_text)
     except ValueError:
-        raise UsageError(f"{where}: slots {slots_text!r} of host {name} is not an integer") from None
+        raise UsageError(f"{where}: slots {shown(slots_text)} of host {name} is not an integer") from None
     if slots < 1:
         raise UsageError(f"{where}: host {name} needs at least 1 slot, not {slots}")
     return Host(name, slots)
@@ -35,11 +42,15 @@ def _host(name: str, slots_text: str, where: str) -> Host:
 
 def parse_hosts(text: str) -> list[Host]:
     """`h1:2,h2:2` (a host without `:N` has 1 slot), as horovodrun -H and mpirun -H take it."""
-    hosts, where = [], f"--hosts {text if text.isprintable() else ascii(text)}"  # (a message is one line)
+    # a message is one line, and short: a list of thousands of hosts is said by its start
+    hosts: list[Host] = []
+    where = f"--hosts {text if text.isprintable() and len(text) <= 80 else shown(text)}"
     for item in text.split(","):
         item = item.strip()
         if not item:
             continue
+        if len(hosts) == MAX_HOSTS:
+            raise too_many_hosts(where)
         name, _, slots = item.partition(":")
         hosts.append(_host(name, slots or "1", where))
     return _distinct(hosts, where)
@@ -48,7 +59,7 @@ def parse_hosts(text: str) -> list[Host]:
 def read_hostfile(path: str) -> list[Host]:
     """One `host slots=N` (or `host`) per line, `#` comments, as mpirun and horovodrun read it."""
     lines = read_text_file(path, "--hostfile", HOSTFILE_LIMIT).splitlines()
-    hosts = []
+    hosts: list[Host] = []
     for number, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()
         if not words:
@@ -57,9 +68,11 @@ def read_hostfile(path: str) -> list[Host]:
         for word in words[1:]:
             key, _, value = word.partition("=")
             if key not in ("slots", "max_slots", "max-slots"):
-                raise UsageError(f"--hostfile {path}, line {number}: {word!r} is not slots=N")
+                raise UsageError(f"--hostfile {path}, line {number}: {shown(word)} is not slots=N")
             if key == "slots":
                 slots = value
+        if len(hosts) == MAX_HOSTS:
+            raise too_many_hosts(f"--hostfile {path}")
         hosts.append(_host(words[0], slots, f"--hostfile {path}, line {number}"))
     return _distinct(hosts, f"--hostfile {path}")
 
@@ -67,10 +80,13 @@ def read_hostfile(path: str) -> list[Host]:
 def _distinct(hosts: list[Host], where: str) -> list[Host]:
     if not hosts:
         raise UsageError(f"{where} names no host")
-    names = [h.name for h in hosts]
-    for name in names:
-        if names.count(name) > 1:
-            raise UsageError(f"{where} names host {name} twice; give its slots once")
+    if len(hosts) > MAX_HOSTS:
+        raise too_many_hosts(where)
+    seen: set[str] = set()
+    for host in hosts:  # one pass: the first name given again is the one said
+        if host.name in seen:
+            raise UsageError(f"{where} names host {host.name} twice; give its slots once")
+        seen.add(host.name)
     return hosts
 
 
