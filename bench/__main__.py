@@ -1,3 +1,18 @@
-from bench.cli import main
+"""The command line's entry, `python -m bench` and the `bench` script (pyproject.toml): Ctrl-C and SIGTERM end it in
+one line from its first statement on (bench.core.interrupts), while the CLI's modules load (seconds: numpy, the
+report, the backends' registry) as well as later; then bench.cli.main."""
 
-raise SystemExit(main())
+from __future__ import annotations
+
+from bench.core.interrupts import end_at_once
+
+
+def main() -> int:
+    end_at_once("before it started anything; nothing is left running")
+    from bench.cli import main as cli_main  # after the handlers: the import is what takes the time
+
+    return cli_main()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

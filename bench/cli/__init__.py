@@ -47,6 +47,7 @@ from bench.cluster.slurm import last_ending
 from bench.core.console import guard_std_streams, lost_output, note
 from bench.core.dryrun import plan_only
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BenchError, Interrupted
+from bench.core.interrupts import end_at_once
 from bench.harness.supervisor import signals_held
 
 VERBS = (
@@ -144,12 +145,12 @@ def slurm_launcher_alias(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # While the arguments are read nothing has started: Ctrl-C or SIGTERM ends bench at once, in one line (as while
+    # its modules load: bench.__main__), even where a shell started us with SIGINT ignored.
+    end_at_once("before it started anything; nothing is left running")
     # A closed pipe or a full device on stdout or stderr must neither end a run halfway nor change the exit status:
     # writes that fail are dropped, and said once at the end.
     guard_std_streams()
-    # Ctrl-C and SIGTERM end runs cleanly, even where a shell started us with SIGINT ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_interrupted)
     verb = None
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -161,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         verb = args.verb
         return _carry_out(args)
     finally:
+        # the verb is done, and has said so: a signal from here on ends the exit in one line too
+        end_at_once("as it was exiting, its work done")
         _report_lost_output(verb)
 
 
@@ -180,6 +183,9 @@ def _report_lost_output(verb: str | None) -> None:
 def _carry_out(args) -> int:
     """The verb, its errors turned into one line and an exit code."""
     try:
+        # From here Ctrl-C and SIGTERM raise, so that the verb ends what it started and records its runs.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _raise_interrupted)
         if getattr(args, "dry_run", False):  # plans only: nothing of this machine is claimed, no host contacted
             with plan_only():
                 return args.func(args)
