@@ -47,6 +47,7 @@ from bench.cluster.slurm import last_ending
 from bench.core.console import guard_std_streams, lost_output, note
 from bench.core.dryrun import plan_only
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BenchError, Interrupted
+from bench.core.inputs import terminal_text
 from bench.core.interrupts import end_at_once
 from bench.harness.supervisor import signals_held
 
@@ -193,7 +194,9 @@ def _carry_out(args) -> int:
             before_runs(args)
         return args.func(args)
     except BenchError as exc:
-        print(f"bench {args.verb}: error: {exc}", file=sys.stderr)
+        # bad input is one line; a failure may add lines on purpose (a test cluster's logs), never a control character
+        said = terminal_text(str(exc), keep_newlines=exc.exit_code != EXIT_BAD_INPUT)
+        print(f"bench {args.verb}: error: {said}", file=sys.stderr)
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
         # a run in progress records its own interruption and reaps its processes (bench.harness.runner.execute)
@@ -210,7 +213,8 @@ def _carry_out(args) -> int:
         if os.environ.get("BENCH_DEBUG"):
             raise
         print(
-            f"bench {args.verb}: internal error: {type(exc).__name__}: {exc} (set BENCH_DEBUG=1 for the traceback)",
+            f"bench {args.verb}: internal error: {type(exc).__name__}: {terminal_text(str(exc))} "
+            "(set BENCH_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return EXIT_INTERNAL

@@ -27,6 +27,7 @@ from bench.core.console import note
 from bench.core.dryrun import planning
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, UsageError
 from bench.core.hostlist import Host
+from bench.core.inputs import terminal_text
 from bench.core.records import RunStatus
 from bench.core.registry import BACKEND_MODULES, get_backend, get_task
 from bench.core.spec import resolve_device
@@ -59,7 +60,8 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message):
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        # the message may quote the command line, or a file it named: its control characters are shown escaped
+        print(f"{self.prog}: error: {terminal_text(message)} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
     def parse_args(self, args=None, namespace=None):
@@ -410,7 +412,8 @@ def printed(record, as_json: bool, record_lines: bool) -> None:
     if as_json:
         print_json(record.to_dict())
     else:
-        print("\n".join(record.task.summary_lines(record)), flush=True)
+        # a failed run's error is its workload's exception: shown with its control characters escaped
+        print("\n".join(map(terminal_text, record.task.summary_lines(record))), flush=True)
     if record_lines:
         print(record_line(record.to_dict()), flush=True)
 

@@ -6,6 +6,8 @@ names.
   the user's code (`workload_problem`).
 - Files (`read_regular_file`): a baseline, a hostfile, a run's record.json. Only a regular file is read, and only up
   to a limit: a FIFO would block the reader forever and a device (/dev/zero) never ends.
+- Text shown on a terminal (`terminal_text`, `shown`): what came from outside (a file's line, a path, a workload's
+  exception) never reaches it with a control character of its own (ESC, "\r"), which a terminal would obey.
 """
 
 from __future__ import annotations
@@ -56,6 +58,27 @@ def printable(text: str) -> str:
 def _escaped(found: re.Match[str]) -> str:
     code = ord(found.group())
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+# C0 (ESC starts a terminal's command, "\r" rewrites the line, "\n" starts another), DEL and C1 (U+009B is a
+# one-character ESC [)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def terminal_text(text: str, keep_newlines: bool = False) -> str:
+    """`text` as a terminal may show it: every control character as its escape (`\\x1b`, `\\r`, `\\n`), and what
+    UTF-8 cannot write as printable() writes it. For messages that carry what came from outside bench (a file's
+    line, a path, a workload's exception) on their way to stderr or stdout; `keep_newlines` for a message that is
+    several lines on purpose (a setup failure and its logs' tails)."""
+
+    def escaped(found: re.Match[str]) -> str:
+        char = found.group()
+        if keep_newlines and char == "\n":
+            return char
+        return CONTROL_NAMES.get(char, f"\\x{ord(char):02x}")
+
+    return printable(CONTROL.sub(escaped, text))
 
 
 def name_problem(value: object) -> str | None:
