@@ -7,14 +7,18 @@ how far each rank got and how it ended.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, overload
 
 from bench.core.codec import dumps
+from bench.core.errors import UsageError
+from bench.core.shared_folders import UnsafePath, check_path
 
 RANK_FILE = re.compile(r"rank(\d+)\.a(\d+)\.(\w+)(?:\.jsonl?)?$")
 
@@ -31,21 +35,22 @@ def write_atomic(
     (an exception, Ctrl-C) leaves the old file or none, and no temporary file. The content is `content` (text or
     bytes), or what `write(temporary_path)` writes (torch.save); `mode` sets the file's permissions;
     `before_replace()` runs once the data is on disk and before it becomes visible (a journal entry that must
-    never miss a file that exists). The data is flushed to disk before the rename."""
+    never miss a file that exists). The data is flushed to disk before the rename. The temporary file is
+    new_temporary's: in a folder others may write to (an output given in /tmp), nobody can have put a link there for
+    it to write through."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if write is None:
+        if content is None:
+            raise TypeError("write_atomic writes `content` or what `write` writes: it was given neither")
+        data = content.encode("utf-8") if isinstance(content, str) else content
+    fd, tmp = new_temporary(path, 0o666 if mode is None else 0o600)  # the umask applies
     try:
         if write is not None:
+            os.close(fd)  # write() opens the file by its name, which is this process's own now
             write(tmp)
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
         else:
-            if content is None:
-                raise TypeError("write_atomic writes `content` or what `write` writes: it was given neither")
-            data = content.encode("utf-8") if isinstance(content, str) else content
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else 0o600
-            )  # the umask applies
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
@@ -56,12 +61,22 @@ def write_atomic(
             before_replace()
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise
     return path
+
+
+def new_temporary(path: Path, mode: int) -> tuple[int, Path]:
+    """(descriptor, path) of a new file beside `path` (.NAME.PID.RANDOM.tmp), made exclusively and never through a
+    link: a name nobody can guess, so that in a folder others may write to nobody has put a file or link there
+    first."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode), tmp
+        except FileExistsError:  # (one in four billion)
+            continue
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
@@ -99,7 +114,17 @@ class RunDir:
         self.ranks = self.path / "ranks"
 
     def create(self) -> RunDir:
-        self.ranks.mkdir(parents=True, exist_ok=True)
+        """Make the run's folders, never through a link or folder another user chose (bench.core.shared_folders: a
+        store's runs folder in /tmp is shared, and a run's id shows in the process list), checked once made: another
+        user's is refused in one line (UsageError)."""
+        try:
+            check_path(self.ranks, make=True)
+        except UnsafePath as exc:
+            raise UsageError(
+                f"run directory {self.path} cannot be used ({exc.problem}): another user could point bench at a "
+                "folder of their choosing there; remove what they put there, or pass --store with a path in a folder "
+                "of your own"
+            ) from None
         return self
 
     spec_file = RunFile("spec.json")

@@ -38,6 +38,22 @@ written with (the schema_version column, filled by `save`, indexed), which check
 Stores made before that column are read as they are (read-only opens cannot change a file; newer_records reads
 their records' JSON instead), and the first record stored adds the column and its indexes (_upgrade).
 
+A store in a folder other local users may write to (/tmp) is used only where no other user chose what bench opens
+there (bench.core.shared_folders, whether or not the kernel's fs.protected_symlinks is on): a store path that passes
+through a link, file or folder of another user's in a sticky folder every user may write to (the store's own name
+among them), or through a folder every user may write to that is not sticky, is refused in one line, for reading as
+for writing; so are a runs folder beside it and a run directory in it (bench.core.rundir.RunDir.create) that another
+user linked or made. A new store is made in a folder of this process's own under a name nobody can guess (mkdtemp),
+then linked into place, so no link can have been planted where SQLite makes it. SQLite makes the -wal, -shm and
+-journal beside the store (beside the file a link of one's own names) by name: it opens each without following a link
+(O_NOFOLLOW, as its Unix VFS opens every file), but without O_EXCL, and it cannot refuse a link in the store's own path
+from Python (SQLITE_OPEN_NOFOLLOW is a flag of sqlite3_open_v2, not a URI parameter, and Python's sqlite3 does not
+pass it): hence the path check above, and, in such a folder, a -wal, -shm or -journal that is another user's or not a
+regular file with one name is refused, and a write makes the -wal and -shm itself, exclusively, where they are absent.
+What is left open: SQLite removes its -wal and -shm when the last connection closes, and a user who makes one in the
+moment between that and another bench's open of the store, after that bench's check, could still hand SQLite a file
+of theirs. A store in a folder of one's own is not exposed to any of this.
+
 The store is --store, else $BENCH_STORE, else results/bench.sqlite; an empty BENCH_STORE counts as
 unset, as `BENCH_STORE= bench list` means in a shell.
 """
@@ -49,6 +65,7 @@ import errno
 import gc
 import json
 import os
+import shutil
 import sqlite3
 import stat
 import tempfile
@@ -61,6 +78,7 @@ from bench.core.console import note
 from bench.core.errors import StoreError, StoreFull
 from bench.core.inputs import shown
 from bench.core.records import SCHEMA_VERSION, RunRecord
+from bench.core.shared_folders import UnsafePath, check_path, is_shared, open_file, open_or_create, owner
 
 DEFAULT_STORE = Path("results") / "bench.sqlite"
 T = TypeVar("T")  # what a read of the store gives (Store._read)
@@ -161,16 +179,13 @@ def check_folder_writable(folder: Path, create: bool) -> list[Path]:
     """Raise OSError (its strerror says why) unless a file can be written in `folder`: made first with
     `create` (and removed again when no file can be written there), else its nearest existing folder is tried,
     so that nothing is left behind. Returns the folders it made, deepest first."""
-    made = []
-    if create and not folder.is_dir():
-        missing = folder
-        while not missing.exists() and missing != missing.parent:
-            made.append(missing)
-            missing = missing.parent
-        try:
-            folder.mkdir(parents=True)
-        except OSError:  # a file in the way, say: found and said below
-            made = []
+    made: list[Path] = []
+    try:
+        made = check_path(folder, make=create)  # (UnsafePath, which is an OSError, where another user chose a part)
+    except UnsafePath:
+        raise
+    except OSError:  # a file in the way, say: found and said below
+        pass
     existing = folder
     while not existing.exists():
         existing = existing.parent
@@ -233,8 +248,25 @@ class Store:
             reason=f"it cannot be used: {why}",
         )
 
+    def _check_path(self) -> None:
+        """Refuse a store whose path passes through a link, file or folder another user chose
+        (bench.core.shared_folders): bench would read and write the file that user points it at."""
+        try:
+            check_path(self.path)
+        except UnsafePath as exc:
+            raise self._chosen_by_another(exc.problem) from None
+
+    def _chosen_by_another(self, problem: str) -> StoreError:
+        return StoreError(
+            f"results store {self.path} cannot be used ({problem}): another user could point bench at a file of "
+            "their choosing there; remove what they put there, or pass --store with a path in a folder of your own",
+            reason=f"it cannot be used: {problem}",
+        )
+
     def _stat(self) -> os.stat_result | None:
-        """The store file's status, or None where there is none; a path that cannot be a store is refused."""
+        """The store file's status, or None where there is none; a path that cannot be a store is refused, and so is
+        one another user chose a part of (_check_path)."""
+        self._check_path()
         try:
             st = self.path.stat()
         except (FileNotFoundError, NotADirectoryError):
@@ -262,11 +294,17 @@ class Store:
             )
         if create:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                check_path(self.path.parent, make=True)
+            except UnsafePath as exc:
+                raise self._chosen_by_another(exc.problem) from None
             except OSError as exc:
                 raise self._unusable(f"its folder cannot be made: {os_reason(exc)}") from None
             if st is None or st.st_size == 0:
                 self._create(replace_empty=st is not None)
+            # again, now that the store is there: in a shared folder another user may have put a link or file at its
+            # name meanwhile, and once it is checked nobody else can replace it there
+            self._check_path()
+        self._check_beside(create)
         conn = None
         try:
             if create:
@@ -296,6 +334,42 @@ class Store:
         # (an older store is upgraded by save, in the transaction of the record it stores: _upgrade)
         return conn
 
+    def _check_beside(self, create: bool) -> None:
+        """In a shared folder (bench.core.shared_folders), the files SQLite keeps beside the store (-wal, -shm and
+        -journal, beside the file a link names) must be regular files of this user's or the folder owner's: SQLite
+        opens them by name, never through a link but without O_EXCL, and would write the store's records into (or
+        read them from) a file another user made. For a write, the -wal and -shm are made here first where they are
+        absent, exclusively and with the store's own mode (as SQLite makes them), so that SQLite opens this user's."""
+        real = Path(os.path.realpath(self.path))
+        try:
+            folder_fd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return  # no folder to look in: the connect says why
+        try:
+            folder = os.fstat(folder_fd)
+            if not is_shared(folder):
+                return
+            try:
+                mode = stat.S_IMODE(os.stat(real).st_mode) & 0o666
+            except OSError:
+                mode = 0o644
+            for suffix in ("-wal", "-shm", "-journal"):
+                name = f"{real.name}{suffix}"
+                found = _side_file(folder_fd, name, mode if create and suffix != "-journal" else None)
+                if found is None or (not isinstance(found, str) and found.st_uid in (os.geteuid(), folder.st_uid)):
+                    continue
+                if isinstance(found, str):
+                    with contextlib.suppress(OSError):
+                        found += f" of {owner(os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_uid)}"
+                else:
+                    found = f"is a file of {owner(found.st_uid)}"
+                raise self._chosen_by_another(
+                    f"{real.parent / name} beside it {found}, in a folder every user may write to, and SQLite would "
+                    "open it"
+                )
+        finally:
+            os.close(folder_fd)
+
     def _full(self, exc: sqlite3.Error) -> StoreFull:
         why = (
             f"no room to grow its -shm file: {exc}"
@@ -314,15 +388,16 @@ class Store:
         to WAL and made to take the write lock (SQLite's -shm file needs room too), then put in place (linked, so
         that a store another bench made meanwhile is kept; an empty file at the path is replaced). On any failure,
         a signal included, nothing is left: no store, no temporary file."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
+            # a folder of this process's own, under a name nobody can guess and that only this user may enter: the
+            # temporary store and the files SQLite makes beside it are out of every other user's reach
+            folder = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent))
             try:
+                tmp = folder / self.path.name
                 self._build(tmp)
                 self._put_in_place(tmp, replace_empty)
             finally:
-                for path in (tmp, *(Path(f"{tmp}{suffix}") for suffix in ("-journal", "-wal", "-shm"))):
-                    with contextlib.suppress(OSError):
-                        path.unlink(missing_ok=True)
+                shutil.rmtree(folder, ignore_errors=True)
         except sqlite3.DatabaseError as exc:  # said once the temporary files are gone: the free space is then true
             if no_space(exc):
                 raise self._full(exc) from None
@@ -435,6 +510,12 @@ class Store:
         runs = self.path.parent / "runs"
         try:
             return check_folder_writable(runs, create)
+        except UnsafePath as exc:
+            raise StoreError(
+                f"run directory {runs} cannot be used ({exc.problem}): another user could point bench at a folder "
+                "of their choosing there; remove what they put there, or pass --store with a path in a folder of "
+                "your own"
+            ) from None
         except OSError as exc:
             raise StoreError(
                 f"run directory {runs} cannot be written ({os_reason(exc)}); every run keeps its "
@@ -506,6 +587,8 @@ class Store:
     def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """work(connection) on the store opened for reading without creating or changing a file (the module's
         docstring says how), made again when a writer changed the store during an immutable read."""
+        self._check_path()
+        self._check_beside(create=False)  # before the -wal and -shm found below are trusted to say a writer is there
         real = os.path.realpath(self.path)  # SQLite keeps a linked store's -wal and -shm beside the file linked to
         wal, shm = Path(f"{real}-wal"), Path(f"{real}-shm")
         for _ in range(READ_TRIES):
@@ -629,6 +712,29 @@ def _sweep_row(conn: sqlite3.Connection, sweep_id: str) -> dict[str, Any] | None
         return None
     found = conn.execute(f"SELECT {', '.join(SWEEP_COLUMNS)} FROM sweeps WHERE sweep_id = ?", (sweep_id,)).fetchone()
     return dict(zip(SWEEP_COLUMNS, found)) if found else None
+
+
+def _side_file(folder_fd: int, name: str, make_mode: int | None) -> os.stat_result | str | None:
+    """A file beside a store in a shared folder: its status where it is a regular file with one name (made here with
+    `make_mode`, where given, if it is absent), None where it is absent, else what it is instead ('is a symbolic
+    link')."""
+    try:
+        if make_mode is None:
+            fd, made = open_file(folder_fd, name, os.O_RDONLY), False
+        else:
+            fd, made = open_or_create(folder_fd, name, os.O_RDONLY, make_mode)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link"
+        return "is not a regular file with one name" if exc.errno == errno.EPERM else f"cannot be opened ({exc})"
+    try:
+        if made and make_mode is not None:
+            os.fchmod(fd, make_mode)  # just made: the store's own mode, whatever the umask left of it
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def _size(path: Path) -> int | None:

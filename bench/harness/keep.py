@@ -9,6 +9,7 @@ directory) holds record.json and spec.json, as `bench import` wants.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -23,6 +24,7 @@ from bench.core.console import note
 from bench.core.errors import StoreError, StoreFull
 from bench.core.records import RunRecord
 from bench.core.rundir import RunDir, read_json, write_atomic
+from bench.core.shared_folders import check_path
 from bench.core.store import Store, os_reason
 
 RETRY_DELAYS_S = (1.0, 2.0, 4.0)  # a store without room is tried again after each: 7 s in all
@@ -34,8 +36,29 @@ def spare_folder(run_id: str) -> Path:
     return Path(tempfile.gettempdir()) / f"bench-records-{os.getuid()}" / run_id
 
 
+def own_spare_root(make: bool = False) -> Path | None:
+    """The folder of this user's spare folders (made, for this user alone, where absent and `make`), where it is this
+    user's own: a folder, not a link, that no other user may write to, reached through no link or folder another user
+    chose (bench.core.shared_folders); None where it is not (another user may have made it first in a shared $TMPDIR:
+    a record read from it could be one they wrote, a file removed there one they chose) or cannot be made."""
+    try:
+        root = spare_folder("-").parent
+        check_path(root)
+        if make:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(root, 0o700)
+        mine = os.lstat(root)
+    except OSError:  # (UnsafePath among them) no temporary directory at all, or one bench may not use
+        return None
+    if not stat.S_ISDIR(mine.st_mode) or mine.st_uid != os.geteuid() or mine.st_mode & 0o022:
+        return None
+    return root
+
+
 def spare_record(run_dir: RunDir) -> dict[str, Any] | None:
     """The record kept in the run's spare folder, if there is one of this run."""
+    if own_spare_root() is None:
+        return None
     try:
         data = read_json(spare_folder(run_dir.path.name) / run_dir.record_file.name)
     except OSError:  # no temporary directory at all
@@ -54,6 +77,8 @@ def kept_record(run_dir: RunDir) -> tuple[dict[str, Any], Path] | None:
 
 def drop_spare(run_id: str) -> None:
     """Remove a run's spare folder (its record is stored)."""
+    if own_spare_root() is None:
+        return
     try:
         folder = spare_folder(run_id)
     except OSError:
@@ -150,12 +175,10 @@ def _save(store: Store, record: RunRecord) -> tuple[str | None, bool]:
 
 def _write_spare(record: RunRecord, run_dir: RunDir, text: str) -> Path | None:
     """The record and the run's spec in its spare folder, as a run directory holds them; None where that fails too."""
+    if own_spare_root(make=True) is None:  # a shared /tmp: only a folder of one's own
+        return None
     try:
         folder = spare_folder(record.run_id)
-        folder.parent.mkdir(mode=0o700, exist_ok=True)
-        mine = os.lstat(folder.parent)
-        if not stat.S_ISDIR(mine.st_mode) or mine.st_uid != os.getuid():  # a shared /tmp: only a folder of one's own
-            return None
         folder.mkdir(mode=0o700, exist_ok=True)
         try:
             spec = run_dir.spec_file.read_text()

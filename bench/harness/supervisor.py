@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -132,9 +133,20 @@ def remove_scratch(tag: str) -> None:
 
 def run_temp_folders(tag: str) -> list[Path]:
     """The folders of the run tagged `tag` outside its run directory that are on this host now (run_temp_prefix):
-    what remove_scratch removes, and what the tests find left."""
+    what remove_scratch removes, and what the tests find left. Only this user's own folders: the run's tag shows in
+    the process list, and in a shared /tmp another user may have made a folder (or a link) under its name, which is
+    theirs to remove, not this run's."""
     pattern = f"{glob.escape(run_temp_prefix(tag))}*"
-    return sorted({folder for where in (Path(tempfile.gettempdir()), SHORT_TEMP_DIR) for folder in where.glob(pattern)})
+    found = {folder for where in (Path(tempfile.gettempdir()), SHORT_TEMP_DIR) for folder in where.glob(pattern)}
+    return sorted(folder for folder in found if _own_folder(folder))
+
+
+def _own_folder(path: Path) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
 def reap(tag: str, root_pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
