@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.core.dryrun import planning
 from bench.core.environment import PROJECT_ROOT
 from bench.core.errors import UsageError
-from bench.core.hostlist import MAX_HOSTS, too_many_hosts
+from bench.core.hostlist import MAX_HOSTS, _host, too_many_hosts
 from bench.core.inputs import shown
 
 SCONTROL_TIMEOUT_S = 10
@@ -150,21 +150,25 @@ def allocation(env=None) -> dict:
             "--scheduler slurm: not inside a Slurm allocation (no SLURM_JOB_ID); submit the script "
             "`bench slurm-script` writes, or run inside `salloc`"
         )
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    variable = "SLURM_JOB_NODELIST" if env.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
+    nodelist = env.get(variable)
     if not nodelist:
         raise UsageError("inside a Slurm job without SLURM_JOB_NODELIST; run bench from the batch script or salloc")
-    nodes = expand_nodelist(nodelist) if planning() else _scontrol("show", "hostnames", nodelist).split()
+    # `--`: a list that starts with "-" is scontrol's to expand, not an option of its own
+    nodes = expand_nodelist(nodelist) if planning() else _scontrol("show", "hostnames", "--", nodelist).split()
     tasks = env.get("SLURM_TASKS_PER_NODE")
     counts = tasks_per_node(tasks) if tasks else [1] * len(nodes)
     if len(counts) != len(nodes):
         raise UsageError(f"SLURM_TASKS_PER_NODE={tasks} names {len(counts)} nodes, the node list {len(nodes)}")
+    # each node checked as a --hosts name is: the names reach ssh's argv and the hosts file horovodrun reads
+    hosts = [_host(node, str(n), f"{variable}={shown(nodelist)}") for node, n in zip(nodes, counts)]
     if not planning():
         remember_limit(env)
     return {
         "name": "slurm",
         "job_id": env["SLURM_JOB_ID"],
         "nodelist": nodelist,
-        "hosts": [{"name": node, "slots": n} for node, n in zip(nodes, counts)],
+        "hosts": [host.to_dict() for host in hosts],
         "gpus_per_node": gpus_per_node(env),
     }
 
