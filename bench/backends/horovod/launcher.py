@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -259,14 +260,17 @@ class HorovodElastic(ElasticMode):
         else:
             hosts = {"localhost": n}
             min_np, max_np = n, n + 1
+        # horovodrun runs the discovery script through a shell (a command line, not a file's path): the path is
+        # one quoted word of it, as is the hosts file's in bench's script, wherever the store's folder is
         if theirs is None:
             self._write_hosts(run_dir, hosts)
             script = run_dir.discovery_script
-            script.write_text(f"#!/bin/sh\ncat '{run_dir.hosts_file}'\n")
+            # (as bytes: a folder's name need not be UTF-8)
+            script.write_bytes(os.fsencode(f"#!/bin/sh\nexec cat {shlex.quote(str(run_dir.hosts_file))}\n"))
             script.chmod(0o755)
-            discovery = ["--host-discovery-script", str(script)]
+            discovery = ["--host-discovery-script", shlex.quote(str(script))]
         else:  # the cluster's answer names hosts only: each gets the slots the run's hosts have (problem: all equal)
-            discovery = ["--host-discovery-script", theirs, "--slots", str(spec.hosts[0]["slots"])]
+            discovery = ["--host-discovery-script", shlex.quote(theirs), "--slots", str(spec.hosts[0]["slots"])]
             info["discovery_script"] = theirs
         gloo_timeout = self.gloo_timeout_s(spec, fault)
         info["collective_timeout_s"] = gloo_timeout  # the fault page's, where it is not the spec's
