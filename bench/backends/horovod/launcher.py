@@ -19,6 +19,7 @@ from bench.cluster.hosts import run_on
 from bench.cluster.slurm import of_allocation
 from bench.core.console import note
 from bench.core.dryrun import planning
+from bench.core.environment import PROJECT_ROOT
 from bench.core.hostlist import Host, placement
 from bench.core.rundir import write_atomic
 
@@ -73,10 +74,37 @@ def horovod_env(spec) -> dict[str, str]:
 def on_first_host(spec, command: list[str]) -> list[str]:
     """Across hosts, horovodrun and mpirun run on the first host, as users start them from one of the nodes:
     their rendezvous server and daemons then sit on the network the hosts share. Inside a Slurm allocation they
-    run where bench runs: the batch script's node, the allocation's first."""
-    if not spec.hosts or of_allocation(spec.scheduler):
+    run where bench runs: the batch script's node, the allocation's first. Either way in a folder whose name is a
+    plain word of a shell line (in_plain_folder)."""
+    if not spec.hosts:
         return command
-    return fanout_command([(spec.hosts[0]["name"], command)])
+    if of_allocation(spec.scheduler):
+        return in_plain_folder(command, None)
+    # (bench.cluster.fanout runs it in the checkout there)
+    return fanout_command([(spec.hosts[0]["name"], in_plain_folder(command, str(PROJECT_ROOT)))])
+
+
+def is_plain_word(text: str) -> bool:
+    """Whether a shell reads `text` unquoted as itself: one word, nothing expanded or run."""
+    return shlex.quote(text) == text
+
+
+def in_plain_folder(command: list[str], folder: str | None) -> list[str]:
+    """`command` (a launcher started where it reaches other hosts over ssh) run in a folder whose name a shell reads
+    as one plain word: horovodrun writes the folder it runs in (`folder`, None: this process's) unquoted into the
+    command line each remote worker's shell runs (`cd FOLDER > /dev/null 2>&1 ; ...`, horovod.runner.gloo_run), where
+    a name with a space or a quote breaks the line and one with `;` or `$(...)` runs a command. Where it is not one,
+    the command runs in the checkout (as across --hosts, on the first host), or in / where that is not one either;
+    every path a run's workers are given is absolute."""
+    if folder is None:
+        try:
+            folder = os.getcwd()
+        except OSError:  # the current folder was removed: no name at all
+            folder = ""
+    if is_plain_word(folder):
+        return command
+    plain = str(PROJECT_ROOT) if is_plain_word(str(PROJECT_ROOT)) else "/"
+    return ["env", f"--chdir={plain}", *command]
 
 
 def ssh_keepalive(hosts: list[str], recovery_timeout: float, here: bool = False) -> float | None:
@@ -217,6 +245,12 @@ class HorovodElastic(ElasticMode):
         """The cluster's own discovery script, where the run reads it (--hvd-discovery-script); None: bench's."""
         return spec.backend_options.get("hvd_discovery_script")
 
+    @classmethod
+    def cluster_script_path(cls, spec) -> str:
+        """The cluster's script as the file the option was checked as (a path from the folder bench runs in), which
+        horovodrun, run in another folder (in_plain_folder), and bench both run."""
+        return os.path.abspath(cls.cluster_script(spec))
+
     def nccl_env(self, spec, fault):
         """On GPUs Horovod's collectives run over NCCL where it was built with it (HOROVOD_GPU_OPERATIONS=NCCL),
         outside torch's watchdog: its own stall inspector ends a collective some rank never joined. It warns after
@@ -270,7 +304,8 @@ class HorovodElastic(ElasticMode):
             script.chmod(0o755)
             discovery = ["--host-discovery-script", shlex.quote(str(script))]
         else:  # the cluster's answer names hosts only: each gets the slots the run's hosts have (problem: all equal)
-            discovery = ["--host-discovery-script", shlex.quote(theirs), "--slots", str(spec.hosts[0]["slots"])]
+            discovery = ["--host-discovery-script", shlex.quote(self.cluster_script_path(spec))]
+            discovery += ["--slots", str(spec.hosts[0]["slots"])]
             info["discovery_script"] = theirs
         gloo_timeout = self.gloo_timeout_s(spec, fault)
         info["collective_timeout_s"] = gloo_timeout  # the fault page's, where it is not the spec's
@@ -296,7 +331,7 @@ class HorovodElastic(ElasticMode):
             *rank_command,
         ]
         if theirs is not None:  # where the script is: this machine
-            return command, horovod_env(spec), {"hosts": hosts, **info}
+            return in_plain_folder(command, None), horovod_env(spec), {"hosts": hosts, **info}
         return on_first_host(spec, command), horovod_env(spec), {"hosts": hosts, **info}
 
     def join(self, spec, fault, rank_command, run_id, run_dir, info):
@@ -311,7 +346,7 @@ class HorovodElastic(ElasticMode):
 
     def discovered(self, spec, timeout_s):
         """The hosts the cluster's script prints, one a line as Horovod reads them (`host` or `host:slots`)."""
-        script = self.cluster_script(spec)
+        script = self.cluster_script_path(spec)
         try:
             # in a session of its own, so that at the limit whatever the script started (kubectl, say) ends with it
             # and the pipes close: subprocess.run would kill the script alone and wait on its children's output
