@@ -50,6 +50,13 @@ def namespace(text: str) -> str:
     return text
 
 
+def image(text: str) -> str:
+    problem = k8s.image_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {problem}")
+    return text
+
+
 def quantity(text: str) -> str:
     """A Kubernetes quantity as the CRD's pattern takes it: 2, 500m, 8Gi."""
     if (
@@ -101,8 +108,20 @@ def add_parser(verbs) -> None:
     options.add(
         p,
         "--image",
+        type=image,
         help="the container image with bench and its frameworks installed (required)",
-        valid_because="the cluster resolves the image; a name with spaces is refused when the job is built",
+        invalid=[
+            "",
+            "bench image:1.0",  # a space
+            "Bench:1.0",  # an upper-case letter in the name (only a registry host may have one)
+            "registry.example.com/bench:",  # an empty tag
+            "bench:-1.0",  # a tag starts with a letter, digit or '_'
+            "bench:" + "1" * 129,  # a tag of 129 characters
+            "bench@sha256:abc",  # a digest too short
+            "bench--/x",  # a separator at a component's end
+            "bench:1.0\x1b[2J",  # a terminal escape
+            "a/" * 130 + "b",  # a name longer than 255 characters
+        ],
     )
     options.add(
         p, "--name", type=job_name, default=d["name"], help="the job's name (%(default)s)", invalid=["My_Job", "1a"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import kubeflow as kf
+from bench.core.inputs import shown
 
 KINDS = ("pytorchjob", "mpijob", "trainjob")
 # the CRD file of each kind, by the name the operators publish it under
@@ -86,6 +87,40 @@ def name_problem(name: str, longest_suffix: str = "") -> str | None:
 def namespace_problem(namespace: str) -> str | None:
     if len(namespace) > LABEL_MAX or not DNS_1123_LABEL.fullmatch(namespace):
         return "a namespace is a DNS-1123 label: at most 63 lower-case letters, digits and '-'"
+    return None
+
+
+# An image as the container runtimes parse its name (the distribution project's grammar, which they share): an
+# optional registry host (a DNS name, an IPv4 address or a bracketed IPv6 one, with an optional port), then path
+# components of lower-case letters and digits joined by '.', '_', '__' or dashes, then an optional tag and digest.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+IMAGE = re.compile(
+    rf"(?:{_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"  # the name
+    r"(?::[\w][\w.-]{0,127})?"  # the tag
+    r"(?:@(?:sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}))?",  # the digest
+    re.ASCII,  # \w is [A-Za-z0-9_] in the grammar
+)
+IMAGE_NAME_MAX = 255  # the name's length, before its tag and digest, that the runtimes take
+IMAGE_MAX = IMAGE_NAME_MAX + len(":") + 128 + len("@sha512:") + 128  # with the longest tag and digest
+
+
+def image_problem(image: str) -> str | None:
+    """Why `image` is not an image a pod could pull (None if it is one)."""
+    example = "such as registry.example.com/bench:1.0 or bench@sha256:<64 hex digits>"
+    if len(image) > IMAGE_MAX:
+        return f"{len(image):,} characters long, more than an image with its tag and digest can be ({IMAGE_MAX})"
+    if not IMAGE.fullmatch(image):
+        return (
+            f"not an image: [HOST[:PORT]/]NAME[:TAG][@sha256:DIGEST], its NAME lower-case letters, digits "
+            f"and '.', '_', '-' between them, {example}"
+        )
+    name = image.partition("@")[0]
+    if ":" in name.rpartition("/")[2]:
+        name = name.rpartition(":")[0]
+    if len(name) > IMAGE_NAME_MAX:
+        return f"its name is {len(name)} characters long, more than the {IMAGE_NAME_MAX} an image's name may be"
     return None
 
 
@@ -243,8 +278,9 @@ def request_problem(req: JobRequest) -> str | None:
     problem = namespace_problem(req.namespace)
     if problem:
         return f"--namespace {req.namespace!r}: {problem}"
-    if not req.image or any(c.isspace() for c in req.image):
-        return f"--image {req.image!r}: an image name, such as registry.example.com/bench:1.0, without spaces"
+    problem = image_problem(req.image)
+    if problem:
+        return f"--image {shown(req.image)}: {problem}"
     if req.elastic is not None:
         if req.kind != "pytorchjob":
             return "--min-nodes/--max-nodes: an elastic policy is a PyTorchJob's (MPIJob elastic: --kind mpijob)"
