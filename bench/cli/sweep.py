@@ -76,12 +76,12 @@ def add_parser(verbs) -> None:
     options.add(
         g,
         "--fault-repeats",
-        type=options.positive_int,
+        type=options.repeat_count,
         metavar="N",
         help=f"launches of each fault case (default {SWEEP_FAULTS['repeats']}: the fewest that can decide whether a "
         "backend comes through where the other does not; a case split by a single failure gets one more launch a "
         "side)",
-        invalid=["0", "x"],
+        invalid=["0", "x", *options.TOO_MANY_REPEATS],
     )
     # the fault runs' time limits, bench fault's flags: a sweep's are short (SWEEP_FAULTS), which a group that restarts
     # slower than a 2-core machine's (GPU nodes across hosts) must lengthen, or its recovery is called a hang

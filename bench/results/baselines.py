@@ -119,7 +119,7 @@ def read_runs_file(path: str | Path, what: str) -> dict:
     text = read_text_file(path, f"{what} file", RUNS_FILE_LIMIT, hint)
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:  # (arrays nested thousands deep: the decoder's stack)
         raise UsageError(f"{what} file {path} is not readable JSON ({exc}); {hint}") from None
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT or not isinstance(data.get("records"), list):
         raise UsageError(f"{what} file {path} is not a bench baseline file; {hint}")
