@@ -5,14 +5,13 @@ lines of a log on stdin (`bench run --record-lines`, as in a Kubeflow job's pods
 from __future__ import annotations
 
 import copy
-import json
 import os
 import sys
 from pathlib import Path
 
 from bench.cli import options
 from bench.cli.common import examples, open_store
-from bench.core.codec import RECORD_LINE_MARK, RecordError, read_record_line
+from bench.core.codec import RECORD_LINE_MARK, RecordError, parse_json, read_record_line
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
 from bench.core.inputs import RECORD_LIMIT, RUNS_FILE_LIMIT, read_text_file, shown
@@ -45,10 +44,13 @@ def add_parser(verbs) -> None:
 
 
 def read_json_file(path: Path):
-    """A run file's JSON (a regular file, RECORD_LIMIT at most), or a one-line refusal."""
+    """A run file's JSON (a regular file, RECORD_LIMIT at most, nested MAX_DEPTH levels at most), or a one-line
+    refusal."""
     text = read_text_file(path, "run file", RECORD_LIMIT)
     try:
-        return json.loads(text)
+        return parse_json(text)
+    except RecordError as exc:
+        raise UsageError(f"{path} is not a run file this bench reads: {exc}") from None
     except ValueError:
         raise UsageError(f"{path} is not readable JSON") from None
 

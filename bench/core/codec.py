@@ -5,7 +5,12 @@ silently dropped.
 Records are strict JSON (docs/method.md, "Records"): a float that is no finite number is written as the string
 "NaN", "Infinity" or "-Infinity" (`to_json`), which reads back as that float wherever the field is not typed as
 text (a float field, or an untyped value such as a fit's dict: `restore_floats`); `dumps` is the one JSON writer
-of records and run files, and refuses a bare NaN that got past the encoding.
+of records and run files, and refuses a bare NaN that got past the encoding. A field typed `Figure` is a measured
+figure that a view computes and draws with (a throughput, a start-up time): it must be a finite number, and a record
+that holds anything else there is refused where it is read (RecordError naming the field), once for every reader.
+
+A record's JSON nests a few levels (a rank's figures in its metrics: 6); JSON nested past MAX_DEPTH is refused
+(`parse_json`, `nesting_problem`) before any reader recurses into it.
 
 A record also travels as one marked line of a log (`record_line`, `read_record_line`): what `bench run
 --record-lines` prints and `bench import -` finds among the other lines of, say, `kubectl logs POD`."""
@@ -21,7 +26,9 @@ import types
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+from bench.core.inputs import RECORD_LIMIT, MiB
 
 Where = str | tuple[Any, ...]  # where a value is in a record: a name, or (parent's where, key[, index])
 Converter = Callable[[Any, Where], Any]  # convert(value, where) -> the typed value (the converters below)
@@ -39,6 +46,52 @@ if typing.TYPE_CHECKING:
     JsonObject = dict[str, typing.Any]
 else:
     JsonObject = dict
+
+
+# A figure a view computes and draws with must be a finite number (a throughput of Infinity means nothing, and fails a
+# plot's error bars): the codec refuses anything else in a field of this type (_finite_converter).
+FINITE = "finite"
+Figure = Annotated[float, FINITE]
+
+# How deep a record's JSON may nest: a record nests 6 levels (a rank's figures in its metrics), so this is far above any
+# record, and far below the recursion of the readers (the JSON parser's, the decoding's) that deeper JSON would exhaust.
+MAX_DEPTH = 64
+
+
+def nesting_problem(value: Any) -> str | None:
+    """Why `value` (plain JSON) nests too deep to be a record, or None; walked a level at a time without recursion, so
+    that any depth is measured."""
+    level, depth = [value], 1
+    while level:
+        if depth > MAX_DEPTH:
+            return too_deep()
+        inner = []
+        for item in level:
+            for v in item.values() if type(item) is dict else item if type(item) is list else ():
+                if type(v) in CONTAINERS:
+                    inner.append(v)
+        level, depth = inner, depth + 1
+    return None
+
+
+CONTAINERS = frozenset({dict, list})
+
+
+def too_deep() -> str:
+    return f"its JSON nests more than {MAX_DEPTH} levels deep, the most a record may (a record nests 6)"
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON text as plain values; RecordError where it nests deeper than MAX_DEPTH (ValueError, as json.loads, where
+    it is no JSON)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:  # the parser's own bound, which is Python's recursion limit
+        raise RecordError(too_deep()) from None
+    problem = nesting_problem(value)
+    if problem:
+        raise RecordError(problem)
+    return value
 
 
 # how a float that is not a finite number is written (the words JavaScript and Python's json module use for them)
@@ -118,7 +171,7 @@ def to_json(obj: Any) -> Any:
 def hints_of(cls: Any) -> dict[str, Any]:
     hints = getattr(cls, "__bench_hints__", None)
     if hints is None or hints[0] is not cls:
-        hints = (cls, typing.get_type_hints(cls))
+        hints = (cls, typing.get_type_hints(cls, include_extras=True))  # Figure's mark kept
         cls.__bench_hints__ = hints
     found: dict[str, Any] = hints[1]
     return found
@@ -176,6 +229,8 @@ def spell(where: Where) -> str:
 
 def _make_converter(tp: Any) -> Converter:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Annotated:
+        return _finite_converter(args[0]) if FINITE in tp.__metadata__ else converter(args[0])
     if tp is typing.Any or tp is object:
         return lambda value, where: restore_floats(value)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
@@ -218,6 +273,27 @@ def _plain_converter(tp: type) -> Converter:
             return NON_FINITE[value]
         if not isinstance(value, accepted) or (isinstance(value, bool) and tp is not bool):
             raise RecordError(f"{spell(where)}: expected {tp.__name__}, found {type(value).__name__}")
+        return value
+
+    return convert
+
+
+def finite(value: Any) -> bool:
+    """Whether a number read from JSON is a finite float (an integer too large for a float is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _finite_converter(tp: Any) -> Converter:
+    inner = converter(tp)
+
+    def convert(value: Any, where: Where) -> Any:
+        value = inner(value, where)
+        if not finite(value):
+            shown = json_float(value) if isinstance(value, float) else f"an integer of {len(str(value))} digits"
+            raise RecordError(f"{spell(where)}: {shown} is not a finite number, which a measured figure must be")
         return value
 
     return convert
@@ -278,12 +354,14 @@ def _dataclass_converter(cls: Any) -> Converter:
 
 def _list_converter(item_type: Any) -> Converter:
     item = converter(item_type)
-    exact = frozenset(PLAIN.get(item_type, ()))  # a list of plain values that need no conversion is copied as it is
+    figures = item_type == Figure
+    exact = frozenset(PLAIN.get(float if figures else item_type, ()))  # a list of plain values that need no conversion
+    # is copied as it is (a list of figures once each is known finite)
 
     def convert(value: Any, where: Where) -> Any:
         if not isinstance(value, list):
             raise RecordError(f"{spell(where)}: expected a list, found {type(value).__name__}")
-        if exact and all(type(v) in exact for v in value):
+        if exact and all(type(v) in exact for v in value) and (not figures or all(map(finite, value))):
             return list(value)
         return [item(v, (where, i, LIST_ITEM)) for i, v in enumerate(value)]
 
@@ -333,16 +411,23 @@ def record_line(data: dict[str, Any]) -> str:
 
 def read_record_line(line: str) -> Any:
     """The JSON a marked line holds, None for a line without the mark; RecordError for a marked line whose JSON is
-    not the one its digest was made from (cut, or changed)."""
+    not the one its digest was made from (cut, or changed), is larger than a record file may be (RECORD_LIMIT), or
+    nests deeper than a record may (MAX_DEPTH)."""
     at = line.find(RECORD_LINE_MARK + " sha256=")
     if at < 0:
         return None
     digest, _, text = line[at + len(RECORD_LINE_MARK) + len(" sha256=") :].rstrip("\r\n").partition(" ")
+    if len(text) > RECORD_LIMIT:
+        raise RecordError(
+            f"its record is {len(text):,} characters, more than a record may be ({RECORD_LIMIT // MiB} MiB)"
+        )
     if _digest(text) != digest:
         raise RecordError(
             f"its record is not the one its digest was made from ({len(text)} characters: cut or changed)"
         )
     try:
-        return json.loads(text)  # as a record.json is read: RunRecord.from_dict reads the words for non-finite floats
+        return parse_json(text)  # as a record.json is read: RunRecord.from_dict reads the words for non-finite floats
+    except RecordError:
+        raise
     except ValueError as exc:  # the digest matched: the line was written so
         raise RecordError(f"its record is not JSON ({exc})") from None

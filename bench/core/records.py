@@ -14,7 +14,7 @@ import enum
 import typing
 from dataclasses import dataclass, field
 
-from bench.core.codec import JsonObject, Record, RecordError, decode, from_json, hints_of
+from bench.core.codec import Figure, JsonObject, Record, RecordError, decode, from_json, hints_of, nesting_problem
 from bench.core.inputs import name_problem, shown, workload_problem
 from bench.core.registry import get_task
 from bench.core.spec import RunSpec
@@ -43,9 +43,10 @@ class RunStatus(str, enum.Enum):
 # ---------------------------------------------------------------- parts every record shares
 @dataclass
 class Summary(Record):
-    """Mean over a run's windows with its t confidence interval (bench.core.stats.summarize)."""
+    """Mean over a run's windows with its t confidence interval (bench.core.stats.summarize). The mean and the
+    windows' values are figures (finite, bench.core.codec.Figure); the spread of fewer than two windows is NaN."""
 
-    mean: float
+    mean: Figure
     stdev: float
     n: int
     confidence: float
@@ -55,19 +56,19 @@ class Summary(Record):
     rel_stdev: float
     unstable: bool
     unit: str | None = None
-    per_window: list[float] | None = None
+    per_window: list[Figure] | None = None
 
 
 @dataclass
 class Startup(Record):
     """Seconds from the launch: to the last worker process, rendezvous (slowest rank), first step."""
 
-    launch_to_process_s: float
-    rendezvous_s: float
-    launch_to_first_step_s: float | None = None
+    launch_to_process_s: Figure
+    rendezvous_s: Figure
+    launch_to_first_step_s: Figure | None = None
     # the launcher's own start-up phases as it reports them (Launcher.startup_phases: name -> seconds, such as
     # starting a runtime and placing the workers); empty where the launcher reports none
-    launcher_phases: dict[str, float] = field(default_factory=dict)
+    launcher_phases: dict[str, Figure] = field(default_factory=dict)
 
 
 @dataclass
@@ -142,8 +143,8 @@ class RankResult(Record):
 class RunRecord(Record):
     schema_version: int
     run_id: str
-    created_at: float
-    duration_s: float
+    created_at: Figure
+    duration_s: Figure
     status: RunStatus
     error: RunError | None
     spec: typing.Any  # bench.core.spec.RunSpec
@@ -181,6 +182,9 @@ class RunRecord(Record):
         """A stored record of any version this bench knows, upgraded to the current one."""
         if not isinstance(data, dict):
             raise RecordError("a record must be a JSON object")
+        problem = nesting_problem(data)  # before anything recurses into it (the upgrades, the decoding, a message)
+        if problem:
+            raise RecordError(f"record {shown(data.get('run_id'))}: {problem}")
         data = upgrade(data)
         where = f"record {shown(data.get('run_id'))}"
         if not isinstance(data.get("spec"), dict):

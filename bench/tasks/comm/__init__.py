@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.core.codec import Record, decode
+from bench.core.codec import Figure, Record, decode
 from bench.core.errors import UsageError
 from bench.core.records import TRAINING_FIELDS, RunError, RunStatus, Startup
 from bench.core.registry import get_backend
@@ -25,18 +25,18 @@ class CommRow(Record):
     count: int
     type: str
     redop: str
-    time_us: float  # mean per op, max over ranks
-    algbw_gbps: float
-    busbw_gbps: float
+    time_us: Figure  # mean per op, max over ranks
+    algbw_gbps: Figure
+    busbw_gbps: Figure
     wrong: int
-    per_rank_time_us: list[float]
-    window_time_us: list[float] | None = None  # per timed chunk, max over ranks
-    busbw_fraction_of_limit: float | None = None
+    per_rank_time_us: list[Figure]
+    window_time_us: list[Figure] | None = None  # per timed chunk, max over ranks
+    busbw_fraction_of_limit: Figure | None = None
 
 
 @dataclass
 class CommMetrics(Record):
-    avg_busbw_gbps: dict[str, float | None]
+    avg_busbw_gbps: dict[str, Figure | None]
     wrong: int
     model: str  # the cost model fitted: "ring", "parameter server"
     fit: dict | None  # bench.rank.collectives.fit_alpha_beta

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from bench.core.codec import Record, decode, float_of
+from bench.core.codec import Figure, Record, decode, float_of
 from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.records import Startup
@@ -115,30 +115,30 @@ class CurvePoint(Record):
     """One evaluation: where training was and what the first worker's model scored on the held-out set."""
 
     step: int  # optimizer steps done
-    epoch: float  # passes over the training part
+    epoch: Figure  # passes over the training part
     samples: int  # samples seen by all workers together
-    train_time_s: float  # training only (evaluation excluded), from the end of the first step
-    accuracy: float
-    loss: float
-    lr: float
+    train_time_s: Figure  # training only (evaluation excluded), from the end of the first step
+    accuracy: Figure
+    loss: float  # (NaN, say, where the run diverged)
+    lr: Figure
 
 
 @dataclass
 class ConvergeMetrics(Record):
-    target: float
+    target: Figure
     reached: bool
-    time_to_target_s: float | None  # training time at the first evaluation at or above the target
+    time_to_target_s: Figure | None  # training time at the first evaluation at or above the target
     steps_to_target: int | None
-    epochs_to_target: float | None
+    epochs_to_target: Figure | None
     samples_to_target: int | None
-    final_accuracy: float
+    final_accuracy: Figure
     final_loss: float
-    best_accuracy: float
-    train_time_s: float
-    eval_time_s: float
-    samples_per_s: float  # samples seen / training time (evaluation excluded)
+    best_accuracy: Figure
+    train_time_s: Figure
+    eval_time_s: Figure
+    samples_per_s: Figure  # samples seen / training time (evaluation excluded)
     held_out: str
-    lr_peak: float
+    lr_peak: Figure
     curve: list[CurvePoint]
     replicas_agree: bool | None  # every worker ended with the same parameters (None: asynchronous updates)
     param_checksums: list[float]

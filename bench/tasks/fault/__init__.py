@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from bench.backends.shared.nccl import ASYNC_ERROR_HANDLING
 from bench.cluster.netcut import heal
-from bench.core.codec import Record, decode
+from bench.core.codec import Figure, Record, decode
 from bench.core.records import RankRow, RunError, RunStatus, v1_rank_row
 from bench.core.registry import get_backend
 from bench.core.rundir import tail
@@ -56,20 +56,20 @@ class FaultMetrics(Record):
     commits: int = 0
     rendezvous: list[dict] = field(default_factory=list)
     world_before: int | None = None
-    ended_after_fault_s: float | None = None
+    ended_after_fault_s: Figure | None = None
     rank_map_before: list[RankRow] | None = None
     step_at_fault: int | None = None
-    detection_s: float | None = None
+    detection_s: Figure | None = None
     detected_by: str | None = None
     resets: int | None = None
     restarts: int | None = None
-    recovery_s: float | None = None
+    recovery_s: Figure | None = None
     resumed_from_step: int | None = None
     world_after: int | None = None
     rank_map_after: list[RankRow] | None = None
     steps_redone: int | None = None
-    join_contributes_s: float | None = None
-    hang_observed_s: float | None = None
+    join_contributes_s: Figure | None = None
+    hang_observed_s: Figure | None = None
     diverged: dict | None = None  # the first non-finite parameter checksum: step, rank, value (analysis.diverged)
     # on GPUs, what was in force for NCCL: timeout_s, async_error_handling, env (nccl_in_force); None on CPUs
     nccl: dict | None = None

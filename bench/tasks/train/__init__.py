@@ -11,7 +11,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from bench.core.codec import Record, float_of
+from bench.core.codec import Figure, Record, float_of
 from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.records import RunError, RunStatus, Startup, Summary
@@ -184,29 +184,29 @@ class RankFigures(Record):
 
     rank: int
     throughput: Summary
-    step_time_mean_s: float
+    step_time_mean_s: Figure
     peak_rss_bytes: int
     cuda_peak_bytes: int | None
     loss_first: float
     loss_last: float
     param_checksum: float
     threads: dict
-    input_wait_share: float | None = None  # time waiting for batches / window time (a DataLoader feeds the run)
+    input_wait_share: Figure | None = None  # time waiting for batches / window time (a DataLoader feeds the run)
 
 
 @dataclass
 class TrainMetrics(Record):
     throughput: Summary  # samples/s per window: global batch x K / the slowest rank's window time
-    window_times_s: list[float]
+    window_times_s: list[Figure]
     step_time_s: Summary
     per_rank: list[RankFigures]
-    straggler_ratio: float | None  # slowest / fastest rank's mean step time
+    straggler_ratio: Figure | None  # slowest / fastest rank's mean step time
     startup: Startup
     peak_rss_bytes_max: int
     param_count: int
     loss_last: float
     other_roles: list[dict] = field(default_factory=list)  # processes that do not train (PS servers)
-    input_wait_share: float | None = None  # the largest worker's share of step time spent waiting for input
+    input_wait_share: Figure | None = None  # the largest worker's share of step time spent waiting for input
     # the first worker's warm-up, timed in parts (bench.rank.profile.summarize_steps); None before schema 9
     profile: dict | None = None
 
