@@ -16,7 +16,9 @@ from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
 from bench.core.inputs import RECORD_LIMIT, RUNS_FILE_LIMIT, read_text_file, shown
 from bench.core.records import RunRecord
-from bench.core.rundir import RunDir
+from bench.core.rundir import RunDir, write_atomic
+from bench.core.store import os_reason
+from bench.harness.keep import drop_spare, spare_folder
 
 
 def add_parser(verbs) -> None:
@@ -115,22 +117,45 @@ def read_record_lines(stream) -> list[RunRecord]:
     return list(records.values())
 
 
+def settle_spare(record: RunRecord, folder: Path) -> str:
+    """After `record` is stored from `folder`: where that is the run's spare folder (bench.harness.keep: the copy kept
+    in the temporary directory when neither the store nor the run directory could take the record), the copy goes
+    back to the run's own directory if that lacks its record.json (as the next command on the store would put it
+    there), and the spare folder is removed. Where the run directory still cannot take it, the folder is kept, the
+    only file that holds the record. Until the record is stored (an import refused or failed) it is always kept.
+    Returns what became of the folder, in words ("" for a folder that is no spare folder)."""
+    try:
+        if folder.resolve() != spare_folder(record.run_id).resolve():
+            return ""
+    except OSError:
+        return ""
+    own = RunDir(record.run_dir)
+    if own.path.is_dir() and not os.path.lexists(own.record_file):
+        try:
+            write_atomic(own.record_file, (folder / own.record_file.name).read_bytes())
+        except OSError as exc:
+            return f"; its copy is kept in {folder}, as {own.path} cannot take it ({os_reason(exc)})"
+    drop_spare(record.run_id)
+    return f"; its kept copy in {folder} is removed"
+
+
 def cmd(args) -> int:
     from_stdin = "-" in args.run_dirs
     if from_stdin and len(args.run_dirs) > 1:
         raise UsageError("-, the record lines on stdin, comes alone: import the run directories in another call")
     if from_stdin:
-        records = read_record_lines(sys.stdin.buffer)
-    else:
-        records = [read_record(path) for path in args.run_dirs]  # every one checked before any is stored
+        read = [(record, None) for record in read_record_lines(sys.stdin.buffer)]
+    else:  # every one checked before any is stored
+        read = [(read_record(path), Path(path)) for path in args.run_dirs]
     store = open_store(args.store)
     store.check_writable()
-    stored = store.stored_run_ids([r.run_id for r in records]) if from_stdin else set()
-    for record in records:
+    stored = store.stored_run_ids([r.run_id for r, _ in read]) if from_stdin else set()
+    for record, folder in read:
         if record.run_id in stored:  # a record line is its run's last word: the store's copy is the same run
             note(f"run {record.run_id} is already in {store.path}: not stored again")
             continue
         store.save(record)
-        where = "stdin" if from_stdin else Path(record.run_dir)
-        note(f"stored run {record.run_id} ({record.status}) from {where} in {store.path}")
+        where = "stdin" if folder is None else Path(record.run_dir)
+        settled = "" if folder is None else settle_spare(record, folder)
+        note(f"stored run {record.run_id} ({record.status}) from {where} in {store.path}{settled}")
     return EXIT_OK
