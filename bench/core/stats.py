@@ -42,7 +42,10 @@ def summarize(values: list[float], confidence: float = CONFIDENCE) -> dict[str, 
     if n == 0:
         raise ValueError("no values to summarise")
     mean = sum(values) / n
-    stdev = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    try:
+        stdev = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    except OverflowError:  # values apart by more than a float's range (a record's absurd figure): no spread to tell
+        stdev = math.inf
     half = t_quantile(confidence, n - 1) * stdev / math.sqrt(n) if n > 1 else float("nan")
     rel = stdev / mean if mean else float("nan")
     return {
@@ -101,13 +104,23 @@ class Estimate:
         return f"{fmt.format(self.low - 1)} to {fmt.format(self.high - 1)}"
 
 
+def exp(x: float) -> float:
+    """e**x held in a float's range: infinity above it, the least positive float below it (e**x is a ratio of positive
+    values, which a caller may turn over). A comparison of an absurd figure with a sane one says so, instead of failing
+    the page that makes it."""
+    try:
+        return math.exp(x) or math.ulp(0.0)
+    except OverflowError:
+        return math.inf
+
+
 def mean_log(values: list[float]) -> float:
     """The mean of the logs of positive values: the log of their geometric mean."""
     return sum(math.log(v) for v in values) / len(values)
 
 
 def geometric_mean(values: list[float]) -> float:
-    return math.exp(mean_log(values))
+    return exp(mean_log(values))
 
 
 def ratio_of_cases(
@@ -124,7 +137,7 @@ def ratio_of_cases(
     log_ratio = sum(sign * mean_log(c) for sign, c in cases) - math.log(scale)
     nan = float("nan")
     if min(launches) < MIN_LAUNCHES:
-        return Estimate(math.exp(log_ratio), nan, nan, nan, nan, launches, confidence, log_ratio)
+        return Estimate(exp(log_ratio), nan, nan, nan, nan, launches, confidence, log_ratio)
     terms = []
     for _, c in cases:
         logs = [math.log(v) for v in c]
@@ -139,17 +152,17 @@ def ratio_of_cases(
 def _t_estimate(log_ratio: float, var: float, dof: float, launches: tuple[int, ...], confidence: float) -> Estimate:
     """The Estimate of a log ratio whose variance is `var`, with Student's t at `dof` degrees of freedom."""
     if var == 0:
-        same = math.exp(log_ratio)
+        same = exp(log_ratio)
         return Estimate(same, same, same, 0.0 if log_ratio else 1.0, 0.0, launches, confidence, log_ratio, 0.0, dof)
     se = math.sqrt(var)
     half = t_quantile(confidence, dof) * se
     p = t_two_sided_p(log_ratio / se, dof)
     return Estimate(
-        math.exp(log_ratio),
-        math.exp(log_ratio - half),
-        math.exp(log_ratio + half),
+        exp(log_ratio),
+        exp(log_ratio - half),
+        exp(log_ratio + half),
         p,
-        math.exp(half) - 1,
+        exp(half) - 1,
         launches,
         confidence,
         log_ratio,
@@ -173,7 +186,7 @@ def ratio_of_pairs(numerators: list[float], denominators: list[float], confidenc
     mean = mean_log(ratios)
     nan = float("nan")
     if n < MIN_LAUNCHES:
-        return Estimate(math.exp(mean), nan, nan, nan, nan, (n, n), confidence, mean)
+        return Estimate(exp(mean), nan, nan, nan, nan, (n, n), confidence, mean)
     var = sum((x - mean) ** 2 for x in logs) / (n - 1)
     return _t_estimate(mean, var / n, n - 1, (n, n), confidence)
 
@@ -221,10 +234,10 @@ def sequential(est: Estimate, looks: Looks, launches: int) -> Estimate:
     half = t_quantile(level, est.dof) * est.se
     return dataclasses.replace(
         est,
-        low=math.exp(est.log_ratio - half),
-        high=math.exp(est.log_ratio + half),
+        low=exp(est.log_ratio - half),
+        high=exp(est.log_ratio + half),
         p=min(1.0, est.p / share),
-        resolution=math.exp(half) - 1,
+        resolution=exp(half) - 1,
         share=share,
     )
 
@@ -237,9 +250,9 @@ def equivalence_margin(est: Estimate, alpha: float) -> float:
     if not est.replicated:
         return float("nan")
     if est.se == 0:
-        return math.exp(abs(est.log_ratio)) - 1
+        return exp(abs(est.log_ratio)) - 1
     # t's one-sided (1 - a) quantile is its two-sided (1 - 2a) one
-    return math.exp(abs(est.log_ratio) + t_quantile(1 - 2 * alpha * est.share, est.dof) * est.se) - 1
+    return exp(abs(est.log_ratio) + t_quantile(1 - 2 * alpha * est.share, est.dof) * est.se) - 1
 
 
 def holm(pvalues: dict[str, float]) -> dict[str, float]:
