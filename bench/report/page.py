@@ -30,6 +30,7 @@ from bench.report.answer import evidence, overall, scenarios, weighed
 from bench.report.gpu_nodes import gpu_node_blocks, gpu_scope
 from bench.report.scale import scale_section
 from bench.report.sections import (
+    CONTROL_IN_PAGE,
     ENV_KEYS,
     SPREAD,
     Bullets,
@@ -45,6 +46,7 @@ from bench.report.sections import (
     Section,
     Table,
     code,
+    controls_escaped,
     figure_png,
     flat_env,
     fmt,
@@ -447,7 +449,6 @@ def host_map_plot(panels: list[dict]) -> Plot:
         ax.set_yticks([-y for y in range(len(hosts))], hosts, fontsize=7)
         ax.set_xticks([])
         ax.set_title(panel["title"], fontsize=8)
-    fig.tight_layout()
     return Plot("hosts with the ranks the launcher gave each process", figure_png(fig))
 
 
@@ -611,8 +612,9 @@ def environment_section(records: list) -> Section:
     return Section("env", "Environment", 70, blocks + gpu_node_blocks(records))
 
 
-def failed_section(frame, parts: list[ReportPart]) -> Section:
-    """Runs that did not end ok (with their error and its output), then results too noisy to trust."""
+def failed_section(frame, parts: list[ReportPart], skipped: dict[str, str] | None = None) -> Section:
+    """Runs that did not end ok (with their error and its output), stored runs this bench cannot read (`skipped`: run
+    id -> why, bench.core.store.Store.skipped), then results too noisy to trust."""
     failed = []
     for r in frame[frame["status"] != RunStatus.OK].itertuples():
         err = r.record.error
@@ -635,6 +637,15 @@ def failed_section(frame, parts: list[ReportPart]) -> Section:
         if failed
         else [Paragraph("No failed run: every run in this selection ended ok.")]
     )
+    if skipped:
+        blocks.append(
+            Table(
+                [left("run"), left("why it is left out")],
+                [[run_id, Cell(why, "bad")] for run_id, why in skipped.items()],
+                details=f"{len(skipped)} stored run(s) left out of this page: this bench cannot read their record",
+                id="skipped",
+            )
+        )
     unstable = [line for p in parts for line in p.unstable]
     if unstable:
         blocks.append(
@@ -686,12 +697,22 @@ def _hardware(records: list) -> str:
 
 
 # ---------------------------------------------------------------- the page
-def render_report(frame, store_label: str, where: list[str] | None = None, sweeps: list[dict] | None = None) -> str:
+def render_report(
+    frame,
+    store_label: str,
+    where: list[str] | None = None,
+    sweeps: list[dict] | None = None,
+    skipped: dict[str, str] | None = None,
+) -> str:
     """The page for the runs of `frame` (bench.results.frame.load_frame); `store_label` is plain text. `sweeps`: the
     store's sweep rows (bench.core.store.Store.sweeps), from which a sweep on the page that did not run its whole
-    plan is said, with how many of its planned launches ran (counted over every run of `frame`, before --where)."""
+    plan is said, with how many of its planned launches ran (counted over every run of `frame`, before --where).
+    `skipped`: the store's runs this bench cannot read (run id -> why), which the page names, each with why, the
+    others shown without them."""
+    skipped = skipped or {}
     if frame.empty:
-        raise StoreError(f"no runs in {store_label}: nothing to report; run `bench sweep` first")
+        unread = f" this bench can read ({len(skipped)} skipped, each said above)" if skipped else ""
+        raise StoreError(f"no runs in {store_label}{unread}: nothing to report; run `bench sweep` first")
     statuses = sweep_statuses(sweeps or [], list(frame["record"]))
     frame = apply_where(frame, where)
     if frame.empty:
@@ -710,18 +731,20 @@ def render_report(frame, store_label: str, where: list[str] | None = None, sweep
         *([scale] if scale else []),
         rank_map_section(frame),
         environment_section(shown),
-        failed_section(frame, parts),
+        failed_section(frame, parts, skipped),
         method_section(parts),
     ]
     sections.sort(key=lambda s: s.order)  # stable: sections of equal order keep the tasks' order
     # the page is UTF-8 whatever it shows: a path that is not (the store's folder, one in a run's error or
-    # environment) is shown with its odd bytes escaped, instead of the page not being written
-    return printable(
+    # environment) is shown with its odd bytes escaped, instead of the page not being written; so is a control
+    # character a run's text holds (a terminal escape in a rank's output), which a page cannot show
+    page = printable(
         _template().render(
             store=store_label,
             where=" ".join(where or []),
             n_runs=len(frame),
             n_ok=int((frame["status"] == RunStatus.OK).sum()),
+            n_skipped=len(skipped),
             hardware=_hardware(shown),
             written=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             sections=sections,
@@ -732,6 +755,7 @@ def render_report(frame, store_label: str, where: list[str] | None = None, sweep
             ],
         )
     )
+    return controls_escaped(page, CONTROL_IN_PAGE)
 
 
 def output_path(output) -> Path:
@@ -771,7 +795,8 @@ def write_report(store, output, where: list[str] | None = None) -> Path:
     path = output_path(output)
     for clause in where or []:
         parse_where(clause)  # before the store is read
-    return _write(path, render_report(load_frame(store), str(store.path), where, store.sweeps()))
+    frame = load_frame(store)
+    return _write(path, render_report(frame, str(store.path), where, store.sweeps(), store.skipped))
 
 
 def write_report_with_copy(store, output, where: list[str] | None = None) -> tuple[Path, Path]:

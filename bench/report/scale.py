@@ -150,7 +150,6 @@ def projection_blocks(case, cluster, points: dict) -> list:
     ax.set_title(f"model projection: {title}", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     rows = []
     for backend, pts in points.items():
         by_n = {p.workers: p for p in pts}

@@ -16,9 +16,12 @@ from __future__ import annotations
 import base64
 import io
 import math
+import re
+import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from bench.core.inputs import printable
 from bench.core.registry import BACKEND_MODULES
 
 
@@ -348,6 +351,17 @@ def pct(fraction: float) -> str:
     return f"{100 * fraction:g}%"
 
 
+def drawable(value) -> bool:
+    """Whether a figure can be drawn: a finite number (a ratio of an absurd figure to a sane one is infinite; the
+    tables say it, a plot's axes cannot hold it)."""
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def positive(value) -> bool:
+    """Whether a value read from a record is a positive finite number: one a log scale or a ratio takes."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+
+
 def pyplot():
     """matplotlib.pyplot with the Agg backend (no display: figures only become PNG)."""
     import matplotlib
@@ -359,12 +373,58 @@ def pyplot():
 
 
 def figure_png(fig) -> str:
-    """A matplotlib figure as base64 PNG (for an inline data: URL); the figure is closed."""
+    """A matplotlib figure as base64 PNG (for an inline data: URL): its texts shown as written (texts_as_written), then
+    laid out tight; the figure is closed. Every plot of the page is drawn here and none before: a text is first read
+    (measured) when the figure is laid out, which is why the layout is made here, after texts_as_written."""
     plt = pyplot()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
+    try:
+        texts_as_written(fig)
+        buf = io.BytesIO()
+        with warnings.catch_warnings():
+            # a character the font lacks is drawn as a box; matplotlib's warning would copy it onto the terminal
+            warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+            fig.tight_layout()
+            fig.savefig(buf, format="png", dpi=100)
+    finally:
+        plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
+
+
+def texts_as_written(fig) -> None:
+    """Every text of a figure (titles, axis labels, legends, annotations, tick labels given as text) as_written: what a
+    plot shows comes from the runs' records. The numbers of matplotlib's own formatters (a log axis's 2^k, drawn as a
+    formula) are left as they are: made again whenever the figure is drawn, they replace what their texts held."""
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter, FormatStrFormatter, FuncFormatter, StrMethodFormatter
+
+    for text in {id(t): t for t in fig.findobj(Text)}.values():  # each once: escaped twice, a `$` would show as `\$`
+        text.set_text(as_written(text.get_text()))
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            # tick labels given as text (set_xticks with labels makes a FuncFormatter) are drawn from their formatter
+            major, minor = axis.get_major_formatter(), axis.get_minor_formatter()
+            if isinstance(major, (FixedFormatter, FuncFormatter, FormatStrFormatter, StrMethodFormatter)):
+                axis.set_major_formatter(FuncFormatter(lambda x, pos, given=major: as_written(given(x, pos))))
+            if isinstance(minor, (FixedFormatter, FuncFormatter, FormatStrFormatter, StrMethodFormatter)):
+                axis.set_minor_formatter(FuncFormatter(lambda x, pos, given=minor: as_written(given(x, pos))))
+
+
+# control characters (a terminal escape, NUL), which no font draws and no page shows: those of a plot's text (all but
+# the line break) and of the page (all but its own line breaks and tabs)
+CONTROL_IN_PLOT = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+CONTROL_IN_PAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def controls_escaped(text: str, control: re.Pattern[str]) -> str:
+    """`text` with each character `control` matches as its escape (`\\x1b`)."""
+    return control.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
+def as_written(text: str) -> str:
+    """Text as a plot shows it, character for character: matplotlib reads text between two `$` as a formula
+    (mathtext), which draws `$x$` as one and fails on `$\\frac{a}$`, so every `$` is escaped (drawn as itself); a lone
+    surrogate, which fails the drawing, and a control character are shown as their escapes."""
+    return controls_escaped(printable(text), CONTROL_IN_PLOT).replace("$", r"\$")
 
 
 ENV_KEYS = (

@@ -21,6 +21,7 @@ from bench.report.sections import (
     fmt,
     judged_outcome,
     left,
+    positive,
     pyplot,
     right,
 )
@@ -148,11 +149,13 @@ def busbw_png(world: int, dtype: str, group, where: str = "") -> str:
         sizes = [x.size for x in ar]
         colour = colour_of(r.backend)
         ax.plot(sizes, [x.busbw_gbps for x in ar], marker="o", ms=3, label=f"{r.backend} measured", color=colour)
-        if m.fit:
+        # the model's times where the fit has them (a record's fit is kept as it was written) and they are times
+        model = [(s, t) for s, t in zip(sizes, (m.fit or {}).get("predicted_time_us") or []) if positive(t)]
+        if model:
             factor = bus_factor("allreduce", world)
             ax.plot(
-                sizes,
-                [s / (t * 1e-6) / 1e9 * factor for s, t in zip(sizes, m.fit["predicted_time_us"])],
+                [s for s, _ in model],
+                [s / (t * 1e-6) / 1e9 * factor for s, t in model],
                 linestyle=":",
                 color=colour,
                 label=f"{r.backend} latency-bandwidth model",
@@ -171,7 +174,6 @@ def busbw_png(world: int, dtype: str, group, where: str = "") -> str:
     ax.set_title(f"allreduce, {world} ranks, {dtype}{where}", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
     return figure_png(fig)
 
 

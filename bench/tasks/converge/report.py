@@ -191,7 +191,6 @@ def curves_png(title: str, by_backend: dict, target: float) -> str | None:
     ax_t.set_ylabel("held-out accuracy")
     ax_t.legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
     return figure_png(fig)
 
 

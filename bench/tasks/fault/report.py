@@ -21,6 +21,7 @@ from bench.report.sections import (
     Table,
     code,
     colour_of,
+    drawable,
     figure_png,
     fmt,
     judged_outcome,
@@ -139,15 +140,11 @@ def timeline_png(case: str, by_backend: dict) -> str | None:
         if f is None or not (f.timeline or {}).get("t") or not f.fault:
             continue
         offset = f.timeline["t0"] - f.fault["time"]
-        series.append(
-            (
-                backend,
-                [t + offset for t in f.timeline["t"]],
-                f.timeline["samples_per_s"],
-                f.recovery_s,
-                f.hang_observed_s,
-            )
-        )
+        # the timeline is kept as it was written: a point that is no finite number (a broken record's) is not drawn
+        points = [(t + offset, v) for t, v in zip(f.timeline["t"], f.timeline["samples_per_s"]) if drawable(v)]
+        points = [(t, v) for t, v in points if drawable(t)]
+        if points:
+            series.append((backend, [t for t, _ in points], [v for _, v in points], f.recovery_s, f.hang_observed_s))
     if not series:
         return None
     plt = pyplot()
@@ -175,7 +172,6 @@ def timeline_png(case: str, by_backend: dict) -> str | None:
     ax.set_ylabel("samples/s")
     ax.set_title(case, fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return figure_png(fig)
 
 
@@ -208,7 +204,7 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
             "artefact": distortion({"device": records[-1].spec.device}, records, speed=False),
             "recovered": {c.backend: (len(c.times), len(c.records), c.failures()) for c in sides},
         }
-        if all(c.times for c in sides):
+        if all(c.times for c in sides) and min(sides[0].times + sides[1].times) > 0:  # (as comparisons() takes them)
             key = recovery_key(case, first, second)
             est = stats.ratio_of_cases([sides[0].times], [sides[1].times])
             said = judged_outcome(
@@ -221,6 +217,8 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
             failed = [c for c in sides if c.failures()]
             if failed:
                 said["outcome"] += "; " + "; ".join(f"{c.backend} failed {c.failures()}" for c in failed)
+        elif all(c.times for c in sides):  # a time of 0 s or less (clocks apart) has no log to compare on
+            said = {"difference": "-", "outcome": "no ratio: a recovery time is not above 0 s"}
         else:
             through = [c.backend for c in sides if c.times]
             # never a winner on one run a side: a backend that failed once may come through the next run

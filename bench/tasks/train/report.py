@@ -35,6 +35,7 @@ from bench.report.sections import (
     code,
     colour_of,
     difference_words,
+    drawable,
     em,
     env_differences,
     figure_png,
@@ -196,6 +197,14 @@ def setting_words(cond: dict) -> str:
     )
     where = "one host" if cond.get("network", "one host") == "one host" else cond["network"]
     return ", ".join(w for w in (pinned, where, cond.get("hardware") or "") if w)
+
+
+def error_bars(centres: list[float], intervals: list[tuple[float, float]]) -> list[list[float]]:
+    """How far each interval reaches below and above its centre, as errorbar takes it: a finite distance, else none (a
+    record's interval need not hold the mean it is drawn around, nor be a number)."""
+    below = [centre - low if 0 <= centre - low < math.inf else 0.0 for centre, (low, _) in zip(centres, intervals)]
+    above = [high - centre if 0 <= high - centre < math.inf else 0.0 for centre, (_, high) in zip(centres, intervals)]
+    return [below, above]
 
 
 def throughput_axes(plt, with_efficiency: bool):
@@ -386,20 +395,22 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
         fig, ax_thr, ax_eff = throughput_axes(plt, any(c.efficiency is not None for c in group))
         sizes = sorted({c.world_size for c in group})
         for backend in sorted({c.backend for c in group}):
-            mine = [c for c in group if c.backend == backend]
+            mine = [c for c in group if drawable(c.throughput) and c.backend == backend]  # (the table has the others)
             xs = [c.world_size for c in mine]
             means = [c.throughput for c in mine]
-            err = [[m - c.interval[0] for m, c in zip(means, mine)], [c.interval[1] - m for m, c in zip(means, mine)]]
+            err = error_bars(means, [c.interval for c in mine])
             ax_thr.errorbar(xs, means, yerr=err, marker="o", capsize=3, label=backend, color=colour_of(backend))
-            eff = [(c.world_size, c.efficiency) for c in mine if c.efficiency is not None]
+            eff = [
+                (c.world_size, c.efficiency) for c in mine if c.efficiency is not None and drawable(c.efficiency.ratio)
+            ]
             if eff and ax_eff is not None:
                 ax_eff.errorbar(
                     [x for x, _ in eff],
                     [100 * e.ratio for _, e in eff],
-                    yerr=[
-                        [100 * (e.ratio - e.low) if e.replicated else 0 for _, e in eff],
-                        [100 * (e.high - e.ratio) if e.replicated else 0 for _, e in eff],
-                    ],
+                    yerr=error_bars(
+                        [100 * e.ratio for _, e in eff],
+                        [(100 * e.low, 100 * e.high) if e.replicated else (100 * e.ratio,) * 2 for _, e in eff],
+                    ),
                     marker="o",
                     capsize=3,
                     label=backend,
@@ -418,7 +429,6 @@ def throughput_blocks(cases: list[TrainingCase]) -> list:
             ax.set_title(title, fontsize=10)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
-        fig.tight_layout()
         title = _cond_title(cond)
         blocks += [
             Heading(title),
@@ -510,7 +520,6 @@ def exposed_png(shares: list[tuple[str, str, stats.Estimate]]) -> str:
     ax.set_xlabel("exposed communication (% of the step, from 0)")
     ax.set_xlim(left=0)
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
     return figure_png(fig)
 
 
@@ -720,18 +729,24 @@ def link_blocks(cases: list[TrainingCase], family=None) -> tuple[list, list[str]
         fig, ax_thr, ax_eff = throughput_axes(plt, any(c.efficiency is not None for c in group if c.world_size == top))
         rows = []
         for backend in sorted({c.backend for c in group}):
-            mine = sorted((c for c in group if c.backend == backend and c.world_size == top), key=_link)
+            mine = sorted(
+                (c for c in group if c.backend == backend and c.world_size == top and drawable(c.throughput)), key=_link
+            )
             xs = [where_x[_link(c)] for c in mine]
             ax_thr.errorbar(
                 xs,
                 [c.throughput for c in mine],
-                yerr=[[c.throughput - c.interval[0] for c in mine], [c.interval[1] - c.throughput for c in mine]],
+                yerr=error_bars([c.throughput for c in mine], [c.interval for c in mine]),
                 marker="o",
                 capsize=3,
                 label=backend,
                 color=colour_of(backend),
             )
-            eff = [(where_x[_link(c)], c.efficiency) for c in mine if c.efficiency is not None]
+            eff = [
+                (where_x[_link(c)], c.efficiency)
+                for c in mine
+                if c.efficiency is not None and drawable(c.efficiency.ratio)
+            ]
             if eff and ax_eff is not None:
                 xs_eff, ys_eff = [x for x, _ in eff], [100 * e.ratio for _, e in eff]
                 ax_eff.plot(xs_eff, ys_eff, marker="o", label=backend, color=colour_of(backend))
@@ -752,7 +767,6 @@ def link_blocks(cases: list[TrainingCase], family=None) -> tuple[list, list[str]
             ax.grid(True, alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
-        fig.tight_layout()
         title = _cond_title({**dict(zip([k for k in CONDITIONS if k != "network"], key)), "network": "one host"})
         first, second = PRIMARY
         verdict_rows = [
@@ -859,6 +873,13 @@ def report_part(frame, context) -> ReportPart:
     cases = replicated_cases(ok) if not ok.empty else []
     family = getattr(context, "family", None)
     sentences, fairness = verdict(cases, family) if cases else ([], [])
+    unmeasured = ok[~(ok["throughput"] > 0)]  # what replicated_cases leaves out: no log to compare on
+    if not unmeasured.empty:
+        fairness = [
+            *fairness,
+            f"{len(unmeasured)} ok run(s) left out of every comparison, as their throughput is not a positive number: "
+            + ", ".join(f"{r.run_id} ({fmt(r.throughput, ',.6g')} samples/s)" for r in unmeasured.itertuples()),
+        ]
     links, crossovers = link_blocks(cases, family)
     inputs, _ = input_blocks(cases)
     across_hosts = any(c.latest.spec.hosts for c in cases)

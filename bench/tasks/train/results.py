@@ -56,6 +56,15 @@ def gate_figures(records: list, all_records: list) -> tuple[dict, dict]:
     return out, not_ok
 
 
+def mean_of(values) -> float:
+    """The mean of figures, infinite (not an error) past a float's range: a record's absurd figure is shown so."""
+    values = list(values)
+    try:
+        return statistics.fmean(values)
+    except OverflowError:
+        return sum(values) / len(values)
+
+
 @dataclass
 class TrainingCase:
     """The ok launches of one backend and world size under one set of conditions, from its latest sweep
@@ -93,7 +102,7 @@ class TrainingCase:
 
     @property
     def throughput(self) -> float:
-        return statistics.fmean(self.values)
+        return mean_of(self.values)
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -117,7 +126,7 @@ class TrainingCase:
 
     @property
     def step_time_s(self) -> float:
-        return statistics.fmean(r.metrics.step_time_s.mean for r in self.records)
+        return mean_of(r.metrics.step_time_s.mean for r in self.records)
 
     @property
     def startup_s(self) -> float | None:
@@ -139,10 +148,9 @@ class TrainingCase:
 
     @property
     def startup_values(self) -> list[float]:
-        """Every launch's time from launch to the end of its first step."""
-        return [
-            r.metrics.startup.launch_to_first_step_s for r in self.records if r.metrics.startup.launch_to_first_step_s
-        ]
+        """Every launch's time from launch to the end of its first step (where it is one: above 0 s)."""
+        times = [r.metrics.startup.launch_to_first_step_s for r in self.records]
+        return [t for t in times if t is not None and t > 0]
 
     @property
     def place(self) -> str:
@@ -158,7 +166,7 @@ def replicated_cases(ok) -> list[TrainingCase]:
     """Every (conditions, backend, world size) of the comparable runs (ok, alone on their cores) with a throughput:
     the launches of its latest sweep, with vs-plain and efficiency estimated across launches."""
     ok = comparable_runs(ok)
-    ok = ok[ok["throughput"].notna()]
+    ok = ok[ok["throughput"] > 0]  # (a throughput of none, or of no positive number, has no log to compare on)
     ok = blank_single_machine(ok)
     cases = {
         key: TrainingCase(dict(zip(CONDITIONS, key)), key[-2], int(key[-1]), records)
