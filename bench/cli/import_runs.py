@@ -135,8 +135,8 @@ def settle_spare(record: RunRecord, folder: Path) -> str:
             write_atomic(own.record_file, (folder / own.record_file.name).read_bytes())
         except OSError as exc:
             return f"; its copy is kept in {folder}, as {own.path} cannot take it ({os_reason(exc)})"
-    drop_spare(record.run_id)
-    return f"; its kept copy in {folder} is removed"
+    drop_spare(record.run_id)  # (which leaves a folder in a temporary directory that is not this user's own)
+    return "" if os.path.lexists(folder) else f"; its kept copy in {folder} is removed"
 
 
 def cmd(args) -> int:
