@@ -376,7 +376,14 @@ def assert_resumed_params_are_two_worker_sgd(record: dict, steps: int, processes
 # makes once for all its tests. (xdist's own `--dist loadgroup` marks tests by rewriting their node ids, which this
 # pytest no longer reads.)
 SHARED_BY_GROUP = {
-    "test hosts": ("test_across_hosts", "test_k8s", "test_testhosts", "test_testray", "test_testslurm"),
+    "test hosts": (
+        "test_across_hosts",
+        "test_hostile_paths",
+        "test_k8s",
+        "test_testhosts",
+        "test_testray",
+        "test_testslurm",
+    ),
     "two-worker runs": ("test_backend_contract", "test_horovod", "test_ps", "test_runs", "test_tf"),
 }
 

@@ -25,16 +25,23 @@ import pytest
 
 WITHOUT_OPTIONAL = os.environ.get("BENCH_TESTS_WITHOUT_OPTIONAL") == "1"
 IN_CI = os.environ.get("CI") == "true" and not WITHOUT_OPTIONAL
-# the system programs of the optional packages .ci/run installs (OpenMPI, sshd, Slurm and MUNGE, Chromium) and a GPU
-# driver's, hidden in the pass as on a fresh machine
+# the system programs of the optional packages .ci/run installs (OpenMPI's launchers, sshd, Slurm and MUNGE,
+# Chromium), hidden in the pass as on a fresh machine. OpenMPI's compiler wrappers stay: the installed Horovod was
+# built with them, and the set-up's own check of that build (bench.tools.horovod_build) must find the same build.
 HIDDEN_PROGRAMS = frozenset(
     {
-        *("mpirun", "mpiexec", "mpicc", "mpicxx", "orterun", "ompi_info", "prterun"),
+        *("mpirun", "mpiexec", "orterun", "prterun"),
         *("sshd",),
         *("slurmctld", "slurmd", "sbatch", "srun", "salloc", "scontrol", "sinfo", "squeue", "munged", "munge"),
         *("chromium", "chromium-browser"),
-        *("nvidia-smi",),
     }
+)
+# where the system's programs are (PATH's folders and the daemons' sbin ones): a program a test writes itself
+# elsewhere (a fake nvidia-smi or mpirun in its temporary folder) is never hidden
+SYSTEM_FOLDERS = frozenset(
+    os.path.realpath(folder)
+    for folder in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/local/sbin", "/usr/sbin", "/sbin"]
+    if folder
 )
 # what a Horovod built on such a machine lacks: its MPI controller (no OpenMPI to build it with) and GPU operations
 HIDDEN_HOROVOD_FEATURES = frozenset({"MPI", "NCCL"})
@@ -175,7 +182,10 @@ def hide_optional() -> None:
     which = shutil.which
 
     def which_but_hidden(cmd, mode=os.F_OK | os.X_OK, path=None):
-        return None if os.path.basename(os.fspath(cmd)) in HIDDEN_PROGRAMS else which(cmd, mode, path)
+        found = which(cmd, mode, path)
+        if found is None or os.path.basename(found) not in HIDDEN_PROGRAMS:
+            return found
+        return None if os.path.dirname(os.path.realpath(found)) in SYSTEM_FOLDERS else found
 
     shutil.which = which_but_hidden
     folder = Path(tempfile.mkdtemp(prefix="bench-tests-path-"))
