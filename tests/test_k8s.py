@@ -35,7 +35,7 @@ from bench.core.rundir import RunDir
 from bench.core.store import Store
 from bench.tasks.train import build_spec
 from bench.testbed import hosts as testhosts
-from conftest import FAST, ROOT, assert_one_line_error, bench_in_process
+from conftest import FAST, ROOT, assert_one_line_error, bench, bench_in_process
 from needs import needs
 
 CRD_DIR = ROOT.parent / "shared" / "k8s" / "crds"
@@ -58,6 +58,10 @@ EVERY_JOB = {
         "mpijob", drop_worker=True, results_claim="results", bench_args=("--backend", "horovod", "--nproc", "4")
     ),
     "trainjob": request("trainjob", gpus_per_pod=8, nproc_per_node=8, cpus_per_pod="500m"),
+    "trainjob-results": request("trainjob", results_claim="results"),
+    "pytorchjob-gpus-elastic": request(
+        "pytorchjob", gpus_per_pod=8, nproc_per_node=8, elastic=kf.Elastic(2, 3), results_claim="results"
+    ),
 }
 
 
@@ -230,8 +234,19 @@ def test_verb_writes_a_manifest_that_parses(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (manifest,) = yaml.safe_load_all(out.read_text())
     assert manifest["kind"] == "PyTorchJob" and manifest["spec"]["elasticPolicy"]["maxReplicas"] == 4
-    command = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
-    assert command[:8] == ["python", "-m", "bench", "run", "--backend", "elastic", "--nproc", "3"]
+    [container] = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    # no world size fixed in the command: the pods take it from the operator's variables and the pods the job starts
+    assert container["command"][:8] == [
+        "python",
+        "-m",
+        "bench",
+        "run",
+        "--backend",
+        "elastic",
+        "--workload",
+        "mnist_mlp",
+    ]
+    assert container["env"] == [{"name": kubeflow_pod.JOB_PODS_ENV, "value": "3"}]
 
 
 @pytest.mark.parametrize(
@@ -965,6 +980,189 @@ def test_gpu_pods_run_one_process_per_gpu_they_are_given(kind, backend):
     command = pod_command_of(yaml.safe_load(proc.stdout))
     # --gpus: one process per GPU on each pod (each host of the MPIJob's hostfile), not CPU processes beside them
     assert command[4:8] == ["--backend", backend, "--gpus", "4"] and "--nproc" not in command
+
+
+# ---------------------------------------------------------------- a manifest's pods, as the operator makes them
+def mounts_of(pod_spec: dict, container: dict) -> dict[str, dict]:
+    """What a container has at each of its mount paths: the pod's volume of that name."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    return {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])}
+
+
+def trainjob_pod(manifest: dict) -> tuple[dict, dict]:
+    """A TrainJob's node pod as its patch of the runtime (spec.runtimePatches) makes it: (pod spec, the trainer
+    container's part of it); ({}, {}) where it patches nothing."""
+    for patch in manifest["spec"].get("runtimePatches", []):
+        for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+            if job["name"] == k8s.TRAINJOB_REPLICATED_JOB:
+                pod = job["template"]["spec"]["template"]["spec"]
+                [container] = [c for c in pod["containers"] if c["name"] == kf.TRAINJOB_CONTAINER]
+                return pod, container
+    return {}, {}
+
+
+def gpu_rank_pods(manifest: dict) -> list[tuple[dict, dict]]:
+    """(pod spec, container) of every pod of the manifest that runs ranks: a PyTorchJob's replicas, a TrainJob's
+    nodes, an MPIJob's workers."""
+    spec = manifest["spec"]
+    if manifest["kind"] == "TrainJob":
+        return [trainjob_pod(manifest)]
+    replicas = spec["mpiReplicaSpecs"] if manifest["kind"] == "MPIJob" else spec["pytorchReplicaSpecs"]
+    return [
+        (r["template"]["spec"], r["template"]["spec"]["containers"][0])
+        for rtype, r in replicas.items()
+        if rtype != "Launcher"
+    ]
+
+
+def operator_pods(manifest: dict, running: int | None = None) -> list[tuple[str, list[str], dict[str, str], dict]]:
+    """The pods the operator makes of a PyTorchJob or TrainJob as written: (pod host name, the names it is reached
+    by, its container's environment: the operator's variables and the container's own, {command, mounts: {path:
+    volume}}); the first `running` of them (all by default)."""
+    job, spec = manifest["metadata"]["name"], manifest["spec"]
+    pods = []
+    if manifest["kind"] == "TrainJob":
+        trainer, (pod_spec, container) = spec["trainer"], trainjob_pod(manifest)
+        nodes, nproc = trainer["numNodes"], trainer["numProcPerNode"]
+        for i in range(nodes):
+            env = kf.trainjob_env(job, i, nodes=nodes, nproc_per_node=nproc)
+            place = {"command": trainer["command"], "mounts": mounts_of(pod_spec, container)}
+            pods.append((f"{job}-node-0-{i}", [kf.trainjob_host(job, i), f"{job}-node-0-{i}"], env, place))
+        return pods[:running]
+    replicas, policy = spec["pytorchReplicaSpecs"], spec.get("elasticPolicy")
+    elastic = None
+    if policy:
+        elastic = kf.Elastic(
+            policy["minReplicas"], policy["maxReplicas"], policy.get("maxRestarts"), policy["rdzvBackend"]
+        )
+    counts = {rtype: replicas[rtype]["replicas"] if rtype in replicas else 0 for rtype in ("Master", "Worker")}
+    for rtype in ("Master", "Worker"):
+        for i in range(counts[rtype]):
+            pod_spec = replicas[rtype]["template"]["spec"]
+            [container] = pod_spec["containers"]
+            env = kf.pytorchjob_env(
+                job,
+                rtype,
+                i,
+                masters=counts["Master"],
+                workers=counts["Worker"],
+                nproc_per_node=int(spec["nprocPerNode"]),
+                port=container["ports"][0]["containerPort"],
+                elastic=elastic,
+            )
+            env.update({e["name"]: e["value"] for e in container.get("env", [])})
+            place = {"command": container["command"], "mounts": mounts_of(pod_spec, container)}
+            name = kf.pytorchjob_service(job, rtype, i)
+            pods.append((name, [name], env, place))
+    return pods[:running]
+
+
+def placed_command(command: list[str], folders: dict[str, Path]) -> list[str]:
+    """A pod's command run here: `python` this interpreter, each path under a mount path (key) under the folder that
+    plays the volume there (value)."""
+    out = []
+    for arg in command:
+        for mount, folder in folders.items():
+            if arg == mount or arg.startswith(mount + "/"):
+                arg = str(folder) + arg[len(mount) :]
+        out.append(sys.executable if arg == "python" else arg)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob", "mpijob"])
+def test_eight_gpus_per_pod_are_eight_processes_per_pod_with_a_memory_backed_dev_shm(kind, tmp_path):
+    """--gpus-per-pod 8 alone: each pod runs 8 ranks (the operator told 8 processes per pod, the pod command 8 GPU
+    workers), every pod that runs them has a memory-backed /dev/shm for NCCL's shared memory between them, and the
+    pod command, run with the operator's environment and --dry-run (no GPU here: a plan, not a run), plans 8
+    processes on each of the 2 pods."""
+    proc = bench_in_process(
+        "k8s", "--kind", kind, "--image", k8s.RECIPE_IMAGE, "--nodes", "2", "--gpus-per-pod", "8",
+        "--results-claim", "res",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "idle" not in proc.stderr
+    manifest = yaml.safe_load(proc.stdout)
+    spec = manifest["spec"]
+    per_pod = {
+        "pytorchjob": lambda: spec["nprocPerNode"],
+        "trainjob": lambda: spec["trainer"]["numProcPerNode"],
+        "mpijob": lambda: spec["slotsPerWorker"],
+    }[kind]()
+    assert per_pod in ("8", 8)
+    for pod_spec, container in gpu_rank_pods(manifest):
+        mounts = mounts_of(pod_spec, container)
+        assert mounts["/dev/shm"] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+        assert mounts["/results"]["persistentVolumeClaim"] == {"claimName": "res"}
+    results = tmp_path / "results"
+    if kind == "mpijob":
+        launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]
+        assert "/dev/shm" not in mounts_of(launcher["spec"], launcher["spec"]["containers"][0])  # it runs no rank
+        config = tmp_path / "mpi"
+        config.mkdir()
+        (config / "hostfile").write_text(kf.mpijob_hostfile("bench", "default", 2, spec["slotsPerWorker"]))
+        command = placed_command(
+            launcher["spec"]["containers"][0]["command"], {kf.MPI_CONFIG_DIR: config, k8s.RESULTS_MOUNT: results}
+        )
+        env = kf.mpijob_launcher_env(spec["slotsPerWorker"])
+    else:
+        _, _, env, pod = operator_pods(manifest)[0]
+        command = placed_command(pod["command"], {k8s.RESULTS_MOUNT: results})
+    plan = bench(*command[3:], "--dry-run", env=env)
+    assert plan.returncode == 0, plan.stderr
+    assert "world size 16 on cuda (GPU processes), 2 host(s)" in plan.stdout, plan.stdout
+    hosts = (
+        [kf.mpijob_host("bench", "default", i) for i in range(2)]
+        if kind == "mpijob"
+        else [pod for pod, _, _, _ in operator_pods(manifest)]
+    )
+    assert f"{hosts[0]} x8, {hosts[1]} x8" in plan.stdout, plan.stdout
+    if kind != "mpijob":  # the pod's own torchrun agent: 8 processes
+        assert "--nproc-per-node 8 " in plan.stdout, plan.stdout
+    assert not results.exists()  # a plan: nothing made
+
+
+def test_fewer_ranks_than_gpus_says_the_gpus_left_idle():
+    proc = bench_in_process(
+        "k8s", "--image", k8s.RECIPE_IMAGE, "--nodes", "2", "--gpus-per-pod", "8", "--nproc-per-node", "4",
+        "--results-claim", "res",
+    )  # fmt: skip
+    assert proc.returncode == 0 and "4 GPU(s) of each pod idle" in proc.stderr, proc.stderr
+    assert yaml.safe_load(proc.stdout)["spec"]["nprocPerNode"] == "4"
+
+
+def test_elastic_pods_below_max_plan_the_pods_there_are():
+    """An elastic PyTorchJob that starts 2 pods of at most 3 (PET_NNODES=2:3): each pod's command, with the
+    operator's environment, plans a run of the 2 pods there are through the policy's rendezvous (2:3), not one of 3
+    and not a refusal of its own world size."""
+    proc = bench_in_process(
+        "k8s", "--image", k8s.RECIPE_IMAGE, "--nodes", "2", "--min-nodes", "2", "--max-nodes", "3",
+        "--results-claim", "res", "--", "--workload", "mnist_mlp",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    pods = operator_pods(yaml.safe_load(proc.stdout))
+    assert [pod for pod, _, _, _ in pods] == ["bench-worker-0", "bench-worker-1"]
+    for _, _, env, pod in pods:
+        assert env["PET_NNODES"] == "2:3"
+        plan = bench(
+            *placed_command(pod["command"], {k8s.RESULTS_MOUNT: Path("/nonexistent")})[3:], "--dry-run", env=env
+        )
+        assert plan.returncode == 0, plan.stderr
+        assert "world size 2 on cpu (CPU processes), 2 host(s): bench-worker-0 x1, bench-worker-1 x1" in plan.stdout
+        assert "--nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint bench-worker-0:23456" in plan.stdout
+
+
+def test_the_helps_examples_write_manifests(monkeypatch, tmp_path):
+    """Every example of `bench k8s --help` as written (its image the recipe's) writes a manifest that passes the
+    admission rules (and the CRD schema, where the CRD files are)."""
+    from bench.cli import build_parser
+
+    monkeypatch.chdir(tmp_path)  # an example's -o job.yaml is written here
+    text = build_parser()._subparsers._group_actions[0].choices["k8s"].format_help()
+    examples = [line.strip() for line in text.split("\nexamples:\n", 1)[1].splitlines() if line.strip()]
+    assert len(examples) == 5 and all(f"--image {k8s.RECIPE_IMAGE} " in e for e in examples)
+    for example in examples:
+        proc = bench_in_process(*shlex.split(example)[1:])
+        assert proc.returncode == 0, (example, proc.stderr)
 
 
 def test_a_gpu_pod_plans_its_agent_on_cuda(monkeypatch, tmp_path):

@@ -74,18 +74,20 @@ def add_parser(verbs) -> None:
         description="Each pod runs bench itself with the arguments after --; its records go to the store on the "
         "ReadWriteMany volume named by --results-claim, and come out in the log of the pod that records as marked "
         "lines, for kubectl logs POD | bench import -. The manifest is checked against the operator's admission "
-        "rules and, with the operators' CRD files, their schema, before it is written. Contract-tested, not "
+        "rules and, with the operators' CRD files, their schema, before it is written. The image the examples name "
+        f"is the repository's recipe (image/Containerfile: CUDA torch, the suite, Horovod with NCCL, sshd, Open MPI), "
+        f"built and pushed with: {k8s.RECIPE_BUILD} && podman push {k8s.RECIPE_IMAGE}. Contract-tested, not "
         "cluster-tested: see docs/clusters.md.",
         epilog=examples(
-            "bench k8s --image registry.example.com/bench:1.0 --nodes 2 --results-claim bench-results "
+            f"bench k8s --image {k8s.RECIPE_IMAGE} --nodes 2 --results-claim bench-results "
             "-o job.yaml -- --workload mnist_mlp",
-            "bench k8s --kind mpijob --image registry.example.com/bench:1.0 --nodes 4 --nproc-per-node 2",
-            "bench k8s --kind mpijob --drop-worker --image registry.example.com/bench:1.0 --nodes 2 "
-            "--results-claim bench-results -- --workload mnist_mlp --recovery-timeout 300",
-            "bench k8s --image registry.example.com/bench:1.0 --nodes 2 --min-nodes 1 --max-nodes 3 "
+            f"bench k8s --kind mpijob --image {k8s.RECIPE_IMAGE} --nodes 4 --nproc-per-node 2 "
             "--results-claim bench-results",
-            "bench k8s --kind trainjob --image nvcr.io/nvidia/pytorch:25.01-py3 --nodes 2 --gpus-per-pod 8 "
-            "--nproc-per-node 8 --results-claim bench-results",
+            f"bench k8s --kind mpijob --drop-worker --image {k8s.RECIPE_IMAGE} --nodes 2 "
+            "--results-claim bench-results -- --workload mnist_mlp --recovery-timeout 300",
+            f"bench k8s --image {k8s.RECIPE_IMAGE} --nodes 2 --min-nodes 1 --max-nodes 3 --results-claim bench-results",
+            f"bench k8s --kind trainjob --image {k8s.RECIPE_IMAGE} --nodes 2 --gpus-per-pod 8 "
+            "--results-claim bench-results",
         ),
         parents=[
             options.parent(
@@ -109,7 +111,8 @@ def add_parser(verbs) -> None:
         p,
         "--image",
         type=image,
-        help="the container image with bench and its frameworks installed (required)",
+        help="the container image with bench and its frameworks installed (required): the one image/Containerfile "
+        f"builds, with {k8s.RECIPE_BUILD}",
         invalid=[
             "",
             "bench image:1.0",  # a space
@@ -141,8 +144,7 @@ def add_parser(verbs) -> None:
         p,
         "--nproc-per-node",
         type=options.positive_int,
-        default=d["nproc_per_node"],
-        help="ranks per pod (%(default)s)",
+        help=f"ranks per pod ({d['nproc_per_node']}; with --gpus-per-pod, one per GPU)",
         invalid=["0", "x"],
     )
     options.add(
@@ -167,7 +169,7 @@ def add_parser(verbs) -> None:
         p,
         "--gpus-per-pod",
         type=options.positive_int,
-        help="nvidia.com/gpu per pod, for a CUDA image (none by default)",
+        help="nvidia.com/gpu per pod, for a CUDA image, each run by a rank of its own (none by default)",
         invalid=["0", "x"],
     )
     options.add(
@@ -229,7 +231,7 @@ def _pod_args(args) -> list[str]:
             "kubectl logs POD | bench import - reads; leave --json out"
         )
     world = args.nodes * args.nproc_per_node
-    for i, a in enumerate(rest):  # a world size given after -- must be the one the job holds
+    for i, a in enumerate(rest):  # a world size given after -- must be the one the job starts with
         value = (
             a.partition("=")[2]
             if a.startswith("--nproc=")
@@ -249,8 +251,13 @@ def _pod_args(args) -> list[str]:
     ]
     if any(a == "--gpus" or a.startswith("--gpus=") for a in rest):
         raise UsageError("--gpus after --: the manifest sets it from --gpus-per-pod, one process per GPU")
-    # a GPU pod's ranks take one GPU each (--gpus: per pod, or per host of the MPIJob's hostfile)
-    size = ["--gpus", str(args.nproc_per_node)] if args.gpus_per_pod else ["--nproc", str(world)]
+    # a GPU pod's ranks take one GPU each (--gpus: per pod, or per host of the MPIJob's hostfile); on CPUs the pods of
+    # a PyTorchJob or TrainJob take their world from the operator's variables (under an elastic policy, the pods
+    # there are, not a size fixed here), and an MPIJob's launcher gives horovodrun the world of its hostfile
+    if args.gpus_per_pod:
+        size = ["--gpus", str(args.nproc_per_node)]
+    else:
+        size = ["--nproc", str(world)] if args.kind == "mpijob" else []
     pod = ["--backend", str(kubeflow_backend(args.kind)), *size, *rest]
     try:  # the pods' arguments refused now, not when the job starts
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
@@ -300,10 +307,18 @@ def cmd(args) -> int:
             f"--gpus-per-pod {args.gpus_per_pod} with --image {shown(args.image)}, whose name says no CUDA build: "
             "give a CUDA image, or --image-has-cuda if it is one"
         )
+    if args.nproc_per_node is None:  # one rank per GPU, where the pods hold GPUs
+        args.nproc_per_node = args.gpus_per_pod or d["nproc_per_node"]
     if args.gpus_per_pod and args.nproc_per_node > args.gpus_per_pod:
         raise UsageError(
             f"--nproc-per-node {args.nproc_per_node} with --gpus-per-pod {args.gpus_per_pod}: a pod holds one rank "
             "per GPU; give at most as many ranks as GPUs"
+        )
+    if args.gpus_per_pod and args.nproc_per_node < args.gpus_per_pod:
+        note(
+            f"bench k8s: note: --nproc-per-node {args.nproc_per_node} with --gpus-per-pod {args.gpus_per_pod}: "
+            f"{args.gpus_per_pod - args.nproc_per_node} GPU(s) of each pod idle (leave --nproc-per-node out for one "
+            "rank per GPU)"
         )
     req = k8s.JobRequest(
         kind=args.kind,

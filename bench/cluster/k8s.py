@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import __version__
 from bench.cluster import kubeflow as kf
+from bench.cluster.kubeflow_pod import JOB_PODS_ENV
 from bench.core.inputs import shown
 
 KINDS = ("pytorchjob", "mpijob", "trainjob")
@@ -37,6 +39,18 @@ DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 LABEL_MAX = 63
 RESULTS_MOUNT = "/results"
+# NCCL's shared-memory transport between the ranks of one pod lives in /dev/shm, which a container gets as 64 MiB by
+# default: too little for 8 ranks' buffers, so a pod that runs GPU ranks gets a memory-backed one
+SHM_MOUNT = "/dev/shm"
+SHM_VOLUME = {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+# the TrainJob's patch of its runtime's pod template (spec.runtimePatches), keyed by who writes it
+TRAINJOB_PATCH_MANAGER = "bench"
+TRAINJOB_REPLICATED_JOB = (
+    "node"  # the torch-distributed runtime's replicated job, whose container is kf.TRAINJOB_CONTAINER
+)
+# the image image/Containerfile builds (the suite, CUDA torch, Horovod with NCCL), as the help and docs name it
+RECIPE_IMAGE = f"registry.example.com/bench:{__version__}-cuda13"
+RECIPE_BUILD = f"podman build -f image/Containerfile -t {RECIPE_IMAGE} ."
 # `bench k8s`'s defaults: a two-pod job of one rank each, the smallest that spans pods
 MANIFEST_DEFAULTS = dict(kind="pytorchjob", name="bench", namespace="default", nodes=2, nproc_per_node=1)
 
@@ -155,20 +169,38 @@ def _resources(req: JobRequest) -> dict[str, Any]:
     return {"limits": limits, "requests": dict(limits)} if limits else {}
 
 
-def _volumes(req: JobRequest) -> tuple[list[dict], list[dict]]:
-    if not req.results_claim:
-        return [], []
-    return (
-        [{"name": "results", "persistentVolumeClaim": {"claimName": req.results_claim}}],
-        [{"name": "results", "mountPath": RESULTS_MOUNT}],
-    )
+def _volumes(req: JobRequest, gpu_ranks: bool) -> tuple[list[dict], list[dict]]:
+    """A pod's volumes and its container's mounts: the results claim at /results, and where the pod runs GPU ranks
+    (`gpu_ranks`) a memory-backed /dev/shm."""
+    volumes, mounts = [], []
+    if req.results_claim:
+        volumes.append({"name": "results", "persistentVolumeClaim": {"claimName": req.results_claim}})
+        mounts.append({"name": "results", "mountPath": RESULTS_MOUNT})
+    if gpu_ranks and req.gpus_per_pod:
+        volumes.append(copy.deepcopy(SHM_VOLUME))
+        mounts.append({"name": SHM_VOLUME["name"], "mountPath": SHM_MOUNT})
+    return volumes, mounts
 
 
-def _container(req: JobRequest, name: str, command: list[str], ports: list[dict] | None = None) -> dict[str, Any]:
-    volumes, mounts = _volumes(req)
+def _env(req: JobRequest) -> list[dict[str, str]]:
+    """The container's own variables, beside the operator's: under an elastic policy, how many pods the job starts
+    (the operator gives only PET_NNODES=MIN:MAX), so that the run's world is the pods there are
+    (bench.cluster.kubeflow_pod.pod_place)."""
+    if req.kind == "pytorchjob" and req.elastic is not None:
+        return [{"name": JOB_PODS_ENV, "value": str(req.nodes)}]
+    return []
+
+
+def _container(
+    req: JobRequest, name: str, command: list[str], ports: list[dict] | None = None, *, gpu_ranks: bool = True
+) -> dict[str, Any]:
+    _, mounts = _volumes(req, gpu_ranks)
     container: dict[str, Any] = {"name": name, "image": req.image, "command": command}
+    env = _env(req)
+    if env:
+        container["env"] = env
     resources = _resources(req)
-    if resources:
+    if resources and gpu_ranks:  # a pod that runs no ranks (an MPIJob's launcher) holds no GPU
         container["resources"] = resources
     if mounts:
         container["volumeMounts"] = mounts
@@ -177,8 +209,8 @@ def _container(req: JobRequest, name: str, command: list[str], ports: list[dict]
     return container
 
 
-def _pod_template(req: JobRequest, containers: list[dict]) -> dict[str, Any]:
-    volumes, _ = _volumes(req)
+def _pod_template(req: JobRequest, containers: list[dict], *, gpu_ranks: bool = True) -> dict[str, Any]:
+    volumes, _ = _volumes(req, gpu_ranks)
     spec: dict[str, Any] = {"containers": containers}
     if volumes:
         spec["volumes"] = volumes
@@ -213,9 +245,9 @@ def pytorchjob(req: JobRequest) -> dict[str, Any]:
 
 def mpijob(req: JobRequest) -> dict[str, Any]:
     """An MPIJob for Horovod: a launcher that runs the suite (horovodrun or mpirun over the hostfile the operator
-    mounts) and `nodes` workers that run sshd, as the mpi-operator's own Horovod examples do."""
-    launcher = _container(req, "launcher", pod_command(req, launcher=True))
-    launcher.pop("resources", None)  # the launcher trains nothing: it holds no GPU
+    mounts) and `nodes` workers that run sshd, as the mpi-operator's own Horovod examples do; the workers run the
+    ranks, so they hold the GPUs and /dev/shm, and the launcher neither."""
+    launcher = _container(req, "launcher", pod_command(req, launcher=True), gpu_ranks=False)
     worker = _container(req, "worker", ["/usr/sbin/sshd", "-De"])
     return {
         "apiVersion": kf.MPIJOB_API,
@@ -227,7 +259,11 @@ def mpijob(req: JobRequest) -> dict[str, Any]:
             "sshAuthMountPath": kf.MPI_SSH_DIR,
             "runPolicy": {"cleanPodPolicy": "Running"},
             "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": _pod_template(req, [launcher])},
+                "Launcher": {
+                    "replicas": 1,
+                    "restartPolicy": "OnFailure",
+                    "template": _pod_template(req, [launcher], gpu_ranks=False),
+                },
                 "Worker": {
                     "replicas": req.nodes,
                     "restartPolicy": "OnFailure",
@@ -239,7 +275,9 @@ def mpijob(req: JobRequest) -> dict[str, Any]:
 
 
 def trainjob(req: JobRequest) -> dict[str, Any]:
-    """A TrainJob on the torch-distributed ClusterTrainingRuntime (Trainer v2): no elastic policy there."""
+    """A TrainJob on the torch-distributed ClusterTrainingRuntime (Trainer v2): no elastic policy there. Its trainer
+    has no volumes of its own: the results claim and /dev/shm are a patch of the runtime's pod template
+    (spec.runtimePatches), on its replicated job `node` and that job's container."""
     trainer: dict[str, Any] = {
         "image": req.image,
         "command": pod_command(req),
@@ -249,19 +287,25 @@ def trainjob(req: JobRequest) -> dict[str, Any]:
     resources = _resources(req)
     if resources:
         trainer["resourcesPerNode"] = resources
-    return {
-        "apiVersion": kf.TRAINJOB_API,
-        "kind": "TrainJob",
-        "metadata": _metadata(req),
-        "spec": {
-            "runtimeRef": {
-                "name": kf.TRAINJOB_RUNTIME,
-                "kind": "ClusterTrainingRuntime",
-                "apiGroup": "trainer.kubeflow.org",
-            },
-            "trainer": trainer,
+    spec: dict[str, Any] = {
+        "runtimeRef": {
+            "name": kf.TRAINJOB_RUNTIME,
+            "kind": "ClusterTrainingRuntime",
+            "apiGroup": "trainer.kubeflow.org",
         },
+        "trainer": trainer,
     }
+    volumes, mounts = _volumes(req, gpu_ranks=True)
+    if volumes:
+        pod = {"volumes": volumes, "containers": [{"name": kf.TRAINJOB_CONTAINER, "volumeMounts": mounts}]}
+        job = {"name": TRAINJOB_REPLICATED_JOB, "template": {"spec": {"template": {"spec": pod}}}}
+        spec["runtimePatches"] = [
+            {
+                "manager": TRAINJOB_PATCH_MANAGER,
+                "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}},
+            }
+        ]
+    return {"apiVersion": kf.TRAINJOB_API, "kind": "TrainJob", "metadata": _metadata(req), "spec": spec}
 
 
 BUILDERS = {"pytorchjob": pytorchjob, "mpijob": mpijob, "trainjob": trainjob}

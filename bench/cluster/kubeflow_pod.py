@@ -36,6 +36,9 @@ SCHEDULER = "kubeflow"  # the scheduler's name in a record, before the job's kin
 # how long the leading pod waits, once its own agent has ended, for the other pods' ranks to write their exit files
 EXIT_FILES_GRACE_S = 30.0
 POLL_S = 0.2
+# the pods a job of an elastic policy starts, which `bench k8s` sets in their container (the operator's PET_NNODES says
+# only MIN:MAX): the run's world is these pods' processes, not the most the policy allows
+JOB_PODS_ENV = "BENCH_JOB_PODS"
 MASTER = re.compile(r"^(?P<job>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-master-0$")
 ELASTIC_WORKER0 = re.compile(r"^(?P<job>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-worker-0$")
 TRAINJOB_NODE0 = re.compile(r"^(?P<job>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-node-0-0\.(?P=job)$")
@@ -150,12 +153,20 @@ def pod_place(env=None, hostname: str | None = None) -> PodPlace:
             )
         job = worker0.group("job")
         restarts = env.get("PET_MAX_RESTARTS", "0")
+        pods = int(high)  # a manifest not of `bench k8s`: the most pods the policy allows
+        if JOB_PODS_ENV in env:
+            pods = _number(env, JOB_PODS_ENV, 1)
+            if not int(low) <= pods <= int(high):
+                raise UsageError(
+                    f"--scheduler kubeflow: {JOB_PODS_ENV}={pods} with PET_NNODES={nnodes}: the job's pods must be "
+                    "within the elastic policy's MIN:MAX"
+                )
         return PodPlace(
             kind="PyTorchJob",
             job=job,
             nnodes=nnodes,
             nproc_per_node=nproc,
-            hosts=tuple(kf.pytorchjob_service(job, "worker", i) for i in range(int(high))),
+            hosts=tuple(kf.pytorchjob_service(job, "worker", i) for i in range(pods)),
             leads=hostname.split(".")[0] == host,
             rdzv_backend=env.get("PET_RDZV_BACKEND", kf.RDZV_BACKEND_DEFAULT),
             rdzv_endpoint=endpoint,
