@@ -4,14 +4,17 @@ report, the backends' registry) as well as later; then bench.cli.main."""
 
 from __future__ import annotations
 
-from bench.core.interrupts import end_at_once
+from bench.core.interrupts import end_at_once, ignore_while_exiting
 
 
 def main() -> int:
     end_at_once("before it started anything; nothing is left running")
     from bench.cli import main as cli_main  # after the handlers: the import is what takes the time
 
-    return cli_main()
+    try:
+        return cli_main()
+    finally:
+        ignore_while_exiting()
 
 
 if __name__ == "__main__":

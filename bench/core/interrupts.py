@@ -34,3 +34,11 @@ def end_at_once(when: str) -> None:
 
     for sig in SIGNALS:
         signal.signal(sig, ended)
+
+
+def ignore_while_exiting() -> None:
+    """Once main has returned: Ctrl-C and SIGTERM are ignored while the interpreter exits. Python sets the default
+    action back for each signal that has a handler of its own as it finalizes, so a signal then would end the
+    process with the signal's own status (-2) after its work was done and said; ignored, it exits with its status."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
