@@ -241,3 +241,39 @@ def test_a_plan_made_where_horovod_is_not_installed_names_horovodrun(tmp_path, m
     proc = bench_in_process("run", "--backend", "horovod", "--hvd-launcher", "mpirun", "--nproc", "2", "--store", store)
     assert_one_line_error(proc, "--hvd-launcher mpirun needs mpirun", "apt-get install openmpi-bin")
     assert not store.exists()
+
+
+def store_host_as_torch_reads_it(argv: list[str]) -> bool | None:
+    """Whether torchrun, given a planned agent's arguments, hosts the c10d store: torch's own parser and rendezvous
+    parameters read them (None: torch left to guess from the endpoint and this machine's hostname)."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
+    from torch.distributed.run import parse_args
+
+    # torchrun's own entry point, or bench's wrapper that keeps the agent's events and hands torchrun what follows --
+    first = argv.index("--") if "bench.backends.shared.torchrun_events" in argv else argv.index("torch.distributed.run")
+    args = parse_args(argv[first + 1 :])
+    conf = _parse_rendezvous_config(args.rdzv_conf)
+    params = RendezvousParameters(args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id, 1, 2, **conf)
+    return params.get_as_bool("is_host")
+
+
+def test_only_the_first_hosts_agent_hosts_the_rendezvous_store_whatever_the_hosts_are_called(tmp_path):
+    """torch decides which agent hosts the c10d store by matching the endpoint against its hostname and that name's
+    addresses unless told: a first host named by a secondary NIC's address or an alias had no agent host it, and the
+    rendezvous timed out. Each agent is told (is_host), in the one --rdzv-conf torchrun keeps."""
+    lines = planned("run", "--backend", "elastic", "--hosts", "10.0.0.1:8,alias-b:8", "--gpus", "8", tmp_path=tmp_path)
+    command, _ = launcher_command("elastic", 16, [Host("10.0.0.1", 8), Host("alias-b", 8)])
+    steps = fanout_steps(command)
+    assert all(f"  on {host}: {shlex.join(argv)}" in lines for host, argv in steps)
+    assert [(host, store_host_as_torch_reads_it(argv)) for host, argv in steps] == [
+        ("10.0.0.1", True),
+        ("alias-b", False),
+    ]
+    # a fault run's agents keep their node range's short last call beside it
+    lines = planned("fault", "--backend", "elastic", "--hosts", "10.0.0.1:2,alias-b:2", "--kill-host", "alias-b",
+                    tmp_path=tmp_path)  # fmt: skip
+    hosts = ("  on 10.0.0.1: ", "  on alias-b: ")
+    agents = [shlex.split(line.split(": ", 1)[1]) for line in lines if line.startswith(hosts)]
+    assert [store_host_as_torch_reads_it(argv) for argv in agents] == [True, False]
+    assert all(argv.count("--rdzv-conf") == 1 and "last_call_timeout=1," in shlex.join(argv) for argv in agents)

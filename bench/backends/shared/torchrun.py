@@ -32,10 +32,15 @@ def free_port() -> int:
 NO_AGENT_LOGS = ["--log-dir", os.devnull]
 
 
-def torchrun_args(nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int) -> list[str]:
+def torchrun_args(
+    nnodes: str, nproc: int, endpoint: str, run_id: str, max_restarts: int, is_host: bool | None = None
+) -> list[str]:
     """torchrun's arguments for c10d rendezvous at `endpoint`, with no log folder (NO_AGENT_LOGS): every agent bench
     starts takes them but a Kubeflow pod's (pod_agent, which adds NO_AGENT_LOGS itself). With a node range the agent
-    otherwise waits 30 s for more nodes before it starts, so the last call is shortened to 1 s."""
+    otherwise waits 30 s for more nodes before it starts, so the last call is shortened to 1 s. `is_host` (across
+    hosts): whether this agent hosts the rendezvous store. Without it torch guesses by matching the endpoint against
+    this machine's hostname and the addresses that name resolves to, so an endpoint named by an alias or a secondary
+    NIC's address is hosted by no agent and the rendezvous times out; told, torch neither guesses nor falls back."""
     args = [
         *NO_AGENT_LOGS,
         "--nnodes",
@@ -51,8 +56,12 @@ def torchrun_args(nnodes: str, nproc: int, endpoint: str, run_id: str, max_resta
         "--max-restarts",
         str(max_restarts),
     ]
-    if ":" in nnodes:
-        args += ["--rdzv-conf", "last_call_timeout=1"]
+    # one --rdzv-conf (torchrun keeps only the last one given), its settings comma-separated
+    conf = ["last_call_timeout=1"] if ":" in nnodes else []
+    if is_host is not None:
+        conf.append(f"is_host={int(is_host)}")
+    if conf:
+        args += ["--rdzv-conf", ",".join(conf)]
     return args
 
 
@@ -132,16 +141,17 @@ def agent_command(
     max_restarts: int,
     rank_command: list[str],
     local_addr: str | None = None,
+    is_host: bool | None = None,
 ) -> list[str]:
     """torchrun with its agent's events kept in `events_file` (bench.backends.shared.torchrun_events); `local_addr`:
-    the address it advertises, across hosts."""
+    the address it advertises, and `is_host`, whether it hosts the rendezvous store (torchrun_args), across hosts."""
     return [
         sys.executable,
         "-m",
         "bench.backends.shared.torchrun_events",
         str(events_file),
         "--",
-        *torchrun_args(nnodes, nproc, endpoint, run_id, max_restarts),
+        *torchrun_args(nnodes, nproc, endpoint, run_id, max_restarts, is_host),
         *(["--local-addr", local_addr] if local_addr else []),
         "--no-python",
         *rank_command,
@@ -151,21 +161,22 @@ def agent_command(
 def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restarts: int = 0) -> tuple[list[str], str]:
     """(launcher command, rendezvous endpoint): one agent per host, started over ssh (through srun inside a Slurm
     allocation), each for the processes the backend's host_plan puts there (with the environment it gives them),
-    meeting at a c10d rendezvous on the first host (a port free there now); each advertises the address it was
-    given by. With `events_file` (a fault run), agents that keep their events, with the node range 1:hosts so
-    that the survivors go on when a host is lost, under a launcher that outlives a lost host's agent
-    (bench.cluster.fanout --node-range)."""
+    meeting at a c10d rendezvous on the first host (a port free there now), whose agent alone is told to host its
+    store (is_host, torchrun_args): the first host may be named by any name or address that reaches it. Each
+    advertises the address it was given by. With `events_file` (a fault run), agents that keep their events, with the
+    node range 1:hosts so that the survivors go on when a host is lost, under a launcher that outlives a lost host's
+    agent (bench.cluster.fanout --node-range)."""
     placed = get_backend(spec.backend).host_plan([Host(**h) for h in spec.hosts], spec.world_size, spec.backend_options)
     first = placed[0][0].name
     endpoint = f"{first}:{free_port_on(first, sys.executable)}"
     steps = []
-    for host, n, env in placed:
+    for i, (host, n, env) in enumerate(placed):
         if events_file is None:
             agent = [
                 sys.executable,
                 "-m",
                 "torch.distributed.run",
-                *torchrun_args(str(len(placed)), n, endpoint, run_id, max_restarts),
+                *torchrun_args(str(len(placed)), n, endpoint, run_id, max_restarts, is_host=i == 0),
                 "--local-addr",
                 host.name,
                 "--no-python",
@@ -173,7 +184,15 @@ def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restart
             ]
         else:
             agent = agent_command(
-                events_file, f"1:{len(placed)}", n, endpoint, run_id, max_restarts, rank_command, local_addr=host.name
+                events_file,
+                f"1:{len(placed)}",
+                n,
+                endpoint,
+                run_id,
+                max_restarts,
+                rank_command,
+                local_addr=host.name,
+                is_host=i == 0,
             )
         steps.append((host.name, [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *agent]))
     if of_allocation(spec.scheduler):  # in a Slurm allocation: one srun task per node, as Slurm users start torchrun
