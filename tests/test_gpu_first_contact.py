@@ -1,12 +1,17 @@
-"""What a launch across real hosts meets first, checked here without them: torchrun's c10d rendezvous at a first host
-named by an address its hostname does not resolve to (two agents in a network namespace of the test's own)."""
+"""What a launch across real hosts meets first, checked here without them: the host check as it runs over ssh (a
+stand-in `ssh` that runs the remote command line with bash on this machine, with none of this process's choices of
+interfaces and GPUs in its environment, so what reaches the "host" is what the command line carries), and torchrun's
+c10d rendezvous at a first host named by an address its hostname does not resolve to (two agents in a network
+namespace of the test's own)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +21,65 @@ from bench.cluster.hosts import planned_check
 from bench.core.dryrun import PLANNED_PORT, plan_only
 from bench.core.hostlist import Host
 from bench.tasks.train import build_spec
+from conftest import assert_one_line_error, bench_in_process
 from needs import needs
+
+# what the user's shell may set that a host must get from the command line, not from this process
+CHOICES = ("CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def stand_in_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`ssh [OPTIONS] HOST LINE` runs LINE with bash here, without CHOICES; each LINE is appended to the file returned,
+    ended by a NUL (a line may hold newlines)."""
+    folder, lines = tmp_path / "bin", tmp_path / "lines"
+    folder.mkdir()
+    ssh = folder / "ssh"
+    unset = " ".join(f"-u {name}" for name in ("PYTHONPATH", *CHOICES))
+    ssh.write_text(
+        "#!/bin/bash\n"
+        f'printf "%s\\0" "${{@: -1}}" >> {shlex.quote(str(lines))}\n'
+        f'exec env {unset} bash -c "${{@: -1}}"\n'
+    )
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return lines
+
+
+def remote_lines(lines: Path) -> list[str]:
+    return lines.read_text().split("\0")[:-1]
+
+
+def test_the_host_check_refuses_a_host_without_the_interface_a_kept_variable_names(tmp_path, monkeypatch, store):
+    """NCCL_SOCKET_IFNAME set by the user is kept across hosts, so every host must have what it names, as --iface's
+    interface must be there: one line naming the host, before anything is planned."""
+    lines = stand_in_ssh(tmp_path, monkeypatch)
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
+    proc = bench_in_process("run", "--backend", "elastic", "--hosts", "h1:1,h2:1", "--store", store)
+    assert_one_line_error(proc, "NCCL_SOCKET_IFNAME=ib0 in the environment: no interface ib0* on host h1 (it has lo")
+    assert len(remote_lines(lines)) == 2 and not store.exists()  # each host asked, nothing made
+    # a prefix of one of the host's interfaces (NCCL's reading) passes, and the check says it is kept
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "l")
+    from bench.cluster.hosts import check_hosts
+
+    check = check_hosts([Host("h1", 1)], sys.executable, None)
+    assert check.iface == "lo" and check.iface_chosen_by.endswith(
+        "NCCL_SOCKET_IFNAME=l kept from the environment, on the host"
+    )
+
+
+def test_the_host_check_counts_the_gpus_a_forwarded_cuda_visible_devices_leaves(tmp_path, monkeypatch, store):
+    """The launching shell's CUDA_VISIBLE_DEVICES reaches every host's processes, so the host check counts the GPUs
+    it leaves visible there: it is on the probe's command line, and a shortfall names it (this machine's torch has no
+    CUDA device, so the stand-in host has none either)."""
+    lines = stand_in_ssh(tmp_path, monkeypatch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    proc = bench_in_process("run", "--backend", "elastic", "--hosts", "h1:8", "--gpus", "8", "--store", store)
+    assert_one_line_error(
+        proc, "host h1 has no CUDA device visible with CUDA_VISIBLE_DEVICES=0,1", "unset CUDA_VISIBLE_DEVICES"
+    )
+    [line] = remote_lines(lines)
+    assert "CUDA_VISIBLE_DEVICES=0,1" in shlex.split(line)
 
 
 # ---------------------------------------------------------------- a real rendezvous (root: a network namespace)

@@ -277,3 +277,53 @@ def test_only_the_first_hosts_agent_hosts_the_rendezvous_store_whatever_the_host
     agents = [shlex.split(line.split(": ", 1)[1]) for line in lines if line.startswith(hosts)]
     assert [store_host_as_torch_reads_it(argv) for argv in agents] == [True, False]
     assert all(argv.count("--rdzv-conf") == 1 and "last_call_timeout=1," in shlex.join(argv) for argv in agents)
+
+
+def test_the_users_socket_interfaces_are_kept_across_hosts_and_the_plan_says_they_are_unchecked(tmp_path, monkeypatch):
+    """NCCL_SOCKET_IFNAME=ib0 was replaced by the routed interface; a set NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME is
+    kept, the one left unset filled, and the plan says the hosts' interfaces are not checked."""
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    lines = planned("run", "--backend", "elastic", *TWO_HOSTS, tmp_path=tmp_path)
+    assert {"  env NCCL_SOCKET_IFNAME=ib0", "  env GLOO_SOCKET_IFNAME=IFACE"} <= set(lines)
+    assert any(
+        line.startswith("  note: NCCL_SOCKET_IFNAME=ib0 is the environment's, kept") and "not checked: dry run" in line
+        for line in lines
+    )
+    lines = planned("run", "--backend", "elastic", *TWO_HOSTS, "--iface", "ib0", tmp_path=tmp_path)
+    assert {"  env NCCL_SOCKET_IFNAME=ib0", "  env GLOO_SOCKET_IFNAME=ib0"} <= set(lines)
+
+
+@pytest.mark.parametrize(
+    "variable, value, agrees",
+    [
+        ("NCCL_SOCKET_IFNAME", "ib0", False),
+        ("NCCL_SOCKET_IFNAME", "eth", True),  # NCCL's prefix
+        ("NCCL_SOCKET_IFNAME", "=eth", False),  # "=": exactly eth
+        ("NCCL_SOCKET_IFNAME", "^docker,lo", True),
+        ("NCCL_SOCKET_IFNAME", "^eth", False),  # excludes --iface
+        ("GLOO_SOCKET_IFNAME", "eth0", True),
+        ("GLOO_SOCKET_IFNAME", "eth0,ib0", False),
+    ],
+)
+def test_a_kept_socket_interface_that_disagrees_with_iface_is_refused_in_one_line(variable, value, agrees, monkeypatch):
+    monkeypatch.setenv(variable, value)
+    proc = bench_in_process("run", "--backend", "elastic", *TWO_HOSTS, "--iface", "eth0", "--dry-run")
+    if agrees:
+        assert proc.returncode == 0, proc.stderr
+        assert f"  env {variable}={value}" in proc.stdout.splitlines()
+    else:
+        assert_one_line_error(proc, f"{variable}={value} in the environment disagrees with --iface eth0")
+
+
+def test_a_cuda_visible_devices_passed_to_every_host_is_said_by_the_plan(tmp_path, monkeypatch):
+    """The launching shell's CUDA_VISIBLE_DEVICES reaches every host's processes (as horovodrun and mpirun -x pass
+    it): the plan says so, and that the host check counts the GPUs it leaves visible there (tests/
+    test_gpu_first_contact.py checks that it does)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    lines = planned("run", "--backend", "elastic,horovod", *TWO_HOSTS, tmp_path=tmp_path)
+    assert lines.count("  env CUDA_VISIBLE_DEVICES=0,1") == 2
+    said = "  note: CUDA_VISIBLE_DEVICES=0,1 of this shell is passed on to every host"
+    assert [line for line in lines if line.startswith(said) and "not checked: dry run" in line] == [
+        line for line in lines if line.startswith(said)
+    ] and sum(line.startswith(said) for line in lines) == 2

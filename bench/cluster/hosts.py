@@ -13,6 +13,7 @@ Every remote command goes through `ssh_command`, with the run's environment writ
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import socket
@@ -97,6 +98,7 @@ with open("/proc/sys/kernel/random/boot_id") as f:
     boot = f.read().strip()
 out = {"hostname": socket.gethostname(), "cpus": len(os.sched_getaffinity(0)), "machine": boot}
 if gpus:  # torch only when GPUs are asked for: its import takes seconds
+    out["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     try:
         import torch
         out["gpus"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -107,12 +109,9 @@ if gpus:  # torch only when GPUs are asked for: its import takes seconds
             out["nccl"] = None
     except Exception as exc:
         out["gpus"], out["gpu_error"] = 0, f"{type(exc).__name__}: {exc}"[:160]
+out["interfaces"] = [name for _, name in socket.if_nameindex()]
 if iface:
-    try:
-        socket.if_nametoindex(iface)
-        out["iface_ok"] = True
-    except OSError:
-        out["iface_ok"] = False
+    out["iface_ok"] = iface in out["interfaces"]
 if peer:
     try:
         route = subprocess.run(["ip", "-o", "route", "get", socket.gethostbyname(peer)], capture_output=True,
@@ -127,7 +126,7 @@ print(json.dumps(out))
 @dataclass(frozen=True)
 class HostCheck:
     iface: str
-    iface_chosen_by: str  # "given" or how it was found
+    iface_chosen_by: str  # "given" or how it was found (and the interface variables kept from the environment)
     machines: dict  # host as given -> {"hostname", "cpus", "id"}: hosts with one id share a machine (its cores)
     gpus: dict | None = None  # with GPUs asked for: host -> {"gpus", "cuda", "nccl"} as the host's torch says
 
@@ -136,21 +135,29 @@ class HostCheck:
         return {"hosts": [h.to_dict() for h in hosts], "iface": self.iface, "machines": self.machines}
 
 
-def check_hosts(hosts: list[Host], python: str, iface: str | None, gpus: int | None = None) -> HostCheck:
+def check_hosts(hosts: list[Host], python: str, iface: str | None, gpus: int | None = None, environ=None) -> HostCheck:
     """Every host answers over ssh, runs this environment's python, and has the interface; without `iface`, the
-    one each host routes to its peer (the first host to the second, the others to the first) when they agree. With
-    `gpus` (per host), every host has at least that many CUDA devices, as its own torch counts them, and says its
-    CUDA and NCCL versions."""
+    one each host routes to its peer (the first host to the second, the others to the first) when they agree. The
+    interfaces that the environment's GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME name (`environ`, os.environ by
+    default: kept, kept_interface_variables) must be on every host as `iface` must. With `gpus` (per host), every
+    host has at least that many CUDA devices, as its own torch counts them, and says its CUDA and NCCL versions."""
     import json
 
+    environ = os.environ if environ is None else environ
+    kept = kept_interface_variables(environ, iface)
     names = [h.name for h in hosts]
+    # the launch passes this shell's CUDA_VISIBLE_DEVICES to every host's processes (forwarded_devices): the GPUs
+    # counted are those they will see
+    visible = ["env", f"CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']}"] if forwarded_devices(environ) else []
 
     def peer(host):
         if len(names) == 1:
             return ""
         return names[1] if host == names[0] else names[0]
 
-    results = on_every_host(names, lambda h: [python, "-c", PROBE, iface or "", peer(h), "gpus" if gpus else ""])
+    results = on_every_host(
+        names, lambda h: [*(visible if gpus else []), python, "-c", PROBE, iface or "", peer(h), "gpus" if gpus else ""]
+    )
     answers = {}
     for host, proc in results.items():
         if proc.returncode == 255:
@@ -180,15 +187,18 @@ def check_hosts(hosts: list[Host], python: str, iface: str | None, gpus: int | N
                 f"--iface {iface}: no such interface on {', '.join(missing)}; give the interface the "
                 "hosts share (`ip -o link` on a host lists them)"
             )
-        return HostCheck(iface, "given", machines, found)
+    check_kept_on_hosts(kept, answers)
+    if iface:
+        return HostCheck(iface, "given" + kept_said(kept, "on every host"), machines, found)
     if len(names) == 1:
-        return HostCheck("lo", "one host: loopback", machines, found)
+        return HostCheck("lo", "one host: loopback" + kept_said(kept, "on the host"), machines, found)
     devices = {h: a.get("route_dev") for h, a in answers.items()}
     chosen = set(devices.values())
     if len(chosen) != 1 or None in chosen:
         seen = ", ".join(f"{h}: {d}" for h, d in devices.items())
         raise UsageError(f"the hosts reach each other through different interfaces ({seen}); choose one with --iface")
-    return HostCheck(chosen.pop(), "the interface the hosts route to each other through", machines, found)
+    how = "the interface the hosts route to each other through" + kept_said(kept, "on every host")
+    return HostCheck(chosen.pop(), how, machines, found)
 
 
 def gpu_answers(answers: dict, gpus: int | None) -> dict | None:
@@ -199,13 +209,16 @@ def gpu_answers(answers: dict, gpus: int | None) -> dict | None:
     for host, answer in answers.items():
         have = answer.get("gpus", 0)
         if have < gpus:
-            why = f": {answer['gpu_error']}" if answer.get("gpu_error") else ""
+            visible = answer.get("visible")  # counted: the GPUs that CUDA_VISIBLE_DEVICES leaves visible there
+            why = f" visible with CUDA_VISIBLE_DEVICES={visible}" if visible is not None else ""
+            why += f": {answer['gpu_error']}" if answer.get("gpu_error") else ""
+            unset = ", unset CUDA_VISIBLE_DEVICES" if visible is not None else ""
             raise UsageError(
                 f"host {host} has {have} CUDA device(s){why}, fewer than --gpus {gpus}; give --gpus {have} or "
-                "fewer, or leave that host out"
+                f"fewer{unset}, or leave that host out"
                 if have
                 else f"host {host} has no CUDA device{why}, and --gpus {gpus} asks for {gpus} on every host; "
-                "leave that host out, or use --nproc for CPU processes"
+                f"leave that host out{unset}, or use --nproc for CPU processes"
             )
     return {h: {k: a.get(k) for k in ("gpus", "cuda", "nccl")} for h, a in answers.items()}
 
@@ -216,7 +229,8 @@ def planned_check(hosts: list[Host], iface: str | None, gpus: int | None) -> Hos
     given (or PLANNED_IFACE), and the GPUs asked for, all as given and not checked."""
     machines = {h.name: {"hostname": h.name, "cpus": 0, "id": h.name} for h in hosts}
     found = {h.name: {"gpus": gpus, "cuda": NOT_CHECKED, "nccl": NOT_CHECKED} for h in hosts} if gpus else None
-    return HostCheck(iface or PLANNED_IFACE, NOT_CHECKED, machines, found)
+    kept = kept_interface_variables(os.environ, iface)  # a contradiction of --iface needs no host to be refused
+    return HostCheck(iface or PLANNED_IFACE, NOT_CHECKED + kept_said(kept, NOT_CHECKED), machines, found)
 
 
 # The variables that choose a library's network interface, and how they name one: "name" exactly one, "names" a
@@ -230,7 +244,9 @@ INTERFACE_VARIABLES = {
     "OMPI_MCA_btl_tcp_if_include": "names",
     "OMPI_MCA_oob_tcp_if_include": "names",
 }
-SET_FROM_IFACE = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")  # across hosts, bench.harness.runner sets them to --iface
+# across hosts, bench.harness.runner sets each that the environment leaves unset to --iface (or the interface found);
+# one set is the user's, kept (kept_interface_variables) and checked on every host by the host check
+SET_FROM_IFACE = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 def _named_interfaces(style: str, value: str) -> tuple[list[str], bool]:
@@ -245,11 +261,83 @@ def _named_interfaces(style: str, value: str) -> tuple[list[str], bool]:
     return [n.strip() for n in value.split(",") if n.strip() and "/" not in n], False
 
 
+def _matches(name: str, interface: str, prefix: bool) -> bool:
+    return interface == name or (prefix and interface.startswith(name))
+
+
+def kept_interface_variables(environ, iface: str | None) -> dict[str, str]:
+    """The SET_FROM_IFACE variables set in `environ`, which a run across hosts keeps as they are: {variable: value}.
+    With `iface` (--iface given) each must agree with it, else one line: the interfaces it names must be iface (NCCL's
+    names by prefix, as NCCL reads them, unless written `=NAME`), and an exclusion (NCCL's `^`) must not exclude it.
+    Whether the interfaces are on the hosts is the host check's (check_kept_on_hosts)."""
+    kept = {v: environ[v] for v in SET_FROM_IFACE if environ.get(v)}
+    for variable, value in kept.items() if iface else ():
+        style = INTERFACE_VARIABLES[variable]
+        names, prefix = _named_interfaces(style, value)
+        excluded = style == "nccl" and value.startswith("^")
+        if excluded:
+            exact = value.startswith("^=")
+            names, prefix = [n.strip() for n in value.lstrip("^=").split(",") if n.strip()], not exact
+        matching = [_matches(n, iface, prefix) for n in names]
+        if any(matching) if excluded else not all(matching):
+            raise UsageError(
+                f"{variable}={value} in the environment disagrees with --iface {iface}; unset "
+                f"{variable} to use --iface {iface} for it too, or drop --iface to keep {variable}"
+            )
+    return kept
+
+
+def check_kept_on_hosts(kept: dict[str, str], answers: dict) -> None:
+    """Every interface a kept variable names is on every host (each host's `interfaces` in its answer to the check),
+    as --iface must be; the first one missing refused in one line naming the host and what it has."""
+    for variable, value in kept.items():
+        names, prefix = _named_interfaces(INTERFACE_VARIABLES[variable], value)
+        for host, answer in answers.items():
+            have = answer.get("interfaces") or []
+            for name in names:
+                if not any(_matches(name, i, prefix) for i in have):
+                    raise UsageError(
+                        f"{variable}={value} in the environment: no interface {name}{'*' if prefix else ''} on host "
+                        f"{host} (it has {', '.join(have)}); name an interface every host has, or unset {variable} "
+                        "to use --iface (or the interface the hosts route through)"
+                    )
+
+
+def kept_said(kept: dict[str, str], checked: str) -> str:
+    """What the host check says of the kept variables, after how the interface was chosen."""
+    return "".join(f"; {k}={v} kept from the environment, {checked}" for k, v in kept.items())
+
+
+def forwarded_devices(environ) -> bool:
+    """Whether a launch across hosts passes CUDA_VISIBLE_DEVICES on to every host's processes: when it is set here,
+    as the user's choice of GPUs, the same on every host (as horovodrun and mpirun -x pass it); the host check then
+    counts only those GPUs on each host (check_hosts)."""
+    return environ.get("CUDA_VISIBLE_DEVICES") is not None
+
+
+def host_plan_notes(environ, device: str) -> list[str]:
+    """A plan's notes on what of this shell's environment chooses the hosts' interfaces and GPUs: the kept interface
+    variables, and a CUDA_VISIBLE_DEVICES passed on (a dry run contacts no host, so neither is checked there)."""
+    notes = [
+        f"{k}={v} is the environment's, kept rather than set to the run's interface; that every host has the "
+        f"interfaces it names: {NOT_CHECKED} (a run checks it on every host first)"
+        for k, v in kept_interface_variables(environ, None).items()
+    ]
+    if device == "cuda" and forwarded_devices(environ):
+        notes.append(
+            f"CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']} of this shell is passed on to every host: each "
+            "host's processes see only those of its GPUs, and the host check counts only those "
+            f"({NOT_CHECKED}); unset it to use every GPU of each host"
+        )
+    return notes
+
+
 def check_interface_variables(environ, iface: str | None = None) -> None:
     """The interface variables set in the environment (INTERFACE_VARIABLES), checked before anything is launched as
     --iface is: on this machine, every interface they name must exist (one that does not would break one backend
-    and not another); across hosts (`iface`, checked on every host), the ones bench does not set from --iface must
-    name it. A one-line error otherwise."""
+    and not another); across hosts (`iface`), the ones bench does not set from --iface must name it, and those it
+    sets where unset (SET_FROM_IFACE) are kept, and checked on every host by the host check
+    (kept_interface_variables). A one-line error otherwise."""
     interfaces = [name for _, name in socket.if_nameindex()]
     for variable, style in INTERFACE_VARIABLES.items():
         value = environ.get(variable)

@@ -11,6 +11,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from bench.cluster.fanout import fanout_steps
+from bench.cluster.hosts import host_plan_notes
 from bench.cluster.kubeflow_pod import MPIJOB_SCHEDULER
 from bench.cluster.slurm import of_allocation, srun_steps
 from bench.core.dryrun import NOT_CHECKED, PLANNED_IFACE, PLANNED_PORT, plan_only
@@ -87,6 +88,8 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
             f"  note: {PLANNED_IFACE} is the interface the hosts route to each other through, found by the host check "
             "(--iface names it)"
         )
+    if spec.hosts:
+        lines += [f"  note: {n}" for n in host_plan_notes(os.environ, spec.device)]
     if any(PLANNED_PORT in a for a in plan.command):
         lines.append(f"  note: {PLANNED_PORT} is a port free on the first host, found when the run starts")
     if of_allocation(spec.scheduler):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.cluster import kubeflow_pod
-from bench.cluster.hosts import check_interface_variables, gpu_nodes, shaped_links
+from bench.cluster.hosts import SET_FROM_IFACE, check_interface_variables, gpu_nodes, shaped_links
 from bench.cluster.slurm import signal_judged
 from bench.core.codec import RecordError, dumps
 from bench.core.console import format_duration, note
@@ -54,8 +54,9 @@ def worker_environment(spec: RunSpec, tag: str) -> dict[str, str]:
     )
     if spec.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run never touches a GPU, on any machine
-    if spec.iface:  # across hosts: every backend's transport on the same interface
-        env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = spec.iface
+    if spec.iface:  # across hosts: every backend's transport on the same interface, but where the user chose one
+        for variable in SET_FROM_IFACE:  # (kept, and checked on every host: bench.cluster.hosts.check_hosts)
+            env[variable] = env.get(variable) or spec.iface
     return env
 
 
