@@ -6,6 +6,7 @@ named here exists, and a plan that tried to reach one would fail."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from bench.core.rundir import RunDir
 from bench.harness.plan import RUN_DIR, RUN_ID
 from bench.harness.runner import rank_command_of
 from bench.tasks.train import build_spec
-from conftest import assert_one_line_error, bench_in_process
+from conftest import ROOT, assert_one_line_error, bench_in_process
 
 TWO_HOSTS = ["--hosts", "a:8,b:8", "--gpus", "8"]
 SLURM_2X4 = {
@@ -198,7 +199,12 @@ def test_ray_across_ssh_hosts_is_refused_after_the_hosts_are_named():
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert (
         proc.stderr.splitlines()[-1]
-        == "bench run: error: backend ray runs on one host only; give --nproc 1 or one host"
+        == "bench run: error: backend ray runs on one host only; give one host (across nodes it runs on a Ray "
+        "cluster: --ray-address HOST:PORT)"
+    )  # not --nproc, which a --gpus run cannot take
+    proc = bench_in_process("run", "--backend", "ray", "--hosts", "a:2,b:2", "--nproc", "3", "--dry-run")
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1].startswith(
+        "bench run: error: backend ray runs on one host only; give --nproc 2 or fewer, or one host"
     )
 
 
@@ -327,3 +333,11 @@ def test_a_cuda_visible_devices_passed_to_every_host_is_said_by_the_plan(tmp_pat
     assert [line for line in lines if line.startswith(said) and "not checked: dry run" in line] == [
         line for line in lines if line.startswith(said)
     ] and sum(line.startswith(said) for line in lines) == 2
+
+
+def test_the_readmes_8_gpu_sweep_is_as_many_launches_as_its_plan(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    [posargs] = re.findall(r"^nox -s bench -- (.+?)\s+#", readme, re.MULTILINE)
+    [said] = re.findall(r"the sweep is (\d+) launches", readme)
+    lines = planned("sweep", *shlex.split(posargs), tmp_path=tmp_path)
+    assert lines[-1].startswith(f"dry run: {said} launch(es) planned")

@@ -412,7 +412,8 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
             group="world size",
             type=positive_int,
             metavar="N",
-            help="the world size on GPUs: one worker per GPU, N of them (NCCL) (default: none, CPU processes)",
+            help="the world size on GPUs: one worker per GPU, N of them (NCCL); with --hosts/--hostfile N on every "
+            "host, the world size N x hosts (default: none, CPU processes)",
             invalid=["0", "-1", "x"],
         ),
         "--max-nproc": dict(
@@ -429,7 +430,7 @@ def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
             type=positive_int,
             metavar="N",
             help="the largest world size on GPUs, one worker per GPU: world sizes 1, 2, 4 ... up to N, "
-            "and N (default: none, CPU processes)",
+            "and N; with --hosts/--hostfile N GPUs on every host, up to N x hosts (default: none, CPU processes)",
             invalid=["0", "-1", "x"],
         ),
         "--threads": dict(

@@ -370,7 +370,13 @@ def cluster_threads(
         (host, n) for host, n, _ in plugin.host_plan([Host(**h) for h in cluster["hosts"]], world_size, options)
     ]
     if not plugin.launcher.spans_hosts and len(per_host) > 1:
-        raise UsageError(f"backend {plugin.name} runs on one host only; give --nproc 1 or one host")
+        # a --gpus run's world is its GPUs on every host: only fewer hosts make it fit on one
+        fewer = "" if cluster.get("gpus_per_host") else f"--nproc {per_host[0][1]} or fewer, or "
+        cluster_of_its_own = any(o.name == "ray_address" for o in plugin.options)
+        raise UsageError(
+            f"backend {plugin.name} runs on one host only; give {fewer}one host"
+            + (" (across nodes it runs on a Ray cluster: --ray-address HOST:PORT)" if cluster_of_its_own else "")
+        )
     if planning():  # a dry run knows no host's cores (bench.cluster.hosts.planned_check): the threads as given
         return threads or 1
     load = machine_load(cluster, per_host)
