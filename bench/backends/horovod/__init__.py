@@ -9,6 +9,7 @@ HOROVOD_FUSION_THRESHOLD / HOROVOD_CYCLE_TIME, which every launcher passes on.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -29,12 +30,15 @@ MAX_CYCLE_MS = 60_000.0  # --hvd-cycle-ms at most: a minute (every collective ma
 
 # The probe reads the build flags Horovod's own `horovodrun --check-build` prints, in one child that imports
 # horovod.torch only; --check-build itself imports every framework in a child each, several times slower, which
-# every horovod command would otherwise pay (30 s on 2 cores, against 2 s), `bench doctor` included.
+# every horovod command would otherwise pay (30 s on 2 cores, against 2 s), `bench doctor` included. CUDA: whether its
+# PyTorch library was compiled with CUDA (a GPU tensor reaches its collectives), which NCCL alone does not say.
 _PROBE = (
     "import json, horovod, horovod.torch as hvd; print(json.dumps({'version': horovod.__version__, "
     "'MPI': bool(hvd.mpi_built()), 'Gloo': bool(hvd.gloo_built()), 'NCCL': bool(hvd.nccl_built()), "
-    "'DDL': bool(hvd.ddl_built()), 'CCL': bool(hvd.ccl_built())}))"
+    "'DDL': bool(hvd.ddl_built()), 'CCL': bool(hvd.ccl_built()), 'CUDA': bool(hvd.cuda_built())}))"
 )
+# part of the kept answer's key: an answer kept by another probe (one without the CUDA flag) is probed again
+_PROBE_KEY = hashlib.sha256(_PROBE.encode()).hexdigest()[:12]
 
 
 HOROVOD_BUILD_FILE = "horovod-build.json"
@@ -54,7 +58,9 @@ def build_key() -> str | None:
         stamps = [f"{f}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files]
     except OSError:
         return None
-    return "|".join([torch_key, *stamps, f"LD_LIBRARY_PATH={os.environ.get('LD_LIBRARY_PATH', '')}"])
+    return "|".join(
+        [f"probe={_PROBE_KEY}", torch_key, *stamps, f"LD_LIBRARY_PATH={os.environ.get('LD_LIBRARY_PATH', '')}"]
+    )
 
 
 def _probe_build() -> dict:
@@ -71,7 +77,7 @@ def _probe_build() -> dict:
 
 @functools.cache
 def check_build() -> tuple[str | None, dict]:
-    """(problem or None, the build's flags: version and which of MPI, Gloo, NCCL, DDL, CCL it has).
+    """(problem or None, the build's flags: version and which of MPI, Gloo, NCCL, DDL, CCL and CUDA it has).
     Imported in a child: a broken build (say, one made against another torch) fails there, not here. The probe
     costs every horovod command about 5 s on 2 cores, so a working build's answer is kept in the cache folder,
     keyed by build_key() (bench.core.environment.kept_facts); a failing one is probed again each time."""
@@ -102,6 +108,7 @@ def built_frameworks() -> list[str]:
 # what `horovodrun --check-build` ticks under "Available Controllers" and "Available Tensor Operations"
 CONTROLLERS = ("MPI", "Gloo")
 TENSOR_OPERATIONS = ("NCCL", "DDL", "CCL", "MPI", "Gloo")
+GPU_FLAGS = ("CUDA", "NCCL", "MPI")  # what a GPU run's refusal names of the build
 
 
 def built_list(features: tuple[str, ...]) -> str:
@@ -188,11 +195,16 @@ class HorovodBackend(Backend):
         problem, _ = check_build()
         if problem:
             return problem
-        if device == "cuda" and not (built_with("NCCL") or built_with("MPI")):
-            return (
-                "this Horovod has no GPU operations; rebuild with HOROVOD_GPU_OPERATIONS=NCCL "
-                "python -m bench.tools.horovod_build --force on a CUDA machine"
-            )
+        if device == "cuda":
+            # A build with MPI only takes CPU tensors (an MPI that is not CUDA-aware cannot read GPU memory), and one
+            # without CUDA has no GPU tensors at all: a GPU run needs both CUDA and NCCL, as horovod_build makes them.
+            lacking = [flag for flag in ("CUDA", "NCCL") if not built_with(flag)]
+            if lacking:
+                return (
+                    f"this Horovod was built without {' and '.join(lacking)} (built with: {built_list(GPU_FLAGS)}), "
+                    "which GPU runs need; rebuild it on a CUDA machine: HOROVOD_GPU_OPERATIONS=NCCL "
+                    "python -m bench.tools.horovod_build --force"
+                )
         return None
 
     def numerics_problem(self, precision, channels_last):
@@ -234,6 +246,7 @@ class HorovodBackend(Backend):
         return lines + [
             f"controllers: {built_list(CONTROLLERS)}",
             f"tensor operations: {built_list(TENSOR_OPERATIONS)}",
+            f"GPU tensors (CUDA): {'yes' if built_with('CUDA') else 'no'}",
         ]
 
     def backward_passes(self, options):

@@ -85,6 +85,16 @@ class PSBackend(Backend):
     def unavailable_reason(self, device):
         return distributed_problem("cpu")  # servers and transport are gloo, whatever the workers' device
 
+    def numerics_problem(self, precision, channels_last):
+        if precision == "fp16":
+            # fp16's gradient scaler skips the step of a worker whose gradients overflowed, and the workers' local
+            # gradients overflow apart: a worker that skips does not push, and the servers wait for its push
+            return (
+                "--precision fp16 needs a gradient scaler whose skipped steps every worker agrees on, and each "
+                "worker's gradients reach the servers unreduced; use --precision bf16 (no scaler) or fp32"
+            )
+        return None
+
     def check_options(self, options, device):
         if options["ps_servers"] < 1:
             return "--ps-servers must be at least 1"
