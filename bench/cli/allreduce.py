@@ -55,7 +55,9 @@ def cmd(args) -> int:
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)
     # with all, those that can run here, saying which cannot (TensorFlow's without the tf extra)
-    backends = chosen_backends(args.backend, compared_for("comm"), device=device, verb="allreduce")
+    backends = chosen_backends(
+        args.backend, compared_for("comm"), device=device, verb="allreduce", cluster=cluster, world=world
+    )
     specs = comm_specs(
         backends, device, [world], comm=comm_options(args), options={**spec_options(args, backends), "cluster": cluster}
     )

@@ -368,17 +368,50 @@ def comm_options(args) -> dict:
     return resolve({k: getattr(args, k) for k in COMM_KEYS})
 
 
-def chosen_backends(text: str | None, every, *, device: str | None, verb: str, default=None) -> list[str]:
+def chosen_backends(
+    text: str | None,
+    every,
+    *,
+    device: str | None,
+    verb: str,
+    default=None,
+    cluster: dict | None = None,
+    world: int | None = None,
+) -> list[str]:
     """--backend as the backends to run, in order: those named (`default` when none is given); with all, every one of
-    `every` that can run on `device` here, each one skipped said (every one, for a verb that runs nothing: predict)."""
+    `every` that can run on `device` here, and across the hosts of `cluster` its `world` processes would span, each
+    one skipped said (every one, for a verb that runs nothing: predict)."""
     if options.is_all(text):
         if device is None:
             return list(every)
-        found = available_backends(device, lambda name, why: note(f"bench {verb}: skipping {name}: {why}"), every)
+
+        def skipped(name: str, why: str) -> None:
+            note(f"bench {verb}: skipping {name}: {why}")
+
+        found = []
+        for name in available_backends(device, skipped, every):
+            why = one_host_problem(name, cluster, world)
+            if why is None:
+                found.append(name)
+            else:
+                skipped(name, why)
         if not found:
             raise UsageError(f"--backend all: none of {', '.join(every)} can run here; `bench doctor` says why")
         return found
     return options.chosen(text, every, default)
+
+
+def one_host_problem(name: str, cluster: dict | None, world: int | None) -> str | None:
+    """Why backend `name` cannot start `world` processes across the hosts of `cluster` (its launcher starts them on
+    one host, and they fill the slots of more), or None."""
+    backend = get_backend(name)
+    if cluster is None or world is None or backend.launcher.spans_hosts:
+        return None
+    hosts = [Host(**h) for h in cluster["hosts"]]
+    used = backend.host_plan(hosts, world, backend.resolve_options({}, world, cluster["hosts"]))
+    if len(used) <= 1:
+        return None
+    return f"it starts its processes on one host, and {world} of them fill the slots of {len(used)} hosts"
 
 
 def comma_list(text: str | None) -> list[str] | None:

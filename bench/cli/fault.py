@@ -19,7 +19,7 @@ from bench.cli.common import (
 from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.registry import DEFAULT_BACKEND, elastic_backends, get_backend
-from bench.core.spec import MAX_TIMEOUT_WORDS, resolve_device
+from bench.core.spec import MAX_TIMEOUT_WORDS
 from bench.harness.plan import print_plans
 from bench.tasks.fault.spec import (
     AT_STEP_WINDOWS,
@@ -239,8 +239,10 @@ def specs_of(args) -> list:
             min(args.nproc or slots, slots),
         )
     cluster = cluster_of(args)
-    device, world = world_of(args, cluster) if cluster else resolve_device(args.nproc, args.gpus)
-    backends = chosen_backends(args.backend, elastic_backends(), device=device, verb="fault")
+    device, world = world_of(args, cluster)  # a dry run's --gpus are the GPUs given, as for bench run
+    backends = chosen_backends(
+        args.backend, elastic_backends(), device=device, verb="fault", cluster=cluster, world=world
+    )
     if options.is_all(args.backend):  # every elastic mode that can make this fault; one named is refused if it cannot
         for name in [b for b in backends if scenario not in get_backend(b).elastic.scenarios]:
             note(f"bench fault: skipping {name}: its elastic mode has no {scenario} scenario")

@@ -56,7 +56,9 @@ def cmd(args) -> int:
     check_record_lines(args)
     cluster = cluster_of(args, pods=True)
     device, world = world_of(args, cluster)
-    backends = chosen_backends(args.backend, compared_for("train"), device=device, verb="run")
+    backends = chosen_backends(
+        args.backend, compared_for("train"), device=device, verb="run", cluster=cluster, world=world
+    )
     workloads = options.chosen(args.workload, WORKLOADS)
     if args.save_model and len(backends) * len(workloads) > 1:
         raise UsageError(

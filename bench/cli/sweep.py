@@ -6,6 +6,7 @@ import argparse
 
 from bench.cli import options
 from bench.cli.common import (
+    chosen_backends,
     cluster_of,
     comm_options,
     comma_list,
@@ -232,6 +233,8 @@ def cmd(args) -> int:
     backends = None if options.is_all(args.backend) else comma_list(args.backend) or "primary"
     if backends in (None, "primary"):
         check_pair_can_run(device)  # before anything runs: one side alone would answer nothing
+    if backends is None and cluster is not None:  # all, across hosts: those whose launcher spans them, others said
+        backends = chosen_backends(options.ALL, COMPARED, device=device, verb="sweep", cluster=cluster, world=limit)
     running = (
         None
         if backends is None

@@ -15,9 +15,10 @@ from bench.cluster.hosts import host_plan_notes
 from bench.cluster.kubeflow_pod import MPIJOB_SCHEDULER
 from bench.cluster.slurm import of_allocation, srun_steps
 from bench.core.dryrun import NOT_CHECKED, PLANNED_IFACE, PLANNED_PORT, plan_only
+from bench.core.hostlist import Host, placement
 from bench.core.registry import get_backend, get_task
 from bench.core.rundir import RunDir
-from bench.core.spec import RunSpec
+from bench.core.spec import RunSpec, cpu_count
 from bench.harness.runner import launch_environment, rank_command_of
 
 RUN_ID = "RUN_ID"
@@ -104,6 +105,64 @@ def plan_lines(plan: LaunchPlan) -> list[str]:
             f"  hosts, their cores and GPUs: {NOT_CHECKED} (a run checks every host over ssh first, and gives each "
             "process its host's cores shared among its processes unless --threads says)"
         )
+    return lines + binding_lines(spec)
+
+
+def processes_by_host(spec: RunSpec) -> list[tuple[str, int, int]]:
+    """(host, workers, other processes) where the launch starts them: this machine, or each host the backend's
+    host_plan places processes on, whose workers fill the slots in order (bench.core.hostlist.placement) and whose
+    other processes (a parameter server's servers) are the host's last local ranks."""
+    others = sum(spec.roles.values()) - spec.world_size if spec.roles else 0
+    if not spec.hosts:
+        return [("this machine", spec.world_size, others)]
+    hosts = [Host(**h) for h in spec.hosts]
+    workers = dict((host.name, n) for host, n in placement(hosts, spec.world_size))
+    planned = get_backend(spec.backend).host_plan(hosts, spec.world_size, spec.backend_options)
+    return [(host.name, workers.get(host.name, 0), n - workers.get(host.name, 0)) for host, n, _ in planned]
+
+
+def ranks_text(first: int, count: int) -> str:
+    return f"local rank {first}" if count == 1 else f"local ranks {first}-{first + count - 1}"
+
+
+def binding_lines(spec: RunSpec) -> list[str]:
+    """Where each rank's threads may run, as bench.rank.numa.bind_cpus binds them (--cpu-bind as resolved): a line
+    for the rule, then a line per host with each local rank's cores: this machine's by number (the cores this process
+    may use, which its ranks inherit), a host's by position among the cores its ranks may use, or, bound by NUMA node,
+    the rule its host applies when its ranks start."""
+    threads = spec.threads
+    rule = {
+        "cores": f"every thread of a worker pinned to {threads} core(s) of its own, by local rank",
+        "numa": "every thread of a GPU worker pinned to its share of its GPU's NUMA node's cores (GPU = local rank): "
+        "the node's cores, as its host's sysfs lists them when the rank starts, split evenly among the workers whose "
+        "GPUs are on that node, in local-rank order; a worker whose GPU's node is not known is left unbound and says "
+        "so in its log",
+        "none": "not bound: each process may run on every core its host lets it use",
+    }.get(spec.cpu_bind, spec.cpu_bind)
+    lines = [f"  CPU binding (--cpu-bind {spec.cpu_bind}, {threads} thread(s) a process): {rule}"]
+    other_roles = ", ".join(role for role in spec.roles if role != "worker") if spec.roles else ""
+    for host, workers, others in processes_by_host(spec):
+        if spec.cpu_bind == "cores" and host == "this machine":
+            allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(cpu_count()))
+            ranks = [
+                f"local rank {r}: core(s) "
+                + ",".join(str(allowed[(r * threads + i) % len(allowed)]) for i in range(threads))
+                for r in range(workers)
+            ]
+        elif spec.cpu_bind == "cores":
+            ranks = [
+                f"local rank {r}: its host's usable core(s) #{r * threads}"
+                + (f"-#{(r + 1) * threads - 1}" if threads > 1 else "")
+                for r in range(workers)
+            ]
+            ranks[-1:] = [f"{ranks[-1]} (in the order the host lists them, wrapping round past the last)"][: len(ranks)]
+        elif spec.cpu_bind == "numa":
+            ranks = [f"local rank {r}: GPU {r}'s NUMA node's share" for r in range(workers)]
+        else:
+            ranks = [f"{ranks_text(0, workers)}: not bound"] if workers else []
+        if others:
+            ranks.append(f"{ranks_text(workers, others)} ({other_roles}): not bound")
+        lines.append(f"  cores on {host}: " + "; ".join(ranks))
     return lines
 
 

@@ -122,7 +122,7 @@ def build_spec(
     )
     if problem:
         raise UsageError(problem)
-    if device == "cuda" and scenario == "join" and cluster is None:
+    if device == "cuda" and scenario == "join" and cluster is None and not planning():  # a plan's GPUs are as given
         gpus = cuda_device_count() if gpus_here is None else gpus_here
         if world_size + 1 > gpus:
             raise UsageError(
