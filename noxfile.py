@@ -7,7 +7,8 @@ store, bench's default for those verbs (results/regress.sqlite), as `bench regre
 Both sessions install the project (torch 2.14.1, torchvision 0.29.1) and Horovod 0.28.1, built once
 against that torch by `python -m bench.tools.horovod_build` (with CUDA and NCCL, torch's own, where a CUDA device is
 present) and cached outside the checkout; `tests` and `bench` also
-install Ray Train (the `ray` extra) for the ray backend; `regress` and `baseline` too (the gate's Ray case). `tests`
+install Ray Train (the `ray` extra) for the ray backend; `regress` and `baseline` too (the gate's Ray case). `bench`
+installs the `gpu` extra (nvidia-ml-py, NVML) too where `nvidia-smi -L` lists a GPU. `tests`
 installs TensorFlow 2.21.0 and tf_keras (the `tf` extra) for the TensorFlow backends, before Horovod's build, which
 then builds Horovod's TensorFlow library too (one Horovod for both frameworks). `bench` does not: its default sweep
 is PyTorch's (elastic and Horovod), and TensorFlow would add a large download and a longer build to the first set-up;
@@ -70,10 +71,28 @@ def tests(session):
 MAIN_JOB_SEQUENTIAL = ["--resolution", "8", "--resolution-timeout", "135"]
 
 
+def nvidia_gpu_listed() -> bool:
+    """Whether `nvidia-smi -L` lists a GPU here: the GPU machine on which Horovod's set-up builds NCCL
+    (bench.tools.horovod_build decides the same way where torch does not see the GPU), and on which a GPU run's use
+    is sampled through NVML, the `gpu` extra. Self-contained: nox imports this file without the project's packages."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return listed.returncode == 0 and any(line.startswith("GPU ") for line in listed.stdout.splitlines())
+
+
 @nox.session
 def bench(session):
-    """The main job: a sweep on this machine (CPU processes unless --gpus is given), then the report."""
-    install(session, "[ray]")
+    """The main job: a sweep on this machine (CPU processes unless --gpus is given), then the report; on a GPU machine
+    with the `gpu` extra (NVML), through which the GPU runs' use is sampled."""
+    install(session, "[ray,gpu]" if nvidia_gpu_listed() else "[ray]")
     session.run("bench", "sweep", "--output", "reports/latest.html", *(session.posargs or MAIN_JOB_SEQUENTIAL))
 
 

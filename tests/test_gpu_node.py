@@ -28,6 +28,7 @@ from bench.core.gpu_node import (
     parse_sample_line,
     parse_topology,
     read_network_devices,
+    unseen_gpus_words,
     usage_summary,
 )
 from bench.core.records import SCHEMA_VERSION, RunRecord
@@ -35,6 +36,7 @@ from bench.harness.gpu_sampler import GpuSampler, measured_span, sampling_proble
 from bench.report.gpu_nodes import gpu_node_blocks, gpu_scope
 from bench.report.page import environment_section, scope_line
 from bench.results.frame import records_to_frame
+from conftest import ROOT, assert_one_line_error, bench
 from factories import ENVIRONMENT, rank_result, train_output, train_record
 
 # `nvidia-smi topo -m` on a node of 8 GPUs, each pair over 18 bonded NVLinks, with two InfiniBand NICs
@@ -405,3 +407,111 @@ def test_runs_recorded_before_bench_looked_add_nothing_to_the_page():
     old.environment = {**ENVIRONMENT, "gpu_nodes": None}
     assert gpu_node_blocks([old]) == [] and gpu_scope([old]) is None
     assert "GPU data" not in scope_line(records_to_frame([old]))
+
+
+# ---------------------------------------------------------------- GPUs that nvidia-smi lists and torch does not see
+def test_gpus_torch_cannot_see_name_the_driver_and_the_one_torchs_cuda_needs(tmp_path):
+    """This machine's torch sees no GPU, as on a node whose driver is older than its CUDA needs: with an nvidia-smi
+    that lists 8 GPUs on driver 550 (CUDA 12.4 at most), --gpus is refused in one line naming both versions."""
+    import torch
+
+    from bench.core.gpu_node import MIN_DRIVER_OF_CUDA
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name, text in (("query", QUERY_8), ("banner", BANNER)):
+        (folder / name).write_text(text)
+    script = folder / "nvidia-smi"
+    script.write_text(
+        f'#!/bin/sh\ncase "$1" in --query-gpu=*) cat {folder}/query ;; topo) exit 3 ;; *) cat {folder}/banner ;; esac\n'
+    )
+    script.chmod(0o755)
+    proc = bench(
+        "run", "--gpus", 2, "--store", tmp_path / "s.sqlite", env={"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+    )
+    line = assert_one_line_error(
+        proc, "--gpus 2: this machine has no CUDA device torch can use (nvidia-smi lists 8 GPU(s), driver 550.54.15"
+    )
+    assert line.endswith("; use --nproc 2 to run 2 CPU processes over gloo")
+    if torch.version.cuda is None:
+        assert f"torch {torch.__version__} is built without CUDA" in line
+    else:
+        needed = MIN_DRIVER_OF_CUDA[int(torch.version.cuda.split(".")[0])]
+        if needed > 550:
+            assert "(it supports CUDA 12.4 at most)" in line
+            assert f"built for CUDA {torch.version.cuda}, which needs driver {needed} or later" in line
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_what_the_versions_say_of_gpus_torch_cannot_see():
+    assert unseen_gpus_words(8, "575.57.08", "12.9", "2.14.1+cu130", "13.0") == (
+        "nvidia-smi lists 8 GPU(s), driver 575.57.08 (it supports CUDA 12.9 at most), but torch 2.14.1+cu130 is built "
+        "for CUDA 13.0, which needs driver 580 or later: upgrade the driver, or install a torch built for the CUDA the "
+        "driver supports"
+    )
+    assert unseen_gpus_words(8, "580.65.06", "13.0", "2.14.1+cu130", "13.0").startswith(
+        "nvidia-smi lists 8 GPU(s), driver 580.65.06, enough for torch 2.14.1+cu130's CUDA 13.0, yet torch sees none: "
+    )
+    assert unseen_gpus_words(1, "535.54.03", "12.2", "2.14.1+cu126", "12.6").startswith(
+        "nvidia-smi lists 1 GPU(s), driver 535.54.03, enough for"
+    )
+    assert unseen_gpus_words(1, None, None, "2.14.1+cu130", "13.0").startswith(
+        "nvidia-smi lists 1 GPU(s), driver of unknown version, yet torch 2.14.1+cu130 (CUDA 13.0) sees none: "
+    )
+    assert unseen_gpus_words(2, None, None, "2.14.1+cpu", None) == (
+        "nvidia-smi lists 2 GPU(s), driver of unknown version, but torch 2.14.1+cpu is built without CUDA: install a "
+        "CUDA build of torch"
+    )
+
+
+# ---------------------------------------------------------------- sampled where, across hosts
+def test_across_hosts_each_host_is_recorded_sampled_or_not():
+    """bench samples the GPUs of the host it runs on: a run across hosts records, host by host, which were."""
+    from bench.core.records import RankRow
+
+    results = [rank_result(r, 4, train_output([1.0])) for r in range(4)]
+    for r, result in enumerate(results):
+        result.rank_info = RankRow(**{**result.rank_info.to_dict(), "host": "gpu1" if r < 2 else "gpu2"})
+    sampler = GpuSampler()
+    sampler.via = "nvidia-smi"
+    start, end = measured_span(results)
+    sampler.samples = [((start + end) / 2, 0, 50.0, 1024.0)]
+    stored = usage(sampler, None, results, "gpu1", across_hosts=True)
+    assert stored["sampled"] and stored["host"] == "gpu1"
+    assert stored["hosts"] == [
+        {"host": "gpu1", "sampled": True},
+        {
+            "host": "gpu2",
+            "sampled": False,
+            "reason": "bench samples the GPUs of the host it runs on (gpu1) only; gpu2's were not sampled",
+        },
+    ]
+    assert stored["note"] == "sampled on the launching host (gpu1) only; not sampled: gpu2"
+    assert "hosts" not in usage(sampler, None, results[:2], "gpu1", across_hosts=False)
+
+
+# ---------------------------------------------------------------- nox -s bench on a GPU machine
+def nox_function(name: str):
+    """A function of noxfile.py, run as nox runs it (it imports what it needs itself), without nox."""
+    import ast
+
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    space: dict = {}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), "noxfile.py", "exec"), space)
+    return space[name], ast.unparse(next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "bench"))
+
+
+def test_nox_bench_installs_the_gpu_extra_where_nvidia_smi_lists_a_gpu(tmp_path, monkeypatch):
+    listed, session = nox_function("nvidia_gpu_listed")
+    assert "install(session, '[ray,gpu]' if nvidia_gpu_listed() else '[ray]')" in session
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    smi = folder / "nvidia-smi"
+    monkeypatch.setenv("PATH", str(folder))
+    assert listed() is False  # no nvidia-smi
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver'\nexit 9\n")
+    smi.chmod(0o755)
+    assert listed() is False
+    smi.write_text('#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"\nexit 0\n')
+    assert listed() is True

@@ -250,6 +250,60 @@ def _nccl_version() -> str | None:
         return None
 
 
+# The least Linux driver each CUDA major release's builds run on (minor version compatibility), a fact from NVIDIA's
+# CUDA Toolkit release notes ("CUDA Toolkit and Minimum Required Driver Version for CUDA Minor Version
+# Compatibility"; the CUDA Compatibility guide's table "CUDA Toolkit 11.x, 12.x, and 13.x Driver Version Ranges"):
+# CUDA 13.x needs driver 580 or later, 12.x 525 or later, 11.x 450 or later.
+MIN_DRIVER_OF_CUDA = {11: 450, 12: 525, 13: 580}
+
+
+def unseen_gpus_words(
+    gpus: int, driver: str | None, driver_cuda: str | None, torch_version: str, torch_cuda: str | None
+) -> str:
+    """Why torch sees none of the `gpus` GPUs nvidia-smi lists (with `driver`, which supports CUDA up to
+    `driver_cuda`), as far as the versions tell: a torch built without CUDA, or a driver older than the one its CUDA
+    needs (MIN_DRIVER_OF_CUDA); else what is left to look at."""
+    listed = f"nvidia-smi lists {gpus} GPU(s), driver {driver or 'of unknown version'}"
+    if torch_cuda is None:
+        return f"{listed}, but torch {torch_version} is built without CUDA: install a CUDA build of torch"
+    needed = MIN_DRIVER_OF_CUDA.get(int(torch_cuda.split(".")[0]))
+    try:
+        driver_major = int((driver or "").split(".")[0])
+    except ValueError:
+        driver_major = None
+    if needed is not None and driver_major is not None and driver_major < needed:
+        supports = f" (it supports CUDA {driver_cuda} at most)" if driver_cuda else ""
+        return (
+            f"{listed}{supports}, but torch {torch_version} is built for CUDA {torch_cuda}, which needs driver "
+            f"{needed} or later: upgrade the driver, or install a torch built for the CUDA the driver supports"
+        )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    known = needed is not None and driver_major is not None  # else whether the driver is enough is not known here
+    seen = (
+        f"enough for torch {torch_version}'s CUDA {torch_cuda}, yet torch sees none"
+        if known
+        else f"yet torch {torch_version} (CUDA {torch_cuda}) sees none"
+    )
+    return f"{listed}, {seen}: " + (
+        f"CUDA_VISIBLE_DEVICES={visible!r} hides them"
+        if visible is not None
+        else "python -c 'import torch; torch.cuda.init()' says why"
+    )
+
+
+def unseen_gpus() -> str | None:
+    """Where torch sees no GPU: why, if nvidia-smi lists GPUs on this host (unseen_gpus_words); None where it lists
+    none or is not there."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    facts = hardware_facts(socket.gethostname())
+    if facts["status"] != "GPUs":
+        return None
+    import torch
+
+    return unseen_gpus_words(len(facts["gpus"]), facts["driver"], facts["cuda"], torch.__version__, torch.version.cuda)
+
+
 def node_facts(environ: dict[str, str], host: str | None = None) -> dict[str, Any]:
     """This host's GPU node facts (the module's docstring); `environ`: the workers' environment, whose NCCL
     variables are recorded."""

@@ -14,6 +14,7 @@ from typing import Any
 from bench.core.codec import JsonObject, OwnForm, RecordError, Where, decode, decode_fields, restore_floats, spell
 from bench.core.dryrun import planning
 from bench.core.errors import UsageError
+from bench.core.gpu_node import unseen_gpus
 from bench.core.hostlist import Host, placement
 from bench.core.registry import get_task
 
@@ -234,9 +235,11 @@ def resolve_device(nproc: int | None, gpus: int | None) -> tuple[str, int]:
             raise UsageError(f"--gpus {gpus}: the number of GPUs must be at least 1")
         available = cuda_device_count()
         if available == 0:
+            why = unseen_gpus()  # where nvidia-smi lists GPUs torch does not see: the versions that say why
             raise UsageError(
-                f"--gpus {gpus}: this machine has no CUDA device; "
-                f"use --nproc {gpus} to run {gpus} CPU process{'es' if gpus > 1 else ''} over gloo"
+                f"--gpus {gpus}: this machine has no CUDA device torch can use"
+                + (f" ({why})" if why else "")
+                + f"; use --nproc {gpus} to run {gpus} CPU process{'es' if gpus > 1 else ''} over gloo"
             )
         if gpus > available:
             raise UsageError(

@@ -166,5 +166,25 @@ def usage(
         "gpus": gpus,
     }
     if across_hosts:
-        out["note"] = "sampled on the launching host only"
+        out.update(across_hosts_sampled(host, results))
     return out
+
+
+def across_hosts_sampled(host: str, results: list[RankResult]) -> dict[str, Any]:
+    """What a run across hosts sampled, host by host: bench samples the GPUs of the host it runs on (`host`, the
+    launching one), and no other; the run's hosts are those its ranks reported (rank_info.host). A note says which
+    hosts' GPUs were not sampled, and `hosts` lists each with whether it was and, where not, why."""
+    ran_on = sorted({r.rank_info.host for r in results if r.rank_info.host})
+    others = [h for h in ran_on if h != host]
+    hosts = [
+        {"host": name, "sampled": True}
+        if name == host
+        else {
+            "host": name,
+            "sampled": False,
+            "reason": f"bench samples the GPUs of the host it runs on ({host}) only; {name}'s were not sampled",
+        }
+        for name in ran_on
+    ]
+    note = f"sampled on the launching host ({host}) only" + (f"; not sampled: {', '.join(others)}" if others else "")
+    return {"note": note, "hosts": hosts}
