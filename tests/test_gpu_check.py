@@ -106,3 +106,50 @@ def test_a_step_filter_that_is_no_regular_expression_is_one_line(tmp_path, one_f
         "gpu_check: GPU_CHECK_STEPS 'train-(' is not a regular expression; give one, such as 'doctor|sweep-.*'"
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]  # the fake nvidia-smi's folder, and nothing else
+
+
+def test_on_8_gpus_every_part_keeps_time_for_a_step_in_the_worst_case(tmp_path):
+    """With 8 GPUs the fault runs' and training's step limits add up to many times the budget: where every step runs
+    to its limit (GPU_CHECK_WORST_CASE: nothing runs, each step takes its whole limit on the script's clock), each
+    part still gets a step, training and the workflows included, and the steps given time fit the budget less the
+    page's reserve."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    smi = folder / "nvidia-smi"
+    smi.write_text(
+        '#!/bin/sh\n[ "$1" = -L ] && for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: a listed GPU (UUID: GPU-$i)"; done\n'
+        "exit 0\n"
+    )
+    smi.chmod(0o755)
+    env = dict(os.environ, PATH=f"{folder}{os.pathsep}{os.environ['PATH']}", PYTHON=sys.executable)
+    env["GPU_CHECK_WORST_CASE"] = "1"
+    out = tmp_path / "gpu-check"
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (out / "summary.txt").read_text()
+    assert "8 of 8 GPU(s) used" in summary
+    steps = step_lines(summary)
+    given = {
+        name: int(status.split()[-1].rstrip("s"))
+        for name, status in steps.items()
+        if status.startswith("worst case: given")
+    }
+    parts = {
+        "topology": ["doctor"],
+        "plans": ["plan-8-gpus", "plan-2x8-gpus"],
+        "faults": [n for n in steps if n.startswith("fault-")],
+        "allreduce": [n for n in steps if n.startswith("allreduce-")],
+        "training": [n for n in steps if n.startswith("train-")],
+        "workflows": ["sweep-gpus", "selfcheck-elastic-gpu", "converge-gpu"],
+    }
+    assert len(parts["training"]) == 32  # 1, 8, 2 and 4 GPUs x fp32, bf16 x 4 backends
+    for part, names in parts.items():
+        assert any(n in given for n in names), f"{part} got no step: {steps}"
+    assert "train-elastic-1-gpu-fp32" in given and "sweep-gpus" in given
+    assert all(seconds >= 30 for seconds in given.values()), given
+    assert sum(given.values()) <= 600 - 100
+    skipped = [s for s in steps.values() if not s.startswith("worst case: given")]
+    assert all(s.startswith("skipped: out of time (") or s.startswith("worst case: not made") for s in skipped)
+    assert list((out / "logs").iterdir()) == []  # nothing ran
