@@ -7,7 +7,8 @@ Usage:
 
 The tables' figures and the model's inputs are bench/projection/published/cases.json; the models' shapes are
 bench/projection/published/shapes/MODEL.json. The same code (bench.projection.published) computes what this prints
-and what tests/test_published.py checks the study against, so the study's tables are this output."""
+and what tests/test_published.py checks the study against, so the study's tables are this output; the test also
+runs each table's `bench predict` command (the table of commands printed here) and checks the CLI gives its rows."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def main() -> int:
     print("\n".join(published.markdown_rows(record)))
     print()
     print(record.summary())
+    print()
+    print("\n".join(published.markdown_commands(record)))
     print()
     print("\n".join(published.markdown_ablation()))
     return 0

@@ -3,6 +3,7 @@ links, the clusters, the projection's intervals, and the profile it starts from 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -316,3 +317,26 @@ def test_compute_from_another_workloads_run_is_refused_in_one_line():
         "predict", "--store", str(STUDY), "--workload", "mnist_mlp", "--backend", "elastic", "--compute-from", other
     )
     assert_one_line_error(proc, f"--compute-from {other}: it trained resnet18, not mnist_mlp")
+
+
+# ---------------------------------------------------------------- a cluster smaller than asked
+def test_a_cluster_smaller_than_the_workers_asked_says_so_in_one_line(tmp_path):
+    """--cluster eth-25g --max-workers 512 stops at its 128 GPUs (32 nodes of 4): one line on stderr and the same
+    in the JSON, not a table that silently ends short; without --max-workers, the cluster's size is the end."""
+    from conftest import bench_in_process
+
+    argv = ["predict", "--model", "params:25M,4M", "--compute-ms", "100", "--compute-batch", "32", "--backend"]
+    argv += ["horovod", "--cluster", "eth-25g", "--store", tmp_path / "none.sqlite", "--json"]
+    proc = bench_in_process(*argv, "--max-workers", "512")
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "eth-25g has 32 node(s) of 4" in line and "up to 128 workers, not the 512 asked" in line
+    (result,) = json.loads(proc.stdout)["results"]
+    assert result["cluster"]["short"] == line.removeprefix("bench predict: ")
+    assert result["cluster"]["asked_workers"] == 512
+    assert result["backends"]["horovod"]["points"][-1]["workers"] == 128
+    within = bench_in_process(*argv, "--max-workers", "64")
+    assert within.returncode == 0 and within.stderr == ""
+    assert json.loads(within.stdout)["results"][0]["cluster"]["short"] is None
+    plain = bench_in_process(*argv)
+    assert plain.returncode == 0 and plain.stderr == ""

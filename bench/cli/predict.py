@@ -8,21 +8,25 @@ from dataclasses import replace
 
 from bench.cli import options
 from bench.cli.common import chosen_backends, examples, open_store, print_json
+from bench.core.console import note as say
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
-from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PROJECTED
+from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PROJECTED, get_backend
 from bench.projection.clusters import (
     DEFAULT_CLUSTER,
     GPU_EXAMPLE,
     MAX_WORKERS,
     PROFILES,
+    check_device,
     parse_cluster,
     profile,
+    short_of,
     split_clusters,
 )
+from bench.projection.eras import HOROVOD_ERAS, era_help, horovod_era
 from bench.projection.fit import Case, cases_in, fit_backends, gives
 from bench.projection.model import SCOPE, crossover, project, with_compute
-from bench.projection.published import track_record
-from bench.projection.shapes import PARAMS, check_model, model_inputs, model_profile
+from bench.projection.published import RULES, SYSTEMS, track_record
+from bench.projection.shapes import COMMITTED, PARAMS, check_model, model_inputs, model_profile
 from bench.projection.validate import validate
 from workloads.external import canonical, is_address
 
@@ -30,6 +34,8 @@ DEFAULT_BACKENDS = ",".join(PROJECTED)
 PROJECTABLE = tuple(name for name in BACKEND_MODULES if name != PLAIN_LOOP)  # the plain loop is the model's start
 # --compute-ms at most: a step is one batch's forward and backward, and an hour of it is a slip of the unit
 MAX_COMPUTE_MS = 3600 * 1000.0
+COMMITTED_MODELS = sorted(path.stem for path in COMMITTED.glob("*.json"))
+HOROVOD_KNOBS = ("hvd_cycle_ms", "hvd_fusion_mb")  # Horovod's options a projection takes (--hvd-cycle-ms, ...)
 
 
 def add_parser(verbs) -> None:
@@ -73,7 +79,6 @@ def add_parser(verbs) -> None:
     options.add(
         p,
         "--cluster",
-        default=DEFAULT_CLUSTER,
         metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY]|NODESxGPUS:LINK=RATE,...",
         invalid=[
             "nowhere",
@@ -87,8 +92,9 @@ def add_parser(verbs) -> None:
         help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}), CPU nodes such as 64x8:100gbit:5us, or "
         f"GPU nodes such as {GPU_EXAMPLE} (nvlink= or pcie= within a node, each GPU's rate; ib=, roce= or eth= "
         "between nodes, each node's rate; RATE in mbit, gbit (g) or gbyte, @LATENCY in us or ms; nccl=VERSION, "
-        f"the era's NCCL: its tree from 2.4) (default {DEFAULT_CLUSTER}; a GPU cluster needs --compute-ms or "
-        "--compute-from)",
+        "the era's NCCL: its tree from 2.4; eth= is TCP sockets, ib= and roce= RDMA) "
+        f"(default {DEFAULT_CLUSTER}; a GPU cluster needs --compute-ms or --compute-from, and a GPU's step needs a "
+        "GPU cluster: CPU nodes, a profile or NODESxWORKERS:RATE, are refused for it)",
     )
     options.add(
         p,
@@ -98,8 +104,49 @@ def add_parser(verbs) -> None:
         help="project this model with no sweep of it: a torchvision model name (resnet50, vgg16, inception_v3), "
         "a workload of yours (path/to/file.py:NAME), or params:ITEM,... (each gradient tensor's elements, "
         "such as 4096x4096 or 25.6M, the layer nearest the loss first); its gradients' sizes and ready order "
-        "come from a few CPU steps of it at batch 2 in a process of its own, cached (default: the store's "
-        "workloads); needs --compute-ms and --compute-batch, or --compute-from",
+        f"come from its committed profile ({', '.join(COMMITTED_MODELS)}: the ones "
+        "docs/studies/published.md uses), else from a few CPU steps of it at batch 2 in a process of its own, cached "
+        "(default: the store's workloads); needs --compute-ms and --compute-batch, or --compute-from",
+    )
+    options.add(
+        p,
+        "--fresh-profile",
+        action="store_true",
+        help="with --model naming a model whose profile is committed (bench/projection/published/shapes: "
+        f"{', '.join(COMMITTED_MODELS)}, the ones docs/studies/published.md uses), profile it "
+        "on this machine's CPU instead (a CPU's profile moves between machines and loads)",
+    )
+    knobs = {o.name: o for o in get_backend("horovod").options}
+    for name, invalid in (("hvd_cycle_ms", ["-1", "nan", "x", "1e10"]), ("hvd_fusion_mb", ["-1", "nan", "x"])):
+        opt = knobs[name]
+        options.add(
+            p,
+            opt.flag,
+            type=options.finite_float,
+            metavar=name.upper(),
+            invalid=invalid,
+            needs=["--backend", "horovod"],
+            help=f"{opt.help} (default: Horovod's own; in a projection, those of --hvd-version's era: {era_help()})",
+        )
+    options.add(
+        p,
+        "--hvd-version",
+        metavar="VERSION",
+        invalid=["x", "0.8", "1..2"],
+        needs=["--backend", "horovod"],
+        help="project Horovod as this version ran: its era's default cycle and fusion threshold ("
+        + "; ".join(f"{e.version} on, {e.when}" for e in HOROVOD_ERAS)
+        + f"; default: the newest, {HOROVOD_ERAS[-1].version}); --hvd-cycle-ms and --hvd-fusion-mb override them",
+    )
+    options.add(
+        p,
+        "--tf-replicated",
+        type=options.positive_float,
+        metavar="SERVERS_PER_NODE",
+        invalid=["0", "-1", "x"],
+        help="with --model, instead of the backends: project TensorFlow 1.x's distributed_replicated "
+        "(tf_cnn_benchmarks: gradients summed within each node, pushed to parameter servers on the nodes and "
+        "pulled back after the backward pass) with this many servers per node (the count rounded, at least 1)",
     )
     options.add(
         p,
@@ -134,10 +181,10 @@ def add_parser(verbs) -> None:
         p,
         "--max-workers",
         type=options.positive_int,
-        default=MAX_WORKERS,
         metavar="N",
         invalid=["0"],
-        help=f"project up to this many workers (default {MAX_WORKERS})",
+        help=f"project up to this many workers (default {MAX_WORKERS}, or the cluster's size where smaller; a "
+        "cluster smaller than the number asked is said in one line on stderr and in the JSON)",
     )
     options.add(
         p,
@@ -150,6 +197,7 @@ def add_parser(verbs) -> None:
 
 
 def cmd(args) -> int:
+    horovod = horovod_options(args)  # refused first: a bad value is the option's, whatever else is given
     backends = chosen_backends(args.backend, PROJECTABLE, device=None, verb="predict")
     unknown = [b for b in backends if b not in PROJECTABLE]
     if unknown:
@@ -157,11 +205,25 @@ def cmd(args) -> int:
             f"--backend {','.join(unknown)}: the plain loop is what the model starts from; choose from "
             f"{', '.join(PROJECTABLE)}"
         )
+    if args.tf_replicated is not None:
+        if args.model is None:
+            raise UsageError(
+                "--tf-replicated: a system the suite does not run has no stored runs to fit; project it for --model "
+                "with --compute-ms"
+            )
+        if args.backend != DEFAULT_BACKENDS:
+            raise UsageError("--tf-replicated and --backend both name what to project: give one")
+        backends = list(SYSTEMS)
+    given = [f"--{k.replace('_', '-')}" for k in ("hvd_version", *HOROVOD_KNOBS) if getattr(args, k) is not None]
+    if given and not any(has_horovod_knobs(b) for b in backends):
+        raise UsageError(f"{given[0]} is Horovod's: give --backend horovod (or horovod-tf) too")
+    if args.fresh_profile and args.model is None:
+        raise UsageError("--fresh-profile profiles --model's model: give --model too")
     if args.compute_ms is not None and args.compute_from:
         raise UsageError("--compute-ms and --compute-from both give the compute: give one")
     if args.compute_batch is not None and args.compute_ms is None:
         raise UsageError("--compute-batch is the batch of a --compute-ms step: give --compute-ms too")
-    clusters = split_clusters(args.cluster)
+    clusters = split_clusters(args.cluster or DEFAULT_CLUSTER)
     for name in clusters:  # refused before the store is read
         if name not in PROFILES:
             parse_cluster(name)
@@ -189,17 +251,21 @@ def cmd(args) -> int:
         return show_validation(validate(records), args.json)
     if args.model is not None:
         step_s, batch, device, how = model_compute(args, records)  # refused before a model is profiled
-        shape = model_profile(args.model)
+        for name in clusters:  # a GPU's step on a cluster described as CPU nodes: refused before the profile
+            check_device(name, device, given=args.cluster is not None)
+        shape = model_profile(args.model, fresh=args.fresh_profile)
         cases = [Case(args.model, batch, 1, device)]
     else:
         cases = choose_cases(cases_in(records), args)
+    limit = args.max_workers or MAX_WORKERS
     out, text = [], []
     for case in cases:
         if args.model is not None:
-            fitted = {b: model_inputs(args.model, shape, b, batch, step_s, device, how) for b in backends}
+            fitted = {b: named_inputs(args, b, shape, batch, step_s, device, how, horovod) for b in backends}
             missing: dict[str, str] = {}
         else:
             fitted, missing = fit_backends(records, backends, case)
+            fitted = {b: with_horovod(i, horovod) for b, i in fitted.items()}
         text += [f"# {backend}: not projected: {why}" for backend, why in missing.items()]
         if not fitted:
             raise UsageError(f"no backend could be fitted for {case.workload}: " + "; ".join(text))
@@ -209,13 +275,14 @@ def cmd(args) -> int:
                 inputs = fitted
             else:
                 inputs = {b: compute_for(i, cluster, args, store) for b, i in fitted.items()}
-            points = {
-                b: project(i, cluster, [n for n in cluster.worker_counts(args.max_workers)]) for b, i in inputs.items()
-            }
+            points = {b: project(i, cluster, cluster.worker_counts(limit)) for b, i in inputs.items()}
+            short = short_of(cluster, limit) if args.max_workers is not None else None
+            if short:  # said once per cluster, on stderr, whatever the output's form
+                say(f"bench predict: {short}")
             out.append(
                 {
                     "case": case.__dict__,
-                    "cluster": cluster_json(cluster),
+                    "cluster": cluster_json(cluster) | {"asked_workers": limit, "short": short},
                     "backends": {
                         b: {"inputs": inputs_json(inputs[b]), "points": [point_json(p) for p in pts]}
                         for b, pts in points.items()
@@ -241,6 +308,64 @@ def cmd(args) -> int:
     else:
         print("\n".join(text))
     return EXIT_OK
+
+
+def has_horovod_knobs(backend: str) -> bool:
+    return backend in PROJECTABLE and {o.name for o in get_backend(backend).options} >= set(HOROVOD_KNOBS)
+
+
+def horovod_options(args) -> dict:
+    """Horovod's cycle and fusion threshold for the projection, with how they were chosen: {"given": the options
+    given (--hvd-cycle-ms, --hvd-fusion-mb, and --hvd-version's era's for the others where it is given),
+    "era": the era their defaults are of}."""
+    if args.hvd_cycle_ms is not None and not 0 <= args.hvd_cycle_ms <= 60_000:
+        raise UsageError(f"--hvd-cycle-ms {args.hvd_cycle_ms:g}: give 0 to 60000 ms (a minute)")
+    if args.hvd_fusion_mb is not None and args.hvd_fusion_mb < 0:
+        raise UsageError(f"--hvd-fusion-mb {args.hvd_fusion_mb:g}: give 0 (no fusion) or more MiB")
+    era = horovod_era(args.hvd_version)
+    given = {k: getattr(args, k) for k in HOROVOD_KNOBS if getattr(args, k) is not None}
+    if args.hvd_version is not None:
+        given = {"hvd_cycle_ms": era.cycle_ms, "hvd_fusion_mb": era.fusion_mb} | given
+    return {"given": given, "era": era}
+
+
+def horovod_words(options: dict, horovod: dict) -> str:
+    """The note that says which cycle and fusion threshold a Horovod projection takes, and why."""
+    era = horovod["era"]
+    cycle, fusion = options["hvd_cycle_ms"], options["hvd_fusion_mb"]
+    given = [f"--{k.replace('_', '-')}" for k in HOROVOD_KNOBS if k in horovod["given"]]
+    return (
+        f"Horovod: a {cycle:g} ms cycle, "
+        + (f"Tensor Fusion up to {fusion:g} MiB" if fusion else "no Tensor Fusion (each tensor alone)")
+        + (f"; given: {', '.join(given)}" if given else "")
+        + f"; the defaults of Horovod {era.version} on ({era.when}, {era.source}): {era.cycle_ms:g} ms, "
+        + (f"{era.fusion_mb:g} MiB" if era.fusion_mb else "no fusion")
+        + "; --hvd-version VERSION takes another era's"
+    )
+
+
+def named_inputs(args, backend, shape, batch, step_s, device, how, horovod):
+    """--model's inputs under `backend`: Horovod's with the era's cycle and fusion (or those given); a system the suite
+    does not run (--backend tf-replicated) with its rule and options."""
+    if backend in SYSTEMS:
+        spread, rule = args.tf_replicated, RULES[SYSTEMS[backend]]
+        options = {"servers_per_node": spread}
+        inputs = model_inputs(args.model, shape, backend, batch, step_s, device, how, options, rule)
+        return replace(inputs, notes=(*inputs.notes, f"{rule.name}: {spread:g} server(s) per node"))
+    if not has_horovod_knobs(backend):
+        return model_inputs(args.model, shape, backend, batch, step_s, device, how)
+    era = horovod["era"]
+    chosen = {"hvd_cycle_ms": era.cycle_ms, "hvd_fusion_mb": era.fusion_mb} | horovod["given"]
+    inputs = model_inputs(args.model, shape, backend, batch, step_s, device, how, chosen)
+    return replace(inputs, notes=(*inputs.notes, horovod_words(chosen, horovod)))
+
+
+def with_horovod(inputs, horovod):
+    """A fitted case's inputs with the Horovod options given (the stored runs' own where none is)."""
+    if not horovod["given"] or not has_horovod_knobs(inputs.backend):
+        return inputs
+    chosen = inputs.options | horovod["given"]
+    return replace(inputs, options=chosen, notes=(*inputs.notes, horovod_words(chosen, horovod)))
 
 
 def model_compute(args, records) -> tuple[float, int, str, str]:
@@ -347,6 +472,7 @@ def compute_for(inputs, cluster, args, store):
                 f"{inputs.workload}; give a run of the same workload (or --workload {rec.spec.workload})"
             )
         stored_step([rec], rec.run_id)
+        check_device(cluster.name, rec.spec.device)  # a GPU run's step on CPU nodes is refused
         return replace(
             with_compute(
                 inputs,

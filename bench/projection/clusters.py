@@ -67,6 +67,15 @@ PAYLOAD = {"nvlink": 0.8, "pcie": 0.8, "ib": 0.95, "roce": 0.95, "eth": TCP_GOOD
 DEFAULT_LATENCY_S = {"nvlink": 3e-6, "pcie": 5e-6, "ib": 5e-6, "roce": 5e-6, "eth": 30e-6}
 INTRA = ("nvlink", "pcie")  # the links between the GPUs of one node
 INTER = ("ib", "roce", "eth")  # the links between nodes
+# what each link of a description is, said in its summary: the network's kind decides the transport NCCL takes
+KIND_WORDS = {
+    "nvlink": "NVLink within a node",
+    "pcie": "PCIe within a node",
+    "ib": "InfiniBand between nodes (RDMA)",
+    "roce": "RoCE between nodes (RDMA)",
+    "eth": "Ethernet between nodes (TCP sockets)",
+    "nccl": "NCCL",
+}
 TREE_SINCE = (2, 4)  # NCCL's tree (double binary trees across nodes) came with NCCL 2.4, in 2019
 
 
@@ -164,9 +173,10 @@ def split_clusters(text: str) -> list[str]:
 
 
 def parse_cluster(text: str, device: str = "cpu") -> Cluster:
-    """NODESxWORKERS:RATE[:LATENCY], such as 64x8:100gbit:5us: nodes, workers per node, each node's link rate (TCP's
-    payload share is taken off) and the latency per message (30us when not given); or a GPU cluster
-    (parse_gpu_cluster), told by its `key=value` links."""
+    """NODESxWORKERS:RATE[:LATENCY], such as 64x8:100gbit:5us: CPU nodes, workers per node, each node's link rate
+    (TCP's payload share is taken off) and the latency per message (30us when not given); or a GPU cluster
+    (parse_gpu_cluster), told by its `key=value` links. A GPU's step (`device` cuda) on the CPU form is refused: that
+    form says nothing of what links a node's GPUs, whether the network is TCP or RDMA, or the era's NCCL."""
     if "=" in text:
         return parse_gpu_cluster(text)
     match = DESCRIPTION.fullmatch(text.strip())
@@ -185,6 +195,16 @@ def parse_cluster(text: str, device: str = "cpu") -> Cluster:
     bits = float(rate_match[1]) * (1e6 if rate_match[2].lower() == "mbit" else 1e9)
     if bits <= 0:
         raise UsageError(f"--cluster {text!r}: the rate must be positive")
+    if device == "cuda":
+        at = f"@{match[4]}" if match[4] else ""
+        inside = "pcie=128gbit," if per_node > 1 else ""
+        raise UsageError(
+            f"--cluster {text}: NODESxWORKERS:RATE is CPU nodes (TCP's share of the link, 30 us a message, nothing "
+            "between a node's workers) and the step is a GPU's: say what links the GPUs, such as "
+            f"{nodes}x{per_node}:{inside}roce={rate}{at} or {nodes}x{per_node}:"
+            f"{'nvlink=1200gbit,' if per_node > 1 else ''}eth={rate}{at} (within a node nvlink= or pcie=, each GPU's "
+            "rate; between nodes ib= or roce= for RDMA, eth= for TCP; nccl=VERSION for NCCL before 2.4, 2019)"
+        )
     seconds = float(latency_match[1]) * (1e-6 if latency_match[2].lower() == "us" else 1e-3)
     return Cluster(
         text,
@@ -194,7 +214,33 @@ def parse_cluster(text: str, device: str = "cpu") -> Cluster:
         nodes,
         Link(bits / 8 * TCP_GOODPUT, seconds),
         source="described on the command line; TCP payload share of a 1500-byte frame",
-        era="any (a ring only: a GPU cluster is described with nvlink=/pcie= and ib=/roce=/eth=)",
+        era="any: gloo over TCP, a ring",
+    )
+
+
+def check_device(name: str, device: str, given: bool = True) -> None:
+    """Refuses, in one line, a cluster that cannot carry a `device` step: a GPU's on CPU nodes (a CPU profile, or
+    the CPU form of a description). `given`: whether the user named the cluster (else it is the default)."""
+    if device != "cuda":
+        return
+    if name in PROFILES:
+        if PROFILES[name].device != "cuda":
+            gpus = ", ".join(n for n, c in PROFILES.items() if c.device == "cuda")
+            raise UsageError(
+                f"--cluster {name}{'' if given else ' (the default)'} is {PROFILES[name].summary} and "
+                f"the step is a GPU's: give a GPU cluster, {gpus} or NODESxGPUS:LINK=RATE,... such as {GPU_EXAMPLE}"
+            )
+        return
+    parse_cluster(name, device)
+
+
+def short_of(cluster: Cluster, asked: int) -> str | None:
+    """One line when the cluster has fewer workers than `asked` (the projection stops at its size), else None."""
+    if asked <= cluster.max_workers:
+        return None
+    return (
+        f"--cluster {cluster.name} has {cluster.max_nodes} node(s) of {cluster.workers_per_node}: projected up to "
+        f"{cluster.max_workers} workers, not the {asked} asked (describe a cluster of as many nodes to go further)"
     )
 
 
@@ -265,7 +311,9 @@ def parse_gpu_cluster(text: str) -> Cluster:
     if nodes > 1 and not inter:
         raise UsageError(f"--cluster {text!r}: {nodes} nodes need the link between them: ib=, roce= or eth=")
     tree = nccl is None or nccl >= TREE_SINCE
-    words = ", ".join(f"{k} {v}" for k, v in (item.partition("=")[::2] for item in match[3].split(",")))
+    words = ", ".join(
+        f"{KIND_WORDS.get(k.lower(), k)} {v}" for k, v in (item.partition("=")[::2] for item in match[3].split(","))
+    )
     return Cluster(
         text,
         f"{nodes} node(s) of {per_node} GPU(s): {words}",

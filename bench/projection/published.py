@@ -19,8 +19,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.backends.base import CommSchedule, Exchange
+from bench.core.registry import get_backend
 from bench.projection.clusters import parse_cluster
-from bench.projection.model import Inputs, Shape, Value, assume, project
+from bench.projection.model import Inputs, Point, Shape, Value, project
+from bench.projection.shapes import committed_profile, model_inputs
 
 DATA = Path(__file__).resolve().parent / "published"
 GOAL_MEDIAN_POINTS = 5.0  # median absolute error at most this
@@ -67,6 +69,10 @@ class DistributedReplicated:
 
 
 RULES = {"distributed_replicated": DistributedReplicated()}
+# the systems `bench predict` projects that are none of the suite's backends (--tf-replicated): name -> RULES' key
+SYSTEMS = {"tf-replicated": "distributed_replicated"}
+# a table's options as `bench predict` takes them (an option not here must be the backend's default)
+FLAGS = {"hvd_fusion_mb": "--hvd-fusion-mb", "hvd_cycle_ms": "--hvd-cycle-ms", "servers_per_node": "--tf-replicated"}
 
 
 @dataclass(frozen=True)
@@ -154,58 +160,122 @@ def shape_profile(model: str) -> dict:
     return json.loads((DATA / "shapes" / f"{model}.json").read_text())
 
 
-def inputs_for(table: dict) -> Inputs:
-    """The model's inputs for a published table: its 1-GPU step as the compute, its model's committed profile, its
-    rule and options, and the GPU assumptions."""
-    profile = shape_profile(table["model"])
-    one = table["throughput"]["1"]
-    inputs = Inputs(
+def compute_ms(table: dict) -> str:
+    """The published 1-GPU step, batch / throughput(1), in ms to the microsecond, as `bench predict --compute-ms`
+    takes it: the study's compute is this figure, so that the command reproduces its rows."""
+    return f"{1e3 * table['batch'] / table['throughput']['1']:.3f}"
+
+
+def predict_backend(table: dict) -> str:
+    """The name `bench predict --backend` takes for the table's system."""
+    if table.get("rule"):
+        return next(name for name, rule in SYSTEMS.items() if rule == table["rule"])
+    return table["backend"]
+
+
+def cli_args(table: dict) -> list[str]:
+    """The `bench predict` arguments that project the table: its model (by name: the committed profile), system,
+    1-GPU step, batch, cluster and options."""
+    args = [
+        "--model",
         table["model"],
-        table["backend"],
-        dict(table["options"]),
+        *([] if table.get("rule") else ["--backend", table["backend"]]),
+        "--compute-ms",
+        compute_ms(table),
+        "--compute-batch",
+        str(table["batch"]),
+        "--cluster",
+        table["cluster"],
+    ]
+    defaults = {} if table.get("rule") else {o.name: o.default for o in get_backend(table["backend"]).options}
+    for name, value in table["options"].items():
+        if name in FLAGS:
+            args += [FLAGS[name], f"{value:g}"]
+        elif defaults.get(name) != value:
+            raise ValueError(f"table {table['id']}: option {name}={value!r} has no `bench predict` flag")
+    return args
+
+
+def inputs_for(table: dict) -> Inputs:
+    """The model's inputs for a published table, as `bench predict` makes them from cli_args(table): its 1-GPU step
+    as the compute, its model's committed profile, its rule and options, and the GPU assumptions."""
+    profile = committed_profile(table["model"])
+    if profile is None:
+        raise ValueError(f"table {table['id']}: no committed profile of {table['model']}")
+    rule = RULES[table["rule"]] if table.get("rule") else None
+    return model_inputs(
+        table["model"],
+        profile,
+        predict_backend(table),
         table["batch"],
-        1,
+        float(compute_ms(table)) / 1e3,
         "cuda",
-        Value(table["batch"] / one),
-        Shape.of_profile(profile, run=f"profile of {table['model']} (published/shapes/{table['model']}.json)"),
-        Value(0.0),  # the published 1-GPU figure is the system's own step at one GPU
-        Value(0.0),
-        Value(0.0),
-        Value(0.0),  # no processing of the backend's own on GPUs: the links carry the collectives
-        Value(0.0),
-        1,
-        rule=RULES[table["rule"]] if table.get("rule") else None,
+        f"compute: the published 1-GPU step, {compute_ms(table)} ms at batch {table['batch']}",
+        options=table["options"],
+        rule=rule,
     )
-    return assume(inputs)
+
+
+def row_of(table: dict, point: Point) -> Row:
+    one = table["throughput"]["1"]
+    published = table["throughput"][str(point.workers)]
+    parts = point.parts
+    return Row(
+        table["id"],
+        point.workers,
+        point.nodes,
+        published / (point.workers * one),
+        point.efficiency,
+        point.efficiency_low,
+        point.efficiency_high,
+        published,
+        point.efficiency * point.workers * one,
+        point.algorithm,
+        table["batch"],
+        parts.hidden + parts.exposed + parts.slowdown,
+    )
+
+
+def rows_from_cli(table: dict, answer: dict) -> list[Row]:
+    """The table's rows from `bench predict --json`'s answer to cli_args(table): what the CLI projects."""
+    (result,) = answer["results"]
+    (projected,) = result["backends"].values()
+    one = table["throughput"]["1"]
+    rows = []
+    for p in projected["points"]:
+        if str(p["workers"]) not in table["throughput"] or p["workers"] == 1:
+            continue
+        published = table["throughput"][str(p["workers"])]
+        parts = p["parts_s"]
+        rows.append(
+            Row(
+                table["id"],
+                p["workers"],
+                p["nodes"],
+                published / (p["workers"] * one),
+                p["efficiency"],
+                p["efficiency_low"],
+                p["efficiency_high"],
+                published,
+                p["efficiency"] * p["workers"] * one,
+                p["algorithm"],
+                result["case"]["batch"],
+                parts["hidden"] + parts["exposed"] + parts["slowdown"],
+            )
+        )
+    return rows
 
 
 def rows_of(table: dict, inputs_change=None, cluster_change=None) -> list[Row]:
     """The table's rows; `inputs_change(inputs)` and `cluster_change(cluster, nodes)` give the ablation's variants."""
-    cluster = parse_cluster(table["cluster"])
+    cluster = parse_cluster(table["cluster"], "cuda")
     counts = sorted(int(n) for n in table["throughput"] if int(n) > 1)
     inputs = inputs_for(table) if inputs_change is None else inputs_change(inputs_for(table))
     if cluster_change is None:
         points = project(inputs, cluster, counts)
     else:
         points = [project(inputs, cluster_change(cluster, cluster.nodes_for(n)), [n])[0] for n in counts]
-    one = table["throughput"]["1"]
-    return [
-        Row(
-            table["id"],
-            p.workers,
-            p.nodes,
-            table["throughput"][str(p.workers)] / (p.workers * one),
-            p.efficiency,
-            p.efficiency_low,
-            p.efficiency_high,
-            table["throughput"][str(p.workers)],
-            p.efficiency * p.workers * one,
-            p.algorithm,
-            table["batch"],
-            p.parts.hidden + p.parts.exposed + p.parts.slowdown,
-        )
-        for p in points
-    ]
+    return [row_of(table, p) for p in points]
 
 
 def ahead_of(tables: list[dict], rows: list[Row]) -> list[Ahead]:
@@ -237,12 +307,16 @@ def track_record() -> TrackRecord:
 
 def markdown_rows(record: TrackRecord) -> list[str]:
     """The study's table (docs/studies/published.md), one line per published efficiency."""
+    return markdown_of_rows(record.rows)
+
+
+def markdown_of_rows(rows: list[Row]) -> list[str]:
     lines = [
         "| table | GPUs | nodes | published img/s | published efficiency | predicted (95%) | error, points "
         "| communication ms (predicted) | unexplained ms/step | algorithm |",
         "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
-    for r in record.rows:
+    for r in rows:
         lines.append(
             f"| {r.table} | {r.workers} | {r.nodes} | {r.throughput:,.2f} | {r.published:.1%} | "
             f"{r.predicted:.1%} ({r.low:.1%}-{r.high:.1%}) | {r.error_points:+.1f} | {r.communication_s * 1e3:.1f} | "
@@ -266,6 +340,13 @@ def markdown_inputs(record: TrackRecord) -> list[str]:
             f"{t['system']} | {t['model']}: {profile['parameters'] / 1e6:.1f} M, {len(profile['grads'])} | "
             f"`{t['cluster']}` | {t['rule_words']} | {step * 1e3:,.1f} ms ({t['throughput']['1']:g} img/s) |"
         )
+    return lines
+
+
+def markdown_commands(record: TrackRecord) -> list[str]:
+    """The study's table of the `bench predict` command that gives each table's rows."""
+    lines = ["| table | the command that projects it |", "|---|---|"]
+    lines += [f"| {t['id']} | `bench predict {' '.join(cli_args(t))}` |" for t in record.tables]
     return lines
 
 

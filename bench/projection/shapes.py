@@ -5,6 +5,10 @@ process), kept in a cache keyed by the model, its code and the torch and torchvi
 
 A model is named three ways:
 - a torchvision classification model: `resnet50`, `vgg16`, `inception_v3` (built without weights, 1,000 classes);
+  one whose profile is committed (published/shapes/MODEL.json: the one docs/studies/published.md's tables use) takes
+  that profile, so that a projection of it is the same on every machine and reproduces the study's rows; a fresh
+  profile on this machine is asked for (`bench predict --fresh-profile`), since a CPU's profile moves between
+  machines and loads (VGG-16's 411 MB fc6 gradient ready at 16% of the backward pass in one, 27% in the other);
 - a user's workload: `path/to/file.py:NAME` or `PKG.MODULE:NAME`, checked as a run checks it
   (bench.harness.workload_check) and profiled at its CPU size;
 - a parameter list, `params:ITEM,ITEM,...`: each ITEM one gradient tensor's elements (`4096x4096`, `25.6M`, `1000`;
@@ -31,6 +35,7 @@ from bench.projection.model import Inputs, Shape, Value, assume
 from workloads.external import is_address
 
 PARAMS = "params:"
+COMMITTED = Path(__file__).resolve().parent / "published" / "shapes"  # the study's profiles, by model name
 ITEM = re.compile(r"(\d+(?:\.\d+)?)([km]?)((?:x\d+)*)", re.IGNORECASE)
 # an import of torch, a build and 4 steps at batch 2: seconds on an idle core, minutes on a busy machine
 PROFILE_TIMEOUT_S = 5 * CHECK_TIMEOUT_S
@@ -113,12 +118,25 @@ def check_model(model: str) -> None:
         )
 
 
-def model_profile(model: str) -> dict:
-    """The profile of MODEL (module docstring): from the cache when this model, its code and the installed torch and
-    torchvision were profiled before, else from a child process (then kept)."""
+def committed_profile(model: str) -> dict | None:
+    """The committed profile of a torchvision model name (published/shapes/MODEL.json), marked as such; None when
+    there is none."""
+    path = COMMITTED / f"{model}.json"
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", model) or not path.is_file():
+        return None
+    return {**json.loads(path.read_text()), "committed": f"bench/projection/published/shapes/{model}.json"}
+
+
+def model_profile(model: str, fresh: bool = False) -> dict:
+    """The profile of MODEL (module docstring): the committed one where there is one (unless `fresh`), else from the
+    cache when this model, its code and the installed torch and torchvision were profiled before, else from a child
+    process (then kept)."""
     if model.startswith(PARAMS):
         return params_profile(model)
     check_model(model)
+    committed = None if fresh else committed_profile(model)
+    if committed is not None:
+        return committed
     code = None
     where = model.rpartition(":")[0]
     if is_address(model):
@@ -146,20 +164,41 @@ def model_profile(model: str) -> dict:
 
 
 def shape_of(profile: dict) -> Shape:
+    if profile.get("committed"):
+        return Shape.of_profile(profile, run=f"profile of {profile['model']} ({profile['committed']})")
     return Shape.of_profile(profile, run=f"profile of {profile['model']}")
 
 
-def model_inputs(model: str, profile: dict, backend: str, batch: int, step_s: float, device: str, how: str) -> Inputs:
-    """The scaling model's inputs for a named model under `backend` (its default options): the given one-worker
-    step as the compute, the profile's shape, no processing of the backend's own (the cluster's links carry the
-    collectives) and the per-step overhead and slowdown as stated ranges (bench.projection.model.GPU_ASSUMPTIONS)."""
-    options = {o.name: o.default for o in get_backend(backend).options}
+def model_inputs(
+    model: str,
+    profile: dict,
+    backend: str,
+    batch: int,
+    step_s: float,
+    device: str,
+    how: str,
+    options: dict | None = None,
+    rule: object | None = None,
+) -> Inputs:
+    """The scaling model's inputs for a named model under `backend` (its default options, updated by `options`;
+    `rule`: the rules of a system that is not one of the suite's backends, bench.projection.model.Inputs.rule): the
+    given one-worker step as the compute, the profile's shape, no processing of the backend's own (the cluster's
+    links carry the collectives) and the per-step overhead and slowdown as stated ranges
+    (bench.projection.model.GPU_ASSUMPTIONS)."""
+    chosen = {} if rule is not None else {o.name: o.default for o in get_backend(backend).options}
+    chosen.update(options or {})
     zero = Value(0.0)
     notes = [how, f"shape: {profile.get('parameters', 0):,} parameters in {len(profile['grads'])} tensors"]
     if model.startswith(PARAMS):
         notes.append(
             "shape: a parameter list: tensors ready in proportion to the bytes before them; forward 1/3, "
             "backward 2/3 of the step"
+        )
+    elif profile.get("committed"):
+        notes.append(
+            f"shape: the committed profile {profile['committed']} (a CPU's, at batch {profile.get('batch', 2)}, "
+            f"torch {profile.get('torch', '?')}; the one docs/studies/published.md uses); --fresh-profile "
+            "profiles the model on this machine instead; a GPU's parts may be in other proportions"
         )
     else:
         notes.append(
@@ -169,7 +208,7 @@ def model_inputs(model: str, profile: dict, backend: str, batch: int, step_s: fl
     inputs = Inputs(
         model,
         backend,
-        options,
+        chosen,
         batch,
         1,
         device,
@@ -182,5 +221,6 @@ def model_inputs(model: str, profile: dict, backend: str, batch: int, step_s: fl
         zero,
         1,
         notes=tuple(notes),
+        rule=rule,
     )
     return assume(inputs)
