@@ -237,11 +237,12 @@ def test_a_plan_made_where_horovod_is_not_installed_names_horovodrun(tmp_path, m
 
     monkeypatch.setattr(bench.backends.horovod.launcher, "horovodrun_path", lambda: None)
     lines = planned("run", "--backend", "elastic,horovod", "--gpus", "8", tmp_path=tmp_path)
-    commands = [shlex.split(line.removeprefix("  on this machine: ")) for line in lines if "on this machine: " in line]
+    here = "  on this machine: "  # a launch's command line (not the CPU binding's "cores on this machine: ")
+    commands = [shlex.split(line.removeprefix(here)) for line in lines if line.startswith(here)]
     assert len(commands) == 2 and commands[1][:6] == ["horovodrun", "--gloo", "-np", "8", "-H", "localhost:8"]
     monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun here either
     lines = planned("run", "--backend", "horovod", "--hvd-launcher", "mpirun", "--gpus", "8", tmp_path=tmp_path)
-    [command] = [shlex.split(line.removeprefix("  on this machine: ")) for line in lines if "on this machine: " in line]
+    [command] = [shlex.split(line.removeprefix(here)) for line in lines if line.startswith(here)]
     assert command[:5] == ["mpirun", "-np", "8", "-H", "localhost:8"] and "btl_tcp_if_include" not in command
     store = tmp_path / "run.sqlite"
     proc = bench_in_process("run", "--backend", "horovod", "--hvd-launcher", "mpirun", "--nproc", "2", "--store", store)
