@@ -54,12 +54,12 @@ def test_every_verb_plans_2_hosts_of_8_gpus_with_each_hosts_command_environment_
         head, body = lines[0], lines[1:]
         assert " on cuda (GPU processes), 2 host(s): a x8, b x8" in head, head
         assert any(line.startswith("  env NCCL_SOCKET_IFNAME=") for line in body), lines
-        cores = {line.split(":", 1)[0]: line for line in body if line.startswith("  cores on ")}
+        cores = {line.split(":", 1)[0]: line for line in body if line.startswith("  cores of ")}
         assert any(line.startswith("  CPU binding (--cpu-bind ") for line in body), lines
         if "world size 16 " in head:  # each host's command (horovodrun's, on the first, names both), its ranks' cores
             on = {line.split(":", 1)[0]: line for line in body if line.startswith("  on ")}
             assert set(on) == {"  on a", "  on b"} or (set(on) == {"  on a"} and "a:8,b:8" in on["  on a"]), lines
-            assert set(cores) == {"  cores on a", "  cores on b"}, lines
+            assert set(cores) == {"  cores of a", "  cores of b"}, lines
             if "--cpu-bind numa" in "".join(body):
                 assert all(GPU_RANKS in line for line in cores.values()), cores
             else:  # a fault run's workers are left unbound: elastic agents' local ranks overlap
@@ -83,20 +83,20 @@ def test_a_gpu_plan_on_this_machine_needs_no_local_gpu(args, nothing_runs):
     stdout, _ = planned(*args)
     gpus = args[args.index("--gpus" if "--gpus" in args else "--max-gpus") + 1]
     assert f"world size {gpus} on cuda (GPU processes), this machine" in stdout
-    assert "  cores on this machine: " in stdout
+    assert "  cores of this machine: " in stdout
 
 
 def test_a_cpu_plan_names_each_ranks_cores_and_leaves_servers_unbound(nothing_runs):
     stdout, _ = planned("run", "--backend", "ps", "--nproc", 2, "--threads", 1)
     allowed = sorted(os.sched_getaffinity(0))
     ranks = [f"local rank {r}: core(s) {allowed[r % len(allowed)]}" for r in range(2)]
-    assert f"  cores on this machine: {'; '.join(ranks)}; local rank 2 (server): not bound" in stdout.splitlines()
+    assert f"  cores of this machine: {'; '.join(ranks)}; local rank 2 (server): not bound" in stdout.splitlines()
 
 
 def test_a_ps_plan_across_gpu_hosts_names_each_hosts_server(nothing_runs):
     stdout, _ = planned("run", "--backend", "ps", "--gpus", 8, *TWO_HOSTS)
     for host in ("a", "b"):
-        assert f"  cores on {host}: {GPU_RANKS}; local rank 8 (server): not bound" in stdout.splitlines()
+        assert f"  cores of {host}: {GPU_RANKS}; local rank 8 (server): not bound" in stdout.splitlines()
 
 
 # ---------------------------------------------------------------- Horovod's GPU gate

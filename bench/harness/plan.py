@@ -162,7 +162,7 @@ def binding_lines(spec: RunSpec) -> list[str]:
             ranks = [f"{ranks_text(0, workers)}: not bound"] if workers else []
         if others:
             ranks.append(f"{ranks_text(workers, others)} ({other_roles}): not bound")
-        lines.append(f"  cores on {host}: " + "; ".join(ranks))
+        lines.append(f"  cores of {host}: " + "; ".join(ranks))
     return lines
 
 
