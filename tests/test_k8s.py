@@ -483,6 +483,58 @@ def test_contract_run_bench_run_in_each_pod_is_one_run_and_one_record(pod_hosts,
     assert not kubeflow_pod.handoff_file(store.parent / "runs", "bench").exists()
 
 
+@pytest.mark.slow
+@needs("hosts")
+@pytest.mark.parametrize(
+    "case, args",
+    [
+        ("pytorchjob-elastic-below-max", ["--nodes", "2", "--min-nodes", "2", "--max-nodes", "3"]),
+        ("trainjob-results", ["--kind", "trainjob", "--nodes", "2"]),
+    ],
+    ids=["pytorchjob-elastic-below-max", "trainjob-results"],
+)
+def test_contract_run_the_manifests_pod_command_in_its_pods(pod_hosts, case, args, tmp_path):
+    """The manifest `bench k8s` writes, its pods' command run as written on the test hosts, one pod a host, with the
+    operator's environment and the container's own: an elastic PyTorchJob that starts 2 pods of at most 3
+    (PET_NNODES=2:3) trains on the 2 there are; a TrainJob mounts the results claim at /results in its nodes, where
+    the leading pod's command stores the record (the claim played by a folder, its mount path mapped onto it)."""
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    proc = bench_in_process(
+        "k8s", "--image", k8s.RECIPE_IMAGE, *args, "--results-claim", "res", "--", "--workload", "mnist_mlp", *FAST
+    )
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load(proc.stdout)
+    pods = operator_pods(manifest)
+    assert len(pods) == 2
+    for _, _, env, pod in pods:  # the claim at /results in every pod: the command's store is on it
+        assert pod["mounts"][k8s.RESULTS_MOUNT] == {"name": "results", "persistentVolumeClaim": {"claimName": "res"}}
+        assert f"{k8s.RESULTS_MOUNT}/bench.sqlite" in pod["command"]
+        if case.startswith("pytorchjob-elastic"):
+            assert env["PET_NNODES"] == "2:3" and "WORLD_SIZE" not in env
+    name_the_pods(pod_hosts, [(name, aliases, env) for name, aliases, env, _ in pods])
+    procs = [
+        as_pod(
+            host,
+            name,
+            placed_command(pod["command"], {k8s.RESULTS_MOUNT: claim}),
+            {**env, "PYTHONPATH": str(ROOT)},
+            cwd=str(ROOT),
+        )
+        for host, (name, _, env, pod) in zip(pod_hosts, pods)
+    ]
+    outputs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    [line] = [x for x in outputs[0][0].splitlines() if x.startswith(RECORD_LINE_MARK)]
+    record = read_record_line(line)
+    assert record["status"] == "ok", record["error"]
+    assert record["spec"]["world_size"] == 2
+    assert sorted(r["host"] for r in record["rank_map"]) == [name for name, _, _, _ in pods]
+    assert record["spec"]["scheduler"]["nodelist"] == ",".join(name for name, _, _, _ in pods)
+    # the record is on the claim, where the command's --store names it under /results
+    assert [r.to_dict() for r in Store(claim / "bench.sqlite").records()] == [record]
+
+
 # each round of the group (a start, or a restart after a pod is lost) writes one line: its rank, world size, host
 # name, restart count and process ids; it trains until the test's stop file exists, a few steps once alone
 POD_ROUNDS = """
@@ -561,32 +613,17 @@ def test_contract_run_elastic_pod_lost_the_other_goes_on(pod_hosts, tmp_path):
 
 
 # ---------------------------------------------------------------- contract run: an MPIJob's launcher and workers
-# the image's ssh, as the mpi-operator's base image sets it (build/base/Dockerfile, v0.8.2): the operator mounts the
-# keys only, so host keys are not checked (no known_hosts to write in a Secret) and sshd listens on 2222
-IMAGE_SSH_PORT = 2222
-IMAGE_SSH_CONFIG = (
-    f"Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    Port {IMAGE_SSH_PORT}\n"
-)
+# the image's ssh settings (image/ssh_config, image/sshd_config), as the mpi-operator's base image sets them
+# (build/base/Dockerfile, v0.8.2): the operator mounts the keys only, so host keys are not checked (no known_hosts to
+# write in a Secret) and sshd listens on 2222
+IMAGE_SSH_CONFIG = (ROOT / "image" / "ssh_config").read_text()
+IMAGE_SSH_PORT = int(re.search(r"^Port (\d+)$", (ROOT / "image" / "sshd_config").read_text(), re.M)[1])
 
 
 def image_sshd_config(pid_file: Path) -> str:
-    """The worker image's sshd, as the base image's: its port, the pod's key as its host key, no mode checks of the
-    Secret's files; root logs in by key only."""
-    return "".join(
-        f"{line}\n"
-        for line in (
-            f"Port {IMAGE_SSH_PORT}",
-            f"HostKey {kf.MPI_SSH_DIR}/id_rsa",
-            f"PidFile {pid_file}",
-            "StrictModes no",
-            "PermitRootLogin prohibit-password",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "UsePAM no",
-            "UseDNS no",
-            "MaxStartups 64:30:128",
-        )
-    )
+    """The worker image's sshd configuration as image/sshd_config has it (its port, the pod's key as its host key, no
+    mode checks of the Secret's files, root by key only), with a pid file of this test's."""
+    return (ROOT / "image" / "sshd_config").read_text() + f"PidFile {pid_file}\n"
 
 
 def write_files(folder: Path, files: dict[str, str], mode: int) -> Path:
@@ -898,6 +935,13 @@ def test_each_pod_reads_its_place_from_the_operators_environment():
         (
             {**kf.trainjob_env("tj", 0, nodes=2, nproc_per_node=1), "PET_NODE_RANK": "2"},
             "PET_NODE_RANK=2 with PET_NNODES=2",
+        ),
+        (
+            {
+                **kf.pytorchjob_env("j", "Worker", 0, masters=0, workers=2, nproc_per_node=1, elastic=kf.Elastic(2, 3)),
+                kubeflow_pod.JOB_PODS_ENV: "4",
+            },
+            "BENCH_JOB_PODS=4 with PET_NNODES=2:3",
         ),
     ],
 )
