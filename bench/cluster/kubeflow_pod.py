@@ -12,7 +12,9 @@ torchrun agent of the same run (`exec`, so that the pod ends with its agent, as 
 
 The agents' torchrun arguments are the operator's values, passed explicitly: a static rendezvous at the master with
 the operator's node rank, or a c10d rendezvous at the elastic policy's endpoint with nnodes min:max. The rendezvous
-id is the job's name, the one value every pod of it knows.
+id is the job's name, the one value every pod of it knows. The run's world is the job's pods x the operator's processes
+per pod: under an elastic policy, whose PET_NNODES says only MIN:MAX, the pods the job starts (JOB_PODS_ENV, which
+`bench k8s` sets in the container).
 """
 
 from __future__ import annotations
