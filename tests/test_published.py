@@ -166,7 +166,7 @@ def test_bench_predict_takes_horovods_era_and_its_settings(tmp_path):
         (["--backend", "elastic", "--hvd-cycle-ms", "5"], "--hvd-cycle-ms is Horovod's"),
         (["--backend", "horovod", "--hvd-version", "0.8"], "Horovod's first release was 0.9.0"),
         (["--backend", "horovod", "--hvd-version", "new"], "--hvd-version 'new'"),
-        (["--backend", "horovod", "--hvd-fusion-mb", "-1"], "--hvd-fusion-mb -1"),
+        (["--backend", "horovod", "--hvd-fusion-mb", "-1"], "give 0 (no fusion) or more MiB"),
         (["--backend", "elastic", "--tf-replicated", "1"], "give one"),
     ],
 )
