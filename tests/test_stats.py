@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 
 from bench.core import stats
@@ -154,3 +155,91 @@ def test_a_judgement_says_within_only_when_not_significant_and_narrow():
     assert stats.Family({"clear": clear, **nulls}).judge("clear").significant  # a real difference survives
     borderline = stats.ratio_of_cases([[104, 106, 105]], [[100, 102, 99]])
     assert borderline.significant and not stats.Family({"b": borderline, **nulls}).judge("b").significant
+
+
+# ---------------------------------------------------------------- exact tests of a few runs a side
+def test_fishers_exact_test_is_the_hypergeometric_sum_worked_by_hand():
+    """Each table's weight is the ways to draw it with its margins fixed, C(column 1, a) C(column 2, b), of
+    C(n, row 1); p sums the weights of the tables no more likely than the one observed."""
+    # 2 + 2 runs, one side through in both, the other in neither: weights 1, 4, 1 of 6 -> 2/6
+    assert stats.fisher_exact(2, 0, 0, 2) == pytest.approx(1 / 3)
+    # 4 + 4: weights 1, 16, 36, 16, 1 of 70 -> the two extreme tables, 2/70
+    assert stats.fisher_exact(4, 0, 0, 4) == pytest.approx(2 / 70)
+    assert stats.fisher_exact(0, 4, 4, 0) == pytest.approx(2 / 70)
+    # 3 of 4 against 1 of 4: the tables of weight 16 or less, 1 + 16 + 16 + 1 = 34 of 70
+    assert stats.fisher_exact(3, 1, 1, 3) == pytest.approx(34 / 70)
+    # margins unequal, [[3, 0], [1, 2]]: tables x = 1, 2, 3 weigh 4, 12, 4 of C(6, 3) = 20 -> 8/20
+    assert stats.fisher_exact(3, 0, 1, 2) == pytest.approx(0.4)
+    assert stats.fisher_exact(2, 2, 2, 2) == 1.0
+    from scipy.stats import fisher_exact
+
+    for table in ((1, 9, 11, 3), (6, 0, 0, 6), (5, 1, 2, 4), (0, 3, 0, 3), (7, 2, 3, 9)):
+        a, b, c, d = table
+        assert stats.fisher_exact(*table) == pytest.approx(fisher_exact([[a, b], [c, d]]).pvalue, rel=1e-12)
+    with pytest.raises(ValueError):
+        stats.fisher_exact(-1, 2, 3, 4)
+
+
+def test_the_permutation_test_takes_every_split():
+    """One side below the other in every run: p = 2 / C(n1 + n2, n1), 1/3 at 2 + 2, 1/10 at 3 + 3, 2/70 at 4 + 4, so
+    4 runs a side are the fewest that can call it at 5%; runs that overlap against scipy's exact test."""
+    slow, fast = [4.65, 5.23, 3.6, 5.8], [0.14, 0.42, 0.3, 0.5]
+    assert stats.permutation_p(slow[:2], fast[:2]) == pytest.approx(1 / 3)
+    assert stats.permutation_p(slow[:3], fast[:3]) == pytest.approx(1 / 10)
+    assert stats.permutation_p(slow, fast) == pytest.approx(2 / 70)
+    assert stats.permutation_p(fast, slow) == pytest.approx(2 / 70)
+    assert stats.runs_to_decide() == 4 and stats.runs_to_decide(0.01) == 5
+    from scipy.stats import permutation_test
+
+    a, b = [1.0, 1.3, 0.8, 1.6, 1.1], [1.2, 1.9, 1.4, 2.2]
+    exact = permutation_test(
+        (np.log(a), np.log(b)), lambda x, y: np.mean(x) - np.mean(y), permutation_type="independent", n_resamples=10**6
+    )
+    assert stats.permutation_p(a, b) == pytest.approx(exact.pvalue, rel=1e-9)
+
+
+def test_the_exact_interval_is_the_shifts_the_test_does_not_reject():
+    """Inside the interval, neither one-sided test at 2.5% rejects the first side's logs shifted down by d; just
+    outside an end, one does. 2 + 2 and 3 + 3 runs reject no shift at all: no interval, not a wide one."""
+    a, b = [1.0, 1.3, 0.8, 1.6, 1.1], [1.2, 1.9, 1.4, 2.2]
+    low, high = stats.exact_interval(a, b)
+
+    def tails(d):
+        x = [v / math.exp(d) for v in a]
+        differences, _, observed = stats._split_statistics(x, b)
+        return (differences >= observed - 1e-9).mean(), (differences <= observed + 1e-9).mean()
+
+    for d in (low + 1e-6, (low + high) / 2, high - 1e-6):
+        assert min(tails(d)) > 0.025
+    assert min(tails(low - 1e-6)) <= 0.025 and min(tails(high + 1e-6)) <= 0.025
+    assert stats.exact_interval([4.65, 5.23], [0.14, 0.42]) == (-math.inf, math.inf)
+    assert stats.exact_interval([4.65, 5.23, 3.6], [0.14, 0.42, 0.3]) == (-math.inf, math.inf)
+
+
+def test_an_exact_ratio_of_two_runs_a_side_states_no_interval_where_students_t_states_a_meaningless_one():
+    """The defect of a fresh default sweep's page: 4.65 and 5.23 s against 0.14 and 0.42 s, a t interval on about one
+    degree of freedom that allowed ±68420%. The exact ratio says p 1/3 and no interval; at 4 + 4 it calls the gap, its
+    interval the spread of the runs' ratios."""
+    t = stats.ratio_of_cases([[4.65, 5.23]], [[0.14, 0.42]])
+    assert t.dof < 1.5 and t.high / t.low > 1000  # what the page printed as "±68420%"
+    est = stats.exact_ratio([4.65, 5.23], [0.14, 0.42])
+    assert est.p == pytest.approx(1 / 3) and (est.low, est.high, est.resolution) == (0.0, math.inf, math.inf)
+    assert est.exact and est.ratio == pytest.approx(math.sqrt(4.65 * 5.23 / (0.14 * 0.42)))
+    four = stats.exact_ratio([4.65, 5.23, 3.6, 5.8], [0.14, 0.42, 0.3, 0.5])
+    assert (
+        four.p == pytest.approx(2 / 70)
+        and four.low == pytest.approx(3.6 / 0.5)
+        and four.high == pytest.approx(5.8 / 0.14)
+    )
+    with pytest.raises(ValueError):
+        stats.exact_ratio([1.0, 0.0], [1.0, 2.0])
+
+
+def test_a_family_judges_an_exact_comparison_on_its_own_p():
+    """A fault scenario's exact test is decided at 5% on its own: Holm's correction over the page's t comparisons
+    neither adjusts it nor counts it."""
+    four = stats.exact_ratio([4.65, 5.23, 3.6, 5.8], [0.14, 0.42, 0.3, 0.5])
+    ties = {f"t{i}": stats.ratio_of_cases([[100.0, 101.0, 99.0 + i]], [[100.5, 99.5, 100.0]]) for i in range(5)}
+    family = stats.Family({"fault": four, **ties})
+    assert family.size == 5 and family.judge("fault").p_adjusted == four.p and family.judge("fault").significant
+    assert family.judge("t0").p_adjusted == stats.Family(ties).judge("t0").p_adjusted

@@ -6,11 +6,16 @@ or it has fewer than MIN_STABLE_WINDOWS windows.
 
 Across launches, a ratio of case means is computed in one place, ratio_of_cases: the page's comparisons and
 the regression gate's figures (bench.results.figures) both take their values from it.
+
+A few runs a side of one event each (a fault's recovery, whether it came through) are compared with exact tests, which
+hold their error rate at any sample size: exact_ratio (a permutation test of the mean log time, with the interval that
+inverts it) and fisher_exact (a 2x2 table of counts).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +93,13 @@ class Estimate:
     # the share of the error rate (1 - confidence) this estimate's look spends, below 1 only in a sweep that looked
     # more than once (Looks): p is then already divided by it, and the interval and margin are at its level
     share: float = 1.0
+    # exact_ratio's: the per-run values of each side, which its interval and margin are computed from (exact tests
+    # of a few runs, judged each on its own: Family leaves them out of Holm's correction); () for a t estimate
+    samples: tuple[tuple[float, ...], ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.samples)
 
     @property
     def replicated(self) -> bool:
@@ -249,6 +261,10 @@ def equivalence_margin(est: Estimate, alpha: float) -> float:
     NaN for a comparison with a single launch on a side."""
     if not est.replicated:
         return float("nan")
+    if est.exact:  # the farther end of the exact (1 - 2 alpha) interval
+        first, second = est.samples
+        low, high = exact_interval(first, second, 1 - 2 * alpha)
+        return exp(max(abs(low), abs(high))) - 1
     if est.se == 0:
         return exp(abs(est.log_ratio)) - 1
     # t's one-sided (1 - a) quantile is its two-sided (1 - 2a) one
@@ -307,14 +323,146 @@ class Family:
 
     def __init__(self, estimates: dict[str, Estimate]):
         self.estimates = dict(estimates)
-        self.adjusted = holm({k: e.p if e.replicated else float("nan") for k, e in self.estimates.items()})
-        self.size = sum(1 for e in self.estimates.values() if e.replicated and math.isfinite(e.p))
+        # an exact estimate (a fault scenario's few runs) is judged on its own p: its test can reach 5% with 4 runs a
+        # side, never after a correction over a page's comparisons, and the page weighs each scenario by itself
+        members = {k: e for k, e in self.estimates.items() if not e.exact}
+        self.adjusted = holm({k: e.p if e.replicated else float("nan") for k, e in members.items()})
+        self.adjusted.update({k: e.p if e.replicated else float("nan") for k, e in self.estimates.items() if e.exact})
+        self.size = sum(1 for e in members.values() if e.replicated and math.isfinite(e.p))
 
     def judge(self, key: str, est: Estimate | None = None) -> Judgement:
         """The judgement of comparison `key` (a member of the family; `est` only where the caller holds it)."""
         est = est if est is not None else self.estimates[key]
         m = max(self.size, 1)
         p = self.adjusted.get(key, float("nan"))
-        if not math.isfinite(p) and est.replicated and math.isfinite(est.p):  # not in the family: as its last
+        if est.exact:
+            p = est.p
+        elif not math.isfinite(p) and est.replicated and math.isfinite(est.p):  # not in the family: as its last
             p = min(1.0, est.p * m)
         return Judgement(est, p, m, equivalence_margin(est, 1 - est.confidence))
+
+
+# ---------------------------------------------------------------- exact tests of a few runs a side
+ALPHA = 1 - CONFIDENCE
+# Up to this many splits of the pooled runs into two sides, a permutation test takes every one (C(16, 8) = 12,870:
+# 8 runs a side); beyond it, EXACT_DRAWS splits drawn with a fixed seed, so that a page says the same every time.
+EXACT_SPLITS = 200_000
+EXACT_DRAWS = 20_000
+
+
+def fisher_exact(a: int, b: int, c: int, d: int) -> float:
+    """The two-sided p of Fisher's exact test of the 2x2 table [[a, b], [c, d]] (rows: the two sides; columns: came
+    through, did not): the hypergeometric probability, with the table's margins fixed, of every table no more likely
+    than the one observed. In whole numbers, so that a table as likely as the observed one is counted as such."""
+    if min(a, b, c, d) < 0:
+        raise ValueError("a 2x2 table of counts needs counts of 0 or more")
+    row, column, n = a + b, a + c, a + b + c + d
+
+    def weight(x: int) -> int:  # the number of ways to draw the table whose top-left count is x
+        return math.comb(column, x) * math.comb(n - column, row - x)
+
+    observed = weight(a)
+    tables = range(max(0, row + column - n), min(row, column) + 1)
+    return sum(w for w in map(weight, tables) if w <= observed) / math.comb(n, row)
+
+
+def runs_to_decide(alpha: float = ALPHA) -> int:
+    """The fewest runs a side at which an exact test (exact_ratio's, fisher_exact) can call a difference at `alpha`
+    two-sided: where one side is ahead in every run, p is 2 / C(2n, n) (1/3 at 2 a side, 1/10 at 3, 2/70 at 4)."""
+    n = 1
+    while 2 / math.comb(2 * n, n) >= alpha:
+        n += 1
+    return n
+
+
+def _splits(n1: int, n2: int) -> Any:
+    """Every way to take n1 of n1 + n2 pooled values for the first side (a boolean row per split, the observed one,
+    the first n1, among them), or, past EXACT_SPLITS, the observed split and EXACT_DRAWS seeded random ones."""
+    import numpy as np
+
+    n = n1 + n2
+    if math.comb(n, n1) <= EXACT_SPLITS:
+        mask = np.zeros((math.comb(n, n1), n), dtype=bool)
+        for i, chosen in enumerate(itertools.combinations(range(n), n1)):
+            mask[i, list(chosen)] = True
+        return mask
+    observed = np.arange(n) < n1
+    rng = np.random.default_rng(0)
+    return np.vstack([observed, rng.permuted(np.tile(observed, (EXACT_DRAWS, 1)), axis=1)])
+
+
+def _split_statistics(first: list[float] | tuple[float, ...], second: list[float] | tuple[float, ...]) -> Any:
+    """For every split (_splits) of the logs of two sides' values: the difference of its two means, and how that
+    difference moves when the first side's logs are shifted down by d (it falls by d times the returned slope; the
+    observed split's slope is 1). Returns (differences, slopes, the observed difference)."""
+    import numpy as np
+
+    n1, n2 = len(first), len(second)
+    logs = np.log(np.array([*first, *second], dtype=float))
+    mask = _splits(n1, n2)
+    total = logs.sum()
+    chosen = mask @ logs
+    differences = chosen / n1 - (total - chosen) / n2
+    taken = mask[:, :n1].sum(axis=1)  # values of the first side in the split's first group
+    slopes = taken / n1 - (n1 - taken) / n2
+    return differences, slopes, float(logs[:n1].mean() - logs[n1:].mean())
+
+
+def permutation_p(first: list[float], second: list[float]) -> float:
+    """The two-sided p of a permutation test of the difference of the mean logs of two sides' values: the share of
+    the splits of the pooled values into two sides of their sizes whose difference is at least as far from 0 as the
+    observed one (exact over every split up to EXACT_SPLITS). Where one side is below the other in every run, that
+    is 2 / C(n1 + n2, n1)."""
+    differences, _, observed = _split_statistics(first, second)
+    tolerance = 1e-9 * max(1.0, abs(observed))  # the same split's difference summed in another order
+    return float((abs(differences) >= abs(observed) - tolerance).mean())
+
+
+def exact_interval(
+    first: list[float] | tuple[float, ...], second: list[float] | tuple[float, ...], confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """The interval of log(ratio of geometric means) first / second that inverts the permutation test: the shifts d
+    of the first side's logs that a one-sided test at (1 - confidence) / 2 does not reject in either direction. A
+    split's difference crosses the observed one at one shift (its slope is below the observed split's 1), so the
+    ends are order statistics of those crossings. Infinite where the runs are too few for any shift to be rejected
+    (fewer than 2 / (1 - confidence) splits: 2 + 2 and 3 + 3 runs at 95%)."""
+    import numpy as np
+
+    differences, slopes, observed = _split_statistics(first, second)
+    others = slopes < 1 - 1e-12
+    crossings = np.sort((observed - differences[others]) / (1 - slopes[others]))
+    splits = len(differences)
+    tail = (1 - confidence) / 2
+    # the fewest crossings m below a shift for its one-sided p, (1 + m) / splits, to exceed the tail
+    m = math.floor(tail * splits - 1 + 1e-12) + 1
+    if m < 1 or m > len(crossings):
+        return -math.inf, math.inf
+    return float(crossings[m - 1]), float(crossings[-m])
+
+
+def exact_ratio(first: list[float], second: list[float], confidence: float = CONFIDENCE) -> Estimate:
+    """The ratio of the geometric means of two sides' per-run values (first / second) with the permutation test's p
+    (permutation_p) and its exact interval (exact_interval; 0 to infinity where the runs allow none): for a few runs a
+    side of a skewed figure (a recovery time), where Student's t with a degree of freedom or two would state an
+    interval the data cannot mean. `resolution`: the interval's farther end from the estimate, as a factor minus 1."""
+    values = [*first, *second]
+    if min(len(first), len(second)) < 1 or any(v <= 0 or not math.isfinite(v) for v in values):
+        raise ValueError("an exact ratio needs positive, finite values on both sides")
+    log_ratio = mean_log(first) - mean_log(second)
+    launches = (len(first), len(second))
+    samples = (tuple(first), tuple(second))
+    nan = float("nan")
+    if min(launches) < MIN_LAUNCHES:
+        return Estimate(exp(log_ratio), nan, nan, nan, nan, launches, confidence, log_ratio, samples=samples)
+    low, high = exact_interval(first, second, confidence)
+    return Estimate(
+        exp(log_ratio),
+        exp(low) if math.isfinite(low) else 0.0,
+        exp(high) if math.isfinite(high) else math.inf,
+        permutation_p(first, second),
+        exp(max(high - log_ratio, log_ratio - low)) - 1,
+        launches,
+        confidence,
+        log_ratio,
+        samples=samples,
+    )

@@ -1,32 +1,44 @@
 """The page's answer, first on it: one line per scenario a user weighs (training speed at each measured scale and
 condition; each failure scenario: a killed, hung or terminated worker, one joining, a lost or cut-off host), each
-with its evidence and how sure, and one overall sentence that follows from those lines and never goes beyond them.
-
-What is weighed, and what is only shown (docs/method.md, "The answer"):
-- training speed: the training-throughput rows of two or more workers (one worker measures the wrappers' overhead);
-- failures: whether each backend came through, in how many of its runs, and where both always did, how soon;
-- shown beside, never a reason: a collective's bus bandwidth (a microbenchmark, not training), the start-up time (paid
-  once a job) and scaling efficiency (the throughput rows again, divided by one worker's);
-- never weighed: rows under conditions that distort the comparison (shaded on the scorecard, with the reason).
+with its evidence and how sure, and one overall sentence made from those lines by one rule (RULE, also on the page's
+methodology and in docs/method.md, "The answer"), which never goes beyond them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from bench.core.registry import PRIMARY
+from bench.core.stats import EQUIVALENCE_USEFUL
 from bench.report.sections import FAILURE, SPEED, ScoreRow
-from bench.tasks.fault.results import undecided
+
+WON, TIE, UNDECIDED, NEITHER = "won", "tie", "not yet decided", "neither came through"
+
+RULE = (
+    "The answer's rule. Weighed: training throughput at each condition with 2 or more workers, and each failure "
+    "scenario both backends ran; shown beside, never weighed: a collective's bus bandwidth, start-up, scaling "
+    "efficiency, one-worker rows and rows under conditions that distort the comparison. Each scenario ends one way: "
+    "won by a backend (training: significant at 5% after Holm's correction over the page; a failure: its exact test "
+    "at 5%, Fisher's on the runs that came through, else the permutation test of the recovery times); a tie "
+    f"(shown within a margin of at most ±{EQUIVALENCE_USEFUL:.0%}, the margin stated); neither came through; or not "
+    "yet decided (said with the side ahead in every run, where one was, and what would decide it). Every scenario "
+    "counts once and none is traded against another: the sentence chooses a backend only where it wins a scenario, "
+    "the other wins none and was ahead in every run of no undecided one; where each wins somewhere it names what each "
+    "wins; it always names the ties and what is not yet decided."
+)
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str  # "training, mnist_mlp, 2 workers, cpu, pinned, one host" / "a hung worker"
     said: str  # what was found, with its evidence and how sure
-    favours: str | None = None  # the backend this scenario counts for, where it decides
+    favours: str | None = None  # the backend that won it
     failure: bool = False  # a failure scenario (else training speed)
-    too_few_runs: bool = False  # a failure scenario whose runs are too few to decide it
+    state: str = UNDECIDED  # WON, TIE, UNDECIDED or NEITHER
+    leader: str | None = None  # the backend ahead in every run of it, decided or not (failure scenarios)
+    why: str = ""  # a tie's margin, or what leaves it undecided and what would decide it, in a few words
 
 
 def speed_scenario(row: ScoreRow, hardware: str) -> Scenario:
@@ -34,43 +46,50 @@ def speed_scenario(row: ScoreRow, hardware: str) -> Scenario:
     count, _, pooled = row.launches.partition(" (")  # "9 + 9 (3 sweeps pooled)"
     launches = f"{count} launches" + (f", {pooled[:-1]}" if pooled else "")
     if row.standing == "ahead":
-        return Scenario(name, f"{row.outcome} ({launches})", row.winner)
+        return Scenario(name, f"{row.outcome} ({launches})", row.winner, state=WON)
     if row.standing == "within":
-        return Scenario(name, f"a tie: {row.outcome} ({launches})")
+        return Scenario(name, f"a tie: {row.outcome} ({launches})", state=TIE, why=f"within ±{row.margin:.0%}")
     if row.standing == "one launch":
-        return Scenario(name, f"one launch a side, which cannot tell ({launches})")
-    return Scenario(name, f"{row.outcome} ({launches})")
+        return Scenario(name, f"one launch a side, which cannot tell ({launches})", why="one launch a side")
+    why = "not resolved" if math.isnan(row.margin) else f"not resolved at ±{row.margin:.0%}"
+    return Scenario(name, f"{row.outcome} ({launches})", why=why)
 
 
 def failure_scenario(row: ScoreRow) -> Scenario:
-    """Whether each side came through, in how many runs; the recovery time only where both always did."""
+    """Whether each side came through, in how many runs, and how soon (bench.tasks.fault.results.decide made the
+    row's verdict)."""
     name = failure_name(row.measure)
-    first, second = PRIMARY
     (k1, n1, _), (k2, n2, _) = (row.recovered.get(b, (0, 0, "")) for b in PRIMARY)
-    count = f"{n1} + {n2} runs"
-    sides = f"{came_through(row, first)}; {came_through(row, second)}"
-    why_not = undecided((k1, n1), (k2, n2))
-    if why_not:
-        return Scenario(name, f"{sides}: {why_not}", failure=True, too_few_runs=True)
-    if k1 * n2 != k2 * n1:  # the shares of runs that came through differ, by enough failures to decide
-        return Scenario(name, sides, first if k1 * n2 > k2 * n1 else second, failure=True)
-    if k1 == 0:
-        return Scenario(name, f"neither came through ({count}): {row.outcome}", failure=True)
-    if row.standing == "ahead":
-        return Scenario(name, f"both came through every time; {row.outcome} ({count})", row.winner, failure=True)
+    if k1 == n1 and k2 == n2:
+        said = f"both came through every time ({n1} + {n2} runs); {row.outcome}"
+    else:
+        said = f"{came_through(row, PRIMARY[0])}; {came_through(row, PRIMARY[1])}: {row.outcome}"
+    if row.winner is not None:
+        return Scenario(name, said, row.winner, failure=True, state=WON, leader=row.leader)
     if row.standing == "within":
-        return Scenario(name, f"both came through every time, a tie: {row.outcome} ({count})", failure=True)
-    return Scenario(name, f"both came through every time; {row.outcome} ({count})", failure=True)
+        return Scenario(name, said, failure=True, state=TIE, why=f"within ±{row.margin:.0%}")
+    if k1 == 0 and k2 == 0 and min(n1, n2) > 0 and not row.to_decide:
+        return Scenario(name, said, failure=True, state=NEITHER)
+    if row.leader is not None and k1 * n2 != k2 * n1:
+        other = PRIMARY[1] if row.leader == PRIMARY[0] else PRIMARY[0]
+        why = f"{row.leader} came through in every run and {other} in none, {n1} + {n2} runs"
+    elif row.leader is not None:
+        why = f"{row.leader} recovered sooner in every one of {n1} + {n2} runs"
+    elif min(n1, n2) < 2:
+        why = "one run a side"
+    else:
+        why = f"not resolved at ±{row.margin:.0%}" if 0 < row.margin < float("inf") else "the runs overlap"
+    why += f"; {row.to_decide}" if row.to_decide else ""
+    return Scenario(name, said, failure=True, leader=row.leader, why=why)
 
 
 def came_through(row: ScoreRow, backend: str) -> str:
-    """'elastic came through in 3 of 3 runs (15.7 s median)' / 'horovod did not, in 3 of 3 runs (timeout in 3 runs)'."""
+    """'elastic came through in 3 of 3 runs (median 15.70 s; runs ...)' / 'horovod did not, in 3 of 3 runs (timeout
+    in 3 runs)'."""
     k, n, ended = row.recovered.get(backend, (0, 0, ""))
-    if k == n:
-        return f"{backend} came through in {n} of {n} run{'s' if n != 1 else ''} ({row.figures[backend]})"
     if k == 0:
         return f"{backend} did not, in {n} of {n} run{'s' if n != 1 else ''} ({ended})"
-    return f"{backend} came through in {k} of {n} runs ({row.figures[backend]}; {ended})"
+    return f"{backend} came through in {k} of {n} run{'s' if n != 1 else ''} ({row.figures[backend]})"
 
 
 def failure_name(measure: str) -> str:
@@ -110,51 +129,62 @@ def evidence(rows: list[ScoreRow], hardware: str = "") -> list[str]:
     ]
 
 
-def listing(found: list[Scenario]) -> str:
-    return "; ".join(s.name for s in found)
+def listing(found: list[Scenario], why: bool = False) -> str:
+    """The scenarios' names, each with its few words where `why`."""
+    return "; ".join(s.name + (f" ({s.why})" if why and s.why else "") for s in found)
 
 
 def overall(found: list[Scenario]) -> str:
-    """One sentence that follows from the scenarios: a choice only where one backend is ahead somewhere and behind
-    nowhere."""
-    speed = [s for s in found if not s.failure]
-    failures = [s for s in found if s.failure]
-    ahead = {b: [s for s in found if s.favours == b] for b in PRIMARY}
-    leaders = [b for b, won in ahead.items() if won]
+    """The one sentence the scenarios make, by RULE: what each backend wins, a choice only where one wins somewhere
+    and the other nowhere, not even in every run of a scenario not yet decided; then the ties and what is not yet
+    decided."""
     if not found:
         return (
             "No answer yet: no training speed or failure scenario was measured for both under conditions that do not "
             "distort the comparison."
         )
-    if len(leaders) == 2:
-        first, second = PRIMARY
-        return (
-            f"Neither is ahead everywhere: {first} in {listing(ahead[first])}, {second} in {listing(ahead[second])}; "
-            "choose by which of these your jobs meet more."
+    first, second = PRIMARY
+    wins = {b: [s for s in found if s.state == WON and s.favours == b] for b in PRIMARY}
+    undecided = [s for s in found if s.state == UNDECIDED]
+    leaning = {b: [s for s in undecided if s.leader == b] for b in PRIMARY}
+    speed = [s for s in found if not s.failure]
+    if wins[first] and wins[second]:
+        said = (
+            f"Neither is ahead everywhere: {first} wins {listing(wins[first])}; {second} wins "
+            f"{listing(wins[second])}; choose by which of these your jobs meet more."
         )
-    if len(leaders) == 1:
-        (leader,) = leaders
-        other = next(b for b in PRIMARY if b != leader)
-        fast = [s for s in ahead[leader] if not s.failure]
-        robust = [s for s in ahead[leader] if s.failure]
+    elif wins[first] or wins[second]:
+        leader = first if wins[first] else second
+        other = second if leader == first else first
+        fast = [s for s in wins[leader] if not s.failure]
+        robust = [s for s in wins[leader] if s.failure]
         reasons = []
         if fast:
             reasons.append(f"it trains faster in {len(fast)} of {len(speed)} training scenario(s)")
-        elif speed:
-            reasons.append(f"training speed does not separate them ({len(speed)} scenario(s))")
         if robust:
-            reasons.append(f"it is ahead in {listing(robust)}")
-        said = f"Choose {leader} on this hardware: {' and '.join(reasons)}, and {other} is ahead in none"
-        if not failures:
-            said += "; no failure scenario was measured for both"
-        return said + "."
-    undecided = [s for s in found if s.too_few_runs]
-    said = "Neither is ahead on what this page measured"
-    if undecided:
-        said += (
-            f" ({len(undecided)} failure scenario(s) have too few runs to decide: more fault runs would tell, "
-            "`bench sweep --fault-repeats 3`)"
+            reasons.append(f"it wins {listing(robust)}")
+        if leaning[other]:
+            said = (
+                f"No choice yet: {leader} wins {listing(wins[leader])}; {other} wins none so far, but was ahead in "
+                f"every run of {listing(leaning[other])}, which is not yet decided."
+            )
+        else:
+            said = f"Choose {leader} on this hardware: {' and '.join(reasons)}; {other} wins none."
+    elif leaning[first] or leaning[second]:  # what each was ahead in is said with the undecided scenarios
+        said = "No choice yet: no scenario is decided for either."
+    else:
+        said = (
+            "Neither is ahead on what this page measured: choose on what it does not measure (your cluster's "
+            "launcher and scheduler, the frameworks you use)."
         )
-    return said + (
-        ": choose on what it does not measure (your cluster's launcher and scheduler, the frameworks you use)."
-    )
+    ties = [s for s in found if s.state == TIE]
+    if ties:
+        said += f" Tied: {listing(ties, why=True)}."
+    if undecided:
+        said += f" Not yet decided: {listing(undecided, why=True)}."
+    neither = [s for s in found if s.state == NEITHER]
+    if neither:
+        said += f" Neither came through: {listing(neither)}."
+    if not any(s.failure for s in found):
+        said += " No failure scenario was measured for both."
+    return said

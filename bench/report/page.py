@@ -26,7 +26,7 @@ from bench.core.rundir import write_atomic
 from bench.core.stats import Family
 from bench.core.store import check_folder_writable
 from bench.report.agreement_table import comparison_words
-from bench.report.answer import evidence, overall, scenarios, weighed
+from bench.report.answer import RULE, evidence, overall, scenarios, weighed
 from bench.report.gpu_nodes import gpu_node_blocks, gpu_scope
 from bench.report.scale import scale_section
 from bench.report.sections import (
@@ -670,7 +670,11 @@ def method_section(parts: list[ReportPart]) -> Section:
         code("bench list"),
         " lists the runs.",
     ]
-    notes = [*(m for p in parts for m in p.method), fairness]
+    notes = [
+        [strong("The answer."), " " + RULE.removeprefix("The answer's rule. ")],
+        *(m for p in parts for m in p.method),
+        fairness,
+    ]
     return Section(
         "method",
         "Methodology",

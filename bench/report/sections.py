@@ -190,6 +190,8 @@ class ScoreRow:
     weighs: str = ""
     # a failure scenario's: backend -> (runs that came through, runs, how the others ended in words)
     recovered: dict = field(default_factory=dict)
+    leader: str | None = None  # the backend ahead in every run of a failure scenario, decided or not
+    to_decide: str = ""  # what would decide a failure scenario not yet decided ("4 runs a side can decide it")
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,12 @@ COMM_KEYS = ("ops", "dtype", "min_bytes", "max_bytes", "warmup_iters", "iters")
 # the fault half a window after one, 3 windows in all). A stopped peer is noticed after comm_timeout; a run with no
 # step within recovery_timeout of the fault is called hung, which a backend that never recovers from it costs in
 # full, so it is short, yet long enough for torchrun's restart of the whole group on a busy 2-core machine. Two
-# launches of each (repeats), the fewest that can decide; a case split by one failure gets a third a side
-# (bench.workflows.sweep.settle_faults) instead of every case paying for three.
+# launches of each (repeats); a case they leave undecided gets one more a side at a time, up to the 4 a side at which
+# its exact tests can call a gap seen in every run (bench.workflows.sweep.settle_faults), instead of every case paying
+# for four.
 SWEEP_FAULTS = dict(
     kinds=("kill", "hang"),
-    repeats=2,  # MIN_LAUNCHES a side: one run a side decides nothing (bench.tasks.fault.results.undecided)
+    repeats=2,  # MIN_LAUNCHES a side: one run a side decides nothing (bench.tasks.fault.results.decide)
     checkpoint_windows=1,
     at_step_windows=1.5,
     steps_windows=3,

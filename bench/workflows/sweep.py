@@ -29,7 +29,7 @@ from bench.results.sweeps import (
     sweep_status,
     this_process,
 )
-from bench.tasks.fault.results import follow_ups
+from bench.tasks.fault.results import RUNS_TO_DECIDE, follow_ups
 from bench.workflows.plan import (
     SWEEP_FAULTS,
     available_backends,
@@ -173,9 +173,9 @@ def run_benchmark_sweep(
 
 
 def follow_up(store, sweep_id: str, plan: list, records: list, title: str, sequential: dict | None) -> list:
-    """What a sweep adds once its planned launches have run: the fault cases' deciding launches (settle_faults), then,
-    for a sequential sweep, its rounds until it is sure (bench.workflows.sequential.resolve). Returns the records
-    made."""
+    """What a sweep adds once its planned launches have run: the fault cases' launches until decided (settle_faults),
+    then, for a sequential sweep, its rounds until it is sure (bench.workflows.sequential.resolve). Returns the
+    records made."""
     more = settle_faults(store, sweep_id, plan, records, title, sequential)
     if sequential:
         stored = plan_of(store.sweeps(sweep_id)[0])[0]  # with the fault cases' launches, if any were added
@@ -184,25 +184,33 @@ def follow_up(store, sweep_id: str, plan: list, records: list, title: str, seque
 
 
 def settle_faults(store, sweep_id: str, plan: list, records: list, title: str, sequential: dict | None = None) -> list:
-    """Once a sweep has run all its planned launches: one more launch a side of each fault case that a single failure
-    left undecided (bench.tasks.fault.results.follow_ups), added to its stored plan first so that `--resume` knows
-    them. Repeating every fault case that often would cost each sweep minutes; only a split outcome needs it.
-    Returns the records made."""
-    if len(ran(records)) < len(plan) or any(r.status == RunStatus.INTERRUPTED for r in records):
-        return []
-    more = follow_ups(records, plan)
-    if not more:
-        return []
-    cases = len(more) // len(PRIMARY)
-    note(f"{title}: {cases} fault case(s) split by a single failure: one more launch a side, to decide")
-    store.update_sweep(
-        sweep_id,
-        state=RUNNING,
-        planned=len(plan) + len(more),
-        plan=plan_text(plan + more, git_state(), sequential),
-        updated_at=time.time(),
-    )
-    return run_marked(store, sweep_id, more, f"{title} (to decide)", len(plan) + len(more), len(plan))
+    """Once a sweep has run all its planned launches: rounds of one more launch a side of each fault case its runs
+    leave undecided (bench.tasks.fault.results.follow_ups, by the rule the page's answer reads), until every case is
+    decided or has RUNS_TO_DECIDE runs a side; each round added to the sweep's stored plan before it runs, so that
+    `--resume` knows it. The planned two a side stay: a case decided by them costs nothing more. Returns the records
+    made."""
+    made: list = []
+    while True:
+        done = records + made
+        if len(ran(done)) < len(plan) or any(r.status == RunStatus.INTERRUPTED for r in done):
+            return made
+        more = follow_ups(done, plan)
+        if not more:
+            return made
+        cases = len({(spec.task, spec.fault) for spec in more})
+        note(
+            f"{title}: {cases} fault case(s) not yet decided: one more launch a side, up to {RUNS_TO_DECIDE} a side "
+            "or until decided"
+        )
+        store.update_sweep(
+            sweep_id,
+            state=RUNNING,
+            planned=len(plan) + len(more),
+            plan=plan_text(plan + more, git_state(), sequential),
+            updated_at=time.time(),
+        )
+        made += run_marked(store, sweep_id, more, f"{title} (to decide)", len(plan) + len(more), len(plan))
+        plan = plan + more
 
 
 def say_measured(title: str, records: list) -> None:

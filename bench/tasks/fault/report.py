@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from statistics import median
 
-from bench.core import stats
 from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY
 from bench.report.sections import (
@@ -19,19 +18,27 @@ from bench.report.sections import (
     ScoreRow,
     Section,
     Table,
+    advantage,
+    ahead_of,
     code,
     colour_of,
     drawable,
     figure_png,
     fmt,
-    judged_outcome,
     left,
     pyplot,
     right,
 )
 from bench.results.frame import distortion
 from bench.tasks.fault import nccl_in_words
-from bench.tasks.fault.results import recovery_cases, recovery_key
+from bench.tasks.fault.results import (
+    CAME_THROUGH,
+    RUNS_TO_DECIDE,
+    Decision,
+    RecoveryCase,
+    case_decision,
+    recovery_cases,
+)
 
 COLUMNS = [
     left("case"),
@@ -113,9 +120,11 @@ def case_sentence(case: str, by_backend: dict) -> str:
         ok = [x.metrics for x in recs if x.ok and x.metrics is not None]
         if ok:
             after = sorted({f.world_after for f in ok if f.world_after is not None})
+            times = sorted(f.recovery_s for f in ok if f.recovery_s is not None)
             parts.append(
                 f"{backend} came through {len(ok)} of {len(recs)} run(s), recovering in "
-                f"{fmt(_median([f.recovery_s for f in ok]), '.2f')} s (median) at world size "
+                + (f"{runs_listed(times)} (median {fmt(_median(times), '.2f')} s)" if times else "- s")
+                + " at world size "
                 f"{', '.join(map(str, after))} with {fmt(_median([f.steps_redone for f in ok]), '.0f')} "
                 "step(s) redone"
             )
@@ -175,63 +184,152 @@ def timeline_png(case: str, by_backend: dict) -> str | None:
     return figure_png(fig)
 
 
+def runs_listed(times: list[float]) -> str:
+    """Each run's time, in order: "0.14, 0.42 s"."""
+    return ", ".join(f"{t:.2f}" for t in sorted(times)) + " s"
+
+
+def seconds_range(times: list[float]) -> str:
+    """The runs' times from the least to the most: "0.14-0.42 s", or one "4.80 s"."""
+    low, high = min(times), max(times)
+    return f"{low:.2f} s" if low == high else f"{low:.2f}-{high:.2f} s"
+
+
+def factor_range(low: float, high: float) -> str:
+    """How much sooner, from the least to the most across runs: "11-37 times", "2.1-4.5 times", "5-30%"."""
+    if low >= 2:
+        spec = ".0f" if low >= 10 else ".1f"
+        return f"{format(low, spec)}-{format(high, spec)} times"
+    return f"{low - 1:.0%}-{high - 1:.0%}" if high < 2 else f"{low - 1:.0%} to {high:.1f} times"
+
+
+def figure_of(side: RecoveryCase) -> str:
+    """A side's figure in the scorecard: the median and every run's time, and how the others ended."""
+    times, failed = side.times, side.failures()
+    if not times:
+        return f"did not recover ({failed})"
+    said = f"{times[0]:.2f} s" if len(times) == 1 else f"median {side.median_s:.2f} s; runs {runs_listed(times)}"
+    return said + (f"; {failed}" if failed else "")
+
+
+def to_decide(sides: list[RecoveryCase]) -> str:
+    """What would decide a case not yet decided: the runs a side that can (RUNS_TO_DECIDE, the cap of the sweep's
+    added fault launches), or more runs than that."""
+    if min(len(c.records) for c in sides) < RUNS_TO_DECIDE:
+        return f"{RUNS_TO_DECIDE} runs a side can decide it"
+    return "more runs a side (`bench sweep --fault-repeats N`) can decide it"
+
+
+def count_words(found: Decision, sides: list[RecoveryCase]) -> dict:
+    """The row of a case whose sides came through in different shares of their runs: Fisher's exact test."""
+    counts = " against ".join(f"{c.backend} {len(c.times)} of {len(c.records)}" for c in sides)
+    difference = f"came through: {counts}; p {found.p:.2g} (Fisher's exact)"
+    if found.leader is not None:
+        other = next(c.backend for c in sides if c.backend != found.leader)
+        said = f"{found.leader} came through in every run and {other} in none"
+    else:
+        better = max(sides, key=lambda c: len(c.times) / len(c.records))
+        said = f"{better.backend} came through more often"
+    shares = " against ".join(f"{len(c.times)} of {len(c.records)}" for c in sides) + " runs"
+    if found.winner is not None:
+        return {"difference": difference, "outcome": f"{said} ({shares})"}
+    return {"difference": difference, "outcome": f"not yet decided: {said} ({shares}); {to_decide(sides)}"}
+
+
+def time_words(found: Decision, sides: list[RecoveryCase]) -> dict:
+    """The row of a case where both came through in the same share of their runs: their recovery times, the runs
+    themselves beside the permutation test's verdict, and its exact interval only where the runs allow one."""
+    est = found.estimate
+    assert est is not None
+    first, second = (c.backend for c in sides)
+    side, factor = ahead_of(est.ratio, first, second, higher_is_better=False)
+    fast, slow = (sides[0], sides[1]) if side == first else (sides[1], sides[0])
+    apart = f"{seconds_range(fast.times)} against {seconds_range(slow.times)}"
+    runs = f"{len(sides[0].records)} + {len(sides[1].records)} runs"
+    point = advantage(side, factor, RECOVERS_SOONER) if factor > 1 else "no difference"
+    if not est.replicated:
+        return {"difference": f"{point} (one time a side)", "outcome": f"not yet decided: {apart}; {to_decide(sides)}"}
+    if 0 < est.low and est.high < float("inf"):
+        # the interval of the slower side's time over the faster's, as the point estimate reads
+        low, high = (1 / est.high, 1 / est.low) if side == first else (est.low, est.high)
+        interval = f"{low:.3g} to {high:.3g} times, exact 95% interval"
+    else:
+        interval = f"{runs} allow no 95% interval"
+    difference = f"{point} ({interval}), p {est.p:.2g} (permutation test)"
+    spread = f"{apart}, {factor_range(min(slow.times) / max(fast.times), max(slow.times) / min(fast.times))}"
+    failed = "".join(f"; {c.backend} failed {c.failures()}" for c in sides if c.failures())
+    if found.standing == "ahead":
+        every = f", in every run ({spread})" if found.leader else f" (runs {apart})"
+        return {"difference": difference, "outcome": advantage(side, factor, RECOVERS_SOONER, 0) + every + failed}
+    if found.standing == "within":
+        return {"difference": difference, "outcome": f"within ±{found.margin:.0%} of each other ({apart}){failed}"}
+    if found.leader is not None:
+        said = f"not yet decided: {side} recovers sooner in every one of {runs} ({spread}); {to_decide(sides)}"
+    elif found.margin < float("inf"):
+        said = f"not resolved at ±{found.margin:.0%}: the runs overlap ({apart}); {to_decide(sides)}"
+    else:
+        said = f"not yet decided: the runs overlap ({apart}) and {runs} allow no interval; {to_decide(sides)}"
+    return {"difference": difference, "outcome": said + failed}
+
+
 def scorecard_rows(frame, family=None) -> list[ScoreRow]:
-    """A row per fault case that both primary backends ran: each one's median time to recover (or how it failed),
-    compared across the runs that came through where both did."""
+    """A row per fault case that both primary backends ran: each one's recovery time in every run (or how it
+    failed), decided by the case's exact tests (bench.tasks.fault.results.decide). `family` is not read: each
+    fault case is judged on its own (bench.core.stats.Family leaves exact estimates out of Holm's correction)."""
     first, second = PRIMARY
     rows = []
     for case, by_backend in recovery_cases(frame).items():
-        if first not in by_backend or second not in by_backend:
+        found = case_decision(by_backend)
+        if found is None:
             continue
         sides = [by_backend[first], by_backend[second]]
-        figures = {
-            c.backend: (
-                f"{c.median_s:.1f} s" + (" (median)" if len(c.times) > 1 else "")
-                if c.times
-                else f"did not recover ({c.failures()})"
-            )
-            for c in sides
-        }
         launches = f"{len(sides[0].records)} + {len(sides[1].records)} runs"
         records = sides[0].records + sides[1].records
         common = {
             "condition": case,
-            "figures": figures,
+            "figures": {c.backend: figure_of(c) for c in sides},
             "launches": launches,
             "operations": True,
             "weighs": FAILURE,
             "default": not records[-1].spec.hosts,
             "artefact": distortion({"device": records[-1].spec.device}, records, speed=False),
             "recovered": {c.backend: (len(c.times), len(c.records), c.failures()) for c in sides},
+            "winner": found.winner,
+            "leader": found.leader,
+            "margin": found.margin,
+            "to_decide": "" if found.settled else to_decide(sides),
         }
-        if all(c.times for c in sides) and min(sides[0].times + sides[1].times) > 0:  # (as comparisons() takes them)
-            key = recovery_key(case, first, second)
-            est = stats.ratio_of_cases([sides[0].times], [sides[1].times])
-            said = judged_outcome(
-                (family or stats.Family({key: est})).judge(key, est),
-                first,
-                second,
-                higher_is_better=False,
-                words=RECOVERS_SOONER,
-            )
-            failed = [c for c in sides if c.failures()]
-            if failed:
-                said["outcome"] += "; " + "; ".join(f"{c.backend} failed {c.failures()}" for c in failed)
-        elif all(c.times for c in sides):  # a time of 0 s or less (clocks apart) has no log to compare on
-            said = {"difference": "-", "outcome": "no ratio: a recovery time is not above 0 s"}
-        else:
-            through = [c.backend for c in sides if c.times]
-            # never a winner on one run a side: a backend that failed once may come through the next run
-            replicated = min(len(c.records) for c in sides) >= stats.MIN_LAUNCHES
+        if found.standing == "one launch":
+            said = {
+                "difference": "-",
+                "standing": "one launch",
+                "outcome": "one run a side, which does not decide; " + to_decide(sides),
+            }
+        elif found.standing == "neither":
             said = {
                 "difference": "-",
                 "standing": "failed",
-                "winner": through[0] if len(through) == 1 and replicated else None,
-                "outcome": " and ".join(f"{c.backend} did not recover ({c.failures()})" for c in sides if not c.times)
-                + ("" if replicated else "; one run a side"),
+                "outcome": " and ".join(f"{c.backend} did not recover ({c.failures()})" for c in sides),
             }
+        elif found.standing == "no ratio":
+            said = {"difference": "-", "outcome": "no ratio: a recovery time is not above 0 s"}
+        elif found.basis == CAME_THROUGH:
+            said = {**count_words(found, sides), "standing": "failed" if found.winner else found.standing}
+        else:
+            said = {**time_words(found, sides), "standing": found.standing}
         rows.append(ScoreRow(sides[0].measure, **common, **said))
     return rows
+
+
+METHOD = (
+    "Fault recovery: each run is one event, so runs are compared, never windows. Whether each backend came through "
+    "is compared with Fisher's exact test on the counts; where both came through in the same share of their runs, "
+    "their recovery times with a permutation test of the mean log time (every split of the pooled runs), its interval "
+    "the exact one that inverts the test, and each run's time shown beside it. Each case is decided on its own at 5% "
+    f"two-sided; one side ahead in every run is called from {RUNS_TO_DECIDE} runs a side on (2 / C(8, 4) = 0.029), "
+    f"so a sweep adds runs to a case not yet decided until it is, or has {RUNS_TO_DECIDE} a side. A tie: the times "
+    "shown within ±25% by the exact 90% interval (docs/method.md, 'Fault recovery')."
+)
 
 
 def report_part(frame, context) -> ReportPart:
@@ -269,4 +367,5 @@ def report_part(frame, context) -> ReportPart:
     return ReportPart(
         scorecard=scorecard_rows(frame, getattr(context, "family", None)),
         sections=[Section("elasticity", "Elasticity", 50, blocks)],
+        method=[METHOD],
     )

@@ -72,24 +72,73 @@ class RecoveryCase:
         return ", ".join(f"{status} in {n} run{'s' if n > 1 else ''}" for status, n in sorted(counts.items()))
 
 
-# a backend that failed to come through only once, where the other always did, is said but not weighed: one failure
-# in a few runs is too few to tell a flaw from a bad moment of the machine
-FAILURES_TO_DECIDE = 2
-ONE_FAILURE = "one failure, too few to decide"  # undecided's reason that one more launch a side can settle
+# The runs a side at which a fault case's exact tests can call a gap seen in every run at 5% (2 / C(8, 4) = 2/70 at
+# 4 a side; 3 a side gives at best 2/20): the sweep adds runs to an undecided case up to this many a side.
+RUNS_TO_DECIDE = stats.runs_to_decide()
+CAME_THROUGH, RECOVERY_TIME = "came through", "recovery time"  # what a case is decided on (Decision.basis)
 
 
-def undecided(first: tuple[int, int], second: tuple[int, int]) -> str | None:
-    """Why the runs of one fault case cannot yet say whether one backend comes through where the other does not,
-    or None where they can: (came through, runs) of each side. The page's answer and the sweep's follow-up fault
-    launches read this one rule."""
-    (k1, n1), (k2, n2) = first, second
+@dataclass(frozen=True)
+class Decision:
+    """What the runs of one fault case decide (decide): the rule the page's row and answer and the sweep's added fault
+    launches (follow_ups) all read."""
+
+    standing: str  # "ahead", "within" (a tie), "unresolved" (not yet decided), "neither", "one launch", "no ratio"
+    basis: str = ""  # CAME_THROUGH or RECOVERY_TIME: what was compared
+    winner: str | None = None  # the side ahead, where decided
+    leader: str | None = None  # the side ahead in every run (came through where the other never did, or recovered
+    # sooner in every run than the other's fastest), decided or not
+    p: float = float("nan")  # the exact test's two-sided p (Fisher's on the counts, a permutation test on the times)
+    estimate: stats.Estimate | None = None  # the recovery times' ratio (stats.exact_ratio), where compared
+    margin: float = float("nan")  # the times' equivalence margin: within ±margin at 95%
+
+    @property
+    def settled(self) -> bool:
+        """Whether more runs are not needed: a side ahead, a tie, neither came through, or no ratio to take."""
+        return self.standing in ("ahead", "within", "neither", "no ratio")
+
+
+def decide(first: tuple[list[float], int], second: tuple[list[float], int], names=PRIMARY) -> Decision:
+    """Decide one fault case from each side's (recovery times of the runs that came through, runs): first whether
+    each came through, by Fisher's exact test on the counts where the shares differ; where they do not (and some came
+    through), how soon, by the permutation test of the mean log recovery time (stats.exact_ratio), each at 5% on its
+    own. A tie is the times shown within ±25% (stats.EQUIVALENCE_USEFUL) by the exact test's interval."""
+    (t1, n1), (t2, n2) = first, second
+    k1, k2 = len(t1), len(t2)
     if min(n1, n2) < stats.MIN_LAUNCHES:
-        return "one run a side, which does not decide"
+        return Decision("one launch")
     if k1 * n2 != k2 * n1:  # the shares of runs that came through differ
-        failed = n2 - k2 if k1 * n2 > k2 * n1 else n1 - k1
-        if failed < FAILURES_TO_DECIDE:
-            return ONE_FAILURE
-    return None
+        better, worse = (0, 1) if k1 * n2 > k2 * n1 else (1, 0)
+        counts = ((k1, n1), (k2, n2))
+        every = counts[better][0] == counts[better][1] and counts[worse][0] == 0
+        p = stats.fisher_exact(k1, n1 - k1, k2, n2 - k2)
+        standing = "ahead" if p < stats.ALPHA else "unresolved"
+        winner = names[better] if standing == "ahead" else None
+        return Decision(standing, CAME_THROUGH, winner, names[better] if every else None, p)
+    if k1 == 0:
+        return Decision("neither", CAME_THROUGH)
+    if min(t1 + t2) <= 0:  # a time of 0 s or less (clocks apart) has no log to compare on
+        return Decision("no ratio", RECOVERY_TIME)
+    est = stats.exact_ratio(t1, t2)
+    sooner = 0 if est.ratio < 1 else 1
+    times = (t1, t2)
+    every = max(times[sooner]) < min(times[1 - sooner])
+    leader = names[sooner] if every else None
+    if not est.replicated:  # one run a side came through
+        return Decision("unresolved", RECOVERY_TIME, None, leader, estimate=est)
+    margin = stats.equivalence_margin(est, stats.ALPHA)
+    if est.p < stats.ALPHA:
+        return Decision("ahead", RECOVERY_TIME, names[sooner], leader, est.p, est, margin)
+    standing = "within" if margin <= stats.EQUIVALENCE_USEFUL else "unresolved"
+    return Decision(standing, RECOVERY_TIME, None, leader, est.p, est, margin)
+
+
+def case_decision(by_backend: dict) -> Decision | None:
+    """decide() of one case's RecoveryCases (backend -> RecoveryCase), None unless both of the primary pair ran it."""
+    sides = [by_backend.get(b) for b in PRIMARY]
+    if any(side is None for side in sides):
+        return None
+    return decide(*((side.times, len(side.records)) for side in sides))
 
 
 def recovery_cases(frame) -> dict[str, dict[str, RecoveryCase]]:
@@ -106,10 +155,11 @@ def recovery_cases(frame) -> dict[str, dict[str, RecoveryCase]]:
 
 
 def follow_ups(records: list, planned: list) -> list:
-    """For the fault runs among one sweep's `records`: one more launch a side (their specs) of each case that a single
-    failure leaves undecided (undecided), the launch that can decide it, once: a case that already ran more launches a
-    side than the sweep planned for every case (`planned`: its specs) gets none. So do cases decided, tied, or with
-    one run a side (what was asked for)."""
+    """For the fault runs among one sweep's `records`: one more launch (its spec) of each side below the cap of each
+    case its runs leave undecided (decide, the rule the page reads), the cap RUNS_TO_DECIDE runs a side (or what the
+    sweep planned for every case, where that is more). None for a case decided, tied, or that neither came through,
+    and none where the sweep asked for one run a side (`planned`: its specs). Called again after each added round,
+    it adds runs until every case is decided or at the cap."""
     faults = [r for r in records if r.spec.task == FaultTask.name]
     cases = recovery_cases(records_to_frame(faults)) if faults else {}  # grouped as the page groups them
     per_side: dict[tuple, int] = {}
@@ -118,15 +168,17 @@ def follow_ups(records: list, planned: list) -> list:
             key = (get_task(spec.task).case(spec), spec.backend)
             per_side[key] = per_side.get(key, 0) + 1
     asked = min(per_side.values(), default=0)
+    if asked < stats.MIN_LAUNCHES:
+        return []
+    cap = max(asked, RUNS_TO_DECIDE)
     out = []
     for by_backend in cases.values():
-        sides = [by_backend.get(b) for b in PRIMARY]
-        if any(side is None or len(side.records) > asked for side in sides):
+        found = case_decision(by_backend)
+        if found is None or found.settled:
             continue
-        if undecided(*((len(side.came_through), len(side.records)) for side in sides)) == ONE_FAILURE:
-            out += [
-                dataclasses.replace(side.records[-1].spec, repeat=side.records[-1].spec.repeat + 1) for side in sides
-            ]
+        sides = [by_backend[b] for b in PRIMARY]
+        repeat = max(r.spec.repeat or 0 for side in sides for r in side.records) + 1
+        out += [dataclasses.replace(side.records[-1].spec, repeat=repeat) for side in sides if len(side.records) < cap]
     return out
 
 
@@ -135,13 +187,13 @@ def recovery_key(case: str, a: str, b: str) -> str:
 
 
 def comparisons(frame) -> dict[str, stats.Estimate]:
-    """The primary pair's recovery time (ratio of geometric means across runs that came through), per case where
-    both came through."""
+    """The primary pair's recovery time (the ratio of geometric means across the runs that came through, with its
+    exact test: stats.exact_ratio), per case decided on the times (decide): both came through in the same share of
+    their runs."""
     first, second = PRIMARY
     out = {}
     for case, by_backend in recovery_cases(frame).items():
-        if first in by_backend and second in by_backend:
-            a, b = by_backend[first].times, by_backend[second].times
-            if a and b and min(a + b) > 0:
-                out[recovery_key(case, first, second)] = stats.ratio_of_cases([a], [b])
+        found = case_decision(by_backend)
+        if found is not None and found.estimate is not None:
+            out[recovery_key(case, first, second)] = found.estimate
     return out
