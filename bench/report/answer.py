@@ -48,7 +48,9 @@ def speed_scenario(row: ScoreRow, hardware: str) -> Scenario:
     if row.standing == "ahead":
         return Scenario(name, f"{row.outcome} ({launches})", row.winner, state=WON)
     if row.standing == "within":
-        return Scenario(name, f"a tie: {row.outcome} ({launches})", state=TIE, why=f"within ±{row.margin:.0%}")
+        return Scenario(
+            name, f"a tie within ±{row.margin:.0%} ({launches})", state=TIE, why=f"within ±{row.margin:.0%}"
+        )
     if row.standing == "one launch":
         return Scenario(name, f"one launch a side, which cannot tell ({launches})", why="one launch a side")
     why = "not resolved" if math.isnan(row.margin) else f"not resolved at ±{row.margin:.0%}"
@@ -59,9 +61,13 @@ def failure_scenario(row: ScoreRow) -> Scenario:
     """Whether each side came through, in how many runs, and how soon (bench.tasks.fault.results.decide made the
     row's verdict)."""
     name = failure_name(row.measure)
-    (k1, n1, _), (k2, n2, _) = (row.recovered.get(b, (0, 0, "")) for b in PRIMARY)
-    if k1 == n1 and k2 == n2:
+    (k1, n1, _, span1), (k2, n2, _, span2) = (row.recovered.get(b, (0, 0, "", "")) for b in PRIMARY)
+    if k1 == n1 and k2 == n2 and row.leader is not None:  # the outcome holds both sides' times
         said = f"both came through every time ({n1} + {n2} runs); {row.outcome}"
+    elif k1 == n1 and k2 == n2 and max(n1, n2) == 1:
+        said = f"both came through ({span1} against {span2}); {row.outcome}"
+    elif k1 == n1 and k2 == n2:
+        said = f"both came through every time ({span1} against {span2}, {n1} + {n2} runs); {row.outcome}"
     else:
         said = f"{came_through(row, PRIMARY[0])}; {came_through(row, PRIMARY[1])}: {row.outcome}"
     if row.winner is not None:
@@ -84,12 +90,13 @@ def failure_scenario(row: ScoreRow) -> Scenario:
 
 
 def came_through(row: ScoreRow, backend: str) -> str:
-    """'elastic came through in 3 of 3 runs (median 15.70 s; runs ...)' / 'horovod did not, in 3 of 3 runs (timeout
-    in 3 runs)'."""
-    k, n, ended = row.recovered.get(backend, (0, 0, ""))
+    """'elastic came through in 3 of 3 runs (15.10-16.20 s)' / 'horovod did not, in 3 of 3 runs (timeout in 3 runs)'."""
+    k, n, ended, span = row.recovered.get(backend, (0, 0, "", ""))
+    if n == 1:
+        return f"{backend} came through ({span})" if k else f"{backend} did not ({ended})"
     if k == 0:
         return f"{backend} did not, in {n} of {n} run{'s' if n != 1 else ''} ({ended})"
-    return f"{backend} came through in {k} of {n} run{'s' if n != 1 else ''} ({row.figures[backend]})"
+    return f"{backend} came through in {k} of {n} run{'s' if n != 1 else ''} ({span}{'; ' + ended if ended else ''})"
 
 
 def failure_name(measure: str) -> str:
@@ -179,9 +186,22 @@ def overall(found: list[Scenario]) -> str:
         )
     ties = [s for s in found if s.state == TIE]
     if ties:
-        said += f" Tied: {listing(ties, why=True)}."
+        # every training scenario tied: said in a few words, as each is a line below
+        tied_speed = [s for s in ties if not s.failure]
+        named = [listing([s for s in ties if s.failure], why=True)] if len(tied_speed) < len(ties) else []
+        if tied_speed and len(tied_speed) == len(speed):
+            margins = ", ".join(s.why.removeprefix("within ") for s in tied_speed)
+            named.insert(0, f"training speed in {len(speed)} of {len(speed)} scenario(s) (within {margins})")
+        elif tied_speed:
+            named.insert(0, listing(tied_speed, why=True))
+        said += f" Tied: {'; '.join(named)}."
     if undecided:
-        said += f" Not yet decided: {listing(undecided, why=True)}."
+        # those run once a side are counted, not listed: each is a line below, and what decides them is the same
+        once = [s for s in undecided if s.why.startswith(("one run a side", "one launch a side"))]
+        named = [listing([s for s in undecided if s not in once], why=True)] if len(once) < len(undecided) else []
+        if once:
+            named.append(f"{len(once)} scenario(s) with one run or launch a side, which more runs can decide")
+        said += f" Not yet decided: {'; '.join(named)}."
     neither = [s for s in found if s.state == NEITHER]
     if neither:
         said += f" Neither came through: {listing(neither)}."

@@ -123,7 +123,7 @@ def case_sentence(case: str, by_backend: dict) -> str:
             times = sorted(f.recovery_s for f in ok if f.recovery_s is not None)
             parts.append(
                 f"{backend} came through {len(ok)} of {len(recs)} run(s), recovering in "
-                + (f"{runs_listed(times)} (median {fmt(_median(times), '.2f')} s)" if times else "- s")
+                + (f"{fmt(_median(times), '.2f')} s (median; {seconds_range(times)})" if times else "- s")
                 + " at world size "
                 f"{', '.join(map(str, after))} with {fmt(_median([f.steps_redone for f in ok]), '.0f')} "
                 "step(s) redone"
@@ -196,11 +196,11 @@ def seconds_range(times: list[float]) -> str:
 
 
 def factor_range(low: float, high: float) -> str:
-    """How much sooner, from the least to the most across runs: "11-37 times", "2.1-4.5 times", "5-30%"."""
+    """How much sooner, from the least to the most across runs: "11-37 times", "2.1-4.5 times", "by 5-30%"."""
     if low >= 2:
         spec = ".0f" if low >= 10 else ".1f"
         return f"{format(low, spec)}-{format(high, spec)} times"
-    return f"{low - 1:.0%}-{high - 1:.0%}" if high < 2 else f"{low - 1:.0%} to {high:.1f} times"
+    return f"by {100 * (low - 1):.0f}-{100 * (high - 1):.0f}%" if high < 2 else f"by {low - 1:.0%} to {high:.1f} times"
 
 
 def figure_of(side: RecoveryCase) -> str:
@@ -216,7 +216,7 @@ def to_decide(sides: list[RecoveryCase]) -> str:
     """What would decide a case not yet decided: the runs a side that can (RUNS_TO_DECIDE, the cap of the sweep's
     added fault launches), or more runs than that."""
     if min(len(c.records) for c in sides) < RUNS_TO_DECIDE:
-        return f"{RUNS_TO_DECIDE} runs a side can decide it"
+        return f"{RUNS_TO_DECIDE} a side can decide it"
     return "more runs a side (`bench sweep --fault-repeats N`) can decide it"
 
 
@@ -232,7 +232,7 @@ def count_words(found: Decision, sides: list[RecoveryCase]) -> dict:
         said = f"{better.backend} came through more often"
     shares = " against ".join(f"{len(c.times)} of {len(c.records)}" for c in sides) + " runs"
     if found.winner is not None:
-        return {"difference": difference, "outcome": f"{said} ({shares})"}
+        return {"difference": difference, "outcome": said if found.leader else f"{said} ({shares})"}
     return {"difference": difference, "outcome": f"not yet decided: {said} ({shares}); {to_decide(sides)}"}
 
 
@@ -293,18 +293,17 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
             "weighs": FAILURE,
             "default": not records[-1].spec.hosts,
             "artefact": distortion({"device": records[-1].spec.device}, records, speed=False),
-            "recovered": {c.backend: (len(c.times), len(c.records), c.failures()) for c in sides},
+            "recovered": {
+                c.backend: (len(c.times), len(c.records), c.failures(), seconds_range(c.times) if c.times else "")
+                for c in sides
+            },
             "winner": found.winner,
             "leader": found.leader,
             "margin": found.margin,
             "to_decide": "" if found.settled else to_decide(sides),
         }
         if found.standing == "one launch":
-            said = {
-                "difference": "-",
-                "standing": "one launch",
-                "outcome": "one run a side, which does not decide; " + to_decide(sides),
-            }
+            said = {"difference": "-", "standing": "one launch", "outcome": "one run a side; " + to_decide(sides)}
         elif found.standing == "neither":
             said = {
                 "difference": "-",
