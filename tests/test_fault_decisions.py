@@ -89,6 +89,12 @@ def test_the_pages_comparison_of_recovery_times_is_the_exact_one():
     frame = records_to_frame(runs({"elastic": SLOW[:2], "horovod": FAST[:2]}))
     (est,) = comparisons(frame).values()
     assert est.exact and est.p == pytest.approx(1 / 3) and not Family({"k": est}).judge("k").significant
+    # `bench agreement` states the interval as the page does: none, not "±inf times"
+    from bench.report.agreement_table import resolution_words
+
+    assert resolution_words(est.resolution) == "no interval"
+    (four,) = comparisons(records_to_frame(runs({"elastic": SLOW[:4], "horovod": FAST[:4]}))).values()
+    assert resolution_words(four.resolution).startswith("±")
     # a case whose sides came through in different shares is decided on the counts: no ratio of times
     assert comparisons(records_to_frame(hung(2, 1, 2))) == {}
 

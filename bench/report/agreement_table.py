@@ -46,7 +46,10 @@ def comparison_words(key: str) -> tuple[str, Reading | None, tuple[str, ...]]:
 
 
 def resolution_words(resolution: float) -> str:
-    """The smallest difference a sweep could have detected: "±29%", or "±4.2 times" from twice on."""
+    """The smallest difference a sweep could have detected: "±29%", or "±4.2 times" from twice on; "no interval" where
+    its runs allow none (an exact test of 2 or 3 runs a side: bench.core.stats.exact_ratio)."""
+    if resolution == float("inf"):
+        return "no interval"
     return f"±{factor_words(1 + resolution, 0)}" if resolution < 1 else f"±{1 + resolution:.1f} times"
 
 
