@@ -30,6 +30,7 @@ DEFAULT_DIRECTIVES = {
     "job-name": "bench",
     "nodes": "2",
     "ntasks-per-node": "1",
+    "cpus-per-task": "1",
     "time": "30",
     "signal": "B:TERM@45",
     "open-mode": "append",
@@ -192,6 +193,10 @@ def sbatch_reads(script: str, folder: Path) -> dict[str, str] | None:
     return dict((part.strip() for part in line.split(" : ", 1)) for line in listed if not line.startswith("-"))
 
 
+# how `sbatch -vv` lists an option whose value it shows in its own words: --exclusive, --mem=0 (every MB of the node)
+SBATCH_SAYS = {("exclusive", ""): "exclusive", ("mem", "0"): "0?"}
+
+
 def assert_sbatch_reads(script: str, folder: Path, expected: dict[str, str]) -> None:
     """Where sbatch is installed, it reads exactly the expected options (its time and open mode in its own words)."""
     read = sbatch_reads(script, folder)
@@ -199,7 +204,7 @@ def assert_sbatch_reads(script: str, folder: Path, expected: dict[str, str]) -> 
         return
     assert set(read) == {*expected, "verbose"}, read
     assert {k: v for k, v in read.items() if k not in ("time", "open-mode", "verbose")} == {
-        k: v for k, v in expected.items() if k not in ("time", "open-mode")
+        k: SBATCH_SAYS.get((k, v), v) for k, v in expected.items() if k not in ("time", "open-mode")
     }
     assert read["open-mode"] == "a"
 
@@ -247,10 +252,12 @@ def options_for(name: str, value: str, tmp: Path) -> tuple[list[str], Path, dict
     if name in ("job-name", "partition", "account", "time"):
         expect["directives"] = {name: value}
         return [*base, f"--{name}={value}"], work, expect
-    if name in ("nodes", "tasks-per-node", "gpus-per-node"):
+    if name in ("nodes", "tasks-per-node", "gpus-per-node", "cpus-per-worker"):
+        directive = {"tasks-per-node": "ntasks-per-node", "cpus-per-worker": "cpus-per-task"}.get(name, name)
         try:
-            expect["directives"] = {name.replace("tasks", "ntasks"): str(int(value))}
-            if name == "gpus-per-node":  # the job's sweep runs on the GPUs it asked for
+            expect["directives"] = {directive: str(int(value))}
+            if name == "gpus-per-node":  # the job's sweep runs on the GPUs it asked for, a task (a worker) each
+                expect["directives"]["ntasks-per-node"] = str(int(value))
                 expect["rest"] = ["--max-gpus", str(int(value))]
         except ValueError:
             pass
@@ -287,6 +294,7 @@ OPTIONS = [
     "nodes",
     "tasks-per-node",
     "gpus-per-node",
+    "cpus-per-worker",
     "verb",
     "store",
     "store folder",
@@ -341,10 +349,11 @@ def test_sbatch_reads_every_option_as_written(tmp_path, monkeypatch):
         "slurm-script",
         "--nodes",
         3,
-        "--tasks-per-node",
-        2,
         "--gpus-per-node",
         4,
+        "--cpus-per-worker",
+        6,
+        "--exclusive",
         "--time",
         "1-02:03",
         "--partition",
@@ -360,7 +369,10 @@ def test_sbatch_reads_every_option_as_written(tmp_path, monkeypatch):
     expected = {
         **DEFAULT_DIRECTIVES,
         "nodes": "3",
-        "ntasks-per-node": "2",
+        "ntasks-per-node": "4",
+        "cpus-per-task": "6",
+        "exclusive": "",
+        "mem": "0",
         "gpus-per-node": "4",
         "time": "1-02:03",
         "partition": "gpu.a_b-c",

@@ -77,8 +77,10 @@ def test_configuration_is_the_clusters_own():
     assert "NodeName=bench-th2 NodeAddr=10.213.7.12 NodeHostname=bench-th2 CPUs=4 State=UNKNOWN" in lines
     assert "PartitionName=bench Nodes=bench-th1,bench-th2 Default=YES MaxTime=INFINITE State=UP" in lines
     for option in (
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        # confined as a production partition confines: cgroups of the cores given, each task bound to its cores
+        "ProctrackType=proctrack/cgroup",
+        "TaskPlugin=task/cgroup,task/affinity",
+        "TaskPluginParam=cores",
         "ReturnToService=2",
         "SlurmUser=root",
         "MpiDefault=none",
@@ -89,8 +91,46 @@ def test_configuration_is_the_clusters_own():
         line.split("=", 1)[1] for line in lines if line.split("=")[0].endswith(("Location", "Dir", "File", "Config"))
     ]
     assert len(paths) == 7 and all(p.startswith(state + "/") for p in paths), paths
-    assert "/etc/" not in conf and "cgroup" not in conf.lower()
+    assert "/etc/" not in conf
     assert testslurm.environment() == {"SLURM_CONF": f"{state}/slurm.conf"}
+    # slurmd mounts the controllers itself, in its namespace, under the state directory (`ip netns exec` leaves it
+    # a /sys without /sys/fs/cgroup's mounts)
+    assert testslurm.cgroup_conf(True).splitlines()[1:] == [
+        "CgroupPlugin=cgroup/v1",
+        f"CgroupMountpoint={state}/cgroup",
+        "CgroupAutomount=yes",
+        "ConstrainCores=yes",
+    ]
+    bare = testslurm.slurm_conf(hosts, "box", "10.213.7.1", 4, cgroups=False).splitlines()
+    assert "ProctrackType=proctrack/linuxproc" in bare and "TaskPlugin=task/none" in bare
+    assert testslurm.cgroup_conf(False).splitlines()[1:] == ["CgroupPlugin=cgroup/v1"]
+
+
+HYBRID = """\
+tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0
+cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0
+cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0
+cgroup /sys/fs/cgroup/freezer cgroup rw,relatime,freezer 0 0
+cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
+"""
+
+
+@pytest.mark.parametrize(
+    "mounts, problem",
+    [
+        (HYBRID, None),
+        (
+            "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0\n",
+            "no cgroup v1 hierarchy of cpuset and freezer",
+        ),
+        ("\n".join(line for line in HYBRID.splitlines() if "freezer" not in line), "no cgroup v1 hierarchy of freezer"),
+    ],
+)
+def test_cgroups_are_used_where_this_machine_has_their_hierarchies(mounts, problem):
+    found = testslurm.cgroup_problem(mounts)
+    assert found == problem if problem is None else problem in found
+    if problem is None:
+        assert testslurm.cgroup_hierarchies(mounts) == [Path("/sys/fs/cgroup/cpuset"), Path("/sys/fs/cgroup/freezer")]
 
 
 # ---------------------------------------------------------------- the suite's side of Slurm (anywhere)
@@ -199,8 +239,6 @@ def test_a_generated_script_asks_for_what_was_given(tmp_path):
         "slurm-script",
         "--nodes",
         3,
-        "--tasks-per-node",
-        2,
         "--time",
         "1:00:00",
         "--partition",
@@ -221,7 +259,8 @@ def test_a_generated_script_asks_for_what_was_given(tmp_path):
     lines = proc.stdout.splitlines()
     for line in (
         "#SBATCH --nodes=3",
-        "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --ntasks-per-node=8",  # a worker a GPU, each with a CPU of its own
+        "#SBATCH --cpus-per-task=1",
         "#SBATCH --time=1:00:00",
         "#SBATCH --partition=gpu",
         "#SBATCH --account=lab",

@@ -17,8 +17,8 @@ import sys
 
 from bench.cli import options
 from bench.cli.common import examples, open_store
-from bench.cluster.slurm import SCRIPT_DEFAULTS as d
 from bench.cluster.slurm import (
+    NODE_CPUS,
     directive_problem,
     early_warning_note,
     job_arguments,
@@ -26,7 +26,9 @@ from bench.cluster.slurm import (
     requested_seconds,
     script,
     shell_word,
+    workers_per_node,
 )
+from bench.cluster.slurm import SCRIPT_DEFAULTS as d
 from bench.core.console import note
 from bench.core.errors import EXIT_OK, UsageError
 from bench.core.inputs import NAME_MAX, shown
@@ -84,6 +86,7 @@ def add_parser(verbs) -> None:
             "bench slurm-script --nodes 2 --tasks-per-node 1 --time 30 --store results/cluster.sqlite "
             "-o sweep.sh -- --backend elastic,horovod --workload mnist_mlp",
             "bench slurm-script --verb allreduce --nodes 4 --partition gpu --gpus-per-node 4",
+            "bench slurm-script --nodes 2 --gpus-per-node 8 --exclusive --partition gpu -- --backend elastic",
         ),
         parents=[
             options.store(),
@@ -109,12 +112,30 @@ def add_parser(verbs) -> None:
         p,
         "--tasks-per-node",
         type=options.positive_int,
-        default=d["tasks_per_node"],
-        help="worker slots per node (%(default)s)",
+        help=f"worker slots per node, a Slurm task each ({d['tasks_per_node']}; with --gpus-per-node one per GPU)",
         invalid=["0", "x"],
     )
     options.add(
-        p, "--gpus-per-node", type=options.positive_int, help="GPUs per node (none by default)", invalid=["0", "x"]
+        p,
+        "--gpus-per-node",
+        type=options.positive_int,
+        help="GPUs per node, a worker each (none by default)",
+        invalid=["0", "x"],
+    )
+    options.add(
+        p,
+        "--cpus-per-worker",
+        type=options.positive_int,
+        default=d["cpus_per_worker"],
+        help="CPUs per worker slot (--cpus-per-task; %(default)s): a node's workers and the agent that starts them "
+        "get its slots' CPUs together",
+        invalid=["0", "x"],
+    )
+    options.add(
+        p,
+        "--exclusive",
+        action="store_true",
+        help="whole nodes: every CPU, GPU and all memory of each (--exclusive --mem=0), handed to the workers (off)",
     )
     options.add(
         p,
@@ -165,13 +186,16 @@ def plan_job(args, text: str, rest: list[str]) -> int:
     the shape asked for (bench.cluster.slurm.planned_allocation): the srun line and each node's command."""
     sys.stdout.write(text)
     print(f"# the job's plan, in an allocation of {args.nodes} node(s) (names and job id stand in):", flush=True)
+    if args.exclusive:
+        print(f"# {NODE_CPUS}: every CPU of a node, as Slurm gives the job whole nodes (SLURM_JOB_CPUS_PER_NODE)")
     job = args.root_parser.parse_args(
         [args.job_verb, "--scheduler", "slurm", "--dry-run", *job_arguments(args.job_verb, rest, args.gpus_per_node)]
     )
     saved = {k: os.environ.get(k) for k in SLURM_VARIABLES}
     for k in SLURM_VARIABLES:
         os.environ.pop(k, None)
-    os.environ.update(planned_allocation(args.nodes, args.tasks_per_node, args.gpus_per_node))
+    workers = workers_per_node(args.tasks_per_node, args.gpus_per_node)
+    os.environ.update(planned_allocation(args.nodes, workers, args.gpus_per_node, args.cpus_per_worker, args.exclusive))
     try:
         return job.func(job)
     finally:
@@ -188,6 +212,8 @@ SLURM_VARIABLES = (
     "SLURM_JOB_NODELIST",
     "SLURM_NODELIST",
     "SLURM_TASKS_PER_NODE",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_CPUS_ON_NODE",
     "SLURM_GPUS_PER_NODE",
     "SLURM_GPUS_ON_NODE",
     "SLURM_JOB_GRES",
@@ -239,6 +265,8 @@ def cmd(args) -> int:
         workdir=workdir,
         bench_args=rest,
         gpus_per_node=args.gpus_per_node,
+        cpus_per_worker=args.cpus_per_worker,
+        exclusive=args.exclusive,
         partition=args.partition,
         account=args.account,
         job_name=args.job_name,

@@ -39,7 +39,7 @@ WARN_BEFORE_LIMIT_S = 45
 SIGNAL_EARLY_S = 60
 TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 # `bench slurm-script`'s defaults: the 2-node job the suite's tests submit, a half-hour limit
-SCRIPT_DEFAULTS = dict(nodes=2, tasks_per_node=1, time_limit="30", job_name="bench", verb="sweep")
+SCRIPT_DEFAULTS = dict(nodes=2, tasks_per_node=1, cpus_per_worker=1, time_limit="30", job_name="bench", verb="sweep")
 
 
 def in_allocation(env=None) -> bool:
@@ -48,16 +48,41 @@ def in_allocation(env=None) -> bool:
 
 def tasks_per_node(text: str) -> list[int]:
     """SLURM_TASKS_PER_NODE ("2(x3),1") as a count per node, in node order."""
+    return per_node(text, "SLURM_TASKS_PER_NODE")
+
+
+def per_node(text: str, variable: str) -> list[int]:
+    """A count per node in Slurm's N(xM),... form (SLURM_TASKS_PER_NODE, SLURM_JOB_CPUS_PER_NODE), in node order."""
     counts: list[int] = []
     for item in text.split(","):
         match = TASKS.match(item.strip())
         if not match:
-            raise UsageError(f"SLURM_TASKS_PER_NODE={shown(text)} is not Slurm's N(xM),... form")
+            raise UsageError(f"{variable}={shown(text)} is not Slurm's N(xM),... form")
         times = int(match.group(2) or 1)
         if len(counts) + times > MAX_HOSTS:  # before the list is made: "2(x999999999)" would fill the memory
-            raise too_many_hosts(f"SLURM_TASKS_PER_NODE={shown(text)}")
+            raise too_many_hosts(f"{variable}={shown(text)}")
         counts += [int(match.group(1))] * times
     return counts
+
+
+# what a plan shows for --cpus-per-task where the job's nodes are whole (--exclusive): the CPUs Slurm finds there
+NODE_CPUS = "NODE_CPUS"
+
+
+def cpus_per_task(env=None) -> str | None:
+    """srun's --cpus-per-task for the one task per node that starts a node's workers: every CPU the allocation holds
+    on a node (the fewest over its nodes, SLURM_JOB_CPUS_PER_NODE; SLURM_CPUS_ON_NODE, this node's, where Slurm sets
+    only that). srun since Slurm 22.05 no longer takes --cpus-per-task from the job (SLURM_CPUS_PER_TASK), so a task
+    of its own gets one CPU, and one core where the site binds tasks to cores: the agent and all its workers on it.
+    NODE_CPUS in a plan that cannot know it; None where Slurm says nothing (srun's default then)."""
+    env = os.environ if env is None else env
+    text = (env.get("SLURM_JOB_CPUS_PER_NODE") or "").strip()
+    if text:
+        return str(min(per_node(text, "SLURM_JOB_CPUS_PER_NODE")))
+    on_node = (env.get("SLURM_CPUS_ON_NODE") or "").strip()
+    if on_node.isascii() and on_node.isdigit() and int(on_node) > 0:
+        return on_node
+    return NODE_CPUS if planning() else None
 
 
 GPUS = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?(\d+)$")  # "4" or "a100:4", as Slurm writes a per-node GPU count
@@ -204,15 +229,18 @@ def remember_limit(env=None) -> None:
         _known_limit[env["SLURM_JOB_ID"]] = (fields["StartTime"], fields["TimeLimit"])
 
 
-def srun_command(steps: list[tuple[str, list[str]]]) -> list[str]:
-    """One srun step with a task on each node of `steps` ((node, argv) pairs), each running its own argv."""
+def srun_command(steps: list[tuple[str, list[str]]], env=None) -> list[str]:
+    """One srun step with a task on each node of `steps` ((node, argv) pairs), each running its own argv with every
+    CPU the allocation holds on the node (cpus_per_task): the task starts all of the node's workers."""
     nodes = [node for node, _ in steps]
     plan = json.dumps({node: argv for node, argv in steps})
+    cpus = cpus_per_task(env)
     return [
         "srun",
         f"--nodes={len(nodes)}",
         f"--ntasks={len(nodes)}",
         "--ntasks-per-node=1",
+        *([f"--cpus-per-task={cpus}"] if cpus else []),
         f"--nodelist={','.join(nodes)}",
         "--kill-on-bad-exit=0",
         "--overlap",
@@ -408,13 +436,32 @@ def job_arguments(verb: str, bench_args: list[str], gpus_per_node: int | None) -
     return [*bench_args, "--max-gpus" if verb == "sweep" else "--gpus", str(gpus_per_node)]
 
 
-def planned_allocation(nodes: int, tasks_per_node: int, gpus_per_node: int | None) -> dict[str, str]:
+def workers_per_node(tasks_per_node: int | None, gpus_per_node: int | None) -> int:
+    """The job's tasks per node, one a worker: --tasks-per-node (SCRIPT_DEFAULTS's where not given), or with GPUs one a
+    GPU, as the job runs them (a --tasks-per-node that says otherwise is refused)."""
+    if gpus_per_node and tasks_per_node not in (None, gpus_per_node):
+        raise UsageError(
+            f"--tasks-per-node {tasks_per_node} with --gpus-per-node {gpus_per_node}: the job runs one worker per GPU, "
+            f"{gpus_per_node} a node; drop --tasks-per-node"
+        )
+    return gpus_per_node or tasks_per_node or SCRIPT_DEFAULTS["tasks_per_node"]
+
+
+def planned_allocation(
+    nodes: int, tasks_per_node: int, gpus_per_node: int | None, cpus_per_task: int = 1, exclusive: bool = False
+) -> dict[str, str]:
     """The variables Slurm sets in a job of this shape (its job id and node names stand in: Slurm gives them), for
-    `bench slurm-script --dry-run`'s plan of the job's command."""
+    `bench slurm-script --dry-run`'s plan of the job's command. The CPUs of a node given whole (exclusive) are the
+    node's, not known here: left out, the plan shows NODE_CPUS."""
+
+    def each(count) -> str:
+        return f"{count}(x{nodes})" if nodes > 1 else str(count)
+
     return {
         "SLURM_JOB_ID": "JOBID",
         "SLURM_JOB_NODELIST": f"node[1-{nodes}]" if nodes > 1 else "node1",
-        "SLURM_TASKS_PER_NODE": f"{tasks_per_node}(x{nodes})" if nodes > 1 else str(tasks_per_node),
+        "SLURM_TASKS_PER_NODE": each(tasks_per_node),
+        **({} if exclusive else {"SLURM_JOB_CPUS_PER_NODE": each(tasks_per_node * cpus_per_task)}),
         **({"SLURM_GPUS_PER_NODE": str(gpus_per_node)} if gpus_per_node else {}),
     }
 
@@ -422,12 +469,14 @@ def planned_allocation(nodes: int, tasks_per_node: int, gpus_per_node: int | Non
 def script(
     *,
     nodes: int,
-    tasks_per_node: int,
+    tasks_per_node: int | None,
     time_limit: str,
     store: str,
     workdir: str,
     bench_args: list[str],
     gpus_per_node: int | None = None,
+    cpus_per_worker: int = 1,
+    exclusive: bool = False,
     partition: str | None = None,
     account: str | None = None,
     job_name: str = "bench",
@@ -439,9 +488,15 @@ def script(
     absolute, as the job's nodes see them. The job's output goes beside the store (slurm-JOBID.out), whose folder the
     job makes: nothing is made before it runs. Every value is written as its reader takes it: bare on the #SBATCH lines,
     and refused there unless it is of the few characters sbatch reads as they are (directive_problem); one quoted word
-    of a bash line everywhere else (shell_word)."""
-    if nodes < 1 or tasks_per_node < 1:
-        raise UsageError("--nodes and --tasks-per-node must be 1 or more")
+    of a bash line everywhere else (shell_word).
+
+    Each node's workers get cores of their own: a task per worker (workers_per_node: with GPUs, one a GPU), each with
+    `cpus_per_worker` CPUs, so that the node's share of the job holds them all, or with `exclusive` the whole nodes
+    (every CPU and GPU, and all memory: --mem=0). bench starts a node's workers from one task (one srun task per node,
+    or horovodrun in this script), which srun_command hands every CPU the job holds on the node."""
+    if nodes < 1 or (tasks_per_node is not None and tasks_per_node < 1) or cpus_per_worker < 1:
+        raise UsageError("--nodes, --tasks-per-node and --cpus-per-worker must be 1 or more")
+    workers = workers_per_node(tasks_per_node, gpus_per_node)
     if not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}", time_limit):
         raise UsageError(f"--time {shown(time_limit)}: give Slurm's MINUTES, HH:MM:SS or D-HH:MM:SS")
     for what, path in (("--store", store), ("the job's folder", workdir)):
@@ -451,7 +506,9 @@ def script(
         "#!/bin/bash",
         directive("job-name", job_name),
         directive("nodes", nodes),
-        directive("ntasks-per-node", tasks_per_node),
+        directive("ntasks-per-node", workers),
+        directive("cpus-per-task", cpus_per_worker),
+        *(["#SBATCH --exclusive", directive("mem", 0)] if exclusive else []),
         directive("time", time_limit),
         # SIGTERM to bench (the batch shell, by exec) before the limit: it records `timeout` and ends its runs
         directive("signal", f"B:TERM@{WARN_BEFORE_LIMIT_S}"),

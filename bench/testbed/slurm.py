@@ -123,7 +123,10 @@ def controller_name() -> str:
     return socket.gethostname().split(".")[0]
 
 
-def slurm_conf(hosts: list[testhosts.TestHost], controller: str, address: str, cpus: int) -> str:
+def slurm_conf(hosts: list[testhosts.TestHost], controller: str, address: str, cpus: int, cgroups: bool = True) -> str:
+    """slurm.conf; `cgroups`: tasks confined as production partitions confine them (proctrack/cgroup, task/cgroup with
+    cgroup.conf's ConstrainCores, task/affinity binding each task to its cores), else none (cgroup_problem says why
+    not)."""
     d = STATE_DIR
     lines = [
         "# bench testslurm up wrote this; bench testslurm down removes it",
@@ -143,8 +146,13 @@ def slurm_conf(hosts: list[testhosts.TestHost], controller: str, address: str, c
         f"SlurmctldLogFile={d}/slurmctld.log",
         f"SlurmdLogFile={d}/slurmd-%n.log",
         f"PlugStackConfig={d}/plugstack.conf",  # not the package's /etc/slurm/plugstack.conf
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        *(
+            # each task bound to its cores too, as sites that bind by default do: a step that asks for fewer CPUs
+            # than its processes need shows as the task's affinity, not only as contention
+            ("ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity", "TaskPluginParam=cores")
+            if cgroups
+            else ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none")
+        ),
         "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/none",
         "JobCompType=jobcomp/none",
@@ -165,10 +173,93 @@ def slurm_conf(hosts: list[testhosts.TestHost], controller: str, address: str, c
     return "\n".join(lines) + "\n"
 
 
-# slurmd 22.05 always loads a cgroup plugin, and autodetecting one needs /sys/fs/cgroup; `ip netns exec` mounts
-# a fresh /sys without it. Naming the v1 plugin skips the detection; with proctrack/linuxproc and task/none
-# it creates no cgroup.
-CGROUP_CONF = "# bench testslurm: no cgroups (proctrack/linuxproc, task/none)\nCgroupPlugin=cgroup/v1\n"
+# The cgroup v1 controllers slurmd uses: cpuset (task/cgroup's ConstrainCores) and freezer (proctrack/cgroup).
+CGROUP_CONTROLLERS = ("cpuset", "freezer")
+
+
+def cgroup_mount() -> Path:
+    """Where each slurmd mounts the controllers (CgroupMountpoint): `ip netns exec` gives it a fresh /sys without
+    /sys/fs/cgroup's mounts, and sysfs takes no new folder, so they are mounted (CgroupAutomount) in a folder of the
+    state directory instead, in the slurmd's own mount namespace (nothing of it shows outside)."""
+    return STATE_DIR / "cgroup"
+
+
+def cgroup_problem(mounts: str | None = None) -> str | None:
+    """Why slurmd cannot confine tasks with cgroups here, or None: the cgroup v1 plugin needs this machine's cpuset
+    and freezer controllers in v1 hierarchies (slurmd mounts them again in its namespace); a machine with only the
+    unified v2 hierarchy needs the cgroup/v2 plugin, which in Slurm 22.05 wants a systemd to delegate it a
+    subtree, and a cgroup v2 machine here has none."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/self/mounts").read_text()
+        except OSError as exc:
+            return f"/proc/self/mounts cannot be read ({exc.strerror})"
+    v1 = {
+        option
+        for line in mounts.splitlines()
+        if len(line.split()) >= 4 and line.split()[2] == "cgroup"
+        for option in line.split()[3].split(",")
+    }
+    missing = [c for c in CGROUP_CONTROLLERS if c not in v1]
+    if missing:
+        return (
+            f"this machine mounts no cgroup v1 hierarchy of {' and '.join(missing)} (the cgroup/v1 plugin's; "
+            "cgroup/v2 needs a systemd to delegate a subtree)"
+        )
+    return None
+
+
+def cgroup_hierarchies(mounts: str | None = None) -> list[Path]:
+    """Where this machine mounts the v1 hierarchies of CGROUP_CONTROLLERS (each slurmd's mount of one is the same
+    hierarchy)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text() if mounts is None else mounts
+    except OSError:
+        return []
+    found = []
+    for line in mounts.splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[2] == "cgroup" and set(words[3].split(",")) & set(CGROUP_CONTROLLERS):
+            found.append(Path(words[1]))
+    return found
+
+
+def cgroup_leftovers() -> list[Path]:
+    """The cgroups the nodes' slurmd left (each makes slurm_<node> in each hierarchy, and keeps it after it ends)."""
+    return sorted(p for root in cgroup_hierarchies() for p in root.glob(f"slurm_{testhosts.PREFIX}*") if p.is_dir())
+
+
+def remove_cgroups(log) -> list[str]:
+    """Remove cgroup_leftovers(), deepest first (a cgroup is removed by rmdir once it holds no process and no
+    child); what could not be removed, in words."""
+    failed = []
+    for top in cgroup_leftovers():
+        for folder, _, _ in sorted(os.walk(top), key=lambda walked: -walked[0].count("/")):
+            try:
+                os.rmdir(folder)
+            except OSError as exc:
+                failed.append(f"{folder} ({exc.strerror})")
+        if not top.exists():
+            log(f"removed the cgroup {top}")
+    return failed
+
+
+def cgroup_conf(cgroups: bool) -> str:
+    if not cgroups:
+        # slurmd 22.05 always loads a cgroup plugin, and autodetecting one needs /sys/fs/cgroup, which `ip netns
+        # exec`'s fresh /sys lacks: naming the v1 plugin skips the detection, and with proctrack/linuxproc and
+        # task/none it creates no cgroup
+        return "# bench testslurm: no cgroups (proctrack/linuxproc, task/none)\nCgroupPlugin=cgroup/v1\n"
+    return "\n".join(
+        [
+            "# bench testslurm: each job and step in cgroups of the cores Slurm gave it, as on a production partition",
+            "CgroupPlugin=cgroup/v1",
+            f"CgroupMountpoint={cgroup_mount()}",
+            "CgroupAutomount=yes",
+            "ConstrainCores=yes",
+            "",
+        ]
+    )
 
 
 # ---------------------------------------------------------------- state and processes
@@ -238,7 +329,7 @@ def controller_here(state: dict | None) -> bool:
 
 def leftovers() -> list[str]:
     """What of the cluster is on this machine now, in words (empty when nothing is)."""
-    return daemon_leftovers(STATE_DIR, processes())
+    return daemon_leftovers(STATE_DIR, processes()) + [f"the cgroup {p}" for p in cgroup_leftovers()]
 
 
 # ---------------------------------------------------------------- commands
@@ -331,8 +422,17 @@ def build(hosts: list[testhosts.TestHost], address: str, log) -> None:
     wait_for("munged did not create its socket", lambda: pid_alive(files["munged"]) and munge_socket().exists(), nodes)
     log(f"munged: key and socket {munge_socket()}")
 
-    conf_path().write_text(slurm_conf(hosts, controller_name(), address, cpus))
-    (STATE_DIR / "cgroup.conf").write_text(CGROUP_CONF)
+    problem = cgroup_problem()
+    if problem:
+        log(f"note: no cgroups, tasks are not confined to their cores: {problem}")
+    else:
+        for controller in CGROUP_CONTROLLERS:
+            (cgroup_mount() / controller).mkdir(parents=True)
+        log("cgroups: every job and step confined to the cores Slurm gave it (cgroup/v1: cpuset, freezer)")
+    state["cgroups"] = problem or "cgroup/v1"
+    STATE.write(state)
+    conf_path().write_text(slurm_conf(hosts, controller_name(), address, cpus, cgroups=not problem))
+    (STATE_DIR / "cgroup.conf").write_text(cgroup_conf(not problem))
     (STATE_DIR / "plugstack.conf").write_text("# bench testslurm: no SPANK plugins\n")
     env_file().write_text(export_line() + "\n")
 
@@ -415,7 +515,8 @@ def cancel_jobs(log) -> None:
 
 
 def down(log=None) -> bool:
-    """Stop the cluster: cancel its jobs, end every process of it (munged last) and remove STATE_DIR. False
+    """Stop the cluster: cancel its jobs, end every process of it (munged last), remove STATE_DIR and the
+    nodes' cgroups. False
     when nothing of it was here. Safe to call again, and after a crashed up()."""
     log = log or (lambda text: None)
     if not leftovers():
@@ -428,7 +529,10 @@ def down(log=None) -> bool:
             lambda: [p for p in processes() if not (keep_munged and name_of(p) == "munged")], log
         )
         ended += more
-    finish_removal(STATE_DIR, ended, survivors, NAME)
+    finish_removal(STATE_DIR, ended, survivors, NAME)  # (its processes reaped: their cgroups are empty)
+    stuck = remove_cgroups(log)
+    if stuck:
+        raise SetupError(f"the {NAME}'s cgroups could not be removed: {', '.join(stuck)}")
     return True
 
 
