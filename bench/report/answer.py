@@ -63,11 +63,11 @@ def failure_scenario(row: ScoreRow) -> Scenario:
     name = failure_name(row.measure)
     (k1, n1, _, span1), (k2, n2, _, span2) = (row.recovered.get(b, (0, 0, "", "")) for b in PRIMARY)
     if k1 == n1 and k2 == n2 and row.leader is not None:  # the outcome holds both sides' times
-        said = f"both came through every time ({n1} + {n2} runs); {row.outcome}"
+        said = f"both always came through ({n1} + {n2} runs); {row.outcome}"
     elif k1 == n1 and k2 == n2 and max(n1, n2) == 1:
         said = f"both came through ({span1} against {span2}); {row.outcome}"
     elif k1 == n1 and k2 == n2:
-        said = f"both came through every time ({span1} against {span2}, {n1} + {n2} runs); {row.outcome}"
+        said = f"both always came through ({span1} against {span2}, {n1} + {n2} runs); {row.outcome}"
     else:
         said = f"{came_through(row, PRIMARY[0])}; {came_through(row, PRIMARY[1])}: {row.outcome}"
     if row.winner is not None:
@@ -158,7 +158,7 @@ def overall(found: list[Scenario]) -> str:
     if wins[first] and wins[second]:
         said = (
             f"Neither is ahead everywhere: {first} wins {listing(wins[first])}; {second} wins "
-            f"{listing(wins[second])}; choose by which of these your jobs meet more."
+            f"{listing(wins[second])}; choose by which your jobs meet more."
         )
     elif wins[first] or wins[second]:
         leader = first if wins[first] else second
@@ -200,7 +200,7 @@ def overall(found: list[Scenario]) -> str:
         once = [s for s in undecided if s.why.startswith(("one run a side", "one launch a side"))]
         named = [listing([s for s in undecided if s not in once], why=True)] if len(once) < len(undecided) else []
         if once:
-            named.append(f"{len(once)} scenario(s) with one run or launch a side, which more runs can decide")
+            named.append(f"{len(once)} scenario(s) run once a side")
         said += f" Not yet decided: {'; '.join(named)}."
     neither = [s for s in found if s.state == NEITHER]
     if neither:
