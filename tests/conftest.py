@@ -378,6 +378,7 @@ def assert_resumed_params_are_two_worker_sgd(record: dict, steps: int, processes
 SHARED_BY_GROUP = {
     "test hosts": (
         "test_across_hosts",
+        "test_gpu_sampling",
         "test_hostile_paths",
         "test_k8s",
         "test_testhosts",

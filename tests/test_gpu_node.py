@@ -293,7 +293,7 @@ def test_the_sampler_reads_nvidia_smi_in_its_own_process_and_summarises_the_span
     results = [rank_result(0, 1, train_output([1.0]))]
     results[0].times.first_step_end, results[0].times.end = begun, time.time() + 1
     spec = train_record(spec_fields={"device": "cuda"}).spec
-    stored = usage(sampler, sampling_problem(spec, [{"status": "GPUs"}]), results, "gpu1", across_hosts=False)
+    stored = usage(sampler, sampling_problem(spec, [{"status": "GPUs"}]), results, "gpu1")
     assert stored["sampled"] and stored["via"] == "nvidia-smi" and stored["host"] == "gpu1"
     assert stored["gpus"] == [
         {"index": 0, "samples": 2, "util_mean_pct": 50.0, "util_max_pct": 60.0, "memory_max_mib": 4096.0}
@@ -304,12 +304,12 @@ def test_what_is_not_sampled_says_why():
     cpu, cuda = train_record().spec, train_record(spec_fields={"device": "cuda"}).spec
     assert sampling_problem(cpu, [{"status": "GPUs"}]) == "a CPU run"
     assert sampling_problem(cuda, [{"status": "no GPU"}]) == "no GPU to sample on this host (no GPU)"
-    assert usage(None, "a CPU run", [], "h", False) == {"sampled": False, "reason": "a CPU run"}
+    assert usage(None, "a CPU run", [], "h") == {"sampled": False, "reason": "a CPU run"}
     results = [rank_result(0, 1, train_output([1.0]))]
     assert measured_span(results) == (results[0].times.first_step_end, results[0].times.end)
     idle = GpuSampler()
     idle.via = "nvidia-smi"
-    assert usage(idle, None, results, "h", False) == {
+    assert usage(idle, None, results, "h") == {
         "sampled": False,
         "reason": "no sample (nvidia-smi) fell within the measured span",
     }
@@ -462,32 +462,6 @@ def test_what_the_versions_say_of_gpus_torch_cannot_see():
         "nvidia-smi lists 2 GPU(s), driver of unknown version, but torch 2.14.1+cpu is built without CUDA: install a "
         "CUDA build of torch"
     )
-
-
-# ---------------------------------------------------------------- sampled where, across hosts
-def test_across_hosts_each_host_is_recorded_sampled_or_not():
-    """bench samples the GPUs of the host it runs on: a run across hosts records, host by host, which were."""
-    from bench.core.records import RankRow
-
-    results = [rank_result(r, 4, train_output([1.0])) for r in range(4)]
-    for r, result in enumerate(results):
-        result.rank_info = RankRow(**{**result.rank_info.to_dict(), "host": "gpu1" if r < 2 else "gpu2"})
-    sampler = GpuSampler()
-    sampler.via = "nvidia-smi"
-    start, end = measured_span(results)
-    sampler.samples = [((start + end) / 2, 0, 50.0, 1024.0)]
-    stored = usage(sampler, None, results, "gpu1", across_hosts=True)
-    assert stored["sampled"] and stored["host"] == "gpu1"
-    assert stored["hosts"] == [
-        {"host": "gpu1", "sampled": True},
-        {
-            "host": "gpu2",
-            "sampled": False,
-            "reason": "bench samples the GPUs of the host it runs on (gpu1) only; gpu2's were not sampled",
-        },
-    ]
-    assert stored["note"] == "sampled on the launching host (gpu1) only; not sampled: gpu2"
-    assert "hosts" not in usage(sampler, None, results[:2], "gpu1", across_hosts=False)
 
 
 # ---------------------------------------------------------------- nox -s bench on a GPU machine

@@ -23,7 +23,7 @@ from bench.core.rundir import RunDir, write_json_atomic
 from bench.core.spec import RunSpec
 from bench.core.store import Store
 from bench.harness.cores import CoreClaim, run_resources
-from bench.harness.gpu_sampler import GpuSampler, sampling_problem
+from bench.harness.gpu_sampler import GpuSampler, HostsSampling, sampling_problem, start_sampling
 from bench.harness.gpu_sampler import usage as gpu_usage
 from bench.harness.keep import keep_record
 from bench.harness.lifeline import Lifeline, overdue_outcome, recover
@@ -107,7 +107,7 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
         info: dict[str, Any] = {}
         environment: dict[str, Any] = {}
         before = None
-        sampler: GpuSampler | None = None
+        sampler: GpuSampler | HostsSampling | None = None
         sampling: str | None = "the run did not start"
         try:
             environment = fingerprint(env)
@@ -118,7 +118,7 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
             # agent, as its operator expects
             hosts = [] if kubeflow_pod.of_pods(spec.scheduler) else [h["name"] for h in spec.hosts or ()]
             environment = fingerprint(env, gpu_nodes(hosts, sys.executable, env) if hosts else None)
-            sampling = sampling_problem(spec, environment["gpu_nodes"])
+            sampling = sampling_problem(spec, environment["gpu_nodes"], hosts)
             before = task.before_launch(spec)
             write_json_atomic(
                 run_dir.launch_file,
@@ -136,7 +136,12 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
             outcome = Outcome(ending=ending, returncode=None, launched_at=now, ended_at=now, reason=reason)
         else:
             lifeline.hold_deadline(spec.timeout)  # held there too, should this process be stopped
-            sampler = GpuSampler().start() if sampling is None else None
+            # across hosts each host's GPUs, those of the hosts bench reaches over ssh by a sampler started there
+            sampler = (
+                start_sampling(spec, environment["gpu_nodes"], hosts, sys.executable, {TAG_VARIABLE: run_id})
+                if sampling is None
+                else None
+            )
             try:
                 outcome = supervise(
                     command,
@@ -146,10 +151,11 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
                     on_poll=launch.watcher,
                     poll_interval=launch.poll_interval,
                     hosts=hosts,
+                    on_end=sampler.stop if sampler is not None else None,  # ended before the teardown's reaping
                 )
             finally:
                 if sampler is not None:
-                    sampler.stop()
+                    sampler.stop()  # (again, should supervise not have come to it)
             lifeline.launcher_ended()
             outcome = overdue_outcome(run_dir, outcome)  # the lifeline ended it at its deadline while this was stopped
         shared_with = claim.finish()  # its processes are gone: the cores are free for the next run
@@ -168,9 +174,7 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
             task.conclude(spec, run_dir, outcome, before),
             info,
             shared_with,
-            gpu_usage(
-                sampler, sampling, sampled_span_results(run_dir, sampler), socket.gethostname(), bool(spec.hosts)
-            ),
+            gpu_usage(sampler, sampling, sampled_span_results(run_dir, sampler), socket.gethostname()),
         )
         for event in record.events:
             if event["kind"] == "rank_exit_unrecorded":  # (bench.harness.outcome.unrecorded_exits)
@@ -189,7 +193,7 @@ def _execute(spec: RunSpec, store: Store, show_progress: bool, run_id: str, clai
     return record
 
 
-def sampled_span_results(run_dir: RunDir, sampler: GpuSampler | None) -> list[RankResult]:
+def sampled_span_results(run_dir: RunDir, sampler: GpuSampler | HostsSampling | None) -> list[RankResult]:
     """The ranks' results that bound a sampled run's measured span; none read where nothing was sampled, and none
     where a result cannot be read (the task's conclusion says what is wrong with it)."""
     if sampler is None:

@@ -295,8 +295,10 @@ def supervise(
     on_poll: Callable[[], str | None] | None = None,
     poll_interval: float = 0.2,
     hosts: Sequence[str] = (),
+    on_end: Callable[[], object] | None = None,
 ) -> Outcome:
-    """Run cmd in its own session until it exits, the deadline passes, or the user interrupts; then end
+    """Run cmd in its own session until it exits, the deadline passes, or the user interrupts; then on_end() (what
+    ends beside the run by itself, as the GPU samplers on its hosts do, before the reaping would list it), then end
     everything of the run here and on every one of `hosts` (a run across hosts)."""
     tag = env[TAG_VARIABLE]
     launched_at = time.time()
@@ -327,6 +329,8 @@ def supervise(
         # A second Ctrl-C (or SIGTERM: Slurm sends one at the time limit after its warning) must not cut
         # teardown short and leave processes behind.
         with signals_held():
+            if on_end is not None:
+                on_end()
             reaped, survivors = reap(tag, proc.pid if proc is not None else None)
             if proc is not None:
                 if proc.poll() is None:

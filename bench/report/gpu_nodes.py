@@ -1,6 +1,7 @@
 """The page's "GPU nodes" part of the environment section, and what the scope line says of the GPU data: what each
 host's GPU node is made of (environment.gpu_nodes, bench.core.gpu_node) and its GPUs' use through the measured
-span (gpu_usage, bench.harness.gpu_sampler). Runs recorded before bench looked (schema 9 and older) add nothing."""
+span (gpu_usage, bench.harness.gpu_sampler), host by host across hosts. Runs recorded before bench looked (schema 9
+and older) add nothing."""
 
 from __future__ import annotations
 
@@ -110,36 +111,61 @@ def _link_words(link: str) -> str:
     return f"NVLink, {link[2:]} bonded link(s)" if link.startswith("NV") else TOPO_WORDS.get(link, link)
 
 
+def host_usages(use: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run's GPU use host by host, each entry as a run on one host stores its own ({"host", "sampled", "via",
+    "interval_s", "gpus"}, or "reason" where not sampled): a run across hosts's `hosts`; a run on one host, itself. A
+    run across hosts recorded before every host was sampled kept the launching host's GPUs at the top and its hosts
+    without theirs: the launching host's entry takes them."""
+    entries = use.get("hosts")
+    if not isinstance(entries, list):
+        return [{k: use.get(k) for k in ("host", "sampled", "via", "interval_s", "gpus", "reason")}]
+    top = {k: use.get(k) for k in ("via", "interval_s", "gpus")}
+    return [
+        {**top, **entry}
+        if entry.get("sampled") and "gpus" not in entry and entry.get("host") == use.get("host")
+        else entry
+        for entry in entries
+        if isinstance(entry, dict)
+    ]
+
+
 def usage_blocks(records: list) -> list:
-    """Each GPU run's GPU use through its measured span, or why it was not sampled."""
+    """Each GPU run's GPU use through its measured span, each host's GPUs (a run across hosts samples every host), or
+    why a run or a host was not sampled."""
     gpu_runs = [r for r in records if r.spec.device == "cuda" and isinstance(r.gpu_usage, dict)]
     if not gpu_runs:
         return []
     rows = []
     for rec in gpu_runs:
         use = rec.gpu_usage
-        if not use.get("sampled"):
+        if not use.get("sampled") and not isinstance(use.get("hosts"), list):
             rows.append([rec.run_id, "-", "-", "-", "-", "-", f"not sampled: {use.get('reason')}"])
             continue
-        for gpu in use.get("gpus") or []:
-            rows.append(
-                [
-                    rec.run_id,
-                    f"{use.get('host')} GPU {gpu['index']}",
-                    gpu["samples"],
-                    fmt(gpu.get("util_mean_pct"), ".0f"),
-                    fmt(gpu.get("util_max_pct"), ".0f"),
-                    fmt(gpu.get("memory_max_mib"), ".0f"),
-                    f"{use.get('via')} every {use.get('interval_s')} s over {fmt(use.get('span_s'), '.1f')} s"
-                    + (f" ({use['note']})" if use.get("note") else ""),
-                ]
+        for host in host_usages(use):
+            if not host.get("sampled") or not host.get("gpus"):
+                rows.append([rec.run_id, host.get("host"), "-", "-", "-", "-", f"not sampled: {host.get('reason')}"])
+                continue
+            how = f"{host.get('via')} every {host.get('interval_s')} s over {fmt(use.get('span_s'), '.1f')} s" + (
+                f"; its sampler stopped {host['stopped']}" if host.get("stopped") else ""
             )
+            for gpu in host["gpus"]:
+                rows.append(
+                    [
+                        rec.run_id,
+                        f"{host.get('host')} GPU {gpu['index']}",
+                        gpu["samples"],
+                        fmt(gpu.get("util_mean_pct"), ".0f"),
+                        fmt(gpu.get("util_max_pct"), ".0f"),
+                        fmt(gpu.get("memory_max_mib"), ".0f"),
+                        how,
+                    ]
+                )
     return [
         Table(
             [left("run"), left("GPU"), right("samples"), right("mean use %"), right("max use %")]
             + [right("max memory MiB"), left("sampled")],
             rows,
-            details="GPU use through each GPU run's steps (sampled outside the step loop)",
+            details="GPU use through each GPU run's steps, on each of its hosts (sampled outside the step loop)",
         )
     ]
 
