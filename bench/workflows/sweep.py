@@ -103,7 +103,14 @@ def benchmark_sweep_plan(
         rounds += (
             f"; faults {', '.join(faults)} under {', '.join(fault_backends(backends))} ({workloads[0]}, "
             f"{min(n for n in world_sizes if n > 1)} workers, {fault_repeats} launch"
-            f"{'es' if fault_repeats > 1 else ''} each; a stopped peer noticed after {timeouts['comm_timeout']:g} s, "
+            f"{'es' if fault_repeats > 1 else ''} each"
+            # the rounds settle_faults adds: from two a side on, up to RUNS_TO_DECIDE where not yet decided
+            + (
+                f", then one more a side at a time until decided, up to {RUNS_TO_DECIDE}"
+                if 1 < fault_repeats < RUNS_TO_DECIDE and set(PRIMARY) <= set(fault_backends(backends))
+                else ""
+            )
+            + f"; a stopped peer noticed after {timeouts['comm_timeout']:g} s, "
             f"hung with no step {timeouts['recovery_timeout']:g} s after the fault)"
         )
     description = (
