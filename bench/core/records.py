@@ -153,7 +153,10 @@ class RunRecord(Record):
     metrics: typing.Any  # the task's metrics dataclass (Task.metrics_type), or None when it produced none
     events: list[JsonObject]
     environment: JsonObject
-    # the GPUs' utilisation and memory through the measured span (bench.harness.gpu_sampler), or why not sampled
+    # the GPUs' utilisation and memory through the measured span (bench.harness.gpu_sampler), or why not sampled;
+    # across hosts each host's under `hosts`. A v10 run across hosts recorded before every host was sampled kept the
+    # launching host's GPUs at the top and its `hosts` without GPUs: no field changed meaning, so no upgrade, and the
+    # page reads both (bench.report.gpu_nodes.host_usages)
     gpu_usage: JsonObject
     run_dir: str
     launch: JsonObject = field(default_factory=dict)  # what the launcher chose at run time (ports, hosts files)

@@ -232,9 +232,10 @@ def host_main(argv: list[str]) -> int:
 
 
 class HostSampler:
-    """The host-side sampler run on `host` over ssh (bench.cluster.hosts.ssh_command: in this checkout, importable,
-    with the run's tag, so that the run's teardown on that host reaps it in any case), its lines read as they come.
-    `samples`, `via`; `reason` where it could not start or stopped before it was asked to, at `ended_at`."""
+    """The host-side sampler run on `host` by `python` over ssh (bench.cluster.hosts.ssh_command: in this checkout,
+    importable, with `env`: the run's tag, so that the run's teardown on that host reaps it in any case), its lines
+    read as they come. `samples`, `via`; `reason` where it could not start or stopped before it was asked to, at
+    `ended_at`."""
 
     def __init__(self, host: str, python: str, env: dict[str, str], interval_s: float = SAMPLE_INTERVAL_S):
         self.host = host
