@@ -24,6 +24,7 @@ from bench.harness.gpu_sampler import (
     HostsSampling,
     measured_span,
     parse_stream_sample,
+    sampling_problem,
     start_sampling,
     usage,
 )
@@ -251,6 +252,55 @@ def test_a_run_across_hosts_stores_each_hosts_gpus_and_why_a_host_was_not_sample
         "not sampled: not this host",
     ):
         assert said in text, said
+
+
+def test_a_run_across_hosts_samples_this_host_here_the_others_over_ssh_and_says_why_not(tmp_path, monkeypatch):
+    """As the runner starts them from the run's GPU node facts: this host (named as this machine) by a thread here,
+    a host with GPUs by a sampler over ssh (one that cannot be reached: why, in ssh's words), a host without GPU or
+    whose GPUs are not known not at all."""
+    monkeypatch.setenv("PATH", f"{fake_smi(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}")
+    hosts = ["localhost", "no-such-host.invalid", "cpu1", "dark1"]
+    spec = train_spec(device="cuda", hosts=[{"name": h, "slots": 1} for h in hosts])
+    nodes = [
+        {"host": "localhost", "status": "GPUs"},
+        {"host": "no-such-host.invalid", "status": "GPUs"},
+        {"host": "cpu1", "status": "no GPU"},
+        {"host": "dark1", "status": "not available", "reason": "no answer: Connection timed out"},
+    ]
+    assert sampling_problem(spec, nodes, hosts) is None
+    begun = time.time()
+    sampling = start_sampling(spec, nodes, hosts, sys.executable, {TAG_VARIABLE: "r1"})
+    try:
+        assert isinstance(sampling, HostsSampling) and sampling.here == "localhost"
+        assert sampling.local is not None and sampling.local.via == "nvidia-smi"
+        assert list(sampling.remote) == ["no-such-host.invalid"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+            sampling.remote["no-such-host.invalid"].ended_at and len(sampling.local.samples) >= 2
+        ):
+            time.sleep(0.1)
+    finally:
+        sampling.stop()
+    results = results_on(hosts[:1])
+    results[0].times.first_step_end, results[0].times.end = begun - 1, time.time() + 1
+    stored = usage(sampling, None, results, "launcher")
+    assert stored["sampled"] and stored["note"] == "not sampled: no-such-host.invalid, cpu1, dark1"
+    here, unreached, cpu, dark = stored["hosts"]
+    assert here["host"] == "localhost" and [g["index"] for g in here["gpus"]] == [0, 1]
+    assert unreached["host"] == "no-such-host.invalid" and not unreached["sampled"]
+    assert unreached["reason"].startswith("its sampler ended (ssh exited 255): ")  # then ssh's own words
+    assert "no-such-host.invalid" in unreached["reason"]
+    assert cpu == {"host": "cpu1", "sampled": False, "reason": "no GPU to sample (no GPU)"}
+    assert dark == {
+        "host": "dark1",
+        "sampled": False,
+        "reason": "its GPUs are not known (no answer: Connection timed out)",
+    }
+    no_gpu = [{"host": h, "status": "no GPU"} for h in hosts]
+    assert sampling_problem(spec, no_gpu, hosts) == (
+        "no GPU to sample on any of the run's hosts (localhost: no GPU; no-such-host.invalid: no GPU; cpu1: no GPU; "
+        "dark1: no GPU)"
+    )
 
 
 # ---------------------------------------------------------------- over ssh, on two test hosts (root)

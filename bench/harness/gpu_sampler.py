@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.cluster.hosts import ssh_command
 from bench.core.environment import PROJECT_ROOT
-from bench.core.gpu_node import SAMPLE_FIELDS, parse_sample_line, usage_summary
+from bench.core.gpu_node import NO_GPU, SAMPLE_FIELDS, parse_sample_line, usage_summary
 from bench.core.records import RankResult
 from bench.core.spec import RunSpec
 
@@ -375,8 +375,10 @@ def start_sampling(
     facts = {n.get("host"): n for n in nodes}
     for name in hosts:
         node = facts.get(name) or {}
-        if node.get("status") != "GPUs":
-            sampling.skipped[name] = f"no GPU to sample ({node.get('reason') or node.get('status') or 'not looked at'})"
+        status = node.get("status")
+        if status != "GPUs":
+            why = "no GPU to sample" if status == NO_GPU else "its GPUs are not known"
+            sampling.skipped[name] = f"{why} ({node.get('reason') or status or 'not looked at'})"
         elif here is not None and node is here and sampling.local is None:
             sampling.here, sampling.local = name, GpuSampler().start()
         else:
