@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -147,7 +148,9 @@ def test_the_allocation_is_read_as_slurm_writes_it(monkeypatch):
         "nodelist": "n[1-2]",
         "hosts": [{"name": "n1", "slots": 2}, {"name": "n2", "slots": 2}],
         "gpus_per_node": None,
+        "cpus_per_task": None,  # Slurm said nothing of the CPUs: srun's default
     }
+    assert slurm.allocation({**env, "SLURM_JOB_CPUS_PER_NODE": "4(x2)"})["cpus_per_task"] == "4"
     assert slurm.allocation({**env, "SLURM_GPUS_ON_NODE": "4"})["gpus_per_node"] == 4
     with pytest.raises(slurm.UsageError, match="names 1 nodes, the node list 2"):
         slurm.allocation({**env, "SLURM_TASKS_PER_NODE": "2"})
@@ -445,9 +448,46 @@ def test_sbatch_wait_runs_a_two_node_job(cluster):
     assert sorted(out.read_text().split()) == [h.name for h in cluster["hosts"]]
 
 
+@needs_cluster
+def test_a_task_is_confined_to_the_cores_slurm_gave_it(cluster):
+    """As on a production partition: a task of one CPU is in its step's cgroup (cpuset and freezer, under its node's
+    slurm_<node>) and asking the kernel for every CPU still leaves it the one it was given (the cpuset, not only
+    its affinity); with --cpus-per-task 2 it has both."""
+    here = "import os, sys; os.sched_setaffinity(0, range(os.cpu_count())); print(sorted(os.sched_getaffinity(0)))"
+    cgroups = "grep -E ':(cpuset|freezer):' /proc/self/cgroup | cut -d: -f2,3 | sort | tr '\\n' ' '"
+    command = f"echo $SLURMD_NODENAME $({cgroups}) $({sys.executable} -c '{here}' | tr -d ' ')"
+    for cpus in (1, 2):
+        proc = slurm("srun", "-N2", "--ntasks-per-node=1", f"--cpus-per-task={cpus}", "sh", "-c", command)
+        assert proc.returncode == 0, proc.stderr
+        seen = sorted(line.split() for line in proc.stdout.splitlines())
+        assert [words[0] for words in seen] == [h.name for h in cluster["hosts"]], proc.stdout
+        for node, cpuset, freezer, affinity in seen:
+            step = f"/slurm_{node}/uid_0/job_"
+            assert cpuset.startswith(f"cpuset:{step}") and cpuset.endswith("/step_0"), proc.stdout
+            assert freezer == cpuset.replace("cpuset:", "freezer:"), proc.stdout
+            assert len(json.loads(affinity)) == cpus, proc.stdout
+
+
+@needs_cluster
+def test_each_nodes_workers_get_every_core_the_job_holds_there(cluster):
+    """A job of 2 workers a node (a task, a CPU each) runs one torchrun agent a node through srun, which hands it
+    both CPUs of its node: each worker may run on both (one each if srun gave the agent one, as the binding to cores
+    does to a task that asks for nothing)."""
+    script, store = job_script(cluster, "cores", "--backend", "elastic", "--oversubscribe", *FAST, tasks_per_node=2)
+    assert "#SBATCH --ntasks-per-node=2" in script.read_text()
+    proc = slurm("sbatch", "--wait", str(script), cwd=script.parent, timeout=240)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr, *(p.read_text() for p in script.parent.glob("slurm-*")))
+    (record,) = records_of(store)
+    assert record.status == "ok", record.error
+    assert record.command[:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=2"]
+    assert sorted(row.host for row in record.rank_map) == sorted(2 * [h.name for h in cluster["hosts"]])
+    assert all(len(row.cpus) == 2 for row in record.rank_map), [(row.host, row.cpus) for row in record.rank_map]
+    assert_nothing_of_the_runs_left([record])
+
+
 # ---------------------------------------------------------------- the suite under Slurm
-def job_script(cluster, name, *args, time_limit="10", verb="run"):
-    """A script from `bench slurm-script` for 2 nodes x 1 task into its own store: (script, store)."""
+def job_script(cluster, name, *args, time_limit="10", verb="run", tasks_per_node=1):
+    """A script from `bench slurm-script` for 2 nodes x `tasks_per_node` tasks into its own store: (script, store)."""
     folder = cluster["folder"] / name
     folder.mkdir()
     store = folder / "bench.sqlite"
@@ -456,7 +496,7 @@ def job_script(cluster, name, *args, time_limit="10", verb="run"):
         "--nodes",
         2,
         "--tasks-per-node",
-        1,
+        tasks_per_node,
         "--time",
         time_limit,
         "--verb",
@@ -560,6 +600,7 @@ def test_down_leaves_no_process_and_is_safe_to_repeat(cluster):
     assert testslurm.down() is True
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in daemons)
     assert testslurm.processes() == [] and not testslurm.STATE_DIR.exists()
+    assert testslurm.cgroup_leftovers() == []  # the nodes' slurm_<node> cgroups removed too
     assert testslurm.down() is False
     assert testslurm.status() == []
     proc = bench("testslurm", "status")

@@ -168,7 +168,8 @@ def of_allocation(scheduler: dict | None) -> bool:
 
 
 def allocation(env=None) -> dict:
-    """The allocation bench runs in: {"name": "slurm", "job_id", "nodelist", "hosts": [{"name", "slots"}]}."""
+    """The allocation bench runs in: {"name": "slurm", "job_id", "nodelist", "hosts": [{"name", "slots"}],
+    "gpus_per_node", "cpus_per_task"}."""
     env = env or os.environ
     if not in_allocation(env):
         raise UsageError(
@@ -195,6 +196,8 @@ def allocation(env=None) -> dict:
         "nodelist": nodelist,
         "hosts": [host.to_dict() for host in hosts],
         "gpus_per_node": gpus_per_node(env),
+        # what srun_command gives each node's task, read now so that a value Slurm did not write is refused first
+        "cpus_per_task": cpus_per_task(env),
     }
 
 
