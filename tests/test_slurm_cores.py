@@ -59,22 +59,28 @@ def srun_lines(lines: list[str]) -> list[list[str]]:
     return [line.split("started here: ", 1)[1].split()[:6] for line in lines if "started here: srun" in line]
 
 
+def cpus_of(srun: list[str]) -> str:
+    """srun's --cpus-per-task, which follows its node list."""
+    assert srun[4].startswith("--nodelist=") and srun[5].startswith("--cpus-per-task="), srun
+    return srun[5]
+
+
 def test_a_2x8_gpu_job_asks_for_a_core_per_gpu_worker_and_hands_a_node_s_cores_to_its_agent(tmp_path):
     directives, sruns = job_plan(tmp_path)
     for line in ("--nodes=2", "--ntasks-per-node=8", "--cpus-per-task=1", "--gpus-per-node=8"):
         assert f"#SBATCH {line}" in directives, directives
     assert sruns == [
-        ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=8", "--nodelist=node1,node2"]
+        ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=node1,node2", "--cpus-per-task=8"]
     ]
 
 
 def test_cores_per_worker_and_whole_nodes(tmp_path):
     directives, sruns = job_plan(tmp_path, "--cpus-per-worker", 12)
     assert "#SBATCH --cpus-per-task=12" in directives and "#SBATCH --exclusive" not in directives
-    assert sruns[0][4] == "--cpus-per-task=96"  # 8 workers x 12
+    assert cpus_of(sruns[0]) == "--cpus-per-task=96"  # 8 workers x 12
     directives, sruns = job_plan(tmp_path, "--exclusive", rest=("--backend", "elastic,horovod"))
     assert {"#SBATCH --exclusive", "#SBATCH --mem=0", "#SBATCH --ntasks-per-node=8"} <= set(directives), directives
-    assert sruns[0][4] == "--cpus-per-task=NODE_CPUS"  # every CPU Slurm finds there, unknown to a plan
+    assert cpus_of(sruns[0]) == "--cpus-per-task=NODE_CPUS"  # every CPU Slurm finds there, unknown to a plan
     # horovodrun runs in the batch step, which holds every CPU of the job on the first node: no srun of its own
     assert len(sruns) == 1
 
@@ -96,9 +102,9 @@ def test_inside_salloc_the_agent_gets_every_cpu_the_allocation_holds_on_its_node
         (srun,) = srun_lines(proc.stdout.splitlines())
         return srun
 
-    assert plan()[4] == "--cpus-per-task=64"  # not the job's 8 a task: the node's 8 workers and their agent
-    assert plan(SLURM_JOB_CPUS_PER_NODE="64,48")[4] == "--cpus-per-task=48"  # what every node can give
-    assert plan(SLURM_JOB_CPUS_PER_NODE=None, SLURM_CPUS_ON_NODE="32")[4] == "--cpus-per-task=32"
+    assert cpus_of(plan()) == "--cpus-per-task=64"  # not the job's 8 a task: the node's 8 workers and their agent
+    assert cpus_of(plan(SLURM_JOB_CPUS_PER_NODE="64,48")) == "--cpus-per-task=48"  # what every node can give
+    assert cpus_of(plan(SLURM_JOB_CPUS_PER_NODE=None, SLURM_CPUS_ON_NODE="32")) == "--cpus-per-task=32"
 
 
 def test_a_cpu_count_slurm_did_not_write_is_refused_in_one_line(monkeypatch):

@@ -479,7 +479,14 @@ def test_each_nodes_workers_get_every_core_the_job_holds_there(cluster):
     assert proc.returncode == 0, (proc.stdout, proc.stderr, *(p.read_text() for p in script.parent.glob("slurm-*")))
     (record,) = records_of(store)
     assert record.status == "ok", record.error
-    assert record.command[:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=2"]
+    assert record.command[:6] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--nodelist=bench-th1,bench-th2",
+        "--cpus-per-task=2",
+    ]
     assert sorted(row.host for row in record.rank_map) == sorted(2 * [h.name for h in cluster["hosts"]])
     assert all(len(row.cpus) == 2 for row in record.rank_map), [(row.host, row.cpus) for row in record.rank_map]
     assert_nothing_of_the_runs_left([record])
