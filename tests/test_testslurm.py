@@ -103,7 +103,7 @@ def test_configuration_is_the_clusters_own():
         "ConstrainCores=yes",
     ]
     bare = testslurm.slurm_conf(hosts, "box", "10.213.7.1", 4, cgroups=False).splitlines()
-    assert "ProctrackType=proctrack/linuxproc" in bare and "TaskPlugin=task/none" in bare
+    assert {"ProctrackType=proctrack/linuxproc", "TaskPlugin=task/affinity", "TaskPluginParam=cores"} <= set(bare)
     assert testslurm.cgroup_conf(False).splitlines()[1:] == ["CgroupPlugin=cgroup/v1"]
 
 
@@ -450,22 +450,30 @@ def test_sbatch_wait_runs_a_two_node_job(cluster):
 
 @needs_cluster
 def test_a_task_is_confined_to_the_cores_slurm_gave_it(cluster):
-    """As on a production partition: a task of one CPU is in its step's cgroup (cpuset and freezer, under its node's
-    slurm_<node>) and asking the kernel for every CPU still leaves it the one it was given (the cpuset, not only
-    its affinity); with --cpus-per-task 2 it has both."""
-    here = "import os, sys; os.sched_setaffinity(0, range(os.cpu_count())); print(sorted(os.sched_getaffinity(0)))"
-    cgroups = "grep -E ':(cpuset|freezer):' /proc/self/cgroup | cut -d: -f2,3 | sort | tr '\\n' ' '"
-    command = f"echo $SLURMD_NODENAME $({cgroups}) $({sys.executable} -c '{here}' | tr -d ' ')"
+    """As on a production partition: a task of one CPU is bound to it and, where this machine has the cgroup v1
+    hierarchies (cgroup_problem: everywhere this suite runs so far), is in its step's cgroup (cpuset and freezer,
+    under its node's slurm_<node>), so that asking the kernel for every CPU still leaves it the one it was given;
+    with --cpus-per-task 2 it has both."""
+    confined = testslurm.cgroup_problem() is None
+    assert testslurm.STATE.read()["cgroups"] == ("cgroup/v1" if confined else testslurm.cgroup_problem())
+    affinity = "import os; a = sorted(os.sched_getaffinity(0)); os.sched_setaffinity(0, range(os.cpu_count()))"
+    affinity += "; print(len(a), len(os.sched_getaffinity(0)))"
+    # the task's cpuset and freezer cgroups as one word ("none" where it has neither)
+    cgroups = "grep -E ':(cpuset|freezer):' /proc/self/cgroup | cut -d: -f2,3 | sort | paste -sd,"
+    command = f'cg=$({cgroups}); echo $SLURMD_NODENAME "${{cg:-none}}" $({sys.executable} -c "{affinity}")'
     for cpus in (1, 2):
         proc = slurm("srun", "-N2", "--ntasks-per-node=1", f"--cpus-per-task={cpus}", "sh", "-c", command)
         assert proc.returncode == 0, proc.stderr
         seen = sorted(line.split() for line in proc.stdout.splitlines())
         assert [words[0] for words in seen] == [h.name for h in cluster["hosts"]], proc.stdout
-        for node, cpuset, freezer, affinity in seen:
-            step = f"/slurm_{node}/uid_0/job_"
-            assert cpuset.startswith(f"cpuset:{step}") and cpuset.endswith("/step_0"), proc.stdout
-            assert freezer == cpuset.replace("cpuset:", "freezer:"), proc.stdout
-            assert len(json.loads(affinity)) == cpus, proc.stdout
+        for node, groups, bound, widened in seen:
+            assert int(bound) == cpus, proc.stdout  # task/affinity: the task's cores as Slurm gave them
+            if confined:
+                cpuset, freezer = groups.split(",")
+                assert cpuset.startswith(f"cpuset:/slurm_{node}/uid_0/job_"), proc.stdout
+                assert cpuset.endswith("/step_0"), proc.stdout
+                assert freezer == cpuset.replace("cpuset:", "freezer:"), proc.stdout
+                assert int(widened) == cpus, proc.stdout  # the cpuset holds, whatever the task asks for
 
 
 @needs_cluster

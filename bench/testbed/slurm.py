@@ -124,9 +124,9 @@ def controller_name() -> str:
 
 
 def slurm_conf(hosts: list[testhosts.TestHost], controller: str, address: str, cpus: int, cgroups: bool = True) -> str:
-    """slurm.conf; `cgroups`: tasks confined as production partitions confine them (proctrack/cgroup, task/cgroup with
-    cgroup.conf's ConstrainCores, task/affinity binding each task to its cores), else none (cgroup_problem says why
-    not)."""
+    """slurm.conf. Tasks bound to their cores (task/affinity) and, with `cgroups`, confined as production partitions
+    confine them (proctrack/cgroup, task/cgroup with cgroup.conf's ConstrainCores); without, where cgroup_problem
+    says why, processes tracked by their parents (proctrack/linuxproc)."""
     d = STATE_DIR
     lines = [
         "# bench testslurm up wrote this; bench testslurm down removes it",
@@ -147,12 +147,13 @@ def slurm_conf(hosts: list[testhosts.TestHost], controller: str, address: str, c
         f"SlurmdLogFile={d}/slurmd-%n.log",
         f"PlugStackConfig={d}/plugstack.conf",  # not the package's /etc/slurm/plugstack.conf
         *(
-            # each task bound to its cores too, as sites that bind by default do: a step that asks for fewer CPUs
-            # than its processes need shows as the task's affinity, not only as contention
-            ("ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity", "TaskPluginParam=cores")
+            ("ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity")
             if cgroups
-            else ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none")
+            else ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/affinity")
         ),
+        # each task bound to its cores, as sites that bind by default do (and without cgroups, all there is): a
+        # step that asks for fewer CPUs than its processes need shows as the task's affinity, not only as contention
+        "TaskPluginParam=cores",
         "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/none",
         "JobCompType=jobcomp/none",
@@ -185,10 +186,10 @@ def cgroup_mount() -> Path:
 
 
 def cgroup_problem(mounts: str | None = None) -> str | None:
-    """Why slurmd cannot confine tasks with cgroups here, or None: the cgroup v1 plugin needs this machine's cpuset
-    and freezer controllers in v1 hierarchies (slurmd mounts them again in its namespace); a machine with only the
-    unified v2 hierarchy needs the cgroup/v2 plugin, which in Slurm 22.05 wants a systemd to delegate it a
-    subtree, and a cgroup v2 machine here has none."""
+    """Why slurmd cannot confine tasks with cgroups here, or None: the cluster uses the cgroup v1 plugin, which needs
+    this machine's cpuset and freezer controllers in v1 hierarchies (slurmd mounts them again in its namespace). A
+    machine with the unified v2 hierarchy alone would need the cgroup/v2 plugin set up without systemd
+    (IgnoreSystemd), which the cluster does not do: it runs without cgroups there, and says so."""
     if mounts is None:
         try:
             mounts = Path("/proc/self/mounts").read_text()
@@ -203,8 +204,8 @@ def cgroup_problem(mounts: str | None = None) -> str | None:
     missing = [c for c in CGROUP_CONTROLLERS if c not in v1]
     if missing:
         return (
-            f"this machine mounts no cgroup v1 hierarchy of {' and '.join(missing)} (the cgroup/v1 plugin's; "
-            "cgroup/v2 needs a systemd to delegate a subtree)"
+            f"this machine mounts no cgroup v1 hierarchy of {' and '.join(missing)}, which the cluster's cgroup/v1 "
+            "plugin confines tasks with (a cgroup v2 hierarchy alone is not set up for it)"
         )
     return None
 
@@ -248,8 +249,8 @@ def cgroup_conf(cgroups: bool) -> str:
     if not cgroups:
         # slurmd 22.05 always loads a cgroup plugin, and autodetecting one needs /sys/fs/cgroup, which `ip netns
         # exec`'s fresh /sys lacks: naming the v1 plugin skips the detection, and with proctrack/linuxproc and
-        # task/none it creates no cgroup
-        return "# bench testslurm: no cgroups (proctrack/linuxproc, task/none)\nCgroupPlugin=cgroup/v1\n"
+        # task/affinity alone it creates no cgroup
+        return "# bench testslurm: no cgroups (proctrack/linuxproc, task/affinity)\nCgroupPlugin=cgroup/v1\n"
     return "\n".join(
         [
             "# bench testslurm: each job and step in cgroups of the cores Slurm gave it, as on a production partition",
@@ -424,7 +425,7 @@ def build(hosts: list[testhosts.TestHost], address: str, log) -> None:
 
     problem = cgroup_problem()
     if problem:
-        log(f"note: no cgroups, tasks are not confined to their cores: {problem}")
+        log(f"note: no cgroups, tasks are bound to their cores but not confined to them: {problem}")
     else:
         for controller in CGROUP_CONTROLLERS:
             (cgroup_mount() / controller).mkdir(parents=True)
