@@ -226,3 +226,24 @@ def test_the_teardown_removes_only_the_runs_own_temporary_folders(shared_tmp, tm
     assert not mine.exists()
     assert (theirs / "file").read_text() == "theirs\n" and linked.is_symlink()
     assert (victim / "kept").read_text() == "root's\n"
+
+
+def test_rays_folder_outside_the_run_directory_is_made_private_and_never_taken_from_another_user(
+    shared_tmp, tmp_path, monkeypatch
+):
+    """Where the run directory's path is too long for Ray's sockets, Ray's runtime folder is in /tmp under the run's
+    name, which the process list shows: the driver makes it itself, private, and refuses a name another user took
+    (a link to a folder of root's here) instead of handing Ray a folder it would write through."""
+    import bench.backends.ray.driver as driver
+
+    monkeypatch.setattr(driver, "SHORT_TEMP_DIR", shared_tmp)
+    run_dir = RunDir(tmp_path / ("long-" * 20) / "run")
+    folder, remove = driver.temp_dir(run_dir, "mine-1")
+    assert remove and folder.parent == shared_tmp and not folder.is_symlink()
+    assert folder.stat().st_uid == os.geteuid() and folder.stat().st_mode & 0o777 == 0o700
+    victim = tmp_path / "root-only"
+    victim.mkdir()
+    as_other_user(lambda: os.symlink(victim, shared_tmp / "bench-theirs-1-ray"))
+    with pytest.raises(SystemExit, match="exists already, made by someone else"):
+        driver.temp_dir(run_dir, "theirs-1")
+    assert list(victim.iterdir()) == []

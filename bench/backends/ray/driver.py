@@ -40,11 +40,22 @@ SOCKET_SUFFIX = len("/session_2026-01-01_00-00-00_000000_1234567/sockets/plasma_
 
 
 def temp_dir(run_dir, run_id: str) -> tuple[Path, bool]:
-    """(Ray's temporary folder, whether it is outside the run directory and to be removed afterwards)."""
+    """(Ray's temporary folder, whether it is outside the run directory and to be removed afterwards). Outside it,
+    in /tmp, which every user may write, the folder is made here, exclusively and private, before Ray is given it:
+    Ray makes what it is given as it finds it, so a folder or a link another user put under the name (the run's id
+    shows in the process list) would have had Ray's sockets and logs written where that user chose."""
     inside = run_dir.path / "ray"
     if len(str(inside)) + SOCKET_SUFFIX <= SOCKET_PATH_MAX:
         return inside, False
-    return SHORT_TEMP_DIR / f"{run_temp_prefix(run_id)}ray", True
+    outside = SHORT_TEMP_DIR / f"{run_temp_prefix(run_id)}ray"
+    try:
+        outside.mkdir(mode=0o700)  # mkdir makes nothing where any entry, a link included, has the name
+    except FileExistsError:
+        raise SystemExit(
+            f"ray driver: {outside} exists already, made by someone else before this run; Ray's folder must be the "
+            "run's own: give --store a folder with a shorter path, so that Ray's folder is in the run directory"
+        ) from None
+    return outside, True
 
 
 # what bench.harness.runner.worker_environment sets for every rank, passed to the workers of a cluster given by
