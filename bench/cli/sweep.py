@@ -22,7 +22,7 @@ from bench.core.console import note
 from bench.core.errors import UsageError
 from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
 from bench.core.spec import MAX_TIMEOUT_WORDS
-from bench.core.stats import MIN_LAUNCHES
+from bench.core.stats import MIN_LAUNCHES, runs_to_decide
 from bench.harness.plan import print_plans
 from bench.rank.collectives import COMM_DEFAULTS
 from bench.report.page import output_path, write_report_with_copy
@@ -79,9 +79,9 @@ def add_parser(verbs) -> None:
         "--fault-repeats",
         type=options.repeat_count,
         metavar="N",
-        help=f"launches of each fault case (default {SWEEP_FAULTS['repeats']}: the fewest that can decide whether a "
-        "backend comes through where the other does not; a case split by a single failure gets one more launch a "
-        "side)",
+        help=f"launches of each fault case (default {SWEEP_FAULTS['repeats']}); a case they leave undecided gets one "
+        f"more launch a side at a time until it is decided or has {runs_to_decide()} a side, the fewest that can "
+        "decide a gap seen in every run",
         invalid=["0", "x", *options.TOO_MANY_REPEATS],
     )
     # the fault runs' time limits, bench fault's flags: a sweep's are short (SWEEP_FAULTS), which a group that restarts
