@@ -676,3 +676,16 @@ def write_source(folder: Path, name: str, text: str) -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(text))
     return path
+
+
+def blocks_text(blocks: list) -> str:
+    """The words of a page section's blocks: tables' cells and disclosures, paragraphs, headings."""
+    out = []
+    for b in blocks:
+        if b.kind == "table":
+            out += [c.text for row in b.rows for c in row.cells] + [b.details or ""]
+        elif b.kind == "paragraph":
+            out += [s.text for s in b.text]
+        elif b.kind == "heading":
+            out.append(b.text)
+    return "\n".join(out)

@@ -37,7 +37,7 @@ from bench.report.gpu_nodes import gpu_node_blocks, gpu_scope
 from bench.report.page import environment_section, scope_line
 from bench.results.frame import records_to_frame
 from conftest import ROOT, assert_one_line_error, bench
-from factories import ENVIRONMENT, rank_result, train_output, train_record
+from factories import ENVIRONMENT, blocks_text, rank_result, train_output, train_record
 
 # `nvidia-smi topo -m` on a node of 8 GPUs, each pair over 18 bonded NVLinks, with two InfiniBand NICs
 NVLINK_8 = "\t" + "\t".join(f"GPU{i}" for i in range(8)) + "\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
@@ -354,18 +354,6 @@ def nvlink_node() -> dict:
     }
 
 
-def page_text(blocks: list) -> str:
-    out = []
-    for b in blocks:
-        if b.kind == "table":
-            out += [c.text for row in b.rows for c in row.cells] + [b.details or ""]
-        elif b.kind == "paragraph":
-            out += [s.text for s in b.text]
-        elif b.kind == "heading":
-            out.append(b.text)
-    return "\n".join(out)
-
-
 def test_the_page_shows_each_gpu_node_its_use_and_its_scope():
     used = {
         "sampled": True,
@@ -379,7 +367,7 @@ def test_the_page_shows_each_gpu_node_its_use_and_its_scope():
     gpu_run.environment = {**ENVIRONMENT, "gpu_nodes": [nvlink_node()]}
     unsampled = train_record("g2", spec_fields={"device": "cuda"}, gpu_usage={"sampled": False, "reason": "no tool"})
     unsampled.environment = {**ENVIRONMENT, "gpu_nodes": [nvlink_node()]}
-    text = page_text(environment_section([gpu_run, unsampled]).blocks)
+    text = blocks_text(environment_section([gpu_run, unsampled]).blocks)
     for said in (
         "GPU nodes",
         "8 x NVIDIA H100 80GB HBM3 (81559 MiB)",

@@ -32,7 +32,7 @@ from bench.harness.supervisor import TAG_VARIABLE
 from bench.report.page import environment_section
 from bench.testbed import hosts as testhosts
 from conftest import ROOT, assert_one_line_error, processes_of_run
-from factories import rank_result, train_output, train_record, train_spec
+from factories import blocks_text, rank_result, train_output, train_record, train_spec
 from needs import needs
 
 # two GPUs sampled every time it is asked (a `-lms` loop), in nvidia-smi's layout, stamped now
@@ -144,17 +144,6 @@ def test_a_host_side_sampler_that_cannot_sample_says_why(tmp_path):
 
 
 # ---------------------------------------------------------------- what a run across hosts stores and the page shows
-def page_text(blocks: list) -> str:
-    """The words of the page's blocks: tables' cells and disclosures, paragraphs, headings."""
-    out = []
-    for b in blocks:
-        if b.kind == "table":
-            out += [c.text for row in b.rows for c in row.cells] + [b.details or ""]
-        elif b.kind == "paragraph":
-            out += [s.text for s in b.text]
-        elif b.kind == "heading":
-            out.append(b.text)
-    return "\n".join(out)
 
 
 def results_on(hosts: list[str]) -> list:
@@ -240,7 +229,7 @@ def test_a_run_across_hosts_stores_each_hosts_gpus_and_why_a_host_was_not_sample
     )
     for rec in (run, old):
         rec.environment = {**rec.environment, "gpu_nodes": [{"host": h, "status": "GPUs"} for h in ("gpu1", "gpu2")]}
-    text = page_text(environment_section([run, old]).blocks)
+    text = blocks_text(environment_section([run, old]).blocks)
     for said in (
         "gpu1 GPU 1",
         "gpu2 GPU 0",

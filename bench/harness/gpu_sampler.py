@@ -38,6 +38,17 @@ STOP_WAIT_S = 5.0  # beyond one interval: a host's sampler ending when asked (it
 Sample = tuple[float, int, float | None, float | None]  # (time, GPU index, utilisation %, memory used MiB)
 
 
+def end_process(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL after 5 s: a sampler's child (nvidia-smi, an ssh client) ended and waited for."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def not_sampled(why: str) -> dict[str, Any]:
     return {"sampled": False, "reason": why}
 
@@ -132,13 +143,7 @@ class GpuSampler:
     def stop(self) -> None:
         self._stop.set()
         if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            end_process(self._proc)
             if self._proc.returncode not in (0, -15) and not self.taken:
                 self.reason = f"nvidia-smi exited {self._proc.returncode} before its first sample"
         if self._thread is not None:
@@ -320,12 +325,7 @@ class HostSampler:
         try:
             self._proc.wait(timeout=self.interval_s + STOP_WAIT_S)
         except subprocess.TimeoutExpired:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            end_process(self._proc)
         for thread in self._threads:
             thread.join(timeout=5)
 
