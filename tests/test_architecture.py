@@ -70,7 +70,9 @@ def modules() -> dict[str, Path]:
 
 def layer_of(module: str) -> str:
     parts = module.split(".")
-    if module in ("bench", "bench.__main__"):
+    if module == "bench":  # the package itself: its version and nothing else, which any layer may read
+        return "core"
+    if module == "bench.__main__":
         return "cli"
     if parts[1] == "tasks" and len(parts) >= 4 and parts[3] in VIEW_PARTS:
         return parts[3]  # a task's results and report views sit with the results and the report
@@ -363,7 +365,7 @@ def test_the_groups_of_files_a_worker_runs_together_name_every_file_that_shares_
 
     tests = Path(__file__).resolve().parent
     uses = {
-        "test hosts": re.compile(r"testhosts\.up\(|fcntl\.flock\(lock"),
+        "test hosts": re.compile(r"testhosts\.up\(|fcntl\.flock\(lock|held_test_hosts\("),
         "two-worker runs": re.compile(r"\btwo_worker_run\b"),
     }
     for group, pattern in uses.items():

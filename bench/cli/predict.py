@@ -38,6 +38,12 @@ COMMITTED_MODELS = sorted(path.stem for path in COMMITTED.glob("*.json"))
 HOROVOD_KNOBS = ("hvd_cycle_ms", "hvd_fusion_mb")  # Horovod's options a projection takes (--hvd-cycle-ms, ...)
 
 
+def knob_backends() -> list[str]:
+    """The backends whose own options are HOROVOD_KNOBS (has_horovod_knobs), in the registry's order: the options
+    `bench predict` takes from them, and the --backend a projection with them needs."""
+    return [b for b in PROJECTABLE if has_horovod_knobs(b)]
+
+
 def add_parser(verbs) -> None:
     p = verbs.add_parser(
         "predict",
@@ -116,7 +122,8 @@ def add_parser(verbs) -> None:
         f"{', '.join(COMMITTED_MODELS)}, the ones docs/studies/published.md uses), profile it "
         "on this machine's CPU instead (a CPU's profile moves between machines and loads)",
     )
-    knobs = {o.name: o for o in get_backend("horovod").options}
+    owners = knob_backends()
+    knobs = {o.name: o for o in get_backend(owners[0]).options}
     for name, invalid in (("hvd_cycle_ms", ["-1", "nan", "x", "1e10"]), ("hvd_fusion_mb", ["-1", "nan", "x"])):
         opt = knobs[name]
         options.add(
@@ -125,7 +132,7 @@ def add_parser(verbs) -> None:
             type=options.finite_float,
             metavar=name.upper(),
             invalid=invalid,
-            needs=["--backend", "horovod"],
+            needs=["--backend", owners[0]],
             help=f"{opt.help} (default: Horovod's own; in a projection, those of --hvd-version's era: {era_help()})",
         )
     options.add(
@@ -133,7 +140,7 @@ def add_parser(verbs) -> None:
         "--hvd-version",
         metavar="VERSION",
         invalid=["x", "0.8", "1..2"],
-        needs=["--backend", "horovod"],
+        needs=["--backend", owners[0]],
         help="project Horovod as this version ran: its era's default cycle and fusion threshold ("
         + "; ".join(f"{e.version} on, {e.when}" for e in HOROVOD_ERAS)
         + f"; default: the newest, {HOROVOD_ERAS[-1].version}); --hvd-cycle-ms and --hvd-fusion-mb override them",
@@ -216,7 +223,7 @@ def cmd(args) -> int:
         backends = list(SYSTEMS)
     given = [f"--{k.replace('_', '-')}" for k in ("hvd_version", *HOROVOD_KNOBS) if getattr(args, k) is not None]
     if given and not any(has_horovod_knobs(b) for b in backends):
-        raise UsageError(f"{given[0]} is Horovod's: give --backend horovod (or horovod-tf) too")
+        raise UsageError(f"{given[0]} is Horovod's: give --backend {' or '.join(knob_backends())} too")
     if args.fresh_profile and args.model is None:
         raise UsageError("--fresh-profile profiles --model's model: give --model too")
     if args.compute_ms is not None and args.compute_from:
