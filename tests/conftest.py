@@ -4,6 +4,8 @@ input files are in factories.py. No test module imports another."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import glob
 import json
@@ -427,6 +429,20 @@ def lock_dir_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         os.environ.pop("BENCH_LOCK_DIR", None)
     else:
         os.environ["BENCH_LOCK_DIR"] = before
+
+
+@contextlib.contextmanager
+def held_test_hosts(count: int) -> Iterator[list]:
+    """`count` test hosts (bench.testbed.hosts), taken down afterwards, also when a test fails; one user of the test
+    hosts at a time: every module that builds them holds a lock on tests/test_testhosts.py meanwhile."""
+    from bench.testbed import hosts as testhosts
+
+    with open(Path(__file__).with_name("test_testhosts.py")) as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield testhosts.up(count)
+        finally:
+            testhosts.down()
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Runs across hosts: the host lists, placement and remote commands anywhere; real runs of every backend on two
 test hosts (network namespaces with their own sshd: `bench testhosts`), which need root."""
 
-import fcntl
 import json
 import shlex
 import time
@@ -22,7 +21,7 @@ from bench.tasks.fault.driver import FaultDriver
 from bench.tasks.fault.spec import FAULT_DEFAULTS
 from bench.tasks.fault.spec import build_spec as build_fault_spec
 from bench.testbed import hosts as testhosts
-from conftest import FAST, assert_one_line_error, bench, bench_in_process, processes_of_run
+from conftest import FAST, assert_one_line_error, bench, bench_in_process, held_test_hosts, processes_of_run
 from needs import needs
 
 
@@ -288,16 +287,8 @@ def needs_hosts(test):
 def two_hosts():
     """Two test hosts for this module, taken down afterwards, also when a test fails; one user of the test hosts
     at a time (the lock test_testhosts.py takes too)."""
-    lock = open(Path(__file__).with_name("test_testhosts.py"))
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        hosts = testhosts.up(2)
+    with held_test_hosts(2) as hosts:
         yield hosts
-    finally:
-        try:
-            testhosts.down()
-        finally:
-            lock.close()
 
 
 def across(hosts, slots=(1, 1)):

@@ -5,7 +5,6 @@ No GPU is here: every `nvidia-smi` below is a script on PATH that answers in `nv
 layout. These tests check the plumbing (processes, pipes, ssh, parsing, summaries, teardown), not a GPU: what a real
 driver's nvidia-smi or NVML reports on a GPU node is not run here."""
 
-import fcntl
 import os
 import signal
 import stat
@@ -30,8 +29,7 @@ from bench.harness.gpu_sampler import (
 )
 from bench.harness.supervisor import TAG_VARIABLE
 from bench.report.page import environment_section
-from bench.testbed import hosts as testhosts
-from conftest import ROOT, assert_one_line_error, processes_of_run
+from conftest import ROOT, assert_one_line_error, held_test_hosts, processes_of_run
 from factories import blocks_text, rank_result, train_output, train_record, train_spec
 from needs import needs
 
@@ -297,15 +295,8 @@ def test_a_run_across_hosts_samples_this_host_here_the_others_over_ssh_and_says_
 def two_hosts():
     """Two test hosts for this module, taken down afterwards, also when a test fails; one user of the test hosts
     at a time (the lock test_testhosts.py takes too)."""
-    lock = open(Path(__file__).with_name("test_testhosts.py"))
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        yield testhosts.up(2)
-    finally:
-        try:
-            testhosts.down()
-        finally:
-            lock.close()
+    with held_test_hosts(2) as hosts:
+        yield hosts
 
 
 @pytest.mark.slow

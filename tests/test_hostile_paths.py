@@ -9,7 +9,6 @@ make a file named CANARY (or CANARY2) if a shell ran them."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import pwd
@@ -26,7 +25,7 @@ from bench.core.registry import get_backend
 from bench.core.rundir import RunDir
 from bench.tasks.fault.spec import FAULT_DEFAULTS
 from bench.tasks.fault.spec import build_spec as build_fault_spec
-from conftest import ROOT, SHORT, assert_nothing_left, assert_one_line_error, bench, bench_in_process
+from conftest import ROOT, SHORT, assert_nothing_left, assert_one_line_error, bench, bench_in_process, held_test_hosts
 from needs import needs
 
 CANARY = "PWNED-by-a-path"
@@ -252,20 +251,14 @@ def test_a_slurm_node_list_read_from_slurm_nodelist_names_that_variable(nothing_
 def slurm_cluster(tmp_path_factory):
     """Two test hosts and the Slurm test cluster on them, taken down afterwards, one module using the test hosts at a
     time (the lock tests/test_testhosts.py takes)."""
-    from bench.testbed import hosts as testhosts
     from bench.testbed import slurm as testslurm
 
-    with open(Path(__file__).with_name("test_testhosts.py")) as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with held_test_hosts(2):
         try:
-            testhosts.up(2)
             testslurm.up()
             yield tmp_path_factory.mktemp("slurm")
         finally:
-            try:
-                testslurm.down()
-            finally:
-                testhosts.down()
+            testslurm.down()
 
 
 @pytest.mark.slow

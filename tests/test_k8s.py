@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import fcntl
 import json
 import os
 import re
@@ -35,7 +34,7 @@ from bench.core.rundir import RunDir
 from bench.core.store import Store
 from bench.tasks.train import build_spec
 from bench.testbed import hosts as testhosts
-from conftest import FAST, ROOT, assert_one_line_error, bench, bench_in_process
+from conftest import FAST, ROOT, assert_one_line_error, bench, bench_in_process, held_test_hosts
 from needs import needs
 
 CRD_DIR = ROOT.parent / "shared" / "k8s" / "crds"
@@ -372,15 +371,10 @@ def pods_of(kind: str, job: str = "bench") -> list[tuple[str, list[str], dict[st
 def pod_hosts():
     """Three test hosts whose hosts files also name the pods, as the job's headless Services do (one user of the test
     hosts at a time: the lock test_testhosts.py takes)."""
-    lock = open(Path(__file__).with_name("test_testhosts.py"))
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        yield testhosts.up(3)  # two for a two-pod job, one more for an MPIJob's launcher pod where it needs its own
-    finally:
-        try:
-            testhosts.down()
-        finally:
-            lock.close()
+    with held_test_hosts(
+        3
+    ) as hosts:  # two for a two-pod job, one more for an MPIJob's launcher pod where it needs its own
+        yield hosts
 
 
 def name_the_pods(pod_hosts, pods) -> None:

@@ -4,9 +4,7 @@ Ray; CI has them), taking down any test hosts already on the machine, one module
 (the lock tests/test_testhosts.py takes too). One module-wide cluster: a Ray run across two hosts is the costly
 part (about a minute on 2 cores)."""
 
-import fcntl
 import os
-from pathlib import Path
 
 import psutil
 import pytest
@@ -21,6 +19,7 @@ from conftest import (
     bench,
     bench_in_process,
     bench_json,
+    held_test_hosts,
     run_tag_of,
 )
 from needs import needs
@@ -76,20 +75,12 @@ def tagged(proc) -> bool:
 @pytest.fixture(scope="module")
 def cluster():
     """Two test hosts and the Ray cluster on them, taken down afterwards, also when a test fails."""
-    lock = open(Path(__file__).with_name("test_testhosts.py"))
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        hosts = testhosts.up(2)
-        _, address = testray.up(cpus=1)
-        yield {"hosts": hosts, "address": address}
-    finally:
+    with held_test_hosts(2) as hosts:
         try:
-            testray.down()
+            _, address = testray.up(cpus=1)
+            yield {"hosts": hosts, "address": address}
         finally:
-            try:
-                testhosts.down()
-            finally:
-                lock.close()
+            testray.down()
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ both nodes; a cancelled job's run is stored `interrupted` with nothing of it lef
 `timeout` (the script asks Slurm for SIGTERM 45 s before the limit: a 1-minute job is warned 15 to 45 s in, as
 slurmctld looks every 30 s, where waiting for the limit itself would take 60 to 90 s)."""
 
-import fcntl
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ from bench.testbed import hosts as testhosts
 from bench.testbed import slurm as testslurm
 from bench.testbed.hosts import TestHost
 from bench.testbed.protocol import StateFile
-from conftest import FAST, assert_fails_in_one_line, bench, bench_in_process
+from conftest import FAST, assert_fails_in_one_line, bench, bench_in_process, held_test_hosts
 from needs import needs
 
 
@@ -321,20 +320,12 @@ def test_a_script_that_could_not_run_is_not_written(tmp_path, args, fragment):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two test hosts and the cluster on them, taken down afterwards, also when a test fails."""
-    lock = open(Path(__file__).with_name("test_testhosts.py"))
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        hosts = testhosts.up(2)
-        testslurm.up()
-        yield {"hosts": hosts, "folder": tmp_path_factory.mktemp("slurm")}
-    finally:
+    with held_test_hosts(2) as hosts:
         try:
-            testslurm.down()
+            testslurm.up()
+            yield {"hosts": hosts, "folder": tmp_path_factory.mktemp("slurm")}
         finally:
-            try:
-                testhosts.down()
-            finally:
-                lock.close()
+            testslurm.down()
 
 
 def slurm(*args, cwd=None, timeout=60) -> subprocess.CompletedProcess:
