@@ -335,15 +335,29 @@ def test_the_regression_gate_and_nox_use_one_store():
         assert not any(getattr(a, "value", None) == "--store" for a in runs[0].args), f"nox -s {name} passes --store"
 
 
-def test_docs_cli_md_is_what_the_parser_generates():
-    from bench.cli import docs
+def test_the_command_line_reference_is_printed_from_the_parser():
+    """`python -m bench.cli.docs`, as a user runs it, prints every command's help as the parser lays it out, and the
+    tables of old spellings, fault words and launchers' flags: the reference is printed, so it cannot go stale."""
+    import subprocess
+    import sys
 
-    path = CLI.parent.parent / "docs" / "cli.md"
-    committed = path.read_text()
-    made_with = docs.generated_with(committed)
-    if made_with != docs.PYTHON:
-        pytest.skip(f"docs/cli.md was generated with Python {made_with}; argparse's layout differs in {docs.PYTHON}")
-    assert committed == docs.page(), f"docs/cli.md is not what the parser says; regenerate it: {docs.COMMAND}"
+    from bench.cli import docs
+    from bench.cli.hints import FOREIGN
+    from bench.cli.options import FAULT_WORDS
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli.docs"], cwd=CLI.parent.parent, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    printed = proc.stdout
+    for words, sub in _commands(build_parser()):
+        sub.formatter_class = functools.partial(HelpFormatter, width=docs.WIDTH)
+        section = f"## {' '.join(words)}\n\n```text\n{sub.format_help().rstrip()}\n```\n"
+        assert section in printed, f"{' '.join(words)}: its help is not printed as the parser gives it"
+    rows = set(printed.splitlines())
+    assert all(any(line.startswith(f"| `{r.old}` |") for line in rows) for r in RENAMED)
+    assert all(any(line.startswith(f"| `{word}` |") for line in rows) for word in FAULT_WORDS)
+    assert all(f"`{flag}`" in printed for flag in FOREIGN)
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,14 @@
-"""docs/cli.md, generated from the parser: `python -m bench.cli.docs > docs/cli.md` (tests/test_cli_parser.py fails
-when the committed file differs from what this prints).
+"""The command line's reference, printed from the parser: `python -m bench.cli.docs` (every verb's help with the
+conventions, the old spellings, the fault words and the launchers' flags; tests/test_cli_parser.py checks it holds
+each). It is printed, not stored: a copy in docs/ would be one more thing to keep in step with the parser.
 
-Help is laid out at a fixed width, so that the page does not depend on the terminal it was made in; argparse's
-layout differs a little between Python versions, so the page says which one made it (the test compares under that
-version only).
+Help is laid out at a fixed width, so that the reference does not depend on the terminal it is printed in.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import re
 import sys
 
 from bench.cli import EXIT_INTERNAL, VERB_GROUPS, build_parser
@@ -21,15 +19,8 @@ from bench.cli.renamed import RENAMED
 from bench.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED
 from bench.core.registry import BACKEND_MODULES, get_backend
 
-COMMAND = "python -m bench.cli.docs > docs/cli.md"
+COMMAND = "python -m bench.cli.docs"
 WIDTH = 100
-PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
-def generated_with(text: str) -> str | None:
-    """The Python version a page says made it (its first line names it), or None."""
-    found = re.search(r"generated with Python (\d+\.\d+)", text.split("\n", 1)[0])
-    return found.group(1) if found else None
 
 
 def _commands(parser: argparse.ArgumentParser, words=("bench",)):
@@ -84,10 +75,9 @@ def page() -> str:
     parser = build_parser()
     groups = "; ".join(f"{group}: " + ", ".join(f"`{name}`" for name in names) for group, names in VERB_GROUPS)
     lines = [
-        f"# The command line (generated with Python {PYTHON}; do not edit)",
+        "# The command line",
         "",
-        f"This page is made from the parser itself: `{COMMAND}`. `tests/test_cli_parser.py` fails when it and the "
-        "parser differ; run the command again after changing an option or its help.",
+        f"Every option of every verb, with its default, printed from the parser itself by `{COMMAND}`.",
         "",
         "## Conventions",
         "",

@@ -43,7 +43,7 @@ class Renamed:
     # the old value as the new spelling takes it (minutes as seconds); refuses what the old spelling refused
     convert: Callable[[str], str] | None = None
     value: str | None = None  # an old flag without a value: the new option's value it stands for (--join: join)
-    converts: str = ""  # the conversion in words, for docs/cli.md
+    converts: str = ""  # the conversion in words, for python -m bench.cli.docs
 
     def __post_init__(self):
         if self.convert is not None and not self.converts:
