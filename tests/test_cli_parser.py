@@ -140,7 +140,7 @@ def test_names_in_help_come_from_the_registries(capsys):
 def test_shared_options_are_declared_once():
     sources = {path.name: path.read_text() for path in CLI.glob("*.py")}
     for flag in options.declarations():
-        declared = [name for name, text in sources.items() for _ in re.finditer(rf'"{flag}"\s*:\s*dict\(', text)]
+        declared = [name for name, text in sources.items() for _ in re.finditer(rf'Flag\(\s*"{flag}"', text)]
         assert declared == ["options.py"], f"{flag} declared in {declared}"
         added = [name for name, text in sources.items() if re.search(rf'add_argument\(\s*"{flag}"', text)]
         assert added == [], f"{flag} added again in {added}"

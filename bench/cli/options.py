@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 from bench.core.errors import UsageError
 from bench.core.hostlist import parse_hosts, read_hostfile
@@ -341,409 +343,521 @@ def group(name: str) -> tuple[str, ...]:
     """The flags of group `name`, in the order they are declared."""
     if name not in GROUP_TITLES:
         raise KeyError(f"no option group {name!r}; the groups are {', '.join(GROUP_TITLES)}")
-    return tuple(flag for flag, d in declarations().items() if d["group"] == name)
+    return tuple(f.flag for f in FLAGS if f.group == name)
 
 
 def test_only_flags() -> tuple[str, ...]:
     """Accepted, but not shown: the tests' means of making a run fail or slow."""
-    return tuple(flag for flag, d in declarations().items() if d.get("test_only"))
+    return tuple(f.flag for f in FLAGS if f.test_only)
 
 
-# ---------------------------------------------------------------- the declarations
-def _names(names) -> str:
-    return ", ".join(names)
+# ---------------------------------------------------------------- the declarations: one record per flag
+@dataclass(frozen=True)
+class Later:
+    """A value read when a parser is built, not when bench starts: a default of the code that owns it as it is then
+    (tests change them), a sweep's own default for its launches, or the workloads (whose package loads only then).
+    `read(at)`: `at` is what `declarations` gathers for the build (`Build`)."""
+
+    read: Callable[[Build], object]
 
 
-def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
-    """flag -> its group and `add` keywords: every shared option is declared here, and only here, with the defaults of
-    the code that owns them (read when a parser is built) and the values it refuses. `run_defaults`: a sweep's own
-    defaults for its launches (bench.workflows.plan.SWEEP_DEFAULTS), which its help states as the sweep's."""
-    sweep = run_defaults or {}
-    measured = {**DEFAULTS, **sweep}
-    from workloads import WORKLOADS
-    from workloads.data.names import LOADERS, SOURCES
+@dataclass(frozen=True)
+class Build:
+    """What a parser's declarations read as it is built (Later): `launch(key, words)` says a run's default, or a
+    sweep's own for its launches with why it differs; the workloads' names; the data sources and loaders."""
 
-    def launch_default(key: str, words: str) -> str:
+    run_defaults: dict
+    workloads: tuple[str, ...]
+    sources: tuple[str, ...]
+    loaders: tuple[str, ...]
+
+    def launch(self, key: str, words: str) -> str:
         """`default N` of a run, or a sweep's own default for its launches, saying why it is not the run's."""
+        sweep = self.run_defaults
         if key in sweep and sweep[key] != DEFAULTS[key]:
             return (
                 f"default {sweep[key]} in a sweep, whose replicates are launches, so each is short; "
                 f"{DEFAULTS[key]} for `bench run`; {words}"
             )
-        return f"default {measured[key]}, {words}"
+        return f"default {sweep.get(key, DEFAULTS[key])}, {words}"
 
-    return {
-        # what runs
-        "--backend": dict(
-            group="what runs",
-            type=backend_names,
-            metavar="B1,B2|all",
-            help="comma-separated backends, or all",  # each verb says its default, and what all is
-            invalid=["tensorflow", "", ",", "elastic,horovd", "all,elastic"],
+
+@dataclass(frozen=True)
+class Flag:
+    """One shared option, declared once (FLAGS): its flag, its group (GROUP_TITLES), and what argparse is given for it,
+    any of help, default and choices a Later where it is read when a parser is built. `invalid`: values it must refuse
+    (tests/test_bad_input_table.py gives each to every verb that takes it), or `valid_because`: why every string is
+    valid; `needs`: what it takes effect with; `short`: its one-letter spelling; `test_only`: accepted, never shown."""
+
+    flag: str
+    group: str
+    help: str | Later
+    type: Callable | None = None
+    metavar: str | None = None
+    choices: tuple | Later | None = None
+    default: object = None
+    action: str | None = None
+    short: str | None = None
+    test_only: bool = False
+    invalid: tuple[str, ...] = ()
+    valid_because: str | None = None
+    needs: tuple[str, ...] = ()
+
+    def keywords(self, at: Build) -> dict:
+        """`add`'s keywords, with the group, short and test_only that `declare` reads (what is not given left out)."""
+        given = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "flag"}
+        read = {name: value.read(at) if isinstance(value, Later) else value for name, value in given.items()}
+        return {name: value for name, value in read.items() if value is not None}
+
+
+FLAGS = (
+    # what runs
+    Flag(
+        "--backend",
+        "what runs",
+        "comma-separated backends, or all",  # each verb says its default, and what all is
+        type=backend_names,
+        metavar="B1,B2|all",
+        invalid=("tensorflow", "", ",", "elastic,horovd", "all,elastic"),
+    ),
+    Flag(
+        "--workload",
+        "what runs",
+        Later(
+            lambda at: (
+                f"comma-separated workloads, or all ({', '.join(at.workloads)}), each run in turn; your own "
+                "as PKG.MODULE:NAME or path/to/file.py:NAME "
+                "(docs/usage.md, 'Compare on your own model') (default %(default)s, the quick one)"
+            )
         ),
-        "--workload": dict(
-            group="what runs",
-            type=workload_names,
-            metavar="W1,W2|all",
-            default=next(iter(WORKLOADS)),  # the registry's first: the quick one
-            help=f"comma-separated workloads, or all ({_names(WORKLOADS)}), each run in turn; your own "
-            "as PKG.MODULE:NAME or path/to/file.py:NAME "
-            "(docs/usage.md, 'Compare on your own model') (default %(default)s, the quick one)",
-            invalid=["gpt5", "", ",", "mnist_mlp,gpt5"],
+        type=workload_names,
+        metavar="W1,W2|all",
+        default=Later(lambda at: at.workloads[0]),  # the registry's first: the quick one
+        invalid=("gpt5", "", ",", "mnist_mlp,gpt5"),
+    ),
+    Flag(
+        "--world-sizes",
+        "what runs",
+        "comma-separated world sizes, each run in turn",  # each verb says its default
+        type=world_sizes,
+        metavar="N1,N2,...",
+        invalid=("1,x", "0", "", "-2"),
+    ),
+    # placement: one run's world size, or the largest of a sweep's
+    Flag(
+        "--nproc",
+        "world size",
+        "the world size: N CPU worker processes (gloo); default min(2, cores); their threads at "
+        f"most the cores, or {MAX_THREADS_PER_CORE} a core with --oversubscribe",
+        type=positive_int,
+        metavar="N",
+        invalid=("0", "-1", "two", "1.5", "", "100000"),
+        needs=("--oversubscribe",),
+    ),
+    Flag(
+        "--gpus",
+        "world size",
+        "the world size on GPUs: one worker per GPU, N of them (NCCL); with --hosts/--hostfile N on every "
+        "host, the world size N x hosts (default: none, CPU processes)",
+        type=positive_int,
+        metavar="N",
+        invalid=("0", "-1", "x"),
+    ),
+    Flag(
+        "--max-nproc",
+        "largest world size",
+        "the largest world size of the sweep's CPU runs: world sizes 1, 2, 4 ... up to N, and "
+        "N (default min(2, cores)); --world-sizes chooses them instead",
+        type=positive_int,
+        metavar="N",
+        invalid=("0", "-1", "two", "1.5", "", "100000"),
+        needs=("--oversubscribe",),
+    ),
+    Flag(
+        "--max-gpus",
+        "largest world size",
+        "the largest world size on GPUs, one worker per GPU: world sizes 1, 2, 4 ... up to N, "
+        "and N; with --hosts/--hostfile N GPUs on every host, up to N x hosts (default: none, CPU processes)",
+        type=positive_int,
+        metavar="N",
+        invalid=("0", "-1", "x"),
+    ),
+    Flag(
+        "--threads",
+        "placement",
+        "threads per worker, set for every backend alike (default: cores / largest world size)",
+        type=positive_int,
+        invalid=("0", "-1", "x"),
+    ),
+    Flag(
+        "--cpu-bind",
+        "placement",
+        "cores: pin each worker (every thread of it) to its own cores; numa: pin each GPU worker to its "
+        "share of its GPU's NUMA node's cores; none: leave them to the scheduler; auto (default): cores for CPU "
+        "workers on one host that fit its cores, numa on GPUs, none with --oversubscribe, across hosts of CPU "
+        "workers, on an existing Ray cluster and in fault runs",
+        choices=CPU_BINDS,
+        invalid=("all",),
+    ),
+    Flag(
+        "--oversubscribe",
+        "placement",
+        f"allow more worker threads than cores, up to {MAX_THREADS_PER_CORE} a core (measures contention)",
+        action="store_true",
+    ),
+    # across hosts
+    Flag(
+        "--hosts",
+        "hosts",
+        "run across these hosts, N processes each at most (horovodrun/mpirun -H); the world "
+        "size is the sum of the slots unless the world size options choose fewer",
+        type=host_list,
+        metavar="H1:N,H2:N",
+        invalid=("", ",", "h1:0", "h1:x", "bad host:1", "h1:1,h1:2", "h1\n:2"),
+    ),
+    Flag(
+        "--hostfile",
+        "hosts",
+        "the hosts, one `host slots=N` per line (as mpirun and horovodrun read it)",
+        type=hostfile,
+        metavar="FILE",
+        invalid=("", "/nonexistent/hostfile"),
+    ),
+    Flag(
+        "--scheduler",
+        "hosts",
+        "slurm: run across the nodes of the Slurm allocation bench runs in (the default "
+        "inside one, that is where SLURM_JOB_ID is set); kubeflow: bench run in a pod of a PyTorchJob or "
+        "TrainJob becomes one torchrun agent of one run over the job's pods (the default where the operator's "
+        "PET_NNODES is set); none: ignore an allocation or a job",
+        choices=("slurm", "kubeflow", "none"),
+        invalid=("pbs", "slurm", "kubeflow"),  # slurm, kubeflow here: not inside an allocation, not in a pod
+    ),
+    Flag(
+        "--iface",
+        "hosts",
+        "network interface every backend uses across hosts (default: the one the hosts route to each other through)",
+        type=nonempty_name,
+        metavar="NAME",
+        invalid=("", "lo"),  # "lo" without --hosts: the option applies across hosts only
+    ),
+    Flag(
+        "--link",
+        "hosts",
+        "shape every host's link with tc for each run: a rate limit and a delay, such as "
+        "1gbit:0.1ms or 100mbit (needs --hosts)",
+        metavar="RATE[:DELAY]",
+        invalid=("", "fast", "1gbit:soon", "0mbit", "1gbit", "1gbit\n:1ms", "1gbit:1ms\n:"),  # 1gbit alone: hosts only
+    ),
+    # measurement
+    Flag(
+        "--batch-size",
+        "measurement",
+        "per-worker batch (default: the workload's)",
+        type=positive_int,
+        invalid=("0", "-1", "x"),
+    ),
+    Flag(
+        "--warmup-steps",
+        "measurement",
+        Later(lambda at: f"untimed steps first ({at.launch('warmup_steps', 'at least 1')})"),
+        type=positive_int,
+        invalid=("0", "x"),
+    ),
+    Flag(
+        "--steps-per-window",
+        "measurement",
+        "steps timed per window (default: the workload's, about a second of work or less)",
+        type=positive_int,
+        invalid=("0", "x"),
+    ),
+    Flag(
+        "--windows",
+        "measurement",
+        Later(lambda at: f"timed windows ({at.launch('windows', 'at least 2')})"),
+        type=positive_int,
+        invalid=("0", "1", "x"),
+    ),
+    Flag(
+        "--seed",
+        "measurement",
+        Later(lambda at: f"seed of the model and the data (default {DEFAULTS['seed']})"),
+        type=count,
+        invalid=("-1", "x", "1.5"),
+    ),
+    Flag(
+        "--lr",
+        "measurement",
+        Later(lambda at: f"SGD learning rate (default {DEFAULTS['lr']}, momentum {DEFAULTS['momentum']})"),
+        type=positive_float,
+        invalid=("0", "-1", "nan", "inf", "x"),
+    ),
+    Flag(
+        "--timeout",
+        "measurement",
+        Later(lambda at: f"deadline per run in seconds (default {DEFAULTS['timeout']:g}, at most {MAX_TIMEOUT_WORDS})"),
+        type=timeout_seconds,
+        metavar="SECONDS",
+        invalid=tuple(BAD_TIMEOUTS),
+    ),
+    Flag(
+        "--check-timeout",
+        "measurement",
+        "seconds a workload of your own may take to load, build and take a batch, in a "
+        "process of its own before anything runs; past them it is refused, nothing "
+        f"started (default {CHECK_TIMEOUT_S:g}; it never exceeds --timeout, and is at "
+        f"most {MAX_TIMEOUT_WORDS}; the built-in workloads need no check)",
+        type=timeout_seconds,
+        metavar="SECONDS",
+        invalid=tuple(BAD_TIMEOUTS),
+    ),
+    # data
+    Flag(
+        "--data",
+        "data",
+        Later(
+            lambda at: f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and imagefolder need --data-dir"
         ),
-        "--world-sizes": dict(
-            group="what runs",
-            type=world_sizes,
-            metavar="N1,N2,...",
-            help="comma-separated world sizes, each run in turn",  # each verb says its default
-            invalid=["1,x", "0", "", "-2"],
-        ),
-        # placement: one run's world size, or the largest of a sweep's
-        "--nproc": dict(
-            group="world size",
-            type=positive_int,
-            metavar="N",
-            help="the world size: N CPU worker processes (gloo); default min(2, cores); their threads at "
-            f"most the cores, or {MAX_THREADS_PER_CORE} a core with --oversubscribe",
-            invalid=["0", "-1", "two", "1.5", "", "100000"],
-            needs=["--oversubscribe"],
-        ),
-        "--gpus": dict(
-            group="world size",
-            type=positive_int,
-            metavar="N",
-            help="the world size on GPUs: one worker per GPU, N of them (NCCL); with --hosts/--hostfile N on every "
-            "host, the world size N x hosts (default: none, CPU processes)",
-            invalid=["0", "-1", "x"],
-        ),
-        "--max-nproc": dict(
-            group="largest world size",
-            type=positive_int,
-            metavar="N",
-            help="the largest world size of the sweep's CPU runs: world sizes 1, 2, 4 ... up to N, and "
-            "N (default min(2, cores)); --world-sizes chooses them instead",
-            invalid=["0", "-1", "two", "1.5", "", "100000"],
-            needs=["--oversubscribe"],
-        ),
-        "--max-gpus": dict(
-            group="largest world size",
-            type=positive_int,
-            metavar="N",
-            help="the largest world size on GPUs, one worker per GPU: world sizes 1, 2, 4 ... up to N, "
-            "and N; with --hosts/--hostfile N GPUs on every host, up to N x hosts (default: none, CPU processes)",
-            invalid=["0", "-1", "x"],
-        ),
-        "--threads": dict(
-            group="placement",
-            type=positive_int,
-            help="threads per worker, set for every backend alike (default: cores / largest world size)",
-            invalid=["0", "-1", "x"],
-        ),
-        "--cpu-bind": dict(
-            group="placement",
-            choices=CPU_BINDS,
-            help="cores: pin each worker (every thread of it) to its own cores; numa: pin each GPU worker to its "
-            "share of its GPU's NUMA node's cores; none: leave them to the scheduler; auto (default): cores for CPU "
-            "workers on one host that fit its cores, numa on GPUs, none with --oversubscribe, across hosts of CPU "
-            "workers, on an existing Ray cluster and in fault runs",
-            invalid=["all"],
-        ),
-        "--oversubscribe": dict(
-            group="placement",
-            action="store_true",
-            help=f"allow more worker threads than cores, up to {MAX_THREADS_PER_CORE} a core (measures contention)",
-        ),
-        # across hosts
-        "--hosts": dict(
-            group="hosts",
-            type=host_list,
-            metavar="H1:N,H2:N",
-            help="run across these hosts, N processes each at most (horovodrun/mpirun -H); the world "
-            "size is the sum of the slots unless the world size options choose fewer",
-            invalid=["", ",", "h1:0", "h1:x", "bad host:1", "h1:1,h1:2", "h1\n:2"],
-        ),
-        "--hostfile": dict(
-            group="hosts",
-            type=hostfile,
-            metavar="FILE",
-            help="the hosts, one `host slots=N` per line (as mpirun and horovodrun read it)",
-            invalid=["", "/nonexistent/hostfile"],
-        ),
-        "--scheduler": dict(
-            group="hosts",
-            choices=("slurm", "kubeflow", "none"),
-            help="slurm: run across the nodes of the Slurm allocation bench runs in (the default "
-            "inside one, that is where SLURM_JOB_ID is set); kubeflow: bench run in a pod of a PyTorchJob or "
-            "TrainJob becomes one torchrun agent of one run over the job's pods (the default where the operator's "
-            "PET_NNODES is set); none: ignore an allocation or a job",
-            invalid=["pbs", "slurm", "kubeflow"],
-        ),  # slurm, kubeflow here: not inside an allocation, not in a pod
-        "--iface": dict(
-            group="hosts",
-            type=nonempty_name,
-            metavar="NAME",
-            help="network interface every backend uses across hosts (default: the one the hosts route to "
-            "each other through)",
-            invalid=["", "lo"],
-        ),  # "lo" without --hosts: the option applies across hosts only
-        "--link": dict(
-            group="hosts",
-            metavar="RATE[:DELAY]",
-            help="shape every host's link with tc for each run: a rate limit and a delay, such as "
-            "1gbit:0.1ms or 100mbit (needs --hosts)",
-            invalid=[
-                "",
-                "fast",
-                "1gbit:soon",
-                "0mbit",
-                "1gbit",  # 1gbit alone: only across hosts
-                "1gbit\n:1ms",
-                "1gbit:1ms\n:",
-            ],
-        ),
-        # measurement
-        "--batch-size": dict(
-            group="measurement",
-            type=positive_int,
-            help="per-worker batch (default: the workload's)",
-            invalid=["0", "-1", "x"],
-        ),
-        "--warmup-steps": dict(
-            group="measurement",
-            type=positive_int,
-            help=f"untimed steps first ({launch_default('warmup_steps', 'at least 1')})",
-            invalid=["0", "x"],
-        ),
-        "--steps-per-window": dict(
-            group="measurement",
-            type=positive_int,
-            help="steps timed per window (default: the workload's, about a second of work or less)",
-            invalid=["0", "x"],
-        ),
-        "--windows": dict(
-            group="measurement",
-            type=positive_int,
-            help=f"timed windows ({launch_default('windows', 'at least 2')})",
-            invalid=["0", "1", "x"],
-        ),
-        "--seed": dict(
-            group="measurement",
-            type=count,
-            help=f"seed of the model and the data (default {DEFAULTS['seed']})",
-            invalid=["-1", "x", "1.5"],
-        ),
-        "--lr": dict(
-            group="measurement",
-            type=positive_float,
-            help=f"SGD learning rate (default {DEFAULTS['lr']}, momentum {DEFAULTS['momentum']})",
-            invalid=["0", "-1", "nan", "inf", "x"],
-        ),
-        "--timeout": dict(
-            group="measurement",
-            type=timeout_seconds,
-            metavar="SECONDS",
-            help=f"deadline per run in seconds (default {DEFAULTS['timeout']:g}, at most {MAX_TIMEOUT_WORDS})",
-            invalid=BAD_TIMEOUTS,
-        ),
-        "--check-timeout": dict(
-            group="measurement",
-            type=timeout_seconds,
-            metavar="SECONDS",
-            help="seconds a workload of your own may take to load, build and take a batch, in a "
-            "process of its own before anything runs; past them it is refused, nothing "
-            f"started (default {CHECK_TIMEOUT_S:g}; it never exceeds --timeout, and is at "
-            f"most {MAX_TIMEOUT_WORDS}; the built-in workloads need no check)",
-            invalid=BAD_TIMEOUTS,
-        ),
-        # data
-        "--data": dict(
-            group="data",
-            choices=SOURCES,
-            help=f"default {DEFAULTS['data']}; digits is scikit-learn's, mnist and imagefolder need --data-dir",
-            invalid=["imagenet"],
-        ),
-        "--data-dir": dict(
-            group="data",
-            metavar="DIR",
-            help="folder with MNIST's IDX files, or an ImageFolder tree (one sub-folder of images per "
-            "class); nothing is downloaded",
-            needs=["--data", "mnist"],
-            invalid=["/nonexistent/mnist", "", "/"],
-        ),
-        "--loader": dict(
-            group="data",
-            choices=LOADERS,
-            help="how in-memory data reach the model: memory (held on the device, never the limit) or "
-            "dataloader (torch's DataLoader with a DistributedSampler, as training scripts read "
-            "data) (default memory)",
-            invalid=["disk"],
-        ),
-        "--loader-workers": dict(
-            group="data",
-            type=count,
-            help="DataLoader processes per worker, with --loader dataloader or --data imagefolder "
-            "(default 0: in the worker)",
-            invalid=["-1", "x"],
-        ),
-        "--image-size": dict(
-            group="data",
-            type=positive_int,
-            help="input side for image models (default: the workload's CPU or GPU size)",
-            invalid=["0", "x", "8"],
-        ),
-        # numerics
-        "--precision": dict(
-            group="numerics",
-            choices=PRECISIONS,
-            help="fp32 (default; TF32 off), tf32 (TF32 matmuls and convolutions, GPU only), bf16 (autocast), "
-            "fp16 (autocast with a gradient scaler, GPU only); the TensorFlow backends run fp32 only",
-            invalid=["fp8", "half"],
-        ),
-        "--channels-last": dict(
-            group="numerics",
-            action="store_true",
-            help="model and 4-D inputs in channels_last memory format (default off; the MLP has no 4-D weights, so "
-            "it changes nothing there); PyTorch backends only",
-        ),
-        "--no-cudnn-benchmark": dict(
-            group="numerics",
-            action="store_true",
-            help="leave cudnn.benchmark off on GPUs (default: on for GPU runs; it means nothing on CPUs)",
-        ),
-        # planning
-        "--dry-run": dict(
-            group="plan",
-            action="store_true",
-            help="print each launch's plan (the command on each host, the environment it sets) and stop: no host is "
-            "contacted, nothing is started, no store or run folder is made",
-        ),
-        # testing the harness
-        "--inject": dict(
-            group="harness",
-            test_only=True,
-            type=inject_fault,
-            metavar="KIND:RANK:STEP",
-            help=f"test-only fault: {', '.join(INJECT_KINDS)} "
-            "(the fault words of docs/usage.md, 'Faults') of rank RANK at step STEP",
-            invalid=["explode:1:1", "join:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"],
-        ),
-        "--inject-delay": dict(
-            group="harness",
-            test_only=True,
-            metavar="DELAY",
-            help="test-only slowdown: every worker sleeps DELAY in every timed step, a share of "
-            "its warm-up median step time (20%%) or a duration (5ms), under 10000%% or 100 s; "
-            "a sweep never slows the plain single-process loop it measures the others against",
-            invalid=["x", "20", "-5ms", "100s", "10000%", "nan%", "infs"],
-        ),
-        "--save-params": dict(
-            group="harness",
-            action="store_true",
-            help="save each rank's parameters in the run directory (a fault run: also those each process resumed from)",
-        ),
-        "--save-model": dict(
-            group="results",
-            metavar="PATH",
-            help="after training, the first worker writes the model's state_dict there (torch.save, "
-            "atomically), under every backend (default: not saved)",
-            invalid=["/nonexistent/folder/model.pt", "", "/"],
-        ),
-        # communication sweep
-        "--min-bytes": dict(
-            group="comm",
-            type=byte_size,
-            default=COMM_DEFAULTS["min_bytes"],
-            help="smallest message: 4, 8K, 64M, 1G (default %(default)s)",
-            invalid=["0", "-1", "x", "1Q", "1.5K"],
-        ),
-        "--max-bytes": dict(
-            group="comm",
-            type=byte_size,
-            default=COMM_DEFAULTS["max_bytes"],
-            help="largest message (default %(default)s)",
-            invalid=["0", "-1", "x", "1Q", "1.5K"],
-        ),
-        "--dtype": dict(
-            group="comm",
-            default=COMM_DEFAULTS["dtype"],
-            help=f"one of {_names(DTYPES)} (default %(default)s)",
-            invalid=["float128", ""],
-        ),
-        "--ops": dict(
-            group="comm",
-            default=COMM_DEFAULTS["ops"],
-            help=f"comma-separated, from {_names(OPS)} (default %(default)s)",
-            invalid=["nope", "allreduce,nope", "", ","],
-        ),
-        "--warmup-iters": dict(
-            group="comm",
-            type=count,
-            default=COMM_DEFAULTS["warmup_iters"],
-            help="untimed ops per size (default %(default)s)",
-            invalid=["-1", "x"],
-        ),
-        "--iters": dict(
-            group="comm",
-            type=positive_int,
-            default=COMM_DEFAULTS["iters"],
-            help="timed ops per size (default %(default)s)",
-            invalid=["0", "x"],
-        ),
-        # sharing the machine (bench.harness.cores)
-        "--cores-timeout": dict(
-            group="sharing",
-            type=wait_seconds,
-            default=DEFAULT_WAIT_S,
-            metavar="SECONDS",
-            help="while another bench run on this machine holds the cores a run needs, wait up "
-            "to this many seconds for them (in the order runs arrived), then refuse with "
-            f"exit 2 (default %(default)g; 0: refuse at once; at most {MAX_TIMEOUT_WORDS})",
-            invalid=["-1", "nan", "inf", "x", *TOO_LONG],
-        ),
-        "--allow-shared": dict(
-            group="sharing",
-            action="store_true",
-            help="run at once even where another bench run holds the cores: both runs' records "
-            "are marked (shared_with) and left out of verdicts and the gate",
-        ),
-        # results
-        "--store": dict(
-            group="results",
-            type=nonempty_path,
-            metavar="FILE",
-            help=f"results store (SQLite file); default $BENCH_STORE, else {DEFAULT_STORE}",
-            invalid=["", "/", LONG_PATH],
-        ),
-        "--json": dict(
-            group="results",
-            action="store_true",
-            help="print the result as JSON on stdout (the record, the records or the comparison), and "
-            "nothing else there",
-        ),
-        "--sweep": dict(
-            group="results",
-            type=id_name,
-            metavar="ID",
-            help="the sweep to take from the store (default: the latest one)",
-            invalid=["", "../x", "a/b", "x y"],
-        ),
-        "--output": dict(
-            group="results",
-            short="-o",
-            metavar="FILE",
-            type=nonempty_path,
-            help="after the runs, write the HTML report of the store there, plus a timestamped copy "
-            "beside it (default: no report; `bench report` writes one any time)",
-            invalid=["", "/", LONG_PATH],
-        ),
-        "--repeats": dict(
-            group="results",
-            type=repeat_count,
-            help="run every case this many times, in rounds (the regression gate's unit of "
-            "replication; default %(default)s)",
-            invalid=["0", "x", *TOO_MANY_REPEATS],
-        ),
-    }
+        choices=Later(lambda at: at.sources),
+        invalid=("imagenet",),
+    ),
+    Flag(
+        "--data-dir",
+        "data",
+        "folder with MNIST's IDX files, or an ImageFolder tree (one sub-folder of images per "
+        "class); nothing is downloaded",
+        metavar="DIR",
+        needs=("--data", "mnist"),
+        invalid=("/nonexistent/mnist", "", "/"),
+    ),
+    Flag(
+        "--loader",
+        "data",
+        "how in-memory data reach the model: memory (held on the device, never the limit) or "
+        "dataloader (torch's DataLoader with a DistributedSampler, as training scripts read "
+        "data) (default memory)",
+        choices=Later(lambda at: at.loaders),
+        invalid=("disk",),
+    ),
+    Flag(
+        "--loader-workers",
+        "data",
+        "DataLoader processes per worker, with --loader dataloader or --data imagefolder (default 0: in the worker)",
+        type=count,
+        invalid=("-1", "x"),
+    ),
+    Flag(
+        "--image-size",
+        "data",
+        "input side for image models (default: the workload's CPU or GPU size)",
+        type=positive_int,
+        invalid=("0", "x", "8"),
+    ),
+    # numerics
+    Flag(
+        "--precision",
+        "numerics",
+        "fp32 (default; TF32 off), tf32 (TF32 matmuls and convolutions, GPU only), bf16 (autocast), "
+        "fp16 (autocast with a gradient scaler, GPU only); the TensorFlow backends run fp32 only",
+        choices=PRECISIONS,
+        invalid=("fp8", "half"),
+    ),
+    Flag(
+        "--channels-last",
+        "numerics",
+        "model and 4-D inputs in channels_last memory format (default off; the MLP has no 4-D weights, so "
+        "it changes nothing there); PyTorch backends only",
+        action="store_true",
+    ),
+    Flag(
+        "--no-cudnn-benchmark",
+        "numerics",
+        "leave cudnn.benchmark off on GPUs (default: on for GPU runs; it means nothing on CPUs)",
+        action="store_true",
+    ),
+    # planning
+    Flag(
+        "--dry-run",
+        "plan",
+        "print each launch's plan (the command on each host, the environment it sets) and stop: no host is "
+        "contacted, nothing is started, no store or run folder is made",
+        action="store_true",
+    ),
+    # testing the harness
+    Flag(
+        "--inject",
+        "harness",
+        f"test-only fault: {', '.join(INJECT_KINDS)} "
+        "(the fault words of docs/usage.md, 'Faults') of rank RANK at step STEP",
+        test_only=True,
+        type=inject_fault,
+        metavar="KIND:RANK:STEP",
+        invalid=("explode:1:1", "join:1:1", "crash:x:1", "crash:1", "crash:99:1", "crash:-1:1"),
+    ),
+    Flag(
+        "--inject-delay",
+        "harness",
+        "test-only slowdown: every worker sleeps DELAY in every timed step, a share of "
+        "its warm-up median step time (20%%) or a duration (5ms), under 10000%% or 100 s; "
+        "a sweep never slows the plain single-process loop it measures the others against",
+        test_only=True,
+        metavar="DELAY",
+        invalid=("x", "20", "-5ms", "100s", "10000%", "nan%", "infs"),
+    ),
+    Flag(
+        "--save-params",
+        "harness",
+        "save each rank's parameters in the run directory (a fault run: also those each process resumed from)",
+        action="store_true",
+    ),
+    Flag(
+        "--save-model",
+        "results",
+        "after training, the first worker writes the model's state_dict there (torch.save, "
+        "atomically), under every backend (default: not saved)",
+        metavar="PATH",
+        invalid=("/nonexistent/folder/model.pt", "", "/"),
+    ),
+    # communication sweep
+    Flag(
+        "--min-bytes",
+        "comm",
+        "smallest message: 4, 8K, 64M, 1G (default %(default)s)",
+        type=byte_size,
+        default=Later(lambda at: COMM_DEFAULTS["min_bytes"]),
+        invalid=("0", "-1", "x", "1Q", "1.5K"),
+    ),
+    Flag(
+        "--max-bytes",
+        "comm",
+        "largest message (default %(default)s)",
+        type=byte_size,
+        default=Later(lambda at: COMM_DEFAULTS["max_bytes"]),
+        invalid=("0", "-1", "x", "1Q", "1.5K"),
+    ),
+    Flag(
+        "--dtype",
+        "comm",
+        f"one of {', '.join(DTYPES)} (default %(default)s)",
+        default=Later(lambda at: COMM_DEFAULTS["dtype"]),
+        invalid=("float128", ""),
+    ),
+    Flag(
+        "--ops",
+        "comm",
+        f"comma-separated, from {', '.join(OPS)} (default %(default)s)",
+        default=Later(lambda at: COMM_DEFAULTS["ops"]),
+        invalid=("nope", "allreduce,nope", "", ","),
+    ),
+    Flag(
+        "--warmup-iters",
+        "comm",
+        "untimed ops per size (default %(default)s)",
+        type=count,
+        default=Later(lambda at: COMM_DEFAULTS["warmup_iters"]),
+        invalid=("-1", "x"),
+    ),
+    Flag(
+        "--iters",
+        "comm",
+        "timed ops per size (default %(default)s)",
+        type=positive_int,
+        default=Later(lambda at: COMM_DEFAULTS["iters"]),
+        invalid=("0", "x"),
+    ),
+    # sharing the machine (bench.harness.cores)
+    Flag(
+        "--cores-timeout",
+        "sharing",
+        "while another bench run on this machine holds the cores a run needs, wait up "
+        "to this many seconds for them (in the order runs arrived), then refuse with "
+        f"exit 2 (default %(default)g; 0: refuse at once; at most {MAX_TIMEOUT_WORDS})",
+        type=wait_seconds,
+        default=DEFAULT_WAIT_S,
+        metavar="SECONDS",
+        invalid=("-1", "nan", "inf", "x", *TOO_LONG),
+    ),
+    Flag(
+        "--allow-shared",
+        "sharing",
+        "run at once even where another bench run holds the cores: both runs' records "
+        "are marked (shared_with) and left out of verdicts and the gate",
+        action="store_true",
+    ),
+    # results
+    Flag(
+        "--store",
+        "results",
+        f"results store (SQLite file); default $BENCH_STORE, else {DEFAULT_STORE}",
+        type=nonempty_path,
+        metavar="FILE",
+        invalid=("", "/", LONG_PATH),
+    ),
+    Flag(
+        "--json",
+        "results",
+        "print the result as JSON on stdout (the record, the records or the comparison), and nothing else there",
+        action="store_true",
+    ),
+    Flag(
+        "--sweep",
+        "results",
+        "the sweep to take from the store (default: the latest one)",
+        type=id_name,
+        metavar="ID",
+        invalid=("", "../x", "a/b", "x y"),
+    ),
+    Flag(
+        "--output",
+        "results",
+        "after the runs, write the HTML report of the store there, plus a timestamped copy "
+        "beside it (default: no report; `bench report` writes one any time)",
+        short="-o",
+        metavar="FILE",
+        type=nonempty_path,
+        invalid=("", "/", LONG_PATH),
+    ),
+    Flag(
+        "--repeats",
+        "results",
+        "run every case this many times, in rounds (the regression gate's unit of replication; default %(default)s)",
+        type=repeat_count,
+        invalid=("0", "x", *TOO_MANY_REPEATS),
+    ),
+)
+
+
+def declarations(run_defaults: dict | None = None) -> dict[str, dict]:
+    """flag -> its group and `add` keywords, from FLAGS, with what they read when a parser is built (Later) read now.
+    `run_defaults`: a sweep's own defaults for its launches (bench.workflows.plan.SWEEP_DEFAULTS), which its help
+    states as the sweep's."""
+    from workloads import WORKLOADS  # the workloads' package, loaded when a parser is first built
+    from workloads.data.names import LOADERS, SOURCES
+
+    at = Build(run_defaults or {}, tuple(WORKLOADS), tuple(SOURCES), tuple(LOADERS))
+    return {f.flag: f.keywords(at) for f in FLAGS}
+
+
+def declare(
+    container,
+    flag: str,
+    *,
+    help: str | None = None,
+    hidden: bool = False,
+    refuses=(),
+    run_defaults: dict | None = None,
+    **overrides,
+) -> argparse.Action:
+    """Add `flag`, as FLAGS declares it, to a parser or an argument group: with this verb's own `help`, hidden from
+    help (`hidden`, or test-only), refusing `refuses` besides its declared bad values, and `overrides` (this verb's
+    default) replacing what is declared."""
+    kwargs = dict(declarations(run_defaults)[flag], **({"help": help} if help else {}), **overrides)
+    short = kwargs.pop("short", None)
+    kwargs.pop("group")
+    if kwargs.pop("test_only", False) or hidden:
+        kwargs["help"] = argparse.SUPPRESS
+    kwargs["invalid"] = (*kwargs.get("invalid", ()), *refuses)
+    return add(container, *([short] if short else []), flag, **kwargs)
 
 
 def parent(
@@ -761,18 +875,17 @@ def parent(
     flag -> this verb's own help (a default that differs here, and why); `refuses`: flag -> values this verb refuses
     besides the declared ones (bench fault: a backend without an elastic mode); `defaults` replace the declared
     defaults for this parser only (a fresh parent is built for every verb)."""
-    declared = declarations(run_defaults)
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group(title) if title else p
     for flag in flags:
-        kwargs = dict(declared[flag], **({"help": helps[flag]} if helps and flag in helps else {}))
-        short = kwargs.pop("short", None)
-        kwargs.pop("group")
-        if kwargs.pop("test_only", False) or flag in hidden:
-            kwargs["help"] = argparse.SUPPRESS
-        if refuses and flag in refuses:
-            kwargs["invalid"] = [*kwargs.get("invalid", ()), *refuses[flag]]
-        add(g, *([short] if short else []), flag, **kwargs)
+        declare(
+            g,
+            flag,
+            help=(helps or {}).get(flag),
+            hidden=flag in hidden,
+            refuses=(refuses or {}).get(flag, ()),
+            run_defaults=run_defaults,
+        )
     p.set_defaults(**defaults)
     return p
 
