@@ -15,7 +15,8 @@ is PyTorch's (elastic and Horovod), and TensorFlow would add a large download an
 `pip install -e .[tf]` and `python -m bench.tools.horovod_build --force` in its environment add them.
 
 `nox -s lint` checks the code without installing the project: ruff's linter and its formatter (`--check`: it changes
-nothing), then mypy (strict on bench/core and bench/harness), with the configuration in pyproject.toml.
+nothing), then mypy (strict on bench/core and bench/harness; the backends' interface too), with the configuration in
+pyproject.toml.
 """
 
 import nox

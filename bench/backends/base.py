@@ -20,7 +20,7 @@ What a backend must give (everything else has a default here, used unless it has
 | `Backend` | `name`, `summary`, `launcher`, `group` |
 | `Launcher` | `command`, `rank_identity` |
 | `ProcessGroup` | `init` |
-| `ElasticMode` (only with an elastic mode) | `scenarios`, `launch`, `join`; its `ProcessGroup.elastic_state` |
+| `ElasticMode` (only with an elastic mode) | `launch`, `join`; its `ProcessGroup.elastic_state` |
 | `ElasticState` | `resume`, `commit` |
 
 Code that several backends share (the torchrun launcher, DistributedDataParallel's group, the TensorFlow side) is
@@ -34,11 +34,13 @@ import math
 import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from bench.core.dryrun import planning
 from bench.core.hostlist import placement
 from bench.core.records import RankRow
 from bench.rank.collectives import TorchBuffers, bus_factor
+from bench.rank.hooks import Buffers, ElasticTraining, Server, Training
 from bench.rank.training import TorchElasticTraining, TorchTraining
 
 
@@ -160,14 +162,15 @@ class ProcessGroup(ABC):
 
         torch.set_num_threads(threads)
 
-    def training(self, joined, workload):
-        """The train task's framework side (bench.rank.training.TorchTraining's methods): the model and optimizer,
-        wrapped by this group (wrap), the worker's batches and one step."""
+    def training(self, joined, workload) -> Training:
+        """The train task's framework side (bench.rank.hooks.Training): the model and optimizer, wrapped by this
+        group (wrap), the worker's batches and one step. PyTorch's by default: bench.rank.training.TorchTraining."""
         return TorchTraining(joined, workload)
 
-    def elastic_training(self, spec, workload):
-        """The fault task's framework side (bench.rank.training.TorchElasticTraining's methods): the model and
-        optimizer the elastic mode's worker state tracks, the step of a given step number and rank, the checksum."""
+    def elastic_training(self, spec, workload) -> ElasticTraining:
+        """The fault task's framework side (bench.rank.hooks.ElasticTraining): the model and optimizer the elastic
+        mode's worker state tracks, the step of a given step number and rank, the checksum. PyTorch's by default:
+        bench.rank.training.TorchElasticTraining."""
         return TorchElasticTraining(spec, workload)
 
     @abstractmethod
@@ -180,6 +183,8 @@ class ProcessGroup(ABC):
         return init_called
 
     def wrap(self, model, optimizer, spec):
+        """(model, optimizer) as this group trains them (a data-parallel wrapper, a distributed optimizer), for
+        TorchTraining and the converge task's PyTorch loop (bench/tasks/converge/rank.py); unchanged by default."""
         return model, optimizer
 
     def barrier(self) -> None:
@@ -188,18 +193,18 @@ class ProcessGroup(ABC):
     def shutdown(self) -> None:
         pass
 
-    def buffers(self, dtype: str, member):
-        """A communication sweep's buffers (bench.rank.collectives.TorchBuffers: torch tensors of `dtype` on the
-        worker's device); a group of another framework gives its own."""
+    def buffers(self, dtype: str, member) -> Buffers:
+        """A communication sweep's buffers (bench.rank.hooks.Buffers), by default bench.rank.collectives.TorchBuffers:
+        torch tensors of `dtype` on the worker's device; a group of another framework gives its own."""
         return TorchBuffers(dtype, member.device, member.sync)
 
     def run_op(self, op: str, inp, out):
         """Run one collective (bench.rank.collectives.OPS) and return the tensor holding its result."""
         raise RuntimeError(f"this backend has no collective {op!r}")
 
-    def server(self, spec, info):
-        """The protocol a process whose role is not "worker" (a parameter server) speaks: what the tasks' loops
-        for that role call (bench/tasks/train/rank.py, bench/tasks/comm/rank.py)."""
+    def server(self, spec, info) -> Server:
+        """The protocol a process whose role is not "worker" (a parameter server) speaks (bench.rank.hooks.Server):
+        what the tasks' loops for that role call; a group whose backend has such roles (Backend.roles) gives it."""
         raise RuntimeError(f"this backend has no role {info.role!r}")
 
     def elastic_state(self, model, optimizer, run_dir, spec, on_reset) -> ElasticState:
@@ -208,16 +213,37 @@ class ProcessGroup(ABC):
         raise RuntimeError("this backend has no elastic mode")
 
 
+class FaultScenario(Protocol):
+    """What an elastic mode reads of a fault scenario (an entry of bench.tasks.fault.scenarios): its traits, never
+    its name, which is the fault task's."""
+
+    @property
+    def across_hosts(self) -> bool: ...  # one of the run's hosts is lost, cut off or dropped
+
+    @property
+    def joins(self) -> bool: ...  # one more worker joins, rather than one lost
+
+    @property
+    def hook(self) -> type | None: ...  # the protocol of the mode's own work that delivers it; None: none
+
+
 class ElasticMode(ABC):
     """A backend's elastic mode, as `bench fault` drives it: its parent side (launcher.py; the worker's side is
     ProcessGroup.elastic_state). `fault` is the fault task's settings (bench.tasks.fault.settings.FaultSettings),
     given by the fault task: what an elastic mode reads of them is `joining` (one more worker joins, rather than
-    one lost), `max_restarts`, `recovery_timeout` and `host` (the host a drop-host fault takes out)."""
+    one lost), `max_restarts`, `recovery_timeout` and `host` (the host a fault across hosts takes out)."""
 
-    scenarios: tuple[str, ...] = ()  # fault scenarios it supports ("kill", "join")
+    across_hosts = False  # whether its launcher runs across hosts, where the fault scenarios across hosts are made
+
+    def supports(self, scenario: FaultScenario) -> bool:
+        """Whether it makes this fault scenario: every one on one machine; one across hosts where it runs there
+        (`across_hosts`); one delivered by work of the mode's own (`scenario.hook`, a protocol) where it has it."""
+        if scenario.across_hosts and not self.across_hosts:
+            return False
+        return scenario.hook is None or isinstance(self, scenario.hook)
 
     def problem(
-        self, scenario: str, world_size: int, options: dict | None = None, hosts: list[dict] | None = None
+        self, scenario: FaultScenario, world_size: int, options: dict | None = None, hosts: list[dict] | None = None
     ) -> str | None:
         """None when this scenario can run at this world size with these backend options (across `hosts`, a run
         across hosts), else why not."""
@@ -231,18 +257,6 @@ class ElasticMode(ABC):
     def join(self, spec, fault, rank_command: list[str], run_id: str, run_dir, info: dict) -> list[str] | None:
         """Scale-up: a command that starts the joining worker, or None when the backend was told another
         way (a discovery script's answer changed)."""
-
-    def drop_host(self, spec, fault, run_dir, info: dict) -> bool:
-        """drop-host (a mode that lists it in `scenarios`): take fault.host out of what the launcher's host discovery
-        answers, where bench writes that answer (True: bench then ends the run's processes there, as the cluster
-        would); False where the launcher reads the cluster's own discovery, which only the cluster changes
-        (`discovered` says when it has)."""
-        raise NotImplementedError(f"{type(self).__name__} has no drop-host scenario")
-
-    def discovered(self, spec, timeout_s: float) -> list[str]:
-        """The hosts the cluster's own discovery names now (drop-host, where `drop_host` said False); ValueError
-        saying why where it failed or took longer than timeout_s."""
-        raise NotImplementedError(f"{type(self).__name__} reads no discovery of the cluster's")
 
     def nccl_env(self, spec, fault) -> dict[str, str]:
         """What a fault run on GPUs sets so that a collective over NCCL that meets a dead or hung peer ends within
@@ -273,8 +287,8 @@ class ElasticState(ABC):
     the steps is the fault task's (bench/tasks/fault/rank.py); the backend owns restart, restore and commit."""
 
     failures: tuple[type[BaseException], ...] = (Exception,)  # what a step that met a fault raises
-    model = None  # the model as the backend trains it (wrapped for data parallelism)
-    optimizer = None
+    model: Any = None  # the model as the backend trains it (wrapped for data parallelism)
+    optimizer: Any = None
 
     def run(self, train) -> int:
         """train(self) under the backend's recovery (it may be called again after a fault); its last step."""

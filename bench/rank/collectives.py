@@ -15,6 +15,8 @@ import math
 import re
 import time
 
+from bench.rank.hooks import Buffers
+
 DTYPES = ("float32", "float16", "bfloat16")
 # Defaults of a communication sweep (`bench allreduce`; `bench sweep` stops at bench.workflows.plan.SWEEP_DEFAULTS).
 COMM_DEFAULTS = dict(min_bytes="4", max_bytes="64M", dtype="float32", ops="allreduce", warmup_iters=5, iters=20)
@@ -95,7 +97,7 @@ def ops_per_size(comm) -> int:
 
 
 # ---------------------------------------------------------------- worker side
-class TorchBuffers:
+class TorchBuffers(Buffers):
     """A sweep's buffers as torch tensors of the run's dtype on the worker's device (what ProcessGroup.buffers gives
     by default). A framework's buffers offer the same: zeros, pattern, concat, wrong, sync(last result)."""
 

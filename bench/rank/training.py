@@ -7,8 +7,9 @@ and ParamSums here, never load it."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import Any
 
+from bench.rank.hooks import ElasticTraining, ParamSums, Training
 from bench.rank.network import build_model, save_model, save_params
 
 
@@ -71,29 +72,21 @@ def optimizer_step(model, optimizer, loss_fn, next_batch, passes: int = 1, mark=
         mark("start")
     optimizer.zero_grad()  # set_to_none=True, torch's default; Horovod's wrapper takes no argument
     scale = 1.0 / passes
-    mixed = numerics is not None and not (numerics.plain and numerics.scaler is None)
+    # the run's numerics where they differ from torch's defaults, else None
+    mixed = numerics if numerics is not None and not (numerics.plain and numerics.scaler is None) else None
     for _ in range(passes):
         x, y = next_batch()
-        loss = numerics.forward(model, loss_fn, x, y) if mixed else loss_fn(model(x), y)
+        loss = mixed.forward(model, loss_fn, x, y) if mixed else loss_fn(model(x), y)
         if mark:
             mark("forward")
         scaled = loss * scale if passes > 1 else loss
-        numerics.backward(scaled) if mixed else scaled.backward()
+        mixed.backward(scaled) if mixed else scaled.backward()
         if mark:
             mark("backward")
-    numerics.step(optimizer) if mixed else optimizer.step()
+    mixed.step(optimizer) if mixed else optimizer.step()
     if mark:
         mark("optimizer")
     return loss
-
-
-@dataclass(frozen=True)
-class ParamSums:
-    """What a model's parameters sum to, in double precision: replicas that hold the same parameters agree."""
-
-    count: int  # elements
-    total: float  # the sum of every element
-    absolute: float  # the sum of their absolute values (a total of zero is not a model of zeros)
 
 
 def param_sums(model) -> ParamSums:
@@ -126,7 +119,7 @@ def first_non_finite(checks: list[tuple[int, str, float]], checksum: float, last
     return None
 
 
-class TorchTraining:
+class TorchTraining(Training):
     """A training run's framework side under the PyTorch backends, for the train task's loop: the seeded model and
     optimizer wrapped by the backend's process group, the worker's batches, one step, and what the loop reads
     afterwards. A backend of another framework gives its own (ProcessGroup.training) with the same methods."""
@@ -206,7 +199,7 @@ class TorchTraining:
         return {"torch": torch.get_num_threads(), "interop": torch.get_num_interop_threads()}
 
 
-class TorchElasticTraining:
+class TorchElasticTraining(ElasticTraining):
     """A fault run's framework side under the PyTorch backends, for the fault task's loop (bench/tasks/fault/rank.py):
     the seeded model and optimizer, plain (the backend's elastic mode wraps them: ProcessGroup.elastic_state), one step
     on the batch of a given step number and rank (the same after any restart or rank change: SyntheticBatches.at),
@@ -226,7 +219,7 @@ class TorchElasticTraining:
         self.numerics = Numerics(spec, self.device.type)
         self.model, self.optimizer = build_model(spec, self.device)
         self.loss_fn = workload.make_loss()
-        self._batches: dict[int, object] = {}
+        self._batches: dict[int, Any] = {}
 
     def batch(self, step: int, rank: int):
         """The batch of step `step` for rank `rank`."""

@@ -129,7 +129,7 @@ class HorovodBackend(Backend):
     comm_ops = ("allreduce", "allgather", "reduce_scatter", "broadcast")
     comm_dtypes = ("float32", "float16")  # 0.28.1 has no bfloat16 tensors on CPU
     kubeflow_kinds = ("mpijob",)  # the launcher pod runs horovodrun or mpirun over /etc/mpi/hostfile
-    options = (
+    options: tuple[BackendOption, ...] = (
         # recorded as `launcher`, as every stored horovod run holds it; the flag names it as Horovod's, beside --hvd-*
         BackendOption(
             "launcher",

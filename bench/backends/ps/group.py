@@ -14,6 +14,7 @@ import torch.distributed as dist
 from bench.backends.base import ProcessGroup
 from bench.backends.ps import SERVERS_HERE
 from bench.backends.shared.torchrun import torchrun_rank_row
+from bench.rank.hooks import Server
 
 
 def chunk_bounds(count: int, servers: int) -> list[tuple[int, int]]:
@@ -156,7 +157,7 @@ class PSGroup(ProcessGroup):
         return ParameterServer(self, spec, info)
 
 
-class ParameterServer:
+class ParameterServer(Server):
     """A server's side of the protocol, for the tasks' loops of the server role (bench/tasks/train/rank.py,
     bench/tasks/comm/rank.py): the shard of the parameters it owns, the pushes it receives (sync: every worker's,
     summed in a fixed order; async: the next worker's), the answers it sends (async: held back from a worker more
@@ -171,7 +172,7 @@ class ParameterServer:
         self.pushes = 0
         self._pushed = {w: 0 for w in self.workers}  # async: pushes received, by worker
         self._waiting: list[int] = []  # async: workers whose answer the staleness bound holds back
-        self._last: int | None = None
+        self._last = -1  # async: the worker whose push receive() took last
 
     @property
     def updates_per_step(self) -> int:

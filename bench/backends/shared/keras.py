@@ -18,12 +18,15 @@ which never loads it, is bench.backends.shared.tensorflow).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 
 from bench.backends.shared.keras_batches import channels_last_arrays, open_arrays
 from bench.core.rundir import write_atomic
-from bench.rank.training import ParamSums
+from bench.rank.hooks import Buffers, ElasticTraining, ParamSums, Training
 from workloads.keras import keras
 
 
@@ -92,7 +95,7 @@ def save_keras_params(model, path) -> None:
         np.savez(fh, **{w.name: w.numpy() for w in model.weights})
 
 
-class KerasTraining:
+class KerasTraining(Training):
     """A training run's framework side under a TensorFlow backend, with TorchTraining's methods. `group` gives
     scope() (where the model and optimizer are built), replicated(model, optimizer) (called once they exist, before
     the first step) and train_step(model, optimizer, loss_of) (the step as a tf.function of a batch, returning this
@@ -153,7 +156,7 @@ class KerasTraining:
         }
 
 
-class KerasElasticTraining:
+class KerasElasticTraining(ElasticTraining):
     """A fault run's framework side under a TensorFlow backend, with bench.rank.training.TorchElasticTraining's
     methods: the seeded Keras model and optimizer (nothing broadcast here: the elastic mode's state syncs them from
     rank 0 when training starts and after each reset), one step on the batch of a given step number and rank
@@ -167,7 +170,7 @@ class KerasElasticTraining:
     def __init__(self, spec, workload, group):
         self.spec, self.workload, self.group = spec, workload, group
         self.model, self.optimizer = seeded_model(spec, workload, group)
-        self._steps: dict[tuple[int, int], object] = {}
+        self._steps: dict[tuple[int, int], Callable[..., Any]] = {}
         self._arrays: dict[int, tuple] = {}
 
     def batch(self, step: int, rank: int):
@@ -199,7 +202,7 @@ class KerasElasticTraining:
         save_keras_params(self.model, path)
 
 
-class TFBuffers:
+class TFBuffers(Buffers):
     """A communication sweep's buffers as TensorFlow tensors of the sweep's dtype on the worker's device, with the
     methods of bench.rank.collectives.TorchBuffers. TensorFlow's collectives return a new tensor (there is no
     in-place op): the group's run_op returns it and leaves `out` unused. Waiting for the last op: on the CPU,

@@ -13,6 +13,7 @@ from tensorflow.python.eager import context as eager_context
 from bench.backends.base import ProcessGroup, rank_row
 from bench.backends.shared.keras import KerasTraining, TFBuffers, collective_function, set_tf_threads, visible_gpu
 from bench.backends.tf_mwms import MWMS_OPS
+from bench.rank.hooks import Buffers, Training
 
 
 class MWMSGroup(ProcessGroup):
@@ -79,10 +80,10 @@ class MWMSGroup(ProcessGroup):
                 # worker's part is over either way, and worker 0's own ending is its own rank's to record
                 pass
 
-    def training(self, joined, workload):
+    def training(self, joined, workload) -> Training:
         return KerasTraining(joined, workload, self)
 
-    def buffers(self, dtype, member):
+    def buffers(self, dtype, member) -> Buffers:
         return TFBuffers(dtype, self.device)
 
     def run_op(self, op, inp, out):

@@ -21,6 +21,7 @@ from bench.backends.shared.keras import (
     set_tf_threads,
     visible_gpu,
 )
+from bench.rank.hooks import Buffers, ElasticTraining, Training
 
 HOROVOD_OPS = HorovodBackend.comm_ops  # the same four collectives, and the same dtypes, as on the PyTorch side
 
@@ -52,13 +53,13 @@ class HorovodTFGroup(ProcessGroup):
     def shutdown(self):
         self.hvd.shutdown()
 
-    def training(self, joined, workload):
+    def training(self, joined, workload) -> Training:
         return KerasTraining(joined, workload, self)
 
-    def elastic_training(self, spec, workload):
+    def elastic_training(self, spec, workload) -> ElasticTraining:
         return KerasElasticTraining(spec, workload, self)
 
-    def buffers(self, dtype, member):
+    def buffers(self, dtype, member) -> Buffers:
         return TFBuffers(dtype, self.spec.device)
 
     def run_op(self, op, inp, out):
