@@ -193,6 +193,34 @@ def test_world_sizes_are_named_alike():
     assert {command for command, _ in uses["--world-sizes"]} == {"sweep", "converge"}
 
 
+# a count of a node's processes or GPUs, on any verb: --tasks-per-node, --ranks-per-pod, --gpus-per-host ...
+PER_NODE_COUNT = re.compile(r"^--(n?procs?|tasks|ranks|workers|slots|gpus)-per-(node|pod|host)$")
+
+
+def test_per_node_counts_are_named_alike_on_every_verb(tmp_path):
+    """A node's processes are --nproc-per-node and its GPUs --gpus-per-node, on bench k8s (a node: a pod) as on bench
+    slurm-script, and no verb shows another spelling of either; the old ones still make the same job, with a note."""
+    uses = shown_options()
+    counts = {flag: {command for command, _ in found} for flag, found in uses.items() if PER_NODE_COUNT.match(flag)}
+    assert counts == {"--nproc-per-node": {"k8s", "slurm-script"}, "--gpus-per-node": {"k8s", "slurm-script"}}
+    for flag in counts:  # one declaration, so one meaning: the same type and bad values on both
+        assert len({(a.type, a.invalid) for _, a in uses[flag]}) == 1, flag
+    image = "nvcr.io/nvidia/pytorch:25.01-py3"  # a CUDA image, for a pod's GPUs
+    store = tmp_path / "b.sqlite"
+    for verb, old, new, rest in (
+        ("slurm-script", "--tasks-per-node", "--nproc-per-node", ["--nodes", "2", "--store", store]),
+        ("k8s", "--gpus-per-pod", "--gpus-per-node", ["--image", image, "--nodes", "1"]),
+    ):
+        now, then = (bench_in_process(verb, *rest, flag, "2") for flag in (new, old))
+        assert now.returncode == then.returncode == 0, (now.stderr, then.stderr)
+        assert then.stdout == now.stdout and old not in now.stderr
+        noted = [line for line in then.stderr.splitlines() if old in line]
+        assert noted == [
+            f"bench {verb}: {old} is now {new} (a node's processes are --nproc-per-node and its GPUs --gpus-per-node "
+            "on bench k8s and bench slurm-script); the old name still works for now"
+        ], then.stderr
+
+
 def test_backend_and_workload_are_lists_or_all_on_every_verb():
     uses = shown_options()
     for flag in ("--backend", "--workload"):

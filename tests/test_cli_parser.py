@@ -241,6 +241,8 @@ RENAMED_VALUES = {
     "--gpus": ("1", "1"),
     "--signal": ("stop", "hang"),
     "--join": (),
+    "--tasks-per-node": ("2", "2"),
+    "--gpus-per-pod": ("2", "2"),
 }
 
 

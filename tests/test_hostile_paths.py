@@ -273,7 +273,7 @@ def test_a_slurm_job_from_hostile_folders_runs_horovod_across_its_nodes(slurm_cl
     work, store_folder = slurm_cluster / HOSTILE[1], slurm_cluster / HOSTILE[0]
     work.mkdir()
     store, script = store_folder / "bench.sqlite", slurm_cluster / "job.sh"
-    written = bench("slurm-script", "--nodes", 2, "--tasks-per-node", 1, "--time", 10, "--verb", "run", "--store",
+    written = bench("slurm-script", "--nodes", 2, "--nproc-per-node", 1, "--time", 10, "--verb", "run", "--store",
                     store, "--output", script, "--", "--backend", "horovod", "--workload", "mnist_mlp", "--threads", 1,
                     "--warmup-steps", 2, "--steps-per-window", 3, "--windows", 2, cwd=work)  # fmt: skip
     assert written.returncode == 0, written.stderr

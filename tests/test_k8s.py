@@ -252,8 +252,8 @@ def test_verb_writes_a_manifest_that_parses(tmp_path):
     "args, fragment",
     [
         (["--nodes", "2", "--", "--nproc", "5"], "the job holds 2 pods x 1 ranks = 2"),
-        (["--gpus-per-pod", "2"], "whose name says no CUDA build"),
-        (["--gpus-per-pod", "2", "--nproc-per-node", "4", "--image-has-cuda"], "one rank per GPU"),
+        (["--gpus-per-node", "2"], "whose name says no CUDA build"),
+        (["--gpus-per-node", "2", "--nproc-per-node", "4", "--image-has-cuda"], "one rank per GPU"),
         (["--name", "Bench_Job"], "DNS-1035"),
         (["--name", "a" * 60], "the operator names a Service"),
         (["--nodes", "5", "--min-nodes", "1", "--max-nodes", "3"], "min <= nodes <= max"),
@@ -261,7 +261,7 @@ def test_verb_writes_a_manifest_that_parses(tmp_path):
         (["--", "--backend", "horovod"], "--backend after --: the manifest sets it"),
         (["--", "--record-lines"], "--record-lines after --: the manifest sets it"),
         (["--", "--json"], "--json after --: the pods print their record as a marked line"),
-        (["--gpus-per-pod", "1", "--image-has-cuda", "--", "--gpus", "1"], "--gpus after --: the manifest sets it"),
+        (["--gpus-per-node", "1", "--image-has-cuda", "--", "--gpus", "1"], "--gpus after --: the manifest sets it"),
         (["--", "--workload", "nosuch"], "the arguments after --"),
         (["--crd-dir", "/nonexistent/crds"], "must hold the operators' CRD files"),
         (["--drop-worker"], "--drop-worker: a worker dropped from the operator's discover_hosts.sh is an MPIJob's"),
@@ -288,7 +288,7 @@ def test_gpu_image_is_taken():
         "trainjob",
         "--image",
         "nvcr.io/nvidia/pytorch:25.01-py3",
-        "--gpus-per-pod",
+        "--gpus-per-node",
         "8",
         "--results-claim",
         "res",
@@ -1011,7 +1011,7 @@ def pod_command_of(manifest: dict) -> list[str]:
 @pytest.mark.parametrize("kind, backend", [("pytorchjob", "elastic"), ("trainjob", "elastic"), ("mpijob", "horovod")])
 def test_gpu_pods_run_one_process_per_gpu_they_are_given(kind, backend):
     proc = bench_in_process(
-        "k8s", "--kind", kind, "--image", GPU_IMAGE, "--nodes", "2", "--gpus-per-pod", "8", "--nproc-per-node", "4",
+        "k8s", "--kind", kind, "--image", GPU_IMAGE, "--nodes", "2", "--gpus-per-node", "8", "--nproc-per-node", "4",
         "--results-claim", "res",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -1109,12 +1109,12 @@ def placed_command(command: list[str], folders: dict[str, Path]) -> list[str]:
 
 @pytest.mark.parametrize("kind", ["pytorchjob", "trainjob", "mpijob"])
 def test_eight_gpus_per_pod_are_eight_processes_per_pod_with_a_memory_backed_dev_shm(kind, tmp_path):
-    """--gpus-per-pod 8 alone: each pod runs 8 ranks (the operator told 8 processes per pod, the pod command 8 GPU
+    """--gpus-per-node 8 alone: each pod runs 8 ranks (the operator told 8 processes per pod, the pod command 8 GPU
     workers), every pod that runs them has a memory-backed /dev/shm for NCCL's shared memory between them, and the
     pod command, run with the operator's environment and --dry-run (no GPU here: a plan, not a run), plans 8
     processes on each of the 2 pods."""
     proc = bench_in_process(
-        "k8s", "--kind", kind, "--image", k8s.RECIPE_IMAGE, "--nodes", "2", "--gpus-per-pod", "8",
+        "k8s", "--kind", kind, "--image", k8s.RECIPE_IMAGE, "--nodes", "2", "--gpus-per-node", "8",
         "--results-claim", "res",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -1161,7 +1161,7 @@ def test_eight_gpus_per_pod_are_eight_processes_per_pod_with_a_memory_backed_dev
 
 def test_fewer_ranks_than_gpus_says_the_gpus_left_idle():
     proc = bench_in_process(
-        "k8s", "--image", k8s.RECIPE_IMAGE, "--nodes", "2", "--gpus-per-pod", "8", "--nproc-per-node", "4",
+        "k8s", "--image", k8s.RECIPE_IMAGE, "--nodes", "2", "--gpus-per-node", "8", "--nproc-per-node", "4",
         "--results-claim", "res",
     )  # fmt: skip
     assert proc.returncode == 0 and "4 GPU(s) of each pod idle" in proc.stderr, proc.stderr

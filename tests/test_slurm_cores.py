@@ -116,7 +116,7 @@ def test_a_cpu_count_slurm_did_not_write_is_refused_in_one_line(monkeypatch):
 
 def test_a_task_count_other_than_the_gpus_is_refused(tmp_path):
     proc = bench_in_process(
-        "slurm-script", "--gpus-per-node", 8, "--tasks-per-node", 2, "--store", tmp_path / "b.sqlite"
+        "slurm-script", "--gpus-per-node", 8, "--nproc-per-node", 2, "--store", tmp_path / "b.sqlite"
     )
-    assert_one_line_error(proc, "--tasks-per-node 2 with --gpus-per-node 8", "one worker per GPU")
+    assert_one_line_error(proc, "--nproc-per-node 2 with --gpus-per-node 8", "one worker per GPU")
     assert not (tmp_path / "b.sqlite").exists()

@@ -252,8 +252,8 @@ def options_for(name: str, value: str, tmp: Path) -> tuple[list[str], Path, dict
     if name in ("job-name", "partition", "account", "time"):
         expect["directives"] = {name: value}
         return [*base, f"--{name}={value}"], work, expect
-    if name in ("nodes", "tasks-per-node", "gpus-per-node", "cpus-per-worker"):
-        directive = {"tasks-per-node": "ntasks-per-node", "cpus-per-worker": "cpus-per-task"}.get(name, name)
+    if name in ("nodes", "nproc-per-node", "gpus-per-node", "cpus-per-worker"):
+        directive = {"nproc-per-node": "ntasks-per-node", "cpus-per-worker": "cpus-per-task"}.get(name, name)
         try:
             expect["directives"] = {directive: str(int(value))}
             if name == "gpus-per-node":  # the job's sweep runs on the GPUs it asked for, a task (a worker) each
@@ -292,7 +292,7 @@ OPTIONS = [
     "account",
     "time",
     "nodes",
-    "tasks-per-node",
+    "nproc-per-node",
     "gpus-per-node",
     "cpus-per-worker",
     "verb",

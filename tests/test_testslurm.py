@@ -501,7 +501,7 @@ def job_script(cluster, name, *args, time_limit="10", verb="run", tasks_per_node
         "slurm-script",
         "--nodes",
         2,
-        "--tasks-per-node",
+        "--nproc-per-node",
         tasks_per_node,
         "--time",
         time_limit,

@@ -86,7 +86,7 @@ def add_parser(verbs) -> None:
             f"bench k8s --kind mpijob --drop-worker --image {k8s.RECIPE_IMAGE} --nodes 2 "
             "--results-claim bench-results -- --workload mnist_mlp --recovery-timeout 300",
             f"bench k8s --image {k8s.RECIPE_IMAGE} --nodes 2 --min-nodes 1 --max-nodes 3 --results-claim bench-results",
-            f"bench k8s --kind trainjob --image {k8s.RECIPE_IMAGE} --nodes 2 --gpus-per-pod 8 "
+            f"bench k8s --kind trainjob --image {k8s.RECIPE_IMAGE} --nodes 2 --gpus-per-node 8 "
             "--results-claim bench-results",
         ),
         parents=[
@@ -137,15 +137,9 @@ def add_parser(verbs) -> None:
         help="the namespace (%(default)s)",
         invalid=["a b", "A"],
     )
-    options.add(
-        p, "--nodes", type=options.positive_int, default=d["nodes"], help="pods (%(default)s)", invalid=["0", "x"]
-    )
-    options.add(
-        p,
-        "--nproc-per-node",
-        type=options.positive_int,
-        help=f"ranks per pod ({d['nproc_per_node']}; with --gpus-per-pod, one per GPU)",
-        invalid=["0", "x"],
+    options.declare(p, "--nodes", help="pods (%(default)s)", default=d["nodes"])
+    options.declare(
+        p, "--nproc-per-node", help=f"ranks per pod ({d['nproc_per_node']}; with --gpus-per-node, one per GPU)"
     )
     options.add(
         p,
@@ -165,12 +159,10 @@ def add_parser(verbs) -> None:
     options.add(
         p, "--memory-per-pod", type=quantity, help="memory limit per pod (none by default)", invalid=["0", "lots"]
     )
-    options.add(
+    options.declare(
         p,
-        "--gpus-per-pod",
-        type=options.positive_int,
+        "--gpus-per-node",
         help="nvidia.com/gpu per pod, for a CUDA image, each run by a rank of its own (none by default)",
-        invalid=["0", "x"],
     )
     options.add(
         p,
@@ -250,11 +242,11 @@ def _pod_args(args) -> list[str]:
         if not (a.startswith("--nproc=") or a == "--nproc" or (i and rest[i - 1] == "--nproc"))
     ]
     if any(a == "--gpus" or a.startswith("--gpus=") for a in rest):
-        raise UsageError("--gpus after --: the manifest sets it from --gpus-per-pod, one process per GPU")
+        raise UsageError("--gpus after --: the manifest sets it from --gpus-per-node, one process per GPU")
     # a GPU pod's ranks take one GPU each (--gpus: per pod, or per host of the MPIJob's hostfile); on CPUs the pods of
     # a PyTorchJob or TrainJob take their world from the operator's variables (under an elastic policy, the pods
     # there are, not a size fixed here), and an MPIJob's launcher gives horovodrun the world of its hostfile
-    if args.gpus_per_pod:
+    if args.gpus_per_node:
         size = ["--gpus", str(args.nproc_per_node)]
     else:
         size = ["--nproc", str(world)] if args.kind == "mpijob" else []
@@ -302,22 +294,22 @@ def cmd(args) -> int:
     crd_dir = _crd_dir(args.crd_dir)
     if not args.image:
         raise UsageError("--image: name the container image with bench installed (bench k8s writes no image)")
-    if args.gpus_per_pod and not args.image_has_cuda and not any(w in args.image.lower() for w in CUDA_IMAGE_WORDS):
+    if args.gpus_per_node and not args.image_has_cuda and not any(w in args.image.lower() for w in CUDA_IMAGE_WORDS):
         raise UsageError(
-            f"--gpus-per-pod {args.gpus_per_pod} with --image {shown(args.image)}, whose name says no CUDA build: "
+            f"--gpus-per-node {args.gpus_per_node} with --image {shown(args.image)}, whose name says no CUDA build: "
             "give a CUDA image, or --image-has-cuda if it is one"
         )
     if args.nproc_per_node is None:  # one rank per GPU, where the pods hold GPUs
-        args.nproc_per_node = args.gpus_per_pod or d["nproc_per_node"]
-    if args.gpus_per_pod and args.nproc_per_node > args.gpus_per_pod:
+        args.nproc_per_node = args.gpus_per_node or d["nproc_per_node"]
+    if args.gpus_per_node and args.nproc_per_node > args.gpus_per_node:
         raise UsageError(
-            f"--nproc-per-node {args.nproc_per_node} with --gpus-per-pod {args.gpus_per_pod}: a pod holds one rank "
+            f"--nproc-per-node {args.nproc_per_node} with --gpus-per-node {args.gpus_per_node}: a pod holds one rank "
             "per GPU; give at most as many ranks as GPUs"
         )
-    if args.gpus_per_pod and args.nproc_per_node < args.gpus_per_pod:
+    if args.gpus_per_node and args.nproc_per_node < args.gpus_per_node:
         note(
-            f"bench k8s: note: --nproc-per-node {args.nproc_per_node} with --gpus-per-pod {args.gpus_per_pod}: "
-            f"{args.gpus_per_pod - args.nproc_per_node} GPU(s) of each pod idle (leave --nproc-per-node out for one "
+            f"bench k8s: note: --nproc-per-node {args.nproc_per_node} with --gpus-per-node {args.gpus_per_node}: "
+            f"{args.gpus_per_node - args.nproc_per_node} GPU(s) of each pod idle (leave --nproc-per-node out for one "
             "rank per GPU)"
         )
     req = k8s.JobRequest(
@@ -329,7 +321,7 @@ def cmd(args) -> int:
         namespace=args.namespace,
         cpus_per_pod=args.cpus_per_pod,
         memory_per_pod=args.memory_per_pod,
-        gpus_per_pod=args.gpus_per_pod,
+        gpus_per_pod=args.gpus_per_node,
         results_claim=args.results_claim,
         elastic=_elastic(args),
         bench_args=tuple(_pod_args(args)),

@@ -336,6 +336,8 @@ GROUP_TITLES = {
     "sharing": "sharing the machine (one benchmark at a time per set of cores)",
     "plan": "planning",
     "results": None,  # each verb places these where they read best
+    "job": None,  # a cluster job's shape (bench k8s, bench slurm-script), among each verb's own options
+    "skip": None,  # a part of a verb's work it can leave out, in a group of the verb's own
 }
 
 
@@ -784,6 +786,25 @@ FLAGS = (
         "are marked (shared_with) and left out of verdicts and the gate",
         action="store_true",
     ),
+    # a cluster job's shape: each verb says what a node is to it (a pod of a Kubeflow job, a node of a Slurm
+    # allocation) and its defaults, the job description's
+    Flag("--nodes", "job", "nodes (%(default)s)", type=positive_int, invalid=("0", "x")),
+    Flag(
+        "--nproc-per-node",
+        "job",
+        "worker processes per node (one per GPU with --gpus-per-node)",
+        type=positive_int,
+        invalid=("0", "x"),
+    ),
+    Flag(
+        "--gpus-per-node",
+        "job",
+        "GPUs per node, a worker each (none by default)",
+        type=positive_int,
+        invalid=("0", "x"),
+    ),
+    # parts of a verb's work it can leave out
+    Flag("--no-comm", "skip", "skip the communication part", action="store_true"),  # each verb says which part
     # results
     Flag(
         "--store",

@@ -15,6 +15,7 @@ from bench.workflows.selfcheck import MAX_MINUTES, MAX_MINUTES_WORDS
 TIME_LIMITS = "every time limit is a --*-timeout, in seconds"
 WORLD_SIZES = "a sweep's largest world size; --nproc and --gpus are one run's world size on every verb"
 FAULT_WORDS = "one set of fault words on every verb: kill, term, hang, crash, exit, join"
+PER_NODE = "a node's processes are --nproc-per-node and its GPUs --gpus-per-node on bench k8s and bench slurm-script"
 
 
 def minutes_as_seconds(text: str) -> str:
@@ -75,6 +76,8 @@ RENAMED = (
         converts="KILL, TERM, STOP: kill, term, hang",
     ),
     Renamed("--join", "--fault", ("fault",), FAULT_WORDS, value="join"),
+    Renamed("--tasks-per-node", "--nproc-per-node", ("slurm-script",), PER_NODE),
+    Renamed("--gpus-per-pod", "--gpus-per-node", ("k8s",), PER_NODE),
 )
 
 

@@ -49,9 +49,7 @@ def add_parser(verbs) -> None:
         f"most {MAX_TIMEOUT_WORDS})",
         invalid=["-1", "nan", "inf", "x", *options.TOO_LONG],
     )
-    g.add_argument(
-        "--no-comm", action="store_true", help="check training throughput only, not allreduce busbw at 16 MiB"
-    )
+    options.declare(g, "--no-comm", help="check training throughput only, not allreduce busbw at 16 MiB")
     p = verbs.add_parser(
         "selfcheck",
         help="the suite against bare torchrun/horovodrun loops: ratio and interval per figure",

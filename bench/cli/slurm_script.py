@@ -83,7 +83,7 @@ def add_parser(verbs) -> None:
         "(elastic and ps through srun, horovod through horovodrun -H of the allocation's nodes). "
         "Arguments after -- go to the bench command, as on the command line.",
         epilog=examples(
-            "bench slurm-script --nodes 2 --tasks-per-node 1 --time 30 --store results/cluster.sqlite "
+            "bench slurm-script --nodes 2 --nproc-per-node 1 --time 30 --store results/cluster.sqlite "
             "-o sweep.sh -- --backend elastic,horovod --workload mnist_mlp",
             "bench slurm-script --verb allreduce --nodes 4 --partition gpu --gpus-per-node 4",
             "bench slurm-script --nodes 2 --gpus-per-node 8 --exclusive --partition gpu -- --backend elastic",
@@ -105,23 +105,13 @@ def add_parser(verbs) -> None:
         ],
     )
 
-    options.add(
-        p, "--nodes", type=options.positive_int, default=d["nodes"], help="nodes (%(default)s)", invalid=["0", "x"]
-    )
-    options.add(
+    options.declare(p, "--nodes", default=d["nodes"])
+    options.declare(
         p,
-        "--tasks-per-node",
-        type=options.positive_int,
+        "--nproc-per-node",
         help=f"worker slots per node, a Slurm task each ({d['tasks_per_node']}; with --gpus-per-node one per GPU)",
-        invalid=["0", "x"],
     )
-    options.add(
-        p,
-        "--gpus-per-node",
-        type=options.positive_int,
-        help="GPUs per node, a worker each (none by default)",
-        invalid=["0", "x"],
-    )
+    options.declare(p, "--gpus-per-node")
     options.add(
         p,
         "--cpus-per-worker",
@@ -194,7 +184,7 @@ def plan_job(args, text: str, rest: list[str]) -> int:
     saved = {k: os.environ.get(k) for k in SLURM_VARIABLES}
     for k in SLURM_VARIABLES:
         os.environ.pop(k, None)
-    workers = workers_per_node(args.tasks_per_node, args.gpus_per_node)
+    workers = workers_per_node(args.nproc_per_node, args.gpus_per_node)
     os.environ.update(planned_allocation(args.nodes, workers, args.gpus_per_node, args.cpus_per_worker, args.exclusive))
     try:
         return job.func(job)
@@ -259,7 +249,7 @@ def cmd(args) -> int:
     open_store(store, runs=True)  # refused now if the job could not store its runs there; nothing is created
     text = script(
         nodes=args.nodes,
-        tasks_per_node=args.tasks_per_node,
+        tasks_per_node=args.nproc_per_node,
         time_limit=args.time,
         store=store,
         workdir=workdir,

@@ -53,10 +53,8 @@ def add_parser(verbs) -> None:
         action="store_true",
         help="skip the plain single-process run that scaling is also measured against",
     )
-    g.add_argument(
-        "--no-comm",
-        action="store_true",
-        help="skip the short communication sweep run for each backend and world size above 1",
+    options.declare(
+        g, "--no-comm", help="skip the short communication sweep run for each backend and world size above 1"
     )
     g.add_argument(
         "--no-faults",

@@ -440,12 +440,12 @@ def job_arguments(verb: str, bench_args: list[str], gpus_per_node: int | None) -
 
 
 def workers_per_node(tasks_per_node: int | None, gpus_per_node: int | None) -> int:
-    """The job's tasks per node, one a worker: --tasks-per-node (SCRIPT_DEFAULTS's where not given), or with GPUs one a
-    GPU, as the job runs them (a --tasks-per-node that says otherwise is refused)."""
+    """The job's tasks per node, one a worker: --nproc-per-node (SCRIPT_DEFAULTS's where not given), or with GPUs one a
+    GPU, as the job runs them (a --nproc-per-node that says otherwise is refused)."""
     if gpus_per_node and tasks_per_node not in (None, gpus_per_node):
         raise UsageError(
-            f"--tasks-per-node {tasks_per_node} with --gpus-per-node {gpus_per_node}: the job runs one worker per GPU, "
-            f"{gpus_per_node} a node; drop --tasks-per-node"
+            f"--nproc-per-node {tasks_per_node} with --gpus-per-node {gpus_per_node}: the job runs one worker per GPU, "
+            f"{gpus_per_node} a node; drop --nproc-per-node"
         )
     return gpus_per_node or tasks_per_node or SCRIPT_DEFAULTS["tasks_per_node"]
 
@@ -498,7 +498,7 @@ def script(
     (every CPU and GPU, and all memory: --mem=0). bench starts a node's workers from one task (one srun task per node,
     or horovodrun in this script), which srun_command hands every CPU the job holds on the node."""
     if nodes < 1 or (tasks_per_node is not None and tasks_per_node < 1) or cpus_per_worker < 1:
-        raise UsageError("--nodes, --tasks-per-node and --cpus-per-worker must be 1 or more")
+        raise UsageError("--nodes, --nproc-per-node and --cpus-per-worker must be 1 or more")
     workers = workers_per_node(tasks_per_node, gpus_per_node)
     if not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}", time_limit):
         raise UsageError(f"--time {shown(time_limit)}: give Slurm's MINUTES, HH:MM:SS or D-HH:MM:SS")
