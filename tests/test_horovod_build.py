@@ -1,5 +1,7 @@
 """The reproducible Horovod build: the patch, the cache key, and reuse of the cached wheel."""
 
+import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -7,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.core.environment import SETUP_RECORD, setup_record
 from bench.tools import horovod_build as hb
 from conftest import ROOT
 
@@ -211,3 +214,43 @@ def test_an_explicit_gpu_build_is_honoured_and_refused_by_its_variable(tmp_path)
         gpu_plan(site, device=False, torch_cuda=None, HOROVOD_GPU_OPERATIONS="NCCL")
     assert str(refused.value).startswith("HOROVOD_GPU_OPERATIONS=NCCL asks for a GPU build but torch has no CUDA")
     assert "BENCH_HOROVOD_CPU" not in str(refused.value)  # the way out is to unset what was asked
+
+
+def test_the_build_keeps_a_record_of_its_time_and_changes_and_the_set_up_one_of_how_it_installed(tmp_path):
+    """A build's record (what it was built against, its changes, its seconds, its day) and the environment's set-up
+    record that holds it; a wheel built before records were kept has its record read back from its build log."""
+    info = {"torch": "2.14.1+cu130", "tensorflow": None, "features": ["gloo"], "key": "k"}
+    changes = ["CMakeLists.txt: CMAKE_CXX_STANDARD 14 -> 20"]
+    facts = hb.build_facts(info, changes, 451.26, 1_796_000_000.0)
+    assert facts["changes"] == changes and facts["build_seconds"] == 451.3 and facts["built"] == "2026-11-30"
+    assert facts["horovod"] == hb.HOROVOD_VERSION and facts["torch"] == "2.14.1+cu130"
+    log = tmp_path / "k.log"
+    log.write_text(f"plan: {info}\npatches: {changes}\n-- configuring\n\nbuild took 451 s (exit 0)\n")
+    read = hb.recorded_build(tmp_path / "k", log)  # no build.json: the log's
+    assert read["changes"] == changes and read["build_seconds"] == 451.0 and read["torch"] == "2.14.1+cu130"
+    log.write_text(f"plan: {info}\npatches: {changes}\n\nbuild took 12 s (exit 1)\n")
+    assert hb.recorded_build(tmp_path / "k", log) is None  # a failed build is no record
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / hb.BUILD_RECORD).write_text(json.dumps(facts))
+    assert hb.recorded_build(tmp_path / "k", log) == facts  # its own record first
+    path = hb.record_setup("k", facts, "built from source here", 460.04, prefix=tmp_path)
+    kept = setup_record(str(tmp_path))
+    assert path == tmp_path / SETUP_RECORD and kept["build"] == facts and kept["install_seconds"] == 460.0
+    assert kept["how"] == "built from source here" and re.fullmatch(r"\d{4}-\d\d-\d\d", kept["installed"])
+    assert setup_record(str(tmp_path / "none")) is None
+
+
+def test_the_environment_this_suite_runs_in_holds_its_set_up_record():
+    """The set-up (run again here, as a second set-up: nothing built) leaves its record in the environment, which
+    every run's fingerprint then holds."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.tools.horovod_build"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    kept = setup_record()
+    assert kept is not None and kept["key"] == hb.installed_key(), kept
+    probe = (
+        "import json; from bench.core.environment import fingerprint; print(json.dumps(fingerprint()['horovod_setup']))"
+    )
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert json.loads(shown.stdout) == kept, shown.stderr

@@ -113,6 +113,21 @@ def calibrate(repeats: int = 10) -> dict[str, float]:
     return {"gemm_gflops": 2 * 256**3 / gemm / 1e9, "conv_step_ms": step * 1e3}
 
 
+# In the environment's folder (sys.prefix), written by its set-up (bench.tools.horovod_build): how its Horovod was
+# installed, how long its build took and what the build changed. Each run's fingerprint holds it ("horovod_setup"),
+# from which the page's "What it takes to run" says so.
+SETUP_RECORD = "horovod-setup.json"
+
+
+def setup_record(prefix: str | None = None) -> dict[str, Any] | None:
+    """The set-up's record of this environment's Horovod (SETUP_RECORD), None where it kept none."""
+    try:
+        loaded = json.loads((Path(prefix or sys.prefix) / SETUP_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
 def git_state() -> dict[str, Any]:
     def git(*args: str) -> str:
         return subprocess.run(
@@ -269,6 +284,7 @@ def _static_fingerprint() -> dict[str, Any]:
         },
         "git": git_state(),
         "bench": package_version("elastic-vs-horovod-bench"),
+        "horovod_setup": setup_record(),
     }
 
 

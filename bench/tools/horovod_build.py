@@ -37,12 +37,20 @@ BENCH_HOROVOD_CPU=1 builds for the CPU only on a GPU machine. The wheel is cache
 ~/.cache/elastic-vs-horovod-bench/horovod (or $BENCH_CACHE_DIR), keyed by Horovod, torch, TensorFlow (when built
 with it) and Python versions and the features built, so a second set-up reuses it.
 
+The set-up keeps a record of what it did: beside the cached wheel, BUILD_RECORD (when it was built, against what, in
+how many seconds, and each change the build needed); in the environment's folder, bench.core.environment's
+SETUP_RECORD (that build, and whether this environment built it or installed it from the cache, in how many seconds),
+which every run's fingerprint holds and the page's "What it takes to run" states. A cached wheel built before the
+record was kept has it read back from its build log (the plan, the changes and "build took N s").
+
 Usage: python -m bench.tools.horovod_build [--force] [--print-key]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import os
 import platform
 import re
@@ -54,7 +62,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.core.environment import cache_dir
+from bench.core.environment import SETUP_RECORD, cache_dir
 
 HOROVOD_VERSION = "0.28.1"
 # distribution -> the module it provides: only missing ones are installed, so an offline machine that
@@ -73,6 +81,9 @@ CUDA_KERNELS_CMAKE = "horovod/common/ops/cuda/CMakeLists.txt"
 XLA_OPS_SOURCE = "horovod/tensorflow/xla_mpi_ops.cc"
 XLA_OPS_HEADER = "tensorflow/compiler/xla/client/xla_builder.h"
 XLA_OPS_GUARD = "#if TENSORFLOW_VERSION >= 2006000000\n"
+
+
+BUILD_RECORD = "build.json"  # beside a cached wheel: its build's record (build_facts)
 
 
 class BuildError(Exception):
@@ -422,6 +433,8 @@ def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
             log.write(f"\nbuild took {took:.0f} s (exit {proc.returncode})\n")
         if proc.returncode == 0:
             print(f"  built in {took:.0f} s", flush=True)
+            facts = build_facts(info, changes, took, time.time())
+            (out_dir / BUILD_RECORD).write_text(json.dumps(facts, indent=1) + "\n")
         if proc.returncode != 0:
             raise BuildError(
                 f"building Horovod failed (exit {proc.returncode}); full log {log_path}; its first "
@@ -431,6 +444,74 @@ def build_wheel(info: dict, out_dir: Path, log_path: Path) -> Path:
     if not wheels:
         raise BuildError(f"the build left no wheel in {out_dir}; see {log_path}")
     return wheels[0]
+
+
+def build_facts(info: dict, changes: list[str], seconds: float, at: float) -> dict:
+    """What a build did, as its record keeps it: Horovod's version and where its source came from, what it was built
+    against and with, each change the build needed (patch_source, compiler_flags), its seconds and when it ended."""
+    return {
+        "horovod": HOROVOD_VERSION,
+        "source": f"horovod=={HOROVOD_VERSION}, the source distribution on PyPI",
+        "torch": info.get("torch"),
+        "tensorflow": info.get("tensorflow"),
+        "features": info.get("features", []),
+        "changes": list(changes),
+        "build_seconds": round(seconds, 1),
+        "built": time.strftime("%Y-%m-%d", time.gmtime(at)),
+    }
+
+
+def logged_build(log_path: Path) -> dict | None:
+    """build_facts read back from a build's log (build_wheel writes its plan, its changes and "build took N s (exit
+    0)"), for a wheel built before its record was kept; None where the log is missing or says no successful build."""
+    try:
+        text = log_path.read_text(errors="replace")
+        at = log_path.stat().st_mtime
+    except OSError:
+        return None
+    took = re.search(r"^build took (\d+) s \(exit 0\)$", text, re.M)
+    head = dict(re.findall(r"^(plan|patches): (.*)$", text[:20000], re.M))
+    try:
+        info = ast.literal_eval(head["plan"])
+        changes = ast.literal_eval(head["patches"])
+    except (KeyError, ValueError, SyntaxError):
+        return None
+    if not took or not isinstance(info, dict) or not isinstance(changes, list):
+        return None
+    return build_facts(info, changes, float(took.group(1)), at)
+
+
+def recorded_build(out_dir: Path, log_path: Path) -> dict | None:
+    """The record of the build that made the wheel in `out_dir`: its BUILD_RECORD, else what its log says."""
+    try:
+        kept = json.loads((out_dir / BUILD_RECORD).read_text())
+        if isinstance(kept, dict):
+            return kept
+    except (OSError, ValueError):
+        pass
+    return logged_build(log_path)
+
+
+def record_setup(
+    key: str, build: dict | None, how: str, seconds: float | None, prefix: Path | None = None
+) -> Path | None:
+    """Write this environment's SETUP_RECORD: the build behind its Horovod (`build`, None where none is known), how
+    this environment got it (`how`) and in how many seconds (None where this set-up did not install it). None, with
+    a note, where the environment's folder cannot be written: the record is for the page, the install stands."""
+    path = Path(prefix or sys.prefix) / SETUP_RECORD
+    record = {
+        "key": key,
+        "how": how,
+        "install_seconds": None if seconds is None else round(seconds, 1),
+        "installed": time.strftime("%Y-%m-%d", time.gmtime()),
+        "build": build,
+    }
+    try:
+        path.write_text(json.dumps(record, indent=1) + "\n")
+    except OSError as exc:
+        print(f"  (no set-up record kept: {path}: {exc.strerror or exc})", flush=True)
+        return None
+    return path
 
 
 def missing_runtime_deps() -> list[str]:
@@ -469,11 +550,16 @@ def installed_key() -> str | None:
 
 
 def ensure(force: bool = False) -> Path | None:
+    started = time.monotonic()
     info = plan()
     out_dir = cache_root() / info["key"]
+    log_path = out_dir.parent / f"{info['key']}.log"
     wheels = list(out_dir.glob("horovod-*.whl"))
     if not force and wheels and installed_key() == info["key"]:
         print(f"Horovod {HOROVOD_VERSION} ({info['key']}) is already installed from {wheels[0]}", flush=True)
+        kept = (Path(sys.prefix) / SETUP_RECORD).exists()
+        if not kept:  # installed by a set-up that kept no record: what is known of it now, its install time not
+            record_setup(info["key"], recorded_build(out_dir, log_path), "installed by an earlier set-up", None)
         return wheels[0]
     # Horovod's setup.py also asks for them (setup_requires) and would fetch them itself, index or not
     missing = missing_runtime_deps()
@@ -489,14 +575,18 @@ def ensure(force: bool = False) -> Path | None:
         )
         for old in wheels:
             old.unlink()
-        wheel = build_wheel(info, out_dir, out_dir.parent / f"{info['key']}.log")
+        (out_dir / BUILD_RECORD).unlink(missing_ok=True)
+        wheel = build_wheel(info, out_dir, log_path)
+        how = "built from source here"
     else:
         wheel = wheels[0]
         print(f"using cached Horovod wheel {wheel}", flush=True)
+        how = "installed from the wheel an earlier set-up built on this machine"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel)], check=True
     )
     installed_key_file().write_text(info["key"] + "\n")
+    record_setup(info["key"], recorded_build(out_dir, log_path), how, time.monotonic() - started)
     return wheel
 
 
