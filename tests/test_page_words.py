@@ -147,4 +147,4 @@ def test_no_internal_names_in_the_page_text(page_and_plots):
     for internal in ("schema", "sd/mean", "1/b", "role rank", "a (us)", " / horovod - 1", "+2539"):
         assert internal not in text, internal
     assert "spread (sd / mean)" in text and "latency (us)" in text and "bandwidth (GB/s)" in text
-    assert "difference (95% CI)" in text
+    assert "comparison (95% interval)" in text

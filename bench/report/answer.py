@@ -43,33 +43,22 @@ class Scenario:
 
 def speed_scenario(row: ScoreRow, hardware: str) -> Scenario:
     name = "training, " + short_condition(row.condition, hardware)
-    count, _, pooled = row.launches.partition(" (")  # "9 + 9 (3 sweeps pooled)"
-    launches = f"{count} launches" + (f", {pooled[:-1]}" if pooled else "")
     if row.standing == "ahead":
-        return Scenario(name, f"{row.outcome} ({launches})", row.winner, state=WON)
+        return Scenario(name, row.line, row.winner, state=WON)
     if row.standing == "within":
-        return Scenario(
-            name, f"a tie within ±{row.margin:.0%} ({launches})", state=TIE, why=f"within ±{row.margin:.0%}"
-        )
+        return Scenario(name, row.line, state=TIE, why=f"within ±{row.margin:.0%}")
     if row.standing == "one launch":
-        return Scenario(name, f"one launch a side, which cannot tell ({launches})", why="one launch a side")
+        return Scenario(name, row.line, why="one launch a side")
     why = "not resolved" if math.isnan(row.margin) else f"not resolved at ±{row.margin:.0%}"
-    return Scenario(name, f"{row.outcome} ({launches})", why=why)
+    return Scenario(name, row.line, why=why)
 
 
 def failure_scenario(row: ScoreRow) -> Scenario:
-    """Whether each side came through, in how many runs, and how soon (bench.tasks.fault.results.decide made the
-    row's verdict)."""
+    """The row's line (who came through and how soon, each side's median and runs), and, where not yet decided, the
+    side ahead in every run and what would decide it (bench.tasks.fault.results.decide made the row's verdict)."""
     name = failure_name(row.measure)
-    (k1, n1, _, span1), (k2, n2, _, span2) = (row.recovered.get(b, (0, 0, "", "")) for b in PRIMARY)
-    if k1 == n1 and k2 == n2 and row.leader is not None:  # the outcome holds both sides' times
-        said = f"both always came through ({n1} + {n2} runs); {row.outcome}"
-    elif k1 == n1 and k2 == n2 and max(n1, n2) == 1:
-        said = f"both came through ({span1} against {span2}); {row.outcome}"
-    elif k1 == n1 and k2 == n2:
-        said = f"both always came through ({span1} against {span2}, {n1} + {n2} runs); {row.outcome}"
-    else:
-        said = f"{came_through(row, PRIMARY[0])}; {came_through(row, PRIMARY[1])}: {row.outcome}"
+    (k1, n1, _, _), (k2, n2, _, _) = (row.recovered.get(b, (0, 0, "", "")) for b in PRIMARY)
+    said = row.line
     if row.winner is not None:
         return Scenario(name, said, row.winner, failure=True, state=WON, leader=row.leader)
     if row.standing == "within":
@@ -86,17 +75,10 @@ def failure_scenario(row: ScoreRow) -> Scenario:
     else:
         why = f"not resolved at ±{row.margin:.0%}" if 0 < row.margin < float("inf") else "the runs overlap"
     why += f"; {row.to_decide}" if row.to_decide else ""
+    # one run a side is what the line already says; beside any other, what leaves it open and what would decide it
+    extra = row.to_decide if why.startswith("one run a side") else why
+    said += f"; {extra}" if extra else ""
     return Scenario(name, said, failure=True, leader=row.leader, why=why)
-
-
-def came_through(row: ScoreRow, backend: str) -> str:
-    """'elastic came through in 3 of 3 runs (15.10-16.20 s)' / 'horovod did not, in 3 of 3 runs (timeout in 3 runs)'."""
-    k, n, ended, span = row.recovered.get(backend, (0, 0, "", ""))
-    if n == 1:
-        return f"{backend} came through ({span})" if k else f"{backend} did not ({ended})"
-    if k == 0:
-        return f"{backend} did not, in {n} of {n} run{'s' if n != 1 else ''} ({ended})"
-    return f"{backend} came through in {k} of {n} run{'s' if n != 1 else ''} ({span}{'; ' + ended if ended else ''})"
 
 
 def failure_name(measure: str) -> str:

@@ -193,6 +193,26 @@ class ScoreRow:
     recovered: dict = field(default_factory=dict)
     leader: str | None = None  # the backend ahead in every run of a failure scenario, decided or not
     to_decide: str = ""  # what would decide a failure scenario not yet decided ("4 runs a side can decide it")
+    # the comparison one way, as pyperf's compare says it: "horovod 1.47x faster [1.36, 1.59]" (the side ahead, the
+    # ratio of the two figures and its 95% interval, only where the difference is called), "a tie within ±8%",
+    # "not significant, ..." or "one launch a side: cannot tell"; `line` says it with the figures beside
+    compared: str = ""
+    test: str = ""  # the test's p behind `compared`: "p 0.0022 (permutation test)", "-" without one
+    brief: dict = field(default_factory=dict)  # backend -> its figure in a few words, where `figures` says more
+
+    @property
+    def line(self) -> str:
+        """The row in one line: the comparison, then each side's figure and the launches (or runs) behind them:
+        "elastic 1.47x faster [1.36, 1.59] (elastic 8,391, horovod 5,700 samples/s; 6 + 6 launches)", a unit both
+        figures end with said once."""
+        texts = [self.brief.get(b) or figure for b, figure in self.figures.items()]
+        ends = [text.rsplit(" ", 2) for text in texts]  # [..., number, unit]
+        if len(ends) > 1 and all(len(e) > 1 and NUMBER.fullmatch(e[-2]) and e[-1] == ends[0][-1] for e in ends):
+            texts = [text.rsplit(" ", 1)[0] for text in texts[:-1]] + texts[-1:]
+            sides = ", ".join(f"{b} {text}" for b, text in zip(self.figures, texts))
+        else:
+            sides = "; ".join(f"{b} {text}" for b, text in zip(self.figures, texts))
+        return f"{self.compared or self.outcome} ({sides}; {launch_words(self.launches)})"
 
 
 @dataclass(frozen=True)
@@ -202,13 +222,39 @@ class Wording:
 
     better: str = "faster"
     times: str = "{n} times as fast"
+    ratio: str = "faster"  # after a ratio: "horovod 1.47x faster"
 
 
 FASTER = Wording()
-STARTS_SOONER = Wording("starts sooner", "starts {n} times as fast")
-RECOVERS_SOONER = Wording("recovers sooner", "recovers {n} times as fast")
-SCALES_BETTER = Wording("scales better", "scales {n} times as well")
-AHEAD = Wording("ahead", "ahead by a factor of {n}")  # one launch a side: what it measured, claiming nothing
+STARTS_SOONER = Wording("starts sooner", "starts {n} times as fast", "sooner")
+RECOVERS_SOONER = Wording("recovers sooner", "recovers {n} times as fast", "sooner")
+SCALES_BETTER = Wording("scales better", "scales {n} times as well", "better")
+AHEAD = Wording("ahead", "ahead by a factor of {n}", "ahead")  # one launch a side: what it measured, claiming nothing
+
+
+NUMBER = re.compile(r"[\d.,]+%?")  # a figure's number as a row says it: "12,129", "0.26", "46%"
+
+
+def launch_words(launches: str) -> str:
+    """A row's launches as its line says them: "9 + 9 (3 sweeps pooled)" -> "9 + 9 launches, 3 sweeps pooled";
+    "6 + 6 runs" as it is."""
+    count, _, more = launches.partition(" (")
+    count = count if count.endswith(("runs", "launches")) else f"{count} launches"
+    return count + (f", {more.removesuffix(')')}" if more else "")
+
+
+def oriented(low: float, high: float, side_is_a: bool, higher_is_better: bool = True) -> tuple[float, float]:
+    """An interval of a / b as a factor in favour of the side ahead (ahead_of): as it is where that side's figure
+    is the numerator and higher is better (or the denominator and lower is), else turned over."""
+    if side_is_a == higher_is_better:
+        return low, high
+    return (1 / high if high else math.inf), (1 / low if low else math.inf)
+
+
+def ratio_words(side: str, factor: float, low: float, high: float, words: Wording = FASTER) -> str:
+    """A difference one way, as pyperf's compare says it: "horovod 1.47x faster [1.36, 1.59]", the ratio of the side
+    ahead's figure to the other's (of the other's time to its own for a time) and its interval in the same direction."""
+    return f"{side} {factor:.2f}x {words.ratio} [{low:.2f}, {high:.2f}]"
 
 
 def ahead_of(ratio: float, a: str, b: str, higher_is_better: bool = True) -> tuple[str, float]:
@@ -261,15 +307,22 @@ def judged_outcome(judgement, a: str, b: str, higher_is_better: bool = True, wor
             "standing": "one launch",
             "winner": None,
             "outcome": f"cannot tell: one launch on a side ({advantage(side, factor, AHEAD, 0)})",
+            "compared": "one launch a side: cannot tell",
+            "test": "-",
         }
     said = difference_words(est, a, b, higher_is_better, words)
-    difference = f"{said}, p {judgement.p_adjusted:.2g} (Holm)"
+    test = f"p {judgement.p_adjusted:.2g} (Holm)"
+    difference = f"{said}, {test}"
     if judgement.significant:
+        # Holm's adjusted p below 5% implies the comparison's own p is, so its 95% interval excludes 1: the ratio
+        # and its interval are stated only here, where they cannot contradict the call
         return {
             "difference": difference,
             "standing": "ahead",
             "winner": side,
             "outcome": advantage(side, factor, words, 0),
+            "compared": ratio_words(side, factor, *oriented(est.low, est.high, side == a, higher_is_better), words),
+            "test": test,
         }
     margin = judgement.margin
     if judgement.equivalent:
@@ -279,6 +332,8 @@ def judged_outcome(judgement, a: str, b: str, higher_is_better: bool = True, wor
             "winner": None,
             "margin": margin,
             "outcome": f"within ±{margin:.0%} of each other",
+            "compared": f"a tie within ±{margin:.0%}",
+            "test": test,
         }
     return {
         "difference": difference,
@@ -286,6 +341,8 @@ def judged_outcome(judgement, a: str, b: str, higher_is_better: bool = True, wor
         "winner": None,
         "margin": margin,
         "outcome": f"not resolved: the data allow up to ±{margin:.0%}; more launches narrow it",
+        "compared": f"not significant, the data allow up to ±{margin:.0%}",
+        "test": test,
     }
 
 

@@ -26,7 +26,9 @@ from bench.report.sections import (
     figure_png,
     fmt,
     left,
+    oriented,
     pyplot,
+    ratio_words,
     right,
 )
 from bench.results.frame import distortion
@@ -212,6 +214,45 @@ def figure_of(side: RecoveryCase) -> str:
     return said + (f"; {failed}" if failed else "")
 
 
+def brief_of(side: RecoveryCase) -> str:
+    """A side's figure in the scorecard's line: the median time of the runs that came through, and how the others
+    ended ("median 10.49 s, timeout in 1 run"; "timeout in 6 runs" where none came through)."""
+    times, failed = side.times, side.failures()
+    if not times:
+        return failed
+    said = f"{times[0]:.2f} s" if len(times) == 1 else f"median {side.median_s:.2f} s"
+    return said + (f", {failed}" if failed else "")
+
+
+def compared_words(found: Decision, sides: list[RecoveryCase]) -> dict:
+    """The case's comparison one way (ScoreRow.compared) and its test: the side ahead and by what ratio of recovery
+    times, with the exact interval, only where the permutation test calls it; who came through where Fisher's test
+    calls that; else a tie or "not significant"."""
+    first, second = (c.backend for c in sides)
+    if found.standing in ("one launch", "neither", "no ratio"):
+        said = {"one launch": "one run a side: cannot tell", "neither": "neither came through"}
+        return {"compared": said.get(found.standing, "no ratio: a recovery time is not above 0 s"), "test": "-"}
+    if found.basis == CAME_THROUGH:
+        test = f"p {found.p:.2g} (Fisher's exact)"
+        if found.winner is None:
+            return {"compared": "not significant", "test": test}
+        other = second if found.winner == first else first
+        ahead = f"{found.winner} came through in every run, {other} in none" if found.leader else "more often"
+        return {"compared": ahead if found.leader else f"{found.winner} came through {ahead}", "test": test}
+    est = found.estimate
+    assert est is not None
+    if not est.replicated:
+        return {"compared": "not significant: one time a side", "test": "-"}
+    test = f"p {est.p:.2g} (permutation test)"
+    if found.standing == "ahead":
+        side, factor = ahead_of(est.ratio, first, second, higher_is_better=False)
+        low, high = oriented(est.low, est.high, side == first, higher_is_better=False)
+        return {"compared": ratio_words(side, factor, low, high, RECOVERS_SOONER), "test": test}
+    if found.standing == "within":
+        return {"compared": f"a tie within ±{found.margin:.0%}", "test": test}
+    return {"compared": "not significant", "test": test}
+
+
 def to_decide(sides: list[RecoveryCase]) -> str:
     """What would decide a case not yet decided: the runs a side that can (RUNS_TO_DECIDE, the cap of the sweep's
     added fault launches), or more runs than that."""
@@ -288,6 +329,8 @@ def scorecard_rows(frame, family=None) -> list[ScoreRow]:
         common = {
             "condition": case,
             "figures": {c.backend: figure_of(c) for c in sides},
+            "brief": {c.backend: brief_of(c) for c in sides},
+            **compared_words(found, sides),
             "launches": launches,
             "operations": True,
             "weighs": FAILURE,

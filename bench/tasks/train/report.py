@@ -319,6 +319,7 @@ def scorecard_rows(cases: list[TrainingCase], family=None) -> list[ScoreRow]:
                     "startup to the first step",
                     operations=True,
                     figures={c.backend: f"{statistics.median(c.startup_values):.1f} s (median)" for c in (e, h)},
+                    brief={c.backend: f"median {statistics.median(c.startup_values):.1f} s" for c in (e, h)},
                     launches=f"{len(e.startup_values)} + {len(h.startup_values)}",
                     **common,
                     **said,
