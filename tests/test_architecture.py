@@ -16,12 +16,14 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from bench.backends.base import Launcher
+from bench.backends.base import Backend, CommSchedule, ElasticState, Launcher
 from bench.core.registry import BACKEND_MODULES, TASK_PARTS, get_backend
+from bench.rank import hooks
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -327,20 +329,162 @@ def test_the_parent_loads_no_framework_with_the_backends():
     assert out.stdout.strip() == "[]", f"loaded with the backends: {out.stdout.strip()}"
 
 
+# What each of ProcessGroup's hooks returns: the protocol (bench.rank.hooks) or class its object must give.
+HOOKS = {
+    "training": hooks.Training,
+    "elastic_training": hooks.ElasticTraining,
+    "buffers": hooks.Buffers,
+    "server": hooks.Server,
+    "elastic_state": ElasticState,
+}
+SCHEDULES = ("buckets", "cycles", "after_backward", "none")  # bench.projection.model's replay
+
+
 @pytest.mark.parametrize("name", list(BACKEND_MODULES))
 def test_a_backend_gives_what_base_requires(name):
     """bench.backends.base's required parts: a name (its registry name), a summary, a launcher, and a group: a
     module of its folder or of bench/backends/shared/ that ends with GROUP (read, not imported: it loads the
-    framework)."""
+    framework); a communication schedule for the scaling model, or why it cannot be projected (and a schedule of no
+    communication only for a backend of one process); and every object its group's hooks return gives every member
+    of the hook's protocol (bench.rank.hooks), read from the source too."""
     backend = get_backend(name)
     assert backend.name == name and backend.summary
     assert isinstance(backend.launcher, Launcher)
     assert backend.group.startswith((BACKEND_MODULES[name] + ".", "bench.backends.shared.")), backend.group
     tree = ast.parse(Path(importlib.util.find_spec(backend.group).origin).read_text())
     assigned = {
-        t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
+        t.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
     }
     assert "GROUP" in assigned, f"{backend.group}: end it with GROUP = its ProcessGroup class"
+    problem = backend.projection_problem()
+    if problem is None:
+        schedule = backend.comm_schedule(backend.resolve_options({}, 2))
+        assert isinstance(schedule, CommSchedule) and schedule.kind in SCHEDULES, schedule
+        assert schedule.kind != "none" or backend.max_world_size == 1, f"{name}: a step that exchanges nothing"
+    else:
+        assert isinstance(problem, str) and problem
+    classes = source_classes()
+    chain = class_chain(assigned["GROUP"].id, classes)
+    assert "ProcessGroup" in chain, f"{backend.group}: GROUP is no ProcessGroup ({chain})"
+    for hook, protocol in HOOKS.items():
+        owner = next(c for c in chain if hook in classes[c].methods)
+        for returned in classes[owner].methods[hook]:
+            given = class_chain(returned, classes)
+            assert protocol.__name__ in given, f"{owner}.{hook} returns {returned}, which is no {protocol.__name__}"
+            below = given[: given.index(protocol.__name__)]  # what the implementation's own classes define
+            lacking = protocol_members(protocol) - set().union(*(classes[c].members for c in below if c in classes))
+            assert not lacking, f"{returned} ({owner}.{hook}) lacks {sorted(lacking)} of {protocol.__name__}"
+
+
+def test_a_backend_class_without_a_communication_schedule_is_refused_unless_it_says_why_it_is_not_projected():
+    """The scaling model replays a backend's comm_schedule; a backend that forgot one would be projected as a step
+    that exchanges nothing. Such a class is refused as it is defined; one that says why it is not projected is not."""
+    with pytest.raises(TypeError, match="gives no comm_schedule"):
+
+        class Forgetful(Backend):
+            name, summary, group = "forgetful", "no schedule", "bench.backends.single.group"
+            launcher = get_backend("single").launcher
+
+    class NotProjected(Backend):
+        name, summary, group = "not-projected", "says why", "bench.backends.single.group"
+        launcher = get_backend("single").launcher
+
+        def projection_problem(self):
+            return "its runs have no step profile"
+
+    assert NotProjected().projection_problem() == "its runs have no step profile"
+
+
+def test_a_backend_without_a_required_part_cannot_be_made():
+    class NoGroup(Backend):
+        name, summary = "no-group", "forgot its group"
+        launcher = get_backend("single").launcher
+
+        def comm_schedule(self, options):
+            return CommSchedule("after_backward")
+
+    with pytest.raises(TypeError, match="abstract.*group"):
+        NoGroup()
+
+
+def test_a_backend_of_another_framework_than_pytorch_cannot_take_converge_runs():
+    """The converge task's rank program is PyTorch's (its own loop over ProcessGroup.wrap and optimizer_step)."""
+    with pytest.raises(TypeError, match="converge"):
+
+        class KerasConverging(Backend):
+            name, summary, group = "keras-converging", "converges with Keras", "bench.backends.tf_mwms.group"
+            launcher = get_backend("single").launcher
+            framework = "tensorflow"
+            tasks = ("train", "converge")
+
+            def projection_problem(self):
+                return "not profiled"
+
+
+@dataclass
+class SourceClass:
+    bases: list[str]
+    members: set[str]  # the names its body defines and the attributes its methods set on self
+    methods: dict[str, list[str]]  # method -> the classes whose instances it returns (`return Name(...)`)
+
+
+@functools.cache
+def source_classes() -> dict[str, SourceClass | None]:
+    """Every class of bench/, by name, as its source says (no module is imported: a group's loads its framework)."""
+    found = {}
+    for path in sorted(BENCH.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            members, methods = set(), {}
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    members.add(item.name)
+                    methods[item.name] = [
+                        r.value.func.id
+                        for r in ast.walk(item)
+                        if isinstance(r, ast.Return)
+                        and isinstance(r.value, ast.Call)
+                        and isinstance(r.value.func, ast.Name)
+                    ]
+                elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                    targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                    members.update(t.id for t in targets if isinstance(t, ast.Name))
+            members.update(
+                t.attr
+                for t in ast.walk(node)
+                if isinstance(t, ast.Attribute)
+                and isinstance(t.ctx, ast.Store)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+            )
+            bases = [
+                b.id if isinstance(b, ast.Name) else b.attr
+                for b in node.bases
+                if isinstance(b, (ast.Name, ast.Attribute))
+            ]
+            # a name two modules give their classes is read as none: a chain that reaches it fails (class_chain)
+            found[node.name] = None if node.name in found else SourceClass(bases, members, methods)
+    return found
+
+
+def class_chain(name: str, classes: dict) -> list[str]:
+    """`name` and its bases among the classes of bench/, nearest first (depth first, as the MRO of one line)."""
+    assert classes.get(name, True) is not None, f"two classes of bench/ are named {name}: rename one"
+    chain = [name]
+    for base in classes[name].bases if name in classes else []:
+        chain += [c for c in class_chain(base, classes) if c not in chain]
+    return chain
+
+
+def protocol_members(protocol: type) -> set[str]:
+    """What an implementation of a hook's protocol must define itself: its abstract methods and properties, and the
+    attributes it declares without a value."""
+    return set(protocol.__abstractmethods__) | {n for n in protocol.__annotations__ if n not in vars(protocol)}
 
 
 # Words retired because they named several things (docs/architecture.md, "Words: one per thing"), each with the

@@ -13,11 +13,12 @@ each part:
   (`ElasticState`: resume, commit; the loop is the fault task's) and the protocol of processes whose role is not
   "worker" (parameter servers), whose loops are the tasks'. The module ends with `GROUP = ...`.
 
-What a backend must give (everything else has a default here, used unless it has reason to differ):
+What a backend must give (everything else has a default here, used unless it has reason to differ; what the
+group's hooks return is typed in bench.rank.hooks):
 
 | part | required |
 |---|---|
-| `Backend` | `name`, `summary`, `launcher`, `group` |
+| `Backend` | `name`, `summary`, `launcher`, `group`; `comm_schedule`, or why not projected (`projection_problem`) |
 | `Launcher` | `command`, `rank_identity` |
 | `ProcessGroup` | `init` |
 | `ElasticMode` (only with an elastic mode) | `scenarios`, `launch`, `join`; its `ProcessGroup.elastic_state` |
@@ -29,12 +30,11 @@ in bench/backends/shared/.
 
 from __future__ import annotations
 
-import importlib
 import math
 import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 from bench.core.dryrun import planning
 from bench.core.hostlist import placement
@@ -295,16 +295,34 @@ class ElasticState(ABC):
         visible (a journal entry), detected(what) when committing finds the membership changed."""
 
 
-class Backend:
+class Backend(ABC):
     """What the parent knows of a backend (its folder's `__init__.py`, which ends with `BACKEND = ...`). Required:
-    `name` (its registry name), `summary`, `launcher` and `group`; the rest are optional, with the defaults below."""
+    `name`, `summary`, `launcher` and `group` (abstract: a backend without one cannot be made), and, for the scaling
+    model, `comm_schedule` or a `projection_problem` saying why it cannot be projected (a class with neither is
+    refused as it is defined). The rest are optional, with the defaults below; `problem_here` is given to every
+    backend and not one to override. docs/architecture.md, "The interface of a backend", has the table."""
 
-    name = ""
-    summary = ""  # a line for `bench doctor`
-    launcher: Launcher
-    # the dotted path of the module holding its process group (GROUP, a ProcessGroup class): imported by a run's
-    # processes only (new_group), so that the parent never loads the backend's framework
-    group = ""
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Its registry name (bench.core.registry.BACKEND_MODULES)."""
+
+    @property
+    @abstractmethod
+    def summary(self) -> str:
+        """A line for `bench doctor`."""
+
+    @property
+    @abstractmethod
+    def launcher(self) -> Launcher:
+        """How its ranks are started."""
+
+    @property
+    @abstractmethod
+    def group(self) -> str:
+        """The dotted path of the module holding its process group (GROUP, a ProcessGroup class): imported by a run's
+        processes only (bench.rank.kit), so that the parent never loads the backend's framework."""
+
     framework = "torch"  # what trains the model: "torch" or "tensorflow" (the page compares within and across)
     tasks: tuple[str, ...] = ("train", "comm", "fault", "converge")  # the kinds of run it takes (bench.core.registry)
     max_world_size: int | None = None
@@ -315,9 +333,21 @@ class Backend:
     comm_dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
     elastic: ElasticMode | None = None
 
-    def new_group(self) -> ProcessGroup:
-        """This process's group (a run's processes only: it imports the framework)."""
-        return importlib.import_module(self.group).GROUP()
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse, as the class is defined, what a backend cannot leave to a default: where the scaling model would
+        replay no communication at all (a step with none is a schedule to say, CommSchedule("none")), and a converge
+        task under another framework than PyTorch (its rank program is PyTorch's: bench/tasks/converge/rank.py)."""
+        super().__init_subclass__(**kwargs)
+        if cls.comm_schedule is Backend.comm_schedule and cls.projection_problem is Backend.projection_problem:
+            raise TypeError(
+                f"backend class {cls.__name__} gives no comm_schedule: say when it moves gradients (the scaling "
+                "model's rule), or why the scaling model cannot project it (projection_problem)"
+            )
+        if "converge" in cls.tasks and cls.framework != "torch":
+            raise TypeError(
+                f"backend class {cls.__name__} takes converge runs, whose rank program is PyTorch's, but trains "
+                f"with {cls.framework}: drop converge from its tasks"
+            )
 
     def resolve_options(self, given: dict, world_size: int | None = None, hosts: list[dict] | None = None) -> dict:
         """Every option of this backend with its value (given or default), for the record; a default may depend on
@@ -364,6 +394,7 @@ class Backend:
         """None when this backend can run on `device` here, else what is missing and how to get it."""
         return None
 
+    @final
     def problem_here(self, device: str) -> str | None:
         """unavailable_reason, but for a dry run's GPU plan, which any machine may make: the GPUs, and the NCCL that
         drives them, are the hosts' to have (their check runs with the run)."""
@@ -374,12 +405,15 @@ class Backend:
         return []
 
     def projection_problem(self) -> str | None:
-        """None when the scaling model (bench.projection) can project this backend, else why not."""
+        """None when the scaling model (bench.projection) can project this backend, else why not. A backend that
+        gives no comm_schedule must say why here."""
         return None
 
     def comm_schedule(self, options: dict) -> CommSchedule:
-        """When this backend moves gradients during a step (the scaling model's rule); none by default."""
-        return CommSchedule("none")
+        """When this backend moves gradients during a step (the scaling model's rule). Required of every backend the
+        scaling model projects (no default: a forgotten one would be replayed as no communication at all); called
+        only where projection_problem() is None."""
+        raise NotImplementedError(f"{self.name} is not projected: {self.projection_problem()}")
 
     def exchanges(self, nbytes: float, world_size: int, hosts: int, device: str, options: dict) -> list[Exchange]:
         """The ways an exchange of `nbytes` among `world_size` workers spread evenly over `hosts` hosts can go over

@@ -11,6 +11,7 @@ A rank measures and writes its own files; it never decides a run's status.
 
 from __future__ import annotations
 
+import importlib
 import os
 import resource
 import sys
@@ -151,7 +152,8 @@ class GroupMember:
         self.spec, self.run_dir, self.file_rank, self.attempt = spec, run_dir, file_rank, attempt
         self.t_process_start = t_process_start
         self.first_step_end: float | None = None  # set by a task whose processes time a first step
-        self.group = get_backend(spec.backend).new_group()
+        # the module Backend.group names holds the group's class as GROUP (it imports the backend's framework)
+        self.group = importlib.import_module(get_backend(spec.backend).group).GROUP()
         self.group.set_threads(spec.threads)  # the framework's compute threads, before it starts any
         called = time.time()
         self.info = self.group.init(spec)  # rendezvous and process-group set-up

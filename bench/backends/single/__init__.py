@@ -6,7 +6,7 @@ against the plain single-process loop), and the harness's own overhead check.
 
 from __future__ import annotations
 
-from bench.backends.base import Backend
+from bench.backends.base import Backend, CommSchedule
 from bench.backends.single.launcher import DirectLauncher
 
 
@@ -16,6 +16,9 @@ class SingleBackend(Backend):
     launcher = DirectLauncher()
     group = "bench.backends.single.group"
     max_world_size = 1
+
+    def comm_schedule(self, options):
+        return CommSchedule("none")  # one process: no gradient to exchange
 
 
 BACKEND = SingleBackend()
