@@ -57,6 +57,7 @@ from bench.report.sections import (
     strong,
     styled,
 )
+from bench.report.setup import setup_rows, setup_section
 from bench.results.agreement import agreement, frame_comparisons
 from bench.results.frame import DISTORTION_NOTE, frame_columns, load_frame, of_task, shared_runs
 from bench.results.sweeps import RUNNING, SweepStatus, sweep_statuses
@@ -342,7 +343,8 @@ def verdict_section(
             "note",
         )
         clean, distorted = [r for r in rows if not r.artefact], [r for r in rows if r.artefact]
-        blocks += [Heading("Scorecard"), scorecard_table(clean or rows), family]
+        # with the facts of what each backend takes to run beside the measures, never weighed
+        blocks += [Heading("Scorecard"), scorecard_table((clean or rows) + setup_rows(frame)), family]
         if clean and distorted:
             blocks.append(
                 Folded(
@@ -734,10 +736,12 @@ def render_report(
     parts = task_parts(frame, ReportContext(store_label, list(where or []), frame, family), unfinished)
     shown = [rec for p in parts for rec in p.shown] or list(frame["record"])
     scale = scale_section(list(frame["record"]))
+    setup = setup_section(frame)
     sections = [
         verdict_section(parts, frame, agreement_note(frame), shared_note(frame), list(unfinished.values())),
         *(s for p in parts for s in p.sections),
         *([scale] if scale else []),
+        *([setup] if setup else []),
         rank_map_section(frame),
         environment_section(shown),
         failed_section(frame, parts, skipped),
