@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from bench.core.store import Store
 from bench.tasks.converge import build_spec
 from bench.tasks.converge.report import agreement_sentence
 from conftest import assert_nothing_left, assert_one_line_error, bench, bench_in_process
-from factories import write_mnist
+from factories import blocks_text, write_mnist
 from workloads.data.holdout import converge_data, split_indices, training_samples
 
 SMALL = dict(backend="elastic", workload="mnist_mlp", world_size=2, device="cpu")
@@ -115,3 +116,43 @@ def test_backends_reach_the_target_on_digits_and_the_report_shows_the_curves(tmp
     )
     sentence, wrong = agreement_sentence("case", {**recs, "ps": off})
     assert wrong and "ps ended more than 2 points from the others" in sentence and "different parameters" in sentence
+
+
+@pytest.mark.slow  # the sample store's runs, read (seconds)
+def test_time_to_accuracy_says_in_one_line_why_the_answer_does_not_weigh_it(tmp_path):
+    """The sample store's converge runs: elastic and horovod reach 90% at the same step in every run, so the gap in
+    their time to it is their speed in those runs (unpinned, with a pause in horovod's), which the section says in
+    one line before anything else, with 3 runs a side too few to decide it; pinned runs, 4 a side, or runs that
+    reach it at different steps are said as they are."""
+    import shutil
+
+    from bench.results.frame import records_to_frame
+    from bench.tasks.converge.report import not_weighed, report_part
+
+    sample = Path(__file__).resolve().parent.parent / "reports" / "sample" / "bench.sqlite"
+    shutil.copyfile(sample, tmp_path / "bench.sqlite")
+    runs = [r for r in Store(tmp_path / "bench.sqlite").records() if r.spec.task == "converge"]
+    part = report_part(records_to_frame(runs), None)
+    first = blocks_text(part.sections[0].blocks[:1]).strip()
+    assert first == (
+        "Not weighed in the answer: elastic and horovod reached 90% at the same step (40) in all 3 + 3 runs, so the "
+        "time to it is that many steps at each one's speed: training throughput, which the answer weighs where it is "
+        "measured like for like; these runs were unpinned on one host, which the scorecard shades as distorting a "
+        "comparison. mnist_mlp on digits to 90%, world 2, batch 64/worker, lr 0.01 (linear scaling): horovod 1.89 s "
+        "against elastic's 1.02 s (medians) is horovod's speed in these runs (2,152 against 4,820 samples/s) with a "
+        "pause of up to 1.53 s between two evaluations (its median interval 0.25 s); 3 run(s) a side, fewer than the "
+        "4 an exact test needs to call a gap at 5%."
+    )
+    two = [r for r in runs if r.spec.world_size == 2 and r.spec.converge.lr_scaling == "linear"]
+    two = [r for r in two if r.spec.backend in ("elastic", "horovod")]
+    pinned = [dataclasses.replace(r, spec=dataclasses.replace(r.spec, cpu_bind="cores")) for r in two]
+    fourth = [dataclasses.replace(r, run_id=r.run_id + "-4", created_at=r.created_at + 9000) for r in pinned[:2]]
+    said = not_weighed({"case": pinned + fourth})
+    assert "in all 4 + 4 runs" in said and "unpinned" not in said and "an exact test needs" not in said, said
+    apart = [
+        dataclasses.replace(r, metrics=dataclasses.replace(r.metrics, steps_to_target=45))
+        if r.spec.backend == "horovod"
+        else r
+        for r in two
+    ]
+    assert "reached 90% at different steps (40, 45)" in not_weighed({"case": apart})

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from statistics import median
 
+from bench.core.registry import PRIMARY
+from bench.core.stats import runs_to_decide
 from bench.report.sections import (
     Cell,
     Heading,
@@ -22,6 +24,7 @@ from bench.report.sections import (
     pyplot,
     right,
 )
+from bench.results.frame import distortion
 from bench.tasks.converge import ACCURACY_TOLERANCE
 
 COLUMNS = [
@@ -175,6 +178,73 @@ def world_sentences(records: list) -> list[str]:
     return out
 
 
+def longest_pause(ms: list) -> tuple[float, float]:
+    """(the longest training time between two evaluations in any of these runs, the median such interval): a stall
+    shows as one interval many times the others."""
+    gaps = [b.train_time_s - a.train_time_s for m in ms for a, b in zip(m.curve, m.curve[1:])]
+    return (max(gaps), median(gaps)) if gaps else (0.0, 0.0)
+
+
+def not_weighed(cases: dict[tuple, list]) -> str:
+    """Why the answer does not weigh time to accuracy, in one line, with the evidence of the widest gap between the
+    primary pair at 2 or more workers: where both reach the target at the same step in every run, the time to it is
+    those steps at each one's speed (training throughput, which the answer weighs where measured like for like), so
+    the gap is the speed of these runs, their conditions and their pauses; and too few runs a side to decide it."""
+    first, second = PRIMARY
+    widest = None
+    for recs in cases.values():
+        runs = {
+            b: [r for r in recs if r.spec.backend == b and r.comparable and r.metrics and r.metrics.reached]
+            for b in PRIMARY
+        }
+        if recs[0].spec.world_size < 2 or not all(runs.values()):
+            continue
+        times = {b: median(r.metrics.time_to_target_s for r in rs) for b, rs in runs.items()}
+        gap = max(times.values()) / max(min(times.values()), 1e-9)
+        if widest is None or gap > widest[0]:
+            widest = (gap, recs, runs, times)
+    if widest is None:
+        return ""
+    _, recs, runs, times = widest
+    slow, fast = sorted(PRIMARY, key=lambda b: -times[b])
+    n = {b: len(rs) for b, rs in runs.items()}
+    steps = {r.metrics.steps_to_target for rs in runs.values() for r in rs}
+    target = f"{recs[0].spec.converge.target:.0%}"
+    if len(steps) == 1:
+        how = (
+            f"{first} and {second} reached {target} at the same step ({steps.pop()}) in all {n[first]} + {n[second]} "
+            "runs, so the time to it is that many steps at each one's speed: training throughput, which the answer "
+            "weighs where it is measured like for like"
+        )
+    else:
+        how = (
+            f"{first} and {second} reached {target} at different steps ({', '.join(map(str, sorted(steps)))}), "
+            "which the held-out accuracy check above reports"
+        )
+    pair = runs[first] + runs[second]
+    distorted = distortion({"device": pair[-1].spec.device, "cpu_bind": pair[-1].spec.cpu_bind}, pair)
+    speed = {b: median(r.metrics.samples_per_s for r in rs) for b, rs in runs.items()}
+    pause, usual = longest_pause([r.metrics for r in runs[slow]])
+    evidence = (
+        f"{case_title(recs[0])}: {slow} {times[slow]:.2f} s against {fast}'s {times[fast]:.2f} s (medians) is "
+        f"{slow}'s speed in these runs ({speed[slow]:,.0f} against {speed[fast]:,.0f} samples/s)"
+    )
+    if pause > 3 * usual > 0:
+        evidence += f" with a pause of up to {pause:.2f} s between two evaluations (its median interval {usual:.2f} s)"
+    fewest = min(n.values())
+    decided = runs_to_decide()
+    return (
+        f"Not weighed in the answer: {how}"
+        + (f"; these runs were {distorted}, which the scorecard shades as distorting a comparison" if distorted else "")
+        + f". {evidence}"
+        + (
+            f"; {fewest} run(s) a side, fewer than the {decided} an exact test needs to call a gap at 5%."
+            if fewest < decided
+            else "."
+        )
+    )
+
+
 def curves_png(title: str, by_backend: dict, target: float) -> str | None:
     """Held-out accuracy against training time and against samples seen, one line per backend."""
     plt = pyplot()
@@ -219,6 +289,7 @@ def report_part(frame, context) -> ReportPart | None:
             ]
         blocks.append(Table(COLUMNS, [run_row(r) for r in recs]))
     across = world_sentences(records)
+    why = not_weighed(cases)
     method = [
         "Time to accuracy (",
         code("bench converge"),
@@ -237,7 +308,7 @@ def report_part(frame, context) -> ReportPart | None:
         "converge",
         "Time to accuracy",
         45,
-        [*map(Paragraph, across), Paragraph(method, "note"), *blocks],
+        [*([Paragraph(why, "note")] if why else []), *map(Paragraph, across), Paragraph(method, "note"), *blocks],
         nav="Accuracy",
     )
     return ReportPart(
