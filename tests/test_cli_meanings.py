@@ -35,10 +35,10 @@ SHAPE = ("type", "choices", "nargs", "action", "metavar")  # what one meaning is
 # Flags whose default differs by verb, because what the verb does needs another value; each such verb's help says its
 # default and why (checked below). flag -> the verbs whose default is not the most common one.
 DEFAULTS_DIFFER = {
-    # which backends: one for a verb that measures one run (run, fault: elastic, the cheapest), the question's pair for
-    # a sweep, every one that can run here where each backend's part takes seconds (allreduce, converge, selfcheck),
-    # the ones the projection's study checked (predict)
-    "--backend": {"sweep", "predict", "run", "fault", "allreduce", "converge", "selfcheck"},
+    # which backends (bench.cli.options.BACKENDS): all of them where the verb's answer is read across them (allreduce,
+    # converge, selfcheck); one for a verb that measures one run (run, fault), the question's pair for a sweep, the
+    # ones the projection's study checked (predict)
+    "--backend": {"sweep", "predict", "run", "fault"},
     # a sweep measures every built-in workload, predict every one the store has; the others run the quick one
     "--workload": {"sweep", "predict", "selfcheck"},
     # a sweep's world sizes double up to its largest; converge trains to accuracy at the one world size given

@@ -151,7 +151,7 @@ def test_readme_commands_are_what_ci_and_nox_run():
     bench_run = sessions["bench"]
     assert bench_run[bench_run.index("bench") :][:4] == ["bench", "sweep", "--output", "reports/latest.html"]
     args = build_parser().parse_args(["sweep"])
-    assert args.backend is None and args.max_gpus is None  # the primary pair, CPU processes
+    assert args.backend == ",".join(PRIMARY) and args.max_gpus is None  # the primary pair, CPU processes
     assert PRIMARY == ("elastic", "horovod")
 
 
@@ -562,7 +562,7 @@ def test_backend_options_table_holds_every_option_with_its_default():
 def test_the_plain_loop_and_the_primary_pair_are_the_ones_documented():
     text = (DOCS / "backends.md").read_text()
     assert f"`{PLAIN_LOOP}` is the plain loop" in text
-    assert "default: elastic and horovod" in (DOCS / "usage.md").read_text()
+    assert "default `elastic,horovod`, the question's pair" in (DOCS / "usage.md").read_text()
 
 
 @pytest.mark.slow  # the sample store's page, rendered (seconds)

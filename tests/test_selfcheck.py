@@ -59,7 +59,7 @@ def test_help_says_which_backends_and_why(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["selfcheck", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "of elastic, horovod" in text and "ps and single have no external bare loop" in text
+    assert "has a bare loop (elastic, horovod" in text and "ps and single have no external bare loop" in text
     assert f"default {sc.DEFAULT_PAIRS}" in text
     assert f"default {sc.DEFAULT_MAX_MINUTES * 60:g}, {sc.DEFAULT_MAX_MINUTES:g} minutes" in text  # in seconds
 

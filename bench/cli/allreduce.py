@@ -14,7 +14,6 @@ from bench.cli.common import (
     status_exit,
     world_of,
 )
-from bench.core.registry import compared_for
 from bench.harness.plan import print_plans
 from bench.harness.runner import run_specs
 from bench.rank.collectives import format_table
@@ -31,13 +30,7 @@ def add_parser(verbs) -> None:
             "bench allreduce --backend horovod --ops allreduce,allgather --dtype float16 --json",
         ),
         parents=[
-            options.what_runs(
-                f"a table each, in turn (default {options.ALL}: every backend with collectives, "
-                f"of {', '.join(compared_for('comm'))}, that can run here, since a sweep of "
-                "message sizes takes seconds a backend, and its table is read across backends)",
-                options.ALL,
-                flags=("--backend",),
-            ),
+            options.what_runs("allreduce", flags=("--backend",)),
             options.placement([*options.group("world size"), *options.group("placement"), "--timeout"]),
             options.hosts(),
             options.comm(),
@@ -56,7 +49,7 @@ def cmd(args) -> int:
     device, world = world_of(args, cluster)
     # with all, those that can run here, saying which cannot (TensorFlow's without the tf extra)
     backends = chosen_backends(
-        args.backend, compared_for("comm"), device=device, verb="allreduce", cluster=cluster, world=world
+        args.backend, options.every_backend("allreduce"), device=device, verb="allreduce", cluster=cluster, world=world
     )
     specs = comm_specs(
         backends, device, [world], comm=comm_options(args), options={**spec_options(args, backends), "cluster": cluster}

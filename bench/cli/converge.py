@@ -7,7 +7,6 @@ import argparse
 from bench.cli import options
 from bench.cli.common import chosen_backends, examples, open_store, print_json, spec_options, status_exit, world_of
 from bench.core.console import note
-from bench.core.registry import compared_for
 from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
 from bench.report.page import output_path, write_report_with_copy
@@ -77,12 +76,7 @@ def add_parser(verbs) -> None:
             "bench converge --data mnist --data-dir ~/mnist --target 0.97 --epochs 3",
         ),
         parents=[
-            options.what_runs(
-                f"each run in turn (default {options.ALL}: every backend that trains to "
-                f"accuracy, of {', '.join(compared_for('converge'))}, that can run here, since "
-                "time to accuracy is compared across every backend, each run on the same data)",
-                options.ALL,
-            ),
+            options.what_runs("converge"),
             options.parent(
                 "what runs",
                 ["--world-sizes"],
@@ -121,7 +115,7 @@ def cmd(args) -> int:
     if args.output:
         output_path(args.output)  # before the runs, not after them
     device, world = world_of(args, None)
-    backends = chosen_backends(args.backend, compared_for("converge"), device=device, verb="converge")
+    backends = chosen_backends(args.backend, options.every_backend("converge"), device=device, verb="converge")
     train = spec_options(args, backends)
     sizes = args.world_sizes or [world]
     # one thread count for every world size, so sizes differ only in their number of workers (as in a sweep)

@@ -73,13 +73,7 @@ def add_parser(verbs) -> None:
             "bench fault --backend horovod --hosts a:1,b:1 --drop-host b   # the cluster drops a node",
         ),
         parents=[
-            options.what_runs(
-                f"each is run in turn, of {', '.join(elastic_backends())} (default {DEFAULT_BACKEND}, as for "
-                "`bench run`: a fault run measures one backend's elastic mode; all: every one of them that can "
-                "run here)",
-                DEFAULT_BACKEND,
-                refuses={"--backend": ["ps"]},
-            ),
+            options.what_runs("fault", refuses={"--backend": ["ps"]}),
             options.placement(("--nproc", "--gpus", "--threads", "--oversubscribe")),
             options.hosts(),
             options.parent(
@@ -241,7 +235,7 @@ def specs_of(args) -> list:
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)  # a dry run's --gpus are the GPUs given, as for bench run
     backends = chosen_backends(
-        args.backend, elastic_backends(), device=device, verb="fault", cluster=cluster, world=world
+        args.backend, options.every_backend("fault"), device=device, verb="fault", cluster=cluster, world=world
     )
     if options.is_all(args.backend):  # every elastic mode that can make this fault; one named is refused if it cannot
         for name in [b for b in backends if scenario not in get_backend(b).elastic.scenarios]:

@@ -21,7 +21,16 @@ from dataclasses import dataclass, fields
 from bench.core.errors import UsageError
 from bench.core.hostlist import parse_hosts, read_hostfile
 from bench.core.inputs import NAME_RULE, name_problem, shown
-from bench.core.registry import BACKEND_MODULES, get_backend
+from bench.core.registry import (
+    BACKEND_MODULES,
+    DEFAULT_BACKEND,
+    PRIMARY,
+    PROJECTED,
+    all_backends,
+    elastic_backends,
+    get_backend,
+    get_task,
+)
 from bench.core.spec import CPU_BINDS, DEFAULTS, MAX_THREADS_PER_CORE, MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS, PRECISIONS
 from bench.core.store import DEFAULT_STORE
 from bench.harness.cores import DEFAULT_WAIT_S
@@ -29,6 +38,7 @@ from bench.harness.workload_check import CHECK_TIMEOUT_S
 from bench.rank.collectives import COMM_DEFAULTS, DTYPES, OPS, parse_bytes
 from bench.rank.inject import INJECT_KINDS
 from bench.tasks.fault.spec import FAULT_KINDS
+from bench.workflows.bare_loops import BARE_LOOPS
 
 BACKEND_OPTION = "backend_option:"  # dest prefix of a backend plug-in's own options
 
@@ -197,7 +207,7 @@ def closest(word: str, choices) -> str:
 
 
 # ---------------------------------------------------------------- backends and workloads: a list, or all
-ALL = "all"  # every backend (or workload) the verb can run here; each verb's help says which
+ALL = "all"  # every backend (BACKENDS: the same on every verb) or workload the verb can run here
 
 
 def _items(text: str, what: str, choices) -> list[str]:
@@ -916,12 +926,83 @@ def of_group(name: str, flags=None, **kwargs) -> argparse.ArgumentParser:
     return parent(GROUP_TITLES[name], flags or group(name), **kwargs)
 
 
+# ---------------------------------------------------------------- --backend on every verb, in one place
+# What `all` means is the same on every verb (bench.core.registry.all_backends): every compared backend that takes
+# runs of the verb's task and has the capability the verb needs of it, if any (CAPABILITIES). A verb's default is one
+# of BACKEND_DEFAULTS, each with its reason: one backend where a verb measures one, else all of them, but for a sweep
+# (long: the question's pair) and a projection (the backends its model was validated on).
+CAPABILITIES = {
+    "an elastic mode": lambda name: name in elastic_backends(),  # bench fault's runs
+    "a bare loop": lambda name: name in BARE_LOOPS,  # bench selfcheck holds a backend against its bare loop
+}
+BACKEND_DEFAULTS = {
+    "one": (DEFAULT_BACKEND, "a run measures one backend, the first of the question's pair"),
+    "all": (ALL, "what it prints is read across backends, so every one takes part"),
+    "pair": (
+        ",".join(PRIMARY),
+        "the question's pair, since a sweep takes long and compares; both must be able to run here, or the sweep "
+        "says how to set up the missing one and runs nothing",
+    ),
+    "validated": (",".join(PROJECTED), "the ones the model's validation covers"),
+}
+
+
+@dataclass(frozen=True)
+class Backends:
+    """--backend on one verb: what it does with the backends given (`does`), the task of its runs, what more it
+    needs of a backend (`needs`: a key of CAPABILITIES), whether `all` keeps only those that can run here (`here`:
+    every verb that runs something), and its default (a key of BACKEND_DEFAULTS)."""
+
+    verb: str
+    does: str
+    task: str
+    default: str
+    needs: str | None = None
+    here: bool = True
+
+    def every(self) -> tuple[str, ...]:
+        """What `all` means on this verb."""
+        return all_backends(self.task, CAPABILITIES[self.needs] if self.needs else None)
+
+    def help(self) -> str:
+        value, why = BACKEND_DEFAULTS[self.default]
+        has = f" and has {self.needs}" if self.needs else ""
+        where = ", those that can run here" if self.here else ""
+        return (
+            f"comma-separated backends, or all: {self.does}; all: every compared backend that takes "
+            f"{get_task(self.task).label} runs{has} ({', '.join(self.every())}){where}; default {value}: {why}"
+        )
+
+
+BACKENDS = {
+    b.verb: b
+    for b in (
+        Backends("run", "each run in turn, every run stored", "train", "one"),
+        Backends("fault", "each run in turn", "fault", "one", needs="an elastic mode"),
+        Backends("sweep", "the backends compared", "train", "pair"),
+        Backends("allreduce", "a table each, in turn", "comm", "all"),
+        Backends("converge", "each run in turn, on the same data", "converge", "all"),
+        Backends("selfcheck", "each checked in turn", "train", "all", needs="a bare loop"),
+        Backends("predict", "the backends to project", "train", "validated", here=False),
+    )
+}
+
+
+def every_backend(verb: str) -> tuple[str, ...]:
+    """What `--backend all` means on `verb`."""
+    return BACKENDS[verb].every()
+
+
+def default_backends(verb: str) -> str:
+    """--backend's default on `verb`."""
+    return BACKEND_DEFAULTS[BACKENDS[verb].default][0]
+
+
 DECLARED = object()  # what_runs: keep the declared default
 
 
 def what_runs(
-    backend_help: str,
-    backend_default: str | None,
+    verb: str,
     *,
     workload_help: str | None = None,
     workload_default=DECLARED,
@@ -929,16 +1010,17 @@ def what_runs(
     loads: bool = True,
     flags=("--backend", "--workload"),
 ) -> argparse.ArgumentParser:
-    """--backend (and --workload), with this verb's default and what `all` means for it: `backend_help` says both,
-    and why the default is what it is. `loads`: the verb loads a workload of your own (and so refuses one that does
-    not load); predict only names stored ones."""
-    helps = {"--backend": f"comma-separated backends, or all: {backend_help}"}
+    """--backend (and --workload) of `verb`: its --backend as BACKENDS has it, saying what `all` is and the default,
+    with why. `loads`: the verb loads a workload of your own (and so refuses one that does not load); predict only
+    names stored ones."""
+    backends = BACKENDS[verb]
+    helps = {"--backend": backends.help()}
     if workload_help:
         helps["--workload"] = workload_help
     refuses = dict(refuses or {})
     if loads and "--workload" in flags:
         refuses["--workload"] = ["missing.py:W", "no_such_module:W", *refuses.get("--workload", [])]
-    defaults = {"backend": backend_default}
+    defaults = {"backend": default_backends(verb)}
     if workload_default is not DECLARED:
         defaults["workload"] = workload_default
     return parent(GROUP_TITLES["what runs"], flags, helps=helps, refuses=refuses, **defaults)

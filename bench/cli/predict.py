@@ -10,7 +10,7 @@ from bench.cli import options
 from bench.cli.common import chosen_backends, examples, open_store, print_json
 from bench.core.console import note as say
 from bench.core.errors import EXIT_OK, EXIT_RUN_FAILED, UsageError
-from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, PROJECTED, get_backend
+from bench.core.registry import BACKEND_MODULES, PLAIN_LOOP, get_backend
 from bench.projection.clusters import (
     DEFAULT_CLUSTER,
     GPU_EXAMPLE,
@@ -30,7 +30,7 @@ from bench.projection.shapes import COMMITTED, PARAMS, check_model, model_inputs
 from bench.projection.validate import validate
 from workloads.external import canonical, is_address
 
-DEFAULT_BACKENDS = ",".join(PROJECTED)
+DEFAULT_BACKENDS = options.default_backends("predict")
 PROJECTABLE = tuple(name for name in BACKEND_MODULES if name != PLAIN_LOOP)  # the plain loop is the model's start
 # --compute-ms at most: a step is one batch's forward and backward, and an hour of it is a slip of the unit
 MAX_COMPUTE_MS = 3600 * 1000.0
@@ -60,9 +60,7 @@ def add_parser(verbs) -> None:
         ),
         parents=[
             options.what_runs(
-                f"the backends to project (default {DEFAULT_BACKENDS}: the ones the model's validation covers; "
-                f"all: every backend but the plain loop, {', '.join(PROJECTABLE)})",
-                DEFAULT_BACKENDS,
+                "predict",
                 workload_help="comma-separated workloads to project, or all (default: all, every one the store "
                 "has a profiled plain-loop run of)",
                 workload_default=None,
@@ -205,7 +203,7 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     horovod = horovod_options(args)  # refused first: a bad value is the option's, whatever else is given
-    backends = chosen_backends(args.backend, PROJECTABLE, device=None, verb="predict")
+    backends = chosen_backends(args.backend, options.every_backend("predict"), device=None, verb="predict")
     unknown = [b for b in backends if b not in PROJECTABLE]
     if unknown:
         raise UsageError(

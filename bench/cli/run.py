@@ -16,7 +16,7 @@ from bench.cli.common import (
 )
 from bench.core.console import note
 from bench.core.errors import UsageError
-from bench.core.registry import DEFAULT_BACKEND, compared_for, get_backend
+from bench.core.registry import get_backend
 from bench.harness.plan import print_plans
 from bench.harness.runner import join_pods_run
 from bench.tasks.train import build_spec
@@ -37,12 +37,7 @@ def add_parser(verbs) -> None:
             "bench run --backend elastic --hosts a:8,b:8 --gpus 8 --dry-run  # the plan of 16 GPU processes",
         ),
         parents=[
-            options.what_runs(
-                f"each is run in turn, every run stored (default {DEFAULT_BACKEND}: a run measures one "
-                "backend, and this is the first of the question's pair; all: every backend a sweep "
-                f"compares ({', '.join(compared_for('train'))}) that can run here)",
-                DEFAULT_BACKEND,
-            ),
+            options.what_runs("run"),
             *options.training(),
             options.parent("output", ("--save-model",)),
             options.plan(),
@@ -57,7 +52,7 @@ def cmd(args) -> int:
     cluster = cluster_of(args, pods=True)
     device, world = world_of(args, cluster)
     backends = chosen_backends(
-        args.backend, compared_for("train"), device=device, verb="run", cluster=cluster, world=world
+        args.backend, options.every_backend("run"), device=device, verb="run", cluster=cluster, world=world
     )
     workloads = options.chosen(args.workload, WORKLOADS)
     if args.save_model and len(backends) * len(workloads) > 1:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import examples, spec_options
+from bench.cli.common import chosen_backends, examples, spec_options
 from bench.core.errors import UsageError
 from bench.core.spec import MAX_TIMEOUT_WORDS, resolve_device
 from bench.workflows.bare_loops import BARE_LOOPS
@@ -66,9 +66,7 @@ def add_parser(verbs) -> None:
         ),
         parents=[
             options.what_runs(
-                f"of {loops}, each checked in turn (default {options.ALL}: every one of them that can run here, "
-                "since the check is of the suite, so every backend it would measure is checked)",
-                options.ALL,
+                "selfcheck",
                 workload_help="comma-separated workloads, or all, as every verb takes them; bench selfcheck "
                 "checks one at a time, a built-in one (default %(default)s, the quick one)",
                 refuses={"--backend": ["ps", "single"], "--workload": ["all", "mnist_mlp,resnet18"]},
@@ -98,8 +96,10 @@ def cmd(args) -> int:
             "verdict are of one); run it once for each"
         )
     device, world = resolve_device(args.nproc, args.gpus)
-    # all: every backend with a bare loop that can run here, which is what choose_backends takes by default
-    backends = choose_backends(None if options.is_all(args.backend) else args.backend, device)
+    given = args.backend
+    if options.is_all(given):  # every compared backend with a bare loop, those that can run here (each other said)
+        given = ",".join(chosen_backends(given, options.every_backend("selfcheck"), device=device, verb="selfcheck"))
+    backends = choose_backends(given, device)
     given = spec_options(args, backends)
     if given.get("cpu_bind") == "numa":
         raise UsageError(

@@ -20,7 +20,7 @@ from bench.cli.common import (
 )
 from bench.core.console import note
 from bench.core.errors import UsageError
-from bench.core.registry import COMPARED, PLAIN_LOOP, PRIMARY
+from bench.core.registry import PLAIN_LOOP, PRIMARY
 from bench.core.spec import MAX_TIMEOUT_WORDS
 from bench.core.stats import MIN_LAUNCHES, runs_to_decide
 from bench.harness.plan import print_plans
@@ -165,11 +165,7 @@ def add_parser(verbs) -> None:
         ),
         parents=[
             options.what_runs(
-                f"the backends compared (default: {pair}, the question's pair, since a sweep "
-                "compares; both must be able to run here, or the sweep says how to set up the "
-                "missing one and runs nothing; all: every compared backend, of "
-                f"{', '.join(COMPARED)}: those besides {pair} where they can run here)",
-                None,
+                "sweep",
                 workload_help=f"comma-separated workloads, or all (default: all, "
                 f"{', '.join(WORKLOADS)}: a sweep measures every case); your own "
                 "as PKG.MODULE:NAME or path/to/file.py:NAME",
@@ -227,17 +223,17 @@ def cmd(args) -> int:
         output_path(args.output)  # before the sweep, not after it
     cluster = cluster_of(args)
     device, limit = world_of(args, cluster)
-    # a sweep's launches are short; its replicates are launches (bench.workflows.plan.SWEEP_DEFAULTS)
-    backends = None if options.is_all(args.backend) else comma_list(args.backend) or "primary"
-    if backends in (None, "primary"):
+    backends: list[str] | str = comma_list(args.backend)
+    if options.is_all(args.backend) or backends == list(PRIMARY):  # the question's pair is among them
         check_pair_can_run(device)  # before anything runs: one side alone would answer nothing
-    if backends is None and cluster is not None:  # all, across hosts: those whose launcher spans them, others said
-        backends = chosen_backends(options.ALL, COMPARED, device=device, verb="sweep", cluster=cluster, world=limit)
-    running = (
-        None
-        if backends is None
-        else [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
-    )
+    if options.is_all(args.backend):  # those that can run here (across hosts: whose launcher spans them), others said
+        backends = chosen_backends(
+            args.backend, options.every_backend("sweep"), device=device, verb="sweep", cluster=cluster, world=limit
+        )
+    elif backends == list(PRIMARY):
+        backends = "primary"  # the pair, as the sweep's plan names it
+    running = [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
+    # a sweep's launches are short; its replicates are launches (bench.workflows.plan.SWEEP_DEFAULTS)
     spec = (
         {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | {"cluster": cluster}
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -24,7 +25,8 @@ BACKEND_MODULES = {
     "tf-mwms": "bench.backends.tf_mwms",  # TensorFlow's MultiWorkerMirroredStrategy
     "horovod-tf": "bench.backends.horovod.tf",  # Horovod's TensorFlow side
 }
-# what `--backend all` runs (where each can run; compared_for: those that take a task)
+# the backends compared with one another, the plain loop being what they are measured against: what `--backend all`
+# chooses from on every verb (all_backends)
 COMPARED = ("elastic", "horovod", "ps", "ray", "tf-mwms", "horovod-tf")
 PRIMARY = ("elastic", "horovod")  # the pair the report's verdict compares; the others are companion backends
 PROJECTED = ("elastic", "horovod", "ps")  # what the scaling model covers by default: the backends its study checked
@@ -66,8 +68,15 @@ def get_backend(name: str) -> Any:  # a bench.backends.base.Backend, of a layer 
 
 
 def compared_for(task: str) -> tuple[str, ...]:
-    """The compared backends that take runs of `task` (a backend's `tasks`): what `--backend all` means for it."""
+    """The compared backends that take runs of `task` (a backend's `tasks`)."""
     return tuple(name for name in COMPARED if task in get_backend(name).tasks)
+
+
+def all_backends(task: str, capable: Callable[[str], bool] | None = None) -> tuple[str, ...]:
+    """What `--backend all` means, the same on every verb: every compared backend that takes runs of the verb's task
+    (compared_for) and, where the verb needs more of a backend, has that capability (`capable`: an elastic mode to
+    fault, a bare loop to check against). Which of them can run here is for the verb to find out, and say."""
+    return tuple(name for name in compared_for(task) if capable is None or capable(name))
 
 
 def against_the_plain_loop(backend: str) -> bool:
