@@ -41,7 +41,6 @@ class Training(Protocol):
     model and optimizer as the backend trains them, the worker's batches, and one step. The loop never reads a loss
     inside a timed window: a loss stays as the framework holds it until value() is called."""
 
-    framework: str  # "torch" or "tensorflow", as the backend's Backend.framework
     timed_input: TimedInput | None  # the batches, where the loop's wait for them is timed; None: nothing to time
     sync: Callable[[], None]  # wait until the device has done the work queued so far (the timing's edges)
 
@@ -83,7 +82,6 @@ class ElasticTraining(Protocol):
     model and optimizer, plain (the elastic mode's ElasticState wraps and restores them), one step of a given step
     number and rank (the same batch after any restart or rank change), the checksum a resumed process is checked by."""
 
-    framework: str
     model: Any  # as built from the run's seed, handed to ProcessGroup.elastic_state
     optimizer: Any
 

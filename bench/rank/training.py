@@ -124,8 +124,6 @@ class TorchTraining(Training):
     optimizer wrapped by the backend's process group, the worker's batches, one step, and what the loop reads
     afterwards. A backend of another framework gives its own (ProcessGroup.training) with the same methods."""
 
-    framework = "torch"
-
     def __init__(self, joined, workload):
         from workloads.data.sources import open_batches  # the workloads import torch: here, not at the top
         from workloads.data.timing import TimedBatches
@@ -206,8 +204,6 @@ class TorchElasticTraining(ElasticTraining):
     the parameter checksum a resumed process is checked by, and its parameters saved. A backend of another framework
     gives its own (ProcessGroup.elastic_training) with the same methods. On CPU processes, or on the GPU the group's
     init chose (bench fault --gpus: the process group has joined by then, GroupMember)."""
-
-    framework = "torch"
 
     def __init__(self, spec, workload):
         import torch

@@ -101,7 +101,6 @@ class KerasTraining(Training):
     the first step) and train_step(model, optimizer, loss_of) (the step as a tf.function of a batch, returning this
     worker's loss)."""
 
-    framework = "tensorflow"
     timed_input = None  # batches come from memory: no input wait to time
 
     def __init__(self, joined, workload, group):
@@ -164,8 +163,6 @@ class KerasElasticTraining(ElasticTraining):
     PyTorch backends' numbers, the same after any restart or rank change),
     the checksum and the parameters saved (.npz). `group` gives scope() and train_step(model, optimizer, loss_of) as
     for KerasTraining; the step is traced once per model and optimizer."""
-
-    framework = "tensorflow"
 
     def __init__(self, spec, workload, group):
         self.spec, self.workload, self.group = spec, workload, group
