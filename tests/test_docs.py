@@ -36,9 +36,10 @@ from workloads import WORKLOADS
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-# Written from the parser by its own generator; linked to before it lands.
-GENERATED = {DOCS / "cli.md"}
 README_WORDS = 2500
+# docs/ read by a newcomer in an afternoon: the method, each study's question, answer and data, and no copy of what
+# a command prints (the options: python -m bench.cli.docs)
+DOCS_WORDS = 40_000
 README_SECTIONS = [
     "The answer so far",
     "Quick start: a laptop CPU",
@@ -54,7 +55,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def documents() -> list[Path]:
-    return [README, *sorted(p for p in DOCS.rglob("*.md") if p not in GENERATED)]
+    return [README, *sorted(DOCS.rglob("*.md"))]
 
 
 def prose(text: str) -> str:
@@ -208,6 +209,29 @@ def test_the_readme_says_what_each_optional_part_adds_to_the_tests():
     assert written == readme_block(), "the README's list is stale: run python tests/needs.py"
 
 
+# ------------------------------------------------------------------------------------------------------- docs/
+
+
+def test_docs_are_read_in_an_afternoon():
+    """docs/ holds at most DOCS_WORDS words, counted as `find docs -name '*.md' | xargs wc -w` counts them (runs of
+    bytes between ASCII white space)."""
+    counts = {p.relative_to(ROOT): len(p.read_bytes().split()) for p in DOCS.rglob("*.md")}
+    total = sum(counts.values())
+    largest = ", ".join(f"{p} {n}" for p, n in sorted(counts.items(), key=lambda item: -item[1])[:5])
+    assert total <= DOCS_WORDS, f"docs/ has {total} words, more than {DOCS_WORDS} (the largest: {largest}): cut"
+
+
+def test_docs_have_a_map():
+    """docs/README.md links every page of docs/ (studies through their own index), so a newcomer finds the one that
+    matters."""
+    text = prose((DOCS / "README.md").read_text())
+    linked = {(DOCS / m.group(1).partition("#")[0]).resolve() for m in LINK.finditer(text)}
+    pages = {p.resolve() for p in DOCS.glob("*.md") if p.name != "README.md"}
+    pages.add((DOCS / "studies" / "README.md").resolve())
+    unlinked = sorted(str(p.relative_to(DOCS)) for p in pages - linked)
+    assert not unlinked, f"docs/README.md does not link: {unlinked}"
+
+
 # ------------------------------------------------------------------------------------------------------ links
 
 
@@ -220,9 +244,6 @@ def test_every_relative_link_and_anchor_resolves(path):
             continue
         file, _, anchor = target.partition("#")
         dest = (path.parent / file).resolve() if file else path
-        if dest in GENERATED and not dest.exists():
-            assert not anchor, f"{target}: a generated page's anchors cannot be checked before it exists"
-            continue
         if not dest.exists():
             broken.append(f"{target}: no such file")
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
@@ -581,10 +602,45 @@ def test_the_readme_scorecard_is_what_the_sample_store_makes():
     assert proc.returncode == 0, proc.stderr + "\nrun: python scripts/readme_scorecard.py"
 
 
-@pytest.mark.slow  # the sample store's scorecard, computed (seconds)
-def test_the_readme_studies_rows_say_what_the_sample_store_says():
-    """The studies table's rows on training speed on one host and across a shaped link quote the sample store's
-    scorecard (the page's outcomes, after Holm's correction), so they cannot disagree with the answer above them."""
+# ------------------------------------------------------------- the README's and the studies index's figures
+#
+# Every measured figure of README.md (outside its generated blocks) and docs/studies/README.md is one the tests below
+# compute from a committed store or record and find where the documents state it; the last test refuses any other.
+
+STUDIES_INDEX = DOCS / "studies" / "README.md"
+MAIN_JOB = DOCS / "studies" / "main-job"
+PROJECTION_STORE = "docs/studies/projection/bench.sqlite"
+# The README's projection for 8-GPU nodes, as a user types it: ResNet18's profile of the projection study, one H200's
+# step (docs/studies/gpu-h200.md), nodes of 8 H100 over 100 Gbit/s InfiniBand.
+GPU_PROJECTION = (
+    f"bench predict --store {PROJECTION_STORE} --workload resnet18 --backend elastic,horovod --cluster ib-100g "
+    "--compute-ms 14.5 --compute-batch 64"
+)
+CPU_PROJECTION = f"bench predict --store {PROJECTION_STORE} --cluster cpu-10g"
+VALIDATION = f"bench predict --validate --store {PROJECTION_STORE}"
+# A figure: a number with the unit that makes it a measurement (a share, a time, a factor, points of efficiency).
+FIGURE = re.compile(r"±?\d[\d,]*(?:\.\d+)?(?:%| ?(?:ms|s|min|minutes?|points?|times|x|GB|MB)\b)")
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def readme_prose() -> str:
+    """The README without its code blocks and its generated blocks (the scorecard, the optional parts)."""
+    text = README.read_text()
+    for begin, end in (SCORECARD, README_BLOCK):
+        text = text[: text.index(begin)] + text[text.index(end) + len(end) :]
+    return prose(text)
+
+
+def table_row(text: str, starts: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"| {starts}"))
+
+
+@functools.cache
+def scorecard_of(store_path: Path) -> tuple:
+    """The scorecard rows a store's page shows (a copy of the store: pages read, never write, but stay safe)."""
     import shutil
     import tempfile
 
@@ -594,46 +650,223 @@ def test_the_readme_studies_rows_say_what_the_sample_store_says():
     from bench.results.agreement import frame_comparisons
     from bench.results.frame import load_frame
 
-    sample = ROOT / "reports" / "sample" / "bench.sqlite"
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "bench.sqlite"
-        shutil.copy(sample, store)
+        shutil.copy(store_path, store)
         frame = load_frame(Store(store))
         parts = task_parts(frame, ReportContext("", [], frame, Family(frame_comparisons(frame))))
-    rows = [r for p in parts for r in p.scorecard if r.measure == "training throughput"]
-    readme = (ROOT / "README.md").read_text()
+    return tuple(r for p in parts for r in p.scorecard)
 
-    def line(question: str) -> str:
-        return next(x for x in readme.splitlines() if x.startswith(f"| {question}"))
 
-    def figure(row) -> str:  # "±16%" of "within ±16% of each other", "by 13%" of "elastic faster by 13%"
-        return re.search(r"(±\d+%|by \d+%)", row.outcome).group(1)
+def throughput_row(rows, condition: str):
+    (row,) = [r for r in rows if r.measure == "training throughput" and r.condition.startswith(condition)]
+    return row
 
-    one_host = line("Which trains faster, 1 or 2 workers on one host")
+
+def outcome_figure(row) -> str:
+    """ "±16%" of "within ±16% of each other", "13%" of "elastic faster by 13%"."""
+    return re.search(r"(±\d+%|by (\d+%))", row.outcome).group(2 if row.standing == "ahead" else 1)
+
+
+@functools.cache
+def predict(command: str) -> dict:
+    """What `bench predict ... --json` answers, run as a user runs it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *command.split()[1:], "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 1), proc.stderr  # --validate exits 1 when the model misses its goal
+    return json.loads(proc.stdout)
+
+
+def main_job_timings() -> dict:
+    return json.loads((MAIN_JOB / "timings.json").read_text())
+
+
+def gpu_projection() -> dict:
+    """elastic's and horovod's efficiency at 8 GPUs as the README says it ("95% (92%-99%)"), and from how many GPUs
+    the fastest backend changes."""
+    (result,) = predict(GPU_PROJECTION)["results"]
+    said = {}
+    for backend in ("elastic", "horovod"):
+        (point,) = [p for p in result["backends"][backend]["points"] if p["workers"] == 8]
+        assert point["nodes"] == 1
+        said[backend] = f"{point['efficiency']:.0%} ({point['efficiency_low']:.0%}-{point['efficiency_high']:.0%})"
+    (change,) = result["fastest_changes"]
+    return {**said, "change": change}
+
+
+def validation() -> dict:
+    answer = predict(VALIDATION)
+    right, significant = map(int, re.search(r"at (\d+) of (\d+) significant", answer["summary"]).groups())
+    return {
+        "judged": sum(row["judged"] for row in answer["rows"]),
+        "points": len(answer["rows"]),
+        "median": f"{answer['median_error']:.1%}",
+        "worst": f"{answer['worst_error']:.1%}",
+        "right": right,
+        "significant": significant,
+    }
+
+
+def track_record() -> tuple[str, re.Match]:
+    summary = predict(GPU_PROJECTION)["track_record"]["summary"]
+    found = re.search(
+        r"median error ([\d.]+) points over (\d+) published efficiencies of (\d+) tables \(worst ([\d.]+); (\d+) above",
+        summary,
+    )
+    assert found, summary
+    return summary, found
+
+
+@pytest.mark.slow  # the sample store's scorecard, computed (seconds)
+def test_the_readme_studies_rows_say_what_the_sample_store_says():
+    """The studies table's rows on training speed (on one host, pinned and unpinned, and across a shaped link) quote
+    the sample store's scorecard (the page's outcomes, after Holm's correction), so they cannot disagree with the
+    answer above them; the studies index and the link study say the same of the links."""
+    rows = scorecard_of(ROOT / "reports" / "sample" / "bench.sqlite")
+    readme = README.read_text()
+    one_host = table_row(readme, "Which trains faster, 1 or 2 workers on one host")
     for workload in ("mnist_mlp", "resnet18"):
-        (row,) = [r for r in rows if r.condition.startswith(f"{workload}, 2 workers, cpu, pinned, one host")]
-        assert row.standing == "within" and figure(row) in one_host, (row.outcome, one_host)
-    across = line("Across 2 hosts over a shaped link?")
-    for link in ("link 100mbit", "link 1gbit", "across 2 hosts, on"):
-        (row,) = [r for r in rows if link in r.condition and r.condition.startswith("mnist_mlp, 2 workers")]
-        assert figure(row) in across, (row.outcome, across)
+        row = throughput_row(rows, f"{workload}, 2 workers, cpu, pinned, one host")
+        assert row.standing == "within" and outcome_figure(row) in one_host, (row.outcome, one_host)
+    unpinned = table_row(readme, "... with threads left to the scheduler?")
+    mlp, resnet = (throughput_row(rows, f"{w}, 2 workers, cpu, unpinned, one host") for w in ("mnist_mlp", "resnet18"))
+    assert mlp.winner == resnet.winner == "elastic" and mlp.standing == resnet.standing == "ahead"
+    said = f"Elastic faster at 2 workers, by {outcome_figure(mlp)} (MLP) and {outcome_figure(resnet)} (ResNet18)"
+    assert said in unpinned, unpinned
+    links = {
+        link: throughput_row(rows, f"mnist_mlp, 2 workers, cpu, unpinned, across 2 hosts, {condition}")
+        for link, condition in (("100mbit", "link 100mbit"), ("1gbit", "link 1gbit"), ("unlimited", "on "))
+    }
+    assert links["100mbit"].standing == "within" and links["1gbit"].winner == links["unlimited"].winner == "elastic"
+    fast, slow = f"by {outcome_figure(links['1gbit'])} at 1gbit", outcome_figure(links["100mbit"])
+    unlimited = f"by {outcome_figure(links['unlimited'])} unlimited"
+    across = table_row(readme, "Across 2 hosts over a shaped link?")
+    assert f"Elastic faster {fast} and {unlimited}; within {slow} of each other at 100mbit" in across, across
+    index = table_row(STUDIES_INDEX.read_text(), "[links.md]")
+    assert f"elastic faster {fast} and {unlimited}, within {slow} of each other at 100mbit" in index, index
+    study = (DOCS / "studies" / "links.md").read_text()
+    for link, row in links.items():
+        assert re.search(rf"^\| {link}[ (].*\| {re.escape(row.outcome)} \|$", study, re.M), (link, row.outcome)
+
+
+@pytest.mark.slow  # the main job's store's scorecard, computed (seconds)
+def test_the_main_job_is_summed_up_as_its_store_and_timings_say():
+    """The studies index's line on the main job: its timings (docs/studies/main-job/timings.json) and what the page
+    of its store says of the two-worker training rows and the hung worker; main-job.md says the same."""
+    rows = scorecard_of(MAIN_JOB / "bench.sqlite")
+    mlp, resnet = (throughput_row(rows, f"{w}, 2 workers, cpu, pinned, one host") for w in ("mnist_mlp", "resnet18"))
+    assert mlp.standing == resnet.standing == "within"
+    (hung,) = [r for r in rows if r.measure == "recovery from a hung worker"]
+    assert hung.outcome == "elastic came through in every run and horovod in none", hung.outcome
+    timings = main_job_timings()
+    sweeps = [s["seconds"] / 60 for s in timings["sweeps"]]
+    said = (
+        f"set-up {timings['set_up_seconds'] / 60:.1f} minutes, each sweep {min(sweeps):.1f} to {max(sweeps):.1f} "
+        f"minutes; pooled, training within {outcome_figure(mlp)} (MLP) and {outcome_figure(resnet)} (ResNet18) of each "
+        "other; elastic came through a hung worker in every run, Horovod in none"
+    )
+    index = table_row(STUDIES_INDEX.read_text(), "[main-job.md]")
+    assert said in index, index
+    study = flat((MAIN_JOB.parent / "main-job.md").read_text())
+    assert (
+        f"the MLP rows are within {outcome_figure(mlp)} of each other and ResNet18 within {outcome_figure(resnet)}"
+        in (study)
+    )
 
 
 def test_the_readme_times_the_main_job_as_it_was_measured():
     """The README's set-up and sweep times are the figures of the recorded run (docs/studies/main-job/timings.json,
-    written by scripts/main_job.py), with the machine they ran on, and its study page says the same."""
-    import json
-
-    timings = json.loads((DOCS / "studies" / "main-job" / "timings.json").read_text())
+    written by scripts/main_job.py), stated once, with the machine they ran on, and its study page says the same."""
+    timings = main_job_timings()
     machine = timings["machine"]
     set_up = f"{timings['set_up_seconds'] / 60:.1f} minutes on a {machine['cpu_count']}-core {machine['cpu_model']}"
     sweeps = [s["seconds"] / 60 for s in timings["sweeps"]]
     assert all(s["state"] == "complete" for s in timings["sweeps"]) and len(sweeps) >= 3
     each = f"{min(sweeps):.1f} to {max(sweeps):.1f} minutes"
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert f"Horovod ({set_up};" in readme and f"each sweep then takes {each} there" in readme
-    study = " ".join((DOCS / "studies" / "main-job.md").read_text().split())
+    readme = flat(readme_prose())
+    assert f"built Horovod in {set_up}" in readme and f"each sweep then takes {each} there" in readme
+    assert readme.count(" minutes") == 2, "the main job's times are stated once"
+    study = flat((MAIN_JOB.parent / "main-job.md").read_text())
     assert f"{timings['set_up_seconds'] / 60:.1f} minutes** ({timings['set_up_seconds']} s)" in study
     assert f"each sweep takes {each}" in study
     for sweep in timings["sweeps"]:
         assert f"| {sweep['sweep_id']} | {sweep['launches']} | {sweep['seconds'] / 60:.1f} min" in study
+
+
+@pytest.mark.slow  # three projections of the projection study's store (seconds)
+def test_the_projection_is_said_as_bench_predict_prints_it():
+    """What the README's first screen says of 8-GPU nodes is `bench predict`'s answer for the command it shows, with
+    the track record the command prints; the studies rows on the projection quote `bench predict --validate` and
+    `bench predict --cluster cpu-10g` on the projection study's store; the study page says the same."""
+    readme, index = flat(readme_prose()), STUDIES_INDEX.read_text()
+    gpu = gpu_projection()
+    assert gpu["change"]["before"] == "elastic" and gpu["change"]["after"] == "horovod"
+    said = (
+        f"puts elastic at {gpu['elastic']} and Horovod at {gpu['horovod']} of linear scaling at 8 GPUs in one node, "
+        f"and Horovod ahead from {gpu['change']['workers']} GPUs"
+    )
+    assert f"`{GPU_PROJECTION}`" in readme and said in readme, said
+    study = flat((DOCS / "studies" / "projection.md").read_text())
+    assert f"`{GPU_PROJECTION}`" in study and said in study
+    summary, record = track_record()
+    assert f'Its track record, as it prints it: "{summary}"' in readme
+    median, figures, _, _, above = record.groups()
+    published = table_row(README.read_text(), "The same model against published GPU tables?")
+    assert f"median error {median} points over {figures} published efficiencies, {above} above 10" in published
+    assert summary[summary.index("median error") : summary.index(" above 10)") + len(" above 10)")] in table_row(
+        index, "[published.md]"
+    )
+
+    v = validation()
+    judged = f"{v['judged']} of {v['points']} points judged"
+    said = f"median absolute error {v['median']}, worst {v['worst']}"
+    winners = f"the predicted winner right at {v['right']} of {v['significant']} significant differences"
+    assert f"{judged}: {said}; {winners}" in table_row(index, "[projection.md]")
+    row = table_row(README.read_text(), "At 8 to 1,024 workers?")
+    assert f"{judged}, {said}, {winners}" in row, row
+    changes = {r["case"]["workload"]: r["fastest_changes"] for r in predict(CPU_PROJECTION)["results"]}
+    assert all(c == [{"workers": c[0]["workers"], "before": "elastic", "after": "horovod"}] for c in changes.values())
+    ahead = (
+        f"Horovod is ahead of elastic on ResNet18 from {changes['resnet18'][0]['workers']} workers and on the MLP from "
+        f"{changes['mnist_mlp'][0]['workers']}"
+    )
+    assert ahead in row, row
+
+
+@pytest.mark.slow  # every figure the tests above check, computed (seconds)
+def test_every_figure_of_the_readme_and_the_studies_index_is_one_the_tests_check():
+    """A figure (a share, a time, a factor, points) in README.md's own text or the studies index is one computed above
+    from a committed store or record, or the main job's settings (noxfile.py); anything else is retyped by hand and
+    would drift: state it on its study page and link there."""
+    sample = scorecard_of(ROOT / "reports" / "sample" / "bench.sqlite")
+    main_job = scorecard_of(MAIN_JOB / "bench.sqlite")
+    checked = {
+        outcome_figure(r)
+        for r in sample + main_job
+        if r.measure == "training throughput" and r.standing in ("within", "ahead")
+    }
+    timings = main_job_timings()
+    sweeps = [s["seconds"] / 60 for s in timings["sweeps"]]
+    checked |= {f"{timings['set_up_seconds'] / 60:.1f} minutes", f"{max(sweeps):.1f} minutes"}
+    sequential = next(
+        ast.literal_eval(node.value)
+        for node in ast.parse((ROOT / "noxfile.py").read_text()).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "MAIN_JOB_SEQUENTIAL"
+    )
+    args = build_parser().parse_args(["sweep", *sequential])
+    checked |= {f"{normalised(args.resolution_timeout)} s", f"±{normalised(args.resolution)}%"}
+    gpu = gpu_projection()
+    checked |= {f for backend in ("elastic", "horovod") for f in re.findall(r"\d+%", gpu[backend])}
+    v = validation()
+    checked |= {v["median"], v["worst"], f"{v['points']} points", f"{track_record()[1].group(1)} points"}
+    found = {
+        str(path.relative_to(ROOT)): FIGURE.findall(text)
+        for path, text in ((README, readme_prose()), (STUDIES_INDEX, STUDIES_INDEX.read_text()))
+    }
+    unchecked = {name: sorted(set(figures) - checked) for name, figures in found.items()}
+    assert not any(unchecked.values()), f"figures no test computes from the data: {unchecked}"
