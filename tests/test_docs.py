@@ -802,7 +802,7 @@ def test_the_readme_times_the_main_job_as_it_was_measured():
 def test_the_projection_is_said_as_bench_predict_prints_it():
     """What the README's first screen says of 8-GPU nodes is `bench predict`'s answer for the command it shows, with
     the track record the command prints; the studies rows on the projection quote `bench predict --validate` and
-    `bench predict --cluster cpu-10g` on the projection study's store; the study page says the same."""
+    `bench predict --cluster cpu-10g` on the projection study's store."""
     readme, index = flat(readme_prose()), STUDIES_INDEX.read_text()
     gpu = gpu_projection()
     assert gpu["change"]["before"] == "elastic" and gpu["change"]["after"] == "horovod"
@@ -811,8 +811,6 @@ def test_the_projection_is_said_as_bench_predict_prints_it():
         f"and Horovod ahead from {gpu['change']['workers']} GPUs"
     )
     assert f"`{GPU_PROJECTION}`" in readme and said in readme, said
-    study = flat((DOCS / "studies" / "projection.md").read_text())
-    assert f"`{GPU_PROJECTION}`" in study and said in study
     summary, record = track_record()
     assert f'Its track record, as it prints it: "{summary}"' in readme
     median, figures, _, _, above = record.groups()
