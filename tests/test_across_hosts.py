@@ -143,8 +143,8 @@ def drop_host_spec(tmp_path, slots=(1, 1), **options):
     with plan_only():
         cluster = {**planned_check(hosts, "eth0", None).cluster(hosts), "link": None, "scheduler": None}
         return build_fault_spec(
-            backend="horovod", workload="mnist_mlp", world_size=2, scenario="drop-host", host="b", cluster=cluster,
-            rank=0, at_step=5, signal_name="KILL", max_restarts=3, checkpoint_every=2, total_steps=None,
+            backend="horovod", workload="mnist_mlp", world_size=2, fault="drop-host", host="b", cluster=cluster,
+            rank=0, at_step=5, max_restarts=3, checkpoint_every=2, total_steps=None,
             comm_timeout=FAULT_DEFAULTS["comm_timeout"], recovery_timeout=1.0, backend_options=options,
         )  # fmt: skip
 
@@ -199,11 +199,7 @@ def test_with_the_clusters_script_bench_waits_for_the_cluster_to_drop_the_host(t
     assert command[0].endswith("horovodrun")  # here, where the script is: not over ssh on the first host
     assert command[command.index("--host-discovery-script") + 1 :][:3] == [theirs, "--slots", "1"]
     assert not run_dir.hosts_file.exists() and info["discovery_script"] == theirs
-    driver = FaultDriver(
-        spec, run_dir, None, "RUN",
-        drop_host=lambda: elastic.drop_host(spec, spec.fault, run_dir, info),
-        discovered=lambda timeout_s: elastic.discovered(spec, timeout_s),
-    )  # fmt: skip
+    driver = FaultDriver(spec, run_dir, None, "RUN", elastic=elastic, info=info)
     write_json_atomic(run_dir.fault_reached, {"pid": 1, "step": 5, "rank": 0, "time": time.time()})
     assert driver() is None and not run_dir.fault_fired.exists()  # the script still names b
     assert "waiting up to 1 s for the cluster to drop b" in capsys.readouterr().err
@@ -221,9 +217,7 @@ def test_a_host_the_cluster_never_drops_is_a_fault_not_delivered(tmp_path):
     spec = drop_host_spec(tmp_path, hvd_discovery_script=theirs)
     elastic, run_dir = get_backend("horovod").elastic, RunDir(tmp_path / "run")
     run_dir.path.mkdir()
-    driver = FaultDriver(
-        spec, run_dir, None, "RUN", drop_host=lambda: False, discovered=lambda t: elastic.discovered(spec, t)
-    )
+    driver = FaultDriver(spec, run_dir, None, "RUN", elastic=elastic, info={})
     write_json_atomic(run_dir.fault_reached, {"pid": 1, "step": 5, "rank": 0, "time": time.time()})
     fired = driven_until_fired(driver, run_dir)
     assert fired["delivered"] is False

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from bench.core.registry import COMPARED, PRIMARY, get_backend
+from bench.tasks.fault.scenarios import SCENARIOS
 from conftest import (
     FAST,
     SHORT,
@@ -266,7 +267,7 @@ RECOVERY = {
 
 def kills_under_fault(name: str) -> bool:
     elastic = get_backend(name).elastic
-    return takes(name, "fault") and elastic is not None and "kill" in elastic.scenarios
+    return takes(name, "fault") and elastic is not None and elastic.supports(SCENARIOS["kill"])
 
 
 @pytest.mark.parametrize("backend", [on(name) for name in BACKENDS if kills_under_fault(name)])

@@ -24,7 +24,7 @@ from bench.cli.hints import FOREIGN
 from bench.cli.renamed import OldSpelling
 from bench.core.registry import DEFAULT_BACKEND, PRIMARY, elastic_backends, get_backend
 from bench.rank.inject import INJECT_KINDS
-from bench.tasks.fault.spec import FAULT_KINDS, SIGNALS
+from bench.tasks.fault.scenarios import ON_ONE_MACHINE, SCENARIOS, SIGNALS, SWEPT
 from bench.workflows.plan import SWEEP_DEFAULTS
 from bench.workflows.regress import REGRESS_MATRIX
 from conftest import BASELINE, FAST, assert_one_line_error, bench_in_process, cli_parser
@@ -255,11 +255,10 @@ def test_every_fault_flag_takes_words_of_one_vocabulary():
     for where, words in options.FAULTS_TAKEN.items():
         assert set(words) <= set(options.FAULT_WORDS), where
     assert options.FAULTS_TAKEN["bench run --inject"] == INJECT_KINDS
-    assert options.FAULTS_TAKEN["bench sweep --faults"] == tuple(FAULT_KINDS)
-    # a word means one fault: the signal bench fault sends for it is the one a sweep's fault of that word sends
-    assert set(options.SIGNAL_OF.values()) == set(SIGNALS)
-    for word, kind in FAULT_KINDS.items():
-        assert kind["signal"] is None or options.SIGNAL_OF[word] == kind["signal"], word
+    # bench fault's words and a sweep's are the fault scenarios' (one entry each): a word means one fault everywhere
+    assert options.FAULTS_TAKEN["bench fault --fault"] == tuple(s.word for s in ON_ONE_MACHINE)
+    assert options.FAULTS_TAKEN["bench sweep --faults"] == SWEPT
+    assert {s.signal for s in SCENARIOS.values() if s.signal} == set(SIGNALS)
     # and each verb's help names its words
     text = {command: " ".join(a.help for a in sub._actions if a.help) for command, sub in commands(cli_parser())}
     assert "kill (SIGKILL" in text["fault"] and "or join" in text["fault"]
@@ -292,12 +291,14 @@ def specs_made(monkeypatch):
     ],
 )
 def test_a_fault_word_makes_the_run_its_old_spelling_made(new, old, specs_made, tmp_path):
+    """And a record keeps what it always kept: term and hang are the scenario kill with their signal."""
     for argv in (new, old):
         proc = bench_in_process("fault", "--nproc", "2", *argv, "--store", tmp_path / "s.sqlite")
         assert proc.returncode == 0, proc.stderr
     made, was = (spec.to_dict() for spec in specs_made)
     assert made == was
-    assert made["fault"]["signal"] == options.SIGNAL_OF.get(new[1])  # a join sends none
+    stored = {"kill": ("kill", "KILL"), "term": ("kill", "TERM"), "hang": ("kill", "STOP"), "join": ("join", None)}
+    assert (made["fault"]["scenario"], made["fault"]["signal"]) == stored[new[1]]  # a join sends none
 
 
 # ---------------------------------------------------------------- a verb that runs one backend: each of a list in turn

@@ -59,22 +59,21 @@ def test_fault_bad_input_is_one_line(store, argv, says):
     assert len(lines) == 1 and says in lines[0], proc.stderr
 
 
-def test_every_elastic_mode_that_lists_drop_host_implements_it():
-    """ElasticMode.drop_host and .discovered raise for a mode that has no drop-host scenario (the spec refuses the
-    scenario there first); every mode that lists it has both of its own, and one that does not list it is refused
-    when asked for it."""
-    from bench.backends.base import ElasticMode
+def test_every_elastic_mode_that_makes_drop_host_has_the_work_that_delivers_it():
+    """drop-host is delivered by work of the elastic mode's own (its entry's hook, DropsHosts: drop_host and
+    discovered): a mode makes it only with that work, and one without it is refused when asked for it."""
     from bench.core.errors import UsageError
     from bench.core.registry import elastic_backends, get_backend
+    from bench.tasks.fault.scenarios import DROP_HOST, DropsHosts
     from bench.tasks.fault.spec import check_scenario_of
 
-    listing = []
+    making = []
     for name in elastic_backends():
-        mode = type(get_backend(name).elastic)
-        if "drop-host" in mode.scenarios:
-            listing.append(name)
-            assert mode.drop_host is not ElasticMode.drop_host and mode.discovered is not ElasticMode.discovered, name
+        mode = get_backend(name).elastic
+        if mode.supports(DROP_HOST):
+            making.append(name)
+            assert isinstance(mode, DropsHosts), name
         else:
-            with pytest.raises(UsageError, match="drop-host"):
-                check_scenario_of(name, "drop-host")
-    assert set(listing) == {"horovod", "horovod-tf"}
+            with pytest.raises(UsageError, match="not drop-host"):
+                check_scenario_of(name, DROP_HOST)
+    assert set(making) == {"horovod", "horovod-tf"}

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import bench.core.spec
-import bench.tasks.fault.spec
+import bench.tasks.fault.scenarios
 from bench.backends.shared.nccl import ASYNC_ERROR_HANDLING
 from bench.cli import build_parser
 from bench.cli.common import world_of
@@ -33,10 +33,9 @@ from needs import needs
 
 FAULT = dict(
     workload="mnist_mlp",
-    scenario="kill",
+    fault="hang",
     rank=1,
     at_step=None,
-    signal_name="STOP",
     max_restarts=3,
     checkpoint_every=None,
     total_steps=None,
@@ -54,7 +53,7 @@ def machine_with_gpus(monkeypatch):
     """This machine's GPU count as a GPU machine would report it (the one fact this machine cannot give)."""
 
     def with_gpus(count: int):
-        for module in (bench.core.spec, bench.tasks.fault.spec):
+        for module in (bench.core.spec, bench.tasks.fault.scenarios):
             monkeypatch.setattr(module, "cuda_device_count", lambda: count)
 
     return with_gpus
@@ -95,7 +94,7 @@ def test_the_fault_launch_carries_the_nccl_environment(tmp_path):
 
 @needs_nccl
 def test_a_join_on_gpus_needs_a_gpu_for_the_new_worker():
-    join = {**FAULT, "scenario": "join", "rank": 0}
+    join = {**FAULT, "fault": "join", "rank": 0}
     assert build_spec(backend="elastic", world_size=1, device="cuda", gpus_here=2, **join).world_size == 1
     with pytest.raises(UsageError, match=r"--gpus 1 or fewer"):
         build_spec(backend="elastic", world_size=2, device="cuda", gpus_here=2, **join)

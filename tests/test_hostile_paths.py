@@ -72,8 +72,8 @@ def hostile_folder(tmp_path, request) -> Path:
 def kill_spec():
     """A Horovod fault run of 2 workers on this machine, as `bench fault --backend horovod` builds it."""
     return build_fault_spec(
-        backend="horovod", workload="mnist_mlp", world_size=2, scenario="kill", rank=1, at_step=25,
-        signal_name="KILL", max_restarts=3, checkpoint_every=10, total_steps=60,
+        backend="horovod", workload="mnist_mlp", world_size=2, fault="kill", rank=1, at_step=25,
+        max_restarts=3, checkpoint_every=10, total_steps=60,
         comm_timeout=FAULT_DEFAULTS["comm_timeout"], recovery_timeout=FAULT_DEFAULTS["recovery_timeout"],
     )  # fmt: skip
 
@@ -84,8 +84,8 @@ def cluster_script_spec(script: Path):
     with plan_only():
         cluster = {**planned_check(hosts, "eth0", None).cluster(hosts), "link": None, "scheduler": None}
         return build_fault_spec(
-            backend="horovod", workload="mnist_mlp", world_size=2, scenario="drop-host", host="b", cluster=cluster,
-            rank=0, at_step=5, signal_name="KILL", max_restarts=3, checkpoint_every=2, total_steps=None,
+            backend="horovod", workload="mnist_mlp", world_size=2, fault="drop-host", host="b", cluster=cluster,
+            rank=0, at_step=5, max_restarts=3, checkpoint_every=2, total_steps=None,
             comm_timeout=FAULT_DEFAULTS["comm_timeout"], recovery_timeout=1.0,
             backend_options={"hvd_discovery_script": str(script)},
         )  # fmt: skip

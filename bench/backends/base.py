@@ -21,7 +21,7 @@ group's hooks return is typed in bench.rank.hooks):
 | `Backend` | `name`, `summary`, `launcher`, `group`; `comm_schedule`, or why not projected (`projection_problem`) |
 | `Launcher` | `command`, `rank_identity` |
 | `ProcessGroup` | `init` |
-| `ElasticMode` (only with an elastic mode) | `scenarios`, `launch`, `join`; its `ProcessGroup.elastic_state` |
+| `ElasticMode` (only with an elastic mode) | `launch`, `join`; its `ProcessGroup.elastic_state` |
 | `ElasticState` | `resume`, `commit` |
 
 Code that several backends share (the torchrun launcher, DistributedDataParallel's group, the TensorFlow side) is
@@ -34,7 +34,7 @@ import math
 import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Protocol, final
 
 from bench.core.dryrun import planning
 from bench.core.hostlist import placement
@@ -213,16 +213,37 @@ class ProcessGroup(ABC):
         raise RuntimeError("this backend has no elastic mode")
 
 
+class FaultScenario(Protocol):
+    """What an elastic mode reads of a fault scenario (an entry of bench.tasks.fault.scenarios): its traits, never
+    its name, which is the fault task's."""
+
+    @property
+    def across_hosts(self) -> bool: ...  # one of the run's hosts is lost, cut off or dropped
+
+    @property
+    def joins(self) -> bool: ...  # one more worker joins, rather than one lost
+
+    @property
+    def hook(self) -> type | None: ...  # the protocol of the mode's own work that delivers it; None: none
+
+
 class ElasticMode(ABC):
     """A backend's elastic mode, as `bench fault` drives it: its parent side (launcher.py; the worker's side is
     ProcessGroup.elastic_state). `fault` is the fault task's settings (bench.tasks.fault.settings.FaultSettings),
     given by the fault task: what an elastic mode reads of them is `joining` (one more worker joins, rather than
-    one lost), `max_restarts`, `recovery_timeout` and `host` (the host a drop-host fault takes out)."""
+    one lost), `max_restarts`, `recovery_timeout` and `host` (the host a fault across hosts takes out)."""
 
-    scenarios: tuple[str, ...] = ()  # fault scenarios it supports ("kill", "join")
+    across_hosts = False  # whether its launcher runs across hosts, where the fault scenarios across hosts are made
+
+    def supports(self, scenario: FaultScenario) -> bool:
+        """Whether it makes this fault scenario: every one on one machine; one across hosts where it runs there
+        (`across_hosts`); one delivered by work of the mode's own (`scenario.hook`, a protocol) where it has it."""
+        if scenario.across_hosts and not self.across_hosts:
+            return False
+        return scenario.hook is None or isinstance(self, scenario.hook)
 
     def problem(
-        self, scenario: str, world_size: int, options: dict | None = None, hosts: list[dict] | None = None
+        self, scenario: FaultScenario, world_size: int, options: dict | None = None, hosts: list[dict] | None = None
     ) -> str | None:
         """None when this scenario can run at this world size with these backend options (across `hosts`, a run
         across hosts), else why not."""
@@ -236,18 +257,6 @@ class ElasticMode(ABC):
     def join(self, spec, fault, rank_command: list[str], run_id: str, run_dir, info: dict) -> list[str] | None:
         """Scale-up: a command that starts the joining worker, or None when the backend was told another
         way (a discovery script's answer changed)."""
-
-    def drop_host(self, spec, fault, run_dir, info: dict) -> bool:
-        """drop-host (a mode that lists it in `scenarios`): take fault.host out of what the launcher's host discovery
-        answers, where bench writes that answer (True: bench then ends the run's processes there, as the cluster
-        would); False where the launcher reads the cluster's own discovery, which only the cluster changes
-        (`discovered` says when it has)."""
-        raise NotImplementedError(f"{type(self).__name__} has no drop-host scenario")
-
-    def discovered(self, spec, timeout_s: float) -> list[str]:
-        """The hosts the cluster's own discovery names now (drop-host, where `drop_host` said False); ValueError
-        saying why where it failed or took longer than timeout_s."""
-        raise NotImplementedError(f"{type(self).__name__} reads no discovery of the cluster's")
 
     def nccl_env(self, spec, fault) -> dict[str, str]:
         """What a fault run on GPUs sets so that a collective over NCCL that meets a dead or hung peer ends within

@@ -21,19 +21,26 @@ from bench.core.errors import UsageError
 from bench.core.registry import DEFAULT_BACKEND, elastic_backends, get_backend
 from bench.core.spec import MAX_TIMEOUT_WORDS
 from bench.harness.plan import print_plans
+from bench.tasks.fault.scenarios import ACROSS_HOSTS, FAULT_FLAG, ON_ONE_MACHINE, SCENARIOS, listed
 from bench.tasks.fault.spec import (
     AT_STEP_WINDOWS,
     CHECKPOINT_WINDOWS,
     FAULT_DEFAULTS,
-    HOST_FLAGS,
     build_spec,
     check_scenario_hosts,
     check_scenario_of,
 )
 from workloads import WORKLOADS
 
-# bench fault's default fault, in the fault words: the signal its defaults name (KILL: kill)
-DEFAULT_FAULT = next(word for word, signal in options.SIGNAL_OF.items() if signal == FAULT_DEFAULTS["signal"])
+
+def fault_help() -> str:
+    """--fault's help, from its scenarios' entries: the signals to rank --kill-rank, then the others."""
+    signals = listed((f"{s.word} ({s.help})" for s in ON_ONE_MACHINE if s.signal), "or")
+    others = "; ".join(f"or {s.word}: {s.help}" for s in ON_ONE_MACHINE if not s.signal)
+    return (
+        f"{signals} rank --kill-rank at --at-step; {others} (default %(default)s; the fault words of every verb: "
+        "docs/usage.md, 'Faults')"
+    )
 
 
 def _per_workload(windows: float) -> str:
@@ -108,43 +115,16 @@ def add_parser(verbs) -> None:
     )
     options.add(
         g,
-        "--fault",
+        FAULT_FLAG,
         action=OneFault,
         type=options.fault_word,
-        default=DEFAULT_FAULT,
+        default=FAULT_DEFAULTS["fault"],
         metavar="|".join(options.FAULTS_TAKEN["bench fault --fault"]),
-        help="kill (SIGKILL: a crash), term (SIGTERM: a polite stop) or hang (SIGSTOP: a hung worker) rank "
-        "--kill-rank at --at-step; or join: scale-up instead, one more worker joins at --at-step (a "
-        "second launcher agent, or a new host) (default %(default)s; the fault words of every verb: "
-        "docs/usage.md, 'Faults')",
+        help=fault_help(),
         invalid=["HUP", "", "crash", "stop", "kil"],
     )
-    options.add(
-        g,
-        "--kill-host",
-        metavar="HOST",
-        help="across hosts (--hosts): lose this host at --at-step, as a machine that loses power: its link "
-        "is cut, then every process of the run there is SIGKILLed at once",
-        invalid=["10.213.7.12"],
-    )
-    options.add(
-        g,
-        "--partition-host",
-        metavar="HOST",
-        help="across hosts (--hosts): cut this host's link to the others at --at-step (its processes live "
-        "on, cut off); bench itself keeps its path to the host",
-        invalid=["10.213.7.12"],
-    )
-    options.add(
-        g,
-        "--drop-host",
-        metavar="HOST",
-        help="across hosts (--hosts; Horovod's elastic mode): the cluster drops this host at --at-step, as an "
-        "MPIJob's operator removes a worker pod: it leaves the launcher's host discovery and every process of the run "
-        "there ends (bench does both with its own discovery script; with --hvd-discovery-script the cluster must, "
-        "within --recovery-timeout)",
-        invalid=["10.213.7.12"],
-    )
+    for scenario in ACROSS_HOSTS:  # each its own flag, naming the host
+        options.add(g, scenario.flag, metavar="HOST", help=scenario.help, invalid=["10.213.7.12"])
     options.add(
         g,
         "--max-restarts",
@@ -202,23 +182,15 @@ def cmd(args) -> int:
 
 def specs_of(args) -> list:
     """Every run the arguments ask for, built and checked before the first starts (a one-line error otherwise)."""
-    chosen = [
-        flag
-        for flag, given in (
-            ("--fault join", args.fault == "join"),
-            ("--kill-host", args.kill_host),
-            ("--partition-host", args.partition_host),
-            ("--drop-host", args.drop_host),
-        )
-        if given
-    ]
+    # the fault asked for: a host's flag, else --fault's word (a signal to --kill-rank, which a host's flag leaves
+    # unused, or a scenario of its own: one fault a run)
+    word = SCENARIOS[args.fault]
+    on_hosts = [s for s in ACROSS_HOSTS if getattr(args, s.dest)]
+    chosen = [*([f"{FAULT_FLAG} {word.word}"] if word.signal is None else []), *(s.flag for s in on_hosts)]
     if len(chosen) > 1:
         raise UsageError(f"{' and '.join(chosen)}: choose one fault a run")
-    scenario = {"--fault join": "join", **{flag: scenario for scenario, flag in HOST_FLAGS.items()}}.get(
-        chosen[0] if chosen else None, "kill"
-    )
-    # the signal a run records (a join, or a host's loss, records the default as before)
-    signal_name = options.SIGNAL_OF.get(args.fault, FAULT_DEFAULTS["signal"])
+    scenario = on_hosts[0] if on_hosts else word
+    host = getattr(args, scenario.dest) if on_hosts else None
     if not options.is_all(args.backend):  # a backend named that cannot make it is refused before any host is asked
         for name in set(options.chosen(args.backend, elastic_backends(), [DEFAULT_BACKEND])) & set(elastic_backends()):
             check_scenario_of(name, scenario)
@@ -227,10 +199,7 @@ def specs_of(args) -> list:
         # what the names alone refuse, before any host is asked (an allocation's hosts are checked with the spec)
         slots = sum(h.slots for h in hosts or [])
         check_scenario_hosts(
-            scenario,
-            [h.to_dict() for h in hosts] if hosts else None,
-            args.kill_host or args.partition_host or args.drop_host,
-            min(args.nproc or slots, slots),
+            scenario, [h.to_dict() for h in hosts] if hosts else None, host, min(args.nproc or slots, slots)
         )
     cluster = cluster_of(args)
     device, world = world_of(args, cluster)  # a dry run's --gpus are the GPUs given, as for bench run
@@ -238,23 +207,22 @@ def specs_of(args) -> list:
         args.backend, options.every_backend("fault"), device=device, verb="fault", cluster=cluster, world=world
     )
     if options.is_all(args.backend):  # every elastic mode that can make this fault; one named is refused if it cannot
-        for name in [b for b in backends if scenario not in get_backend(b).elastic.scenarios]:
-            note(f"bench fault: skipping {name}: its elastic mode has no {scenario} scenario")
+        for name in [b for b in backends if not get_backend(b).elastic.supports(scenario)]:
+            note(f"bench fault: skipping {name}: its elastic mode has no {scenario.scenario} scenario")
             backends.remove(name)
         if not backends:
-            raise UsageError(f"--backend all: no elastic mode that can run here makes a {scenario} fault")
+            raise UsageError(f"--backend all: no elastic mode that can run here makes a {scenario.scenario} fault")
     given = spec_options(args, backends)
     return [
         build_spec(
             backend=backend,
             workload=workload,
             world_size=world,
-            scenario=scenario,
-            host=args.kill_host or args.partition_host or args.drop_host,
+            fault=scenario.word,
+            host=host,
             cluster=cluster,
             rank=args.kill_rank,
             at_step=args.at_step,
-            signal_name=signal_name,
             max_restarts=args.max_restarts,
             checkpoint_every=args.checkpoint_every,
             total_steps=args.steps,

@@ -37,7 +37,7 @@ from bench.harness.cores import DEFAULT_WAIT_S
 from bench.harness.workload_check import CHECK_TIMEOUT_S
 from bench.rank.collectives import COMM_DEFAULTS, DTYPES, OPS, parse_bytes
 from bench.rank.inject import INJECT_KINDS
-from bench.tasks.fault.spec import FAULT_KINDS
+from bench.tasks.fault.scenarios import ON_ONE_MACHINE, SWEPT
 from bench.workflows.bare_loops import BARE_LOOPS
 
 BACKEND_OPTION = "backend_option:"  # dest prefix of a backend plug-in's own options
@@ -265,21 +265,18 @@ def chosen(text: str | None, every, default=None) -> list[str]:
 
 # ---------------------------------------------------------------- faults: one vocabulary
 # The words for a fault, the same on every verb that makes one; each verb takes the ones it can make (FAULTS_TAKEN).
+# The fault scenarios' words are their entries' (bench.tasks.fault.scenarios), --fault's: a worker lost, the words
+# only the test-only --inject has (a rank's own ending), then a worker gained.
 FAULT_WORDS = {
-    "kill": "a worker killed (SIGKILL: a crash from outside)",
-    "term": "a worker asked to stop (SIGTERM)",
-    "hang": "a hung worker: alive, holding its sockets, answering nothing (SIGSTOP from outside; with --inject the "
-    "rank blocks)",
+    **{s.word: s.what for s in ON_ONE_MACHINE if not s.joins},
     "crash": "a rank raising an exception",
     "exit": "a rank leaving at once with exit code 0, without a word",
-    "join": "one more worker joining (scale-up)",
+    **{s.word: s.what for s in ON_ONE_MACHINE if s.joins},
 }
-# bench fault's words for a signal -> the signal its record keeps (bench.tasks.fault.spec.SIGNALS)
-SIGNAL_OF = {"kill": "KILL", "term": "TERM", "hang": "STOP"}
 FAULTS_TAKEN = {
     "bench run --inject": INJECT_KINDS,  # test-only, from inside the rank
-    "bench fault --fault": (*SIGNAL_OF, "join"),
-    "bench sweep --faults": tuple(FAULT_KINDS),
+    "bench fault --fault": tuple(s.word for s in ON_ONE_MACHINE),
+    "bench sweep --faults": SWEPT,
 }
 
 

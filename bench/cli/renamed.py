@@ -8,13 +8,16 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.cli.options import SIGNAL_OF, at_most, nonnegative_float
+from bench.cli.options import FAULT_WORDS, at_most, nonnegative_float
 from bench.core.console import note
+from bench.tasks.fault.scenarios import JOIN, ON_ONE_MACHINE
 from bench.workflows.selfcheck import MAX_MINUTES, MAX_MINUTES_WORDS
 
 TIME_LIMITS = "every time limit is a --*-timeout, in seconds"
 WORLD_SIZES = "a sweep's largest world size; --nproc and --gpus are one run's world size on every verb"
-FAULT_WORDS = "one set of fault words on every verb: kill, term, hang, crash, exit, join"
+ONE_SET = f"one set of fault words on every verb: {', '.join(FAULT_WORDS)}"
+# --signal's values (the signal a fault run records) -> --fault's words, from the scenarios' entries
+WORD_OF_SIGNAL = {s.signal: s.word for s in ON_ONE_MACHINE if s.signal}
 PER_NODE = "a node's processes are --nproc-per-node and its GPUs --gpus-per-node on bench k8s and bench slurm-script"
 
 
@@ -26,11 +29,11 @@ def minutes_as_seconds(text: str) -> str:
 
 def signal_as_word(text: str) -> str:
     """--signal KILL|TERM|STOP (any case, as it was taken) as bench fault's --fault word."""
-    word = {signal: word for word, signal in SIGNAL_OF.items()}.get(text.upper())
+    word = WORD_OF_SIGNAL.get(text.upper())
     if word is None:
         raise argparse.ArgumentTypeError(
-            f"invalid choice: {text!r} (choose from {', '.join(SIGNAL_OF.values())}; "
-            f"now --fault {', '.join(SIGNAL_OF)})"
+            f"invalid choice: {text!r} (choose from {', '.join(WORD_OF_SIGNAL)}; "
+            f"now --fault {', '.join(WORD_OF_SIGNAL.values())})"
         )
     return word
 
@@ -71,11 +74,11 @@ RENAMED = (
         "--signal",
         "--fault",
         ("fault",),
-        FAULT_WORDS,
+        ONE_SET,
         convert=signal_as_word,
-        converts="KILL, TERM, STOP: kill, term, hang",
+        converts=f"{', '.join(WORD_OF_SIGNAL)}: {', '.join(WORD_OF_SIGNAL.values())}",
     ),
-    Renamed("--join", "--fault", ("fault",), FAULT_WORDS, value="join"),
+    Renamed("--join", "--fault", ("fault",), ONE_SET, value=JOIN.word),
     Renamed("--tasks-per-node", "--nproc-per-node", ("slurm-script",), PER_NODE),
     Renamed("--gpus-per-pod", "--gpus-per-node", ("k8s",), PER_NODE),
 )

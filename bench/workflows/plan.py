@@ -19,6 +19,7 @@ from bench.rank.collectives import COMM_DEFAULTS, parse_bytes
 from bench.tasks import comm as comm_task
 from bench.tasks import train as train_task
 from bench.tasks.fault import spec as fault_task
+from bench.tasks.fault.scenarios import ACROSS_HOSTS, SCENARIOS, SWEPT, SWEPT_BY_DEFAULT
 
 # A sweep compares cases, and launches are its replicates (docs/method.md, "Replication"): by default every
 # case is launched REPEATS times in interleaved rounds, each launch short (its windows describe that launch
@@ -27,7 +28,7 @@ from bench.tasks.fault import spec as fault_task
 # --help` states each as the sweep's, beside the run's. The regression gate's matrix and its baselines use them.
 SWEEP_DEFAULTS = dict(repeats=3, windows=3, warmup_steps=2, max_bytes="16M")
 COMM_KEYS = ("ops", "dtype", "min_bytes", "max_bytes", "warmup_iters", "iters")
-# The elasticity part (docs/method.md, "Fault recovery"): each fault kind (bench.tasks.fault.spec.FAULT_KINDS) under
+# The elasticity part (docs/method.md, "Fault recovery"): each fault (a scenario a sweep makes: SWEPT) under
 # every backend of the sweep with an elastic mode, on its first workload at its smallest world size above 1 (a
 # join: one less, joined by one), in short runs (in the workload's windows: a checkpoint or commit every window,
 # the fault half a window after one, 3 windows in all). A stopped peer is noticed after comm_timeout; a run with no
@@ -37,7 +38,7 @@ COMM_KEYS = ("ops", "dtype", "min_bytes", "max_bytes", "warmup_iters", "iters")
 # its exact tests can call a gap seen in every run (bench.workflows.sweep.settle_faults), instead of every case paying
 # for four.
 SWEEP_FAULTS = dict(
-    kinds=("kill", "hang"),
+    kinds=SWEPT_BY_DEFAULT,
     repeats=2,  # MIN_LAUNCHES a side: one run a side decides nothing (bench.tasks.fault.results.decide)
     checkpoint_windows=1,
     at_step_windows=1.5,
@@ -146,14 +147,12 @@ def comm_specs(backends: list[str], device: str, world_sizes: list[int], *, comm
 
 
 def check_fault_kinds(kinds: list[str]) -> list[str]:
-    """The fault kinds named (--faults), each one of FAULT_KINDS, or a one-line error."""
+    """The faults named (--faults), each the word of a scenario a sweep makes (SWEPT), or a one-line error."""
     for kind in kinds:
-        if kind not in fault_task.FAULT_KINDS:
-            raise UsageError(f"--faults: unknown fault {kind!r}; choose from {', '.join(fault_task.FAULT_KINDS)}")
+        if kind not in SWEPT:
+            raise UsageError(f"--faults: unknown fault {kind!r}; choose from {', '.join(SWEPT)}")
     if not kinds:
-        raise UsageError(
-            f"--faults names no fault; choose from {', '.join(fault_task.FAULT_KINDS)}, or give --no-faults"
-        )
+        raise UsageError(f"--faults names no fault; choose from {', '.join(SWEPT)}, or give --no-faults")
     return list(dict.fromkeys(kinds))
 
 
@@ -165,9 +164,10 @@ def fault_backends(backends: list[str]) -> list[str]:
 def faults_missing(backends: list[str], world_sizes: list[int], cluster: dict | None) -> str | None:
     """Why a sweep of these backends and world sizes can make no fault run (None when it can)."""
     if cluster is not None:
+        first, *others = (s.flag for s in ACROSS_HOSTS)
         return (
-            "across hosts the faults are a host lost, cut off or dropped: `bench fault --kill-host` (--partition-host, "
-            "--drop-host) measures them"
+            f"across hosts the faults are a host lost, cut off or dropped: `bench fault {first}` ({', '.join(others)}) "
+            "measures them"
         )
     if not fault_backends(backends):
         return f"none of {', '.join(backends)} has an elastic mode"
@@ -211,17 +211,14 @@ def fault_specs(
     specs = []
     for backend in fault_backends(backends):
         for kind in kinds:
-            fault = fault_task.FAULT_KINDS[kind]
-            joins = fault["scenario"] == "join"
             specs.append(
                 fault_task.build_spec(
                     backend=backend,
                     workload=workload,
-                    world_size=world_size - 1 if joins else world_size,
-                    scenario=fault["scenario"],
+                    world_size=world_size - 1 if SCENARIOS[kind].joins else world_size,
+                    fault=kind,
                     rank=fault_task.FAULT_DEFAULTS["kill_rank"],
                     at_step=at_step,
-                    signal_name=fault["signal"] or fault_task.FAULT_DEFAULTS["signal"],
                     max_restarts=fault_task.FAULT_DEFAULTS["max_restarts"],
                     checkpoint_every=max(1, SWEEP_FAULTS["checkpoint_windows"] * window),
                     total_steps=total,
@@ -257,7 +254,7 @@ def plan_sweep(
     comm_options) for every primary backend that has collectives and every world size above 1 (a companion
     backend's only when it is the sweep's one backend; `bench allreduce --backend ps` measures it alone).
     workloads_of: backend -> the only workloads it trains (the regression matrix's extra gate cases).
-    faults: the fault kinds (FAULT_KINDS) of its elasticity part (fault_specs, where faults_missing finds nothing
+    faults: the faults (words of SWEPT) of its elasticity part (fault_specs, where faults_missing finds nothing
     missing), each case in the first `fault_repeats` rounds (more rounds than `repeats` hold fault runs only), with
     fault_timeouts' comm_timeout and recovery_timeout where given.
     Repeated in rounds: every case once, then again, so a slow spell of the machine spreads over all cases

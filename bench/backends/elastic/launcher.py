@@ -13,7 +13,7 @@ class TorchrunElastic(ElasticMode):
     restart-from-checkpoint in the workers. Across hosts (a host lost or cut off): one agent per host, with the
     node range 1:hosts."""
 
-    scenarios = ("kill", "join", "kill-host", "partition-host")
+    across_hosts = True
 
     def launch(self, spec, fault, rank_command, run_id, run_dir):
         # Each rendezvous round gets a store of its own: with the agent's store shared across rounds (the

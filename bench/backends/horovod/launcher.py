@@ -215,7 +215,7 @@ class HorovodElastic(ElasticMode):
     keepalive (ServerAliveInterval x ServerAliveCountMax of the first host's ssh): recorded, and said when it
     exceeds --recovery-timeout."""
 
-    scenarios = ("kill", "join", "kill-host", "partition-host", "drop-host")
+    across_hosts = True
 
     def __init__(self, unavailable_reason):
         self.unavailable_reason = unavailable_reason  # () -> why its backend cannot run a fault run here, or None
@@ -224,7 +224,7 @@ class HorovodElastic(ElasticMode):
         problem = self.unavailable_reason()
         if problem:
             return problem
-        if scenario == "kill" and world_size < 2:
+        if not (scenario.joins or scenario.across_hosts) and world_size < 2:  # a worker lost on one machine
             return "a Horovod kill needs --nproc 2 or more: the survivors must be on the other host"
         if (options or {}).get("hvd_discovery_script") is not None:
             if not hosts:
@@ -339,6 +339,8 @@ class HorovodElastic(ElasticMode):
         return None
 
     def drop_host(self, spec, fault, run_dir, info):
+        """A host the cluster drops (bench.tasks.fault.scenarios.DropsHosts): out of bench's own discovery answer, and
+        bench ends its processes; with the cluster's script, the cluster does both (False)."""
         if self.cluster_script(spec) is not None:
             return False
         self._write_hosts(run_dir, {host: n for host, n in info["hosts"].items() if host != fault.host})

@@ -89,10 +89,8 @@ class RayTrainElastic(ElasticMode):
     CPUs (`ray start --address` to the run's runtime). Ray Train's elastic policy sees the room, every
     --ray-resize-interval seconds, and restarts the worker group at N + 1, resuming from the checkpoint."""
 
-    scenarios = ("kill", "join")
-
     def problem(self, scenario, world_size, options=None, hosts=None):
-        if scenario == "join" and (options or {}).get("ray_address"):
+        if scenario.joins and (options or {}).get("ray_address"):
             return (
                 "a Ray join adds a node to the run's own runtime; with --ray-address the cluster is another's: "
                 "drop --ray-address (or add a node to your cluster yourself)"

@@ -34,15 +34,15 @@ from bench.harness.supervisor import launch
 from bench.tasks.base import Conclusion, Launch, Task
 from bench.tasks.fault.analysis import fault_metrics, fault_status
 from bench.tasks.fault.driver import FaultDriver
+from bench.tasks.fault.scenarios import scenario_of, secs, stored_as
 from bench.tasks.fault.settings import FaultSettings
-from bench.tasks.fault.spec import CUT_SCENARIOS
 
 
 @dataclass
 class FaultMetrics(Record):
     """What a fault run measured (docs/method.md, "Fault recovery"). Times in seconds from the fault."""
 
-    scenario: str  # SCENARIOS
+    scenario: str  # a scenario's stored name (bench.tasks.fault.scenarios)
     signal: str | None
     at_step: int
     total_steps: int
@@ -75,19 +75,6 @@ class FaultMetrics(Record):
     nccl: dict | None = None
 
 
-def fault_in_words(scenario: str, signal: str | None = None, rank: int | None = None, host: str | None = None) -> str:
-    """A fault (of a spec, or as fired), in a few words."""
-    if scenario == "kill":
-        return f"SIG{signal} to rank {rank}"
-    if scenario == "join":
-        return "a worker joins"
-    if scenario == "kill-host":
-        return f"host {host} lost (cut off, then every process there SIGKILLed)"
-    if scenario == "drop-host":
-        return f"host {host} dropped from the discovery script"
-    return f"host {host} cut off the network"
-
-
 def nccl_in_force(spec) -> dict | None:
     """What a fault run on GPUs has in force for NCCL: the process group's timeout (the collective timeout, the
     fault's --comm-timeout), torch's async error handling where the backend sets it, and every variable its elastic
@@ -105,10 +92,6 @@ def nccl_in_words(nccl: dict | None) -> str | None:
     return ", ".join([f"NCCL timeout {nccl['timeout_s']:g} s", *(f"{k}={v}" for k, v in sorted(nccl["env"].items()))])
 
 
-def _secs(value) -> str:
-    return "-" if value is None else f"{value:.2f} s"
-
-
 class FaultTask(Task):
     name = "fault"
     label = "fault injection"
@@ -119,7 +102,7 @@ class FaultTask(Task):
     # ------------------------------------------------------------ parent side
     def describe(self, spec) -> str:
         f = spec.fault
-        what = fault_in_words(f.scenario, f.signal, f.rank, f.host)
+        what = scenario_of(f).in_words(f.rank, f.host)
         where = f" on {len(spec.hosts)} hosts" if spec.hosts else ""
         on_gpus = nccl_in_words(nccl_in_force(spec))
         return (
@@ -144,14 +127,7 @@ class FaultTask(Task):
         return Launch(
             command=command,
             env=extra,
-            watcher=FaultDriver(
-                spec,
-                run_dir,
-                start_joiner,
-                run_id,
-                drop_host=lambda: elastic.drop_host(spec, spec.fault, run_dir, info),
-                discovered=lambda timeout_s: elastic.discovered(spec, timeout_s),
-            ),
+            watcher=FaultDriver(spec, run_dir, start_joiner, run_id, elastic=elastic, info=info),
             poll_interval=0.005,
             info=info,
         )
@@ -161,7 +137,7 @@ class FaultTask(Task):
         cleanly (the victim never does). A host cut off is healed first: conclude runs however the run ended
         (by bench, by its lifeline, or by the next command on the store), and healing is stateless."""
         unhealed = {}
-        if spec.fault.scenario in CUT_SCENARIOS:
+        if scenario_of(spec.fault).cuts_link:
             import sys
 
             unhealed = heal([h["name"] for h in spec.hosts], sys.executable)
@@ -213,17 +189,7 @@ class FaultTask(Task):
     # ------------------------------------------------------------ views
     def case(self, spec) -> str:
         f = spec.fault
-        if f.scenario == "kill":
-            what = f"SIG{f.signal} to 1 of {spec.world_size} {'GPU workers' if spec.device == 'cuda' else 'workers'}"
-        elif f.scenario == "join":
-            what = f"a worker joins {spec.world_size} running" + (" on GPUs" if spec.device == "cuda" else "")
-        else:
-            what = (
-                f"1 of {len(spec.hosts)} hosts "
-                + {"kill-host": "lost", "drop-host": "dropped by the cluster"}.get(f.scenario, "cut off")
-                + f" ({spec.world_size} workers)"
-            )
-        return f"{spec.workload}: {what}, checkpoint/commit every {f.checkpoint_every} steps"
+        return f"{spec.workload}: {scenario_of(f).case(spec)}, checkpoint/commit every {f.checkpoint_every} steps"
 
     def kind(self, spec) -> str:
         return spec.fault.kind
@@ -246,11 +212,11 @@ class FaultTask(Task):
 
     def ok_figure(self, record) -> str:
         f = record.metrics
-        return f"recovered in {_secs(f.recovery_s)}, world {f.world_before} -> {f.world_after}"
+        return f"recovered in {secs(f.recovery_s)}, world {f.world_before} -> {f.world_after}"
 
     def list_figure(self, record) -> str:
         f = record.metrics
-        return "-" if f is None or f.recovery_s is None else f"recovered in {_secs(f.recovery_s)}"
+        return "-" if f is None or f.recovery_s is None else f"recovered in {secs(f.recovery_s)}"
 
     def summary_lines(self, record) -> list[str]:
         lines = [f"status: {record.status}"]
@@ -260,43 +226,24 @@ class FaultTask(Task):
         fired = f.fault if f else None
         if not fired:
             return lines
-        if fired["scenario"] == "kill":
-            lines.append(
-                f"fault: SIG{fired['signal']} to rank {fired['rank']} (pid {fired['pid']}) at step {fired['step']}"
-            )
-        elif fired["scenario"] == "join":
-            lines.append(f"fault: a worker joins at step {fired['step']}")
-        elif fired["scenario"] == "drop-host":
-            how = (
-                f"by bench, {fired['killed']} process(es) killed there"
-                if fired.get("dropped_by") == "bench" and fired.get("killed") is not None
-                else f"by the cluster, seen {_secs(fired.get('waited_s'))} after the step"
-                if fired.get("dropped_by") == "cluster"
-                else f"by {fired.get('dropped_by')}"
-            )
-            what = fault_in_words("drop-host", host=fired["host"])
-            lines.append(f"fault: {what} at step {fired['step']} ({how})")
-        else:
-            killed = f", {fired['killed']} process(es) killed there" if fired.get("killed") is not None else ""
-            what = fault_in_words(fired["scenario"], host=fired["host"])
-            lines.append(
-                f"fault: {what} at step {fired['step']} (the cut took {_secs(fired.get('cut_took_s'))}{killed})"
-            )
+        scenario = stored_as(fired["scenario"], fired.get("signal"))
+        if scenario is not None:
+            lines.append(f"fault: {scenario.fired_in_words(fired)}")
         if f.nccl is not None:
             lines.append(f"collectives: {nccl_in_words(f.nccl)}")
-        lines.append(f"detection: {_secs(f.detection_s)}" + (f" ({f.detected_by})" if f.detected_by else ""))
-        lines.append(f"recovery (signal to first step after it): {_secs(f.recovery_s)}")
+        lines.append(f"detection: {secs(f.detection_s)}" + (f" ({f.detected_by})" if f.detected_by else ""))
+        lines.append(f"recovery (signal to first step after it): {secs(f.recovery_s)}")
         if f.join_contributes_s is not None:
-            lines.append(f"new worker's first step: {_secs(f.join_contributes_s)} after the join began")
+            lines.append(f"new worker's first step: {secs(f.join_contributes_s)} after the join began")
         if f.hang_observed_s is not None and f.recovery_s is None:
-            lines.append(f"hang observed {_secs(f.hang_observed_s)} after the fault; no step since")
+            lines.append(f"hang observed {secs(f.hang_observed_s)} after the fault; no step since")
         lines.append(
             f"resumed from step {'-' if f.resumed_from_step is None else f.resumed_from_step}; steps redone "
             f"{'-' if f.steps_redone is None else f.steps_redone}; trained {f.steps_completed} of {f.total_steps}"
         )
         lines.append(
             f"world size {f.world_before} -> {f.world_after}; restarts {f.restarts or 0}, "
-            f"resets {f.resets or 0}; the run ended {_secs(f.ended_after_fault_s)} after the fault"
+            f"resets {f.resets or 0}; the run ended {secs(f.ended_after_fault_s)} after the fault"
         )
         for r in f.rendezvous:
             lines.append(

@@ -12,6 +12,7 @@ import time
 from bench.core.codec import dumps
 from bench.core.rundir import write_json_atomic
 from bench.rank.kit import GroupMember
+from bench.tasks.fault.scenarios import scenario_of
 from workloads import get_workload
 
 VICTIM_WAIT_S = 30.0  # how long the victim waits for its signal before going on without it
@@ -30,20 +31,23 @@ class Journal:
 
 
 def victim_wait_s(fault) -> float:
-    """How long the victim waits for the parent: for a host the cluster drops, as long as the parent waits for the
-    cluster (--recovery-timeout) and then some, so that the parent's verdict comes first."""
-    return fault.recovery_timeout + VICTIM_WAIT_S if fault.scenario == "drop-host" else VICTIM_WAIT_S
+    """How long the victim waits for the parent: where the cluster delivers the fault (a host it drops), as long as
+    the parent waits for the cluster (--recovery-timeout) and then some, so that the parent's verdict comes first."""
+    return fault.recovery_timeout + VICTIM_WAIT_S if scenario_of(fault).waits_for_cluster else VICTIM_WAIT_S
 
 
-def wait_for_fault(run_dir, journal: Journal, step: int, rank: int, wait_s: float = VICTIM_WAIT_S) -> None:
+def wait_for_fault(
+    run_dir, journal: Journal, step: int, rank: int, wait_s: float = VICTIM_WAIT_S, signalled: bool = True
+) -> None:
     """The victim at its fault step: say so (the first to get there, where every rank waits), then wait for the
-    parent's signal (it normally never returns from here: it is killed, terminated or stopped)."""
+    parent's signal (it normally never returns from here: it is killed, terminated or stopped). A fault that is no
+    signal to it (`signalled` False: a join, a host lost, cut or dropped) lets it go on once delivered."""
     if not run_dir.fault_reached.exists():
         write_json_atomic(run_dir.fault_reached, {"pid": os.getpid(), "step": step, "rank": rank, "time": time.time()})
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         fired = run_dir.read_json(run_dir.fault_fired)
-        if fired and fired.get("scenario") != "kill":  # a join, or a host lost, cut or dropped: this one goes on
+        if fired and not signalled:
             return
         time.sleep(0.002)
     journal.write("fault_not_delivered", step=step)
@@ -57,7 +61,7 @@ def fault_due(run_dir, spec, rank_at_start: int, rank: int, step: int) -> bool:
     f = spec.fault
     if step != f.at_step or run_dir.fault_fired.exists():
         return False
-    if f.scenario == "drop-host":
+    if scenario_of(f).waits_for_cluster:
         return True
     return rank_at_start == f.rank == rank and not run_dir.fault_reached.exists()
 
@@ -93,7 +97,8 @@ class FaultContext:
     def train_step(self, model, optimizer, step: int, rank: int):
         """Step number `step` (0-based) on this rank, on the batch of (step, rank), with the fault point before it."""
         if fault_due(self.run_dir, self.spec, self.rank_at_start, rank, step):
-            wait_for_fault(self.run_dir, self.journal, step, rank, victim_wait_s(self.spec.fault))
+            signalled = scenario_of(self.spec.fault).signal is not None
+            wait_for_fault(self.run_dir, self.journal, step, rank, victim_wait_s(self.spec.fault), signalled)
         return self.training.step(model, optimizer, step, rank)
 
     def checksum(self) -> float:

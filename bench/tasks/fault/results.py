@@ -14,22 +14,14 @@ from bench.core.records import RunStatus
 from bench.core.registry import PRIMARY, get_task
 from bench.results.frame import records_to_frame
 from bench.tasks.fault import FaultTask
-
-# The scorecard's name of each kind of fault (the scenario, and a signal for `kill`).
-MEASURES = {
-    ("kill", "KILL"): "recovery from a killed worker",
-    ("kill", "STOP"): "recovery from a hung worker",
-    ("kill", "TERM"): "recovery from a terminated worker",
-    ("kill-host", None): "recovery from a lost host",
-    ("partition-host", None): "recovery from a cut-off host",
-    ("drop-host", None): "recovery from a host the cluster dropped",
-    ("join", None): "a joining worker",
-}
+from bench.tasks.fault.scenarios import SCENARIOS, stored_as
 
 
 def measure_of(spec) -> str:
+    """The scorecard's name of a run's fault (its scenario's `measure`)."""
     f = spec.fault
-    return MEASURES.get((f.scenario, f.signal if f.scenario == "kill" else None), f.scenario)
+    scenario = stored_as(f.scenario, f.signal)
+    return f.scenario if scenario is None else scenario.measure
 
 
 @dataclass
@@ -53,7 +45,8 @@ class RecoveryCase:
         """What the case measures of one run: for a joining worker, from the join to its first step; otherwise
         from the fault to the first step after the run resumed."""
         m = rec.metrics
-        return m.join_contributes_s if self.measure == MEASURES[("join", None)] else m.recovery_s
+        joins = any(s.joins and s.measure == self.measure for s in SCENARIOS.values())
+        return m.join_contributes_s if joins else m.recovery_s
 
     @property
     def times(self) -> list[float]:
