@@ -5,6 +5,7 @@ worker each, links shaped to three rates per workload), all into one store.
 
 Usage (as root, test hosts up: `bench testhosts up 4`):
     python scripts/projection_study.py --store docs/studies/projection/bench.sqlite [--part fit|test|all] [--repeats 3]
+    python scripts/projection_study.py --store docs/studies/projection/bench.sqlite --part markdown  # its tables
 
 Each held-out case gets a window of about WINDOW_S seconds: its steps per window come from a rough estimate of the
 step (the bytes a ring moves over the link), which only sizes the measurement; the measured times are what the
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 WORKLOADS = {  # workload -> (gradient bytes, compute seconds per step on one core, rates)
     "mnist_mlp": (2.68e6, 0.012, ("20mbit", "100mbit", "1gbit")),
@@ -45,14 +47,28 @@ def bench(*args: str, verb: str = "sweep") -> None:
     subprocess.run(cmd, check=True)
 
 
+def print_tables(store: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.core.store import Store
+    from bench.projection.study import tables
+    from bench.projection.validate import validate
+
+    records = Store(store).records()
+    for table in tables(records, validate(records)):
+        print("\n".join(table) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True)
-    parser.add_argument("--part", choices=("fit", "links", "test", "all"), default="all")
+    parser.add_argument("--part", choices=("fit", "links", "test", "all", "markdown"), default="all")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workload", default=",".join(WORKLOADS))
     parser.add_argument("--skip-link", default="", help="links part: rates already measured")
     args = parser.parse_args()
+    if args.part == "markdown":  # the study page's tables, from the store (bench.projection.study)
+        print_tables(args.store)
+        return
     common = [
         "--store",
         args.store,

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from bench.backends.base import CommSchedule
 from bench.core.errors import UsageError
 from bench.core.registry import get_backend
 from bench.projection.clusters import PROFILES, TCP_GOODPUT, Cluster, Link, parse_cluster, profile, shaped_test_hosts
-from bench.projection.model import Inputs, Shape, Value, crossover, project, replay, step_parts
+from bench.projection.model import Inputs, Parts, Point, Shape, Value, crossover, project, replay, step_parts
 
 S = 1e6  # bytes
 
@@ -304,6 +306,26 @@ def test_the_studys_table_is_what_bench_predict_validate_says():
     assert proc.stdout == (STUDY.parent / "validate.txt").read_text()
 
 
+def test_the_projection_studys_figures_are_what_the_model_computes_from_its_store():
+    """docs/studies/projection.md's tables (the check's summary, every point, the CPU and GPU projections) and the
+    figures its prose gives are what bench.projection.study makes from the committed store: none is typed by hand."""
+    from bench.cli.common import open_store
+    from bench.projection import study
+    from bench.projection.model import SHARED_CORES_NEGOTIATION_S
+    from bench.projection.validate import validate
+
+    page = (STUDY.parent.parent / "projection.md").read_text()
+    records = open_store(str(STUDY)).records()
+    checked = validate(records)
+    for table in study.tables(records, checked):
+        assert "\n".join(table) in page, f"the study lacks (or has another version of) this table:\n{table[0]}"
+    assert f"**{checked.summary()}**" in page
+    over = [r for r in checked.judged if abs(r.error) > 0.20]
+    flat = " ".join(page.split())
+    assert f"missed at {len(over)} of {len(checked.judged)} points" in flat
+    assert f"{SHARED_CORES_NEGOTIATION_S * 1e3:g} ms a rank beyond the fit's 2" in flat
+
+
 def test_compute_from_another_workloads_run_is_refused_in_one_line():
     from bench.cli.common import open_store
     from conftest import assert_one_line_error, bench
@@ -340,3 +362,180 @@ def test_a_cluster_smaller_than_the_workers_asked_says_so_in_one_line(tmp_path):
     assert json.loads(within.stdout)["results"][0]["cluster"]["short"] is None
     plain = bench_in_process(*argv)
     assert plain.returncode == 0 and plain.stderr == ""
+
+
+# ---------------------------------------------------------------- what grows with N
+def test_horovods_negotiation_grows_with_the_ranks_and_is_its_own_part():
+    """Every cycle Horovod's coordinator gathers the ranks' ready tensors and answers before the cycle's collectives
+    start: a tree of 2 ceil(log2 N) messages at the links' latency. With a 1 ms message it is the step's growth
+    with N (the part `coordination`); DDP's buckets negotiate nothing."""
+    from bench.projection.model import NEGOTIATION_LEGS, negotiation_s
+
+    slow = Cluster("slow", "", "cpu", 1, 1024, Link(125e9, 1e-3))
+    one_tensor = Shape(0.3, 0.6, 0.1, ((1.0, 4e6),))  # one collective after the backward pass: no fusion to move
+    hvd = replace(inputs("horovod", overhead=Value(0.0)), shape=one_tensor)
+    hvd = replace(hvd, options={**hvd.options, "hvd_cycle_ms": 50.0})  # a cycle longer than any negotiation here
+    assert negotiation_s(hvd, slow, 64) == pytest.approx(NEGOTIATION_LEGS * 6 * 1e-3)
+    assert negotiation_s(inputs("elastic"), slow, 64) == 0.0
+    counts = [1, 4, 16, 64, 256]
+    points = project(hvd, slow, counts)
+    coordination = [p.parts.coordination for p in points]
+    assert coordination == pytest.approx([negotiation_s(hvd, slow, n) if n > 1 else 0.0 for n in counts])
+    assert all(b > a for a, b in zip(coordination, coordination[1:]))
+    efficiencies = [p.efficiency for p in points]
+    assert all(b < a for a, b in zip(efficiencies, efficiencies[1:]))
+    for p in points:
+        parts = p.parts
+        total = parts.compute + parts.slowdown + parts.exposed + parts.overhead + parts.coordination + parts.stragglers
+        assert parts.step == pytest.approx(total)
+    assert all(p.parts.coordination == 0 for p in project(inputs("elastic"), slow, [4, 64, 256]))
+
+
+def test_the_slowest_of_n_workers_grows_as_sigma_sqrt_2_ln_n():
+    """A synchronous step waits for the slowest worker: E[max of N] of lognormal steps of spread sigma. Two normal
+    draws' larger is sigma/sqrt(pi) above the mean; it grows without end, about as sigma sqrt(2 ln N); on links that
+    cost nothing, a compute-bound step loses efficiency with N only through it."""
+    from bench.projection.model import slowest_of
+
+    assert slowest_of(2, 0.01) == pytest.approx(1 + 0.01 / math.sqrt(math.pi), rel=1e-4)
+    assert slowest_of(1, 0.05) == slowest_of(64, 0.0) == 1.0
+    grows = [slowest_of(n, 0.02) for n in (2, 8, 64, 512, 4096)]
+    assert all(b > a for a, b in zip(grows, grows[1:]))
+    assert slowest_of(4096, 0.02) - 1 == pytest.approx(0.02 * math.sqrt(2 * math.log(4096)), rel=0.25)
+    free = Cluster("free", "", "cpu", 1, 1024, Link(1e15, 0.0))
+    jittery = project(inputs(jitter=Value(0.05), alpha=Value(0.0), beta=Value(0.0)), free, [1, 8, 512])
+    steady = project(inputs(jitter=Value(0.0), alpha=Value(0.0), beta=Value(0.0)), free, [1, 8, 512])
+    assert jittery[1].efficiency > jittery[2].efficiency and jittery[2].efficiency < 0.9 * steady[2].efficiency
+    assert steady[1].parts.stragglers == 0
+    parts = jittery[2].parts
+    assert parts.stragglers == pytest.approx((parts.compute + parts.slowdown) * (slowest_of(512, 0.05) - 1))
+
+
+def test_the_step_spread_is_measured_from_the_plain_loops_windows():
+    """The spread of a worker's step on CPU: each plain-loop launch's sd of ln(window time), over launches."""
+    from bench.projection.fit import step_spread
+    from factories import train_record
+
+    runs = [train_record(f"p{i}", "single", 1, [100.0, 110.0, 90.0 + i]) for i in range(3)]
+    spread = step_spread(runs)
+    each = [float(np.std(np.log(r.metrics.window_times_s), ddof=1)) for r in runs]
+    assert spread.mean == pytest.approx(np.mean(each)) and spread.dof == 2 and spread.mean > 0
+
+
+def stage_cost(text: str, nbytes: float = 400e6, workers: int = 32):
+    """One collective of `nbytes` on a described cluster: (seconds, stages)."""
+    from bench.projection.model import collective_cost
+
+    cluster = parse_cluster(text, "cuda" if "=" in text.split(":oversub")[0] else "cpu")
+    device = cluster.device
+    base = inputs("elastic")
+    shaped = Inputs(**{**base.__dict__, "device": "other" if device == "cuda" else device})
+    cost, _ = collective_cost(shaped, cluster, workers, 0.0, 0.0)
+    took, _, stages = cost(nbytes)
+    return took, dict(zip(("in_node", "network", "nic_pcie", "oversubscription"), stages))
+
+
+def test_a_2_to_1_oversubscribed_fabric_halves_a_nodes_share_across_it():
+    """oversub=2 (2:1): the bytes between nodes go at half the NIC's rate, said as its own stage; 1:1 by default."""
+    plain_took, plain = stage_cost("8x4:10gbit:0us")
+    took, over = stage_cost("8x4:10gbit:0us:oversub=2")
+    assert plain["oversubscription"] == 0 and parse_cluster("8x4:10gbit").oversubscription == 1.0
+    assert took == pytest.approx(2 * plain_took) and over["oversubscription"] == pytest.approx(over["network"])
+    gpu = parse_cluster("4x8:nvlink=1200gbit,ib=100g,oversub=2")
+    assert gpu.oversubscription == 2.0 and "oversubscribed 2:1" in gpu.summary
+    _, gpu_stages = stage_cost("4x8:nvlink=1200gbit,ib=100g@0us,oversub=2")
+    assert gpu_stages["oversubscription"] == pytest.approx(gpu_stages["network"], rel=1e-6)
+    assert gpu_stages["in_node"] >= 0
+
+
+def test_the_nics_share_of_its_pcie_link_caps_the_network_stage():
+    """Over TCP NCCL stages the bytes in host memory, so the NIC gets half of the PCIe link it shares with the GPUs
+    (nicshare= says otherwise); over RDMA all of it. Where half the PCIe link is slower than the NIC, the network
+    stage is that slower rate, and what it adds is its own stage; beside NVLink the PCIe link is given as pcie=."""
+    _, tcp = stage_cost("4x4:pcie=32gbit,eth=100g@0us", workers=16)
+    _, rdma = stage_cost("4x4:pcie=32gbit,roce=100g@0us", workers=16)
+    _, given = stage_cost("4x4:pcie=32gbit,eth=100g@0us,nicshare=1", workers=16)
+    nic = 100e9 / 8 * TCP_GOODPUT
+    pcie = 32e9 / 8 * 0.8
+    wire = 2 * 15 / 16 * 400e6
+    assert tcp["network"] == pytest.approx(wire / nic)
+    assert tcp["nic_pcie"] == pytest.approx(wire / (0.5 * pcie) - wire / nic)
+    assert given["nic_pcie"] == 0  # all of the GPUs' own link, which the ring's bytes cross anyway: in the node's stage
+    assert given["in_node"] == pytest.approx(wire / pcie - wire / nic, rel=1e-3)
+    assert rdma["nic_pcie"] < tcp["nic_pcie"]
+    beside = parse_cluster("4x8:nvlink=1200gbit,pcie=128gbit,ib=100g")
+    assert beside.node_link.bandwidth == pytest.approx(120e9) and beside.pcie_link.bandwidth == pytest.approx(12.8e9)
+
+
+def test_on_gpu_nodes_a_collective_is_its_stages_in_the_node_and_on_the_network():
+    """Within a node a collective is all in-node (NVLink); across nodes the network's stage comes in, and a node's
+    link slower than the NIC is the in-node stage's extra."""
+    one_took, one = stage_cost("1x8:nvlink=1200gbit", workers=8)
+    assert one["network"] == 0 and one["in_node"] == pytest.approx(one_took)
+    took, both = stage_cost("4x8:pcie=8gbit,ib=100g", workers=32)
+    assert both["network"] > 0 and both["in_node"] > both["network"]
+    assert sum(both.values()) == pytest.approx(took)
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("8x4:10gbit:oversub=0.5", "oversub= takes the fabric's oversubscription"),
+        ("4x8:nvlink=100g,ib=10g,oversub=x", "oversub= takes the fabric's oversubscription"),
+        ("4x8:pcie=100g,ib=10g,nicshare=2", "nicshare= takes the share"),
+        ("4x8:nvlink=100g,ib=10g,nicshare=0.5", "nicshare= is a share of the PCIe link: give pcie= too"),
+    ],
+)
+def test_a_bad_fabric_or_nic_share_is_one_line(text, says):
+    with pytest.raises(UsageError) as err:
+        parse_cluster(text)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_steps_breakdown_has_each_effect_as_its_own_part(tmp_path):
+    """`bench predict --json`: the step's parts (coordination, stragglers beside compute, exposed, overhead) add up to
+    the step; the collectives' stages (in_node, network, nic_pcie, oversubscription) are given beside; the text
+    table has a column for each."""
+    from conftest import bench_in_process
+
+    argv = ["predict", "--model", "params:25M,4M", "--compute-ms", "100", "--compute-batch", "32", "--backend"]
+    argv += ["horovod", "--cluster", "8x4:pcie=32gbit,eth=25g,oversub=2", "--store", tmp_path / "none.sqlite"]
+    proc = bench_in_process(*argv, "--json")
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(proc.stdout)["results"]
+    points = {p["workers"]: p for p in result["backends"]["horovod"]["points"]}
+    for p in points.values():
+        parts = p["parts_s"]
+        assert set(parts) >= {"coordination", "stragglers"}
+        summed = sum(parts[k] for k in ("compute", "slowdown", "exposed", "overhead", "coordination", "stragglers"))
+        assert p["step_s"] == pytest.approx(summed)
+        assert set(p["stages_s"]) == {"in_node", "network", "nic_pcie", "oversubscription"}
+    assert points[4]["stages_s"]["in_node"] > 0 and points[4]["stages_s"]["network"] == 0
+    assert points[32]["stages_s"]["oversubscription"] > 0 and points[32]["stages_s"]["nic_pcie"] > 0
+    assert points[32]["parts_s"]["stragglers"] > points[4]["parts_s"]["stragglers"] > 0
+    assert result["cluster"]["oversubscription"] == 2.0 and result["cluster"]["nic_share"] == 0.5
+    text = bench_in_process(*argv)
+    assert text.returncode == 0, text.stderr
+    header = next(line for line in text.stdout.splitlines() if "workers nodes" in line)
+    assert all(word in header for word in ("coord", "straggle", "in-node", "network", "pcie", "oversub"))
+
+
+# ---------------------------------------------------------------- which backend is faster
+def point_at(workers: int, step: float, low: float, high: float) -> Point:
+    parts = Parts(step, 0.0, 0.0, 0.0, 0.0, 0)
+    return Point(workers, 1, parts, low, high, 1.0, 1.0, 1.0, 32, "ring")
+
+
+def test_a_backend_is_named_faster_only_where_the_intervals_do_not_overlap():
+    """At 2 workers elastic's interval lies below horovod's: elastic; at 4 they overlap, though elastic's point is
+    shorter: none; at 8 horovod's lies below: horovod. The changes say so, None where none is named."""
+    from bench.projection.model import fastest, fastest_words
+
+    points = {
+        "elastic": [point_at(2, 1.0, 0.9, 1.1), point_at(4, 1.0, 0.9, 1.1), point_at(8, 2.0, 1.9, 2.1)],
+        "horovod": [point_at(2, 1.5, 1.4, 1.6), point_at(4, 1.05, 0.95, 1.15), point_at(8, 1.0, 0.9, 1.1)],
+    }
+    assert fastest(points) == [(2, "elastic"), (4, None), (8, "horovod")]
+    assert crossover(points) == [(4, "elastic", None), (8, None, "horovod")]
+    words = fastest_words(points)
+    assert "elastic at 2 workers" in words and "none at 4 workers" in words and "horovod at 8 workers" in words

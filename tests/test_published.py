@@ -179,14 +179,104 @@ def test_bench_predict_refuses_horovod_and_system_options_out_of_place(args, say
 
 
 def test_the_track_record_is_judged_by_its_stated_goal():
+    """The goal is judged on the held-out figures: those no parameter of the model was fitted to."""
     record = published.track_record()
     errors = [abs(r.error_points) for r in record.rows]
     assert record.median_error == pytest.approx(statistics.median(errors))
+    held = [abs(r.error_points) for r in record.rows if r.set == "held-out"]
     assert record.meets_goal() == (
-        record.median_error <= 5 and max(errors) <= 10 and all(a.agrees for a in record.ahead)
+        statistics.median(held) <= 5 and max(held) <= 10 and all(a.agrees for a in record.ahead)
     )
     assert {a.pair for a in record.ahead} == {"dlperf"}  # the source with both DDP and Horovod
     assert len(record.ahead) == 3
+
+
+def test_the_published_tables_are_split_once_into_a_fit_set_and_held_out_and_both_are_reported(tmp_path):
+    """Every table is in one set, committed with the split's reason; the fit set is the one table whose figures set
+    a parameter (DLPerf's DDP: the spread of a GPU worker's step); the summary `bench predict` prints gives the
+    median, the worst and the count above 10 points of each set, and its JSON the same figures."""
+    from conftest import bench_in_process
+
+    cases = published.load_cases()
+    assert {t["set"] for t in cases["tables"]} == {"fit", "held-out"}
+    assert [t["id"] for t in cases["tables"] if t["set"] == "fit"] == ["dlperf-ddp"]
+    assert cases["split"]["fit"].startswith("dlperf-ddp:") and cases["split"]["held-out"]
+    record = published.track_record()
+    held, fit = record.held_out, record.fit
+    assert len(held.rows) + len(fit.rows) == len(record.rows) and {r.table for r in fit.rows} == {"dlperf-ddp"}
+    summary = record.summary()
+    for errors in (held, fit):
+        assert f"median error {errors.median:.1f} points over {len(errors.rows)} published efficiencies" in summary
+        assert f"(worst {errors.worst:.1f}; {len(errors.over)} above 10)" in summary
+    assert summary.index("held out") < summary.index("fit set (dlperf-ddp")
+    argv = ["predict", "--model", "params:25M", "--compute-ms", "100", "--compute-batch", "32"]
+    proc = bench_in_process(*argv, "--cluster", "eth-25g", "--store", tmp_path / "none.sqlite", "--json")
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout)["track_record"]
+    assert said["summary"] == summary
+    assert said["held_out"] == held.as_json() and said["fit"]["figures"] == 3
+    assert said["fit"]["tables_fitted"] == ["dlperf-ddp"]
+
+
+def test_a_gpu_workers_step_spread_is_the_fit_sets_least_squares_and_no_held_out_figure_moves_it(monkeypatch):
+    """bench.projection.model.GPU_JITTER is what fit_jitter makes from the fit set (to its printed digits); moving
+    every held-out figure leaves the fit where it was, and moving the fit set's moves it."""
+    from bench.projection.model import GPU_JITTER
+
+    fitted = published.fit_jitter()
+    assert GPU_JITTER.mean == pytest.approx(fitted.mean, rel=1e-3)
+    assert GPU_JITTER.se == pytest.approx(fitted.se, rel=1e-3)
+    assert GPU_JITTER.dof == fitted.dof == 2 and fitted.runs == ("dlperf-ddp",)
+    cases = published.load_cases()
+
+    def moved(which: str) -> dict:
+        tables = [
+            {**t, "throughput": {n: v * (1 if n == "1" else 0.8) for n, v in t["throughput"].items()}}
+            if t["set"] == which
+            else t
+            for t in cases["tables"]
+        ]
+        return {**cases, "tables": tables}
+
+    monkeypatch.setattr(published, "load_cases", lambda: moved("held-out"))
+    assert published.fit_jitter().mean == pytest.approx(fitted.mean, rel=1e-6)
+    monkeypatch.setattr(published, "load_cases", lambda: moved("fit"))
+    assert published.fit_jitter().mean > fitted.mean + 0.01
+
+
+def test_vgg16_over_tcp_loses_efficiency_past_16_gpus_and_says_what_grows(tmp_path):
+    """The finding: VGG-16 under Horovod on nodes of 4 over 25 Gbit/s TCP was projected flat past 16 GPUs (77.8% at
+    128, 77.4% at 512), while published VGG-16 falls with N. The slowest of N workers and the negotiation now grow
+    with N, each its own part, and the efficiency falls at every step from 16 to 512."""
+    from conftest import bench_in_process
+
+    argv = ["predict", "--model", "vgg16", "--backend", "horovod", "--compute-ms", "427.807", "--compute-batch", "64"]
+    argv += ["--cluster", "128x4:pcie=128gbit,eth=25g", "--max-workers", "512", "--store", tmp_path / "x.sqlite"]
+    proc = bench_in_process(*argv, "--json")
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(proc.stdout)["results"]
+    points = {p["workers"]: p for p in result["backends"]["horovod"]["points"]}
+    counts = [16, 32, 64, 128, 256, 512]
+    efficiency = [points[n]["efficiency"] for n in counts]
+    assert all(b < a for a, b in zip(efficiency, efficiency[1:])), efficiency
+    stragglers = [points[n]["parts_s"]["stragglers"] for n in counts]
+    coordination = [points[n]["parts_s"]["coordination"] for n in counts]
+    assert all(b > a for a, b in zip(stragglers, stragglers[1:])) and coordination[-1] > coordination[0] > 0
+
+
+def test_horovods_own_128_and_512_gpu_efficiencies_are_held_out_figures():
+    """The sources that give efficiencies only (Horovod's 128- and 512-GPU benchmarks on 25 Gbit/s RoCE): their
+    figures as given, the 1-GPU step of the same servers' 2017 table, VGG-16 falling from 85.3% at 16 GPUs to 79% at
+    128 and 68% at 512."""
+    rows = {(r.table, r.workers): r for r in published.track_record().rows}
+    vgg = [rows[("hvd17-roce-vgg16", 16)], rows[("hvd128-roce-vgg16", 128)], rows[("hvd512-roce-vgg16", 512)]]
+    assert [round(r.published, 3) for r in vgg] == [0.853, 0.79, 0.68]
+    assert all(r.set == "held-out" for r in vgg) and vgg[1].given and not vgg[0].given
+    assert vgg[2].predicted < vgg[1].predicted < vgg[0].predicted
+    table = next(t for t in published.load_cases()["tables"] if t["id"] == "hvd512-roce-vgg16")
+    assert published.compute_ms(table) == published.compute_ms(
+        next(t for t in published.load_cases()["tables"] if t["id"] == "hvd17-roce-vgg16")
+    )
 
 
 def test_published_efficiency_is_throughput_at_n_over_n_times_one_gpu():
@@ -242,7 +332,7 @@ def test_a_gpu_cluster_is_nodes_of_gpus_with_a_link_inside_and_one_between():
         ("4x8:nvlink=fast,ib=100g", "nvlink= takes a positive rate"),
         ("4x8:nvlink=100g,ib=100g,nccl=new", "nccl= takes a version"),
         ("4x8:nvlink=100g,wifi=1g", "unknown link wifi="),
-        ("4x8:nvlink=100g,pcie=10g,ib=1g", "one link within a node and one between nodes"),
+        ("4x8:nvlink=100g,ib=10g,roce=1g", "one link within a node and one between nodes"),
         ("4x8:nvlink=100g@soon,ib=1g", "@LATENCY takes us or ms"),
     ],
 )
@@ -341,7 +431,7 @@ def test_a_gpus_step_with_stated_assumptions_has_an_interval_not_a_point():
     point = project(inputs, parse_cluster("4x8:nvlink=1200gbit,ib=100g"), [32])[0]
     assert point.efficiency_low < point.efficiency < point.efficiency_high
     assert point.step_low < point.step < point.step_high
-    none = replace(inputs, assumed=())
+    none = replace(inputs, assumed=(), jitter=Value(inputs.jitter.mean))  # the fitted spread's error widens it too
     bare = project(none, parse_cluster("4x8:nvlink=1200gbit,ib=100g"), [32])[0]
     assert bare.efficiency_low == bare.efficiency == bare.efficiency_high
     assert inputs.overhead.mean == pytest.approx(0.5e-3) and inputs.slowdown.mean == pytest.approx(0.15)

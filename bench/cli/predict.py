@@ -24,7 +24,7 @@ from bench.projection.clusters import (
 )
 from bench.projection.eras import HOROVOD_ERAS, era_help, horovod_era
 from bench.projection.fit import Case, cases_in, fit_backends, gives
-from bench.projection.model import SCOPE, crossover, project, with_compute
+from bench.projection.model import INPUT_NAMES, SCOPE, crossover, fastest, fastest_words, project, with_compute
 from bench.projection.published import RULES, SYSTEMS, track_record
 from bench.projection.shapes import COMMITTED, PARAMS, check_model, model_inputs, model_profile
 from bench.projection.validate import validate
@@ -83,7 +83,7 @@ def add_parser(verbs) -> None:
     options.add(
         p,
         "--cluster",
-        metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY]|NODESxGPUS:LINK=RATE,...",
+        metavar="PROFILE|NODESxWORKERS:RATE[:LATENCY][:oversub=R]|NODESxGPUS:LINK=RATE,...",
         invalid=[
             "nowhere",
             "4x8:fast",
@@ -92,11 +92,15 @@ def add_parser(verbs) -> None:
             "4x8:nvlink=fast,ib=100g",
             "4x8:ib=100g",
             "4x8:nvlink=1200gbit,ib=100g,nccl=new",
+            "4x8:nvlink=1200gbit,ib=100g,oversub=0.5",
+            "4x8:100gbit:oversub=x",
         ],
         help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}), CPU nodes such as 64x8:100gbit:5us, or "
         f"GPU nodes such as {GPU_EXAMPLE} (nvlink= or pcie= within a node, each GPU's rate; ib=, roce= or eth= "
         "between nodes, each node's rate; RATE in mbit, gbit (g) or gbyte, @LATENCY in us or ms; nccl=VERSION, "
-        "the era's NCCL: its tree from 2.4; eth= is TCP sockets, ib= and roce= RDMA) "
+        "the era's NCCL: its tree from 2.4; eth= is TCP sockets, ib= and roce= RDMA; oversub=R, the fabric's R:1, "
+        "1 by default, also :oversub=R on CPU nodes; pcie= beside nvlink= and nicshare=F, the PCIe link the NIC "
+        "shares and its share of it, half over eth= and all over RDMA by default) "
         f"(default {DEFAULT_CLUSTER}; a GPU cluster needs --compute-ms or --compute-from, and a GPU's step needs a "
         "GPU cluster: CPU nodes, a profile or NODESxWORKERS:RATE, are refused for it)",
     )
@@ -292,6 +296,9 @@ def cmd(args) -> int:
                         b: {"inputs": inputs_json(inputs[b]), "points": [point_json(p) for p in pts]}
                         for b, pts in points.items()
                     },
+                    # a backend is named faster at N only where its step's interval lies below every other's; None:
+                    # the intervals overlap there
+                    "fastest": [{"workers": n, "backend": b} for n, b in fastest(points)],
                     "fastest_changes": [{"workers": n, "before": a, "after": b} for n, a, b in crossover(points)],
                 }
             )
@@ -299,16 +306,7 @@ def cmd(args) -> int:
     record = track_record()
     if args.json:
         print_json(
-            {
-                "projection": "model projection, not a measurement",
-                "track_record": {
-                    "summary": record.summary(),
-                    "median_error_points": record.median_error,
-                    "worst_error_points": record.worst_error,
-                    "meets_goal": record.meets_goal(),
-                },
-                "results": out,
-            }
+            {"projection": "model projection, not a measurement", "track_record": record.as_json(), "results": out}
         )
     else:
         print("\n".join(text))
@@ -530,7 +528,8 @@ def projection_text(case, cluster, inputs: dict, points: dict) -> list[str]:
         lines.append(
             f"    {'workers':>7} {'nodes':>5} {'step ms (95%)':>22} {'samples/s':>11} "
             f"{'efficiency (95%)':>20}  {'compute':>8} {'slowed':>7} {'hidden':>7} {'exposed':>8} "
-            f"{'overhead':>8}  algorithm"
+            f"{'overhead':>8} {'coord':>6} {'straggle':>8} | {'in-node':>7} {'network':>8} {'pcie':>6} "
+            f"{'oversub':>7}  algorithm"
         )
         for p in pts:
             parts = p.parts
@@ -538,17 +537,18 @@ def projection_text(case, cluster, inputs: dict, points: dict) -> list[str]:
                 f"    {p.workers:>7} {p.nodes:>5} {ms(p.step):>8} ({ms(p.step_low)}-{ms(p.step_high)})"
                 f"{'':>1} {p.throughput:>11,.0f} {p.efficiency:>8.0%} ({p.efficiency_low:.0%}-"
                 f"{p.efficiency_high:.0%})  {ms(parts.compute):>8} {ms(parts.slowdown):>7} "
-                f"{ms(parts.hidden):>7} {ms(parts.exposed):>8} {ms(parts.overhead):>8}  {p.algorithm}"
+                f"{ms(parts.hidden):>7} {ms(parts.exposed):>8} {ms(parts.overhead):>8} "
+                f"{ms(parts.coordination):>6} {ms(parts.stragglers):>8} | {ms(parts.in_node):>7} "
+                f"{ms(parts.network):>8} {ms(parts.nic_pcie):>6} {ms(parts.oversubscription):>7}  {p.algorithm}"
             )
-    changes = crossover(points)
+    lines.append(
+        "    (ms; the step = compute + slowed + exposed + overhead + coord (Horovod's negotiation) + straggle (the "
+        "slowest of N workers); right of |, the step's collectives by stage, hidden and exposed: in-node, network, "
+        "and what the NIC's PCIe share and the fabric's oversubscription add)"
+    )
     if len(points) > 1:
         lines.append(
-            "  fastest: "
-            + (
-                ", ".join(f"{b} from {n} workers (before: {a})" for n, a, b in changes)
-                if changes
-                else "the same backend at every worker count projected"
-            )
+            "  fastest (named only where its step's 95% interval lies below the others'): " + fastest_words(points)
         )
     return lines
 
@@ -573,13 +573,16 @@ def cluster_json(cluster) -> dict:
         "source": cluster.source,
         "network": cluster.network.__dict__ if cluster.network else None,
         "node_link": cluster.node_link.__dict__ if cluster.node_link else None,
+        "oversubscription": cluster.oversubscription,
+        "pcie_link": cluster.pcie_link.__dict__ if cluster.pcie_link else None,
+        "nic_share": cluster.nic_share,
     }
 
 
 def inputs_json(i) -> dict:
     values = {
         name: {"mean": getattr(i, name).mean, "se": getattr(i, name).se, "dof": getattr(i, name).dof}
-        for name in ("compute", "overhead_one", "overhead", "slowdown", "alpha", "beta")
+        for name in INPUT_NAMES
     }
     return {
         "values": values,
@@ -609,6 +612,15 @@ def point_json(p) -> dict:
             "hidden": p.parts.hidden,
             "exposed": p.parts.exposed,
             "overhead": p.parts.overhead,
+            "coordination": p.parts.coordination,
+            "stragglers": p.parts.stragglers,
+        },
+        # the step's collectives by stage, hidden and exposed together (not parts of the step's sum)
+        "stages_s": {
+            "in_node": p.parts.in_node,
+            "network": p.parts.network,
+            "nic_pcie": p.parts.nic_pcie,
+            "oversubscription": p.parts.oversubscription,
         },
     }
 

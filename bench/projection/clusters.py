@@ -41,6 +41,13 @@ class Cluster:
     # NCCL's double binary tree across nodes: NCCL 2.4 (2019) and later; a profile of an older era has the ring only
     tree: bool = True
     era: str = ""  # when such a cluster was built, and the NCCL it ran: what its figures hold for
+    # the fabric between nodes, R:1 (R = 1, non-blocking, unless described): a node's traffic to the others crosses
+    # uplinks that carry 1/R of what the nodes below them can send, so it gets 1/R of its NIC's rate
+    oversubscription: float = 1.0
+    # the PCIe link a GPU node's NIC shares with its GPUs (None: not described, taken as not limiting), and the share
+    # of it the NIC's traffic gets (NIC_SHARE: by the transport, unless described)
+    pcie_link: Link | None = None
+    nic_share: float = 1.0
 
     @property
     def max_workers(self) -> int:
@@ -77,6 +84,14 @@ KIND_WORDS = {
     "nccl": "NCCL",
 }
 TREE_SINCE = (2, 4)  # NCCL's tree (double binary trees across nodes) came with NCCL 2.4, in 2019
+# The share of the PCIe link it shares with the node's GPUs that a NIC's traffic gets, by transport, where the
+# description gives that link (`pcie=`): over RDMA (ib=, roce=) GPUDirect RDMA moves the bytes between the GPU and
+# the NIC through their PCIe switch, peer to peer (NVIDIA's GPUDirect RDMA documentation; the DGX-1 white paper's
+# topology: two GPUs and a NIC on each PCIe switch), so they cross no shared link: all of it; over TCP sockets (eth=)
+# NCCL stages the bytes in host memory, so each byte sent and each byte received crosses the switch's link to the
+# CPU in the same direction (GPU to host, NIC to host): half. `nicshare=` overrides it.
+NIC_SHARE = {"ib": 1.0, "roce": 1.0, "eth": 0.5}
+MAX_OVERSUBSCRIPTION = 64.0
 
 
 def gpu_link(kind: str, bits_per_s: float, latency_s: float | None = None) -> Link:
@@ -152,9 +167,10 @@ def profile(name: str, workers_per_node: int | None = None) -> Cluster:
 # each matched whole (fullmatch: `$` alone would let a "\n" after it through)
 RATE = re.compile(r"(\d+(?:\.\d+)?)(mbit|gbit)", re.IGNORECASE)
 LATENCY = re.compile(r"(\d+(?:\.\d+)?)(us|ms)", re.IGNORECASE)
-DESCRIPTION = re.compile(r"(\d+)x(\d+):([^:]+)(?::([^:]+))?", re.IGNORECASE)
+DESCRIPTION = re.compile(r"(\d+)x(\d+):([^:=]+)(?::([^:=]+))?(?::oversub=([^:]+))?", re.IGNORECASE)
 # a GPU cluster: NODESxGPUS:LINK=RATE[@LATENCY],...[,nccl=VERSION]
 GPU_DESCRIPTION = re.compile(r"(\d+)x(\d+):((?:[a-z]+=[^,=\s]+,)*[a-z]+=[^,=\s]+)", re.IGNORECASE)
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
 GPU_RATE = re.compile(r"(\d+(?:\.\d+)?)(mbit|gbit|g|gbyte)", re.IGNORECASE)
 VERSION = re.compile(r"(\d+)\.(\d+)")
 GPU_EXAMPLE = "4x8:nvlink=1200gbit,ib=100g"
@@ -172,20 +188,32 @@ def split_clusters(text: str) -> list[str]:
     return out
 
 
+def oversubscription(text: str, value: str) -> float:
+    """`oversub=R` (R:1) of a description: a number from 1 (non-blocking) to MAX_OVERSUBSCRIPTION."""
+    if not NUMBER.fullmatch(value) or not 1 <= float(value) <= MAX_OVERSUBSCRIPTION:
+        raise UsageError(
+            f"--cluster {text!r}: oversub= takes the fabric's oversubscription R of R:1, from 1 (non-blocking, the "
+            f"default) to {MAX_OVERSUBSCRIPTION:g}, such as oversub=2"
+        )
+    return float(value)
+
+
 def parse_cluster(text: str, device: str = "cpu") -> Cluster:
-    """NODESxWORKERS:RATE[:LATENCY], such as 64x8:100gbit:5us: CPU nodes, workers per node, each node's link rate
-    (TCP's payload share is taken off) and the latency per message (30us when not given); or a GPU cluster
-    (parse_gpu_cluster), told by its `key=value` links. A GPU's step (`device` cuda) on the CPU form is refused: that
-    form says nothing of what links a node's GPUs, whether the network is TCP or RDMA, or the era's NCCL."""
-    if "=" in text:
-        return parse_gpu_cluster(text)
+    """NODESxWORKERS:RATE[:LATENCY][:oversub=R], such as 64x8:100gbit:5us: CPU nodes, workers per node, each node's
+    link rate (TCP's payload share is taken off), the latency per message (30us when not given) and the fabric's
+    oversubscription R:1 (1 when not given); or a GPU cluster (parse_gpu_cluster), told by its `key=value` links. A
+    GPU's step (`device` cuda) on the CPU form is refused: that form says nothing of what links a node's GPUs, whether
+    the network is TCP or RDMA, or the era's NCCL."""
     match = DESCRIPTION.fullmatch(text.strip())
+    if "=" in text and not match:
+        return parse_gpu_cluster(text)
     if not match:
         raise UsageError(
-            f"--cluster {text!r}: give a profile ({', '.join(PROFILES)}), NODESxWORKERS:RATE[:LATENCY] such as "
-            f"64x8:100gbit:5us, or a GPU cluster such as {GPU_EXAMPLE}"
+            f"--cluster {text!r}: give a profile ({', '.join(PROFILES)}), NODESxWORKERS:RATE[:LATENCY][:oversub=R] "
+            f"such as 64x8:100gbit:5us, or a GPU cluster such as {GPU_EXAMPLE}"
         )
     nodes, per_node, rate, latency = int(match[1]), int(match[2]), match[3], match[4] or "30us"
+    oversub = oversubscription(text, match[5]) if match[5] is not None else 1.0
     rate_match, latency_match = RATE.fullmatch(rate), LATENCY.fullmatch(latency)
     if not rate_match:
         raise UsageError(f"--cluster {text!r}: the rate must be a number with mbit or gbit, such as 100gbit")
@@ -208,14 +236,21 @@ def parse_cluster(text: str, device: str = "cpu") -> Cluster:
     seconds = float(latency_match[1]) * (1e-6 if latency_match[2].lower() == "us" else 1e-3)
     return Cluster(
         text,
-        f"{nodes} node(s) of {per_node} worker(s) over {rate} ({latency} per message)",
+        f"{nodes} node(s) of {per_node} worker(s) over {rate} ({latency} per message), {fabric_words(oversub)}",
         device,
         per_node,
         nodes,
         Link(bits / 8 * TCP_GOODPUT, seconds),
         source="described on the command line; TCP payload share of a 1500-byte frame",
         era="any: gloo over TCP, a ring",
+        oversubscription=oversub,
     )
+
+
+def fabric_words(oversub: float) -> str:
+    if oversub == 1:
+        return "a non-blocking fabric (1:1, the default: oversub=R says otherwise)"
+    return f"a fabric oversubscribed {oversub:g}:1 (each node gets 1/{oversub:g} of its link across it)"
 
 
 def check_device(name: str, device: str, given: bool = True) -> None:
@@ -269,51 +304,81 @@ def _gpu_rate(text: str, key: str, value: str) -> tuple[float, float | None]:
 
 
 def parse_gpu_cluster(text: str) -> Cluster:
-    """NODESxGPUS:LINK=RATE[@LATENCY],...[,nccl=VERSION], such as 4x8:nvlink=1200gbit,ib=100g: nodes of GPUS GPUs,
-    the link between the GPUs of a node (nvlink= or pcie=: each GPU's rate, one direction) and each node's link to
-    the others (ib=, roce= or eth=: the node's NIC rate), each with its payload share (PAYLOAD) and a latency per
-    message (DEFAULT_LATENCY_S unless @LATENCY gives one); nccl= the NCCL version of the era (NCCL's tree from 2.4
-    on; the newest when not given)."""
+    """NODESxGPUS:LINK=RATE[@LATENCY],...[,nccl=VERSION][,oversub=R][,nicshare=F], such as 4x8:nvlink=1200gbit,ib=100g:
+    nodes of GPUS GPUs, the link between the GPUs of a node (nvlink= or pcie=: each GPU's rate, one direction) and
+    each node's link to the others (ib=, roce= or eth=: the node's NIC rate), each with its payload share (PAYLOAD)
+    and a latency per message (DEFAULT_LATENCY_S unless @LATENCY gives one); nccl= the NCCL version of the era
+    (NCCL's tree from 2.4 on; the newest when not given); oversub= the fabric's oversubscription R:1 (1 when not
+    given); pcie= beside nvlink= the PCIe link the NIC shares with the GPUs, and nicshare= the share of that link
+    the NIC's traffic gets (NIC_SHARE by the transport when not given)."""
     match = GPU_DESCRIPTION.fullmatch(text.strip())
     if not match:
         raise UsageError(
             f"--cluster {text!r}: describe a GPU cluster as NODESxGPUS:LINK=RATE[@LATENCY],... such as "
-            f"{GPU_EXAMPLE} (links: {', '.join(INTRA + INTER)}; nccl=VERSION)"
+            f"{GPU_EXAMPLE} (links: {', '.join(INTRA + INTER)}; nccl=VERSION, oversub=R, nicshare=F)"
         )
     nodes, per_node = int(match[1]), int(match[2])
     _check_size(text, nodes, per_node)
     links: dict[str, Link] = {}
-    nccl = None
+    given: dict[str, str] = {}
     for item in match[3].split(","):
         key, _, value = item.partition("=")
         key = key.lower()
-        if key in links or (key == "nccl" and nccl is not None):
+        if key in links or key in given:
             raise UsageError(f"--cluster {text!r}: {key}= is given twice")
-        if key == "nccl":
-            version = VERSION.fullmatch(value)
-            if not version:
-                raise UsageError(f"--cluster {text!r}: nccl= takes a version such as 2.4")
-            nccl = (int(version[1]), int(version[2]))
+        if key in ("nccl", "oversub", "nicshare"):
+            given[key] = value
         elif key in PAYLOAD:
             bits, latency = _gpu_rate(text, key, value)
             links[key] = gpu_link(key, bits, latency)
         else:
             raise UsageError(
                 f"--cluster {text!r}: unknown link {key}=; give {', '.join(INTRA)} within a node and "
-                f"{', '.join(INTER)} between nodes (and nccl=VERSION)"
+                f"{', '.join(INTER)} between nodes (and nccl=VERSION, oversub=R, nicshare=F)"
             )
-    intra = [k for k in links if k in INTRA]
+    nccl = None
+    if "nccl" in given:
+        version = VERSION.fullmatch(given["nccl"])
+        if not version:
+            raise UsageError(f"--cluster {text!r}: nccl= takes a version such as 2.4")
+        nccl = (int(version[1]), int(version[2]))
+    oversub = oversubscription(text, given["oversub"]) if "oversub" in given else 1.0
     inter = [k for k in links if k in INTER]
-    if len(intra) > 1 or len(inter) > 1:
+    # nvlink= and pcie= together: NVLink between the GPUs, PCIe the link their NIC shares with them
+    intra = ["nvlink"] if set(links) & set(INTRA) == set(INTRA) else [k for k in links if k in INTRA]
+    if len(inter) > 1:
         raise UsageError(f"--cluster {text!r}: give one link within a node and one between nodes")
     if per_node > 1 and not intra:
         raise UsageError(f"--cluster {text!r}: nodes of {per_node} GPUs need the link between them: nvlink= or pcie=")
     if nodes > 1 and not inter:
         raise UsageError(f"--cluster {text!r}: {nodes} nodes need the link between them: ib=, roce= or eth=")
+    share = NIC_SHARE[inter[0]] if inter else 1.0
+    if "nicshare" in given:
+        if not NUMBER.fullmatch(given["nicshare"]) or not 0 < float(given["nicshare"]) <= 1:
+            raise UsageError(
+                f"--cluster {text!r}: nicshare= takes the share of its PCIe link the NIC's traffic gets, above 0 and "
+                "at most 1, such as nicshare=0.5"
+            )
+        if "pcie" not in links:
+            raise UsageError(f"--cluster {text!r}: nicshare= is a share of the PCIe link: give pcie= too")
+        share = float(given["nicshare"])
     tree = nccl is None or nccl >= TREE_SINCE
     words = ", ".join(
-        f"{KIND_WORDS.get(k.lower(), k)} {v}" for k, v in (item.partition("=")[::2] for item in match[3].split(","))
+        f"{KIND_WORDS.get(k.lower(), k)} {v}"
+        for k, v in (item.partition("=")[::2] for item in match[3].split(","))
+        if k.lower() not in ("oversub", "nicshare") and not (k.lower() == "pcie" and intra == ["nvlink"])
     )
+    # the PCIe link the NIC shares: beside NVLink, or a PCIe node's own where the NIC gets less than all of it (with
+    # all of it, a ring's bytes between nodes cross that link anyway: the node's link already prices it)
+    pcie = links.get("pcie") if inter and (intra == ["nvlink"] or share < 1) else None
+    if pcie is not None:
+        words += (
+            f"; the NIC's traffic gets {share:.0%} of the PCIe link"
+            + (f" ({links_rate(match[3], 'pcie')}) it shares with the GPUs" if intra == ["nvlink"] else "")
+            + ("" if "nicshare" in given else f" ({inter[0]}'s default: nicshare=F says otherwise)")
+        )
+    if nodes > 1:
+        words += f"; {fabric_words(oversub)}"
     return Cluster(
         text,
         f"{nodes} node(s) of {per_node} GPU(s): {words}",
@@ -330,7 +395,15 @@ def parse_gpu_cluster(text: str) -> Cluster:
         + " are the description's assumptions",
         era=(f"NCCL {nccl[0]}.{nccl[1]}" if nccl else "NCCL 2.4 or later")
         + (": ring and tree" if tree else ": ring only (NCCL's tree came with 2.4, in 2019)"),
+        oversubscription=oversub,
+        pcie_link=pcie,
+        nic_share=share,
     )
+
+
+def links_rate(items: str, key: str) -> str:
+    """The rate a description gives `key=`, as typed."""
+    return next(v for k, v in (i.partition("=")[::2] for i in items.split(",")) if k.lower() == key)
 
 
 def shaped_test_hosts(link: dict, hosts: int, cores: int, measured: Link | None = None) -> Cluster:

@@ -4,7 +4,8 @@ runs it came from. Runs across hosts are never read here: they are what the mode
 
 For a case (workload, per-worker batch, threads, device) and a backend:
 - compute: the plain loop's step at one worker (each launch's mean over its windows; launches are the unit), split
-  as its profiled warm-up measured (the median shares over its launches);
+  as its profiled warm-up measured (the median shares over its launches); the spread of its windows within a launch
+  is a worker's step spread (stragglers);
 - overhead_one: the backend's own step at one worker beyond that compute;
 - the backend's communication: the alpha-beta fit of its communication sweep on one host (each launch's fit);
 - slowdown and overhead, from its runs at the most workers one host ran (2 on this machine): the backward pass they
@@ -149,6 +150,18 @@ def median_shape(records: list) -> Shape:
     )
 
 
+def step_spread(plain: list) -> Value:
+    """The spread of ln(a worker's step) (bench.projection.model, STRAGGLERS): each launch's standard deviation of
+    ln(window time) over its windows, over the launches that have 2 or more (docs/studies/spread.md: what varies
+    between windows is slower than a step, so a window's spread is a step's)."""
+    spreads = [
+        float(np.std(np.log(r.metrics.window_times_s), ddof=1))
+        for r in plain
+        if len(r.metrics.window_times_s or ()) > 1 and min(r.metrics.window_times_s) > 0
+    ]
+    return Value.of(spreads, _ids(plain)) if spreads else Value(0.0)
+
+
 def fit(records: list, backend: str, case: Case) -> Inputs:
     """The inputs of `backend` for `case`, from the one-host runs among `records`; a one-line error naming the runs
     to make when some are missing."""
@@ -164,6 +177,7 @@ def fit(records: list, backend: str, case: Case) -> Inputs:
             f"`bench sweep --workload {case.workload} --world-sizes 1,2` (it runs the plain loop)"
         )
     compute = Value.of([r.metrics.step_time_s.mean for r in plain], _ids(plain))
+    jitter = step_spread(plain)
     shape = median_shape(plain)
     get_backend(backend)  # an unknown backend is refused here, before anything is read
     own_one = _train(runs, backend, case, 1)
@@ -216,6 +230,7 @@ def fit(records: list, backend: str, case: Case) -> Inputs:
         beta,
         world,
         tuple(notes),
+        jitter=jitter,
     )
     host = this_host(case.device, world)
 

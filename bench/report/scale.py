@@ -8,7 +8,7 @@ from __future__ import annotations
 from bench.core.registry import PROJECTED
 from bench.projection.clusters import PROFILES, profile
 from bench.projection.fit import cases_in, fit_backends, gives
-from bench.projection.model import SCOPE, crossover, project
+from bench.projection.model import SCOPE, crossover, fastest_words, project
 from bench.projection.published import track_record
 from bench.projection.validate import GOAL_MEDIAN, GOAL_WORST, validate
 from bench.report.sections import (
@@ -68,9 +68,10 @@ def scale_section(records: list) -> Section | None:
                 "communication the backend does not hide behind the backward pass (replayed from the "
                 "measured gradient order, each backend's own schedule and the latency-bandwidth fit of its "
                 "communication sweep, plus the cluster's link) + the backend's per-step overhead "
-                "(measured at 2 workers on one host). Efficiency is the step at 1 worker over the "
-                "step at N (same per-worker batch). Intervals carry the spread of the measured inputs "
-                "over their launches (docs/method.md, \"Projection\"). ",
+                "(measured at 2 workers on one host) + what grows with N: Horovod's negotiation each cycle and "
+                "the wait for the slowest of N workers (from the measured spread of a step). Efficiency is the "
+                "step at 1 worker over the step at N (same per-worker batch). Intervals carry the spread of the "
+                "measured inputs over their launches (docs/method.md, \"Projection\"). ",
                 code("bench predict"),
                 " gives every figure and part, for any cluster.",
             ],
@@ -122,15 +123,12 @@ def projection_blocks(case, cluster, points: dict) -> list:
     title = f"{case.workload}, batch {case.batch}/worker, on {cluster.name}"
     changes = crossover(points)
     # speed is the step's length; the table's efficiency is each backend against its own one worker, so a backend
-    # can scale better and still train slower: the sentence says which it ranks
-    if changes:
-        said = "; ".join(
-            f"from {n} workers {after} is predicted faster (a shorter step) than {before}"
-            for n, before, after in changes
-        )
-    else:
-        leader = min(points, key=lambda b: points[b][-1].step)
-        said = f"{leader} is predicted fastest (the shortest step) at every N from 2 to {points[leader][-1].workers}"
+    # can scale better and still train slower: the sentence says which it ranks, and names one only where its step's
+    # interval lies below the others' (bench.projection.model.fastest)
+    said = (
+        "predicted fastest (the shortest step), named only where its 95% interval lies below the others': "
+        + fastest_words(points)
+    )
     said += "; the efficiencies below are each backend's against its own one worker"
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
@@ -161,7 +159,9 @@ def projection_blocks(case, cluster, points: dict) -> list:
         cells.append(
             f"{fmt(last.step * 1e3, ',.1f')} ms: compute {fmt(last.parts.compute * 1e3, ',.1f')}, exposed "
             f"{at_least_zero(last.parts.exposed * 1e3, ',.1f', ' ms')}, "
-            f"overhead {at_least_zero(last.parts.overhead * 1e3, ',.1f', ' ms')}"
+            f"overhead {at_least_zero(last.parts.overhead * 1e3, ',.1f', ' ms')}, "
+            f"negotiation {at_least_zero(last.parts.coordination * 1e3, ',.1f', ' ms')}, "
+            f"stragglers {at_least_zero(last.parts.stragglers * 1e3, ',.1f', ' ms')}"
         )
         rows.append(cells)
     columns = [
