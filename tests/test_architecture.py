@@ -24,6 +24,7 @@ import pytest
 from bench.backends.base import Backend, CommSchedule, ElasticState, Launcher
 from bench.core.registry import BACKEND_MODULES, TASK_PARTS, get_backend
 from bench.rank import hooks
+from bench.tasks.fault.scenarios import FAULT_FLAG, SCENARIOS
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -307,6 +308,48 @@ def test_a_backend_is_named_outside_its_folder_only_by_the_registry_its_bare_loo
     )
     stale = sorted(set(allowed) - naming)
     assert not stale, f"{name} is no longer named in {stale}: drop them from NAMED_ELSEWHERE"
+
+
+# ---------------------------------------------------------------- a fault scenario is its entry
+# Where a fault scenario's name, or its own flag, may stand as a string outside the fault task (bench/tasks/fault/;
+# docs/architecture.md, "Adding a fault scenario"): the CLI, the sweep and the elastic modes read its entry
+# (bench.tasks.fault.scenarios). At most two modules a scenario, each for its reason:
+FAULT_TASK = "bench/tasks/fault/"
+SCENARIO_NAMED_ELSEWHERE = {
+    "kill": {
+        "bench/rank/inject.py": "--inject's own word, a rank that SIGKILLs itself (its vocabulary, inside the rank)",
+        "bench/harness/supervisor.py": "its verb `kill` (another meaning): the run's processes on a host ended",
+    },
+    "hang": {"bench/rank/inject.py": "--inject's own word, a rank that blocks"},
+    "term": {"bench/cli/sweep.py": "--faults' declared bad value: a fault word bench fault takes and a sweep does not"},
+    "kill-host": {"bench/cli/k8s.py": "the flags a --drop-worker job's manifest sets, refused after --"},
+    "partition-host": {"bench/cli/k8s.py": "the flags a --drop-worker job's manifest sets, refused after --"},
+    "drop-host": {
+        "bench/cli/k8s.py": "the flags a --drop-worker job's manifest sets, refused after --",
+        "bench/cluster/k8s.py": "the MPIJob launcher's command line, `bench fault --drop-host`, a layer below the task",
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_fault_scenario_is_named_outside_the_fault_task_only_by_the_listed(name):
+    scenario = SCENARIOS[name]
+    names = {name} | ({scenario.flag} if scenario.flag != FAULT_FLAG else set())
+    sources = sorted([*BENCH.rglob("*.py"), *(BENCH.parent / "workloads").rglob("*.py")])
+    naming = {
+        str(p.relative_to(BENCH.parent))
+        for p in sources
+        if not str(p.relative_to(BENCH.parent)).startswith(FAULT_TASK) and names & names_in(p)[0]
+    }
+    allowed = SCENARIO_NAMED_ELSEWHERE.get(name, {})
+    assert len(allowed) <= 2, f"{name}: at most two modules outside its entry name it"
+    unexpected = sorted(naming - set(allowed))
+    assert not unexpected, (
+        f"the fault scenario {name} is named outside {FAULT_TASK} in {unexpected}: read its entry "
+        "(bench.tasks.fault.scenarios) instead"
+    )
+    stale = sorted(set(allowed) - naming)
+    assert not stale, f"{name} is no longer named in {stale}: drop them from SCENARIO_NAMED_ELSEWHERE"
 
 
 def test_the_parent_loads_no_framework_with_the_backends():
