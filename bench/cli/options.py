@@ -111,7 +111,7 @@ def percent(text: str) -> float:
 
 def at_most(parse, most: float, words: str):
     """A value type: what `parse` takes, up to `most` (`words`: that bound as help and errors say it). Every duration
-    option has one (docs/cli.md says each)."""
+    option has one (its help says it)."""
 
     def bounded(text: str) -> float:
         value = parse(text)
