@@ -114,6 +114,7 @@ def test_sections_in_order_and_verdict_computed(store_path):
         "Startup and rendezvous",
         "Elasticity",
         "Rank map",
+        "What it takes to run",
         "Environment",
         "Failed and unstable runs",
         "Methodology",

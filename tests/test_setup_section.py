@@ -8,9 +8,11 @@ import dataclasses
 import html
 import re
 
+from bench.backends.shared.setup import CHECKED
+from bench.core.registry import PRIMARY
 from bench.core.store import Store
 from bench.report.page import render_report
-from bench.report.setup_facts import CHECKED, FACTS
+from bench.report.setup import address, cited
 from bench.results.frame import load_frame
 from factories import ENVIRONMENT, sweep_records
 
@@ -63,9 +65,11 @@ def test_the_set_up_record_of_the_runs_says_how_horovod_was_built_and_what_it_to
     assert "CMakeLists.txt: CMAKE_CXX_STANDARD 14 -> 20; horovod/torch/CMakeLists.txt" in said
     assert "elastic with torch 2.14.1+cu130 (pip's wheel, a dependency of this project)" in said
     assert "none: nothing is built" in said
-    for backend, facts in FACTS.items():
-        for fact in facts:
-            assert f"{backend}, {fact.what}: {fact.said} (source: {fact.source}, checked {CHECKED})" in said
+    for backend in PRIMARY:
+        assert cited(backend), backend  # each primary backend's own facts, each with its source and day
+        for fact in cited(backend):
+            assert fact.source.startswith("https://") and address(fact.source) in said
+            assert f"{backend}, {fact.what}: {fact.said} (source: {address(fact.source)}, checked {CHECKED})" in said
     row = " ".join(text[text.index("what it takes to run", text.index("Scorecard")) :].split())
     assert row.startswith(
         "what it takes to run the set-up of the latest run's environment ships with torch 2.14.1+cu130; nothing "

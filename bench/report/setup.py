@@ -1,19 +1,22 @@
 """The page's "What it takes to run": for each primary backend, how the environment of the page's latest run got it
 and how long that took, what the build needed changed, from the set-up's own record that the run's fingerprint holds
 (bench.core.environment.setup_record, written by bench.tools.horovod_build); then what its latest release supports,
-from dated, cited facts (bench.report.setup_facts). Facts beside the answer, never weighed in it; the scorecard has a
-row of them."""
+from dated, cited facts (each backend's own setup module, bench/backends/<its folder>/setup.py). Facts beside the
+answer, never weighed in it; the scorecard has a row of them."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import re
 import time
+from types import ModuleType
 
-from bench.core.registry import PRIMARY
-from bench.report.sections import Bullets, Paragraph, ScoreRow, Section, Table, left
-from bench.report.setup_facts import CHECKED, FACTS
+from bench.backends.shared.setup import CHECKED, NO_RECORD, Fact
+from bench.core.registry import BACKEND_MODULES, PRIMARY
+from bench.report.sections import Bullets, Folded, Paragraph, ScoreRow, Section, Table, left
 
 MEASURE = "what it takes to run"
-NO_RECORD = "no set-up record"
 
 
 def latest_record(frame):
@@ -22,66 +25,32 @@ def latest_record(frame):
     return runs[-1] if runs else None
 
 
-def minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+def setup_module(backend: str) -> ModuleType | None:
+    """The backend's own setup module (its FACTS and `installed`), None where it has none."""
+    name = f"{BACKEND_MODULES[backend]}.setup"
+    return importlib.import_module(name) if importlib.util.find_spec(name) else None
 
 
-def horovod_facts(env: dict) -> dict:
-    """How the environment got Horovod, in how long, and what its build changed, from the set-up's record; each
-    said plainly as not recorded where the environment kept none."""
-    record = env.get("horovod_setup")
-    if not isinstance(record, dict):
-        return {
-            "installed": f"{NO_RECORD}: the runs' environment kept none (set up before its set-up recorded its "
-            "Horovod build, or by other means)",
-            "took": "not recorded",
-            "changes": "not recorded",
-            "short": NO_RECORD,
-        }
-    build = record.get("build") if isinstance(record.get("build"), dict) else {}
-    version = build.get("horovod") or (env.get("packages") or {}).get("horovod") or "?"
-    installed = f"Horovod {version} {record.get('how', 'installed')}, {record.get('installed', 'undated')}"
-    took = []
-    if build.get("build_seconds") is not None:
-        against = f"torch {build.get('torch') or '?'}" + (
-            f" and TensorFlow {build['tensorflow']}" if build.get("tensorflow") else ""
-        )
-        took.append(f"its build {minutes(build['build_seconds'])} ({build.get('built', 'undated')}, against {against})")
-    else:
-        took.append("its build's time not recorded")
-    if record.get("install_seconds") is not None:
-        took.append(f"this install {minutes(record['install_seconds'])}")
-    changes = build.get("changes")
-    changed = "; ".join(changes) if changes else ("none" if isinstance(changes, list) else "not recorded")
-    short = (
-        f"built from source in {minutes(build['build_seconds'])}, {len(changes or [])} change(s) to build"
-        if build.get("build_seconds") is not None
-        else f"Horovod {version}; its build not recorded"
-    )
-    return {"installed": installed, "took": "; ".join(took), "changes": changed, "short": short}
+def cited(backend: str) -> tuple[Fact, ...]:
+    module = setup_module(backend)
+    return tuple(module.FACTS) if module else ()
 
 
-def elastic_facts(env: dict) -> dict:
-    """torchrun ships with torch: nothing built; its version is the runs' torch."""
-    torch = env.get("torch")
-    if not torch:
-        return {"installed": NO_RECORD, "took": "not recorded", "changes": "not recorded", "short": NO_RECORD}
-    return {
-        "installed": f"with torch {torch} (pip's wheel, a dependency of this project): torchrun is part of it",
-        "took": "not recorded apart from torch's own install",
-        "changes": "none: nothing is built",
-        "short": f"ships with torch {torch}; nothing built",
-    }
-
-
-FACTS_OF = {"horovod": horovod_facts, "elastic": elastic_facts}
+def address(url: str) -> str:
+    """A source as the page names it, without its scheme: the page links nowhere (it is self-contained)."""
+    return re.sub(r"^https?://", "", url)
 
 
 def backend_facts(frame) -> tuple[object, dict[str, dict]]:
-    """(the latest run with an environment, backend -> its facts) for the primary pair; no facts without such a run."""
+    """(the latest run with an environment, backend -> its facts) for each of the primary pair on the page."""
     rec = latest_record(frame)
     env = rec.environment if rec is not None else {}
-    return rec, {b: FACTS_OF[b](env) for b in PRIMARY if b in FACTS_OF}
+    on_page = set(frame["backend"])  # a page selected to one backend (--where) says nothing of the other
+    modules = {b: setup_module(b) for b in PRIMARY if b in on_page}
+    return rec, {
+        b: m.installed(env) if m else dict.fromkeys(("installed", "took", "changes", "short"), NO_RECORD)
+        for b, m in modules.items()
+    }
 
 
 def setup_rows(frame) -> list[ScoreRow]:
@@ -120,15 +89,18 @@ def setup_section(frame) -> Section | None:
             f"public sources (checked {CHECKED}). Facts beside the answer, never weighed in it."
         )
     rows = [[b, f["installed"], f["took"], f["changes"]] for b, f in facts.items()]
-    cited = [
-        f"{backend}, {fact.what}: {fact.said} (source: {fact.source}, checked {CHECKED})"
+    said = [
+        f"{backend}, {fact.what}: {fact.said} (source: {address(fact.source)}, checked {CHECKED})"
         for backend in facts
-        for fact in FACTS.get(backend, ())
+        for fact in cited(backend)
     ]
+    table = Table(
+        [left("backend"), left("installed here"), left("time it took"), left("changes the build needed")], rows
+    )
+    sources = [Bullets(said)] if said else []
+    # one line until opened: the page keeps its detail folded
     blocks = [
         Paragraph(head, "note"),
-        Table([left("backend"), left("installed here"), left("time it took"), left("changes the build needed")], rows),
+        Folded("how each backend was installed here, and what its latest release supports", [table, *sources]),
     ]
-    if cited:
-        blocks.append(Bullets(cited))
     return Section("setup", "What it takes to run", 65, blocks, nav="Set-up")
