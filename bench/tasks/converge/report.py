@@ -10,6 +10,7 @@ from bench.core.registry import PRIMARY
 from bench.core.stats import runs_to_decide
 from bench.report.sections import (
     Cell,
+    Folded,
     Heading,
     Paragraph,
     Plot,
@@ -287,7 +288,8 @@ def report_part(frame, context) -> ReportPart | None:
                 *([Paragraph(agree)] if agree and not wrong else []),
                 Plot(f"held-out accuracy, {title}", curves_png(title, by_backend, recs[0].spec.converge.target)),
             ]
-        blocks.append(Table(COLUMNS, [run_row(r) for r in recs]))
+        # every run's figures, one line until opened: the sentences above carry what they add up to
+        blocks.append(Folded(f"each run of {title} ({len(recs)})", [Table(COLUMNS, [run_row(r) for r in recs])]))
     across = world_sentences(records)
     why = not_weighed(cases)
     method = [
