@@ -1,8 +1,8 @@
-"""The command line's reference, printed from the parser: `python -m bench.cli.docs` (every verb's help with the
+"""The command line's full help, printed from the parser: `python -m bench.cli.docs` (every verb's help with the
 conventions, the old spellings, the fault words and the launchers' flags; tests/test_cli_parser.py checks it holds
 each). It is printed, not stored: a copy in docs/ would be one more thing to keep in step with the parser.
 
-Help is laid out at a fixed width, so that the reference does not depend on the terminal it is printed in.
+Help is laid out at a fixed width, so that what it prints does not depend on the terminal it is printed in.
 """
 
 from __future__ import annotations
