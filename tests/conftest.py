@@ -381,7 +381,6 @@ SHARED_BY_GROUP = {
     "test hosts": (
         "test_across_hosts",
         "test_gpu_sampling",
-        "test_hostile_paths",
         "test_k8s",
         "test_testhosts",
         "test_testray",

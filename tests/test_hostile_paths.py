@@ -5,7 +5,8 @@ remote worker through ssh with the folder horovodrun runs in written unquoted in
 (horovod.runner.gloo_run): the store's folder (which holds a run's directory and bench's discovery script), a
 cluster's own script, and the folder bench runs in reach those lines. A Slurm job's node names reach ssh's argv and
 horovodrun's hosts, so each is checked as a --hosts name is. Every hostile folder here holds commands that would
-make a file named CANARY (or CANARY2) if a shell ran them."""
+make a file named CANARY (or CANARY2) if a shell ran them. A real Slurm job written from such folders runs every
+backend across the test cluster's nodes in tests/test_testslurm.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import json
 import os
 import pwd
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ from bench.core.registry import get_backend
 from bench.core.rundir import RunDir
 from bench.tasks.fault.spec import FAULT_DEFAULTS
 from bench.tasks.fault.spec import build_spec as build_fault_spec
-from conftest import ROOT, SHORT, assert_nothing_left, assert_one_line_error, bench, bench_in_process, held_test_hosts
+from conftest import ROOT, SHORT, assert_nothing_left, assert_one_line_error, bench, bench_in_process
 from needs import needs
 
 CANARY = "PWNED-by-a-path"
@@ -244,46 +244,3 @@ def test_a_slurm_node_list_read_from_slurm_nodelist_names_that_variable(nothing_
         "SLURM_NODELIST=",
         "'x;y' is not a host name or address",
     )
-
-
-# ---------------------------------------------------------------- a real Slurm job
-@pytest.fixture(scope="module")
-def slurm_cluster(tmp_path_factory):
-    """Two test hosts and the Slurm test cluster on them, taken down afterwards, one module using the test hosts at a
-    time (the lock tests/test_testhosts.py takes)."""
-    from bench.testbed import slurm as testslurm
-
-    with held_test_hosts(2):
-        try:
-            testslurm.up()
-            yield tmp_path_factory.mktemp("slurm")
-        finally:
-            testslurm.down()
-
-
-@pytest.mark.slow
-@needs("slurm")
-def test_a_slurm_job_from_hostile_folders_runs_horovod_across_its_nodes(slurm_cluster):
-    """The script `bench slurm-script` writes from a folder named to run a command, for a store in another such
-    folder, submitted unchanged: bash reads it as written, and its Horovod run spans both nodes (horovodrun on the
-    first, its worker on the second over ssh) and is stored ok, with nothing run from either name."""
-    from bench.core.store import Store
-    from bench.testbed import slurm as testslurm
-
-    work, store_folder = slurm_cluster / HOSTILE[1], slurm_cluster / HOSTILE[0]
-    work.mkdir()
-    store, script = store_folder / "bench.sqlite", slurm_cluster / "job.sh"
-    written = bench("slurm-script", "--nodes", 2, "--nproc-per-node", 1, "--time", 10, "--verb", "run", "--store",
-                    store, "--output", script, "--", "--backend", "horovod", "--workload", "mnist_mlp", "--threads", 1,
-                    "--warmup-steps", 2, "--steps-per-window", 3, "--windows", 2, cwd=work)  # fmt: skip
-    assert written.returncode == 0, written.stderr
-    syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
-    assert syntax.returncode == 0, syntax.stderr
-    job = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True, cwd=slurm_cluster,
-                         timeout=300, env={**os.environ, **testslurm.environment()})  # fmt: skip
-    output = "".join(p.read_text() for p in store_folder.glob("slurm-*.out"))
-    assert job.returncode == 0, (job.stdout, job.stderr, output)
-    (record,) = Store(store).records()
-    assert record.status == "ok", (record.error, output)
-    assert {row.host for row in record.rank_map} == {"bench-th1", "bench-th2"}
-    assert canaries(slurm_cluster) == []

@@ -22,7 +22,7 @@ from bench.testbed import hosts as testhosts
 from bench.testbed import slurm as testslurm
 from bench.testbed.hosts import TestHost
 from bench.testbed.protocol import StateFile
-from conftest import FAST, assert_fails_in_one_line, bench, bench_in_process, held_test_hosts
+from conftest import FAST, ROOT, assert_fails_in_one_line, bench, bench_in_process, held_test_hosts
 from needs import needs
 
 
@@ -492,11 +492,16 @@ def test_each_nodes_workers_get_every_core_the_job_holds_there(cluster):
 
 
 # ---------------------------------------------------------------- the suite under Slurm
-def job_script(cluster, name, *args, time_limit="10", verb="run", tasks_per_node=1):
-    """A script from `bench slurm-script` for 2 nodes x `tasks_per_node` tasks into its own store: (script, store)."""
+def job_script(cluster, name, *args, time_limit="10", verb="run", tasks_per_node=1, written_from=None):
+    """A script from `bench slurm-script` for 2 nodes x `tasks_per_node` tasks into its own store in folder `name`,
+    written by bench run in folder `written_from` (the checkout when None): (script, store)."""
     folder = cluster["folder"] / name
     folder.mkdir()
     store = folder / "bench.sqlite"
+    cwd = None
+    if written_from is not None:
+        cwd = cluster["folder"] / written_from
+        cwd.mkdir()
     proc = bench(
         "slurm-script",
         "--nodes",
@@ -517,6 +522,7 @@ def job_script(cluster, name, *args, time_limit="10", verb="run", tasks_per_node
         "--threads",
         1,
         *args,
+        cwd=cwd,
     )
     assert proc.returncode == 0, proc.stderr
     return folder / "job.sh", store
@@ -535,11 +541,20 @@ def assert_nothing_of_the_runs_left(records):
         assert processes_of_run(record.run_id) == [], record.run_id
 
 
+# Folders named to run a command where a shell reads them unquoted: the first was run on the other node when
+# horovodrun wrote the folder it ran in into the remote worker's shell line (`cd FOLDER > /dev/null 2>&1 ; ...`).
+CANARY = "PWNED-by-a-slurm-job"
+HOSTILE_WORK, HOSTILE_STORE = f"x;cd;touch {CANARY};y", f"My bob's; $(touch {CANARY}) `touch {CANARY}2` x"
+
+
 @needs_cluster
 def test_a_generated_script_runs_every_backend_across_the_allocation(cluster):
+    """The script `bench slurm-script` writes from a folder named to run a command, for a store in another such folder,
+    submitted unchanged: bash reads it as written, every backend's run spans both nodes (Horovod's: horovodrun on the
+    first, its worker on the second over ssh) and is stored ok, and nothing runs from either name."""
     script, store = job_script(
         cluster,
-        "sweep",
+        HOSTILE_STORE,
         "--backend",
         "elastic,horovod,ps",
         "--world-sizes",
@@ -550,7 +565,10 @@ def test_a_generated_script_runs_every_backend_across_the_allocation(cluster):
         "--oversubscribe",
         *FAST,
         verb="sweep",
+        written_from=HOSTILE_WORK,
     )
+    syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
     proc = slurm("sbatch", "--wait", str(script), cwd=script.parent, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr, *(p.read_text() for p in script.parent.glob("slurm-*")))
     job = proc.stdout.split()[-1]
@@ -565,8 +583,12 @@ def test_a_generated_script_runs_every_backend_across_the_allocation(cluster):
             assert {row.host for row in record.rank_map} == set(names)
     commands = {r.spec.backend: r.command for r in records}
     assert commands["elastic"][0] == "srun" and commands["ps"][0] == "srun"  # one torchrun agent per node
-    assert commands["horovod"][0].endswith("horovodrun") and "bench-th1:1,bench-th2:1" in commands["horovod"]
+    # the job runs in the hostile folder, which horovodrun writes unquoted into its ssh line: it runs in the checkout
+    assert commands["horovod"][:2] == ["env", f"--chdir={ROOT}"], commands["horovod"]
+    assert commands["horovod"][2].endswith("horovodrun") and "bench-th1:1,bench-th2:1" in commands["horovod"]
     assert_nothing_of_the_runs_left(records)
+    home = Path(os.path.expanduser("~"))  # where `cd;touch` puts its file: an ssh login's folder too
+    assert [p for folder in (cluster["folder"], home) for p in folder.rglob(f"{CANARY}*")] == []
 
 
 @needs_cluster
