@@ -83,8 +83,10 @@ def test_an_interrupted_sweep_is_marked_said_on_its_page_and_resumed_without_red
     locks = tmp_path / "locks"
     env = dict(os.environ, PYTHONPATH=str(ROOT), BENCH_LOCK_DIR=str(locks))
     env.pop("BENCH_STORE", None)
-    # 1. the sweep's bench process killed in its second launch: no teardown, so its row still says running
-    sweeping, seen = start(["-m", "bench", *SWEEP, "--store", str(store)], env), []
+    # 1. the sweep's bench process killed in its second launch: no teardown, so its row still says running; its page
+    # (-o) was written once its first round (one launch) ended
+    live = tmp_path / "live.html"
+    sweeping, seen = start(["-m", "bench", *SWEEP, "--store", str(store), "-o", str(live)], env), []
     try:
         read_until(sweeping, "[2/2] single mnist_mlp world 1 ...", seen)
         deadline = time.monotonic() + 60
@@ -105,13 +107,17 @@ def test_an_interrupted_sweep_is_marked_said_on_its_page_and_resumed_without_red
     assert (status.state, status.why, status.ran, status.planned) == ("interrupted", GONE, 1, 2)
     first, cut = Store(store).records()
     assert (first.status, cut.status) == ("ok", "interrupted")
+    assert f"bench sweep: page written to {live} (after round 1 of 2 (1 of 2 launches); rewritten as" in "".join(seen)
+    assert first.run_id in live.read_text() and cut.run_id not in live.read_text()
+    assert not list(tmp_path.glob("report-*.html"))  # the dated copy is the finished sweep's
     assert f"was interrupted ({GONE}): only 1 of its 2 planned launches ran" in page_of(store, tmp_path)
 
     # 2. resumed while another bench run holds the cores, and SIGTERMed while its launch waits for them
     holder, resuming = start(["-c", HOLDER], env), None
     try:
         assert holder.stdout.readline().strip() == "holding"
-        resuming, seen = start(["-m", "bench", "sweep", "--resume", "--store", str(store)], env), []
+        resuming = start(["-m", "bench", "sweep", "--resume", "--store", str(store), "-o", str(live)], env)
+        seen = []
         read_until(resuming, "run holder-run (a test holder", seen)
         resuming.send_signal(signal.SIGTERM)
         said = "".join(seen) + resuming.communicate(timeout=60)[1]
@@ -128,7 +134,10 @@ def test_an_interrupted_sweep_is_marked_said_on_its_page_and_resumed_without_red
     status = status_of(store)
     assert (status.state, status.why, status.ran, status.planned) == ("interrupted", "Ctrl-C or SIGTERM", 1, 2)
     assert len(Store(store).records()) == 2  # the launch that waited made nothing
+    # its page, rewritten as it stopped, is the page `bench report` makes of the store now
+    assert f"page written to {live} (the sweep was interrupted: `bench sweep --resume` finishes it)" in said
     page = page_of(store, tmp_path)
+    assert live.read_text().split("<h2")[1:] == page.split("<h2")[1:]
     assert f"Sweep {status.sweep_id} (bench sweep, started " in page
     assert "was interrupted (Ctrl-C or SIGTERM): only 1 of its 2 planned launches ran" in page
     assert f"Not a complete sweep: sweep {status.sweep_id} interrupted: 1 of its 2 planned launches ran" in page

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from bench.cli import options
 from bench.cli.common import (
@@ -19,13 +20,13 @@ from bench.cli.common import (
     world_of,
 )
 from bench.core.console import note
-from bench.core.errors import UsageError
+from bench.core.errors import BenchError, Interrupted, UsageError
 from bench.core.registry import PLAIN_LOOP, PRIMARY
 from bench.core.spec import MAX_TIMEOUT_WORDS
 from bench.core.stats import MIN_LAUNCHES, runs_to_decide
 from bench.harness.plan import print_plans
 from bench.rank.collectives import COMM_DEFAULTS
-from bench.report.page import output_path, write_report_with_copy
+from bench.report.page import output_path, write_report, write_report_with_copy
 from bench.tasks.fault.spec import FAULT_DEFAULTS
 from bench.workflows.plan import (
     SWEEP_DEFAULTS,
@@ -38,6 +39,7 @@ from bench.workflows.plan import (
 from bench.workflows.sweep import benchmark_sweep_plan, resume_sweep, run_benchmark_sweep
 from workloads import WORKLOADS
 
+PAGE_EVERY_S = 60.0  # after its first, the page is rewritten at a round's end once this long has passed since the last
 SEQUENTIAL_TIMEOUT_S = 300.0  # --resolution-timeout: five minutes of added launches, about 17 rounds of ResNet18
 
 # what --resume takes besides the sweep: where its runs go, what it prints, and how they share the machine
@@ -194,7 +196,18 @@ def add_parser(verbs) -> None:
                     )
                 },
             ),
-            options.report_output(),
+            options.parent(
+                "output",
+                ["--output"],
+                helps={
+                    "--output": (
+                        "write the HTML report of the store there after the sweep's first round of launches, "
+                        f"again at the end of a round once {PAGE_EVERY_S:g} s or more have passed, when it is "
+                        "interrupted, and at its end, with a timestamped copy beside it then (default: no report; "
+                        "`bench report` writes one any time)"
+                    )
+                },
+            ),
             options.plan(),
         ],
     )
@@ -261,8 +274,46 @@ def cmd(args) -> int:
                     f"{sequential['timeout_s']:g} s of added launches: which, and how many, the launches decide"
                 )
             return print_plans(specs)
-        _, records = run_benchmark_sweep(store, "bench sweep", **sweep, sequential=sequential)
+        with LookPages(store, args.output) as pages:
+            _, records = run_benchmark_sweep(store, "bench sweep", **sweep, sequential=sequential, on_look=pages)
     return finish(args, store, records)
+
+
+class LookPages:
+    """The page of a sweep run with -o, written as the sweep goes: after its first round of launches (its first answer,
+    one launch a side), then at the end of a round once PAGE_EVERY_S or more have passed since it was last written
+    (a render takes seconds, a round of the added launches about as long), and when the sweep is interrupted, so
+    that Ctrl-C at any moment leaves the latest page; `finish` writes the last one and its dated copy. Between two
+    launches, never beside one: a page rendered while a launch runs would take its cores."""
+
+    def __init__(self, store, output):
+        self.store, self.output, self.written = store, output, None
+
+    def __call__(self, what: str) -> None:
+        if self.output is None or (self.written is not None and time.monotonic() - self.written < PAGE_EVERY_S):
+            return
+        self.write(f"after {what}; rewritten as the sweep goes on")
+
+    def write(self, why: str) -> None:
+        try:
+            path = write_report(self.store, self.output)
+        except BenchError as exc:  # the sweep's launches matter more than a page `bench report` can write later
+            note(f"bench sweep: the page could not be written ({exc}); the sweep goes on")
+        else:
+            note(f"bench sweep: page written to {path} ({why})")
+        self.written = time.monotonic()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if (
+            kind is not None
+            and self.output is not None
+            and issubclass(kind, (KeyboardInterrupt, Interrupted, BenchError))
+        ):
+            self.write("the sweep was interrupted: `bench sweep --resume` finishes it")
+        return False
 
 
 def fault_timeouts(args) -> dict[str, float]:
@@ -296,7 +347,8 @@ def resume(args) -> int:
     store = open_store(args.store, runs=True)
     if args.output:
         output_path(args.output)
-    _, records = resume_sweep(store, None if args.resume is True else args.resume)
+    with LookPages(store, args.output) as pages:
+        _, records = resume_sweep(store, None if args.resume is True else args.resume, on_look=pages)
     return finish(args, store, records)
 
 

@@ -6,8 +6,10 @@ launches an interrupted sweep did not, under its id, and marks it complete."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from collections.abc import Callable
 
 from bench.core.console import note
 from bench.core.environment import git_state
@@ -39,6 +41,10 @@ from bench.workflows.plan import (
     plan_sweep,
 )
 from bench.workflows.sequential import resolve
+
+# Called with what has just ended ("round 1 of 3 (15 of 44 launches)") at the end of each round of launches,
+# the page's chance to show what the sweep has found so far (bench.cli.sweep.LookPages); None: nothing to show.
+OnLook = Callable[[str], None] | None
 
 
 def benchmark_sweep_plan(
@@ -136,10 +142,11 @@ def run_benchmark_sweep(
     fault_repeats: int = SWEEP_FAULTS["repeats"],
     fault_timeouts: dict[str, float | None] | None = None,
     sequential: dict | None = None,
+    on_look: OnLook = None,
 ) -> tuple[str, list]:
     """Plan a sweep (benchmark_sweep_plan) under a new sweep id and run it: (sweep id, records). sequential: the
     resolution (a fraction) and timeout_s of a sweep that adds rounds until it is sure (bench.workflows.sequential),
-    None for the planned launches only."""
+    None for the planned launches only. on_look: called at the end of each round of launches (OnLook)."""
     sweep_id = new_run_id()
     plan, description = benchmark_sweep_plan(
         sweep_id,
@@ -173,24 +180,29 @@ def run_benchmark_sweep(
             "plan": plan_text(plan, git_state(), sequential),
         }
     )
-    records = run_marked(store, sweep_id, plan, f"{title} {sweep_id}", len(plan), 0)
-    records += follow_up(store, sweep_id, plan, records, f"{title} {sweep_id}", sequential)
+    records = run_marked(store, sweep_id, plan, f"{title} {sweep_id}", len(plan), 0, on_look)
+    records += follow_up(store, sweep_id, plan, records, f"{title} {sweep_id}", sequential, on_look)
     say_measured(title, records)
     return sweep_id, records
 
 
-def follow_up(store, sweep_id: str, plan: list, records: list, title: str, sequential: dict | None) -> list:
+def follow_up(
+    store, sweep_id: str, plan: list, records: list, title: str, sequential: dict | None, on_look: OnLook = None
+) -> list:
     """What a sweep adds once its planned launches have run: the fault cases' launches until decided (settle_faults),
     then, for a sequential sweep, its rounds until it is sure (bench.workflows.sequential.resolve). Returns the
     records made."""
-    more = settle_faults(store, sweep_id, plan, records, title, sequential)
+    more = settle_faults(store, sweep_id, plan, records, title, sequential, on_look)
     if sequential:
         stored = plan_of(store.sweeps(sweep_id)[0])[0]  # with the fault cases' launches, if any were added
-        more += resolve(store, sweep_id, stored, records + more, title, sequential, run_marked)
+        runner = functools.partial(run_marked, on_look=on_look)
+        more += resolve(store, sweep_id, stored, records + more, title, sequential, runner)
     return more
 
 
-def settle_faults(store, sweep_id: str, plan: list, records: list, title: str, sequential: dict | None = None) -> list:
+def settle_faults(
+    store, sweep_id: str, plan: list, records: list, title: str, sequential: dict | None = None, on_look: OnLook = None
+) -> list:
     """Once a sweep has run all its planned launches: rounds of one more launch a side of each fault case its runs
     leave undecided (bench.tasks.fault.results.follow_ups, by the rule the page's answer reads), until every case is
     decided or has RUNS_TO_DECIDE runs a side; each round added to the sweep's stored plan before it runs, so that
@@ -216,7 +228,7 @@ def settle_faults(store, sweep_id: str, plan: list, records: list, title: str, s
             plan=plan_text(plan + more, git_state(), sequential),
             updated_at=time.time(),
         )
-        made += run_marked(store, sweep_id, more, f"{title} (to decide)", len(plan) + len(more), len(plan))
+        made += run_marked(store, sweep_id, more, f"{title} (to decide)", len(plan) + len(more), len(plan), on_look)
         plan = plan + more
 
 
@@ -230,13 +242,31 @@ def say_measured(title: str, records: list) -> None:
         )
 
 
-def run_marked(store, sweep_id: str, specs: list, title: str, planned: int, ran_before: int) -> list:
+def round_ends(specs: list) -> dict[int, str]:
+    """Where a round of `specs` ends (the launches of one repeat index, bench.workflows.plan.plan_sweep's rounds): the
+    number of launches run by then -> the round in words ("round 1 of 3")."""
+    repeats = [spec.repeat or 0 for spec in specs]
+    ends = [i for i in range(1, len(specs) + 1) if i == len(specs) or repeats[i] != repeats[i - 1]]
+    return {end: f"round {k} of {len(ends)}" for k, end in enumerate(ends, 1)}
+
+
+def run_marked(
+    store, sweep_id: str, specs: list, title: str, planned: int, ran_before: int, on_look: OnLook = None
+) -> list:
     """run_specs, then the sweep marked complete when every one of `specs` ran (none interrupted), else interrupted;
     also when something ends it before (a signal, an error), which then goes on up. `planned`: its planned launches,
-    `ran_before` of them ran before these (said when it is interrupted). Returns the records made."""
+    `ran_before` of them ran before these (said when it is interrupted). on_look: called after each round of `specs`
+    that ran to its end. Returns the records made."""
     made: list = []  # the records so far, should something end run_specs before it returns them
+    ends = round_ends(specs)
+
+    def on_record(record) -> None:
+        made.append(record)
+        if on_look is not None and len(made) in ends and record.status != RunStatus.INTERRUPTED:
+            on_look(f"{ends[len(made)]} ({ran_before + len(made)} of {planned} launches)")
+
     try:
-        records = run_specs(specs, store, title, on_record=made.append)
+        records = run_specs(specs, store, title, on_record=on_record)
     except BaseException as exc:
         interrupted(store, sweep_id, stopped_by(exc), ran_before + len(ran(made)), planned)
         raise
@@ -326,7 +356,7 @@ def refuse_unless_interrupted(row: dict | None, sweep_id: str, store) -> None:
         )
 
 
-def resume_sweep(store, sweep_id: str | None) -> tuple[str, list]:
+def resume_sweep(store, sweep_id: str | None, on_look: OnLook = None) -> tuple[str, list]:
     """Run the planned launches of an interrupted sweep (`sweep_id`, else the store's latest interrupted one) that did
     not run, under its id, then mark it complete (interrupted again, if it stops before). Returns (its id, the records
     of its launches that ran: those stored before and those made now)."""
@@ -362,9 +392,10 @@ def resume_sweep(store, sweep_id: str | None) -> tuple[str, list]:
         sequential = sequential_of(row)
         if not sequential:
             return sweep_id, ran(before)
-        made = resolve(store, sweep_id, specs, ran(before), f"{title} {sweep_id}", sequential, run_marked)
+        runner = functools.partial(run_marked, on_look=on_look)
+        made = resolve(store, sweep_id, specs, ran(before), f"{title} {sweep_id}", sequential, runner)
         return sweep_id, ran(before) + made
-    made = run_marked(store, sweep_id, left, f"{title} {sweep_id} (resumed)", len(specs), done)
-    made += follow_up(store, sweep_id, specs, ran(before) + made, f"{title} {sweep_id}", sequential_of(row))
+    made = run_marked(store, sweep_id, left, f"{title} {sweep_id} (resumed)", len(specs), done, on_look)
+    made += follow_up(store, sweep_id, specs, ran(before) + made, f"{title} {sweep_id}", sequential_of(row), on_look)
     say_measured(title, made)
     return sweep_id, ran(before) + made
