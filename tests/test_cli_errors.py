@@ -45,6 +45,8 @@ from conftest import ROOT, assert_one_line_error, bench, bench_in_process
         (["sweep", "--resolution", "8", "--world-sizes", "1"], ["above one worker", "world size above 1"]),
         (["sweep", "--resolution", "8", "--backend", "elastic"], ["--resolution", "--backend elastic,horovod"]),
         (["sweep", "--resume", "--resolution", "8"], ["--resume", "--resolution"]),
+        (["sweep", "--weighed-only", "--world-sizes", "1,2"], ["no one-worker run", "drop 1 from --world-sizes"]),
+        (["sweep", "--weighed-only", "--max-nproc", "1"], ["2 or more workers", "--world-sizes 2"]),
         (["frobnicate"], ["invalid choice"]),
     ],
 )

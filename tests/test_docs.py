@@ -156,18 +156,40 @@ def test_readme_commands_are_what_ci_and_nox_run():
     assert PRIMARY == ("elastic", "horovod")
 
 
+def main_job_args() -> list[str]:
+    return next(
+        ast.literal_eval(node.value)
+        for node in ast.parse((ROOT / "noxfile.py").read_text()).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "MAIN_JOB_SEQUENTIAL"
+    )
+
+
+def test_every_launch_of_the_main_job_is_one_its_answer_weighs(tmp_path):
+    """`nox -s bench`'s plan on this machine (its sweep, dry run): both backends' training at 2 or more workers on every
+    workload and their killed and hung workers, what the page's answer weighs (bench.report.answer.RULE); no
+    one-worker run, plain loop or communication sweep, which it never weighs."""
+    from bench.report.answer import RULE
+    from conftest import bench_in_process
+
+    assert "Weighed: training throughput at each condition with 2 or more workers, and each failure scenario" in RULE
+    proc = bench_in_process("sweep", *main_job_args(), "--dry-run", "--store", tmp_path / "never.sqlite")
+    assert proc.returncode == 0, proc.stderr
+    launches = re.findall(r"^launch \d+/\d+: (\S+) (.+?): world size (\d+) on ", proc.stdout, re.MULTILINE)
+    assert launches and len(launches) == int(re.search(r"dry run: (\d+) launch", proc.stdout).group(1))
+    assert all(int(size) >= 2 for _, _, size in launches), launches
+    training = {(backend, case) for backend, case, _ in launches if ":" not in case}
+    assert training == {(backend, workload) for backend in PRIMARY for workload in WORKLOADS}, training
+    faults = {(backend, case.split(": ")[1].split(" to ")[0]) for backend, case, _ in launches if ":" in case}
+    assert faults == {(backend, signal) for backend in PRIMARY for signal in ("SIGKILL", "SIGSTOP")}, faults
+
+
 def test_the_main_job_resolves_its_rows_within_ten_minutes():
     """`nox -s bench` (no ARGS) is a sequential sweep to ±8%: in the three timed main jobs
     (docs/studies/main-job/timings.json) its added rounds stayed within --resolution-timeout, and the median sweep,
     rounds and fault runs included, within the README's 10 minutes (the slowest ran while other work loaded the
     machine, which docs/studies/main-job.md states with the load it measured)."""
-    sequential = next(
-        ast.literal_eval(node.value)
-        for node in ast.parse((ROOT / "noxfile.py").read_text()).body
-        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "MAIN_JOB_SEQUENTIAL"
-    )
-    args = build_parser().parse_args(["sweep", *sequential])
-    assert args.resolution == 8 and args.world_sizes is None and args.repeats >= 3
+    args = build_parser().parse_args(["sweep", *main_job_args()])
+    assert args.resolution == 8 and args.weighed_only and args.world_sizes is None and args.repeats >= 3
     timed = json.loads((ROOT / "docs" / "studies" / "main-job" / "timings.json").read_text())
     assert all(s["added_seconds"] <= args.resolution_timeout for s in timed["sweeps"])
     assert statistics.median(s["seconds"] for s in timed["sweeps"]) <= 600

@@ -59,6 +59,13 @@ def add_parser(verbs) -> None:
         g, "--no-comm", help="skip the short communication sweep run for each backend and world size above 1"
     )
     g.add_argument(
+        "--weighed-only",
+        action="store_true",
+        help="launch only what the page's answer weighs: training at every world size above 1 and the fault runs; "
+        "no one-worker run, plain loop or communication sweep (their rows, scaling efficiency and bus bandwidth, are "
+        "shown beside the answer and never weighed in it)",
+    )
+    g.add_argument(
         "--no-faults",
         action="store_true",
         help="skip the short elasticity comparison: each fault under every backend with an elastic mode",
@@ -245,7 +252,11 @@ def cmd(args) -> int:
         )
     elif backends == list(PRIMARY):
         backends = "primary"  # the pair, as the sweep's plan names it
-    running = [*(PRIMARY if backends == "primary" else backends), *([] if args.no_plain_loop else [PLAIN_LOOP])]
+    world_sizes = args.world_sizes or sweep_world_sizes(limit)
+    if args.weighed_only:
+        world_sizes = weighed_world_sizes(args, world_sizes)
+    with_plain_loop = not (args.no_plain_loop or args.weighed_only)
+    running = [*(PRIMARY if backends == "primary" else backends), *([PLAIN_LOOP] if with_plain_loop else [])]
     # a sweep's launches are short; its replicates are launches (bench.workflows.plan.SWEEP_DEFAULTS)
     spec = (
         {k: SWEEP_DEFAULTS[k] for k in ("windows", "warmup_steps")} | spec_options(args, running) | {"cluster": cluster}
@@ -254,10 +265,10 @@ def cmd(args) -> int:
         backends=backends,
         workloads=options.chosen(args.workload, WORKLOADS),
         device=device,
-        world_sizes=args.world_sizes or sweep_world_sizes(limit),
+        world_sizes=world_sizes,
         options=spec,
-        comm=None if args.no_comm else comm_options(args),
-        with_plain_loop=not args.no_plain_loop,
+        comm=None if args.no_comm or args.weighed_only else comm_options(args),
+        with_plain_loop=with_plain_loop,
         repeats=args.repeats,
         faults=faults,
         fault_repeats=args.fault_repeats or SWEEP_FAULTS["repeats"],
@@ -314,6 +325,22 @@ class LookPages:
         ):
             self.write("the sweep was interrupted: `bench sweep --resume` finishes it")
         return False
+
+
+def weighed_world_sizes(args, world_sizes: list[int]) -> list[int]:
+    """The world sizes a --weighed-only sweep trains at: those above 1 (the answer weighs no one-worker row), or a
+    one-line UsageError where there is none, or where --world-sizes names 1 itself."""
+    if args.world_sizes and 1 in args.world_sizes:
+        raise UsageError(
+            "--weighed-only launches no one-worker run (the answer does not weigh it); drop 1 from --world-sizes"
+        )
+    above = [n for n in world_sizes if n > 1]
+    if not above:
+        raise UsageError(
+            "--weighed-only weighs training at 2 or more workers and this sweep has no such world size: give "
+            "--world-sizes 2 (with --oversubscribe on a one-core machine), or drop --weighed-only"
+        )
+    return above
 
 
 def fault_timeouts(args) -> dict[str, float]:
