@@ -5,7 +5,9 @@ says). Writes to FOLDER:
 
 - bench.sqlite: every sweep's runs (the store `nox -s bench` fills);
 - timings.json: the machine (bench's own record of it), the commit, the set-up's seconds (from the start of
-  `nox -s bench` to the sweep's first line), and each sweep's seconds (from its row in the store: started to last
+  `nox -s bench` to the sweep's first line), the seconds from the start of each `nox -s bench` to its first page
+  (the first "page written to" line; the first sweep's with the set-up in it), the machine's mean 1-minute load
+  average during each sweep (read every 30 s), and each sweep's seconds (from its row in the store: started to last
   update) with its launches, the seconds of the rounds it added (`--resolution`) and what each of its two-worker
   training rows says on its own (the sweep's runs alone, judged as its page would: a difference, or its margin).
 
@@ -25,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,11 +42,31 @@ from bench.results.sweeps import looks_of, sequential_of  # noqa: E402
 from bench.tasks.train.results import looked_comparisons  # noqa: E402
 
 SWEEP_STARTS = "bench sweep: "  # the sweep's first line (bench.workflows.sweep.run_benchmark_sweep's description)
+FIRST_PAGE = "bench sweep: page written to "  # bench.cli.sweep.LookPages, after the sweep's first round
 
 
-def nox_bench(clone: Path, reuse: bool, env: dict, dry_run: bool = False) -> float:
+class LoadSampler:
+    """The 1-minute load average, read every 30 s in a thread while the main job runs: (monotonic time, load)."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+
+    def sample(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append((time.monotonic(), os.getloadavg()[0]))
+            self.stop.wait(30)
+
+    def mean(self, began: float, ended: float) -> float | None:
+        during = [load for at, load in self.samples if began <= at <= ended]
+        return round(sum(during) / len(during), 2) if during else None
+
+
+def nox_bench(clone: Path, reuse: bool, env: dict, dry_run: bool = False, seen: dict | None = None) -> float:
     """Run the main job in `clone`, its output passed through; the seconds until the sweep's first line (dry_run: until
-    the session ends)."""
+    the session ends). `seen` gets the seconds to its first page ("first_page") and its start and end (monotonic)."""
     began = time.monotonic()
     nox = shutil.which("nox")  # the README's command, as pip installs it; this script may run in another Python
     if nox is None:
@@ -52,10 +75,15 @@ def nox_bench(clone: Path, reuse: bool, env: dict, dry_run: bool = False) -> flo
     proc = subprocess.Popen(argv, cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     set_up = None
+    seen = {} if seen is None else seen
+    seen["began"] = began
     for line in proc.stdout:
         sys.stdout.write(line)
         if set_up is None and line.startswith(SWEEP_STARTS):
             set_up = time.monotonic() - began
+        if "first_page" not in seen and line.startswith(FIRST_PAGE):
+            seen["first_page"] = round(time.monotonic() - began, 1)
+    seen["ended"] = time.monotonic()
     if proc.wait() != 0:
         raise SystemExit(f"nox -s bench failed (exit {proc.returncode}) in {clone}")
     if dry_run:  # the set-up, then a plan printed in a second or two: the whole session
@@ -113,28 +141,34 @@ def main() -> int:
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
         env = {**os.environ, "PIP_NO_CACHE_DIR": "1", "BENCH_CACHE_DIR": str(Path(tmp) / "cache")}
-        set_up = nox_bench(clone, reuse=False, env=env, dry_run=args.sweeps == 0)
+        load = LoadSampler()
+        runs = [{}]
+        set_up = nox_bench(clone, reuse=False, env=env, dry_run=args.sweeps == 0, seen=runs[0])
         if args.sweeps == 0:
             return save_set_up(args.folder, set_up, commit.stdout.strip())
         for _ in range(args.sweeps - 1):
-            nox_bench(clone, reuse=True, env=env)
+            runs.append({})
+            nox_bench(clone, reuse=True, env=env, seen=runs[-1])
+        load.stop.set()
         # kept before anything reads it: the runs are the half hour's product, the figures below can be made again
         args.folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(clone / "results" / "bench.sqlite", args.folder / "bench.sqlite")
         store = Store(args.folder / "bench.sqlite")
         records = store.records()
         sweeps = []
-        for row in store.sweeps():
-            runs = [r for r in records if r.spec.sweep_id == row["sweep_id"]]
+        for row, run in zip(store.sweeps(), runs):
+            mine = [r for r in records if r.spec.sweep_id == row["sweep_id"]]
             sweeps.append(
                 {
                     "sweep_id": row["sweep_id"],
                     "state": row["state"],
-                    "launches": len(runs),
+                    "launches": len(mine),
+                    "first_page_seconds": run.get("first_page"),
+                    "load": load.mean(run["began"], run["ended"]),
                     "seconds": round(row["updated_at"] - row["created_at"], 1),
-                    "fault_seconds": round(sum(r.duration_s for r in runs if r.spec.task == "fault"), 1),
+                    "fault_seconds": round(sum(r.duration_s for r in mine if r.spec.task == "fault"), 1),
                     "added_seconds": (sequential_of(row) or {}).get("spent_s"),
-                    "rows": rows_alone(runs, row),
+                    "rows": rows_alone(mine, row),
                 }
             )
         machine = next(r.environment for r in records if r.environment)
