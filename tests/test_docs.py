@@ -186,13 +186,15 @@ def test_every_launch_of_the_main_job_is_one_its_answer_weighs(tmp_path):
 def test_the_main_job_resolves_its_rows_within_ten_minutes():
     """`nox -s bench` (no ARGS) is a sequential sweep to ±8%: in the three timed main jobs
     (docs/studies/main-job/timings.json) its added rounds stayed within --resolution-timeout, and the median sweep,
-    rounds and fault runs included, within the README's 10 minutes (the slowest ran while other work loaded the
-    machine, which docs/studies/main-job.md states with the load it measured)."""
+    rounds and fault runs included, within 10 minutes, and the first of them wrote its page within 10 minutes of the
+    fresh clone's `nox -s bench`, set-up included (docs/studies/main-job.md states the load it measured)."""
     args = build_parser().parse_args(["sweep", *main_job_args()])
     assert args.resolution == 8 and args.weighed_only and args.world_sizes is None and args.repeats >= 3
     timed = json.loads((ROOT / "docs" / "studies" / "main-job" / "timings.json").read_text())
     assert all(s["added_seconds"] <= args.resolution_timeout for s in timed["sweeps"])
     assert statistics.median(s["seconds"] for s in timed["sweeps"]) <= 600
+    # the first page, the answer at one launch a side, within 10 minutes of a fresh `nox -s bench`, set-up included
+    assert timed["sweeps"][0]["first_page_seconds"] <= 600 and timed["set_up"].startswith("a fresh clone")
 
 
 def test_a_test_whose_system_package_is_missing_skips_naming_it():
@@ -782,24 +784,38 @@ def test_the_readme_studies_rows_say_what_the_sample_store_says():
 def test_the_main_job_is_summed_up_as_its_store_and_timings_say():
     """The studies index's line on the main job: its timings (docs/studies/main-job/timings.json) and what the page
     of its store says of the two-worker training rows and the hung worker; main-job.md says the same."""
+    from bench.core.stats import EQUIVALENCE_USEFUL
+
     rows = scorecard_of(MAIN_JOB / "bench.sqlite")
     mlp, resnet = (throughput_row(rows, f"{w}, 2 workers, cpu, pinned, one host") for w in ("mnist_mlp", "resnet18"))
-    assert mlp.standing == resnet.standing == "within"
     (hung,) = [r for r in rows if r.measure == "recovery from a hung worker"]
     assert hung.outcome == "elastic came through in every run and horovod in none", hung.outcome
     timings = main_job_timings()
     sweeps = [s["seconds"] / 60 for s in timings["sweeps"]]
+    first_page = timings["sweeps"][0]["first_page_seconds"] / 60
     said = (
-        f"set-up {timings['set_up_seconds'] / 60:.1f} minutes, each sweep {min(sweeps):.1f} to {max(sweeps):.1f} "
-        f"minutes; pooled, training within {outcome_figure(mlp)} (MLP) and {outcome_figure(resnet)} (ResNet18) of each "
-        "other; elastic came through a hung worker in every run, Horovod in none"
+        f"set-up {timings['set_up_seconds'] / 60:.1f} minutes, first page {first_page:.1f} minutes after the start, "
+        f"each sweep {min(sweeps):.1f} to {max(sweeps):.1f} minutes; every sweep alone: elastic came through a hung "
+        "worker in every run, Horovod in none, and Horovod recovered sooner from a killed worker; pooled, training: "
+        f"{mlp.outcome} (MLP), {resnet.outcome} (ResNet18)"
     )
     index = table_row(STUDIES_INDEX.read_text(), "[main-job.md]")
     assert said in index, index
     study = flat((MAIN_JOB.parent / "main-job.md").read_text())
+    launches = mlp.line.split("; ")[-1].split(" launches")[0]  # "22 + 22"
+    assert f"Pooled on the page of all three ({launches} launches), MLP: {mlp.outcome}" in study
+    assert f"ResNet18: {resnet.outcome}." in study
+    for sweep in timings["sweeps"]:  # each sweep's rows on its own launches, as its page would judge them
+        mlp_alone, resnet_alone = (
+            f"within ±{row['margin']:.0%}"
+            if not row["significant"] and row["margin"] <= EQUIVALENCE_USEFUL
+            else f"not resolved at ±{row['margin']:.0%}"
+            for row in sweep["rows"].values()
+        )
+        assert f"| {sweep['sweep_id']} | {mlp_alone} | {resnet_alone} |" in study, sweep["sweep_id"]
+    readme = table_row(README.read_text(), "Which trains faster, 1 or 2 workers on one host")
     assert (
-        f"the MLP rows are within {outcome_figure(mlp)} of each other and ResNet18 within {outcome_figure(resnet)}"
-        in (study)
+        f"the main job's three runs pooled: {mlp.outcome} on the MLP, {resnet.outcome.split(' of each')[0]}" in readme
     )
 
 
@@ -812,9 +828,11 @@ def test_the_readme_times_the_main_job_as_it_was_measured():
     sweeps = [s["seconds"] / 60 for s in timings["sweeps"]]
     assert all(s["state"] == "complete" for s in timings["sweeps"]) and len(sweeps) >= 3
     each = f"{min(sweeps):.1f} to {max(sweeps):.1f} minutes"
+    first_page = f"{timings['sweeps'][0]['first_page_seconds'] / 60:.1f} minutes after `nox -s bench` started"
     readme = flat(readme_prose())
     assert f"built Horovod in {set_up}" in readme and f"each sweep then takes {each} there" in readme
-    assert readme.count(" minutes") == 2, "the main job's times are stated once"
+    assert f"its first page (one launch a side) came {first_page}" in readme
+    assert readme.count(" minutes") == 3, "the main job's times are stated once"
     study = flat((MAIN_JOB.parent / "main-job.md").read_text())
     assert f"{timings['set_up_seconds'] / 60:.1f} minutes** ({timings['set_up_seconds']} s)" in study
     assert f"each sweep takes {each}" in study
@@ -882,7 +900,12 @@ def test_every_figure_of_the_readme_and_the_studies_index_is_one_the_tests_check
     }
     timings = main_job_timings()
     sweeps = [s["seconds"] / 60 for s in timings["sweeps"]]
-    checked |= {f"{timings['set_up_seconds'] / 60:.1f} minutes", f"{max(sweeps):.1f} minutes"}
+    first_page = timings["sweeps"][0]["first_page_seconds"] / 60
+    checked |= {
+        f"{timings['set_up_seconds'] / 60:.1f} minutes",
+        f"{max(sweeps):.1f} minutes",
+        f"{first_page:.1f} minutes",
+    }
     sequential = next(
         ast.literal_eval(node.value)
         for node in ast.parse((ROOT / "noxfile.py").read_text()).body

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import sqlite3
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -168,7 +170,7 @@ def test_the_sweep_adds_rounds_to_its_plan_until_each_fault_case_is_decided_or_a
     begin(store, plan)
     called = []
 
-    def stand_in(store, sweep_id, specs, title, planned_now, ran_before):
+    def stand_in(store, sweep_id, specs, title, planned_now, ran_before, on_look=None):
         assert len(plan_of(store.sweeps(sweep_id)[0])[0]) == planned_now  # stored before it runs
         called.append(specs)
         out = []
@@ -188,9 +190,12 @@ def test_the_sweep_adds_rounds_to_its_plan_until_each_fault_case_is_decided_or_a
 
 
 # ---------------------------------------------------------------- the same machine, the same sentence
+MAIN_JOB = ROOT / "docs" / "studies" / "main-job"
+# the main job as it is (its fault cases run until decided), and as it was: every row, and the planned launches only
 STUDIES = [
-    ROOT / "docs" / "studies" / "main-job" / "bench.sqlite",
-    ROOT / "docs" / "studies" / "main-job" / "fixed-design" / "bench.sqlite",
+    MAIN_JOB / "bench.sqlite",
+    MAIN_JOB / "all-rows" / "bench.sqlite",
+    MAIN_JOB / "fixed-design" / "bench.sqlite",
 ]
 
 
@@ -210,21 +215,28 @@ def answer_of_store(path: Path, sweep_id: str | None = None):
 
 
 @pytest.mark.slow  # four pages' scorecards of a study's store (seconds)
-@pytest.mark.parametrize("study", STUDIES, ids=["main-job", "fixed-design"])
+@pytest.mark.parametrize("study", STUDIES, ids=["main-job", "all-rows", "fixed-design"])
 def test_the_main_job_studys_sweeps_alone_and_pooled_give_one_answer(tmp_path, study):
     """Three default sweeps of one machine: each alone and all pooled. Where a sweep alone decides a scenario, the
-    pooled page decides it the same way; where it does not, its sentence names it as not yet decided, with the side
-    ahead in every run being the one the pooled page finds ahead. So a fresh default run never chooses a backend that
-    more runs of the same machine would not."""
+    pooled page decides it the same way, but for a tie that more launches resolve into a difference smaller than the
+    tie's margin (compatible with it: the pooled interval reaches into that margin); where it does not decide, its
+    sentence names it as not yet decided, with the side ahead in every run being the one the pooled page finds ahead.
+    Every sweep alone says the same first sentence, the choice. So a fresh default run never chooses a backend that
+    more runs of the same machine would not. The main job as it is adds fault runs until decided (up to 4 a side):
+    each of its sweeps alone decides both faults as the three pooled do."""
     pooled_copy = tmp_path / "pooled.sqlite"
     shutil.copy(study, pooled_copy)
     pooled, said = answer_of_store(pooled_copy)
     assert pooled["a killed worker"].state == WON and pooled["a killed worker"].favours == "horovod"
     assert pooled["a hung worker"].state == WON and pooled["a hung worker"].favours == "elastic"
-    assert said.startswith("Neither is ahead everywhere: elastic wins a hung worker; horovod wins a killed worker")
+    # (pooled, the main job's 22 + 22 launches also find elastic faster on the MLP, named beside the hung worker)
+    assert said.startswith("Neither is ahead everywhere: elastic wins ") and (
+        "a hung worker; horovod wins a killed worker;" in said
+    )
     with sqlite3.connect(study) as db:
         sweep_ids = [row[0] for row in db.execute("SELECT sweep_id FROM sweeps ORDER BY created_at")]
     assert len(sweep_ids) == 3
+    choices = set()
     for sweep_id in sweep_ids:
         copy = tmp_path / f"{sweep_id}.sqlite"
         shutil.copy(study, copy)
@@ -235,11 +247,28 @@ def test_the_main_job_studys_sweeps_alone_and_pooled_give_one_answer(tmp_path, s
             if one.state == UNDECIDED:
                 assert f"{name} (" in sentence.split("Not yet decided: ")[1], (sweep_id, sentence)
                 assert one.leader in (None, whole.favours), (sweep_id, name, one.leader, whole.favours)
+            elif one.state == TIE and whole.state == WON and not one.failure:
+                margin = float(re.search(r"within ±(\d+)%", one.why).group(1)) / 100
+                low, high = map(float, re.search(r"\[([\d.]+), ([\d.]+)\]", whole.said).groups())
+                assert min(low, 1 / high) <= 1 + margin, (
+                    sweep_id,
+                    name,
+                    one,
+                    whole,
+                )  # the pooled gap can be that small
             else:
                 assert (one.state, one.favours) == (whole.state, whole.favours), (sweep_id, name, one, whole)
                 assert one.state in (WON, TIE, NEITHER)
+        choices.add(sentence.split(". ")[0])
         assert "Choose" not in sentence and "in none." not in sentence, sentence
-        # a default sweep's 2 + 2 fault runs decide neither scenario: said so, with the side ahead in every run
         assert alone["a killed worker"].leader == "horovod" and alone["a hung worker"].leader == "elastic"
-        assert alone["a killed worker"].state == UNDECIDED and "4 a side can decide it" in sentence
+        from bench.core.store import Store
+
+        faults = [r for r in Store(copy).records() if r.spec.task == "fault"]
+        if max(Counter((r.task.case(r.spec), r.spec.backend) for r in faults).values()) <= 2:
+            # a sweep of 2 + 2 fault runs decides neither scenario: said so, with the side ahead in every run
+            assert alone["a killed worker"].state == UNDECIDED and "4 a side can decide it" in sentence
+        else:  # the fault runs added until decided: each sweep alone decides both, as all three pooled do
+            assert alone["a killed worker"].state == alone["a hung worker"].state == WON, sentence
     assert TIE in {s.state for s in pooled.values()}
+    assert len(choices) == 1, choices  # the same choice from every fresh run
