@@ -156,7 +156,7 @@ def main() -> int:
         store = Store(args.folder / "bench.sqlite")
         records = store.records()
         sweeps = []
-        for row, run in zip(store.sweeps(), runs):
+        for row, run in zip(store.sweeps(), runs, strict=True):  # one sweep a `nox -s bench`, in order
             mine = [r for r in records if r.spec.sweep_id == row["sweep_id"]]
             sweeps.append(
                 {

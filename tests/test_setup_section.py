@@ -8,8 +8,11 @@ import dataclasses
 import html
 import re
 
+import pytest
+
 from bench.backends.shared.setup import CHECKED
-from bench.core.registry import PRIMARY
+from bench.core.errors import UsageError
+from bench.core.registry import BACKEND_MODULES, PRIMARY, backend_part
 from bench.core.store import Store
 from bench.report.page import render_report
 from bench.report.setup import address, cited
@@ -86,3 +89,16 @@ def test_runs_that_kept_no_set_up_record_say_so_plainly(tmp_path):
     assert said.count("not recorded") >= 2 and "elastic with torch 2.14.1+cu130" in said
     bare = section_of(page_of(tmp_path / "bare", dict(ENVIRONMENT)))  # not even torch's version
     assert "elastic no set-up record" in bare and "horovod no set-up record" in bare
+
+
+def test_a_backends_setup_part_is_found_by_name_as_a_tasks_parts_are():
+    """bench.core.registry.backend_part: the module of the backend's own folder, None where it has none, and one-line
+    errors for an unknown backend or part."""
+    for backend in PRIMARY:
+        part = backend_part(backend, "setup")
+        assert part.__name__ == f"{BACKEND_MODULES[backend]}.setup" and part.FACTS and callable(part.installed)
+    assert backend_part("ps", "setup") is None  # no set-up of its own to state
+    with pytest.raises(UsageError, match="unknown backend 'horovd'"):
+        backend_part("horovd", "setup")
+    with pytest.raises(ValueError, match="unknown backend part 'report'"):
+        backend_part("elastic", "report")

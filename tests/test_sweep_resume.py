@@ -331,3 +331,23 @@ def test_a_sweep_is_marked_by_how_its_runs_ended(ended, state, why, monkeypatch,
             f"sweep s1 interrupted ({why}) after 1 of its 2 planned launches; `bench sweep --resume s1"
             in capsys.readouterr().err
         )
+
+
+def test_a_page_that_cannot_be_written_is_said_and_leaves_the_sweep_and_its_interruption_as_they_were(
+    tmp_path, monkeypatch, capsys
+):
+    """bench.cli.sweep.LookPages: a failure to render the page as the sweep goes is said in one line, never raised
+    (it would end the sweep, or replace Ctrl-C's exit with a traceback); within a minute of the last, no page."""
+    from bench.cli import sweep as sweep_cli
+
+    def broken(store, output):
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr(sweep_cli, "write_report", broken)
+    with pytest.raises(KeyboardInterrupt), sweep_cli.LookPages(None, tmp_path / "page.html") as pages:
+        pages("round 1 of 3 (1 of 3 launches)")
+        pages("round 2 of 3 (2 of 3 launches)")  # seconds after the first: not written
+        raise KeyboardInterrupt
+    said = capsys.readouterr().err
+    assert said.count("bench sweep: the page could not be written (RuntimeError: a defect); the sweep goes on") == 2
+    assert not (tmp_path / "page.html").exists()

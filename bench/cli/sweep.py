@@ -306,10 +306,13 @@ class LookPages:
         self.write(f"after {what}; rewritten as the sweep goes on")
 
     def write(self, why: str) -> None:
+        # any failure is said, not raised: the sweep's launches, and its interruption, matter more than a page `bench
+        # report` can write later; the page at its end (finish) is written unguarded, so a defect still shows there
         try:
             path = write_report(self.store, self.output)
-        except BenchError as exc:  # the sweep's launches matter more than a page `bench report` can write later
-            note(f"bench sweep: the page could not be written ({exc}); the sweep goes on")
+        except Exception as exc:
+            said = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
+            note(f"bench sweep: the page could not be written ({said}); the sweep goes on")
         else:
             note(f"bench sweep: page written to {path} ({why})")
         self.written = time.monotonic()

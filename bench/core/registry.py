@@ -114,12 +114,28 @@ TASK_PARTS = {
 }
 
 
+# The parts of a backend that belong to higher layers, each a module of the backend's folder, found by name:
+BACKEND_PARTS = {
+    "setup": "what it takes to run (bench.report.setup): FACTS, cited, and installed(env), from a run's set-up record"
+}
+
+
 def task_part(name: str, part: str) -> ModuleType | None:
     """The module of task `name` that holds its `part` (TASK_PARTS), or None when the task has none."""
-    if part not in TASK_PARTS:
-        raise ValueError(f"unknown task part {part!r}")
-    module = f"{TASK_MODULES[name]}.{part}"
     get_task(name)  # an unknown task is a UsageError, as everywhere
+    return _part(TASK_MODULES[name], part, TASK_PARTS, "task")
+
+
+def backend_part(name: str, part: str) -> ModuleType | None:
+    """The module of backend `name` that holds its `part` (BACKEND_PARTS), or None when the backend has none."""
+    get_backend(name)  # an unknown backend is a UsageError, as everywhere
+    return _part(BACKEND_MODULES[name], part, BACKEND_PARTS, "backend")
+
+
+def _part(package: str, part: str, parts: dict[str, str], of: str) -> ModuleType | None:
+    if part not in parts:
+        raise ValueError(f"unknown {of} part {part!r}")
+    module = f"{package}.{part}"
     if importlib.util.find_spec(module) is None:
         return None
     return importlib.import_module(module)

@@ -1,19 +1,17 @@
 """The page's "What it takes to run": for each primary backend, how the environment of the page's latest run got it
 and how long that took, what the build needed changed, from the set-up's own record that the run's fingerprint holds
 (bench.core.environment.setup_record, written by bench.tools.horovod_build); then what its latest release supports,
-from dated, cited facts (each backend's own setup module, bench/backends/<its folder>/setup.py). Facts beside the
-answer, never weighed in it; the scorecard has a row of them."""
+from dated, cited facts (each backend's setup part, bench/backends/<its folder>/setup.py, found by
+bench.core.registry.backend_part). Facts beside the answer, never weighed in it; the scorecard has a row of them."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import re
 import time
 from types import ModuleType
 
 from bench.backends.shared.setup import CHECKED, NO_RECORD, Fact
-from bench.core.registry import BACKEND_MODULES, PRIMARY
+from bench.core.registry import PRIMARY, backend_part
 from bench.report.sections import Bullets, Folded, Paragraph, ScoreRow, Section, Table, left
 
 MEASURE = "what it takes to run"
@@ -27,8 +25,7 @@ def latest_record(frame):
 
 def setup_module(backend: str) -> ModuleType | None:
     """The backend's own setup module (its FACTS and `installed`), None where it has none."""
-    name = f"{BACKEND_MODULES[backend]}.setup"
-    return importlib.import_module(name) if importlib.util.find_spec(name) else None
+    return backend_part(backend, "setup")
 
 
 def cited(backend: str) -> tuple[Fact, ...]:
