@@ -148,3 +148,31 @@ def test_no_internal_names_in_the_page_text(page_and_plots):
         assert internal not in text, internal
     assert "spread (sd / mean)" in text and "latency (us)" in text and "bandwidth (GB/s)" in text
     assert "comparison (95% interval)" in text
+
+
+def test_the_method_says_what_resolution_the_runs_reach_and_why():
+    """The Resolution note: the spread between launches pooled over the compared cases of 2 workers or more (never the
+    one-worker or plain-loop cases), what n launches a side resolve, and 4n; none where no such case has 2 launches."""
+    from bench.core import stats
+    from bench.tasks.train.results import replicated_cases
+
+    launches = {
+        ("single", 1): [100.0, 150.0, 60.0, 120.0],  # wild, but not compared at 2 workers: left out
+        ("elastic", 2): [190.0, 210.0, 200.0, 195.0],
+        ("horovod", 2): [180.0, 220.0, 185.0, 215.0],
+    }
+    frame = records_to_frame(sweep_records("s1", launches))
+    cases = replicated_cases(frame[frame["status"] == "ok"])
+    (note,) = train_report.resolution_note(cases)
+    text = "".join(str(part) for part in note)
+    # each launch's figure is the mean of its windows (v x 0.99, v, v x 1.01): v itself
+    logs = [[math.log(v) for v in launches[key]] for key in (("elastic", 2), ("horovod", 2))]
+    squares = sum(sum((x - sum(side) / 4) ** 2 for x in side) for side in logs)
+    sd = math.sqrt(squares / 6)
+    assert f"varies by {sd:.1%} between launches" in text and "over the 2 compared case(s)" in text, text
+    at_4 = math.exp(stats.t_quantile(stats.CONFIDENCE, 6) * sd * math.sqrt(2 / 4)) - 1
+    at_16 = math.exp(stats.t_quantile(stats.CONFIDENCE, 30) * sd * math.sqrt(2 / 16)) - 1
+    assert f"±{at_4:.0%} at the 4 launches a side here, ±{at_16:.0%} at 16" in text, text
+    one_launch = {key: values[:1] for key, values in launches.items()}
+    frame = records_to_frame(sweep_records("s2", one_launch))
+    assert train_report.resolution_note(replicated_cases(frame)) == []

@@ -853,6 +853,39 @@ def method() -> list:
     ]
 
 
+def resolution_note(cases: list) -> list:
+    """Why the page's ties are as wide as they are, from its own runs: one launch's figure varies between launches of
+    a case (the largest part of the spread: docs/studies/spread.md, docs/studies/noise.md), pooled over the two
+    compared backends' cases of 2 workers or more; a comparison of n launches a side resolves about
+    t x sd x sqrt(2 / n) before the page's corrections for many comparisons and looks, which widen it."""
+    compared = [c for c in cases if c.world_size >= 2 and c.backend in PRIMARY and c.launches >= stats.MIN_LAUNCHES]
+    if not compared:
+        return []
+    squares = dof = 0.0
+    for case in compared:
+        logs = [math.log(v) for v in case.values]
+        mean = sum(logs) / len(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        dof += len(logs) - 1
+    sd = math.sqrt(squares / dof)
+    side = round(statistics.median(c.launches for c in compared))
+
+    def resolution(n: int) -> float:
+        return math.exp(stats.t_quantile(stats.CONFIDENCE, 2 * n - 2) * sd * math.sqrt(2 / n)) - 1
+
+    return [
+        [
+            strong("Resolution."),
+            f" On these runs one launch's figure varies by {sd:.1%} between launches of a case (the standard deviation "
+            f"of its log, pooled over the {len(compared)} compared case(s) of 2 workers or more). A comparison of n "
+            f"launches a side therefore resolves about ±t x {sd:.1%} x sqrt(2/n), before the corrections for many "
+            f"comparisons and looks: ±{resolution(side):.0%} at the {side} launches a side here, "
+            f"±{resolution(4 * side):.0%} at {4 * side}. More windows a launch do not narrow it, nor does adjusting "
+            "by the machine's speed measured beside it: the spread is set as a launch starts (docs/studies/noise.md).",
+        ]
+    ]
+
+
 LINK_METHOD = [
     [
         strong("Across hosts."),
@@ -915,7 +948,7 @@ def report_part(frame, context) -> ReportPart:
         fairness=fairness,
         unstable=unstable,
         scorecard=rows,
-        method=method() + (LINK_METHOD if across_hosts else []),
+        method=method() + resolution_note(cases) + (LINK_METHOD if across_hosts else []),
         shown=[r for c in cases for r in c.records],
         sections=[
             Section("throughput", "Throughput and scaling", 10, words + throughput_blocks(cases), nav="Throughput"),
