@@ -148,28 +148,32 @@ def add_parser(verbs) -> None:
         help="steps to train in all (default at-step + 3 x checkpoint-every)",
         invalid=["0", "x", "1"],
     )
-    options.add(
-        g,
-        "--comm-timeout",
-        type=options.timeout_seconds,
-        default=d["comm_timeout"],
-        metavar="SECONDS",
-        help="collective timeout in seconds, how soon a stopped peer is noticed (%(default)s; at most "
-        f"{MAX_TIMEOUT_WORDS})",
-        invalid=options.BAD_TIMEOUTS,
-    )
-    options.add(
-        g,
-        "--recovery-timeout",
-        type=options.timeout_seconds,
-        default=d["recovery_timeout"],
-        metavar="SECONDS",
-        help="seconds after the fault with no training step before the run is called hung (%(default)s; at "
-        f"most {MAX_TIMEOUT_WORDS})",
-        invalid=options.BAD_TIMEOUTS,
-    )
+    add_time_limits(g, d, {"comm_timeout": "%(default)s", "recovery_timeout": "%(default)s"})
     add_record_lines(p, "bench k8s --drop-worker sets it")
     p.set_defaults(func=cmd)
+
+
+def add_time_limits(group, defaults: dict | None, said: dict[str, str]) -> None:
+    """A fault run's --comm-timeout and --recovery-timeout, declared once for bench fault (`defaults`: its own) and for
+    bench sweep's fault runs (None: the sweep resolves them, bench.workflows.plan.fault_limits); `said`, what each
+    one's help says of its default."""
+    for flag, key, what in (
+        ("--comm-timeout", "comm_timeout", "collective timeout in seconds, how soon a stopped peer is noticed"),
+        (
+            "--recovery-timeout",
+            "recovery_timeout",
+            "seconds after the fault with no training step before a run is called hung",
+        ),
+    ):
+        options.add(
+            group,
+            flag,
+            type=options.timeout_seconds,
+            metavar="SECONDS",
+            **({"default": defaults[key]} if defaults else {}),
+            help=f"{what} ({said[key]}; at most {MAX_TIMEOUT_WORDS})",
+            invalid=options.BAD_TIMEOUTS,
+        )
 
 
 def cmd(args) -> int:

@@ -19,6 +19,7 @@ from bench.cli.common import (
     status_exit,
     world_of,
 )
+from bench.cli.fault import add_time_limits
 from bench.core.console import note
 from bench.core.errors import BenchError, Interrupted, UsageError
 from bench.core.registry import PLAIN_LOOP, PRIMARY
@@ -93,27 +94,17 @@ def add_parser(verbs) -> None:
     )
     # the fault runs' time limits, bench fault's flags: a sweep's are short (SWEEP_FAULTS), which a group that restarts
     # slower than a 2-core machine's (GPU nodes across hosts) must lengthen, or its recovery is called a hang
-    options.add(
+    add_time_limits(
         g,
-        "--comm-timeout",
-        type=options.timeout_seconds,
-        metavar="SECONDS",
-        help="the fault runs' collective timeout in seconds, how soon a stopped peer is noticed (default "
-        f"{SWEEP_FAULTS['comm_timeout']:g} s in a sweep: its fault runs are short; bench fault's is "
-        f"{FAULT_DEFAULTS['comm_timeout']:g} s; at most {MAX_TIMEOUT_WORDS})",
-        invalid=options.BAD_TIMEOUTS,
-    )
-    options.add(
-        g,
-        "--recovery-timeout",
-        type=options.timeout_seconds,
-        metavar="SECONDS",
-        help="seconds after the fault with no training step before a fault run is called hung (default "
-        f"{SWEEP_FAULTS['recovery_timeout']:g} s in a sweep: a backend that never recovers costs it in full, and "
-        "torchrun's restart of the whole group fits with room on a 2-core machine; give more where a restart takes "
-        f"longer, as on GPU nodes across hosts; bench fault's is {FAULT_DEFAULTS['recovery_timeout']:g} s; at most "
-        f"{MAX_TIMEOUT_WORDS})",
-        invalid=options.BAD_TIMEOUTS,
+        None,
+        {
+            "comm_timeout": f"default {SWEEP_FAULTS['comm_timeout']:g} s in a sweep: its fault runs are short; bench "
+            f"fault's is {FAULT_DEFAULTS['comm_timeout']:g} s",
+            "recovery_timeout": f"default {SWEEP_FAULTS['recovery_timeout']:g} s in a sweep: a backend that never "
+            "recovers costs it in full, and torchrun's restart of the whole group fits with room on a 2-core machine; "
+            "give more where a restart takes longer, as on GPU nodes across hosts; bench fault's is "
+            f"{FAULT_DEFAULTS['recovery_timeout']:g} s",
+        },
     )
     options.add(
         g,
