@@ -40,10 +40,14 @@ sys.path.insert(0, str(ROOT))
 
 from bench.core import stats  # noqa: E402
 from bench.core.store import Store  # noqa: E402
+from bench.workflows.sequential import fix_looks, simulated_launches, simulated_sweeps  # noqa: E402
 
 CASES = [(backend, workload) for backend in ("elastic", "horovod") for workload in ("mnist_mlp", "resnet18")]
 SAMPLE_S = 0.1
 YARDSTICK = (128, 3000)  # a 128 x 128 float32 matrix product, 3000 times: about 0.2 s a core on a quiet 2-core EPYC
+# the main job's rounds (noxfile.py's MAIN_JOB_SEQUENTIAL): at most this long, toward this resolution, after 3 planned
+# launches a side
+MAIN_JOB = {"timeout_s": 135.0, "resolution": 0.08, "first": 3}
 # the adjustment's A/A check: random halves of one case's launches compared, as often as this
 AA_SPLITS = 4000
 SEED = 20261206
@@ -308,7 +312,11 @@ def launches(folder: Path) -> list[dict]:
         if record.status != "ok":
             continue
         row = covariates_of(entry, record)
-        row.update(case=(entry["backend"], entry["workload"]), y=math.log(record.metrics.throughput.mean))
+        row.update(
+            case=(entry["backend"], entry["workload"]),
+            y=math.log(record.metrics.throughput.mean),
+            duration_s=record.duration_s,
+        )
         out.append(row)
     return out
 
@@ -401,6 +409,36 @@ def launches_for(sd: float, resolution: float) -> int:
     return n
 
 
+def main_job_reach(rows: list[dict], sweeps: int = 4000) -> dict:
+    """What the main job's rounds would settle at this study's spread: its design fixed as the sweep fixes it
+    (fix_looks, from a round of each comparison: one launch a side, at this study's median launch times), each
+    two-worker row's launches drawn at its cases' pooled spread around the gap this study measured, 4000 sweeps judged
+    by the sweep's own rule (simulated_sweeps). Settled: a difference, or within the resolution."""
+    workloads = sorted({r["case"][1] for r in rows})
+
+    def side(backend: str, workload: str) -> list[dict]:
+        return [r for r in rows if r["case"] == (backend, workload)]
+
+    round_s = [
+        sum(float(np.median([r["duration_s"] for r in side(b, w)])) for b in ("elastic", "horovod")) for w in workloads
+    ]
+    looks = fix_looks(MAIN_JOB["first"], round_s, MAIN_JOB["timeout_s"])
+    gaps, spreads = [], []
+    for w in workloads:
+        logs = [[r["y"] for r in side(b, w)] for b in ("elastic", "horovod")]
+        gaps.append(float(np.mean(logs[0]) - np.mean(logs[1])))
+        spreads.append(float(math.sqrt(np.mean([np.var(x, ddof=1) for x in logs]))))
+    drawn = simulated_launches(gaps, spreads, sweeps, looks, SEED)
+    significant, margin = simulated_sweeps(drawn, looks, MAIN_JOB["resolution"])
+    settled = significant | (margin <= MAIN_JOB["resolution"])
+    return {
+        "most": looks.most,
+        "round_s": round_s,
+        "both_settled": float(settled.all(axis=1).mean()),
+        "median_margin": dict(zip(workloads, (float(m) for m in np.median(margin, axis=0)))),
+    }
+
+
 def analyse(folder: Path) -> dict:
     rows = launches(folder)
     cases = len({r["case"] for r in rows})
@@ -437,6 +475,7 @@ def analyse(folder: Path) -> dict:
             "comparisons_adjusted": backend_comparisons(rows, adjusted_logs),
         },
         "launches_for_8pct": launches_for(pooled_sd(rows, raw), 0.08),
+        "main_job": main_job_reach(rows),
         "yardstick_sd": float(np.std([math.log(r["yardstick"]) for r in rows], ddof=1)),
         "sampled": {
             "span_s": float(np.mean([r["span_s"] for r in rows])),

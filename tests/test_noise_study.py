@@ -40,6 +40,9 @@ def test_the_study_page_holds_the_tables_and_figures_the_data_give(figures):
         f"{figures['explained']['helpers_share']['r2']:.0%}; {figures['explained_together']:.0%} with the other shares",
         f"The other {1 - figures['explained_together']:.0%} is set",
         f"{figures['launches']} launches",
+        f"({figures['main_job']['most']} launches a side at most)",
+        f"in {figures['main_job']['both_settled']:.0%} of 4,000 simulated",
+        "(median ±{:.0%}, ±{:.0%})".format(*figures["main_job"]["median_margin"].values()),
     ]
     for words in worded:
         assert words in page, words

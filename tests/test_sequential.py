@@ -17,7 +17,16 @@ import pytest
 
 from bench.core import stats
 from bench.core.stats import Family, Looks, ratio_of_cases, sequential
-from bench.workflows.sequential import Standing, fix_looks, look_line, next_comparison, round_specs, stop_reason
+from bench.workflows.sequential import (
+    Standing,
+    fix_looks,
+    look_line,
+    next_comparison,
+    round_specs,
+    simulated_launches,
+    simulated_sweeps,
+    stop_reason,
+)
 
 ALPHA = 1 - stats.CONFIDENCE
 
@@ -83,15 +92,6 @@ def test_a_look_in_one_line():
     assert look_line(standing("mlp", 0.30, significant=True), 0.08, looks, 30.0).startswith("mlp: horovod faster by")
 
 
-def draws(true_log_ratios, sd, sweeps, looks: Looks, seed):
-    """Every launch a simulated sweep could make, as log figures: [sweep, comparison, side, launch], each launch
-    normal around its case's (the first side's case is off by the comparison's true log ratio)."""
-    rng = np.random.default_rng(seed)
-    logs = rng.normal(0.0, sd, (sweeps, len(true_log_ratios), 2, looks.most))
-    logs[:, :, 0, :] += np.asarray(true_log_ratios)[None, :, None]
-    return logs
-
-
 def sweep_by_the_code(logs, looks: Looks, resolution):
     """One simulated sweep (logs[comparison, side, launch]) run by the product's rule: every comparison judged as one
     family at its look (stats.sequential, Family), rounds added by next_comparison until it stops (no time limit:
@@ -110,48 +110,12 @@ def sweep_by_the_code(logs, looks: Looks, resolution):
         n[int(pick.key)] += 1
 
 
-def sweeps_by_numpy(logs, looks: Looks, resolution, shares=True):
-    """sweep_by_the_code for every sweep of logs[sweep, ...] at once, in numpy (the same rule: Welch's t on the log
-    ratio, p over the look's share, Holm over the family, the equivalence margin at the share, the widest open
-    comparison next). Returns (significant, margin), each [sweep, comparison]."""
-    from scipy.special import stdtr, stdtrit
-
-    sweeps, comparisons = logs.shape[:2]
-    total = np.concatenate([np.zeros(logs.shape[:3] + (1,)), np.cumsum(logs, axis=3)], axis=3)
-    squares = np.concatenate([np.zeros(logs.shape[:3] + (1,)), np.cumsum(logs**2, axis=3)], axis=3)
-    n = np.full((sweeps, comparisons), looks.first)
-    rows = np.arange(sweeps)[:, None]
-    cols = np.arange(comparisons)[None, :]
-    while True:
-        sums = np.stack([total[rows, cols, side, n] for side in (0, 1)])
-        sq = np.stack([squares[rows, cols, side, n] for side in (0, 1)])
-        mean = sums / n
-        var = (sq - n * mean**2) / (n - 1)
-        terms = var / n
-        se = np.sqrt(terms.sum(axis=0))
-        dof = terms.sum(axis=0) ** 2 / (terms**2 / (n - 1)).sum(axis=0)
-        d = mean[0] - mean[1]
-        share = np.vectorize(looks.share)(n) if shares else np.ones_like(se)
-        p = np.minimum(1.0, 2 * stdtr(dof, -np.abs(d) / se) / share)
-        order = np.argsort(p, axis=1)
-        ranked = np.take_along_axis(p, order, axis=1) * (comparisons - np.arange(comparisons))[None, :]
-        adjusted = np.empty_like(p)
-        np.put_along_axis(adjusted, order, np.minimum(1.0, np.maximum.accumulate(ranked, axis=1)), axis=1)
-        significant = adjusted < ALPHA
-        margin = np.expm1(np.abs(d) + stdtrit(dof, 1 - ALPHA * share) * se)
-        open_ = ~(significant | (margin <= resolution)) & (n < looks.most)
-        if not open_.any():
-            return significant, margin
-        pick = np.argmax(np.where(open_, margin, -np.inf), axis=1)
-        n[np.arange(sweeps)[open_.any(axis=1)], pick[open_.any(axis=1)]] += 1
-
-
 def test_the_numpy_simulation_is_the_products_rule():
     """On the same draws, the vectorized simulation the error-rate tests use stops where the product's code stops
     and says what it says."""
     looks = Looks(3, 8)
-    logs = draws([0.0, math.log(1.05)], 0.07, 40, looks, seed=3)
-    significant, margin = sweeps_by_numpy(logs, looks, 0.08)
+    logs = simulated_launches([0.0, math.log(1.05)], 0.07, 40, looks, seed=3)
+    significant, margin = simulated_sweeps(logs, looks, 0.08)
     for s in range(len(logs)):
         by_code = sweep_by_the_code(logs[s], looks, 0.08)
         assert [c[0] for c in by_code] == list(significant[s])
@@ -164,11 +128,11 @@ def test_looking_after_every_round_calls_no_more_ties_differences_than_the_error
     stays under 5%, its binomial 95% interval's upper end too. Looking as often at the fixed design's level (no
     shares) calls far more: the simulation can tell."""
     looks = Looks(3, 10)
-    logs = draws([0.0, 0.0], 0.07, 4000, looks, seed=7)
-    significant, _ = sweeps_by_numpy(logs, looks, 0.08)
+    logs = simulated_launches([0.0, 0.0], 0.07, 4000, looks, seed=7)
+    significant, _ = simulated_sweeps(logs, looks, 0.08)
     rate = significant.any(axis=1).mean()
     assert rate + 1.96 * math.sqrt(rate * (1 - rate) / len(logs)) <= 0.05, rate
-    naive, _ = sweeps_by_numpy(logs, looks, 0.08, shares=False)
+    naive, _ = simulated_sweeps(logs, looks, 0.08, shares=False)
     assert naive.any(axis=1).mean() > 0.08
 
 
@@ -179,12 +143,12 @@ def test_a_within_statement_is_wrong_in_at_most_5_percent_of_sweeps():
     within. Looking as often at the fixed design's level says a false "within" far more often."""
     looks = Looks(3, 10)
     for truth in (1.06, 1.10, 1.12):
-        logs = draws([math.log(truth), 0.0], 0.07, 4000, looks, seed=11)
-        significant, margin = sweeps_by_numpy(logs, looks, 0.10)
+        logs = simulated_launches([math.log(truth), 0.0], 0.07, 4000, looks, seed=11)
+        significant, margin = simulated_sweeps(logs, looks, 0.10)
         wrong = (~significant[:, 0] & (margin[:, 0] <= 0.10) & (math.log(truth) > np.log1p(margin[:, 0]))).mean()
         assert wrong + 1.96 * math.sqrt(max(wrong, 0.01) * (1 - wrong) / len(logs)) <= 0.05, (truth, wrong)
-    logs = draws([math.log(1.10), 0.0], 0.07, 4000, looks, seed=11)
-    significant, margin = sweeps_by_numpy(logs, looks, 0.10, shares=False)
+    logs = simulated_launches([math.log(1.10), 0.0], 0.07, 4000, looks, seed=11)
+    significant, margin = simulated_sweeps(logs, looks, 0.10, shares=False)
     assert (~significant[:, 0] & (margin[:, 0] <= 0.10)).mean() > 0.08
 
 

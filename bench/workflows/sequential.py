@@ -10,7 +10,9 @@ look spends its share of the error rate, so that looking after every round calls
 look would; the page states each comparison at the share of the look where the sweep left it, so the sweep's
 stopping and the page say the same (docs/method.md, "Sequential sweeps").
 
-The pure part (fix_looks, next_comparison, look_line) takes plain figures; `resolve` runs it against a store."""
+The pure part (fix_looks, next_comparison, look_line) takes plain figures; `resolve` runs it against a store.
+`simulated_sweeps` applies the same rule to thousands of simulated sweeps at once: what a design decides at a given
+spread (its error rates in tests/test_sequential.py, the main job's reach in docs/studies/noise.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from bench.core.console import format_duration, note
 from bench.core.environment import git_state
 from bench.core.registry import PRIMARY
-from bench.core.stats import Family, Judgement, Looks
+from bench.core.stats import CONFIDENCE, Family, Judgement, Looks
 from bench.results.agreement import frame_comparisons
 from bench.results.frame import load_frame
 from bench.results.sweeps import plan_text, ran
@@ -193,3 +195,59 @@ def stop_reason(standings: list[Standing], resolution: float, looks: Looks, left
             + ", ".join(f"{s.label} (about {s.round_s:.0f} s)" for s in short)
         )
     return f"stopped, not resolved to ±{100 * resolution:g}%: {'; '.join(parts)}"
+
+
+# ---------------------------------------------------------------- the rule, simulated
+def simulated_launches(true_log_ratios, sd, sweeps: int, looks: Looks, seed: int):
+    """Every launch a simulated sweep could make, as log figures [sweep, comparison, side, launch]: each normal around
+    its case's with standard deviation `sd` (one for all, or one a comparison), the first side's case off by the
+    comparison's true log ratio."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    shape = (sweeps, len(true_log_ratios), 2, looks.most)
+    logs = (
+        rng.normal(0.0, 1.0, shape)
+        * np.broadcast_to(np.asarray(sd, dtype=float), (len(true_log_ratios),))[None, :, None, None]
+    )
+    logs[:, :, 0, :] += np.asarray(true_log_ratios)[None, :, None]
+    return logs
+
+
+def simulated_sweeps(logs, looks: Looks, resolution: float, shares: bool = True):
+    """The sweep's rule for every simulated sweep of logs[sweep, comparison, side, launch] at once: Welch's t on the
+    log ratio, p over the look's share (shares=False: every look at the fixed design's level), Holm over the family,
+    the equivalence margin at the share, a round to the widest open comparison until each is settled or at the
+    design's last look (no time limit). Returns (significant, margin), each [sweep, comparison]."""
+    import numpy as np
+    from scipy.special import stdtr, stdtrit
+
+    alpha = 1 - CONFIDENCE
+    sweeps, comparisons = logs.shape[:2]
+    total = np.concatenate([np.zeros(logs.shape[:3] + (1,)), np.cumsum(logs, axis=3)], axis=3)
+    squares = np.concatenate([np.zeros(logs.shape[:3] + (1,)), np.cumsum(logs**2, axis=3)], axis=3)
+    n = np.full((sweeps, comparisons), looks.first)
+    rows = np.arange(sweeps)[:, None]
+    cols = np.arange(comparisons)[None, :]
+    while True:
+        sums = np.stack([total[rows, cols, side, n] for side in (0, 1)])
+        sq = np.stack([squares[rows, cols, side, n] for side in (0, 1)])
+        mean = sums / n
+        var = (sq - n * mean**2) / (n - 1)
+        terms = var / n
+        se = np.sqrt(terms.sum(axis=0))
+        dof = terms.sum(axis=0) ** 2 / (terms**2 / (n - 1)).sum(axis=0)
+        d = mean[0] - mean[1]
+        share = np.vectorize(looks.share)(n) if shares else np.ones_like(se)
+        p = np.minimum(1.0, 2 * stdtr(dof, -np.abs(d) / se) / share)
+        order = np.argsort(p, axis=1)
+        ranked = np.take_along_axis(p, order, axis=1) * (comparisons - np.arange(comparisons))[None, :]
+        adjusted = np.empty_like(p)
+        np.put_along_axis(adjusted, order, np.minimum(1.0, np.maximum.accumulate(ranked, axis=1)), axis=1)
+        significant = adjusted < alpha
+        margin = np.expm1(np.abs(d) + stdtrit(dof, 1 - alpha * share) * se)
+        open_ = ~(significant | (margin <= resolution)) & (n < looks.most)
+        if not open_.any():
+            return significant, margin
+        pick = np.argmax(np.where(open_, margin, -np.inf), axis=1)
+        n[np.arange(sweeps)[open_.any(axis=1)], pick[open_.any(axis=1)]] += 1
