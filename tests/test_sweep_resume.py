@@ -339,11 +339,12 @@ def test_a_page_that_cannot_be_written_is_said_and_leaves_the_sweep_and_its_inte
     """bench.cli.sweep.LookPages: a failure to render the page as the sweep goes is said in one line, never raised
     (it would end the sweep, or replace Ctrl-C's exit with a traceback); within a minute of the last, no page."""
     from bench.cli import sweep as sweep_cli
+    from bench.report import page
 
     def broken(store, output):
         raise RuntimeError("a defect")
 
-    monkeypatch.setattr(sweep_cli, "write_report", broken)
+    monkeypatch.setattr(page, "write_report", broken)
     with pytest.raises(KeyboardInterrupt), sweep_cli.LookPages(None, tmp_path / "page.html") as pages:
         pages("round 1 of 3 (1 of 3 launches)")
         pages("round 2 of 3 (2 of 3 launches)")  # seconds after the first: not written

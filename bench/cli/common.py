@@ -493,3 +493,11 @@ def run_each(
 
 def _task(spec):
     return get_task(spec.task)
+
+
+def report_page():
+    """bench.report.page, imported when a command makes a page: half a second of the start of every bench command,
+    most of which make none."""
+    from bench.report import page  # here, not at the top: numpy and the scaling model, in every command's start
+
+    return page

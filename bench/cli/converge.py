@@ -5,11 +5,19 @@ from __future__ import annotations
 import argparse
 
 from bench.cli import options
-from bench.cli.common import chosen_backends, examples, open_store, print_json, spec_options, status_exit, world_of
+from bench.cli.common import (
+    chosen_backends,
+    examples,
+    open_store,
+    print_json,
+    report_page,
+    spec_options,
+    status_exit,
+    world_of,
+)
 from bench.core.console import note
 from bench.core.spec import DEFAULTS, default_threads
 from bench.harness.runner import run_specs
-from bench.report.page import output_path, write_report_with_copy
 from bench.tasks.converge import CONVERGE_DEFAULTS, LR_SCALINGS, build_spec
 from workloads import WORKLOADS
 
@@ -113,7 +121,7 @@ def add_parser(verbs) -> None:
 
 def cmd(args) -> int:
     if args.output:
-        output_path(args.output)  # before the runs, not after them
+        report_page().output_path(args.output)  # before the runs, not after them
     device, world = world_of(args, None)
     backends = chosen_backends(args.backend, options.every_backend("converge"), device=device, verb="converge")
     train = spec_options(args, backends)
@@ -144,6 +152,6 @@ def cmd(args) -> int:
             case = f"{r.spec.workload} " if len(workloads) > 1 else ""
             print(f"{r.spec.backend:8} {case}world {r.spec.world_size}: {r.task.one_line(r)}")
     if args.output:
-        latest, stamped = write_report_with_copy(open_store(args.store), args.output)
+        latest, stamped = report_page().write_report_with_copy(open_store(args.store), args.output)
         note(f"report written to {latest} (and {stamped})")
     return status_exit([r.status for r in records])

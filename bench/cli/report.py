@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 
 from bench.cli import options
-from bench.cli.common import examples, open_store
+from bench.cli.common import examples, open_store, report_page
 from bench.core.errors import EXIT_OK
 from bench.core.inputs import printable
 from bench.core.store import collector_paused
-from bench.report.page import write_report
 
 
 def add_parser(verbs) -> None:
@@ -50,6 +49,6 @@ def cmd(args) -> int:
     # a page is made once, from records that live until it is written: the collector's passes over them would be
     # a third of a large store's report (the cyclic garbage its plots leave, tens of MB, is collected after it)
     with collector_paused():
-        path = write_report(open_store(args.store), args.output, args.where)
+        path = report_page().write_report(open_store(args.store), args.output, args.where)
     print(f"report written to {printable(str(path))}")
     return EXIT_OK

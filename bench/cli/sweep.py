@@ -14,6 +14,7 @@ from bench.cli.common import (
     examples,
     open_store,
     print_json,
+    report_page,
     said_in_flags_of,
     spec_options,
     status_exit,
@@ -27,7 +28,6 @@ from bench.core.spec import MAX_TIMEOUT_WORDS
 from bench.core.stats import MIN_LAUNCHES, runs_to_decide
 from bench.harness.plan import print_plans
 from bench.rank.collectives import COMM_DEFAULTS
-from bench.report.page import output_path, write_report, write_report_with_copy
 from bench.tasks.fault.spec import FAULT_DEFAULTS
 from bench.workflows.plan import (
     SWEEP_DEFAULTS,
@@ -231,7 +231,7 @@ def cmd(args) -> int:
     )
     store = None if args.dry_run else open_store(args.store, runs=True)  # a plan makes no store
     if args.output and not args.dry_run:
-        output_path(args.output)  # before the sweep, not after it
+        report_page().output_path(args.output)  # before the sweep, not after it
     cluster = cluster_of(args)
     device, limit = world_of(args, cluster)
     backends: list[str] | str = comma_list(args.backend)
@@ -300,7 +300,7 @@ class LookPages:
         # any failure is said, not raised: the sweep's launches, and its interruption, matter more than a page `bench
         # report` can write later; the page at its end (finish) is written unguarded, so a defect still shows there
         try:
-            path = write_report(self.store, self.output)
+            path = report_page().write_report(self.store, self.output)
         except Exception as exc:
             said = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
             note(f"bench sweep: the page could not be written ({said}); the sweep goes on")
@@ -367,7 +367,7 @@ def resume(args) -> int:
     refuse_plan_options(args)
     store = open_store(args.store, runs=True)
     if args.output:
-        output_path(args.output)
+        report_page().output_path(args.output)
     with LookPages(store, args.output) as pages:
         _, records = resume_sweep(store, None if args.resume is True else args.resume, on_look=pages)
     return finish(args, store, records)
@@ -378,7 +378,7 @@ def finish(args, store, records) -> int:
     if args.json:
         print_json([r.to_dict() for r in records])
     if args.output:
-        latest, stamped = write_report_with_copy(store, args.output)
+        latest, stamped = report_page().write_report_with_copy(store, args.output)
         note(f"report written to {latest} (and {stamped})")
     return status_exit([r.status for r in records if not r.task.measured(r)])
 

@@ -41,7 +41,6 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import special
 
 from bench.core.registry import get_backend
 from bench.core.stats import CONFIDENCE, t_quantile
@@ -377,6 +376,8 @@ def slowest_of(workers: int, sigma: float) -> float:
     """E[the largest of `workers` draws] of a lognormal step of mean 1 and spread `sigma` of its log (STRAGGLERS)."""
     if workers <= 1 or sigma <= 0:
         return 1.0
+    from scipy import special  # here: scipy's import is a fifth of a second of every bench command's start
+
     z = np.linspace(-9.0, 9.0, 7201)
     density = workers * special.ndtr(z) ** (workers - 1) * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
     return float(np.trapezoid(np.exp(sigma * z - 0.5 * sigma * sigma) * density, z))

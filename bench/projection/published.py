@@ -22,8 +22,6 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from scipy import optimize
-
 from bench.backends.base import CommSchedule, Exchange
 from bench.core.registry import get_backend
 from bench.projection.clusters import parse_cluster
@@ -487,6 +485,8 @@ def fit_jitter() -> Value:
 
     def squares(sigma: float) -> float:
         return sum((p - q) ** 2 for p, q in zip(predicted(sigma), published))
+
+    from scipy import optimize  # here: scipy's import is a fifth of a second of every bench command's start
 
     best = float(optimize.minimize_scalar(squares, bounds=(0.0, 0.2), method="bounded", options={"xatol": 1e-7}).x)
     step = 1e-4
