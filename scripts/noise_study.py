@@ -352,12 +352,13 @@ def adjusted(rows: list[dict], key: str) -> tuple[list[float], float]:
 
 def aa_coverage(rows: list[dict], logs: list[float], splits: int = AA_SPLITS) -> dict:
     """Random halves of each case's launches compared with ratio_of_cases, as a sweep compares two backends: how often
-    the 95% interval holds 1 (it should, 95% of the time) and its mean half-width."""
+    the 95% interval holds 1 (it should, 95% of the time) and its mean half-width; `splits` in all, shared by cases."""
     rng = random.Random(SEED)
     held = widths = total = 0
-    for case in sorted({r["case"] for r in rows}):
+    cases = sorted({r["case"] for r in rows})
+    for case in cases:
         values = [math.exp(v) for r, v in zip(rows, logs) if r["case"] == case]
-        for _ in range(splits // 4):
+        for _ in range(splits // len(cases)):
             shuffled = rng.sample(values, len(values))
             half = len(values) // 2
             est = stats.ratio_of_cases([shuffled[:half]], [shuffled[half : 2 * half]])
