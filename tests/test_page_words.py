@@ -176,3 +176,8 @@ def test_the_method_says_what_resolution_the_runs_reach_and_why():
     one_launch = {key: values[:1] for key, values in launches.items()}
     frame = records_to_frame(sweep_records("s2", one_launch))
     assert train_report.resolution_note(replicated_cases(frame)) == []
+    # launches hundreds of orders of magnitude apart (a corrupt or absurd store) resolve nothing, said so, never raised
+    absurd = {("elastic", 2): [1e-300, 1e300, 1.0], ("horovod", 2): [1e300, 1e-300, 1.0]}
+    frame = records_to_frame(sweep_records("s3", absurd))
+    (note,) = train_report.resolution_note(replicated_cases(frame))
+    assert "no bound at the 3 launches a side here" in "".join(str(part) for part in note)

@@ -870,8 +870,10 @@ def resolution_note(cases: list) -> list:
     sd = math.sqrt(squares / dof)
     side = round(statistics.median(c.launches for c in compared))
 
-    def resolution(n: int) -> float:
-        return math.exp(stats.t_quantile(stats.CONFIDENCE, 2 * n - 2) * sd * math.sqrt(2 / n)) - 1
+    def resolution(n: int) -> str:
+        # stats.exp: launches whose figures differ by hundreds of orders of magnitude resolve nothing, said so
+        bound = stats.exp(stats.t_quantile(stats.CONFIDENCE, 2 * n - 2) * sd * math.sqrt(2 / n)) - 1
+        return f"±{bound:.0%}" if math.isfinite(bound) else "no bound"
 
     return [
         [
@@ -879,8 +881,8 @@ def resolution_note(cases: list) -> list:
             f" On these runs one launch's figure varies by {sd:.1%} between launches of a case (the standard deviation "
             f"of its log, pooled over the {len(compared)} compared case(s) of 2 workers or more). A comparison of n "
             f"launches a side therefore resolves about ±t x {sd:.1%} x sqrt(2/n), before the corrections for many "
-            f"comparisons and looks: ±{resolution(side):.0%} at the {side} launches a side here, "
-            f"±{resolution(4 * side):.0%} at {4 * side}. More windows a launch do not narrow it, nor does adjusting "
+            f"comparisons and looks: {resolution(side)} at the {side} launches a side here, "
+            f"{resolution(4 * side)} at {4 * side}. More windows a launch do not narrow it, nor does adjusting "
             "by the machine's speed measured beside it: the spread is set as a launch starts (docs/studies/noise.md).",
         ]
     ]
