@@ -173,8 +173,14 @@ def launch(folder: Path, backend: str, workload: str) -> tuple[dict, list[dict]]
     argv += ["--store", str(folder / "bench.sqlite"), "--json"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = TreeSampler(proc.pid)
-    out, err = proc.communicate(timeout=300)
-    samples = sampler.finish()
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # bench ends its run's processes on SIGTERM and records the run as interrupted
+        proc.communicate(timeout=60)
+        raise SystemExit(f"{backend} {workload}: no end after 300 s; ended") from None
+    finally:
+        samples = sampler.finish()
     if proc.returncode != 0:
         raise SystemExit(f"{backend} {workload} failed ({proc.returncode}): {err.strip().splitlines()[-1:]}")
     record = json.loads(out)
@@ -405,7 +411,7 @@ def launches_for(sd: float, resolution: float) -> int:
     """The fewest launches a side at which two cases of this spread are resolved to +-resolution (Welch's t with
     2n - 2 degrees of freedom), before any correction for many comparisons or looks."""
     n = 2
-    while math.exp(stats.t_quantile(stats.CONFIDENCE, 2 * n - 2) * sd * math.sqrt(2 / n)) - 1 > resolution:
+    while stats.resolution_at(sd, n) > resolution:
         n += 1
     return n
 

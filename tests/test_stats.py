@@ -243,3 +243,15 @@ def test_a_family_judges_an_exact_comparison_on_its_own_p():
     family = stats.Family({"fault": four, **ties})
     assert family.size == 5 and family.judge("fault").p_adjusted == four.p and family.judge("fault").significant
     assert family.judge("t0").p_adjusted == stats.Family(ties).judge("t0").p_adjusted
+
+
+def test_resolution_at_is_the_welch_half_width_of_two_cases_alike():
+    """Two cases of log spread sd, n launches a side: t(2n - 2) x sd x sqrt(2/n), as a factor minus 1; infinite, not
+    raised, past a float's range."""
+    from bench.core import stats
+
+    assert stats.resolution_at(0.065, 7) == pytest.approx(
+        math.exp(stats.t_quantile(0.95, 12) * 0.065 * math.sqrt(2 / 7)) - 1
+    )
+    assert stats.resolution_at(0.065, 28) < stats.resolution_at(0.065, 7) / 1.9  # four times the launches: half
+    assert stats.resolution_at(1000.0, 2) == math.inf

@@ -126,6 +126,13 @@ def exp(x: float) -> float:
         return math.inf
 
 
+def resolution_at(sd: float, launches: int, confidence: float = CONFIDENCE) -> float:
+    """What a comparison of two cases of log spread `sd`, `launches` a side, resolves: the half-width of its Welch t
+    interval as a factor minus 1 (2n - 2 degrees of freedom), before any correction for many comparisons or looks;
+    infinite where it leaves a float's range."""
+    return exp(t_quantile(confidence, 2 * launches - 2) * sd * math.sqrt(2 / launches)) - 1
+
+
 def mean_log(values: list[float]) -> float:
     """The mean of the logs of positive values: the log of their geometric mean."""
     return sum(math.log(v) for v in values) / len(values)

@@ -871,8 +871,8 @@ def resolution_note(cases: list) -> list:
     side = round(statistics.median(c.launches for c in compared))
 
     def resolution(n: int) -> str:
-        # stats.exp: launches whose figures differ by hundreds of orders of magnitude resolve nothing, said so
-        bound = stats.exp(stats.t_quantile(stats.CONFIDENCE, 2 * n - 2) * sd * math.sqrt(2 / n)) - 1
+        # infinite where launches differ by hundreds of orders of magnitude: they resolve nothing, said so
+        bound = stats.resolution_at(sd, n)
         return f"±{bound:.0%}" if math.isfinite(bound) else "no bound"
 
     return [
