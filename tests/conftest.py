@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from needs import WITHOUT_OPTIONAL, hide_optional
+from needs import WITHOUT_OPTIONAL, hide_optional, mark_optional
 from needs import check as check_needs
 
 if WITHOUT_OPTIONAL:  # before anything asks for a program: the pass as on a fresh machine (needs.py)
@@ -49,6 +49,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     check_needs(item)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        mark_optional(item)
 
 
 def torch_compiler_before_tensorflow() -> None:

@@ -45,6 +45,10 @@ SYSTEM_FOLDERS = frozenset(
 )
 # what a Horovod built on such a machine lacks: its MPI controller (no OpenMPI to build it with) and GPU operations
 HIDDEN_HOROVOD_FEATURES = frozenset({"MPI", "NCCL"})
+# the needs that pass takes away (every one that HIDDEN_PROGRAMS or HIDDEN_HOROVOD_FEATURES makes missing; a test
+# checks that none is left out): a test that declares one is marked `optional` (mark_optional), and `nox -s tests`
+# runs the fast ones among them again with everything present, after that pass has run every fast test
+HIDDEN_NEEDS = frozenset({"mpi", "chromium", "hosts", "slurm", "sbatch", "ray-cluster", "horovod-gpu"})
 
 
 def programs_missing(*names: str, install: str) -> str | None:
@@ -173,6 +177,12 @@ def check(item: pytest.Item) -> None:
             if IN_CI:
                 pytest.fail(f"CI must have {name}: {why}", pytrace=False)
             pytest.skip(why)
+
+
+def mark_optional(item: pytest.Item) -> None:
+    """Mark `optional` a test that declares a need the pass as on a fresh machine takes away (HIDDEN_NEEDS)."""
+    if any(name in HIDDEN_NEEDS for mark in item.iter_markers("needs") for name in mark.args):
+        item.add_marker(pytest.mark.optional)
 
 
 def hide_optional() -> None:

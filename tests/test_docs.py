@@ -225,6 +225,53 @@ def test_a_test_whose_system_package_is_missing_skips_naming_it():
     assert "chromium not found: apt-get install chromium" in proc.stdout
 
 
+# what each need answers, printed by a process that hides what the pass as on a fresh machine hides, or by one that
+# does not (tests/needs.py)
+MISSING_NEEDS = """
+import json, os, sys
+sys.path.insert(0, "tests")
+import needs
+from bench.core.registry import BACKEND_MODULES
+if needs.WITHOUT_OPTIONAL:
+    needs.hide_optional()
+names = [*needs.NEEDS, *(needs.BACKEND + name for name in BACKEND_MODULES)]
+print(json.dumps(sorted(name for name in names if needs.missing(name))))
+"""
+
+
+@pytest.mark.slow
+def test_every_need_the_fresh_machine_pass_takes_away_marks_its_tests_optional():
+    """`nox -s tests` runs every fast test once, as on a fresh machine, and then only the `optional` ones among them
+    with everything present: so each need that hiding the optional programs and Horovod builds makes missing must
+    be in needs.HIDDEN_NEEDS, whose tests are marked `optional`; one left out would never run with its program."""
+    from needs import HIDDEN_NEEDS
+
+    def missing(hidden: bool) -> set[str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "BENCH_TESTS_WITHOUT_OPTIONAL")}
+        env |= {"BENCH_TESTS_WITHOUT_OPTIONAL": "1"} if hidden else {}
+        proc = subprocess.run(
+            [sys.executable, "-c", MISSING_NEEDS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return set(json.loads(proc.stdout.splitlines()[-1]))
+
+    taken_away = missing(hidden=True) - missing(hidden=False)
+    assert taken_away <= HIDDEN_NEEDS, (
+        f"missing only when hidden, not in needs.HIDDEN_NEEDS: {taken_away - HIDDEN_NEEDS}"
+    )
+    if os.environ.get("CI") == "true":  # .ci/run installs every optional package: each of them is taken away
+        assert taken_away >= HIDDEN_NEEDS - {"horovod-gpu"}, HIDDEN_NEEDS - taken_away  # no NCCL on a CPU machine
+    optional = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m", "optional"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "tests/test_slurm_script.py::test_sbatch_reads_every_option_as_written" in optional.stdout
+    assert "tests/test_horovod.py::test_mpi_controllers" in optional.stdout
+
+
 def test_the_readme_says_what_each_optional_part_adds_to_the_tests():
     """One line per need a test may declare (tests/needs.py NEEDS), as `python tests/needs.py` writes them."""
     text = README.read_text()
