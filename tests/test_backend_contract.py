@@ -30,6 +30,7 @@ from conftest import (
     assert_nothing_left,
     assert_resumed_params_are_two_worker_sgd,
     bench_json,
+    claims_apart,
     fault,
     keras_model,
     torch_compiler_before_tensorflow,
@@ -61,9 +62,16 @@ def last_process(name: str) -> int:
     return sum(backend.roles(backend.resolve_options({}, world), world).values()) - 1
 
 
+# backends whose runs hold their cores mostly idle, waiting for their runtime (conftest.claims_apart)
+MOSTLY_WAITING = {"ray"}
+
+
 def on(*backends: str, values: tuple = ()) -> object:
     """A case of a test run under `backends` (the first one's name, then `values`), which needs each of them here."""
-    return pytest.param(backends[0], *values, marks=needs(*(f"backend:{name}" for name in backends)))
+    marks = [needs(*(f"backend:{name}" for name in backends))]
+    if MOSTLY_WAITING & set(backends):
+        marks.append(pytest.mark.claims_apart)
+    return pytest.param(backends[0], *values, marks=marks)
 
 
 def name_in_messages(record: dict, rank: int) -> str:
@@ -103,21 +111,22 @@ TEARDOWN_S = 45  # from the deadline to the bench process's exit, every process 
 def hung_run(backend: str, deadline: int, hung: int, store) -> tuple[dict, list[tuple[str, str]]]:
     """A run whose last process hangs at step 3, ended at `deadline`: its record, checked for what holds whether or not
     every process had reached the hang, and for each process by rank, where it stood and where its hang leaves it."""
-    proc, record = bench_json(
-        "run",
-        "--backend",
-        backend,
-        "--nproc",
-        world_of(backend),
-        "--inject",
-        f"hang:{hung}:3",
-        "--timeout",
-        deadline,
-        "--store",
-        store,
-        *FAST,
-        timeout=deadline + 300,
-    )
+    with claims_apart():  # the hang holds the cores idle until the deadline
+        proc, record = bench_json(
+            "run",
+            "--backend",
+            backend,
+            "--nproc",
+            world_of(backend),
+            "--inject",
+            f"hang:{hung}:3",
+            "--timeout",
+            deadline,
+            "--store",
+            store,
+            *FAST,
+            timeout=deadline + 300,
+        )
     # from its launch (a run may first wait for cores another run holds) to the bench process's exit
     assert time.time() - record["created_at"] < deadline + TEARDOWN_S
     assert proc.returncode == 1 and record["status"] == "timeout", record["error"]

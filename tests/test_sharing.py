@@ -12,7 +12,7 @@ import pytest
 
 from bench.core.errors import CoresInUse
 from bench.harness.cores import CoreClaim, Sharing
-from conftest import FAST, ROOT, bench_in_process
+from conftest import FAST, ROOT, bench_in_process, claims_apart
 
 HOLDER = """
 import sys, time
@@ -20,6 +20,17 @@ from bench.harness.cores import CoreClaim
 with CoreClaim(sys.argv[1], "a test holder", None, ["cpu0", "cpu1"]):
     print("holding", flush=True)
     time.sleep(600)
+"""
+
+
+CLAIM_AT_ONCE = """
+from bench.core.errors import CoresInUse
+from bench.harness.cores import CoreClaim, Sharing
+try:
+    with CoreClaim("another-apart-run", "a test", None, ["cpu1"], Sharing(wait_s=0)):
+        print("claimed")
+except CoresInUse:
+    print("CoresInUse")
 """
 
 
@@ -53,6 +64,37 @@ def test_a_claim_is_waited_for_refused_after_the_wait_and_dies_with_its_process(
     with CoreClaim("fourth-run", "a test", None, ["cpu1"], Sharing(wait_s=0)):
         assert not (tmp_path / "holder-run.claim").exists()  # a dead process's claim, removed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["registry.lock"]
+
+
+def test_a_run_claimed_apart_does_not_wait_for_the_other_workers_run(tmp_path, monkeypatch):
+    """tests/conftest.py's claims_apart, under pytest-xdist: a run that holds its cores mostly idle claims them in the
+    session's second folder, so a claim the other worker holds in its first does not hold it up (nor is either
+    marked), while another such run does; outside it, the first folder is back, and the same claim is refused."""
+    session = tmp_path / "bench-locks"
+    session.mkdir()
+    monkeypatch.setenv("BENCH_LOCK_DIR", str(session))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    holder = start_holder("other-workers-run", dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        with claims_apart():
+            with CoreClaim("apart-run", "a test", None, ["cpu0", "cpu1"], Sharing(wait_s=0)) as claim:
+                other_worker = subprocess.run(
+                    [sys.executable, "-c", CLAIM_AT_ONCE],
+                    env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                assert "CoresInUse" in other_worker.stdout, other_worker.stderr  # the second folder holds it
+                assert claim.finish() == []
+        assert os.environ["BENCH_LOCK_DIR"] == str(session)
+        with pytest.raises(CoresInUse):
+            with CoreClaim("waiting-run", "a test", None, ["cpu0"], Sharing(wait_s=0)):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (tmp_path / "bench-locks-apart" / "registry.lock").exists()
 
 
 def test_sharing_marks_both_runs(tmp_path, monkeypatch):

@@ -24,6 +24,8 @@ from conftest import (
 )
 from needs import needs
 
+pytestmark = pytest.mark.claims_apart  # Ray's runs wait for its runtime most of their time (conftest.py)
+
 
 # ---------------------------------------------------------------- refusals (no root needed)
 @pytest.mark.parametrize(
