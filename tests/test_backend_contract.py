@@ -108,25 +108,30 @@ STARTING_STATES = ("not started", "started, not yet joined the group", "joined t
 TEARDOWN_S = 45  # from the deadline to the bench process's exit, every process of the run ended
 
 
+def injected_run(backend: str, injection: str, deadline: int, store) -> tuple:
+    """A contract run (FAST) of the backend with `--inject INJECTION`, ended at `deadline` at the latest."""
+    return bench_json(
+        "run",
+        "--backend",
+        backend,
+        "--nproc",
+        world_of(backend),
+        "--inject",
+        injection,
+        "--timeout",
+        deadline,
+        "--store",
+        store,
+        *FAST,
+        timeout=deadline + 300,
+    )
+
+
 def hung_run(backend: str, deadline: int, hung: int, store) -> tuple[dict, list[tuple[str, str]]]:
     """A run whose last process hangs at step 3, ended at `deadline`: its record, checked for what holds whether or not
     every process had reached the hang, and for each process by rank, where it stood and where its hang leaves it."""
     with claims_apart():  # the hang holds the cores idle until the deadline
-        proc, record = bench_json(
-            "run",
-            "--backend",
-            backend,
-            "--nproc",
-            world_of(backend),
-            "--inject",
-            f"hang:{hung}:3",
-            "--timeout",
-            deadline,
-            "--store",
-            store,
-            *FAST,
-            timeout=deadline + 300,
-        )
+        proc, record = injected_run(backend, f"hang:{hung}:3", deadline, store)
     # from its launch (a run may first wait for cores another run holds) to the bench process's exit
     assert time.time() - record["created_at"] < deadline + TEARDOWN_S
     assert proc.returncode == 1 and record["status"] == "timeout", record["error"]
@@ -216,21 +221,7 @@ def test_a_crashed_process_is_named_with_its_exit(backend, kind, store):
     """An exception at step 4 (the rank, the exception and its message, its exit) or a SIGKILL (the rank and the
     signal): that process is blamed, not the others whose failures follow from it."""
     victim = last_process(backend)
-    proc, record = bench_json(
-        "run",
-        "--backend",
-        backend,
-        "--nproc",
-        world_of(backend),
-        "--inject",
-        f"{kind}:{victim}:4",
-        "--timeout",
-        120,
-        "--store",
-        store,
-        *FAST,
-        timeout=400,
-    )
+    proc, record = injected_run(backend, f"{kind}:{victim}:4", 120, store)
     assert proc.returncode == 1 and record["status"] == "crashed", record["error"]
     error = record["error"]
     assert error["rank"] == victim
