@@ -189,12 +189,11 @@ def test_the_bare_ray_loop_leaves_no_ray_session_behind():
         sessions = set((tmp / "ray").iterdir()) if (tmp / "ray").is_dir() else set()
         return sessions | set(tmp.glob("bare-ray-*"))
 
-    from bench.harness.cores import CoreClaim
+    from bench.harness.cores import CoreClaim, cpu_resources
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     # claimed as a run is, so that no run of Ray starts a runtime of its own meanwhile, which this test would find
-    every_cpu = [f"cpu{cpu}" for cpu in sorted(os.sched_getaffinity(0))]
-    with CoreClaim(f"bare-ray-loop-{os.getpid()}", "the bare Ray loop", None, every_cpu):
+    with CoreClaim(f"bare-ray-loop-{os.getpid()}", "the bare Ray loop", None, cpu_resources()):
         before = left()
         proc = subprocess.run(
             BARE_LOOPS["ray"].command(2, ["--workload", "mnist_mlp", "--threads", "1", "--steps", "20"]),

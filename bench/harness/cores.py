@@ -78,15 +78,21 @@ def lock_dir() -> Path:
     return Path(os.environ.get(LOCK_DIR_VARIABLE) or DEFAULT_LOCK_DIR)
 
 
-def run_resources(spec: RunSpec) -> list[str]:
-    """What a run occupies on this machine: `cpuN` for each CPU its processes may use, `gpuID` for each GPU it
-    takes (local rank r takes the r-th visible device)."""
+def cpu_resources(every_cpu: bool = False) -> list[str]:
+    """`cpuN` for each CPU of this process's affinity, which its children inherit; every CPU of the machine where
+    `every_cpu` (a run across test hosts, namespaces of this machine) or where no affinity can be read."""
     cpus: Iterable[int]
-    if spec.hosts or not hasattr(os, "sched_getaffinity"):
+    if every_cpu or not hasattr(os, "sched_getaffinity"):
         cpus = range(os.cpu_count() or 1)
     else:
         cpus = sorted(os.sched_getaffinity(0))
-    out = [f"cpu{c}" for c in cpus]
+    return [f"cpu{c}" for c in cpus]
+
+
+def run_resources(spec: RunSpec) -> list[str]:
+    """What a run occupies on this machine: `cpuN` for each CPU its processes may use, `gpuID` for each GPU it
+    takes (local rank r takes the r-th visible device)."""
+    out = cpu_resources(every_cpu=bool(spec.hosts))
     if spec.device == "cuda":
         visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
         out += [f"gpu{d}" for d in (visible or [str(i) for i in range(spec.world_size)])[: spec.world_size]]
