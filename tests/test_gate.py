@@ -290,13 +290,18 @@ MACHINE = {
         ({"cpu_flags": ["avx", "avx2", "fma", "avx512f"]}, False, "cpu_flags"),
         ({"cpu_capability": "AVX512"}, False, "cpu_capability"),
         ({"cpu_count": 4}, False, "cpu_count"),
+        # a CPU quota where the baseline's host had none (recorded: None), or another one
+        ({"cpu_quota": 1.0}, False, "CPU quota no limit on the baseline's host, 1 CPUs' time here"),
+        ({"cpu_quota": None}, True, ""),
     ],
 )
 def test_hosts_are_matched_by_what_decides_speed_not_by_label(change, same, says):
     from bench.results.baselines import host_match
 
-    ok, why = host_match(MACHINE, {**MACHINE, **change})
+    ok, why = host_match({**MACHINE, "cpu_quota": None}, {**MACHINE, **change})
     assert ok == same and says in why, why
+    if "cpu_quota" in change:  # a baseline written before quotas were recorded: not compared on them
+        assert host_match(MACHINE, {**MACHINE, **change}) == (True, "")
     # a baseline written before calibrations were recorded cannot vouch for its host
     ok, why = host_match({k: v for k, v in MACHINE.items() if k != "calibration"}, MACHINE)
     assert not ok and "no calibration recorded with the baseline" in why

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.oom import OomCount, _cgroup_mounts, oom_killed_words, own_oom_count
+from bench.core.cgroups import mounts_of
+from bench.harness.oom import OomCount, oom_killed_words, own_oom_count
 from conftest import FAST, ROOT, assert_nothing_left
 
 HOG = '''
@@ -53,7 +54,7 @@ def memory_cgroup():
     own = own_oom_count()
     v2 = [
         mount
-        for _, mount in _cgroup_mounts(Path("/proc")).get("v2", [])
+        for _, mount in mounts_of("memory").get("v2", [])
         if "memory" in read_or_nothing(mount / "cgroup.subtree_control").split()
     ]
     name = f"bench-test-{os.getpid()}"

@@ -93,10 +93,11 @@ def on_every_host(
 # ---------------------------------------------------------------- checks before a launch
 PROBE = """
 import json, os, socket, subprocess, sys
+from bench.core.cgroups import usable_cpus  # the host's CPUs less what its CPU quota throttles
 iface, peer, gpus = sys.argv[1], sys.argv[2], sys.argv[3] == "gpus"
 with open("/proc/sys/kernel/random/boot_id") as f:
     boot = f.read().strip()
-out = {"hostname": socket.gethostname(), "cpus": len(os.sched_getaffinity(0)), "machine": boot}
+out = {"hostname": socket.gethostname(), "cpus": usable_cpus(), "machine": boot}
 if gpus:  # torch only when GPUs are asked for: its import takes seconds
     out["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     try:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.core.cgroups import cpu_quota
 from bench.core.gpu_node import node_facts
 
 # the folder that holds the `bench` and `workloads` packages, two above this file (bench/core/): the checkout. It
@@ -275,6 +276,7 @@ def _static_fingerprint() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_quota": cpu_quota(),  # CPUs' time its cgroup allows (None: no limit): fewer than the CPUs throttles
         "cpu_flags": cpu_flags(),
         "memory_bytes": memory,
         **torch_facts(),

@@ -7,10 +7,10 @@ resolved values are recorded, so every backend runs under the same conditions.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from bench.core.cgroups import usable_cpus, usable_cpus_words
 from bench.core.codec import JsonObject, OwnForm, RecordError, Where, decode, decode_fields, restore_floats, spell
 from bench.core.dryrun import planning
 from bench.core.errors import UsageError
@@ -214,10 +214,9 @@ class RunSpec:
 
 
 def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
+    """The CPUs a run's threads can keep busy here: those this process may run on, fewer where its cgroup's CPU quota
+    allows less time (a pod's limits.cpu on a larger node: bench.core.cgroups.usable_cpus)."""
+    return usable_cpus()
 
 
 def cuda_device_count() -> int:
@@ -303,7 +302,7 @@ def check_placement(
     if device == "cpu" and world_size * threads > cores and not oversubscribe:
         raise UsageError(
             f"world size {world_size} x {threads} thread(s) needs {world_size * threads} cores, "
-            f"this machine has {cores}; lower --nproc or --threads, or pass --oversubscribe "
+            f"this machine has {usable_cpus_words()}; lower --nproc or --threads, or pass --oversubscribe "
             "to measure contention on purpose"
         )
     if device == "cpu" and world_size * threads > MAX_THREADS_PER_CORE * cores:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PROC = Path("/proc")
+from bench.core.cgroups import PROC, cgroups_of
 
 
 class OomCount:
@@ -52,64 +52,12 @@ def own_oom_count(proc: Path = PROC) -> OomCount | None:
 
 
 def _count_files(proc: Path) -> list[Path]:
-    mounts = _cgroup_mounts(proc)
-    files = []
-    for line in _read(proc / "self" / "cgroup").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        if "memory" in controllers.split(","):
-            files += [_under(root, mount, path) / "memory.oom_control" for root, mount in mounts.get("memory", [])]
-        elif controllers == "":  # cgroup v2 (the memory controller is v1's where both are mounted: hybrid)
-            files += [_under(root, mount, path) / "memory.events" for root, mount in mounts.get("v2", [])]
+    files = [
+        cgroup.folder / ("memory.oom_control" if cgroup.version == 1 else "memory.events")
+        for cgroup in cgroups_of("memory", proc)
+    ]
     v1 = [f for f in files if f.name == "memory.oom_control"]
     return (v1 or files) + [proc / "vmstat"]
-
-
-def _cgroup_mounts(proc: Path) -> dict[str, list[tuple[str, Path]]]:
-    """{"memory": [(the mount's root in the hierarchy, mount point)] of cgroup v1's memory controller, "v2": [...] of
-    cgroup v2}, from /proc/self/mountinfo."""
-    found: dict[str, list[tuple[str, Path]]] = {}
-    for line in _read(proc / "self" / "mountinfo").splitlines():
-        left, sep, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if not sep or len(fields) < 5 or len(tail) < 3:
-            continue
-        root, mount_point, fs_type, options = _unescape(fields[3]), Path(_unescape(fields[4])), tail[0], tail[2]
-        if fs_type == "cgroup2":
-            found.setdefault("v2", []).append((root, mount_point))
-        elif fs_type == "cgroup" and "memory" in options.split(","):
-            found.setdefault("memory", []).append((root, mount_point))
-    return found
-
-
-def _under(root: str, mount_point: Path, path: str) -> Path:
-    """The folder of cgroup `path` (as /proc/self/cgroup gives it) below a mount of the hierarchy whose root is `root`
-    (a container's mount shows its own cgroup as its root)."""
-    if root != "/" and (path == root or path.startswith(root.rstrip("/") + "/")):
-        path = path[len(root.rstrip("/")) :]
-    return mount_point / path.lstrip("/")
-
-
-def _unescape(text: str) -> str:
-    """mountinfo's octal escapes (a space is \\040)."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and text[i + 1 : i + 4].isdigit() and len(text[i + 1 : i + 4]) == 3:
-            out.append(chr(int(text[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
 
 
 def oom_killed_words(count: OomCount | None, before: int | None) -> str | None:

@@ -47,6 +47,8 @@ def machine_facts(records: list) -> dict:
             "cuda_devices",
         )
     }
+    if "cpu_quota" in env:  # recorded since runs say it; None: no limit
+        facts["cpu_quota"] = env["cpu_quota"]
     return facts | {**(env.get("packages") or {}), "git": env.get("git")}
 
 
@@ -56,6 +58,10 @@ def host_match(base: dict, cur: dict) -> tuple[bool, str]:
     for key in MACHINE_KEYS:
         if base.get(key) is not None and cur.get(key) is not None and base.get(key) != cur.get(key):
             return False, f"{key} {base.get(key)} on the baseline's host, {cur.get(key)} here"
+    # a CPU quota (None where recorded: no limit) throttles what runs on the CPUs the facts above name
+    if "cpu_quota" in base and "cpu_quota" in cur and base["cpu_quota"] != cur["cpu_quota"]:
+        quotas = [f"{q:g} CPUs' time" if q is not None else "no limit" for q in (base["cpu_quota"], cur["cpu_quota"])]
+        return False, f"CPU quota {quotas[0]} on the baseline's host, {quotas[1]} here"
     cb, cc = base.get("calibration"), cur.get("calibration")
     if not cb or not cc:
         side = "the baseline" if not cb else "the current runs"

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.core.cgroups import usable_cpus_words
 from bench.core.environment import fingerprint
 from bench.core.registry import BACKEND_MODULES, get_backend
-from bench.core.spec import cpu_count
 from bench.tools.horovod_build import cxx_compiler, cxx_standard_for
 
 MIN_PYTHON = (3, 10)  # pyproject.toml's requires-python
@@ -117,7 +117,7 @@ def doctor_lines() -> list[str]:
     lines = [
         *prerequisite_lines(env["torch"]),
         f"python      {env['python']} ({env['python_executable']})",
-        f"machine     {env['hostname']}: {env['cpu_model']}, {cpu_count()} usable cores, "
+        f"machine     {env['hostname']}: {env['cpu_model']}, {usable_cpus_words()} usable cores, "
         f"{(env['memory_bytes'] or 0) / 2**30:.1f} GiB",
         f"torch       {env['torch']} (CUDA build: {env['torch_cuda_build'] or 'none'}, "
         f"cuDNN: {env['cudnn'] or 'none'})",
