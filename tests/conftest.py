@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -487,6 +488,19 @@ def held_test_hosts(count: int) -> Iterator[list]:
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     return tmp_path / "results" / "bench.sqlite"
+
+
+def remove_cgroup(folder: Path, wait_s: float = 30) -> None:
+    """Remove a cgroup a test made, once its last processes have left it (they may still be leaving)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            folder.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 # ---------------------------------------------------------------- a folder shared with a second local user

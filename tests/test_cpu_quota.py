@@ -6,14 +6,13 @@ skipped saying why where none can be made)."""
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from bench.core.cgroups import affinity_cpus, cgroups_of, cpu_quota, usable_cpus, usable_cpus_words
-from conftest import ROOT
+from conftest import ROOT, remove_cgroup
 
 V2_MOUNT = "30 25 0:26 {root} {mount} rw,nosuid - cgroup2 cgroup2 rw\n"
 V1_CPU = "32 25 0:28 / {mount} rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
@@ -102,15 +101,7 @@ def one_cpu_cgroup():
             (folder / file).write_text(value)
         yield folder
     finally:
-        deadline = time.monotonic() + 30
-        while True:  # (its last process may still be leaving)
-            try:
-                folder.rmdir()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        remove_cgroup(folder)
 
 
 def bench_in(cgroup: Path | None, *args: str) -> subprocess.CompletedProcess:

@@ -7,14 +7,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bench.core.cgroups import mounts_of
 from bench.harness.oom import OomCount, oom_killed_words, own_oom_count
-from conftest import FAST, ROOT, assert_nothing_left
+from conftest import FAST, ROOT, assert_nothing_left, remove_cgroup
 
 HOG = '''
 import os
@@ -78,15 +77,7 @@ def memory_cgroup():
                 (folder / name).write_text(str(value))
         yield folder
     finally:
-        deadline = time.monotonic() + 30
-        while True:  # (its last processes may still be leaving)
-            try:
-                folder.rmdir()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        remove_cgroup(folder)
 
 
 @pytest.mark.slow
