@@ -3,6 +3,7 @@ on a machine of more counts 1 usable core, so that a run's threads are not throt
 /proc files as cgroup v1, v2 and a container's namespace give them, and for real in a cgroup of the test's own (root;
 skipped saying why where none can be made)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -105,11 +106,13 @@ def one_cpu_cgroup():
 
 
 def bench_in(cgroup: Path | None, *args: str) -> subprocess.CompletedProcess:
+    """`bench ARGS` (or `python -c CODE`) in `cgroup`, or where this test runs."""
+
     def join():
         (cgroup / "cgroup.procs").write_text(str(os.getpid()))
 
     return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
+        [sys.executable, *(args if args[0] == "-c" else ("-m", "bench", *args))],
         capture_output=True,
         text=True,
         timeout=120,
@@ -132,3 +135,27 @@ def test_under_a_one_cpu_quota_two_workers_are_refused_and_one_is_planned(one_cp
     )
     proc = bench_in(one_cpu_cgroup, "run", "--backend", "elastic", "--nproc", "1", "--dry-run")
     assert proc.returncode == 0 and "1 thread(s) a process" in proc.stdout, proc.stdout + proc.stderr
+
+
+POD_CORES = """
+import argparse, json
+from bench.cli.common import pods_cluster
+from bench.cluster.kubeflow_pod import pod_place
+env = {"PET_NNODES": "1:2", "BENCH_JOB_PODS": "1", "PET_NPROC_PER_NODE": "1", "PET_RDZV_ENDPOINT": "bench-worker-0:1"}
+cluster = pods_cluster(argparse.Namespace(nproc=None, gpus=None), pod_place(env, "bench-worker-0"))
+print(json.dumps([machine["cpus"] for machine in cluster["machines"].values()]))
+"""
+
+
+@pytest.mark.skipif(affinity_cpus() < 2, reason="needs a machine of 2 CPUs or more, for a quota below them")
+def test_a_kubeflow_pods_cores_are_its_cpu_limit_not_its_nodes(one_cpu_cgroup):
+    """A pod's limits.cpu is its cgroup's quota: the pod's run shares that among its processes, not the node's cores
+    its affinity lists."""
+
+    def pod_cores(cgroup):
+        proc = bench_in(cgroup, "-c", POD_CORES)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    assert pod_cores(None) == [affinity_cpus()]
+    assert pod_cores(one_cpu_cgroup) == [1]

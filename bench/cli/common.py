@@ -22,6 +22,7 @@ from bench.cluster.hosts import (
     shape_links,
     unshape_links,
 )
+from bench.core.cgroups import usable_cpus
 from bench.core.codec import record_line
 from bench.core.console import note
 from bench.core.dryrun import planning
@@ -286,7 +287,7 @@ def pods_cluster(args, place: kubeflow_pod.PodPlace) -> dict:
             f"{nproc_flag} {nproc}: the job's {len(place.hosts)} pods x {place.nproc_per_node} processes make {slots}; "
             f"drop {nproc_flag} or give {slots}"
         )
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()  # the pod's CPU limit (its cgroup's quota), not the node's cores it may be scheduled on
     return {
         "hosts": [Host(name, place.nproc_per_node).to_dict() for name in place.hosts],
         "iface": getattr(args, "iface", None),
