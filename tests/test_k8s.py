@@ -1207,7 +1207,7 @@ def test_a_gpu_pod_plans_its_agent_on_cuda(monkeypatch, tmp_path):
     env = kf.pytorchjob_env("bench", "Master", 0, masters=1, workers=1, nproc_per_node=4)
     monkeypatch.setattr(os, "environ", {**os.environ, **env})
     monkeypatch.setattr(socket, "gethostname", lambda: "bench-master-0")
-    monkeypatch.setattr(os, "cpu_count", lambda: 32)  # a GPU node's pod, not this 2-core machine
+    monkeypatch.setattr(common, "usable_cpus", lambda: 32)  # a GPU node's pod, not this 2-core machine
     args = argparse.Namespace(scheduler=None, iface=None, link=None, links=None, nproc=None, gpus=4)
     cluster = common.cluster_of(args, pods=True)
     assert common.world_of(args, cluster) == ("cuda", 8)
