@@ -388,3 +388,20 @@ def test_the_band_a_divisors_speed_explains_is_its_factor_either_way():
     assert beyond_band(-0.5, 1.25) == pytest.approx(-0.375)  # 0.5 x 1.25 - 1
     assert beyond_band(0.5, 1.25) == pytest.approx(0.2)  # 1.5 / 1.25 - 1
     assert beyond_band(-1.0, 2.0) == -1.0 and beyond_band(math.inf, 2.0) == math.inf  # an interval's open ends
+
+
+def test_a_host_vouches_for_its_absolute_figures_only_at_its_slower_calibration():
+    """bench regress times the calibration before its runs and after them and hands the gate the slower of each
+    figure: a shared host at its baseline's speed at one moment but not at the other cannot vouch for its absolute
+    throughput (the figures are from one such host: its convolution step at 68% to 88% of the baseline's)."""
+    from bench.results.baselines import host_match
+    from bench.workflows.regress import slower_calibration
+
+    base = {"calibration": {"gemm_gflops": 100.0, "conv_step_ms": 13.4}}
+    quick = {"gemm_gflops": 95.0, "conv_step_ms": 15.2}
+    slow = {"gemm_gflops": 92.0, "conv_step_ms": 19.7}
+    both = slower_calibration(quick, slow)
+    assert both == {"gemm_gflops": 92.0, "conv_step_ms": 19.7} == slower_calibration(slow, quick)
+    assert host_match(base, {"calibration": quick}) == (True, "")
+    same, why = host_match(base, {"calibration": both})
+    assert not same and why == "this host runs the calibration work at 68% (conv_step_ms) of the baseline host's speed"

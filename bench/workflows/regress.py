@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.core.environment import calibrate
@@ -87,9 +88,16 @@ def regress_command(repeats: int, timeout: float | None = None) -> list[str]:
 
 
 def run_matrix(
-    store, title: str, repeats: int, *, inject_delay: str | None = None, timeout: float | None = None
+    store,
+    title: str,
+    repeats: int,
+    *,
+    inject_delay: str | None = None,
+    timeout: float | None = None,
+    before_launches: Callable[[], None] | None = None,
 ) -> tuple[str, list]:
-    """Run the regression matrix as one sweep into `store`: (sweep id, records)."""
+    """Run the regression matrix as one sweep into `store`: (sweep id, records). before_launches: called once the
+    matrix is planned and checked, before its first launch."""
     m = REGRESS_MATRIX
     device, _ = resolve_device(m["nproc"], None)
     return run_benchmark_sweep(
@@ -108,6 +116,7 @@ def run_matrix(
         },
         comm=comm_options({"max_bytes": m["comm_max_bytes"]}),
         repeats=repeats,
+        before_launches=before_launches,
     )
 
 
@@ -120,10 +129,28 @@ def failing_list(rows: list[dict]) -> str:
     )
 
 
-def this_host(records: list) -> dict:
-    """The machine of runs made on this host, with its calibration measured now (bench.core.environment)."""
+def timed_calibration() -> dict[str, float]:
+    """The host's calibration work (bench.core.environment.calibrate), timed now, said on stderr."""
     print("bench: timing the host's calibration work (a few seconds)", file=sys.stderr, flush=True)
-    return {**machine_facts(records), "calibration": calibrate()}
+    return calibrate()
+
+
+def slower_calibration(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
+    """Of two calibrations of one host, each figure at its slower: a host vouches for its absolute figures only if
+    it ran at the baseline's speed before its runs and after them. Best of 10 at one moment hides a shared host that
+    is slower most of the time (one measured at 68% to 95% of its baseline's speed from one call to the next, its
+    runs 25% to 35% slower throughout)."""
+    return {
+        "gemm_gflops": min(first["gemm_gflops"], second["gemm_gflops"]),
+        "conv_step_ms": max(first["conv_step_ms"], second["conv_step_ms"]),
+    }
+
+
+def this_host(records: list, before: dict[str, float] | None = None) -> dict:
+    """The machine of runs made on this host, with its calibration measured now (bench.core.environment), or the
+    slower of now and `before`, timed before the runs (slower_calibration)."""
+    now = timed_calibration()
+    return {**machine_facts(records), "calibration": now if before is None else slower_calibration(before, now)}
 
 
 def unavailable_backends(records: list) -> dict[str, str]:
@@ -291,11 +318,19 @@ def regress(
     base = read_runs_file(runs_file, "baseline")  # before minutes of runs, not after
     if hot_paths and not os.path.isfile(hot_file):
         raise UsageError(f"{hot_file} does not exist; make it with `bench baseline` (or pass --no-hot-paths)")
-    _, records = run_matrix(store, "bench regress", repeats, inject_delay=inject_delay, timeout=timeout)
+    before: dict[str, float] = {}  # timed once the matrix is checked: bad input is refused before anything runs
+    _, records = run_matrix(
+        store,
+        "bench regress",
+        repeats,
+        inject_delay=inject_delay,
+        timeout=timeout,
+        before_launches=lambda: before.update(timed_calibration()),
+    )
     if any(r.status == RunStatus.INTERRUPTED for r in records):
         return EXIT_INTERRUPTED
     out = sys.stderr if as_json else None
-    machine = this_host(records)
+    machine = this_host(records, before or None)
     code, rows = compare_and_print(base, records, as_json=False, out=out, machine=machine)
     if code and confirm:
         records = confirm_failures(records, rows, store, "bench regress")

@@ -143,10 +143,12 @@ def run_benchmark_sweep(
     fault_timeouts: dict[str, float | None] | None = None,
     sequential: dict | None = None,
     on_look: OnLook = None,
+    before_launches: Callable[[], None] | None = None,
 ) -> tuple[str, list]:
     """Plan a sweep (benchmark_sweep_plan) under a new sweep id and run it: (sweep id, records). sequential: the
     resolution (a fraction) and timeout_s of a sweep that adds rounds until it is sure (bench.workflows.sequential),
-    None for the planned launches only. on_look: called at the end of each round of launches (OnLook)."""
+    None for the planned launches only. on_look: called at the end of each round of launches (OnLook).
+    before_launches: called once the plan and the store are checked, before the first launch."""
     sweep_id = new_run_id()
     plan, description = benchmark_sweep_plan(
         sweep_id,
@@ -165,6 +167,8 @@ def run_benchmark_sweep(
     )
     note(f"{title}: {description}")
     store.check_writable()  # before the sweep's row makes the store: a store that cannot take its runs says so first
+    if before_launches is not None:
+        before_launches()
     now = time.time()
     store.begin_sweep(
         {
