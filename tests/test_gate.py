@@ -394,8 +394,7 @@ def test_a_host_vouches_for_its_absolute_figures_only_at_its_slower_calibration(
     """bench regress times the calibration before its runs and after them and hands the gate the slower of each
     figure: a shared host at its baseline's speed at one moment but not at the other cannot vouch for its absolute
     throughput (the figures are from one such host: its convolution step at 68% to 88% of the baseline's)."""
-    from bench.results.baselines import host_match
-    from bench.workflows.regress import slower_calibration
+    from bench.results.baselines import host_match, slower_calibration
 
     base = {"calibration": {"gemm_gflops": 100.0, "conv_step_ms": 13.4}}
     quick = {"gemm_gflops": 95.0, "conv_step_ms": 15.2}

@@ -81,6 +81,17 @@ def host_match(base: dict, cur: dict) -> tuple[bool, str]:
     return True, ""
 
 
+def slower_calibration(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
+    """Of two calibrations of one host, each figure at its slower (in the directions host_match reads them): a host
+    vouches for its absolute figures only if it ran at the baseline's speed before its runs and after them. Best of 10
+    at one moment hides a shared host that is slower most of the time (one measured at 68% to 95% of its baseline's
+    speed from one call to the next, its runs 25% to 35% slower throughout)."""
+    return {
+        "gemm_gflops": min(first["gemm_gflops"], second["gemm_gflops"]),
+        "conv_step_ms": max(first["conv_step_ms"], second["conv_step_ms"]),
+    }
+
+
 def latest_sweep(records: list, sweep_id: str | None = None) -> tuple[str | None, list]:
     """The records of one sweep: the one named, else the most recent sweep; a launch interrupted and run again by
     `bench sweep --resume` is its later run only (bench.results.sweeps.launches)."""

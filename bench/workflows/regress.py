@@ -28,6 +28,7 @@ from bench.results.baselines import (
     latest_sweep,
     machine_facts,
     read_runs_file,
+    slower_calibration,
     write_baseline,
 )
 from bench.results.figures import figures
@@ -133,17 +134,6 @@ def timed_calibration() -> dict[str, float]:
     """The host's calibration work (bench.core.environment.calibrate), timed now, said on stderr."""
     print("bench: timing the host's calibration work (a few seconds)", file=sys.stderr, flush=True)
     return calibrate()
-
-
-def slower_calibration(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
-    """Of two calibrations of one host, each figure at its slower: a host vouches for its absolute figures only if
-    it ran at the baseline's speed before its runs and after them. Best of 10 at one moment hides a shared host that
-    is slower most of the time (one measured at 68% to 95% of its baseline's speed from one call to the next, its
-    runs 25% to 35% slower throughout)."""
-    return {
-        "gemm_gflops": min(first["gemm_gflops"], second["gemm_gflops"]),
-        "conv_step_ms": max(first["conv_step_ms"], second["conv_step_ms"]),
-    }
 
 
 def this_host(records: list, before: dict[str, float] | None = None) -> dict:
