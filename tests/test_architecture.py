@@ -560,3 +560,21 @@ def test_the_groups_of_files_a_worker_runs_together_name_every_file_that_shares_
         assert files == set(SHARED_BY_GROUP[group]), group
         assert {unit_of_work(f"tests/{f}.py::test_x") for f in files} == {group}
     assert unit_of_work("tests/test_store.py::test_x[1]") == "tests/test_store.py"
+
+
+# Where the machine's whole count of CPUs is the right figure, not the CPUs a run can keep busy (usable_cpus: its
+# affinity, fewer under a CPU quota): usable_cpus' own fallback, every CPU of the machine for test hosts that are its
+# namespaces, the environment's record of the machine, and a build's make jobs. A module that sizes runs or clusters
+# from os.cpu_count() would give a pod on a large node a node's share of threads to be throttled on.
+MACHINE_CPU_COUNT = {"core/cgroups.py", "core/environment.py", "harness/cores.py", "tools/horovod_build.py"}
+
+
+def test_runs_and_test_clusters_are_sized_from_the_cpus_a_run_can_keep_busy():
+    found = {
+        str(path.relative_to(BENCH))
+        for path in BENCH.rglob("*.py")
+        if re.search(r"\bos\.cpu_count\(", path.read_text(encoding="utf-8"))
+    }
+    assert found <= MACHINE_CPU_COUNT, (
+        f"sized from os.cpu_count(), not usable_cpus(): {sorted(found - MACHINE_CPU_COUNT)}"
+    )

@@ -26,6 +26,7 @@ import psutil
 
 from bench.backends import ray as ray_backend
 from bench.backends.ray.launcher import ray_program
+from bench.core.cgroups import usable_cpus
 from bench.core.errors import UsageError
 from bench.harness.supervisor import end_found, processes_of
 from bench.testbed import hosts as testhosts
@@ -149,14 +150,15 @@ def node_table(address: str) -> list[dict]:
 # ---------------------------------------------------------------- up, down, status
 def up(cpus: int | None = None, log=None) -> tuple[list[testhosts.TestHost], str]:
     """Start the cluster on the test hosts that are up, replacing one already here, with `cpus` CPUs per host
-    (default: this machine's CPUs shared by the hosts); returns the hosts and the head's address. A failure
-    removes everything this call started and raises SetupError with the end of what `ray start` printed."""
+    (default: the CPUs this machine's runs can keep busy, its CPU quota counted, shared by the hosts); returns the
+    hosts and the head's address. A failure removes everything this call started and raises SetupError with the end
+    of what `ray start` printed."""
     log = log or (lambda text: None)
     require_usable(unavailable_reason())
     hosts, bridge = testhosts.running_hosts()
     if cpus is not None and cpus < 1:
         raise UsageError(f"--cpus must be at least 1, not {cpus}")
-    cpus = cpus or max(1, (os.cpu_count() or 1) // len(hosts))
+    cpus = cpus or max(1, usable_cpus() // len(hosts))
     if leftovers():
         log(f"taking down the {NAME} already here first")
         down()

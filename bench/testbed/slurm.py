@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.core.cgroups import usable_cpus
 from bench.harness.supervisor import end_found, name_of, processes_of
 from bench.testbed import hosts as testhosts
 from bench.testbed.protocol import (
@@ -391,7 +392,8 @@ def up(log=None) -> list[testhosts.TestHost]:
 
 def build(hosts: list[testhosts.TestHost], address: str, log) -> None:
     start = time.monotonic()
-    nodes, cpus = [h.name for h in hosts], os.cpu_count() or 1
+    # every node offers the CPUs a run's threads can keep busy here (a CPU quota counted), as bench run counts them
+    nodes, cpus = [h.name for h in hosts], usable_cpus()
     # munged wants every directory above its socket searchable by all and writable only by its owner
     STATE_DIR.mkdir(mode=0o755)
     for sub in ("munge", "slurmctld", "slurmd", *(f"slurmd/{n}" for n in nodes)):
