@@ -291,7 +291,7 @@ MACHINE = {
         ({"cpu_capability": "AVX512"}, False, "cpu_capability"),
         ({"cpu_count": 4}, False, "cpu_count"),
         # a CPU quota where the baseline's host had none (recorded: None), or another one
-        ({"cpu_quota": 1.0}, False, "CPU quota no limit on the baseline's host, 1 CPUs' time here"),
+        ({"cpu_quota": 1.0}, False, "CPU quota no limit on the baseline's host, 1 CPU's time here"),
         ({"cpu_quota": None}, True, ""),
     ],
 )

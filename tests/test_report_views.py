@@ -351,3 +351,21 @@ def test_the_environment_says_what_differs_grouped_by_value_with_the_runs_behind
     page = render_report(records_to_frame(records), "test")
     env = page.split('<h2 id="env">')[1].split("<h2 ")[0]
     assert env.count("<details>") == 1 and env.index("<details>") < env.index("x1")
+
+
+def test_the_environment_says_each_runs_cpu_quota_and_tells_no_limit_from_none_recorded():
+    """A CPU quota throttles what the CPUs count says: shown in words, "no limit" where the run recorded that it had
+    none, "-" where it recorded nothing (runs from before quotas were recorded)."""
+    from factories import train_record
+
+    quotas = {"q1": {"cpu_quota": 1.5}, "q2": {"cpu_quota": 1.5}, "free": {"cpu_quota": None}, "old": {}}
+    records = [
+        train_record(run_id, created_at=float(i), environment={"cpu_count": 2, **env})
+        for i, (run_id, env) in enumerate(quotas.items())
+    ]
+    facts, _ = tables_of(environment_section(records))
+    rows = {r.cells[0].text: r for r in facts.rows}
+    assert rows["cpu_quota"].cells[1].text == "1.5 CPUs' time (2 runs); no limit (1 run); - (1 run)"
+    assert rows["cpu_quota"].css == "diff"
+    (facts,) = tables_of(environment_section(records[:1]))
+    assert {r.cells[0].text: r.cells[1].text for r in facts.rows}["cpu_quota"] == "1.5 CPUs' time"

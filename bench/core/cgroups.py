@@ -111,8 +111,14 @@ def usable_cpus_words(proc: Path = PROC) -> str:
     usable, quota = usable_cpus(proc), cpu_quota(proc)
     if quota is None or usable == affinity_cpus():
         return str(usable)
-    time = f"{quota:g} CPU's time" if quota == 1 else f"{quota:g} CPUs' time"
-    return f"{usable} (its cgroup's CPU quota allows {time} of the {affinity_cpus()} it may run on)"
+    return f"{usable} (its cgroup's CPU quota allows {quota_words(quota)} of the {affinity_cpus()} it may run on)"
+
+
+def quota_words(quota: float | None) -> str:
+    """A CPU quota as the record holds it (cpu_quota: CPUs' time, None for no limit) in words: '1.5 CPUs' time'."""
+    if quota is None:
+        return "no limit"
+    return f"{quota:g} CPU's time" if quota == 1 else f"{quota:g} CPUs' time"
 
 
 def read_text(path: Path) -> str:

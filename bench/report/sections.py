@@ -21,6 +21,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from bench.core.cgroups import quota_words
 from bench.core.inputs import printable
 from bench.core.registry import BACKEND_MODULES
 
@@ -491,6 +492,7 @@ ENV_KEYS = (
     "hostname",
     "cpu_model",
     "cpu_count",
+    "cpu_quota",
     "cpu_flags",
     "cpu_capability",
     "platform",
@@ -515,6 +517,8 @@ def flat_env(env: dict) -> dict:
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         out[key] = value
+    # None is "no limit" where the run recorded its quota, and nothing recorded where it did not (older runs)
+    out["cpu_quota"] = quota_words(env["cpu_quota"]) if "cpu_quota" in env else None
     for name, value in (env.get("variables") or {}).items():
         out[f"${name}"] = value
     return out

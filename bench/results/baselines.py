@@ -10,6 +10,7 @@ import os
 import time
 from pathlib import Path
 
+from bench.core.cgroups import quota_words
 from bench.core.codec import RecordError
 from bench.core.errors import UsageError
 from bench.core.inputs import RUNS_FILE_LIMIT, read_text_file
@@ -60,8 +61,9 @@ def host_match(base: dict, cur: dict) -> tuple[bool, str]:
             return False, f"{key} {base.get(key)} on the baseline's host, {cur.get(key)} here"
     # a CPU quota (None where recorded: no limit) throttles what runs on the CPUs the facts above name
     if "cpu_quota" in base and "cpu_quota" in cur and base["cpu_quota"] != cur["cpu_quota"]:
-        quotas = [f"{q:g} CPUs' time" if q is not None else "no limit" for q in (base["cpu_quota"], cur["cpu_quota"])]
-        return False, f"CPU quota {quotas[0]} on the baseline's host, {quotas[1]} here"
+        return False, (
+            f"CPU quota {quota_words(base['cpu_quota'])} on the baseline's host, {quota_words(cur['cpu_quota'])} here"
+        )
     cb, cc = base.get("calibration"), cur.get("calibration")
     if not cb or not cc:
         side = "the baseline" if not cb else "the current runs"
