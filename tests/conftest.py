@@ -437,12 +437,13 @@ def lock_dir_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         os.environ["BENCH_LOCK_DIR"] = before
 
 
-# Runs that hold their cores mostly idle: one whose process hangs until the deadline ends it, and Ray's, which wait
-# most of their time for Ray's runtime to start and stop (a 2-worker run took 8 CPU-seconds in 25 s on 2 cores). Such
-# a run claims its cores in a second folder the workers share (claims_apart; a whole test: @pytest.mark.claims_apart):
-# the other worker's runs go on meanwhile instead of waiting for it, and two such runs still wait for each other (two
-# Ray runtimes at once would each see the other's processes as left behind). Neither these runs nor those they may
-# overlap are measured by what the tests check: the tests that assert a measured figure run alone, later (`serial`).
+# Runs that hold their cores mostly idle: one whose process hangs until the deadline ends it (a hung Horovod run's
+# survivors still keep one core busy polling), and Ray's, which wait most of their time for Ray's runtime to start and
+# stop (a 2-worker run took 8 CPU-seconds in 25 s on 2 cores). Such a run claims its cores in a second folder the
+# workers share (claims_apart; a whole test: @pytest.mark.claims_apart): the other worker's runs go on meanwhile instead
+# of waiting for it, and two such runs still wait for each other (two Ray runtimes at once would each see the other's
+# processes as left behind). Neither these runs nor those they may overlap are measured by what the tests check: the
+# tests that assert a measured figure run alone, later (`serial`).
 APART = "bench-locks-apart"
 
 

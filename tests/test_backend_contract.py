@@ -130,7 +130,9 @@ def injected_run(backend: str, injection: str, deadline: int, store) -> tuple:
 def hung_run(backend: str, deadline: int, hung: int, store) -> tuple[dict, list[tuple[str, str]]]:
     """A run whose last process hangs at step 3, ended at `deadline`: its record, checked for what holds whether or not
     every process had reached the hang, and for each process by rank, where it stood and where its hang leaves it."""
-    with claims_apart():  # the hang holds the cores idle until the deadline
+    # the hang holds its cores until the deadline, mostly idle: a hung Horovod run's survivors keep one core busy (its
+    # background loop polls), which leaves the other worker's runs the other core rather than none
+    with claims_apart():
         proc, record = injected_run(backend, f"hang:{hung}:3", deadline, store)
     # from its launch (a run may first wait for cores another run holds) to the bench process's exit
     assert time.time() - record["created_at"] < deadline + TEARDOWN_S
