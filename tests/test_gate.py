@@ -404,3 +404,29 @@ def test_a_host_vouches_for_its_absolute_figures_only_at_its_slower_calibration(
     assert host_match(base, {"calibration": quick}) == (True, "")
     same, why = host_match(base, {"calibration": both})
     assert not same and why == "this host runs the calibration work at 68% (conv_step_ms) of the baseline host's speed"
+
+
+def test_a_fresh_baseline_records_its_hosts_slower_calibration_as_the_gate_reads_its_own(tmp_path, monkeypatch):
+    """bench baseline times the calibration once the matrix is checked, before its first launch, and again after its
+    last, and records the slower of each figure: the two sides of the gate's host check are timed alike."""
+    import bench.workflows.regress as workflow
+
+    timings = iter([{"gemm_gflops": 95.0, "conv_step_ms": 15.2}, {"gemm_gflops": 97.0, "conv_step_ms": 19.7}])
+    order = []
+
+    def timed():
+        order.append("calibration")
+        return next(timings)
+
+    def run_matrix(store, verb, repeats, *, timeout=None, before_launches=None, **_):
+        assert verb == "bench baseline" and before_launches is not None
+        before_launches()
+        order.append("launches")
+        return "s1", [record(f"r{i}", "single", 1, [100.0, 100.0], 1) for i in range(2)]
+
+    monkeypatch.setattr(workflow, "timed_calibration", timed)
+    monkeypatch.setattr(workflow, "run_matrix", run_matrix)
+    assert workflow.baseline(None, str(tmp_path), hot_paths=False) == 0
+    assert order == ["calibration", "launches", "calibration"]
+    machine = read_runs_file(tmp_path / "cpu-gloo.json", "baseline")["machine"]
+    assert machine["calibration"] == {"gemm_gflops": 95.0, "conv_step_ms": 19.7}

@@ -266,14 +266,23 @@ def baseline(
     hot_paths: bool = True,
 ) -> int:
     """Write folder/cpu-gloo.json from a fresh run of the matrix into `store` (or, given from_store, from a
-    sweep already there: sweep_id, else the latest), then the hot-path figures unless hot_paths is False."""
+    sweep already there: sweep_id, else the latest), then the hot-path figures unless hot_paths is False. A fresh
+    run's host is calibrated as `bench regress` calibrates its own: before the runs and after, the slower of each
+    figure, so that both sides of the gate's host check are timed alike."""
+    before: dict[str, float] = {}
     if from_store is not None:
         sweep_id, records = latest_sweep(from_store.records(), sweep_id)
         if not records:
             raise UsageError(f"no sweep in {from_store.path}; run `bench sweep` or drop --from-store")
         matrix = None
     else:
-        sweep_id, records = run_matrix(store, "bench baseline", repeats, timeout=timeout)
+        sweep_id, records = run_matrix(
+            store,
+            "bench baseline",
+            repeats,
+            timeout=timeout,
+            before_launches=lambda: before.update(timed_calibration()),
+        )
         matrix = regress_command(repeats, timeout)
     not_ok = [r for r in records if not r.comparable]
     if not_ok:
@@ -284,7 +293,7 @@ def baseline(
             file=sys.stderr,
         )
         return EXIT_RUN_FAILED
-    calibration = this_host(records)["calibration"] if from_store is None else None
+    calibration = this_host(records, before or None)["calibration"] if from_store is None else None
     path = write_baseline(os.path.join(folder, BASELINE_FILE), records, sweep_id, matrix, calibration)
     print(f"bench baseline: {len(records)} runs of sweep {sweep_id} written to {path}", file=sys.stderr)
     return save_hot_paths(folder) if hot_paths else EXIT_OK
