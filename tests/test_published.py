@@ -192,18 +192,23 @@ def test_the_track_record_is_judged_by_its_stated_goal():
 
 
 def test_the_published_tables_are_split_once_into_a_fit_set_and_held_out_and_both_are_reported(tmp_path):
-    """Every table is in one set, committed with the split's reason; the fit set is the one table whose figures set
-    a parameter (DLPerf's DDP: the spread of a GPU worker's step); the summary `bench predict` prints gives the
-    median, the worst and the count above 10 points of each set, and its JSON the same figures."""
+    """Every table is in one set, committed with the split's reason; the fit set is the tables whose figures set a
+    parameter, each table one (DLPerf's DDP: the spread of a GPU worker's step; Horovod's 2017 servers over 25 Gbit/s
+    TCP: NCCL's share of a TCP link before 2.4.8); the summary `bench predict` prints gives the median, the worst and
+    the count above 10 points of each set, and its JSON the same figures."""
     from conftest import bench_in_process
 
     cases = published.load_cases()
     assert {t["set"] for t in cases["tables"]} == {"fit", "held-out"}
-    assert [t["id"] for t in cases["tables"] if t["set"] == "fit"] == ["dlperf-ddp"]
+    fitting = {t["id"]: t["fits"] for t in cases["tables"] if t["set"] == "fit"}
+    tcp25 = [f"hvd17-tcp25-{m}" for m in ("inception3", "resnet101", "vgg16")]
+    assert fitting == {"dlperf-ddp": "jitter"} | dict.fromkeys(tcp25, "nccl_socket_share")
+    assert not any("fits" in t for t in cases["tables"] if t["set"] == "held-out")
+    assert set(fitting.values()) == set(published.FITTED_WORDS)
     assert cases["split"]["fit"].startswith("dlperf-ddp:") and cases["split"]["held-out"]
     record = published.track_record()
     held, fit = record.held_out, record.fit
-    assert len(held.rows) + len(fit.rows) == len(record.rows) and {r.table for r in fit.rows} == {"dlperf-ddp"}
+    assert len(held.rows) + len(fit.rows) == len(record.rows) and {r.table for r in fit.rows} == set(fitting)
     summary = record.summary()
     for errors in (held, fit):
         assert f"median error {errors.median:.1f} points over {len(errors.rows)} published efficiencies" in summary
@@ -214,8 +219,63 @@ def test_the_published_tables_are_split_once_into_a_fit_set_and_held_out_and_bot
     assert proc.returncode == 0, proc.stderr
     said = json.loads(proc.stdout)["track_record"]
     assert said["summary"] == summary
-    assert said["held_out"] == held.as_json() and said["fit"]["figures"] == 3
-    assert said["fit"]["tables_fitted"] == ["dlperf-ddp"]
+    assert said["held_out"] == held.as_json() and said["fit"]["figures"] == 6
+    assert said["fit"]["tables_fitted"] == ["dlperf-ddp", *tcp25]
+    assert f"fit set (dlperf-ddp, which sets the stragglers' spread; {', '.join(tcp25)}, which set NCCL's" in summary
+
+
+def test_nccls_share_of_a_tcp_link_before_2_4_8_is_its_fit_sets_least_squares_and_no_held_out_figure_moves_it(
+    monkeypatch,
+):
+    """bench.projection.clusters.NCCL_SOCKET_SHARE is what fit_nccl_socket_share makes from the 25 Gbit/s TCP tables
+    (to its printed digits); moving every held-out figure (the same servers over RDMA, the 40 Gbit/s TCP cluster)
+    leaves it where it was, and moving the fit set's moves it."""
+    from bench.projection.clusters import NCCL_SOCKET_SHARE
+
+    fitted = published.fit_nccl_socket_share()
+    assert NCCL_SOCKET_SHARE == pytest.approx(fitted.mean, abs=5e-5)
+    assert fitted.dof == 2 and all(run.startswith("hvd17-tcp25-") for run in fitted.runs)
+    cases = published.load_cases()
+
+    def moved(which: str) -> dict:
+        slower = [
+            {**t, "throughput": {n: v * (1 if n == "1" else 0.9) for n, v in t["throughput"].items()}}
+            if t["set"] == which
+            else t
+            for t in cases["tables"]
+        ]
+        return {**cases, "tables": slower}
+
+    monkeypatch.setattr(published, "load_cases", lambda: moved("held-out"))
+    assert published.fit_nccl_socket_share().mean == pytest.approx(fitted.mean, rel=1e-6)
+    monkeypatch.setattr(published, "load_cases", lambda: moved("fit"))
+    assert published.fit_nccl_socket_share().mean < fitted.mean - 0.02
+
+
+def test_only_nccls_collectives_over_tcp_before_2_4_8_get_the_socket_share():
+    """eth= with nccl= before 2.4.8 gives NCCL's collectives NCCL_SOCKET_SHARE of the link and says so; RDMA, NCCL
+    2.4.8 and a description without nccl= get all of it; TensorFlow's parameter servers, whose gRPC carries their
+    bytes, are projected the same at any share."""
+    from bench.projection.clusters import NCCL_SOCKET_SHARE
+
+    old = parse_cluster("4x4:pcie=128gbit,eth=25g,nccl=2.0")
+    assert old.nccl_socket_share == NCCL_SOCKET_SHARE and "drives each socket with one thread" in old.summary
+    for text in (
+        "4x4:pcie=128gbit,roce=25g,nccl=2.0",
+        "4x4:pcie=128gbit,eth=25g,nccl=2.4.8",
+        "4x4:pcie=128gbit,eth=25g",
+    ):
+        cluster = parse_cluster(text)
+        assert cluster.nccl_socket_share == 1.0 and "one thread" not in cluster.summary, text
+    assert parse_cluster("4x4:pcie=128gbit,eth=25g,nccl=2.4.7").nccl_socket_share == NCCL_SOCKET_SHARE
+    assert parse_cluster("4x4:pcie=128gbit,eth=25g,nccl=2.4.7").era == "NCCL 2.4.7: ring and tree"
+    (ps,) = [t for t in published.load_cases()["tables"] if t["id"] == "tf-ps-resnet50"]
+    assert "eth=" in ps["cluster"] and "nccl=2.0" in ps["cluster"]
+    full = published.rows_of(ps, None, lambda c, nodes: replace(c, nccl_socket_share=1.0))
+    assert [r.predicted for r in published.rows_of(ps)] == [r.predicted for r in full]
+    (vgg,) = [t for t in published.load_cases()["tables"] if t["id"] == "hvd17-tcp-vgg16"]
+    full = published.rows_of(vgg, None, lambda c, nodes: replace(c, nccl_socket_share=1.0))
+    assert published.rows_of(vgg)[0].predicted < full[0].predicted - 0.1
 
 
 def test_a_gpu_workers_step_spread_is_the_fit_sets_least_squares_and_no_held_out_figure_moves_it(monkeypatch):

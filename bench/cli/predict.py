@@ -98,9 +98,9 @@ def add_parser(verbs) -> None:
         help=f"comma-separated clusters: profiles ({', '.join(PROFILES)}), CPU nodes such as 64x8:100gbit:5us, or "
         f"GPU nodes such as {GPU_EXAMPLE} (nvlink= or pcie= within a node, each GPU's rate; ib=, roce= or eth= "
         "between nodes, each node's rate; RATE in mbit, gbit (g) or gbyte, @LATENCY in us or ms; nccl=VERSION, "
-        "the era's NCCL: its tree from 2.4; eth= is TCP sockets, ib= and roce= RDMA; oversub=R, the fabric's R:1, "
-        "1 by default, also :oversub=R on CPU nodes; pcie= beside nvlink= and nicshare=F, the PCIe link the NIC "
-        "shares and its share of it, half over eth= and all over RDMA by default) "
+        "the era's NCCL: its tree from 2.4, its sockets' threads from 2.4.8; eth= is TCP sockets, ib= and roce= "
+        "RDMA; oversub=R, the fabric's R:1, 1 by default, also :oversub=R on CPU nodes; pcie= beside nvlink= and "
+        "nicshare=F, the PCIe link the NIC shares and its share of it, half over eth= and all over RDMA by default) "
         f"(default {DEFAULT_CLUSTER}; a GPU cluster needs --compute-ms or --compute-from, and a GPU's step needs a "
         "GPU cluster: CPU nodes, a profile or NODESxWORKERS:RATE, are refused for it)",
     )

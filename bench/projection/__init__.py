@@ -10,7 +10,8 @@ clusters that are not here and checked against runs it was not fitted on (docs/m
 - `validate`: predictions for stored runs across test hosts that the fit never saw, against what they measured;
 - `shapes`: any model's gradients by name (`bench predict --model`), profiled in a child process and cached;
 - `published`: the model against published GPU scaling tables (published/cases.json): its track record, on the
-  fit set that sets the spread of a GPU worker's step and on the held-out tables apart;
+  fit set (whose tables set the spread of a GPU worker's step and NCCL's share of a TCP link before 2.4.8) and on
+  the held-out tables apart;
 - `study`: docs/studies/projection.md's tables, made from its store.
 
 Every figure this layer gives is a projection, never a measurement; its callers say so. It may import the layers

@@ -48,6 +48,9 @@ class Cluster:
     # of it the NIC's traffic gets (NIC_SHARE: by the transport, unless described)
     pcie_link: Link | None = None
     nic_share: float = 1.0
+    # the share of the network's payload rate NCCL's collectives get (NCCL_SOCKET_SHARE over TCP before NCCL 2.4.8;
+    # all of it otherwise); a system whose bytes between nodes NCCL does not carry gets all of it
+    nccl_socket_share: float = 1.0
 
     @property
     def max_workers(self) -> int:
@@ -84,6 +87,14 @@ KIND_WORDS = {
     "nccl": "NCCL",
 }
 TREE_SINCE = (2, 4)  # NCCL's tree (double binary trees across nodes) came with NCCL 2.4, in 2019
+# NCCL's socket transport (TCP, eth=) drove each connection with one thread and one socket until 2.4.8 (June 2019:
+# "improve socket transport performance": transfers split over several sockets, several threads to drive them,
+# NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD). Before it, NCCL's collectives over TCP got NCCL_SOCKET_SHARE of the
+# link's payload rate: fitted (bench.projection.published.fit_nccl_socket_share) on the only published comparison of
+# one cluster over both transports, Horovod's 2017 benchmark of 4 servers of 4 GPUs at 25 Gbit/s, NCCL over TCP
+# against RDMA (cases.json's fit set: hvd17-tcp25-*); taken as a share of the link, as the other payload shares are.
+SOCKET_THREADS_SINCE = (2, 4, 8)
+NCCL_SOCKET_SHARE = 0.6212
 # The share of the PCIe link it shares with the node's GPUs that a NIC's traffic gets, by transport, where the
 # description gives that link (`pcie=`): over RDMA (ib=, roce=) GPUDirect RDMA moves the bytes between the GPU and
 # the NIC through their PCIe switch, peer to peer (NVIDIA's GPUDirect RDMA documentation; the DGX-1 white paper's
@@ -172,7 +183,7 @@ DESCRIPTION = re.compile(r"(\d+)x(\d+):([^:=]+)(?::([^:=]+))?(?::oversub=([^:]+)
 GPU_DESCRIPTION = re.compile(r"(\d+)x(\d+):((?:[a-z]+=[^,=\s]+,)*[a-z]+=[^,=\s]+)", re.IGNORECASE)
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 GPU_RATE = re.compile(r"(\d+(?:\.\d+)?)(mbit|gbit|g|gbyte)", re.IGNORECASE)
-VERSION = re.compile(r"(\d+)\.(\d+)")
+VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 GPU_EXAMPLE = "4x8:nvlink=1200gbit,ib=100g"
 
 
@@ -308,9 +319,10 @@ def parse_gpu_cluster(text: str) -> Cluster:
     nodes of GPUS GPUs, the link between the GPUs of a node (nvlink= or pcie=: each GPU's rate, one direction) and
     each node's link to the others (ib=, roce= or eth=: the node's NIC rate), each with its payload share (PAYLOAD)
     and a latency per message (DEFAULT_LATENCY_S unless @LATENCY gives one); nccl= the NCCL version of the era
-    (NCCL's tree from 2.4 on; the newest when not given); oversub= the fabric's oversubscription R:1 (1 when not
-    given); pcie= beside nvlink= the PCIe link the NIC shares with the GPUs, and nicshare= the share of that link
-    the NIC's traffic gets (NIC_SHARE by the transport when not given)."""
+    (NCCL's tree from 2.4 on, its sockets' threads from 2.4.8: NCCL_SOCKET_SHARE of a TCP link before; the newest
+    when not given); oversub= the fabric's oversubscription R:1 (1 when not given); pcie= beside nvlink= the PCIe
+    link the NIC shares with the GPUs, and nicshare= the share of that link the NIC's traffic gets (NIC_SHARE by the
+    transport when not given)."""
     match = GPU_DESCRIPTION.fullmatch(text.strip())
     if not match:
         raise UsageError(
@@ -340,8 +352,8 @@ def parse_gpu_cluster(text: str) -> Cluster:
     if "nccl" in given:
         version = VERSION.fullmatch(given["nccl"])
         if not version:
-            raise UsageError(f"--cluster {text!r}: nccl= takes a version such as 2.4")
-        nccl = (int(version[1]), int(version[2]))
+            raise UsageError(f"--cluster {text!r}: nccl= takes a version such as 2.4 or 2.4.8")
+        nccl = (int(version[1]), int(version[2]), int(version[3] or 0))
     oversub = oversubscription(text, given["oversub"]) if "oversub" in given else 1.0
     inter = [k for k in links if k in INTER]
     # nvlink= and pcie= together: NVLink between the GPUs, PCIe the link their NIC shares with them
@@ -363,6 +375,7 @@ def parse_gpu_cluster(text: str) -> Cluster:
             raise UsageError(f"--cluster {text!r}: nicshare= is a share of the PCIe link: give pcie= too")
         share = float(given["nicshare"])
     tree = nccl is None or nccl >= TREE_SINCE
+    one_socket = inter == ["eth"] and nccl is not None and nccl < SOCKET_THREADS_SINCE
     words = ", ".join(
         f"{KIND_WORDS.get(k.lower(), k)} {v}"
         for k, v in (item.partition("=")[::2] for item in match[3].split(","))
@@ -376,6 +389,11 @@ def parse_gpu_cluster(text: str) -> Cluster:
             f"; the NIC's traffic gets {share:.0%} of the PCIe link"
             + (f" ({links_rate(match[3], 'pcie')}) it shares with the GPUs" if intra == ["nvlink"] else "")
             + ("" if "nicshare" in given else f" ({inter[0]}'s default: nicshare=F says otherwise)")
+        )
+    if one_socket:
+        words += (
+            f"; NCCL before 2.4.8 drives each socket with one thread: its collectives get {NCCL_SOCKET_SHARE:.0%} of "
+            "the link's TCP payload rate (fitted on Horovod's 2017 benchmark over TCP and RDMA)"
         )
     if nodes > 1:
         words += f"; {fabric_words(oversub)}"
@@ -393,11 +411,12 @@ def parse_gpu_cluster(text: str) -> Cluster:
         + " and latencies (unless given) "
         + ", ".join(f"{k} {DEFAULT_LATENCY_S[k] * 1e6:g} us" for k in links)
         + " are the description's assumptions",
-        era=(f"NCCL {nccl[0]}.{nccl[1]}" if nccl else "NCCL 2.4 or later")
+        era=(f"NCCL {given['nccl']}" if nccl else "NCCL 2.4 or later")
         + (": ring and tree" if tree else ": ring only (NCCL's tree came with 2.4, in 2019)"),
         oversubscription=oversub,
         pcie_link=pcie,
         nic_share=share,
+        nccl_socket_share=NCCL_SOCKET_SHARE if one_socket else 1.0,
     )
 
 

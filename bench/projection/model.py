@@ -249,6 +249,10 @@ def collective_cost(inputs: Inputs, cluster: Cluster, workers: int, alpha: float
     # the network's rate as a node's traffic gets it: its NIC's, then at most its share of the PCIe link it shares
     # with the GPUs, then 1/R of that across a fabric oversubscribed R:1
     nic = cluster.network.bandwidth if cluster.network is not None else math.inf
+    # of it NCCL's collectives get the cluster's socket share (NCCL's TCP transport before 2.4.8): the suite's
+    # backends use NCCL on GPUs; a published system's rule says whether NCCL carries its bytes between nodes
+    if inputs.rule is None or getattr(inputs.rule, "by_nccl", False):
+        nic *= cluster.nccl_socket_share
     pcie = cluster.nic_share * cluster.pcie_link.bandwidth if cluster.pcie_link is not None else math.inf
     shared = min(nic, pcie)
     fabric = shared / cluster.oversubscription if across_nodes else shared
@@ -520,13 +524,13 @@ GPU_ASSUMPTIONS = (
         "memory bandwidth from it): 0 to 0.3 s",
     ),
 )
-# The spread of ln(a GPU worker's step) (STRAGGLERS), which no run here measures: fitted on the published tables of
-# the fit set (bench/projection/published/cases.json, "set": "fit": DLPerf's PyTorch DDP on 4 nodes of 8 V100, whose
-# efficiency falls from 97.3% at 16 GPUs to 92.9% at 32, beyond what the model's communication explains), the least
-# squares of the predicted efficiencies against the published, with its standard error from the fit's residuals (3
+# The spread of ln(a GPU worker's step) (STRAGGLERS), which no run here measures: fitted on the published fit set's
+# table for it (bench/projection/published/cases.json, "fits": "jitter": DLPerf's PyTorch DDP on 4 nodes of 8 V100,
+# whose efficiency falls from 97.3% at 16 GPUs to 92.9% at 32, beyond what the model's communication explains), the
+# least squares of the predicted efficiencies against the published, with its standard error from the fit's residuals (3
 # figures, 2 degrees of freedom); bench.projection.published.fit_jitter makes it and tests/test_published.py checks
-# these figures against it. A quiet single H200 varied by 0.1% between its windows (docs/studies/gpu-h200.md,
-# Horovod's ResNet18): one GPU's floor, below what a cluster's workers draw.
+# these figures against it. A quiet single H200 varied by 0.1% between its windows (docs/studies/gpu-h200.md, Horovod's
+# ResNet18): one GPU's floor, below what a cluster's workers draw.
 GPU_JITTER = Value(
     0.01861, 0.007196, 2, ("fitted on the published table dlperf-ddp (bench.projection.published.fit_jitter)",)
 )

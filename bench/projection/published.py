@@ -6,9 +6,10 @@ published/shapes/MODEL.json, as bench.projection.shapes makes one), the cluster 
 (bench.projection.clusters.parse_gpu_cluster), the rule that moves the gradients (a backend's, with the options of
 the version the source ran, or, for a system the suite does not run, a rule here) and the per-GPU batch. The compute
 is the published 1-GPU step (batch / throughput). The framework overhead and the slowdown are the model's stated GPU
-assumptions (bench.projection.model.GPU_ASSUMPTIONS). The tables are split, once and committed (cases.json's `set`
-and `split`): the fit set's figures set a parameter of the model (the spread of a GPU worker's step, fit_jitter), the
-held-out tables' only judge it, and the goal is judged on those.
+assumptions (bench.projection.model.GPU_ASSUMPTIONS). The tables are split and committed (cases.json's `set`,
+`fits` and `split`): each fit-set table's figures set one parameter of the model (the spread of a GPU worker's step,
+fit_jitter; NCCL's share of a TCP link before 2.4.8, fit_nccl_socket_share), the held-out tables' only judge it, and
+the goal is judged on those.
 
 Efficiency = throughput(N) / (N x throughput(1)), or as the source gives it where it gives efficiencies only; the
 error is predicted - published, in percentage points."""
@@ -31,6 +32,8 @@ from bench.projection.shapes import committed_profile, model_inputs
 DATA = Path(__file__).resolve().parent / "published"
 GOAL_MEDIAN_POINTS = 5.0  # median absolute error at most this
 GOAL_WORST_POINTS = 10.0  # and none above this
+# what each fitted parameter is (cases.json's `fits`: the fit set's tables each set one)
+FITTED_WORDS = {"jitter": "the stragglers' spread", "nccl_socket_share": "NCCL's share of a TCP link before 2.4.8"}
 STUDY = "docs/studies/published.md"
 
 
@@ -44,6 +47,7 @@ class DistributedReplicated:
     server's share to the other instances ((nodes-1)/K). K = round(nodes x servers_per_node), at least 1."""
 
     name = "TensorFlow distributed_replicated"
+    by_nccl = False  # its servers' gRPC carries the bytes between instances, not NCCL's sockets
 
     def comm_schedule(self, options: dict) -> CommSchedule:
         return CommSchedule("after_backward")
@@ -63,7 +67,7 @@ class DistributedReplicated:
         local = 2.0 * (per_node - 1)
         return [
             Exchange(
-                f"summed within nodes, pushed to and pulled from {servers} server(s)",
+                f"summed in nodes, through {servers} server(s)",
                 2.0 + local,
                 busiest,
                 local_steps=local,
@@ -207,10 +211,17 @@ class TrackRecord:
     def summary(self) -> str:
         """The one line `bench predict` and the page show beside any projection."""
         agree = sum(a.agrees for a in self.ahead)
-        fitted = sorted({r.table for r in self.fit.rows})
+        by_parameter: dict[str, list[str]] = {}
+        for t in self.tables:
+            if t["set"] == "fit":
+                by_parameter.setdefault(t["fits"], []).append(t["id"])
+        fitted = "; ".join(
+            f"{', '.join(ids)}, which set{'s' if len(ids) == 1 else ''} {FITTED_WORDS[parameter]}"
+            for parameter, ids in by_parameter.items()
+        )
         return (
-            f"this model, on published clusters: held out, {self.held_out.words()}; fit set ({', '.join(fitted)}, "
-            f"which sets the stragglers' spread), {self.fit.words()}; the faster system right at {agree} of "
+            f"this model, on published clusters: held out, {self.held_out.words()}; fit set ({fitted}), "
+            f"{self.fit.words()}; the faster system right at {agree} of "
             f"{len(self.ahead)}; goal on the held-out figures (median at most {GOAL_MEDIAN_POINTS:g}, none above "
             f"{GOAL_WORST_POINTS:g}): " + ("met" if self.meets_goal() else "missed") + f" ({STUDY})"
         )
@@ -469,26 +480,42 @@ VARIANTS = (
 
 
 def fit_jitter() -> Value:
-    """The spread of ln(a GPU worker's step) (bench.projection.model.GPU_JITTER) fitted on the fit set's figures:
-    the least squares of predicted against published efficiency, in points, and its standard error from the
-    residuals (the residual variance over the squared sensitivity of the predictions to it), with the figures less
-    one as its degrees of freedom."""
-    tables = [t for t in load_cases()["tables"] if t["set"] == "fit"]
+    """The spread of ln(a GPU worker's step) (bench.projection.model.GPU_JITTER) fitted on its fit set's figures."""
 
-    def predicted(sigma: float) -> list[float]:
-        def change(inputs: Inputs) -> Inputs:
-            return replace(inputs, jitter=Value(sigma))
+    def change(sigma: float):
+        return (lambda inputs: replace(inputs, jitter=Value(sigma))), None
 
-        return [100 * r.predicted for t in tables for r in rows_of(t, change)]
+    return _fitted("jitter", change, (0.0, 0.2))
+
+
+def fit_nccl_socket_share() -> Value:
+    """The share of a TCP link NCCL's socket transport got before 2.4.8 (bench.projection.clusters.NCCL_SOCKET_SHARE)
+    fitted on its fit set's figures."""
+
+    def change(share: float):
+        return None, (lambda cluster, nodes: replace(cluster, nccl_socket_share=share))
+
+    return _fitted("nccl_socket_share", change, (0.05, 1.0))
+
+
+def _fitted(parameter: str, change, bounds: tuple[float, float]) -> Value:
+    """The value of one parameter fitted on the tables that fit it (cases.json's `fits`): the least squares of
+    predicted against published efficiency, in points, and its standard error from the residuals (the residual
+    variance over the squared sensitivity of the predictions to it), with the figures less one as its degrees of
+    freedom. change(value) gives rows_of's (inputs_change, cluster_change) with the parameter at that value."""
+    tables = [t for t in load_cases()["tables"] if t.get("fits") == parameter]
+
+    def predicted(value: float) -> list[float]:
+        return [100 * r.predicted for t in tables for r in rows_of(t, *change(value))]
 
     published = [100 * e for t in tables for _, e in sorted(published_efficiencies(t).items())]
 
-    def squares(sigma: float) -> float:
-        return sum((p - q) ** 2 for p, q in zip(predicted(sigma), published))
+    def squares(value: float) -> float:
+        return sum((p - q) ** 2 for p, q in zip(predicted(value), published))
 
     from scipy import optimize  # here: scipy's import is a fifth of a second of every bench command's start
 
-    best = float(optimize.minimize_scalar(squares, bounds=(0.0, 0.2), method="bounded", options={"xatol": 1e-7}).x)
+    best = float(optimize.minimize_scalar(squares, bounds=bounds, method="bounded", options={"xatol": 1e-7}).x)
     step = 1e-4
     slopes = [(a - b) / (2 * step) for a, b in zip(predicted(best + step), predicted(best - step))]
     dof = len(published) - 1
