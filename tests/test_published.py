@@ -224,6 +224,18 @@ def test_the_published_tables_are_split_once_into_a_fit_set_and_held_out_and_bot
     assert f"fit set (dlperf-ddp, which sets the stragglers' spread; {', '.join(tcp25)}, which set NCCL's" in summary
 
 
+def scaled_at_n(cases: dict, which: str, factor: float) -> dict:
+    """The published cases with every figure at N GPUs of the `which` set's tables times `factor` (their 1-GPU
+    figures as they were): what a fit must follow, or ignore."""
+    tables = [
+        {**t, "throughput": {n: v * (1 if n == "1" else factor) for n, v in t["throughput"].items()}}
+        if t["set"] == which
+        else t
+        for t in cases["tables"]
+    ]
+    return {**cases, "tables": tables}
+
+
 def test_nccls_share_of_a_tcp_link_before_2_4_8_is_its_fit_sets_least_squares_and_no_held_out_figure_moves_it(
     monkeypatch,
 ):
@@ -236,19 +248,9 @@ def test_nccls_share_of_a_tcp_link_before_2_4_8_is_its_fit_sets_least_squares_an
     assert NCCL_SOCKET_SHARE == pytest.approx(fitted.mean, abs=5e-5)
     assert fitted.dof == 2 and all(run.startswith("hvd17-tcp25-") for run in fitted.runs)
     cases = published.load_cases()
-
-    def moved(which: str) -> dict:
-        slower = [
-            {**t, "throughput": {n: v * (1 if n == "1" else 0.9) for n, v in t["throughput"].items()}}
-            if t["set"] == which
-            else t
-            for t in cases["tables"]
-        ]
-        return {**cases, "tables": slower}
-
-    monkeypatch.setattr(published, "load_cases", lambda: moved("held-out"))
+    monkeypatch.setattr(published, "load_cases", lambda: scaled_at_n(cases, "held-out", 0.9))
     assert published.fit_nccl_socket_share().mean == pytest.approx(fitted.mean, rel=1e-6)
-    monkeypatch.setattr(published, "load_cases", lambda: moved("fit"))
+    monkeypatch.setattr(published, "load_cases", lambda: scaled_at_n(cases, "fit", 0.9))
     assert published.fit_nccl_socket_share().mean < fitted.mean - 0.02
 
 
@@ -288,19 +290,9 @@ def test_a_gpu_workers_step_spread_is_the_fit_sets_least_squares_and_no_held_out
     assert GPU_JITTER.se == pytest.approx(fitted.se, rel=1e-3)
     assert GPU_JITTER.dof == fitted.dof == 2 and fitted.runs == ("dlperf-ddp",)
     cases = published.load_cases()
-
-    def moved(which: str) -> dict:
-        tables = [
-            {**t, "throughput": {n: v * (1 if n == "1" else 0.8) for n, v in t["throughput"].items()}}
-            if t["set"] == which
-            else t
-            for t in cases["tables"]
-        ]
-        return {**cases, "tables": tables}
-
-    monkeypatch.setattr(published, "load_cases", lambda: moved("held-out"))
+    monkeypatch.setattr(published, "load_cases", lambda: scaled_at_n(cases, "held-out", 0.8))
     assert published.fit_jitter().mean == pytest.approx(fitted.mean, rel=1e-6)
-    monkeypatch.setattr(published, "load_cases", lambda: moved("fit"))
+    monkeypatch.setattr(published, "load_cases", lambda: scaled_at_n(cases, "fit", 0.8))
     assert published.fit_jitter().mean > fitted.mean + 0.01
 
 
