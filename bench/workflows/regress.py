@@ -136,6 +136,17 @@ def timed_calibration() -> dict[str, float]:
     return calibrate()
 
 
+def run_matrix_calibrated(store, title: str, repeats: int, **options) -> tuple[str, list, dict[str, float]]:
+    """run_matrix with the host's calibration timed once the matrix is checked (bad input is refused before anything
+    is timed), before its first launch: (sweep id, records, that calibration; empty if nothing was launched), for
+    this_host to judge with the one after the runs."""
+    before: dict[str, float] = {}
+    sweep_id, records = run_matrix(
+        store, title, repeats, before_launches=lambda: before.update(timed_calibration()), **options
+    )
+    return sweep_id, records, before
+
+
 def this_host(records: list, before: dict[str, float] | None = None) -> dict:
     """The machine of runs made on this host, with its calibration measured now (bench.core.environment), or the
     slower of now and `before`, timed before the runs (slower_calibration)."""
@@ -276,13 +287,7 @@ def baseline(
             raise UsageError(f"no sweep in {from_store.path}; run `bench sweep` or drop --from-store")
         matrix = None
     else:
-        sweep_id, records = run_matrix(
-            store,
-            "bench baseline",
-            repeats,
-            timeout=timeout,
-            before_launches=lambda: before.update(timed_calibration()),
-        )
+        sweep_id, records, before = run_matrix_calibrated(store, "bench baseline", repeats, timeout=timeout)
         matrix = regress_command(repeats, timeout)
     not_ok = [r for r in records if not r.comparable]
     if not_ok:
@@ -317,14 +322,8 @@ def regress(
     base = read_runs_file(runs_file, "baseline")  # before minutes of runs, not after
     if hot_paths and not os.path.isfile(hot_file):
         raise UsageError(f"{hot_file} does not exist; make it with `bench baseline` (or pass --no-hot-paths)")
-    before: dict[str, float] = {}  # timed once the matrix is checked: bad input is refused before anything runs
-    _, records = run_matrix(
-        store,
-        "bench regress",
-        repeats,
-        inject_delay=inject_delay,
-        timeout=timeout,
-        before_launches=lambda: before.update(timed_calibration()),
+    _, records, before = run_matrix_calibrated(
+        store, "bench regress", repeats, inject_delay=inject_delay, timeout=timeout
     )
     if any(r.status == RunStatus.INTERRUPTED for r in records):
         return EXIT_INTERRUPTED
