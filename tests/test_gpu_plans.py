@@ -257,8 +257,12 @@ def store_host_as_torch_reads_it(argv: list[str]) -> bool | None:
     from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
     from torch.distributed.run import parse_args
 
-    # torchrun's own entry point, or bench's wrapper that keeps the agent's events and hands torchrun what follows --
-    first = argv.index("--") if "bench.backends.shared.torchrun_events" in argv else argv.index("torch.distributed.run")
+    # bench's agent (torchrun's main, what follows its name), or its wrapper that keeps the agent's events and hands
+    # torchrun what follows --
+    if "bench.backends.shared.torchrun_events" in argv:
+        first = argv.index("--")
+    else:
+        first = argv.index("bench.backends.shared.torchrun_agent")
     args = parse_args(argv[first + 1 :])
     conf = _parse_rendezvous_config(args.rdzv_conf)
     params = RendezvousParameters(args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id, 1, 2, **conf)

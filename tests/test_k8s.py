@@ -985,7 +985,7 @@ def test_leading_pod_plans_one_agent_of_the_job(monkeypatch, tmp_path):
     ]
     assert json.loads(command[5]) == {"job": "bench", "run_id": "R1", "rank_command": ranks} and command[6] == "2"
     assert command[split + 1 :] == [
-        *(sys.executable, "-m", "torch.distributed.run", "--log-dir", os.devnull),
+        *(sys.executable, "-m", "bench.backends.shared.torchrun_agent", "--log-dir", os.devnull),
         *("--nnodes", "2", "--nproc-per-node", "1"),
         *("--node-rank", "0", "--master-addr", "bench-master-0", "--master-port", "23456", "--max-restarts", "0"),
         "--no-python",
@@ -1242,7 +1242,7 @@ def test_other_pod_joins_the_run_the_handoff_names(monkeypatch, tmp_path):
     assert proc.returncode == 0 and "joins the run the leading pod records" in proc.stderr, proc.stderr
     [(path, argv, agent_env)] = started
     assert path == sys.executable and argv == [
-        *(sys.executable, "-m", "torch.distributed.run", "--log-dir", os.devnull),
+        *(sys.executable, "-m", "bench.backends.shared.torchrun_agent", "--log-dir", os.devnull),
         *("--nnodes", "2", "--nproc-per-node", "1"),
         *("--node-rank", "1", "--master-addr", "bench-master-0", "--master-port", "23456", "--max-restarts", "0"),
         "--no-python",

@@ -48,7 +48,7 @@ def test_two_process_elastic_run(workload, two_worker_run):
     assert [n["host"] for n in env["gpu_nodes"]] == [os.uname().nodename]
     assert env["gpu_nodes"][0]["status"] in ("no GPU", "GPUs")
     assert record["gpu_usage"] == {"sampled": False, "reason": "a CPU run"}
-    assert "torch.distributed.run" in record["command"]
+    assert "bench.backends.shared.torchrun_agent" in record["command"]  # torchrun's main, bench's agent
     # listed from the store
     listing = bench("list", "--store", store)
     assert listing.returncode == 0 and record["run_id"] in listing.stdout

@@ -1,6 +1,7 @@
 """The torchrun launcher, shared by the backends whose processes torchrun starts (elastic, ps): its command on one
-host and across hosts, how a rank it started reads who it is, and what torchrun's elastic agent reports about a run
-(its events file, bench.backends.shared.torchrun_events). No framework imported: the parent's side.
+host and across hosts (its agent: bench.backends.shared.torchrun_agent), how a rank it started reads who it is, and
+what torchrun's elastic agent reports about a run (its events file, bench.backends.shared.torchrun_events). No
+framework imported: the parent's side.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
+
+# torchrun's agent as bench starts it: torch's own entry point, by this interpreter (the workers see the same
+# environment), leaving at once when it is done (bench.backends.shared.torchrun_agent)
+AGENT = [sys.executable, "-m", "bench.backends.shared.torchrun_agent"]
 
 # Without a log folder torchrun's agent makes one of its own in $TMPDIR (torchelastic_*, a folder per rank and
 # attempt) and never removes it: a folder left behind by every run. bench keeps each rank's output and error itself
@@ -68,8 +73,8 @@ def torchrun_args(
 class TorchrunLauncher(Launcher):
     """torchrun on this node with c10d rendezvous on a free port, one process per spec process.
 
-    `python -m torch.distributed.run` is torchrun's own entry point, run by this interpreter so the
-    workers see the same environment. Port 0 lets the agent's c10d store pick a free port, which the
+    The agent is torchrun's own (AGENT: torch.distributed.run's main), run by this interpreter so the workers see the
+    same environment. Port 0 lets the agent's c10d store pick a free port, which the
     workers then share (TORCHELASTIC_USE_AGENT_STORE): two runs at once never collide.
     """
 
@@ -82,14 +87,7 @@ class TorchrunLauncher(Launcher):
             return kubeflow_pod.lead_command(place, runs_folder, run_id, rank_command, pod_agent(place, rank_command))
         if spec.hosts:
             return agents_on_hosts(spec, rank_command, run_id)[0]
-        return [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            *torchrun_args("1", spec.processes, "127.0.0.1:0", run_id, 0),
-            "--no-python",
-            *rank_command,
-        ]
+        return [*AGENT, *torchrun_args("1", spec.processes, "127.0.0.1:0", run_id, 0), "--no-python", *rank_command]
 
     def rank_identity(self, env):
         return int(env.get("RANK", 0)), int(env.get("TORCHELASTIC_RESTART_COUNT", 0))
@@ -107,15 +105,7 @@ class TorchrunLauncher(Launcher):
 
 def pod_agent(place, rank_command: list[str]) -> list[str]:
     """One pod's torchrun agent of a run spread over a Kubeflow job's pods (bench.cluster.kubeflow_pod.PodPlace)."""
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        *NO_AGENT_LOGS,
-        *place.agent_args(),
-        "--no-python",
-        *rank_command,
-    ]
+    return [*AGENT, *NO_AGENT_LOGS, *place.agent_args(), "--no-python", *rank_command]
 
 
 def torchrun_rank_row(rank: int, world_size: int, **fields):
@@ -173,9 +163,7 @@ def agents_on_hosts(spec, rank_command, run_id, *, events_file=None, max_restart
     for i, (host, n, env) in enumerate(placed):
         if events_file is None:
             agent = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
+                *AGENT,
                 *torchrun_args(str(len(placed)), n, endpoint, run_id, max_restarts, is_host=i == 0),
                 "--local-addr",
                 host.name,

@@ -21,6 +21,7 @@ from torch.distributed.elastic import metrics
 from torch.distributed.elastic.events import handlers
 from torch.distributed.elastic.metrics.api import MetricHandler
 
+from bench.backends.shared.torchrun_agent import leave
 from bench.core.codec import dumps
 
 HANDLER_NAME = "bench"
@@ -92,12 +93,12 @@ def install(path: str) -> None:
     logging.getLogger("torch.distributed.elastic").addHandler(_AgentLog(path))
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> None:
     path, rest = argv[0], argv[argv.index("--") + 1 :]
     install(path)
     torch.distributed.run.main(["--event-log-handler", HANDLER_NAME, *rest])
-    return 0
+    leave()  # at once, as bench's other agents (bench.backends.shared.torchrun_agent)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])
