@@ -129,6 +129,32 @@ def test_a_ratio_is_judged_only_beyond_what_the_speed_of_what_it_divides_by_expl
     assert rows[0]["verdict"] == "regressed"
 
 
+def test_absolute_throughput_is_judged_beyond_what_the_hosts_calibration_speed_explains():
+    """A host that matches (its calibration within CALIBRATION_TOLERANCE) may still run at 87% of the baseline host's
+    speed: every absolute figure moves with it. A case 26% slower there is judged beyond that band (about -15%):
+    no regression at the 25% the gate asks; on a host that ran the calibration at the baseline's speed it is one."""
+    from bench.results.baselines import host_speed
+
+    key = "throughput elastic resnet18 n=1"
+    base = {key: fig("throughput", [values(179, 0.02, seed=1)], key=key)}
+    slower = {key: fig("throughput", [values(132, 0.02, seed=2)], key=key)}
+    calibration = {"gemm_gflops": 100.0, "conv_step_ms": 13.4}
+    here = {"gemm_gflops": 97.0, "conv_step_ms": 15.4}  # the convolution step at 87%, the figure furthest off
+    speed = host_speed({"calibration": calibration}, {"calibration": here})
+    assert speed == pytest.approx(13.4 / 15.4) and host_speed({}, {"calibration": here}) is None
+    row = compare_figures(base, slower, {}, same_machine=True, host_speed=speed)[0]
+    assert row["verdict"] != "regressed" and row["change"] == pytest.approx(-0.26, abs=0.02), row
+    assert row["explained"] == pytest.approx(1 / speed)
+    assert "this host ran the calibration work at 87% of the baseline's speed" in row["why"], row
+    assert "move the figure up to a factor 1.15 either way" in row["why"], row
+    for at_its_speed in (1.0, None):
+        row = compare_figures(base, slower, {}, same_machine=True, host_speed=at_its_speed)[0]
+        assert row["verdict"] == "regressed", row
+    # a loss past the band is still a loss: 40% slower is -31% beyond it
+    lost = {key: fig("throughput", [values(107, 0.02, seed=3)], key=key)}
+    assert compare_figures(base, lost, {}, same_machine=True, host_speed=speed)[0]["verdict"] == "regressed"
+
+
 def record(run_id, backend, world, per_window, created, status="ok", sweep="s1"):
     """A training run of mnist_mlp whose windows had these throughputs."""
     return train_record(run_id, backend, world, per_window, created, status, sweep)

@@ -83,6 +83,16 @@ def host_match(base: dict, cur: dict) -> tuple[bool, str]:
     return True, ""
 
 
+def host_speed(base: dict, cur: dict) -> float | None:
+    """How fast this host ran the calibration work against the baseline's host (as host_match reads it): the figure
+    furthest from the baseline's, as a speed (below 1: slower here); None where a side recorded no calibration."""
+    cb, cc = base.get("calibration"), cur.get("calibration")
+    if not cb or not cc:
+        return None
+    speeds = (cc["gemm_gflops"] / cb["gemm_gflops"], cb["conv_step_ms"] / cc["conv_step_ms"])
+    return max(speeds, key=lambda v: abs(math.log(v)))
+
+
 def slower_calibration(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
     """Of two calibrations of one host, each figure at its slower (in the directions host_match reads them): a host
     vouches for its absolute figures only if it ran at the baseline's speed before its runs and after them. Best of 10

@@ -17,7 +17,8 @@
 - Ratios taken within one sweep (scaling efficiency, throughput over the plain loop of the same sweep,
   busbw over the machine limit measured in the same run) cancel what the machine's state does to
   both sides alike; absolute throughput gets a wider threshold and is gated only when the baseline
-  came from a machine of the same kind (bench.results.baselines.host_match).
+  came from a machine of the same kind (bench.results.baselines.host_match), beyond the band the host's calibration
+  speed explains (host_speed), as a ratio beyond its divisor's below.
 - A ratio does not carry over whole to runs that compute at another speed, though: with the same communication and a
   faster step, communication takes a larger share of it (runs 30% faster at ResNet18 on one worker kept their
   2-worker throughput and lost a fifth of their efficiency). Where the cases a ratio divides by (the plain loop's,
@@ -130,9 +131,12 @@ def compare_figures(
     same_machine: bool,
     host_differs: str = "the baseline came from another kind of machine",
     cannot_run: dict[str, str] | None = None,
+    host_speed: float | None = None,
 ) -> list[dict]:
     """One row per gated figure. cannot_run: backend -> why it cannot run here; its baseline figures are skipped,
-    not failed, when the current runs lack them (a gate without the optional Ray installed)."""
+    not failed, when the current runs lack them (a gate without the optional Ray installed). host_speed: how fast this
+    host ran the calibration work against the baseline's (bench.results.baselines.host_speed), the band an absolute
+    figure may move with no change to the code on a host that matches."""
     rows = []
     for key in sorted(set(base) | set(cur) | set(cur_not_ok)):
         kind = key.split(" ", 1)[0]
@@ -174,7 +178,8 @@ def compare_figures(
         else:
             change, low, high = change_interval(b, c)
             noise = noisy_cases(b) + noisy_cases(c)
-            divided = divisor_speed(b, c)
+            absolute = rule.same_machine_only and host_speed is not None
+            divided = host_speed if absolute else divisor_speed(b, c)
             band = explained_band(divided)
             row.update(
                 change=change,
@@ -199,9 +204,11 @@ def compare_figures(
             }[row["verdict"]] + (lone if row["verdict"] != "ok" else "")
             if band >= 1 + SPEED_NOTED:
                 where = f"on this host (differs: {host_differs}) " if not same_machine else ""
+                what = "this host ran the calibration work" if absolute else "the case it divides by ran"
                 moved = (
-                    f"{where}the case it divides by ran at {divided:.0%} of the baseline's speed, which can move the "
-                    f"ratio up to a factor {band:.2f} either way with no change to the code: judged beyond that"
+                    f"{where}{what} at {divided:.0%} of the baseline's speed, which can move the "
+                    f"{'figure' if absolute else 'ratio'} up to a factor {band:.2f} either way with no change to the "
+                    "code: judged beyond that"
                 )
                 row["why"] = f"{row['why']}; {moved}" if row["why"] else moved
         rows.append(row)

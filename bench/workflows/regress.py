@@ -25,6 +25,7 @@ from bench.harness.runner import run_specs
 from bench.results.baselines import (
     BASELINE_FILE,
     host_match,
+    host_speed,
     latest_sweep,
     machine_facts,
     read_runs_file,
@@ -190,6 +191,7 @@ def compare_and_print(
         same_machine=same,
         host_differs=why,
         cannot_run=unavailable_backends([r for r in baseline["records"] if r.spec.backend in lacking]),
+        host_speed=host_speed(baseline["machine"], machine) if same else None,
     )
     out = out or sys.stdout
     if as_json:
