@@ -71,10 +71,7 @@ def host_match(base: dict, cur: dict) -> tuple[bool, str]:
             f"no calibration recorded with {side}, so whether the hosts run equally fast is "
             "unknown (refresh the baseline with `bench baseline`)"
         )
-    speed = {
-        "gemm_gflops": cc["gemm_gflops"] / cb["gemm_gflops"],
-        "conv_step_ms": cb["conv_step_ms"] / cc["conv_step_ms"],
-    }
+    speed = calibration_speeds(cb, cc)
     off = {k: v for k, v in speed.items() if abs(math.log(v)) > math.log(1 + CALIBRATION_TOLERANCE)}
     if off:
         return False, "this host runs the calibration work at " + ", ".join(
@@ -83,14 +80,21 @@ def host_match(base: dict, cur: dict) -> tuple[bool, str]:
     return True, ""
 
 
+def calibration_speeds(base: dict[str, float], cur: dict[str, float]) -> dict[str, float]:
+    """Each calibration figure of this host as a speed against the baseline host's (below 1: slower here)."""
+    return {
+        "gemm_gflops": cur["gemm_gflops"] / base["gemm_gflops"],
+        "conv_step_ms": base["conv_step_ms"] / cur["conv_step_ms"],
+    }
+
+
 def host_speed(base: dict, cur: dict) -> float | None:
     """How fast this host ran the calibration work against the baseline's host (as host_match reads it): the figure
     furthest from the baseline's, as a speed (below 1: slower here); None where a side recorded no calibration."""
     cb, cc = base.get("calibration"), cur.get("calibration")
     if not cb or not cc:
         return None
-    speeds = (cc["gemm_gflops"] / cb["gemm_gflops"], cb["conv_step_ms"] / cc["conv_step_ms"])
-    return max(speeds, key=lambda v: abs(math.log(v)))
+    return max(calibration_speeds(cb, cc).values(), key=lambda v: abs(math.log(v)))
 
 
 def slower_calibration(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
