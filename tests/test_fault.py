@@ -77,3 +77,57 @@ def test_every_elastic_mode_that_makes_drop_host_has_the_work_that_delivers_it()
             with pytest.raises(UsageError, match="not drop-host"):
                 check_scenario_of(name, DROP_HOST)
     assert set(making) == {"horovod", "horovod-tf"}
+
+
+def _late_member(rank: int, late_s: float, port: int, out) -> None:
+    """A process of a 2-process gloo group joined through join_torchrun_group (join timeout 60 s, collective timeout
+    2 s), `late_s` after its peer; rank 0 then waits in an allreduce that rank 1 never joins."""
+    import os
+    import time
+    from types import SimpleNamespace
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    time.sleep(late_s)
+    import torch
+    import torch.distributed as dist
+
+    from bench.backends.shared.torchrun import join_torchrun_group
+
+    join_torchrun_group("gloo", SimpleNamespace(join_timeout=60.0, collective_timeout=2.0))
+    out.put((rank, "joined"))
+    if rank == 0:
+        started = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(1))
+            out.put((rank, "no timeout"))
+        except RuntimeError:
+            out.put((rank, time.monotonic() - started))
+    else:
+        time.sleep(15)  # alive, never in the collective: rank 0's allreduce must end by its timeout, not by a peer gone
+
+
+def test_a_process_started_late_still_joins_and_collectives_keep_the_short_timeout():
+    """Real processes on gloo: rank 1 starts 6 s after rank 0, past the 2 s collective timeout, and the group still
+    forms (a fault run's restarted process on a busy machine); an allreduce its peer never joins then fails after
+    about the 2 s collective timeout, not the 60 s the group waited to form."""
+    import multiprocessing
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_late_member, args=(rank, late, port, out)) for rank, late in ((0, 0.0), (1, 6.0))]
+    for p in procs:
+        p.start()
+    try:
+        seen = [out.get(timeout=90) for _ in range(3)]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert sorted(r for r, what in seen if what == "joined") == [0, 1], seen
+    (waited,) = [what for r, what in seen if what != "joined"]
+    assert isinstance(waited, float) and waited < 30, seen

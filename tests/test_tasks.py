@@ -699,3 +699,15 @@ def test_a_usable_timeout_passes():
     check_timeout(0.5)
     check_timeout(7 * 24 * 3600)
     check_timeout(900)
+
+
+def test_a_fault_runs_group_waits_for_its_processes_until_the_recovery_timeout():
+    """The short collective timeout (how soon a stopped peer is noticed) does not bound a group's forming; a training
+    run's group waits as long as its collectives."""
+    from factories import fault_spec, train_spec
+
+    spec = fault_spec(comm_timeout=3.0, recovery_timeout=90.0)
+    assert (spec.collective_timeout, spec.join_timeout) == (3.0, 90.0)
+    assert fault_spec(comm_timeout=30.0, recovery_timeout=20.0).join_timeout == 30.0
+    train = train_spec("elastic", "mnist_mlp", 2)
+    assert train.join_timeout == train.collective_timeout

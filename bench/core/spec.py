@@ -56,6 +56,12 @@ class TaskSettings(OwnForm):
         return None
 
     @property
+    def join_timeout(self) -> float | None:
+        """Seconds the processes of a group may take to all reach it, where the task sets them (None: the collective
+        timeout)."""
+        return None
+
+    @property
     def planned_steps(self) -> int | None:
         """Optimizer steps every worker takes, where the task plans them itself (None: warm-up plus windows)."""
         return None
@@ -162,6 +168,15 @@ class RunSpec:
         --comm-timeout, so that the survivors notice soon), else the run's timeout and at least a minute."""
         own = self.settings.collective_timeout if self.settings else None
         return max(60.0, self.timeout) if own is None else own
+
+    @property
+    def join_timeout(self) -> float:
+        """How long the first process of a group waits for the others to start and join it: the task's own (a fault
+        run's recovery timeout, since a group formed again after the fault has until then), else the collective
+        timeout. A short collective timeout must not bound a group's forming: a process started again on a busy or
+        slow machine can take longer than that to import its framework, and the group would fail once more."""
+        own = self.settings.join_timeout if self.settings else None
+        return self.collective_timeout if own is None else max(own, self.collective_timeout)
 
     @property
     def processes(self) -> int:

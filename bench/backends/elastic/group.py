@@ -5,7 +5,6 @@ a checkpoint. Imported by a run's processes only: torch at the top."""
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -13,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from bench.backends.shared.checkpoint import CheckpointRestart
 from bench.backends.shared.ddp_group import DDPGroup
-from bench.backends.shared.torchrun import torchrun_rank_row
+from bench.backends.shared.torchrun import join_torchrun_group, torchrun_rank_row
 
 
 class TorchrunDDPGroup(DDPGroup):
@@ -28,9 +27,7 @@ class TorchrunDDPGroup(DDPGroup):
         if spec.device == "cuda":
             torch.cuda.set_device(gpu)
             kwargs["device_id"] = torch.device("cuda", gpu)
-        dist.init_process_group(
-            "nccl" if spec.device == "cuda" else "gloo", timeout=timedelta(seconds=spec.collective_timeout), **kwargs
-        )
+        join_torchrun_group("nccl" if spec.device == "cuda" else "gloo", spec, **kwargs)
         self.device_ids = [gpu] if spec.device == "cuda" else None
         return torchrun_rank_row(
             dist.get_rank(), dist.get_world_size(), local_rank=local_rank, role_rank=int(os.environ["ROLE_RANK"])

@@ -6,14 +6,13 @@ top."""
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from bench.backends.base import ProcessGroup
 from bench.backends.ps import SERVERS_HERE
-from bench.backends.shared.torchrun import torchrun_rank_row
+from bench.backends.shared.torchrun import join_torchrun_group, torchrun_rank_row
 from bench.rank.hooks import Server
 
 
@@ -98,7 +97,7 @@ class PSGroup(ProcessGroup):
     """Both roles: workers push and pull; servers own the parameters. On each host the last local ranks serve."""
 
     def init(self, spec):
-        dist.init_process_group("gloo", timeout=timedelta(seconds=spec.collective_timeout))
+        join_torchrun_group("gloo", spec)
         rank, n, servers = dist.get_rank(), spec.world_size, spec.backend_options["ps_servers"]
         local_rank, local_size = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
         here = int(os.environ.get(SERVERS_HERE, servers))

@@ -108,6 +108,18 @@ def pod_agent(place, rank_command: list[str]) -> list[str]:
     return [*AGENT, *NO_AGENT_LOGS, *place.agent_args(), "--no-python", *rank_command]
 
 
+def join_torchrun_group(backend: str, spec, **kwargs) -> None:
+    """Join torch.distributed's group of the processes torchrun started: waiting up to the spec's join_timeout for
+    the others to join, then with the collective timeout (RunSpec.collective_timeout) for every operation after."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, timeout=timedelta(seconds=spec.join_timeout), **kwargs)
+    if spec.join_timeout != spec.collective_timeout:
+        dist.set_timeout(timedelta(seconds=spec.collective_timeout))
+
+
 def torchrun_rank_row(rank: int, world_size: int, **fields):
     """The rank map row of a process torchrun started, from the variables it sets."""
     env = os.environ

@@ -33,6 +33,10 @@ class FaultSettings(TaskSettings):
         return self.comm_timeout  # short, so that a stopped peer is noticed (RunSpec.collective_timeout)
 
     @property
+    def join_timeout(self) -> float:
+        return self.recovery_timeout  # a group formed again after the fault: until the run would be called hung
+
+    @property
     def joining(self) -> bool:
         """Whether the fault is one more worker joining (a scale-up) rather than one lost."""
         return scenario_of(self).joins
