@@ -711,3 +711,15 @@ def test_a_fault_runs_group_waits_for_its_processes_until_the_recovery_timeout()
     assert fault_spec(comm_timeout=30.0, recovery_timeout=20.0).join_timeout == 30.0
     train = train_spec("elastic", "mnist_mlp", 2)
     assert train.join_timeout == train.collective_timeout
+
+
+def test_horovods_gloo_timeout_is_the_join_timeout_only_where_a_worker_joins():
+    """One Gloo timeout bounds Horovod's rendezvous and its collectives: the join timeout under --fault join, where the
+    workers wait for the new process to start, the short collective timeout under every other fault."""
+    from bench.backends.horovod.launcher import HorovodElastic
+    from factories import fault_spec
+
+    join = fault_spec("horovod", scenario="join", comm_timeout=3.0, recovery_timeout=90.0)
+    kill = fault_spec("horovod", comm_timeout=3.0, recovery_timeout=90.0)
+    assert HorovodElastic.gloo_timeout_s(join, join.fault) == 90
+    assert HorovodElastic.gloo_timeout_s(kill, kill.fault) == 3

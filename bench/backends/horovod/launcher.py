@@ -270,11 +270,10 @@ class HorovodElastic(ElasticMode):
         Gloo's timeout bounds every wait in Horovod's rendezvous store too, and after a join the workers wait there
         for the new process, which must first start (TensorFlow's import alone took over 10 s on a loaded 2-core
         machine; with a 10 s timeout every worker aborted). A join is noticed by the discovery script, never by a
-        timeout, so there it is the recovery timeout, the longest the run waits for the new worker anyway."""
-        seconds = spec.collective_timeout
-        if fault.joining:
-            seconds = max(seconds, fault.recovery_timeout)
-        return max(1, int(seconds))
+        timeout, so there it is the join timeout (RunSpec.join_timeout: the recovery timeout, the longest the run
+        waits for the new worker anyway), which one Gloo timeout cannot keep apart from the collectives' as torch's
+        group does (join_torchrun_group)."""
+        return max(1, int(spec.join_timeout if fault.joining else spec.collective_timeout))
 
     @staticmethod
     def _write_hosts(run_dir, counts: dict[str, int]) -> None:
